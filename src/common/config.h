@@ -1,0 +1,127 @@
+// The run configuration: one plain struct per YAML section. LoadRunConfig is strict: an unknown
+// key, a wrong type or an out-of-range value is an error naming the key path and the line
+// ("configs/x.yaml:12: optimizer.beta2: must be in [0, 1), got 1.5").
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+
+namespace forge {
+
+struct ModelConfig {
+  std::string preset;   // "tiny", "gpt124m", "gpt350m" or "" (explicit dims)
+  int n_layer = 4;
+  int d_model = 128;
+  int n_head = 4;
+  int n_kv_head = 4;    // GQA: n_head % n_kv_head == 0
+  int ffn = 384;        // SwiGLU hidden width
+  int vocab = 50257;    // real vocabulary (GPT-2 BPE)
+  int seq_len = 128;
+  float rope_theta = 10000.0f;
+  float norm_eps = 1e-5f;
+  bool qk_norm = false;
+  float init_std = 0.02f;
+
+  int head_dim() const { return d_model / n_head; }
+  // The embedding/LM-head rows, padded to a multiple of 128 for GEMM-friendly shapes.
+  int padded_vocab() const { return (vocab + 127) / 128 * 128; }
+};
+
+// Fills dims from a preset name; unknown name -> InvalidArgument.
+Status ApplyModelPreset(const std::string& name, ModelConfig* m);
+
+struct DataConfig {
+  std::string dataset_dir;   // holds manifest.json + shards written by `forge data prepare`
+  int epoch_shuffle = 1;     // 1: shuffle sequence order per epoch from (seed, epoch)
+};
+
+struct OptimizerConfig {
+  float lr = 3e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.1f;  // decoupled; not applied to norms
+  float grad_clip = 1.0f;     // global-norm clip; 0 disables
+};
+
+enum class DecayKind { kCosine, kLinear, kConstant };
+
+struct ScheduleConfig {
+  int64_t total_steps = 1000;
+  int64_t warmup_steps = 50;
+  DecayKind decay = DecayKind::kCosine;
+  float min_lr_ratio = 0.1f;  // min lr = lr * ratio
+};
+
+struct BatchConfig {
+  int micro_batch = 8;        // sequences per micro-step per rank
+  int64_t global_batch = 8;   // sequences per optimizer step over all ranks
+  // accumulation = global_batch / (micro_batch * world_size), checked at run start.
+};
+
+enum class Precision { kFp32, kBf16, kFp8 };
+enum class Backend { kAuto, kCpu, kCuda };
+
+struct PrecisionConfig {
+  Precision compute = Precision::kBf16;  // cpu backend always computes in fp32
+  int fp8_amax_history = 16;
+  float fp8_margin = 0.0f;
+  bool fp8_delayed_scaling = true;
+  bool fp8_lm_head = false;
+};
+
+enum class ParallelMode { kDdp, kZero1, kZero2, kFsdp };
+
+struct ParallelConfig {
+  ParallelMode mode = ParallelMode::kDdp;
+  double collective_timeout_s = 600.0;
+};
+
+struct CheckpointConfig {
+  std::string dir;             // default: <run_dir>/checkpoints
+  int64_t every_steps = 0;     // 0: only at the end / on stop
+  int keep_last = 3;
+  int64_t keep_every = 0;      // also keep every Nth step; 0: none
+  std::string resume;          // "", "latest", "step_N" or a path
+};
+
+struct EvalConfig {
+  int64_t every_steps = 100;   // 0 disables periodic eval (final eval still runs)
+  int batches = 8;             // micro-batches of validation data per eval
+};
+
+struct TrainConfig {
+  Backend backend = Backend::kAuto;
+  bool activation_recompute = false;
+  int log_every = 10;
+  std::string run_dir = "runs/default";
+};
+
+struct RunConfig {
+  std::string source_path;     // file it came from (for messages)
+  std::string name = "run";
+  uint64_t seed = 1234;
+  ModelConfig model;
+  DataConfig data;
+  OptimizerConfig optimizer;
+  ScheduleConfig schedule;
+  BatchConfig batch;
+  PrecisionConfig precision;
+  ParallelConfig parallel;
+  CheckpointConfig checkpoint;
+  EvalConfig eval;
+  TrainConfig train;
+};
+
+// Parses YAML text; `source` names it in errors (a path or "<spec>").
+StatusOr<RunConfig> ParseRunConfig(const std::string& yaml_text, const std::string& source);
+StatusOr<RunConfig> LoadRunConfig(const std::string& path);
+// Cross-field checks (heads divide d_model, global batch divisible, ...).
+Status ValidateRunConfig(const RunConfig& cfg);
+
+const char* PrecisionName(Precision p);
+const char* ParallelModeName(ParallelMode m);
+
+}  // namespace forge

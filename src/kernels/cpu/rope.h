@@ -1,0 +1,16 @@
+// Rotary position embedding (CPU float32 reference), interleaved pairs as in the PyTorch
+// anchor: for head dim index pair (2i, 2i+1) at position t, angle = t * theta^(-2i/hd):
+//   y[2i]   = x[2i] cos - x[2i+1] sin
+//   y[2i+1] = x[2i] sin + x[2i+1] cos
+#pragma once
+#include <cstdint>
+
+namespace forge::cpu {
+
+// In place on the Q and K heads of a fused qkv buffer [B, T, (H + 2*KV) * hd]
+// (Q heads first, then K heads; V untouched). inverse=true rotates by -angle, which is the
+// backward pass (the rotation is orthogonal).
+void RopeApply(float* qkv, int B, int T, int n_head, int n_kv_head, int hd, float theta,
+               bool inverse);
+
+}  // namespace forge::cpu

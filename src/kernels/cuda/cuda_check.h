@@ -1,0 +1,42 @@
+// Error checking for CUDA runtime, cuBLASLt and cuDNN calls: every call is checked and a
+// failure becomes a Status naming the call, file and line (never a silent abort in a library).
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include <string>
+
+#include "common/status.h"
+
+namespace forge::cuda {
+
+Status CudaError(cudaError_t e, const char* what, const char* file, int line);
+Status CublasError(cublasStatus_t e, const char* what, const char* file, int line);
+Status CudnnError(cudnnStatus_t e, const char* what, const char* file, int line);
+
+}  // namespace forge::cuda
+
+#define FORGE_CUDA_CHECK(call)                                                          \
+  do {                                                                                  \
+    cudaError_t _e = (call);                                                            \
+    if (_e != cudaSuccess) return ::forge::cuda::CudaError(_e, #call, __FILE__, __LINE__); \
+  } while (0)
+
+#define FORGE_CUBLAS_CHECK(call)                                                          \
+  do {                                                                                    \
+    cublasStatus_t _e = (call);                                                           \
+    if (_e != CUBLAS_STATUS_SUCCESS)                                                      \
+      return ::forge::cuda::CublasError(_e, #call, __FILE__, __LINE__);                   \
+  } while (0)
+
+#define FORGE_CUDNN_CHECK(call)                                                           \
+  do {                                                                                    \
+    cudnnStatus_t _e = (call);                                                            \
+    if (_e != CUDNN_STATUS_SUCCESS)                                                       \
+      return ::forge::cuda::CudnnError(_e, #call, __FILE__, __LINE__);                    \
+  } while (0)
+
+// After a kernel launch: catches bad launch configurations without synchronising.
+#define FORGE_CUDA_LAUNCH_CHECK() FORGE_CUDA_CHECK(cudaGetLastError())
