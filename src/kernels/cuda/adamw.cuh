@@ -1,0 +1,53 @@
+// Optimizer kernels: global grad-norm (deterministic) and multi-tensor AdamW on fp32 master
+// weights that also writes the bf16 compute copy. The clip factor, learning rate and step
+// live in device memory, and the tensor lists are device arrays uploaded once: the whole
+// optimizer can be captured in a CUDA graph and replayed with no host synchronisation.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common/status.h"
+#include "kernels/cuda/bf16.cuh"
+
+namespace forge::cuda {
+
+// One contiguous tensor (or flat unit) the optimizer updates.
+struct AdamWTensor {
+  float* param;        // fp32 master
+  bf16* param_bf16;    // compute copy, written after the update (may be null)
+  const float* grad;   // fp32
+  float* m;
+  float* v;
+  int64_t n;
+  float weight_decay;  // 0 for norms
+};
+
+// Scratch for the grad-norm reduction (bytes).
+size_t GradNormWorkspace();
+// tensors: DEVICE array of num_tensors descriptors (only grad and n are read).
+// sumsq_out[0] = sum over all tensors of grad^2 (fp32 partials in a fixed order, so the result
+// is bitwise reproducible); clip_scale_out[0] = min(1, max_norm / (sqrt(sumsq) + 1e-6))
+// (1 if max_norm <= 0).
+Status GlobalGradNorm(const AdamWTensor* tensors, int num_tensors, float max_norm,
+                      float* sumsq_out, float* clip_scale_out, void* workspace,
+                      size_t workspace_bytes, cudaStream_t stream);
+
+struct AdamWHyper {
+  float lr, beta1, beta2, eps;
+  int64_t step;  // 1-based
+};
+
+// tensors: DEVICE array; hyper: DEVICE pointer (the host writes lr/step there before each
+// step with cudaMemcpyAsync, so a captured graph sees the new values). Grads are multiplied by
+// *grad_scale (device pointer, e.g. the clip factor). Matches cpu::AdamWUpdate up to fp32
+// rounding.
+Status AdamWMultiTensor(const AdamWTensor* tensors, int num_tensors, const AdamWHyper* hyper,
+                        const float* grad_scale, cudaStream_t stream);
+
+// bf16 copy of an fp32 buffer (initial upload of weights).
+Status CastFloatToBf16(bf16* out, const float* in, int64_t n, cudaStream_t stream);
+Status CastBf16ToFloat(float* out, const bf16* in, int64_t n, cudaStream_t stream);
+
+}  // namespace forge::cuda

@@ -1,0 +1,25 @@
+// Fused softmax + cross-entropy over the vocabulary on the GPU. Works on a chunk of rows of
+// bf16 logits at a time (the caller runs the LM-head GEMM per token chunk), so no B*T*V fp32
+// tensor ever exists: each row is read once for max/sum (online softmax) and once to write
+// its gradient, in place, as bf16.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common/status.h"
+#include "kernels/cuda/bf16.cuh"
+
+namespace forge::cuda {
+
+// logits [n, V] bf16, overwritten with dlogits = (softmax - onehot(target)) * dloss when
+// write_grad; losses[n] (fp32) = -log softmax(logits)[target].
+Status CrossEntropyForwardBackward(bf16* logits, float* losses, const int32_t* targets,
+                                   int64_t n, int V, float dloss, bool write_grad,
+                                   cudaStream_t stream);
+
+// Deterministic mean of n fp32 values into *out (fixed-order reduction, one block).
+Status MeanReduce(float* out, const float* values, int64_t n, cudaStream_t stream);
+
+}  // namespace forge::cuda

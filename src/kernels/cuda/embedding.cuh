@@ -1,0 +1,25 @@
+// Token embedding forward/backward on the GPU. Backward is deterministic: no float atomics;
+// every vocabulary row's gradient is summed over its positions in token order.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common/status.h"
+#include "kernels/cuda/bf16.cuh"
+
+namespace forge::cuda {
+
+// out[n, :] = wte[tokens[n], :]   (out, wte bf16; N tokens, d columns)
+Status EmbeddingForward(bf16* out, const int32_t* tokens, const bf16* wte, int64_t N, int d,
+                        cudaStream_t stream);
+
+// Scratch the backward needs for N tokens (bytes); allocate once per shape.
+size_t EmbeddingBackwardWorkspace(int64_t N, int vocab);
+// dwte[tokens[n], :] += dout[n, :]   (dwte fp32 [V, d]; accumulates, deterministic)
+Status EmbeddingBackward(float* dwte, const bf16* dout, const int32_t* tokens, int64_t N, int d,
+                         int vocab, void* workspace, size_t workspace_bytes,
+                         cudaStream_t stream);
+
+}  // namespace forge::cuda

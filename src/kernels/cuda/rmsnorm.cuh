@@ -1,0 +1,25 @@
+// RMSNorm forward/backward on the GPU (bf16 activations, fp32 statistics and weight grads).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common/status.h"
+#include "kernels/cuda/bf16.cuh"
+
+namespace forge::cuda {
+
+// out = x * rstd * w;  rstd[n] = 1/sqrt(mean(x[n]^2) + eps) saved for backward (fp32).
+Status RmsNormForward(bf16* out, float* rstd, const bf16* x, const bf16* w, int64_t N, int d,
+                      float eps, cudaStream_t stream);
+
+// Scratch for the deterministic dw reduction (bytes).
+size_t RmsNormBackwardWorkspace(int64_t N, int d);
+// dx += d(loss)/dx (bf16; accumulates into the residual-stream gradient; dx may not alias dout)
+// dw += d(loss)/dw (fp32 [d]; deterministic two-pass reduction, no atomics)
+Status RmsNormBackward(bf16* dx, float* dw, const bf16* dout, const bf16* x, const bf16* w,
+                       const float* rstd, int64_t N, int d, void* workspace,
+                       size_t workspace_bytes, cudaStream_t stream);
+
+}  // namespace forge::cuda

@@ -1,0 +1,16 @@
+// Rotary embedding applied in place to the Q and K heads of a fused bf16 qkv buffer
+// [B, T, (H + 2*KV) * hd]; same convention as kernels/cpu/rope.h (interleaved pairs).
+// inverse=true is the backward pass.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "common/status.h"
+#include "kernels/cuda/bf16.cuh"
+
+namespace forge::cuda {
+
+Status RopeApply(bf16* qkv, int B, int T, int n_head, int n_kv_head, int hd, float theta,
+                 bool inverse, cudaStream_t stream);
+
+}  // namespace forge::cuda
