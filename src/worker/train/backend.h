@@ -1,0 +1,69 @@
+// The training backend: what the trainer needs from a device. One implementation per device
+// kind (CPU float32 reference, CUDA BF16); the trainer, tests and benchmarks drive either.
+// A backend owns the parameters (master weights), AdamW moments and its activations.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "common/config.h"
+#include "common/status.h"
+#include "worker/model/param_layout.h"
+#include "worker/model/unit_buffers.h"
+
+namespace forge {
+
+// One micro-batch: host token arrays [micro_batch, seq_len].
+struct MicroBatch {
+  const int32_t* inputs = nullptr;
+  const int32_t* targets = nullptr;
+};
+
+struct StepHyper {
+  float lr = 0.0f;
+  int64_t step = 1;  // 1-based optimizer step (AdamW bias correction)
+};
+
+struct StepStats {
+  float loss = 0.0f;       // mean over the step's micro-batches
+  float grad_norm = 0.0f;  // global L2 norm before clipping
+  bool valid = false;      // false when the backend skipped reading them (no sync)
+};
+
+class TrainBackend {
+ public:
+  virtual ~TrainBackend() = default;
+  virtual const char* name() const = 0;
+
+  // Replaces the master weights (fp32, one buffer per unit) and zeroes the moments.
+  virtual Status SetParams(const UnitBuffers& master) = 0;
+  virtual Status GetParams(UnitBuffers* master) = 0;
+  // AdamW moments, for checkpoints.
+  virtual Status GetMoments(UnitBuffers* m, UnitBuffers* v) = 0;
+  virtual Status SetMoments(const UnitBuffers& m, const UnitBuffers& v) = 0;
+
+  // One optimizer step: forward+backward over every micro-batch (gradients accumulated,
+  // each weighted 1/micro.size()), global-norm clipping, AdamW. With want_stats=false a
+  // device backend need not synchronise with the host.
+  virtual Status TrainStep(const std::vector<MicroBatch>& micro, const StepHyper& hyper,
+                           bool want_stats, StepStats* stats) = 0;
+
+  // Mean loss of one micro-batch, no gradients.
+  virtual Status EvalLoss(const MicroBatch& batch, float* loss) = 0;
+
+  // Gradients (fp32, per unit) of the mean loss over `micro` (as TrainStep would apply them,
+  // before clipping), without updating anything. For tests against the CPU reference.
+  virtual Status ComputeGradients(const std::vector<MicroBatch>& micro, UnitBuffers* grads,
+                                  float* loss) = 0;
+};
+
+// The CPU float32 reference backend.
+std::unique_ptr<TrainBackend> MakeCpuBackend(const RunConfig& cfg);
+
+// The CUDA backend on the current device (nullptr + error when CUDA is not built in or no
+// device is visible).
+StatusOr<std::unique_ptr<TrainBackend>> MakeCudaBackend(const RunConfig& cfg);
+bool CudaDeviceAvailable();
+
+}  // namespace forge
