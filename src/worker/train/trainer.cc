@@ -1,0 +1,163 @@
+#include "worker/train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "worker/model/init.h"
+#include "worker/optim/lr_schedule.h"
+
+namespace forge {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+std::string FormatDuration(double s) {
+  char buf[32];
+  const int64_t t = static_cast<int64_t>(s + 0.5);
+  if (t >= 3600)
+    std::snprintf(buf, sizeof buf, "%ldh%02ldm", long(t / 3600), long(t / 60 % 60));
+  else
+    std::snprintf(buf, sizeof buf, "%ldm%02lds", long(t / 60), long(t % 60));
+  return buf;
+}
+
+std::string FormatRate(double tokens_per_s) {
+  char buf[32];
+  if (tokens_per_s >= 1e6) std::snprintf(buf, sizeof buf, "%.2fM", tokens_per_s / 1e6);
+  else if (tokens_per_s >= 1e3) std::snprintf(buf, sizeof buf, "%.1fk", tokens_per_s / 1e3);
+  else std::snprintf(buf, sizeof buf, "%.0f", tokens_per_s);
+  return buf;
+}
+
+void WriteRecord(std::ofstream* out, const StepRecord& r) {
+  if (!out || !out->is_open()) return;
+  char buf[256];
+  int n = std::snprintf(buf, sizeof buf,
+                        "{\"step\":%ld,\"loss\":%.6f,\"grad_norm\":%.6f,\"lr\":%.6g,"
+                        "\"tokens_per_s\":%.1f,\"step_seconds\":%.6f",
+                        long(r.step), r.loss, r.grad_norm, r.lr, r.tokens_per_s,
+                        r.step_seconds);
+  *out << std::string(buf, n);
+  if (r.val_loss >= 0.0f) {
+    n = std::snprintf(buf, sizeof buf, ",\"val_loss\":%.6f", r.val_loss);
+    *out << std::string(buf, n);
+  }
+  *out << "}\n";
+  out->flush();
+}
+
+}  // namespace
+
+StatusOr<float> Evaluate(const RunConfig& cfg, TrainBackend* backend, const BatchProvider& data) {
+  const int64_t tokens = int64_t{cfg.batch.micro_batch} * cfg.model.seq_len;
+  std::vector<int32_t> in(tokens), tgt(tokens);
+  double total = 0.0;
+  for (int i = 0; i < cfg.eval.batches; ++i) {
+    FORGE_RETURN_IF_ERROR(data.val(i, in.data(), tgt.data()).Annotate("validation batch"));
+    float loss = 0.0f;
+    FORGE_RETURN_IF_ERROR(backend->EvalLoss({in.data(), tgt.data()}, &loss));
+    total += loss;
+  }
+  return static_cast<float>(total / std::max(1, cfg.eval.batches));
+}
+
+StatusOr<TrainResult> RunTraining(const RunConfig& cfg, TrainBackend* backend,
+                                  const BatchProvider& data, const TrainOptions& opt) {
+  const ParamLayout layout = MakeParamLayout(cfg.model);
+  UnitBuffers params;
+  InitParams(cfg.model, layout, cfg.seed, &params);
+  FORGE_RETURN_IF_ERROR(backend->SetParams(params));
+
+  const int world = 1;  // single process; the parallel issue generalises this
+  const int64_t per_micro = int64_t{cfg.batch.micro_batch} * world;
+  if (cfg.batch.global_batch % per_micro != 0)
+    return Status::Invalid("batch.global_batch (" + std::to_string(cfg.batch.global_batch) +
+                           ") must be a multiple of micro_batch * world_size (" +
+                           std::to_string(per_micro) + ")");
+  const int accum = static_cast<int>(cfg.batch.global_batch / per_micro);
+  const int64_t total_steps = opt.max_steps >= 0 ? opt.max_steps : cfg.schedule.total_steps;
+  const int64_t tokens_per_micro = int64_t{cfg.batch.micro_batch} * cfg.model.seq_len;
+  const int64_t tokens_per_step = tokens_per_micro * accum * world;
+
+  std::vector<std::vector<int32_t>> inputs(accum, std::vector<int32_t>(tokens_per_micro));
+  std::vector<std::vector<int32_t>> targets(accum, std::vector<int32_t>(tokens_per_micro));
+  std::vector<MicroBatch> micro(accum);
+  for (int k = 0; k < accum; ++k) micro[k] = {inputs[k].data(), targets[k].data()};
+
+  std::ofstream metrics;
+  if (!opt.metrics_path.empty()) {
+    metrics.open(opt.metrics_path, std::ios::app);
+    if (!metrics) return Status::IoError("cannot open metrics file " + opt.metrics_path);
+  }
+
+  TrainResult result;
+  FORGE_ASSIGN_OR_RETURN(result.initial_val_loss, Evaluate(cfg, backend, data));
+  if (opt.print_progress)
+    std::printf("step 0/%ld | val loss %.4f\n", long(total_steps), result.initial_val_loss);
+
+  double train_seconds = 0.0;
+  double window_seconds = 0.0;
+  int64_t window_steps = 0;
+  int64_t cursor = 0;  // global sequence index of the next global batch
+  for (int64_t step = 1; step <= total_steps; ++step) {
+    const auto t0 = Clock::now();
+    for (int k = 0; k < accum; ++k)
+      FORGE_RETURN_IF_ERROR(data.train(cursor, k, inputs[k].data(), targets[k].data())
+                                .Annotate("training batch at cursor " + std::to_string(cursor)));
+    const float lr = LearningRate(cfg.optimizer, cfg.schedule, step);
+    const bool last = step == total_steps;
+    const bool log = last || step == 1 || (cfg.train.log_every > 0 && step % cfg.train.log_every == 0);
+    StepStats stats;
+    FORGE_RETURN_IF_ERROR(
+        backend->TrainStep(micro, {lr, step}, log, &stats).Annotate("step " + std::to_string(step)));
+    cursor += cfg.batch.global_batch;
+    const double dt = Seconds(t0, Clock::now());
+    train_seconds += dt;
+    window_seconds += dt;
+    ++window_steps;
+
+    StepRecord rec;
+    rec.step = step;
+    rec.lr = lr;
+    if (stats.valid) {
+      rec.loss = stats.loss;
+      rec.grad_norm = stats.grad_norm;
+      if (step == 1) result.first_loss = stats.loss;
+      result.final_train_loss = stats.loss;
+    }
+    const bool eval = last || (cfg.eval.every_steps > 0 && step % cfg.eval.every_steps == 0);
+    if (eval) {
+      FORGE_ASSIGN_OR_RETURN(rec.val_loss, Evaluate(cfg, backend, data));
+      result.final_val_loss = rec.val_loss;
+    }
+    if (log || eval) {
+      rec.step_seconds = window_seconds / double(window_steps);
+      rec.tokens_per_s = double(tokens_per_step) * window_steps / window_seconds;
+      window_seconds = 0.0;
+      window_steps = 0;
+      WriteRecord(&metrics, rec);
+      if (opt.on_step) opt.on_step(rec);
+      if (opt.print_progress) {
+        const double eta = train_seconds / double(step) * double(total_steps - step);
+        std::printf("step %ld/%ld | loss %.4f | lr %.2e | %s tok/s | ETA %s", long(step),
+                    long(total_steps), rec.loss, rec.lr, FormatRate(rec.tokens_per_s).c_str(),
+                    FormatDuration(eta).c_str());
+        if (rec.val_loss >= 0.0f) std::printf(" | val loss %.4f", rec.val_loss);
+        std::printf("\n");
+        std::fflush(stdout);
+      }
+    }
+    result.steps = step;
+  }
+  result.seconds = train_seconds;
+  result.tokens_per_s = train_seconds > 0 ? double(tokens_per_step) * result.steps / train_seconds : 0;
+  return result;
+}
+
+}  // namespace forge
