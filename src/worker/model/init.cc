@@ -1,0 +1,58 @@
+#include "worker/model/init.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "kernels/cpu/parallel_for.h"
+
+namespace forge {
+namespace {
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// N(0, 1) from the counter (unit key, element): one 64-bit hash -> two 32-bit uniforms ->
+// Box-Muller. Depends on nothing else, so any thread or shard computes the same value.
+float NormalAt(uint64_t unit_key, uint64_t element) {
+  const uint64_t r = SplitMix64(unit_key ^ SplitMix64(element));
+  const double u1 = (double(r >> 32) + 1.0) / 4294967296.0;          // (0, 1]
+  const double u2 = double(r & 0xFFFFFFFFull) / 4294967296.0;         // [0, 1)
+  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2));
+}
+
+}  // namespace
+
+void InitParams(const ModelConfig& m, const ParamLayout& layout, uint64_t seed, UnitBuffers* params) {
+  params->resize(layout.units.size());
+  const float resid_std = m.init_std / std::sqrt(2.0f * m.n_layer);
+  for (size_t u = 0; u < layout.units.size(); ++u) {
+    const UnitLayout& unit = layout.units[u];
+    std::vector<float>& buf = (*params)[u];
+    buf.assign(unit.numel, 0.0f);
+    const uint64_t unit_key = SplitMix64(seed ^ SplitMix64(0xF0F0'0000ull + u));
+    const bool is_block = static_cast<int>(u) != layout.embedding_unit() &&
+                          static_cast<int>(u) != layout.final_norm_unit();
+    for (const TensorSlot& t : unit.tensors) {
+      float* p = buf.data() + t.offset;
+      if (!t.is_matmul) {  // norm weights
+        for (int64_t i = 0; i < t.numel; ++i) p[i] = 1.0f;
+        continue;
+      }
+      const bool residual_out =
+          is_block && (t.offset == layout.block.wo || t.offset == layout.block.w_down);
+      const float std = residual_out ? resid_std : m.init_std;
+      // Keyed by the element's offset in its unit, so chunking cannot change a value.
+      cpu::ParallelFor(t.numel, 1 << 16, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          p[i] = std * NormalAt(unit_key, static_cast<uint64_t>(t.offset + i));
+        }
+      });
+    }
+  }
+}
+
+}  // namespace forge
