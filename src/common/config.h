@@ -1,6 +1,11 @@
 // The run configuration: one plain struct per YAML section. LoadRunConfig is strict: an unknown
 // key, a wrong type or an out-of-range value is an error naming the key path and the line
 // ("configs/x.yaml:12: optimizer.beta2: must be in [0, 1), got 1.5").
+//
+// YAML keys are the field names below; enums are lower-case strings. The `model` section is
+// required and holds either `preset: tiny|gpt124m|gpt350m` (then any field overrides the
+// preset) or all of n_layer, d_model, n_head, ffn, vocab, seq_len. An n_kv_head that is not
+// given follows n_head (plain multi-head attention). Every other section and key is optional.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +35,7 @@ struct ModelConfig {
 };
 
 // Fills dims from a preset name; unknown name -> InvalidArgument.
+// Sets preset, n_layer, d_model, n_head, n_kv_head, ffn, vocab and seq_len; leaves the rest.
 Status ApplyModelPreset(const std::string& name, ModelConfig* m);
 
 struct DataConfig {
@@ -123,5 +129,11 @@ Status ValidateRunConfig(const RunConfig& cfg);
 
 const char* PrecisionName(Precision p);
 const char* ParallelModeName(ParallelMode m);
+const char* DecayKindName(DecayKind d);
+const char* BackendName(Backend b);
+
+// The config as YAML that ParseRunConfig reads back to an equal RunConfig (floats are written
+// in shortest round-trip form). For logs, run specs and checkpoint manifests.
+std::string RunConfigToYaml(const RunConfig& cfg);
 
 }  // namespace forge

@@ -1,0 +1,820 @@
+// Strict YAML -> RunConfig. Parsing happens in two passes: the reader checks structure and
+// types (unknown keys, wrong types) and remembers the line of every key it saw; then the value
+// rules (ranges and cross-field checks, shared with ValidateRunConfig) run on the result and a
+// failing rule is reported at the line of the key it names.
+#include "common/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace forge {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Names
+
+template <typename E>
+struct NamedValue {
+  const char* name;
+  E value;
+};
+
+constexpr std::array<NamedValue<DecayKind>, 3> kDecayNames{{
+    {"cosine", DecayKind::kCosine}, {"linear", DecayKind::kLinear}, {"constant", DecayKind::kConstant}}};
+constexpr std::array<NamedValue<Precision>, 3> kPrecisionNames{{
+    {"fp32", Precision::kFp32}, {"bf16", Precision::kBf16}, {"fp8", Precision::kFp8}}};
+constexpr std::array<NamedValue<ParallelMode>, 4> kParallelNames{{{"ddp", ParallelMode::kDdp},
+                                                                  {"zero1", ParallelMode::kZero1},
+                                                                  {"zero2", ParallelMode::kZero2},
+                                                                  {"fsdp", ParallelMode::kFsdp}}};
+constexpr std::array<NamedValue<Backend>, 3> kBackendNames{{
+    {"auto", Backend::kAuto}, {"cpu", Backend::kCpu}, {"cuda", Backend::kCuda}}};
+
+template <typename E, size_t N>
+const char* NameOf(const std::array<NamedValue<E>, N>& table, E value) {
+  for (const auto& nv : table) {
+    if (nv.value == value) return nv.name;
+  }
+  return "?";
+}
+
+template <typename E, size_t N>
+std::string AllNames(const std::array<NamedValue<E>, N>& table) {
+  std::string out;
+  for (const auto& nv : table) {
+    if (!out.empty()) out += "|";
+    out += nv.name;
+  }
+  return out;
+}
+
+struct Preset {
+  const char* name;
+  int n_layer, d_model, n_head, n_kv_head, ffn, vocab, seq_len;
+};
+
+constexpr std::array<Preset, 3> kPresets{{
+    {"tiny", 4, 128, 4, 4, 384, 50257, 128},
+    {"gpt124m", 12, 768, 12, 12, 2048, 50257, 1024},
+    {"gpt350m", 24, 1024, 16, 16, 2816, 50257, 1024},
+}};
+
+std::string PresetNames() {
+  std::string out;
+  for (const auto& p : kPresets) {
+    if (!out.empty()) out += "|";
+    out += p.name;
+  }
+  return out;
+}
+
+// The largest vocab whose padded size still fits an int.
+constexpr int kMaxVocab = std::numeric_limits<int>::max() / 128 * 128;
+
+// ---------------------------------------------------------------------------------------------
+// Number formatting: shortest text that reads back to the same value.
+
+std::string Num(int64_t v) { return std::to_string(v); }
+std::string Num(int v) { return std::to_string(v); }
+
+template <typename F>
+std::string FloatText(F v) {
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
+  if (ec != std::errc()) return "?";
+  std::string s(buf, end);
+  if (s == "inf") return ".inf";
+  if (s == "-inf") return "-.inf";
+  if (s == "nan" || s == "-nan") return ".nan";
+  return s;
+}
+std::string Num(float v) { return FloatText(v); }
+std::string Num(double v) { return FloatText(v); }
+
+// ---------------------------------------------------------------------------------------------
+// Value rules, shared by ValidateRunConfig and ParseRunConfig.
+
+struct Problem {
+  std::string key;                     // key path the message is about
+  std::string what;                    // what is wrong, with the value given
+  std::vector<std::string> line_keys;  // other keys whose line locates it if `key` was not given
+};
+
+using MaybeProblem = std::optional<Problem>;
+
+MaybeProblem AtLeast(const std::string& key, int64_t v, int64_t lo) {
+  if (v >= lo) return std::nullopt;
+  return Problem{key, "must be >= " + Num(lo) + ", got " + Num(v), {}};
+}
+
+MaybeProblem InRange(const std::string& key, int64_t v, int64_t lo, int64_t hi) {
+  if (v >= lo && v <= hi) return std::nullopt;
+  return Problem{key, "must be in [" + Num(lo) + ", " + Num(hi) + "], got " + Num(v), {}};
+}
+
+template <typename F>
+MaybeProblem Positive(const std::string& key, F v) {
+  if (std::isfinite(v) && v > 0) return std::nullopt;
+  return Problem{key, "must be > 0, got " + Num(v), {}};
+}
+
+template <typename F>
+MaybeProblem NonNegative(const std::string& key, F v) {
+  if (std::isfinite(v) && v >= 0) return std::nullopt;
+  return Problem{key, "must be >= 0, got " + Num(v), {}};
+}
+
+// [0, 1) when hi_open, else [0, 1].
+MaybeProblem UnitInterval(const std::string& key, float v, bool hi_open) {
+  const bool ok = v >= 0 && (hi_open ? v < 1 : v <= 1);  // false for NaN
+  if (ok) return std::nullopt;
+  return Problem{key, std::string("must be in [0, 1") + (hi_open ? ")" : "]") + ", got " + Num(v), {}};
+}
+
+bool IsNameChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+         c == '_' || c == '-';
+}
+
+#define FORGE_RULE(expr)                       \
+  do {                                         \
+    if (MaybeProblem _p = (expr)) return _p;   \
+  } while (0)
+
+MaybeProblem CheckModel(const ModelConfig& m) {
+  if (!m.preset.empty()) {
+    bool known = false;
+    for (const auto& p : kPresets) known = known || m.preset == p.name;
+    if (!known) {
+      return Problem{"model.preset", "must be one of " + PresetNames() + ", got '" + m.preset + "'", {}};
+    }
+  }
+  FORGE_RULE(AtLeast("model.n_layer", m.n_layer, 1));
+  FORGE_RULE(AtLeast("model.d_model", m.d_model, 1));
+  FORGE_RULE(AtLeast("model.n_head", m.n_head, 1));
+  FORGE_RULE(AtLeast("model.n_kv_head", m.n_kv_head, 1));
+  if (m.d_model % m.n_head != 0) {
+    return Problem{"model.n_head",
+                   "must divide model.d_model (" + Num(m.d_model) + "), got " + Num(m.n_head),
+                   {"model.d_model"}};
+  }
+  if (m.head_dim() % 2 != 0) {
+    return Problem{"model.n_head",
+                   "head_dim = model.d_model / model.n_head must be even for RoPE, got " +
+                       Num(m.d_model) + " / " + Num(m.n_head) + " = " + Num(m.head_dim()),
+                   {"model.d_model"}};
+  }
+  if (m.n_head % m.n_kv_head != 0) {
+    return Problem{"model.n_kv_head",
+                   "must divide model.n_head (" + Num(m.n_head) + "), got " + Num(m.n_kv_head),
+                   {"model.n_head"}};
+  }
+  FORGE_RULE(AtLeast("model.ffn", m.ffn, 1));
+  FORGE_RULE(InRange("model.vocab", m.vocab, 2, kMaxVocab));
+  FORGE_RULE(AtLeast("model.seq_len", m.seq_len, 2));
+  FORGE_RULE(Positive("model.rope_theta", m.rope_theta));
+  FORGE_RULE(Positive("model.norm_eps", m.norm_eps));
+  FORGE_RULE(Positive("model.init_std", m.init_std));
+  return std::nullopt;
+}
+
+MaybeProblem CheckRunConfig(const RunConfig& c) {
+  if (c.name.empty()) return Problem{"name", "must not be empty", {}};
+  for (char ch : c.name) {
+    if (!IsNameChar(ch)) {
+      return Problem{"name", "may hold only letters, digits, '.', '_' and '-', got '" + c.name + "'", {}};
+    }
+  }
+  FORGE_RULE(CheckModel(c.model));
+
+  FORGE_RULE(InRange("data.epoch_shuffle", c.data.epoch_shuffle, 0, 1));
+
+  const OptimizerConfig& o = c.optimizer;
+  FORGE_RULE(Positive("optimizer.lr", o.lr));
+  FORGE_RULE(UnitInterval("optimizer.beta1", o.beta1, /*hi_open=*/true));
+  FORGE_RULE(UnitInterval("optimizer.beta2", o.beta2, /*hi_open=*/true));
+  FORGE_RULE(Positive("optimizer.eps", o.eps));
+  FORGE_RULE(NonNegative("optimizer.weight_decay", o.weight_decay));
+  FORGE_RULE(NonNegative("optimizer.grad_clip", o.grad_clip));
+
+  const ScheduleConfig& s = c.schedule;
+  FORGE_RULE(AtLeast("schedule.total_steps", s.total_steps, 1));
+  FORGE_RULE(AtLeast("schedule.warmup_steps", s.warmup_steps, 0));
+  if (s.warmup_steps > s.total_steps) {
+    return Problem{"schedule.warmup_steps",
+                   "must be <= schedule.total_steps (" + Num(s.total_steps) + "), got " +
+                       Num(s.warmup_steps),
+                   {"schedule.total_steps"}};
+  }
+  FORGE_RULE(UnitInterval("schedule.min_lr_ratio", s.min_lr_ratio, /*hi_open=*/false));
+
+  FORGE_RULE(AtLeast("batch.micro_batch", c.batch.micro_batch, 1));
+  FORGE_RULE(AtLeast("batch.global_batch", c.batch.global_batch, 1));
+  if (c.batch.global_batch % c.batch.micro_batch != 0) {
+    return Problem{"batch.global_batch",
+                   "must be a multiple of batch.micro_batch (" + Num(c.batch.micro_batch) +
+                       "), got " + Num(c.batch.global_batch),
+                   {"batch.micro_batch"}};
+  }
+
+  FORGE_RULE(AtLeast("precision.fp8_amax_history", c.precision.fp8_amax_history, 1));
+  FORGE_RULE(NonNegative("precision.fp8_margin", c.precision.fp8_margin));
+
+  FORGE_RULE(Positive("parallel.collective_timeout_s", c.parallel.collective_timeout_s));
+
+  FORGE_RULE(AtLeast("checkpoint.every_steps", c.checkpoint.every_steps, 0));
+  FORGE_RULE(AtLeast("checkpoint.keep_last", c.checkpoint.keep_last, 1));
+  FORGE_RULE(AtLeast("checkpoint.keep_every", c.checkpoint.keep_every, 0));
+
+  FORGE_RULE(AtLeast("eval.every_steps", c.eval.every_steps, 0));
+  FORGE_RULE(AtLeast("eval.batches", c.eval.batches, 1));
+
+  FORGE_RULE(AtLeast("train.log_every", c.train.log_every, 1));
+  if (c.train.run_dir.empty()) return Problem{"train.run_dir", "must not be empty", {}};
+  return std::nullopt;
+}
+
+#undef FORGE_RULE
+
+// ---------------------------------------------------------------------------------------------
+// The YAML reader.
+
+using Entries = std::map<std::string, YAML::Node>;
+
+std::string Join(const std::vector<std::string_view>& names) {
+  std::string out;
+  for (auto n : names) {
+    if (!out.empty()) out += ", ";
+    out += n;
+  }
+  return out;
+}
+
+size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// " (did you mean 'x'?)" for a near miss, else "".
+std::string Suggestion(std::string_view key, const std::vector<std::string_view>& valid) {
+  std::string_view best;
+  size_t best_d = std::max<size_t>(2, key.size() / 3) + 1;  // only suggest near misses
+  for (auto v : valid) {
+    const size_t d = EditDistance(key, v);
+    if (d < best_d) best_d = d, best = v;
+  }
+  return best.empty() ? "" : " (did you mean '" + std::string(best) + "'?)";
+}
+
+bool IsQuoted(const YAML::Node& n) { return n.Tag() == "!" || n.Tag() == "tag:yaml.org,2002:str"; }
+
+// How a value reads in a message: the text as written, a quoted string, or its kind.
+std::string Describe(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Null:
+      return "an empty value";
+    case YAML::NodeType::Sequence:
+      return "a sequence";
+    case YAML::NodeType::Map:
+      return "a mapping";
+    case YAML::NodeType::Scalar:
+      return IsQuoted(n) ? "\"" + n.Scalar() + "\"" : n.Scalar();
+    default:
+      return "nothing";
+  }
+}
+
+bool ParseInt64(std::string_view s, int64_t* out) {
+  if (!s.empty() && s[0] == '+') s.remove_prefix(1);
+  if (s.empty()) return false;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return ec == std::errc() && end == s.data() + s.size();
+}
+
+bool ParseUint64(std::string_view s, uint64_t* out) {
+  if (!s.empty() && s[0] == '+') s.remove_prefix(1);
+  if (s.empty() || s[0] == '-') return false;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return ec == std::errc() && end == s.data() + s.size();
+}
+
+// Accepts decimal and scientific forms (3e-3, 1.5, 2) and YAML's .inf/.nan spellings, so that the
+// range rules, not the reader, explain why those are refused.
+bool ParseDouble(std::string s, double* out) {
+  if (s == ".inf" || s == ".Inf" || s == ".INF" || s == "+.inf") {
+    *out = std::numeric_limits<double>::infinity();
+    return true;
+  }
+  if (s == "-.inf" || s == "-.Inf" || s == "-.INF") {
+    *out = -std::numeric_limits<double>::infinity();
+    return true;
+  }
+  if (s == ".nan" || s == ".NaN" || s == ".NAN") {
+    *out = std::numeric_limits<double>::quiet_NaN();
+    return true;
+  }
+  if (s.empty()) return false;
+  // strtod alone would also take hex floats, "inf" and "nan"; YAML numbers use none of them.
+  for (char c : s) {
+    if (!((c >= '0' && c <= '9') || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-')) {
+      return false;
+    }
+  }
+  char* end = nullptr;
+  errno = 0;
+  *out = std::strtod(s.c_str(), &end);
+  return end == s.c_str() + s.size() && errno != ERANGE;
+}
+
+class Reader {
+ public:
+  explicit Reader(std::string source) : source_(std::move(source)) {}
+
+  const std::string& source() const { return source_; }
+
+  // "<source>:<line>: <path>: <what>", or without the line when none is known.
+  Status ErrorAt(int line, const std::string& path, const std::string& what) const {
+    std::string loc = source_;
+    if (line > 0) loc += ":" + std::to_string(line);
+    return Status::Invalid(loc + ": " + (path.empty() ? "" : path + ": ") + what);
+  }
+  Status Error(const std::string& path, const std::string& what) const {
+    return ErrorAt(LineOf(path), path, what);
+  }
+
+  // The line of `path`'s key; for a key not in the file, the line of its section; 0 if none.
+  int LineOf(std::string path) const {
+    while (true) {
+      auto it = lines_.find(path);
+      if (it != lines_.end()) return it->second;
+      const size_t dot = path.rfind('.');
+      if (dot == std::string::npos) return 0;
+      path.resize(dot);
+    }
+  }
+  bool Has(const std::string& path) const { return lines_.count(path) != 0; }
+
+  Status Report(const Problem& p) const {
+    int line = lines_.count(p.key) ? lines_.at(p.key) : 0;
+    for (size_t i = 0; line == 0 && i < p.line_keys.size(); ++i) {
+      if (lines_.count(p.line_keys[i])) line = lines_.at(p.line_keys[i]);
+    }
+    if (line == 0) line = LineOf(p.key);
+    return ErrorAt(line, p.key, p.what);
+  }
+
+  // Reads the mapping at `path` ("" for the top level) into `out`, checking that every key is
+  // a known, unrepeated plain name and remembering each key's line. A null value (an empty
+  // section) reads as an empty mapping.
+  Status ReadMap(const YAML::Node& node, const std::string& path,
+                 const std::vector<std::string_view>& valid, Entries* out) {
+    out->clear();
+    if (node.IsNull()) return Status::Ok();
+    if (!node.IsMap()) return Error(path, "must be a mapping of keys, got " + Describe(node));
+    for (auto it = node.begin(); it != node.end(); ++it) {
+      const YAML::Node k = it->first;  // a copy: the iterator hands out temporaries
+      const int line = k.Mark().line + 1;
+      if (!k.IsScalar()) {
+        return ErrorAt(line, path, "keys must be plain names, got " + Describe(k) + " as a key");
+      }
+      const std::string& key = k.Scalar();
+      const std::string full = path.empty() ? key : path + "." + key;
+      bool known = false;
+      for (auto v : valid) known = known || v == key;
+      if (!known) {
+        if (path.empty()) {
+          return ErrorAt(line, full, "unknown top-level key" + Suggestion(key, valid) +
+                                         "; valid top-level keys: " + Join(valid));
+        }
+        return ErrorAt(line, full, "unknown key" + Suggestion(key, valid) + "; valid keys of " +
+                                       path + ": " + Join(valid));
+      }
+      if (out->count(key)) {
+        return ErrorAt(line, full, "duplicate key (first given on line " +
+                                       std::to_string(lines_.at(full)) + ")");
+      }
+      lines_[full] = line;
+      (*out)[key] = it->second;
+    }
+    return Status::Ok();
+  }
+
+  // Each Read* leaves *out alone when `key` is absent from `e`.
+  Status ReadInt64(const Entries& e, const std::string& sec, const char* key, int64_t* out) {
+    const YAML::Node* n = Find(e, key);
+    if (!n) return Status::Ok();
+    int64_t v = 0;
+    if (!n->IsScalar() || IsQuoted(*n) || !ParseInt64(n->Scalar(), &v)) {
+      return Error(Path(sec, key), "must be an integer, got " + Describe(*n));
+    }
+    *out = v;
+    return Status::Ok();
+  }
+
+  Status ReadInt(const Entries& e, const std::string& sec, const char* key, int* out) {
+    int64_t v = *out;
+    FORGE_RETURN_IF_ERROR(ReadInt64(e, sec, key, &v));
+    if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max()) {
+      return Error(Path(sec, key), "must fit a 32-bit integer, got " + Num(v));
+    }
+    *out = static_cast<int>(v);
+    return Status::Ok();
+  }
+
+  Status ReadUint64(const Entries& e, const std::string& sec, const char* key, uint64_t* out) {
+    const YAML::Node* n = Find(e, key);
+    if (!n) return Status::Ok();
+    if (!n->IsScalar() || IsQuoted(*n) || !ParseUint64(n->Scalar(), out)) {
+      return Error(Path(sec, key), "must be an integer in [0, 2^64), got " + Describe(*n));
+    }
+    return Status::Ok();
+  }
+
+  Status ReadDouble(const Entries& e, const std::string& sec, const char* key, double* out) {
+    const YAML::Node* n = Find(e, key);
+    if (!n) return Status::Ok();
+    if (!n->IsScalar() || IsQuoted(*n) || !ParseDouble(n->Scalar(), out)) {
+      return Error(Path(sec, key), "must be a number, got " + Describe(*n));
+    }
+    return Status::Ok();
+  }
+
+  Status ReadFloat(const Entries& e, const std::string& sec, const char* key, float* out) {
+    double v = *out;
+    FORGE_RETURN_IF_ERROR(ReadDouble(e, sec, key, &v));
+    if (std::isfinite(v) && std::fabs(v) > std::numeric_limits<float>::max()) {
+      return Error(Path(sec, key), "is out of float range, got " + Find(e, key)->Scalar());
+    }
+    *out = static_cast<float>(v);
+    return Status::Ok();
+  }
+
+  Status ReadBool(const Entries& e, const std::string& sec, const char* key, bool* out) {
+    const YAML::Node* n = Find(e, key);
+    if (!n) return Status::Ok();
+    const std::string s = n->IsScalar() && !IsQuoted(*n) ? n->Scalar() : "";
+    if (s == "true" || s == "True" || s == "TRUE") {
+      *out = true;
+    } else if (s == "false" || s == "False" || s == "FALSE") {
+      *out = false;
+    } else {
+      return Error(Path(sec, key), "must be true or false, got " + Describe(*n));
+    }
+    return Status::Ok();
+  }
+
+  // Any scalar reads as its text; an empty value reads as "".
+  Status ReadString(const Entries& e, const std::string& sec, const char* key, std::string* out) {
+    const YAML::Node* n = Find(e, key);
+    if (!n) return Status::Ok();
+    if (n->IsNull()) {
+      out->clear();
+    } else if (n->IsScalar()) {
+      *out = n->Scalar();
+    } else {
+      return Error(Path(sec, key), "must be a string, got " + Describe(*n));
+    }
+    return Status::Ok();
+  }
+
+  template <typename E, size_t N>
+  Status ReadEnum(const Entries& e, const std::string& sec, const char* key,
+                  const std::array<NamedValue<E>, N>& table, E* out) {
+    const YAML::Node* n = Find(e, key);
+    if (!n) return Status::Ok();
+    if (n->IsScalar()) {
+      for (const auto& nv : table) {
+        if (n->Scalar() == nv.name) {
+          *out = nv.value;
+          return Status::Ok();
+        }
+      }
+    }
+    return Error(Path(sec, key), "must be one of " + AllNames(table) + ", got " + Describe(*n));
+  }
+
+ private:
+  static const YAML::Node* Find(const Entries& e, const char* key) {
+    auto it = e.find(key);
+    return it == e.end() ? nullptr : &it->second;
+  }
+  static std::string Path(const std::string& sec, const char* key) {
+    return sec.empty() ? key : sec + "." + key;
+  }
+
+  std::string source_;
+  std::map<std::string, int> lines_;  // key path -> 1-based line of the key
+};
+
+const std::vector<std::string_view> kTopKeys = {"name",   "seed",      "model",      "data",
+                                                "optimizer", "schedule", "batch",    "precision",
+                                                "parallel",  "checkpoint", "eval",   "train"};
+const std::vector<std::string_view> kModelKeys = {"preset",  "n_layer",    "d_model",  "n_head",
+                                                  "n_kv_head", "ffn",      "vocab",    "seq_len",
+                                                  "rope_theta", "norm_eps", "qk_norm", "init_std"};
+const std::vector<std::string_view> kModelDimKeys = {"n_layer", "d_model", "n_head",
+                                                     "ffn",     "vocab",   "seq_len"};
+
+Status ReadModel(Reader& r, const YAML::Node& node, ModelConfig* m) {
+  Entries e;
+  FORGE_RETURN_IF_ERROR(r.ReadMap(node, "model", kModelKeys, &e));
+  // The preset first, wherever it is written, so that the other keys override it.
+  if (e.count("preset")) {
+    std::string name;
+    FORGE_RETURN_IF_ERROR(r.ReadString(e, "model", "preset", &name));
+    if (!ApplyModelPreset(name, m).ok()) {
+      return r.Error("model.preset",
+                     "must be one of " + PresetNames() + ", got " + Describe(e.at("preset")));
+    }
+  } else {
+    m->preset.clear();
+    std::vector<std::string_view> missing;
+    for (auto k : kModelDimKeys) {
+      if (!e.count(std::string(k))) missing.push_back(k);
+    }
+    if (!missing.empty()) {
+      return r.Error("model", "give either preset (" + PresetNames() + ") or all of " +
+                                  Join(kModelDimKeys) + "; missing: " + Join(missing));
+    }
+  }
+  FORGE_RETURN_IF_ERROR(r.ReadInt(e, "model", "n_layer", &m->n_layer));
+  FORGE_RETURN_IF_ERROR(r.ReadInt(e, "model", "d_model", &m->d_model));
+  FORGE_RETURN_IF_ERROR(r.ReadInt(e, "model", "n_head", &m->n_head));
+  // An unstated n_kv_head follows n_head: overriding heads alone must not silently make GQA.
+  if (!e.count("n_kv_head")) m->n_kv_head = m->n_head;
+  FORGE_RETURN_IF_ERROR(r.ReadInt(e, "model", "n_kv_head", &m->n_kv_head));
+  FORGE_RETURN_IF_ERROR(r.ReadInt(e, "model", "ffn", &m->ffn));
+  FORGE_RETURN_IF_ERROR(r.ReadInt(e, "model", "vocab", &m->vocab));
+  FORGE_RETURN_IF_ERROR(r.ReadInt(e, "model", "seq_len", &m->seq_len));
+  FORGE_RETURN_IF_ERROR(r.ReadFloat(e, "model", "rope_theta", &m->rope_theta));
+  FORGE_RETURN_IF_ERROR(r.ReadFloat(e, "model", "norm_eps", &m->norm_eps));
+  FORGE_RETURN_IF_ERROR(r.ReadBool(e, "model", "qk_norm", &m->qk_norm));
+  FORGE_RETURN_IF_ERROR(r.ReadFloat(e, "model", "init_std", &m->init_std));
+  return Status::Ok();
+}
+
+Status ReadSections(Reader& r, const Entries& top, RunConfig* c) {
+  FORGE_RETURN_IF_ERROR(r.ReadString(top, "", "name", &c->name));
+  FORGE_RETURN_IF_ERROR(r.ReadUint64(top, "", "seed", &c->seed));
+
+  if (!top.count("model")) {
+    return r.Error("model", "required section is missing (give preset: " + PresetNames() +
+                                " or explicit dims)");
+  }
+  FORGE_RETURN_IF_ERROR(ReadModel(r, top.at("model"), &c->model));
+
+  // Sections that are absent keep their defaults; a null node reads as an empty mapping.
+  auto section = [&](const char* name) { return top.count(name) ? top.at(name) : YAML::Node(); };
+  Entries e;
+
+  FORGE_RETURN_IF_ERROR(r.ReadMap(section("data"), "data", {"dataset_dir", "epoch_shuffle"}, &e));
+  FORGE_RETURN_IF_ERROR(r.ReadString(e, "data", "dataset_dir", &c->data.dataset_dir));
+  FORGE_RETURN_IF_ERROR(r.ReadInt(e, "data", "epoch_shuffle", &c->data.epoch_shuffle));
+
+  OptimizerConfig& o = c->optimizer;
+  FORGE_RETURN_IF_ERROR(r.ReadMap(section("optimizer"), "optimizer",
+                                  {"lr", "beta1", "beta2", "eps", "weight_decay", "grad_clip"}, &e));
+  FORGE_RETURN_IF_ERROR(r.ReadFloat(e, "optimizer", "lr", &o.lr));
+  FORGE_RETURN_IF_ERROR(r.ReadFloat(e, "optimizer", "beta1", &o.beta1));
+  FORGE_RETURN_IF_ERROR(r.ReadFloat(e, "optimizer", "beta2", &o.beta2));
+  FORGE_RETURN_IF_ERROR(r.ReadFloat(e, "optimizer", "eps", &o.eps));
+  FORGE_RETURN_IF_ERROR(r.ReadFloat(e, "optimizer", "weight_decay", &o.weight_decay));
+  FORGE_RETURN_IF_ERROR(r.ReadFloat(e, "optimizer", "grad_clip", &o.grad_clip));
+
+  ScheduleConfig& s = c->schedule;
+  FORGE_RETURN_IF_ERROR(r.ReadMap(section("schedule"), "schedule",
+                                  {"total_steps", "warmup_steps", "decay", "min_lr_ratio"}, &e));
+  FORGE_RETURN_IF_ERROR(r.ReadInt64(e, "schedule", "total_steps", &s.total_steps));
+  FORGE_RETURN_IF_ERROR(r.ReadInt64(e, "schedule", "warmup_steps", &s.warmup_steps));
+  FORGE_RETURN_IF_ERROR(r.ReadEnum(e, "schedule", "decay", kDecayNames, &s.decay));
+  FORGE_RETURN_IF_ERROR(r.ReadFloat(e, "schedule", "min_lr_ratio", &s.min_lr_ratio));
+
+  FORGE_RETURN_IF_ERROR(r.ReadMap(section("batch"), "batch", {"micro_batch", "global_batch"}, &e));
+  FORGE_RETURN_IF_ERROR(r.ReadInt(e, "batch", "micro_batch", &c->batch.micro_batch));
+  FORGE_RETURN_IF_ERROR(r.ReadInt64(e, "batch", "global_batch", &c->batch.global_batch));
+
+  PrecisionConfig& p = c->precision;
+  FORGE_RETURN_IF_ERROR(r.ReadMap(
+      section("precision"), "precision",
+      {"compute", "fp8_amax_history", "fp8_margin", "fp8_delayed_scaling", "fp8_lm_head"}, &e));
+  FORGE_RETURN_IF_ERROR(r.ReadEnum(e, "precision", "compute", kPrecisionNames, &p.compute));
+  FORGE_RETURN_IF_ERROR(r.ReadInt(e, "precision", "fp8_amax_history", &p.fp8_amax_history));
+  FORGE_RETURN_IF_ERROR(r.ReadFloat(e, "precision", "fp8_margin", &p.fp8_margin));
+  FORGE_RETURN_IF_ERROR(r.ReadBool(e, "precision", "fp8_delayed_scaling", &p.fp8_delayed_scaling));
+  FORGE_RETURN_IF_ERROR(r.ReadBool(e, "precision", "fp8_lm_head", &p.fp8_lm_head));
+
+  FORGE_RETURN_IF_ERROR(
+      r.ReadMap(section("parallel"), "parallel", {"mode", "collective_timeout_s"}, &e));
+  FORGE_RETURN_IF_ERROR(r.ReadEnum(e, "parallel", "mode", kParallelNames, &c->parallel.mode));
+  FORGE_RETURN_IF_ERROR(
+      r.ReadDouble(e, "parallel", "collective_timeout_s", &c->parallel.collective_timeout_s));
+
+  CheckpointConfig& k = c->checkpoint;
+  FORGE_RETURN_IF_ERROR(r.ReadMap(section("checkpoint"), "checkpoint",
+                                  {"dir", "every_steps", "keep_last", "keep_every", "resume"}, &e));
+  FORGE_RETURN_IF_ERROR(r.ReadString(e, "checkpoint", "dir", &k.dir));
+  FORGE_RETURN_IF_ERROR(r.ReadInt64(e, "checkpoint", "every_steps", &k.every_steps));
+  FORGE_RETURN_IF_ERROR(r.ReadInt(e, "checkpoint", "keep_last", &k.keep_last));
+  FORGE_RETURN_IF_ERROR(r.ReadInt64(e, "checkpoint", "keep_every", &k.keep_every));
+  FORGE_RETURN_IF_ERROR(r.ReadString(e, "checkpoint", "resume", &k.resume));
+
+  FORGE_RETURN_IF_ERROR(r.ReadMap(section("eval"), "eval", {"every_steps", "batches"}, &e));
+  FORGE_RETURN_IF_ERROR(r.ReadInt64(e, "eval", "every_steps", &c->eval.every_steps));
+  FORGE_RETURN_IF_ERROR(r.ReadInt(e, "eval", "batches", &c->eval.batches));
+
+  TrainConfig& t = c->train;
+  FORGE_RETURN_IF_ERROR(r.ReadMap(section("train"), "train",
+                                  {"backend", "activation_recompute", "log_every", "run_dir"}, &e));
+  FORGE_RETURN_IF_ERROR(r.ReadEnum(e, "train", "backend", kBackendNames, &t.backend));
+  FORGE_RETURN_IF_ERROR(r.ReadBool(e, "train", "activation_recompute", &t.activation_recompute));
+  FORGE_RETURN_IF_ERROR(r.ReadInt(e, "train", "log_every", &t.log_every));
+  FORGE_RETURN_IF_ERROR(r.ReadString(e, "train", "run_dir", &t.run_dir));
+  return Status::Ok();
+}
+
+// A double-quoted YAML string.
+std::string Quote(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char ch : s) {
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += static_cast<char>(ch);
+    } else if (ch < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\x%02x", ch);
+      out += buf;
+    } else {
+      out += static_cast<char>(ch);
+    }
+  }
+  return out + "\"";
+}
+
+const char* BoolText(bool b) { return b ? "true" : "false"; }
+
+}  // namespace
+
+Status ApplyModelPreset(const std::string& name, ModelConfig* m) {
+  for (const auto& p : kPresets) {
+    if (name != p.name) continue;
+    m->preset = p.name;
+    m->n_layer = p.n_layer;
+    m->d_model = p.d_model;
+    m->n_head = p.n_head;
+    m->n_kv_head = p.n_kv_head;
+    m->ffn = p.ffn;
+    m->vocab = p.vocab;
+    m->seq_len = p.seq_len;
+    return Status::Ok();
+  }
+  return Status::Invalid("unknown model preset '" + name + "' (valid: " + PresetNames() + ")");
+}
+
+StatusOr<RunConfig> ParseRunConfig(const std::string& yaml_text, const std::string& source) {
+  Reader r(source);
+  std::vector<YAML::Node> docs;
+  try {
+    docs = YAML::LoadAll(yaml_text);
+  } catch (const YAML::Exception& ex) {
+    return r.ErrorAt(ex.mark.is_null() ? 0 : ex.mark.line + 1, "", "YAML syntax error: " + ex.msg);
+  }
+  const std::string expected = "expected a mapping with keys among: " + Join(kTopKeys);
+  if (docs.empty() || docs[0].IsNull()) {
+    return r.ErrorAt(0, "", "config is empty; " + expected);
+  }
+  if (docs.size() > 1) {
+    return r.ErrorAt(docs[1].Mark().line + 1, "",
+                     "holds " + std::to_string(docs.size()) +
+                         " YAML documents (the second starts here); expected one");
+  }
+  const YAML::Node& root = docs[0];
+  if (!root.IsMap()) {
+    return r.ErrorAt(root.Mark().line + 1, "",
+                     "top level must be a mapping, got " + Describe(root) + "; " + expected);
+  }
+
+  RunConfig cfg;
+  cfg.source_path = source;
+  Entries top;
+  FORGE_RETURN_IF_ERROR(r.ReadMap(root, "", kTopKeys, &top));
+  FORGE_RETURN_IF_ERROR(ReadSections(r, top, &cfg));
+  if (MaybeProblem p = CheckRunConfig(cfg)) return r.Report(*p);
+  return cfg;
+}
+
+StatusOr<RunConfig> LoadRunConfig(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return Status::NotFound(path + ": cannot open config file: " + std::strerror(errno));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return Status::IoError(path + ": error reading config file");
+  return ParseRunConfig(text.str(), path);
+}
+
+Status ValidateRunConfig(const RunConfig& cfg) {
+  MaybeProblem p = CheckRunConfig(cfg);
+  if (!p) return Status::Ok();
+  const std::string where = cfg.source_path.empty() ? "" : cfg.source_path + ": ";
+  return Status::Invalid(where + p->key + ": " + p->what);
+}
+
+const char* PrecisionName(Precision p) { return NameOf(kPrecisionNames, p); }
+const char* ParallelModeName(ParallelMode m) { return NameOf(kParallelNames, m); }
+const char* DecayKindName(DecayKind d) { return NameOf(kDecayNames, d); }
+const char* BackendName(Backend b) { return NameOf(kBackendNames, b); }
+
+std::string RunConfigToYaml(const RunConfig& c) {
+  std::ostringstream y;
+  const ModelConfig& m = c.model;
+  y << "name: " << Quote(c.name) << "\n";
+  y << "seed: " << c.seed << "\n";
+  y << "model:\n";
+  if (!m.preset.empty()) y << "  preset: " << m.preset << "\n";
+  y << "  n_layer: " << m.n_layer << "\n"
+    << "  d_model: " << m.d_model << "\n"
+    << "  n_head: " << m.n_head << "\n"
+    << "  n_kv_head: " << m.n_kv_head << "\n"
+    << "  ffn: " << m.ffn << "\n"
+    << "  vocab: " << m.vocab << "\n"
+    << "  seq_len: " << m.seq_len << "\n"
+    << "  rope_theta: " << Num(m.rope_theta) << "\n"
+    << "  norm_eps: " << Num(m.norm_eps) << "\n"
+    << "  qk_norm: " << BoolText(m.qk_norm) << "\n"
+    << "  init_std: " << Num(m.init_std) << "\n";
+  y << "data:\n"
+    << "  dataset_dir: " << Quote(c.data.dataset_dir) << "\n"
+    << "  epoch_shuffle: " << c.data.epoch_shuffle << "\n";
+  const OptimizerConfig& o = c.optimizer;
+  y << "optimizer:\n"
+    << "  lr: " << Num(o.lr) << "\n"
+    << "  beta1: " << Num(o.beta1) << "\n"
+    << "  beta2: " << Num(o.beta2) << "\n"
+    << "  eps: " << Num(o.eps) << "\n"
+    << "  weight_decay: " << Num(o.weight_decay) << "\n"
+    << "  grad_clip: " << Num(o.grad_clip) << "\n";
+  const ScheduleConfig& s = c.schedule;
+  y << "schedule:\n"
+    << "  total_steps: " << s.total_steps << "\n"
+    << "  warmup_steps: " << s.warmup_steps << "\n"
+    << "  decay: " << DecayKindName(s.decay) << "\n"
+    << "  min_lr_ratio: " << Num(s.min_lr_ratio) << "\n";
+  y << "batch:\n"
+    << "  micro_batch: " << c.batch.micro_batch << "\n"
+    << "  global_batch: " << c.batch.global_batch << "\n";
+  const PrecisionConfig& p = c.precision;
+  y << "precision:\n"
+    << "  compute: " << PrecisionName(p.compute) << "\n"
+    << "  fp8_amax_history: " << p.fp8_amax_history << "\n"
+    << "  fp8_margin: " << Num(p.fp8_margin) << "\n"
+    << "  fp8_delayed_scaling: " << BoolText(p.fp8_delayed_scaling) << "\n"
+    << "  fp8_lm_head: " << BoolText(p.fp8_lm_head) << "\n";
+  y << "parallel:\n"
+    << "  mode: " << ParallelModeName(c.parallel.mode) << "\n"
+    << "  collective_timeout_s: " << Num(c.parallel.collective_timeout_s) << "\n";
+  const CheckpointConfig& k = c.checkpoint;
+  y << "checkpoint:\n"
+    << "  dir: " << Quote(k.dir) << "\n"
+    << "  every_steps: " << k.every_steps << "\n"
+    << "  keep_last: " << k.keep_last << "\n"
+    << "  keep_every: " << k.keep_every << "\n"
+    << "  resume: " << Quote(k.resume) << "\n";
+  y << "eval:\n"
+    << "  every_steps: " << c.eval.every_steps << "\n"
+    << "  batches: " << c.eval.batches << "\n";
+  const TrainConfig& t = c.train;
+  y << "train:\n"
+    << "  backend: " << BackendName(t.backend) << "\n"
+    << "  activation_recompute: " << BoolText(t.activation_recompute) << "\n"
+    << "  log_every: " << t.log_every << "\n"
+    << "  run_dir: " << Quote(t.run_dir) << "\n";
+  return y.str();
+}
+
+}  // namespace forge
