@@ -1,0 +1,252 @@
+// Global grad-norm (deterministic) and multi-tensor AdamW over fp32 master weights.
+//
+// Bytes moved and design (bandwidth-bound, one launch for all tensors):
+// - GlobalGradNorm: reads every gradient once (4 bytes/element). A fixed grid of
+//   kNormBlocks x kNormThreads threads walks the tensors in descriptor order with a grid-stride
+//   loop (float4 loads where aligned); each thread's fp32 sum, the block's fixed-tree sum, and
+//   the final single-block sum of the kNormBlocks partials (workspace, fixed layout) are all
+//   in a fixed order independent of timing: bitwise reproducible.
+// - AdamWMultiTensor: reads p, g, m, v (16 B/element) and writes p, m, v and the bf16 copy
+//   (14 B/element): float4 loads/stores where every buffer of a tensor is aligned, grid-stride
+//   over the tensors in order. Scalars (lr, step, clip scale) come from device memory, so the
+//   launch can be captured in a CUDA graph. The update is written with explicit
+//   round-to-nearest operations in the reference's order (no fused multiply-add), so it gives
+//   the same fp32 results as cpu::AdamWUpdate on the same inputs.
+// - Casts: 8 elements per thread (two float4 and one 16-byte bf16 vector).
+#include <algorithm>
+#include <string>
+
+#include "kernels/cuda/adamw.cuh"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_util.cuh"
+
+namespace forge::cuda {
+namespace {
+
+constexpr int kNormBlocks = 512;
+constexpr int kNormThreads = 512;
+constexpr int kAdamBlocks = 1024;
+constexpr int kAdamThreads = 256;
+constexpr int kCastThreads = 256;
+constexpr int kCastMaxBlocks = 8192;
+
+__global__ void __launch_bounds__(kNormThreads)
+    GradNormPartialKernel(const AdamWTensor* __restrict__ tensors, int num_tensors,
+                          float* __restrict__ partial) {
+  __shared__ float scratch[32];
+  const int64_t tid = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  float acc = 0.0f;
+  for (int t = 0; t < num_tensors; ++t) {
+    const float* g = tensors[t].grad;
+    const int64_t n = tensors[t].n;
+    int64_t scalar_begin = 0;
+    if (IsAligned(g, 16)) {
+      const int64_t n4 = n / 4;
+      const float4* g4 = reinterpret_cast<const float4*>(g);
+      for (int64_t i = tid; i < n4; i += stride) {
+        const float4 v = g4[i];
+        acc += v.x * v.x;
+        acc += v.y * v.y;
+        acc += v.z * v.z;
+        acc += v.w * v.w;
+      }
+      scalar_begin = n4 * 4;
+    }
+    for (int64_t i = scalar_begin + tid; i < n; i += stride) acc += g[i] * g[i];
+  }
+  const float total = BlockSum(acc, scratch);
+  if (threadIdx.x == 0) partial[blockIdx.x] = total;
+}
+
+// One block of kNormBlocks threads: thread b holds partial b; a fixed tree sums them.
+__global__ void __launch_bounds__(kNormBlocks)
+    GradNormFinishKernel(const float* __restrict__ partial, float max_norm,
+                         float* __restrict__ sumsq_out, float* __restrict__ clip_scale_out) {
+  __shared__ float scratch[32];
+  const float total = BlockSum(partial[threadIdx.x], scratch);
+  if (threadIdx.x == 0) {
+    sumsq_out[0] = total;
+    float scale = 1.0f;
+    if (max_norm > 0.0f) {
+      const float s = max_norm / (sqrtf(total) + 1e-6f);
+      scale = s < 1.0f ? s : (s >= 1.0f ? 1.0f : s);  // min(1, s), NaN stays NaN
+    }
+    clip_scale_out[0] = scale;
+  }
+}
+
+struct AdamWConsts {
+  float lr, beta1, beta2, one_minus_beta1, one_minus_beta2, eps, bc1, bc2, grad_scale;
+};
+
+// The reference's arithmetic, one rounding per operation, in its order.
+__device__ __forceinline__ void AdamWElement(float& p, float g, float& m, float& v,
+                                             const AdamWConsts& c, float wd) {
+  const float gi = __fmul_rn(g, c.grad_scale);
+  m = __fadd_rn(__fmul_rn(c.beta1, m), __fmul_rn(c.one_minus_beta1, gi));
+  v = __fadd_rn(__fmul_rn(c.beta2, v), __fmul_rn(__fmul_rn(c.one_minus_beta2, gi), gi));
+  const float mhat = __fdiv_rn(m, c.bc1);
+  const float vhat = __fdiv_rn(v, c.bc2);
+  const float step = __fadd_rn(__fdiv_rn(mhat, __fadd_rn(__fsqrt_rn(vhat), c.eps)),
+                               __fmul_rn(wd, p));
+  p = __fsub_rn(p, __fmul_rn(c.lr, step));
+}
+
+__global__ void __launch_bounds__(kAdamThreads)
+    AdamWKernel(const AdamWTensor* __restrict__ tensors, int num_tensors,
+                const AdamWHyper* __restrict__ hyper, const float* __restrict__ grad_scale) {
+  const AdamWHyper h = *hyper;
+  AdamWConsts c;
+  c.lr = h.lr;
+  c.beta1 = h.beta1;
+  c.beta2 = h.beta2;
+  c.one_minus_beta1 = 1.0f - h.beta1;
+  c.one_minus_beta2 = 1.0f - h.beta2;
+  c.eps = h.eps;
+  // Bias corrections in double, as the reference.
+  c.bc1 = static_cast<float>(1.0 - pow(static_cast<double>(h.beta1), static_cast<double>(h.step)));
+  c.bc2 = static_cast<float>(1.0 - pow(static_cast<double>(h.beta2), static_cast<double>(h.step)));
+  c.grad_scale = grad_scale != nullptr ? *grad_scale : 1.0f;
+
+  const int64_t tid = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int t = 0; t < num_tensors; ++t) {
+    const AdamWTensor T = tensors[t];
+    int64_t scalar_begin = 0;
+    if (IsAligned(T.param, 16) && IsAligned(T.grad, 16) && IsAligned(T.m, 16) &&
+        IsAligned(T.v, 16) && IsAligned(T.param_bf16, 8)) {
+      const int64_t n4 = T.n / 4;
+      for (int64_t i = tid; i < n4; i += stride) {
+        float4 p = reinterpret_cast<const float4*>(T.param)[i];
+        const float4 g = reinterpret_cast<const float4*>(T.grad)[i];
+        float4 m = reinterpret_cast<const float4*>(T.m)[i];
+        float4 v = reinterpret_cast<const float4*>(T.v)[i];
+        AdamWElement(p.x, g.x, m.x, v.x, c, T.weight_decay);
+        AdamWElement(p.y, g.y, m.y, v.y, c, T.weight_decay);
+        AdamWElement(p.z, g.z, m.z, v.z, c, T.weight_decay);
+        AdamWElement(p.w, g.w, m.w, v.w, c, T.weight_decay);
+        reinterpret_cast<float4*>(T.param)[i] = p;
+        reinterpret_cast<float4*>(T.m)[i] = m;
+        reinterpret_cast<float4*>(T.v)[i] = v;
+        if (T.param_bf16 != nullptr) {
+          reinterpret_cast<uint2*>(T.param_bf16)[i] =
+              make_uint2(PackBf16x2(p.x, p.y), PackBf16x2(p.z, p.w));
+        }
+      }
+      scalar_begin = n4 * 4;
+    }
+    for (int64_t i = scalar_begin + tid; i < T.n; i += stride) {
+      float p = T.param[i], m = T.m[i], v = T.v[i];
+      AdamWElement(p, T.grad[i], m, v, c, T.weight_decay);
+      T.param[i] = p;
+      T.m[i] = m;
+      T.v[i] = v;
+      if (T.param_bf16 != nullptr) T.param_bf16[i] = __float2bfloat16_rn(p);
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kCastThreads)
+    CastFloatToBf16Kernel(bf16* __restrict__ out, const float* __restrict__ in, int64_t n,
+                          bool vec) {
+  const int64_t tid = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  int64_t scalar_begin = 0;
+  if (vec) {
+    const int64_t n8 = n / 8;
+    for (int64_t i = tid; i < n8; i += stride) {
+      const float4 a = reinterpret_cast<const float4*>(in)[2 * i];
+      const float4 b = reinterpret_cast<const float4*>(in)[2 * i + 1];
+      const float f[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+      Store16(out + 8 * i, PackBf16x8(f));
+    }
+    scalar_begin = n8 * 8;
+  }
+  for (int64_t i = scalar_begin + tid; i < n; i += stride) out[i] = __float2bfloat16_rn(in[i]);
+}
+
+__global__ void __launch_bounds__(kCastThreads)
+    CastBf16ToFloatKernel(float* __restrict__ out, const bf16* __restrict__ in, int64_t n,
+                          bool vec) {
+  const int64_t tid = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  int64_t scalar_begin = 0;
+  if (vec) {
+    const int64_t n8 = n / 8;
+    for (int64_t i = tid; i < n8; i += stride) {
+      float f[8];
+      UnpackBf16x8(Load16(in + 8 * i), f);
+      reinterpret_cast<float4*>(out)[2 * i] = make_float4(f[0], f[1], f[2], f[3]);
+      reinterpret_cast<float4*>(out)[2 * i + 1] = make_float4(f[4], f[5], f[6], f[7]);
+    }
+    scalar_begin = n8 * 8;
+  }
+  for (int64_t i = scalar_begin + tid; i < n; i += stride) out[i] = __bfloat162float(in[i]);
+}
+
+int CastBlocks(int64_t n) {
+  return static_cast<int>(std::clamp<int64_t>(CeilDiv(n, 8 * kCastThreads), 1, kCastMaxBlocks));
+}
+
+}  // namespace
+
+size_t GradNormWorkspace() { return kNormBlocks * sizeof(float); }
+
+Status GlobalGradNorm(const AdamWTensor* tensors, int num_tensors, float max_norm,
+                      float* sumsq_out, float* clip_scale_out, void* workspace,
+                      size_t workspace_bytes, cudaStream_t stream) {
+  if (num_tensors < 0 || (num_tensors > 0 && tensors == nullptr)) {
+    return Status::Invalid("GlobalGradNorm: bad tensor list (" + std::to_string(num_tensors) +
+                           " tensors)");
+  }
+  if (sumsq_out == nullptr || clip_scale_out == nullptr) {
+    return Status::Invalid("GlobalGradNorm: null output");
+  }
+  if (workspace == nullptr || workspace_bytes < GradNormWorkspace() ||
+      !IsAligned(workspace, 4)) {
+    return Status::Invalid("GlobalGradNorm: workspace needs " +
+                           std::to_string(GradNormWorkspace()) + " bytes; got " +
+                           std::to_string(workspace_bytes));
+  }
+  auto* partial = static_cast<float*>(workspace);
+  GradNormPartialKernel<<<kNormBlocks, kNormThreads, 0, stream>>>(tensors, num_tensors, partial);
+  FORGE_CUDA_LAUNCH_CHECK();
+  GradNormFinishKernel<<<1, kNormBlocks, 0, stream>>>(partial, max_norm, sumsq_out,
+                                                      clip_scale_out);
+  FORGE_CUDA_LAUNCH_CHECK();
+  return Status::Ok();
+}
+
+Status AdamWMultiTensor(const AdamWTensor* tensors, int num_tensors, const AdamWHyper* hyper,
+                        const float* grad_scale, cudaStream_t stream) {
+  if (num_tensors < 0 || (num_tensors > 0 && tensors == nullptr) || hyper == nullptr) {
+    return Status::Invalid("AdamWMultiTensor: bad arguments (" + std::to_string(num_tensors) +
+                           " tensors)");
+  }
+  if (num_tensors == 0) return Status::Ok();
+  AdamWKernel<<<kAdamBlocks, kAdamThreads, 0, stream>>>(tensors, num_tensors, hyper,
+                                                        grad_scale);
+  FORGE_CUDA_LAUNCH_CHECK();
+  return Status::Ok();
+}
+
+Status CastFloatToBf16(bf16* out, const float* in, int64_t n, cudaStream_t stream) {
+  if (n < 0) return Status::Invalid("CastFloatToBf16: n < 0");
+  if (n == 0) return Status::Ok();
+  const bool vec = IsAligned(out, 16) && IsAligned(in, 16);
+  CastFloatToBf16Kernel<<<CastBlocks(n), kCastThreads, 0, stream>>>(out, in, n, vec);
+  FORGE_CUDA_LAUNCH_CHECK();
+  return Status::Ok();
+}
+
+Status CastBf16ToFloat(float* out, const bf16* in, int64_t n, cudaStream_t stream) {
+  if (n < 0) return Status::Invalid("CastBf16ToFloat: n < 0");
+  if (n == 0) return Status::Ok();
+  const bool vec = IsAligned(out, 16) && IsAligned(in, 16);
+  CastBf16ToFloatKernel<<<CastBlocks(n), kCastThreads, 0, stream>>>(out, in, n, vec);
+  FORGE_CUDA_LAUNCH_CHECK();
+  return Status::Ok();
+}
+
+}  // namespace forge::cuda

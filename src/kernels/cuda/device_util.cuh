@@ -1,0 +1,82 @@
+// Device helpers shared by the fused kernels: 16-byte bf16 vectors (8 values) unpacked to
+// fp32, alignment tests, and warp/block reductions whose summation order is fixed (so the
+// kernels built on them are bitwise reproducible for a given launch shape).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/bf16.cuh"
+
+namespace forge::cuda {
+
+inline __host__ __device__ bool IsAligned(const void* p, size_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
+inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// 8 bf16 values in one 16-byte word <-> 8 floats (exact widening; round-to-nearest-even on
+// narrowing, as __float2bfloat16_rn).
+__device__ __forceinline__ float2 UnpackBf16x2(uint32_t bits) {
+  __nv_bfloat162 h;
+  memcpy(&h, &bits, 4);  // a register move; avoids pointer casts that force local memory
+  return __bfloat1622float2(h);
+}
+__device__ __forceinline__ uint32_t PackBf16x2(float lo, float hi) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  uint32_t bits;
+  memcpy(&bits, &h, 4);
+  return bits;
+}
+
+__device__ __forceinline__ void UnpackBf16x8(const uint4& u, float (&f)[8]) {
+  const float2 a = UnpackBf16x2(u.x), b = UnpackBf16x2(u.y), c = UnpackBf16x2(u.z),
+               d = UnpackBf16x2(u.w);
+  f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y, f[4] = c.x, f[5] = c.y, f[6] = d.x,
+  f[7] = d.y;
+}
+
+__device__ __forceinline__ uint4 PackBf16x8(const float (&f)[8]) {
+  return make_uint4(PackBf16x2(f[0], f[1]), PackBf16x2(f[2], f[3]), PackBf16x2(f[4], f[5]),
+                    PackBf16x2(f[6], f[7]));
+}
+
+// p must be 16-byte aligned.
+__device__ __forceinline__ uint4 Load16(const void* p) {
+  return *reinterpret_cast<const uint4*>(p);
+}
+__device__ __forceinline__ void Store16(void* p, const uint4& u) {
+  *reinterpret_cast<uint4*>(p) = u;
+}
+
+// Butterfly reductions: every lane ends with the same value, combined in the same order on
+// every run.
+__device__ __forceinline__ float WarpSum(float x) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+__device__ __forceinline__ float WarpMax(float x) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+// `scratch` is 32 floats of shared memory; the function may be called repeatedly with the same
+// scratch (it synchronises before returning).
+__device__ __forceinline__ float BlockSum(float x, float* scratch) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int n_warps = blockDim.x / 32;
+  x = WarpSum(x);
+  if (lane == 0) scratch[warp] = x;
+  __syncthreads();
+  float t = lane < n_warps ? scratch[lane] : 0.0f;
+  t = WarpSum(t);
+  __syncthreads();  // scratch may be reused by the caller right away
+  return t;
+}
+
+}  // namespace forge::cuda

@@ -1,0 +1,233 @@
+// Token embedding forward/backward (bf16 activations, fp32 weight gradient).
+//
+// Bytes moved and design (bandwidth-bound):
+// - Forward: reads N*d*2 (gathered rows of wte) + 4N (tokens), writes N*d*2. One thread per
+//   16-byte vector of 8 columns, so every warp reads/writes 512 contiguous bytes of a row.
+// - Backward: reads N*d*2 (dout, gathered in sorted order) + U*d*4 and writes U*d*4 (the
+//   U distinct tokens' dwte rows, read-modify-write), plus the sort (a few passes over 8N
+//   bytes of (token, position) pairs). Deterministic without float atomics:
+//     1. positions 0..N-1 are paired with their token and stably radix-sorted by token
+//        (cub::DeviceRadixSort, LSD, hence stable: equal tokens stay in position order;
+//        tokens outside [0, vocab) are keyed `vocab`, sorted last and ignored);
+//     2. one warp per (sorted entry, 256-column slice) that starts a run of equal tokens
+//        walks the run in order, adding dout rows to an fp32 accumulator seeded with the
+//        current dwte row, then writes it back once. Each dwte element therefore sees
+//        exactly the additions of the CPU reference, in the same order: the result is
+//        bitwise equal to cpu::EmbeddingBackward on the same (bf16-valued) inputs.
+//   Four rows of a run are loaded before they are added, to keep loads in flight on long
+//   runs (frequent tokens); the addition order is unchanged.
+// Vector paths need d % 8 == 0 and 16-byte aligned pointers; otherwise a scalar path runs.
+#include <cub/device/device_radix_sort.cuh>
+
+#include <algorithm>
+#include <climits>
+#include <string>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/embedding.cuh"
+
+namespace forge::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarpsPerBlock = kThreads / 32;
+constexpr int kRunUnroll = 4;
+
+// One thread per 8 columns of one token (vector path) or per column (scalar path).
+template <int VEC>
+__global__ void EmbeddingForwardKernel(bf16* __restrict__ out, const int32_t* __restrict__ tokens,
+                                       const bf16* __restrict__ wte, int64_t N, int d) {
+  const int64_t per_row = d / VEC;
+  const int64_t total = N * per_row;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t n = i / per_row;
+    const int64_t c = (i % per_row) * VEC;
+    const int64_t tok = tokens[n];
+    if constexpr (VEC == 8) {
+      Store16(out + n * d + c, Load16(wte + tok * d + c));
+    } else {
+      out[n * d + c] = wte[tok * d + c];
+    }
+  }
+}
+
+// Sort input: key = token (out-of-range tokens become `vocab`, sorted last and skipped), value =
+// position.
+__global__ void PrepareSortKernel(uint32_t* __restrict__ keys, int32_t* __restrict__ positions,
+                                  const int32_t* __restrict__ tokens, int n, int vocab) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const int32_t t = tokens[i];
+    keys[i] = (t >= 0 && t < vocab) ? static_cast<uint32_t>(t) : static_cast<uint32_t>(vocab);
+    positions[i] = i;
+  }
+}
+
+template <int VEC>
+__device__ __forceinline__ void LoadCols(const bf16* p, float (&f)[VEC]) {
+  if constexpr (VEC == 8) {
+    UnpackBf16x8(Load16(p), f);
+  } else {
+    f[0] = __bfloat162float(*p);
+  }
+}
+
+// Warp w of block (x, y) owns sorted entry i = x * kWarpsPerBlock + w and the column slice
+// starting at (y * 32 + lane) * VEC. Only warps at the start of a run of equal tokens work.
+template <int VEC>
+__global__ void EmbeddingBackwardKernel(float* __restrict__ dwte, const bf16* __restrict__ dout,
+                                        const uint32_t* __restrict__ sorted_tok,
+                                        const int32_t* __restrict__ sorted_pos, int N, int d,
+                                        int vocab) {
+  const int lane = threadIdx.x % 32;
+  const int i = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
+  if (i >= N) return;
+  const uint32_t tok = sorted_tok[i];
+  if (i > 0 && sorted_tok[i - 1] == tok) return;  // inside a run: its first entry handles it
+  if (tok >= static_cast<uint32_t>(vocab)) return;  // out-of-range tokens: no update
+  const int64_t col = (int64_t{blockIdx.y} * 32 + lane) * VEC;
+  if (col >= d) return;
+
+  float* dst = dwte + int64_t{tok} * d + col;
+  float acc[VEC];
+  if constexpr (VEC == 8) {
+    const float4 a = reinterpret_cast<const float4*>(dst)[0];
+    const float4 b = reinterpret_cast<const float4*>(dst)[1];
+    acc[0] = a.x, acc[1] = a.y, acc[2] = a.z, acc[3] = a.w;
+    acc[4] = b.x, acc[5] = b.y, acc[6] = b.z, acc[7] = b.w;
+  } else {
+    acc[0] = dst[0];
+  }
+
+  for (int j = i;; j += kRunUnroll) {
+    float rows[kRunUnroll][VEC];
+    bool have[kRunUnroll];
+#pragma unroll
+    for (int u = 0; u < kRunUnroll; ++u) {
+      const int jj = j + u;
+      have[u] = jj < N && sorted_tok[jj] == tok;
+      if (have[u]) LoadCols<VEC>(dout + int64_t{sorted_pos[jj]} * d + col, rows[u]);
+    }
+    // Runs are contiguous, so have[] is true then false: adds happen in position order.
+#pragma unroll
+    for (int u = 0; u < kRunUnroll; ++u) {
+      if (have[u]) {
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) acc[k] += rows[u][k];
+      }
+    }
+    if (!have[kRunUnroll - 1]) break;
+  }
+  if constexpr (VEC == 8) {
+    reinterpret_cast<float4*>(dst)[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    reinterpret_cast<float4*>(dst)[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+  } else {
+    dst[0] = acc[0];
+  }
+}
+
+// Bits needed for keys in [0, vocab] (vocab itself marks an out-of-range token).
+int EndBit(int vocab) {
+  int bits = 1;
+  while (bits < 32 && (int64_t{1} << bits) <= vocab) ++bits;
+  return bits;
+}
+
+size_t AlignUp(size_t x) { return (x + 255) / 256 * 256; }
+
+// Layout of the backward workspace: keys and positions before and after the sort, cub temp.
+struct BackwardLayout {
+  size_t keys_in = 0, keys_out = 0, vals_in = 0, vals_out = 0, temp = 0, temp_bytes = 0,
+         total = 0;
+};
+
+BackwardLayout Layout(int64_t N, int vocab) {
+  BackwardLayout l;
+  const size_t words = AlignUp(size_t(N) * 4);
+  l.keys_in = 0;
+  l.keys_out = l.keys_in + words;
+  l.vals_in = l.keys_out + words;
+  l.vals_out = l.vals_in + words;
+  l.temp = l.vals_out + words;
+  // Size query only (null temp pointer): no device work, no synchronisation.
+  size_t temp_bytes = 0;
+  cudaError_t e = cub::DeviceRadixSort::SortPairs(
+      nullptr, temp_bytes, static_cast<const uint32_t*>(nullptr), static_cast<uint32_t*>(nullptr),
+      static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr), static_cast<int>(N),
+      0, EndBit(vocab));
+  l.temp_bytes = e == cudaSuccess ? temp_bytes : 0;
+  l.total = l.temp + AlignUp(l.temp_bytes);
+  return l;
+}
+
+}  // namespace
+
+Status EmbeddingForward(bf16* out, const int32_t* tokens, const bf16* wte, int64_t N, int d,
+                        cudaStream_t stream) {
+  if (N < 0 || d <= 0) return Status::Invalid("EmbeddingForward: bad shape N=" +
+                                              std::to_string(N) + " d=" + std::to_string(d));
+  if (N == 0) return Status::Ok();
+  const bool vec = d % 8 == 0 && IsAligned(out, 16) && IsAligned(wte, 16);
+  const int64_t items = vec ? N * (d / 8) : N * d;
+  const int blocks = static_cast<int>(std::min<int64_t>(CeilDiv(items, kThreads), 65536));
+  if (vec) {
+    EmbeddingForwardKernel<8><<<blocks, kThreads, 0, stream>>>(out, tokens, wte, N, d);
+  } else {
+    EmbeddingForwardKernel<1><<<blocks, kThreads, 0, stream>>>(out, tokens, wte, N, d);
+  }
+  FORGE_CUDA_LAUNCH_CHECK();
+  return Status::Ok();
+}
+
+size_t EmbeddingBackwardWorkspace(int64_t N, int vocab) {
+  if (N <= 0 || N > INT_MAX || vocab <= 0) return 0;
+  return Layout(N, vocab).total;
+}
+
+Status EmbeddingBackward(float* dwte, const bf16* dout, const int32_t* tokens, int64_t N, int d,
+                         int vocab, void* workspace, size_t workspace_bytes,
+                         cudaStream_t stream) {
+  if (N < 0 || N > INT_MAX || d <= 0 || vocab <= 0) {
+    return Status::Invalid("EmbeddingBackward: bad shape N=" + std::to_string(N) +
+                           " d=" + std::to_string(d) + " vocab=" + std::to_string(vocab));
+  }
+  if (N == 0) return Status::Ok();
+  const BackwardLayout l = Layout(N, vocab);
+  if (l.temp_bytes == 0) return Status::Internal("EmbeddingBackward: cub size query failed");
+  if (workspace == nullptr || workspace_bytes < l.total || !IsAligned(workspace, 256)) {
+    return Status::Invalid("EmbeddingBackward: workspace needs " + std::to_string(l.total) +
+                           " bytes, 256-byte aligned; got " + std::to_string(workspace_bytes));
+  }
+  char* ws = static_cast<char*>(workspace);
+  auto* keys_in = reinterpret_cast<uint32_t*>(ws + l.keys_in);
+  auto* keys_out = reinterpret_cast<uint32_t*>(ws + l.keys_out);
+  auto* vals_in = reinterpret_cast<int32_t*>(ws + l.vals_in);
+  auto* vals_out = reinterpret_cast<int32_t*>(ws + l.vals_out);
+  const int n = static_cast<int>(N);
+
+  PrepareSortKernel<<<static_cast<int>(std::min<int64_t>(CeilDiv(N, kThreads), 4096)),
+                      kThreads, 0, stream>>>(keys_in, vals_in, tokens, n, vocab);
+  FORGE_CUDA_LAUNCH_CHECK();
+  size_t temp_bytes = l.temp_bytes;
+  FORGE_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(ws + l.temp, temp_bytes, keys_in, keys_out,
+                                                   vals_in, vals_out, n, 0, EndBit(vocab),
+                                                   stream));
+
+  const bool vec = d % 8 == 0 && IsAligned(dout, 16) && IsAligned(dwte, 16);
+  const int vec_width = vec ? 8 : 1;
+  const dim3 grid(static_cast<unsigned>(CeilDiv(N, kWarpsPerBlock)),
+                  static_cast<unsigned>(CeilDiv(d, 32 * vec_width)));
+  if (grid.y > 65535) return Status::Invalid("EmbeddingBackward: d too large");
+  if (vec) {
+    EmbeddingBackwardKernel<8>
+        <<<grid, kThreads, 0, stream>>>(dwte, dout, keys_out, vals_out, n, d, vocab);
+  } else {
+    EmbeddingBackwardKernel<1>
+        <<<grid, kThreads, 0, stream>>>(dwte, dout, keys_out, vals_out, n, d, vocab);
+  }
+  FORGE_CUDA_LAUNCH_CHECK();
+  return Status::Ok();
+}
+
+}  // namespace forge::cuda
