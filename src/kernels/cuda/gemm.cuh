@@ -52,10 +52,15 @@ class GemmRunner {
   Status Init(size_t workspace_bytes = 64ull << 20);
   Status Run(const GemmArgs& args, cudaStream_t stream);
 
+  // Number of cached plans (one heuristic query each); tests use it to check reuse.
+  size_t plan_count() const { return plans_.size(); }
+
  private:
   struct Plan;  // layouts + chosen algorithm for one key
-  using Key = std::tuple<int64_t, int64_t, int64_t, int, int, int, int, int, int, bool>;
-  StatusOr<Plan*> GetPlan(const GemmArgs& a);
+  // (M, N, K, a_type, b_type, d_type, trans_a, trans_b, fp8 pointer flags, pointer alignment,
+  // accumulate): everything the heuristic's answer depends on.
+  using Key = std::tuple<int64_t, int64_t, int64_t, int, int, int, int, int, int, int, bool>;
+  StatusOr<Plan*> GetPlan(const GemmArgs& a, const Key& key, uint32_t align);
 
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;

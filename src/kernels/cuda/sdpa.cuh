@@ -26,7 +26,7 @@ struct SdpaShape {
 
 class SdpaRunner {
  public:
-  SdpaRunner() = default;
+  SdpaRunner();  // out of line: Graph is incomplete here
   ~SdpaRunner();
   SdpaRunner(const SdpaRunner&) = delete;
   SdpaRunner& operator=(const SdpaRunner&) = delete;
@@ -43,7 +43,8 @@ class SdpaRunner {
                   const float* stats, bf16* dqkv, float* softmax_sum, float* dq_accum,
                   cudaStream_t stream);
 
-  // Bytes of scratch the caller must provide for one Backward (softmax_sum + dq_accum).
+  // Bytes of scratch the caller must provide for one Backward when carving both from one
+  // buffer: softmax_sum at offset 0, dq_accum at the next 256-byte boundary.
   static size_t BackwardScratchBytes(const SdpaShape& s, bool deterministic);
 
  private:
