@@ -1,2 +1,197 @@
+// `forge`: the local command-line entry point.
+//   forge train CONFIG [--steps N] [--backend auto|cpu|cuda] [--run-dir DIR]
+//   forge data prepare [--out DIR] [--threads N] [--force]
+//   forge data baseline [--dataset DIR]
+//   forge has-gpu
 #include <cstdio>
-int main() { std::puts("forge: not yet"); return 0; }
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "worker/data/dataset.h"
+#include "worker/data/prepare.h"
+#include "worker/data/sampler.h"
+#include "worker/train/backend.h"
+#include "worker/train/trainer.h"
+
+namespace forge {
+namespace {
+
+int Fail(const Status& s) {
+  std::fprintf(stderr, "forge: %s\n", s.ToString().c_str());
+  return 1;
+}
+
+int Usage() {
+  std::fprintf(stderr,
+               "usage:\n"
+               "  forge train CONFIG [--steps N] [--backend auto|cpu|cuda] [--run-dir DIR]\n"
+               "  forge data prepare [--out DIR] [--threads N] [--force]\n"
+               "  forge data baseline [--dataset DIR]\n"
+               "  forge has-gpu\n");
+  return 2;
+}
+
+// Minimal "--flag value" parser: positional args in order, flags in a map.
+struct Args {
+  std::vector<std::string> positional;
+  std::vector<std::pair<std::string, std::string>> flags;
+  std::string Get(const std::string& name, const std::string& def = "") const {
+    for (const auto& [k, v] : flags)
+      if (k == name) return v;
+    return def;
+  }
+  bool Has(const std::string& name) const {
+    for (const auto& [k, v] : flags)
+      if (k == name) return true;
+    return false;
+  }
+};
+
+StatusOr<Args> ParseArgs(int argc, char** argv, int first,
+                         const std::vector<std::string>& boolean_flags) {
+  Args a;
+  for (int i = first; i < argc; ++i) {
+    std::string s = argv[i];
+    if (s.rfind("--", 0) != 0) {
+      a.positional.push_back(s);
+      continue;
+    }
+    bool is_bool = false;
+    for (const auto& b : boolean_flags) is_bool |= (b == s);
+    if (is_bool) {
+      a.flags.emplace_back(s, "1");
+    } else {
+      if (i + 1 >= argc) return Status::Invalid(s + ": expects a value");
+      a.flags.emplace_back(s, argv[++i]);
+    }
+  }
+  return a;
+}
+
+std::string DatasetDir(const RunConfig& cfg) {
+  return cfg.data.dataset_dir.empty() ? DefaultDataDir() + "/dataset" : cfg.data.dataset_dir;
+}
+
+int DataPrepare(const Args& a) {
+  PrepareOptions opt = DefaultPrepareOptions();
+  if (a.Has("--out")) opt.output_dir = a.Get("--out");
+  if (a.Has("--threads")) opt.threads = std::atoi(a.Get("--threads").c_str());
+  opt.force = a.Has("--force");
+  opt.log = [](const std::string& line) { std::printf("%s\n", line.c_str()); };
+  PrepareSummary summary;
+  Status s = PrepareDataset(opt, &summary);
+  if (!s.ok()) return Fail(s);
+  std::printf("%s\n", summary.ToString().c_str());
+  return 0;
+}
+
+int DataBaseline(const Args& a) {
+  const std::string dir = a.Get("--dataset", DefaultDataDir() + "/dataset");
+  auto ds = TokenDataset::Open(dir);
+  if (!ds.ok()) return Fail(ds.status());
+  UnigramBaseline b = ComputeUnigramBaseline(*ds);
+  std::printf("{\"unigram_val_cross_entropy\":%.4f,\"train_unigram_entropy\":%.4f,"
+              "\"train_tokens\":%ld,\"val_tokens\":%ld}\n",
+              b.val_cross_entropy, b.train_entropy, long(b.train_tokens), long(b.val_tokens));
+  return 0;
+}
+
+StatusOr<std::unique_ptr<TrainBackend>> PickBackend(const RunConfig& cfg) {
+  Backend want = cfg.train.backend;
+  if (want == Backend::kAuto) want = CudaDeviceAvailable() ? Backend::kCuda : Backend::kCpu;
+  if (want == Backend::kCuda) return MakeCudaBackend(cfg);
+  return MakeCpuBackend(cfg);
+}
+
+int Train(const Args& a) {
+  if (a.positional.size() != 1) return Usage();
+  auto loaded = LoadRunConfig(a.positional[0]);
+  if (!loaded.ok()) return Fail(loaded.status());
+  RunConfig cfg = std::move(loaded).value();
+  if (a.Has("--backend")) {
+    const std::string b = a.Get("--backend");
+    if (b == "cpu") cfg.train.backend = Backend::kCpu;
+    else if (b == "cuda") cfg.train.backend = Backend::kCuda;
+    else if (b == "auto") cfg.train.backend = Backend::kAuto;
+    else return Fail(Status::Invalid("--backend: expected auto, cpu or cuda, got " + b));
+  }
+  if (a.Has("--run-dir")) cfg.train.run_dir = a.Get("--run-dir");
+  TrainOptions opt;
+  if (a.Has("--steps")) opt.max_steps = std::atoll(a.Get("--steps").c_str());
+
+  const std::string dataset_dir = DatasetDir(cfg);
+  auto ds = TokenDataset::Open(dataset_dir);
+  if (!ds.ok())
+    return Fail(ds.status().Annotate("opening dataset " + dataset_dir +
+                                     " (run `forge data prepare` first)"));
+  if (ds->manifest().vocab_size > cfg.model.vocab)
+    return Fail(Status::Invalid("model.vocab (" + std::to_string(cfg.model.vocab) +
+                                ") is smaller than the dataset's vocabulary (" +
+                                std::to_string(ds->manifest().vocab_size) + ")"));
+  const TokenStream& train = ds->split(Split::kTrain);
+  const TokenStream& val = ds->split(Split::kVal);
+  SamplingPlan plan(train.size(), cfg.model.seq_len, cfg.seed, cfg.data.epoch_shuffle != 0);
+  if (plan.num_sequences() == 0) return Fail(Status::Invalid("train split is too short"));
+
+  BatchProvider data;
+  const int mb = cfg.batch.micro_batch;
+  data.train = [&](int64_t cursor, int k, int32_t* in, int32_t* tgt) {
+    return FillTrainBatch(train, plan, cursor, /*rank=*/0, /*world=*/1, mb, k, in, tgt);
+  };
+  data.val = [&](int64_t i, int32_t* in, int32_t* tgt) {
+    return FillEvalBatch(val, cfg.model.seq_len, i, mb, in, tgt);
+  };
+
+  auto backend = PickBackend(cfg);
+  if (!backend.ok()) return Fail(backend.status());
+
+  std::error_code ec;
+  std::filesystem::create_directories(cfg.train.run_dir, ec);
+  if (ec) return Fail(Status::IoError("cannot create run dir " + cfg.train.run_dir + ": " + ec.message()));
+  opt.metrics_path = cfg.train.run_dir + "/metrics.jsonl";
+  std::filesystem::remove(opt.metrics_path, ec);
+
+  const UnigramBaseline base = ComputeUnigramBaseline(*ds);
+  const ParamLayout layout = MakeParamLayout(cfg.model);
+  std::printf("forge: training %s (%.2fM params) on %s backend | dataset %s: %.1fM train / "
+              "%.2fM val tokens | unigram baseline %.4f\n",
+              cfg.name.c_str(), layout.total / 1e6, (*backend)->name(), dataset_dir.c_str(),
+              train.size() / 1e6, val.size() / 1e6, base.val_cross_entropy);
+  auto r = RunTraining(cfg, backend->get(), data, opt);
+  if (!r.ok()) return Fail(r.status());
+  std::printf("forge: done: %ld steps in %.1f s, %.0f tokens/s | train loss %.4f | val loss "
+              "%.4f -> %.4f (unigram baseline %.4f) | metrics %s\n",
+              long(r->steps), r->seconds, r->tokens_per_s, r->final_train_loss,
+              r->initial_val_loss, r->final_val_loss, base.val_cross_entropy,
+              opt.metrics_path.c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace forge
+
+int main(int argc, char** argv) {
+  using namespace forge;
+  if (argc < 2) return Usage();
+  const std::string cmd = argv[1];
+  if (cmd == "has-gpu") {
+    const bool gpu = CudaDeviceAvailable();
+    std::printf("%s\n", gpu ? "yes" : "no");
+    return gpu ? 0 : 1;
+  }
+  if (cmd == "train") {
+    auto a = ParseArgs(argc, argv, 2, {});
+    return a.ok() ? Train(*a) : Fail(a.status());
+  }
+  if (cmd == "data" && argc >= 3) {
+    const std::string sub = argv[2];
+    auto a = ParseArgs(argc, argv, 3, {"--force"});
+    if (!a.ok()) return Fail(a.status());
+    if (sub == "prepare") return DataPrepare(*a);
+    if (sub == "baseline") return DataBaseline(*a);
+  }
+  return Usage();
+}
