@@ -169,6 +169,10 @@ float CpuModel::Forward(const UnitBuffers& params, const int32_t* inputs, const 
   const int64_t N = s.N();
   const int d = s.d, HD = s.H * s.hd;
   const BlockOffsets& o = s.layout.block;
+  for (int64_t n = 0; n < N; ++n) {
+    Check(inputs[n] >= 0 && inputs[n] < s.V && targets[n] >= 0 && targets[n] < s.V,
+          "token id outside the padded vocabulary");
+  }
   std::copy(inputs, inputs + N, s.inputs.begin());
 
   const float* wte = s.Tensor(params, s.layout.embedding_unit(), 0);
