@@ -95,9 +95,10 @@ void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const f
             dp[s] = Dot(g, base + s * row + v_off, hd);
             pdp += double(p[s]) * dp[s];
           }
+          const float row_dot = static_cast<float>(pdp);
           std::memset(dq, 0, sizeof(float) * hd);
           for (int s = 0; s <= t; ++s) {
-            const float ds = p[s] * (dp[s] - static_cast<float>(pdp)) * scale;
+            const float ds = p[s] * (dp[s] - row_dot) * scale;
             Axpy(dq, ds, base + s * row + k_off, hd);
             Axpy(dbase + s * row + k_off, ds, q, hd);
             Axpy(dbase + s * row + v_off, p[s], g, hd);
