@@ -1,0 +1,237 @@
+// forge-bench: throughput of the CUDA training step for a model config, as one JSON line.
+//
+//   forge-bench --config configs/gpt350m.yaml [--micro-batch B] [--steps N] [--warmup W]
+//               [--recompute 0|1] [--profile]
+//
+// One micro-batch per optimizer step (global = micro), random tokens in [0, 50257) like the
+// PyTorch anchor (shared/anchors/torch_baseline.py). The first `warmup` steps (graph warm-up
+// and capture included) are not timed; the next `steps` are timed with CUDA events on the
+// backend's stream. MFU = tokens/s * TrainFlopsPerToken / dense BF16 peak of the detected GPU
+// (FORGE_PEAK_TFLOPS overrides, in TFLOP/s). --profile adds a per-phase breakdown of one eager
+// step (events around GEMMs, attention, elementwise kernels, optimizer; no graph).
+#include <cuda_runtime.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/config.h"
+#include "worker/model/param_layout.h"
+#include "worker/train/cuda_backend.h"
+
+namespace forge {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+struct Args {
+  std::string config;
+  int micro_batch = 0;  // 0: the config's
+  int steps = 20;
+  int warmup = 3;
+  int recompute = -1;   // -1: the config's
+  bool profile = false;
+};
+
+int Fail(const std::string& msg) {
+  std::fprintf(stderr, "forge-bench: %s\n", msg.c_str());
+  std::printf("%s\n", Json{{"error", msg}}.dump().c_str());
+  return 1;
+}
+
+bool ParseInt(const char* s, int* out) {
+  char* end = nullptr;
+  const long v = std::strtol(s, &end, 10);
+  if (end == s || *end != '\0') return false;
+  *out = static_cast<int>(v);
+  return true;
+}
+
+// Returns an error message, or "" when the arguments are fine.
+std::string ParseArgs(int argc, char** argv, Args* a) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--profile") {
+      a->profile = true;
+      continue;
+    }
+    if (i + 1 >= argc) return flag + ": missing value";
+    const char* val = argv[++i];
+    bool ok = true;
+    if (flag == "--config") a->config = val;
+    else if (flag == "--micro-batch") ok = ParseInt(val, &a->micro_batch) && a->micro_batch > 0;
+    else if (flag == "--steps") ok = ParseInt(val, &a->steps) && a->steps > 0;
+    else if (flag == "--warmup") ok = ParseInt(val, &a->warmup) && a->warmup >= 1;
+    else if (flag == "--recompute") ok = ParseInt(val, &a->recompute) && (a->recompute == 0 || a->recompute == 1);
+    else return "unknown flag " + flag;
+    if (!ok) return flag + ": bad value '" + val + "'";
+  }
+  if (a->config.empty()) {
+    return "usage: forge-bench --config PATH [--micro-batch B] [--steps N] [--warmup W] "
+           "[--recompute 0|1] [--profile]";
+  }
+  return "";
+}
+
+// Seconds this process has existed (from /proc: start time vs uptime), so first_step_s counts
+// the dynamic loading and CUDA initialisation before main too. 0 where /proc is unreadable.
+double ProcessAgeSeconds() {
+  std::ifstream stat("/proc/self/stat"), uptime("/proc/uptime");
+  std::string line;
+  double up = 0.0;
+  if (!std::getline(stat, line) || !(uptime >> up)) return 0.0;
+  const size_t paren = line.rfind(')');
+  if (paren == std::string::npos) return 0.0;
+  std::istringstream rest(line.substr(paren + 2));
+  std::string field;
+  // Fields after "pid (comm)" start at 3 (state); starttime is field 22.
+  for (int f = 3; f <= 22 && (rest >> field); ++f) {
+    if (f == 22) {
+      const double ticks = std::strtod(field.c_str(), nullptr);
+      const double age = up - ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
+      return age > 0.0 ? age : 0.0;
+    }
+  }
+  return 0.0;
+}
+
+// Dense BF16 tensor-core peak by device name (TFLOP/s); 0 when unknown.
+double PeakTflops(const std::string& gpu) {
+  if (const char* env = std::getenv("FORGE_PEAK_TFLOPS")) return std::strtod(env, nullptr);
+  if (gpu.find("H100") != std::string::npos) {
+    return gpu.find("PCIe") != std::string::npos ? 756.0 : 989.4;  // SXM / HBM3
+  }
+  if (gpu.find("H200") != std::string::npos) return 989.4;
+  if (gpu.find("A100") != std::string::npos) return 312.0;
+  return 0.0;
+}
+
+int Run(int argc, char** argv) {
+  const auto t_main = std::chrono::steady_clock::now();
+  const double age_at_main = ProcessAgeSeconds();
+  Args args;
+  if (std::string err = ParseArgs(argc, argv, &args); !err.empty()) return Fail(err);
+
+  StatusOr<RunConfig> loaded = LoadRunConfig(args.config);
+  if (!loaded.ok()) return Fail(loaded.status().ToString());
+  RunConfig cfg = loaded.value();
+  if (args.micro_batch > 0) cfg.batch.micro_batch = args.micro_batch;
+  cfg.batch.global_batch = cfg.batch.micro_batch;
+  if (args.recompute >= 0) cfg.train.activation_recompute = args.recompute == 1;
+  const ModelConfig& m = cfg.model;
+
+  int device = 0;
+  cudaDeviceProp prop{};
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    return Fail("no CUDA device");
+  }
+  const std::string gpu = prop.name;
+
+  auto made = MakeCudaTrainBackend(cfg, CudaBackendOptionsFromEnv());
+  if (!made.ok()) return Fail(made.status().ToString());
+  std::unique_ptr<CudaTrainBackend> backend = std::move(made).value();
+
+  // Random tokens like the anchor (torch.randint(0, 50257)), clamped to the model's vocabulary.
+  const int64_t n = int64_t{cfg.batch.micro_batch} * m.seq_len;
+  std::mt19937_64 rng(cfg.seed);
+  std::uniform_int_distribution<int32_t> tok(0, std::min(50257, m.vocab) - 1);
+  std::vector<int32_t> inputs(n), targets(n);
+  for (auto& t : inputs) t = tok(rng);
+  for (auto& t : targets) t = tok(rng);
+  const std::vector<MicroBatch> micro = {{inputs.data(), targets.data()}};
+
+  int64_t step = 0;
+  auto train = [&](bool want_stats, StepStats* stats) {
+    ++step;
+    return backend->TrainStep(micro, StepHyper{cfg.optimizer.lr, step}, want_stats, stats);
+  };
+
+  StepStats stats;
+  if (Status st = train(true, &stats); !st.ok()) return Fail("first step: " + st.ToString());
+  const double first_step_s =
+      age_at_main +
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_main).count();
+  for (int i = 1; i < args.warmup; ++i) {
+    if (Status st = train(i + 1 == args.warmup, &stats); !st.ok()) {
+      return Fail("warm-up: " + st.ToString());
+    }
+  }
+
+  cudaStream_t stream = static_cast<cudaStream_t>(backend->compute_stream());
+  cudaEvent_t start, stop;
+  if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) {
+    return Fail("cudaEventCreate failed");
+  }
+  if (cudaEventRecord(start, stream) != cudaSuccess) return Fail("cudaEventRecord failed");
+  for (int i = 0; i < args.steps; ++i) {
+    if (Status st = train(false, nullptr); !st.ok()) return Fail("timed step: " + st.ToString());
+  }
+  float total_ms = 0.0f;
+  if (cudaEventRecord(stop, stream) != cudaSuccess || cudaEventSynchronize(stop) != cudaSuccess ||
+      cudaEventElapsedTime(&total_ms, start, stop) != cudaSuccess) {
+    return Fail("timing events failed");
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  if (Status st = train(true, &stats); !st.ok()) return Fail("last step: " + st.ToString());
+
+  const double step_ms = total_ms / args.steps;
+  const double tokens_per_s = static_cast<double>(n) / (step_ms * 1e-3);
+  const double peak_tflops = PeakTflops(gpu);
+  const ParamLayout layout = MakeParamLayout(m);
+
+  Json out;
+  out["model"] = m.preset.empty() ? cfg.name : m.preset;
+  out["B"] = cfg.batch.micro_batch;
+  out["T"] = m.seq_len;
+  out["params"] = layout.total;
+  out["step_ms"] = step_ms;
+  out["tokens_per_s"] = tokens_per_s;
+  out["mfu"] = peak_tflops > 0.0
+                   ? Json(tokens_per_s * TrainFlopsPerToken(m) / (peak_tflops * 1e12))
+                   : Json(nullptr);
+  out["peak_mem_gib"] = static_cast<double>(backend->peak_bytes()) / double(1ull << 30);
+  out["first_step_s"] = first_step_s;
+  out["gpu"] = gpu;
+  out["peak_tflops"] = peak_tflops;
+  out["recompute"] = cfg.train.activation_recompute;
+  out["cuda_graph"] = backend->graph_active();
+  out["loss"] = stats.loss;
+
+  if (args.profile) {
+    // Average of a few eager steps, each phase bracketed by events on the stream.
+    constexpr int kProfileSteps = 3;
+    Json phases = Json::object();
+    std::vector<std::pair<std::string, double>> ms;
+    for (int i = 0; i < kProfileSteps; ++i) {
+      ++step;
+      if (Status st = backend->ProfileStep(micro, StepHyper{cfg.optimizer.lr, step}, &ms);
+          !st.ok()) {
+        return Fail("profile: " + st.ToString());
+      }
+      for (const auto& [name, t] : ms) {
+        phases[name] = (phases.contains(name) ? phases[name].get<double>() : 0.0) +
+                       t / kProfileSteps;
+      }
+    }
+    out["phases_ms"] = phases;
+  }
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace forge
+
+int main(int argc, char** argv) { return forge::Run(argc, argv); }

@@ -1,0 +1,611 @@
+#include "worker/model/cuda_model.h"
+
+#include <algorithm>
+#include <string>
+
+#include "kernels/cuda/cross_entropy.cuh"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/embedding.cuh"
+#include "kernels/cuda/gemm.cuh"
+#include "kernels/cuda/rmsnorm.cuh"
+#include "kernels/cuda/rope.cuh"
+#include "kernels/cuda/sdpa.cuh"
+#include "kernels/cuda/swiglu.cuh"
+
+namespace forge {
+
+using cuda::bf16;
+using cuda::DType;
+using cuda::GemmArgs;
+
+namespace {
+
+// Units start on 128-element boundaries: 256 bytes for bf16, 512 for fp32, so one offset table
+// serves every parameter-shaped buffer and each unit (a DDP bucket / ZeRO shard) is aligned.
+constexpr int64_t kUnitAlign = 128;
+
+int64_t AlignUp(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
+
+}  // namespace
+
+// ---- phase timeline ------------------------------------------------------------------------
+
+const char* StepPhaseName(StepPhase p) {
+  switch (p) {
+    case StepPhase::kCopy: return "copy";
+    case StepPhase::kFwdGemm: return "fwd_gemm";
+    case StepPhase::kFwdAttention: return "fwd_attention";
+    case StepPhase::kFwdElementwise: return "fwd_elementwise";
+    case StepPhase::kLmHead: return "lm_head";
+    case StepPhase::kBwdGemm: return "bwd_gemm";
+    case StepPhase::kBwdAttention: return "bwd_attention";
+    case StepPhase::kBwdElementwise: return "bwd_elementwise";
+    case StepPhase::kOptimizer: return "optimizer";
+    case StepPhase::kCount: break;
+  }
+  return "?";
+}
+
+PhaseTimeline::~PhaseTimeline() {
+  for (cudaEvent_t e : events_) cudaEventDestroy(e);
+}
+
+Status PhaseTimeline::Mark(StepPhase phase, cudaStream_t stream) {
+  if (marks_ == events_.size()) {
+    cudaEvent_t e;
+    FORGE_CUDA_CHECK(cudaEventCreate(&e));
+    events_.push_back(e);
+    phases_.push_back(-1);
+  }
+  phases_[marks_] = static_cast<int>(phase);
+  FORGE_CUDA_CHECK(cudaEventRecord(events_[marks_], stream));
+  ++marks_;
+  return Status::Ok();
+}
+
+Status PhaseTimeline::End(cudaStream_t stream) {
+  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kCount, stream));
+  phases_[marks_ - 1] = -1;
+  return Status::Ok();
+}
+
+Status PhaseTimeline::Totals(std::array<double, static_cast<int>(StepPhase::kCount)>* ms) const {
+  ms->fill(0.0);
+  if (marks_ == 0) return Status::Ok();
+  FORGE_CUDA_CHECK(cudaEventSynchronize(events_[marks_ - 1]));
+  for (size_t i = 0; i + 1 < marks_; ++i) {
+    if (phases_[i] < 0) continue;
+    float t = 0.0f;
+    FORGE_CUDA_CHECK(cudaEventElapsedTime(&t, events_[i], events_[i + 1]));
+    (*ms)[phases_[i]] += t;
+  }
+  return Status::Ok();
+}
+
+// ---- buffers -------------------------------------------------------------------------------
+
+// Device pointers of what one block keeps for backward. Without recompute every layer has its
+// own set; with recompute all layers share one set that backward refills by re-running the
+// block's forward. The block input itself lives in the residual list xs[] (always saved).
+// h1/h2/sw are saved rather than recomputed: they are written by the forward anyway and
+// memory is not the constraint at these sizes (activation_recompute is the memory knob).
+struct CudaModel::BlockActs {
+  bf16* h1 = nullptr;     // [N, d]  attn_norm output
+  float* rstd1 = nullptr; // [N]
+  bf16* qkv = nullptr;    // [N, qkv] after RoPE: the attention input
+  bf16* att = nullptr;    // [N, H*hd] attention output
+  float* stats = nullptr; // [B, H, T] softmax log-sum-exp
+  bf16* x_mid = nullptr;  // [N, d] residual after attention
+  bf16* h2 = nullptr;     // [N, d] mlp_norm output
+  float* rstd2 = nullptr; // [N]
+  bf16* gu = nullptr;     // [N, 2*ffn]
+  bf16* sw = nullptr;     // [N, ffn] SwiGLU output
+};
+
+struct CudaModel::Buffers {
+  std::vector<void*> allocations;  // freed in the destructor
+
+  // Parameter-shaped, one flat allocation each, units at unit_offset_.
+  float* master = nullptr;
+  bf16* params = nullptr;  // compute copy, refreshed by AdamW
+  float* grads = nullptr;
+  float* m = nullptr;
+  float* v = nullptr;
+  int64_t flat = 0;        // elements in each of the above
+
+  cuda::AdamWTensor* adam_tensors = nullptr;  // device array, one per tensor
+  int num_tensors = 0;
+  float* clip_scale = nullptr;                // device scalar
+
+  std::vector<bf16*> xs;                      // residual stream: block inputs + final, [N, d]
+  std::vector<BlockActs> acts;                // L sets, or 1 with recompute
+  bf16* hf = nullptr;                         // [N, d] final norm output
+  float* rstd_f = nullptr;                    // [N]
+  bf16* logits = nullptr;                     // [chunk, V] bf16, overwritten by dlogits
+
+  // Backward scratch.
+  bf16* dres = nullptr;   // [N, d] residual-stream gradient
+  bf16* dh = nullptr;     // [N, d] gradient at a norm output (also dL/dhf)
+  bf16* dsw = nullptr;    // [N, ffn]
+  bf16* dgu = nullptr;    // [N, 2*ffn]
+  bf16* datt = nullptr;   // [N, H*hd]
+  bf16* dqkv = nullptr;   // [N, qkv]
+  float* softmax_sum = nullptr;  // SDPA backward scratch [B, H, T]
+  float* dq_accum = nullptr;     // [B, H, T, hd] (null when deterministic)
+
+  char* norm_ws = nullptr;
+  size_t norm_ws_bytes = 0;
+  char* emb_ws = nullptr;
+  size_t emb_ws_bytes = 0;
+  char* gradnorm_ws = nullptr;
+  size_t gradnorm_ws_bytes = 0;
+
+  cuda::GemmRunner gemm;
+  cuda::SdpaRunner sdpa;
+  cuda::SdpaShape sdpa_shape;
+
+  ~Buffers() {
+    for (void* p : allocations) cudaFree(p);
+  }
+};
+
+namespace {
+
+// One cudaMalloc, zero-filled so padding between units and unused tails read as 0.
+template <typename T>
+Status DeviceAlloc(std::vector<void*>* list, size_t* total, T** out, size_t count) {
+  *out = nullptr;
+  if (count == 0) return Status::Ok();
+  const size_t bytes = AlignUp(static_cast<int64_t>(count * sizeof(T)), 256);
+  void* p = nullptr;
+  cudaError_t e = cudaMalloc(&p, bytes);
+  if (e != cudaSuccess) {
+    return Status::Unavailable("cuda model: cudaMalloc of " + std::to_string(bytes) +
+                               " bytes failed (" + cudaGetErrorString(e) + "); total so far " +
+                               std::to_string(*total) + " bytes");
+  }
+  list->push_back(p);
+  *total += bytes;
+  FORGE_CUDA_CHECK(cudaMemset(p, 0, bytes));
+  *out = static_cast<T*>(p);
+  return Status::Ok();
+}
+
+}  // namespace
+
+// ---- construction --------------------------------------------------------------------------
+
+CudaModel::CudaModel() : buf_(std::make_unique<Buffers>()) {}
+CudaModel::~CudaModel() = default;
+
+StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const ModelConfig& m,
+                                                       const OptimizerConfig& opt,
+                                                       const CudaModelOptions& options) {
+  std::unique_ptr<CudaModel> model(new CudaModel());
+  FORGE_RETURN_IF_ERROR(model->Init(m, opt, options).Annotate("creating the cuda model"));
+  return StatusOr<std::unique_ptr<CudaModel>>(std::move(model));
+}
+
+Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
+                       const CudaModelOptions& o) {
+  m_ = m;
+  opt_ = opt;
+  o_ = o;
+  if (m.qk_norm) return Status::Invalid("model.qk_norm: not supported on cuda yet");
+  if (m.n_layer < 0 || m.d_model <= 0 || m.n_head <= 0 || m.n_kv_head <= 0 ||
+      m.d_model % m.n_head != 0 || m.n_head % m.n_kv_head != 0) {
+    return Status::Invalid("model: n_head must divide d_model and n_kv_head divide n_head");
+  }
+  if (m.head_dim() % 8 != 0 || m.head_dim() > 128) {
+    return Status::Invalid("model: head_dim " + std::to_string(m.head_dim()) +
+                           " unsupported on cuda (cuDNN flash attention needs a multiple of 8, "
+                           "at most 128)");
+  }
+  if (m.d_model % 8 != 0 || m.ffn % 8 != 0) {
+    // 16-byte aligned rows for cuBLASLt and the vectorised kernels.
+    return Status::Invalid("model: d_model and ffn must be multiples of 8 on cuda");
+  }
+  if (o.micro_batch < 1) return Status::Invalid("batch.micro_batch must be >= 1");
+  if (o.lm_head_chunk_rows < 1) return Status::Invalid("lm_head_chunk_rows must be >= 1");
+
+  layout_ = MakeParamLayout(m);
+  d_ = m.d_model;
+  H_ = m.n_head;
+  KV_ = m.n_kv_head;
+  hd_ = m.head_dim();
+  ffn_ = m.ffn;
+  V_ = m.padded_vocab();
+  T_ = m.seq_len;
+  qkv_dim_ = (H_ + 2 * KV_) * hd_;
+  N_ = int64_t{o.micro_batch} * T_;
+
+  Buffers& b = *buf_;
+  auto alloc = [&](auto** p, size_t n) {
+    return DeviceAlloc(&b.allocations, &allocated_bytes_, p, n);
+  };
+
+  // Parameters, gradients, moments.
+  unit_offset_.clear();
+  int64_t flat = 0;
+  for (const UnitLayout& u : layout_.units) {
+    unit_offset_.push_back(flat);
+    flat = AlignUp(flat + u.numel, kUnitAlign);
+  }
+  b.flat = flat;
+  FORGE_RETURN_IF_ERROR(alloc(&b.master, flat));
+  FORGE_RETURN_IF_ERROR(alloc(&b.params, flat));
+  FORGE_RETURN_IF_ERROR(alloc(&b.grads, flat));
+  FORGE_RETURN_IF_ERROR(alloc(&b.m, flat));
+  FORGE_RETURN_IF_ERROR(alloc(&b.v, flat));
+
+  // Optimizer descriptors: one per tensor (not per unit) so weight decay follows the tensor.
+  std::vector<cuda::AdamWTensor> tensors;
+  for (size_t u = 0; u < layout_.units.size(); ++u) {
+    for (const TensorSlot& t : layout_.units[u].tensors) {
+      const int64_t off = unit_offset_[u] + t.offset;
+      tensors.push_back({b.master + off, b.params + off, b.grads + off, b.m + off, b.v + off,
+                         t.numel, t.weight_decay ? opt.weight_decay : 0.0f});
+    }
+  }
+  b.num_tensors = static_cast<int>(tensors.size());
+  FORGE_RETURN_IF_ERROR(alloc(&b.adam_tensors, tensors.size()));
+  FORGE_CUDA_CHECK(cudaMemcpy(b.adam_tensors, tensors.data(),
+                              tensors.size() * sizeof(cuda::AdamWTensor), cudaMemcpyHostToDevice));
+  FORGE_RETURN_IF_ERROR(alloc(&b.clip_scale, 1));
+
+  // Activations.
+  const size_t N = N_, d = d_;
+  const size_t stats_n = size_t(o.micro_batch) * H_ * T_;
+  b.xs.assign(m.n_layer + 1, nullptr);
+  for (bf16*& x : b.xs) FORGE_RETURN_IF_ERROR(alloc(&x, N * d));
+  b.acts.assign(o.activation_recompute ? std::min(m.n_layer, 1) : m.n_layer, BlockActs{});
+  for (BlockActs& a : b.acts) {
+    FORGE_RETURN_IF_ERROR(alloc(&a.h1, N * d));
+    FORGE_RETURN_IF_ERROR(alloc(&a.rstd1, N));
+    FORGE_RETURN_IF_ERROR(alloc(&a.qkv, N * qkv_dim_));
+    FORGE_RETURN_IF_ERROR(alloc(&a.att, N * H_ * hd_));
+    FORGE_RETURN_IF_ERROR(alloc(&a.stats, stats_n));
+    FORGE_RETURN_IF_ERROR(alloc(&a.x_mid, N * d));
+    FORGE_RETURN_IF_ERROR(alloc(&a.h2, N * d));
+    FORGE_RETURN_IF_ERROR(alloc(&a.rstd2, N));
+    FORGE_RETURN_IF_ERROR(alloc(&a.gu, N * 2 * ffn_));
+    FORGE_RETURN_IF_ERROR(alloc(&a.sw, N * ffn_));
+  }
+  FORGE_RETURN_IF_ERROR(alloc(&b.hf, N * d));
+  FORGE_RETURN_IF_ERROR(alloc(&b.rstd_f, N));
+  const int64_t chunk = std::min<int64_t>(N_, o.lm_head_chunk_rows);
+  FORGE_RETURN_IF_ERROR(alloc(&b.logits, size_t(chunk) * V_));
+
+  FORGE_RETURN_IF_ERROR(alloc(&b.dres, N * d));
+  FORGE_RETURN_IF_ERROR(alloc(&b.dh, N * d));
+  FORGE_RETURN_IF_ERROR(alloc(&b.dsw, N * ffn_));
+  FORGE_RETURN_IF_ERROR(alloc(&b.dgu, N * 2 * ffn_));
+  FORGE_RETURN_IF_ERROR(alloc(&b.datt, N * H_ * hd_));
+  FORGE_RETURN_IF_ERROR(alloc(&b.dqkv, N * qkv_dim_));
+
+  b.sdpa_shape = cuda::SdpaShape{o.micro_batch, T_, H_, KV_, hd_};
+  // SDPA backward scratch: softmax_sum [B,H,T] then (non-deterministic only) dq_accum
+  // [B,H,T,hd]; sized by our own count or the runner's, whichever is larger.
+  const size_t sum_bytes = AlignUp(int64_t(stats_n * sizeof(float)), 256);
+  const size_t acc_bytes = o.deterministic_attention ? 0 : stats_n * hd_ * sizeof(float);
+  const size_t sdpa_bytes = std::max(
+      sum_bytes + acc_bytes,
+      cuda::SdpaRunner::BackwardScratchBytes(b.sdpa_shape, o.deterministic_attention));
+  char* sdpa_scratch = nullptr;
+  FORGE_RETURN_IF_ERROR(alloc(&sdpa_scratch, sdpa_bytes));
+  b.softmax_sum = reinterpret_cast<float*>(sdpa_scratch);
+  b.dq_accum =
+      o.deterministic_attention ? nullptr : reinterpret_cast<float*>(sdpa_scratch + sum_bytes);
+
+  b.norm_ws_bytes = cuda::RmsNormBackwardWorkspace(N_, d_);
+  FORGE_RETURN_IF_ERROR(alloc(&b.norm_ws, b.norm_ws_bytes));
+  b.emb_ws_bytes = cuda::EmbeddingBackwardWorkspace(N_, V_);
+  FORGE_RETURN_IF_ERROR(alloc(&b.emb_ws, b.emb_ws_bytes));
+  b.gradnorm_ws_bytes = cuda::GradNormWorkspace();
+  FORGE_RETURN_IF_ERROR(alloc(&b.gradnorm_ws, b.gradnorm_ws_bytes));
+
+  constexpr size_t kGemmWorkspace = 64ull << 20;
+  FORGE_RETURN_IF_ERROR(b.gemm.Init(kGemmWorkspace));
+  allocated_bytes_ += kGemmWorkspace;
+  FORGE_RETURN_IF_ERROR(b.sdpa.Init(o.deterministic_attention));
+  // The zero-fills and the descriptor upload above ran on the legacy stream, which does not
+  // order with the caller's non-blocking stream: finish them here.
+  FORGE_CUDA_CHECK(cudaDeviceSynchronize());
+  return Status::Ok();
+}
+
+// ---- host <-> device -----------------------------------------------------------------------
+
+Status CudaModel::CopyUnits(const UnitBuffers& host, float* device, cudaStream_t stream) {
+  if (host.size() != layout_.units.size()) {
+    return Status::Invalid("expected " + std::to_string(layout_.units.size()) +
+                           " unit buffers, got " + std::to_string(host.size()));
+  }
+  for (size_t u = 0; u < host.size(); ++u) {
+    if (static_cast<int64_t>(host[u].size()) != layout_.units[u].numel) {
+      return Status::Invalid("unit " + layout_.units[u].name + ": expected " +
+                             std::to_string(layout_.units[u].numel) + " floats, got " +
+                             std::to_string(host[u].size()));
+    }
+  }
+  for (size_t u = 0; u < host.size(); ++u) {
+    FORGE_CUDA_CHECK(cudaMemcpyAsync(device + unit_offset_[u], host[u].data(),
+                                     host[u].size() * sizeof(float), cudaMemcpyHostToDevice,
+                                     stream));
+  }
+  return Status::Ok();
+}
+
+Status CudaModel::ReadUnits(const float* device, UnitBuffers* host, cudaStream_t stream) {
+  host->resize(layout_.units.size());
+  for (size_t u = 0; u < layout_.units.size(); ++u) {
+    (*host)[u].resize(layout_.units[u].numel);
+    FORGE_CUDA_CHECK(cudaMemcpyAsync((*host)[u].data(), device + unit_offset_[u],
+                                     (*host)[u].size() * sizeof(float), cudaMemcpyDeviceToHost,
+                                     stream));
+  }
+  FORGE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return Status::Ok();
+}
+
+Status CudaModel::UploadParams(const UnitBuffers& master, cudaStream_t stream) {
+  FORGE_RETURN_IF_ERROR(CopyUnits(master, buf_->master, stream).Annotate("SetParams"));
+  FORGE_RETURN_IF_ERROR(cuda::CastFloatToBf16(buf_->params, buf_->master, buf_->flat, stream));
+  FORGE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return Status::Ok();
+}
+
+Status CudaModel::DownloadParams(UnitBuffers* master, cudaStream_t stream) {
+  return ReadUnits(buf_->master, master, stream);
+}
+
+Status CudaModel::DownloadGrads(UnitBuffers* grads, cudaStream_t stream) {
+  return ReadUnits(buf_->grads, grads, stream);
+}
+
+Status CudaModel::UploadMoments(const UnitBuffers& m, const UnitBuffers& v,
+                                cudaStream_t stream) {
+  FORGE_RETURN_IF_ERROR(CopyUnits(m, buf_->m, stream).Annotate("SetMoments (m)"));
+  FORGE_RETURN_IF_ERROR(CopyUnits(v, buf_->v, stream).Annotate("SetMoments (v)"));
+  FORGE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return Status::Ok();
+}
+
+Status CudaModel::DownloadMoments(UnitBuffers* m, UnitBuffers* v, cudaStream_t stream) {
+  FORGE_RETURN_IF_ERROR(ReadUnits(buf_->m, m, stream));
+  return ReadUnits(buf_->v, v, stream);
+}
+
+Status CudaModel::ZeroMoments(cudaStream_t stream) {
+  FORGE_CUDA_CHECK(cudaMemsetAsync(buf_->m, 0, buf_->flat * sizeof(float), stream));
+  FORGE_CUDA_CHECK(cudaMemsetAsync(buf_->v, 0, buf_->flat * sizeof(float), stream));
+  FORGE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return Status::Ok();
+}
+
+// ---- GEMM shapes ---------------------------------------------------------------------------
+
+namespace {
+
+// y[M, out] (+)= x[M, in] W[out, in]^T   (bf16 out)
+GemmArgs Linear(bf16* y, const bf16* x, const bf16* w, int64_t M, int64_t out, int64_t in,
+                bool accumulate) {
+  GemmArgs g;
+  g.M = M, g.N = out, g.K = in;
+  g.A = x, g.B = w, g.D = y;
+  g.trans_a = false, g.trans_b = true;
+  g.accumulate = accumulate;
+  return g;
+}
+
+// dx[M, in] = dy[M, out] W[out, in]   (bf16 out, overwrites)
+GemmArgs LinearBackwardData(bf16* dx, const bf16* dy, const bf16* w, int64_t M, int64_t out,
+                            int64_t in) {
+  GemmArgs g;
+  g.M = M, g.N = in, g.K = out;
+  g.A = dy, g.B = w, g.D = dx;
+  g.trans_a = false, g.trans_b = false;  // W stored [K=out, N=in]
+  return g;
+}
+
+// dW[out, in] += dy[M, out]^T x[M, in]   (fp32 accumulate: micro-steps and the tied wte sum)
+GemmArgs LinearBackwardWeight(float* dw, const bf16* dy, const bf16* x, int64_t M, int64_t out,
+                              int64_t in) {
+  GemmArgs g;
+  g.M = out, g.N = in, g.K = M;
+  g.A = dy, g.B = x, g.D = dw;
+  g.trans_a = true;   // dy stored [K=M, out]
+  g.trans_b = false;  // x stored [K=M, N=in]
+  g.d_type = DType::kFp32;
+  g.accumulate = true;
+  return g;
+}
+
+}  // namespace
+
+// ---- step pieces ---------------------------------------------------------------------------
+
+Status CudaModel::ZeroGrads(cudaStream_t stream) {
+  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kCopy, stream));
+  FORGE_CUDA_CHECK(cudaMemsetAsync(buf_->grads, 0, buf_->flat * sizeof(float), stream));
+  return Status::Ok();
+}
+
+Status CudaModel::ForwardBackward(const int32_t* inputs, const int32_t* targets, float dloss,
+                                  float* losses, cudaStream_t stream) {
+  return Forward(inputs, targets, dloss, /*backward=*/true, losses, stream);
+}
+
+Status CudaModel::ForwardLoss(const int32_t* inputs, const int32_t* targets, float* losses,
+                              cudaStream_t stream) {
+  return Forward(inputs, targets, 0.0f, /*backward=*/false, losses, stream);
+}
+
+Status CudaModel::BlockForward(int layer, const BlockActs& a, const bf16* x_in, bf16* x_out,
+                               cudaStream_t s) {
+  Buffers& b = *buf_;
+  const BlockOffsets& o = layout_.block;
+  const bf16* w = b.params + unit_offset_[layout_.block_unit(layer)];
+  const int Bm = o_.micro_batch;
+
+  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
+  FORGE_RETURN_IF_ERROR(
+      cuda::RmsNormForward(a.h1, a.rstd1, x_in, w + o.attn_norm, N_, d_, m_.norm_eps, s));
+  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdGemm, s));
+  FORGE_RETURN_IF_ERROR(b.gemm.Run(Linear(a.qkv, a.h1, w + o.wqkv, N_, qkv_dim_, d_, false), s));
+  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
+  FORGE_RETURN_IF_ERROR(
+      cuda::RopeApply(a.qkv, Bm, T_, H_, KV_, hd_, m_.rope_theta, /*inverse=*/false, s));
+  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdAttention, s));
+  FORGE_RETURN_IF_ERROR(b.sdpa.Forward(b.sdpa_shape, a.qkv, a.att, a.stats, s));
+  // x_mid = x_in + att Wo^T: the residual add rides on the GEMM's beta = 1; x_in stays intact
+  // because backward needs it for the attn_norm gradient.
+  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kCopy, s));
+  FORGE_CUDA_CHECK(
+      cudaMemcpyAsync(a.x_mid, x_in, N_ * d_ * sizeof(bf16), cudaMemcpyDeviceToDevice, s));
+  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdGemm, s));
+  FORGE_RETURN_IF_ERROR(b.gemm.Run(Linear(a.x_mid, a.att, w + o.wo, N_, d_, H_ * hd_, true), s));
+  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
+  FORGE_RETURN_IF_ERROR(
+      cuda::RmsNormForward(a.h2, a.rstd2, a.x_mid, w + o.mlp_norm, N_, d_, m_.norm_eps, s));
+  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdGemm, s));
+  FORGE_RETURN_IF_ERROR(
+      b.gemm.Run(Linear(a.gu, a.h2, w + o.w_gate_up, N_, 2 * ffn_, d_, false), s));
+  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
+  FORGE_RETURN_IF_ERROR(cuda::SwiGluForward(a.sw, a.gu, N_, ffn_, s));
+  if (x_out == nullptr) return Status::Ok();  // recompute in backward: the output is not needed
+  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kCopy, s));
+  FORGE_CUDA_CHECK(
+      cudaMemcpyAsync(x_out, a.x_mid, N_ * d_ * sizeof(bf16), cudaMemcpyDeviceToDevice, s));
+  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdGemm, s));
+  FORGE_RETURN_IF_ERROR(b.gemm.Run(Linear(x_out, a.sw, w + o.w_down, N_, d_, ffn_, true), s));
+  return Status::Ok();
+}
+
+// dres holds dL/d(block output) on entry and dL/d(block input) on return: the residual path
+// passes it through and each RmsNormBackward adds its branch's contribution.
+Status CudaModel::BlockBackward(int layer, const BlockActs& a, const bf16* x_in, bf16* dres,
+                                cudaStream_t s) {
+  Buffers& b = *buf_;
+  const BlockOffsets& o = layout_.block;
+  const int64_t uoff = unit_offset_[layout_.block_unit(layer)];
+  const bf16* w = b.params + uoff;
+  float* g = b.grads + uoff;
+  const int Bm = o_.micro_batch;
+
+  // MLP: x_out = x_mid + SwiGLU(h2 Wgu^T) Wdown^T
+  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdGemm, s));
+  FORGE_RETURN_IF_ERROR(
+      b.gemm.Run(LinearBackwardData(b.dsw, dres, w + o.w_down, N_, d_, ffn_), s));
+  FORGE_RETURN_IF_ERROR(
+      b.gemm.Run(LinearBackwardWeight(g + o.w_down, dres, a.sw, N_, d_, ffn_), s));
+  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
+  FORGE_RETURN_IF_ERROR(cuda::SwiGluBackward(b.dgu, b.dsw, a.gu, N_, ffn_, s));
+  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdGemm, s));
+  FORGE_RETURN_IF_ERROR(
+      b.gemm.Run(LinearBackwardData(b.dh, b.dgu, w + o.w_gate_up, N_, 2 * ffn_, d_), s));
+  FORGE_RETURN_IF_ERROR(
+      b.gemm.Run(LinearBackwardWeight(g + o.w_gate_up, b.dgu, a.h2, N_, 2 * ffn_, d_), s));
+  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
+  FORGE_RETURN_IF_ERROR(cuda::RmsNormBackward(dres, g + o.mlp_norm, b.dh, a.x_mid,
+                                              w + o.mlp_norm, a.rstd2, N_, d_, b.norm_ws,
+                                              b.norm_ws_bytes, s));
+
+  // Attention: x_mid = x_in + SDPA(rope(h1 Wqkv^T)) Wo^T
+  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdGemm, s));
+  FORGE_RETURN_IF_ERROR(
+      b.gemm.Run(LinearBackwardData(b.datt, dres, w + o.wo, N_, d_, H_ * hd_), s));
+  FORGE_RETURN_IF_ERROR(
+      b.gemm.Run(LinearBackwardWeight(g + o.wo, dres, a.att, N_, d_, H_ * hd_), s));
+  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdAttention, s));
+  FORGE_RETURN_IF_ERROR(b.sdpa.Backward(b.sdpa_shape, a.qkv, a.att, b.datt, a.stats, b.dqkv,
+                                        b.softmax_sum, b.dq_accum, s));
+  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
+  FORGE_RETURN_IF_ERROR(
+      cuda::RopeApply(b.dqkv, Bm, T_, H_, KV_, hd_, m_.rope_theta, /*inverse=*/true, s));
+  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdGemm, s));
+  FORGE_RETURN_IF_ERROR(
+      b.gemm.Run(LinearBackwardData(b.dh, b.dqkv, w + o.wqkv, N_, qkv_dim_, d_), s));
+  FORGE_RETURN_IF_ERROR(
+      b.gemm.Run(LinearBackwardWeight(g + o.wqkv, b.dqkv, a.h1, N_, qkv_dim_, d_), s));
+  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
+  FORGE_RETURN_IF_ERROR(cuda::RmsNormBackward(dres, g + o.attn_norm, b.dh, x_in,
+                                              w + o.attn_norm, a.rstd1, N_, d_, b.norm_ws,
+                                              b.norm_ws_bytes, s));
+  return Status::Ok();
+}
+
+// Tied LM head + loss over token chunks, so only a [chunk, V] bf16 logits buffer exists:
+// logits = hf Wte^T; cross-entropy turns them into dlogits in place; dhf = dlogits Wte;
+// dWte += dlogits^T hf (fp32, into the same gradient the embedding backward adds to).
+Status CudaModel::LmHead(const int32_t* targets, float dloss, bool backward, float* losses,
+                         cudaStream_t s) {
+  Buffers& b = *buf_;
+  const bf16* wte = b.params + unit_offset_[layout_.embedding_unit()];
+  float* dwte = b.grads + unit_offset_[layout_.embedding_unit()];
+  const int64_t chunk = std::min<int64_t>(N_, o_.lm_head_chunk_rows);
+  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kLmHead, s));
+  for (int64_t r0 = 0; r0 < N_; r0 += chunk) {
+    const int64_t rows = std::min(chunk, N_ - r0);
+    const bf16* hf = b.hf + r0 * d_;
+    FORGE_RETURN_IF_ERROR(b.gemm.Run(Linear(b.logits, hf, wte, rows, V_, d_, false), s));
+    FORGE_RETURN_IF_ERROR(cuda::CrossEntropyForwardBackward(b.logits, losses + r0, targets + r0,
+                                                            rows, V_, dloss, backward, s));
+    if (!backward) continue;
+    FORGE_RETURN_IF_ERROR(
+        b.gemm.Run(LinearBackwardData(b.dh + r0 * d_, b.logits, wte, rows, V_, d_), s));
+    FORGE_RETURN_IF_ERROR(b.gemm.Run(LinearBackwardWeight(dwte, b.logits, hf, rows, V_, d_), s));
+  }
+  return Status::Ok();
+}
+
+Status CudaModel::Forward(const int32_t* inputs, const int32_t* targets, float dloss,
+                          bool backward, float* losses, cudaStream_t s) {
+  Buffers& b = *buf_;
+  const int L = m_.n_layer;
+  const bf16* wte = b.params + unit_offset_[layout_.embedding_unit()];
+  const int64_t fin_off = unit_offset_[layout_.final_norm_unit()];
+  const bool recompute = o_.activation_recompute;
+  auto acts = [&](int l) -> const BlockActs& { return b.acts[recompute ? 0 : l]; };
+
+  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
+  FORGE_RETURN_IF_ERROR(cuda::EmbeddingForward(b.xs[0], inputs, wte, N_, d_, s));
+  for (int l = 0; l < L; ++l) {
+    FORGE_RETURN_IF_ERROR(BlockForward(l, acts(l), b.xs[l], b.xs[l + 1], s));
+  }
+  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
+  FORGE_RETURN_IF_ERROR(cuda::RmsNormForward(b.hf, b.rstd_f, b.xs[L], b.params + fin_off, N_, d_,
+                                             m_.norm_eps, s));
+  FORGE_RETURN_IF_ERROR(LmHead(targets, dloss, backward, losses, s));
+  if (!backward) return Status::Ok();
+
+  // dL/dhf is in dh; the residual gradient starts at zero because RmsNormBackward adds.
+  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
+  FORGE_CUDA_CHECK(cudaMemsetAsync(b.dres, 0, N_ * d_ * sizeof(bf16), s));
+  FORGE_RETURN_IF_ERROR(cuda::RmsNormBackward(b.dres, b.grads + fin_off, b.dh, b.xs[L],
+                                              b.params + fin_off, b.rstd_f, N_, d_, b.norm_ws,
+                                              b.norm_ws_bytes, s));
+  for (int l = L - 1; l >= 0; --l) {
+    if (recompute) FORGE_RETURN_IF_ERROR(BlockForward(l, acts(l), b.xs[l], nullptr, s));
+    FORGE_RETURN_IF_ERROR(BlockBackward(l, acts(l), b.xs[l], b.dres, s));
+  }
+  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
+  FORGE_RETURN_IF_ERROR(cuda::EmbeddingBackward(b.grads + unit_offset_[layout_.embedding_unit()],
+                                                b.dres, inputs, N_, d_, V_, b.emb_ws,
+                                                b.emb_ws_bytes, s));
+  return Status::Ok();
+}
+
+Status CudaModel::OptimizerStep(const cuda::AdamWHyper* hyper, float* sumsq_out,
+                                cudaStream_t s) {
+  Buffers& b = *buf_;
+  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kOptimizer, s));
+  FORGE_RETURN_IF_ERROR(cuda::GlobalGradNorm(b.adam_tensors, b.num_tensors, opt_.grad_clip,
+                                             sumsq_out, b.clip_scale, b.gradnorm_ws,
+                                             b.gradnorm_ws_bytes, s));
+  FORGE_RETURN_IF_ERROR(
+      cuda::AdamWMultiTensor(b.adam_tensors, b.num_tensors, hyper, b.clip_scale, s));
+  return Status::Ok();
+}
+
+}  // namespace forge

@@ -1,0 +1,143 @@
+// The BF16 transformer step on one GPU: device parameter buffers (fp32 master, bf16 compute
+// copy, fp32 gradients and AdamW moments), saved activations, and the stream-ordered pieces
+// of a training step (zero grads, forward+backward of one micro-batch, optimizer). Every piece
+// only enqueues work on the caller's stream and never synchronises, so the backend can capture
+// a whole step in a CUDA graph. Semantics match CpuModel (worker/model/cpu_model.h) up to BF16
+// rounding: same layout, tied LM head over the padded vocabulary, mean token loss.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "common/config.h"
+#include "common/status.h"
+#include "kernels/cuda/adamw.cuh"
+#include "kernels/cuda/bf16.cuh"
+#include "worker/model/param_layout.h"
+#include "worker/model/unit_buffers.h"
+
+namespace forge {
+
+struct CudaModelOptions {
+  int micro_batch = 1;                 // sequences per micro-batch: activations are sized for it
+  bool activation_recompute = false;   // keep only block inputs; recompute a block in backward
+  bool deterministic_attention = true; // bitwise-reproducible SDPA backward (slightly slower)
+  int lm_head_chunk_rows = 4096;       // token rows per LM-head chunk (bounds the logits buffer)
+};
+
+// Phases of a step for the optional profile breakdown.
+enum class StepPhase {
+  kCopy,             // H2D tokens, zeroing gradients, residual copies
+  kFwdGemm,
+  kFwdAttention,
+  kFwdElementwise,   // embedding, norms, RoPE, SwiGLU
+  kLmHead,           // logits GEMMs (forward and backward) + fused cross-entropy
+  kBwdGemm,
+  kBwdAttention,
+  kBwdElementwise,
+  kOptimizer,        // grad norm + AdamW
+  kCount,
+};
+const char* StepPhaseName(StepPhase p);
+
+// Marks phase boundaries with events on one stream; the time between a mark and the next one
+// counts to the first mark's phase. Only for profiling runs (not captured in graphs).
+class PhaseTimeline {
+ public:
+  PhaseTimeline() = default;
+  ~PhaseTimeline();
+  PhaseTimeline(const PhaseTimeline&) = delete;
+  PhaseTimeline& operator=(const PhaseTimeline&) = delete;
+
+  void Reset() { marks_ = 0; }
+  Status Mark(StepPhase phase, cudaStream_t stream);
+  // Closes the last phase; Totals synchronises on it and sums milliseconds per phase.
+  Status End(cudaStream_t stream);
+  Status Totals(std::array<double, static_cast<int>(StepPhase::kCount)>* ms) const;
+
+ private:
+  std::vector<cudaEvent_t> events_;  // reused across steps
+  std::vector<int> phases_;          // phase of the mark with the same index (-1: end)
+  size_t marks_ = 0;
+};
+
+class CudaModel {
+ public:
+  // Validates the shape (head_dim a multiple of 8 and <= 128, d_model and ffn multiples of 8;
+  // qk_norm is not supported yet), allocates everything once and uploads nothing: call
+  // UploadParams before the first step.
+  static StatusOr<std::unique_ptr<CudaModel>> Create(const ModelConfig& m,
+                                                     const OptimizerConfig& opt,
+                                                     const CudaModelOptions& options);
+  ~CudaModel();
+  CudaModel(const CudaModel&) = delete;
+  CudaModel& operator=(const CudaModel&) = delete;
+
+  const ParamLayout& layout() const { return layout_; }
+  int64_t tokens_per_micro() const { return N_; }  // B*T
+  // Bytes this model allocated (buffers and library workspaces it asked for).
+  size_t allocated_bytes() const { return allocated_bytes_; }
+
+  // Host <-> device, ordered on `stream` and synchronised before returning. Host buffers must
+  // have the layout's unit sizes (Invalid otherwise). UploadParams also refreshes the bf16 copy.
+  Status UploadParams(const UnitBuffers& master, cudaStream_t stream);
+  Status DownloadParams(UnitBuffers* master, cudaStream_t stream);
+  Status DownloadGrads(UnitBuffers* grads, cudaStream_t stream);
+  Status UploadMoments(const UnitBuffers& m, const UnitBuffers& v, cudaStream_t stream);
+  Status DownloadMoments(UnitBuffers* m, UnitBuffers* v, cudaStream_t stream);
+  Status ZeroMoments(cudaStream_t stream);
+
+  // ---- stream-ordered step pieces (capturable) ----
+  Status ZeroGrads(cudaStream_t stream);
+  // One micro-batch (device tokens [B*T]): forward, per-token losses into losses[B*T], and
+  // backward of dloss * sum(losses) accumulated into the gradients (dloss = 1/(B*T*micro_steps)
+  // gives the mean over the step).
+  Status ForwardBackward(const int32_t* inputs, const int32_t* targets, float dloss,
+                         float* losses, cudaStream_t stream);
+  // Forward and per-token losses only.
+  Status ForwardLoss(const int32_t* inputs, const int32_t* targets, float* losses,
+                     cudaStream_t stream);
+  // Global grad norm (sum of squares into *sumsq_out, device) + clipping + AdamW on every
+  // tensor; hyper is a device pointer the caller refreshes before each step.
+  Status OptimizerStep(const cuda::AdamWHyper* hyper, float* sumsq_out, cudaStream_t stream);
+
+  // Profiling: when set, every phase boundary is marked on the stream (never while capturing).
+  void set_timeline(PhaseTimeline* t) { timeline_ = t; }
+
+ private:
+  struct BlockActs;  // what one block keeps for backward
+  struct Buffers;    // every device allocation
+  CudaModel();
+
+  Status Init(const ModelConfig& m, const OptimizerConfig& opt, const CudaModelOptions& o);
+  Status Forward(const int32_t* inputs, const int32_t* targets, float dloss, bool backward,
+                 float* losses, cudaStream_t stream);
+  Status BlockForward(int layer, const BlockActs& a, const cuda::bf16* x_in, cuda::bf16* x_out,
+                      cudaStream_t stream);
+  Status BlockBackward(int layer, const BlockActs& a, const cuda::bf16* x_in, cuda::bf16* dres,
+                       cudaStream_t stream);
+  Status LmHead(const int32_t* targets, float dloss, bool backward, float* losses,
+                cudaStream_t stream);
+  Status Mark(StepPhase p, cudaStream_t stream) {
+    return timeline_ ? timeline_->Mark(p, stream) : Status::Ok();
+  }
+  Status CopyUnits(const UnitBuffers& host, float* device, cudaStream_t stream);
+  Status ReadUnits(const float* device, UnitBuffers* host, cudaStream_t stream);
+
+  ModelConfig m_;
+  OptimizerConfig opt_;
+  CudaModelOptions o_;
+  ParamLayout layout_;
+  int64_t N_ = 0;               // tokens per micro-batch
+  int d_ = 0, H_ = 0, KV_ = 0, hd_ = 0, ffn_ = 0, V_ = 0, T_ = 0, qkv_dim_ = 0;
+  std::vector<int64_t> unit_offset_;  // element offset of each unit in the flat buffers
+  size_t allocated_bytes_ = 0;
+  std::unique_ptr<Buffers> buf_;
+  PhaseTimeline* timeline_ = nullptr;
+};
+
+}  // namespace forge

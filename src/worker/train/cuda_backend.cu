@@ -1,0 +1,459 @@
+// TrainBackend on one GPU: CudaModel (the step) plus host staging, the optimizer's device-side
+// hyper-parameters and CUDA-graph capture/replay of the whole step.
+//
+// A step never synchronises with the host unless stats are wanted: tokens are copied into
+// fixed pinned buffers and sent with cudaMemcpyAsync, lr/step go through a pinned struct copied
+// to device memory, loss and grad norm land in a pinned pair read only after a sync. Because
+// the graph reads the pinned buffers when it runs, the host waits on `staging_free_` (recorded
+// right after the step's H2D copies) before overwriting them: the host runs at most one step
+// ahead, and the GPU still always has the next step queued.
+#include "worker/train/cuda_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "kernels/cuda/adamw.cuh"
+#include "kernels/cuda/cross_entropy.cuh"
+#include "kernels/cuda/cuda_check.h"
+#include "worker/model/cuda_model.h"
+#include "worker/model/init.h"
+
+namespace forge {
+namespace {
+
+bool EnvIsZero(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::strcmp(v, "0") == 0;
+}
+
+class CudaBackend final : public CudaTrainBackend {
+ public:
+  CudaBackend() = default;
+  ~CudaBackend() override;
+  Status Init(const RunConfig& cfg, const CudaBackendOptions& options);
+
+  const char* name() const override { return "cuda"; }
+  Status SetParams(const UnitBuffers& master) override;
+  Status GetParams(UnitBuffers* master) override;
+  Status GetMoments(UnitBuffers* m, UnitBuffers* v) override;
+  Status SetMoments(const UnitBuffers& m, const UnitBuffers& v) override;
+  Status TrainStep(const std::vector<MicroBatch>& micro, const StepHyper& hyper, bool want_stats,
+                   StepStats* stats) override;
+  Status EvalLoss(const MicroBatch& batch, float* loss) override;
+  Status ComputeGradients(const std::vector<MicroBatch>& micro, UnitBuffers* grads,
+                          float* loss) override;
+
+  int64_t peak_bytes() override;
+  int64_t allocated_bytes() const override {
+    return static_cast<int64_t>(model_ ? model_->allocated_bytes() : 0) + own_bytes_;
+  }
+  bool graph_active() const override { return graph_exec_ != nullptr; }
+  void* compute_stream() const override { return compute_stream_; }
+  Status ProfileStep(const std::vector<MicroBatch>& micro, const StepHyper& hyper,
+                     std::vector<std::pair<std::string, double>>* phase_ms) override;
+
+ private:
+  Status Prepare(const std::vector<MicroBatch>& micro);
+  Status EnsureTokenCapacity(int micro_steps);
+  Status StageTokens(const std::vector<MicroBatch>& micro);
+  void SetHyper(const StepHyper& hyper);
+  Status EnqueueStep(int micro_steps, bool optimizer);
+  Status CaptureAndLaunch(int micro_steps);
+  void DestroyGraph();
+  void FreeTokenBuffers();
+  void SamplePeak();
+  Status Sync() {
+    FORGE_CUDA_CHECK(cudaStreamSynchronize(compute_stream_));
+    return Status::Ok();
+  }
+
+  RunConfig cfg_;
+  CudaBackendOptions options_;
+  int device_ = 0;
+  std::unique_ptr<CudaModel> model_;
+  int64_t N_ = 0;  // tokens per micro-batch
+
+  cudaStream_t compute_stream_ = nullptr;  // every step's work, in order
+  cudaEvent_t staging_free_ = nullptr;     // the last step's H2D copies have read the staging
+
+  // Token staging, [inputs: capacity*N][targets: capacity*N], pinned on the host and on device.
+  int token_capacity_ = 0;  // micro-batches the buffers hold
+  int32_t* host_tokens_ = nullptr;
+  int32_t* dev_tokens_ = nullptr;
+  float* dev_losses_ = nullptr;  // per-token losses of every micro-batch [capacity*N]
+
+  cuda::AdamWHyper* host_hyper_ = nullptr;  // pinned; copied into dev_hyper_ by the step
+  cuda::AdamWHyper* dev_hyper_ = nullptr;
+  float* dev_stats_ = nullptr;   // [mean loss, grad sum of squares]
+  float* host_stats_ = nullptr;  // pinned copy, valid after a sync
+
+  bool use_graph_ = true;
+  bool capturing_ = false;
+  int warm_micro_ = 0;   // micro-step count of the last eager step (plans exist for it)
+  int graph_micro_ = 0;  // micro-step count the graph was captured for
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t graph_exec_ = nullptr;
+
+  PhaseTimeline timeline_;
+  int64_t own_bytes_ = 0;
+  size_t baseline_used_ = 0;  // device memory in use before this backend allocated anything
+  int64_t peak_ = 0;
+};
+
+CudaBackend::~CudaBackend() {
+  if (compute_stream_) cudaStreamSynchronize(compute_stream_);
+  DestroyGraph();
+  model_.reset();
+  FreeTokenBuffers();
+  if (host_hyper_) cudaFreeHost(host_hyper_);
+  if (host_stats_) cudaFreeHost(host_stats_);
+  if (dev_hyper_) cudaFree(dev_hyper_);
+  if (dev_stats_) cudaFree(dev_stats_);
+  if (staging_free_) cudaEventDestroy(staging_free_);
+  if (compute_stream_) cudaStreamDestroy(compute_stream_);
+}
+
+Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options) {
+  cfg_ = cfg;
+  options_ = options;
+  use_graph_ = options.use_graph;
+  if (cfg.precision.compute == Precision::kFp8) {
+    return Status::Invalid("precision.compute: fp8 is not supported by the cuda backend yet");
+  }
+  FORGE_CUDA_CHECK(cudaGetDevice(&device_));
+  FORGE_CUDA_CHECK(cudaFree(nullptr));  // create the context before the memory baseline
+  size_t free_b = 0, total_b = 0;
+  FORGE_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  baseline_used_ = total_b - free_b;
+
+  CudaModelOptions mo;
+  mo.micro_batch = cfg.batch.micro_batch;
+  mo.activation_recompute = cfg.train.activation_recompute;
+  mo.deterministic_attention = options.deterministic_attention;
+  mo.lm_head_chunk_rows = options.lm_head_chunk_rows;
+  FORGE_ASSIGN_OR_RETURN(model_, CudaModel::Create(cfg.model, cfg.optimizer, mo));
+  N_ = model_->tokens_per_micro();
+
+  FORGE_CUDA_CHECK(cudaStreamCreateWithFlags(&compute_stream_, cudaStreamNonBlocking));
+  FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&staging_free_, cudaEventDisableTiming));
+  FORGE_CUDA_CHECK(cudaMallocHost(&host_hyper_, sizeof(cuda::AdamWHyper)));
+  FORGE_CUDA_CHECK(cudaMallocHost(&host_stats_, 2 * sizeof(float)));
+  FORGE_CUDA_CHECK(cudaMalloc(&dev_hyper_, sizeof(cuda::AdamWHyper)));
+  FORGE_CUDA_CHECK(cudaMalloc(&dev_stats_, 2 * sizeof(float)));
+  own_bytes_ += 512;
+  host_stats_[0] = host_stats_[1] = 0.0f;
+
+  // Room for the accumulation steps of one rank (more is allocated on demand).
+  const int64_t accum =
+      cfg.batch.micro_batch > 0 ? cfg.batch.global_batch / cfg.batch.micro_batch : 1;
+  FORGE_RETURN_IF_ERROR(EnsureTokenCapacity(static_cast<int>(std::clamp<int64_t>(accum, 1, 64))));
+
+  UnitBuffers params;
+  InitParams(cfg.model, model_->layout(), cfg.seed, &params);
+  FORGE_RETURN_IF_ERROR(model_->UploadParams(params, compute_stream_));
+  FORGE_RETURN_IF_ERROR(model_->ZeroMoments(compute_stream_));
+  SamplePeak();
+  return Status::Ok();
+}
+
+// ---- buffers -------------------------------------------------------------------------------
+
+void CudaBackend::FreeTokenBuffers() {
+  if (host_tokens_) cudaFreeHost(host_tokens_);
+  if (dev_tokens_) cudaFree(dev_tokens_);
+  if (dev_losses_) cudaFree(dev_losses_);
+  host_tokens_ = nullptr;
+  dev_tokens_ = nullptr;
+  dev_losses_ = nullptr;
+  token_capacity_ = 0;
+}
+
+Status CudaBackend::EnsureTokenCapacity(int micro_steps) {
+  if (micro_steps <= token_capacity_) return Status::Ok();
+  // The graph holds the old pointers: drop it, and warm up again for the new buffers.
+  FORGE_RETURN_IF_ERROR(Sync());
+  DestroyGraph();
+  warm_micro_ = 0;
+  const int64_t old_bytes = int64_t{token_capacity_} * N_ * (2 * sizeof(int32_t) + sizeof(float));
+  FreeTokenBuffers();
+  own_bytes_ -= old_bytes;
+  const size_t n = size_t(micro_steps) * N_;
+  FORGE_CUDA_CHECK(cudaMallocHost(&host_tokens_, 2 * n * sizeof(int32_t)));
+  FORGE_CUDA_CHECK(cudaMalloc(&dev_tokens_, 2 * n * sizeof(int32_t)));
+  FORGE_CUDA_CHECK(cudaMalloc(&dev_losses_, n * sizeof(float)));
+  FORGE_CUDA_CHECK(cudaMemset(dev_losses_, 0, n * sizeof(float)));
+  FORGE_CUDA_CHECK(cudaDeviceSynchronize());  // the legacy-stream memset vs compute_stream_
+  token_capacity_ = micro_steps;
+  own_bytes_ += int64_t(n) * (2 * sizeof(int32_t) + sizeof(float));
+  return Status::Ok();
+}
+
+void CudaBackend::SamplePeak() {
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return;
+  const size_t used = total_b - free_b;
+  if (used > baseline_used_) peak_ = std::max<int64_t>(peak_, used - baseline_used_);
+}
+
+int64_t CudaBackend::peak_bytes() {
+  SamplePeak();
+  return std::max(peak_, allocated_bytes());
+}
+
+// ---- staging -------------------------------------------------------------------------------
+
+Status CudaBackend::Prepare(const std::vector<MicroBatch>& micro) {
+  if (micro.empty()) return Status::Invalid("cuda backend: a step needs at least one micro-batch");
+  for (size_t i = 0; i < micro.size(); ++i) {
+    if (micro[i].inputs == nullptr || micro[i].targets == nullptr) {
+      return Status::Invalid("cuda backend: micro-batch " + std::to_string(i) +
+                             " has null token pointers");
+    }
+  }
+  FORGE_CUDA_CHECK(cudaSetDevice(device_));
+  FORGE_RETURN_IF_ERROR(EnsureTokenCapacity(static_cast<int>(micro.size())));
+  return StageTokens(micro);
+}
+
+// Copies (and range-checks: an out-of-range id would read outside the embedding) the tokens
+// into the pinned staging, once the previous step's H2D copies are done with it.
+Status CudaBackend::StageTokens(const std::vector<MicroBatch>& micro) {
+  FORGE_CUDA_CHECK(cudaEventSynchronize(staging_free_));
+  const int32_t V = cfg_.model.padded_vocab();
+  const size_t cap = size_t(token_capacity_) * N_;
+  for (size_t i = 0; i < micro.size(); ++i) {
+    int32_t* in = host_tokens_ + i * N_;
+    int32_t* tg = host_tokens_ + cap + i * N_;
+    for (int64_t k = 0; k < N_; ++k) {
+      const int32_t a = micro[i].inputs[k], b = micro[i].targets[k];
+      if (a < 0 || a >= V || b < 0 || b >= V) {
+        return Status::Invalid("cuda backend: micro-batch " + std::to_string(i) + " position " +
+                               std::to_string(k) + ": token " + std::to_string(a < 0 || a >= V ? a : b) +
+                               " outside [0, " + std::to_string(V) + ")");
+      }
+      in[k] = a;
+      tg[k] = b;
+    }
+  }
+  return Status::Ok();
+}
+
+void CudaBackend::SetHyper(const StepHyper& hyper) {
+  const OptimizerConfig& o = cfg_.optimizer;
+  *host_hyper_ = cuda::AdamWHyper{hyper.lr, o.beta1, o.beta2, o.eps, hyper.step};
+}
+
+// The whole step on compute_stream_. Everything here is capturable: fixed pointers, values that
+// change per step (tokens, lr, step) are read from memory when the work runs.
+Status CudaBackend::EnqueueStep(int micro_steps, bool optimizer) {
+  cudaStream_t s = compute_stream_;
+  const size_t cap = size_t(token_capacity_) * N_;
+  const size_t n = size_t(micro_steps) * N_;
+  const int32_t* inputs = dev_tokens_;
+  const int32_t* targets = dev_tokens_ + cap;
+  FORGE_CUDA_CHECK(cudaMemcpyAsync(dev_tokens_, host_tokens_, n * sizeof(int32_t),
+                                   cudaMemcpyHostToDevice, s));
+  FORGE_CUDA_CHECK(cudaMemcpyAsync(dev_tokens_ + cap, host_tokens_ + cap, n * sizeof(int32_t),
+                                   cudaMemcpyHostToDevice, s));
+  if (optimizer) {
+    FORGE_CUDA_CHECK(cudaMemcpyAsync(dev_hyper_, host_hyper_, sizeof(cuda::AdamWHyper),
+                                     cudaMemcpyHostToDevice, s));
+  }
+  // In a graph the record must be an external node so the host can wait on it per replay.
+  FORGE_CUDA_CHECK(cudaEventRecordWithFlags(
+      staging_free_, s, capturing_ ? cudaEventRecordExternal : cudaEventRecordDefault));
+
+  FORGE_RETURN_IF_ERROR(model_->ZeroGrads(s));
+  const float dloss = 1.0f / static_cast<float>(n);  // mean over every token of the step
+  for (int i = 0; i < micro_steps; ++i) {
+    FORGE_RETURN_IF_ERROR(model_->ForwardBackward(inputs + i * N_, targets + i * N_, dloss,
+                                                  dev_losses_ + i * N_, s));
+  }
+  FORGE_RETURN_IF_ERROR(cuda::MeanReduce(dev_stats_, dev_losses_, static_cast<int64_t>(n), s));
+  if (optimizer) FORGE_RETURN_IF_ERROR(model_->OptimizerStep(dev_hyper_, dev_stats_ + 1, s));
+  FORGE_CUDA_CHECK(
+      cudaMemcpyAsync(host_stats_, dev_stats_, 2 * sizeof(float), cudaMemcpyDeviceToHost, s));
+  return Status::Ok();
+}
+
+// ---- CUDA graph ----------------------------------------------------------------------------
+
+void CudaBackend::DestroyGraph() {
+  if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
+  if (graph_) cudaGraphDestroy(graph_);
+  graph_exec_ = nullptr;
+  graph_ = nullptr;
+  graph_micro_ = 0;
+}
+
+// Captures EnqueueStep (the warm-up already built every GEMM/cuDNN plan and workspace, so
+// nothing allocates during capture) and launches it. A failed capture is not fatal: the step
+// runs eagerly and graphs stay off for this backend.
+Status CudaBackend::CaptureAndLaunch(int micro_steps) {
+  DestroyGraph();
+  cudaStream_t s = compute_stream_;
+  FORGE_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  capturing_ = true;
+  Status st = EnqueueStep(micro_steps, /*optimizer=*/true);
+  capturing_ = false;
+  cudaGraph_t graph = nullptr;
+  cudaError_t end = cudaStreamEndCapture(s, &graph);
+  cudaError_t inst = cudaErrorUnknown;
+  if (st.ok() && end == cudaSuccess) inst = cudaGraphInstantiate(&graph_exec_, graph, 0);
+  if (!st.ok() || end != cudaSuccess || inst != cudaSuccess) {
+    if (graph) cudaGraphDestroy(graph);
+    graph_exec_ = nullptr;
+    (void)cudaGetLastError();  // capture errors are not sticky; clear the last-error slot
+    std::fprintf(stderr,
+                 "forge: cuda backend: CUDA graph capture failed (%s%s%s); running without "
+                 "graphs\n",
+                 st.ok() ? "" : st.ToString().c_str(), st.ok() ? "" : "; ",
+                 cudaGetErrorString(end != cudaSuccess ? end : inst));
+    use_graph_ = false;
+    return EnqueueStep(micro_steps, /*optimizer=*/true);
+  }
+  graph_ = graph;
+  graph_micro_ = micro_steps;
+  FORGE_CUDA_CHECK(cudaGraphLaunch(graph_exec_, s));
+  SamplePeak();
+  return Status::Ok();
+}
+
+// ---- TrainBackend --------------------------------------------------------------------------
+
+Status CudaBackend::TrainStep(const std::vector<MicroBatch>& micro, const StepHyper& hyper,
+                              bool want_stats, StepStats* stats) {
+  FORGE_RETURN_IF_ERROR(Prepare(micro));
+  SetHyper(hyper);
+  const int M = static_cast<int>(micro.size());
+  if (graph_exec_ != nullptr && graph_micro_ == M) {
+    FORGE_CUDA_CHECK(cudaGraphLaunch(graph_exec_, compute_stream_));
+  } else if (use_graph_ && warm_micro_ == M) {
+    FORGE_RETURN_IF_ERROR(CaptureAndLaunch(M));
+  } else {
+    FORGE_RETURN_IF_ERROR(EnqueueStep(M, /*optimizer=*/true));
+    if (warm_micro_ != M) SamplePeak();
+    warm_micro_ = M;
+  }
+  if (stats == nullptr) return Status::Ok();
+  *stats = StepStats{};
+  if (!want_stats) return Status::Ok();
+  FORGE_RETURN_IF_ERROR(Sync());
+  SamplePeak();
+  stats->loss = host_stats_[0];
+  stats->grad_norm = std::sqrt(host_stats_[1]);
+  stats->valid = true;
+  return Status::Ok();
+}
+
+Status CudaBackend::ComputeGradients(const std::vector<MicroBatch>& micro, UnitBuffers* grads,
+                                     float* loss) {
+  FORGE_RETURN_IF_ERROR(Prepare(micro));
+  FORGE_RETURN_IF_ERROR(EnqueueStep(static_cast<int>(micro.size()), /*optimizer=*/false));
+  FORGE_RETURN_IF_ERROR(Sync());
+  if (loss) *loss = host_stats_[0];
+  return model_->DownloadGrads(grads, compute_stream_);
+}
+
+Status CudaBackend::EvalLoss(const MicroBatch& batch, float* loss) {
+  FORGE_RETURN_IF_ERROR(Prepare({batch}));
+  cudaStream_t s = compute_stream_;
+  const size_t cap = size_t(token_capacity_) * N_;
+  FORGE_CUDA_CHECK(cudaMemcpyAsync(dev_tokens_, host_tokens_, N_ * sizeof(int32_t),
+                                   cudaMemcpyHostToDevice, s));
+  FORGE_CUDA_CHECK(cudaMemcpyAsync(dev_tokens_ + cap, host_tokens_ + cap, N_ * sizeof(int32_t),
+                                   cudaMemcpyHostToDevice, s));
+  FORGE_CUDA_CHECK(cudaEventRecord(staging_free_, s));
+  FORGE_RETURN_IF_ERROR(model_->ForwardLoss(dev_tokens_, dev_tokens_ + cap, dev_losses_, s));
+  FORGE_RETURN_IF_ERROR(cuda::MeanReduce(dev_stats_, dev_losses_, N_, s));
+  FORGE_CUDA_CHECK(
+      cudaMemcpyAsync(host_stats_, dev_stats_, sizeof(float), cudaMemcpyDeviceToHost, s));
+  FORGE_RETURN_IF_ERROR(Sync());
+  *loss = host_stats_[0];
+  return Status::Ok();
+}
+
+Status CudaBackend::SetParams(const UnitBuffers& master) {
+  FORGE_CUDA_CHECK(cudaSetDevice(device_));
+  FORGE_RETURN_IF_ERROR(Sync());
+  FORGE_RETURN_IF_ERROR(model_->UploadParams(master, compute_stream_));
+  return model_->ZeroMoments(compute_stream_);
+}
+
+Status CudaBackend::GetParams(UnitBuffers* master) {
+  FORGE_CUDA_CHECK(cudaSetDevice(device_));
+  return model_->DownloadParams(master, compute_stream_);
+}
+
+Status CudaBackend::GetMoments(UnitBuffers* m, UnitBuffers* v) {
+  FORGE_CUDA_CHECK(cudaSetDevice(device_));
+  return model_->DownloadMoments(m, v, compute_stream_);
+}
+
+Status CudaBackend::SetMoments(const UnitBuffers& m, const UnitBuffers& v) {
+  FORGE_CUDA_CHECK(cudaSetDevice(device_));
+  FORGE_RETURN_IF_ERROR(Sync());
+  return model_->UploadMoments(m, v, compute_stream_);
+}
+
+Status CudaBackend::ProfileStep(const std::vector<MicroBatch>& micro, const StepHyper& hyper,
+                                std::vector<std::pair<std::string, double>>* phase_ms) {
+  FORGE_RETURN_IF_ERROR(Prepare(micro));
+  SetHyper(hyper);
+  timeline_.Reset();
+  model_->set_timeline(&timeline_);
+  const Status st = [&]() -> Status {
+    FORGE_RETURN_IF_ERROR(timeline_.Mark(StepPhase::kCopy, compute_stream_));
+    return EnqueueStep(static_cast<int>(micro.size()), /*optimizer=*/true);
+  }();
+  model_->set_timeline(nullptr);
+  FORGE_RETURN_IF_ERROR(st);
+  FORGE_RETURN_IF_ERROR(timeline_.End(compute_stream_));
+  std::array<double, static_cast<int>(StepPhase::kCount)> ms;
+  FORGE_RETURN_IF_ERROR(timeline_.Totals(&ms));
+  phase_ms->clear();
+  double total = 0.0;
+  for (int p = 0; p < static_cast<int>(StepPhase::kCount); ++p) {
+    phase_ms->emplace_back(StepPhaseName(static_cast<StepPhase>(p)), ms[p]);
+    total += ms[p];
+  }
+  phase_ms->emplace_back("total", total);
+  return Status::Ok();
+}
+
+}  // namespace
+
+CudaBackendOptions CudaBackendOptionsFromEnv() {
+  CudaBackendOptions o;
+  if (EnvIsZero("FORGE_CUDA_GRAPH")) o.use_graph = false;
+  if (EnvIsZero("FORGE_CUDA_DETERMINISTIC")) o.deterministic_attention = false;
+  return o;
+}
+
+StatusOr<std::unique_ptr<CudaTrainBackend>> MakeCudaTrainBackend(
+    const RunConfig& cfg, const CudaBackendOptions& options) {
+  if (!CudaDeviceAvailable()) return Status::Unavailable("cuda backend: no CUDA device visible");
+  auto backend = std::make_unique<CudaBackend>();
+  FORGE_RETURN_IF_ERROR(backend->Init(cfg, options).Annotate("cuda backend"));
+  return std::unique_ptr<CudaTrainBackend>(std::move(backend));
+}
+
+StatusOr<std::unique_ptr<TrainBackend>> MakeCudaBackend(const RunConfig& cfg) {
+  auto made = MakeCudaTrainBackend(cfg, CudaBackendOptionsFromEnv());
+  if (!made.ok()) return made.status();
+  return std::unique_ptr<TrainBackend>(std::move(made).value());
+}
+
+bool CudaDeviceAvailable() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+}  // namespace forge

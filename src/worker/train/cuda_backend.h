@@ -1,0 +1,58 @@
+// The CUDA BF16 training backend beyond the TrainBackend interface: construction options (CUDA
+// graph on/off, deterministic attention) and introspection for benchmarks, metrics and tests
+// (peak memory, whether the step runs as a graph, a per-phase timing breakdown).
+// Only defined in CUDA builds (src/worker/train/cuda_backend.cu); no CUDA types here so plain
+// C++ callers can include it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/config.h"
+#include "common/status.h"
+#include "worker/train/backend.h"
+
+namespace forge {
+
+struct CudaBackendOptions {
+  // Capture the whole step (token copies, forward, backward, optimizer) in a CUDA graph after
+  // one eager warm-up step and replay it. FORGE_CUDA_GRAPH=0 turns it off (to isolate faults).
+  bool use_graph = true;
+  // Bitwise-reproducible attention backward (DESIGN.md: same seed and data give the same
+  // weights). FORGE_CUDA_DETERMINISTIC=0 trades that for ~13% faster attention backward.
+  bool deterministic_attention = true;
+  int lm_head_chunk_rows = 4096;  // token rows per LM-head chunk
+};
+
+// Defaults with the environment overrides above applied.
+CudaBackendOptions CudaBackendOptionsFromEnv();
+
+class CudaTrainBackend : public TrainBackend {
+ public:
+  // Device memory in use by this backend at its peak, in bytes: the growth of the device's
+  // used memory since construction (cudaMemGetInfo), sampled after the warm-up, after graph
+  // capture and whenever a step synchronises; never below allocated_bytes().
+  virtual int64_t peak_bytes() = 0;
+  // Bytes of the backend's own allocations (buffers and workspaces it asked for).
+  virtual int64_t allocated_bytes() const = 0;
+  // True once the step runs as a replayed CUDA graph.
+  virtual bool graph_active() const = 0;
+  // The stream the step runs on (a cudaStream_t), for timing with events.
+  virtual void* compute_stream() const = 0;
+  // One eager training step (same effect on the weights as TrainStep) with every phase timed
+  // by events; phase_ms gets (phase name, milliseconds) in step order of first appearance.
+  virtual Status ProfileStep(const std::vector<MicroBatch>& micro, const StepHyper& hyper,
+                             std::vector<std::pair<std::string, double>>* phase_ms) = 0;
+};
+
+// The backend for cfg on the current device, weights initialised from cfg.seed (InitParams),
+// moments zero. Activations are sized for cfg.batch.micro_batch sequences of
+// cfg.model.seq_len tokens; train.activation_recompute picks recompute. precision.compute
+// bf16 and fp32 both compute in BF16 (fp32 is the CPU backend's); fp8 is not supported yet.
+StatusOr<std::unique_ptr<CudaTrainBackend>> MakeCudaTrainBackend(
+    const RunConfig& cfg, const CudaBackendOptions& options);
+
+}  // namespace forge
