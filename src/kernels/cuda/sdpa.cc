@@ -414,6 +414,13 @@ std::string Describe(const SdpaShape& s, bool backward) {
          " KV=" + std::to_string(s.KV) + " hd=" + std::to_string(s.hd);
 }
 
+// Names the call and appends cuDNN's own explanation of its last failure.
+Status WithContext(const Status& st, const SdpaShape& s, bool backward) {
+  if (st.ok()) return st;
+  return Status(st.code(), Describe(s, backward) + ": " + st.message() + " [cuDNN: " +
+                               LastCudnnError() + "]");
+}
+
 Status CheckShape(const SdpaShape& s, bool backward) {
   if (s.B <= 0 || s.T <= 0 || s.H <= 0 || s.KV <= 0 || s.hd <= 0) {
     return Status::Invalid(Describe(s, backward) + ": non-positive dimension");
@@ -421,9 +428,10 @@ Status CheckShape(const SdpaShape& s, bool backward) {
   if (s.H % s.KV != 0) {
     return Status::Invalid(Describe(s, backward) + ": H must be a multiple of KV");
   }
-  // 16-byte aligned rows for every head slice, and cuDNN's flash head-size limit.
-  if (s.hd % 8 != 0 || s.hd > 256) {
-    return Status::Invalid(Describe(s, backward) + ": hd must be a multiple of 8, at most 256");
+  // 16-byte aligned rows for every head slice, and cuDNN's flash head-size limit on Hopper
+  // (d = 256 backward is Blackwell-only).
+  if (s.hd % 8 != 0 || s.hd > 128) {
+    return Status::Invalid(Describe(s, backward) + ": hd must be a multiple of 8, at most 128");
   }
   return Status::Ok();
 }
@@ -437,6 +445,74 @@ Status CheckAligned(const void* p, const char* name) {
 }
 
 size_t Align256(size_t n) { return (n + 255) / 256 * 256; }
+
+// Builds one graph's ops, then operation graph -> heuristics (mode A) -> the first engine
+// config whose execution plan finalizes. Every descriptor goes into *owned (the plan last).
+Status BuildPlan(cudnnHandle_t handle, const SdpaShape& s, bool backward, bool deterministic,
+                 std::vector<Desc>* owned, Desc* plan_out, int64_t* workspace_bytes) {
+  const Layout L(s);
+  GraphBuilder gb(owned);
+  FORGE_RETURN_IF_ERROR(backward ? BuildBackward(gb, L, deterministic) : BuildForward(gb, L));
+
+  Desc op_graph;
+  FORGE_RETURN_IF_ERROR(gb.Create(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &op_graph));
+  FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(op_graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE,
+                                             CUDNN_TYPE_HANDLE, 1, &handle));
+  const std::vector<Desc>& ops = gb.ops();
+  FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(op_graph, CUDNN_ATTR_OPERATIONGRAPH_OPS,
+                                             CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                             static_cast<int64_t>(ops.size()), ops.data()));
+  FORGE_CUDNN_CHECK(cudnnBackendFinalize(op_graph));
+
+  Desc heur;
+  FORGE_RETURN_IF_ERROR(gb.Create(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur));
+  const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
+  FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
+                                             CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &op_graph));
+  FORGE_CUDNN_CHECK(
+      cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode));
+  FORGE_CUDNN_CHECK(cudnnBackendFinalize(heur));
+  int64_t count = 0;
+  FORGE_CUDNN_CHECK(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                             CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr));
+  if (count <= 0) {
+    return Status::Internal("cuDNN heuristics offer no engine for the " +
+                            std::to_string(ops.size()) + "-op graph");
+  }
+  // The result array must hold engine-config descriptors created beforehand.
+  std::vector<Desc> configs(static_cast<size_t>(count));
+  for (Desc& c : configs) FORGE_RETURN_IF_ERROR(gb.Create(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &c));
+  int64_t returned = 0;
+  FORGE_CUDNN_CHECK(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                             CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &returned,
+                                             configs.data()));
+
+  std::string last_error = "no engine config returned";
+  for (int64_t i = 0; i < returned; ++i) {
+    DescGuard plan;
+    FORGE_CUDNN_CHECK(
+        cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan.d));
+    FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(plan.d, CUDNN_ATTR_EXECUTION_PLAN_HANDLE,
+                                               CUDNN_TYPE_HANDLE, 1, &handle));
+    FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(plan.d, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
+                                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &configs[i]));
+    // A config that cannot run this graph fails here; try the next one.
+    const cudnnStatus_t plan_status = cudnnBackendFinalize(plan.d);
+    if (plan_status != CUDNN_STATUS_SUCCESS) {
+      last_error = std::string(cudnnGetErrorString(plan_status)) + " (" + LastCudnnError() + ")";
+      continue;
+    }
+    int64_t n = 0;
+    FORGE_CUDNN_CHECK(cudnnBackendGetAttribute(plan.d, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                               CUDNN_TYPE_INT64, 1, &n, workspace_bytes));
+    *plan_out = plan.d;
+    owned->push_back(plan.d);
+    plan.d = nullptr;
+    return Status::Ok();
+  }
+  return Status::Internal("none of " + std::to_string(returned) + " engine configs of the " +
+                          std::to_string(ops.size()) + "-op graph finalized; last: " + last_error);
+}
 
 }  // namespace
 
@@ -491,8 +567,6 @@ Status SdpaRunner::EnsureWorkspace(size_t bytes) {
   return Status::Ok();
 }
 
-// Builds the graph's ops, then operation graph -> heuristics (mode A) -> the first engine
-// config whose execution plan finalizes. Cached per shape.
 StatusOr<SdpaRunner::Graph*> SdpaRunner::Get(const SdpaShape& s, bool backward) {
   const auto key = std::make_tuple(s.B, s.T, s.H, s.KV, s.hd, backward);
   auto it = graphs_.find(key);
@@ -500,75 +574,9 @@ StatusOr<SdpaRunner::Graph*> SdpaRunner::Get(const SdpaShape& s, bool backward) 
 
   auto g = std::make_unique<Graph>();
   g->scale = 1.0f / std::sqrt(static_cast<float>(s.hd));
-  const Layout L(s);
-  GraphBuilder gb(&g->owned);
-  Status st = backward ? BuildBackward(gb, L, deterministic_) : BuildForward(gb, L);
-  if (!st.ok()) return st.Annotate(Describe(s, backward) + " (" + LastCudnnError() + ")");
-
-  Desc op_graph;
-  FORGE_RETURN_IF_ERROR(gb.Create(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &op_graph));
-  FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(op_graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE,
-                                             CUDNN_TYPE_HANDLE, 1, &handle_));
-  const std::vector<Desc>& ops = gb.ops();
-  FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(op_graph, CUDNN_ATTR_OPERATIONGRAPH_OPS,
-                                             CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                                             static_cast<int64_t>(ops.size()), ops.data()));
-  const cudnnStatus_t graph_status = cudnnBackendFinalize(op_graph);
-  if (graph_status != CUDNN_STATUS_SUCCESS) {
-    return Status::Internal(Describe(s, backward) + ": operation graph of " +
-                            std::to_string(ops.size()) + " ops rejected: " +
-                            cudnnGetErrorString(graph_status) + " (" + LastCudnnError() + ")");
-  }
-
-  Desc heur;
-  FORGE_RETURN_IF_ERROR(gb.Create(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur));
-  const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
-  FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
-                                             CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &op_graph));
-  FORGE_CUDNN_CHECK(
-      cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode));
-  FORGE_CUDNN_CHECK(cudnnBackendFinalize(heur));
-  int64_t count = 0;
-  FORGE_CUDNN_CHECK(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                             CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr));
-  if (count <= 0) {
-    return Status::Internal(Describe(s, backward) + ": cuDNN heuristics offer no engine (" +
-                            LastCudnnError() + ")");
-  }
-  // The result array must hold engine-config descriptors created beforehand.
-  std::vector<Desc> configs(static_cast<size_t>(count));
-  for (Desc& c : configs) FORGE_RETURN_IF_ERROR(gb.Create(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &c));
-  int64_t returned = 0;
-  FORGE_CUDNN_CHECK(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                             CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &returned,
-                                             configs.data()));
-
-  std::string last_error = "no engine config returned";
-  for (int64_t i = 0; i < returned && g->plan == nullptr; ++i) {
-    DescGuard plan;
-    FORGE_CUDNN_CHECK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan.d));
-    FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(plan.d, CUDNN_ATTR_EXECUTION_PLAN_HANDLE,
-                                               CUDNN_TYPE_HANDLE, 1, &handle_));
-    FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(plan.d, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
-                                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &configs[i]));
-    const cudnnStatus_t plan_status = cudnnBackendFinalize(plan.d);
-    if (plan_status != CUDNN_STATUS_SUCCESS) {
-      last_error = std::string(cudnnGetErrorString(plan_status)) + " (" + LastCudnnError() + ")";
-      continue;
-    }
-    int64_t ws = 0;
-    int64_t n = 0;
-    FORGE_CUDNN_CHECK(cudnnBackendGetAttribute(plan.d, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                               CUDNN_TYPE_INT64, 1, &n, &ws));
-    g->plan = plan.d;
-    g->owned.push_back(plan.d);
-    plan.d = nullptr;
-    g->workspace_bytes = ws;
-  }
-  if (g->plan == nullptr) {
-    return Status::Internal(Describe(s, backward) + ": none of " + std::to_string(returned) +
-                            " engine configs finalized; last: " + last_error);
-  }
+  const Status st = BuildPlan(handle_, s, backward, deterministic_, &g->owned, &g->plan,
+                              &g->workspace_bytes);
+  if (!st.ok()) return WithContext(st, s, backward);
   Graph* raw = g.get();
   graphs_.emplace(key, std::move(g));
   return raw;
@@ -613,7 +621,7 @@ Status SdpaRunner::Forward(const SdpaShape& s, const bf16* qkv, bf16* out, float
   const std::vector<int64_t> uids = {kQ, kKt, kV, kO, kStats, kScale, kNegInf};
   const std::vector<void*> ptrs = {Mut(qkv), Mut(qkv + k_off), Mut(qkv + v_off), out, stats,
                                    &g->scale, &g->neg_inf};
-  return Execute(handle_, g->plan, uids, ptrs, workspace_).Annotate(Describe(s, false));
+  return WithContext(Execute(handle_, g->plan, uids, ptrs, workspace_), s, false);
 }
 
 Status SdpaRunner::Backward(const SdpaShape& s, const bf16* qkv, const bf16* out,
@@ -643,7 +651,7 @@ Status SdpaRunner::Backward(const SdpaShape& s, const bf16* qkv, const bf16* out
     uids.push_back(kDQAccum);
     ptrs.push_back(dq_accum);
   }
-  return Execute(handle_, g->plan, uids, ptrs, workspace_).Annotate(Describe(s, true));
+  return WithContext(Execute(handle_, g->plan, uids, ptrs, workspace_), s, true);
 }
 
 }  // namespace forge::cuda
