@@ -169,6 +169,18 @@ inline std::vector<float> RandomNormal(size_t n, float stddev, uint64_t seed) {
   for (float& v : x) v = dist(rng);
   return x;
 }
+// Random values that are exactly representable in bf16 (what a test uploads as bf16 and hands
+// to the float32 reference unchanged).
+inline std::vector<float> RandomNormalBf16(size_t n, float stddev, uint64_t seed) {
+  std::vector<float> x = RandomNormal(n, stddev, seed);
+  RoundBf16InPlace(x);
+  return x;
+}
+inline std::vector<float> RandomUniformBf16(size_t n, float lo, float hi, uint64_t seed) {
+  std::vector<float> x = RandomUniform(n, lo, hi, seed);
+  RoundBf16InPlace(x);
+  return x;
+}
 inline std::vector<int32_t> RandomInts(size_t n, int32_t lo, int32_t hi_exclusive,
                                        uint64_t seed) {
   std::mt19937_64 rng(seed);

@@ -1,6 +1,7 @@
 // Rotary embedding applied in place to the Q and K heads of a fused bf16 qkv buffer
 // [B, T, (H + 2*KV) * hd]; same convention as kernels/cpu/rope.h (interleaved pairs).
 // inverse=true is the backward pass.
+// Requires hd even and hd <= 512 (Status::Invalid otherwise).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,0 +1,130 @@
+// GPU fused softmax cross-entropy (loss + in-place bf16 gradient) and the deterministic mean,
+// vs the float32 CPU reference on the same bf16 logits.
+// Tolerances (max |got - ref| / max |ref|): losses (fp32 from bf16 inputs) 1e-5; gradient
+// (bf16) 1e-2, checked twice: over the whole gradient (dominated by the -dloss at the target)
+// and with the target entries left out (so the softmax part itself is held to 1e-2 of its
+// largest value). Mean of fp32 values: 1e-5.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "gpu_test_util.h"
+#include "kernels/cpu/cross_entropy.h"
+#include "kernels/cuda/cross_entropy.cuh"
+
+namespace forge {
+namespace {
+
+using test::bf16;
+using test::DeviceBuffer;
+
+// Copies of got/ref with each row's target entry zeroed.
+void DropTargets(std::vector<float>* x, const std::vector<int32_t>& targets, int V) {
+  for (size_t r = 0; r < targets.size(); ++r) {
+    if (targets[r] >= 0 && targets[r] < V) (*x)[r * V + targets[r]] = 0.0f;
+  }
+}
+
+void CheckCrossEntropy(int64_t n, int V, float logit_std, uint64_t seed) {
+  SCOPED_TRACE("n=" + std::to_string(n) + " V=" + std::to_string(V));
+  const float dloss = 1.0f / float(n);
+  const std::vector<float> logits = test::RandomNormalBf16(size_t(n) * V, logit_std, seed);
+  const std::vector<int32_t> targets = test::RandomInts(n, 0, V, seed + 1);
+  std::vector<float> ref_loss(n), ref_grad(size_t(n) * V);
+  cpu::CrossEntropyForwardBackward(ref_loss.data(), ref_grad.data(), logits.data(),
+                                   targets.data(), n, V, dloss);
+
+  DeviceBuffer<int32_t> d_tgt(targets);
+  DeviceBuffer<float> d_loss(n);
+
+  // Loss only: the logits stay as they were.
+  DeviceBuffer<bf16> d_logits(test::ToBf16(logits));
+  d_loss.Poison();
+  ASSERT_STATUS_OK(cuda::CrossEntropyForwardBackward(d_logits.data(), d_loss.data(),
+                                                     d_tgt.data(), n, V, dloss, false, nullptr));
+  const std::vector<float> loss_only = d_loss.Download();
+  EXPECT_TRUE(test::MaxRelClose(loss_only, ref_loss, 1e-5)) << "loss (no grad)";
+  EXPECT_TRUE(test::BitwiseEqual(test::ToFloat(d_logits.Download()), logits))
+      << "write_grad=false must not touch the logits";
+
+  // Loss and gradient in place.
+  d_loss.Poison();
+  ASSERT_STATUS_OK(cuda::CrossEntropyForwardBackward(d_logits.data(), d_loss.data(),
+                                                     d_tgt.data(), n, V, dloss, true, nullptr));
+  const std::vector<float> loss = d_loss.Download();
+  EXPECT_TRUE(test::MaxRelClose(loss, ref_loss, 1e-5)) << "loss";
+  EXPECT_TRUE(test::BitwiseEqual(loss, loss_only)) << "same loss with and without the gradient";
+  std::vector<float> grad = test::ToFloat(d_logits.Download());
+  EXPECT_TRUE(test::MaxRelClose(grad, ref_grad, 1e-2)) << "dlogits";
+  DropTargets(&grad, targets, V);
+  DropTargets(&ref_grad, targets, V);
+  EXPECT_TRUE(test::MaxRelClose(grad, ref_grad, 1e-2)) << "dlogits without the target entries";
+}
+
+TEST(GpuCrossEntropy, Gpt2VocabMatchesCpu) {
+  FORGE_SKIP_WITHOUT_GPU();
+  CheckCrossEntropy(4, 50304, 4.0f, 401);
+}
+
+TEST(GpuCrossEntropy, ManyRowsMatchCpu) {
+  FORGE_SKIP_WITHOUT_GPU();
+  CheckCrossEntropy(64, 50304, 2.0f, 402);
+}
+
+TEST(GpuCrossEntropy, VocabBeyondRegisterCacheMatchesCpu) {
+  FORGE_SKIP_WITHOUT_GPU();
+  CheckCrossEntropy(3, 60000, 4.0f, 403);  // > 57344 columns: the tail is re-read from memory
+}
+
+TEST(GpuCrossEntropy, SmallAndOddVocabMatchCpu) {
+  FORGE_SKIP_WITHOUT_GPU();
+  CheckCrossEntropy(5, 1003, 4.0f, 404);  // V % 8 != 0: scalar path
+  CheckCrossEntropy(2, 8, 1.0f, 405);
+  CheckCrossEntropy(9, 128, 8.0f, 406);
+}
+
+TEST(GpuCrossEntropy, OutOfRangeTargetGivesNanLossAndNoOnehot) {
+  FORGE_SKIP_WITHOUT_GPU();
+  const int64_t n = 2;
+  const int V = 256;
+  const float dloss = 0.5f;
+  const std::vector<float> logits = test::RandomNormalBf16(size_t(n) * V, 2.0f, 407);
+  const std::vector<int32_t> targets = {-1, V};
+  DeviceBuffer<bf16> d_logits(test::ToBf16(logits));
+  DeviceBuffer<int32_t> d_tgt(targets);
+  DeviceBuffer<float> d_loss(n);
+  ASSERT_STATUS_OK(cuda::CrossEntropyForwardBackward(d_logits.data(), d_loss.data(),
+                                                     d_tgt.data(), n, V, dloss, true, nullptr));
+  const std::vector<float> loss = d_loss.Download();
+  EXPECT_TRUE(std::isnan(loss[0]));
+  EXPECT_TRUE(std::isnan(loss[1]));
+  // Gradient = softmax * dloss: the reference with target 0, plus dloss back at column 0.
+  std::vector<float> ref_loss(n), ref_grad(size_t(n) * V);
+  const std::vector<int32_t> zero(n, 0);
+  cpu::CrossEntropyForwardBackward(ref_loss.data(), ref_grad.data(), logits.data(), zero.data(),
+                                   n, V, dloss);
+  for (int64_t r = 0; r < n; ++r) ref_grad[r * V] += dloss;
+  EXPECT_TRUE(test::MaxRelClose(test::ToFloat(d_logits.Download()), ref_grad, 1e-2));
+}
+
+TEST(GpuMeanReduce, MatchesDoubleMeanAndIsDeterministic) {
+  FORGE_SKIP_WITHOUT_GPU();
+  for (int64_t n : {int64_t{1}, int64_t{1000}, int64_t{4097}, int64_t{100000}}) {
+    SCOPED_TRACE("n=" + std::to_string(n));
+    const std::vector<float> v = test::RandomUniform(n, 0.5f, 12.0f, 500 + n);
+    double sum = 0.0;
+    for (float x : v) sum += x;
+    DeviceBuffer<float> d_v(v), d_out(1);
+    d_out.Poison();
+    ASSERT_STATUS_OK(cuda::MeanReduce(d_out.data(), d_v.data(), n, nullptr));
+    const std::vector<float> got = d_out.Download();
+    EXPECT_TRUE(test::MaxRelClose(got, {float(sum / double(n))}, 1e-5));
+    d_out.Poison();
+    ASSERT_STATUS_OK(cuda::MeanReduce(d_out.data(), d_v.data(), n, nullptr));
+    EXPECT_TRUE(test::BitwiseEqual(d_out.Download(), got));
+  }
+}
+
+}  // namespace
+}  // namespace forge

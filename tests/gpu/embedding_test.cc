@@ -1,0 +1,141 @@
+// GPU embedding forward/backward vs the float32 CPU reference.
+// Tolerances: forward is a gather, so bitwise equal to the bf16 table rows. Backward adds the
+// same bf16-valued rows in the same (position) order as the CPU reference, so dwte is bitwise
+// equal to cpu::EmbeddingBackward; the max-relative check (1e-6) is there to report the size
+// of any difference.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "gpu_test_util.h"
+#include "kernels/cpu/embedding.h"
+#include "kernels/cuda/embedding.cuh"
+
+namespace forge {
+namespace {
+
+using test::bf16;
+using test::DeviceBuffer;
+
+void CheckForward(int64_t N, int d, int V, uint64_t seed) {
+  const std::vector<float> wte = test::RandomNormalBf16(size_t(V) * d, 1.0f, seed);
+  const std::vector<int32_t> tokens = test::RandomInts(N, 0, V, seed + 1);
+  DeviceBuffer<bf16> d_wte(test::ToBf16(wte));
+  DeviceBuffer<int32_t> d_tok(tokens);
+  DeviceBuffer<bf16> d_out(size_t(N) * d);
+  d_out.Poison();
+  ASSERT_STATUS_OK(cuda::EmbeddingForward(d_out.data(), d_tok.data(), d_wte.data(), N, d, nullptr));
+  const std::vector<float> got = test::ToFloat(d_out.Download());
+  std::vector<float> ref(size_t(N) * d);
+  cpu::EmbeddingForward(ref.data(), tokens.data(), wte.data(), N, d);
+  EXPECT_TRUE(test::MaxRelClose(got, ref, 0.0));
+  EXPECT_TRUE(test::BitwiseEqual(got, ref));
+}
+
+TEST(GpuEmbeddingForward, RealisticShapeMatchesCpu) {
+  FORGE_SKIP_WITHOUT_GPU();
+  CheckForward(4 * 1024, 768, 50304, 11);
+}
+
+TEST(GpuEmbeddingForward, OddWidthScalarPathMatchesCpu) {
+  FORGE_SKIP_WITHOUT_GPU();
+  CheckForward(37, 100, 53, 12);
+}
+
+// Runs the GPU backward on a copy of dwte0 and returns the result.
+std::vector<float> GpuBackward(const std::vector<float>& dwte0, const std::vector<bf16>& dout,
+                               const std::vector<int32_t>& tokens, int64_t N, int d, int V) {
+  DeviceBuffer<float> d_dwte(dwte0);
+  DeviceBuffer<bf16> d_dout(dout);
+  DeviceBuffer<int32_t> d_tok(tokens);
+  const size_t ws_bytes = cuda::EmbeddingBackwardWorkspace(N, V);
+  EXPECT_GT(ws_bytes, 0u);
+  DeviceBuffer<char> ws(ws_bytes);
+  ws.Poison();  // the kernel must not depend on the workspace's previous contents
+  Status s = cuda::EmbeddingBackward(d_dwte.data(), d_dout.data(), d_tok.data(), N, d, V,
+                                     ws.data(), ws_bytes, nullptr);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return d_dwte.Download();
+}
+
+// Tokens with long runs of repeats (a few very frequent ids) as well as rare ones.
+std::vector<int32_t> SkewedTokens(int64_t N, int V, uint64_t seed) {
+  std::vector<int32_t> t = test::RandomInts(N, 0, V, seed);
+  const std::vector<int32_t> pick = test::RandomInts(N, 0, 4, seed + 7);
+  for (int64_t i = 0; i < N; ++i) {
+    if (pick[i] == 0) t[i] = 3;            // ~25% of positions: one token
+    if (pick[i] == 1) t[i] = t[i] % 16;    // ~25%: 16 tokens
+  }
+  t[0] = V - 1;  // the last row of the table
+  return t;
+}
+
+void CheckBackward(int64_t N, int d, int V, uint64_t seed) {
+  // dwte starts non-zero: the backward accumulates.
+  const std::vector<float> dwte0 = test::RandomNormal(size_t(V) * d, 0.5f, seed);
+  const std::vector<float> dout_f = test::RandomNormalBf16(size_t(N) * d, 1.0f, seed + 1);
+  const std::vector<bf16> dout = test::ToBf16(dout_f);
+  const std::vector<int32_t> tokens = SkewedTokens(N, V, seed + 2);
+
+  const std::vector<float> got = GpuBackward(dwte0, dout, tokens, N, d, V);
+  std::vector<float> ref = dwte0;
+  cpu::EmbeddingBackward(ref.data(), dout_f.data(), tokens.data(), N, d);
+  EXPECT_TRUE(test::MaxRelClose(got, ref, 1e-6));
+  EXPECT_TRUE(test::BitwiseEqual(got, ref)) << "same additions in the same order as the CPU";
+
+  // Deterministic: a second run gives the same bits.
+  const std::vector<float> again = GpuBackward(dwte0, dout, tokens, N, d, V);
+  EXPECT_TRUE(test::BitwiseEqual(got, again));
+}
+
+TEST(GpuEmbeddingBackward, RealisticShapeMatchesCpuAndIsDeterministic) {
+  FORGE_SKIP_WITHOUT_GPU();
+  CheckBackward(4 * 1024, 768, 50304, 21);
+}
+
+TEST(GpuEmbeddingBackward, WideRowsMatchCpu) {
+  FORGE_SKIP_WITHOUT_GPU();
+  CheckBackward(2 * 1024, 1024, 4096, 22);
+}
+
+TEST(GpuEmbeddingBackward, OddWidthScalarPathMatchesCpu) {
+  FORGE_SKIP_WITHOUT_GPU();
+  CheckBackward(300, 100, 50, 23);
+}
+
+TEST(GpuEmbeddingBackward, IgnoresOutOfRangeTokens) {
+  FORGE_SKIP_WITHOUT_GPU();
+  const int64_t N = 257;
+  const int d = 64, V = 40;
+  const std::vector<float> dwte0 = test::RandomNormal(size_t(V) * d, 0.5f, 31);
+  const std::vector<float> dout_f = test::RandomNormalBf16(size_t(N) * d, 1.0f, 32);
+  std::vector<int32_t> tokens = test::RandomInts(N, 0, V, 33);
+  // Invalid ids with the same low bits as valid ones must not split a valid token's run.
+  tokens[5] = -1;
+  tokens[6] = V;
+  tokens[7] = V + 3;
+  tokens[100] = 1 << 20;
+  const std::vector<float> got = GpuBackward(dwte0, test::ToBf16(dout_f), tokens, N, d, V);
+  std::vector<float> ref = dwte0;
+  for (int64_t n = 0; n < N; ++n) {
+    if (tokens[n] < 0 || tokens[n] >= V) continue;
+    cpu::EmbeddingBackward(ref.data(), dout_f.data() + n * d, &tokens[n], 1, d);
+  }
+  EXPECT_TRUE(test::BitwiseEqual(got, ref));
+  EXPECT_TRUE(test::MaxRelClose(got, ref, 1e-6));
+}
+
+TEST(GpuEmbeddingBackward, RejectsTooSmallWorkspace) {
+  FORGE_SKIP_WITHOUT_GPU();
+  DeviceBuffer<float> dwte(64 * 8);
+  DeviceBuffer<bf16> dout(16 * 8);
+  DeviceBuffer<int32_t> tok(std::vector<int32_t>(16, 1));
+  const size_t need = cuda::EmbeddingBackwardWorkspace(16, 64);
+  DeviceBuffer<char> ws(need);
+  Status s = cuda::EmbeddingBackward(dwte.data(), dout.data(), tok.data(), 16, 8, 64, ws.data(),
+                                     need - 1, nullptr);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+}
+
+}  // namespace
+}  // namespace forge

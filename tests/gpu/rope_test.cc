@@ -1,0 +1,95 @@
+// GPU RoPE (in place on the fused qkv buffer) vs the float32 CPU reference on the same bf16
+// inputs. Tolerance: bf16 output, max |got - ref| / max |ref| < 1e-2 per rotated part; the V
+// part must be left bitwise untouched.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "gpu_test_util.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cuda/rope.cuh"
+
+namespace forge {
+namespace {
+
+using test::bf16;
+using test::DeviceBuffer;
+
+struct Shape {
+  int B, T, H, KV, hd;
+};
+
+// Splits a [B, T, (H + 2KV) * hd] buffer into its rotated (Q, K) and V elements.
+void Split(const std::vector<float>& qkv, const Shape& s, std::vector<float>* qk,
+           std::vector<float>* v) {
+  const int64_t row = int64_t{s.H + 2 * s.KV} * s.hd;
+  const int64_t rot = int64_t{s.H + s.KV} * s.hd;
+  qk->clear();
+  v->clear();
+  for (size_t i = 0; i < qkv.size(); ++i) {
+    (int64_t(i) % row < rot ? qk : v)->push_back(qkv[i]);
+  }
+}
+
+std::vector<float> GpuRope(const std::vector<float>& qkv, const Shape& s, float theta,
+                           bool inverse) {
+  DeviceBuffer<bf16> d(test::ToBf16(qkv));
+  Status st = cuda::RopeApply(d.data(), s.B, s.T, s.H, s.KV, s.hd, theta, inverse, nullptr);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return test::ToFloat(d.Download());
+}
+
+void CheckRope(const Shape& s, float theta, uint64_t seed) {
+  SCOPED_TRACE("B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) +
+               " H=" + std::to_string(s.H) + " KV=" + std::to_string(s.KV) +
+               " hd=" + std::to_string(s.hd));
+  const size_t n = size_t(s.B) * s.T * (s.H + 2 * s.KV) * s.hd;
+  const std::vector<float> qkv = test::RandomNormalBf16(n, 1.0f, seed);
+  std::vector<float> qk_in, v_in;
+  Split(qkv, s, &qk_in, &v_in);
+
+  for (bool inverse : {false, true}) {
+    SCOPED_TRACE(inverse ? "inverse" : "forward");
+    const std::vector<float> got = GpuRope(qkv, s, theta, inverse);
+    std::vector<float> ref = qkv;
+    cpu::RopeApply(ref.data(), s.B, s.T, s.H, s.KV, s.hd, theta, inverse);
+    std::vector<float> got_qk, got_v, ref_qk, ref_v;
+    Split(got, s, &got_qk, &got_v);
+    Split(ref, s, &ref_qk, &ref_v);
+    EXPECT_TRUE(test::MaxRelClose(got_qk, ref_qk, 1e-2));
+    EXPECT_TRUE(test::BitwiseEqual(got_v, v_in)) << "V heads must not change";
+    // Positions > 0 really rotate (guards against a kernel that does nothing).
+    EXPECT_FALSE(test::MaxRelClose(got_qk, qk_in, 1e-2));
+  }
+
+  // Forward then inverse on the GPU gives back the input (up to two bf16 roundings).
+  DeviceBuffer<bf16> d(test::ToBf16(qkv));
+  ASSERT_STATUS_OK(cuda::RopeApply(d.data(), s.B, s.T, s.H, s.KV, s.hd, theta, false, nullptr));
+  ASSERT_STATUS_OK(cuda::RopeApply(d.data(), s.B, s.T, s.H, s.KV, s.hd, theta, true, nullptr));
+  EXPECT_TRUE(test::MaxRelClose(test::ToFloat(d.Download()), qkv, 2e-2));
+}
+
+TEST(GpuRope, Gpt124mShapeMatchesCpu) {
+  FORGE_SKIP_WITHOUT_GPU();
+  CheckRope({2, 1024, 12, 12, 64}, 10000.0f, 201);
+}
+
+TEST(GpuRope, GqaShapeMatchesCpu) {
+  FORGE_SKIP_WITHOUT_GPU();
+  CheckRope({2, 512, 16, 4, 128}, 500000.0f, 202);
+}
+
+TEST(GpuRope, OddHeadDimScalarPathMatchesCpu) {
+  FORGE_SKIP_WITHOUT_GPU();
+  CheckRope({2, 17, 3, 1, 6}, 10000.0f, 203);  // hd % 8 != 0: one pair per thread
+}
+
+TEST(GpuRope, RejectsOddHeadDim) {
+  FORGE_SKIP_WITHOUT_GPU();
+  DeviceBuffer<bf16> d(2 * 3 * 5);
+  EXPECT_EQ(cuda::RopeApply(d.data(), 1, 2, 1, 1, 5, 10000.0f, false, nullptr).code(),
+            Code::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace forge
