@@ -206,7 +206,7 @@ TEST(GpuModel, TrainingMatchesCpu) {
   ASSERT_STATUS_OK(gpu->SetParams(params));
   constexpr int kSteps = 50;
   const auto batches = MakeBatches(c, kSteps, 21);
-  float first = 0.0f, last = 0.0f;
+  float first = 0.0f, last5 = 0.0f;
   for (int step = 1; step <= kSteps; ++step) {
     const auto micro = Views(batches, step - 1, 1);
     const StepHyper hyper{c.optimizer.lr, step};
@@ -220,9 +220,10 @@ TEST(GpuModel, TrainingMatchesCpu) {
       EXPECT_NEAR(s_gpu.grad_norm, s_cpu.grad_norm, 5e-2 * s_cpu.grad_norm) << "grad norm";
       first = s_gpu.loss;
     }
-    last = s_gpu.loss;
+    if (step > kSteps - 5) last5 += s_gpu.loss / 5.0f;
   }
-  EXPECT_LT(last, 0.85f * first) << "the GPU backend did not learn the Markov chain";
+  // The CPU reference goes from 6.23 to ~3.7 on this data in 50 steps.
+  EXPECT_LT(last5, first - 1.0f) << "the GPU backend did not learn";
   EXPECT_TRUE(gpu->graph_active()) << "steps after the first should replay a CUDA graph";
 }
 
