@@ -201,7 +201,8 @@ TEST(GpuAdamW, NullBf16CopyAndNullScale) {
   desc[0].param_bf16 = nullptr;
   DeviceBuffer<cuda::AdamWTensor> d_desc(desc);
   const std::vector<std::vector<float>> gs = UploadGrads(ts, 902);
-  DeviceBuffer<cuda::AdamWHyper> d_hyper(std::vector<cuda::AdamWHyper>{{3e-4f, 0.9f, 0.999f, 1e-8f, 1}});
+  DeviceBuffer<cuda::AdamWHyper> d_hyper(
+      std::vector<cuda::AdamWHyper>{{3e-4f, 0.9f, 0.999f, 1e-8f, 1}});
   ts[0].d_pb.Poison();
   ASSERT_STATUS_OK(cuda::AdamWMultiTensor(d_desc.data(), 1, d_hyper.data(), nullptr, nullptr));
   cpu::AdamWUpdate(ts[0].p.data(), gs[0].data(), ts[0].m.data(), ts[0].v.data(), ts[0].n,
@@ -228,7 +229,8 @@ TEST(GpuCast, FloatBf16RoundTripMatchesHostRounding) {
 
     DeviceBuffer<float> d_back(n + offset);
     d_back.Poison();
-    ASSERT_STATUS_OK(cuda::CastBf16ToFloat(d_back.data() + offset, d_b.data() + offset, n, nullptr));
+    ASSERT_STATUS_OK(
+        cuda::CastBf16ToFloat(d_back.data() + offset, d_b.data() + offset, n, nullptr));
     std::vector<float> back = d_back.Download();
     EXPECT_TRUE(test::BitwiseEqual(std::vector<float>(back.begin() + offset, back.end()), want));
   }
