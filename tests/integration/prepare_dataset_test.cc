@@ -77,6 +77,24 @@ TEST(PrepareDatasetTest, MobyDickEndToEnd) {
   std::string chapter((std::istreambuf_iterator<char>(ch)), {});
   EXPECT_EQ(chapter.substr(0, text->size()), *text);
 
+  // The output does not depend on the thread count.
+  {
+    PrepareOptions one = opts;
+    one.threads = 1;
+    one.output_dir = opts.output_dir + "_1thread";
+    fs::remove_all(one.output_dir);
+    ASSERT_TRUE(PrepareDataset(one, nullptr).ok());
+    auto m1 = ReadDatasetManifest(one.output_dir);
+    ASSERT_TRUE(m1.ok());
+    for (int s = 0; s < 2; ++s) {
+      ASSERT_EQ(m1->splits[s].shards.size(), m.splits[s].shards.size());
+      for (size_t k = 0; k < m.splits[s].shards.size(); ++k) {
+        EXPECT_EQ(m1->splits[s].shards[k].crc32c, m.splits[s].shards[k].crc32c);
+      }
+    }
+    fs::remove_all(one.output_dir);
+  }
+
   // Sampling from the real stream.
   const SamplingPlan plan(ds->split(Split::kTrain).size(), 128, 1, true);
   std::vector<int32_t> in(4 * 128), tg(4 * 128);
