@@ -586,7 +586,10 @@ Status CudaModel::Forward(const int32_t* inputs, const int32_t* targets, float d
                                               b.params + fin_off, b.rstd_f, N_, d_, b.norm_ws,
                                               b.norm_ws_bytes, s));
   for (int l = L - 1; l >= 0; --l) {
-    if (recompute) FORGE_RETURN_IF_ERROR(BlockForward(l, acts(l), b.xs[l], nullptr, s));
+    // The shared set still holds the last layer from the forward pass.
+    if (recompute && l != L - 1) {
+      FORGE_RETURN_IF_ERROR(BlockForward(l, acts(l), b.xs[l], nullptr, s));
+    }
     FORGE_RETURN_IF_ERROR(BlockBackward(l, acts(l), b.xs[l], b.dres, s));
   }
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));

@@ -3,10 +3,12 @@
 //
 // A step never synchronises with the host unless stats are wanted: tokens are copied into
 // fixed pinned buffers and sent with cudaMemcpyAsync, lr/step go through a pinned struct copied
-// to device memory, loss and grad norm land in a pinned pair read only after a sync. Because
-// the graph reads the pinned buffers when it runs, the host waits on `staging_free_` (recorded
-// right after the step's H2D copies) before overwriting them: the host runs at most one step
-// ahead, and the GPU still always has the next step queued.
+// to device memory, loss and grad norm land in a pinned pair read only after a sync.
+// The H2D copies are ordinary stream operations enqueued before the (graph or eager) compute,
+// which only reads fixed device buffers. The copies read the pinned staging when the GPU gets
+// to them, so the host waits on `staging_free_` (recorded right after them) before writing the
+// staging again: the host runs at most one step ahead, and the GPU always has the next step
+// queued before the current one ends.
 #include "worker/train/cuda_backend.h"
 
 #include <cuda_runtime.h>
@@ -64,7 +66,8 @@ class CudaBackend final : public CudaTrainBackend {
   Status EnsureTokenCapacity(int micro_steps);
   Status StageTokens(const std::vector<MicroBatch>& micro);
   void SetHyper(const StepHyper& hyper);
-  Status EnqueueStep(int micro_steps, bool optimizer);
+  Status EnqueueInputs(int micro_steps, bool optimizer);
+  Status EnqueueCompute(int micro_steps, bool optimizer);
   Status CaptureAndLaunch(int micro_steps);
   void DestroyGraph();
   void FreeTokenBuffers();
@@ -95,7 +98,6 @@ class CudaBackend final : public CudaTrainBackend {
   float* host_stats_ = nullptr;  // pinned copy, valid after a sync
 
   bool use_graph_ = true;
-  bool capturing_ = false;
   int warm_micro_ = 0;   // micro-step count of the last eager step (plans exist for it)
   int graph_micro_ = 0;  // micro-step count the graph was captured for
   cudaGraph_t graph_ = nullptr;
@@ -250,14 +252,11 @@ void CudaBackend::SetHyper(const StepHyper& hyper) {
   *host_hyper_ = cuda::AdamWHyper{hyper.lr, o.beta1, o.beta2, o.eps, hyper.step};
 }
 
-// The whole step on compute_stream_. Everything here is capturable: fixed pointers, values that
-// change per step (tokens, lr, step) are read from memory when the work runs.
-Status CudaBackend::EnqueueStep(int micro_steps, bool optimizer) {
+// Tokens (and lr/step) from the pinned staging into the fixed device buffers; never captured.
+Status CudaBackend::EnqueueInputs(int micro_steps, bool optimizer) {
   cudaStream_t s = compute_stream_;
   const size_t cap = size_t(token_capacity_) * N_;
   const size_t n = size_t(micro_steps) * N_;
-  const int32_t* inputs = dev_tokens_;
-  const int32_t* targets = dev_tokens_ + cap;
   FORGE_CUDA_CHECK(cudaMemcpyAsync(dev_tokens_, host_tokens_, n * sizeof(int32_t),
                                    cudaMemcpyHostToDevice, s));
   FORGE_CUDA_CHECK(cudaMemcpyAsync(dev_tokens_ + cap, host_tokens_ + cap, n * sizeof(int32_t),
@@ -266,10 +265,18 @@ Status CudaBackend::EnqueueStep(int micro_steps, bool optimizer) {
     FORGE_CUDA_CHECK(cudaMemcpyAsync(dev_hyper_, host_hyper_, sizeof(cuda::AdamWHyper),
                                      cudaMemcpyHostToDevice, s));
   }
-  // In a graph the record must be an external node so the host can wait on it per replay.
-  FORGE_CUDA_CHECK(cudaEventRecordWithFlags(
-      staging_free_, s, capturing_ ? cudaEventRecordExternal : cudaEventRecordDefault));
+  FORGE_CUDA_CHECK(cudaEventRecord(staging_free_, s));
+  return Status::Ok();
+}
 
+// The step's device work on compute_stream_: capturable (fixed pointers; what changes per step
+// is read from device memory when the work runs).
+Status CudaBackend::EnqueueCompute(int micro_steps, bool optimizer) {
+  cudaStream_t s = compute_stream_;
+  const size_t cap = size_t(token_capacity_) * N_;
+  const size_t n = size_t(micro_steps) * N_;
+  const int32_t* inputs = dev_tokens_;
+  const int32_t* targets = dev_tokens_ + cap;
   FORGE_RETURN_IF_ERROR(model_->ZeroGrads(s));
   const float dloss = 1.0f / static_cast<float>(n);  // mean over every token of the step
   for (int i = 0; i < micro_steps; ++i) {
@@ -293,18 +300,16 @@ void CudaBackend::DestroyGraph() {
   graph_micro_ = 0;
 }
 
-// Captures EnqueueStep (the warm-up already built every GEMM/cuDNN plan and workspace, so
+// Captures EnqueueCompute (the warm-up already built every GEMM/cuDNN plan and workspace, so
 // nothing allocates during capture) and launches it. A failed capture is not fatal: the step
 // runs eagerly and graphs stay off for this backend.
 Status CudaBackend::CaptureAndLaunch(int micro_steps) {
   DestroyGraph();
   cudaStream_t s = compute_stream_;
   FORGE_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  capturing_ = true;
-  Status st = EnqueueStep(micro_steps, /*optimizer=*/true);
-  capturing_ = false;
+  const Status st = EnqueueCompute(micro_steps, /*optimizer=*/true);
   cudaGraph_t graph = nullptr;
-  cudaError_t end = cudaStreamEndCapture(s, &graph);
+  const cudaError_t end = cudaStreamEndCapture(s, &graph);
   cudaError_t inst = cudaErrorUnknown;
   if (st.ok() && end == cudaSuccess) inst = cudaGraphInstantiate(&graph_exec_, graph, 0);
   if (!st.ok() || end != cudaSuccess || inst != cudaSuccess) {
@@ -317,7 +322,7 @@ Status CudaBackend::CaptureAndLaunch(int micro_steps) {
                  st.ok() ? "" : st.ToString().c_str(), st.ok() ? "" : "; ",
                  cudaGetErrorString(end != cudaSuccess ? end : inst));
     use_graph_ = false;
-    return EnqueueStep(micro_steps, /*optimizer=*/true);
+    return EnqueueCompute(micro_steps, /*optimizer=*/true);
   }
   graph_ = graph;
   graph_micro_ = micro_steps;
@@ -333,12 +338,13 @@ Status CudaBackend::TrainStep(const std::vector<MicroBatch>& micro, const StepHy
   FORGE_RETURN_IF_ERROR(Prepare(micro));
   SetHyper(hyper);
   const int M = static_cast<int>(micro.size());
+  FORGE_RETURN_IF_ERROR(EnqueueInputs(M, /*optimizer=*/true));
   if (graph_exec_ != nullptr && graph_micro_ == M) {
     FORGE_CUDA_CHECK(cudaGraphLaunch(graph_exec_, compute_stream_));
   } else if (use_graph_ && warm_micro_ == M) {
     FORGE_RETURN_IF_ERROR(CaptureAndLaunch(M));
   } else {
-    FORGE_RETURN_IF_ERROR(EnqueueStep(M, /*optimizer=*/true));
+    FORGE_RETURN_IF_ERROR(EnqueueCompute(M, /*optimizer=*/true));
     if (warm_micro_ != M) SamplePeak();
     warm_micro_ = M;
   }
@@ -356,7 +362,9 @@ Status CudaBackend::TrainStep(const std::vector<MicroBatch>& micro, const StepHy
 Status CudaBackend::ComputeGradients(const std::vector<MicroBatch>& micro, UnitBuffers* grads,
                                      float* loss) {
   FORGE_RETURN_IF_ERROR(Prepare(micro));
-  FORGE_RETURN_IF_ERROR(EnqueueStep(static_cast<int>(micro.size()), /*optimizer=*/false));
+  const int M = static_cast<int>(micro.size());
+  FORGE_RETURN_IF_ERROR(EnqueueInputs(M, /*optimizer=*/false));
+  FORGE_RETURN_IF_ERROR(EnqueueCompute(M, /*optimizer=*/false));
   FORGE_RETURN_IF_ERROR(Sync());
   if (loss) *loss = host_stats_[0];
   return model_->DownloadGrads(grads, compute_stream_);
@@ -364,13 +372,9 @@ Status CudaBackend::ComputeGradients(const std::vector<MicroBatch>& micro, UnitB
 
 Status CudaBackend::EvalLoss(const MicroBatch& batch, float* loss) {
   FORGE_RETURN_IF_ERROR(Prepare({batch}));
+  FORGE_RETURN_IF_ERROR(EnqueueInputs(1, /*optimizer=*/false));
   cudaStream_t s = compute_stream_;
   const size_t cap = size_t(token_capacity_) * N_;
-  FORGE_CUDA_CHECK(cudaMemcpyAsync(dev_tokens_, host_tokens_, N_ * sizeof(int32_t),
-                                   cudaMemcpyHostToDevice, s));
-  FORGE_CUDA_CHECK(cudaMemcpyAsync(dev_tokens_ + cap, host_tokens_ + cap, N_ * sizeof(int32_t),
-                                   cudaMemcpyHostToDevice, s));
-  FORGE_CUDA_CHECK(cudaEventRecord(staging_free_, s));
   FORGE_RETURN_IF_ERROR(model_->ForwardLoss(dev_tokens_, dev_tokens_ + cap, dev_losses_, s));
   FORGE_RETURN_IF_ERROR(cuda::MeanReduce(dev_stats_, dev_losses_, N_, s));
   FORGE_CUDA_CHECK(
@@ -409,9 +413,11 @@ Status CudaBackend::ProfileStep(const std::vector<MicroBatch>& micro, const Step
   SetHyper(hyper);
   timeline_.Reset();
   model_->set_timeline(&timeline_);
+  const int M = static_cast<int>(micro.size());
   const Status st = [&]() -> Status {
     FORGE_RETURN_IF_ERROR(timeline_.Mark(StepPhase::kCopy, compute_stream_));
-    return EnqueueStep(static_cast<int>(micro.size()), /*optimizer=*/true);
+    FORGE_RETURN_IF_ERROR(EnqueueInputs(M, /*optimizer=*/true));
+    return EnqueueCompute(M, /*optimizer=*/true);
   }();
   model_->set_timeline(nullptr);
   FORGE_RETURN_IF_ERROR(st);

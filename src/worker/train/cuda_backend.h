@@ -18,8 +18,9 @@
 namespace forge {
 
 struct CudaBackendOptions {
-  // Capture the whole step (token copies, forward, backward, optimizer) in a CUDA graph after
-  // one eager warm-up step and replay it. FORGE_CUDA_GRAPH=0 turns it off (to isolate faults).
+  // Capture the step's device work (zero grads, forward, backward, loss, optimizer) in a CUDA
+  // graph after one eager warm-up step and replay it; the token/lr copies stay ordinary stream
+  // operations before it. FORGE_CUDA_GRAPH=0 turns it off (to isolate faults).
   bool use_graph = true;
   // Bitwise-reproducible attention backward (DESIGN.md: same seed and data give the same
   // weights). FORGE_CUDA_DETERMINISTIC=0 trades that for ~13% faster attention backward.
