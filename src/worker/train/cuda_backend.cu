@@ -1,5 +1,5 @@
 // TrainBackend on one GPU: CudaModel (the step) plus host staging, the optimizer's device-side
-// hyper-parameters and CUDA-graph capture/replay of the whole step.
+// hyper-parameters and CUDA-graph capture/replay of the step's device work.
 //
 // A step never synchronises with the host unless stats are wanted: tokens are copied into
 // fixed pinned buffers and sent with cudaMemcpyAsync, lr/step go through a pinned struct copied
@@ -144,13 +144,16 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
   N_ = model_->tokens_per_micro();
 
   FORGE_CUDA_CHECK(cudaStreamCreateWithFlags(&compute_stream_, cudaStreamNonBlocking));
-  FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&staging_free_, cudaEventDisableTiming));
+  // Blocking sync: the host waits up to a whole step here; yield the core instead of spinning.
+  FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&staging_free_,
+                                            cudaEventDisableTiming | cudaEventBlockingSync));
   FORGE_CUDA_CHECK(cudaMallocHost(&host_hyper_, sizeof(cuda::AdamWHyper)));
   FORGE_CUDA_CHECK(cudaMallocHost(&host_stats_, 2 * sizeof(float)));
   FORGE_CUDA_CHECK(cudaMalloc(&dev_hyper_, sizeof(cuda::AdamWHyper)));
   FORGE_CUDA_CHECK(cudaMalloc(&dev_stats_, 2 * sizeof(float)));
   own_bytes_ += 512;
   host_stats_[0] = host_stats_[1] = 0.0f;
+  FORGE_CUDA_CHECK(cudaMemsetAsync(dev_stats_, 0, 2 * sizeof(float), compute_stream_));
 
   // Room for the accumulation steps of one rank (more is allocated on demand).
   const int64_t accum =
