@@ -57,10 +57,9 @@ class Gpt2Bpe {
   // Bytes of one id ("" for an unknown id).
   std::string_view TokenBytes(int32_t id) const;
 
-  struct Tables;  // vocabulary + merges, shared by copies
-
  private:
-  struct Cache;
+  struct Tables;  // vocabulary + merges, shared by copies
+  struct Cache;   // per-instance pre-token -> ids cache
   Gpt2Bpe(std::shared_ptr<const Tables> tables);
   void EncodePiece(std::string_view piece, std::vector<int32_t>* out);
 

@@ -14,6 +14,13 @@
 // Crash safety: the old manifest is removed first and the new one written last (temp +
 // fsync + rename), so an interrupted run leaves a directory without a manifest, which
 // readers reject and the next prepare rewrites. Stale *.tok files are deleted at the end.
+//
+// For `forge data prepare` (CLI owned by src/cli/forge_main.cc):
+//   PrepareOptions o = DefaultPrepareOptions();  // $FORGE_DATA_DIR or the nearest .forge-data
+//   o.log = [](const std::string& line) { std::printf("%s\n", line.c_str()); };
+//   PrepareSummary s;
+//   Status st = PrepareDataset(o, &s);           // then print s.ToString() or st.ToString()
+// and, for the trainer's "unigram baseline" line, ComputeUnigramBaseline (dataset.h).
 #pragma once
 
 #include <cstdint>
