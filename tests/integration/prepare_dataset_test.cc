@@ -1,6 +1,7 @@
 // PrepareDataset on a real subset (Moby-Dick) into a temp dir: shards + manifest, loaded
 // back and decoded; idempotence; damage detection; sampling from the result.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -32,7 +33,7 @@ TEST(PrepareDatasetTest, MobyDickEndToEnd) {
   CorpusSources only_moby;
   only_moby.moby_dick_dir = opts.sources.moby_dick_dir;
   opts.sources = only_moby;
-  opts.output_dir = ::testing::TempDir() + "/forge_prepare_moby";
+  opts.output_dir = ::testing::TempDir() + "/forge_prepare_moby_" + std::to_string(::getpid());
   opts.shard_tokens = 100'000;  // several train shards
   opts.threads = 2;
   fs::remove_all(opts.output_dir);

@@ -7,6 +7,7 @@
 // with every code point of planes 0-3. A second test compares our character classes with
 // node's regex engine on every code point. Both skip only when node or the npm packages are missing.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -119,7 +120,7 @@ TEST(TokenizerAgreementTest, MatchesGptTokenizerOnRealText) {
   Document all{"synthetic", "synthetic:all-code-points", Split::kTrain, AllCodePointsText()};
   picked.push_back(&all);
 
-  const fs::path dir = fs::path(::testing::TempDir()) / "forge_tokenizer_agreement";
+  const fs::path dir = fs::path(::testing::TempDir()) / ("forge_tokenizer_agreement_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   const std::string cmd = "node '" + script + "' '" + modules + "' '" +
@@ -192,7 +193,7 @@ TEST(TokenizerAgreementTest, ClassesMatchNodeRegexEngine) {
     GTEST_SKIP() << "node is not on PATH: cannot ask its regex engine";
   }
   const std::string script = std::string(FORGE_SOURCE_DIR) + "/scripts/gpt2_encode.js";
-  const fs::path out = fs::path(::testing::TempDir()) / "forge_node_classes.bin";
+  const fs::path out = fs::path(::testing::TempDir()) / ("forge_node_classes_" + std::to_string(::getpid()) + ".bin");
   ASSERT_EQ(std::system(("node '" + script + "' --classes '" + out.string() + "'").c_str()), 0);
   std::ifstream in(out, std::ios::binary);
   const std::vector<char> node_classes((std::istreambuf_iterator<char>(in)), {});

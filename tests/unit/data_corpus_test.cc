@@ -1,6 +1,7 @@
 // Corpus assembly on small fixture trees: order, train/val hold-out, exclusions, GCIDE
 // clean-up and UTF-8 sanitising.
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <filesystem>
@@ -74,7 +75,9 @@ CorpusSources MakeFixture(const fs::path& root) {
 }
 
 TEST(DataCorpusTest, OrderAndSplitsOnFixtures) {
-  const CorpusSources src = MakeFixture(::testing::TempDir() + "/forge_corpus_fixture");
+  const std::string root =
+      ::testing::TempDir() + "/forge_corpus_fixture_" + std::to_string(::getpid());
+  const CorpusSources src = MakeFixture(root);
   auto corpus = LoadCorpus(src);
   ASSERT_TRUE(corpus.ok()) << corpus.status().ToString();
   const std::vector<Document>& d = corpus->docs;
@@ -112,6 +115,7 @@ TEST(DataCorpusTest, OrderAndSplitsOnFixtures) {
   EXPECT_EQ(d.size(), 29u);
   EXPECT_EQ(corpus->docs_in[1], 5);
   EXPECT_NE(corpus->Summary().find("val"), std::string::npos);
+  fs::remove_all(root);
 }
 
 TEST(DataCorpusTest, GcideCleanup) {

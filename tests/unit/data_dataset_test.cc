@@ -2,6 +2,7 @@
 // disagreements between the manifest and the shards are errors naming the shard; the
 // unigram baseline matches a hand computation.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -43,8 +44,21 @@ DatasetManifest WriteTestDataset(const std::string& dir, const std::vector<int32
   return m;
 }
 
+// Removes this process's test directories when the tests end.
+struct CleanUp : ::testing::Environment {
+  void TearDown() override {
+    const std::string prefix = "forge_dataset_test_" + std::to_string(::getpid()) + "_";
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(::testing::TempDir(), ec)) {
+      if (e.path().filename().string().rfind(prefix, 0) == 0) fs::remove_all(e.path(), ec);
+    }
+  }
+};
+[[maybe_unused]] ::testing::Environment* const kCleanUp =
+    ::testing::AddGlobalTestEnvironment(new CleanUp);
+
 std::string TempDir(const std::string& name) {
-  return ::testing::TempDir() + "/forge_dataset_test_" + name;
+  return ::testing::TempDir() + "/forge_dataset_test_" + std::to_string(::getpid()) + "_" + name;
 }
 
 std::vector<int32_t> Iota(int n, int mod) {

@@ -2,6 +2,7 @@
 // rank slices partition each global batch the same way for every world size; inputs and
 // targets are the right shifted windows; eval batches wrap around.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -17,10 +18,21 @@ namespace {
 
 namespace fs = std::filesystem;
 
+std::string TestDir() {
+  return ::testing::TempDir() + "/forge_sampler_test_" + std::to_string(::getpid());
+}
+
+// Removes this process's test directory when the tests end (the mapping outlives it).
+struct CleanUp : ::testing::Environment {
+  void TearDown() override { fs::remove_all(TestDir()); }
+};
+[[maybe_unused]] ::testing::Environment* const kCleanUp =
+    ::testing::AddGlobalTestEnvironment(new CleanUp);
+
 // A dataset whose token i is i (mod 65536), so a window reveals where it came from.
 const TokenDataset& CountingDataset() {
   static const TokenDataset* ds = [] {
-    const std::string dir = ::testing::TempDir() + "/forge_sampler_test";
+    const std::string dir = TestDir();
     fs::remove_all(dir);
     fs::create_directories(dir);
     DatasetManifest m;

