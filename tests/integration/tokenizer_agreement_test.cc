@@ -4,7 +4,7 @@
 //
 // Size: FORGE_AGREEMENT_MB (default 4) megabytes spread over the sources by taking every
 // k-th document of each, plus the 20 documents densest in non-ASCII text, plus synthetic text
-// with every code point of planes 0-3. A second test compares our character classes with
+// with every code point of planes 0-3 and with very long pre-tokens. A second test compares our character classes with
 // node's regex engine on every code point. Both skip only when node or the npm packages are missing.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -76,6 +76,29 @@ std::string AllCodePointsText() {
   return out;
 }
 
+// Long pre-tokens (letters, digits, punctuation, accented letters; 200 to 5000 bytes), which
+// take the heap-based merge path.
+std::string LongPiecesText() {
+  std::string out;
+  uint32_t x = 12345;
+  auto next = [&] { return (x = x * 1664525u + 1013904223u) >> 16; };
+  for (int len : {200, 1000, 5000}) {
+    for (int kind = 0; kind < 4; ++kind) {
+      out += " ";
+      for (int i = 0; i < len; ++i) {
+        switch (kind) {
+          case 0: out.push_back(static_cast<char>('a' + next() % 26)); break;
+          case 1: out.push_back(static_cast<char>('0' + next() % 10)); break;
+          case 2: out.push_back("=-*#"[next() % 4]); break;
+          default: out += next() % 2 ? "é" : "ou"; break;
+        }
+      }
+      out += "\n";
+    }
+  }
+  return out;
+}
+
 TEST(TokenizerAgreementTest, MatchesGptTokenizerOnRealText) {
   const std::string modules = DataDir() + "/npm/node_modules";
   const std::string script = std::string(FORGE_SOURCE_DIR) + "/scripts/gpt2_encode.js";
@@ -116,9 +139,11 @@ TEST(TokenizerAgreementTest, MatchesGptTokenizerOnRealText) {
     }
   }
 
-  // Plus every code point of planes 0-3 as text.
+  // Plus every code point of planes 0-3 as text, and very long pre-tokens.
   Document all{"synthetic", "synthetic:all-code-points", Split::kTrain, AllCodePointsText()};
   picked.push_back(&all);
+  Document long_pieces{"synthetic", "synthetic:long-pieces", Split::kTrain, LongPiecesText()};
+  picked.push_back(&long_pieces);
 
   const fs::path dir = fs::path(::testing::TempDir()) / ("forge_tokenizer_agreement_" + std::to_string(::getpid()));
   fs::remove_all(dir);

@@ -156,6 +156,31 @@ TEST_F(DataTokenizerTest, DecodeInvertsEncode) {
   EXPECT_EQ(bad.status().code(), Code::kInvalidArgument);
 }
 
+TEST_F(DataTokenizerTest, LongPieceMergeAgreesWithGpt2Loop) {
+  // Both merge algorithms on pre-tokens of every length class, including repeats (overlapping
+  // pairs) and multi-byte characters; and a 100 KB piece stays fast (the heap path).
+  std::string letters, repeats, mixed;
+  uint32_t x = 7;
+  for (int i = 0; i < 3000; ++i) {
+    x = x * 1664525u + 1013904223u;
+    letters.push_back(static_cast<char>('a' + (x >> 24) % 26));
+    repeats.push_back((x >> 20) % 5 == 0 ? 'b' : 'a');
+    mixed += (x >> 22) % 3 == 0 ? "é" : (x >> 22) % 3 == 1 ? "er" : "ñ";
+  }
+  for (const std::string* s : {&letters, &repeats, &mixed}) {
+    for (size_t len : {2u, 5u, 17u, 130u, 700u, 3000u}) {
+      const std::string piece = s->substr(0, len);
+      EXPECT_EQ(bpe_->MergePiece(piece, true), bpe_->MergePiece(piece, false))
+          << "length " << len << ": " << piece.substr(0, 40);
+    }
+  }
+  std::string big;
+  for (int i = 0; i < 34; ++i) big += letters;
+  const auto ids = bpe_->Encode(big);
+  EXPECT_EQ(bpe_->Decode(ids).value(), big);
+  EXPECT_EQ(ids, bpe_->MergePiece(big, true));
+}
+
 TEST_F(DataTokenizerTest, CopiesShareTablesAndAgree) {
   Gpt2Bpe copy = *bpe_;
   const std::string text = "The quick brown fox jumps over the lazy dog. The dog sleeps.";

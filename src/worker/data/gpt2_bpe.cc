@@ -5,11 +5,19 @@
 #include <array>
 #include <fstream>
 #include <limits>
+#include <queue>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 namespace forge {
+namespace {
+
+inline uint64_t pair_key(int32_t a, int32_t b) {
+  return (static_cast<uint64_t>(a) << 32) | static_cast<uint32_t>(b);
+}
+
+}  // namespace
 
 struct Gpt2Bpe::Tables {
   std::vector<std::string> id_bytes;                    // id -> raw bytes
@@ -192,6 +200,19 @@ std::string_view Gpt2Bpe::TokenBytes(int32_t id) const {
   return tables_->id_bytes[id];
 }
 
+std::vector<int32_t> Gpt2Bpe::MergePiece(std::string_view piece, bool long_algorithm) const {
+  std::vector<int32_t> sym(piece.size());
+  for (size_t i = 0; i < piece.size(); ++i) {
+    sym[i] = tables_->byte_id[static_cast<uint8_t>(piece[i])];
+  }
+  if (long_algorithm) {
+    MergeLong(*tables_, &sym);
+  } else {
+    MergeShort(*tables_, &sym);
+  }
+  return sym;
+}
+
 std::vector<int32_t> Gpt2Bpe::Encode(std::string_view text) {
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 1);
@@ -221,13 +242,28 @@ void Gpt2Bpe::EncodePiece(std::string_view piece, std::vector<int32_t>* out) {
     return;
   }
 
-  // GPT-2's merge loop: find the adjacent pair with the lowest merge rank, merge every
-  // occurrence of it left to right, repeat until no pair has a merge.
   std::vector<int32_t> sym(piece.size());
   for (size_t i = 0; i < piece.size(); ++i) sym[i] = t.byte_id[static_cast<uint8_t>(piece[i])];
-  auto pair_key = [](int32_t a, int32_t b) {
-    return (static_cast<uint64_t>(a) << 32) | static_cast<uint32_t>(b);
-  };
+  if (sym.size() > kLongPiece) {
+    MergeLong(t, &sym);
+  } else {
+    MergeShort(t, &sym);
+  }
+
+  out->insert(out->end(), sym.begin(), sym.end());
+  if (cache.map.size() >= Cache::kMaxEntries) {
+    cache.map.clear();
+    cache.pool.clear();
+  }
+  cache.map.emplace(std::string(piece), Cache::Span{static_cast<uint32_t>(cache.pool.size()),
+                                                    static_cast<uint32_t>(sym.size())});
+  cache.pool.insert(cache.pool.end(), sym.begin(), sym.end());
+}
+
+// GPT-2's merge loop: find the adjacent pair with the lowest merge rank, merge every
+// occurrence of it left to right, repeat until no pair has a merge. O(n^2): short pieces.
+void Gpt2Bpe::MergeShort(const Tables& t, std::vector<int32_t>* symbols) {
+  std::vector<int32_t>& sym = *symbols;
   while (sym.size() > 1) {
     int32_t best_rank = std::numeric_limits<int32_t>::max();
     uint64_t best_key = 0;
@@ -252,15 +288,55 @@ void Gpt2Bpe::EncodePiece(std::string_view piece, std::vector<int32_t>* out) {
     }
     sym.resize(w);
   }
+}
 
-  out->insert(out->end(), sym.begin(), sym.end());
-  if (cache.map.size() >= Cache::kMaxEntries) {
-    cache.map.clear();
-    cache.pool.clear();
+// The same result in O(n log n) for long pieces: a heap of candidate pairs ordered by (rank,
+// position) over a linked list of symbols. Popping the lowest rank, leftmost first, merges
+// the occurrences of a pair left to right exactly as MergeShort does, and pairs created by a
+// merge always rank after it (a merge using token AB was learned after AB existed), so
+// the order of merges is the same.
+void Gpt2Bpe::MergeLong(const Tables& t, std::vector<int32_t>* symbols) {
+  std::vector<int32_t>& sym = *symbols;
+  const int32_t n = static_cast<int32_t>(sym.size());
+  std::vector<int32_t> next(n), prev(n);
+  for (int32_t i = 0; i < n; ++i) {
+    next[i] = i + 1 < n ? i + 1 : -1;
+    prev[i] = i - 1;
   }
-  cache.map.emplace(std::string(piece), Cache::Span{static_cast<uint32_t>(cache.pool.size()),
-                                                    static_cast<uint32_t>(sym.size())});
-  cache.pool.insert(cache.pool.end(), sym.begin(), sym.end());
+  struct Candidate {
+    int32_t rank;
+    int32_t left;  // position of the left symbol
+    int32_t left_id;
+    int32_t right_id;
+    bool operator>(const Candidate& o) const {
+      return rank != o.rank ? rank > o.rank : left > o.left;
+    }
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
+  auto push = [&](int32_t left) {
+    if (left < 0 || next[left] < 0) return;
+    auto m = t.merges.find(pair_key(sym[left], sym[next[left]]));
+    if (m != t.merges.end()) heap.push({m->second.rank, left, sym[left], sym[next[left]]});
+  };
+  for (int32_t i = 0; i + 1 < n; ++i) push(i);
+  while (!heap.empty()) {
+    const Candidate c = heap.top();
+    heap.pop();
+    const int32_t right = next[c.left];
+    // Stale: the left symbol was merged into its neighbour or changed, or its right changed.
+    if (sym[c.left] != c.left_id || right < 0 || sym[right] != c.right_id) continue;
+    sym[c.left] = t.merges.find(pair_key(c.left_id, c.right_id))->second.merged;
+    sym[right] = -1;  // dead
+    next[c.left] = next[right];
+    if (next[right] >= 0) prev[next[right]] = c.left;
+    push(prev[c.left]);
+    push(c.left);
+  }
+  int32_t w = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    if (sym[i] >= 0) sym[w++] = sym[i];
+  }
+  sym.resize(w);
 }
 
 StatusOr<std::string> Gpt2Bpe::Decode(const std::vector<int32_t>& ids) const {

@@ -56,12 +56,20 @@ class Gpt2Bpe {
   StatusOr<std::string> Decode(const std::vector<int32_t>& ids) const;
   // Bytes of one id ("" for an unknown id).
   std::string_view TokenBytes(int32_t id) const;
+  // Merges the bytes of one pre-token with the quadratic (long_algorithm=false) or the
+  // heap-based algorithm, bypassing the cache. Encode picks by length; tests compare both.
+  std::vector<int32_t> MergePiece(std::string_view piece, bool long_algorithm) const;
 
  private:
   struct Tables;  // vocabulary + merges, shared by copies
   struct Cache;   // per-instance pre-token -> ids cache
+  // Pieces longer than this (bytes) use the O(n log n) merge (MergeLong).
+  static constexpr size_t kLongPiece = 128;
+
   Gpt2Bpe(std::shared_ptr<const Tables> tables);
   void EncodePiece(std::string_view piece, std::vector<int32_t>* out);
+  static void MergeShort(const Tables& t, std::vector<int32_t>* symbols);
+  static void MergeLong(const Tables& t, std::vector<int32_t>* symbols);
 
   std::shared_ptr<const Tables> tables_;
   std::unique_ptr<Cache> cache_;
