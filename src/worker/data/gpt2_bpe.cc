@@ -7,6 +7,7 @@
 #include <limits>
 #include <queue>
 #include <sstream>
+#include <unordered_map>
 
 #include <nlohmann/json.hpp>
 
