@@ -8,7 +8,8 @@
 // and capture included) are not timed; the next `steps` are timed with CUDA events on the
 // backend's stream. MFU = tokens/s * TrainFlopsPerToken / dense BF16 peak of the detected GPU
 // (FORGE_PEAK_TFLOPS overrides, in TFLOP/s). --profile adds a per-phase breakdown of one eager
-// step (events around GEMMs, attention, elementwise kernels, optimizer; no graph).
+// step (events around GEMMs, attention, elementwise kernels, the LM-head GEMMs and the
+// cross-entropy kernel separately, optimizer; no graph).
 #include <cuda_runtime.h>
 #include <unistd.h>
 

@@ -125,9 +125,9 @@ double RelFrobenius(const float* got, const float* ref, int64_t n) {
 }
 
 // Gradients of the same init and batches on both backends, tensor by tensor.
-void ExpectGradientsMatchCpu(const RunConfig& c, int micro_steps) {
+void ExpectGradientsMatchCpu(const RunConfig& c, int micro_steps, CudaBackendOptions o = {}) {
   auto cpu = MakeCpuBackend(c);
-  auto gpu = MakeGpu(c);
+  auto gpu = MakeGpu(c, o);
   ASSERT_NE(gpu, nullptr);
   const UnitBuffers params = InitialParams(c);
   ASSERT_STATUS_OK(cpu->SetParams(params));
@@ -169,6 +169,46 @@ TEST(GpuModel, AccumulatedGradientsMatchCpu) {
   RunConfig c = TinyConfig();
   c.batch.global_batch = 8;  // two micro-steps, each weighted 1/2
   ExpectGradientsMatchCpu(c, 2);
+}
+
+// Several LM-head chunks (256 rows as 96 + 96 + 64): the first chunk overwrites the tied
+// embedding gradient, the later chunks and the embedding backward add to it.
+TEST(GpuModel, ChunkedLmHeadGradientsMatchCpu) {
+  FORGE_SKIP_WITHOUT_GPU();
+  RunConfig c = TinyConfig();
+  c.batch.global_batch = 8;
+  CudaBackendOptions o;
+  o.lm_head_chunk_rows = 96;
+  ExpectGradientsMatchCpu(c, 2, o);
+}
+
+// A step's first micro-step overwrites every gradient (no zeroing pass): gradients computed
+// after another batch's are bitwise those of a fresh backend, for one and for two micro-steps.
+TEST(GpuModel, GradientsDoNotCarryOverBetweenSteps) {
+  FORGE_SKIP_WITHOUT_GPU();
+  RunConfig c = TinyConfig();
+  c.batch.global_batch = 8;
+  CudaBackendOptions o;
+  o.lm_head_chunk_rows = 96;
+  const auto batches = MakeBatches(c, 4, 81);
+  for (int micro_steps = 1; micro_steps <= 2; ++micro_steps) {
+    SCOPED_TRACE("micro_steps=" + std::to_string(micro_steps));
+    auto used = MakeGpu(c, o);
+    auto fresh = MakeGpu(c, o);
+    ASSERT_NE(used, nullptr);
+    ASSERT_NE(fresh, nullptr);
+    UnitBuffers before, ga, gb;
+    float la = 0.0f, lb = 0.0f;
+    ASSERT_STATUS_OK(used->ComputeGradients(Views(batches, 0, 2), &before, &la));
+    ASSERT_STATUS_OK(used->ComputeGradients(Views(batches, 2, micro_steps), &ga, &la));
+    ASSERT_STATUS_OK(fresh->ComputeGradients(Views(batches, 2, micro_steps), &gb, &lb));
+    EXPECT_EQ(la, lb);
+    ASSERT_EQ(ga.size(), gb.size());
+    for (size_t u = 0; u < ga.size(); ++u) {
+      EXPECT_TRUE(test::BitwiseEqual(ga[u], gb[u])) << "gradient of unit " << u;
+      EXPECT_FALSE(test::BitwiseEqual(ga[u], before[u])) << "unit " << u << " not rewritten";
+    }
+  }
 }
 
 TEST(GpuModel, GqaGradientsMatchCpu) {

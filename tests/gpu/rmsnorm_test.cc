@@ -4,6 +4,7 @@
 // in a different order than the reference).
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "gpu_test_util.h"
@@ -103,6 +104,60 @@ TEST(GpuRmsNorm, SmallAndPartialWarpShapesMatchCpu) {
   CheckRmsNorm(5, 136, 104);    // 17 vectors: the warp's last lanes idle
   CheckRmsNorm(3, 2048, 105);   // widest supported row; fewer rows than warps in a block
   CheckRmsNorm(1000, 128, 106); // tiny config
+}
+
+// Overwrite modes (accumulate_dx / accumulate_dw = false): the outputs start poisoned (NaN),
+// so any element that reads its old value or is not written fails; the result must equal the
+// reference run from zero.
+void CheckOverwrite(int64_t N, int d, bool acc_dx, bool acc_dw, uint64_t seed) {
+  SCOPED_TRACE("N=" + std::to_string(N) + " d=" + std::to_string(d) +
+               " accumulate_dx=" + std::to_string(acc_dx) +
+               " accumulate_dw=" + std::to_string(acc_dw));
+  const Inputs in = MakeInputs(N, d, seed);
+  DeviceBuffer<bf16> x(test::ToBf16(in.x)), w(test::ToBf16(in.w)), dout(test::ToBf16(in.dout));
+  DeviceBuffer<bf16> out(size_t(N) * d);
+  DeviceBuffer<float> rstd(N);
+  ASSERT_STATUS_OK(cuda::RmsNormForward(out.data(), rstd.data(), x.data(), w.data(), N, d, kEps,
+                                        nullptr));
+  DeviceBuffer<bf16> dx(test::ToBf16(in.dx0));
+  DeviceBuffer<float> dw(in.dw0);
+  if (!acc_dx) dx.Poison();
+  if (!acc_dw) dw.Poison();
+  const size_t ws_bytes = cuda::RmsNormBackwardWorkspace(N, d);
+  DeviceBuffer<char> ws(ws_bytes);
+  ws.Poison();
+  ASSERT_STATUS_OK(cuda::RmsNormBackward(dx.data(), dw.data(), dout.data(), x.data(), w.data(),
+                                         rstd.data(), N, d, ws.data(), ws_bytes, nullptr, acc_dx,
+                                         acc_dw));
+  std::vector<float> ref_out(size_t(N) * d), ref_rstd(N);
+  cpu::RmsNormForward(ref_out.data(), ref_rstd.data(), in.x.data(), in.w.data(), N, d, kEps);
+  std::vector<float> ref_dx = acc_dx ? in.dx0 : std::vector<float>(in.dx0.size(), 0.0f);
+  std::vector<float> ref_dw = acc_dw ? in.dw0 : std::vector<float>(in.dw0.size(), 0.0f);
+  cpu::RmsNormBackward(ref_dx.data(), ref_dw.data(), in.dout.data(), in.x.data(), in.w.data(),
+                       ref_rstd.data(), N, d);
+  EXPECT_TRUE(test::MaxRelClose(test::ToFloat(dx.Download()), ref_dx, 1e-2)) << "dx";
+  EXPECT_TRUE(test::MaxRelClose(dw.Download(), ref_dw, 1e-4)) << "dw";
+}
+
+TEST(GpuRmsNorm, OverwriteModesMatchCpu) {
+  FORGE_SKIP_WITHOUT_GPU();
+  for (int mode = 0; mode < 3; ++mode) {
+    const bool acc_dx = mode == 1, acc_dw = mode == 2;  // (F,F), (T,F), (F,T)
+    CheckOverwrite(4 * 1024, 1024, acc_dx, acc_dw, 110 + mode);
+    CheckOverwrite(37, 136, acc_dx, acc_dw, 120 + mode);
+  }
+}
+
+TEST(GpuRmsNorm, OverwriteWithNoRowsZeroesDw) {
+  FORGE_SKIP_WITHOUT_GPU();
+  DeviceBuffer<bf16> dx(8), dout(8), x(8), w(64);
+  DeviceBuffer<float> dw(64), rstd(1);
+  dw.Poison();
+  DeviceBuffer<char> ws(256);
+  ASSERT_STATUS_OK(cuda::RmsNormBackward(dx.data(), dw.data(), dout.data(), x.data(), w.data(),
+                                         rstd.data(), 0, 64, ws.data(), ws.size(), nullptr,
+                                         false, false));
+  for (float v : dw.Download()) ASSERT_EQ(v, 0.0f);
 }
 
 TEST(GpuRmsNorm, RejectsUnsupportedWidth) {

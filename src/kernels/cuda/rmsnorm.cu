@@ -3,8 +3,10 @@
 // Bytes moved and design (bandwidth-bound, one warp per row, 16-byte loads):
 // - Forward: reads x (2Nd) once, keeping the row in registers between the sum of squares and
 //   the scaling; writes out (2Nd) and rstd (4N); w (2d) stays in L1/L2.
-// - Backward: reads x, dout and dx (6Nd) and rstd (4N), writes dx (2Nd); the row of x and
-//   dout stays in registers between the dot product and the dx update. dw is reduced
+// - Backward: reads x, dout and dx (6Nd; 4Nd when overwriting dx) and rstd (4N), writes dx
+//   (2Nd); x, dout and the old dx of a row are all loaded before the first use (one memory
+//   round trip per row) and stay in registers between the dot product and the dx update.
+//   dw is reduced
 //   without atomics: each warp keeps its rows' dw contributions in registers, the block's
 //   warps add theirs into one shared row in warp order, each block writes that partial row
 //   to the workspace (P*d*4 bytes, P <= 512 blocks), and a second kernel adds the P partial
@@ -76,7 +78,8 @@ __global__ void __launch_bounds__(kFwdThreads)
 
 // Block b handles rows [b * R, min(N, (b + 1) * R)), warp w every kBwdWarps-th row of them.
 // Dynamic shared memory: d floats.
-template <int V>
+// ACC_DX: dx += the row's gradient (else dx = it, and the old dx is not read).
+template <int V, bool ACC_DX>
 __global__ void __launch_bounds__(kBwdThreads)
     RmsNormBackwardKernel(bf16* __restrict__ dx, float* __restrict__ dw_partial,
                           const bf16* __restrict__ dout, const bf16* __restrict__ x,
@@ -98,15 +101,18 @@ __global__ void __launch_bounds__(kBwdThreads)
   for (int64_t row = begin + warp; row < end; row += kBwdWarps) {
     const bf16* xr = x + row * d;
     const bf16* gr = dout + row * d;
-    uint4 xv[V], gv[V];
+    bf16* dxr = dx + row * d;
+    uint4 xv[V], gv[V], dv[V];
 #pragma unroll
     for (int k = 0; k < V; ++k) {
       const int c = (k * 32 + lane) * 8;
       xv[k] = make_uint4(0, 0, 0, 0);
       gv[k] = make_uint4(0, 0, 0, 0);
+      dv[k] = make_uint4(0, 0, 0, 0);
       if (c < d) {
         xv[k] = Load16(xr + c);
         gv[k] = Load16(gr + c);
+        if constexpr (ACC_DX) dv[k] = Load16(dxr + c);
       }
     }
     const float r = rstd[row];
@@ -128,7 +134,6 @@ __global__ void __launch_bounds__(kBwdThreads)
     }
     dot = WarpSum(dot);
     const float cr = dot * r * r * r * inv_d;
-    bf16* dxr = dx + row * d;
 #pragma unroll
     for (int k = 0; k < V; ++k) {
       const int c = (k * 32 + lane) * 8;
@@ -137,7 +142,7 @@ __global__ void __launch_bounds__(kBwdThreads)
         UnpackBf16x8(xv[k], xf);
         UnpackBf16x8(gv[k], gf);
         UnpackBf16x8(Load16(w + c), wf);
-        UnpackBf16x8(Load16(dxr + c), df);
+        UnpackBf16x8(dv[k], df);  // zeros when overwriting
 #pragma unroll
         for (int j = 0; j < 8; ++j) df[j] += r * wf[j] * gf[j] - cr * xf[j];
         Store16(dxr + c, PackBf16x8(df));
@@ -165,11 +170,11 @@ __global__ void __launch_bounds__(kBwdThreads)
   for (int c = threadIdx.x; c < d; c += kBwdThreads) part[c] = s_dw[c];
 }
 
-// dw[c] += sum over blocks b (in order b = ty, ty + 8, ...; then the 8 sums in ty order) of
+// dw[c] (+)= sum over blocks b (in order b = ty, ty + 8, ...; then the 8 sums in ty order) of
 // partial[b][c]. Block (32, 8) handles 32 columns.
 __global__ void __launch_bounds__(256)
     RmsNormDwReduceKernel(float* __restrict__ dw, const float* __restrict__ partial,
-                          int num_partials, int d) {
+                          int num_partials, int d, bool accumulate) {
   __shared__ float s[8][33];
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int c = blockIdx.x * 32 + tx;
@@ -183,7 +188,7 @@ __global__ void __launch_bounds__(256)
     float t = s[0][tx];
 #pragma unroll
     for (int k = 1; k < 8; ++k) t += s[k][tx];
-    dw[c] += t;
+    dw[c] = accumulate ? dw[c] + t : t;
   }
 }
 
@@ -237,13 +242,20 @@ size_t RmsNormBackwardWorkspace(int64_t N, int d) {
 
 Status RmsNormBackward(bf16* dx, float* dw, const bf16* dout, const bf16* x, const bf16* w,
                        const float* rstd, int64_t N, int d, void* workspace,
-                       size_t workspace_bytes, cudaStream_t stream) {
+                       size_t workspace_bytes, cudaStream_t stream, bool accumulate_dx,
+                       bool accumulate_dw) {
   FORGE_RETURN_IF_ERROR(CheckShape("RmsNormBackward", N, d));
   if (!IsAligned(dx, 16) || !IsAligned(dout, 16) || !IsAligned(x, 16) || !IsAligned(w, 16)) {
     return Status::Invalid("RmsNormBackward: dx, dout, x and w must be 16-byte aligned");
   }
   if (dx == dout) return Status::Invalid("RmsNormBackward: dx must not alias dout");
-  if (N == 0) return Status::Ok();
+  if (N == 0) {
+    // No rows: the gradient of w is zero, which overwriting must still store.
+    if (!accumulate_dw) {
+      FORGE_CUDA_CHECK(cudaMemsetAsync(dw, 0, size_t(d) * sizeof(float), stream));
+    }
+    return Status::Ok();
+  }
   const size_t need = RmsNormBackwardWorkspace(N, d);
   if (workspace == nullptr || workspace_bytes < need || !IsAligned(workspace, 16)) {
     return Status::Invalid("RmsNormBackward: workspace needs " + std::to_string(need) +
@@ -257,8 +269,13 @@ Status RmsNormBackward(bf16* dx, float* dw, const bf16* dout, const bf16* x, con
   switch (v) {
 #define FORGE_RMS_BWD(V)                                                                \
   case V:                                                                               \
-    RmsNormBackwardKernel<V><<<blocks, kBwdThreads, smem, stream>>>(                    \
-        dx, partial, dout, x, w, rstd, N, d, rows_per_block);                           \
+    if (accumulate_dx) {                                                                \
+      RmsNormBackwardKernel<V, true><<<blocks, kBwdThreads, smem, stream>>>(            \
+          dx, partial, dout, x, w, rstd, N, d, rows_per_block);                         \
+    } else {                                                                            \
+      RmsNormBackwardKernel<V, false><<<blocks, kBwdThreads, smem, stream>>>(           \
+          dx, partial, dout, x, w, rstd, N, d, rows_per_block);                         \
+    }                                                                                   \
     break;
     FORGE_RMS_BWD(1)
     FORGE_RMS_BWD(2)
@@ -274,7 +291,7 @@ Status RmsNormBackward(bf16* dx, float* dw, const bf16* dout, const bf16* x, con
   }
   FORGE_CUDA_LAUNCH_CHECK();
   RmsNormDwReduceKernel<<<static_cast<unsigned>(CeilDiv(d, 32)), dim3(32, 8), 0, stream>>>(
-      dw, partial, blocks, d);
+      dw, partial, blocks, d, accumulate_dw);
   FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }

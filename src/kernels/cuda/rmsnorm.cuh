@@ -19,8 +19,11 @@ Status RmsNormForward(bf16* out, float* rstd, const bf16* x, const bf16* w, int6
 size_t RmsNormBackwardWorkspace(int64_t N, int d);
 // dx += d(loss)/dx (bf16; accumulates into the residual-stream gradient; dx may not alias dout)
 // dw += d(loss)/dw (fp32 [d]; deterministic two-pass reduction, no atomics)
+// accumulate_dx / accumulate_dw = false overwrite instead (dx = ..., dw = ...): the old
+// contents are never read, so they need no zeroing (first micro-step, first residual grad).
 Status RmsNormBackward(bf16* dx, float* dw, const bf16* dout, const bf16* x, const bf16* w,
                        const float* rstd, int64_t N, int d, void* workspace,
-                       size_t workspace_bytes, cudaStream_t stream);
+                       size_t workspace_bytes, cudaStream_t stream, bool accumulate_dx = true,
+                       bool accumulate_dw = true);
 
 }  // namespace forge::cuda

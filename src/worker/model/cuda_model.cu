@@ -36,7 +36,8 @@ const char* StepPhaseName(StepPhase p) {
     case StepPhase::kFwdGemm: return "fwd_gemm";
     case StepPhase::kFwdAttention: return "fwd_attention";
     case StepPhase::kFwdElementwise: return "fwd_elementwise";
-    case StepPhase::kLmHead: return "lm_head";
+    case StepPhase::kLmHeadGemm: return "lm_head_gemm";
+    case StepPhase::kCrossEntropy: return "cross_entropy";
     case StepPhase::kBwdGemm: return "bwd_gemm";
     case StepPhase::kBwdAttention: return "bwd_attention";
     case StepPhase::kBwdElementwise: return "bwd_elementwise";
@@ -408,16 +409,17 @@ GemmArgs LinearBackwardData(bf16* dx, const bf16* dy, const bf16* w, int64_t M, 
   return g;
 }
 
-// dW[out, in] += dy[M, out]^T x[M, in]   (fp32 accumulate: micro-steps and the tied wte sum)
+// dW[out, in] (+)= dy[M, out]^T x[M, in]   (fp32; accumulate across micro-steps and for the
+// tied wte sum; the first write of a step overwrites, so gradients need no zeroing pass)
 GemmArgs LinearBackwardWeight(float* dw, const bf16* dy, const bf16* x, int64_t M, int64_t out,
-                              int64_t in) {
+                              int64_t in, bool accumulate) {
   GemmArgs g;
   g.M = out, g.N = in, g.K = M;
   g.A = dy, g.B = x, g.D = dw;
   g.trans_a = true;   // dy stored [K=M, out]
   g.trans_b = false;  // x stored [K=M, N=in]
   g.d_type = DType::kFp32;
-  g.accumulate = true;
+  g.accumulate = accumulate;
   return g;
 }
 
@@ -432,13 +434,14 @@ Status CudaModel::ZeroGrads(cudaStream_t stream) {
 }
 
 Status CudaModel::ForwardBackward(const int32_t* inputs, const int32_t* targets, float dloss,
-                                  float* losses, cudaStream_t stream) {
-  return Forward(inputs, targets, dloss, /*backward=*/true, losses, stream);
+                                  bool accumulate_grads, float* losses, cudaStream_t stream) {
+  return Forward(inputs, targets, dloss, /*backward=*/true, accumulate_grads, losses, stream);
 }
 
 Status CudaModel::ForwardLoss(const int32_t* inputs, const int32_t* targets, float* losses,
                               cudaStream_t stream) {
-  return Forward(inputs, targets, 0.0f, /*backward=*/false, losses, stream);
+  return Forward(inputs, targets, 0.0f, /*backward=*/false, /*accumulate_grads=*/true, losses,
+                 stream);
 }
 
 Status CudaModel::BlockForward(int layer, const BlockActs& a, const bf16* x_in, bf16* x_out,
@@ -483,40 +486,42 @@ Status CudaModel::BlockForward(int layer, const BlockActs& a, const bf16* x_in, 
 }
 
 // dres holds dL/d(block output) on entry and dL/d(block input) on return: the residual path
-// passes it through and each RmsNormBackward adds its branch's contribution.
+// passes it through and each RmsNormBackward adds its branch's contribution. The block's
+// weight gradients are added to (accumulate_grads) or overwritten, every element either way.
 Status CudaModel::BlockBackward(int layer, const BlockActs& a, const bf16* x_in, bf16* dres,
-                                cudaStream_t s) {
+                                bool accumulate_grads, cudaStream_t s) {
   Buffers& b = *buf_;
   const BlockOffsets& o = layout_.block;
   const int64_t uoff = unit_offset_[layout_.block_unit(layer)];
   const bf16* w = b.params + uoff;
   float* g = b.grads + uoff;
   const int Bm = o_.micro_batch;
+  const bool acc = accumulate_grads;
 
   // MLP: x_out = x_mid + SwiGLU(h2 Wgu^T) Wdown^T
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdGemm, s));
   FORGE_RETURN_IF_ERROR(
       b.gemm.Run(LinearBackwardData(b.dsw, dres, w + o.w_down, N_, d_, ffn_), s));
   FORGE_RETURN_IF_ERROR(
-      b.gemm.Run(LinearBackwardWeight(g + o.w_down, dres, a.sw, N_, d_, ffn_), s));
+      b.gemm.Run(LinearBackwardWeight(g + o.w_down, dres, a.sw, N_, d_, ffn_, acc), s));
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
   FORGE_RETURN_IF_ERROR(cuda::SwiGluBackward(b.dgu, b.dsw, a.gu, N_, ffn_, s));
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdGemm, s));
   FORGE_RETURN_IF_ERROR(
       b.gemm.Run(LinearBackwardData(b.dh, b.dgu, w + o.w_gate_up, N_, 2 * ffn_, d_), s));
   FORGE_RETURN_IF_ERROR(
-      b.gemm.Run(LinearBackwardWeight(g + o.w_gate_up, b.dgu, a.h2, N_, 2 * ffn_, d_), s));
+      b.gemm.Run(LinearBackwardWeight(g + o.w_gate_up, b.dgu, a.h2, N_, 2 * ffn_, d_, acc), s));
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
   FORGE_RETURN_IF_ERROR(cuda::RmsNormBackward(dres, g + o.mlp_norm, b.dh, a.x_mid,
                                               w + o.mlp_norm, a.rstd2, N_, d_, b.norm_ws,
-                                              b.norm_ws_bytes, s));
+                                              b.norm_ws_bytes, s, /*accumulate_dx=*/true, acc));
 
   // Attention: x_mid = x_in + SDPA(rope(h1 Wqkv^T)) Wo^T
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdGemm, s));
   FORGE_RETURN_IF_ERROR(
       b.gemm.Run(LinearBackwardData(b.datt, dres, w + o.wo, N_, d_, H_ * hd_), s));
   FORGE_RETURN_IF_ERROR(
-      b.gemm.Run(LinearBackwardWeight(g + o.wo, dres, a.att, N_, d_, H_ * hd_), s));
+      b.gemm.Run(LinearBackwardWeight(g + o.wo, dres, a.att, N_, d_, H_ * hd_, acc), s));
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdAttention, s));
   FORGE_RETURN_IF_ERROR(b.sdpa.Backward(b.sdpa_shape, a.qkv, a.att, b.datt, a.stats, b.dqkv,
                                         b.softmax_sum, b.dq_accum, s));
@@ -527,40 +532,46 @@ Status CudaModel::BlockBackward(int layer, const BlockActs& a, const bf16* x_in,
   FORGE_RETURN_IF_ERROR(
       b.gemm.Run(LinearBackwardData(b.dh, b.dqkv, w + o.wqkv, N_, qkv_dim_, d_), s));
   FORGE_RETURN_IF_ERROR(
-      b.gemm.Run(LinearBackwardWeight(g + o.wqkv, b.dqkv, a.h1, N_, qkv_dim_, d_), s));
+      b.gemm.Run(LinearBackwardWeight(g + o.wqkv, b.dqkv, a.h1, N_, qkv_dim_, d_, acc), s));
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
   FORGE_RETURN_IF_ERROR(cuda::RmsNormBackward(dres, g + o.attn_norm, b.dh, x_in,
                                               w + o.attn_norm, a.rstd1, N_, d_, b.norm_ws,
-                                              b.norm_ws_bytes, s));
+                                              b.norm_ws_bytes, s, /*accumulate_dx=*/true, acc));
   return Status::Ok();
 }
 
 // Tied LM head + loss over token chunks, so only a [chunk, V] bf16 logits buffer exists:
 // logits = hf Wte^T; cross-entropy turns them into dlogits in place; dhf = dlogits Wte;
-// dWte += dlogits^T hf (fp32, into the same gradient the embedding backward adds to).
-Status CudaModel::LmHead(const int32_t* targets, float dloss, bool backward, float* losses,
-                         cudaStream_t s) {
+// dWte (+)= dlogits^T hf (fp32, into the same gradient the embedding backward adds to later).
+// Without accumulate_grads the first chunk overwrites dWte (every element: [V, d]) and the
+// later chunks add to it.
+Status CudaModel::LmHead(const int32_t* targets, float dloss, bool backward,
+                         bool accumulate_grads, float* losses, cudaStream_t s) {
   Buffers& b = *buf_;
   const bf16* wte = b.params + unit_offset_[layout_.embedding_unit()];
   float* dwte = b.grads + unit_offset_[layout_.embedding_unit()];
   const int64_t chunk = std::min<int64_t>(N_, o_.lm_head_chunk_rows);
-  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kLmHead, s));
   for (int64_t r0 = 0; r0 < N_; r0 += chunk) {
     const int64_t rows = std::min(chunk, N_ - r0);
     const bf16* hf = b.hf + r0 * d_;
+    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kLmHeadGemm, s));
     FORGE_RETURN_IF_ERROR(b.gemm.Run(Linear(b.logits, hf, wte, rows, V_, d_, false), s));
+    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kCrossEntropy, s));
     FORGE_RETURN_IF_ERROR(cuda::CrossEntropyForwardBackward(b.logits, losses + r0, targets + r0,
                                                             rows, V_, dloss, backward, s));
     if (!backward) continue;
+    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kLmHeadGemm, s));
     FORGE_RETURN_IF_ERROR(
         b.gemm.Run(LinearBackwardData(b.dh + r0 * d_, b.logits, wte, rows, V_, d_), s));
-    FORGE_RETURN_IF_ERROR(b.gemm.Run(LinearBackwardWeight(dwte, b.logits, hf, rows, V_, d_), s));
+    const bool acc = accumulate_grads || r0 > 0;
+    FORGE_RETURN_IF_ERROR(
+        b.gemm.Run(LinearBackwardWeight(dwte, b.logits, hf, rows, V_, d_, acc), s));
   }
   return Status::Ok();
 }
 
 Status CudaModel::Forward(const int32_t* inputs, const int32_t* targets, float dloss,
-                          bool backward, float* losses, cudaStream_t s) {
+                          bool backward, bool accumulate_grads, float* losses, cudaStream_t s) {
   Buffers& b = *buf_;
   const int L = m_.n_layer;
   const bf16* wte = b.params + unit_offset_[layout_.embedding_unit()];
@@ -576,22 +587,24 @@ Status CudaModel::Forward(const int32_t* inputs, const int32_t* targets, float d
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
   FORGE_RETURN_IF_ERROR(cuda::RmsNormForward(b.hf, b.rstd_f, b.xs[L], b.params + fin_off, N_, d_,
                                              m_.norm_eps, s));
-  FORGE_RETURN_IF_ERROR(LmHead(targets, dloss, backward, losses, s));
+  FORGE_RETURN_IF_ERROR(LmHead(targets, dloss, backward, accumulate_grads, losses, s));
   if (!backward) return Status::Ok();
 
-  // dL/dhf is in dh; the residual gradient starts at zero because RmsNormBackward adds.
+  // dL/dhf is in dh. The final norm's backward starts the residual gradient (overwrites dres,
+  // so it needs no zeroing); every later RmsNormBackward adds to it.
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
-  FORGE_CUDA_CHECK(cudaMemsetAsync(b.dres, 0, N_ * d_ * sizeof(bf16), s));
   FORGE_RETURN_IF_ERROR(cuda::RmsNormBackward(b.dres, b.grads + fin_off, b.dh, b.xs[L],
                                               b.params + fin_off, b.rstd_f, N_, d_, b.norm_ws,
-                                              b.norm_ws_bytes, s));
+                                              b.norm_ws_bytes, s, /*accumulate_dx=*/false,
+                                              accumulate_grads));
   for (int l = L - 1; l >= 0; --l) {
     // The shared set still holds the last layer from the forward pass.
     if (recompute && l != L - 1) {
       FORGE_RETURN_IF_ERROR(BlockForward(l, acts(l), b.xs[l], nullptr, s));
     }
-    FORGE_RETURN_IF_ERROR(BlockBackward(l, acts(l), b.xs[l], b.dres, s));
+    FORGE_RETURN_IF_ERROR(BlockBackward(l, acts(l), b.xs[l], b.dres, accumulate_grads, s));
   }
+  // Always adds: the LM head above already wrote this step's part of the tied gradient.
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
   FORGE_RETURN_IF_ERROR(cuda::EmbeddingBackward(b.grads + unit_offset_[layout_.embedding_unit()],
                                                 b.dres, inputs, N_, d_, V_, b.emb_ws,

@@ -31,11 +31,12 @@ struct CudaModelOptions {
 
 // Phases of a step for the optional profile breakdown.
 enum class StepPhase {
-  kCopy,             // H2D tokens, zeroing gradients, residual copies
+  kCopy,             // H2D tokens, residual copies
   kFwdGemm,
   kFwdAttention,
   kFwdElementwise,   // embedding, norms, RoPE, SwiGLU
-  kLmHead,           // logits GEMMs (forward and backward) + fused cross-entropy
+  kLmHeadGemm,       // tied LM-head GEMMs: logits, dhf and dWte
+  kCrossEntropy,     // fused softmax + cross-entropy (+ dlogits in place)
   kBwdGemm,
   kBwdAttention,
   kBwdElementwise,
@@ -92,12 +93,16 @@ class CudaModel {
   Status ZeroMoments(cudaStream_t stream);
 
   // ---- stream-ordered step pieces (capturable) ----
+  // Not needed before a step (its first micro-step overwrites every gradient); kept for
+  // callers that want zero gradients without running a micro-batch.
   Status ZeroGrads(cudaStream_t stream);
   // One micro-batch (device tokens [B*T]): forward, per-token losses into losses[B*T], and
-  // backward of dloss * sum(losses) accumulated into the gradients (dloss = 1/(B*T*micro_steps)
-  // gives the mean over the step).
+  // backward of dloss * sum(losses) (dloss = 1/(B*T*micro_steps) gives the mean over the
+  // step). accumulate_grads=false overwrites every gradient element (the first micro-step of
+  // a step: no zeroing pass, and the weight-gradient GEMMs skip reading the old values);
+  // true adds to them.
   Status ForwardBackward(const int32_t* inputs, const int32_t* targets, float dloss,
-                         float* losses, cudaStream_t stream);
+                         bool accumulate_grads, float* losses, cudaStream_t stream);
   // Forward and per-token losses only.
   Status ForwardLoss(const int32_t* inputs, const int32_t* targets, float* losses,
                      cudaStream_t stream);
@@ -115,13 +120,13 @@ class CudaModel {
 
   Status Init(const ModelConfig& m, const OptimizerConfig& opt, const CudaModelOptions& o);
   Status Forward(const int32_t* inputs, const int32_t* targets, float dloss, bool backward,
-                 float* losses, cudaStream_t stream);
+                 bool accumulate_grads, float* losses, cudaStream_t stream);
   Status BlockForward(int layer, const BlockActs& a, const cuda::bf16* x_in, cuda::bf16* x_out,
                       cudaStream_t stream);
   Status BlockBackward(int layer, const BlockActs& a, const cuda::bf16* x_in, cuda::bf16* dres,
-                       cudaStream_t stream);
-  Status LmHead(const int32_t* targets, float dloss, bool backward, float* losses,
-                cudaStream_t stream);
+                       bool accumulate_grads, cudaStream_t stream);
+  Status LmHead(const int32_t* targets, float dloss, bool backward, bool accumulate_grads,
+                float* losses, cudaStream_t stream);
   Status Mark(StepPhase p, cudaStream_t stream) {
     return timeline_ ? timeline_->Mark(p, stream) : Status::Ok();
   }

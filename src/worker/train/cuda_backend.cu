@@ -280,10 +280,11 @@ Status CudaBackend::EnqueueCompute(int micro_steps, bool optimizer) {
   const size_t n = size_t(micro_steps) * N_;
   const int32_t* inputs = dev_tokens_;
   const int32_t* targets = dev_tokens_ + cap;
-  FORGE_RETURN_IF_ERROR(model_->ZeroGrads(s));
   const float dloss = 1.0f / static_cast<float>(n);  // mean over every token of the step
   for (int i = 0; i < micro_steps; ++i) {
+    // The first micro-step overwrites every gradient element: no zeroing pass.
     FORGE_RETURN_IF_ERROR(model_->ForwardBackward(inputs + i * N_, targets + i * N_, dloss,
+                                                  /*accumulate_grads=*/i > 0,
                                                   dev_losses_ + i * N_, s));
   }
   FORGE_RETURN_IF_ERROR(cuda::MeanReduce(dev_stats_, dev_losses_, static_cast<int64_t>(n), s));
