@@ -3,6 +3,7 @@
 // part must be left bitwise untouched.
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "gpu_test_util.h"
@@ -77,6 +78,20 @@ TEST(GpuRope, Gpt124mShapeMatchesCpu) {
 TEST(GpuRope, GqaShapeMatchesCpu) {
   FORGE_SKIP_WITHOUT_GPU();
   CheckRope({2, 512, 16, 4, 128}, 500000.0f, 202);
+}
+
+TEST(GpuRope, Gpt350mShapeMatchesCpu) {
+  FORGE_SKIP_WITHOUT_GPU();
+  CheckRope({2, 1024, 16, 16, 64}, 10000.0f, 204);
+}
+
+// A thread rotates a group of up to 8 heads: head counts that leave a partial last group,
+// and heads of one or two vectors.
+TEST(GpuRope, PartialHeadGroupsMatchCpu) {
+  FORGE_SKIP_WITHOUT_GPU();
+  CheckRope({3, 37, 10, 3, 16}, 10000.0f, 205);  // 13 rotated heads: groups of 8 and 5
+  CheckRope({1, 64, 9, 9, 8}, 10000.0f, 206);    // 18: 8, 8, 2; one vector per head
+  CheckRope({2, 5, 1, 1, 32}, 10000.0f, 207);    // 2 heads, fewer threads than a warp
 }
 
 TEST(GpuRope, OddHeadDimScalarPathMatchesCpu) {

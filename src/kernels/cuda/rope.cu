@@ -1,12 +1,17 @@
 // Rotary position embedding, in place on the Q and K heads of the fused bf16 qkv buffer.
 //
 // Bytes moved and design (bandwidth-bound): reads and writes the Q and K part of qkv once,
-// 2 * 2 * B*T*(H+KV)*hd bytes; V is not touched. One thread per 16-byte vector (4 rotation
-// pairs), grid-stride, so each warp streams 512 contiguous bytes. The per-pair frequencies
-// theta^(-2i/hd) are computed once per block in double (as the CPU reference does) into
-// shared memory; the angle t * freq and its sin/cos are fp32 (full-precision sincosf: angles
-// reach T radians). Requirements: hd even and hd <= 512 (Status::Invalid otherwise); the
-// vector path needs hd % 8 == 0 and a 16-byte aligned qkv, else a pair-per-thread path runs.
+// 2 * 2 * B*T*(H+KV)*hd bytes; V is not touched. A thread owns one 16-byte vector (4 rotation
+// pairs) at one position and applies it to kHeadsPerThread heads: the 4 sin/cos pairs
+// depend only on the position and the pair, so they are computed once per thread and reused
+// across the heads (full-precision sincosf is ~40 instructions; once per vector it made the
+// kernel issue-bound rather than memory-bound). The heads' loads are all issued before the
+// first use. Threads of a warp take consecutive vectors of a row, so each head's row segment
+// (hd*2 bytes) is read and written whole. The per-pair frequencies theta^(-2i/hd) are
+// computed once per block in double (as the CPU reference does) into shared memory; the
+// angle t * freq and its sin/cos are fp32 (full-precision sincosf: angles reach T radians).
+// Requirements: hd even and hd <= 512 (Status::Invalid otherwise); the vector path needs
+// hd % 8 == 0 and a 16-byte aligned qkv, else a pair-per-thread path runs.
 #include <algorithm>
 #include <string>
 
@@ -19,10 +24,12 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kMaxHd = 512;
+constexpr int kHeadsPerThread = 8;  // sin/cos reuse vs threads in flight (grid.y = heads / 8)
 
-// VEC bf16 values (VEC / 2 pairs) per thread.
+// VEC bf16 values (VEC / 2 pairs) per thread and head. Thread x-index i: position i / per_head,
+// vector i % per_head; blockIdx.y picks the group of kHeadsPerThread heads.
 template <int VEC>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 4)
     RopeKernel(bf16* __restrict__ qkv, int64_t rows, int T, int rot_heads, int64_t row_stride,
                int hd, float theta, float sign) {
   __shared__ float s_freq[kMaxHd / 2];
@@ -33,37 +40,56 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
 
   const int per_head = hd / VEC;
-  const int64_t per_row = int64_t{rot_heads} * per_head;
-  const int64_t total = rows * per_row;
+  const int64_t total = rows * per_head;
+  const int h0 = blockIdx.y * kHeadsPerThread;
+  const int nh = min(kHeadsPerThread, rot_heads - h0);
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
        i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t row = i / per_row;
-    const int rem = static_cast<int>(i % per_row);
-    const int head = rem / per_head;
-    const int v = rem % per_head;
+    const int64_t row = i / per_head;
+    const int v = static_cast<int>(i - row * per_head);
     const float t = static_cast<float>(row % T);
-    bf16* p = qkv + row * row_stride + int64_t{head} * hd + v * VEC;
-    float f[VEC];
-    if constexpr (VEC == 8) {
-      UnpackBf16x8(Load16(p), f);
-    } else {
-      f[0] = __bfloat162float(p[0]);
-      f[1] = __bfloat162float(p[1]);
-    }
+    float sn[VEC / 2], cs[VEC / 2];
 #pragma unroll
     for (int q = 0; q < VEC / 2; ++q) {
-      float s, c;
-      sincosf(t * s_freq[v * (VEC / 2) + q], &s, &c);
-      s *= sign;
-      const float x0 = f[2 * q], x1 = f[2 * q + 1];
-      f[2 * q] = x0 * c - x1 * s;
-      f[2 * q + 1] = x0 * s + x1 * c;
+      sincosf(t * s_freq[v * (VEC / 2) + q], &sn[q], &cs[q]);
+      sn[q] *= sign;
     }
-    if constexpr (VEC == 8) {
-      Store16(p, PackBf16x8(f));
-    } else {
-      p[0] = __float2bfloat16_rn(f[0]);
-      p[1] = __float2bfloat16_rn(f[1]);
+    bf16* base = qkv + row * row_stride + int64_t{h0} * hd + v * VEC;
+    // Raw bf16 words in flight (4 registers per head for VEC 8), unpacked at use.
+    uint32_t raw[kHeadsPerThread][VEC / 2];
+#pragma unroll
+    for (int h = 0; h < kHeadsPerThread; ++h) {
+      if (h < nh) {
+        const bf16* p = base + int64_t{h} * hd;
+        if constexpr (VEC == 8) {
+          const uint4 u = Load16(p);
+          raw[h][0] = u.x, raw[h][1] = u.y, raw[h][2] = u.z, raw[h][3] = u.w;
+        } else {
+          // Element loads: this path also serves buffers only 2-byte aligned.
+          const __nv_bfloat16_raw lo = p[0], hi = p[1];
+          raw[h][0] = uint32_t{lo.x} | (uint32_t{hi.x} << 16);
+        }
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < kHeadsPerThread; ++h) {
+      if (h < nh) {
+#pragma unroll
+        for (int q = 0; q < VEC / 2; ++q) {
+          const float2 x = UnpackBf16x2(raw[h][q]);
+          raw[h][q] = PackBf16x2(x.x * cs[q] - x.y * sn[q], x.x * sn[q] + x.y * cs[q]);
+        }
+        bf16* p = base + int64_t{h} * hd;
+        if constexpr (VEC == 8) {
+          Store16(p, make_uint4(raw[h][0], raw[h][1], raw[h][2], raw[h][3]));
+        } else {
+          __nv_bfloat16_raw lo, hi;
+          lo.x = static_cast<uint16_t>(raw[h][0] & 0xffffu);
+          hi.x = static_cast<uint16_t>(raw[h][0] >> 16);
+          p[0] = lo;
+          p[1] = hi;
+        }
+      }
     }
   }
 }
@@ -85,14 +111,15 @@ Status RopeApply(bf16* qkv, int B, int T, int n_head, int n_kv_head, int hd, flo
   const int64_t row_stride = int64_t{n_head + 2 * n_kv_head} * hd;
   const float sign = inverse ? -1.0f : 1.0f;
   const bool vec = hd % 8 == 0 && IsAligned(qkv, 16);
-  const int64_t items = rows * rot_heads * (vec ? hd / 8 : hd / 2);
-  const int blocks = static_cast<int>(std::min<int64_t>(CeilDiv(items, kThreads), 8192));
+  const int64_t items = rows * (vec ? hd / 8 : hd / 2);
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(CeilDiv(items, kThreads), 1 << 20)),
+                  static_cast<unsigned>(CeilDiv(rot_heads, kHeadsPerThread)));
   if (vec) {
-    RopeKernel<8><<<blocks, kThreads, 0, stream>>>(qkv, rows, T, rot_heads, row_stride, hd,
-                                                   theta, sign);
+    RopeKernel<8><<<grid, kThreads, 0, stream>>>(qkv, rows, T, rot_heads, row_stride, hd, theta,
+                                                 sign);
   } else {
-    RopeKernel<2><<<blocks, kThreads, 0, stream>>>(qkv, rows, T, rot_heads, row_stride, hd,
-                                                   theta, sign);
+    RopeKernel<2><<<grid, kThreads, 0, stream>>>(qkv, rows, T, rot_heads, row_stride, hd, theta,
+                                                 sign);
   }
   FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
