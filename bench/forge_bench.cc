@@ -139,7 +139,8 @@ int Run(int argc, char** argv) {
   }
   const std::string gpu = prop.name;
 
-  auto made = MakeCudaTrainBackend(cfg, CudaBackendOptionsFromEnv());
+  const CudaBackendOptions options = CudaBackendOptionsFromEnv();
+  auto made = MakeCudaTrainBackend(cfg, options);
   if (!made.ok()) return Fail(made.status().ToString());
   std::unique_ptr<CudaTrainBackend> backend = std::move(made).value();
 
@@ -208,6 +209,8 @@ int Run(int argc, char** argv) {
   out["peak_tflops"] = peak_tflops;
   out["recompute"] = cfg.train.activation_recompute;
   out["cuda_graph"] = backend->graph_active();
+  out["deterministic_attention"] = options.deterministic_attention;
+  out["lm_head_chunk_rows"] = options.lm_head_chunk_rows;
   out["loss"] = stats.loss;
 
   if (args.profile) {

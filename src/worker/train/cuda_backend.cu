@@ -444,6 +444,15 @@ CudaBackendOptions CudaBackendOptionsFromEnv() {
   CudaBackendOptions o;
   if (EnvIsZero("FORGE_CUDA_GRAPH")) o.use_graph = false;
   if (EnvIsZero("FORGE_CUDA_DETERMINISTIC")) o.deterministic_attention = false;
+  if (const char* v = std::getenv("FORGE_CUDA_LM_HEAD_CHUNK")) {
+    char* end = nullptr;
+    const long rows = std::strtol(v, &end, 10);
+    if (end != v && *end == '\0' && rows > 0 && rows <= (1L << 30)) {
+      o.lm_head_chunk_rows = static_cast<int>(rows);
+    } else {
+      std::fprintf(stderr, "forge: ignoring FORGE_CUDA_LM_HEAD_CHUNK='%s' (want rows > 0)\n", v);
+    }
+  }
   return o;
 }
 
