@@ -1,16 +1,21 @@
 // Fused softmax + cross-entropy (+ its gradient, in place) over bf16 logits, fp32 math.
 //
-// Bytes moved and design (bandwidth-bound, one 1024-thread block per row): each row of
-// 2V bytes (100 KB at V = 50304) is read from device memory once and, when write_grad, written
-// once. Pass 1 loads the row with 16-byte loads (all of a thread's loads issued before the
-// first use) into registers (up to kCacheVecs vectors per thread, 57344 columns; columns
+// Bytes moved and design (bandwidth-bound): each row of 2V bytes (100 KB at V = 50304) is read
+// from device memory once and, when write_grad, written once. One 512-thread block per row;
+// pass 1 loads the row with 16-byte loads, kBatch per thread in flight before the first use,
+// into a shared-memory copy of the row (up to kMaxCachedVecs vectors, 56320 columns; columns
 // beyond that are re-read in pass 2) while keeping an online (max, sum of exp) pair per
 // thread; the pairs are combined across the block in a fixed tree. Pass 2 turns the cached
-// values into (softmax - onehot) * dloss and stores them over the logits. Exponentials are
-// taken base 2 on logits pre-scaled by log2(e) (one MUFU.EX2 each). The target logit is read
-// before any thread writes (the block reduction's barriers order it).
+// values into (softmax - onehot) * dloss and stores them over the logits. Each thread reads
+// back only the vectors it cached itself, so the passes need no barrier of their own. The row
+// cache lives in shared memory rather than registers so that two rows fit on an SM at once
+// (2 x 100 KB of the 227 KB): one row's exp pass overlaps the other's loads (a register
+// cache allowed one 1024-thread row per SM, alternating memory and MUFU phases).
+// Exponentials are taken base 2 on logits pre-scaled by log2(e) (one MUFU.EX2 each). The
+// target logit is read before any thread writes (the block reduction's barriers order it).
 // Rows whose length is not a multiple of 8 (or a misaligned buffer) take a scalar path.
 // A target outside [0, V) gives loss NaN and no onehot term (no out-of-bounds access).
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -21,8 +26,10 @@
 namespace forge::cuda {
 namespace {
 
-constexpr int kThreads = 1024;
-constexpr int kCacheVecs = 7;  // 7 * 1024 * 8 = 57344 columns held in registers
+constexpr int kThreads = 1024;          // scalar path and MeanReduce
+constexpr int kVecThreads = 512;        // vector path: two rows per SM
+constexpr int kBatch = 8;               // 16-byte loads per thread in flight in pass 1
+constexpr int kMaxCachedVecs = 7040;    // 110 KB of shared memory: 56320 columns
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -84,49 +91,51 @@ __device__ __forceinline__ void WriteLoss(float* losses, int64_t row, MaxSum tot
   losses[row] = (tot.m + log2f(tot.s)) * kLn2 - target_logit;
 }
 
-__global__ void __launch_bounds__(kThreads, 1)
+// Dynamic shared memory: min(V / 8, kMaxCachedVecs) 16-byte vectors.
+__global__ void __launch_bounds__(kVecThreads, 2)
     CrossEntropyVecKernel(bf16* __restrict__ logits, float* __restrict__ losses,
                           const int32_t* __restrict__ targets, int V, float dloss,
                           bool write_grad) {
+  extern __shared__ uint4 s_row[];
   __shared__ MaxSum s_red[32];
   const int64_t row = blockIdx.x;
   bf16* lr = logits + row * V;
   const int nvec = V / 8;
+  const int cached = min(nvec, kMaxCachedVecs);
+  const int tid = threadIdx.x;
   const int tgt = targets[row];
   const bool tgt_ok = tgt >= 0 && tgt < V;
   // Read before any write below: writes come after BlockCombine's barrier.
-  const float target_logit = threadIdx.x == 0 && tgt_ok ? __bfloat162float(lr[tgt]) : NAN;
+  const float target_logit = tid == 0 && tgt_ok ? __bfloat162float(lr[tgt]) : NAN;
 
-  uint4 cache[kCacheVecs];
-#pragma unroll
-  for (int k = 0; k < kCacheVecs; ++k) {
-    const int idx = k * kThreads + threadIdx.x;
-    cache[k] = idx < nvec ? Load16(lr + int64_t{idx} * 8) : make_uint4(0, 0, 0, 0);
-  }
   MaxSum st = {-INFINITY, 0.0f};
+  for (int base = 0; base < nvec; base += kBatch * kVecThreads) {
+    uint4 u[kBatch];
 #pragma unroll
-  for (int k = 0; k < kCacheVecs; ++k) {
-    if (k * kThreads + static_cast<int>(threadIdx.x) < nvec) {
-      float x[8];
-      UnpackBf16x8(cache[k], x);
+    for (int k = 0; k < kBatch; ++k) {
+      const int idx = base + k * kVecThreads + tid;
+      u[k] = idx < nvec ? Load16(lr + int64_t{idx} * 8) : make_uint4(0, 0, 0, 0);
+    }
 #pragma unroll
-      for (int j = 0; j < 8; ++j) x[j] *= kLog2e;
-      Accumulate8(st, x);
+    for (int k = 0; k < kBatch; ++k) {
+      const int idx = base + k * kVecThreads + tid;
+      if (idx < nvec) {
+        if (idx < cached) s_row[idx] = u[k];
+        float x[8];
+        UnpackBf16x8(u[k], x);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) x[j] *= kLog2e;
+        Accumulate8(st, x);
+      }
     }
   }
-  for (int idx = kCacheVecs * kThreads + threadIdx.x; idx < nvec; idx += kThreads) {
-    float x[8];
-    UnpackBf16x8(Load16(lr + int64_t{idx} * 8), x);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) x[j] *= kLog2e;
-    Accumulate8(st, x);
-  }
   const MaxSum tot = BlockCombine(st, s_red);
-  if (threadIdx.x == 0) WriteLoss(losses, row, tot, target_logit);
+  if (tid == 0) WriteLoss(losses, row, tot, target_logit);
   if (!write_grad) return;
 
   const float scale = __frcp_rn(tot.s) * dloss;  // (1 / sum) * dloss, as the reference
-  auto grad8 = [&](int idx, const uint4& u) {
+  for (int idx = tid; idx < nvec; idx += kVecThreads) {
+    const uint4 u = idx < cached ? s_row[idx] : Load16(lr + int64_t{idx} * 8);
     float x[8];
     UnpackBf16x8(u, x);
 #pragma unroll
@@ -135,14 +144,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (idx * 8 + j == tgt) x[j] -= dloss;
     }
     Store16(lr + int64_t{idx} * 8, PackBf16x8(x));
-  };
-#pragma unroll
-  for (int k = 0; k < kCacheVecs; ++k) {
-    const int idx = k * kThreads + threadIdx.x;
-    if (idx < nvec) grad8(idx, cache[k]);
-  }
-  for (int idx = kCacheVecs * kThreads + threadIdx.x; idx < nvec; idx += kThreads) {
-    grad8(idx, Load16(lr + int64_t{idx} * 8));
   }
 }
 
@@ -194,8 +195,14 @@ Status CrossEntropyForwardBackward(bf16* logits, float* losses, const int32_t* t
   if (n == 0) return Status::Ok();
   const unsigned grid = static_cast<unsigned>(n);
   if (V % 8 == 0 && IsAligned(logits, 16)) {
-    CrossEntropyVecKernel<<<grid, kThreads, 0, stream>>>(logits, losses, targets, V, dloss,
-                                                         write_grad);
+    const size_t smem = size_t(std::min(V / 8, kMaxCachedVecs)) * sizeof(uint4);
+    // Above the default 48 KB a kernel must opt in (per device; not a stream operation, so
+    // also fine while a graph is being captured).
+    FORGE_CUDA_CHECK(cudaFuncSetAttribute(CrossEntropyVecKernel,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(smem)));
+    CrossEntropyVecKernel<<<grid, kVecThreads, smem, stream>>>(logits, losses, targets, V, dloss,
+                                                               write_grad);
   } else {
     CrossEntropyScalarKernel<<<grid, kThreads, 0, stream>>>(logits, losses, targets, V, dloss,
                                                             write_grad);
