@@ -1,11 +1,16 @@
 // GemmRunner (cuBLASLt) against a double-precision CPU product of the same bf16 / fp8 inputs:
-// the three linear-layer forms the model uses, accumulation, the plan cache, FP8 with scales
-// and amax, and the layouts FP8 must reject.
+// the three linear-layer forms the model uses, accumulation in place and from a separate C,
+// the plan cache, autotuning (never disturbing the caller's data, off during graph capture),
+// FP8 with scales (bf16 and fp8 outputs, amax), and what FP8 must reject.
 #include <cuda_fp8.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <string>
 #include <vector>
 
 #include "gpu_test_util.h"
@@ -14,6 +19,7 @@
 namespace forge::cuda {
 namespace {
 
+using test::BitwiseEqual;
 using test::DeviceBuffer;
 using test::RandomNormal;
 using test::RoundBf16InPlace;
@@ -61,6 +67,7 @@ class GpuGemmTest : public ::testing::Test {
   void SetUp() override {
     FORGE_SKIP_WITHOUT_GPU();
     ASSERT_STATUS_OK(runner_.Init());
+    runner_.set_autotune(true);  // whatever the environment says: every test tunes
   }
   GemmRunner runner_;
 };
@@ -207,31 +214,235 @@ TEST_F(GpuGemmTest, PlanIsCachedPerKey) {
   ASSERT_CUDA_OK(cudaDeviceSynchronize());
 }
 
-// E4M3 x E4M3 -> bf16 with per-tensor scales and amax(D), against the dequantised product.
-TEST_F(GpuGemmTest, Fp8E4M3WithScalesAndAmax) {
-  const int64_t M = 128, N = 256, K = 512;  // tokens, out, in
-  std::vector<float> x = RandomNormal(size_t(M * K), 3.0f, 13);
-  std::vector<float> w = RandomNormal(size_t(N * K), 0.05f, 14);
-  auto absmax = [](const std::vector<float>& v) {
-    float m = 0.0f;
-    for (float e : v) m = std::max(m, std::fabs(e));
-    return m;
-  };
-  const float sx = absmax(x) / 448.0f, sw = absmax(w) / 448.0f;  // E4M3 max is 448
-  std::vector<__nv_fp8_e4m3> qx(x.size()), qw(w.size());
-  std::vector<float> x_deq(x.size()), w_deq(w.size());
+// Separate addend: D = C + x W^T with C only read (bf16, forward form), and the fp32
+// weight-gradient form dW = C + dout^T x. Another key than in-place accumulation.
+TEST_F(GpuGemmTest, SeparateCInput) {
+  const LinearShape s{128, 192, 256};
+  std::vector<float> x = RandomNormal(size_t(s.tokens * s.in), 1.0f, 20);
+  std::vector<float> w = RandomNormal(size_t(s.out * s.in), 0.05f, 21);
+  std::vector<float> c0 = RandomNormal(size_t(s.tokens * s.out), 1.0f, 22);
+  RoundBf16InPlace(x);
+  RoundBf16InPlace(w);
+  RoundBf16InPlace(c0);
+  {
+    DeviceBuffer<bf16> dx(ToBf16(x)), dw(ToBf16(w)), dc(ToBf16(c0)), dd(c0.size());
+    dd.Poison();
+    GemmArgs g;
+    g.M = s.tokens, g.N = s.out, g.K = s.in;
+    g.A = dx.data(), g.B = dw.data(), g.D = dd.data(), g.C = dc.data();
+    g.accumulate = true;
+    ASSERT_STATUS_OK(runner_.Run(g, nullptr));
+    auto ref = RefGemm(x, w, s.tokens, s.out, s.in, false, true);
+    for (size_t i = 0; i < ref.size(); ++i) ref[i] += c0[i];
+    EXPECT_LT(RelFrobenius(ToFloat(dd.Download()), ref), 1e-2);
+    EXPECT_TRUE(BitwiseEqual(ToFloat(dc.Download()), c0)) << "C was written";
+    EXPECT_EQ(runner_.plan_count(), 1u);
+    // The same shape accumulating in place is another plan.
+    GemmArgs in_place = g;
+    in_place.C = nullptr;
+    in_place.D = dc.data();
+    ASSERT_STATUS_OK(runner_.Run(in_place, nullptr));
+    EXPECT_EQ(runner_.plan_count(), 2u);
+    EXPECT_LT(RelFrobenius(ToFloat(dc.Download()), ref), 1e-2);
+  }
+  {
+    // dW[out, in] = C + dout^T x, fp32.
+    std::vector<float> dout = RandomNormal(size_t(s.tokens * s.out), 1.0f, 23);
+    std::vector<float> cw = RandomNormal(size_t(s.out * s.in), 1.0f, 24);
+    RoundBf16InPlace(dout);
+    DeviceBuffer<bf16> ddout(ToBf16(dout)), dx(ToBf16(x));
+    DeviceBuffer<float> dc(cw), dd(cw.size());
+    dd.Poison();
+    GemmArgs g;
+    g.M = s.out, g.N = s.in, g.K = s.tokens;
+    g.A = ddout.data(), g.B = dx.data(), g.D = dd.data(), g.C = dc.data();
+    g.trans_a = true, g.trans_b = false;
+    g.d_type = DType::kFp32;
+    g.accumulate = true;
+    ASSERT_STATUS_OK(runner_.Run(g, nullptr));
+    auto ref = RefGemm(dout, x, s.out, s.in, s.tokens, true, false);
+    for (size_t i = 0; i < ref.size(); ++i) ref[i] += cw[i];
+    EXPECT_LT(RelFrobenius(dd.Download(), ref), 1e-5);
+    EXPECT_TRUE(BitwiseEqual(dc.Download(), cw)) << "C was written";
+  }
+}
+
+// Autotuning a large enough accumulating GEMM: the timing runs must not touch D (added to
+// exactly once), the record is consistent, and the kept plan is bitwise stable.
+TEST_F(GpuGemmTest, AutotuneLeavesAccumulatorAlone) {
+  const LinearShape s{512, 1024, 768};
+  std::vector<float> x = RandomNormal(size_t(s.tokens * s.in), 1.0f, 30);
+  std::vector<float> w = RandomNormal(size_t(s.out * s.in), 0.05f, 31);
+  std::vector<float> y0 = RandomNormal(size_t(s.tokens * s.out), 1.0f, 32);
+  RoundBf16InPlace(x);
+  RoundBf16InPlace(w);
+  DeviceBuffer<bf16> dx(ToBf16(x)), dw(ToBf16(w));
+  DeviceBuffer<float> dy(y0), dy2(y0);
+  GemmArgs g;
+  g.M = s.tokens, g.N = s.out, g.K = s.in;
+  g.A = dx.data(), g.B = dw.data(), g.D = dy.data();
+  g.d_type = DType::kFp32;
+  g.accumulate = true;
+  ASSERT_STATUS_OK(runner_.Run(g, nullptr));
+  auto ref = RefGemm(x, w, s.tokens, s.out, s.in, false, true);
+  for (size_t i = 0; i < ref.size(); ++i) ref[i] += y0[i];
+  const std::vector<float> got = dy.Download();
+  EXPECT_LT(RelFrobenius(got, ref), 1e-5);
+
+  ASSERT_EQ(runner_.autotune_log().size(), 1u);
+  const GemmTuneRecord& rec = runner_.autotune_log()[0];
+  EXPECT_GE(rec.candidates, 1);
+  EXPECT_LE(rec.candidates, GemmRunner::kMaxCandidates);
+  EXPECT_GE(rec.chosen, 0);
+  EXPECT_LT(rec.chosen, rec.candidates);
+  if (rec.candidates > 1) {
+    EXPECT_TRUE(rec.note.empty()) << rec.note;
+    EXPECT_GT(rec.first_us, 0.0f);
+    EXPECT_LE(rec.best_us, rec.chosen_us);
+    EXPECT_LE(rec.chosen_us, rec.first_us);
+    if (rec.chosen != 0) {
+      EXPECT_LT(rec.chosen_us, (1.0f - GemmRunner::kTuneMargin) * rec.first_us);
+    }
+    EXPECT_GT(runner_.autotune_ms_total(), 0.0);
+  }
+  std::printf("[ autotune ] %s: %d candidates, chose %d: %.1f us (first %.1f, best %.1f); "
+              "%.1f ms tuning\n",
+              rec.gemm.c_str(), rec.candidates, rec.chosen, rec.chosen_us, rec.first_us,
+              rec.best_us, runner_.autotune_ms_total());
+
+  // Same plan on a second buffer: bitwise the same result.
+  g.D = dy2.data();
+  ASSERT_STATUS_OK(runner_.Run(g, nullptr));
+  EXPECT_EQ(runner_.plan_count(), 1u);
+  EXPECT_TRUE(BitwiseEqual(dy2.Download(), got));
+}
+
+// A plan first needed while the stream is being captured takes the heuristic's first choice
+// untimed: the graph computes the product, bitwise equal to an untuned runner's.
+TEST_F(GpuGemmTest, PlanMadeDuringCaptureIsUntimed) {
+  const LinearShape s{256, 512, 384};
+  std::vector<float> x = RandomNormal(size_t(s.tokens * s.in), 1.0f, 40);
+  std::vector<float> w = RandomNormal(size_t(s.out * s.in), 0.05f, 41);
+  RoundBf16InPlace(x);
+  RoundBf16InPlace(w);
+  DeviceBuffer<bf16> dx(ToBf16(x)), dw(ToBf16(w)), dy(size_t(s.tokens * s.out)),
+      dref(size_t(s.tokens * s.out));
+  GemmArgs g;
+  g.M = s.tokens, g.N = s.out, g.K = s.in;
+  g.A = dx.data(), g.B = dw.data(), g.D = dref.data();
+
+  // Untuned runner outside capture: also loads the kernel the capture will use.
+  GemmRunner untuned;
+  ASSERT_STATUS_OK(untuned.Init());
+  untuned.set_autotune(false);
+  ASSERT_STATUS_OK(untuned.Run(g, nullptr));
+  ASSERT_EQ(untuned.autotune_log().size(), 1u);
+  EXPECT_EQ(untuned.autotune_log()[0].note, "autotune off");
+  const std::vector<bf16> expect = dref.Download();
+
+  cudaStream_t stream = nullptr;
+  ASSERT_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  dy.Poison();
+  g.D = dy.data();
+  ASSERT_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  const Status run = runner_.Run(g, stream);
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(stream, &graph);
+  ASSERT_STATUS_OK(run);
+  ASSERT_CUDA_OK(end);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  ASSERT_CUDA_OK(cudaGraphLaunch(exec, stream));
+  ASSERT_CUDA_OK(cudaStreamSynchronize(stream));
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+
+  ASSERT_EQ(runner_.autotune_log().size(), 1u);
+  EXPECT_NE(runner_.autotune_log()[0].note.find("capturing"), std::string::npos)
+      << runner_.autotune_log()[0].note;
+  EXPECT_EQ(runner_.autotune_log()[0].chosen, 0);
+  EXPECT_EQ(runner_.autotune_ms_total(), 0.0);
+  const std::vector<float> got = ToFloat(dy.Download());
+  EXPECT_TRUE(BitwiseEqual(got, ToFloat(expect)));
+  const auto ref = RefGemm(x, w, s.tokens, s.out, s.in, false, true);
+  EXPECT_LT(RelFrobenius(got, ref), 1e-2);
+}
+
+// FORGE_GEMM_AUTOTUNE=0 switches tuning off at Init; anything else leaves it on.
+TEST_F(GpuGemmTest, AutotuneEnvSwitch) {
+  const char* old = std::getenv("FORGE_GEMM_AUTOTUNE");
+  const std::string saved = old ? old : "";
+  setenv("FORGE_GEMM_AUTOTUNE", "0", 1);
+  GemmRunner off;
+  const Status init_off = off.Init(1 << 20);
+  setenv("FORGE_GEMM_AUTOTUNE", "1", 1);
+  GemmRunner on;
+  const Status init_on = on.Init(1 << 20);
+  if (old) {
+    setenv("FORGE_GEMM_AUTOTUNE", saved.c_str(), 1);
+  } else {
+    unsetenv("FORGE_GEMM_AUTOTUNE");
+  }
+  ASSERT_STATUS_OK(init_off);
+  ASSERT_STATUS_OK(init_on);
+  EXPECT_FALSE(off.autotune());
+  EXPECT_TRUE(on.autotune());
+}
+
+// The margin rule (no GPU needed): keep the heuristic's first choice unless another is
+// clearly faster.
+TEST(GemmChooseAlgorithm, KeepsFirstChoiceWithinMargin) {
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(ChooseAlgorithm({100.0f}, 0.03f), 0);
+  EXPECT_EQ(ChooseAlgorithm({100.0f, 98.0f, 99.0f}, 0.03f), 0);  // 2% faster: a near-tie
+  EXPECT_EQ(ChooseAlgorithm({100.0f, 96.0f, 90.0f}, 0.03f), 2);  // clearly faster: fastest
+  EXPECT_EQ(ChooseAlgorithm({100.0f, 120.0f}, 0.03f), 0);
+  EXPECT_EQ(ChooseAlgorithm({inf, 120.0f, 110.0f}, 0.03f), 2);  // first failed: fastest ran
+  EXPECT_EQ(ChooseAlgorithm({100.0f, inf, 50.0f}, 0.03f), 2);
+  EXPECT_EQ(ChooseAlgorithm({inf, inf}, 0.03f), -1);
+  EXPECT_EQ(ChooseAlgorithm({}, 0.03f), -1);
+}
+
+// ---- FP8 ----------------------------------------------------------------------------------
+
+float AbsMax(const std::vector<float>& v) {
+  float m = 0.0f;
+  for (float e : v) m = std::max(m, std::fabs(e));
+  return m;
+}
+
+// Per-tensor quantisation as the model does it: q = x / scale with scale = amax / fp8 max;
+// `deq` gets what the GEMM sees (q * scale).
+template <typename Fp8>
+std::vector<Fp8> Quantize(const std::vector<float>& x, float fp8_max, float* scale,
+                          std::vector<float>* deq) {
+  *scale = AbsMax(x) / fp8_max;
+  std::vector<Fp8> q(x.size());
+  deq->resize(x.size());
   for (size_t i = 0; i < x.size(); ++i) {
-    qx[i] = __nv_fp8_e4m3(x[i] / sx);
-    x_deq[i] = float(qx[i]) * sx;
+    q[i] = Fp8(x[i] / *scale);
+    (*deq)[i] = float(q[i]) * *scale;
   }
-  for (size_t i = 0; i < w.size(); ++i) {
-    qw[i] = __nv_fp8_e4m3(w[i] / sw);
-    w_deq[i] = float(qw[i]) * sw;
-  }
+  return q;
+}
+
+constexpr float kE4M3Max = 448.0f;
+constexpr float kE5M2Max = 57344.0f;
+
+// E4M3 x E4M3 -> bf16 with per-tensor scales (the forward form), against the dequantised
+// product.
+TEST_F(GpuGemmTest, Fp8E4M3ToBf16WithScales) {
+  const int64_t M = 128, N = 256, K = 512;  // tokens, out, in
+  float sx = 0, sw = 0;
+  std::vector<float> x_deq, w_deq;
+  auto qx =
+      Quantize<__nv_fp8_e4m3>(RandomNormal(size_t(M * K), 3.0f, 13), kE4M3Max, &sx, &x_deq);
+  auto qw =
+      Quantize<__nv_fp8_e4m3>(RandomNormal(size_t(N * K), 0.05f, 14), kE4M3Max, &sw, &w_deq);
   DeviceBuffer<__nv_fp8_e4m3> dqx(qx), dqw(qw);
   DeviceBuffer<bf16> dy(size_t(M * N));
-  // amax starts far above the answer: cuBLASLt must set it, not fold into it.
-  DeviceBuffer<float> scales(std::vector<float>{sx, sw}), amax(std::vector<float>{1e30f});
+  DeviceBuffer<float> scales(std::vector<float>{sx, sw});
   dy.Poison();
   GemmArgs g;
   g.M = M, g.N = N, g.K = K;
@@ -239,23 +450,86 @@ TEST_F(GpuGemmTest, Fp8E4M3WithScalesAndAmax) {
   g.trans_a = false, g.trans_b = true;
   g.a_type = DType::kE4M3, g.b_type = DType::kE4M3, g.d_type = DType::kBf16;
   g.a_scale = scales.data(), g.b_scale = scales.data() + 1;
+  ASSERT_STATUS_OK(runner_.Run(g, nullptr));
+  const auto ref = RefGemm(x_deq, w_deq, M, N, K, false, true);
+  EXPECT_LT(RelFrobenius(ToFloat(dy.Download()), ref), 2e-2);
+}
+
+// The backward forms: E5M2 gradients times E4M3 operands, in both operand orders, -> bf16.
+TEST_F(GpuGemmTest, Fp8MixedE5M2E4M3ToBf16) {
+  const int64_t M = 128, N = 192, K = 256;
+  for (const bool grad_is_a : {true, false}) {
+    SCOPED_TRACE(grad_is_a ? "e5m2 x e4m3" : "e4m3 x e5m2");
+    float sa = 0, sb = 0;
+    std::vector<float> a_deq, b_deq;
+    const std::vector<float> a = RandomNormal(size_t(M * K), grad_is_a ? 1e-3f : 2.0f, 15);
+    const std::vector<float> b = RandomNormal(size_t(N * K), grad_is_a ? 2.0f : 1e-3f, 16);
+    DeviceBuffer<uint8_t> da(size_t(M * K)), db(size_t(N * K));
+    if (grad_is_a) {
+      auto qa = Quantize<__nv_fp8_e5m2>(a, kE5M2Max, &sa, &a_deq);
+      auto qb = Quantize<__nv_fp8_e4m3>(b, kE4M3Max, &sb, &b_deq);
+      ASSERT_CUDA_OK(cudaMemcpy(da.data(), qa.data(), qa.size(), cudaMemcpyHostToDevice));
+      ASSERT_CUDA_OK(cudaMemcpy(db.data(), qb.data(), qb.size(), cudaMemcpyHostToDevice));
+    } else {
+      auto qa = Quantize<__nv_fp8_e4m3>(a, kE4M3Max, &sa, &a_deq);
+      auto qb = Quantize<__nv_fp8_e5m2>(b, kE5M2Max, &sb, &b_deq);
+      ASSERT_CUDA_OK(cudaMemcpy(da.data(), qa.data(), qa.size(), cudaMemcpyHostToDevice));
+      ASSERT_CUDA_OK(cudaMemcpy(db.data(), qb.data(), qb.size(), cudaMemcpyHostToDevice));
+    }
+    DeviceBuffer<bf16> dy(size_t(M * N));
+    DeviceBuffer<float> scales(std::vector<float>{sa, sb});
+    dy.Poison();
+    GemmArgs g;
+    g.M = M, g.N = N, g.K = K;
+    g.A = da.data(), g.B = db.data(), g.D = dy.data();
+    g.a_type = grad_is_a ? DType::kE5M2 : DType::kE4M3;
+    g.b_type = grad_is_a ? DType::kE4M3 : DType::kE5M2;
+    g.a_scale = scales.data(), g.b_scale = scales.data() + 1;
+    ASSERT_STATUS_OK(runner_.Run(g, nullptr));
+    const auto ref = RefGemm(a_deq, b_deq, M, N, K, false, true);
+    EXPECT_LT(RelFrobenius(ToFloat(dy.Download()), ref), 2e-2);
+  }
+}
+
+// E4M3 x E4M3 -> E4M3 with a quantisation scale and amax: D = d_scale * product (fp8), amax
+// of the unscaled product (set, not folded into the 1e30 it starts at).
+TEST_F(GpuGemmTest, Fp8E4M3ToE4M3WithDScaleAndAmax) {
+  const int64_t M = 128, N = 256, K = 512;
+  float sx = 0, sw = 0;
+  std::vector<float> x_deq, w_deq;
+  auto qx =
+      Quantize<__nv_fp8_e4m3>(RandomNormal(size_t(M * K), 3.0f, 17), kE4M3Max, &sx, &x_deq);
+  auto qw =
+      Quantize<__nv_fp8_e4m3>(RandomNormal(size_t(N * K), 0.05f, 18), kE4M3Max, &sw, &w_deq);
+  const auto ref = RefGemm(x_deq, w_deq, M, N, K, false, true);
+  double ref_max = 0.0;
+  for (double v : ref) ref_max = std::max(ref_max, std::fabs(v));
+  const float d_scale = float(0.5 * kE4M3Max / ref_max);  // headroom: no saturation
+  DeviceBuffer<__nv_fp8_e4m3> dqx(qx), dqw(qw), dy(size_t(M * N));
+  DeviceBuffer<float> scales(std::vector<float>{sx, sw, d_scale});
+  DeviceBuffer<float> amax(std::vector<float>{1e30f});
+  dy.Poison();
+  GemmArgs g;
+  g.M = M, g.N = N, g.K = K;
+  g.A = dqx.data(), g.B = dqw.data(), g.D = dy.data();
+  g.a_type = DType::kE4M3, g.b_type = DType::kE4M3, g.d_type = DType::kE4M3;
+  g.a_scale = scales.data(), g.b_scale = scales.data() + 1, g.d_scale = scales.data() + 2;
   g.d_amax = amax.data();
   ASSERT_STATUS_OK(runner_.Run(g, nullptr));
 
-  const auto ref = RefGemm(x_deq, w_deq, M, N, K, false, true);
-  const std::vector<float> got = ToFloat(dy.Download());
-  EXPECT_LT(RelFrobenius(got, ref), 5e-2);
-  double ref_max = 0.0;
-  for (double v : ref) ref_max = std::max(ref_max, std::fabs(v));
+  const std::vector<__nv_fp8_e4m3> q = dy.Download();
+  std::vector<float> got(q.size());
+  for (size_t i = 0; i < q.size(); ++i) got[i] = float(q[i]) / d_scale;
+  EXPECT_LT(RelFrobenius(got, ref), 6e-2);  // e4m3 output rounding (3 mantissa bits)
   const float got_amax = amax.Download()[0];
-  EXPECT_NEAR(got_amax, ref_max, 1e-2 * ref_max);
-  EXPECT_NEAR(got_amax, absmax(got), 1e-2 * ref_max);
+  EXPECT_NEAR(got_amax, ref_max, 1e-2 * ref_max)
+      << "(d_scale * max|product| would be " << d_scale * ref_max << ")";
 }
 
-// FP8 only in cuBLASLt's TN layout, e4m3/e5m2 mixes only; bad type combinations rejected.
+// What cuBLASLt cannot do is refused up front with a reason, before any plan is made.
 TEST_F(GpuGemmTest, RejectsUnsupportedLayoutsAndTypes) {
   DeviceBuffer<uint8_t> a(64 * 64), b(64 * 64);
-  DeviceBuffer<float> d(64 * 64);
+  DeviceBuffer<float> d(64 * 64), c(64 * 64);
   GemmArgs g;
   g.M = 64, g.N = 64, g.K = 64;
   g.A = a.data(), g.B = b.data(), g.D = d.data();
@@ -274,14 +548,34 @@ TEST_F(GpuGemmTest, RejectsUnsupportedLayoutsAndTypes) {
   bad.b_type = DType::kBf16;  // fp8 x bf16
   EXPECT_EQ(runner_.Run(bad, nullptr).code(), Code::kInvalidArgument);
   bad = g;
-  bad.d_type = DType::kE4M3;  // no fp8 output (no D scale in GemmArgs)
+  bad.d_type = DType::kE5M2;  // e4m3 x e4m3 has no e5m2 output
   EXPECT_EQ(runner_.Run(bad, nullptr).code(), Code::kInvalidArgument);
   bad = g;
   bad.K = 40;  // fp8 needs multiples of 16
   EXPECT_EQ(runner_.Run(bad, nullptr).code(), Code::kInvalidArgument);
   bad = g;
+  bad.d_amax = d.data();  // amax of a bf16 output: cuBLASLt only does it for fp8 outputs
+  const Status amax_bf16 = runner_.Run(bad, nullptr);
+  EXPECT_EQ(amax_bf16.code(), Code::kInvalidArgument);
+  EXPECT_NE(amax_bf16.message().find("amax"), std::string::npos) << amax_bf16.ToString();
+  bad = g;
+  bad.d_scale = d.data();  // a D scale needs an fp8 output
+  EXPECT_EQ(runner_.Run(bad, nullptr).code(), Code::kInvalidArgument);
+  bad = g;
+  bad.d_type = DType::kE4M3;
+  bad.accumulate = true;  // no accumulation into fp8
+  EXPECT_EQ(runner_.Run(bad, nullptr).code(), Code::kInvalidArgument);
+  bad = g;
   bad.a_type = bad.b_type = DType::kBf16;
   bad.d_amax = d.data();  // amax only for fp8
+  EXPECT_EQ(runner_.Run(bad, nullptr).code(), Code::kInvalidArgument);
+  bad = g;
+  bad.a_type = bad.b_type = DType::kBf16;
+  bad.d_type = DType::kE4M3;  // bf16 inputs give no fp8 output
+  EXPECT_EQ(runner_.Run(bad, nullptr).code(), Code::kInvalidArgument);
+  bad = g;
+  bad.a_type = bad.b_type = DType::kBf16;
+  bad.C = c.data();  // C without accumulate
   EXPECT_EQ(runner_.Run(bad, nullptr).code(), Code::kInvalidArgument);
   EXPECT_EQ(runner_.plan_count(), 0u);
 }
