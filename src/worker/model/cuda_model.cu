@@ -388,14 +388,15 @@ Status CudaModel::ZeroMoments(cudaStream_t stream) {
 
 namespace {
 
-// y[M, out] (+)= x[M, in] W[out, in]^T   (bf16 out)
+// y[M, out] = x[M, in] W[out, in]^T (+ residual[M, out] when given; residual is only read)
 GemmArgs Linear(bf16* y, const bf16* x, const bf16* w, int64_t M, int64_t out, int64_t in,
-                bool accumulate) {
+                const bf16* residual = nullptr) {
   GemmArgs g;
   g.M = M, g.N = out, g.K = in;
   g.A = x, g.B = w, g.D = y;
   g.trans_a = false, g.trans_b = true;
-  g.accumulate = accumulate;
+  g.accumulate = residual != nullptr;
+  g.C = residual;
   return g;
 }
 
@@ -455,33 +456,29 @@ Status CudaModel::BlockForward(int layer, const BlockActs& a, const bf16* x_in, 
   FORGE_RETURN_IF_ERROR(
       cuda::RmsNormForward(a.h1, a.rstd1, x_in, w + o.attn_norm, N_, d_, m_.norm_eps, s));
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdGemm, s));
-  FORGE_RETURN_IF_ERROR(b.gemm.Run(Linear(a.qkv, a.h1, w + o.wqkv, N_, qkv_dim_, d_, false), s));
+  FORGE_RETURN_IF_ERROR(b.gemm.Run(Linear(a.qkv, a.h1, w + o.wqkv, N_, qkv_dim_, d_), s));
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
   FORGE_RETURN_IF_ERROR(
       cuda::RopeApply(a.qkv, Bm, T_, H_, KV_, hd_, m_.rope_theta, /*inverse=*/false, s));
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdAttention, s));
   FORGE_RETURN_IF_ERROR(b.sdpa.Forward(b.sdpa_shape, a.qkv, a.att, a.stats, s));
-  // x_mid = x_in + att Wo^T: the residual add rides on the GEMM's beta = 1; x_in stays intact
-  // because backward needs it for the attn_norm gradient.
-  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kCopy, s));
-  FORGE_CUDA_CHECK(
-      cudaMemcpyAsync(a.x_mid, x_in, N_ * d_ * sizeof(bf16), cudaMemcpyDeviceToDevice, s));
+  // x_mid = x_in + att Wo^T: the residual add rides on the GEMM (C = x_in, beta = 1); x_in
+  // stays intact because backward needs it for the attn_norm gradient.
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdGemm, s));
-  FORGE_RETURN_IF_ERROR(b.gemm.Run(Linear(a.x_mid, a.att, w + o.wo, N_, d_, H_ * hd_, true), s));
+  FORGE_RETURN_IF_ERROR(
+      b.gemm.Run(Linear(a.x_mid, a.att, w + o.wo, N_, d_, H_ * hd_, /*residual=*/x_in), s));
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
   FORGE_RETURN_IF_ERROR(
       cuda::RmsNormForward(a.h2, a.rstd2, a.x_mid, w + o.mlp_norm, N_, d_, m_.norm_eps, s));
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdGemm, s));
   FORGE_RETURN_IF_ERROR(
-      b.gemm.Run(Linear(a.gu, a.h2, w + o.w_gate_up, N_, 2 * ffn_, d_, false), s));
+      b.gemm.Run(Linear(a.gu, a.h2, w + o.w_gate_up, N_, 2 * ffn_, d_), s));
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
   FORGE_RETURN_IF_ERROR(cuda::SwiGluForward(a.sw, a.gu, N_, ffn_, s));
   if (x_out == nullptr) return Status::Ok();  // recompute in backward: the output is not needed
-  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kCopy, s));
-  FORGE_CUDA_CHECK(
-      cudaMemcpyAsync(x_out, a.x_mid, N_ * d_ * sizeof(bf16), cudaMemcpyDeviceToDevice, s));
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdGemm, s));
-  FORGE_RETURN_IF_ERROR(b.gemm.Run(Linear(x_out, a.sw, w + o.w_down, N_, d_, ffn_, true), s));
+  FORGE_RETURN_IF_ERROR(
+      b.gemm.Run(Linear(x_out, a.sw, w + o.w_down, N_, d_, ffn_, /*residual=*/a.x_mid), s));
   return Status::Ok();
 }
 
@@ -555,7 +552,7 @@ Status CudaModel::LmHead(const int32_t* targets, float dloss, bool backward,
     const int64_t rows = std::min(chunk, N_ - r0);
     const bf16* hf = b.hf + r0 * d_;
     FORGE_RETURN_IF_ERROR(Mark(StepPhase::kLmHeadGemm, s));
-    FORGE_RETURN_IF_ERROR(b.gemm.Run(Linear(b.logits, hf, wte, rows, V_, d_, false), s));
+    FORGE_RETURN_IF_ERROR(b.gemm.Run(Linear(b.logits, hf, wte, rows, V_, d_), s));
     FORGE_RETURN_IF_ERROR(Mark(StepPhase::kCrossEntropy, s));
     FORGE_RETURN_IF_ERROR(cuda::CrossEntropyForwardBackward(b.logits, losses + r0, targets + r0,
                                                             rows, V_, dloss, backward, s));

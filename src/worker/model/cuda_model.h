@@ -31,7 +31,7 @@ struct CudaModelOptions {
 
 // Phases of a step for the optional profile breakdown.
 enum class StepPhase {
-  kCopy,             // H2D tokens, residual copies
+  kCopy,             // H2D tokens (and ZeroGrads when called)
   kFwdGemm,
   kFwdAttention,
   kFwdElementwise,   // embedding, norms, RoPE, SwiGLU
