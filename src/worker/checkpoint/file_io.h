@@ -1,0 +1,72 @@
+// Durable file primitives for checkpoints: an fd writer that checksums what it writes, atomic
+// small-file replacement (temp + fsync + rename + directory fsync), directory fsync and a
+// read-only memory map. Every error names the path.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace forge {
+
+// Writes a new file at `path` (created or truncated). Close() fsyncs before closing.
+class FileWriter {
+ public:
+  static StatusOr<FileWriter> Create(const std::string& path);
+
+  FileWriter() = default;
+  FileWriter(FileWriter&& other) noexcept;
+  FileWriter& operator=(FileWriter&& other) noexcept;
+  FileWriter(const FileWriter&) = delete;
+  FileWriter& operator=(const FileWriter&) = delete;
+  ~FileWriter();  // closes without fsync if Close() was not called (error paths)
+
+  Status Write(const void* data, size_t size);
+  Status Close();  // fsync + close
+  uint64_t bytes_written() const { return bytes_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  uint64_t bytes_ = 0;
+};
+
+// fsync of a directory makes renames and unlinks inside it durable.
+Status SyncDirectory(const std::string& dir);
+
+// Writes `data` to `path` atomically: readers see the old file or the whole new one.
+Status WriteFileAtomic(const std::string& path, std::string_view data);
+
+// Renames tmp -> path and fsyncs the directory holding path.
+Status CommitRename(const std::string& tmp, const std::string& path);
+
+StatusOr<std::string> ReadSmallFile(const std::string& path);
+
+// A read-only mapping of a whole file. Move-only.
+class MappedFile {
+ public:
+  static StatusOr<MappedFile> Open(const std::string& path);
+
+  MappedFile() = default;
+  MappedFile(MappedFile&& other) noexcept;
+  MappedFile& operator=(MappedFile&& other) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  ~MappedFile();
+
+  const uint8_t* data() const { return static_cast<const uint8_t*>(map_); }
+  size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  void Reset();
+  std::string path_;
+  void* map_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace forge
