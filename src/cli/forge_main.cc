@@ -1,5 +1,7 @@
 // `forge`: the local command-line entry point.
 //   forge train CONFIG [--steps N] [--backend auto|cpu|cuda] [--run-dir DIR]
+//     Under `mpirun -np N` (or `srun --mpi=pmix`) the N processes train one model
+//     data-parallel in parallel.mode (CPU backend); rank 0 prints and writes metrics.
 //   forge data prepare [--out DIR] [--threads N] [--force]
 //   forge data baseline [--dataset DIR]
 //   forge has-gpu
@@ -13,6 +15,9 @@
 #include "worker/data/dataset.h"
 #include "worker/data/prepare.h"
 #include "worker/data/sampler.h"
+#include "worker/parallel/bootstrap.h"
+#include "worker/parallel/comm.h"
+#include "worker/parallel/mpi_comm.h"
 #include "worker/train/backend.h"
 #include "worker/train/trainer.h"
 
@@ -106,7 +111,35 @@ StatusOr<std::unique_ptr<TrainBackend>> PickBackend(const RunConfig& cfg) {
   return MakeCpuBackend(cfg);
 }
 
-int Train(const Args& a) {
+// The data-parallel group this process belongs to (world 1 when launched alone).
+struct Group {
+  LaunchInfo launch;
+  std::unique_ptr<Comm> comm;  // null when alone
+  int rank() const { return launch.rank; }
+  int world() const { return launch.world; }
+};
+
+StatusOr<Group> JoinGroup(const RunConfig& cfg) {
+  Group g;
+  FORGE_ASSIGN_OR_RETURN(g.launch, DetectLaunch());
+  if (g.launch.kind == LaunchKind::kMpi) {
+    FORGE_RETURN_IF_ERROR(InitMpi());
+    MpiCommOptions o;
+    o.timeout_s = cfg.parallel.collective_timeout_s;
+    FORGE_ASSIGN_OR_RETURN(g.comm, MakeMpiComm(o));
+    g.launch.rank = g.comm->rank();
+    g.launch.world = g.comm->world();
+  } else if (g.launch.world > 1) {
+    return Status::Unavailable(std::string("launched as rank ") + std::to_string(g.launch.rank) +
+                               " of " + std::to_string(g.launch.world) + " by " +
+                               LaunchKindName(g.launch.kind) +
+                               " variables, but CPU data-parallel training runs over MPI: launch "
+                               "with mpirun or srun --mpi=pmix");
+  }
+  return g;
+}
+
+int Train(const Args& a, Group* group) {
   if (a.positional.size() != 1) return Usage();
   auto loaded = LoadRunConfig(a.positional[0]);
   if (!loaded.ok()) return Fail(loaded.status());
@@ -121,6 +154,13 @@ int Train(const Args& a) {
   if (a.Has("--run-dir")) cfg.train.run_dir = a.Get("--run-dir");
   TrainOptions opt;
   if (a.Has("--steps")) opt.max_steps = std::atoll(a.Get("--steps").c_str());
+
+  auto joined = JoinGroup(cfg);
+  if (!joined.ok()) return Fail(joined.status());
+  *group = std::move(joined).value();
+  const int rank = group->rank(), world = group->world();
+  const bool leader = rank == 0;
+  opt.comm = group->comm.get();
 
   const std::string dataset_dir = DatasetDir(cfg);
   auto ds = TokenDataset::Open(dataset_dir);
@@ -139,34 +179,52 @@ int Train(const Args& a) {
   BatchProvider data;
   const int mb = cfg.batch.micro_batch;
   data.train = [&](int64_t cursor, int k, int32_t* in, int32_t* tgt) {
-    return FillTrainBatch(train, plan, cursor, /*rank=*/0, /*world=*/1, mb, k, in, tgt);
+    return FillTrainBatch(train, plan, cursor, rank, world, mb, k, in, tgt);
   };
   data.val = [&](int64_t i, int32_t* in, int32_t* tgt) {
     return FillEvalBatch(val, cfg.model.seq_len, i, mb, in, tgt);
   };
 
-  auto backend = PickBackend(cfg);
-  if (!backend.ok()) return Fail(backend.status());
+  std::unique_ptr<TrainBackend> backend;
+  if (world > 1) {
+    // Data parallelism is wired into the CPU backend; the CUDA backend's NCCL path is not yet.
+    Backend want = cfg.train.backend;
+    if (want == Backend::kAuto) want = CudaDeviceAvailable() ? Backend::kCuda : Backend::kCpu;
+    if (want == Backend::kCuda)
+      return Fail(Status::Unavailable("data-parallel training (world " + std::to_string(world) +
+                                      ") runs on the cpu backend only so far; pass --backend cpu"));
+    backend = MakeCpuBackend(cfg, group->comm.get());
+  } else {
+    auto picked = PickBackend(cfg);
+    if (!picked.ok()) return Fail(picked.status());
+    backend = std::move(picked).value();
+  }
 
-  std::error_code ec;
-  std::filesystem::create_directories(cfg.train.run_dir, ec);
-  if (ec) return Fail(Status::IoError("cannot create run dir " + cfg.train.run_dir + ": " + ec.message()));
-  opt.metrics_path = cfg.train.run_dir + "/metrics.jsonl";
-  std::filesystem::remove(opt.metrics_path, ec);
+  if (leader) {
+    std::error_code ec;
+    std::filesystem::create_directories(cfg.train.run_dir, ec);
+    if (ec) return Fail(Status::IoError("cannot create run dir " + cfg.train.run_dir + ": " + ec.message()));
+    opt.metrics_path = cfg.train.run_dir + "/metrics.jsonl";
+    std::filesystem::remove(opt.metrics_path, ec);
+  }
 
   const UnigramBaseline base = ComputeUnigramBaseline(*ds);
   const ParamLayout layout = MakeParamLayout(cfg.model);
-  std::printf("forge: training %s (%.2fM params) on %s backend | dataset %s: %.1fM train / "
-              "%.2fM val tokens | unigram baseline %.4f\n",
-              cfg.name.c_str(), layout.total / 1e6, (*backend)->name(), dataset_dir.c_str(),
-              train.size() / 1e6, val.size() / 1e6, base.val_cross_entropy);
-  auto r = RunTraining(cfg, backend->get(), data, opt);
+  if (leader) {
+    std::printf("forge: training %s (%.2fM params) on %s backend", cfg.name.c_str(),
+                layout.total / 1e6, backend->name());
+    if (world > 1) std::printf(" x %d ranks (%s)", world, ParallelModeName(cfg.parallel.mode));
+    std::printf(" | dataset %s: %.1fM train / %.2fM val tokens | unigram baseline %.4f\n",
+                dataset_dir.c_str(), train.size() / 1e6, val.size() / 1e6, base.val_cross_entropy);
+  }
+  auto r = RunTraining(cfg, backend.get(), data, opt);
   if (!r.ok()) return Fail(r.status());
-  std::printf("forge: done: %ld steps in %.1f s, %.0f tokens/s | train loss %.4f | val loss "
-              "%.4f -> %.4f (unigram baseline %.4f) | metrics %s\n",
-              long(r->steps), r->seconds, r->tokens_per_s, r->final_train_loss,
-              r->initial_val_loss, r->final_val_loss, base.val_cross_entropy,
-              opt.metrics_path.c_str());
+  if (leader)
+    std::printf("forge: done: %ld steps in %.1f s, %.0f tokens/s | train loss %.4f | val loss "
+                "%.4f -> %.4f (unigram baseline %.4f) | metrics %s\n",
+                long(r->steps), r->seconds, r->tokens_per_s, r->final_train_loss,
+                r->initial_val_loss, r->final_val_loss, base.val_cross_entropy,
+                opt.metrics_path.c_str());
   return 0;
 }
 
@@ -184,7 +242,15 @@ int main(int argc, char** argv) {
   }
   if (cmd == "train") {
     auto a = ParseArgs(argc, argv, 2, {});
-    return a.ok() ? Train(*a) : Fail(a.status());
+    if (!a.ok()) return Fail(a.status());
+    Group group;
+    const int rc = Train(*a, &group);
+    // A rank that failed alone would leave the others blocked in their next collective.
+    if (rc != 0 && group.comm && group.world() > 1)
+      group.comm->Abort(Status::Internal("rank " + std::to_string(group.rank()) + " failed"));
+    group.comm.reset();
+    FinalizeMpi();
+    return rc;
   }
   if (cmd == "data" && argc >= 3) {
     const std::string sub = argv[2];

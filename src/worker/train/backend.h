@@ -14,6 +14,8 @@
 
 namespace forge {
 
+class Comm;  // worker/parallel/comm.h
+
 // One micro-batch: host token arrays [micro_batch, seq_len].
 struct MicroBatch {
   const int32_t* inputs = nullptr;
@@ -51,6 +53,10 @@ class TrainBackend {
 
   // Mean loss of one micro-batch, no gradients.
   virtual Status EvalLoss(const MicroBatch& batch, float* loss) = 0;
+  // Called by every rank before a round of EvalLoss calls (even a rank with no batch of its
+  // own): a sharded backend (fsdp) gathers its parameters here, so EvalLoss needs no
+  // collective and ranks may evaluate different numbers of batches.
+  virtual Status BeginEval() { return Status::Ok(); }
 
   // Gradients (fp32, per unit) of the mean loss over `micro` (as TrainStep would apply them,
   // before clipping), without updating anything. For tests against the CPU reference.
@@ -58,8 +64,12 @@ class TrainBackend {
                                   float* loss) = 0;
 };
 
-// The CPU float32 reference backend.
-std::unique_ptr<TrainBackend> MakeCpuBackend(const RunConfig& cfg);
+// The CPU float32 reference backend. With a Comm (world W; must outlive the backend) it trains
+// data-parallel in cfg.parallel.mode; TrainStep's micro-batches are then this rank's slice
+// (global_batch / (micro_batch * W) of them) and its stats are global. TrainStep,
+// ComputeGradients, BeginEval, and GetParams (fsdp) / GetMoments (zero1, zero2, fsdp) are
+// collective: every rank calls them in the same order.
+std::unique_ptr<TrainBackend> MakeCpuBackend(const RunConfig& cfg, Comm* comm = nullptr);
 
 // The CUDA backend on the current device (nullptr + error when CUDA is not built in or no
 // device is visible).

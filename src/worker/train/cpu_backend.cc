@@ -1,19 +1,47 @@
 // The float32 CPU reference backend: CpuModel for forward/backward, cpu::AdamWUpdate for the
-// optimizer. Everything runs on the calling thread (OpenBLAS threads the GEMMs).
+// optimizer, and data parallelism over a Comm (MPI across processes; a world-1 LocalComm for
+// one process, so one code path serves every world size and mode).
+//
+// Bitwise equality across world sizes. A step's gradient is the sum of one leaf per global
+// micro-step j (Backward of micro-batch j with dloss = 1/A, A = global micro-steps, into a
+// zeroed buffer). Leaves are combined in the canonical order of sum_order.h: each rank sums its
+// own micro-steps with CanonicalReduce and the comm sums the ranks' partial sums the same way,
+// which for a power-of-two world (or one micro-step per rank) is the single-process sum
+// operation for operation. The loss mean is summed in global micro-step order, the gradient
+// norm exactly (exact_square_sum.h), and AdamW is element-wise: every mode on every such world
+// size ends each step with bitwise the weights one process gets.
+//
+// Modes (cfg.parallel.mode) and what each rank keeps between steps (P params, n = numel):
+//   ddp    full params, full gradient, full AdamW moments. Each unit's gradient is all-reduced
+//          once after the last micro-step's backward (CpuModel has no per-unit backward hook,
+//          so there is nothing to overlap on the CPU); AdamW on the full unit everywhere.
+//   zero1  full params, full gradient buffer, moments for its shard only (shard_layout.h).
+//          Gradients reduce-scattered; AdamW on the local shard of the params; params
+//          all-gathered (in place) after the update.
+//   zero2  as zero1, but no full-size gradient survives the reduce-scatter: the accumulation
+//          buffers are freed, only the gradient shard stays.
+//   fsdp   params, gradient and moments: its shard only. CpuModel needs every unit at once, so
+//          a step all-gathers the whole model into full buffers, runs forward/backward, reduce-
+//          scatters the gradient and frees the full params and gradients again: between steps
+//          memory is ~1/W, during a step it is a full model plus gradients (the GPU backend
+//          gathers unit by unit instead). Evaluation gathers once (BeginEval) and keeps the
+//          gathered params until the next step changes them.
+// Gradient accumulation keeps ceil(log2 A_local)+1 full-size buffers during backward (the
+// canonical order's partial sums); with one micro-step per rank that is one buffer.
+#include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "kernels/cpu/adamw.h"
 #include "worker/model/cpu_model.h"
+#include "worker/parallel/comm.h"
+#include "worker/parallel/exact_square_sum.h"
+#include "worker/parallel/shard_layout.h"
+#include "worker/parallel/sum_order.h"
 #include "worker/train/backend.h"
 
 namespace forge {
 namespace {
-
-UnitBuffers ZerosLike(const ParamLayout& layout) {
-  UnitBuffers b(layout.units.size());
-  for (size_t u = 0; u < layout.units.size(); ++u) b[u].assign(layout.units[u].numel, 0.0f);
-  return b;
-}
 
 Status CheckShapes(const ParamLayout& layout, const UnitBuffers& b, const char* what) {
   if (b.size() != layout.units.size())
@@ -28,53 +56,182 @@ Status CheckShapes(const ParamLayout& layout, const UnitBuffers& b, const char* 
   return Status::Ok();
 }
 
+// Waits for every started collective, returning the first error.
+Status WaitAll(std::vector<CommWorkPtr>* works) {
+  Status first;
+  for (auto& w : *works) {
+    Status s = w->Wait();
+    if (first.ok() && !s.ok()) first = s;
+  }
+  works->clear();
+  return first;
+}
+
+Status Launch(StatusOr<CommWorkPtr> w, std::vector<CommWorkPtr>* works) {
+  if (!w.ok()) return w.status();
+  works->push_back(std::move(w).value());
+  return Status::Ok();
+}
+
 class CpuBackend final : public TrainBackend {
  public:
-  explicit CpuBackend(const RunConfig& cfg)
+  CpuBackend(const RunConfig& cfg, Comm* comm)
       : cfg_(cfg), model_(cfg.model, cfg.batch.micro_batch), layout_(model_.layout()) {
-    params_ = ZerosLike(layout_);
-    grads_ = ZerosLike(layout_);
-    m_ = ZerosLike(layout_);
-    v_ = ZerosLike(layout_);
+    if (comm == nullptr) {
+      own_comm_ = MakeLocalComm();
+      comm = own_comm_.get();
+    }
+    comm_ = comm;
+    rank_ = comm->rank();
+    world_ = comm->world();
+    mode_ = cfg.parallel.mode;
+    const size_t U = layout_.units.size();
+    numel_.resize(U);
+    slot_.resize(U);
+    shard_.resize(U);
+    for (size_t u = 0; u < U; ++u) {
+      numel_[u] = layout_.units[u].numel;
+      slot_[u] = ShardSize(numel_[u], world_);
+      shard_[u] = ShardOf(numel_[u], rank_, world_);
+    }
+    UnitBuffers zeros(U);
+    for (size_t u = 0; u < U; ++u) zeros[u].assign(numel_[u], 0.0f);
+    (void)SetParams(zeros);
   }
 
   const char* name() const override { return "cpu"; }
 
   Status SetParams(const UnitBuffers& master) override {
     FORGE_RETURN_IF_ERROR(CheckShapes(layout_, master, "SetParams"));
-    params_ = master;
-    m_ = ZerosLike(layout_);
-    v_ = ZerosLike(layout_);
+    const size_t U = numel_.size();
+    if (mode_ == ParallelMode::kFsdp) {
+      ReleaseFull(&params_);
+      params_ready_ = false;
+      param_shard_.resize(U);
+      for (size_t u = 0; u < U; ++u) TakeSlot(master[u], u, &param_shard_[u]);
+    } else {
+      params_.resize(U);
+      for (size_t u = 0; u < U; ++u) AssignPadded(master[u].data(), u, &params_[u]);
+      params_ready_ = true;
+    }
+    m_.assign(U, {});
+    v_.assign(U, {});
+    for (size_t u = 0; u < U; ++u) {
+      const int64_t n = sharded() ? slot_[u] : numel_[u];
+      m_[u].assign(n, 0.0f);
+      v_[u].assign(n, 0.0f);
+    }
     return Status::Ok();
   }
+
   Status GetParams(UnitBuffers* master) override {
-    *master = params_;
+    if (mode_ == ParallelMode::kFsdp && !params_ready_) return GatherSlots(param_shard_, master);
+    master->resize(numel_.size());
+    for (size_t u = 0; u < numel_.size(); ++u)
+      (*master)[u].assign(params_[u].begin(), params_[u].begin() + numel_[u]);
     return Status::Ok();
   }
+
   Status GetMoments(UnitBuffers* m, UnitBuffers* v) override {
-    *m = m_;
-    *v = v_;
-    return Status::Ok();
+    if (!sharded()) {
+      *m = m_;
+      *v = v_;
+      return Status::Ok();
+    }
+    FORGE_RETURN_IF_ERROR(GatherSlots(m_, m));
+    return GatherSlots(v_, v);
   }
+
   Status SetMoments(const UnitBuffers& m, const UnitBuffers& v) override {
     FORGE_RETURN_IF_ERROR(CheckShapes(layout_, m, "SetMoments(m)"));
     FORGE_RETURN_IF_ERROR(CheckShapes(layout_, v, "SetMoments(v)"));
-    m_ = m;
-    v_ = v;
+    if (!sharded()) {
+      m_ = m;
+      v_ = v;
+      return Status::Ok();
+    }
+    for (size_t u = 0; u < numel_.size(); ++u) {
+      TakeSlot(m[u], u, &m_[u]);
+      TakeSlot(v[u], u, &v_[u]);
+    }
+    return Status::Ok();
+  }
+
+  Status BeginEval() override {
+    if (mode_ == ParallelMode::kFsdp && !params_ready_) return GatherParams();
     return Status::Ok();
   }
 
   Status TrainStep(const std::vector<MicroBatch>& micro, const StepHyper& hyper, bool,
                    StepStats* stats) override {
+    if (mode_ == ParallelMode::kFsdp && !params_ready_) FORGE_RETURN_IF_ERROR(GatherParams());
     float loss = 0.0f;
     FORGE_RETURN_IF_ERROR(Accumulate(micro, &loss));
-    double sumsq = 0.0;
-    for (const auto& g : grads_) sumsq += cpu::SumSquares(g.data(), int64_t(g.size()));
-    const float norm = static_cast<float>(std::sqrt(sumsq));
+    UnitBuffers& grads = acc_[0];
+    std::vector<CommWorkPtr> works;
+
+    // Gradient communication, last unit first (the order backward produces them).
+    const int U = static_cast<int>(numel_.size());
+    if (!sharded()) {
+      for (int u = U - 1; u >= 0; --u)
+        FORGE_RETURN_IF_ERROR(Launch(
+            comm_->AllReduceSum(grads[u].data(), numel_[u], DType::kF32, "grad " + UnitName(u)),
+            &works));
+      FORGE_RETURN_IF_ERROR(WaitAll(&works));
+    } else {
+      grad_shard_.resize(U);
+      for (int u = U - 1; u >= 0; --u) {
+        grads[u].resize(PaddedSize(numel_[u], world_));  // zero padding, within capacity
+        grad_shard_[u].resize(slot_[u]);
+        FORGE_RETURN_IF_ERROR(Launch(comm_->ReduceScatterSum(grads[u].data(), grad_shard_[u].data(),
+                                                             slot_[u], DType::kF32,
+                                                             "grad " + UnitName(u)),
+                                     &works));
+      }
+      FORGE_RETURN_IF_ERROR(WaitAll(&works));
+      if (mode_ == ParallelMode::kZero1) {
+        for (int u = 0; u < U; ++u) grads[u].resize(numel_[u]);
+      } else {
+        acc_.clear();  // zero2/fsdp: no full-size gradient outlives the reduce-scatter
+        acc_.shrink_to_fit();
+      }
+      if (mode_ == ParallelMode::kFsdp) {
+        ReleaseFull(&params_);
+        params_ready_ = false;
+      }
+    }
+
+    // Global gradient norm: exact, so the same for any split over ranks.
+    ExactSquareSum sumsq;
+    for (int u = 0; u < U; ++u) {
+      if (sharded()) sumsq.Add(grad_shard_[u].data(), shard_[u].size());
+      else sumsq.Add(grads[u].data(), numel_[u]);
+    }
+    if (sharded()) {
+      auto wire = sumsq.ToDoubles();
+      FORGE_RETURN_IF_ERROR(AllReduceSumBlocking(comm_, wire.data(), int64_t(wire.size()),
+                                                 DType::kF64, "grad norm"));
+      sumsq = ExactSquareSum::FromDoubles(wire.data());
+    }
+    const float norm = static_cast<float>(std::sqrt(sumsq.Value()));
     const float clip = cfg_.optimizer.grad_clip;
     const float scale = (clip > 0.0f && norm > clip) ? clip / (norm + 1e-6f) : 1.0f;
-    for (size_t u = 0; u < layout_.units.size(); ++u) {
+
+    // AdamW on what this rank owns: the full unit (ddp) or its shard, split at tensor
+    // boundaries (weight decay is per tensor).
+    for (int u = 0; u < U; ++u) {
+      // Element e of the unit lives at p[e - off] etc.: full buffers have off = 0, slots
+      // start at the shard's first element.
+      const ShardRange own = sharded() ? shard_[u] : ShardRange{0, numel_[u]};
+      const int64_t off = own.begin;
+      float* p = mode_ == ParallelMode::kFsdp ? param_shard_[u].data() : params_[u].data() + off;
+      const float* g = sharded() ? grad_shard_[u].data() : grads[u].data();
+      float* m = m_[u].data();
+      float* v = v_[u].data();
       for (const auto& t : layout_.units[u].tensors) {
+        const int64_t lo = std::max(own.begin, t.offset);
+        const int64_t hi = std::min(own.end, t.offset + t.numel);
+        if (lo >= hi) continue;
         cpu::AdamWParams a{hyper.lr,
                            cfg_.optimizer.beta1,
                            cfg_.optimizer.beta2,
@@ -82,10 +239,23 @@ class CpuBackend final : public TrainBackend {
                            t.weight_decay ? cfg_.optimizer.weight_decay : 0.0f,
                            hyper.step,
                            scale};
-        cpu::AdamWUpdate(params_[u].data() + t.offset, grads_[u].data() + t.offset,
-                         m_[u].data() + t.offset, v_[u].data() + t.offset, t.numel, a);
+        cpu::AdamWUpdate(p + (lo - off), g + (lo - off), m + (lo - off), v + (lo - off), hi - lo, a);
       }
     }
+
+    // zero1/zero2: every rank gets the updated params back (in place: slot r is the shard).
+    if (mode_ == ParallelMode::kZero1 || mode_ == ParallelMode::kZero2) {
+      for (int u = 0; u < U; ++u) {
+        params_[u].resize(PaddedSize(numel_[u], world_));
+        float* base = params_[u].data();
+        FORGE_RETURN_IF_ERROR(Launch(comm_->AllGather(base + rank_ * slot_[u], base, slot_[u],
+                                                      DType::kF32, "params " + UnitName(u)),
+                                     &works));
+      }
+      FORGE_RETURN_IF_ERROR(WaitAll(&works));
+      for (int u = 0; u < U; ++u) params_[u].resize(numel_[u]);
+    }
+
     if (stats) {
       stats->loss = loss;
       stats->grad_norm = norm;
@@ -95,43 +265,141 @@ class CpuBackend final : public TrainBackend {
   }
 
   Status EvalLoss(const MicroBatch& batch, float* loss) override {
+    if (!params_ready_)
+      return Status::Precondition("cpu backend (fsdp): EvalLoss before BeginEval()");
     *loss = model_.Forward(params_, batch.inputs, batch.targets, cfg_.batch.micro_batch);
     return Status::Ok();
   }
 
   Status ComputeGradients(const std::vector<MicroBatch>& micro, UnitBuffers* grads,
                           float* loss) override {
+    if (mode_ == ParallelMode::kFsdp && !params_ready_) FORGE_RETURN_IF_ERROR(GatherParams());
     FORGE_RETURN_IF_ERROR(Accumulate(micro, loss));
-    *grads = grads_;
+    std::vector<CommWorkPtr> works;
+    for (int u = int(numel_.size()) - 1; u >= 0; --u)
+      FORGE_RETURN_IF_ERROR(Launch(comm_->AllReduceSum(acc_[0][u].data(), numel_[u], DType::kF32,
+                                                       "grad " + UnitName(u)),
+                                   &works));
+    FORGE_RETURN_IF_ERROR(WaitAll(&works));
+    *grads = acc_[0];
+    if (mode_ == ParallelMode::kZero2 || mode_ == ParallelMode::kFsdp) {
+      acc_.clear();
+      acc_.shrink_to_fit();
+    }
     return Status::Ok();
   }
 
  private:
-  // grads_ = gradient of the mean loss over the micro-batches; *loss = that mean.
+  bool sharded() const { return mode_ != ParallelMode::kDdp; }
+  const std::string& UnitName(int u) const { return layout_.units[u].name; }
+
+  // dst = src (n floats) with capacity for the padded size, so collectives can grow it in place.
+  void AssignPadded(const float* src, size_t u, std::vector<float>* dst) const {
+    dst->clear();
+    dst->reserve(PaddedSize(numel_[u], world_));
+    dst->assign(src, src + numel_[u]);
+  }
+  // dst = this rank's slot of unit u taken from a full buffer (slot_[u] floats, zero-padded).
+  void TakeSlot(const std::vector<float>& full, size_t u, std::vector<float>* dst) const {
+    dst->assign(slot_[u], 0.0f);
+    std::copy(full.begin() + shard_[u].begin, full.begin() + shard_[u].end, dst->begin());
+  }
+  static void ReleaseFull(UnitBuffers* b) {
+    b->clear();
+    b->shrink_to_fit();
+  }
+
+  // Full units from every rank's slot (collective).
+  Status GatherSlots(const UnitBuffers& slots, UnitBuffers* full) {
+    const size_t U = numel_.size();
+    full->resize(U);
+    std::vector<CommWorkPtr> works;
+    for (size_t u = 0; u < U; ++u) {
+      (*full)[u].reserve(PaddedSize(numel_[u], world_));
+      (*full)[u].resize(PaddedSize(numel_[u], world_));
+      FORGE_RETURN_IF_ERROR(Launch(comm_->AllGather(slots[u].data(), (*full)[u].data(), slot_[u],
+                                                    DType::kF32, "gather " + UnitName(u)),
+                                   &works));
+    }
+    FORGE_RETURN_IF_ERROR(WaitAll(&works));
+    for (size_t u = 0; u < U; ++u) (*full)[u].resize(numel_[u]);
+    return Status::Ok();
+  }
+
+  // fsdp: materialise the full params from the shards.
+  Status GatherParams() {
+    FORGE_RETURN_IF_ERROR(GatherSlots(param_shard_, &params_));
+    params_ready_ = true;
+    return Status::Ok();
+  }
+
+  // acc_[0] = sum over this rank's micro-steps of Backward(dloss = 1/A_global), in canonical
+  // order; *loss = the global mean loss (same on every rank).
   Status Accumulate(const std::vector<MicroBatch>& micro, float* loss) {
     if (micro.empty()) return Status::Invalid("TrainStep: no micro-batches");
-    for (auto& g : grads_) std::fill(g.begin(), g.end(), 0.0f);
-    const float w = 1.0f / static_cast<float>(micro.size());
-    double total = 0.0;
-    for (const auto& mb : micro) {
-      total += model_.Forward(params_, mb.inputs, mb.targets, cfg_.batch.micro_batch);
-      model_.Backward(params_, w, &grads_);
+    const int64_t local = int64_t(micro.size());
+    const int64_t global = local * world_;
+    const size_t U = numel_.size();
+    const int slots = CanonicalSumSlots(local);
+    if (int(acc_.size()) < slots) acc_.resize(slots);
+    for (int s = 0; s < slots; ++s) {
+      if (acc_[s].size() == U) continue;
+      acc_[s].resize(U);
+      for (size_t u = 0; u < U; ++u) {
+        acc_[s][u].reserve(PaddedSize(numel_[u], world_));
+        acc_[s][u].resize(numel_[u]);
+      }
     }
-    *loss = static_cast<float>(total / double(micro.size()));
+    const float dloss = 1.0f / static_cast<float>(global);
+    std::vector<double> losses(global, 0.0);  // by global micro-step k*W + rank
+    CanonicalReduce(
+        local,
+        [&](int64_t k, int s) {
+          for (auto& g : acc_[s]) std::fill(g.begin(), g.end(), 0.0f);
+          const MicroBatch& mb = micro[k];
+          losses[k * world_ + rank_] =
+              model_.Forward(params_, mb.inputs, mb.targets, cfg_.batch.micro_batch);
+          model_.Backward(params_, dloss, &acc_[s]);
+        },
+        [&](int d, int s) {
+          for (size_t u = 0; u < U; ++u) {
+            float* a = acc_[d][u].data();
+            const float* b = acc_[s][u].data();
+            for (int64_t i = 0; i < numel_[u]; ++i) a[i] += b[i];
+          }
+        });
+    // Each slot has one contributor (others add +0.0): the sum is exact in any order.
+    FORGE_RETURN_IF_ERROR(AllReduceSumBlocking(comm_, losses.data(), global, DType::kF64, "losses"));
+    double total = 0.0;
+    for (double l : losses) total += l;
+    *loss = static_cast<float>(total / double(global));
     if (!std::isfinite(*loss)) return Status::Internal("CPU backend: non-finite loss");
     return Status::Ok();
   }
 
   RunConfig cfg_;
+  std::unique_ptr<Comm> own_comm_;
+  Comm* comm_ = nullptr;
+  int rank_ = 0, world_ = 1;
+  ParallelMode mode_ = ParallelMode::kDdp;
   CpuModel model_;
   const ParamLayout& layout_;
-  UnitBuffers params_, grads_, m_, v_;
+  std::vector<int64_t> numel_;      // per unit
+  std::vector<int64_t> slot_;       // per unit: ShardSize (padded slot per rank)
+  std::vector<ShardRange> shard_;   // per unit: this rank's elements
+
+  UnitBuffers params_;       // full (capacity padded); fsdp: only while params_ready_
+  bool params_ready_ = false;
+  UnitBuffers param_shard_;  // fsdp: this rank's slot of the master weights
+  UnitBuffers m_, v_;        // ddp: full; zero/fsdp: this rank's slot
+  UnitBuffers grad_shard_;   // zero/fsdp: this rank's slot of the summed gradient
+  std::vector<UnitBuffers> acc_;  // accumulation slots (canonical partial sums)
 };
 
 }  // namespace
 
-std::unique_ptr<TrainBackend> MakeCpuBackend(const RunConfig& cfg) {
-  return std::make_unique<CpuBackend>(cfg);
+std::unique_ptr<TrainBackend> MakeCpuBackend(const RunConfig& cfg, Comm* comm) {
+  return std::make_unique<CpuBackend>(cfg, comm);
 }
 
 }  // namespace forge

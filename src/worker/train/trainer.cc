@@ -7,6 +7,7 @@
 
 #include "worker/model/init.h"
 #include "worker/optim/lr_schedule.h"
+#include "worker/parallel/comm.h"
 
 namespace forge {
 namespace {
@@ -54,16 +55,26 @@ void WriteRecord(std::ofstream* out, const StepRecord& r) {
 
 }  // namespace
 
-StatusOr<float> Evaluate(const RunConfig& cfg, TrainBackend* backend, const BatchProvider& data) {
+StatusOr<float> Evaluate(const RunConfig& cfg, TrainBackend* backend, const BatchProvider& data,
+                         Comm* comm) {
+  const int rank = comm ? comm->rank() : 0, world = comm ? comm->world() : 1;
   const int64_t tokens = int64_t{cfg.batch.micro_batch} * cfg.model.seq_len;
   std::vector<int32_t> in(tokens), tgt(tokens);
-  double total = 0.0;
-  for (int i = 0; i < cfg.eval.batches; ++i) {
+  FORGE_RETURN_IF_ERROR(backend->BeginEval());
+  // Batch i's loss goes to slot i on the rank that evaluates it (the others hold +0.0), so
+  // the all-reduce is exact and the mean is summed in batch order whatever the world size.
+  std::vector<double> losses(std::max(0, cfg.eval.batches), 0.0);
+  for (int i = rank; i < cfg.eval.batches; i += world) {
     FORGE_RETURN_IF_ERROR(data.val(i, in.data(), tgt.data()).Annotate("validation batch"));
     float loss = 0.0f;
     FORGE_RETURN_IF_ERROR(backend->EvalLoss({in.data(), tgt.data()}, &loss));
-    total += loss;
+    losses[i] = loss;
   }
+  if (comm && world > 1)
+    FORGE_RETURN_IF_ERROR(AllReduceSumBlocking(comm, losses.data(), int64_t(losses.size()),
+                                               DType::kF64, "validation losses"));
+  double total = 0.0;
+  for (double l : losses) total += l;
   return static_cast<float>(total / std::max(1, cfg.eval.batches));
 }
 
@@ -74,7 +85,8 @@ StatusOr<TrainResult> RunTraining(const RunConfig& cfg, TrainBackend* backend,
   InitParams(cfg.model, layout, cfg.seed, &params);
   FORGE_RETURN_IF_ERROR(backend->SetParams(params));
 
-  const int world = 1;  // single process; the parallel issue generalises this
+  const int world = opt.comm ? opt.comm->world() : 1;
+  const bool leader = opt.comm == nullptr || opt.comm->rank() == 0;  // prints, writes metrics
   const int64_t per_micro = int64_t{cfg.batch.micro_batch} * world;
   if (cfg.batch.global_batch % per_micro != 0)
     return Status::Invalid("batch.global_batch (" + std::to_string(cfg.batch.global_batch) +
@@ -91,14 +103,14 @@ StatusOr<TrainResult> RunTraining(const RunConfig& cfg, TrainBackend* backend,
   for (int k = 0; k < accum; ++k) micro[k] = {inputs[k].data(), targets[k].data()};
 
   std::ofstream metrics;
-  if (!opt.metrics_path.empty()) {
+  if (leader && !opt.metrics_path.empty()) {
     metrics.open(opt.metrics_path, std::ios::app);
     if (!metrics) return Status::IoError("cannot open metrics file " + opt.metrics_path);
   }
 
   TrainResult result;
-  FORGE_ASSIGN_OR_RETURN(result.initial_val_loss, Evaluate(cfg, backend, data));
-  if (opt.print_progress)
+  FORGE_ASSIGN_OR_RETURN(result.initial_val_loss, Evaluate(cfg, backend, data, opt.comm));
+  if (leader && opt.print_progress)
     std::printf("step 0/%ld | val loss %.4f\n", long(total_steps), result.initial_val_loss);
 
   double train_seconds = 0.0;
@@ -133,7 +145,7 @@ StatusOr<TrainResult> RunTraining(const RunConfig& cfg, TrainBackend* backend,
     }
     const bool eval = last || (cfg.eval.every_steps > 0 && step % cfg.eval.every_steps == 0);
     if (eval) {
-      FORGE_ASSIGN_OR_RETURN(rec.val_loss, Evaluate(cfg, backend, data));
+      FORGE_ASSIGN_OR_RETURN(rec.val_loss, Evaluate(cfg, backend, data, opt.comm));
       result.final_val_loss = rec.val_loss;
     }
     if (log || eval) {
@@ -143,7 +155,7 @@ StatusOr<TrainResult> RunTraining(const RunConfig& cfg, TrainBackend* backend,
       window_steps = 0;
       WriteRecord(&metrics, rec);
       if (opt.on_step) opt.on_step(rec);
-      if (opt.print_progress) {
+      if (leader && opt.print_progress) {
         const double eta = train_seconds / double(step) * double(total_steps - step);
         std::printf("step %ld/%ld | loss %.4f | lr %.2e | %s tok/s | ETA %s", long(step),
                     long(total_steps), rec.loss, rec.lr, FormatRate(rec.tokens_per_s).c_str(),

@@ -14,6 +14,8 @@
 
 namespace forge {
 
+class Comm;  // worker/parallel/comm.h
+
 // Fills one micro-batch ([micro_batch, seq_len] inputs and targets).
 struct BatchProvider {
   // Micro-step k of the global batch that starts at global sequence `cursor`.
@@ -34,6 +36,11 @@ struct TrainOptions {
   bool print_progress = true;
   std::string metrics_path;               // JSON lines, one per logged step ("" = none)
   std::function<void(const StepRecord&)> on_step;  // called for every logged step
+  // Data-parallel group (null: one process). The backend must train over the same Comm and
+  // `data.train` must return this rank's slice (FillTrainBatch with rank/world). Each rank
+  // then runs global_batch / (micro_batch * world) micro-steps; losses are global, so every
+  // rank sees the same records; only rank 0 prints and writes metrics.
+  Comm* comm = nullptr;
 };
 
 struct TrainResult {
@@ -48,7 +55,9 @@ struct TrainResult {
 StatusOr<TrainResult> RunTraining(const RunConfig& cfg, TrainBackend* backend,
                                   const BatchProvider& data, const TrainOptions& opt);
 
-// Mean validation loss over cfg.eval.batches micro-batches.
-StatusOr<float> Evaluate(const RunConfig& cfg, TrainBackend* backend, const BatchProvider& data);
+// Mean validation loss over cfg.eval.batches micro-batches. With a Comm (collective) rank r
+// evaluates batches r, r+W, ... and every rank returns the same mean.
+StatusOr<float> Evaluate(const RunConfig& cfg, TrainBackend* backend, const BatchProvider& data,
+                         Comm* comm = nullptr);
 
 }  // namespace forge

@@ -1,0 +1,479 @@
+// forge_parallel_check: data-parallel checks that need several processes. The integration
+// tests (tests/integration/parallel_mpi_test.cc) launch it under mpirun:
+//
+//   forge_parallel_check comm
+//       MpiComm semantics on every rank: canonical sums bitwise equal to CanonicalSum of the
+//       ranks' inputs (rebuilt locally), in-place variants, bf16 moves, many collectives in
+//       flight waited in reverse order, MPI's own sums within float tolerance, argument errors.
+//   forge_parallel_check trajectory [--global G] [--micro B] [--steps K]
+//                                   [--modes ddp,zero1,zero2,fsdp] [--expect bitwise|close]
+//                                   [--native-sums]
+//       Trains a tiny model K steps in each mode over all ranks and compares the per-step loss,
+//       grad norm and val loss, and the final weights and AdamW moments, with one process
+//       (computed on rank 0 with no communicator) on the same global batch. --native-sums
+//       uses MPI's own reductions instead of the canonical order (to measure the difference).
+//   forge_parallel_check hang --timeout S [--unwaited]
+//       Rank 1 skips an all-reduce the others start. Rank 0 waits for it (or, with --unwaited,
+//       never does): the comm's timeout must name the rank and the collective and the job must
+//       end (MPI_Abort) instead of hanging.
+//
+// Rank 0 prints one line per check and "PARALLEL_CHECK OK" when everything held; the exit
+// status is non-zero otherwise.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/config.h"
+#include "worker/data/sampler.h"
+#include "worker/parallel/comm.h"
+#include "worker/parallel/mpi_comm.h"
+#include "worker/parallel/sum_order.h"
+#include "worker/train/backend.h"
+#include "worker/train/trainer.h"
+
+namespace forge {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+uint64_t Mix(uint64_t x) {  // SplitMix64 finaliser
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// A float in [-1, 1] times 2^-(0..15): varied exponents make reassociation visible.
+float Value(uint64_t a, uint64_t b, uint64_t c) {
+  const uint64_t h = Mix(a * 0x1000003 + Mix(b * 0x10001 + Mix(c)));
+  const double unit = double(h >> 11) / double(1ull << 53) * 2.0 - 1.0;
+  return static_cast<float>(std::ldexp(unit, -int((h >> 3) % 16)));
+}
+
+struct Checker {
+  int rank = 0;
+  int failures = 0;
+  void Expect(bool ok, const std::string& what) {
+    if (!ok) {
+      ++failures;
+      std::fprintf(stderr, "rank %d: FAILED: %s\n", rank, what.c_str());
+    }
+  }
+  void Ok(const Status& s, const std::string& what) { Expect(s.ok(), what + ": " + s.ToString()); }
+};
+
+std::string ArgValue(int argc, char** argv, const std::string& flag, const std::string& def) {
+  for (int i = 2; i + 1 < argc; ++i)
+    if (flag == argv[i]) return argv[i + 1];
+  return def;
+}
+bool HasFlag(int argc, char** argv, const std::string& flag) {
+  for (int i = 2; i < argc; ++i)
+    if (flag == argv[i]) return true;
+  return false;
+}
+
+// ----------------------------------------------------------------------------------------
+// comm
+
+template <typename T>
+bool SameBits(const T* a, const T* b, int64_t n) {
+  return n == 0 || std::memcmp(a, b, size_t(n) * sizeof(T)) == 0;
+}
+
+// The canonical sum of every rank's input, rebuilt locally.
+template <typename T>
+std::vector<T> ExpectedSum(int world, int64_t n, uint64_t tag) {
+  std::vector<std::vector<T>> in(world, std::vector<T>(n));
+  std::vector<T*> parts(world);
+  for (int r = 0; r < world; ++r) {
+    for (int64_t i = 0; i < n; ++i) in[r][i] = T(Value(tag, r, i));
+    parts[r] = in[r].data();
+  }
+  std::vector<T> out(n);
+  CanonicalSum(out.data(), parts.data(), world, n);
+  return out;
+}
+
+int RunComm(Comm* comm, Comm* native) {
+  const int rank = comm->rank(), W = comm->world();
+  Checker c{rank};
+  const int64_t sizes[] = {1, 5, 33, 1000, 4097};
+  for (int64_t n : sizes) {
+    const std::string at = " (n=" + std::to_string(n) + ")";
+    // all-reduce, f32 and f64
+    {
+      std::vector<float> buf(n);
+      for (int64_t i = 0; i < n; ++i) buf[i] = Value(1, rank, i);
+      c.Ok(AllReduceSumBlocking(comm, buf.data(), n, DType::kF32, "f32"), "all_reduce f32" + at);
+      auto want = ExpectedSum<float>(W, n, 1);
+      c.Expect(SameBits(buf.data(), want.data(), n), "all_reduce f32 bitwise canonical" + at);
+    }
+    {
+      std::vector<double> buf(n);
+      for (int64_t i = 0; i < n; ++i) buf[i] = Value(2, rank, i);
+      c.Ok(AllReduceSumBlocking(comm, buf.data(), n, DType::kF64, "f64"), "all_reduce f64" + at);
+      auto want = ExpectedSum<double>(W, n, 2);
+      c.Expect(SameBits(buf.data(), want.data(), n), "all_reduce f64 bitwise canonical" + at);
+    }
+    // reduce-scatter, out of place and in place (recv = send + rank*n)
+    for (int in_place = 0; in_place < 2; ++in_place) {
+      std::vector<float> send(W * n), recv(n);
+      for (int64_t i = 0; i < W * n; ++i) send[i] = Value(3, rank, i);
+      float* out = in_place ? send.data() + rank * n : recv.data();
+      auto w = comm->ReduceScatterSum(send.data(), out, n, DType::kF32, "rs");
+      c.Ok(w.ok() ? (*w)->Wait() : w.status(), "reduce_scatter" + at);
+      auto full = ExpectedSum<float>(W, W * n, 3);
+      c.Expect(SameBits(out, full.data() + rank * n, n),
+               std::string("reduce_scatter bitwise canonical") + (in_place ? " in place" : "") + at);
+    }
+    // all-gather f32 (out of place, in place) and bf16
+    for (int in_place = 0; in_place < 2; ++in_place) {
+      std::vector<float> recv(W * n, -1.0f), send(n);
+      for (int64_t i = 0; i < n; ++i) send[i] = Value(4, rank, i);
+      const float* src = send.data();
+      if (in_place) {
+        std::copy(send.begin(), send.end(), recv.begin() + rank * n);
+        src = recv.data() + rank * n;
+      }
+      c.Ok(AllGatherBlocking(comm, src, recv.data(), n, DType::kF32, "ag"), "all_gather" + at);
+      bool ok = true;
+      for (int r = 0; r < W; ++r)
+        for (int64_t i = 0; i < n; ++i) ok &= recv[r * n + i] == Value(4, r, i);
+      c.Expect(ok, std::string("all_gather content") + (in_place ? " in place" : "") + at);
+    }
+    {
+      std::vector<uint16_t> send(n), recv(W * n);
+      for (int64_t i = 0; i < n; ++i) send[i] = uint16_t(rank * 1000 + i);
+      c.Ok(AllGatherBlocking(comm, send.data(), recv.data(), n, DType::kBF16, "bf16"),
+           "all_gather bf16" + at);
+      bool ok = true;
+      for (int r = 0; r < W; ++r)
+        for (int64_t i = 0; i < n; ++i) ok &= recv[r * n + i] == uint16_t(r * 1000 + i);
+      c.Expect(ok, "all_gather bf16 content" + at);
+    }
+    // broadcast from the last rank
+    {
+      std::vector<float> buf(n);
+      for (int64_t i = 0; i < n; ++i) buf[i] = Value(5, rank, i);
+      c.Ok(BroadcastBlocking(comm, buf.data(), n, DType::kF32, W - 1, "bcast"), "broadcast" + at);
+      bool ok = true;
+      for (int64_t i = 0; i < n; ++i) ok &= buf[i] == Value(5, W - 1, i);
+      c.Expect(ok, "broadcast content" + at);
+    }
+    // MPI's own sum: right up to float reassociation
+    {
+      std::vector<float> buf(n);
+      for (int64_t i = 0; i < n; ++i) buf[i] = Value(1, rank, i);
+      c.Ok(AllReduceSumBlocking(native, buf.data(), n, DType::kF32, "native"), "native all_reduce" + at);
+      auto want = ExpectedSum<float>(W, n, 1);
+      double worst = 0;
+      for (int64_t i = 0; i < n; ++i) worst = std::max(worst, std::fabs(double(buf[i]) - want[i]));
+      c.Expect(worst <= 1e-6 * W, "native all_reduce close to canonical" + at);
+    }
+  }
+  // Many all-reduces in flight, waited in reverse order: second stages must still start in
+  // issue order on every rank (else the all-gathers would mismatch and hang or mix data).
+  {
+    const int kOps = 6;
+    std::vector<std::vector<float>> bufs(kOps);
+    std::vector<CommWorkPtr> works;
+    for (int k = 0; k < kOps; ++k) {
+      const int64_t n = 100 + 517 * k;
+      bufs[k].resize(n);
+      for (int64_t i = 0; i < n; ++i) bufs[k][i] = Value(10 + k, rank, i);
+      auto w = comm->AllReduceSum(bufs[k].data(), n, DType::kF32, "in flight " + std::to_string(k));
+      c.Ok(w.status(), "start in-flight all_reduce");
+      if (w.ok()) works.push_back(std::move(w).value());
+    }
+    for (int k = int(works.size()) - 1; k >= 0; --k) c.Ok(works[k]->Wait(), "wait in flight");
+    for (int k = 0; k < int(works.size()); ++k) {
+      auto want = ExpectedSum<float>(W, int64_t(bufs[k].size()), 10 + k);
+      c.Expect(SameBits(bufs[k].data(), want.data(), int64_t(want.size())),
+               "in-flight all_reduce " + std::to_string(k));
+    }
+    auto b = comm->Barrier("ready check");
+    c.Ok(b.status(), "barrier");
+    if (b.ok()) {
+      const auto deadline = Clock::now() + std::chrono::seconds(30);
+      while (!(*b)->Ready() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      c.Expect((*b)->Ready(), "barrier Ready() turns true");
+      c.Ok((*b)->Wait(), "barrier wait");
+    }
+  }
+  // Argument errors are errors, not crashes (and leave the comm usable).
+  {
+    uint16_t x = 0;
+    c.Expect(!comm->AllReduceSum(&x, 1, DType::kBF16, "bf16 sum").ok(), "bf16 sum rejected");
+    float y = 0;
+    c.Expect(!comm->Broadcast(&y, 1, DType::kF32, W, "bad root").ok(), "bad root rejected");
+    c.Ok(BarrierBlocking(comm, "after errors"), "barrier after errors");
+  }
+  if (rank == 0) std::printf("comm: world %d: %s\n", W, c.failures ? "FAILED" : "all collectives as specified");
+  return c.failures;
+}
+
+// ----------------------------------------------------------------------------------------
+// trajectory
+
+RunConfig TinyConfig(int64_t global, int micro, int steps) {
+  RunConfig c;
+  c.seed = 7;
+  c.model.n_layer = 2;
+  c.model.d_model = 32;
+  c.model.n_head = 4;
+  c.model.n_kv_head = 2;
+  c.model.ffn = 64;
+  c.model.vocab = 96;  // padded to 128
+  c.model.seq_len = 16;
+  c.model.qk_norm = true;
+  c.batch.micro_batch = micro;
+  c.batch.global_batch = global;
+  c.optimizer.lr = 1e-2f;
+  c.optimizer.grad_clip = 0.5f;  // active: the clip factor depends on the global norm
+  c.schedule.total_steps = steps;
+  c.schedule.warmup_steps = 2;
+  c.eval.every_steps = 2;
+  c.eval.batches = 3;  // fewer than 4 ranks: some ranks evaluate nothing
+  c.train.log_every = 1;
+  return c;
+}
+
+void FillSequence(const RunConfig& c, int64_t seq, int32_t* in, int32_t* tgt) {
+  const int T = c.model.seq_len;
+  for (int t = 0; t < T; ++t) {
+    in[t] = int32_t(Mix(seq * 1000 + t) % uint64_t(c.model.vocab));
+    tgt[t] = int32_t(Mix(seq * 1000 + t + 1) % uint64_t(c.model.vocab));
+  }
+}
+
+// Rank `rank` of `world`'s slice of each global batch, laid out as the sampler does.
+BatchProvider SyntheticData(const RunConfig& c, int rank, int world) {
+  BatchProvider p;
+  p.train = [c, rank, world](int64_t cursor, int k, int32_t* in, int32_t* tgt) {
+    const int b = c.batch.micro_batch, T = c.model.seq_len;
+    const int64_t first = SliceStart(cursor, rank, world, b, k);
+    for (int j = 0; j < b; ++j) FillSequence(c, first + j, in + j * T, tgt + j * T);
+    return Status::Ok();
+  };
+  p.val = [c](int64_t i, int32_t* in, int32_t* tgt) {
+    const int b = c.batch.micro_batch, T = c.model.seq_len;
+    for (int j = 0; j < b; ++j) FillSequence(c, 1'000'000 + i * b + j, in + j * T, tgt + j * T);
+    return Status::Ok();
+  };
+  return p;
+}
+
+struct Trajectory {
+  std::vector<float> loss, grad_norm, val_loss;
+  UnitBuffers weights, m, v;
+  double seconds = 0;
+};
+
+Status Train(const RunConfig& cfg, Comm* comm, Trajectory* out) {
+  const int rank = comm ? comm->rank() : 0, world = comm ? comm->world() : 1;
+  auto backend = MakeCpuBackend(cfg, comm);
+  TrainOptions opt;
+  opt.print_progress = false;
+  opt.comm = comm;
+  opt.on_step = [out](const StepRecord& r) {
+    out->loss.push_back(r.loss);
+    out->grad_norm.push_back(r.grad_norm);
+    out->val_loss.push_back(r.val_loss);
+  };
+  const auto t0 = Clock::now();
+  auto r = RunTraining(cfg, backend.get(), SyntheticData(cfg, rank, world), opt);
+  if (!r.ok()) return r.status();
+  out->seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  FORGE_RETURN_IF_ERROR(backend->GetParams(&out->weights));
+  return backend->GetMoments(&out->m, &out->v);
+}
+
+// Differences between two equally shaped float sets: how many elements differ at all, and the
+// largest difference relative to the reference unit's largest magnitude.
+struct Diff {
+  int64_t differing = 0, total = 0;
+  double max_rel = 0;
+  void Add(const std::vector<float>& got, const std::vector<float>& want) {
+    float scale = 0;
+    for (float x : want) scale = std::max(scale, std::fabs(x));
+    for (size_t i = 0; i < want.size() && i < got.size(); ++i) {
+      ++total;
+      if (std::memcmp(&got[i], &want[i], 4) != 0) {
+        ++differing;
+        max_rel = std::max(max_rel, std::fabs(double(got[i]) - want[i]) / std::max(scale, 1e-30f));
+      }
+    }
+    if (got.size() != want.size()) differing += int64_t(std::max(got.size(), want.size()));
+  }
+  void Add(const UnitBuffers& got, const UnitBuffers& want) {
+    if (got.size() != want.size()) differing += 1;
+    for (size_t u = 0; u < want.size() && u < got.size(); ++u) Add(got[u], want[u]);
+  }
+  std::string Text() const {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%ld/%ld differ (max rel %.2e)", long(differing), long(total), max_rel);
+    return buf;
+  }
+};
+
+int RunTrajectory(Comm* comm, int argc, char** argv) {
+  const int rank = comm->rank(), W = comm->world();
+  Checker c{rank};
+  const int64_t global = std::atoll(ArgValue(argc, argv, "--global", "8").c_str());
+  const int micro = std::atoi(ArgValue(argc, argv, "--micro", "1").c_str());
+  const int steps = std::atoi(ArgValue(argc, argv, "--steps", "5").c_str());
+  const std::string modes = ArgValue(argc, argv, "--modes", "ddp,zero1,zero2,fsdp");
+  const bool bitwise = ArgValue(argc, argv, "--expect", "bitwise") == "bitwise";
+  // "close" (worlds where the canonical order cannot match one process: W not a power of two
+  // with several micro-steps per rank, or MPI's own sums): loss, grad norm and val loss within
+  // 1e-6 relative; weights and moments within 1e-4 of their unit's largest magnitude. Why not
+  // 1e-6 for weights too: AdamW divides by sqrt(v), so a last-bit change in a gradient element
+  // near zero moves that element's update by a visible fraction of lr; measured after 5-20
+  // steps of this config: <= 8e-6 (weights), <= 5e-6 (moments), <= 3e-7 (losses).
+  const double curve_tol = 1e-6, state_tol = 1e-4;
+
+  const RunConfig base = TinyConfig(global, micro, steps);
+  Trajectory ref;
+  if (rank == 0) c.Ok(Train(base, nullptr, &ref), "single-process reference");
+
+  for (size_t pos = 0; pos < modes.size();) {
+    const size_t comma = std::min(modes.find(',', pos), modes.size());
+    const std::string mode = modes.substr(pos, comma - pos);
+    pos = comma + 1;
+    RunConfig cfg = base;
+    bool known = false;
+    for (ParallelMode m : {ParallelMode::kDdp, ParallelMode::kZero1, ParallelMode::kZero2,
+                           ParallelMode::kFsdp}) {
+      if (mode == ParallelModeName(m)) {
+        cfg.parallel.mode = m;
+        known = true;
+      }
+    }
+    if (!known) {
+      c.Expect(false, "unknown mode " + mode);
+      continue;
+    }
+    Trajectory got;
+    Status st = Train(cfg, comm, &got);
+    if (!st.ok()) comm->Abort(st.Annotate("mode " + mode));  // other ranks may be mid-collective
+    if (rank != 0) continue;
+
+    Diff curve, weights, moments;
+    curve.Add(got.loss, ref.loss);
+    curve.Add(got.grad_norm, ref.grad_norm);
+    curve.Add(got.val_loss, ref.val_loss);
+    weights.Add(got.weights, ref.weights);
+    moments.Add(got.m, ref.m);
+    moments.Add(got.v, ref.v);
+    const int64_t accum = global / (int64_t(micro) * W);
+    std::printf("trajectory world=%d mode=%-5s global=%ld micro=%d (%ld micro-steps/rank), %d steps: "
+                "loss/norm/val %s; weights %s; moments %s; %.2f s\n",
+                W, mode.c_str(), long(global), micro, long(accum), steps, curve.Text().c_str(),
+                weights.Text().c_str(), moments.Text().c_str(), got.seconds);
+    c.Expect(int(got.loss.size()) == steps, "one record per step");
+    if (bitwise) {
+      c.Expect(curve.differing == 0 && weights.differing == 0 && moments.differing == 0,
+               "mode " + mode + ": bitwise equal to one process");
+    } else {
+      c.Expect(curve.max_rel <= curve_tol && weights.max_rel <= state_tol &&
+                   moments.max_rel <= state_tol,
+               "mode " + mode + ": within tolerance of one process");
+    }
+  }
+  return c.failures;
+}
+
+// ----------------------------------------------------------------------------------------
+// hang
+
+int RunHang(Comm* comm, bool unwaited) {
+  const int rank = comm->rank();
+  std::vector<float> buf(1024, 1.0f);
+  Status st = AllReduceSumBlocking(comm, buf.data(), 1024, DType::kF32, "warm-up");
+  if (!st.ok()) comm->Abort(st);
+  const auto t0 = Clock::now();
+  if (rank == 1) {  // the faulty rank: never joins (e.g. stuck in a data loader)
+    std::this_thread::sleep_for(std::chrono::seconds(120));
+    return 1;
+  }
+  auto w = comm->AllReduceSum(buf.data(), 1024, DType::kF32, "hang test");
+  if (!w.ok()) comm->Abort(w.status());
+  if (unwaited) {  // nobody will ever Wait: the watchdog has to end the job
+    std::this_thread::sleep_for(std::chrono::seconds(120));
+    return 1;
+  }
+  st = (*w)->Wait();
+  const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (st.ok()) {
+    std::fprintf(stderr, "rank %d: the skipped all-reduce completed?!\n", rank);
+    return 1;
+  }
+  std::fprintf(stderr, "forge: %s (after %.2f s)\n", st.ToString().c_str(), waited);
+  comm->Abort(st);
+  return 1;  // not reached
+}
+
+}  // namespace
+}  // namespace forge
+
+int main(int argc, char** argv) {
+  using namespace forge;
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: forge_parallel_check comm|trajectory|hang [flags]\n");
+    return 2;
+  }
+  const std::string cmd = argv[1];
+  Status st = InitMpi();
+  if (!st.ok()) {
+    std::fprintf(stderr, "%s\n", st.ToString().c_str());
+    return 1;
+  }
+  MpiCommOptions o;
+  o.timeout_s = 120;
+  if (cmd == "hang") {
+    o.timeout_s = std::atof(ArgValue(argc, argv, "--timeout", "1").c_str());
+    o.abort_grace_s = 1.0;
+  }
+  auto comm = MakeMpiComm(o);
+  if (!comm.ok()) {
+    std::fprintf(stderr, "%s\n", comm.status().ToString().c_str());
+    return 1;
+  }
+  int failures = 0;
+  if (cmd == "comm") {
+    MpiCommOptions n = o;
+    n.canonical_sums = false;
+    auto native = MakeMpiComm(n);
+    if (!native.ok()) (*comm)->Abort(native.status());
+    failures = RunComm(comm->get(), native->get());
+  } else if (cmd == "trajectory") {
+    std::unique_ptr<Comm> native;
+    if (HasFlag(argc, argv, "--native-sums")) {
+      MpiCommOptions n = o;
+      n.canonical_sums = false;
+      auto made = MakeMpiComm(n);
+      if (!made.ok()) (*comm)->Abort(made.status());
+      native = std::move(made).value();
+    }
+    failures = RunTrajectory(native ? native.get() : comm->get(), argc, argv);
+  } else if (cmd == "hang") {
+    failures = RunHang(comm->get(), HasFlag(argc, argv, "--unwaited"));
+  } else {
+    std::fprintf(stderr, "unknown check %s\n", cmd.c_str());
+    failures = 1;
+  }
+  // Everyone agrees on the verdict before rank 0 prints it.
+  double f = failures;
+  st = AllReduceSumBlocking(comm->get(), &f, 1, DType::kF64, "verdict");
+  if (!st.ok()) (*comm)->Abort(st);
+  if ((*comm)->rank() == 0 && f == 0) std::printf("PARALLEL_CHECK OK\n");
+  comm->reset();
+  FinalizeMpi();
+  return f == 0 ? 0 : 1;
+}
