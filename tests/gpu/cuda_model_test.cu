@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -114,6 +115,27 @@ std::unique_ptr<CudaTrainBackend> MakeGpu(const RunConfig& c, CudaBackendOptions
   return std::move(made).value();
 }
 
+// Two backends in one test must pick the same GEMM algorithms to agree bitwise; with
+// autotuning (kernels/cuda/gemm.cuh) the choice depends on timings, so tests that compare
+// backends bit for bit turn it off while they create them.
+class NoGemmAutotune {
+ public:
+  NoGemmAutotune() {
+    if (const char* v = std::getenv("FORGE_GEMM_AUTOTUNE")) old_ = v, had_ = true;
+    setenv("FORGE_GEMM_AUTOTUNE", "0", 1);
+  }
+  ~NoGemmAutotune() {
+    if (had_) setenv("FORGE_GEMM_AUTOTUNE", old_.c_str(), 1);
+    else unsetenv("FORGE_GEMM_AUTOTUNE");
+  }
+  NoGemmAutotune(const NoGemmAutotune&) = delete;
+  NoGemmAutotune& operator=(const NoGemmAutotune&) = delete;
+
+ private:
+  std::string old_;
+  bool had_ = false;
+};
+
 double RelFrobenius(const float* got, const float* ref, int64_t n) {
   double diff = 0.0, norm = 0.0;
   for (int64_t i = 0; i < n; ++i) {
@@ -186,6 +208,7 @@ TEST(GpuModel, ChunkedLmHeadGradientsMatchCpu) {
 // after another batch's are bitwise those of a fresh backend, for one and for two micro-steps.
 TEST(GpuModel, GradientsDoNotCarryOverBetweenSteps) {
   FORGE_SKIP_WITHOUT_GPU();
+  const NoGemmAutotune fixed_gemms;
   RunConfig c = TinyConfig();
   c.batch.global_batch = 8;
   CudaBackendOptions o;
@@ -270,6 +293,7 @@ TEST(GpuModel, TrainingMatchesCpu) {
 // DESIGN.md: same seed and data give bitwise-identical weights.
 TEST(GpuModel, SameSeedIsBitwiseDeterministic) {
   FORGE_SKIP_WITHOUT_GPU();
+  const NoGemmAutotune fixed_gemms;
   const RunConfig c = TinyConfig();
   const auto batches = MakeBatches(c, 10, 31);
   UnitBuffers p[2], m[2], v[2];
@@ -299,6 +323,7 @@ TEST(GpuModel, SameSeedIsBitwiseDeterministic) {
 // the micro-step count changes (new token buffers, re-capture).
 TEST(GpuModel, GraphReplayMatchesEager) {
   FORGE_SKIP_WITHOUT_GPU();
+  const NoGemmAutotune fixed_gemms;
   RunConfig c = TinyConfig();
   c.batch.global_batch = 8;
   const auto batches = MakeBatches(c, 16, 41);
@@ -335,6 +360,7 @@ TEST(GpuModel, GraphReplayMatchesEager) {
 // so gradients are bitwise those of saved activations.
 TEST(GpuModel, RecomputeMatchesSavedActivations) {
   FORGE_SKIP_WITHOUT_GPU();
+  const NoGemmAutotune fixed_gemms;
   RunConfig c = TinyConfig();
   c.batch.global_batch = 8;
   RunConfig r = c;
