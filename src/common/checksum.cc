@@ -6,6 +6,10 @@
 #include <cstdio>
 #include <cstring>
 
+#if defined(__x86_64__)
+#include <nmmintrin.h>
+#endif
+
 namespace forge {
 namespace {
 
@@ -28,11 +32,41 @@ constexpr Tables MakeTables() {
 
 constexpr Tables kTables = MakeTables();
 
+#if defined(__x86_64__)
+// SSE4.2's crc32 instruction computes exactly this CRC (~4x the tables' speed: checkpoint
+// shards are checksummed at several GB/s). Chosen at run time; `c` is the inverted register.
+__attribute__((target("sse4.2"))) uint32_t HardwareCrc32c(uint32_t c, const uint8_t* p,
+                                                          size_t size) {
+  uint64_t c64 = c;
+  while (size >= 8) {
+    uint64_t w;
+    std::memcpy(&w, p, 8);
+    c64 = _mm_crc32_u64(c64, w);
+    p += 8;
+    size -= 8;
+  }
+  c = static_cast<uint32_t>(c64);
+  while (size-- > 0) c = _mm_crc32_u8(c, *p++);
+  return c;
+}
+
+bool HaveSse42() {
+  static const bool have = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("sse4.2") != 0;
+  }();
+  return have;
+}
+#endif
+
 }  // namespace
 
 uint32_t Crc32cExtend(uint32_t crc, const void* data, size_t size) {
   const auto* p = static_cast<const uint8_t*>(data);
   uint32_t c = ~crc;
+#if defined(__x86_64__)
+  if (HaveSse42()) return ~HardwareCrc32c(c, p, size);
+#endif
   // Byte-wise until 8-byte aligned, then 8 bytes per step (little-endian loads).
   while (size > 0 && (reinterpret_cast<uintptr_t>(p) & 7) != 0) {
     c = (c >> 8) ^ kTables[0][(c ^ *p++) & 0xFF];
