@@ -1,6 +1,7 @@
 // CRC32C (Castagnoli polynomial, reflected, as in iSCSI/ext4/LevelDB): checksums of token
 // shards, checkpoint shards and dataset manifests. SSE4.2 crc32 where the CPU has it (~6 GB/s
-// per core), else software slicing-by-8 (~1.5 GB/s); same values either way. Known value: Crc32c("123456789") == 0xE3069283.
+// per core), else software slicing-by-8 (~1.5 GB/s); same values either way.
+// Known value: Crc32c("123456789") == 0xE3069283.
 #pragma once
 
 #include <cstddef>
