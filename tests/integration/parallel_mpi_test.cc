@@ -1,0 +1,240 @@
+// Data parallelism across processes: launches forge_parallel_check (tests/integration/mpi/)
+// and `forge train` under mpirun, oversubscribed (4 ranks fit on 2 cores: the models are tiny).
+//
+// What is bitwise and what is not (src/worker/parallel/sum_order.h, train/cpu_backend.cc):
+//   - worlds 1, 2, 4 (powers of two), any micro-steps per rank, every mode: loss, grad norm,
+//     val loss, weights and AdamW moments after K steps are bitwise those of one process with
+//     the same global batch;
+//   - any world with one micro-step per rank (world 3, global 3): bitwise too;
+//   - world 3 with 2 micro-steps per rank: the canonical order cannot match one process, so
+//     the result is within tolerance (losses 1e-6 relative, weights and moments 1e-4 of their
+//     unit's largest magnitude; see the driver for the measured values and why).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "worker/data/dataset.h"
+#include "worker/data/shard.h"
+
+namespace forge {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct ShellResult {
+  int exit_code = -1;
+  std::string output;  // stdout + stderr
+  double seconds = 0;
+};
+
+ShellResult Shell(const std::string& cmd) {
+  ShellResult r;
+  const auto t0 = std::chrono::steady_clock::now();
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  const int status = ::pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+std::string Bin(const std::string& name) { return std::string(FORGE_BINARY_DIR) + "/bin/" + name; }
+
+// mpirun for `ranks` processes, bounded so a deadlock fails the test instead of hanging CI.
+std::string Mpirun(int ranks, int limit_s = 120) {
+  return "timeout -k 5 " + std::to_string(limit_s) + " " + std::string(FORGE_MPIEXEC) +
+         " --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) +
+         " -x OPENBLAS_NUM_THREADS=1 ";
+}
+
+bool HaveMpirun() { return std::string(FORGE_MPIEXEC).size() > 0 && fs::exists(FORGE_MPIEXEC); }
+
+#define REQUIRE_MPIRUN() \
+  if (!HaveMpirun()) GTEST_SKIP() << "no mpirun (MPIEXEC_EXECUTABLE) found at configure time"
+
+TEST(ParallelMpi, CommCollectivesOnTwoThreeAndFourRanks) {
+  REQUIRE_MPIRUN();
+  for (int ranks : {2, 3, 4}) {
+    ShellResult r = Shell(Mpirun(ranks) + Bin("forge_parallel_check") + " comm");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("PARALLEL_CHECK OK"), std::string::npos) << r.output;
+    std::printf("[ comm %d ranks ] %.1f s\n", ranks, r.seconds);
+  }
+}
+
+struct TrajectoryCase {
+  int ranks;
+  int64_t global;
+  int micro;
+  const char* expect;  // "bitwise" or "close"
+};
+
+class ParallelTrajectory : public ::testing::TestWithParam<TrajectoryCase> {};
+
+TEST_P(ParallelTrajectory, MatchesOneProcess) {
+  REQUIRE_MPIRUN();
+  const TrajectoryCase c = GetParam();
+  ShellResult r = Shell(Mpirun(c.ranks) + Bin("forge_parallel_check") + " trajectory --steps 5 --global " +
+                std::to_string(c.global) + " --micro " + std::to_string(c.micro) + " --expect " +
+                c.expect);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("PARALLEL_CHECK OK"), std::string::npos) << r.output;
+  // One line per mode, each naming its world size: all four modes ran.
+  for (const char* mode : {"mode=ddp", "mode=zero1", "mode=zero2", "mode=fsdp"})
+    EXPECT_NE(r.output.find(mode), std::string::npos) << r.output;
+  std::printf("%s[ %.1f s ]\n", r.output.c_str(), r.seconds);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Worlds, ParallelTrajectory,
+    ::testing::Values(
+        // global 8, micro 1: 8 / 4 / 2 micro-steps per rank
+        TrajectoryCase{1, 8, 1, "bitwise"}, TrajectoryCase{2, 8, 1, "bitwise"},
+        TrajectoryCase{4, 8, 1, "bitwise"},
+        // global 8, micro 2: 4 / 2 / 1 micro-steps per rank
+        TrajectoryCase{1, 8, 2, "bitwise"}, TrajectoryCase{2, 8, 2, "bitwise"},
+        TrajectoryCase{4, 8, 2, "bitwise"},
+        // not a power of two: bitwise with one micro-step per rank, else within tolerance
+        TrajectoryCase{3, 3, 1, "bitwise"}, TrajectoryCase{3, 6, 1, "close"}),
+    [](const ::testing::TestParamInfo<TrajectoryCase>& i) {
+      return "w" + std::to_string(i.param.ranks) + "_g" + std::to_string(i.param.global) + "_mb" +
+             std::to_string(i.param.micro) + "_" + i.param.expect;
+    });
+
+// Rank 1 never joins an all-reduce; rank 0 waits for it with a 1 s timeout.
+TEST(ParallelMpi, HungCollectiveTimesOutNamingRankAndCollective) {
+  REQUIRE_MPIRUN();
+  ShellResult r = Shell(Mpirun(2, 60) + Bin("forge_parallel_check") + " hang --timeout 1");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.exit_code, 124) << "the job hung until the test's own limit:\n" << r.output;
+  EXPECT_NE(r.output.find("rank 0: all_reduce #2 (hang test, 1024 x f32) timed out"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("parallel.collective_timeout_s"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("aborting the job"), std::string::npos) << r.output;
+  // The error must come after the timeout, not before, and the job must end soon after it
+  // (startup ~0.5 s + timeout 1 s + abort).
+  EXPECT_GE(r.seconds, 1.0);
+  EXPECT_LT(r.seconds, 10.0) << r.output;
+  std::printf("[ hung collective: job ended after %.1f s ]\n", r.seconds);
+}
+
+// Same, but rank 0 never waits either: only the watchdog can notice, and it ends the job.
+TEST(ParallelMpi, UnwaitedHungCollectiveIsAbortedByTheWatchdog) {
+  REQUIRE_MPIRUN();
+  ShellResult r = Shell(Mpirun(2, 60) + Bin("forge_parallel_check") + " hang --timeout 1 --unwaited");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.exit_code, 124) << "the job hung until the test's own limit:\n" << r.output;
+  EXPECT_NE(r.output.find("nobody waited for the failed collective: rank 0: all_reduce #2"),
+            std::string::npos)
+      << r.output;
+  EXPECT_GE(r.seconds, 2.0);  // timeout 1 s + abort grace 1 s
+  EXPECT_LT(r.seconds, 12.0) << r.output;
+  std::printf("[ unwaited hung collective: job ended after %.1f s ]\n", r.seconds);
+}
+
+// ---------------------------------------------------------------------------------------
+// `forge train CONFIG` under mpirun on a small synthetic dataset.
+
+std::string TempDir() {
+  return ::testing::TempDir() + "/forge_parallel_mpi_" + std::to_string(::getpid());
+}
+
+void WriteDataset(const std::string& dir) {
+  fs::create_directories(dir);
+  DatasetManifest m;
+  m.vocab_size = 256;
+  m.eot_token = 255;
+  for (int s = 0; s < 2; ++s) {
+    std::vector<int32_t> tokens(s == 0 ? 40000 : 4000);
+    uint32_t x = 12345 + s;
+    for (size_t i = 0; i < tokens.size(); ++i) {  // mostly previous + 1, 1 in 16 random
+      x = x * 1664525u + 1013904223u;
+      const bool jump = i == 0 || (x >> 28) == 0;
+      tokens[i] = jump ? int32_t((x >> 8) % 256) : (tokens[i - 1] + 1) % 256;
+    }
+    const std::string name = s == 0 ? "train_0.tok" : "val_0.tok";
+    auto info = WriteShard(dir + "/" + name, tokens, TokenDtype::kUint16);
+    ASSERT_TRUE(info.ok()) << info.status().ToString();
+    m.splits[s].shards.push_back({name, int64_t(tokens.size()), info->crc32c});
+    m.splits[s].tokens = int64_t(tokens.size());
+  }
+  ASSERT_TRUE(WriteDatasetManifest(dir, m).ok());
+}
+
+// The metrics records without their timing fields (which differ run to run).
+std::vector<std::string> MetricsWithoutTimings(const std::string& path) {
+  std::vector<std::string> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    for (const char* key : {",\"tokens_per_s\":", ",\"step_seconds\":"}) {
+      const size_t a = line.find(key);
+      if (a == std::string::npos) continue;
+      const size_t b = line.find_first_of(",}", a + 1);
+      line.erase(a, b - a);
+    }
+    out.push_back(line);
+  }
+  return out;
+}
+
+int CountOccurrences(const std::string& s, const std::string& what) {
+  int n = 0;
+  for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
+  return n;
+}
+
+TEST(ParallelMpi, ForgeTrainUnderMpirunMatchesOneProcess) {
+  REQUIRE_MPIRUN();
+  const std::string dir = TempDir();
+  fs::remove_all(dir);
+  WriteDataset(dir + "/data");
+  const std::string cfg = dir + "/run.yaml";
+  {
+    std::ofstream y(cfg);
+    y << "name: mpi-test\nseed: 5\n"
+         "model: {n_layer: 2, d_model: 32, n_head: 4, n_kv_head: 2, ffn: 64, vocab: 256, "
+         "seq_len: 16}\n"
+         "data: {dataset_dir: " << dir << "/data}\n"
+         "schedule: {total_steps: 6, warmup_steps: 2}\n"
+         "batch: {micro_batch: 2, global_batch: 8}\n"
+         "parallel: {mode: fsdp, collective_timeout_s: 60}\n"
+         "eval: {every_steps: 3, batches: 3}\n"
+         "train: {backend: cpu, log_every: 1, run_dir: " << dir << "/run}\n";
+  }
+  ShellResult one = Shell("OPENBLAS_NUM_THREADS=1 timeout 120 " + Bin("forge") + " train " + cfg +
+                  " --run-dir " + dir + "/one");
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  ShellResult four = Shell(Mpirun(4) + Bin("forge") + " train " + cfg + " --run-dir " + dir + "/four");
+  ASSERT_EQ(four.exit_code, 0) << four.output;
+  std::printf("[ forge train: 1 process %.1f s, mpirun -np 4 %.1f s ]\n%s", one.seconds,
+              four.seconds, four.output.c_str());
+
+  // Only rank 0 talks: one header, one line per step, one summary.
+  EXPECT_EQ(CountOccurrences(four.output, "forge: training"), 1) << four.output;
+  EXPECT_NE(four.output.find("x 4 ranks (fsdp)"), std::string::npos) << four.output;
+  EXPECT_EQ(CountOccurrences(four.output, "step 6/6"), 1) << four.output;
+  EXPECT_EQ(CountOccurrences(four.output, "forge: done"), 1) << four.output;
+  // The same global batch gives the same records, to the printed digits (bitwise in fact:
+  // world 4 is a power of two).
+  const auto a = MetricsWithoutTimings(dir + "/one/metrics.jsonl");
+  const auto b = MetricsWithoutTimings(dir + "/four/metrics.jsonl");
+  ASSERT_EQ(a.size(), 6u);
+  EXPECT_EQ(a, b);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace forge
