@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "checkpoint_test_util.h"
+#include "worker/checkpoint/shard_file.h"
 
 namespace forge {
 namespace {
@@ -111,6 +112,55 @@ TEST(CheckpointAsyncTest, ErrorsSurfaceOnTheNextCall) {
   EXPECT_EQ(ok->step, 1);
   ASSERT_TRUE(ckpt.Save(StepDir(root, 5), s).ok());
   EXPECT_TRUE(ckpt.Wait().ok());
+}
+
+// Buffers come back after a save; a later copying Save writes into them and still writes
+// exactly its own state (here a smaller slice state after a whole-unit one).
+TEST(CheckpointAsyncTest, SpareBuffersAreReused) {
+  const std::string root = FreshDir("async_spare");
+  const RunConfig cfg = SmallConfig();
+  const ParamLayout layout = MakeParamLayout(cfg.model);
+  const FullState a = MakeState(layout, 61), b = MakeState(layout, 62);
+
+  AsyncCheckpointer ckpt;
+  EXPECT_FALSE(ckpt.TakeSpare().has_value());
+  ASSERT_TRUE(ckpt.Save(StepDir(root, 1), ShardStateFromFull(layout, 0, 1, a.master, a.m, a.v,
+                                                             MakeTrainer(1, 1, 0)))
+                  .ok());
+  ASSERT_TRUE(ckpt.Wait().ok());
+  auto spare = ckpt.TakeSpare();
+  ASSERT_TRUE(spare.has_value());
+  EXPECT_FALSE(ckpt.TakeSpare().has_value());
+  UnitBuffers master, m, v;
+  TakeFullBuffers(std::move(*spare), &master, &m, &v);
+  ASSERT_EQ(master.size(), layout.units.size());
+  for (size_t u = 0; u < layout.units.size(); ++u) {
+    EXPECT_TRUE(SameBits(master[u], a.master[u]));
+    EXPECT_TRUE(SameBits(v[u], a.v[u]));
+  }
+
+  // Whole-unit state at step 2 (its buffers become the spare), then rank 1 of 2's slices at
+  // step 3 copied into them.
+  ASSERT_TRUE(ckpt.Save(StepDir(root, 2), ShardStateFromFull(layout, 0, 1, std::move(master),
+                                                             std::move(m), std::move(v),
+                                                             MakeTrainer(2, 2, 0)))
+                  .ok());
+  ASSERT_TRUE(ckpt.Wait().ok());
+  ShardState slices = ShardStateFromFull(layout, 1, 2, b.master, b.m, b.v, MakeTrainer(3, 3, 1));
+  for (UnitSlice& x : slices.units) {
+    for (std::vector<float>* buf : {&x.master, &x.m, &x.v}) {
+      *buf = std::vector<float>(buf->begin() + x.begin, buf->begin() + x.end);
+    }
+  }
+  ASSERT_TRUE(ckpt.Save(StepDir(root, 3), slices).ok());
+  auto rep = ckpt.Wait();
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  auto c = ReadShardFile(ShardPath(StepDir(root, 3), 1, 2));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  for (size_t u = 0; u < layout.units.size(); ++u) {
+    const ShardRange r = ShardOf(layout.units[u].numel, 1, 2);
+    EXPECT_EQ(std::memcmp(c->m[u], b.m[u].data() + r.begin, 4 * r.size()), 0) << "unit " << u;
+  }
 }
 
 }  // namespace

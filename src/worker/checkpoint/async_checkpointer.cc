@@ -31,7 +31,22 @@ SaveStats AsyncCheckpointer::last_stats() const {
 Status AsyncCheckpointer::Save(const std::string& step_dir, const ShardState& state) {
   const auto t0 = std::chrono::steady_clock::now();
   FORGE_RETURN_IF_ERROR(FinishPrevious());
-  ShardState snapshot = state;  // the copy the caller waits for
+  // The copy the caller waits for, into the previous save's buffers when there are some.
+  ShardState snapshot = TakeSpare().value_or(ShardState{});
+  snapshot.rank = state.rank;
+  snapshot.world = state.world;
+  snapshot.trainer = state.trainer;
+  snapshot.units.resize(state.units.size());
+  for (size_t u = 0; u < state.units.size(); ++u) {
+    const UnitSlice& from = state.units[u];
+    UnitSlice& to = snapshot.units[u];
+    to.unit_numel = from.unit_numel;
+    to.begin = from.begin;
+    to.end = from.end;
+    to.master.assign(from.master.begin(), from.master.end());
+    to.m.assign(from.m.begin(), from.m.end());
+    to.v.assign(from.v.begin(), from.v.end());
+  }
   return Start(step_dir, std::move(snapshot), Seconds(t0));
 }
 
@@ -63,7 +78,7 @@ Status AsyncCheckpointer::Start(const std::string& step_dir, ShardState state,
   pending_stats_ = SaveStats{};
   pending_stats_.step = state.trainer.step;
   pending_stats_.blocked_s = blocked_s;
-  worker_ = std::thread([this, step_dir, s = std::move(state)]() {
+  worker_ = std::thread([this, step_dir, s = std::move(state)]() mutable {
     const auto t0 = std::chrono::steady_clock::now();
     StatusOr<ShardReport> rep = WriteShard(step_dir, s);
     const double write_s = Seconds(t0);
@@ -72,9 +87,18 @@ Status AsyncCheckpointer::Start(const std::string& step_dir, ShardState state,
     pending_stats_.bytes = rep.ok() ? rep->size : 0;
     stats_ = pending_stats_;
     result_ = std::move(rep);
+    spare_ = std::move(s);
     running_ = false;
   });
   return Status::Ok();
+}
+
+std::optional<ShardState> AsyncCheckpointer::TakeSpare() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (running_) return std::nullopt;
+  std::optional<ShardState> s = std::move(spare_);
+  spare_.reset();
+  return s;
 }
 
 StatusOr<ShardReport> AsyncCheckpointer::Wait() {

@@ -9,6 +9,13 @@
 //   if (ckpt.Done()) ...                        // poll
 //   FORGE_ASSIGN_OR_RETURN(ShardReport rep, ckpt.Wait());  // then gather reports + commit
 //
+// Lowest stall (a device backend): download straight into host buffers kept from the previous
+// save and hand them over without a copy:
+//   if (auto spare = ckpt.TakeSpare()) TakeFullBuffers(std::move(*spare), &master, &m, &v);
+//   backend->GetParams(&master); backend->GetMoments(&m, &v);     // the only stall
+//   ckpt.Save(dir, ShardStateFromFull(layout, rank, world, std::move(master), std::move(m),
+//                                     std::move(v), trainer));
+//
 // Every save's report must be collected with Wait() (and committed) before the next Save(). A
 // failed background write surfaces on the next call: Wait() returns it, or, if nobody waited,
 // the next Save() returns it (and does not start that save).
@@ -57,6 +64,11 @@ class AsyncCheckpointer {
   // Stats of the most recent finished save (blocked_s of the most recent Save()).
   SaveStats last_stats() const;
 
+  // The state of the last finished save, buffers intact (nullopt if none, or already taken).
+  // Refilling it for the next snapshot (e.g. with TakeFullBuffers + GetParams) avoids
+  // page-faulting gigabytes of fresh host memory on every save; Save(const&) reuses it itself.
+  std::optional<ShardState> TakeSpare();
+
  private:
   Status FinishPrevious();
   Status Start(const std::string& step_dir, ShardState state, double blocked_s);
@@ -66,6 +78,7 @@ class AsyncCheckpointer {
   std::thread worker_;
   bool running_ = false;
   std::optional<StatusOr<ShardReport>> result_;  // finished, not yet returned
+  std::optional<ShardState> spare_;               // buffers of the last finished save
   SaveStats stats_, pending_stats_;
 };
 

@@ -74,6 +74,18 @@ ShardState ShardStateFromFull(const ParamLayout& layout, int rank, int world, Un
   return s;
 }
 
+void TakeFullBuffers(ShardState&& state, UnitBuffers* master, UnitBuffers* m, UnitBuffers* v) {
+  master->resize(state.units.size());
+  m->resize(state.units.size());
+  v->resize(state.units.size());
+  for (size_t u = 0; u < state.units.size(); ++u) {
+    (*master)[u] = std::move(state.units[u].master);
+    (*m)[u] = std::move(state.units[u].m);
+    (*v)[u] = std::move(state.units[u].v);
+  }
+  state.units.clear();
+}
+
 StatusOr<ShardReport> WriteShard(const std::string& step_dir, const ShardState& state) {
   const std::string manifest = (fs::path(step_dir) / kManifestName).string();
   if (fs::exists(manifest)) {

@@ -44,6 +44,10 @@ ShardState ShardStateFromFull(const ParamLayout& layout, int rank, int world,
                               UnitBuffers master, UnitBuffers m, UnitBuffers v,
                               TrainerState trainer);
 
+// The inverse: moves the unit buffers back out (e.g. a spare state from
+// AsyncCheckpointer::TakeSpare, to refill with GetParams/GetMoments for the next save).
+void TakeFullBuffers(ShardState&& state, UnitBuffers* master, UnitBuffers* m, UnitBuffers* v);
+
 struct ShardReport {
   int rank = 0, world = 1;
   int64_t step = 0, data_cursor = 0;

@@ -28,6 +28,10 @@ Status CheckTiling(const Manifest& m, const std::string& source) {
                                " unit ranges, the manifest has " +
                                std::to_string(m.units.size()) + " units");
       }
+      if (s.ranges[u].begin < 0 || s.ranges[u].end < s.ranges[u].begin) {
+        return Bad(source, "shard " + s.file + ": unit " + m.units[u].name +
+                               " has a negative range");
+      }
       if (s.ranges[u].size() > 0) r.push_back(s.ranges[u]);
     }
     std::sort(r.begin(), r.end(), [](const ShardRange& a, const ShardRange& b) {
@@ -35,7 +39,7 @@ Status CheckTiling(const Manifest& m, const std::string& source) {
     });
     int64_t next = 0;
     for (const ShardRange& x : r) {
-      if (x.begin != next || x.end < x.begin) {
+      if (x.begin != next) {
         return Bad(source, "unit " + m.units[u].name + ": shard ranges do not tile it (" +
                                (x.begin > next ? "gap" : "overlap") + " at element " +
                                std::to_string(std::min(next, x.begin)) + ")");
