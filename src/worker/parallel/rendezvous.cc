@@ -38,10 +38,11 @@ class MpiRendezvous final : public IdRendezvous {
   }
 };
 
-// Protocol: the client sends {"FGR1", rank, world} (int32 little-endian as on the host), the
-// server answers {"FGI1", 128 id bytes}.
+// Protocol: the client sends {"FGR1", rank, world} (int32, host byte order), the server
+// answers {"FGI1", 128 id bytes}, or {"FGX1", 128 zero bytes} to a rank it rejects.
 constexpr char kHello[4] = {'F', 'G', 'R', '1'};
 constexpr char kReply[4] = {'F', 'G', 'I', '1'};
+constexpr char kReject[4] = {'F', 'G', 'X', '1'};
 
 struct Fd {
   int fd = -1;
@@ -147,10 +148,14 @@ class TcpRendezvous final : public IdRendezvous {
       std::memcpy(&peer_rank, hello + 4, 4);
       std::memcpy(&peer_world, hello + 8, 4);
       if (std::memcmp(hello, kHello, 4) != 0) continue;
-      if (peer_world != world || peer_rank <= 0 || peer_rank >= world)
+      if (peer_world != world || peer_rank <= 0 || peer_rank >= world) {
+        char reject[4 + 128] = {};
+        std::memcpy(reject, kReject, 4);
+        (void)SendAll(c.fd, reject, sizeof reject, deadline);
         return Status::Invalid("rank " + std::to_string(peer_rank) + " connected with world " +
                                std::to_string(peer_world) + ", expected world " +
                                std::to_string(world));
+      }
       char reply[4 + 128];
       std::memcpy(reply, kReply, 4);
       std::memcpy(reply + 4, id.data(), 128);
@@ -190,7 +195,9 @@ class TcpRendezvous final : public IdRendezvous {
         char reply[4 + 128];
         Status st = SendAll(s.fd, hello, sizeof hello, deadline);
         if (st.ok()) st = RecvAll(s.fd, reply, sizeof reply, deadline);
-        if (st.ok() && std::memcmp(reply, kReply, 4) != 0)
+        if (st.ok() && std::memcmp(reply, kReject, 4) == 0)
+          st = Status::Invalid("rank 0 rejected this rank (world size or rank mismatch)");
+        else if (st.ok() && std::memcmp(reply, kReply, 4) != 0)
           st = Status::DataLoss("unexpected reply from rank 0");
         if (st.ok()) {
           std::memcpy(id->data(), reply + 4, 128);

@@ -1,0 +1,100 @@
+// The TCP rendezvous that hands rank 0's NCCL unique id to the other ranks (used when there is
+// no MPI): every rank gets the same bytes, late servers are waited for, and a missing or
+// mismatched peer is an error, not a hang.
+#include "worker/parallel/rendezvous.h"
+
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
+namespace forge {
+namespace {
+
+// A port that was free a moment ago (the kernel picks it).
+int FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+TcpRendezvousOptions Options(double timeout_s) {
+  TcpRendezvousOptions o;
+  o.host = "127.0.0.1";
+  o.port = FreePort();
+  o.timeout_s = timeout_s;
+  return o;
+}
+
+TEST(TcpRendezvous, EveryRankGetsRankZerosId) {
+  const TcpRendezvousOptions o = Options(20);
+  const int world = 4;
+  std::vector<UniqueIdBytes> ids(world);
+  for (int i = 0; i < 128; ++i) ids[0][i] = char(i * 7 + 1);
+  std::vector<Status> st(world);
+  std::vector<std::thread> threads;
+  for (int r = world - 1; r >= 0; --r) {  // clients first: they must retry until rank 0 listens
+    threads.emplace_back([&, r] { st[r] = MakeTcpRendezvous(o)->Exchange(r, world, &ids[r]); });
+    if (r > 0) std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < world; ++r) {
+    EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].ToString();
+    EXPECT_EQ(ids[r], ids[0]) << "rank " << r;
+  }
+}
+
+TEST(TcpRendezvous, NoServerTimesOutNamingRankAndAddress) {
+  const TcpRendezvousOptions o = Options(0.3);
+  UniqueIdBytes id{};
+  const auto t0 = std::chrono::steady_clock::now();
+  Status s = MakeTcpRendezvous(o)->Exchange(1, 2, &id);
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), Code::kUnavailable) << s.ToString();
+  EXPECT_NE(s.message().find("rank 1 of 2"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("127.0.0.1:" + std::to_string(o.port)), std::string::npos);
+  EXPECT_LT(secs, 5.0);
+}
+
+TEST(TcpRendezvous, MissingClientTimesOutOnRankZero) {
+  const TcpRendezvousOptions o = Options(0.3);
+  UniqueIdBytes id{};
+  Status s = MakeTcpRendezvous(o)->Exchange(0, 3, &id);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("waiting for 2 rank(s)"), std::string::npos) << s.ToString();
+}
+
+TEST(TcpRendezvous, WorldMismatchIsAnError) {
+  const TcpRendezvousOptions o = Options(5);
+  UniqueIdBytes id0{}, id1{};
+  Status server, client;
+  std::thread t([&] { server = MakeTcpRendezvous(o)->Exchange(0, 2, &id0); });
+  client = MakeTcpRendezvous(o)->Exchange(1, 3, &id1);
+  t.join();
+  EXPECT_FALSE(server.ok());
+  EXPECT_NE(server.message().find("expected world 2"), std::string::npos) << server.ToString();
+  EXPECT_FALSE(client.ok());
+}
+
+TEST(TcpRendezvous, OneRankNeedsNoNetwork) {
+  UniqueIdBytes id{};
+  id[0] = 42;
+  EXPECT_TRUE(MakeTcpRendezvous(Options(0.1))->Exchange(0, 1, &id).ok());
+  EXPECT_EQ(id[0], 42);
+}
+
+}  // namespace
+}  // namespace forge
