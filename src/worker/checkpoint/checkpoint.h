@@ -10,8 +10,12 @@
 // checkpoint loads on any world size.
 //
 // Save at step N (every rank):
-//   ShardState s = ShardStateFromFull(layout, rank, world, master, m, v, trainer);  // ddp
-//        (or fill s.units with the rank's own ZeRO/FSDP slices)
+//   if (auto spare = async.TakeSpare()) TakeFullBuffers(std::move(*spare), &master, &m, &v);
+//   backend->GetParams(&master); backend->GetMoments(&m, &v);   // the stall: D2H into warm
+//                                                               // host buffers
+//   ShardState s = ShardStateFromFull(layout, rank, world, std::move(master), std::move(m),
+//                                     std::move(v), trainer);   // ddp: no copy
+//        (ZeRO/FSDP: fill s.units with the rank's own ShardOf slices instead)
 //   async.Save(StepDir(root, N), std::move(s));      // returns at once; written in background
 //   ... later (next save or end of run), on every rank:
 //   ShardReport rep = async.Wait();                  // or WriteShard() synchronously
