@@ -12,7 +12,7 @@
 // an optional amax-of-output, accumulate (beta = 1) for residual adds and gradient
 // accumulation, in place (C = D) or from a separate C.
 //
-// Autotuning (default on; FORGE_GEMM_AUTOTUNE=0 turns it off at Init): when a plan is made
+// Autotuning (default off; FORGE_GEMM_AUTOTUNE=1 turns it on at Init): when a plan is made
 // for a new key outside stream capture, up to kMaxCandidates algorithms from the heuristic
 // are timed on the call's own operands (an accumulating call is timed into a scratch copy,
 // so the caller's D is never touched twice) and the fastest is kept, but only if it beats
@@ -24,7 +24,7 @@
 // in-place/atomic reductions). But the choice depends on timing, so two processes can pick
 // different algorithms for a shape and then differ in the last bits; the margin makes that
 // rare (only near-ties flip, and near-ties stay on the heuristic's deterministic first
-// choice). For strict cross-process bitwise reproducibility, set FORGE_GEMM_AUTOTUNE=0.
+// choice). Hence off by default: the heuristic's first choice is the same in every process.
 #pragma once
 
 #include <cublasLt.h>
@@ -94,7 +94,7 @@ class GemmRunner {
   GemmRunner& operator=(const GemmRunner&) = delete;
 
   // Creates the handle and a workspace of `workspace_bytes` on the current device; reads
-  // FORGE_GEMM_AUTOTUNE ("0" disables autotuning).
+  // FORGE_GEMM_AUTOTUNE ("1" enables autotuning).
   Status Init(size_t workspace_bytes = 64ull << 20);
   Status Run(const GemmArgs& args, cudaStream_t stream);
 
