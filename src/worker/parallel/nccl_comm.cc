@@ -1,0 +1,461 @@
+#include "worker/parallel/nccl_comm.h"
+
+#ifdef FORGE_HAVE_CUDA
+
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+namespace forge {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+ncclDataType_t NcclType(DType t) {
+  switch (t) {
+    case DType::kF32: return ncclFloat32;
+    case DType::kF64: return ncclFloat64;
+    case DType::kBF16: return ncclBfloat16;
+  }
+  return ncclFloat32;
+}
+
+std::string CudaError(cudaError_t e) {
+  return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+}
+
+// The calling thread's current device for the lifetime of the guard.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    cudaGetDevice(&previous_);
+    if (previous_ != device) cudaSetDevice(device);
+  }
+  ~DeviceGuard() { cudaSetDevice(previous_); }
+
+ private:
+  int previous_ = 0;
+};
+
+struct Op {
+  uint64_t seq = 0;
+  CollectiveOp kind = CollectiveOp::kBarrier;
+  std::string what;
+  int64_t count = 0;
+  DType dtype = DType::kF32;
+  Clock::time_point start;
+  cudaEvent_t done = nullptr;
+  bool finished = false;
+};
+
+class NcclCommImpl;
+
+class NcclWork final : public CommWork {
+ public:
+  NcclWork(NcclCommImpl* comm, std::shared_ptr<Op> op) : comm_(comm), op_(std::move(op)) {}
+  Status Wait() override;
+  bool Ready() override;
+  Status WaitOnStream(void* stream) override;
+
+ private:
+  NcclCommImpl* comm_;
+  std::shared_ptr<Op> op_;
+};
+
+class NcclCommImpl final : public NcclComm {
+ public:
+  NcclCommImpl(int rank, int world, int device, const NcclCommOptions& o)
+      : rank_(rank), world_(world), device_(device), o_(o) {
+    grace_s_ = o.abort_grace_s >= 0 ? o.abort_grace_s
+                                    : std::min(30.0, std::max(1.0, o.timeout_s / 2));
+  }
+
+  // Second half of construction: the communicator exists (init finished).
+  Status Start(ncclComm_t comm) {
+    comm_ = comm;
+    DeviceGuard g(device_);
+    int least = 0, greatest = 0;
+    cudaDeviceGetStreamPriorityRange(&least, &greatest);
+    cudaError_t e = cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&producer_ready_, cudaEventDisableTiming);
+    if (e != cudaSuccess) return Status::Internal("NCCL comm stream: " + CudaError(e));
+    watchdog_ = std::thread([this] { Watchdog(); });
+    return Status::Ok();
+  }
+
+  ~NcclCommImpl() override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (watchdog_.joinable()) watchdog_.join();
+    DeviceGuard g(device_);
+    if (comm_ != nullptr) {
+      std::lock_guard<std::mutex> l(mu_);
+      if (failed_.ok()) {
+        // Finalize flushes outstanding work; bounded, then abort as the fallback.
+        ncclResult_t r = ncclCommFinalize(comm_);
+        if (r == ncclSuccess || r == ncclInProgress)
+          r = WaitNotInProgress(Clock::now() + Seconds(o_.timeout_s));
+        if (r == ncclSuccess) ncclCommDestroy(comm_);
+        else ncclCommAbort(comm_);
+      } else if (!aborted_) {
+        ncclCommAbort(comm_);
+      }
+    }
+    for (auto& op : pending_) cudaEventDestroy(op->done);
+    if (barrier_buf_) cudaFree(barrier_buf_);
+    if (producer_ready_) cudaEventDestroy(producer_ready_);
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  const char* name() const override { return "nccl"; }
+  int rank() const override { return rank_; }
+  int world() const override { return world_; }
+  int device() const override { return device_; }
+  void* stream() const override { return stream_; }
+  void SetProducerStream(void* s) override { producer_ = static_cast<cudaStream_t>(s); }
+
+  StatusOr<CommWorkPtr> AllReduceSum(void* buf, int64_t n, DType t, std::string_view what) override {
+    return Issue(CollectiveOp::kAllReduce, what, n, t, [&] {
+      return ncclAllReduce(buf, buf, size_t(n), NcclType(t), ncclSum, comm_, stream_);
+    });
+  }
+  StatusOr<CommWorkPtr> ReduceScatterSum(const void* send, void* recv, int64_t n, DType t,
+                                         std::string_view what) override {
+    return Issue(CollectiveOp::kReduceScatter, what, n, t, [&] {
+      return ncclReduceScatter(send, recv, size_t(n), NcclType(t), ncclSum, comm_, stream_);
+    });
+  }
+  StatusOr<CommWorkPtr> AllGather(const void* send, void* recv, int64_t n, DType t,
+                                  std::string_view what) override {
+    return Issue(CollectiveOp::kAllGather, what, n, t, [&] {
+      return ncclAllGather(send, recv, size_t(n), NcclType(t), comm_, stream_);
+    });
+  }
+  StatusOr<CommWorkPtr> Broadcast(void* buf, int64_t n, DType t, int root,
+                                  std::string_view what) override {
+    if (root < 0 || root >= world_)
+      return Status::Invalid(DescribeCollective(rank_, CollectiveOp::kBroadcast, 0, what, n, t) +
+                             ": bad root " + std::to_string(root));
+    return Issue(CollectiveOp::kBroadcast, what, n, t, [&] {
+      return ncclBroadcast(buf, buf, size_t(n), NcclType(t), root, comm_, stream_);
+    });
+  }
+  StatusOr<CommWorkPtr> Barrier(std::string_view what) override {
+    // NCCL has no barrier: an all-reduce of one float on a private device scratch.
+    if (barrier_buf_ == nullptr) {
+      DeviceGuard g(device_);
+      cudaError_t e = cudaMalloc(&barrier_buf_, sizeof(float));
+      if (e != cudaSuccess) return Status::Internal("NCCL barrier scratch: " + CudaError(e));
+    }
+    return Issue(CollectiveOp::kBarrier, what, 0, DType::kF32, [&] {
+      return ncclAllReduce(barrier_buf_, barrier_buf_, 1, ncclFloat32, ncclSum, comm_, stream_);
+    });
+  }
+
+  [[noreturn]] void Abort(const Status& why) override {
+    std::fprintf(stderr, "forge: rank %d: aborting the job: %s\n", rank_, why.ToString().c_str());
+    std::fflush(stderr);
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (comm_ != nullptr && !aborted_) {
+        ncclCommAbort(comm_);
+        aborted_ = true;
+      }
+    }
+    int mpi = 0, fin = 0;
+    MPI_Initialized(&mpi);
+    MPI_Finalized(&fin);
+    if (mpi && !fin) MPI_Abort(MPI_COMM_WORLD, 3);
+    std::_Exit(3);
+  }
+
+  Status WaitOp(const std::shared_ptr<Op>& op) {
+    auto nap = std::chrono::microseconds(20);
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        if (!failed_.ok()) {
+          failure_taken_ = true;
+          return failed_;
+        }
+        if (op->finished) return Status::Ok();
+        DeviceGuard g(device_);
+        const cudaError_t e = cudaEventQuery(op->done);
+        if (e == cudaSuccess) {
+          op->finished = true;
+          return Status::Ok();
+        }
+        if (e != cudaErrorNotReady) {
+          failure_taken_ = true;
+          return Fail(*op, Status::Internal(CudaError(e)));
+        }
+      }
+      std::this_thread::sleep_for(nap);
+      nap = std::min(nap * 2, std::chrono::microseconds(500));
+    }
+  }
+
+  bool OpReady(const std::shared_ptr<Op>& op) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (op->finished) return true;
+    DeviceGuard g(device_);
+    op->finished = cudaEventQuery(op->done) == cudaSuccess;
+    return op->finished;
+  }
+
+  Status OpOnStream(const std::shared_ptr<Op>& op, void* s) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!failed_.ok()) {
+      failure_taken_ = true;
+      return failed_;
+    }
+    if (op->finished) return Status::Ok();  // nothing left to wait for (event may be retired)
+    DeviceGuard g(device_);
+    const cudaError_t e = cudaStreamWaitEvent(static_cast<cudaStream_t>(s), op->done, 0);
+    if (e != cudaSuccess) return Status::Internal(Describe(*op) + ": " + CudaError(e));
+    return Status::Ok();
+  }
+
+  // Polls a non-blocking communicator until its last call left ncclInProgress.
+  ncclResult_t WaitNotInProgress(Clock::time_point deadline) {
+    ncclResult_t state = ncclInProgress;
+    while (state == ncclInProgress) {
+      if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) return ncclInternalError;
+      if (state != ncclInProgress) break;
+      if (Clock::now() > deadline) return ncclInProgress;
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    return state;
+  }
+
+ private:
+  static std::chrono::nanoseconds Seconds(double s) {
+    return std::chrono::nanoseconds(int64_t(s * 1e9));
+  }
+
+  std::string Describe(const Op& op) const {
+    return DescribeCollective(rank_, op.kind, op.seq, op.what, op.count, op.dtype);
+  }
+  Status Fail(const Op& op, const Status& st) const { return st.Annotate(Describe(op)); }
+
+  std::string NcclError(ncclResult_t r) const {
+    std::string s = ncclGetErrorString(r);
+    const char* last = comm_ ? ncclGetLastError(comm_) : nullptr;
+    if (last != nullptr && *last != '\0') s += std::string(" (") + last + ")";
+    return s;
+  }
+
+  template <typename Call>
+  StatusOr<CommWorkPtr> Issue(CollectiveOp kind, std::string_view what, int64_t n, DType t,
+                              Call&& call) {
+    auto op = std::make_shared<Op>();
+    op->kind = kind;
+    op->what = std::string(what);
+    op->count = n;
+    op->dtype = t;
+    std::lock_guard<std::mutex> l(mu_);
+    op->seq = next_seq_++;
+    if (!failed_.ok()) {
+      failure_taken_ = true;
+      return Status(failed_.code(), Describe(*op) + " not started: the communicator already failed: " +
+                                        failed_.message());
+    }
+    if (n < 0) return Fail(*op, Status::Invalid("negative count"));
+    DeviceGuard g(device_);
+    cudaError_t e = cudaEventCreateWithFlags(&op->done, cudaEventDisableTiming);
+    if (e == cudaSuccess && producer_ != nullptr) {
+      e = cudaEventRecord(producer_ready_, producer_);
+      if (e == cudaSuccess) e = cudaStreamWaitEvent(stream_, producer_ready_, 0);
+    }
+    if (e != cudaSuccess) {
+      if (op->done) cudaEventDestroy(op->done);
+      return Fail(*op, Status::Internal(CudaError(e)));
+    }
+    ncclResult_t r = call();
+    if (r == ncclInProgress) r = WaitNotInProgress(Clock::now() + Seconds(o_.timeout_s));
+    if (r != ncclSuccess) {
+      cudaEventDestroy(op->done);
+      const Status st = Fail(*op, Status::Internal("NCCL: " + NcclError(r)));
+      if (r != ncclInvalidArgument && r != ncclInvalidUsage) SetFailed(st);
+      return st;
+    }
+    e = cudaEventRecord(op->done, stream_);
+    if (e != cudaSuccess) {
+      cudaEventDestroy(op->done);
+      return Fail(*op, Status::Internal(CudaError(e)));
+    }
+    op->start = Clock::now();
+    pending_.push_back(op);
+    return CommWorkPtr(new NcclWork(this, op));
+  }
+
+  void SetFailed(const Status& st) {  // mu_ held
+    if (!failed_.ok()) return;
+    failed_ = st;
+    failed_at_ = Clock::now();
+    if (comm_ != nullptr && !aborted_) {
+      ncclCommAbort(comm_);  // frees kernels stuck waiting for a peer
+      aborted_ = true;
+    }
+  }
+
+  void Watchdog() {
+    cudaSetDevice(device_);
+    const auto tick = std::chrono::duration<double>(std::clamp(o_.timeout_s / 10, 0.005, 0.5));
+    std::unique_lock<std::mutex> l(mu_);
+    while (!stop_) {
+      cv_.wait_for(l, tick);
+      if (stop_) break;
+      if (failed_.ok()) {
+        // Retire finished collectives from the front (they complete in stream order).
+        while (!pending_.empty()) {
+          auto& op = pending_.front();
+          if (!op->finished) op->finished = cudaEventQuery(op->done) == cudaSuccess;
+          if (!op->finished) break;
+          cudaEventDestroy(op->done);
+          op->done = nullptr;
+          pending_.pop_front();
+        }
+        ncclResult_t async = ncclSuccess;
+        if (ncclCommGetAsyncError(comm_, &async) == ncclSuccess && async != ncclSuccess &&
+            async != ncclInProgress) {
+          const std::string during = pending_.empty() ? std::string("rank ") + std::to_string(rank_)
+                                                      : Describe(*pending_.front());
+          SetFailed(Status::Internal(during + ": NCCL async error: " + NcclError(async)));
+        } else if (!pending_.empty()) {
+          const Op& oldest = *pending_.front();
+          const double age = std::chrono::duration<double>(Clock::now() - oldest.start).count();
+          if (age > o_.timeout_s) {
+            char secs[32];
+            std::snprintf(secs, sizeof secs, "%g", o_.timeout_s);
+            SetFailed(Status::Unavailable(
+                Describe(oldest) + " timed out: not complete after " + secs +
+                " s (parallel.collective_timeout_s); another rank is stuck, gone, or skipped it; "
+                "communicator aborted"));
+          }
+        }
+      }
+      if (!failed_.ok() && !failure_taken_ &&
+          std::chrono::duration<double>(Clock::now() - failed_at_).count() > grace_s_) {
+        const Status why = failed_;
+        l.unlock();
+        Abort(why.Annotate("nobody waited for the failed collective"));
+      }
+    }
+  }
+
+  const int rank_, world_, device_;
+  const NcclCommOptions o_;
+  double grace_s_ = 1.0;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  cudaStream_t producer_ = nullptr;
+  cudaEvent_t producer_ready_ = nullptr;
+  void* barrier_buf_ = nullptr;
+
+  std::mutex mu_;  // guards the NCCL/CUDA calls on comm_ and everything below
+  uint64_t next_seq_ = 1;
+  std::deque<std::shared_ptr<Op>> pending_;  // issued, not known finished, in issue order
+  Status failed_;
+  Clock::time_point failed_at_;
+  bool failure_taken_ = false;
+  bool aborted_ = false;
+  bool stop_ = false;
+  std::condition_variable cv_;
+  std::thread watchdog_;
+};
+
+Status NcclWork::Wait() { return comm_->WaitOp(op_); }
+bool NcclWork::Ready() { return comm_->OpReady(op_); }
+Status NcclWork::WaitOnStream(void* stream) { return comm_->OpOnStream(op_, stream); }
+
+}  // namespace
+
+int NcclVisibleDevices() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
+  return n;
+}
+
+StatusOr<std::unique_ptr<NcclComm>> MakeNcclComm(int rank, int world, IdRendezvous* rendezvous,
+                                                 const NcclCommOptions& options) {
+  const std::string who = "rank " + std::to_string(rank) + " of " + std::to_string(world);
+  if (world < 1 || rank < 0 || rank >= world) return Status::Invalid("MakeNcclComm: bad " + who);
+  if (!(options.timeout_s > 0)) return Status::Invalid("parallel.collective_timeout_s must be > 0");
+  int device = options.device;
+  if (device < 0 && cudaGetDevice(&device) != cudaSuccess)
+    return Status::Unavailable(who + ": no CUDA device");
+  if (device >= NcclVisibleDevices())
+    return Status::Unavailable(who + ": CUDA device " + std::to_string(device) + " is not visible");
+  DeviceGuard g(device);
+
+  ncclUniqueId id;
+  std::memset(&id, 0, sizeof id);
+  UniqueIdBytes bytes{};
+  if (rank == 0) {
+    const ncclResult_t r = ncclGetUniqueId(&id);
+    if (r != ncclSuccess)
+      return Status::Unavailable(who + ": ncclGetUniqueId: " + ncclGetErrorString(r));
+    static_assert(sizeof(ncclUniqueId) == sizeof(UniqueIdBytes));
+    std::memcpy(bytes.data(), &id, sizeof id);
+  }
+  if (world > 1) {
+    if (rendezvous == nullptr) return Status::Invalid(who + ": no rendezvous for the NCCL id");
+    FORGE_RETURN_IF_ERROR(rendezvous->Exchange(rank, world, &bytes).Annotate(who + ": NCCL id"));
+  }
+  std::memcpy(&id, bytes.data(), sizeof id);
+
+  auto impl = std::make_unique<NcclCommImpl>(rank, world, device, options);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // calls return at once; we poll, so init and hangs can time out
+  config.commName = options.name.c_str();
+  ncclComm_t comm = nullptr;
+  ncclResult_t r = ncclCommInitRankConfig(&comm, world, id, rank, &config);
+  if (r == ncclInProgress || r == ncclSuccess) {
+    const auto deadline = Clock::now() + std::chrono::nanoseconds(int64_t(options.timeout_s * 1e9));
+    ncclResult_t state = ncclInProgress;
+    while (state == ncclInProgress && Clock::now() < deadline) {
+      if (ncclCommGetAsyncError(comm, &state) != ncclSuccess) state = ncclInternalError;
+      if (state == ncclInProgress) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    r = state;
+  }
+  if (r != ncclSuccess) {
+    const std::string detail = r == ncclInProgress ? std::string("timed out (other ranks missing?)")
+                                                   : std::string(ncclGetErrorString(r));
+    if (comm != nullptr) ncclCommAbort(comm);
+    return Status::Unavailable(who + ": ncclCommInitRank on device " + std::to_string(device) +
+                               ": " + detail);
+  }
+  FORGE_RETURN_IF_ERROR(impl->Start(comm).Annotate(who));
+  return std::unique_ptr<NcclComm>(std::move(impl));
+}
+
+}  // namespace forge
+
+#else  // !FORGE_HAVE_CUDA
+
+namespace forge {
+
+int NcclVisibleDevices() { return 0; }
+
+StatusOr<std::unique_ptr<NcclComm>> MakeNcclComm(int, int, IdRendezvous*, const NcclCommOptions&) {
+  return Status::Unavailable("NCCL: built without CUDA");
+}
+
+}  // namespace forge
+
+#endif  // FORGE_HAVE_CUDA

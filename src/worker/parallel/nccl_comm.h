@@ -1,0 +1,58 @@
+// Comm over NCCL for device buffers: the GPU backend's data-parallel transport.
+//
+// Collectives run on the communicator's own stream (high priority, non-blocking), so they can
+// overlap the compute stream; each completes a cudaEvent. Ordering with the compute stream:
+//   - SetProducerStream(s): every later collective first waits (device-side) for the work
+//     queued on `s` when it was issued, e.g. the backward kernels that wrote a gradient;
+//   - CommWork::WaitOnStream(s): `s` waits for the collective without blocking the host
+//     (the optimizer kernels after the all-reduce); CommWork::Wait() blocks the host.
+// Buffers: f32, f64 or bf16 (sums included), in device memory of the comm's device.
+//
+// Setup: rank 0 creates the unique id, an IdRendezvous (rendezvous.h: MPI, TCP, or the
+// coordinator's) hands it to everyone, and ncclCommInitRankConfig builds a non-blocking
+// communicator, polled so that a rank that never shows up is a timeout, not a hang.
+//
+// Failure: a watchdog thread polls ncclCommGetAsyncError and the oldest unfinished collective.
+// An async NCCL error, or a collective older than options.timeout_s (counted from issue,
+// including time queued behind earlier GPU work), aborts the communicator (ncclCommAbort, which
+// also frees the hung kernels) and fails it with an error naming the rank and the collective:
+// Wait() returns it, as do all later calls. If no thread takes the error within a grace period,
+// the watchdog prints it and ends the process (MPI_Abort when MPI is up), so the launcher
+// tears the job down.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "worker/parallel/comm.h"
+#include "worker/parallel/rendezvous.h"
+
+namespace forge {
+
+struct NcclCommOptions {
+  double timeout_s = 600.0;   // parallel.collective_timeout_s (also bounds init and teardown)
+  int device = -1;            // CUDA device of this rank (usually the local rank); -1: current
+  std::string name = "forge"; // NCCL communicator name (shows in NCCL logs)
+  double abort_grace_s = -1;  // < 0: max(1 s, timeout_s / 2), capped at 30 s
+};
+
+class NcclComm : public Comm {
+ public:
+  // The communication stream (a cudaStream_t).
+  virtual void* stream() const = 0;
+  // See above; nullptr removes the dependency (the caller orders things itself).
+  virtual void SetProducerStream(void* stream) = 0;
+  virtual int device() const = 0;
+};
+
+// Builds rank `rank` of `world`; collective over all ranks (each calls it, with its own
+// device, at about the same time). Unavailable in builds without CUDA.
+StatusOr<std::unique_ptr<NcclComm>> MakeNcclComm(int rank, int world, IdRendezvous* rendezvous,
+                                                 const NcclCommOptions& options);
+
+// Number of visible CUDA devices (0 without CUDA), for tests and launch checks.
+int NcclVisibleDevices();
+
+}  // namespace forge
