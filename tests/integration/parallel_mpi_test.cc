@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <ostream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -79,6 +80,10 @@ struct TrajectoryCase {
   int micro;
   const char* expect;  // "bitwise" or "close"
 };
+
+void PrintTo(const TrajectoryCase& c, std::ostream* os) {
+  *os << c.ranks << " ranks, global " << c.global << ", micro " << c.micro << ", " << c.expect;
+}
 
 class ParallelTrajectory : public ::testing::TestWithParam<TrajectoryCase> {};
 

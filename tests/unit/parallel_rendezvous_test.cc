@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -94,6 +96,31 @@ TEST(TcpRendezvous, OneRankNeedsNoNetwork) {
   id[0] = 42;
   EXPECT_TRUE(MakeTcpRendezvous(Options(0.1))->Exchange(0, 1, &id).ok());
   EXPECT_EQ(id[0], 42);
+}
+
+TEST(TcpRendezvous, LaunchWithoutMpiUsesMasterAddrAndPort) {
+  const int port = FreePort();
+  ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+  ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+  LaunchInfo launch;
+  launch.kind = LaunchKind::kTorchrun;
+  launch.world = 2;
+  UniqueIdBytes id0{}, id1{};
+  id0[5] = 9;
+  auto r0 = RendezvousForLaunch(launch, 10);
+  auto r1 = RendezvousForLaunch(launch, 10);
+  ASSERT_TRUE(r0.ok() && r1.ok());
+  Status s0;
+  std::thread t([&] { s0 = (*r0)->Exchange(0, 2, &id0); });
+  Status s1 = (*r1)->Exchange(1, 2, &id1);
+  t.join();
+  EXPECT_TRUE(s0.ok()) << s0.ToString();
+  EXPECT_TRUE(s1.ok()) << s1.ToString();
+  EXPECT_EQ(id1[5], 9);
+  ::setenv("MASTER_PORT", "not-a-port", 1);
+  EXPECT_FALSE(RendezvousForLaunch(launch, 10).ok());
+  ::unsetenv("MASTER_ADDR");
+  ::unsetenv("MASTER_PORT");
 }
 
 }  // namespace

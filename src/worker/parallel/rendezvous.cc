@@ -237,4 +237,12 @@ std::unique_ptr<IdRendezvous> MakeTcpRendezvous(const TcpRendezvousOptions& opti
   return std::make_unique<TcpRendezvous>(options);
 }
 
+StatusOr<std::unique_ptr<IdRendezvous>> RendezvousForLaunch(const LaunchInfo& launch,
+                                                            double timeout_s) {
+  if (launch.kind == LaunchKind::kMpi) return MakeMpiRendezvous();
+  FORGE_ASSIGN_OR_RETURN(TcpRendezvousOptions o, TcpRendezvousOptionsFromEnv());
+  o.timeout_s = timeout_s;
+  return MakeTcpRendezvous(o);
+}
+
 }  // namespace forge

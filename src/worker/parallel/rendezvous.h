@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "worker/parallel/bootstrap.h"
 
 namespace forge {
 
@@ -32,5 +33,10 @@ struct TcpRendezvousOptions {
 // Options from MASTER_ADDR / MASTER_PORT (defaults above where unset).
 StatusOr<TcpRendezvousOptions> TcpRendezvousOptionsFromEnv();
 std::unique_ptr<IdRendezvous> MakeTcpRendezvous(const TcpRendezvousOptions& options);
+
+// The built-in choice for a launch: MPI_Bcast under MPI (InitMpi() first), else TCP from
+// MASTER_ADDR / MASTER_PORT with `timeout_s`. The coordinator passes its own hook instead.
+StatusOr<std::unique_ptr<IdRendezvous>> RendezvousForLaunch(const LaunchInfo& launch,
+                                                            double timeout_s);
 
 }  // namespace forge
