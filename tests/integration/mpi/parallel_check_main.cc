@@ -4,7 +4,8 @@
 //   forge_parallel_check comm
 //       MpiComm semantics on every rank: canonical sums bitwise equal to CanonicalSum of the
 //       ranks' inputs (rebuilt locally), in-place variants, bf16 moves, many collectives in
-//       flight waited in reverse order, MPI's own sums within float tolerance, argument errors.
+//       flight waited in reverse order, MPI's own sums within float tolerance, argument errors,
+//       the MPI rendezvous for NCCL ids.
 //   forge_parallel_check trajectory [--global G] [--micro B] [--steps K]
 //                                   [--modes ddp,zero1,zero2,fsdp] [--expect bitwise|close]
 //                                   [--native-sums]
@@ -32,6 +33,7 @@
 #include "worker/data/sampler.h"
 #include "worker/parallel/comm.h"
 #include "worker/parallel/mpi_comm.h"
+#include "worker/parallel/rendezvous.h"
 #include "worker/parallel/sum_order.h"
 #include "worker/train/backend.h"
 #include "worker/train/trainer.h"
@@ -205,6 +207,15 @@ int RunComm(Comm* comm, Comm* native) {
       c.Expect((*b)->Ready(), "barrier Ready() turns true");
       c.Ok((*b)->Wait(), "barrier wait");
     }
+  }
+  // The MPI rendezvous hands rank 0's NCCL id bytes to everyone.
+  {
+    UniqueIdBytes id{};
+    for (int i = 0; i < 128; ++i) id[i] = rank == 0 ? char(i * 3 + 1) : 0;
+    c.Ok(MakeMpiRendezvous()->Exchange(rank, W, &id), "MPI rendezvous");
+    bool ok = true;
+    for (int i = 0; i < 128; ++i) ok &= id[i] == char(i * 3 + 1);
+    c.Expect(ok, "MPI rendezvous bytes");
   }
   // Argument errors are errors, not crashes (and leave the comm usable).
   {
@@ -414,7 +425,7 @@ int RunHang(Comm* comm, bool unwaited) {
     std::fprintf(stderr, "rank %d: the skipped all-reduce completed?!\n", rank);
     return 1;
   }
-  std::fprintf(stderr, "forge: %s (after %.2f s)\n", st.ToString().c_str(), waited);
+  std::fprintf(stderr, "rank %d: Wait() returned the error after %.2f s\n", rank, waited);
   comm->Abort(st);
   return 1;  // not reached
 }
