@@ -3,6 +3,8 @@
 // coordinator plug into). Checks every collective against host arithmetic, stream ordering
 // (SetProducerStream, WaitOnStream), and that a collective one rank skips times out with an
 // error naming the rank and the collective instead of hanging. Skips below 2 GPUs.
+#include "worker/parallel/nccl_comm.h"
+
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -16,7 +18,6 @@
 #include <thread>
 #include <vector>
 
-#include "worker/parallel/nccl_comm.h"
 #include "worker/parallel/shard_layout.h"
 
 namespace forge {
@@ -85,7 +86,9 @@ void RunRanks(int world, const NcclCommOptions& base, Errors* errors, Body body)
   for (auto& t : threads) t.join();
 }
 
-float Value(int rank, int64_t i) { return std::ldexp(float((rank * 7919 + i * 104729) % 2001) - 1000.0f, -10); }
+float Value(int rank, int64_t i) {
+  return std::ldexp(float((rank * 7919 + i * 104729) % 2001) - 1000.0f, -10);
+}
 
 uint16_t Bf16Bits(float f) {  // exact for the small integers used here
   uint32_t b;
@@ -104,7 +107,9 @@ struct Dev {
   T* p = nullptr;
   explicit Dev(size_t n) { cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)); }
   ~Dev() { cudaFree(p); }
-  void Put(const std::vector<T>& h) { cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice); }
+  void Put(const std::vector<T>& h) {
+    cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice);
+  }
   std::vector<T> Get(size_t n) {
     std::vector<T> h(n);
     cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost);
@@ -142,7 +147,8 @@ void CheckCollectives(int r, NcclComm* comm, Errors* e) {
       e->Ok(r, Finish(comm->AllReduceSum(d.p, n, DType::kBF16, "bf16")), "all_reduce bf16" + at);
       const auto got = d.Get(n);
       bool ok = true;
-      for (int64_t i = 0; i < n; ++i) ok &= FromBf16(got[i]) == float(W * (W + 1) / 2 + W * (i % 7));
+      for (int64_t i = 0; i < n; ++i)
+        ok &= FromBf16(got[i]) == float(W * (W + 1) / 2 + W * (i % 7));
       e->Check(r, ok, "all_reduce bf16 values" + at);
     }
     {  // reduce-scatter, out of place and in place (recv = send + rank*n)
@@ -152,7 +158,8 @@ void CheckCollectives(int r, NcclComm* comm, Errors* e) {
         Dev<float> send(W * n), recv(n);
         send.Put(h);
         float* out = in_place ? send.p + r * n : recv.p;
-        e->Ok(r, Finish(comm->ReduceScatterSum(send.p, out, n, DType::kF32, "rs")), "reduce_scatter" + at);
+        e->Ok(r, Finish(comm->ReduceScatterSum(send.p, out, n, DType::kF32, "rs")),
+              "reduce_scatter" + at);
         std::vector<float> got(n);
         cudaMemcpy(got.data(), out, n * sizeof(float), cudaMemcpyDeviceToHost);
         double worst = 0;
@@ -180,7 +187,8 @@ void CheckCollectives(int r, NcclComm* comm, Errors* e) {
       for (int64_t i = 0; i < n; ++i) hb[i] = uint16_t(r * 3 + i);
       Dev<uint16_t> sb(n), rb(W * n);
       sb.Put(hb);
-      e->Ok(r, Finish(comm->AllGather(sb.p, rb.p, n, DType::kBF16, "ag bf16")), "all_gather bf16" + at);
+      e->Ok(r, Finish(comm->AllGather(sb.p, rb.p, n, DType::kBF16, "ag bf16")),
+            "all_gather bf16" + at);
       const auto gb = rb.Get(W * n);
       ok = true;
       for (int q = 0; q < W; ++q)
@@ -222,7 +230,8 @@ void CheckStreams(int r, NcclComm* comm, Errors* e) {
   e->Ok(r, rs.status(), "reduce_scatter on streams");
   if (!rs.ok()) return;
   e->Ok(r, (*rs)->WaitOnStream(consumer), "WaitOnStream");
-  cudaMemcpyAsync(out.p + r * slot, shard.p, slot * sizeof(float), cudaMemcpyDeviceToDevice, consumer);
+  cudaMemcpyAsync(out.p + r * slot, shard.p, slot * sizeof(float), cudaMemcpyDeviceToDevice,
+                  consumer);
   cudaStreamSynchronize(consumer);
   comm->SetProducerStream(consumer);
   e->Ok(r, Finish(comm->AllGather(out.p + r * slot, out.p, slot, DType::kF32, "params unit")),

@@ -91,9 +91,9 @@ class ParallelTrajectory : public ::testing::TestWithParam<TrajectoryCase> {};
 TEST_P(ParallelTrajectory, MatchesOneProcess) {
   REQUIRE_MPIRUN();
   const TrajectoryCase c = GetParam();
-  ShellResult r = Shell(Mpirun(c.ranks) + Bin("forge_parallel_check") + " trajectory --steps 5 --global " +
-                std::to_string(c.global) + " --micro " + std::to_string(c.micro) + " --expect " +
-                c.expect);
+  ShellResult r = Shell(Mpirun(c.ranks) + Bin("forge_parallel_check") +
+                        " trajectory --steps 5 --global " + std::to_string(c.global) + " --micro " +
+                        std::to_string(c.micro) + " --expect " + c.expect);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("PARALLEL_CHECK OK"), std::string::npos) << r.output;
   // One line per mode, each naming its world size: all four modes ran.
@@ -144,7 +144,8 @@ TEST(ParallelMpi, HungCollectiveTimesOutNamingRankAndCollective) {
 // Same, but rank 0 never waits either: only the watchdog can notice, and it ends the job.
 TEST(ParallelMpi, UnwaitedHungCollectiveIsAbortedByTheWatchdog) {
   REQUIRE_MPIRUN();
-  ShellResult r = Shell(Mpirun(2, 60) + Bin("forge_parallel_check") + " hang --timeout 1 --unwaited");
+  ShellResult r =
+      Shell(Mpirun(2, 60) + Bin("forge_parallel_check") + " hang --timeout 1 --unwaited");
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.exit_code, 124) << "the job hung until the test's own limit:\n" << r.output;
   EXPECT_NE(r.output.find("nobody waited for the failed collective: rank 0: all_reduce #2"),
@@ -218,17 +219,21 @@ TEST(ParallelMpi, ForgeTrainUnderMpirunMatchesOneProcess) {
     y << "name: mpi-test\nseed: 5\n"
          "model: {n_layer: 2, d_model: 32, n_head: 4, n_kv_head: 2, ffn: 64, vocab: 256, "
          "seq_len: 16}\n"
-         "data: {dataset_dir: " << dir << "/data}\n"
+         "data: {dataset_dir: "
+      << dir
+      << "/data}\n"
          "schedule: {total_steps: 6, warmup_steps: 2}\n"
          "batch: {micro_batch: 2, global_batch: 8}\n"
          "parallel: {mode: fsdp, collective_timeout_s: 60}\n"
          "eval: {every_steps: 3, batches: 3}\n"
-         "train: {backend: cpu, log_every: 1, run_dir: " << dir << "/run}\n";
+         "train: {backend: cpu, log_every: 1, run_dir: "
+      << dir << "/run}\n";
   }
   ShellResult one = Shell("OPENBLAS_NUM_THREADS=1 timeout 120 " + Bin("forge") + " train " + cfg +
-                  " --run-dir " + dir + "/one");
+                          " --run-dir " + dir + "/one");
   ASSERT_EQ(one.exit_code, 0) << one.output;
-  ShellResult four = Shell(Mpirun(4) + Bin("forge") + " train " + cfg + " --run-dir " + dir + "/four");
+  ShellResult four =
+      Shell(Mpirun(4) + Bin("forge") + " train " + cfg + " --run-dir " + dir + "/four");
   ASSERT_EQ(four.exit_code, 0) << four.output;
   std::printf("[ forge train: 1 process %.1f s, mpirun -np 4 %.1f s ]\n%s", one.seconds,
               four.seconds, four.output.c_str());

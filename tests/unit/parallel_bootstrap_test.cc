@@ -1,11 +1,11 @@
 // Rank / world / local rank from the launcher's environment: MPI first, then Slurm, then
 // torchrun-style variables; bad values are errors naming the variable.
-#include "worker/parallel/bootstrap.h"
-
 #include <gtest/gtest.h>
 
 #include <map>
 #include <string>
+
+#include "worker/parallel/bootstrap.h"
 
 namespace forge {
 namespace {
@@ -47,10 +47,8 @@ TEST(Bootstrap, OpenMpiWinsOverEverythingElse) {
 }
 
 TEST(Bootstrap, SrunWithPmixIsMpi) {
-  const LaunchInfo i = Detect({{"PMIX_RANK", "2"},
-                               {"SLURM_PROCID", "2"},
-                               {"SLURM_NTASKS", "4"},
-                               {"SLURM_LOCALID", "0"}});
+  const LaunchInfo i = Detect(
+      {{"PMIX_RANK", "2"}, {"SLURM_PROCID", "2"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "0"}});
   EXPECT_EQ(i.kind, LaunchKind::kMpi);
   EXPECT_EQ(i.rank, 2);
   EXPECT_EQ(i.world, 4);

@@ -68,15 +68,16 @@ bool SameBits(const UnitBuffers& a, const UnitBuffers& b) {
 TEST(CpuBackendParallel, EveryModeTrainsLikeDdpInOneProcess) {
   UnitBuffers ref_p, ref_m, ref_v;
   std::vector<float> ref_losses;
-  for (ParallelMode mode : {ParallelMode::kDdp, ParallelMode::kZero1, ParallelMode::kZero2,
-                            ParallelMode::kFsdp}) {
+  for (ParallelMode mode :
+       {ParallelMode::kDdp, ParallelMode::kZero1, ParallelMode::kZero2, ParallelMode::kFsdp}) {
     const RunConfig c = Tiny(mode);
     auto b = Backend(c);
     std::vector<float> losses;
     for (int step = 1; step <= 3; ++step) {
       Batches data(c, 4, step);
       StepStats st;
-      ASSERT_TRUE(b->TrainStep(data.micro, {1e-2f, step}, true, &st).ok()) << ParallelModeName(mode);
+      ASSERT_TRUE(b->TrainStep(data.micro, {1e-2f, step}, true, &st).ok())
+          << ParallelModeName(mode);
       ASSERT_TRUE(st.valid);
       losses.push_back(st.loss);
       losses.push_back(st.grad_norm);

@@ -1,7 +1,5 @@
 // The exact sum of squares behind the global grad norm: independent of order and of how the
 // values are split over partial sums (ranks), and accurate to double rounding.
-#include "worker/parallel/exact_square_sum.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +8,8 @@
 #include <limits>
 #include <random>
 #include <vector>
+
+#include "worker/parallel/exact_square_sum.h"
 
 namespace forge {
 namespace {

@@ -1,8 +1,6 @@
 // The TCP rendezvous that hands rank 0's NCCL unique id to the other ranks (used when there is
 // no MPI): every rank gets the same bytes, late servers are waited for, and a missing or
 // mismatched peer is an error, not a hang.
-#include "worker/parallel/rendezvous.h"
-
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -13,6 +11,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "worker/parallel/rendezvous.h"
 
 namespace forge {
 namespace {
@@ -62,8 +62,7 @@ TEST(TcpRendezvous, NoServerTimesOutNamingRankAndAddress) {
   UniqueIdBytes id{};
   const auto t0 = std::chrono::steady_clock::now();
   Status s = MakeTcpRendezvous(o)->Exchange(1, 2, &id);
-  const double secs =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.code(), Code::kUnavailable) << s.ToString();
   EXPECT_NE(s.message().find("rank 1 of 2"), std::string::npos) << s.ToString();

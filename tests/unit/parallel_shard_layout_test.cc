@@ -1,15 +1,15 @@
 // The shard layout shared by ZeRO/FSDP and checkpoints: slices tile the unit in rank order,
 // slots are aligned and equal, and small units leave trailing ranks empty.
-#include "worker/parallel/shard_layout.h"
-
 #include <gtest/gtest.h>
+
+#include "worker/parallel/shard_layout.h"
 
 namespace forge {
 namespace {
 
 TEST(ShardLayout, SlicesTileTheUnitInRankOrder) {
-  for (int64_t n : {int64_t{1}, int64_t{31}, int64_t{32}, int64_t{33}, int64_t{1000},
-                    int64_t{4097}, int64_t{50304} * 128}) {
+  for (int64_t n : {int64_t{1}, int64_t{31}, int64_t{32}, int64_t{33}, int64_t{1000}, int64_t{4097},
+                    int64_t{50304} * 128}) {
     for (int w : {1, 2, 3, 4, 7, 8}) {
       const int64_t s = ShardSize(n, w);
       EXPECT_EQ(s % kShardAlign, 0);

@@ -1,8 +1,6 @@
 // The canonical summation order: its definition, its memory bound, and the property the
 // data-parallel trainer relies on (one process's sum over A micro-steps equals the sum over W
 // ranks of each rank's sum, bitwise, for W a power of two or one micro-step per rank).
-#include "worker/parallel/sum_order.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +8,8 @@
 #include <functional>
 #include <random>
 #include <vector>
+
+#include "worker/parallel/sum_order.h"
 
 namespace forge {
 namespace {

@@ -20,8 +20,8 @@ Status ReadInt(GetEnvFn env, const char* name, bool* present, int* out) {
 }
 
 // Reads rank/world/local rank from three variables; *found = the rank and world were set.
-Status ReadTriple(GetEnvFn env, const char* rank_var, const char* world_var,
-                  const char* local_var, bool* found, LaunchInfo* info) {
+Status ReadTriple(GetEnvFn env, const char* rank_var, const char* world_var, const char* local_var,
+                  bool* found, LaunchInfo* info) {
   bool has_rank = false, has_world = false, has_local = false;
   FORGE_RETURN_IF_ERROR(ReadInt(env, rank_var, &has_rank, &info->rank));
   FORGE_RETURN_IF_ERROR(ReadInt(env, world_var, &has_world, &info->world));

@@ -105,8 +105,8 @@ Status AllReduceSumBlocking(Comm* comm, void* buf, int64_t count, DType dtype,
                             std::string_view what) {
   return WaitFor(comm->AllReduceSum(buf, count, dtype, what));
 }
-Status AllGatherBlocking(Comm* comm, const void* send, void* recv, int64_t send_count,
-                         DType dtype, std::string_view what) {
+Status AllGatherBlocking(Comm* comm, const void* send, void* recv, int64_t send_count, DType dtype,
+                         std::string_view what) {
   return WaitFor(comm->AllGather(send, recv, send_count, dtype, what));
 }
 Status BroadcastBlocking(Comm* comm, void* buf, int64_t count, DType dtype, int root,

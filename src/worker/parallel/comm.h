@@ -65,9 +65,8 @@ class Comm {
   // `what` labels the collective in error messages ("grad block.3"); counts are elements.
   virtual StatusOr<CommWorkPtr> AllReduceSum(void* buf, int64_t count, DType dtype,
                                              std::string_view what = {}) = 0;
-  virtual StatusOr<CommWorkPtr> ReduceScatterSum(const void* send, void* recv,
-                                                 int64_t recv_count, DType dtype,
-                                                 std::string_view what = {}) = 0;
+  virtual StatusOr<CommWorkPtr> ReduceScatterSum(const void* send, void* recv, int64_t recv_count,
+                                                 DType dtype, std::string_view what = {}) = 0;
   virtual StatusOr<CommWorkPtr> AllGather(const void* send, void* recv, int64_t send_count,
                                           DType dtype, std::string_view what = {}) = 0;
   virtual StatusOr<CommWorkPtr> Broadcast(void* buf, int64_t count, DType dtype, int root,
@@ -82,8 +81,8 @@ class Comm {
 // Start + Wait in one call.
 Status AllReduceSumBlocking(Comm* comm, void* buf, int64_t count, DType dtype,
                             std::string_view what = {});
-Status AllGatherBlocking(Comm* comm, const void* send, void* recv, int64_t send_count,
-                         DType dtype, std::string_view what = {});
+Status AllGatherBlocking(Comm* comm, const void* send, void* recv, int64_t send_count, DType dtype,
+                         std::string_view what = {});
 Status BroadcastBlocking(Comm* comm, void* buf, int64_t count, DType dtype, int root,
                          std::string_view what = {});
 Status BarrierBlocking(Comm* comm, std::string_view what = {});

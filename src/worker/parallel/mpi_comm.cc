@@ -74,8 +74,8 @@ class MpiComm final : public Comm {
  public:
   MpiComm(const MpiCommOptions& o, MPI_Comm first, MPI_Comm second, int rank, int world)
       : o_(o), first_(first), second_(second), rank_(rank), world_(world) {
-    grace_s_ = o.abort_grace_s >= 0 ? o.abort_grace_s
-                                    : std::min(30.0, std::max(1.0, o.timeout_s / 2));
+    grace_s_ =
+        o.abort_grace_s >= 0 ? o.abort_grace_s : std::min(30.0, std::max(1.0, o.timeout_s / 2));
     int level = MPI_THREAD_SINGLE;
     MPI_Query_thread(&level);
     thread_multiple_ = level == MPI_THREAD_MULTIPLE;
@@ -114,13 +114,14 @@ class MpiComm final : public Comm {
   int rank() const override { return rank_; }
   int world() const override { return world_; }
 
-  StatusOr<CommWorkPtr> AllReduceSum(void* buf, int64_t n, DType t, std::string_view what) override {
+  StatusOr<CommWorkPtr> AllReduceSum(void* buf, int64_t n, DType t,
+                                     std::string_view what) override {
     auto op = NewOp(CollectiveOp::kAllReduce, what, n, t);
     FORGE_RETURN_IF_ERROR(CheckSum(*op));
     if (!o_.canonical_sums) {
       return Start(op, [&](MPI_Request* req) {
-      return MPI_Iallreduce(MPI_IN_PLACE, buf, int(n), MpiType(t), MPI_SUM, first_, req);
-    });
+        return MPI_Iallreduce(MPI_IN_PLACE, buf, int(n), MpiType(t), MPI_SUM, first_, req);
+      });
     }
     // Chunk q of ceil(n/W) elements is summed on rank q: all-to-all, canonical sum, all-gather.
     const int W = world_;
@@ -148,8 +149,8 @@ class MpiComm final : public Comm {
     };
     return Start(op, [&](MPI_Request* req) {
       return MPI_Ialltoallv(buf, op->counts.data(), op->displs.data(), MpiType(t),
-                                    op->scratch.data(), op->recv_counts.data(),
-                                    op->recv_displs.data(), MpiType(t), first_, req);
+                            op->scratch.data(), op->recv_counts.data(), op->recv_displs.data(),
+                            MpiType(t), first_, req);
     });
   }
 
@@ -165,22 +166,21 @@ class MpiComm final : public Comm {
     if (!o_.canonical_sums) {
       if (!aliased)
         return Start(op, [&](MPI_Request* req) {
-      return MPI_Ireduce_scatter_block(send, recv, int(n), MpiType(t), MPI_SUM, first_,
-                                                   req);
-    });
+          return MPI_Ireduce_scatter_block(send, recv, int(n), MpiType(t), MPI_SUM, first_, req);
+        });
       op->scratch.resize(size_t(n) * esize);  // MPI forbids overlapping send/recv
       op->reduce = [o, recv] { std::memcpy(recv, o->scratch.data(), o->scratch.size()); };
       return Start(op, [&](MPI_Request* req) {
-      return MPI_Ireduce_scatter_block(send, op->scratch.data(), int(n), MpiType(t),
-                                                 MPI_SUM, first_, req);
-    });
+        return MPI_Ireduce_scatter_block(send, op->scratch.data(), int(n), MpiType(t), MPI_SUM,
+                                         first_, req);
+      });
     }
     // Rank q receives every rank's block q (all-to-all), then sums them in canonical order.
     op->scratch.resize(size_t(world_) * n * esize);
     op->reduce = [this, o, recv, n] { SumParts(o, static_cast<char*>(recv), n); };
     return Start(op, [&](MPI_Request* req) {
-      return MPI_Ialltoall(send, int(n), MpiType(t), op->scratch.data(), int(n),
-                                   MpiType(t), first_, req);
+      return MPI_Ialltoall(send, int(n), MpiType(t), op->scratch.data(), int(n), MpiType(t), first_,
+                           req);
     });
   }
 
@@ -197,8 +197,8 @@ class MpiComm final : public Comm {
     if (!in_place && s < r + world_ * bytes && r < s + bytes)
       return Fail(*op, Status::Invalid("send overlaps recv but is not this rank's slot"));
     return Start(op, [&](MPI_Request* req) {
-      return MPI_Iallgather(in_place ? MPI_IN_PLACE : send, int(n), MpiType(t), recv,
-                                    int(n), MpiType(t), first_, req);
+      return MPI_Iallgather(in_place ? MPI_IN_PLACE : send, int(n), MpiType(t), recv, int(n),
+                            MpiType(t), first_, req);
     });
   }
 
@@ -206,7 +206,8 @@ class MpiComm final : public Comm {
                                   std::string_view what) override {
     auto op = NewOp(CollectiveOp::kBroadcast, what, n, t);
     FORGE_RETURN_IF_ERROR(CheckFailed(*op));
-    if (root < 0 || root >= world_) return Fail(*op, Status::Invalid("bad root " + std::to_string(root)));
+    if (root < 0 || root >= world_)
+      return Fail(*op, Status::Invalid("bad root " + std::to_string(root)));
     if (n > INT_MAX) return Fail(*op, Status::Invalid("more than INT_MAX elements"));
     return Start(op, [&](MPI_Request* req) {
       return MPI_Ibcast(buf, int(n), MpiType(t), root, first_, req);
@@ -216,9 +217,7 @@ class MpiComm final : public Comm {
   StatusOr<CommWorkPtr> Barrier(std::string_view what) override {
     auto op = NewOp(CollectiveOp::kBarrier, what, 0, DType::kF32);
     FORGE_RETURN_IF_ERROR(CheckFailed(*op));
-    return Start(op, [&](MPI_Request* req) {
-      return MPI_Ibarrier(first_, req);
-    });
+    return Start(op, [&](MPI_Request* req) { return MPI_Ibarrier(first_, req); });
   }
 
   [[noreturn]] void Abort(const Status& why) override {
@@ -278,8 +277,9 @@ class MpiComm final : public Comm {
     std::lock_guard<std::mutex> l(mu_);
     if (!failed_.ok()) {
       failure_taken_ = true;
-      return Status(failed_.code(), Describe(op) + " not started: the communicator already failed: " +
-                                        failed_.message());
+      return Status(
+          failed_.code(),
+          Describe(op) + " not started: the communicator already failed: " + failed_.message());
     }
     if (op.count < 0) return Fail(op, Status::Invalid("negative count"));
     return Status::Ok();
@@ -287,8 +287,7 @@ class MpiComm final : public Comm {
 
   Status CheckSum(const Op& op) {
     FORGE_RETURN_IF_ERROR(CheckFailed(op));
-    if (op.dtype == DType::kBF16)
-      return Fail(op, Status::Invalid("MPI comm sums f32 or f64 only"));
+    if (op.dtype == DType::kBF16) return Fail(op, Status::Invalid("MPI comm sums f32 or f64 only"));
     if (op.count > INT_MAX) return Fail(op, Status::Invalid("more than INT_MAX elements"));
     return Status::Ok();
   }
@@ -300,8 +299,9 @@ class MpiComm final : public Comm {
     std::lock_guard<std::mutex> l(mu_);
     if (!failed_.ok()) {
       failure_taken_ = true;
-      return Status(failed_.code(), Describe(*op) + " not started: the communicator already failed: " +
-                                        failed_.message());
+      return Status(
+          failed_.code(),
+          Describe(*op) + " not started: the communicator already failed: " + failed_.message());
     }
     const int rc = issue(&op->req);
     if (rc != MPI_SUCCESS) return Fail(*op, Status::Internal(MpiError(rc)));
@@ -335,14 +335,16 @@ class MpiComm final : public Comm {
       if (op->stage == 0) {
         if (!op->first_done) {
           const int rc = MPI_Test(&op->req, &flag, MPI_STATUS_IGNORE);
-          if (rc != MPI_SUCCESS) return SetFailed(Status::Internal(Describe(*op) + ": " + MpiError(rc)));
+          if (rc != MPI_SUCCESS)
+            return SetFailed(Status::Internal(Describe(*op) + ": " + MpiError(rc)));
           op->first_done = flag != 0;
         }
         if (op->first_done && !(op->second && earlier_pending)) {
           if (op->reduce) op->reduce();
           if (op->second) {
             const int rc = op->second(&op->req);
-            if (rc != MPI_SUCCESS) return SetFailed(Status::Internal(Describe(*op) + ": " + MpiError(rc)));
+            if (rc != MPI_SUCCESS)
+              return SetFailed(Status::Internal(Describe(*op) + ": " + MpiError(rc)));
             op->stage = 1;
           } else {
             op->stage = 2;
@@ -353,12 +355,14 @@ class MpiComm final : public Comm {
       }
       if (op->stage == 1) {
         const int rc = MPI_Test(&op->req, &flag, MPI_STATUS_IGNORE);
-        if (rc != MPI_SUCCESS) return SetFailed(Status::Internal(Describe(*op) + ": " + MpiError(rc)));
+        if (rc != MPI_SUCCESS)
+          return SetFailed(Status::Internal(Describe(*op) + ": " + MpiError(rc)));
         if (flag) op->stage = 2;
       }
     }
-    ops_.erase(std::remove_if(ops_.begin(), ops_.end(), [](const auto& op) { return op->stage == 2; }),
-               ops_.end());
+    ops_.erase(
+        std::remove_if(ops_.begin(), ops_.end(), [](const auto& op) { return op->stage == 2; }),
+        ops_.end());
     return Status::Ok();
   }
 
@@ -408,7 +412,7 @@ class MpiComm final : public Comm {
   bool thread_multiple_ = false;
   uint64_t next_seq_ = 1;
 
-  std::mutex mu_;  // guards everything below (the watchdog reads it)
+  std::mutex mu_;                        // guards everything below (the watchdog reads it)
   std::deque<std::shared_ptr<Op>> ops_;  // started, not complete, in issue order
   Status failed_;
   Clock::time_point failed_at_;
@@ -450,8 +454,7 @@ bool MpiInitialized() {
 
 StatusOr<std::unique_ptr<Comm>> MakeMpiComm(const MpiCommOptions& options) {
   if (!MpiInitialized()) return Status::Precondition("MakeMpiComm: MPI is not initialised");
-  if (!(options.timeout_s > 0))
-    return Status::Invalid("parallel.collective_timeout_s must be > 0");
+  if (!(options.timeout_s > 0)) return Status::Invalid("parallel.collective_timeout_s must be > 0");
   MPI_Comm first = MPI_COMM_NULL, second = MPI_COMM_NULL;
   int rc = MPI_Comm_dup(MPI_COMM_WORLD, &first);
   if (rc == MPI_SUCCESS) rc = MPI_Comm_dup(MPI_COMM_WORLD, &second);

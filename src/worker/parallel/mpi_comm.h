@@ -31,8 +31,8 @@ void FinalizeMpi();
 bool MpiInitialized();
 
 struct MpiCommOptions {
-  double timeout_s = 600.0;     // parallel.collective_timeout_s
-  bool canonical_sums = true;   // see above
+  double timeout_s = 600.0;    // parallel.collective_timeout_s
+  bool canonical_sums = true;  // see above
   // How long the watchdog lets a timed-out collective's error wait for a taker before it
   // aborts the job itself; < 0: max(1 s, timeout_s / 2), capped at 30 s.
   double abort_grace_s = -1.0;

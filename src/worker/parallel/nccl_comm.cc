@@ -76,8 +76,8 @@ class NcclCommImpl final : public NcclComm {
  public:
   NcclCommImpl(int rank, int world, int device, const NcclCommOptions& o)
       : rank_(rank), world_(world), device_(device), o_(o) {
-    grace_s_ = o.abort_grace_s >= 0 ? o.abort_grace_s
-                                    : std::min(30.0, std::max(1.0, o.timeout_s / 2));
+    grace_s_ =
+        o.abort_grace_s >= 0 ? o.abort_grace_s : std::min(30.0, std::max(1.0, o.timeout_s / 2));
   }
 
   // Second half of construction: the communicator exists (init finished).
@@ -108,8 +108,10 @@ class NcclCommImpl final : public NcclComm {
         ncclResult_t r = ncclCommFinalize(comm_);
         if (r == ncclSuccess || r == ncclInProgress)
           r = WaitNotInProgress(Clock::now() + Seconds(o_.timeout_s));
-        if (r == ncclSuccess) ncclCommDestroy(comm_);
-        else ncclCommAbort(comm_);
+        if (r == ncclSuccess)
+          ncclCommDestroy(comm_);
+        else
+          ncclCommAbort(comm_);
       } else if (!aborted_) {
         ncclCommAbort(comm_);
       }
@@ -127,7 +129,8 @@ class NcclCommImpl final : public NcclComm {
   void* stream() const override { return stream_; }
   void SetProducerStream(void* s) override { producer_ = static_cast<cudaStream_t>(s); }
 
-  StatusOr<CommWorkPtr> AllReduceSum(void* buf, int64_t n, DType t, std::string_view what) override {
+  StatusOr<CommWorkPtr> AllReduceSum(void* buf, int64_t n, DType t,
+                                     std::string_view what) override {
     return Issue(CollectiveOp::kAllReduce, what, n, t, [&] {
       return ncclAllReduce(buf, buf, size_t(n), NcclType(t), ncclSum, comm_, stream_);
     });
@@ -140,9 +143,8 @@ class NcclCommImpl final : public NcclComm {
   }
   StatusOr<CommWorkPtr> AllGather(const void* send, void* recv, int64_t n, DType t,
                                   std::string_view what) override {
-    return Issue(CollectiveOp::kAllGather, what, n, t, [&] {
-      return ncclAllGather(send, recv, size_t(n), NcclType(t), comm_, stream_);
-    });
+    return Issue(CollectiveOp::kAllGather, what, n, t,
+                 [&] { return ncclAllGather(send, recv, size_t(n), NcclType(t), comm_, stream_); });
   }
   StatusOr<CommWorkPtr> Broadcast(void* buf, int64_t n, DType t, int root,
                                   std::string_view what) override {
@@ -270,8 +272,9 @@ class NcclCommImpl final : public NcclComm {
     op->seq = next_seq_++;
     if (!failed_.ok()) {
       failure_taken_ = true;
-      return Status(failed_.code(), Describe(*op) + " not started: the communicator already failed: " +
-                                        failed_.message());
+      return Status(
+          failed_.code(),
+          Describe(*op) + " not started: the communicator already failed: " + failed_.message());
     }
     if (n < 0) return Fail(*op, Status::Invalid("negative count"));
     DeviceGuard g(device_);

@@ -32,10 +32,10 @@
 namespace forge {
 
 struct NcclCommOptions {
-  double timeout_s = 600.0;   // parallel.collective_timeout_s (also bounds init and teardown)
-  int device = -1;            // CUDA device of this rank (usually the local rank); -1: current
-  std::string name = "forge"; // NCCL communicator name (shows in NCCL logs)
-  double abort_grace_s = -1;  // < 0: max(1 s, timeout_s / 2), capped at 30 s
+  double timeout_s = 600.0;    // parallel.collective_timeout_s (also bounds init and teardown)
+  int device = -1;             // CUDA device of this rank (usually the local rank); -1: current
+  std::string name = "forge";  // NCCL communicator name (shows in NCCL logs)
+  double abort_grace_s = -1;   // < 0: max(1 s, timeout_s / 2), capped at 30 s
 };
 
 class NcclComm : public Comm {

@@ -74,7 +74,8 @@ Status SendAll(int fd, const void* data, size_t n, Clock::time_point deadline) {
     FORGE_RETURN_IF_ERROR(PollFor(fd, POLLOUT, deadline, "sending"));
     const ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL);
     if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return Status::IoError(std::string("TCP rendezvous: send: ") + std::strerror(errno));
+    if (w <= 0)
+      return Status::IoError(std::string("TCP rendezvous: send: ") + std::strerror(errno));
     p += w;
     n -= size_t(w);
   }
@@ -101,12 +102,10 @@ class TcpRendezvous final : public IdRendezvous {
 
   Status Exchange(int rank, int world, UniqueIdBytes* id) override {
     if (world <= 1) return Status::Ok();
-    const auto deadline =
-        Clock::now() + std::chrono::microseconds(int64_t(o_.timeout_s * 1e6));
+    const auto deadline = Clock::now() + std::chrono::microseconds(int64_t(o_.timeout_s * 1e6));
     const std::string where = o_.host + ":" + std::to_string(o_.port);
     return (rank == 0 ? Serve(world, *id, deadline) : Fetch(rank, world, id, deadline))
-        .Annotate("rank " + std::to_string(rank) + " of " + std::to_string(world) + " at " +
-                  where);
+        .Annotate("rank " + std::to_string(rank) + " of " + std::to_string(world) + " at " + where);
   }
 
  private:
@@ -137,9 +136,9 @@ class TcpRendezvous final : public IdRendezvous {
                              std::strerror(errno));
     std::vector<bool> seen(world, false);
     for (int served = 1; served < world;) {
-      FORGE_RETURN_IF_ERROR(PollFor(listener.fd, POLLIN, deadline,
-                                    "waiting for " + std::to_string(world - served) +
-                                        " rank(s) to connect"));
+      FORGE_RETURN_IF_ERROR(
+          PollFor(listener.fd, POLLIN, deadline,
+                  "waiting for " + std::to_string(world - served) + " rank(s) to connect"));
       Fd c{::accept(listener.fd, nullptr, nullptr)};
       if (c.fd < 0) continue;
       char hello[12];

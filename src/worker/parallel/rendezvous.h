@@ -28,7 +28,7 @@ std::unique_ptr<IdRendezvous> MakeMpiRendezvous();
 struct TcpRendezvousOptions {
   std::string host = "127.0.0.1";  // rank 0's address as the others reach it
   int port = 29500;
-  double timeout_s = 300.0;        // how long to wait for the other side
+  double timeout_s = 300.0;  // how long to wait for the other side
 };
 // Options from MASTER_ADDR / MASTER_PORT (defaults above where unset).
 StatusOr<TcpRendezvousOptions> TcpRendezvousOptionsFromEnv();

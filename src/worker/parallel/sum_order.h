@@ -30,7 +30,7 @@ void CanonicalReduce(int64_t n, Leaf&& leaf, Add&& add) {
         leaf(start, slot);
         return;
       }
-      Run(start, 2 * stride, (count + 1) / 2, slot);       // even positions
+      Run(start, 2 * stride, (count + 1) / 2, slot);         // even positions
       Run(start + stride, 2 * stride, count / 2, slot + 1);  // odd positions
       add(slot, slot + 1);
     }

@@ -45,9 +45,8 @@ namespace {
 
 Status CheckShapes(const ParamLayout& layout, const UnitBuffers& b, const char* what) {
   if (b.size() != layout.units.size())
-    return Status::Invalid(std::string(what) + ": expected " +
-                           std::to_string(layout.units.size()) + " units, got " +
-                           std::to_string(b.size()));
+    return Status::Invalid(std::string(what) + ": expected " + std::to_string(layout.units.size()) +
+                           " units, got " + std::to_string(b.size()));
   for (size_t u = 0; u < b.size(); ++u)
     if (static_cast<int64_t>(b[u].size()) != layout.units[u].numel)
       return Status::Invalid(std::string(what) + ": unit " + layout.units[u].name + " has " +
@@ -183,10 +182,10 @@ class CpuBackend final : public TrainBackend {
       for (int u = U - 1; u >= 0; --u) {
         grads[u].resize(PaddedSize(numel_[u], world_));  // zero padding, within capacity
         grad_shard_[u].resize(slot_[u]);
-        FORGE_RETURN_IF_ERROR(Launch(comm_->ReduceScatterSum(grads[u].data(), grad_shard_[u].data(),
-                                                             slot_[u], DType::kF32,
-                                                             "grad " + UnitName(u)),
-                                     &works));
+        FORGE_RETURN_IF_ERROR(
+            Launch(comm_->ReduceScatterSum(grads[u].data(), grad_shard_[u].data(), slot_[u],
+                                           DType::kF32, "grad " + UnitName(u)),
+                   &works));
       }
       FORGE_RETURN_IF_ERROR(WaitAll(&works));
       if (mode_ == ParallelMode::kZero1) {
@@ -204,13 +203,15 @@ class CpuBackend final : public TrainBackend {
     // Global gradient norm: exact, so the same for any split over ranks.
     ExactSquareSum sumsq;
     for (int u = 0; u < U; ++u) {
-      if (sharded()) sumsq.Add(grad_shard_[u].data(), shard_[u].size());
-      else sumsq.Add(grads[u].data(), numel_[u]);
+      if (sharded())
+        sumsq.Add(grad_shard_[u].data(), shard_[u].size());
+      else
+        sumsq.Add(grads[u].data(), numel_[u]);
     }
     if (sharded()) {
       auto wire = sumsq.ToDoubles();
-      FORGE_RETURN_IF_ERROR(AllReduceSumBlocking(comm_, wire.data(), int64_t(wire.size()),
-                                                 DType::kF64, "grad norm"));
+      FORGE_RETURN_IF_ERROR(
+          AllReduceSumBlocking(comm_, wire.data(), int64_t(wire.size()), DType::kF64, "grad norm"));
       sumsq = ExactSquareSum::FromDoubles(wire.data());
     }
     const float norm = static_cast<float>(std::sqrt(sumsq.Value()));
@@ -239,7 +240,8 @@ class CpuBackend final : public TrainBackend {
                            t.weight_decay ? cfg_.optimizer.weight_decay : 0.0f,
                            hyper.step,
                            scale};
-        cpu::AdamWUpdate(p + (lo - off), g + (lo - off), m + (lo - off), v + (lo - off), hi - lo, a);
+        cpu::AdamWUpdate(p + (lo - off), g + (lo - off), m + (lo - off), v + (lo - off), hi - lo,
+                         a);
       }
     }
 
@@ -277,9 +279,9 @@ class CpuBackend final : public TrainBackend {
     FORGE_RETURN_IF_ERROR(Accumulate(micro, loss));
     std::vector<CommWorkPtr> works;
     for (int u = int(numel_.size()) - 1; u >= 0; --u)
-      FORGE_RETURN_IF_ERROR(Launch(comm_->AllReduceSum(acc_[0][u].data(), numel_[u], DType::kF32,
-                                                       "grad " + UnitName(u)),
-                                   &works));
+      FORGE_RETURN_IF_ERROR(Launch(
+          comm_->AllReduceSum(acc_[0][u].data(), numel_[u], DType::kF32, "grad " + UnitName(u)),
+          &works));
     FORGE_RETURN_IF_ERROR(WaitAll(&works));
     *grads = acc_[0];
     if (mode_ == ParallelMode::kZero2 || mode_ == ParallelMode::kFsdp) {
@@ -369,7 +371,8 @@ class CpuBackend final : public TrainBackend {
           }
         });
     // Each slot has one contributor (others add +0.0): the sum is exact in any order.
-    FORGE_RETURN_IF_ERROR(AllReduceSumBlocking(comm_, losses.data(), global, DType::kF64, "losses"));
+    FORGE_RETURN_IF_ERROR(
+        AllReduceSumBlocking(comm_, losses.data(), global, DType::kF64, "losses"));
     double total = 0.0;
     for (double l : losses) total += l;
     *loss = static_cast<float>(total / double(global));
@@ -384,15 +387,15 @@ class CpuBackend final : public TrainBackend {
   ParallelMode mode_ = ParallelMode::kDdp;
   CpuModel model_;
   const ParamLayout& layout_;
-  std::vector<int64_t> numel_;      // per unit
-  std::vector<int64_t> slot_;       // per unit: ShardSize (padded slot per rank)
-  std::vector<ShardRange> shard_;   // per unit: this rank's elements
+  std::vector<int64_t> numel_;     // per unit
+  std::vector<int64_t> slot_;      // per unit: ShardSize (padded slot per rank)
+  std::vector<ShardRange> shard_;  // per unit: this rank's elements
 
-  UnitBuffers params_;       // full (capacity padded); fsdp: only while params_ready_
+  UnitBuffers params_;  // full (capacity padded); fsdp: only while params_ready_
   bool params_ready_ = false;
-  UnitBuffers param_shard_;  // fsdp: this rank's slot of the master weights
-  UnitBuffers m_, v_;        // ddp: full; zero/fsdp: this rank's slot
-  UnitBuffers grad_shard_;   // zero/fsdp: this rank's slot of the summed gradient
+  UnitBuffers param_shard_;       // fsdp: this rank's slot of the master weights
+  UnitBuffers m_, v_;             // ddp: full; zero/fsdp: this rank's slot
+  UnitBuffers grad_shard_;        // zero/fsdp: this rank's slot of the summed gradient
   std::vector<UnitBuffers> acc_;  // accumulation slots (canonical partial sums)
 };
 

@@ -131,8 +131,9 @@ int RunComm(Comm* comm, Comm* native) {
       auto w = comm->ReduceScatterSum(send.data(), out, n, DType::kF32, "rs");
       c.Ok(w.ok() ? (*w)->Wait() : w.status(), "reduce_scatter" + at);
       auto full = ExpectedSum<float>(W, W * n, 3);
-      c.Expect(SameBits(out, full.data() + rank * n, n),
-               std::string("reduce_scatter bitwise canonical") + (in_place ? " in place" : "") + at);
+      c.Expect(
+          SameBits(out, full.data() + rank * n, n),
+          std::string("reduce_scatter bitwise canonical") + (in_place ? " in place" : "") + at);
     }
     // all-gather f32 (out of place, in place) and bf16
     for (int in_place = 0; in_place < 2; ++in_place) {
@@ -172,7 +173,8 @@ int RunComm(Comm* comm, Comm* native) {
     {
       std::vector<float> buf(n);
       for (int64_t i = 0; i < n; ++i) buf[i] = Value(1, rank, i);
-      c.Ok(AllReduceSumBlocking(native, buf.data(), n, DType::kF32, "native"), "native all_reduce" + at);
+      c.Ok(AllReduceSumBlocking(native, buf.data(), n, DType::kF32, "native"),
+           "native all_reduce" + at);
       auto want = ExpectedSum<float>(W, n, 1);
       double worst = 0;
       for (int64_t i = 0; i < n; ++i) worst = std::max(worst, std::fabs(double(buf[i]) - want[i]));
@@ -203,7 +205,8 @@ int RunComm(Comm* comm, Comm* native) {
     c.Ok(b.status(), "barrier");
     if (b.ok()) {
       const auto deadline = Clock::now() + std::chrono::seconds(30);
-      while (!(*b)->Ready() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      while (!(*b)->Ready() && Clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
       c.Expect((*b)->Ready(), "barrier Ready() turns true");
       c.Ok((*b)->Wait(), "barrier wait");
     }
@@ -225,7 +228,8 @@ int RunComm(Comm* comm, Comm* native) {
     c.Expect(!comm->Broadcast(&y, 1, DType::kF32, W, "bad root").ok(), "bad root rejected");
     c.Ok(BarrierBlocking(comm, "after errors"), "barrier after errors");
   }
-  if (rank == 0) std::printf("comm: world %d: %s\n", W, c.failures ? "FAILED" : "all collectives as specified");
+  if (rank == 0)
+    std::printf("comm: world %d: %s\n", W, c.failures ? "FAILED" : "all collectives as specified");
   return c.failures;
 }
 
@@ -328,7 +332,8 @@ struct Diff {
   }
   std::string Text() const {
     char buf[96];
-    std::snprintf(buf, sizeof buf, "%ld/%ld differ (max rel %.2e)", long(differing), long(total), max_rel);
+    std::snprintf(buf, sizeof buf, "%ld/%ld differ (max rel %.2e)", long(differing), long(total),
+                  max_rel);
     return buf;
   }
 };
@@ -359,8 +364,8 @@ int RunTrajectory(Comm* comm, int argc, char** argv) {
     pos = comma + 1;
     RunConfig cfg = base;
     bool known = false;
-    for (ParallelMode m : {ParallelMode::kDdp, ParallelMode::kZero1, ParallelMode::kZero2,
-                           ParallelMode::kFsdp}) {
+    for (ParallelMode m :
+         {ParallelMode::kDdp, ParallelMode::kZero1, ParallelMode::kZero2, ParallelMode::kFsdp}) {
       if (mode == ParallelModeName(m)) {
         cfg.parallel.mode = m;
         known = true;
@@ -383,10 +388,11 @@ int RunTrajectory(Comm* comm, int argc, char** argv) {
     moments.Add(got.m, ref.m);
     moments.Add(got.v, ref.v);
     const int64_t accum = global / (int64_t(micro) * W);
-    std::printf("trajectory world=%d mode=%-5s global=%ld micro=%d (%ld micro-steps/rank), %d steps: "
-                "loss/norm/val %s; weights %s; moments %s; %.2f s\n",
-                W, mode.c_str(), long(global), micro, long(accum), steps, curve.Text().c_str(),
-                weights.Text().c_str(), moments.Text().c_str(), got.seconds);
+    std::printf(
+        "trajectory world=%d mode=%-5s global=%ld micro=%d (%ld micro-steps/rank), %d steps: "
+        "loss/norm/val %s; weights %s; moments %s; %.2f s\n",
+        W, mode.c_str(), long(global), micro, long(accum), steps, curve.Text().c_str(),
+        weights.Text().c_str(), moments.Text().c_str(), got.seconds);
     c.Expect(int(got.loss.size()) == steps, "one record per step");
     if (bitwise) {
       c.Expect(curve.differing == 0 && weights.differing == 0 && moments.differing == 0,
