@@ -81,9 +81,11 @@ StatusOr<float> Evaluate(const RunConfig& cfg, TrainBackend* backend, const Batc
 StatusOr<TrainResult> RunTraining(const RunConfig& cfg, TrainBackend* backend,
                                   const BatchProvider& data, const TrainOptions& opt) {
   const ParamLayout layout = MakeParamLayout(cfg.model);
-  UnitBuffers params;
-  InitParams(cfg.model, layout, cfg.seed, &params);
-  FORGE_RETURN_IF_ERROR(backend->SetParams(params));
+  {
+    UnitBuffers params;  // freed at once: a sharded backend keeps only its slice
+    InitParams(cfg.model, layout, cfg.seed, &params);
+    FORGE_RETURN_IF_ERROR(backend->SetParams(params));
+  }
 
   const int world = opt.comm ? opt.comm->world() : 1;
   const bool leader = opt.comm == nullptr || opt.comm->rank() == 0;  // prints, writes metrics
