@@ -9,7 +9,8 @@
 // backend's stream. MFU = tokens/s * TrainFlopsPerToken / dense BF16 peak of the detected GPU
 // (FORGE_PEAK_TFLOPS overrides, in TFLOP/s). --profile adds a per-phase breakdown of one eager
 // step (events around GEMMs, attention, elementwise kernels, the LM-head GEMMs and the
-// cross-entropy kernel separately, optimizer; no graph).
+// cross-entropy kernel separately, optimizer; no graph; single-stream even when the step runs
+// its weight-gradient GEMMs on a second stream, so phases add up serially).
 #include <cuda_runtime.h>
 #include <unistd.h>
 
@@ -211,6 +212,8 @@ int Run(int argc, char** argv) {
   out["cuda_graph"] = backend->graph_active();
   out["deterministic_attention"] = options.deterministic_attention;
   out["lm_head_chunk_rows"] = options.lm_head_chunk_rows;
+  out["wgrad_stream"] = options.wgrad_stream;
+  out["wgrad_priority"] = options.wgrad_stream ? options.wgrad_priority : 0;
   out["loss"] = stats.loss;
 
   if (args.profile) {

@@ -122,7 +122,10 @@ struct CudaModel::Buffers {
   std::vector<BlockActs> acts;                // L sets, or 1 with recompute
   bf16* hf = nullptr;                         // [N, d] final norm output
   float* rstd_f = nullptr;                    // [N]
-  bf16* logits = nullptr;                     // [chunk, V] bf16, overwritten by dlogits
+  // [chunk, V] bf16 each, overwritten by dlogits; chunk c uses logits[c % num_logits]. Two
+  // with the wgrad stream, so chunk c+1's logits GEMM need not wait for chunk c's dWte.
+  std::array<bf16*, 2> logits{};
+  int num_logits = 1;
 
   // Backward scratch.
   bf16* dres = nullptr;   // [N, d] residual-stream gradient
@@ -141,12 +144,29 @@ struct CudaModel::Buffers {
   char* gradnorm_ws = nullptr;
   size_t gradnorm_ws_bytes = 0;
 
-  cuda::GemmRunner gemm;
+  cuda::GemmRunner gemm;    // forward and activation-gradient GEMMs (compute stream)
+  // Weight-gradient GEMMs, also when single-stream: its own cuBLASLt workspace, so it may run
+  // on the wgrad stream while `gemm` runs on the compute stream.
+  cuda::GemmRunner gemm_w;
   cuda::SdpaRunner sdpa;
   cuda::SdpaShape sdpa_shape;
 
+  // Null when single-stream (CudaModelOptions::wgrad_stream off).
+  cudaStream_t wgrad = nullptr;
+  cudaEvent_t fork = nullptr;  // recorded on the compute stream, waited on by wgrad
+  cudaEvent_t join = nullptr;  // recorded on wgrad, waited on by the compute stream
+  std::array<cudaEvent_t, static_cast<int>(WgradHazard::kCount)> hazard{};
+
   ~Buffers() {
+    // Work still queued on wgrad may use these buffers and gemm_w's workspace.
+    if (wgrad) cudaStreamSynchronize(wgrad);
     for (void* p : allocations) cudaFree(p);
+    for (cudaEvent_t e : hazard) {
+      if (e) cudaEventDestroy(e);
+    }
+    if (fork) cudaEventDestroy(fork);
+    if (join) cudaEventDestroy(join);
+    if (wgrad) cudaStreamDestroy(wgrad);
   }
 };
 
@@ -275,7 +295,10 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
   FORGE_RETURN_IF_ERROR(alloc(&b.hf, N * d));
   FORGE_RETURN_IF_ERROR(alloc(&b.rstd_f, N));
   const int64_t chunk = std::min<int64_t>(N_, o.lm_head_chunk_rows);
-  FORGE_RETURN_IF_ERROR(alloc(&b.logits, size_t(chunk) * V_));
+  b.num_logits = o.wgrad_stream ? 2 : 1;
+  for (int i = 0; i < b.num_logits; ++i) {
+    FORGE_RETURN_IF_ERROR(alloc(&b.logits[i], size_t(chunk) * V_));
+  }
 
   FORGE_RETURN_IF_ERROR(alloc(&b.dres, N * d));
   FORGE_RETURN_IF_ERROR(alloc(&b.dh, N * d));
@@ -307,7 +330,17 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
 
   constexpr size_t kGemmWorkspace = 64ull << 20;
   FORGE_RETURN_IF_ERROR(b.gemm.Init(kGemmWorkspace));
-  allocated_bytes_ += kGemmWorkspace;
+  FORGE_RETURN_IF_ERROR(b.gemm_w.Init(kGemmWorkspace));
+  allocated_bytes_ += 2 * kGemmWorkspace;
+  if (o.wgrad_stream) {
+    FORGE_CUDA_CHECK(cudaStreamCreateWithPriority(&b.wgrad, cudaStreamNonBlocking,
+                                                  o.wgrad_stream_priority));
+    FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&b.fork, cudaEventDisableTiming));
+    FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&b.join, cudaEventDisableTiming));
+    for (cudaEvent_t& e : b.hazard) {
+      FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    }
+  }
   FORGE_RETURN_IF_ERROR(b.sdpa.Init(o.deterministic_attention));
   // The zero-fills and the descriptor upload above ran on the legacy stream, which does not
   // order with the caller's non-blocking stream: finish them here.
@@ -482,9 +515,73 @@ Status CudaModel::BlockForward(int layer, const BlockActs& a, const bf16* x_in, 
   return Status::Ok();
 }
 
+// ---- the wgrad stream ----------------------------------------------------------------------
+//
+// Every weight-gradient GEMM runs on gemm_w; with the wgrad stream it runs there, forked right
+// after its inputs were enqueued on the compute stream (the fork event orders it after
+// everything enqueued so far, which also covers the previous step's optimizer reading the
+// gradient it overwrites). Each GEMM is the same call as single-stream (same runner, shapes,
+// alignment, so the same plan), and the GEMMs that add into one gradient (dWte chunks, then
+// the embedding backward; micro-steps) stay in their order, so the gradients are bitwise the
+// same. What the two streams must not race on is spelled out where each wait is issued; the
+// general rules: the wgrad stream only reads activations and gradient scratch and only writes
+// gradient tensors no chain kernel touches (except the tied dWte, see kDwte), and
+// ForwardBackward joins the wgrad stream back before it returns, so the next micro-step's
+// forward, the optimizer, host reads and EndCapture all come after every dW GEMM.
+
+Status CudaModel::WgradGemm(const GemmArgs& g, WgradHazard reads, cudaStream_t s) {
+  Buffers& b = *buf_;
+  if (!dual_) return b.gemm_w.Run(g, s);
+  FORGE_CUDA_CHECK(cudaEventRecord(b.fork, s));
+  FORGE_CUDA_CHECK(cudaStreamWaitEvent(b.wgrad, b.fork, 0));
+  wgrad_pending_ = true;  // from here on the wgrad stream must be joined back
+  FORGE_RETURN_IF_ERROR(b.gemm_w.Run(g, b.wgrad));
+  return RecordWgrad(reads);
+}
+
+Status CudaModel::RecordWgrad(WgradHazard h) {
+  if (!dual_) return Status::Ok();
+  const int i = static_cast<int>(h);
+  FORGE_CUDA_CHECK(cudaEventRecord(buf_->hazard[i], buf_->wgrad));
+  hazard_recorded_[i] = true;
+  return Status::Ok();
+}
+
+Status CudaModel::WaitWgrad(WgradHazard h, cudaStream_t s) {
+  const int i = static_cast<int>(h);
+  if (!dual_ || !hazard_recorded_[i]) return Status::Ok();
+  FORGE_CUDA_CHECK(cudaStreamWaitEvent(s, buf_->hazard[i], 0));
+  return Status::Ok();
+}
+
+Status CudaModel::JoinWgrad(cudaStream_t s) {
+  if (!dual_ || !wgrad_pending_) return Status::Ok();
+  FORGE_CUDA_CHECK(cudaEventRecord(buf_->join, buf_->wgrad));
+  FORGE_CUDA_CHECK(cudaStreamWaitEvent(s, buf_->join, 0));
+  wgrad_pending_ = false;
+  return Status::Ok();
+}
+
 // dres holds dL/d(block output) on entry and dL/d(block input) on return: the residual path
 // passes it through and each RmsNormBackward adds its branch's contribution. The block's
 // weight gradients are added to (accumulate_grads) or overwritten, every element either way.
+//
+// Each dW GEMM is issued before the dx GEMM that shares its input, so the fork does not make
+// it wait for that dx GEMM. Write-after-read hazards of the dW GEMMs (they read dres, dgu,
+// dqkv and this block's activations, all rewritten later on the compute stream):
+// - dres: dWdown and dWo read it; each RmsNormBackward rewrites it in place (accumulate_dx),
+//   two chain kernels after dWdown and three after dWo. No double buffer: the kernel has no
+//   out-of-place form; the chain waits (kDres) before each norm backward. dWdown's window is
+//   SwiGLU backward + the dh GEMM (≈ 2× dWdown's time), dWo's is the attention backward.
+// - dgu: dWgu of block l reads it; SwiGluBackward of block l-1 rewrites it a whole block of
+//   chain work later (kDgu). Single buffer: the wait is all but free (185 MB saved).
+// - dqkv: dWqkv of block l reads it; the attention backward of block l-1 rewrites it (kDqkv),
+//   likewise a block later.
+// - activations (h1, att, h2, sw): per-layer sets are never rewritten in backward; the shared
+//   recompute set is, by block l-1's recompute: Forward waits for kDqkv there (dWqkv is the
+//   block's last dW GEMM, and the wgrad stream runs in order).
+// The norm weight gradients are written by the chain (RmsNormBackward), disjoint from the dW
+// tensors.
 Status CudaModel::BlockBackward(int layer, const BlockActs& a, const bf16* x_in, bf16* dres,
                                 bool accumulate_grads, cudaStream_t s) {
   Buffers& b = *buf_;
@@ -497,78 +594,110 @@ Status CudaModel::BlockBackward(int layer, const BlockActs& a, const bf16* x_in,
 
   // MLP: x_out = x_mid + SwiGLU(h2 Wgu^T) Wdown^T
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdGemm, s));
+  FORGE_RETURN_IF_ERROR(WgradGemm(LinearBackwardWeight(g + o.w_down, dres, a.sw, N_, d_, ffn_, acc),
+                                  WgradHazard::kDres, s));
   FORGE_RETURN_IF_ERROR(
       b.gemm.Run(LinearBackwardData(b.dsw, dres, w + o.w_down, N_, d_, ffn_), s));
-  FORGE_RETURN_IF_ERROR(
-      b.gemm.Run(LinearBackwardWeight(g + o.w_down, dres, a.sw, N_, d_, ffn_, acc), s));
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
+  FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDgu, s));  // block l+1's dWgu reads dgu
   FORGE_RETURN_IF_ERROR(cuda::SwiGluBackward(b.dgu, b.dsw, a.gu, N_, ffn_, s));
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdGemm, s));
+  FORGE_RETURN_IF_ERROR(WgradGemm(
+      LinearBackwardWeight(g + o.w_gate_up, b.dgu, a.h2, N_, 2 * ffn_, d_, acc),
+      WgradHazard::kDgu, s));
   FORGE_RETURN_IF_ERROR(
       b.gemm.Run(LinearBackwardData(b.dh, b.dgu, w + o.w_gate_up, N_, 2 * ffn_, d_), s));
-  FORGE_RETURN_IF_ERROR(
-      b.gemm.Run(LinearBackwardWeight(g + o.w_gate_up, b.dgu, a.h2, N_, 2 * ffn_, d_, acc), s));
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
+  FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDres, s));  // dWdown reads dres
   FORGE_RETURN_IF_ERROR(cuda::RmsNormBackward(dres, g + o.mlp_norm, b.dh, a.x_mid,
                                               w + o.mlp_norm, a.rstd2, N_, d_, b.norm_ws,
                                               b.norm_ws_bytes, s, /*accumulate_dx=*/true, acc));
 
   // Attention: x_mid = x_in + SDPA(rope(h1 Wqkv^T)) Wo^T
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdGemm, s));
+  FORGE_RETURN_IF_ERROR(WgradGemm(
+      LinearBackwardWeight(g + o.wo, dres, a.att, N_, d_, H_ * hd_, acc), WgradHazard::kDres, s));
   FORGE_RETURN_IF_ERROR(
       b.gemm.Run(LinearBackwardData(b.datt, dres, w + o.wo, N_, d_, H_ * hd_), s));
-  FORGE_RETURN_IF_ERROR(
-      b.gemm.Run(LinearBackwardWeight(g + o.wo, dres, a.att, N_, d_, H_ * hd_, acc), s));
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdAttention, s));
+  FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDqkv, s));  // block l+1's dWqkv reads dqkv
   FORGE_RETURN_IF_ERROR(b.sdpa.Backward(b.sdpa_shape, a.qkv, a.att, b.datt, a.stats, b.dqkv,
                                         b.softmax_sum, b.dq_accum, s));
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
   FORGE_RETURN_IF_ERROR(
       cuda::RopeApply(b.dqkv, Bm, T_, H_, KV_, hd_, m_.rope_theta, /*inverse=*/true, s));
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdGemm, s));
+  FORGE_RETURN_IF_ERROR(WgradGemm(
+      LinearBackwardWeight(g + o.wqkv, b.dqkv, a.h1, N_, qkv_dim_, d_, acc), WgradHazard::kDqkv,
+      s));
   FORGE_RETURN_IF_ERROR(
       b.gemm.Run(LinearBackwardData(b.dh, b.dqkv, w + o.wqkv, N_, qkv_dim_, d_), s));
-  FORGE_RETURN_IF_ERROR(
-      b.gemm.Run(LinearBackwardWeight(g + o.wqkv, b.dqkv, a.h1, N_, qkv_dim_, d_, acc), s));
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
+  FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDres, s));  // dWo reads dres
   FORGE_RETURN_IF_ERROR(cuda::RmsNormBackward(dres, g + o.attn_norm, b.dh, x_in,
                                               w + o.attn_norm, a.rstd1, N_, d_, b.norm_ws,
                                               b.norm_ws_bytes, s, /*accumulate_dx=*/true, acc));
   return Status::Ok();
 }
 
-// Tied LM head + loss over token chunks, so only a [chunk, V] bf16 logits buffer exists:
+// Tied LM head + loss over token chunks, so only [chunk, V] bf16 logits buffers exist:
 // logits = hf Wte^T; cross-entropy turns them into dlogits in place; dhf = dlogits Wte;
 // dWte (+)= dlogits^T hf (fp32, into the same gradient the embedding backward adds to later).
 // Without accumulate_grads the first chunk overwrites dWte (every element: [V, d]) and the
 // later chunks add to it.
+//
+// With the wgrad stream, dWte of chunk c runs there next to chunk c's dhf GEMM and chunk
+// c+1's logits GEMM and cross-entropy. Chunk c's dlogits buffer is rewritten by the logits
+// GEMM of chunk c + num_logits, which waits for that buffer's last dWte (kLogits0/1); with two
+// buffers that is two chunks of chain work later. hf is only read here (rewritten by the next
+// forward, after the join). dh rows are written by the chain only.
 Status CudaModel::LmHead(const int32_t* targets, float dloss, bool backward,
                          bool accumulate_grads, float* losses, cudaStream_t s) {
   Buffers& b = *buf_;
   const bf16* wte = b.params + unit_offset_[layout_.embedding_unit()];
   float* dwte = b.grads + unit_offset_[layout_.embedding_unit()];
   const int64_t chunk = std::min<int64_t>(N_, o_.lm_head_chunk_rows);
-  for (int64_t r0 = 0; r0 < N_; r0 += chunk) {
+  int c = 0;
+  for (int64_t r0 = 0; r0 < N_; r0 += chunk, ++c) {
     const int64_t rows = std::min(chunk, N_ - r0);
     const bf16* hf = b.hf + r0 * d_;
+    const int slot = c % b.num_logits;
+    bf16* logits = b.logits[slot];
+    const WgradHazard logits_read = slot == 0 ? WgradHazard::kLogits0 : WgradHazard::kLogits1;
     FORGE_RETURN_IF_ERROR(Mark(StepPhase::kLmHeadGemm, s));
-    FORGE_RETURN_IF_ERROR(b.gemm.Run(Linear(b.logits, hf, wte, rows, V_, d_), s));
+    FORGE_RETURN_IF_ERROR(WaitWgrad(logits_read, s));  // dWte of chunk c - num_logits
+    FORGE_RETURN_IF_ERROR(b.gemm.Run(Linear(logits, hf, wte, rows, V_, d_), s));
     FORGE_RETURN_IF_ERROR(Mark(StepPhase::kCrossEntropy, s));
-    FORGE_RETURN_IF_ERROR(cuda::CrossEntropyForwardBackward(b.logits, losses + r0, targets + r0,
+    FORGE_RETURN_IF_ERROR(cuda::CrossEntropyForwardBackward(logits, losses + r0, targets + r0,
                                                             rows, V_, dloss, backward, s));
     if (!backward) continue;
     FORGE_RETURN_IF_ERROR(Mark(StepPhase::kLmHeadGemm, s));
-    FORGE_RETURN_IF_ERROR(
-        b.gemm.Run(LinearBackwardData(b.dh + r0 * d_, b.logits, wte, rows, V_, d_), s));
     const bool acc = accumulate_grads || r0 > 0;
     FORGE_RETURN_IF_ERROR(
-        b.gemm.Run(LinearBackwardWeight(dwte, b.logits, hf, rows, V_, d_, acc), s));
+        WgradGemm(LinearBackwardWeight(dwte, logits, hf, rows, V_, d_, acc), logits_read, s));
+    FORGE_RETURN_IF_ERROR(
+        b.gemm.Run(LinearBackwardData(b.dh + r0 * d_, logits, wte, rows, V_, d_), s));
   }
+  // The embedding backward adds into dWte on the chain after the last dWte chunk.
+  if (backward) FORGE_RETURN_IF_ERROR(RecordWgrad(WgradHazard::kDwte));
   return Status::Ok();
 }
 
 Status CudaModel::Forward(const int32_t* inputs, const int32_t* targets, float dloss,
                           bool backward, bool accumulate_grads, float* losses, cudaStream_t s) {
+  dual_ = backward && buf_->wgrad != nullptr && timeline_ == nullptr;
+  wgrad_pending_ = false;
+  hazard_recorded_.fill(false);
+  const Status st = ForwardImpl(inputs, targets, dloss, backward, accumulate_grads, losses, s);
+  // Join even after an error, so no wgrad work is left unordered (or unjoined in a capture).
+  const Status joined = JoinWgrad(s);
+  dual_ = false;
+  return st.ok() ? joined : st;
+}
+
+Status CudaModel::ForwardImpl(const int32_t* inputs, const int32_t* targets, float dloss,
+                              bool backward, bool accumulate_grads, float* losses,
+                              cudaStream_t s) {
   Buffers& b = *buf_;
   const int L = m_.n_layer;
   const bf16* wte = b.params + unit_offset_[layout_.embedding_unit()];
@@ -588,21 +717,26 @@ Status CudaModel::Forward(const int32_t* inputs, const int32_t* targets, float d
   if (!backward) return Status::Ok();
 
   // dL/dhf is in dh. The final norm's backward starts the residual gradient (overwrites dres,
-  // so it needs no zeroing); every later RmsNormBackward adds to it.
+  // so it needs no zeroing); every later RmsNormBackward adds to it. No dW GEMM reads dh or
+  // dres yet (dWte reads the logits buffers and hf).
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
   FORGE_RETURN_IF_ERROR(cuda::RmsNormBackward(b.dres, b.grads + fin_off, b.dh, b.xs[L],
                                               b.params + fin_off, b.rstd_f, N_, d_, b.norm_ws,
                                               b.norm_ws_bytes, s, /*accumulate_dx=*/false,
                                               accumulate_grads));
   for (int l = L - 1; l >= 0; --l) {
-    // The shared set still holds the last layer from the forward pass.
+    // The shared set still holds the last layer from the forward pass. Recomputing layer l
+    // rewrites it while block l+1's dW GEMMs may still read it: wait for the last of them.
     if (recompute && l != L - 1) {
+      FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDqkv, s));
       FORGE_RETURN_IF_ERROR(BlockForward(l, acts(l), b.xs[l], nullptr, s));
     }
     FORGE_RETURN_IF_ERROR(BlockBackward(l, acts(l), b.xs[l], b.dres, accumulate_grads, s));
   }
-  // Always adds: the LM head above already wrote this step's part of the tied gradient.
+  // Always adds: the LM head above already wrote this step's part of the tied gradient, and
+  // its last dWte chunk (wgrad stream) must have landed first.
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
+  FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDwte, s));
   FORGE_RETURN_IF_ERROR(cuda::EmbeddingBackward(b.grads + unit_offset_[layout_.embedding_unit()],
                                                 b.dres, inputs, N_, d_, V_, b.emb_ws,
                                                 b.emb_ws_bytes, s));

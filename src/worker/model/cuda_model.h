@@ -2,7 +2,10 @@
 // copy, fp32 gradients and AdamW moments), saved activations, and the stream-ordered pieces
 // of a training step (zero grads, forward+backward of one micro-batch, optimizer). Every piece
 // only enqueues work on the caller's stream and never synchronises, so the backend can capture
-// a whole step in a CUDA graph. Semantics match CpuModel (worker/model/cpu_model.h) up to BF16
+// a whole step in a CUDA graph. With wgrad_stream the backward forks its weight-gradient
+// GEMMs onto a second, model-owned stream and joins it back into the caller's stream before
+// ForwardBackward returns (fork/join through events, so a capture pulls that stream in and
+// gets it back before EndCapture). Semantics match CpuModel (worker/model/cpu_model.h) up to BF16
 // rounding: same layout, tied LM head over the padded vocabulary, mean token loss.
 #pragma once
 
@@ -22,11 +25,20 @@
 
 namespace forge {
 
+namespace cuda {
+struct GemmArgs;
+}
+
 struct CudaModelOptions {
   int micro_batch = 1;                 // sequences per micro-batch: activations are sized for it
   bool activation_recompute = false;   // keep only block inputs; recompute a block in backward
   bool deterministic_attention = true; // bitwise-reproducible SDPA backward (slightly slower)
   int lm_head_chunk_rows = 4096;       // token rows per LM-head chunk (bounds the logits buffer)
+  // Weight-gradient GEMMs (dW += dy^T x, dWte) on a second stream, concurrent with the
+  // activation-gradient chain; same GEMMs, same sums, bitwise the same gradients. Costs a
+  // second GEMM workspace and a second logits chunk buffer.
+  bool wgrad_stream = true;
+  int wgrad_stream_priority = 0;       // CUDA priority of that stream (lower = more urgent)
 };
 
 // Phases of a step for the optional profile breakdown.
@@ -110,23 +122,38 @@ class CudaModel {
   // tensor; hyper is a device pointer the caller refreshes before each step.
   Status OptimizerStep(const cuda::AdamWHyper* hyper, float* sumsq_out, cudaStream_t stream);
 
-  // Profiling: when set, every phase boundary is marked on the stream (never while capturing).
+  // Profiling: when set, every phase boundary is marked on the stream (never while capturing),
+  // and the step runs single-stream (phases on two streams would overlap and be mis-timed).
   void set_timeline(PhaseTimeline* t) { timeline_ = t; }
 
  private:
   struct BlockActs;  // what one block keeps for backward
   struct Buffers;    // every device allocation
+  // Buffers a weight-gradient GEMM on the wgrad stream reads (or, for dWte, writes) that the
+  // compute stream rewrites later in the same backward: one event each, recorded on the wgrad
+  // stream after the GEMM, waited on by the compute stream before the rewrite.
+  enum class WgradHazard { kDres, kDgu, kDqkv, kLogits0, kLogits1, kDwte, kCount };
   CudaModel();
 
   Status Init(const ModelConfig& m, const OptimizerConfig& opt, const CudaModelOptions& o);
   Status Forward(const int32_t* inputs, const int32_t* targets, float dloss, bool backward,
                  bool accumulate_grads, float* losses, cudaStream_t stream);
+  Status ForwardImpl(const int32_t* inputs, const int32_t* targets, float dloss, bool backward,
+                     bool accumulate_grads, float* losses, cudaStream_t stream);
   Status BlockForward(int layer, const BlockActs& a, const cuda::bf16* x_in, cuda::bf16* x_out,
                       cudaStream_t stream);
   Status BlockBackward(int layer, const BlockActs& a, const cuda::bf16* x_in, cuda::bf16* dres,
                        bool accumulate_grads, cudaStream_t stream);
   Status LmHead(const int32_t* targets, float dloss, bool backward, bool accumulate_grads,
                 float* losses, cudaStream_t stream);
+  // Dual-stream plumbing (each a plain call on `stream` when single-stream):
+  // WgradGemm forks (the wgrad stream waits for everything enqueued on `stream` so far), runs
+  // the GEMM there and records `reads`; WaitWgrad makes `stream` wait for the last recorded
+  // `h` of this call; JoinWgrad makes `stream` wait for all wgrad work so far.
+  Status WgradGemm(const cuda::GemmArgs& g, WgradHazard reads, cudaStream_t stream);
+  Status RecordWgrad(WgradHazard h);
+  Status WaitWgrad(WgradHazard h, cudaStream_t stream);
+  Status JoinWgrad(cudaStream_t stream);
   Status Mark(StepPhase p, cudaStream_t stream) {
     return timeline_ ? timeline_->Mark(p, stream) : Status::Ok();
   }
@@ -143,6 +170,12 @@ class CudaModel {
   size_t allocated_bytes_ = 0;
   std::unique_ptr<Buffers> buf_;
   PhaseTimeline* timeline_ = nullptr;
+  // Per Forward call: whether this call uses the wgrad stream, whether anything was forked
+  // onto it since the last join, and which hazard events were recorded in this call (only
+  // those may be waited on: a capture cannot wait on an event recorded outside it).
+  bool dual_ = false;
+  bool wgrad_pending_ = false;
+  std::array<bool, static_cast<int>(WgradHazard::kCount)> hazard_recorded_{};
 };
 
 }  // namespace forge

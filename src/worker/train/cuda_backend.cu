@@ -135,15 +135,25 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
   FORGE_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   baseline_used_ = total_b - free_b;
 
+  // Stream priorities: numerically lower is more urgent; `least` is the default (0).
+  int least = 0, greatest = 0;
+  FORGE_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  int compute_priority = least, wgrad_priority = least;
+  if (options.wgrad_stream && options.wgrad_priority < 0) compute_priority = greatest;
+  if (options.wgrad_stream && options.wgrad_priority > 0) wgrad_priority = greatest;
+
   CudaModelOptions mo;
   mo.micro_batch = cfg.batch.micro_batch;
   mo.activation_recompute = cfg.train.activation_recompute;
   mo.deterministic_attention = options.deterministic_attention;
   mo.lm_head_chunk_rows = options.lm_head_chunk_rows;
+  mo.wgrad_stream = options.wgrad_stream;
+  mo.wgrad_stream_priority = wgrad_priority;
   FORGE_ASSIGN_OR_RETURN(model_, CudaModel::Create(cfg.model, cfg.optimizer, mo));
   N_ = model_->tokens_per_micro();
 
-  FORGE_CUDA_CHECK(cudaStreamCreateWithFlags(&compute_stream_, cudaStreamNonBlocking));
+  FORGE_CUDA_CHECK(
+      cudaStreamCreateWithPriority(&compute_stream_, cudaStreamNonBlocking, compute_priority));
   // Blocking sync: the host waits up to a whole step here; yield the core instead of spinning.
   FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&staging_free_,
                                             cudaEventDisableTiming | cudaEventBlockingSync));
@@ -306,7 +316,10 @@ void CudaBackend::DestroyGraph() {
 
 // Captures EnqueueCompute (the warm-up already built every GEMM/cuDNN plan and workspace, so
 // nothing allocates during capture) and launches it. A failed capture is not fatal: the step
-// runs eagerly and graphs stay off for this backend.
+// runs eagerly and graphs stay off for this backend. The model's wgrad stream joins the
+// capture through its fork events and is joined back inside each ForwardBackward. Kernel nodes
+// carry the priority of the stream they were captured from, but a graph uses them only when
+// instantiated with UseNodePriority (otherwise every node gets the launch stream's).
 Status CudaBackend::CaptureAndLaunch(int micro_steps) {
   DestroyGraph();
   cudaStream_t s = compute_stream_;
@@ -315,7 +328,9 @@ Status CudaBackend::CaptureAndLaunch(int micro_steps) {
   cudaGraph_t graph = nullptr;
   const cudaError_t end = cudaStreamEndCapture(s, &graph);
   cudaError_t inst = cudaErrorUnknown;
-  if (st.ok() && end == cudaSuccess) inst = cudaGraphInstantiate(&graph_exec_, graph, 0);
+  if (st.ok() && end == cudaSuccess) {
+    inst = cudaGraphInstantiate(&graph_exec_, graph, cudaGraphInstantiateFlagUseNodePriority);
+  }
   if (!st.ok() || end != cudaSuccess || inst != cudaSuccess) {
     if (graph) cudaGraphDestroy(graph);
     graph_exec_ = nullptr;
@@ -416,6 +431,7 @@ Status CudaBackend::ProfileStep(const std::vector<MicroBatch>& micro, const Step
   FORGE_RETURN_IF_ERROR(Prepare(micro));
   SetHyper(hyper);
   timeline_.Reset();
+  // With a timeline the model runs single-stream: the events bracket phases on one stream.
   model_->set_timeline(&timeline_);
   const int M = static_cast<int>(micro.size());
   const Status st = [&]() -> Status {
@@ -444,6 +460,14 @@ CudaBackendOptions CudaBackendOptionsFromEnv() {
   CudaBackendOptions o;
   if (EnvIsZero("FORGE_CUDA_GRAPH")) o.use_graph = false;
   if (EnvIsZero("FORGE_CUDA_DETERMINISTIC")) o.deterministic_attention = false;
+  if (EnvIsZero("FORGE_CUDA_WGRAD_STREAM")) o.wgrad_stream = false;
+  if (const char* v = std::getenv("FORGE_CUDA_WGRAD_PRIORITY")) {
+    if (std::strcmp(v, "low") == 0) o.wgrad_priority = -1;
+    else if (std::strcmp(v, "same") == 0) o.wgrad_priority = 0;
+    else if (std::strcmp(v, "high") == 0) o.wgrad_priority = 1;
+    else std::fprintf(stderr, "forge: ignoring FORGE_CUDA_WGRAD_PRIORITY='%s' (low|same|high)\n",
+                      v);
+  }
   if (const char* v = std::getenv("FORGE_CUDA_LM_HEAD_CHUNK")) {
     char* end = nullptr;
     const long rows = std::strtol(v, &end, 10);

@@ -29,6 +29,14 @@ struct CudaBackendOptions {
   // re-read and re-write the fp32 tied-embedding gradient fewer times (206 MB each for
   // gpt350m). FORGE_CUDA_LM_HEAD_CHUNK=<rows> overrides.
   int lm_head_chunk_rows = 4096;
+  // Run the backward's weight-gradient GEMMs on a second stream, concurrent with the
+  // activation-gradient chain (bitwise the same gradients; +1 logits chunk buffer and +1 GEMM
+  // workspace). FORGE_CUDA_WGRAD_STREAM=0 turns it off. ProfileStep always runs single-stream.
+  bool wgrad_stream = true;
+  // Priority of that stream relative to the compute stream: -1 lower (the activation-gradient
+  // chain is scheduled first; dW GEMMs fill its gaps), 0 the same, +1 higher.
+  // FORGE_CUDA_WGRAD_PRIORITY=low|same|high overrides.
+  int wgrad_priority = -1;
 };
 
 // Defaults with the environment overrides above applied.
