@@ -126,6 +126,7 @@ class NcclCommImpl final : public NcclComm {
   int rank() const override { return rank_; }
   int world() const override { return world_; }
   int device() const override { return device_; }
+  const char* comm_name() const { return o_.name.c_str(); }  // outlives the communicator
   void* stream() const override { return stream_; }
   void SetProducerStream(void* s) override { producer_ = static_cast<cudaStream_t>(s); }
 
@@ -424,7 +425,7 @@ StatusOr<std::unique_ptr<NcclComm>> MakeNcclComm(int rank, int world, IdRendezvo
   auto impl = std::make_unique<NcclCommImpl>(rank, world, device, options);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // calls return at once; we poll, so init and hangs can time out
-  config.commName = options.name.c_str();
+  config.commName = impl->comm_name();
   ncclComm_t comm = nullptr;
   ncclResult_t r = ncclCommInitRankConfig(&comm, world, id, rank, &config);
   if (r == ncclInProgress || r == ncclSuccess) {
