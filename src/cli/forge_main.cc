@@ -1,10 +1,20 @@
 // `forge`: the local command-line entry point.
 //   forge train CONFIG [--steps N] [--backend auto|cpu|cuda] [--run-dir DIR]
+//                      [--resume latest|step_N|PATH]
 //     Under `mpirun -np N` (or `srun --mpi=pmix`) the N processes train one model
 //     data-parallel in parallel.mode (CPU backend); rank 0 prints and writes metrics.
+//     --resume overrides checkpoint.resume. SIGINT/SIGTERM (Ctrl-C, scancel) save a
+//     checkpoint at the next step boundary and end the run cleanly (exit 0); a second
+//     signal kills at once.
+//   forge export --checkpoint PATH|latest [--run-dir DIR] -o FILE [--dtype f32|bf16]
+//     Writes a checkpoint's weights as one safetensors file (GPT-2-style names,
+//     worker/checkpoint/safetensors.h). "latest": the newest intact checkpoint under
+//     DIR/checkpoints.
 //   forge data prepare [--out DIR] [--threads N] [--force]
 //   forge data baseline [--dataset DIR]
 //   forge has-gpu
+#include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -12,6 +22,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "worker/checkpoint/checkpoint.h"
 #include "worker/data/dataset.h"
 #include "worker/data/prepare.h"
 #include "worker/data/sampler.h"
@@ -33,6 +44,9 @@ int Usage() {
   std::fprintf(stderr,
                "usage:\n"
                "  forge train CONFIG [--steps N] [--backend auto|cpu|cuda] [--run-dir DIR]\n"
+               "                     [--resume latest|step_N|PATH]\n"
+               "  forge export --checkpoint PATH|latest [--run-dir DIR] -o FILE"
+               " [--dtype f32|bf16]\n"
                "  forge data prepare [--out DIR] [--threads N] [--force]\n"
                "  forge data baseline [--dataset DIR]\n"
                "  forge has-gpu\n");
@@ -60,7 +74,7 @@ StatusOr<Args> ParseArgs(int argc, char** argv, int first,
   Args a;
   for (int i = first; i < argc; ++i) {
     std::string s = argv[i];
-    if (s.rfind("--", 0) != 0) {
+    if (s.size() < 2 || s[0] != '-') {  // "--flag" or "-o"
       a.positional.push_back(s);
       continue;
     }
@@ -74,6 +88,20 @@ StatusOr<Args> ParseArgs(int argc, char** argv, int first,
     }
   }
   return a;
+}
+
+// Set by SIGINT/SIGTERM; the trainer checkpoints at the next step boundary and returns. The
+// handler then restores the default action, so a second signal ends the process at once.
+std::atomic<bool> g_stop_requested{false};
+
+extern "C" void OnStopSignal(int sig) {
+  g_stop_requested.store(true);
+  std::signal(sig, SIG_DFL);
+}
+
+void InstallStopHandlers() {
+  std::signal(SIGINT, OnStopSignal);
+  std::signal(SIGTERM, OnStopSignal);
 }
 
 std::string DatasetDir(const RunConfig& cfg) {
@@ -152,7 +180,9 @@ int Train(const Args& a, Group* group) {
     else return Fail(Status::Invalid("--backend: expected auto, cpu or cuda, got " + b));
   }
   if (a.Has("--run-dir")) cfg.train.run_dir = a.Get("--run-dir");
+  if (a.Has("--resume")) cfg.checkpoint.resume = a.Get("--resume");
   TrainOptions opt;
+  opt.stop_requested = &g_stop_requested;
   if (a.Has("--steps")) opt.max_steps = std::atoll(a.Get("--steps").c_str());
 
   auto joined = JoinGroup(cfg);
@@ -204,8 +234,7 @@ int Train(const Args& a, Group* group) {
     std::error_code ec;
     std::filesystem::create_directories(cfg.train.run_dir, ec);
     if (ec) return Fail(Status::IoError("cannot create run dir " + cfg.train.run_dir + ": " + ec.message()));
-    opt.metrics_path = cfg.train.run_dir + "/metrics.jsonl";
-    std::filesystem::remove(opt.metrics_path, ec);
+    opt.metrics_path = cfg.train.run_dir + "/metrics.jsonl";  // the trainer truncates or trims
   }
 
   const UnigramBaseline base = ComputeUnigramBaseline(*ds);
@@ -217,14 +246,78 @@ int Train(const Args& a, Group* group) {
     std::printf(" | dataset %s: %.1fM train / %.2fM val tokens | unigram baseline %.4f\n",
                 dataset_dir.c_str(), train.size() / 1e6, val.size() / 1e6, base.val_cross_entropy);
   }
+  InstallStopHandlers();
   auto r = RunTraining(cfg, backend.get(), data, opt);
   if (!r.ok()) return Fail(r.status());
-  if (leader)
-    std::printf("forge: done: %ld steps in %.1f s, %.0f tokens/s | train loss %.4f | val loss "
-                "%.4f -> %.4f (unigram baseline %.4f) | metrics %s\n",
-                long(r->steps), r->seconds, r->tokens_per_s, r->final_train_loss,
-                r->initial_val_loss, r->final_val_loss, base.val_cross_entropy,
-                opt.metrics_path.c_str());
+  if (leader && r->stopped) {
+    std::printf("forge: stopped at step %ld on a signal; continue with --resume latest | "
+                "metrics %s\n",
+                long(r->steps), opt.metrics_path.c_str());
+  } else if (leader) {
+    std::printf("forge: done: %ld steps in %.1f s, %.0f tokens/s | train loss %.4f | val loss ",
+                long(r->steps), r->seconds, r->tokens_per_s, r->final_train_loss);
+    if (r->initial_val_loss >= 0) std::printf("%.4f -> ", r->initial_val_loss);
+    std::printf("%.4f (unigram baseline %.4f) | metrics %s\n", r->final_val_loss,
+                base.val_cross_entropy, opt.metrics_path.c_str());
+  }
+  return 0;
+}
+
+// Names and shapes of what an export wrote, with the blocks folded: one line per tensor of
+// block 0 standing for h.{0..L-1}.
+void PrintExportSummary(const Manifest& m, const std::string& path, SafetensorsDtype dtype) {
+  int64_t total = 0, tensors = 0;
+  int n_layer = 0;
+  for (const UnitLayout& u : m.units) {
+    total += u.numel;
+    tensors += int64_t(u.tensors.size());
+    if (u.name.rfind("block.", 0) == 0) ++n_layer;
+  }
+  std::printf("forge: exported step %ld (%.2fM params, %ld tensors, %s) to %s\n", long(m.step),
+              total / 1e6, long(tensors), dtype == SafetensorsDtype::kBF16 ? "bf16" : "f32",
+              path.c_str());
+  for (const UnitLayout& u : m.units) {
+    const bool block = u.name.rfind("block.", 0) == 0;
+    if (block && u.name != "block.0") continue;
+    for (const auto& t : u.tensors) {
+      auto name = SafetensorsTensorName(t.name);
+      std::string shown = name.ok() ? *name : t.name;
+      if (block) {
+        const std::string h0 = "transformer.h.0.";
+        if (shown.rfind(h0, 0) == 0)
+          shown = "transformer.h.{0.." + std::to_string(n_layer - 1) + "}." +
+                  shown.substr(h0.size());
+      }
+      std::string shape;
+      for (int64_t d : t.shape) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+      std::printf("  %-48s [%s]\n", shown.c_str(), shape.c_str());
+    }
+  }
+}
+
+int Export(const Args& a) {
+  const std::string spec = a.Get("--checkpoint");
+  const std::string out = a.Has("-o") ? a.Get("-o") : a.Get("--out");
+  if (spec.empty() || out.empty() || !a.positional.empty()) return Usage();
+  SafetensorsDtype dtype = SafetensorsDtype::kF32;
+  const std::string d = a.Get("--dtype", "f32");
+  if (d == "bf16") dtype = SafetensorsDtype::kBF16;
+  else if (d != "f32") return Fail(Status::Invalid("--dtype: expected f32 or bf16, got " + d));
+  std::string dir = spec;
+  if (spec == "latest" || spec.rfind("step_", 0) == 0) {
+    if (!a.Has("--run-dir"))
+      return Fail(Status::Invalid("--checkpoint " + spec + " needs --run-dir (or pass a path)"));
+    auto c = ResolveResume(spec, a.Get("--run-dir") + "/checkpoints");
+    if (!c.ok()) return Fail(c.status());
+    for (const std::string& w : c->warnings) std::fprintf(stderr, "forge: warning: %s\n", w.c_str());
+    if (c->dir.empty()) return Fail(Status::NotFound("no checkpoint under " + a.Get("--run-dir")));
+    dir = c->dir;
+  }
+  Status st = ExportCheckpointSafetensors(dir, out, dtype);
+  if (!st.ok()) return Fail(st);
+  auto m = ReadManifest(CheckpointDirOf(dir));
+  if (!m.ok()) return Fail(m.status());
+  PrintExportSummary(*m, out, dtype);
   return 0;
 }
 
@@ -251,6 +344,11 @@ int main(int argc, char** argv) {
     group.comm.reset();
     FinalizeMpi();
     return rc;
+  }
+  if (cmd == "export") {
+    auto a = ParseArgs(argc, argv, 2, {});
+    if (!a.ok()) return Fail(a.status());
+    return Export(*a);
   }
   if (cmd == "data" && argc >= 3) {
     const std::string sub = argv[2];

@@ -3,11 +3,15 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <memory>
+#include <optional>
 
 #include "worker/model/init.h"
 #include "worker/optim/lr_schedule.h"
 #include "worker/parallel/comm.h"
+#include "worker/train/trainer_checkpoint.h"
 
 namespace forge {
 namespace {
@@ -49,8 +53,49 @@ void WriteRecord(std::ofstream* out, const StepRecord& r) {
     n = std::snprintf(buf, sizeof buf, ",\"val_loss\":%.6f", r.val_loss);
     *out << std::string(buf, n);
   }
+  if (r.checkpoint_step >= 0) {
+    n = std::snprintf(buf, sizeof buf,
+                      ",\"checkpoint_step\":%ld,\"checkpoint_blocked_s\":%.6f,"
+                      "\"checkpoint_write_s\":%.6f,\"checkpoint_bytes\":%llu,"
+                      "\"checkpoint_bytes_per_s\":%.0f",
+                      long(r.checkpoint_step), r.checkpoint_blocked_s, r.checkpoint_write_s,
+                      static_cast<unsigned long long>(r.checkpoint_bytes),
+                      r.checkpoint_bytes_per_s);
+    *out << std::string(buf, n);
+  }
   *out << "}\n";
   out->flush();
+}
+
+// A resumed run keeps the records up to the step it resumes from: what a crashed run logged
+// after its last checkpoint is logged again by the continuation.
+Status TrimMetrics(const std::string& path, int64_t max_step) {
+  std::ifstream in(path);
+  if (!in) return Status::Ok();  // nothing logged yet
+  std::string kept, line;
+  const std::string key = "{\"step\":";
+  while (std::getline(in, line)) {
+    if (line.rfind(key, 0) != 0) continue;
+    if (std::atoll(line.c_str() + key.size()) <= max_step) kept += line + "\n";
+  }
+  in.close();
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << kept;
+    if (!out) return Status::IoError("cannot write " + tmp);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    return Status::IoError("cannot rename " + tmp + " to " + path);
+  return Status::Ok();
+}
+
+std::string FormatBytes(double bytes) {
+  char buf[32];
+  if (bytes >= 1e9) std::snprintf(buf, sizeof buf, "%.2f GB", bytes / 1e9);
+  else if (bytes >= 1e6) std::snprintf(buf, sizeof buf, "%.1f MB", bytes / 1e6);
+  else std::snprintf(buf, sizeof buf, "%.1f kB", bytes / 1e3);
+  return buf;
 }
 
 }  // namespace
@@ -81,12 +126,6 @@ StatusOr<float> Evaluate(const RunConfig& cfg, TrainBackend* backend, const Batc
 StatusOr<TrainResult> RunTraining(const RunConfig& cfg, TrainBackend* backend,
                                   const BatchProvider& data, const TrainOptions& opt) {
   const ParamLayout layout = MakeParamLayout(cfg.model);
-  {
-    UnitBuffers params;  // freed at once: a sharded backend keeps only its slice
-    InitParams(cfg.model, layout, cfg.seed, &params);
-    FORGE_RETURN_IF_ERROR(backend->SetParams(params));
-  }
-
   const int world = opt.comm ? opt.comm->world() : 1;
   const bool leader = opt.comm == nullptr || opt.comm->rank() == 0;  // prints, writes metrics
   const int64_t per_micro = int64_t{cfg.batch.micro_batch} * world;
@@ -98,6 +137,28 @@ StatusOr<TrainResult> RunTraining(const RunConfig& cfg, TrainBackend* backend,
   const int64_t total_steps = opt.max_steps >= 0 ? opt.max_steps : cfg.schedule.total_steps;
   const int64_t tokens_per_micro = int64_t{cfg.batch.micro_batch} * cfg.model.seq_len;
   const int64_t tokens_per_step = tokens_per_micro * accum * world;
+  const int64_t every = cfg.checkpoint.every_steps;
+  const bool may_save = every > 0 || opt.stop_requested != nullptr;
+
+  TrainResult result;
+  ResumePoint start;
+  if (may_save || !cfg.checkpoint.resume.empty()) {
+    FORGE_ASSIGN_OR_RETURN(start, ResumeTraining(cfg, layout, backend, opt.comm, may_save));
+  }
+  result.resumed_from = start.dir;
+  result.resumed_step = start.step;
+  result.warnings = start.warnings;
+  for (const std::string& w : start.warnings)
+    if (leader) std::fprintf(stderr, "forge: warning: %s\n", w.c_str());
+  if (start.dir.empty()) {
+    UnitBuffers params;  // freed at once: a sharded backend keeps only its slice
+    InitParams(cfg.model, layout, cfg.seed, &params);
+    FORGE_RETURN_IF_ERROR(backend->SetParams(params));
+  } else if (leader && opt.print_progress) {
+    std::printf("resumed from %s: step %ld, data cursor %ld (saved by %d rank%s, %s)\n",
+                start.dir.c_str(), long(start.step), long(start.data_cursor), start.source_world,
+                start.source_world == 1 ? "" : "s", start.source_mode.c_str());
+  }
 
   std::vector<std::vector<int32_t>> inputs(accum, std::vector<int32_t>(tokens_per_micro));
   std::vector<std::vector<int32_t>> targets(accum, std::vector<int32_t>(tokens_per_micro));
@@ -106,20 +167,49 @@ StatusOr<TrainResult> RunTraining(const RunConfig& cfg, TrainBackend* backend,
 
   std::ofstream metrics;
   if (leader && !opt.metrics_path.empty()) {
-    metrics.open(opt.metrics_path, std::ios::app);
+    if (!start.dir.empty()) FORGE_RETURN_IF_ERROR(TrimMetrics(opt.metrics_path, start.step));
+    metrics.open(opt.metrics_path, start.dir.empty() ? std::ios::trunc : std::ios::app);
     if (!metrics) return Status::IoError("cannot open metrics file " + opt.metrics_path);
   }
 
-  TrainResult result;
-  FORGE_ASSIGN_OR_RETURN(result.initial_val_loss, Evaluate(cfg, backend, data, opt.comm));
-  if (leader && opt.print_progress)
-    std::printf("step 0/%ld | val loss %.4f\n", long(total_steps), result.initial_val_loss);
+  std::unique_ptr<TrainCheckpointer> ckpt;
+  if (may_save) ckpt = std::make_unique<TrainCheckpointer>(cfg, layout, backend, opt.comm);
+  // Step boundary: whether any rank was asked to stop, and whether the save in flight (if any)
+  // is written on every rank. One tiny all-reduce, only when there is something to agree on.
+  auto agree = [&](bool* stop, bool* written) -> Status {
+    double flags[2] = {opt.stop_requested && opt.stop_requested->load() ? 1.0 : 0.0,
+                       ckpt && ckpt->writing() ? 1.0 : 0.0};
+    if (opt.comm && world > 1 && (opt.stop_requested || (ckpt && ckpt->pending())))
+      FORGE_RETURN_IF_ERROR(
+          AllReduceSumBlocking(opt.comm, flags, 2, DType::kF64, "step boundary flags"));
+    *stop = flags[0] > 0.0;
+    *written = flags[1] == 0.0;
+    return Status::Ok();
+  };
+
+  result.steps = start.step;
+  if (start.dir.empty()) {
+    FORGE_ASSIGN_OR_RETURN(result.initial_val_loss, Evaluate(cfg, backend, data, opt.comm));
+    if (leader && opt.print_progress)
+      std::printf("step 0/%ld | val loss %.4f\n", long(total_steps), result.initial_val_loss);
+  } else {
+    result.initial_val_loss = -1.0f;
+  }
+  if (opt.stop_requested) {  // asked before the first step: nothing new to save
+    bool stop = false, written = true;
+    FORGE_RETURN_IF_ERROR(agree(&stop, &written));
+    if (stop) {
+      result.stopped = true;
+      return result;
+    }
+  }
 
   double train_seconds = 0.0;
   double window_seconds = 0.0;
   int64_t window_steps = 0;
-  int64_t cursor = 0;  // global sequence index of the next global batch
-  for (int64_t step = 1; step <= total_steps; ++step) {
+  int64_t cursor = start.data_cursor;  // global sequence index of the next global batch
+  std::optional<CheckpointCommit> unreported;  // committed, not yet in a record
+  for (int64_t step = start.step + 1; step <= total_steps; ++step) {
     const auto t0 = Clock::now();
     for (int k = 0; k < accum; ++k)
       FORGE_RETURN_IF_ERROR(data.train(cursor, k, inputs[k].data(), targets[k].data())
@@ -150,15 +240,55 @@ StatusOr<TrainResult> RunTraining(const RunConfig& cfg, TrainBackend* backend,
       FORGE_ASSIGN_OR_RETURN(rec.val_loss, Evaluate(cfg, backend, data, opt.comm));
       result.final_val_loss = rec.val_loss;
     }
-    if (log || eval) {
+
+    bool stop = false;
+    if (ckpt) {
+      bool written = false;
+      FORGE_RETURN_IF_ERROR(agree(&stop, &written));
+      if (ckpt->pending() && written) FORGE_RETURN_IF_ERROR(ckpt->Commit());
+      if (stop || (every > 0 && (step % every == 0 || last))) {
+        FORGE_RETURN_IF_ERROR(ckpt->Save(step, cursor));
+        if (stop || last) FORGE_RETURN_IF_ERROR(ckpt->Commit());  // nothing left to overlap
+      }
+      for (CheckpointCommit& c : ckpt->TakeCommits()) {
+        result.checkpoints.push_back(c.step);
+        result.checkpoint_blocked_s += c.blocked_s;
+        for (const std::string& w : c.warnings) {
+          result.warnings.push_back(w);
+          if (leader) std::fprintf(stderr, "forge: warning: %s\n", w.c_str());
+        }
+        if (leader && opt.print_progress) {
+          std::printf("checkpoint step_%ld: %s, training blocked %.3f s, written in %.3f s "
+                      "(%s/s)%s\n",
+                      long(c.step), FormatBytes(double(c.bytes)).c_str(), c.blocked_s, c.write_s,
+                      FormatBytes(c.bytes_per_s()).c_str(),
+                      c.removed.empty()
+                          ? ""
+                          : (", removed " + std::to_string(c.removed.size()) + " old").c_str());
+          std::fflush(stdout);
+        }
+        unreported = std::move(c);
+      }
+    }
+
+    if (log || eval || (stop && unreported && stats.valid)) {
       rec.step_seconds = window_seconds / double(window_steps);
       rec.tokens_per_s = double(tokens_per_step) * window_steps / window_seconds;
       window_seconds = 0.0;
       window_steps = 0;
+      if (unreported) {
+        rec.checkpoint_step = unreported->step;
+        rec.checkpoint_blocked_s = unreported->blocked_s;
+        rec.checkpoint_write_s = unreported->write_s;
+        rec.checkpoint_bytes = unreported->bytes;
+        rec.checkpoint_bytes_per_s = unreported->bytes_per_s();
+        unreported.reset();
+      }
       WriteRecord(&metrics, rec);
       if (opt.on_step) opt.on_step(rec);
       if (leader && opt.print_progress) {
-        const double eta = train_seconds / double(step) * double(total_steps - step);
+        const double eta =
+            train_seconds / double(step - start.step) * double(total_steps - step);
         std::printf("step %ld/%ld | loss %.4f | lr %.2e | %s tok/s | ETA %s", long(step),
                     long(total_steps), rec.loss, rec.lr, FormatRate(rec.tokens_per_s).c_str(),
                     FormatDuration(eta).c_str());
@@ -168,9 +298,17 @@ StatusOr<TrainResult> RunTraining(const RunConfig& cfg, TrainBackend* backend,
       }
     }
     result.steps = step;
+    if (stop) {
+      result.stopped = true;
+      if (leader && opt.print_progress)
+        std::printf("stopped at step %ld on request (checkpoint step_%ld committed)\n",
+                    long(step), long(step));
+      break;
+    }
   }
   result.seconds = train_seconds;
-  result.tokens_per_s = train_seconds > 0 ? double(tokens_per_step) * result.steps / train_seconds : 0;
+  const int64_t trained = result.steps - start.step;
+  result.tokens_per_s = train_seconds > 0 ? double(tokens_per_step) * trained / train_seconds : 0;
   return result;
 }
 

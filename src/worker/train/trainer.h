@@ -1,8 +1,17 @@
-// The training loop: schedule, gradient accumulation, periodic evaluation and the progress
-// line. It knows nothing about devices (a TrainBackend) or file formats (a BatchProvider), so
-// the CLI, tests and benchmarks drive it alike.
+// The training loop: schedule, gradient accumulation, periodic evaluation, checkpoints (save,
+// resume, stop on request) and the progress line. It knows nothing about devices (a
+// TrainBackend) or file formats (a BatchProvider), so the CLI, tests and benchmarks drive it
+// alike.
+//
+// Checkpoints (trainer_checkpoint.h, worker/checkpoint/): with checkpoint.every_steps > 0 the
+// state after every such step and after the last one is saved under CheckpointRoot(cfg),
+// written in the background and committed at a later step boundary once every rank wrote. A
+// stop request saves at the next step boundary and returns. With checkpoint.resume set the run
+// continues from a checkpoint (any world size and mode): step, data cursor, weights and moments
+// are restored, so with the same world size the run is bitwise the uninterrupted one.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -29,29 +38,51 @@ struct StepRecord {
   float loss = 0.0f, grad_norm = 0.0f, lr = 0.0f;
   double tokens_per_s = 0.0, step_seconds = 0.0;
   float val_loss = -1.0f;  // < 0 when not evaluated at this step
+  // The checkpoint committed since the previous record (checkpoint_step < 0: none): the
+  // longest stall of a rank's loop while taking it, the slowest rank's background write, and
+  // the bytes of all shards / that write time.
+  int64_t checkpoint_step = -1;
+  double checkpoint_blocked_s = 0.0, checkpoint_write_s = 0.0;
+  uint64_t checkpoint_bytes = 0;
+  double checkpoint_bytes_per_s = 0.0;
 };
 
 struct TrainOptions {
   int64_t max_steps = -1;                 // < 0: schedule.total_steps
   bool print_progress = true;
-  std::string metrics_path;               // JSON lines, one per logged step ("" = none)
+  // JSON lines, one per logged step ("" = none). A fresh run truncates the file; a resumed one
+  // keeps the records up to the step it resumes from and appends.
+  std::string metrics_path;
   std::function<void(const StepRecord&)> on_step;  // called for every logged step
   // Data-parallel group (null: one process). The backend must train over the same Comm and
   // `data.train` must return this rank's slice (FillTrainBatch with rank/world). Each rank
   // then runs global_batch / (micro_batch * world) micro-steps; losses are global, so every
   // rank sees the same records; only rank 0 prints and writes metrics.
   Comm* comm = nullptr;
+  // When it turns true (e.g. from a SIGTERM handler), the trainer saves a checkpoint at the
+  // next step boundary and returns (TrainResult::stopped). Ranks agree on it with a small
+  // collective per step, so a signal that reaches one rank stops all; set it on every rank or
+  // on none.
+  std::atomic<bool>* stop_requested = nullptr;
 };
 
 struct TrainResult {
-  int64_t steps = 0;
+  int64_t steps = 0;            // the last step completed (global: counts resumed steps)
   float first_loss = 0.0f, final_train_loss = 0.0f;
-  float initial_val_loss = 0.0f, final_val_loss = 0.0f;
-  double tokens_per_s = 0.0;    // over the whole run, excluding evaluation
+  float initial_val_loss = 0.0f;  // < 0 when resumed (no evaluation before the first step)
+  float final_val_loss = 0.0f;
+  double tokens_per_s = 0.0;    // over the steps this run trained, excluding evaluation
   double seconds = 0.0;
+  std::string resumed_from;     // the checkpoint loaded ("" = fresh start)
+  int64_t resumed_step = 0;
+  bool stopped = false;         // ended early on stop_requested
+  std::vector<int64_t> checkpoints;     // steps committed by this run
+  double checkpoint_blocked_s = 0.0;    // summed over its saves (slowest rank each)
+  std::vector<std::string> warnings;    // rank 0: resume fallbacks, retention failures
 };
 
-// Initialises the parameters from cfg.seed and trains for the configured steps.
+// Initialises the parameters from cfg.seed (or resumes, see above) and trains for the
+// configured steps.
 StatusOr<TrainResult> RunTraining(const RunConfig& cfg, TrainBackend* backend,
                                   const BatchProvider& data, const TrainOptions& opt);
 

@@ -1,0 +1,96 @@
+// Checkpoints inside the training loop: resuming before the first step, and saving at step
+// boundaries with the background writer of worker/checkpoint (checkpoint.h has the recipe).
+// Everything here is collective over the data-parallel Comm (null: one process): every rank
+// calls the same functions at the same step boundaries.
+//
+// Save at step N: every rank downloads the full state (TrainBackend::GetParams/GetMoments,
+// themselves collective in sharded modes), keeps its ShardOf slice and hands it to an
+// AsyncCheckpointer; training goes on while the shard is written. Commit (at a later boundary,
+// once every rank's write finished, or forced before the next save and at the end of the run):
+// every rank collects its ShardReport, the reports are all-gathered, rank 0 writes the
+// manifest (CommitCheckpoint) and applies retention, and its status is broadcast so every rank
+// returns the same error. The manifest therefore appears only after every rank wrote.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "common/status.h"
+#include "worker/model/param_layout.h"
+#include "worker/train/backend.h"
+
+namespace forge {
+
+class AsyncCheckpointer;
+class Comm;
+
+// Where training starts.
+struct ResumePoint {
+  std::string dir;  // the checkpoint loaded; empty: a fresh start
+  int64_t step = 0, data_cursor = 0;
+  int source_world = 0;     // the world size and parallel mode that saved it
+  std::string source_mode;
+  std::vector<std::string> warnings;  // on rank 0: damaged checkpoints skipped, dirs moved aside
+};
+
+// Collective. Rank 0 resolves cfg.checkpoint.resume under CheckpointRoot(cfg) (ResolveResume:
+// "latest" falls back past damaged checkpoints) and broadcasts its choice, so every rank loads
+// the same checkpoint; every rank then loads it in full (verified) and sets the backend's
+// weights and moments. Committed checkpoints newer than the one chosen (damaged ones skipped
+// by "latest", or a later continuation when resuming an older step) would collide with this
+// run's saves: rank 0 moves them to <root>/superseded/ and says so in the warnings.
+// With `may_save` and no resume, a root that already holds checkpoints is an error (they
+// belong to another run; resume it or pick another run_dir / checkpoint.dir).
+StatusOr<ResumePoint> ResumeTraining(const RunConfig& cfg, const ParamLayout& layout,
+                                     TrainBackend* backend, Comm* comm, bool may_save);
+
+// One committed checkpoint, summed over ranks.
+struct CheckpointCommit {
+  int64_t step = 0;
+  std::string dir;
+  double blocked_s = 0.0;  // the longest stall of any rank's training loop for this save
+  double write_s = 0.0;    // the slowest rank's background write (+ checksum, fsync, rename)
+  uint64_t bytes = 0;      // all shard files
+  double bytes_per_s() const { return write_s > 0 ? double(bytes) / write_s : 0.0; }
+  std::vector<std::string> removed;   // by retention (rank 0)
+  std::vector<std::string> warnings;  // rank 0: a retention failure (the commit stands)
+};
+
+class TrainCheckpointer {
+ public:
+  TrainCheckpointer(const RunConfig& cfg, const ParamLayout& layout, TrainBackend* backend,
+                    Comm* comm);
+  ~TrainCheckpointer();
+  TrainCheckpointer(const TrainCheckpointer&) = delete;
+  TrainCheckpointer& operator=(const TrainCheckpointer&) = delete;
+
+  // A save was started and not yet committed (the same on every rank).
+  bool pending() const { return pending_step_ >= 0; }
+  // This rank's background write is still running (differs between ranks).
+  bool writing() const;
+
+  // Collective: starts saving the state after `step`. A pending save is committed first
+  // (waiting for its write counts as stall). Returns once the shard is handed to the writer.
+  Status Save(int64_t step, int64_t data_cursor);
+  // Collective: waits for this rank's write, gathers the reports and commits (see above).
+  Status Commit();
+  // Commits since the last call, oldest first.
+  std::vector<CheckpointCommit> TakeCommits();
+
+ private:
+  RunConfig cfg_;
+  ParamLayout layout_;
+  TrainBackend* backend_;
+  Comm* comm_;
+  std::unique_ptr<Comm> own_comm_;  // world 1 when no comm was given
+  std::string root_;
+  std::unique_ptr<AsyncCheckpointer> async_;
+  int64_t pending_step_ = -1;
+  double pending_blocked_s_ = 0.0;
+  std::vector<CheckpointCommit> commits_;
+};
+
+}  // namespace forge
