@@ -199,7 +199,11 @@ Status TrainCheckpointer::Commit() {
   StatusOr<ShardReport> rep = async_->Wait();
   const SaveStats stats = async_->last_stats();
   // A failed write travels as "!" + its error, so every rank learns which rank failed.
-  const std::string mine = rep.ok() ? EncodeShardReport(*rep) : "!" + rep.status().ToString();
+  std::string mine = "!";
+  if (rep.ok())
+    mine = EncodeShardReport(*rep);
+  else
+    mine += rep.status().ToString();
   FORGE_ASSIGN_OR_RETURN(std::vector<std::string> texts, AllGatherStrings(comm_, mine, what));
   const int world = comm_->world();
   std::vector<double> nums(3 * size_t(world));
