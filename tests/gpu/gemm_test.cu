@@ -1,7 +1,8 @@
 // GemmRunner (cuBLASLt) against a double-precision CPU product of the same bf16 / fp8 inputs:
 // the three linear-layer forms the model uses, accumulation in place and from a separate C,
 // the plan cache, autotuning (never disturbing the caller's data, off during graph capture),
-// FP8 with scales (bf16 and fp8 outputs, amax), and what FP8 must reject.
+// split-K (forced configurations and the deterministic rule on a weight-gradient shape, its
+// wave model), FP8 with scales (bf16 and fp8 outputs, amax), and what FP8 must reject.
 #include <cuda_fp8.h>
 #include <gtest/gtest.h>
 
@@ -22,6 +23,7 @@ namespace {
 using test::BitwiseEqual;
 using test::DeviceBuffer;
 using test::RandomNormal;
+using test::RandomNormalBf16;
 using test::RoundBf16InPlace;
 using test::ToBf16;
 using test::ToFloat;
@@ -402,6 +404,257 @@ TEST(GemmChooseAlgorithm, KeepsFirstChoiceWithinMargin) {
   EXPECT_EQ(ChooseAlgorithm({100.0f, inf, 50.0f}, 0.03f), 2);
   EXPECT_EQ(ChooseAlgorithm({inf, inf}, 0.03f), -1);
   EXPECT_EQ(ChooseAlgorithm({}, 0.03f), -1);
+}
+
+// ---- split-K -------------------------------------------------------------------------------
+
+// dW[O, I] = dout[T, O]^T x[T, I] in double, k outermost (rank-1 updates: cache friendly for
+// the long-K shapes split-K is for).
+std::vector<double> RefWeightGrad(const std::vector<float>& dout, const std::vector<float>& x,
+                                  int64_t T, int64_t O, int64_t I) {
+  std::vector<double> D(size_t(O * I), 0.0);
+  for (int64_t t = 0; t < T; ++t) {
+    const float* dr = &dout[size_t(t * O)];
+    const float* xr = &x[size_t(t * I)];
+    for (int64_t o = 0; o < O; ++o) {
+      const double d = dr[o];
+      double* out = &D[size_t(o * I)];
+      for (int64_t i = 0; i < I; ++i) out[i] += d * xr[i];
+    }
+  }
+  return D;
+}
+
+// A weight-gradient shape whose output is a single wave's fraction while K is long: the rule
+// should split it, and forced splits must compute it.
+struct DwProblem {
+  static constexpr int64_t kT = 8192, kO = 128, kI = 192;
+  std::vector<float> dout = RandomNormalBf16(size_t(kT * kO), 1.0f, 50);
+  std::vector<float> x = RandomNormalBf16(size_t(kT * kI), 1.0f, 51);
+  std::vector<float> dw0 = RandomNormal(size_t(kO * kI), 10.0f, 52);
+  std::vector<double> prod = RefWeightGrad(dout, x, kT, kO, kI);
+  DeviceBuffer<bf16> d_dout{ToBf16(dout)}, d_x{ToBf16(x)};
+
+  GemmArgs Args(float* dw, bool accumulate) {
+    GemmArgs g;
+    g.M = kO, g.N = kI, g.K = kT;
+    g.A = d_dout.data(), g.B = d_x.data(), g.D = dw;
+    g.trans_a = true, g.trans_b = false;
+    g.d_type = DType::kFp32;
+    g.accumulate = accumulate;
+    return g;
+  }
+  // dw0 * start + prod * times
+  std::vector<double> Expect(double start, double times) const {
+    std::vector<double> r(prod.size());
+    for (size_t i = 0; i < r.size(); ++i) r[i] = start * dw0[i] + times * prod[i];
+    return r;
+  }
+};
+
+// Every split of a split-K-capable candidate (fp32 workspace reduction), accumulating onto a
+// non-zero dW twice and overwriting a poisoned one, against the CPU.
+TEST_F(GpuGemmTest, SplitKWeightGradMatchesCpu) {
+  DwProblem p;
+  DeviceBuffer<float> dw(p.dw0);
+  const GemmArgs acc = p.Args(dw.data(), true);
+  auto cands = runner_.Candidates(acc, 32, nullptr);
+  ASSERT_STATUS_OK(cands.status());
+  const GemmCandidate* split_capable = nullptr;
+  for (const GemmCandidate& c : cands.value()) {
+    if (SupportsSplitK(c.algo)) {
+      split_capable = &c;
+      break;
+    }
+  }
+  ASSERT_NE(split_capable, nullptr) << "no heuristic candidate supports split-K with an fp32 "
+                                       "workspace reduction";
+  int ran = 0;
+  for (int s : {2, 3, 4, 8}) {
+    SCOPED_TRACE(::testing::Message() << "split " << s);
+    cublasLtMatmulAlgo_t algo = split_capable->algo;
+    ASSERT_STATUS_OK(SetSplitK(&algo, s));
+    EXPECT_EQ(ReadAlgoInfo(algo).splitk, s);
+    EXPECT_EQ(ReadAlgoInfo(algo).reduction, uint32_t(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE));
+    if (!runner_.CheckAlgo(acc, algo, nullptr).ok()) continue;
+    ++ran;
+    dw.Upload(p.dw0);
+    ASSERT_STATUS_OK(runner_.RunWithAlgo(acc, algo, nullptr));
+    EXPECT_LT(RelFrobenius(dw.Download(), p.Expect(1, 1)), 1e-5);
+    ASSERT_STATUS_OK(runner_.RunWithAlgo(acc, algo, nullptr));
+    EXPECT_LT(RelFrobenius(dw.Download(), p.Expect(1, 2)), 1e-5);
+
+    // beta = 0: every element written (no NaN from the poison survives).
+    DeviceBuffer<float> fresh(p.dw0.size());
+    fresh.Poison();
+    const GemmArgs over = p.Args(fresh.data(), false);
+    if (!runner_.CheckAlgo(over, algo, nullptr).ok()) continue;
+    ASSERT_STATUS_OK(runner_.RunWithAlgo(over, algo, nullptr));
+    EXPECT_LT(RelFrobenius(fresh.Download(), p.Expect(0, 1)), 1e-5);
+  }
+  EXPECT_GT(ran, 0) << "cublasLtMatmulAlgoCheck rejected every split of algo "
+                    << ReadAlgoInfo(split_capable->algo).id;
+}
+
+// The rule: what it chooses follows the wave model over the splits cublasLtMatmulAlgoCheck
+// accepts (it splits this shape when the heuristic's first can split), the same choice in two
+// runners (two processes), results bitwise identical across runs and runners and right vs
+// the CPU; with the rule off the heuristic's first runs unchanged.
+TEST_F(GpuGemmTest, SplitKRuleIsDeterministic) {
+  DwProblem p;
+  GemmRunner r1, r2, off;
+  for (GemmRunner* r : {&r1, &r2, &off}) {
+    ASSERT_STATUS_OK(r->Init());
+    r->set_autotune(false);
+  }
+  r1.set_splitk(true);
+  r2.set_splitk(true);
+  off.set_splitk(false);
+  DeviceBuffer<float> a(p.dw0), b(p.dw0), c(p.dw0), d(p.dw0);
+  ASSERT_STATUS_OK(r1.Run(p.Args(a.data(), true), nullptr));
+  ASSERT_STATUS_OK(r2.Run(p.Args(b.data(), true), nullptr));
+  ASSERT_STATUS_OK(r1.Run(p.Args(c.data(), true), nullptr));  // the cached plan again
+  ASSERT_STATUS_OK(off.Run(p.Args(d.data(), true), nullptr));
+  ASSERT_EQ(r1.autotune_log().size(), 1u);
+  ASSERT_EQ(r2.autotune_log().size(), 1u);
+  ASSERT_EQ(off.autotune_log().size(), 1u);
+  const GemmTuneRecord& rec = r1.autotune_log()[0];
+  std::printf("[ split-K  ] %s: split %d (%s); runs %s\n", rec.gemm.c_str(), rec.splitk,
+              rec.splitk_note.c_str(), Describe(rec.algo).c_str());
+
+  // The expected choice, recomputed from the heuristic's candidates: the first that can
+  // split, priced against the first's unsplit prediction.
+  auto cands = r1.Candidates(p.Args(a.data(), true), GemmRunner::kMaxCandidates, nullptr);
+  ASSERT_STATUS_OK(cands.status());
+  const GemmCandidate& first = cands.value()[0];
+  const GemmCandidate* splitter = nullptr;
+  for (const GemmCandidate& c : cands.value()) {
+    if (c.info.splitk == 1 && SupportsSplitK(c.algo)) {
+      splitter = &c;
+      break;
+    }
+  }
+  int expect = 1;
+  if (first.info.splitk == 1 && splitter != nullptr && first.info.waves > 0.0f) {
+    std::vector<int> allowed;
+    for (int s : kSplitKValues) {
+      cublasLtMatmulAlgo_t algo = splitter->algo;
+      ASSERT_STATUS_OK(SetSplitK(&algo, s));
+      if (r1.CheckAlgo(p.Args(a.data(), true), algo, nullptr).ok()) allowed.push_back(s);
+    }
+    const double unsplit =
+        PredictSplitKUs({DwProblem::kO, DwProblem::kI, DwProblem::kT, first.info.waves}, 1);
+    expect = ChooseSplitK({DwProblem::kO, DwProblem::kI, DwProblem::kT, splitter->info.waves},
+                          allowed, unsplit);
+    if (splitter == &first && !allowed.empty()) {
+      EXPECT_GT(expect, 1) << "a " << first.info.waves << "-wave GEMM with K = "
+                           << DwProblem::kT << " should split";
+    }
+  } else {
+    std::printf("[ split-K  ] rule inactive: first %s, %s\n", Describe(first.info).c_str(),
+                splitter ? "a candidate can split" : "no candidate can split");
+  }
+  EXPECT_EQ(rec.splitk, expect) << rec.splitk_note;
+  EXPECT_EQ(rec.algo.splitk, expect > 1 ? expect : first.info.splitk);
+  EXPECT_EQ(rec.algo.id, expect > 1 ? splitter->info.id : first.info.id);
+  EXPECT_EQ(r2.autotune_log()[0].splitk, rec.splitk);
+  EXPECT_EQ(Describe(r2.autotune_log()[0].algo), Describe(rec.algo));
+  EXPECT_EQ(off.autotune_log()[0].splitk, 1);
+  EXPECT_EQ(off.autotune_log()[0].algo.splitk, first.info.splitk);
+  EXPECT_EQ(off.autotune_log()[0].algo.id, first.info.id);
+
+  const std::vector<float> ga = a.Download();
+  EXPECT_LT(RelFrobenius(ga, p.Expect(1, 1)), 1e-5);
+  EXPECT_TRUE(BitwiseEqual(ga, b.Download())) << "two runners differ";
+  EXPECT_TRUE(BitwiseEqual(ga, c.Download())) << "two runs differ";
+  EXPECT_LT(RelFrobenius(d.Download(), p.Expect(1, 1)), 1e-5);
+}
+
+// Outputs of many waves are left alone, and so is a short K.
+TEST_F(GpuGemmTest, SplitKRuleLeavesFullGemmsAlone) {
+  GemmRunner r;
+  ASSERT_STATUS_OK(r.Init());
+  r.set_autotune(false);
+  r.set_splitk(true);
+  struct Shape {
+    int64_t M, N, K;
+  };
+  for (const Shape s : {Shape{8192, 8192, 4096}, Shape{128, 192, 1024}}) {
+    SCOPED_TRACE(::testing::Message() << s.M << "x" << s.N << "x" << s.K);
+    DeviceBuffer<bf16> x(size_t(s.M * s.K)), w(size_t(s.N * s.K)), y(size_t(s.M * s.N));
+    ASSERT_CUDA_OK(cudaMemset(x.data(), 0, x.bytes()));
+    ASSERT_CUDA_OK(cudaMemset(w.data(), 0, w.bytes()));
+    GemmArgs g;
+    g.M = s.M, g.N = s.N, g.K = s.K;
+    g.A = x.data(), g.B = w.data(), g.D = y.data();
+    const size_t before = r.autotune_log().size();
+    ASSERT_STATUS_OK(r.Run(g, nullptr));
+    ASSERT_EQ(r.autotune_log().size(), before + 1);
+    const GemmTuneRecord& rec = r.autotune_log().back();
+    EXPECT_EQ(rec.splitk, 1) << rec.splitk_note;
+    std::printf("[ split-K  ] %s: %s\n", rec.gemm.c_str(), rec.splitk_note.c_str());
+  }
+  ASSERT_CUDA_OK(cudaDeviceSynchronize());
+}
+
+// FORGE_GEMM_SPLITK=0 switches the rule off at Init; unset or anything else leaves it on.
+TEST_F(GpuGemmTest, SplitKEnvSwitch) {
+  const char* old = std::getenv("FORGE_GEMM_SPLITK");
+  const std::string saved = old ? old : "";
+  setenv("FORGE_GEMM_SPLITK", "0", 1);
+  GemmRunner off;
+  const Status init_off = off.Init(1 << 20);
+  setenv("FORGE_GEMM_SPLITK", "1", 1);
+  GemmRunner on;
+  const Status init_on = on.Init(1 << 20);
+  unsetenv("FORGE_GEMM_SPLITK");
+  GemmRunner unset;
+  const Status init_unset = unset.Init(1 << 20);
+  if (old) setenv("FORGE_GEMM_SPLITK", saved.c_str(), 1);
+  ASSERT_STATUS_OK(init_off);
+  ASSERT_STATUS_OK(init_on);
+  ASSERT_STATUS_OK(init_unset);
+  EXPECT_FALSE(off.splitk());
+  EXPECT_TRUE(on.splitk());
+  EXPECT_TRUE(unset.splitk());
+}
+
+// The wave model (no GPU needed), on the gpt350m weight gradients at 128x256 tiles on 132
+// SMs: wo (32 tiles) splits 4 ways, w_down (88) 3, w_gate_up (176) 3, or 2 when the
+// workspace rules 3 out; wqkv (96) gains too little; K / split stays >= kSplitKMinK.
+TEST(GemmChooseSplitK, FollowsTheWaveModel) {
+  const std::vector<int> all(std::begin(kSplitKValues), std::end(kSplitKValues));
+  EXPECT_EQ(ChooseSplitK({1024, 1024, 16384, 32 / 132.0}, all), 4);
+  EXPECT_EQ(ChooseSplitK({1024, 2816, 16384, 88 / 132.0}, all), 3);
+  EXPECT_EQ(ChooseSplitK({5632, 1024, 16384, 176 / 132.0}, all), 3);
+  EXPECT_EQ(ChooseSplitK({5632, 1024, 16384, 176 / 132.0}, {2, 4, 6, 8}), 2);
+  EXPECT_EQ(ChooseSplitK({3072, 1024, 16384, 96 / 132.0}, all), 1);
+  // Nothing allowed, unknown or many waves, short K.
+  EXPECT_EQ(ChooseSplitK({1024, 1024, 16384, 32 / 132.0}, {}), 1);
+  EXPECT_EQ(ChooseSplitK({1024, 1024, 16384, 0.0}, all), 1);
+  EXPECT_EQ(ChooseSplitK({8192, 8192, 16384, kSplitKMaxWaves}, all), 1);
+  EXPECT_EQ(ChooseSplitK({128, 128, 1024, 0.01}, all), 1);
+  EXPECT_EQ(ChooseSplitK({128, 128, 2048, 0.01}, all), 2);
+  // Exactly one wave gains nothing from splitting; a tiny one gains from the largest split.
+  EXPECT_EQ(ChooseSplitK({4096, 4096, 16384, 1.0}, all), 1);
+  EXPECT_EQ(ChooseSplitK({128, 192, 8192, 1 / 132.0}, all), 8);
+  // The prediction: whole waves of 1/s-long tiles plus the partials' traffic.
+  const SplitKProblem p{1024, 1024, 16384, 0.25};
+  EXPECT_LT(PredictSplitKUs(p, 4), PredictSplitKUs(p, 1) / 2);
+  EXPECT_GT(PredictSplitKUs(p, 8), PredictSplitKUs(p, 4));  // 2 waves: no faster, more traffic
+  EXPECT_TRUE(std::isinf(PredictSplitKUs({1024, 1024, 16384, 0.0}, 1)));
+}
+
+TEST(GemmAlgoNames, ReadableConfigNames) {
+  EXPECT_EQ(TileName(CUBLASLT_MATMUL_TILE_128x256), "128x256");
+  EXPECT_EQ(TileName(CUBLASLT_MATMUL_TILE_64x64), "64x64");
+  EXPECT_EQ(TileName(CUBLASLT_MATMUL_TILE_UNDEFINED), "undefined");
+  EXPECT_EQ(TileName(CUBLASLT_MATMUL_TILE_8x8), "#" + std::to_string(CUBLASLT_MATMUL_TILE_8x8));
+  EXPECT_EQ(StagesName(CUBLASLT_MATMUL_STAGES_64x4), "64x4");
+  EXPECT_EQ(StagesName(CUBLASLT_MATMUL_STAGES_128xAUTO), "128xAUTO");
+  EXPECT_EQ(ClusterName(CUBLASLT_CLUSTER_SHAPE_2x1x1), "2x1x1");
+  EXPECT_EQ(ClusterName(CUBLASLT_CLUSTER_SHAPE_AUTO), "auto");
+  EXPECT_EQ(ReductionName(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE), "compute_type");
 }
 
 // ---- FP8 ----------------------------------------------------------------------------------

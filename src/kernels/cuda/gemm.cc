@@ -1,10 +1,12 @@
 // cuBLASLt GEMM runner: row-major products mapped onto column-major cuBLASLt, one plan per
-// shape/type key (descriptors + an algorithm chosen by the heuristic, then by timing).
+// shape/type key (descriptors + an algorithm chosen by the heuristic, the split-K rule, then
+// optionally by timing).
 #include "kernels/cuda/gemm.cuh"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <memory>
@@ -27,6 +29,12 @@ struct GemmRunner::Plan {
   // C shares D's layout object except for an fp8 D, where cuBLASLt wants a bf16 C layout.
   cublasLtMatrixLayout_t lt_c = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  // While `algo` is the split-K rule's variant that has not run yet: the unsplit first
+  // choice to fall back to should cublasLtMatmul refuse it (AlgoCheck passing does not
+  // guarantee that it runs), and the plan's record in tune_log_.
+  bool has_fallback = false;
+  cublasLtMatmulAlgo_t fallback{};
+  size_t log_index = 0;
 
   Plan() = default;
   Plan(const Plan&) = delete;
@@ -305,7 +313,183 @@ struct TuneScope {
   }
 };
 
+// Tiles, stages and cluster shapes by name. Tiles: the shapes a bf16 Hopper kernel plausibly
+// uses (the enum has ~630); others print as "#<id>".
+#define FORGE_GEMM_TILES(X)                                                                   \
+  X(64, 64) X(64, 96) X(64, 128) X(64, 160) X(64, 192) X(64, 224) X(64, 256) X(64, 512)       \
+  X(96, 64) X(96, 128) X(96, 192) X(96, 256) X(96, 512)                                       \
+  X(128, 64) X(128, 96) X(128, 128) X(128, 160) X(128, 192) X(128, 224) X(128, 256)           \
+  X(128, 512) X(160, 64) X(160, 128) X(160, 192) X(160, 256)                                  \
+  X(192, 64) X(192, 96) X(192, 128) X(192, 160) X(192, 192) X(192, 224) X(192, 256)           \
+  X(224, 64) X(224, 128) X(224, 192)                                                          \
+  X(256, 64) X(256, 96) X(256, 128) X(256, 160) X(256, 192) X(256, 224) X(256, 256)           \
+  X(256, 512) X(512, 64) X(512, 96) X(512, 128) X(512, 512)
+#define FORGE_GEMM_STAGES(X)                                                                  \
+  X(16x1) X(16x2) X(16x3) X(16x4) X(16x5) X(16x6) X(32x1) X(32x2) X(32x3) X(32x4) X(32x5)     \
+  X(32x6) X(64x1) X(64x2) X(64x3) X(64x4) X(64x5) X(64x6) X(128x1) X(128x2) X(128x3)          \
+  X(128x4) X(128x5) X(128x6) X(32x10) X(8x4) X(16x10) X(8x5) X(8x3) X(8xAUTO) X(16xAUTO)      \
+  X(32xAUTO) X(64xAUTO) X(128xAUTO) X(256xAUTO) X(768xAUTO)
+#define FORGE_GEMM_CLUSTERS(X)                                                                \
+  X(1x1x1) X(2x1x1) X(4x1x1) X(1x2x1) X(2x2x1) X(4x2x1) X(1x4x1) X(2x4x1) X(4x4x1) X(8x1x1)   \
+  X(1x8x1) X(8x2x1) X(2x8x1) X(16x1x1) X(1x16x1) X(3x1x1) X(5x1x1) X(6x1x1) X(7x1x1)          \
+  X(9x1x1) X(10x1x1) X(11x1x1) X(12x1x1) X(13x1x1) X(14x1x1) X(15x1x1) X(3x2x1) X(5x2x1)      \
+  X(6x2x1) X(7x2x1) X(1x3x1) X(2x3x1) X(3x3x1) X(4x3x1) X(5x3x1) X(3x4x1) X(1x5x1) X(2x5x1)   \
+  X(3x5x1) X(1x6x1) X(2x6x1) X(1x7x1) X(2x7x1) X(1x9x1) X(1x10x1) X(1x11x1) X(1x12x1)        \
+  X(1x13x1) X(1x14x1) X(1x15x1)
+
+// Rows x cols of a tile in the table; false for others.
+bool TileDims(uint32_t tile, int* rows, int* cols) {
+  switch (tile) {
+#define FORGE_X(r, c)                  \
+  case CUBLASLT_MATMUL_TILE_##r##x##c: \
+    *rows = r, *cols = c;              \
+    return true;
+    FORGE_GEMM_TILES(FORGE_X)
+#undef FORGE_X
+    default: return false;
+  }
+}
+
+// The wave model's device constants: the rate of a full wave of bf16 tiles (cuBLASLt reaches
+// 650-760 TFLOP/s on the gpt350m shapes, H100 and H200), memory bandwidth for the fp32
+// partials (conservative for H200's 4.8 TB/s), a prologue + epilogue per wave of tiles, and
+// the reduction kernel's launch.
+constexpr double kModelFlopsPerS = 660e12;
+constexpr double kModelBytesPerS = 3.0e12;
+constexpr double kModelWaveOverheadUs = 2.0;
+constexpr double kModelReduceLaunchUs = 2.0;
+
 }  // namespace
+
+GemmAlgoInfo ReadAlgoInfo(const cublasLtMatmulAlgo_t& algo) {
+  GemmAlgoInfo info;
+  size_t written = 0;
+  // Each attribute is read on its own; one an algorithm does not report keeps its default.
+  auto get = [&](cublasLtMatmulAlgoConfigAttributes_t attr, auto* value) {
+    (void)cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, value, sizeof(*value), &written);
+  };
+  get(CUBLASLT_ALGO_CONFIG_ID, &info.id);
+  get(CUBLASLT_ALGO_CONFIG_TILE_ID, &info.tile);
+  get(CUBLASLT_ALGO_CONFIG_STAGES_ID, &info.stages);
+  get(CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &info.splitk);
+  get(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &info.reduction);
+  get(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &info.swizzle);
+  get(CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &info.custom);
+  get(CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, &info.inner_shape);
+  get(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &info.cluster);
+  return info;
+}
+
+std::string TileName(uint32_t tile) {
+  if (tile == CUBLASLT_MATMUL_TILE_UNDEFINED) return "undefined";
+  int r = 0, c = 0;
+  if (TileDims(tile, &r, &c)) return std::to_string(r) + "x" + std::to_string(c);
+  return "#" + std::to_string(tile);
+}
+
+std::string StagesName(uint32_t stages) {
+  switch (stages) {
+    case CUBLASLT_MATMUL_STAGES_UNDEFINED: return "undefined";
+#define FORGE_X(n) \
+  case CUBLASLT_MATMUL_STAGES_##n: return #n;
+    FORGE_GEMM_STAGES(FORGE_X)
+#undef FORGE_X
+    default: return "#" + std::to_string(stages);
+  }
+}
+
+std::string ClusterName(uint16_t cluster) {
+  switch (cluster) {
+    case CUBLASLT_CLUSTER_SHAPE_AUTO: return "auto";
+#define FORGE_X(n) \
+  case CUBLASLT_CLUSTER_SHAPE_##n: return #n;
+    FORGE_GEMM_CLUSTERS(FORGE_X)
+#undef FORGE_X
+    default: return "#" + std::to_string(cluster);
+  }
+}
+
+std::string ReductionName(uint32_t reduction) {
+  switch (reduction) {
+    case CUBLASLT_REDUCTION_SCHEME_NONE: return "none";
+    case CUBLASLT_REDUCTION_SCHEME_INPLACE: return "inplace";
+    case CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE: return "compute_type";
+    case CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE: return "output_type";
+    default: return "#" + std::to_string(reduction);
+  }
+}
+
+std::string Describe(const GemmAlgoInfo& i) {
+  char waves[32];
+  std::snprintf(waves, sizeof(waves), "%.3f", double(i.waves));
+  return "algo " + std::to_string(i.id) + " tile " + TileName(i.tile) + " stages " +
+         StagesName(i.stages) + " splitk " + std::to_string(i.splitk) + " reduction " +
+         ReductionName(i.reduction) + " swizzle " + std::to_string(i.swizzle) + " custom " +
+         std::to_string(i.custom) + " inner " + std::to_string(i.inner_shape) + " cluster " +
+         ClusterName(i.cluster) + " waves " + waves + " workspace " +
+         std::to_string(i.workspace);
+}
+
+Status SetSplitK(cublasLtMatmulAlgo_t* algo, int splitk) {
+  if (splitk < 1) return Status::Invalid("split-K " + std::to_string(splitk) + " < 1");
+  const int32_t num = splitk;
+  const uint32_t scheme =
+      splitk > 1 ? CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE : CUBLASLT_REDUCTION_SCHEME_NONE;
+  FORGE_CUBLAS_CHECK(
+      cublasLtMatmulAlgoConfigSetAttribute(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &num, sizeof(num)));
+  FORGE_CUBLAS_CHECK(cublasLtMatmulAlgoConfigSetAttribute(
+      algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof(scheme)));
+  return Status::Ok();
+}
+
+bool SupportsSplitK(const cublasLtMatmulAlgo_t& algo) {
+  int32_t support = 0;
+  uint32_t mask = 0;
+  size_t written = 0;
+  if (cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &support,
+                                        sizeof(support), &written) != CUBLAS_STATUS_SUCCESS ||
+      support == 0) {
+    return false;
+  }
+  if (cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK, &mask,
+                                        sizeof(mask), &written) != CUBLAS_STATUS_SUCCESS) {
+    return false;
+  }
+  return (mask & CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE) != 0;
+}
+
+double PredictSplitKUs(const SplitKProblem& p, int splitk) {
+  if (p.waves <= 0.0 || splitk < 1) return std::numeric_limits<double>::infinity();
+  const double flops = 2.0 * double(p.M) * double(p.N) * double(p.K);
+  // A full wave of unsplit tiles does flops / waves of the work at the full-GPU rate.
+  const double wave_us = flops / (p.waves * kModelFlopsPerS) * 1e6;
+  // The last wave counts whole (the tolerance keeps an exact fill such as 3 x 176 / 132 = 4
+  // from rounding up).
+  const double waves = std::max(1.0, std::ceil(p.waves * splitk * (1.0 - 1e-5)));
+  double us = waves * (wave_us / splitk + kModelWaveOverheadUs);
+  if (splitk > 1) {
+    // fp32 partials written by the split kernel and read back by the reduction; D and C are
+    // touched once either way.
+    const double bytes = 2.0 * splitk * double(p.M) * double(p.N) * sizeof(float);
+    us += bytes / kModelBytesPerS * 1e6 + kModelReduceLaunchUs;
+  }
+  return us;
+}
+
+int ChooseSplitK(const SplitKProblem& p, const std::vector<int>& allowed, double baseline_us) {
+  if (p.waves <= 0.0 || p.waves >= kSplitKMaxWaves) return 1;
+  std::vector<int> splits(allowed);
+  std::sort(splits.begin(), splits.end());
+  const double unsplit = baseline_us > 0.0 ? baseline_us : PredictSplitKUs(p, 1);
+  int best = 1;
+  double best_us = unsplit;
+  for (int s : splits) {
+    if (s < 2 || p.K / s < kSplitKMinK) continue;
+    const double us = PredictSplitKUs(p, s);
+    if (us < best_us) best = s, best_us = us;  // strict: ties keep the smaller split
+  }
+  return best_us < (1.0 - kSplitKMinGain) * unsplit ? best : 1;
+}
 
 int ChooseAlgorithm(const std::vector<float>& times, float margin) {
   int best = -1;
@@ -334,6 +518,13 @@ Status GemmRunner::Init(size_t workspace_bytes) {
   // depend on timing. FORGE_GEMM_AUTOTUNE=1 turns it on.
   const char* env = std::getenv("FORGE_GEMM_AUTOTUNE");
   autotune_ = env && std::string(env) == "1";
+  // On unless FORGE_GEMM_SPLITK=0: deterministic, and aimed at the weight-gradient GEMMs'
+  // partial last waves (to be confirmed by forge-gemm-bench and the step bench).
+  const char* split_env = std::getenv("FORGE_GEMM_SPLITK");
+  splitk_ = !(split_env && std::string(split_env) == "0");
+  int device = 0;
+  FORGE_CUDA_CHECK(cudaGetDevice(&device));
+  FORGE_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
   return Status::Ok();
 }
 
@@ -399,6 +590,60 @@ StatusOr<GemmRunner::Plan*> GemmRunner::MakePlan(const GemmArgs& a, const Key& k
   // Run sets the actual values on every call.
   FORGE_RETURN_IF_ERROR(SetPointers(*plan, a));
 
+  FORGE_ASSIGN_OR_RETURN(const std::vector<cublasLtMatmulHeuristicResult_t> results,
+                         Query(*plan, a, align, kMaxCandidates));
+  std::vector<cublasLtMatmulAlgo_t> algos;
+  for (const auto& r : results) algos.push_back(r.algo);
+
+  GemmTuneRecord rec;
+  rec.gemm = Describe(a);
+  // The split-K rule first: its choice leads the candidates (autotuning, when on, can still
+  // prefer the unsplit first choice right behind it, or any other).
+  if (!splitk_) {
+    rec.splitk_note = "split-K rule off";
+  } else {
+    cublasLtMatmulAlgo_t split{};
+    rec.splitk = ApplySplitKRule(*plan, a, results, &split, &rec.splitk_note);
+    if (rec.splitk > 1) {
+      algos.insert(algos.begin(), split);
+      if (algos.size() > size_t(kMaxCandidates)) algos.pop_back();
+    }
+  }
+  rec.candidates = static_cast<int>(algos.size());
+  int chosen = 0;
+  if (!autotune_) {
+    rec.note = "autotune off";
+  } else if (StreamCapturing(stream)) {
+    rec.note = "stream capturing: first candidate, untimed";
+  } else if (algos.size() == 1) {
+    rec.note = "single candidate";
+  } else {
+    FORGE_ASSIGN_OR_RETURN(chosen, Autotune(*plan, algos, a, stream, &rec));
+  }
+  rec.chosen = chosen;
+  plan->algo = algos[size_t(chosen)];
+  if (rec.splitk > 1 && chosen == 0) {
+    plan->has_fallback = true;
+    plan->fallback = results[0].algo;
+  }
+  plan->log_index = tune_log_.size();
+  rec.algo = ReadAlgoInfo(plan->algo);
+  cublasLtMatmulHeuristicResult_t check{};
+  if (cublasLtMatmulAlgoCheck(handle_, plan->desc, plan->lt_a, plan->lt_b, plan->lt_c,
+                              plan->lt_d, &plan->algo, &check) == CUBLAS_STATUS_SUCCESS) {
+    rec.algo.waves = check.wavesCount;
+    rec.algo.workspace = check.workspaceSize;
+  }
+  tune_log_.push_back(rec);
+  Plan* raw = plan.release();
+  plans_.emplace(key, raw);
+  return raw;
+}
+
+StatusOr<std::vector<cublasLtMatmulHeuristicResult_t>> GemmRunner::Query(const Plan& plan,
+                                                                         const GemmArgs& a,
+                                                                         uint32_t align,
+                                                                         int max_count) {
   cublasLtMatmulPreference_t pref = nullptr;
   FORGE_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>,
@@ -415,12 +660,12 @@ StatusOr<GemmRunner::Plan*> GemmRunner::MakePlan(const GemmArgs& a, const Key& k
                     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
     FORGE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align)));
   }
-  cublasLtMatmulHeuristicResult_t results[kMaxCandidates] = {};
+  std::vector<cublasLtMatmulHeuristicResult_t> results(size_t(std::max(max_count, 1)));
   int found = 0;
   auto query = [&] {
-    return cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->lt_a, plan->lt_b,
-                                          plan->lt_c, plan->lt_d, pref, kMaxCandidates, results,
-                                          &found);
+    return cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.lt_a, plan.lt_b, plan.lt_c,
+                                          plan.lt_d, pref, static_cast<int>(results.size()),
+                                          results.data(), &found);
   };
   const cublasStatus_t st = query();
   if (st != CUBLAS_STATUS_SUCCESS) {
@@ -429,37 +674,97 @@ StatusOr<GemmRunner::Plan*> GemmRunner::MakePlan(const GemmArgs& a, const Key& k
                             DescribeLt(a, align, workspace_bytes_) + " | " + LtLogOf(query));
   }
   const bool out_of_place = a.accumulate && a.C != nullptr && a.C != a.D;
-  std::vector<cublasLtMatmulAlgo_t> algos;
+  std::vector<cublasLtMatmulHeuristicResult_t> usable;
   for (int i = 0; i < found; ++i) {
-    if (results[i].state != CUBLAS_STATUS_SUCCESS || results[i].workspaceSize > ws) continue;
-    if (Usable(results[i].algo, out_of_place)) algos.push_back(results[i].algo);
+    if (results[size_t(i)].state != CUBLAS_STATUS_SUCCESS || results[size_t(i)].workspaceSize > ws) {
+      continue;
+    }
+    if (Usable(results[size_t(i)].algo, out_of_place)) usable.push_back(results[size_t(i)]);
   }
-  if (algos.empty()) {
+  if (usable.empty()) {
     return Status::Invalid("cuBLASLt heuristic found no usable algorithm (" +
                            std::to_string(found) + " offered" +
                            (out_of_place ? ", out-of-place C required" : "") + ") for " +
                            DescribeLt(a, align, workspace_bytes_));
   }
+  return usable;
+}
 
-  GemmTuneRecord rec;
-  rec.gemm = Describe(a);
-  rec.candidates = static_cast<int>(algos.size());
-  int chosen = 0;
-  if (!autotune_) {
-    rec.note = "autotune off";
-  } else if (StreamCapturing(stream)) {
-    rec.note = "stream capturing: heuristic's first choice, untimed";
-  } else if (algos.size() == 1) {
-    rec.note = "single candidate";
-  } else {
-    FORGE_ASSIGN_OR_RETURN(chosen, Autotune(*plan, algos, a, stream, &rec));
+double GemmRunner::Waves(const cublasLtMatmulHeuristicResult_t& r, const GemmArgs& a) const {
+  if (r.wavesCount > 0.0f) return r.wavesCount;
+  // Not reported: one CTA per SM per tile of the table (cuBLASLt's D is N x M).
+  int rows = 0, cols = 0;
+  if (!TileDims(ReadAlgoInfo(r.algo).tile, &rows, &cols) || sm_count_ <= 0) return 0.0;
+  const int64_t tiles = ((a.N + rows - 1) / rows) * ((a.M + cols - 1) / cols);
+  return double(tiles) / sm_count_;
+}
+
+int GemmRunner::ApplySplitKRule(const Plan& plan, const GemmArgs& a,
+                                const std::vector<cublasLtMatmulHeuristicResult_t>& results,
+                                cublasLtMatmulAlgo_t* out, std::string* note) const {
+  const GemmAlgoInfo first = ReadAlgoInfo(results[0].algo);
+  if (first.splitk > 1) {
+    *note = "heuristic's first already splits K " + std::to_string(first.splitk) + " ways";
+    return 1;
   }
-  rec.chosen = chosen;
-  tune_log_.push_back(rec);
-  plan->algo = algos[size_t(chosen)];
-  Plan* raw = plan.release();
-  plans_.emplace(key, raw);
-  return raw;
+  const double waves = Waves(results[0], a);
+  if (waves <= 0.0) {
+    *note = "waves unknown (tile " + TileName(first.tile) + ")";
+    return 1;
+  }
+  const double unsplit = PredictSplitKUs({a.M, a.N, a.K, waves}, 1);
+  char buf[128];
+  std::snprintf(buf, sizeof(buf), "first: algo %d, %.3f waves, %.1f us", first.id, waves,
+                unsplit);
+  *note = buf;
+  if (waves >= kSplitKMaxWaves) {
+    *note += "; enough waves";
+    return 1;
+  }
+  // The first candidate that can split (usually the heuristic's first itself).
+  size_t ci = 0;
+  while (ci < results.size() &&
+         (ReadAlgoInfo(results[ci].algo).splitk != 1 || !SupportsSplitK(results[ci].algo))) {
+    ++ci;
+  }
+  if (ci == results.size()) {
+    *note += "; no candidate splits K with an fp32 reduction";
+    return 1;
+  }
+  const SplitKProblem p{a.M, a.N, a.K, Waves(results[ci], a)};
+  if (ci > 0) {
+    std::snprintf(buf, sizeof(buf), "; candidate %zu (algo %d, %.3f waves) splits", ci,
+                  ReadAlgoInfo(results[ci].algo).id, p.waves);
+    *note += buf;
+  }
+  std::vector<int> allowed;
+  for (int s : kSplitKValues) {
+    if (a.K / s < kSplitKMinK) continue;
+    cublasLtMatmulAlgo_t cand = results[ci].algo;
+    if (!SetSplitK(&cand, s).ok()) continue;
+    cublasLtMatmulHeuristicResult_t check{};
+    const cublasStatus_t st = cublasLtMatmulAlgoCheck(handle_, plan.desc, plan.lt_a, plan.lt_b,
+                                                      plan.lt_c, plan.lt_d, &cand, &check);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+      *note += "; s=" + std::to_string(s) + " " + StatusName(st);
+      continue;
+    }
+    if (check.workspaceSize > workspace_bytes_) {
+      *note += "; s=" + std::to_string(s) + " needs " + std::to_string(check.workspaceSize) +
+               " B workspace";
+      continue;
+    }
+    std::snprintf(buf, sizeof(buf), "; s=%d %.1f us", s, PredictSplitKUs(p, s));
+    *note += buf;
+    allowed.push_back(s);
+  }
+  const int splitk = ChooseSplitK(p, allowed, unsplit);
+  *note += "; chose " + std::to_string(splitk);
+  if (splitk > 1) {
+    *out = results[ci].algo;
+    if (!SetSplitK(out, splitk).ok()) return 1;  // it was set above for the check already
+  }
+  return splitk;
 }
 
 StatusOr<int> GemmRunner::Autotune(const Plan& plan, const std::vector<cublasLtMatmulAlgo_t>& algos,
@@ -552,8 +857,8 @@ StatusOr<int> GemmRunner::Autotune(const Plan& plan, const std::vector<cublasLtM
   return chosen;
 }
 
-Status GemmRunner::Run(const GemmArgs& a, cudaStream_t stream) {
-  if (!handle_) return Status::Precondition("GemmRunner::Run before Init");
+StatusOr<GemmRunner::Plan*> GemmRunner::GetPlan(const GemmArgs& a, cudaStream_t stream) {
+  if (!handle_) return Status::Precondition("GemmRunner used before Init");
   FORGE_RETURN_IF_ERROR(Validate(a));
   const uint32_t align = PointerAlignment(a);
   const bool separate_c = a.accumulate && a.C != nullptr && a.C != a.D;
@@ -570,24 +875,87 @@ Status GemmRunner::Run(const GemmArgs& a, cudaStream_t stream) {
                 flags,
                 align,
                 a.accumulate ? 1 : 0};
-  Plan* plan = nullptr;
   auto it = plans_.find(key);
-  if (it != plans_.end()) {
-    plan = it->second;
-  } else {
-    FORGE_ASSIGN_OR_RETURN(plan, MakePlan(a, key, align, stream));
+  if (it != plans_.end()) return it->second;
+  return MakePlan(a, key, align, stream);
+}
+
+Status GemmRunner::Run(const GemmArgs& a, cudaStream_t stream) {
+  FORGE_ASSIGN_OR_RETURN(Plan * plan, GetPlan(a, stream));
+  if (plan->has_fallback) {
+    FORGE_RETURN_IF_ERROR(SetPointers(*plan, a));
+    const cublasStatus_t st = Launch(*plan, plan->algo, a, CPointer(a), a.D, stream);
+    plan->has_fallback = false;
+    if (st == CUBLAS_STATUS_SUCCESS) return Status::Ok();
+    // Refused before launching anything: run the unsplit first choice from now on (the
+    // same in every process, as the refusal is).
+    plan->algo = plan->fallback;
+    GemmTuneRecord& rec = tune_log_[plan->log_index];
+    rec.splitk_note += std::string("; split refused by cublasLtMatmul (") + StatusName(st) +
+                       "): unsplit";
+    rec.splitk = 1;
+    rec.algo = ReadAlgoInfo(plan->algo);
   }
+  return RunWithAlgo(a, plan->algo, stream);
+}
+
+Status GemmRunner::RunWithAlgo(const GemmArgs& a, const cublasLtMatmulAlgo_t& algo,
+                               cudaStream_t stream) {
+  FORGE_ASSIGN_OR_RETURN(Plan * plan, GetPlan(a, stream));
   // The pointers differ between calls with the same key (each layer has its own scales).
   FORGE_RETURN_IF_ERROR(SetPointers(*plan, a));
-  const cublasStatus_t st = Launch(*plan, plan->algo, a, CPointer(a), a.D, stream);
+  const cublasStatus_t st = Launch(*plan, algo, a, CPointer(a), a.D, stream);
   if (st != CUBLAS_STATUS_SUCCESS) {
     // Re-running only to capture the log is safe: the failed call launched nothing.
     return Status::Internal(
         "cublasLtMatmul: " + std::string(StatusName(st)) + " for " +
-        DescribeLt(a, align, workspace_bytes_) + " | " +
-        LtLogOf([&] { return Launch(*plan, plan->algo, a, CPointer(a), a.D, stream); }));
+        DescribeLt(a, PointerAlignment(a), workspace_bytes_) + " with " +
+        Describe(ReadAlgoInfo(algo)) + " | " +
+        LtLogOf([&] { return Launch(*plan, algo, a, CPointer(a), a.D, stream); }));
   }
   return Status::Ok();
+}
+
+StatusOr<GemmTuneRecord> GemmRunner::PlanRecord(const GemmArgs& a, cudaStream_t stream) {
+  FORGE_ASSIGN_OR_RETURN(Plan * plan, GetPlan(a, stream));
+  return tune_log_[plan->log_index];
+}
+
+StatusOr<std::vector<GemmCandidate>> GemmRunner::Candidates(const GemmArgs& a, int max_count,
+                                                            cudaStream_t stream) {
+  FORGE_ASSIGN_OR_RETURN(Plan * plan, GetPlan(a, stream));
+  FORGE_ASSIGN_OR_RETURN(const std::vector<cublasLtMatmulHeuristicResult_t> results,
+                         Query(*plan, a, PointerAlignment(a), max_count));
+  std::vector<GemmCandidate> out;
+  for (const auto& r : results) {
+    GemmCandidate c;
+    c.algo = r.algo;
+    c.info = ReadAlgoInfo(r.algo);
+    c.info.waves = r.wavesCount;
+    c.info.workspace = r.workspaceSize;
+    out.push_back(c);
+  }
+  return out;
+}
+
+StatusOr<GemmAlgoInfo> GemmRunner::CheckAlgo(const GemmArgs& a, const cublasLtMatmulAlgo_t& algo,
+                                             cudaStream_t stream) {
+  FORGE_ASSIGN_OR_RETURN(Plan * plan, GetPlan(a, stream));
+  cublasLtMatmulHeuristicResult_t check{};
+  const cublasStatus_t st = cublasLtMatmulAlgoCheck(handle_, plan->desc, plan->lt_a, plan->lt_b,
+                                                    plan->lt_c, plan->lt_d, &algo, &check);
+  GemmAlgoInfo info = ReadAlgoInfo(algo);
+  if (st != CUBLAS_STATUS_SUCCESS) {
+    return Status::Invalid("cublasLtMatmulAlgoCheck: " + std::string(StatusName(st)) + " for " +
+                           Describe(info));
+  }
+  info.waves = check.wavesCount;
+  info.workspace = check.workspaceSize;
+  if (check.workspaceSize > workspace_bytes_) {
+    return Status::Invalid(Describe(info) + ": needs more than the runner's " +
+                           std::to_string(workspace_bytes_) + " B workspace");
+  }
+  return info;
 }
 
 }  // namespace forge::cuda
