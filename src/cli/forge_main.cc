@@ -3,9 +3,10 @@
 //                      [--resume latest|step_N|PATH]
 //     Under `mpirun -np N` (or `srun --mpi=pmix`) the N processes train one model
 //     data-parallel in parallel.mode (CPU backend); rank 0 prints and writes metrics.
-//     --resume overrides checkpoint.resume. SIGINT/SIGTERM (Ctrl-C, scancel) save a
-//     checkpoint at the next step boundary and end the run cleanly (exit 0); a second
-//     signal kills at once.
+//     --resume overrides checkpoint.resume. SIGINT, SIGTERM or SIGUSR1 (Ctrl-C, scancel,
+//     sbatch --signal) save a checkpoint at the next step boundary and end the run cleanly
+//     (exit 0); a second signal kills at once. Under Open MPI's mpirun signal the ranks, or
+//     mpirun with SIGUSR1 (which it forwards): on SIGTERM/SIGINT mpirun kills them itself.
 //   forge export --checkpoint PATH|latest [--run-dir DIR] -o FILE [--dtype f32|bf16]
 //     Writes a checkpoint's weights as one safetensors file (GPT-2-style names,
 //     worker/checkpoint/safetensors.h). "latest": the newest intact checkpoint under
@@ -90,7 +91,7 @@ StatusOr<Args> ParseArgs(int argc, char** argv, int first,
   return a;
 }
 
-// Set by SIGINT/SIGTERM; the trainer checkpoints at the next step boundary and returns. The
+// Set by SIGINT/SIGTERM/SIGUSR1; the trainer checkpoints at the next step boundary and returns. The
 // handler then restores the default action, so a second signal ends the process at once.
 std::atomic<bool> g_stop_requested{false};
 
@@ -102,6 +103,7 @@ extern "C" void OnStopSignal(int sig) {
 void InstallStopHandlers() {
   std::signal(SIGINT, OnStopSignal);
   std::signal(SIGTERM, OnStopSignal);
+  std::signal(SIGUSR1, OnStopSignal);
 }
 
 std::string DatasetDir(const RunConfig& cfg) {

@@ -1,6 +1,8 @@
 // forge_checkpoint_check: checkpoint save and resume across world sizes and parallel modes.
 // The integration tests (tests/integration/checkpoint_mpi_test.cc) launch it under mpirun:
 //
+// Both take --global G (default 8: the global batch, in single sequences).
+//
 //   forge_checkpoint_check save --root DIR [--steps K] [--modes ddp,zero1,zero2,fsdp]
 //       Trains a tiny model K steps in each mode over all ranks with checkpoints every 2
 //       steps (and at K) under DIR/<mode>, and checks what was committed: step_K with one
@@ -59,8 +61,9 @@ struct Checker {
   }
 };
 
-// Global batch 8 of single sequences: 8, 4 and 2 micro-steps per rank on 1, 2 and 4 ranks.
-RunConfig TinyConfig(int64_t total_steps) {
+// Micro-batches of one sequence: global 8 gives 8, 4 and 2 micro-steps per rank on 1, 2 and 4
+// ranks; global 6 gives 3 on 2 ranks and 2 on 3.
+RunConfig TinyConfig(int64_t total_steps, int64_t global) {
   RunConfig c;
   c.seed = 21;
   c.model.n_layer = 2;
@@ -72,7 +75,7 @@ RunConfig TinyConfig(int64_t total_steps) {
   c.model.seq_len = 16;
   c.model.qk_norm = true;
   c.batch.micro_batch = 1;
-  c.batch.global_batch = 8;
+  c.batch.global_batch = global;
   c.optimizer.lr = 1e-2f;
   c.optimizer.grad_clip = 0.5f;
   c.schedule.total_steps = total_steps;
@@ -206,8 +209,9 @@ int RunSave(Comm* comm, int argc, char** argv) {
   const std::string root = ArgValue(argc, argv, "--root", "");
   const int64_t steps = std::atoll(ArgValue(argc, argv, "--steps", "3").c_str());
   const int64_t total = std::atoll(ArgValue(argc, argv, "--total", "6").c_str());
+  const int64_t global = std::atoll(ArgValue(argc, argv, "--global", "8").c_str());
   for (const std::string& mode : Modes(argc, argv)) {
-    RunConfig cfg = TinyConfig(total);
+    RunConfig cfg = TinyConfig(total, global);
     if (!ParseMode(mode, &cfg.parallel.mode)) {
       c.Expect(false, "unknown mode " + mode);
       continue;
@@ -242,6 +246,7 @@ int RunResume(Comm* comm, int argc, char** argv) {
   const std::string root = ArgValue(argc, argv, "--root", "");
   const int64_t steps = std::atoll(ArgValue(argc, argv, "--steps", "3").c_str());
   const int64_t total = std::atoll(ArgValue(argc, argv, "--total", "6").c_str());
+  const int64_t global = std::atoll(ArgValue(argc, argv, "--global", "8").c_str());
   const bool rotate = HasFlag(argc, argv, "--rotate");
   const bool bitwise = ArgValue(argc, argv, "--expect", "bitwise") == "bitwise";
   // The parallel tests' tolerance where the canonical sum order cannot match one process.
@@ -249,15 +254,15 @@ int RunResume(Comm* comm, int argc, char** argv) {
 
   Outcome ref;
   if (rank == 0) {
-    RunConfig cfg = TinyConfig(total);
+    RunConfig cfg = TinyConfig(total, global);
     cfg.checkpoint.every_steps = 0;
     Status st = Train(cfg, nullptr, -1, &ref);
     c.Expect(st.ok(), "single-process reference: " + st.ToString());
   }
-  const ParamLayout layout = MakeParamLayout(TinyConfig(total).model);
+  const ParamLayout layout = MakeParamLayout(TinyConfig(total, global).model);
 
   for (const std::string& mode : Modes(argc, argv)) {
-    RunConfig cfg = TinyConfig(total);
+    RunConfig cfg = TinyConfig(total, global);
     if (!ParseMode(mode, &cfg.parallel.mode)) {
       c.Expect(false, "unknown mode " + mode);
       continue;
