@@ -252,12 +252,19 @@ int Train(const Args& a, Group* group) {
   auto r = RunTraining(cfg, backend.get(), data, opt);
   if (!r.ok()) return Fail(r.status());
   if (leader && r->stopped) {
-    std::printf("forge: stopped at step %ld on a signal; continue with --resume latest | "
-                "metrics %s\n",
-                long(r->steps), opt.metrics_path.c_str());
+    const std::string saved = r->checkpoints.empty()
+                                  ? "nothing new to save"
+                                  : "checkpoint step_" + std::to_string(r->checkpoints.back());
+    std::printf("forge: stopped on a signal after step %ld (%s); continue with --resume latest "
+                "| metrics %s\n",
+                long(r->steps), saved.c_str(), opt.metrics_path.c_str());
   } else if (leader) {
-    std::printf("forge: done: %ld steps in %.1f s, %.0f tokens/s | train loss %.4f | val loss ",
-                long(r->steps), r->seconds, r->tokens_per_s, r->final_train_loss);
+    std::printf("forge: done: %ld steps", long(r->steps));
+    if (!r->resumed_from.empty())
+      std::printf(" (%ld after resuming at step %ld)", long(r->steps - r->resumed_step),
+                  long(r->resumed_step));
+    std::printf(" in %.1f s, %.0f tokens/s | train loss %.4f | val loss ", r->seconds,
+                r->tokens_per_s, r->final_train_loss);
     if (r->initial_val_loss >= 0) std::printf("%.4f -> ", r->initial_val_loss);
     std::printf("%.4f (unigram baseline %.4f) | metrics %s\n", r->final_val_loss,
                 base.val_cross_entropy, opt.metrics_path.c_str());

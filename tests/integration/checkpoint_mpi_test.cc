@@ -289,7 +289,7 @@ void StopAndResume(int ranks, const std::string& signal, bool to_launcher) {
   std::printf("[ %d rank(s), SIG%s to %s: %.1f s ]\n%s", ranks, signal.c_str(),
               to_launcher ? "mpirun" : "one rank", r.seconds, out.c_str());
   ASSERT_TRUE(Contains(out, "exit=0")) << out;
-  ASSERT_TRUE(Contains(out, "forge: stopped at step ")) << out;
+  ASSERT_TRUE(Contains(out, "forge: stopped on a signal after step ")) << out;
   const auto ckpts = ListCheckpoints(dir + "/run/checkpoints");
   ASSERT_EQ(ckpts.size(), 1u) << out;
   const int64_t stopped = ckpts[0].step;

@@ -300,9 +300,6 @@ StatusOr<TrainResult> RunTraining(const RunConfig& cfg, TrainBackend* backend,
     result.steps = step;
     if (stop) {
       result.stopped = true;
-      if (leader && opt.print_progress)
-        std::printf("stopped at step %ld on request (checkpoint step_%ld committed)\n",
-                    long(step), long(step));
       break;
     }
   }
