@@ -1,9 +1,9 @@
 // `forge`: the local command-line entry point.
 //   forge train CONFIG [--steps N] [--backend auto|cpu|cuda] [--run-dir DIR]
-//                      [--resume latest|step_N|PATH]
+//                      [--resume latest|step_N|PATH] [--checkpoint-every N]
 //     Under `mpirun -np N` (or `srun --mpi=pmix`) the N processes train one model
 //     data-parallel in parallel.mode (CPU backend); rank 0 prints and writes metrics.
-//     --resume overrides checkpoint.resume. SIGINT, SIGTERM or SIGUSR1 (Ctrl-C, scancel,
+//     --resume overrides checkpoint.resume, --checkpoint-every checkpoint.every_steps. SIGINT, SIGTERM or SIGUSR1 (Ctrl-C, scancel,
 //     sbatch --signal) save a checkpoint at the next step boundary and end the run cleanly
 //     (exit 0); a second signal kills at once. Under Open MPI's mpirun signal the ranks, or
 //     mpirun with SIGUSR1 (which it forwards): on SIGTERM/SIGINT mpirun kills them itself.
@@ -11,6 +11,13 @@
 //     Writes a checkpoint's weights as one safetensors file (GPT-2-style names,
 //     worker/checkpoint/safetensors.h). "latest": the newest intact checkpoint under
 //     DIR/checkpoints.
+//   forge eval --checkpoint PATH|latest|step_N [--run-dir DIR] [--config CONFIG]
+//              [--dataset DIR] [--batches N] [--dump-tokens FILE]
+//     The validation loss of a checkpoint's weights on the CPU backend (fp32): the first N
+//     validation micro-batches (default eval.batches), exactly as the trainer evaluates them.
+//     Prints one JSON line {"loss", "per_batch", ...}; --dump-tokens writes the batches
+//     (TokenDumpFormat below) so another implementation can evaluate the identical tokens.
+//     The config is the checkpoint's own unless --config is given (its model must match).
 //   forge data prepare [--out DIR] [--threads N] [--force]
 //   forge data baseline [--dataset DIR]
 //   forge has-gpu
@@ -19,8 +26,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "common/config.h"
 #include "worker/checkpoint/checkpoint.h"
@@ -45,9 +55,11 @@ int Usage() {
   std::fprintf(stderr,
                "usage:\n"
                "  forge train CONFIG [--steps N] [--backend auto|cpu|cuda] [--run-dir DIR]\n"
-               "                     [--resume latest|step_N|PATH]\n"
+               "                     [--resume latest|step_N|PATH] [--checkpoint-every N]\n"
                "  forge export --checkpoint PATH|latest [--run-dir DIR] -o FILE"
                " [--dtype f32|bf16]\n"
+               "  forge eval --checkpoint PATH|latest|step_N [--run-dir DIR] [--config CONFIG]\n"
+               "             [--dataset DIR] [--batches N] [--dump-tokens FILE]\n"
                "  forge data prepare [--out DIR] [--threads N] [--force]\n"
                "  forge data baseline [--dataset DIR]\n"
                "  forge has-gpu\n");
@@ -183,6 +195,14 @@ int Train(const Args& a, Group* group) {
   }
   if (a.Has("--run-dir")) cfg.train.run_dir = a.Get("--run-dir");
   if (a.Has("--resume")) cfg.checkpoint.resume = a.Get("--resume");
+  if (a.Has("--checkpoint-every")) {
+    const std::string n = a.Get("--checkpoint-every");
+    char* end = nullptr;
+    const long long every = std::strtoll(n.c_str(), &end, 10);
+    if (n.empty() || *end != '\0' || every < 0)
+      return Fail(Status::Invalid("--checkpoint-every: expected a step count >= 0, got " + n));
+    cfg.checkpoint.every_steps = every;
+  }
   TrainOptions opt;
   opt.stop_requested = &g_stop_requested;
   if (a.Has("--steps")) opt.max_steps = std::atoll(a.Get("--steps").c_str());
@@ -263,8 +283,10 @@ int Train(const Args& a, Group* group) {
     if (!r->resumed_from.empty())
       std::printf(" (%ld after resuming at step %ld)", long(r->steps - r->resumed_step),
                   long(r->resumed_step));
-    std::printf(" in %.1f s, %.0f tokens/s | train loss %.4f | val loss ", r->seconds,
-                r->tokens_per_s, r->final_train_loss);
+    if (r->steps > r->resumed_step)
+      std::printf(" in %.1f s, %.0f tokens/s | train loss %.4f", r->seconds, r->tokens_per_s,
+                  r->final_train_loss);
+    std::printf(" | val loss ");
     if (r->initial_val_loss >= 0) std::printf("%.4f -> ", r->initial_val_loss);
     std::printf("%.4f (unigram baseline %.4f) | metrics %s\n", r->final_val_loss,
                 base.val_cross_entropy, opt.metrics_path.c_str());
@@ -304,29 +326,115 @@ void PrintExportSummary(const Manifest& m, const std::string& path, SafetensorsD
   }
 }
 
-int Export(const Args& a) {
+// The checkpoint directory named by --checkpoint: a path, or latest / step_N under
+// --run-dir's checkpoints.
+StatusOr<std::string> CheckpointArg(const Args& a) {
   const std::string spec = a.Get("--checkpoint");
+  if (spec != "latest" && spec.rfind("step_", 0) != 0) return spec;
+  if (!a.Has("--run-dir"))
+    return Status::Invalid("--checkpoint " + spec + " needs --run-dir (or pass a path)");
+  FORGE_ASSIGN_OR_RETURN(ResumeChoice c, ResolveResume(spec, a.Get("--run-dir") + "/checkpoints"));
+  for (const std::string& w : c.warnings) std::fprintf(stderr, "forge: warning: %s\n", w.c_str());
+  if (c.dir.empty()) return Status::NotFound("no checkpoint under " + a.Get("--run-dir"));
+  return c.dir;
+}
+
+int Export(const Args& a) {
   const std::string out = a.Has("-o") ? a.Get("-o") : a.Get("--out");
-  if (spec.empty() || out.empty() || !a.positional.empty()) return Usage();
+  if (a.Get("--checkpoint").empty() || out.empty() || !a.positional.empty()) return Usage();
   SafetensorsDtype dtype = SafetensorsDtype::kF32;
   const std::string d = a.Get("--dtype", "f32");
   if (d == "bf16") dtype = SafetensorsDtype::kBF16;
   else if (d != "f32") return Fail(Status::Invalid("--dtype: expected f32 or bf16, got " + d));
-  std::string dir = spec;
-  if (spec == "latest" || spec.rfind("step_", 0) == 0) {
-    if (!a.Has("--run-dir"))
-      return Fail(Status::Invalid("--checkpoint " + spec + " needs --run-dir (or pass a path)"));
-    auto c = ResolveResume(spec, a.Get("--run-dir") + "/checkpoints");
-    if (!c.ok()) return Fail(c.status());
-    for (const std::string& w : c->warnings) std::fprintf(stderr, "forge: warning: %s\n", w.c_str());
-    if (c->dir.empty()) return Fail(Status::NotFound("no checkpoint under " + a.Get("--run-dir")));
-    dir = c->dir;
-  }
+  auto resolved = CheckpointArg(a);
+  if (!resolved.ok()) return Fail(resolved.status());
+  const std::string dir = *resolved;
   Status st = ExportCheckpointSafetensors(dir, out, dtype);
   if (!st.ok()) return Fail(st);
   auto m = ReadManifest(CheckpointDirOf(dir));
   if (!m.ok()) return Fail(m.status());
   PrintExportSummary(*m, out, dtype);
+  return 0;
+}
+
+// TokenDumpFormat (`forge eval --dump-tokens FILE`), little-endian int32 throughout:
+//   header  batches, micro_batch, seq_len                        (3 values)
+//   inputs  [batches, micro_batch, seq_len]  validation micro-batches 0..batches-1 in order
+//   targets [batches, micro_batch, seq_len]
+// scripts/check_export_torch.py reads it.
+Status WriteTokenDump(const std::string& path, int batches, int micro_batch, int seq_len,
+                      const std::vector<int32_t>& inputs, const std::vector<int32_t>& targets) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) return Status::IoError("cannot create " + path);
+  const int32_t header[3] = {batches, micro_batch, seq_len};
+  bool ok = std::fwrite(header, sizeof header, 1, f) == 1;
+  ok = ok && std::fwrite(inputs.data(), 4, inputs.size(), f) == inputs.size();
+  ok = ok && std::fwrite(targets.data(), 4, targets.size(), f) == targets.size();
+  ok = (std::fclose(f) == 0) && ok;
+  return ok ? Status::Ok() : Status::IoError("cannot write " + path);
+}
+
+int Eval(const Args& a) {
+  if (a.Get("--checkpoint").empty() || !a.positional.empty()) return Usage();
+  auto resolved = CheckpointArg(a);
+  if (!resolved.ok()) return Fail(resolved.status());
+  auto ck = LoadFullCheckpoint(*resolved);
+  if (!ck.ok()) return Fail(ck.status());
+  auto loaded = a.Has("--config")
+                    ? LoadRunConfig(a.Get("--config"))
+                    : ParseRunConfig(ck->manifest.config_yaml,
+                                     ck->dir + "/manifest.json:config_yaml");
+  if (!loaded.ok()) return Fail(loaded.status());
+  RunConfig cfg = std::move(loaded).value();
+  const ParamLayout layout = MakeParamLayout(cfg.model);
+  if (Status st = CheckSameShapes(ck->manifest, layout); !st.ok())
+    return Fail(st.Annotate("the config's model does not match checkpoint " + ck->dir));
+  if (a.Has("--batches")) cfg.eval.batches = std::atoi(a.Get("--batches").c_str());
+  if (cfg.eval.batches <= 0)
+    return Fail(Status::Invalid("--batches: expected a count > 0, got " + a.Get("--batches")));
+
+  const std::string dataset_dir = a.Get("--dataset", DatasetDir(cfg));
+  auto ds = TokenDataset::Open(dataset_dir);
+  if (!ds.ok()) return Fail(ds.status().Annotate("opening dataset " + dataset_dir));
+  if (ds->manifest().vocab_size > cfg.model.vocab)
+    return Fail(Status::Invalid("the dataset's vocabulary (" +
+                                std::to_string(ds->manifest().vocab_size) +
+                                ") exceeds model.vocab (" + std::to_string(cfg.model.vocab) + ")"));
+  const TokenStream& val = ds->split(Split::kVal);
+
+  cfg.train.backend = Backend::kCpu;
+  std::unique_ptr<TrainBackend> backend = MakeCpuBackend(cfg);
+  if (Status st = backend->SetParams(ck->master); !st.ok()) return Fail(st);
+  if (Status st = backend->BeginEval(); !st.ok()) return Fail(st);
+
+  // The trainer's Evaluate: batch i is FillEvalBatch(val, T, i, micro_batch); the mean is
+  // summed in batch order in double.
+  const int n = cfg.eval.batches, mb = cfg.batch.micro_batch, T = cfg.model.seq_len;
+  const size_t tokens = size_t(mb) * size_t(T);
+  std::vector<int32_t> inputs(tokens * n), targets(tokens * n);
+  std::vector<float> losses(n);
+  double total = 0.0;
+  for (int i = 0; i < n; ++i) {
+    int32_t* in = inputs.data() + tokens * i;
+    int32_t* tgt = targets.data() + tokens * i;
+    Status st = FillEvalBatch(val, T, i, mb, in, tgt);
+    if (st.ok()) st = backend->EvalLoss({in, tgt}, &losses[i]);
+    if (!st.ok()) return Fail(st.Annotate("validation batch " + std::to_string(i)));
+    total += losses[i];
+  }
+  const float loss = static_cast<float>(total / n);
+  if (a.Has("--dump-tokens")) {
+    Status st = WriteTokenDump(a.Get("--dump-tokens"), n, mb, T, inputs, targets);
+    if (!st.ok()) return Fail(st);
+  }
+  nlohmann::json out = {{"loss", loss},
+                        {"per_batch", losses},
+                        {"step", ck->manifest.step},
+                        {"batches", n},
+                        {"micro_batch", mb},
+                        {"seq_len", T},
+                        {"checkpoint", ck->dir}};
+  std::printf("%s\n", out.dump().c_str());
   return 0;
 }
 
@@ -358,6 +466,11 @@ int main(int argc, char** argv) {
     auto a = ParseArgs(argc, argv, 2, {});
     if (!a.ok()) return Fail(a.status());
     return Export(*a);
+  }
+  if (cmd == "eval") {
+    auto a = ParseArgs(argc, argv, 2, {});
+    if (!a.ok()) return Fail(a.status());
+    return Eval(*a);
   }
   if (cmd == "data" && argc >= 3) {
     const std::string sub = argv[2];

@@ -305,6 +305,14 @@ StatusOr<TrainResult> RunTraining(const RunConfig& cfg, TrainBackend* backend,
   }
   result.seconds = train_seconds;
   const int64_t trained = result.steps - start.step;
+  if (trained == 0 && !result.stopped) {
+    // Resumed a run that had already finished: still report where it stands, so running the
+    // same command twice is harmless and says what the first one reached.
+    FORGE_ASSIGN_OR_RETURN(result.final_val_loss, Evaluate(cfg, backend, data, opt.comm));
+    if (leader && opt.print_progress)
+      std::printf("run already complete at step %ld | val loss %.4f\n", long(result.steps),
+                  result.final_val_loss);
+  }
   result.tokens_per_s = train_seconds > 0 ? double(tokens_per_step) * trained / train_seconds : 0;
   return result;
 }
