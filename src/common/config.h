@@ -87,7 +87,7 @@ struct ParallelConfig {
 
 struct CheckpointConfig {
   std::string dir;             // default: <run_dir>/checkpoints
-  int64_t every_steps = 0;     // 0: only at the end / on stop
+  int64_t every_steps = 0;     // > 0: every N steps and after the last; 0: only on a stop request
   int keep_last = 3;
   int64_t keep_every = 0;      // also keep every Nth step; 0: none
   std::string resume;          // "", "latest", "step_N" or a path
