@@ -2,14 +2,28 @@
 // forge::cpu::AttentionForward/Backward on the same bf16-rounded inputs: O, Stats, dQ, dK, dV,
 // every output element written (buffers poisoned with NaN first), and bitwise-reproducible
 // gradients in deterministic mode.
+//
+// Engine choice: every test gets a fresh plan cache file through FORGE_PLAN_CACHE, so each
+// runner tunes on its first call of a shape (the path a new machine takes) and the checks
+// run on the tuned engine. Further: every candidate engine matches the reference and may be
+// re-run (the fp32 dQ accumulator is reset by each run); a second runner reading the cache
+// takes the recorded engines without timing and gives bitwise equal outputs; a recorded
+// choice is honoured, an unusable one replaced; "off" takes heuristics' first; a first call
+// under stream capture is not timed and records nothing.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "gpu_test_util.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cuda/plan_cache.h"
 #include "kernels/cuda/sdpa.cuh"
 
 namespace forge::cuda {
@@ -140,7 +154,37 @@ void ExpectGradientsMatch(const SdpaShape& s, const std::vector<float>& got,
       << "dV";
 }
 
-// Forward (O, Stats; a second call gives the same O) and backward vs the CPU reference.
+void ExpectForwardMatches(const Inputs& in, const DeviceRun& d) {
+  EXPECT_LT(RelFrobenius(ToFloat(d.out.Download()), in.out), kTol) << "O";
+  const std::vector<float> stats = d.stats.Download();
+  EXPECT_LT(RelFrobenius(stats, in.stats), kTol) << "Stats";
+  EXPECT_TRUE(test::MaxRelClose(stats, in.stats, 1e-3)) << "Stats (natural log of sum exp)";
+}
+
+void PrintPlan(const SdpaPlanInfo& info) {
+  std::printf("[sdpa plan] %s -> %s (%s, %d timed, first %.4f ms, chosen %.4f ms) %s\n",
+              info.key.c_str(), info.engine.c_str(), info.source.c_str(), info.timed,
+              double(info.first_ms), double(info.chosen_ms), info.note.c_str());
+}
+
+// The last plan made was tuned (the fixture's cache starts empty); printed so GPU runs show
+// which engines won.
+void ExpectTuned(const SdpaRunner& runner) {
+  ASSERT_FALSE(runner.plan_log().empty());
+  const SdpaPlanInfo& info = runner.plan_log().back();
+  EXPECT_EQ(info.source, "tuned") << info.key << ": " << info.note;
+  EXPECT_GE(info.timed, 1);
+  PrintPlan(info);
+}
+
+Status RunBackward(SdpaRunner& runner, const SdpaShape& s, DeviceRun& d, bool deterministic) {
+  return runner.Backward(s, d.qkv.data(), d.out.data(), d.dout.data(), d.stats.data(),
+                         d.dqkv.data(), d.softmax_sum.data(),
+                         deterministic ? nullptr : d.dq_accum.data(), nullptr);
+}
+
+// Forward (O, Stats; a second call gives the same O) and backward vs the CPU reference; the
+// backward twice without re-poisoning (a run must not accumulate into its scratch).
 void CheckAgainstCpu(const SdpaShape& s, bool deterministic, uint64_t seed) {
   SCOPED_TRACE(::testing::Message() << "B=" << s.B << " T=" << s.T << " H=" << s.H
                                     << " KV=" << s.KV << " hd=" << s.hd
@@ -151,24 +195,57 @@ void CheckAgainstCpu(const SdpaShape& s, bool deterministic, uint64_t seed) {
   DeviceRun d(s, in, deterministic);
 
   ASSERT_STATUS_OK(runner.Forward(s, d.qkv.data(), d.out.data(), d.stats.data(), nullptr));
+  ExpectTuned(runner);
   const std::vector<bf16> out_first = d.out.Download();
-  EXPECT_LT(RelFrobenius(ToFloat(out_first), in.out), kTol) << "O";
-  const std::vector<float> stats = d.stats.Download();
-  EXPECT_LT(RelFrobenius(stats, in.stats), kTol) << "Stats";
-  EXPECT_TRUE(test::MaxRelClose(stats, in.stats, 1e-3)) << "Stats (natural log of sum exp)";
+  ExpectForwardMatches(in, d);
 
   ASSERT_STATUS_OK(runner.Forward(s, d.qkv.data(), d.out.data(), d.stats.data(), nullptr));
   EXPECT_TRUE(test::BitwiseEqual(d.out.Download(), out_first)) << "cached forward plan";
 
-  ASSERT_STATUS_OK(runner.Backward(s, d.qkv.data(), d.out.data(), d.dout.data(), d.stats.data(),
-                                   d.dqkv.data(), d.softmax_sum.data(),
-                                   deterministic ? nullptr : d.dq_accum.data(), nullptr));
-  ExpectGradientsMatch(s, ToFloat(d.dqkv.Download()), in.dqkv);
+  ASSERT_STATUS_OK(RunBackward(runner, s, d, deterministic));
+  ExpectTuned(runner);
+  const std::vector<bf16> dqkv_first = d.dqkv.Download();
+  ExpectGradientsMatch(s, ToFloat(dqkv_first), in.dqkv);
+
+  ASSERT_STATUS_OK(RunBackward(runner, s, d, deterministic));
+  const std::vector<bf16> dqkv_again = d.dqkv.Download();
+  ExpectGradientsMatch(s, ToFloat(dqkv_again), in.dqkv);
+  if (deterministic) EXPECT_TRUE(test::BitwiseEqual(dqkv_again, dqkv_first)) << "re-run";
 }
 
+// Each test gets its own empty plan cache file through FORGE_PLAN_CACHE; the variable's old
+// value comes back afterwards.
 class GpuSdpaTest : public ::testing::Test {
  protected:
-  void SetUp() override { FORGE_SKIP_WITHOUT_GPU(); }
+  void SetUp() override {
+    FORGE_SKIP_WITHOUT_GPU();
+    if (const char* old = std::getenv("FORGE_PLAN_CACHE")) old_env_ = old;
+    cache_path_ = ::testing::TempDir() + "forge_sdpa_plans_" + std::to_string(getpid()) + "_" +
+                  ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".json";
+    RemoveCache();
+    setenv("FORGE_PLAN_CACHE", cache_path_.c_str(), 1);
+  }
+  void TearDown() override {
+    if (cache_path_.empty()) return;  // skipped before SetUp chose a file
+    if (old_env_) {
+      setenv("FORGE_PLAN_CACHE", old_env_->c_str(), 1);
+    } else {
+      unsetenv("FORGE_PLAN_CACHE");
+    }
+    RemoveCache();
+  }
+  void RemoveCache() const {
+    std::remove(cache_path_.c_str());
+    std::remove((cache_path_ + ".lock").c_str());
+  }
+  std::optional<std::string> Recorded(const std::string& key) const {
+    auto got = PlanCache(cache_path_).Get(key);
+    EXPECT_TRUE(got.ok()) << got.status().ToString();
+    return got.ok() ? *got : std::nullopt;
+  }
+
+  std::string cache_path_;
+  std::optional<std::string> old_env_;
 };
 
 TEST_F(GpuSdpaTest, MatchesCpuT128) { CheckAgainstCpu({2, 128, 4, 4, 64}, false, 100); }
@@ -210,6 +287,231 @@ TEST_F(GpuSdpaTest, DeterministicBackwardIsBitwiseReproducible) {
       EXPECT_TRUE(test::BitwiseEqual(got, first));
     }
   }
+}
+
+// Every engine config a tuning may choose matches the reference, forward and backward, and a
+// backward re-run without re-poisoning still does (each run resets the fp32 dQ accumulator).
+void CheckEveryEngine(const SdpaShape& s, bool deterministic, uint64_t seed) {
+  const Inputs in = MakeReference(s, seed);
+  SdpaRunner runner;
+  ASSERT_STATUS_OK(runner.Init(deterministic));
+  DeviceRun d(s, in, deterministic);
+
+  auto fwd = runner.EngineCandidates(s, false);
+  ASSERT_TRUE(fwd.ok()) << fwd.status().ToString();
+  ASSERT_FALSE(fwd->empty());
+  for (const SdpaEngineCandidate& c : *fwd) {
+    SCOPED_TRACE("forward " + c.engine);
+    ASSERT_STATUS_OK(runner.UseEngine(s, false, c.engine));
+    EXPECT_EQ(runner.plan_log().back().engine, c.engine);
+    d.out.Poison();
+    d.stats.Poison();
+    ASSERT_STATUS_OK(runner.Forward(s, d.qkv.data(), d.out.data(), d.stats.data(), nullptr));
+    ExpectForwardMatches(in, d);
+  }
+  // Backward from the last (checked) forward's O and Stats.
+  auto bwd = runner.EngineCandidates(s, true);
+  ASSERT_TRUE(bwd.ok()) << bwd.status().ToString();
+  ASSERT_FALSE(bwd->empty());
+  for (const SdpaEngineCandidate& c : *bwd) {
+    SCOPED_TRACE("backward " + c.engine);
+    ASSERT_STATUS_OK(runner.UseEngine(s, true, c.engine));
+    d.dqkv.Poison();
+    d.softmax_sum.Poison();
+    d.dq_accum.Poison();
+    ASSERT_STATUS_OK(RunBackward(runner, s, d, deterministic));
+    const std::vector<bf16> first = d.dqkv.Download();
+    ExpectGradientsMatch(s, ToFloat(first), in.dqkv);
+    ASSERT_STATUS_OK(RunBackward(runner, s, d, deterministic));
+    const std::vector<bf16> again = d.dqkv.Download();
+    ExpectGradientsMatch(s, ToFloat(again), in.dqkv);
+    if (deterministic) EXPECT_TRUE(test::BitwiseEqual(again, first)) << "re-run";
+  }
+  std::printf("[sdpa engines] %s: %zu forward, %zu backward candidates\n",
+              deterministic ? "deterministic" : "default", fwd->size(), bwd->size());
+}
+
+TEST_F(GpuSdpaTest, EveryCandidateEngineMatchesCpu) {
+  CheckEveryEngine({2, 256, 4, 4, 64}, false, 700);
+}
+
+TEST_F(GpuSdpaTest, EveryCandidateEngineMatchesCpuDeterministic) {
+  CheckEveryEngine({2, 256, 4, 4, 64}, true, 710);
+}
+
+// A first runner tunes and records; a second one with the same cache file takes the
+// recorded engines without timing and produces the same bits (forward always; backward in
+// deterministic mode, where it is bitwise reproducible at all).
+void CheckCacheRoundTrip(const SdpaShape& s, bool deterministic, uint64_t seed,
+                         const std::string& cache_path) {
+  const Inputs in = MakeReference(s, seed);
+  std::vector<SdpaPlanInfo> logs[2];
+  std::vector<bf16> out[2], dqkv[2];
+  std::vector<float> stats[2];
+  for (int r = 0; r < 2; ++r) {
+    SdpaRunner runner;
+    ASSERT_STATUS_OK(runner.Init(deterministic));
+    EXPECT_EQ(runner.plan_cache().path(), cache_path);
+    DeviceRun d(s, in, deterministic);
+    ASSERT_STATUS_OK(runner.Forward(s, d.qkv.data(), d.out.data(), d.stats.data(), nullptr));
+    ASSERT_STATUS_OK(RunBackward(runner, s, d, deterministic));
+    logs[r] = runner.plan_log();
+    out[r] = d.out.Download();
+    stats[r] = d.stats.Download();
+    dqkv[r] = d.dqkv.Download();
+    ExpectGradientsMatch(s, ToFloat(dqkv[r]), in.dqkv);
+  }
+  ASSERT_EQ(logs[0].size(), 2u);
+  ASSERT_EQ(logs[1].size(), 2u);
+  for (int g = 0; g < 2; ++g) {
+    PrintPlan(logs[0][size_t(g)]);
+    EXPECT_EQ(logs[0][size_t(g)].source, "tuned") << logs[0][size_t(g)].note;
+    EXPECT_EQ(logs[1][size_t(g)].source, "cache") << logs[1][size_t(g)].note;
+    EXPECT_EQ(logs[1][size_t(g)].timed, 0);
+    EXPECT_EQ(logs[1][size_t(g)].key, logs[0][size_t(g)].key);
+    EXPECT_EQ(logs[1][size_t(g)].engine, logs[0][size_t(g)].engine);
+    auto recorded = PlanCache(cache_path).Get(logs[0][size_t(g)].key);
+    ASSERT_TRUE(recorded.ok());
+    ASSERT_TRUE(recorded->has_value()) << logs[0][size_t(g)].key;
+    EXPECT_EQ(**recorded, logs[0][size_t(g)].engine);
+  }
+  EXPECT_NE(logs[0][0].key.find("sdpa fwd"), std::string::npos) << logs[0][0].key;
+  EXPECT_NE(logs[0][1].key.find(deterministic ? "sdpa bwd-det" : "sdpa bwd "),
+            std::string::npos)
+      << logs[0][1].key;
+  EXPECT_TRUE(test::BitwiseEqual(out[1], out[0])) << "O";
+  EXPECT_TRUE(test::BitwiseEqual(stats[1], stats[0])) << "Stats";
+  if (deterministic) EXPECT_TRUE(test::BitwiseEqual(dqkv[1], dqkv[0])) << "dQKV";
+}
+
+TEST_F(GpuSdpaTest, CacheRoundTripDeterministic) {
+  CheckCacheRoundTrip({2, 512, 4, 4, 64}, true, 800, cache_path_);
+}
+
+TEST_F(GpuSdpaTest, CacheRoundTripDefault) {
+  CheckCacheRoundTrip({2, 512, 4, 4, 64}, false, 810, cache_path_);
+}
+
+// A choice in the cache is what runs, even when it is not heuristics' first (here: the last
+// candidate, put there by hand); and the result still matches the reference.
+TEST_F(GpuSdpaTest, RecordedChoiceIsUsed) {
+  const SdpaShape s{2, 256, 4, 4, 64};
+  const Inputs in = MakeReference(s, 900);
+  std::string keys[2], forced[2];
+  {
+    SdpaRunner probe;
+    ASSERT_STATUS_OK(probe.Init(false));
+    DeviceRun d(s, in, false);
+    ASSERT_STATUS_OK(probe.Forward(s, d.qkv.data(), d.out.data(), d.stats.data(), nullptr));
+    ASSERT_STATUS_OK(RunBackward(probe, s, d, false));
+    ASSERT_EQ(probe.plan_log().size(), 2u);
+    for (int g = 0; g < 2; ++g) {
+      keys[g] = probe.plan_log()[size_t(g)].key;
+      auto cands = probe.EngineCandidates(s, g == 1);
+      ASSERT_TRUE(cands.ok()) << cands.status().ToString();
+      forced[g] = cands->back().engine;
+      std::printf("[sdpa forced] %s -> %s (of %zu candidates)\n", keys[g].c_str(),
+                  forced[g].c_str(), cands->size());
+      ASSERT_STATUS_OK(PlanCache(cache_path_).Put(keys[g], forced[g]));
+    }
+  }
+  SdpaRunner runner;
+  ASSERT_STATUS_OK(runner.Init(false));
+  DeviceRun d(s, in, false);
+  ASSERT_STATUS_OK(runner.Forward(s, d.qkv.data(), d.out.data(), d.stats.data(), nullptr));
+  ASSERT_STATUS_OK(RunBackward(runner, s, d, false));
+  ASSERT_EQ(runner.plan_log().size(), 2u);
+  for (int g = 0; g < 2; ++g) {
+    EXPECT_EQ(runner.plan_log()[size_t(g)].source, "cache");
+    EXPECT_EQ(runner.plan_log()[size_t(g)].engine, forced[g]);
+  }
+  ExpectForwardMatches(in, d);
+  ExpectGradientsMatch(s, ToFloat(d.dqkv.Download()), in.dqkv);
+}
+
+// A recorded choice this cuDNN cannot build (an engine index out of range) or cannot read (not
+// the text form) is replaced by a fresh tuning, which is recorded in its place.
+TEST_F(GpuSdpaTest, UnusableRecordedChoiceIsRetunedAndReplaced) {
+  const SdpaShape s{2, 128, 4, 4, 64};
+  const Inputs in = MakeReference(s, 1000);
+  std::string keys[2];
+  {
+    SdpaRunner probe;
+    ASSERT_STATUS_OK(probe.Init(false));
+    DeviceRun d(s, in, false);
+    ASSERT_STATUS_OK(probe.Forward(s, d.qkv.data(), d.out.data(), d.stats.data(), nullptr));
+    ASSERT_STATUS_OK(RunBackward(probe, s, d, false));
+    ASSERT_EQ(probe.plan_log().size(), 2u);
+    keys[0] = probe.plan_log()[0].key;
+    keys[1] = probe.plan_log()[1].key;
+  }
+  const std::string bogus[2] = {"engine=999999 knobs=", "not an engine"};
+  for (int g = 0; g < 2; ++g) ASSERT_STATUS_OK(PlanCache(cache_path_).Put(keys[g], bogus[g]));
+
+  SdpaRunner runner;
+  ASSERT_STATUS_OK(runner.Init(false));
+  DeviceRun d(s, in, false);
+  ASSERT_STATUS_OK(runner.Forward(s, d.qkv.data(), d.out.data(), d.stats.data(), nullptr));
+  ASSERT_STATUS_OK(RunBackward(runner, s, d, false));
+  ASSERT_EQ(runner.plan_log().size(), 2u);
+  for (int g = 0; g < 2; ++g) {
+    const SdpaPlanInfo& info = runner.plan_log()[size_t(g)];
+    EXPECT_EQ(info.source, "tuned");
+    EXPECT_NE(info.note.find("not usable"), std::string::npos) << info.note;
+    const std::optional<std::string> now = Recorded(keys[g]);
+    ASSERT_TRUE(now.has_value());
+    EXPECT_EQ(*now, info.engine);
+  }
+  ExpectForwardMatches(in, d);
+  ExpectGradientsMatch(s, ToFloat(d.dqkv.Download()), in.dqkv);
+}
+
+// FORGE_PLAN_CACHE=off: no timing, heuristics' first engine config, no file written.
+TEST_F(GpuSdpaTest, CacheOffTakesHeuristicsFirst) {
+  setenv("FORGE_PLAN_CACHE", "off", 1);  // TearDown restores
+  const SdpaShape s{2, 128, 4, 4, 64};
+  const Inputs in = MakeReference(s, 1100);
+  SdpaRunner runner;
+  ASSERT_STATUS_OK(runner.Init(false));
+  EXPECT_FALSE(runner.plan_cache().enabled());
+  DeviceRun d(s, in, false);
+  ASSERT_STATUS_OK(runner.Forward(s, d.qkv.data(), d.out.data(), d.stats.data(), nullptr));
+  ASSERT_EQ(runner.plan_log().size(), 1u);
+  EXPECT_EQ(runner.plan_log()[0].source, "first");
+  auto cands = runner.EngineCandidates(s, false);
+  ASSERT_TRUE(cands.ok()) << cands.status().ToString();
+  EXPECT_EQ(runner.plan_log()[0].engine, cands->front().engine);
+  ExpectForwardMatches(in, d);
+  FILE* f = std::fopen(cache_path_.c_str(), "r");
+  EXPECT_EQ(f, nullptr) << "plan cache written although off";
+  if (f) std::fclose(f);
+}
+
+// A first call under stream capture takes heuristics' first config untimed and records
+// nothing; the plan then runs eagerly and is correct.
+TEST_F(GpuSdpaTest, FirstCallUnderCaptureIsNotTimed) {
+  const SdpaShape s{2, 128, 4, 4, 64};
+  const Inputs in = MakeReference(s, 1200);
+  SdpaRunner runner;
+  ASSERT_STATUS_OK(runner.Init(false));
+  DeviceRun d(s, in, false);
+  cudaStream_t stream = nullptr;
+  ASSERT_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  ASSERT_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+  const Status captured =
+      runner.Forward(s, d.qkv.data(), d.out.data(), d.stats.data(), stream);
+  cudaGraph_t graph = nullptr;
+  ASSERT_CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  if (graph) ASSERT_CUDA_OK(cudaGraphDestroy(graph));
+  ASSERT_STATUS_OK(captured);
+  ASSERT_EQ(runner.plan_log().size(), 1u);
+  EXPECT_EQ(runner.plan_log()[0].source, "capture");
+  EXPECT_FALSE(Recorded(runner.plan_log()[0].key).has_value());
+
+  ASSERT_STATUS_OK(runner.Forward(s, d.qkv.data(), d.out.data(), d.stats.data(), stream));
+  ASSERT_CUDA_OK(cudaStreamSynchronize(stream));
+  ExpectForwardMatches(in, d);
+  ASSERT_CUDA_OK(cudaStreamDestroy(stream));
 }
 
 TEST_F(GpuSdpaTest, RejectsBadShapes) {

@@ -3,13 +3,19 @@
 // SDPA backend ops have no causal mask on Hopper, hence the composite form.
 #include "kernels/cuda/sdpa.cuh"
 
+#include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "common/checksum.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cudnn_engine.h"
 
 namespace forge::cuda {
 
@@ -402,12 +408,6 @@ Status BuildBackward(GraphBuilder& gb, const Layout& L, bool deterministic) {
   return gb.Pointwise(CUDNN_POINTWISE_IDENTITY, CUDNN_DATA_FLOAT, dq_accum, nullptr, nullptr, dq);
 }
 
-std::string LastCudnnError() {
-  char buf[1024] = {0};
-  cudnnGetLastErrorString(buf, sizeof(buf));
-  return buf;
-}
-
 std::string Describe(const SdpaShape& s, bool backward) {
   return std::string(backward ? "sdpa backward" : "sdpa forward") + " B=" + std::to_string(s.B) +
          " T=" + std::to_string(s.T) + " H=" + std::to_string(s.H) +
@@ -446,80 +446,68 @@ Status CheckAligned(const void* p, const char* name) {
 
 size_t Align256(size_t n) { return (n + 255) / 256 * 256; }
 
-// Builds one graph's ops, then operation graph -> heuristics (mode A) -> the first engine
-// config whose execution plan finalizes. Every descriptor goes into *owned (the plan last).
-Status BuildPlan(cudnnHandle_t handle, const SdpaShape& s, bool backward, bool deterministic,
-                 std::vector<Desc>* owned, Desc* plan_out, int64_t* workspace_bytes) {
+// Builds one graph's ops and finalizes them into an operation graph. Every descriptor goes
+// into *owned.
+Status BuildOperationGraph(cudnnHandle_t handle, const SdpaShape& s, bool backward,
+                           bool deterministic, std::vector<Desc>* owned, Desc* op_graph) {
   const Layout L(s);
   GraphBuilder gb(owned);
   FORGE_RETURN_IF_ERROR(backward ? BuildBackward(gb, L, deterministic) : BuildForward(gb, L));
-
-  Desc op_graph;
-  FORGE_RETURN_IF_ERROR(gb.Create(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &op_graph));
-  FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(op_graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE,
+  FORGE_RETURN_IF_ERROR(gb.Create(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, op_graph));
+  // Deprecated, but the operation graph still wants the handle.
+  FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(*op_graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE,
                                              CUDNN_TYPE_HANDLE, 1, &handle));
   const std::vector<Desc>& ops = gb.ops();
-  FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(op_graph, CUDNN_ATTR_OPERATIONGRAPH_OPS,
+  FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(*op_graph, CUDNN_ATTR_OPERATIONGRAPH_OPS,
                                              CUDNN_TYPE_BACKEND_DESCRIPTOR,
                                              static_cast<int64_t>(ops.size()), ops.data()));
-  FORGE_CUDNN_CHECK(cudnnBackendFinalize(op_graph));
-
-  Desc heur;
-  FORGE_RETURN_IF_ERROR(gb.Create(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur));
-  const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
-  FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
-                                             CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &op_graph));
-  FORGE_CUDNN_CHECK(
-      cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode));
-  FORGE_CUDNN_CHECK(cudnnBackendFinalize(heur));
-  int64_t count = 0;
-  FORGE_CUDNN_CHECK(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                             CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr));
-  if (count <= 0) {
-    return Status::Internal("cuDNN heuristics offer no engine for the " +
-                            std::to_string(ops.size()) + "-op graph");
-  }
-  // The result array must hold engine-config descriptors created beforehand.
-  std::vector<Desc> configs(static_cast<size_t>(count));
-  for (Desc& c : configs) FORGE_RETURN_IF_ERROR(gb.Create(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &c));
-  int64_t returned = 0;
-  FORGE_CUDNN_CHECK(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                             CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &returned,
-                                             configs.data()));
-
-  std::string last_error = "no engine config returned";
-  for (int64_t i = 0; i < returned; ++i) {
-    DescGuard plan;
-    FORGE_CUDNN_CHECK(
-        cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan.d));
-    FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(plan.d, CUDNN_ATTR_EXECUTION_PLAN_HANDLE,
-                                               CUDNN_TYPE_HANDLE, 1, &handle));
-    FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(plan.d, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
-                                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &configs[i]));
-    // A config that cannot run this graph fails here; try the next one.
-    const cudnnStatus_t plan_status = cudnnBackendFinalize(plan.d);
-    if (plan_status != CUDNN_STATUS_SUCCESS) {
-      last_error = std::string(cudnnGetErrorString(plan_status)) + " (" + LastCudnnError() + ")";
-      continue;
-    }
-    int64_t n = 0;
-    FORGE_CUDNN_CHECK(cudnnBackendGetAttribute(plan.d, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                               CUDNN_TYPE_INT64, 1, &n, workspace_bytes));
-    *plan_out = plan.d;
-    owned->push_back(plan.d);
-    plan.d = nullptr;
-    return Status::Ok();
-  }
-  return Status::Internal("none of " + std::to_string(returned) + " engine configs of the " +
-                          std::to_string(ops.size()) + "-op graph finalized; last: " + last_error);
+  FORGE_CUDNN_CHECK(cudnnBackendFinalize(*op_graph));
+  return Status::Ok();
 }
+
+bool StreamCapturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &st) != cudaSuccess) {
+    // E.g. the legacy stream while another stream captures: treat as capturing (no sync).
+    (void)cudaGetLastError();
+    return true;
+  }
+  return st != cudaStreamCaptureStatusNone;
+}
+
+// Events of one timing, destroyed on every path.
+struct Events {
+  std::vector<cudaEvent_t> e;
+  Events() = default;
+  Events(const Events&) = delete;
+  Events& operator=(const Events&) = delete;
+  ~Events() {
+    for (cudaEvent_t x : e) cudaEventDestroy(x);
+  }
+};
+
+// A device buffer freed on scope exit (a tuning candidate's larger workspace).
+struct DeviceScratch {
+  void* p = nullptr;
+  DeviceScratch() = default;
+  DeviceScratch(const DeviceScratch&) = delete;
+  DeviceScratch& operator=(const DeviceScratch&) = delete;
+  ~DeviceScratch() {
+    if (p) cudaFree(p);
+  }
+};
+
+constexpr int kTuneWarmup = 2;
+constexpr int kTuneRuns = 5;
 
 }  // namespace
 
 struct SdpaRunner::Graph {
-  std::vector<Desc> owned;  // every descriptor of this graph, in creation order
-  Desc plan = nullptr;
-  int64_t workspace_bytes = 0;
+  std::vector<Desc> owned;  // tensors, ops, operation graph, heuristics' configs
+  Desc op_graph = nullptr;
+  std::string kind;                // "fwd", "bwd" or "bwd-det": part of the plan-cache key
+  bool needs_determinism = false;  // forward, or the deterministic backward
+  std::optional<CudnnPlan> plan;   // chosen on the first call
   // By-value scalars: the variant pack points at these host floats.
   float scale = 1.0f;
   float neg_inf = -std::numeric_limits<float>::infinity();
@@ -529,9 +517,161 @@ struct SdpaRunner::Graph {
   Graph(const Graph&) = delete;
   Graph& operator=(const Graph&) = delete;
   ~Graph() {
+    plan.reset();  // before the descriptors it was built from
     for (auto it = owned.rbegin(); it != owned.rend(); ++it) cudnnBackendDestroyDescriptor(*it);
   }
 };
+
+struct SdpaRunner::Call {
+  std::vector<int64_t> uids;
+  std::vector<void*> ptrs;
+  // Device regions every run writes in full (compared when checking reproducibility).
+  std::vector<std::pair<const void*, size_t>> outputs;
+};
+
+namespace {
+
+// Variant pack: the call's uids and pointers plus a workspace.
+Status MakePack(const std::vector<int64_t>& uids, const std::vector<void*>& ptrs,
+                void* workspace, DescGuard* pack) {
+  FORGE_CUDNN_CHECK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack->d));
+  FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(pack->d, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS,
+                                             CUDNN_TYPE_INT64,
+                                             static_cast<int64_t>(uids.size()), uids.data()));
+  FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(pack->d, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
+                                             CUDNN_TYPE_VOID_PTR,
+                                             static_cast<int64_t>(ptrs.size()), ptrs.data()));
+  FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(pack->d, CUDNN_ATTR_VARIANT_PACK_WORKSPACE,
+                                             CUDNN_TYPE_VOID_PTR, 1, &workspace));
+  FORGE_CUDNN_CHECK(cudnnBackendFinalize(pack->d));
+  return Status::Ok();
+}
+
+// Median time in ms of one plan on the call's operands (on the handle's stream, which is
+// `stream`): kTuneWarmup runs, then kTuneRuns back to back between consecutive events.
+StatusOr<float> TimePlan(cudnnHandle_t handle, const CudnnPlan& plan,
+                         const std::vector<int64_t>& uids, const std::vector<void*>& ptrs,
+                         void* workspace, cudaStream_t stream) {
+  DescGuard pack;
+  FORGE_RETURN_IF_ERROR(MakePack(uids, ptrs, workspace, &pack));
+  for (int i = 0; i < kTuneWarmup; ++i) {
+    FORGE_CUDNN_CHECK(cudnnBackendExecute(handle, plan.plan(), pack.d));
+  }
+  Events ev;
+  for (int i = 0; i <= kTuneRuns; ++i) {
+    cudaEvent_t e = nullptr;
+    FORGE_CUDA_CHECK(cudaEventCreate(&e));
+    ev.e.push_back(e);
+  }
+  FORGE_CUDA_CHECK(cudaEventRecord(ev.e[0], stream));
+  for (int i = 0; i < kTuneRuns; ++i) {
+    FORGE_CUDNN_CHECK(cudnnBackendExecute(handle, plan.plan(), pack.d));
+    FORGE_CUDA_CHECK(cudaEventRecord(ev.e[size_t(i) + 1], stream));
+  }
+  FORGE_CUDA_CHECK(cudaEventSynchronize(ev.e.back()));
+  std::vector<float> ms(kTuneRuns);
+  for (int i = 0; i < kTuneRuns; ++i) {
+    FORGE_CUDA_CHECK(cudaEventElapsedTime(&ms[size_t(i)], ev.e[size_t(i)], ev.e[size_t(i) + 1]));
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[kTuneRuns / 2];
+}
+
+// CRC32C of the call's outputs after the work queued on stream.
+StatusOr<uint32_t> OutputsChecksum(const std::vector<std::pair<const void*, size_t>>& outputs,
+                                   cudaStream_t stream) {
+  FORGE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  constexpr size_t kChunk = size_t(16) << 20;
+  std::vector<char> host;
+  uint32_t crc = 0;
+  for (const auto& [ptr, bytes] : outputs) {
+    for (size_t off = 0; off < bytes; off += kChunk) {
+      const size_t n = std::min(kChunk, bytes - off);
+      host.resize(n);
+      FORGE_CUDA_CHECK(cudaMemcpy(host.data(), static_cast<const char*>(ptr) + off, n,
+                                  cudaMemcpyDeviceToHost));
+      crc = Crc32cExtend(crc, host.data(), n);
+    }
+  }
+  return crc;
+}
+
+// Two runs of the plan give bitwise equal outputs.
+StatusOr<bool> Reproducible(cudnnHandle_t handle, const CudnnPlan& plan,
+                            const std::vector<int64_t>& uids, const std::vector<void*>& ptrs,
+                            const std::vector<std::pair<const void*, size_t>>& outputs,
+                            void* workspace, cudaStream_t stream) {
+  DescGuard pack;
+  FORGE_RETURN_IF_ERROR(MakePack(uids, ptrs, workspace, &pack));
+  uint32_t crc[2] = {0, 0};
+  for (uint32_t& c : crc) {
+    FORGE_CUDNN_CHECK(cudnnBackendExecute(handle, plan.plan(), pack.d));
+    FORGE_ASSIGN_OR_RETURN(c, OutputsChecksum(outputs, stream));
+  }
+  return crc[0] == crc[1];
+}
+
+// Heuristics' engine configs for the graph, finalized, in order: mode A (only its first
+// finalizable config when `first_only`), then B, then fallback, at most kMaxCandidates. The
+// first is always heuristics' first finalizable config; later ones are left out when they
+// need a much larger workspace (bounded memory) or, for graphs that must be deterministic,
+// carry cuDNN's NONDETERMINISTIC note while the first does not.
+StatusOr<std::vector<CudnnPlan>> FinalizeCandidates(cudnnHandle_t handle, Desc op_graph,
+                                                    bool needs_determinism, bool first_only,
+                                                    int max_candidates,
+                                                    std::vector<Desc>* owned) {
+  std::vector<cudnnBackendHeurMode_t> modes = {CUDNN_HEUR_MODE_A};
+  if (!first_only) {
+    modes.push_back(CUDNN_HEUR_MODE_B);
+    modes.push_back(CUDNN_HEUR_MODE_FALLBACK);
+  }
+  FORGE_ASSIGN_OR_RETURN(const std::vector<Desc> configs,
+                         HeuristicEngineConfigs(op_graph, modes, owned));
+  if (configs.empty()) return Status::Internal("cuDNN heuristics offer no engine config");
+  std::vector<CudnnPlan> plans;
+  std::string last_error = "none tried";
+  int64_t workspace_limit = 0;
+  for (Desc config : configs) {
+    if (int(plans.size()) >= max_candidates || (first_only && !plans.empty())) break;
+    StatusOr<CudnnPlan> p = FinalizeCudnnPlan(handle, config);
+    if (!p.ok()) {
+      // A config that cannot run this graph fails here; try the next one.
+      if (p.status().code() != Code::kUnavailable) return p.status();
+      last_error = p.status().message();
+      continue;
+    }
+    if (plans.empty()) {
+      const int64_t first = p->workspace_bytes();
+      workspace_limit = std::max(2 * first, first + (int64_t{256} << 20));
+    } else {
+      if (p->workspace_bytes() > workspace_limit) continue;
+      if (needs_determinism && p->nondeterministic() && !plans[0].nondeterministic()) continue;
+    }
+    plans.push_back(std::move(p).value());
+  }
+  if (plans.empty()) {
+    return Status::Internal("none of " + std::to_string(configs.size()) +
+                            " engine configs finalized; last: " + last_error);
+  }
+  return plans;
+}
+
+std::string PlanKey(const SdpaShape& s, const std::string& kind, const std::string& device) {
+  return "sdpa " + kind + " B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) +
+         " H=" + std::to_string(s.H) + " KV=" + std::to_string(s.KV) +
+         " hd=" + std::to_string(s.hd) + " | " + device + " | cudnn " +
+         std::to_string(cudnnGetVersion());
+}
+
+void Warn(const std::string& what) { std::fprintf(stderr, "forge: %s\n", what.c_str()); }
+
+std::string Ms(float ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.3f ms", double(ms));
+  return buf;
+}
+
+}  // namespace
 
 SdpaRunner::SdpaRunner() = default;
 
@@ -543,8 +683,14 @@ SdpaRunner::~SdpaRunner() {
 
 Status SdpaRunner::Init(bool deterministic) {
   if (handle_) return Status::Precondition("SdpaRunner::Init called twice");
+  int device = 0;
+  FORGE_CUDA_CHECK(cudaGetDevice(&device));
+  cudaDeviceProp prop{};
+  FORGE_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  device_name_ = prop.name;
   FORGE_CUDNN_CHECK(cudnnCreate(&handle_));
   deterministic_ = deterministic;
+  cache_ = PlanCache::FromEnv();
   return Status::Ok();
 }
 
@@ -574,36 +720,243 @@ StatusOr<SdpaRunner::Graph*> SdpaRunner::Get(const SdpaShape& s, bool backward) 
 
   auto g = std::make_unique<Graph>();
   g->scale = 1.0f / std::sqrt(static_cast<float>(s.hd));
-  const Status st = BuildPlan(handle_, s, backward, deterministic_, &g->owned, &g->plan,
-                              &g->workspace_bytes);
+  g->kind = !backward ? "fwd" : deterministic_ ? "bwd-det" : "bwd";
+  // The forward graph is the same in both modes and shares its cache entry: it is held to
+  // the deterministic standard in both.
+  g->needs_determinism = !backward || deterministic_;
+  const Status st =
+      BuildOperationGraph(handle_, s, backward, deterministic_, &g->owned, &g->op_graph);
   if (!st.ok()) return WithContext(st, s, backward);
   Graph* raw = g.get();
   graphs_.emplace(key, std::move(g));
   return raw;
 }
 
-namespace {
+StatusOr<SdpaPlanInfo> SdpaRunner::Tune(Graph* g, const Call& call, cudaStream_t stream) {
+  FORGE_ASSIGN_OR_RETURN(std::vector<CudnnPlan> cands,
+                         FinalizeCandidates(handle_, g->op_graph, g->needs_determinism,
+                                            /*first_only=*/false, kMaxCandidates, &g->owned));
+  // Other streams' work (e.g. weight gradients) must not share the GPU with the timed runs.
+  FORGE_CUDA_CHECK(cudaDeviceSynchronize());
 
-Status Execute(cudnnHandle_t handle, Desc plan, const std::vector<int64_t>& uids,
-               const std::vector<void*>& pointers, void* workspace) {
-  DescGuard pack;
-  FORGE_CUDNN_CHECK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack.d));
-  FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(pack.d, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS,
-                                             CUDNN_TYPE_INT64,
-                                             static_cast<int64_t>(uids.size()), uids.data()));
-  FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(pack.d, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
-                                             CUDNN_TYPE_VOID_PTR,
-                                             static_cast<int64_t>(pointers.size()),
-                                             pointers.data()));
-  FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(pack.d, CUDNN_ATTR_VARIANT_PACK_WORKSPACE,
-                                             CUDNN_TYPE_VOID_PTR, 1, &workspace));
-  FORGE_CUDNN_CHECK(cudnnBackendFinalize(pack.d));
-  FORGE_CUDNN_CHECK(cudnnBackendExecute(handle, plan, pack.d));
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> times(cands.size(), inf);
+  std::string notes;
+  // The workspace of candidate i: the runner's if large enough, else a scratch buffer.
+  auto with_workspace = [&](size_t i, auto&& fn) -> Status {
+    const size_t need = static_cast<size_t>(cands[i].workspace_bytes());
+    DeviceScratch scratch;
+    void* ws = workspace_;
+    if (need > workspace_bytes_) {
+      if (cudaMalloc(&scratch.p, need) != cudaSuccess) {
+        (void)cudaGetLastError();
+        scratch.p = nullptr;
+        return Status::Unavailable("no memory for a " + std::to_string(need) +
+                                   "-byte workspace");
+      }
+      ws = scratch.p;
+    }
+    return fn(ws);
+  };
+  for (size_t i = 0; i < cands.size(); ++i) {
+    const Status st = with_workspace(i, [&](void* ws) -> Status {
+      FORGE_ASSIGN_OR_RETURN(times[i], TimePlan(handle_, cands[i], call.uids, call.ptrs, ws,
+                                                stream));
+      return Status::Ok();
+    });
+    if (!st.ok()) {
+      // A cuDNN refusal at run time skips the candidate; a CUDA error is the caller's too.
+      if (st.code() != Code::kUnavailable && cudaPeekAtLastError() != cudaSuccess) return st;
+      notes += cands[i].choice().ToString() + " did not run (" + st.message() + "); ";
+    }
+  }
+
+  // Fastest first; heuristics' first config stays unless beaten by the margin; for graphs
+  // that must be deterministic the winner must reproduce its outputs bitwise.
+  std::vector<size_t> order(cands.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return times[a] < times[b]; });
+  int chosen = -1;
+  for (size_t i : order) {
+    if (!std::isfinite(times[i])) break;
+    const bool beats_first =
+        i == 0 || !std::isfinite(times[0]) || times[i] < times[0] * (1.0f - kTuneMargin);
+    if (!beats_first) continue;
+    if (g->needs_determinism) {
+      bool same = false;
+      const Status st = with_workspace(i, [&](void* ws) -> Status {
+        FORGE_ASSIGN_OR_RETURN(same, Reproducible(handle_, cands[i], call.uids, call.ptrs,
+                                                  call.outputs, ws, stream));
+        return Status::Ok();
+      });
+      if (!st.ok() && st.code() != Code::kUnavailable) return st;
+      if (!same) {
+        notes += cands[i].choice().ToString() + " is not bitwise reproducible; ";
+        continue;
+      }
+    }
+    chosen = static_cast<int>(i);
+    break;
+  }
+  if (chosen < 0) {
+    if (!std::isfinite(times[0])) {
+      return Status::Internal("none of " + std::to_string(cands.size()) +
+                              " engine configs ran: " + notes);
+    }
+    notes += "no faster candidate reproduced its outputs: keeping heuristics' first; ";
+    chosen = 0;
+  }
+
+  SdpaPlanInfo info;
+  info.source = "tuned";
+  info.engine = cands[size_t(chosen)].choice().ToString();
+  for (float t : times) info.timed += std::isfinite(t) ? 1 : 0;
+  info.first_ms = std::isfinite(times[0]) ? times[0] : 0.0f;
+  info.chosen_ms = times[size_t(chosen)];
+  info.note = notes;
+  // Keep the winner's plan as a fallback; the plan actually used is rebuilt from the
+  // recorded value by the caller, exactly as a later process will build it.
+  g->plan = std::move(cands[size_t(chosen)]);
+  return info;
+}
+
+Status SdpaRunner::ChoosePlan(Graph* g, const SdpaShape& s, const Call& call,
+                              cudaStream_t stream) {
+  if (g->plan) return Status::Ok();
+  SdpaPlanInfo info;
+  info.key = PlanKey(s, g->kind, device_name_);
+
+  // Heuristics' first finalizable config, untimed (the behaviour without a plan cache).
+  auto take_first = [&]() -> Status {
+    FORGE_ASSIGN_OR_RETURN(std::vector<CudnnPlan> first,
+                           FinalizeCandidates(handle_, g->op_graph, g->needs_determinism,
+                                              /*first_only=*/true, 1, &g->owned));
+    g->plan = std::move(first[0]);
+    return Status::Ok();
+  };
+
+  if (!cache_.enabled()) {
+    FORGE_RETURN_IF_ERROR(take_first());
+    info.source = "first";
+  } else {
+    FORGE_ASSIGN_OR_RETURN(const std::optional<std::string> recorded, cache_.Get(info.key));
+    bool stale = false;
+    if (recorded) {
+      StatusOr<CudnnEngineChoice> choice = ParseCudnnEngineChoice(*recorded);
+      StatusOr<CudnnPlan> p =
+          choice.ok() ? FinalizeCudnnPlan(handle_, g->op_graph, *choice) : choice.status();
+      if (p.ok()) {
+        g->plan = std::move(p).value();
+        info.source = "cache";
+      } else if (p.status().code() == Code::kUnavailable ||
+                 p.status().code() == Code::kInvalidArgument) {
+        // Recorded by another cuDNN build or edited by hand: choose again and replace it.
+        stale = true;
+        info.note = "recorded choice \"" + *recorded + "\" in " + cache_.path() +
+                    " is not usable here (" + p.status().message() + "); ";
+      } else {
+        return p.status();
+      }
+    }
+    if (!g->plan && StreamCapturing(stream)) {
+      // Timing would synchronise a capturing stream; the model warms every shape up
+      // eagerly before capturing, so this is a first call the caller did not plan for.
+      FORGE_RETURN_IF_ERROR(take_first());
+      info.source = "capture";
+      info.note += "first call under stream capture: untimed, not recorded";
+    } else if (!g->plan) {
+      const auto t0 = std::chrono::steady_clock::now();
+      FORGE_ASSIGN_OR_RETURN(SdpaPlanInfo tuned, Tune(g, call, stream));
+      tuned.key = info.key;
+      tuned.note = info.note + tuned.note;
+      info = std::move(tuned);
+      // Record; when another process recorded first, adopt its choice (same bits).
+      StatusOr<std::string> winner = info.engine;
+      if (stale) {
+        const Status put = cache_.Put(info.key, info.engine);
+        if (!put.ok()) winner = put;
+      } else {
+        winner = cache_.PutIfAbsent(info.key, info.engine);
+      }
+      std::string use = info.engine;
+      if (!winner.ok()) {
+        info.note += "not recorded: " + winner.status().message() + "; ";
+      } else if (*winner != info.engine) {
+        info.note += "adopted the choice another process recorded first; ";
+        use = *winner;
+      }
+      StatusOr<CudnnEngineChoice> choice = ParseCudnnEngineChoice(use);
+      StatusOr<CudnnPlan> rebuilt =
+          choice.ok() ? FinalizeCudnnPlan(handle_, g->op_graph, *choice) : choice.status();
+      if (rebuilt.ok()) {
+        g->plan = std::move(rebuilt).value();
+        info.engine = g->plan->choice().ToString();
+      } else {
+        // Keep the tuned plan itself (built from heuristics' config).
+        info.note += "rebuilding \"" + use + "\" failed (" + rebuilt.status().message() +
+                     "): running the tuned config; ";
+      }
+      const double secs =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      char took[32];
+      std::snprintf(took, sizeof(took), "%.2f s", secs);
+      Warn(info.key + ": tuned " + std::to_string(info.timed) + " engine configs in " + took +
+           ": " + info.engine + " " + Ms(info.chosen_ms) + " (heuristics' first " +
+           Ms(info.first_ms) + ")" + (info.note.empty() ? "" : "; " + info.note) +
+           (cache_.enabled() ? " [plan cache " + cache_.path() + "]" : ""));
+    }
+  }
+  if (info.source != "tuned" && !info.note.empty()) Warn(info.key + ": " + info.note);
+  if (info.source != "tuned") info.engine = g->plan->choice().ToString();
+  plan_log_.push_back(std::move(info));
   return Status::Ok();
 }
 
-void* Mut(const void* p) { return const_cast<void*>(p); }
+Status SdpaRunner::Run(Graph* g, const Call& call, cudaStream_t stream) {
+  (void)stream;  // already set on the handle
+  FORGE_RETURN_IF_ERROR(EnsureWorkspace(static_cast<size_t>(g->plan->workspace_bytes())));
+  DescGuard pack;
+  FORGE_RETURN_IF_ERROR(MakePack(call.uids, call.ptrs, workspace_, &pack));
+  FORGE_CUDNN_CHECK(cudnnBackendExecute(handle_, g->plan->plan(), pack.d));
+  return Status::Ok();
+}
 
+StatusOr<std::vector<SdpaEngineCandidate>> SdpaRunner::EngineCandidates(const SdpaShape& s,
+                                                                        bool backward) {
+  if (!handle_) return Status::Precondition("SdpaRunner::EngineCandidates before Init");
+  FORGE_RETURN_IF_ERROR(CheckShape(s, backward));
+  FORGE_ASSIGN_OR_RETURN(Graph * g, Get(s, backward));
+  StatusOr<std::vector<CudnnPlan>> plans =
+      FinalizeCandidates(handle_, g->op_graph, g->needs_determinism, /*first_only=*/false,
+                         kMaxCandidates, &g->owned);
+  if (!plans.ok()) return WithContext(plans.status(), s, backward);
+  std::vector<SdpaEngineCandidate> out;
+  for (const CudnnPlan& p : *plans) {
+    out.push_back({p.choice().ToString(), p.workspace_bytes(), p.nondeterministic(),
+                   p.runtime_compiled()});
+  }
+  return out;
+}
+
+Status SdpaRunner::UseEngine(const SdpaShape& s, bool backward, const std::string& engine) {
+  if (!handle_) return Status::Precondition("SdpaRunner::UseEngine before Init");
+  FORGE_RETURN_IF_ERROR(CheckShape(s, backward));
+  FORGE_ASSIGN_OR_RETURN(Graph * g, Get(s, backward));
+  FORGE_ASSIGN_OR_RETURN(const CudnnEngineChoice choice, ParseCudnnEngineChoice(engine));
+  StatusOr<CudnnPlan> p = FinalizeCudnnPlan(handle_, g->op_graph, choice);
+  if (!p.ok()) return WithContext(p.status(), s, backward);
+  g->plan = std::move(p).value();
+  SdpaPlanInfo info;
+  info.key = PlanKey(s, g->kind, device_name_);
+  info.engine = g->plan->choice().ToString();
+  info.source = "forced";
+  plan_log_.push_back(std::move(info));
+  return Status::Ok();
+}
+
+namespace {
+void* Mut(const void* p) { return const_cast<void*>(p); }
 }  // namespace
 
 Status SdpaRunner::Forward(const SdpaShape& s, const bf16* qkv, bf16* out, float* stats,
@@ -614,14 +967,17 @@ Status SdpaRunner::Forward(const SdpaShape& s, const bf16* qkv, bf16* out, float
   FORGE_RETURN_IF_ERROR(CheckAligned(out, "out"));
   FORGE_RETURN_IF_ERROR(CheckAligned(stats, "stats"));
   FORGE_ASSIGN_OR_RETURN(Graph * g, Get(s, false));
-  FORGE_RETURN_IF_ERROR(EnsureWorkspace(static_cast<size_t>(g->workspace_bytes)));
   FORGE_CUDNN_CHECK(cudnnSetStream(handle_, stream));
 
   const int64_t k_off = int64_t{s.H} * s.hd, v_off = int64_t{s.H + s.KV} * s.hd;
-  const std::vector<int64_t> uids = {kQ, kKt, kV, kO, kStats, kScale, kNegInf};
-  const std::vector<void*> ptrs = {Mut(qkv), Mut(qkv + k_off), Mut(qkv + v_off), out, stats,
-                                   &g->scale, &g->neg_inf};
-  return WithContext(Execute(handle_, g->plan, uids, ptrs, workspace_), s, false);
+  Call call;
+  call.uids = {kQ, kKt, kV, kO, kStats, kScale, kNegInf};
+  call.ptrs = {Mut(qkv), Mut(qkv + k_off), Mut(qkv + v_off), out, stats, &g->scale,
+               &g->neg_inf};
+  const size_t rows = size_t(s.B) * s.H * s.T;
+  call.outputs = {{out, rows * s.hd * sizeof(bf16)}, {stats, rows * sizeof(float)}};
+  FORGE_RETURN_IF_ERROR(WithContext(ChoosePlan(g, s, call, stream), s, false));
+  return WithContext(Run(g, call, stream), s, false);
 }
 
 Status SdpaRunner::Backward(const SdpaShape& s, const bf16* qkv, const bf16* out,
@@ -637,21 +993,25 @@ Status SdpaRunner::Backward(const SdpaShape& s, const bf16* qkv, const bf16* out
   FORGE_RETURN_IF_ERROR(CheckAligned(softmax_sum, "softmax_sum"));
   if (!deterministic_) FORGE_RETURN_IF_ERROR(CheckAligned(dq_accum, "dq_accum"));
   FORGE_ASSIGN_OR_RETURN(Graph * g, Get(s, true));
-  FORGE_RETURN_IF_ERROR(EnsureWorkspace(static_cast<size_t>(g->workspace_bytes)));
   FORGE_CUDNN_CHECK(cudnnSetStream(handle_, stream));
 
   const int64_t k_off = int64_t{s.H} * s.hd, v_off = int64_t{s.H + s.KV} * s.hd;
-  std::vector<int64_t> uids = {kQ,     kKt,     kVt,  kO,  kDO, kStats, kScale,
-                               kNegInf, kOne,   kDQ,  kDK, kDV, kSoftmaxSum};
-  std::vector<void*> ptrs = {Mut(qkv),       Mut(qkv + k_off), Mut(qkv + v_off), Mut(out),
-                             Mut(dout),      Mut(stats),       &g->scale,        &g->neg_inf,
-                             &g->one,        dqkv,             dqkv + k_off,     dqkv + v_off,
-                             softmax_sum};
+  Call call;
+  call.uids = {kQ,     kKt,     kVt,  kO,  kDO, kStats, kScale,
+               kNegInf, kOne,   kDQ,  kDK, kDV, kSoftmaxSum};
+  call.ptrs = {Mut(qkv),       Mut(qkv + k_off), Mut(qkv + v_off), Mut(out),
+               Mut(dout),      Mut(stats),       &g->scale,        &g->neg_inf,
+               &g->one,        dqkv,             dqkv + k_off,     dqkv + v_off,
+               softmax_sum};
   if (!deterministic_) {
-    uids.push_back(kDQAccum);
-    ptrs.push_back(dq_accum);
+    call.uids.push_back(kDQAccum);
+    call.ptrs.push_back(dq_accum);
   }
-  return WithContext(Execute(handle_, g->plan, uids, ptrs, workspace_), s, true);
+  const size_t rows = size_t(s.B) * s.H * s.T;
+  call.outputs = {{dqkv, size_t(s.B) * s.T * (s.H + 2 * s.KV) * s.hd * sizeof(bf16)},
+                  {softmax_sum, rows * sizeof(float)}};
+  FORGE_RETURN_IF_ERROR(WithContext(ChoosePlan(g, s, call, stream), s, true));
+  return WithContext(Run(g, call, stream), s, true);
 }
 
 }  // namespace forge::cuda

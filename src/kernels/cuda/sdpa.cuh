@@ -5,6 +5,27 @@
 // Q, K and V are read in place from the fused bf16 qkv buffer [B, T, (H + 2*KV), hd] through
 // strides; O / dO are [B, T, H, hd]; dQKV is written straight into a [B, T, (H + 2*KV), hd]
 // gradient buffer. Stats (fp32 [B, H, T]) = rowmax + log(rowsum(exp)) saved for backward.
+//
+// Engine choice. The plan of a graph is made on its first call:
+// - plan cache disabled (FORGE_PLAN_CACHE=off, see plan_cache.h): the first engine config of
+//   cuDNN's heuristics (mode A) whose plan finalizes; no timing.
+// - plan cache holds a choice for (GPU model, cuDNN version, fwd | bwd | bwd-det, shape): that
+//   engine config, untimed. Every process reading the same cache runs the same kernels, so
+//   two runs give the same bits.
+// - otherwise (first run on this kind of machine) the call is tuned: up to kMaxCandidates
+//   engine configs from heuristics modes A, then B, then fallback (A's first always among
+//   them) are finalized and timed on the call's own operands (every run of a plan overwrites
+//   all of its outputs: O and Stats; dQ/dK/dV and softmax_sum, with the fp32 dQ accumulator
+//   initialised by the graph itself), 2 warm-ups and the median of 5 runs, with the device
+//   synchronised first so other streams' work does not share the GPU. The fastest wins if it
+//   beats the first config by kTuneMargin, else the first stays. For the forward graph and
+//   the deterministic backward, engines noted NONDETERMINISTIC are left out (unless the first
+//   config carries the note too, then the note says nothing here) and the winner must give
+//   bitwise equal outputs on two runs. The choice is recorded in the cache (the first writer
+//   wins among concurrent processes, and everyone adopts the recorded choice) and its plan
+//   is rebuilt from the recorded value, exactly as later processes will.
+// - a first call under CUDA-graph capture is never timed (timing synchronises): it takes the
+//   cached choice if any, else heuristics' first config, and records nothing.
 #pragma once
 
 #include <cudnn.h>
@@ -13,15 +34,39 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 #include <tuple>
+#include <vector>
 
 #include "common/status.h"
 #include "kernels/cuda/bf16.cuh"
+#include "kernels/cuda/plan_cache.h"
 
 namespace forge::cuda {
 
 struct SdpaShape {
   int B = 0, T = 0, H = 0, KV = 0, hd = 0;
+};
+
+// How the plan of one graph was chosen (SdpaRunner::plan_log).
+struct SdpaPlanInfo {
+  std::string key;     // plan-cache key: "sdpa <fwd|bwd|bwd-det> B=.. | <GPU> | cudnn <ver>"
+  std::string engine;  // the chosen engine config (CudnnEngineChoice text form)
+  // "first" (cache off), "cache" (recorded choice), "tuned" (timed here), "capture" (first
+  // call under capture: cached choice or heuristics' first, untimed), "forced" (UseEngine).
+  std::string source;
+  int timed = 0;              // candidates timed ("tuned" only)
+  float first_ms = 0.0f;      // heuristics' first config, median ("tuned" only)
+  float chosen_ms = 0.0f;     // the chosen one, median ("tuned" only)
+  std::string note;           // e.g. why a recorded choice was not used or not recorded
+};
+
+// One engine config the tuner would consider for a graph (SdpaRunner::EngineCandidates).
+struct SdpaEngineCandidate {
+  std::string engine;  // CudnnEngineChoice text form; index 0 is heuristics' first config
+  int64_t workspace_bytes = 0;
+  bool nondeterministic = false;  // cuDNN's NONDETERMINISTIC note
+  bool runtime_compiled = false;
 };
 
 class SdpaRunner {
@@ -32,8 +77,13 @@ class SdpaRunner {
   SdpaRunner& operator=(const SdpaRunner&) = delete;
 
   // deterministic: backward writes dQ without an fp32 atomic accumulator, so two runs are
-  // bitwise identical (slower, larger workspace).
+  // bitwise identical (slower, larger workspace). Takes the plan cache from the environment
+  // (PlanCache::FromEnv).
   Status Init(bool deterministic);
+
+  // Replaces the plan cache (before the first call of a shape; e.g. benchmarks and tests).
+  void set_plan_cache(PlanCache cache) { cache_ = std::move(cache); }
+  const PlanCache& plan_cache() const { return cache_; }
 
   Status Forward(const SdpaShape& s, const bf16* qkv, bf16* out, float* stats,
                  cudaStream_t stream);
@@ -47,9 +97,28 @@ class SdpaRunner {
   // buffer: softmax_sum at offset 0, dq_accum at the next 256-byte boundary.
   static size_t BackwardScratchBytes(const SdpaShape& s, bool deterministic);
 
+  // At most this many engine configs are finalized and timed per graph.
+  static constexpr int kMaxCandidates = 8;
+  // A candidate replaces heuristics' first config only if faster by this fraction.
+  static constexpr float kTuneMargin = 0.02f;
+
+  // The engine configs a tuning of this graph would time, in order (finalizes each: slow).
+  StatusOr<std::vector<SdpaEngineCandidate>> EngineCandidates(const SdpaShape& s,
+                                                              bool backward);
+  // Makes the graph run this engine config (text form, e.g. from EngineCandidates) from the
+  // next call on, bypassing tuning and the plan cache.
+  Status UseEngine(const SdpaShape& s, bool backward, const std::string& engine);
+
+  // How each graph's plan was chosen, in the order the plans were made.
+  const std::vector<SdpaPlanInfo>& plan_log() const { return plan_log_; }
+
  private:
-  struct Graph;  // one finalized plan + its uids
+  struct Graph;  // one operation graph, its chosen plan and scalars
+  struct Call;   // one call's variant pack contents and outputs
   StatusOr<Graph*> Get(const SdpaShape& s, bool backward);
+  Status ChoosePlan(Graph* g, const SdpaShape& s, const Call& call, cudaStream_t stream);
+  StatusOr<SdpaPlanInfo> Tune(Graph* g, const Call& call, cudaStream_t stream);
+  Status Run(Graph* g, const Call& call, cudaStream_t stream);
   Status EnsureWorkspace(size_t bytes);
 
   cudnnHandle_t handle_ = nullptr;
@@ -57,6 +126,9 @@ class SdpaRunner {
   std::map<std::tuple<int, int, int, int, int, bool>, std::unique_ptr<Graph>> graphs_;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
+  PlanCache cache_;
+  std::string device_name_;  // GPU model, part of every plan-cache key
+  std::vector<SdpaPlanInfo> plan_log_;
 };
 
 }  // namespace forge::cuda
