@@ -3,9 +3,9 @@
 //                      [--resume latest|step_N|PATH] [--checkpoint-every N]
 //     Under `mpirun -np N` (or `srun --mpi=pmix`) the N processes train one model
 //     data-parallel in parallel.mode (CPU backend); rank 0 prints and writes metrics.
-//     --resume overrides checkpoint.resume, --checkpoint-every checkpoint.every_steps. SIGINT, SIGTERM or SIGUSR1 (Ctrl-C, scancel,
-//     sbatch --signal) save a checkpoint at the next step boundary and end the run cleanly
-//     (exit 0); a second signal kills at once. Under Open MPI's mpirun signal the ranks, or
+//     --resume overrides checkpoint.resume, --checkpoint-every checkpoint.every_steps.
+//     SIGINT, SIGTERM or SIGUSR1 (Ctrl-C, scancel, sbatch --signal) save a checkpoint at the
+//     next step boundary and end the run cleanly (exit 0); a second signal kills at once. Under Open MPI's mpirun signal the ranks, or
 //     mpirun with SIGUSR1 (which it forwards): on SIGTERM/SIGINT mpirun kills them itself.
 //   forge export --checkpoint PATH|latest [--run-dir DIR] -o FILE [--dtype f32|bf16]
 //     Writes a checkpoint's weights as one safetensors file (GPT-2-style names,

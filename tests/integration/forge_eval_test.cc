@@ -235,7 +235,8 @@ TEST_F(ForgeEval, RefusesAConfigOfAnotherModelAndAMissingCheckpoint) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("does not match checkpoint"), std::string::npos) << r.err;
 
-  const ShellResult none = Shell(Forge("eval --checkpoint latest --run-dir " + *dir_ + "/nothing"), *dir_);
+  const ShellResult none =
+      Shell(Forge("eval --checkpoint latest --run-dir " + *dir_ + "/nothing"), *dir_);
   EXPECT_NE(none.exit_code, 0);
   EXPECT_NE(none.err.find("no checkpoint"), std::string::npos) << none.err;
 
