@@ -1,0 +1,198 @@
+// Exact resume on the CUDA backend through the trainer's own checkpoint path (RunTraining +
+// trainer_checkpoint): a run resumed from its step-4 checkpoint by a fresh backend is bitwise
+// the uninterrupted 8-step run (losses, grad norms, val losses, weights, AdamW moments, and
+// the step-8 checkpoint it writes). Tiny model as in cuda_model_test (2 layers, d 128, 4 heads,
+// ffn 256, vocab 500, T 64, B 4), global batch 8 = 2 micro-steps; the resumed backend's first
+// step runs eagerly where the uninterrupted one replays its CUDA graph, which must not matter.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "gpu_test_util.h"
+#include "worker/checkpoint/checkpoint.h"
+#include "worker/train/cuda_backend.h"
+#include "worker/train/trainer.h"
+
+namespace forge {
+namespace {
+
+namespace fs = std::filesystem;
+
+RunConfig TinyConfig() {
+  RunConfig c;
+  c.name = "gpu-resume-test";
+  c.seed = 7;
+  c.model.preset = "";
+  c.model.n_layer = 2;
+  c.model.d_model = 128;
+  c.model.n_head = 4;
+  c.model.n_kv_head = 4;
+  c.model.ffn = 256;
+  c.model.vocab = 500;
+  c.model.seq_len = 64;
+  c.batch.micro_batch = 4;
+  c.batch.global_batch = 8;  // two micro-steps per optimizer step
+  c.optimizer.lr = 2e-3f;
+  c.optimizer.weight_decay = 0.1f;
+  c.optimizer.grad_clip = 1.0f;
+  c.schedule.total_steps = 8;
+  c.schedule.warmup_steps = 2;
+  c.precision.compute = Precision::kBf16;
+  c.eval.every_steps = 3;
+  c.eval.batches = 2;
+  c.train.log_every = 1;
+  c.train.backend = Backend::kCuda;
+  c.checkpoint.every_steps = 4;
+  return c;
+}
+
+// Sequence s of the token stream: pseudo-random tokens from a hash of s (in memory, so the
+// data cursor alone decides what a step sees).
+BatchProvider Data(const RunConfig& c) {
+  auto fill = [c](int64_t seq0, int32_t* in, int32_t* tgt) {
+    const int T = c.model.seq_len;
+    for (int b = 0; b < c.batch.micro_batch; ++b) {
+      uint32_t x = static_cast<uint32_t>(seq0 + b) * 2654435761u + 977u;
+      for (int t = 0; t <= T; ++t) {
+        x = x * 1664525u + 1013904223u;
+        const int32_t tok = int32_t((x >> 16) % uint32_t(c.model.vocab));
+        if (t < T) in[b * T + t] = tok;
+        if (t > 0) tgt[b * T + t - 1] = tok;
+      }
+    }
+    return Status::Ok();
+  };
+  BatchProvider p;
+  p.train = [fill, c](int64_t cursor, int k, int32_t* in, int32_t* tgt) {
+    return fill(cursor + int64_t{k} * c.batch.micro_batch, in, tgt);
+  };
+  p.val = [fill, c](int64_t i, int32_t* in, int32_t* tgt) {
+    return fill(1000000 + i * c.batch.micro_batch, in, tgt);
+  };
+  return p;
+}
+
+// Backends compared bit for bit must pick the same GEMM algorithms: autotuning (timing based)
+// stays off while they exist.
+class NoGemmAutotune {
+ public:
+  NoGemmAutotune() {
+    if (const char* v = std::getenv("FORGE_GEMM_AUTOTUNE")) old_ = v, had_ = true;
+    setenv("FORGE_GEMM_AUTOTUNE", "0", 1);
+  }
+  ~NoGemmAutotune() {
+    if (had_) setenv("FORGE_GEMM_AUTOTUNE", old_.c_str(), 1);
+    else unsetenv("FORGE_GEMM_AUTOTUNE");
+  }
+  NoGemmAutotune(const NoGemmAutotune&) = delete;
+  NoGemmAutotune& operator=(const NoGemmAutotune&) = delete;
+
+ private:
+  std::string old_;
+  bool had_ = false;
+};
+
+struct RunOutcome {
+  TrainResult result;
+  std::vector<StepRecord> records;
+  UnitBuffers w, m, v;
+};
+
+RunOutcome Train(const RunConfig& c) {
+  RunOutcome run;
+  auto made = MakeCudaTrainBackend(c, CudaBackendOptions{});
+  EXPECT_TRUE(made.ok()) << made.status().ToString();
+  if (!made.ok()) return run;
+  std::unique_ptr<CudaTrainBackend> backend = std::move(made).value();
+  TrainOptions opt;
+  opt.print_progress = false;
+  opt.on_step = [&run](const StepRecord& r) { run.records.push_back(r); };
+  auto r = RunTraining(c, backend.get(), Data(c), opt);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  if (!r.ok()) return run;
+  run.result = std::move(r).value();
+  EXPECT_TRUE(backend->GetParams(&run.w).ok());
+  EXPECT_TRUE(backend->GetMoments(&run.m, &run.v).ok());
+  EXPECT_TRUE(backend->graph_active()) << "steps after the first should replay a CUDA graph";
+  return run;
+}
+
+bool SameBits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
+
+void ExpectSameBuffers(const UnitBuffers& got, const UnitBuffers& want, const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t u = 0; u < got.size(); ++u)
+    EXPECT_TRUE(test::BitwiseEqual(got[u], want[u])) << what << " of unit " << u;
+}
+
+std::string TempDir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/forge_gpu_resume_" +
+                          std::to_string(::getpid()) + "/" + name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+TEST(GpuTrainerResume, ResumedRunIsBitwiseTheUninterruptedOne) {
+  FORGE_SKIP_WITHOUT_GPU();
+  const NoGemmAutotune fixed_gemms;
+  const std::string dir = TempDir("run");
+
+  RunConfig c = TinyConfig();
+  c.checkpoint.dir = dir + "/reference";
+  const RunOutcome ref = Train(c);
+  ASSERT_EQ(ref.result.steps, 8);
+  ASSERT_EQ(ref.result.checkpoints, (std::vector<int64_t>{4, 8}));
+  ASSERT_EQ(ref.records.size(), 8u);
+  EXPECT_LT(ref.records.back().loss, ref.records.front().loss) << "the run did not learn";
+
+  // A fresh backend (weights from cfg.seed, zero moments) resumes from the reference's step_4
+  // and writes its own checkpoints elsewhere.
+  RunConfig r = TinyConfig();
+  r.checkpoint.dir = dir + "/resumed";
+  r.checkpoint.resume = c.checkpoint.dir + "/step_4";
+  const RunOutcome res = Train(r);
+  EXPECT_EQ(res.result.resumed_step, 4);
+  EXPECT_EQ(res.result.steps, 8);
+  EXPECT_EQ(res.result.checkpoints, (std::vector<int64_t>{8}));
+  ASSERT_EQ(res.records.size(), 4u);
+  for (size_t i = 0; i < res.records.size(); ++i) {
+    const StepRecord& got = res.records[i];
+    const StepRecord& want = ref.records[4 + i];
+    SCOPED_TRACE("step " + std::to_string(got.step));
+    EXPECT_EQ(got.step, want.step);
+    EXPECT_TRUE(SameBits(got.loss, want.loss)) << got.loss << " vs " << want.loss;
+    EXPECT_TRUE(SameBits(got.grad_norm, want.grad_norm)) << got.grad_norm << " vs "
+                                                         << want.grad_norm;
+    EXPECT_TRUE(SameBits(got.lr, want.lr));
+    EXPECT_TRUE(SameBits(got.val_loss, want.val_loss)) << got.val_loss << " vs "
+                                                       << want.val_loss;
+  }
+  EXPECT_TRUE(SameBits(res.result.final_val_loss, ref.result.final_val_loss));
+  ExpectSameBuffers(res.w, ref.w, "weights");
+  ExpectSameBuffers(res.m, ref.m, "first moment");
+  ExpectSameBuffers(res.v, ref.v, "second moment");
+
+  // The step-8 checkpoints of both runs hold the same state and data cursor.
+  const ParamLayout layout = MakeParamLayout(c.model);
+  auto x = LoadFullCheckpoint(r.checkpoint.dir + "/step_8", &layout);
+  auto y = LoadFullCheckpoint(c.checkpoint.dir + "/step_8", &layout);
+  ASSERT_TRUE(x.ok()) << x.status().ToString();
+  ASSERT_TRUE(y.ok()) << y.status().ToString();
+  ExpectSameBuffers(x->master, y->master, "step_8 master weights");
+  ExpectSameBuffers(x->m, y->m, "step_8 first moment");
+  ExpectSameBuffers(x->v, y->v, "step_8 second moment");
+  EXPECT_EQ(x->trainer.data_cursor, 8 * c.batch.global_batch);
+  EXPECT_EQ(x->trainer.data_cursor, y->trainer.data_cursor);
+  // And the checkpoint holds what the backend had: a save is a bitwise copy.
+  ExpectSameBuffers(y->master, ref.w, "step_8 vs the backend's weights");
+  fs::remove_all(fs::path(dir).parent_path());
+}
+
+}  // namespace
+}  // namespace forge
