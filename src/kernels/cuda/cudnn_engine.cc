@@ -280,43 +280,50 @@ StatusOr<CudnnPlan> FinalizeCudnnPlan(cudnnHandle_t handle, Desc op_graph,
   CudnnPlan p;
   DescList list;
   const std::string what = "engine choice " + choice.ToString();
+  // Any refusal while building from a value means "not usable here" (kUnavailable).
+  auto set = [&](Desc d, cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type,
+                 int64_t count, const void* value) -> Status {
+    const cudnnStatus_t st = cudnnBackendSetAttribute(d, name, type, count, value);
+    if (st != CUDNN_STATUS_SUCCESS) return Unavailable(what + ": attribute", st);
+    return Status::Ok();
+  };
+  auto finalize = [&](Desc d, const char* part) -> Status {
+    const cudnnStatus_t st = cudnnBackendFinalize(d);
+    if (st != CUDNN_STATUS_SUCCESS) return Unavailable(what + ": " + part, st);
+    return Status::Ok();
+  };
 
   Desc engine;
   FORGE_RETURN_IF_ERROR(list.Create(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &engine));
-  FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(engine, CUDNN_ATTR_ENGINE_OPERATION_GRAPH,
-                                             CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &op_graph));
-  FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX,
-                                             CUDNN_TYPE_INT64, 1, &choice.engine));
-  cudnnStatus_t st = cudnnBackendFinalize(engine);
-  if (st != CUDNN_STATUS_SUCCESS) return Unavailable(what + ": engine", st);
-  FORGE_RETURN_IF_ERROR(ReadEngine(engine, &p.choice_.engine, &p.nondeterministic_,
-                                   &p.runtime_compiled_));
+  FORGE_RETURN_IF_ERROR(
+      set(engine, CUDNN_ATTR_ENGINE_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &op_graph));
+  FORGE_RETURN_IF_ERROR(
+      set(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &choice.engine));
+  FORGE_RETURN_IF_ERROR(finalize(engine, "engine"));
+  int64_t index = 0;
+  FORGE_RETURN_IF_ERROR(ReadEngine(engine, &index, &p.nondeterministic_, &p.runtime_compiled_));
 
   std::vector<Desc> knobs;
   for (const auto& [type_value, value] : choice.knobs) {
     Desc k;
     FORGE_RETURN_IF_ERROR(list.Create(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, &k));
     const auto type = static_cast<cudnnBackendKnobType_t>(type_value);
-    FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(k, CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE,
-                                               CUDNN_TYPE_KNOB_TYPE, 1, &type));
-    FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(k, CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE,
-                                               CUDNN_TYPE_INT64, 1, &value));
-    st = cudnnBackendFinalize(k);
-    if (st != CUDNN_STATUS_SUCCESS) return Unavailable(what + ": knob", st);
+    FORGE_RETURN_IF_ERROR(set(k, CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &type));
+    FORGE_RETURN_IF_ERROR(set(k, CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &value));
+    FORGE_RETURN_IF_ERROR(finalize(k, "knob"));
     knobs.push_back(k);
   }
 
   Desc config;
   FORGE_RETURN_IF_ERROR(list.Create(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &config));
-  FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(config, CUDNN_ATTR_ENGINECFG_ENGINE,
-                                             CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &engine));
+  FORGE_RETURN_IF_ERROR(
+      set(config, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &engine));
   if (!knobs.empty()) {
-    FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(config, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES,
-                                               CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                                               static_cast<int64_t>(knobs.size()), knobs.data()));
+    FORGE_RETURN_IF_ERROR(set(config, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES,
+                              CUDNN_TYPE_BACKEND_DESCRIPTOR, static_cast<int64_t>(knobs.size()),
+                              knobs.data()));
   }
-  st = cudnnBackendFinalize(config);
-  if (st != CUDNN_STATUS_SUCCESS) return Unavailable(what + ": engine config", st);
+  FORGE_RETURN_IF_ERROR(finalize(config, "engine config"));
 
   Desc plan;
   const Status planned = FinalizePlanFor(handle, config, &list, &plan, &p.workspace_bytes_);
@@ -326,14 +333,8 @@ StatusOr<CudnnPlan> FinalizeCudnnPlan(cudnnHandle_t handle, Desc op_graph,
   all.pop_back();
   p.owned_ = std::move(all);
   p.plan_ = plan;
-  // What cuDNN made of it, read back (the knobs it kept): equal to choice when it took them.
-  CudnnEngineChoice effective;
-  bool nondet = false, rtc = false;
-  if (DescribeConfig(config, &effective, &nondet, &rtc).ok()) {
-    p.choice_ = std::move(effective);
-  } else {
-    p.choice_ = choice;
-  }
+  // The plan's identity is the value it was built from (what a cache records and replays).
+  p.choice_ = choice;
   return p;
 }
 

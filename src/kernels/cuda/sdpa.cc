@@ -839,6 +839,7 @@ Status SdpaRunner::ChoosePlan(Graph* g, const SdpaShape& s, const Call& call,
   if (!cache_.enabled()) {
     FORGE_RETURN_IF_ERROR(take_first());
     info.source = "first";
+    info.engine = g->plan->choice().ToString();
   } else {
     FORGE_ASSIGN_OR_RETURN(const std::optional<std::string> recorded, cache_.Get(info.key));
     bool stale = false;
@@ -849,6 +850,7 @@ Status SdpaRunner::ChoosePlan(Graph* g, const SdpaShape& s, const Call& call,
       if (p.ok()) {
         g->plan = std::move(p).value();
         info.source = "cache";
+        info.engine = choice->ToString();
       } else if (p.status().code() == Code::kUnavailable ||
                  p.status().code() == Code::kInvalidArgument) {
         // Recorded by another cuDNN build or edited by hand: choose again and replace it.
@@ -864,6 +866,7 @@ Status SdpaRunner::ChoosePlan(Graph* g, const SdpaShape& s, const Call& call,
       // eagerly before capturing, so this is a first call the caller did not plan for.
       FORGE_RETURN_IF_ERROR(take_first());
       info.source = "capture";
+      info.engine = g->plan->choice().ToString();
       info.note += "first call under stream capture: untimed, not recorded";
     } else if (!g->plan) {
       const auto t0 = std::chrono::steady_clock::now();
@@ -891,7 +894,7 @@ Status SdpaRunner::ChoosePlan(Graph* g, const SdpaShape& s, const Call& call,
           choice.ok() ? FinalizeCudnnPlan(handle_, g->op_graph, *choice) : choice.status();
       if (rebuilt.ok()) {
         g->plan = std::move(rebuilt).value();
-        info.engine = g->plan->choice().ToString();
+        info.engine = choice->ToString();
       } else {
         // Keep the tuned plan itself (built from heuristics' config).
         info.note += "rebuilding \"" + use + "\" failed (" + rebuilt.status().message() +
@@ -908,7 +911,6 @@ Status SdpaRunner::ChoosePlan(Graph* g, const SdpaShape& s, const Call& call,
     }
   }
   if (info.source != "tuned" && !info.note.empty()) Warn(info.key + ": " + info.note);
-  if (info.source != "tuned") info.engine = g->plan->choice().ToString();
   plan_log_.push_back(std::move(info));
   return Status::Ok();
 }
@@ -946,6 +948,8 @@ Status SdpaRunner::UseEngine(const SdpaShape& s, bool backward, const std::strin
   FORGE_ASSIGN_OR_RETURN(const CudnnEngineChoice choice, ParseCudnnEngineChoice(engine));
   StatusOr<CudnnPlan> p = FinalizeCudnnPlan(handle_, g->op_graph, choice);
   if (!p.ok()) return WithContext(p.status(), s, backward);
+  // The plan it replaces may still have runs queued (benchmarks and tests only come here).
+  if (g->plan) FORGE_CUDA_CHECK(cudaDeviceSynchronize());
   g->plan = std::move(p).value();
   SdpaPlanInfo info;
   info.key = PlanKey(s, g->kind, device_name_);

@@ -24,8 +24,16 @@
 //   bitwise equal outputs on two runs. The choice is recorded in the cache (the first writer
 //   wins among concurrent processes, and everyone adopts the recorded choice) and its plan
 //   is rebuilt from the recorded value, exactly as later processes will.
+// - a recorded choice this cuDNN cannot build (another cuDNN build, a hand edit) is tuned
+//   again and replaced, with a warning; a cache file that is not a plan cache at all is an
+//   error naming the file (fix or delete it, or set FORGE_PLAN_CACHE=off).
 // - a first call under CUDA-graph capture is never timed (timing synchronises): it takes the
 //   cached choice if any, else heuristics' first config, and records nothing.
+// Candidates needing more than max(2x, +256 MiB) of the first config's workspace are left
+// out. Runners of one process (the model has one per layer) share the cache file: the first
+// tunes a shape, the others read its choice.
+// Each tuning prints one line to stderr ("forge: sdpa bwd B=... | <GPU> | cudnn ...: tuned
+// ..."); plan_log() has the same for every plan made.
 #pragma once
 
 #include <cudnn.h>

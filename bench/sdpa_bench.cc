@@ -1,0 +1,442 @@
+// forge-sdpa-bench: cuDNN causal flash attention (SdpaRunner) engine by engine, as JSON lines.
+//
+//   forge-sdpa-bench [--reps 20] [--warmup 3] [--sets 3] [--batch 16] [--seq 1024]
+//                    [--only gpt350m|gpt124m] [--no-tune]
+//
+// Shapes: the attention of gpt350m (H = 16, 24 layers) and gpt124m (H = 12, 12 layers), both
+// B = 16, T = 1024, hd = 64 (MHA: KV = H). Graph kinds: "fwd" (one graph in both modes),
+// "bwd" (fp32 dQ accumulator) and "bwd-det" (deterministic backward). For each (shape, kind)
+// every engine config the runner's tuner would consider (SdpaRunner::EngineCandidates: up to
+// kMaxCandidates from heuristics modes A, B, fallback; index 0 is heuristics' first, what
+// FORGE_PLAN_CACHE=off runs) is forced with UseEngine and timed through Forward / Backward:
+// CUDA events between consecutive calls, median of --reps calls after --warmup, the calls
+// rotating over --sets independent operand sets (random bf16, ~unit variance). One line per
+// (shape, kind): first and best engine and time, every engine's time, ||best - first|| /
+// ||first|| of the output (O, or the whole dQKV), and "tuned": what the runner's own tuning
+// picks (a fresh runner on a private temporary plan cache; --no-tune skips it) with the
+// bench's time for that engine. A last line gives per-step totals (x layers, fwd + bwd) for
+// first vs best vs tuned, in both modes.
+#include <cuda_runtime.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/plan_cache.h"
+#include "kernels/cuda/sdpa.cuh"
+
+namespace forge {
+namespace {
+
+using cuda::bf16;
+using cuda::SdpaEngineCandidate;
+using cuda::SdpaRunner;
+using cuda::SdpaShape;
+using Json = nlohmann::ordered_json;
+
+struct Args {
+  int reps = 20, warmup = 3, sets = 3, batch = 16, seq = 1024;
+  std::string only;
+  bool tune = true;
+};
+
+struct Model {
+  std::string name;
+  int heads = 0, layers = 0;
+};
+
+bool ParseInt(const char* s, int64_t* out) {
+  char* end = nullptr;
+  const long long v = std::strtoll(s, &end, 10);
+  if (end == s || *end != '\0') return false;
+  *out = v;
+  return true;
+}
+
+std::string ParseArgs(int argc, char** argv, Args* a) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--no-tune") {
+      a->tune = false;
+      continue;
+    }
+    if (i + 1 >= argc) return flag + ": missing value";
+    const char* val = argv[++i];
+    if (flag == "--only") {
+      a->only = val;
+      continue;
+    }
+    int64_t v = 0;
+    if (!ParseInt(val, &v) || v < 1 || v > (1 << 20)) {
+      return flag + ": bad value '" + val + "'";
+    }
+    if (flag == "--reps") a->reps = int(v);
+    else if (flag == "--warmup") a->warmup = int(v);
+    else if (flag == "--sets") a->sets = int(v);
+    else if (flag == "--batch") a->batch = int(v);
+    else if (flag == "--seq") a->seq = int(v);
+    else return "unknown flag " + flag;
+  }
+  return "";
+}
+
+double Round(double x, int digits) {
+  const double f = std::pow(10.0, digits);
+  return std::round(x * f) / f;
+}
+
+// Device memory freed on destruction.
+template <typename T>
+struct DevBuf {
+  T* p = nullptr;
+  size_t n = 0;
+  DevBuf() = default;
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  DevBuf(DevBuf&& o) noexcept : p(std::exchange(o.p, nullptr)), n(std::exchange(o.n, 0)) {}
+  ~DevBuf() {
+    if (p) cudaFree(p);
+  }
+  Status Alloc(size_t count) {
+    n = count;
+    FORGE_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(count, 1) * sizeof(T)));
+    return Status::Ok();
+  }
+};
+
+// Random bf16 with unit variance (uniform on [-sqrt 3, sqrt 3]), from a xorshift stream.
+std::vector<uint16_t> RandomBf16(size_t n, uint64_t seed) {
+  std::vector<uint16_t> out(n);
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t i = 0; i < n; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    const float u = float(x >> 40) * (1.0f / float(1 << 24));  // [0, 1)
+    const float f = (2.0f * u - 1.0f) * 1.7320508f;
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    out[i] = uint16_t((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);  // round to nearest even
+  }
+  return out;
+}
+
+// One independent set of operands and outputs for forward + backward.
+struct OperandSet {
+  DevBuf<bf16> qkv, out, dout, dqkv;
+  DevBuf<float> stats, softmax_sum, dq_accum;
+};
+
+Status MakeSet(const SdpaShape& s, uint64_t seed, OperandSet* o) {
+  const size_t tokens = size_t(s.B) * s.T, rows = size_t(s.B) * s.H * s.T;
+  const size_t n_qkv = tokens * (s.H + 2 * s.KV) * s.hd, n_out = tokens * s.H * s.hd;
+  FORGE_RETURN_IF_ERROR(o->qkv.Alloc(n_qkv));
+  FORGE_RETURN_IF_ERROR(o->out.Alloc(n_out));
+  FORGE_RETURN_IF_ERROR(o->dout.Alloc(n_out));
+  FORGE_RETURN_IF_ERROR(o->dqkv.Alloc(n_qkv));
+  FORGE_RETURN_IF_ERROR(o->stats.Alloc(rows));
+  FORGE_RETURN_IF_ERROR(o->softmax_sum.Alloc(rows));
+  FORGE_RETURN_IF_ERROR(o->dq_accum.Alloc(rows * s.hd));
+  const std::vector<uint16_t> qkv = RandomBf16(n_qkv, seed), dout = RandomBf16(n_out, seed + 1);
+  FORGE_CUDA_CHECK(cudaMemcpy(o->qkv.p, qkv.data(), n_qkv * 2, cudaMemcpyHostToDevice));
+  FORGE_CUDA_CHECK(cudaMemcpy(o->dout.p, dout.data(), n_out * 2, cudaMemcpyHostToDevice));
+  return Status::Ok();
+}
+
+Status Forward(SdpaRunner& r, const SdpaShape& s, OperandSet& o, cudaStream_t stream) {
+  return r.Forward(s, o.qkv.p, o.out.p, o.stats.p, stream);
+}
+
+Status Backward(SdpaRunner& r, const SdpaShape& s, OperandSet& o, bool det,
+                cudaStream_t stream) {
+  return r.Backward(s, o.qkv.p, o.out.p, o.dout.p, o.stats.p, o.dqkv.p, o.softmax_sum.p,
+                    det ? nullptr : o.dq_accum.p, stream);
+}
+
+// Median ms of call(set) over reps calls between consecutive events, sets rotating.
+StatusOr<double> MedianMs(const Args& a, cudaStream_t stream,
+                          const std::function<Status(int)>& call) {
+  for (int w = 0; w < a.warmup; ++w) FORGE_RETURN_IF_ERROR(call(w % a.sets));
+  std::vector<cudaEvent_t> ev(size_t(a.reps) + 1, nullptr);
+  Status st = Status::Ok();
+  for (cudaEvent_t& e : ev) {
+    if (cudaEventCreate(&e) != cudaSuccess) st = Status::Internal("cudaEventCreate failed");
+  }
+  std::vector<float> ms(size_t(a.reps), 0.0f);
+  if (st.ok() && cudaEventRecord(ev[0], stream) != cudaSuccess) {
+    st = Status::Internal("cudaEventRecord failed");
+  }
+  for (int r = 0; r < a.reps && st.ok(); ++r) {
+    st = call(r % a.sets);
+    if (st.ok() && cudaEventRecord(ev[size_t(r) + 1], stream) != cudaSuccess) {
+      st = Status::Internal("cudaEventRecord failed");
+    }
+  }
+  if (st.ok() && cudaEventSynchronize(ev.back()) != cudaSuccess) {
+    st = Status::Internal("cudaEventSynchronize failed");
+  }
+  for (int r = 0; r < a.reps && st.ok(); ++r) {
+    if (cudaEventElapsedTime(&ms[size_t(r)], ev[size_t(r)], ev[size_t(r) + 1]) != cudaSuccess) {
+      st = Status::Internal("cudaEventElapsedTime failed");
+    }
+  }
+  for (cudaEvent_t e : ev) {
+    if (e) cudaEventDestroy(e);
+  }
+  FORGE_RETURN_IF_ERROR(st);
+  std::sort(ms.begin(), ms.end());
+  return double(ms[ms.size() / 2]);
+}
+
+StatusOr<std::vector<uint16_t>> Download(const bf16* p, size_t n) {
+  std::vector<uint16_t> h(n);
+  FORGE_CUDA_CHECK(cudaDeviceSynchronize());
+  FORGE_CUDA_CHECK(cudaMemcpy(h.data(), p, n * 2, cudaMemcpyDeviceToHost));
+  return h;
+}
+
+// ||b - a|| / ||a|| over bf16 values; infinite when b has a non-finite element.
+double RelDiff(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+  auto f = [](uint16_t h) {
+    const uint32_t bits = uint32_t(h) << 16;
+    float v;
+    std::memcpy(&v, &bits, 4);
+    return double(v);
+  };
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double x = f(a[i]), y = f(b[i]);
+    if (!std::isfinite(y)) return INFINITY;
+    num += (y - x) * (y - x);
+    den += x * x;
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+// One (shape, kind) result.
+struct KindResult {
+  double first_ms = 0, best_ms = 0, tuned_ms = 0;
+  bool have_tuned = false;
+  Json line;
+};
+
+// Times every candidate engine of one graph through call(set); fills the JSON line.
+StatusOr<KindResult> BenchKind(const Args& a, SdpaRunner& runner, const SdpaShape& s,
+                               bool backward, cudaStream_t stream,
+                               const std::function<Status(int)>& call,
+                               const std::function<StatusOr<std::vector<uint16_t>>()>& output) {
+  FORGE_ASSIGN_OR_RETURN(const std::vector<SdpaEngineCandidate> cands,
+                         runner.EngineCandidates(s, backward));
+  KindResult res;
+  Json engines = Json::array();
+  std::vector<double> times(cands.size(), INFINITY);
+  for (size_t i = 0; i < cands.size(); ++i) {
+    const SdpaEngineCandidate& c = cands[i];
+    Json e{{"engine", c.engine},
+           {"workspace_mb", Round(double(c.workspace_bytes) / (1 << 20), 1)},
+           {"nondeterministic", c.nondeterministic},
+           {"runtime_compiled", c.runtime_compiled}};
+    Status st = runner.UseEngine(s, backward, c.engine);
+    StatusOr<double> ms = st.ok() ? MedianMs(a, stream, call) : StatusOr<double>(st);
+    if (ms.ok()) {
+      times[i] = *ms;
+      e["ms"] = Round(*ms, 4);
+    } else {
+      e["error"] = ms.status().ToString();
+      (void)cudaGetLastError();
+    }
+    engines.push_back(e);
+  }
+  const size_t best = size_t(std::min_element(times.begin(), times.end()) - times.begin());
+  if (!std::isfinite(times[best])) return Status::Internal("no engine config ran");
+  res.first_ms = std::isfinite(times[0]) ? times[0] : 0.0;
+  res.best_ms = times[best];
+
+  // Same operands through the first and the best engine.
+  double rel = 0.0;
+  if (best != 0 && std::isfinite(times[0])) {
+    FORGE_RETURN_IF_ERROR(runner.UseEngine(s, backward, cands[0].engine));
+    FORGE_RETURN_IF_ERROR(call(0));
+    FORGE_ASSIGN_OR_RETURN(const std::vector<uint16_t> ref, output());
+    FORGE_RETURN_IF_ERROR(runner.UseEngine(s, backward, cands[best].engine));
+    FORGE_RETURN_IF_ERROR(call(0));
+    FORGE_ASSIGN_OR_RETURN(const std::vector<uint16_t> got, output());
+    rel = RelDiff(ref, got);
+  }
+  res.line = Json{{"candidates", cands.size()},
+                  {"first_engine", cands[0].engine},
+                  {"first_ms", Round(res.first_ms, 4)},
+                  {"best_engine", cands[best].engine},
+                  {"best_ms", Round(res.best_ms, 4)},
+                  {"best_speedup", Round(res.first_ms / res.best_ms, 3)},
+                  {"best_vs_first_rel_diff", rel},
+                  {"engines", engines}};
+  // Leave the best engine in place (the backward of this runner reads the forward's O/Stats).
+  FORGE_RETURN_IF_ERROR(runner.UseEngine(s, backward, cands[best].engine));
+  return res;
+}
+
+// What the runner's own tuning picks for fwd and bwd: a fresh runner on a private plan
+// cache file, one forward and one backward on set 0. Returns the plan log.
+StatusOr<std::vector<cuda::SdpaPlanInfo>> TunedChoices(const SdpaShape& s, bool det,
+                                                       OperandSet& o, cudaStream_t stream) {
+  const std::string path = "/tmp/forge_sdpa_bench_plans_" + std::to_string(getpid()) + ".json";
+  std::remove(path.c_str());
+  SdpaRunner runner;
+  FORGE_RETURN_IF_ERROR(runner.Init(det));
+  runner.set_plan_cache(cuda::PlanCache(path));
+  Status st = Forward(runner, s, o, stream);
+  if (st.ok()) st = Backward(runner, s, o, det, stream);
+  if (st.ok()) st = [&]() -> Status {
+    FORGE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return Status::Ok();
+  }();
+  std::remove(path.c_str());
+  std::remove((path + ".lock").c_str());
+  FORGE_RETURN_IF_ERROR(st);
+  return runner.plan_log();
+}
+
+// Adds "tuned" to a line: the runner's choice and the bench's time for that engine.
+void AddTuned(const cuda::SdpaPlanInfo& info, KindResult* r) {
+  r->line["tuned_engine"] = info.engine;
+  r->line["tuned_source"] = info.source;
+  r->line["tuned_own_ms"] = Round(info.chosen_ms, 4);
+  for (const Json& e : r->line["engines"]) {
+    if (e["engine"] == info.engine && e.contains("ms")) {
+      r->tuned_ms = e["ms"].get<double>();
+      r->have_tuned = true;
+      r->line["tuned_ms"] = r->tuned_ms;
+    }
+  }
+  if (!info.note.empty()) r->line["tuned_note"] = info.note;
+}
+
+Status BenchModel(const Args& a, const Model& m, cudaStream_t stream, Json* summary) {
+  const SdpaShape s{a.batch, a.seq, m.heads, m.heads, 64};
+  std::vector<OperandSet> sets(size_t(a.sets));
+  for (int i = 0; i < a.sets; ++i) {
+    FORGE_RETURN_IF_ERROR(MakeSet(s, 1000 + 17 * uint64_t(i), &sets[size_t(i)]));
+  }
+  const size_t n_out = size_t(s.B) * s.T * s.H * s.hd;
+  const size_t n_qkv = size_t(s.B) * s.T * (s.H + 2 * s.KV) * s.hd;
+  auto base = [&](const std::string& kind) {
+    return Json{{"model", m.name}, {"kind", kind}, {"B", s.B}, {"T", s.T}, {"H", s.H},
+                {"hd", s.hd}, {"layers", m.layers}};
+  };
+
+  Json totals{{"layers", m.layers}};
+  KindResult fwd;
+  for (bool det : {false, true}) {
+    SdpaRunner runner;
+    FORGE_RETURN_IF_ERROR(runner.Init(det));
+    runner.set_plan_cache(cuda::PlanCache());  // forced engines only; nothing recorded
+    auto fwd_call = [&](int i) { return Forward(runner, s, sets[size_t(i)], stream); };
+    if (!det) {
+      FORGE_ASSIGN_OR_RETURN(
+          fwd, BenchKind(a, runner, s, false, stream, fwd_call,
+                         [&] { return Download(sets[0].out.p, n_out); }));
+    }
+    // O and Stats of every set for the backward (the runner's current forward engine).
+    for (int i = 0; i < a.sets; ++i) FORGE_RETURN_IF_ERROR(fwd_call(i));
+    auto bwd_call = [&](int i) { return Backward(runner, s, sets[size_t(i)], det, stream); };
+    FORGE_ASSIGN_OR_RETURN(
+        KindResult bwd, BenchKind(a, runner, s, true, stream, bwd_call,
+                                  [&] { return Download(sets[0].dqkv.p, n_qkv); }));
+    if (a.tune) {
+      FORGE_ASSIGN_OR_RETURN(const std::vector<cuda::SdpaPlanInfo> log,
+                             TunedChoices(s, det, sets[0], stream));
+      if (log.size() == 2) {
+        if (!det) AddTuned(log[0], &fwd);
+        AddTuned(log[1], &bwd);
+      }
+    }
+    if (!det) {
+      Json line = base("fwd");
+      line.update(fwd.line);
+      std::printf("%s\n", line.dump().c_str());
+    }
+    Json line = base(det ? "bwd-det" : "bwd");
+    line.update(bwd.line);
+    std::printf("%s\n", line.dump().c_str());
+    std::fflush(stdout);
+
+    const std::string mode = det ? "deterministic" : "default";
+    Json t{{"first_ms", Round(m.layers * (fwd.first_ms + bwd.first_ms), 3)},
+           {"best_ms", Round(m.layers * (fwd.best_ms + bwd.best_ms), 3)},
+           {"fwd_first_ms", Round(m.layers * fwd.first_ms, 3)},
+           {"fwd_best_ms", Round(m.layers * fwd.best_ms, 3)},
+           {"bwd_first_ms", Round(m.layers * bwd.first_ms, 3)},
+           {"bwd_best_ms", Round(m.layers * bwd.best_ms, 3)}};
+    if (fwd.have_tuned && bwd.have_tuned) {
+      t["tuned_ms"] = Round(m.layers * (fwd.tuned_ms + bwd.tuned_ms), 3);
+    }
+    t["gain_best_vs_first_ms"] =
+        Round(m.layers * (fwd.first_ms + bwd.first_ms - fwd.best_ms - bwd.best_ms), 3);
+    totals[mode] = t;
+  }
+  (*summary)[m.name] = totals;
+  return Status::Ok();
+}
+
+int Fail(const std::string& msg) {
+  std::printf("%s\n", Json{{"error", msg}}.dump().c_str());
+  return 1;
+}
+
+int Run(int argc, char** argv) {
+  Args args;
+  if (std::string err = ParseArgs(argc, argv, &args); !err.empty()) {
+    return Fail(err + " (usage: see the top of bench/sdpa_bench.cc)");
+  }
+  int device = 0;
+  cudaDeviceProp prop{};
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    return Fail("no CUDA device");
+  }
+  cudaStream_t stream = nullptr;
+  if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) {
+    return Fail("cudaStreamCreate failed");
+  }
+  Json header{{"device", prop.name},
+              {"cudnn_version", cudnnGetVersion()},
+              {"reps", args.reps},
+              {"warmup", args.warmup},
+              {"sets", args.sets},
+              {"max_candidates", SdpaRunner::kMaxCandidates},
+              {"tune_margin", SdpaRunner::kTuneMargin}};
+  std::printf("%s\n", header.dump().c_str());
+  std::fflush(stdout);
+
+  const std::vector<Model> models = {{"gpt350m", 16, 24}, {"gpt124m", 12, 12}};
+  Json summary{{"summary", "attention ms per step (layers x (fwd + bwd)), first vs best"}};
+  int rc = 0;
+  for (const Model& m : models) {
+    if (!args.only.empty() && m.name != args.only) continue;
+    const Status st = BenchModel(args, m, stream, &summary);
+    if (!st.ok()) {
+      std::printf("%s\n", Json{{"model", m.name}, {"error", st.ToString()}}.dump().c_str());
+      rc = 1;
+    }
+  }
+  std::printf("%s\n", summary.dump().c_str());
+  cudaStreamDestroy(stream);
+  return rc;
+}
+
+}  // namespace
+}  // namespace forge
+
+int main(int argc, char** argv) { return forge::Run(argc, argv); }
