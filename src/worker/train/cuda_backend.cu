@@ -9,6 +9,11 @@
 // to them, so the host waits on `staging_free_` (recorded right after them) before writing the
 // staging again: the host runs at most one step ahead, and the GPU always has the next step
 // queued before the current one ends.
+//
+// Checkpoint snapshots (GetParams/GetMoments) copy on their own `snapshot_stream_`, fenced by an
+// event recorded on the compute stream at the call (the step boundary: everything enqueued so
+// far, the wgrad stream joined in), and wait for that stream only. Into host buffers pinned
+// with PinHostRange the copies run at PCIe speed (~4.3 GB, gpt350m's fp32 state, in ~0.2 s).
 #include "worker/train/cuda_backend.h"
 
 #include <cuda_runtime.h>
@@ -60,6 +65,7 @@ class CudaBackend final : public CudaTrainBackend {
   void* compute_stream() const override { return compute_stream_; }
   Status ProfileStep(const std::vector<MicroBatch>& micro, const StepHyper& hyper,
                      std::vector<std::pair<std::string, double>>* phase_ms) override;
+  std::unique_ptr<PinnedHostRange> PinHostRange(void* p, size_t bytes) override;
 
  private:
   Status Prepare(const std::vector<MicroBatch>& micro);
@@ -72,6 +78,7 @@ class CudaBackend final : public CudaTrainBackend {
   void DestroyGraph();
   void FreeTokenBuffers();
   void SamplePeak();
+  Status FenceSnapshot();
   Status Sync() {
     FORGE_CUDA_CHECK(cudaStreamSynchronize(compute_stream_));
     return Status::Ok();
@@ -85,6 +92,8 @@ class CudaBackend final : public CudaTrainBackend {
 
   cudaStream_t compute_stream_ = nullptr;  // every step's work, in order
   cudaEvent_t staging_free_ = nullptr;     // the last step's H2D copies have read the staging
+  cudaStream_t snapshot_stream_ = nullptr;  // GetParams/GetMoments copies
+  cudaEvent_t snapshot_from_ = nullptr;     // compute-stream point the snapshot copies wait for
 
   // Token staging, [inputs: capacity*N][targets: capacity*N], pinned on the host and on device.
   int token_capacity_ = 0;  // micro-batches the buffers hold
@@ -119,6 +128,8 @@ CudaBackend::~CudaBackend() {
   if (dev_hyper_) cudaFree(dev_hyper_);
   if (dev_stats_) cudaFree(dev_stats_);
   if (staging_free_) cudaEventDestroy(staging_free_);
+  if (snapshot_from_) cudaEventDestroy(snapshot_from_);
+  if (snapshot_stream_) cudaStreamDestroy(snapshot_stream_);
   if (compute_stream_) cudaStreamDestroy(compute_stream_);
 }
 
@@ -157,6 +168,8 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
   // Blocking sync: the host waits up to a whole step here; yield the core instead of spinning.
   FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&staging_free_,
                                             cudaEventDisableTiming | cudaEventBlockingSync));
+  FORGE_CUDA_CHECK(cudaStreamCreateWithFlags(&snapshot_stream_, cudaStreamNonBlocking));
+  FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&snapshot_from_, cudaEventDisableTiming));
   FORGE_CUDA_CHECK(cudaMallocHost(&host_hyper_, sizeof(cuda::AdamWHyper)));
   FORGE_CUDA_CHECK(cudaMallocHost(&host_stats_, 2 * sizeof(float)));
   FORGE_CUDA_CHECK(cudaMalloc(&dev_hyper_, sizeof(cuda::AdamWHyper)));
@@ -410,14 +423,44 @@ Status CudaBackend::SetParams(const UnitBuffers& master) {
   return model_->ZeroMoments(compute_stream_);
 }
 
-Status CudaBackend::GetParams(UnitBuffers* master) {
+// The snapshot stream waits for all work enqueued on the compute stream so far (the step in
+// flight included); the copies then run there and the host waits for that stream only.
+Status CudaBackend::FenceSnapshot() {
   FORGE_CUDA_CHECK(cudaSetDevice(device_));
-  return model_->DownloadParams(master, compute_stream_);
+  FORGE_CUDA_CHECK(cudaEventRecord(snapshot_from_, compute_stream_));
+  FORGE_CUDA_CHECK(cudaStreamWaitEvent(snapshot_stream_, snapshot_from_, 0));
+  return Status::Ok();
+}
+
+Status CudaBackend::GetParams(UnitBuffers* master) {
+  FORGE_RETURN_IF_ERROR(FenceSnapshot());
+  return model_->DownloadParams(master, snapshot_stream_);
 }
 
 Status CudaBackend::GetMoments(UnitBuffers* m, UnitBuffers* v) {
-  FORGE_CUDA_CHECK(cudaSetDevice(device_));
-  return model_->DownloadMoments(m, v, compute_stream_);
+  FORGE_RETURN_IF_ERROR(FenceSnapshot());
+  return model_->DownloadMoments(m, v, snapshot_stream_);
+}
+
+class RegisteredHostRange final : public PinnedHostRange {
+ public:
+  explicit RegisteredHostRange(void* p) : p_(p) {}
+  ~RegisteredHostRange() override {
+    if (cudaHostUnregister(p_) != cudaSuccess) cudaGetLastError();  // nothing left to undo
+  }
+
+ private:
+  void* p_;
+};
+
+std::unique_ptr<PinnedHostRange> CudaBackend::PinHostRange(void* p, size_t bytes) {
+  if (p == nullptr || bytes == 0 || cudaSetDevice(device_) != cudaSuccess) return nullptr;
+  // Portable: pinned for every context, so the registration does not depend on this backend.
+  if (cudaHostRegister(p, bytes, cudaHostRegisterPortable) != cudaSuccess) {
+    cudaGetLastError();  // not sticky; clear it so a later FORGE_CUDA_CHECK does not report it
+    return nullptr;
+  }
+  return std::make_unique<RegisteredHostRange>(p);
 }
 
 Status CudaBackend::SetMoments(const UnitBuffers& m, const UnitBuffers& v) {

@@ -5,6 +5,7 @@
 // C++ callers can include it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -42,6 +43,15 @@ struct CudaBackendOptions {
 // Defaults with the environment overrides above applied.
 CudaBackendOptions CudaBackendOptionsFromEnv();
 
+// A page-locked host range (cudaHostRegister), unregistered when this is destroyed. It must be
+// destroyed before the memory it covers is freed (a registration outliving its memory would
+// let later copies into a reused address go to the old pages). Independent of the backend's
+// lifetime: it may outlive the backend that made it.
+class PinnedHostRange {
+ public:
+  virtual ~PinnedHostRange() = default;
+};
+
 class CudaTrainBackend : public TrainBackend {
  public:
   // Device memory in use by this backend at its peak, in bytes: the growth of the device's
@@ -58,6 +68,11 @@ class CudaTrainBackend : public TrainBackend {
   // by events; phase_ms gets (phase name, milliseconds) in step order of first appearance.
   virtual Status ProfileStep(const std::vector<MicroBatch>& micro, const StepHyper& hyper,
                              std::vector<std::pair<std::string, double>>* phase_ms) = 0;
+  // Page-locks [p, p + bytes) so GetParams/GetMoments into it copy at full PCIe speed (into
+  // pageable memory the driver stages through a small bounce buffer at a fraction of that).
+  // nullptr when the driver refuses (e.g. the pages overlap a range registered already):
+  // copies into the range then still work, only slower.
+  virtual std::unique_ptr<PinnedHostRange> PinHostRange(void* p, size_t bytes) = 0;
 };
 
 // The backend for cfg on the current device, weights initialised from cfg.seed (InitParams),

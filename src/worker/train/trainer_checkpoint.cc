@@ -8,11 +8,16 @@
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/checkpoint/file_io.h"
 #include "worker/parallel/comm.h"
+#include "worker/train/cuda_backend.h"
 
 namespace forge {
 namespace {
 
 namespace fs = std::filesystem;
+
+// Smaller buffers (norm weights) are not worth a registration: their pageable copy is
+// negligible, and they share heap pages with other objects.
+constexpr size_t kMinPinBytes = size_t{64} << 10;
 
 double SecondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -151,6 +156,14 @@ StatusOr<ResumePoint> ResumeTraining(const RunConfig& cfg, const ParamLayout& la
   return rp;
 }
 
+// A registration lives as long as its entry; `handle` is null where the driver refused (the
+// copy into that buffer is pageable; not retried every save).
+struct TrainCheckpointer::Pin {
+  const float* data = nullptr;
+  size_t bytes = 0;
+  std::unique_ptr<PinnedHostRange> handle;
+};
+
 TrainCheckpointer::TrainCheckpointer(const RunConfig& cfg, const ParamLayout& layout,
                                      TrainBackend* backend, Comm* comm)
     : cfg_(cfg),
@@ -158,14 +171,63 @@ TrainCheckpointer::TrainCheckpointer(const RunConfig& cfg, const ParamLayout& la
       backend_(backend),
       comm_(comm),
       root_(CheckpointRoot(cfg)),
-      async_(std::make_unique<AsyncCheckpointer>()) {
+      async_(std::make_unique<AsyncCheckpointer>()),
+      cuda_(dynamic_cast<CudaTrainBackend*>(backend)) {
   if (comm_ == nullptr) {
     own_comm_ = MakeLocalComm();
     comm_ = own_comm_.get();
   }
+  // Periodic saves: pay for allocating, touching and pinning the host state now rather than
+  // inside the first save's stall.
+  if (cuda_ != nullptr && cfg_.checkpoint.every_steps > 0) {
+    AllocateHostState(&ready_master_, &ready_m_, &ready_v_);
+    PinHostState(ready_master_, ready_m_, ready_v_);
+  }
 }
 
-TrainCheckpointer::~TrainCheckpointer() = default;
+TrainCheckpointer::~TrainCheckpointer() {
+  // Unpin while every pinned vector is still alive (in ready_* or in async_, destroyed next).
+  pins_.clear();
+}
+
+void TrainCheckpointer::AllocateHostState(UnitBuffers* master, UnitBuffers* m,
+                                          UnitBuffers* v) const {
+  for (UnitBuffers* b : {master, m, v}) {
+    b->resize(layout_.units.size());
+    for (size_t u = 0; u < layout_.units.size(); ++u)
+      (*b)[u].assign(static_cast<size_t>(layout_.units[u].numel), 0.0f);
+  }
+}
+
+void TrainCheckpointer::PinHostState(const UnitBuffers& master, const UnitBuffers& m,
+                                     const UnitBuffers& v) {
+  std::vector<std::pair<const float*, size_t>> want;
+  for (const UnitBuffers* b : {&master, &m, &v})
+    for (const std::vector<float>& x : *b)
+      if (x.size() * sizeof(float) >= kMinPinBytes)
+        want.emplace_back(x.data(), x.size() * sizeof(float));
+  bool same = want.size() == pins_.size();
+  for (size_t i = 0; same && i < want.size(); ++i)
+    same = pins_[i].data == want[i].first && pins_[i].bytes == want[i].second;
+  if (same) return;  // the usual case: the same vectors came back from the writer
+  // Different buffers (the first save, or the circulating set was replaced): drop the old
+  // registrations before making new ones, so no stale range can cover a reused address.
+  pins_.clear();
+  for (const auto& [data, bytes] : want) {
+    Pin p;
+    p.data = data;
+    p.bytes = bytes;
+    p.handle = cuda_->PinHostRange(const_cast<float*>(data), bytes);
+    pins_.push_back(std::move(p));
+  }
+}
+
+uint64_t TrainCheckpointer::pinned_bytes() const {
+  uint64_t n = 0;
+  for (const Pin& p : pins_)
+    if (p.handle) n += p.bytes;
+  return n;
+}
 
 bool TrainCheckpointer::writing() const { return !async_->Done(); }
 
@@ -173,16 +235,41 @@ Status TrainCheckpointer::Save(int64_t step, int64_t data_cursor) {
   const auto t0 = std::chrono::steady_clock::now();
   if (pending()) FORGE_RETURN_IF_ERROR(Commit());
   UnitBuffers master, m, v;
+  ShardState state;
+  // Until the buffers are handed to the writer, an early return frees them: unpin first
+  // (declared after them, so destroyed before them).
+  struct UnpinOnError {
+    std::vector<Pin>* pins;
+    ~UnpinOnError() {
+      if (pins) pins->clear();
+    }
+  } unpin_on_error{&pins_};
   // Refill the previous save's host buffers instead of faulting in fresh memory each time.
-  if (auto spare = async_->TakeSpare()) TakeFullBuffers(std::move(*spare), &master, &m, &v);
+  if (auto spare = async_->TakeSpare()) {
+    TakeFullBuffers(std::move(*spare), &master, &m, &v);
+  } else if (!ready_master_.empty()) {  // the first save, into the buffers pinned up front
+    master = std::move(ready_master_);
+    m = std::move(ready_m_);
+    v = std::move(ready_v_);
+    ready_master_.clear();
+    ready_m_.clear();
+    ready_v_.clear();
+  }
+  if (cuda_ != nullptr) {
+    // Sized as the download leaves them (no reallocation there), then pinned; a no-op from
+    // the second save on.
+    if (master.empty()) AllocateHostState(&master, &m, &v);
+    PinHostState(master, m, v);
+  }
   FORGE_RETURN_IF_ERROR(backend_->GetParams(&master).Annotate("checkpoint: weights"));
   FORGE_RETURN_IF_ERROR(backend_->GetMoments(&m, &v).Annotate("checkpoint: moments"));
   TrainerState trainer;
   trainer.step = step;
   trainer.data_cursor = data_cursor;
-  ShardState state = ShardStateFromFull(layout_, comm_->rank(), comm_->world(), std::move(master),
-                                        std::move(m), std::move(v), std::move(trainer));
+  state = ShardStateFromFull(layout_, comm_->rank(), comm_->world(), std::move(master),
+                             std::move(m), std::move(v), std::move(trainer));
   FORGE_RETURN_IF_ERROR(async_->Save(StepDir(root_, step), std::move(state)));
+  unpin_on_error.pins = nullptr;  // the writer holds them; they come back by TakeSpare
   pending_step_ = step;
   pending_blocked_s_ = SecondsSince(t0);
   return Status::Ok();

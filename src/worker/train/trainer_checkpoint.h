@@ -10,6 +10,17 @@
 // every rank collects its ShardReport, the reports are all-gathered, rank 0 writes the
 // manifest (CommitCheckpoint) and applies retention, and its status is broadcast so every rank
 // returns the same error. The manifest therefore appears only after every rank wrote.
+//
+// Snapshot buffers on a CUDA backend (CudaTrainBackend): the stall of a save is the
+// device->host download, fast only into page-locked memory. The host state (master, m, v: full
+// unit buffers) is one set of vectors that circulates without reallocation: filled by Save,
+// moved into the AsyncCheckpointer, handed back by TakeSpare for the next save. The
+// TrainCheckpointer pins exactly those vectors (CudaTrainBackend::PinHostRange) and owns the
+// pins; it unpins before any of them can be freed (in its destructor, before the
+// AsyncCheckpointer holding them goes), so a registration never outlives its memory. With
+// checkpoint.every_steps > 0 the set is allocated, touched and pinned in the constructor
+// (start-up time), so the first save pays no page faults either. Other backends (CPU) are
+// unchanged: buffers are allocated by the first save and reused.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +37,7 @@ namespace forge {
 
 class AsyncCheckpointer;
 class Comm;
+class CudaTrainBackend;
 
 // Where training starts.
 struct ResumePoint {
@@ -61,6 +73,7 @@ struct CheckpointCommit {
 
 class TrainCheckpointer {
  public:
+  // The backend must outlive this object (pins made through it do not need it).
   TrainCheckpointer(const RunConfig& cfg, const ParamLayout& layout, TrainBackend* backend,
                     Comm* comm);
   ~TrainCheckpointer();
@@ -80,7 +93,16 @@ class TrainCheckpointer {
   // Commits since the last call, oldest first.
   std::vector<CheckpointCommit> TakeCommits();
 
+  // Bytes of snapshot buffers currently page-locked (0 unless the backend is CUDA).
+  uint64_t pinned_bytes() const;
+
  private:
+  struct Pin;  // one pinned snapshot vector (trainer_checkpoint.cc)
+  // Full-size host buffers for every unit (layout sizes, zero-filled: pages touched).
+  void AllocateHostState(UnitBuffers* master, UnitBuffers* m, UnitBuffers* v) const;
+  // Makes `pins_` cover exactly these buffers (see the file comment).
+  void PinHostState(const UnitBuffers& master, const UnitBuffers& m, const UnitBuffers& v);
+
   RunConfig cfg_;
   ParamLayout layout_;
   TrainBackend* backend_;
@@ -91,6 +113,10 @@ class TrainCheckpointer {
   int64_t pending_step_ = -1;
   double pending_blocked_s_ = 0.0;
   std::vector<CheckpointCommit> commits_;
+  CudaTrainBackend* cuda_ = nullptr;  // non-null: pin the snapshot buffers
+  UnitBuffers ready_master_, ready_m_, ready_v_;  // allocated up front, for the first save
+  // Declared last, so destroyed first even without the destructor's explicit unpinning.
+  std::vector<Pin> pins_;
 };
 
 }  // namespace forge
