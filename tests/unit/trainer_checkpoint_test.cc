@@ -145,18 +145,25 @@ TEST(TrainerCheckpoint, ResumedRunIsBitwiseTheUninterruptedOne) {
   const RunOutcome& ref = Reference();
   ASSERT_EQ(ref.result.steps, 6);
   EXPECT_EQ(ref.result.checkpoints, (std::vector<int64_t>{2, 4, 6}));
-  // Every commit shows up once in the records, with its cost.
+  // Every commit shows up in the records, with its cost. A save whose background write
+  // outlasts the steps to the next save commits together with it and is folded into that
+  // record (checkpoints_committed 2), so which steps appear depends on timing; the count does not.
   std::set<int64_t> reported;
+  int committed = 0;
   for (const StepRecord& r : ref.records) {
     if (r.checkpoint_step < 0) continue;
     reported.insert(r.checkpoint_step);
+    committed += r.checkpoints_committed;
+    EXPECT_GE(r.checkpoints_committed, 1);
     EXPECT_GE(r.step, r.checkpoint_step);
     EXPECT_GT(r.checkpoint_bytes, 0u);
     EXPECT_GE(r.checkpoint_blocked_s, 0.0);
     EXPECT_GT(r.checkpoint_write_s, 0.0);
     EXPECT_GT(r.checkpoint_bytes_per_s, 0.0);
   }
-  EXPECT_EQ(reported, (std::set<int64_t>{2, 4, 6}));
+  EXPECT_EQ(committed, 3);
+  EXPECT_TRUE(reported.count(6));
+  for (int64_t st : reported) EXPECT_TRUE(st == 2 || st == 4 || st == 6) << st;
 
   // Interrupted after step 3 (an end-of-run save off the every_steps grid), then resumed.
   RunConfig c = TinyConfig();

@@ -55,10 +55,12 @@ void WriteRecord(std::ofstream* out, const StepRecord& r) {
   }
   if (r.checkpoint_step >= 0) {
     n = std::snprintf(buf, sizeof buf,
-                      ",\"checkpoint_step\":%ld,\"checkpoint_blocked_s\":%.6f,"
+                      ",\"checkpoint_step\":%ld,\"checkpoints_committed\":%d,"
+                      "\"checkpoint_blocked_s\":%.6f,"
                       "\"checkpoint_write_s\":%.6f,\"checkpoint_bytes\":%llu,"
                       "\"checkpoint_bytes_per_s\":%.0f",
-                      long(r.checkpoint_step), r.checkpoint_blocked_s, r.checkpoint_write_s,
+                      long(r.checkpoint_step), r.checkpoints_committed, r.checkpoint_blocked_s,
+                      r.checkpoint_write_s,
                       static_cast<unsigned long long>(r.checkpoint_bytes),
                       r.checkpoint_bytes_per_s);
     *out << std::string(buf, n);
@@ -208,7 +210,9 @@ StatusOr<TrainResult> RunTraining(const RunConfig& cfg, TrainBackend* backend,
   double window_seconds = 0.0;
   int64_t window_steps = 0;
   int64_t cursor = start.data_cursor;  // global sequence index of the next global batch
-  std::optional<CheckpointCommit> unreported;  // committed, not yet in a record
+  // Committed, not yet in a record (folded when more than one commits between two records).
+  std::optional<CheckpointCommit> unreported;
+  int unreported_count = 0;
   for (int64_t step = start.step + 1; step <= total_steps; ++step) {
     const auto t0 = Clock::now();
     for (int k = 0; k < accum; ++k)
@@ -267,7 +271,13 @@ StatusOr<TrainResult> RunTraining(const RunConfig& cfg, TrainBackend* backend,
                           : (", removed " + std::to_string(c.removed.size()) + " old").c_str());
           std::fflush(stdout);
         }
+        if (unreported) {  // fold: the record reports the newest step and the summed costs
+          c.blocked_s += unreported->blocked_s;
+          c.write_s += unreported->write_s;
+          c.bytes += unreported->bytes;
+        }
         unreported = std::move(c);
+        ++unreported_count;
       }
     }
 
@@ -278,11 +288,13 @@ StatusOr<TrainResult> RunTraining(const RunConfig& cfg, TrainBackend* backend,
       window_steps = 0;
       if (unreported) {
         rec.checkpoint_step = unreported->step;
+        rec.checkpoints_committed = unreported_count;
         rec.checkpoint_blocked_s = unreported->blocked_s;
         rec.checkpoint_write_s = unreported->write_s;
         rec.checkpoint_bytes = unreported->bytes;
         rec.checkpoint_bytes_per_s = unreported->bytes_per_s();
         unreported.reset();
+        unreported_count = 0;
       }
       WriteRecord(&metrics, rec);
       if (opt.on_step) opt.on_step(rec);

@@ -38,10 +38,13 @@ struct StepRecord {
   float loss = 0.0f, grad_norm = 0.0f, lr = 0.0f;
   double tokens_per_s = 0.0, step_seconds = 0.0;
   float val_loss = -1.0f;  // < 0 when not evaluated at this step
-  // The checkpoint committed since the previous record (checkpoint_step < 0: none): the
-  // longest stall of a rank's loop while taking it, the slowest rank's background write, and
-  // the bytes of all shards / that write time.
+  // The checkpoints committed since the previous record (checkpoint_step < 0: none): the
+  // newest one's step, and over all of them the longest stall of a rank's loop while taking
+  // them (summed), the slowest rank's background writes (summed), and the bytes of all shards
+  // / that write time. Usually one; two when a save's write outlasted the steps to the next
+  // save and both committed between two records.
   int64_t checkpoint_step = -1;
+  int checkpoints_committed = 0;
   double checkpoint_blocked_s = 0.0, checkpoint_write_s = 0.0;
   uint64_t checkpoint_bytes = 0;
   double checkpoint_bytes_per_s = 0.0;
