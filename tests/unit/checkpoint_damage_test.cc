@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint_test_util.h"
-#include "worker/checkpoint/file_io.h"
+#include "common/file_io.h"
 
 namespace forge {
 namespace {

@@ -5,9 +5,9 @@
 #include <nlohmann/json.hpp>
 
 #include "common/checksum.h"
+#include "common/file_io.h"
 #include "checkpoint_test_util.h"
 #include "worker/checkpoint/crc32c_combine.h"
-#include "worker/checkpoint/file_io.h"
 #include "worker/checkpoint/shard_file.h"
 
 namespace forge {

@@ -1,5 +1,5 @@
 // PlanCache: one JSON file, read whole on every Get (runners ask once per new plan), written
-// under an flock by temporary file + rename.
+// under an flock by temporary file + rename (common/file_io).
 #include "kernels/cuda/plan_cache.h"
 
 #include <fcntl.h>
@@ -8,13 +8,13 @@
 
 #include <atomic>
 #include <cerrno>
-#include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <map>
 
 #include <nlohmann/json.hpp>
+
+#include "common/file_io.h"
 
 namespace forge::cuda {
 
@@ -24,29 +24,14 @@ constexpr const char* kFormat = "forge-plan-cache-v1";
 
 using Entries = std::map<std::string, std::string>;
 
-std::string Errno() { return std::strerror(errno); }
-
 // Every entry of the file; a missing file reads as no entries.
 StatusOr<Entries> ReadEntries(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return Entries{};
-    return Status::IoError("plan cache " + path + ": cannot open: " + Errno());
+  StatusOr<std::string> read = ReadSmallFile(path);
+  if (!read.ok()) {
+    if (read.status().code() == Code::kNotFound) return Entries{};
+    return read.status().Annotate("plan cache");
   }
-  std::string s;
-  char buf[1 << 16];
-  for (;;) {
-    const ssize_t n = read(fd, buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const std::string why = Errno();
-      close(fd);
-      return Status::IoError("plan cache " + path + ": read failed: " + why);
-    }
-    if (n == 0) break;
-    s.append(buf, static_cast<size_t>(n));
-  }
-  close(fd);
+  const std::string& s = read.value();
   if (s.empty()) return Entries{};  // e.g. created by hand with touch
   const nlohmann::json j = nlohmann::json::parse(s, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Status::DataLoss("plan cache " + path + ": not valid JSON");
@@ -73,37 +58,14 @@ std::string Render(const Entries& entries) {
   return j.dump(2) + "\n";
 }
 
-// Writes text to a fresh temporary file beside path, flushes it to disk and renames it over
-// path: readers see the old file or the new one, and a crash leaves no partial plan cache.
+// Replaces path atomically (common/file_io): readers see the old file or the new one, and a
+// crash leaves no partial plan cache. The temporary's name is unique per process and call
+// because writers race where the file system has no flock.
 Status WriteAtomically(const std::string& path, const std::string& text) {
   static std::atomic<unsigned> counter{0};
   const std::string tmp = path + ".tmp." + std::to_string(getpid()) + "." +
                           std::to_string(counter.fetch_add(1));
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::IoError("plan cache " + tmp + ": cannot create: " + Errno());
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string why = Errno();
-      close(fd);
-      unlink(tmp.c_str());
-      return Status::IoError("plan cache " + tmp + ": write failed: " + why);
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (fsync(fd) != 0 || close(fd) != 0) {
-    const std::string why = Errno();
-    unlink(tmp.c_str());
-    return Status::IoError("plan cache " + tmp + ": flush failed: " + why);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = Errno();
-    unlink(tmp.c_str());
-    return Status::IoError("plan cache " + path + ": rename from " + tmp + " failed: " + why);
-  }
-  return Status::Ok();
+  return WriteFileAtomic(path, text, tmp).Annotate("plan cache");
 }
 
 // An exclusive flock on "<path>.lock" for the lifetime of the object. Where the file system

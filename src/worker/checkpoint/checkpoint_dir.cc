@@ -4,9 +4,9 @@
 #include <cctype>
 #include <filesystem>
 
+#include "common/file_io.h"
 #include "worker/checkpoint/checkpoint_loader.h"
 #include "worker/checkpoint/checkpoint_writer.h"
-#include "worker/checkpoint/file_io.h"
 #include "worker/checkpoint/manifest.h"
 
 namespace forge {

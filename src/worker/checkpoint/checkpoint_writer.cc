@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "worker/checkpoint/file_io.h"
+#include "common/file_io.h"
 #include "worker/checkpoint/shard_file.h"
 
 namespace forge {

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/checksum.h"
-#include "worker/checkpoint/file_io.h"
+#include "common/file_io.h"
 
 namespace forge {
 namespace {

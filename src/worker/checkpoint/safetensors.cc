@@ -9,8 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/file_io.h"
 #include "worker/checkpoint/checkpoint_loader.h"
-#include "worker/checkpoint/file_io.h"
 
 namespace forge {
 namespace {

@@ -33,9 +33,9 @@
 #include <string>
 #include <vector>
 
+#include "common/file_io.h"
 #include "common/status.h"
 #include "worker/checkpoint/checkpoint_state.h"
-#include "worker/checkpoint/file_io.h"
 #include "worker/parallel/shard_layout.h"
 
 namespace forge {

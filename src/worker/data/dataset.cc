@@ -1,21 +1,16 @@
 // Dataset manifest IO, the split token streams and the unigram baseline.
 #include "worker/data/dataset.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "common/checksum.h"
+#include "common/file_io.h"
 
 namespace forge {
 namespace {
@@ -28,39 +23,6 @@ StatusOr<uint32_t> ParseHex32(const std::string& s, const std::string& where) {
     return Status::DataLoss(where + ": bad checksum '" + s + "' (want 0x + 8 hex digits)");
   }
   return static_cast<uint32_t>(std::stoul(s.substr(2), nullptr, 16));
-}
-
-Status WriteFileAtomic(const std::string& path, const std::string& data) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::IoError(tmp + ": cannot create: " + std::strerror(errno));
-  size_t off = 0;
-  while (off < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + off, data.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const std::string err = std::strerror(errno);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return Status::IoError(tmp + ": write failed: " + err);
-    }
-    off += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    return Status::IoError(tmp + ": fsync/close failed: " + std::strerror(errno));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    return Status::IoError(path + ": rename failed: " + std::strerror(errno));
-  }
-  const std::string dir = std::filesystem::path(path).parent_path().string();
-  const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);  // makes the rename durable
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-  return Status::Ok();
 }
 
 }  // namespace

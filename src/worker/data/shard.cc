@@ -1,14 +1,10 @@
-// Token shard writer (temp + fsync + rename) and memory-mapped, verified reader.
+// Token shard writer (atomic replace through common/file_io) and memory-mapped, verified
+// reader.
 #include "worker/data/shard.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstring>
-#include <filesystem>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/checksum.h"
@@ -27,32 +23,6 @@ T GetLe(const uint8_t* p) {
   return v;
 }
 
-std::string Errno() { return std::strerror(errno); }
-
-Status WriteAll(int fd, const void* data, size_t size, const std::string& path) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  while (size > 0) {
-    const ssize_t n = ::write(fd, p, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Status::IoError(path + ": write failed: " + Errno());
-    }
-    p += n;
-    size -= static_cast<size_t>(n);
-  }
-  return Status::Ok();
-}
-
-// fsync of the directory makes the rename itself durable.
-void SyncDir(const std::string& file_path) {
-  const std::string dir = std::filesystem::path(file_path).parent_path().string();
-  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-}
-
 }  // namespace
 
 const char* TokenDtypeName(TokenDtype dtype) {
@@ -69,7 +39,10 @@ StatusOr<ShardInfo> WriteShard(const std::string& path, std::span<const int32_t>
                                TokenDtype dtype) {
   const size_t width = static_cast<size_t>(dtype);
   const int64_t max_token = dtype == TokenDtype::kUint16 ? 0xFFFF : 0x7FFFFFFF;
-  std::vector<uint8_t> payload(tokens.size() * width);
+  // The whole file in one buffer: the header is filled in once the payload's CRC is known.
+  std::vector<uint8_t> file(kShardHeaderSize + tokens.size() * width);
+  uint8_t* const header = file.data();
+  uint8_t* const payload = header + kShardHeaderSize;
   for (size_t i = 0; i < tokens.size(); ++i) {
     const int32_t t = tokens[i];
     if (t < 0 || t > max_token) {
@@ -82,9 +55,8 @@ StatusOr<ShardInfo> WriteShard(const std::string& path, std::span<const int32_t>
       PutLe<uint32_t>(&payload[i * 4], static_cast<uint32_t>(t));
     }
   }
-  ShardInfo info{tokens.size(), Crc32c(payload.data(), payload.size())};
+  ShardInfo info{tokens.size(), Crc32c(payload, tokens.size() * width)};
 
-  uint8_t header[kShardHeaderSize] = {};
   std::memcpy(header, kShardMagic, 8);
   PutLe<uint32_t>(header + 8, kShardVersion);
   PutLe<uint32_t>(header + 12, static_cast<uint32_t>(dtype));
@@ -92,51 +64,25 @@ StatusOr<ShardInfo> WriteShard(const std::string& path, std::span<const int32_t>
   PutLe<uint32_t>(header + 24, info.crc32c);
   PutLe<uint32_t>(header + 28, Crc32c(header, 28));
 
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::IoError(tmp + ": cannot create: " + Errno());
-  Status st = WriteAll(fd, header, sizeof(header), tmp);
-  if (st.ok()) st = WriteAll(fd, payload.data(), payload.size(), tmp);
-  if (st.ok() && ::fsync(fd) != 0) st = Status::IoError(tmp + ": fsync failed: " + Errno());
-  if (::close(fd) != 0 && st.ok()) st = Status::IoError(tmp + ": close failed: " + Errno());
-  if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    st = Status::IoError(path + ": rename from " + tmp + " failed: " + Errno());
-  }
-  if (!st.ok()) {
-    ::unlink(tmp.c_str());
-    return st;
-  }
-  SyncDir(path);
+  FORGE_RETURN_IF_ERROR(WriteFileAtomic(
+      path, std::string_view(reinterpret_cast<const char*>(file.data()), file.size())));
   return info;
 }
 
 StatusOr<ShardReader> ShardReader::Open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return Status::NotFound(path + ": no such shard file");
-    return Status::IoError(path + ": cannot open: " + Errno());
-  }
-  struct stat sb;
-  if (::fstat(fd, &sb) != 0) {
-    ::close(fd);
-    return Status::IoError(path + ": stat failed: " + Errno());
-  }
-  const size_t file_size = static_cast<size_t>(sb.st_size);
+  // kNormal: after the checksum pass, training reads windows anywhere in the shard.
+  FORGE_ASSIGN_OR_RETURN(MappedFile file, MappedFile::Open(path, MapAdvice::kNormal));
+  const size_t file_size = file.size();
   if (file_size < kShardHeaderSize) {
-    ::close(fd);
     return Status::DataLoss(path + ": truncated: " + std::to_string(file_size) +
                             " bytes, smaller than the " + std::to_string(kShardHeaderSize) +
                             "-byte header");
   }
-  void* map = ::mmap(nullptr, file_size, PROT_READ, MAP_SHARED, fd, 0);
-  ::close(fd);  // the mapping keeps the file alive
-  if (map == MAP_FAILED) return Status::IoError(path + ": mmap failed: " + Errno());
 
   ShardReader r;
   r.path_ = path;
-  r.map_ = map;
-  r.map_size_ = file_size;
-  const auto* h = static_cast<const uint8_t*>(map);
+  r.file_ = std::move(file);
+  const uint8_t* h = r.file_.data();
   if (std::memcmp(h, kShardMagic, 8) != 0) {
     return Status::DataLoss(path + ": bad magic (not a Forge token shard)");
   }
@@ -174,24 +120,13 @@ ShardReader::ShardReader(ShardReader&& other) noexcept { *this = std::move(other
 
 ShardReader& ShardReader::operator=(ShardReader&& other) noexcept {
   if (this != &other) {
-    Reset();
     path_ = std::move(other.path_);
-    map_ = std::exchange(other.map_, nullptr);
-    map_size_ = std::exchange(other.map_size_, 0);
+    file_ = std::move(other.file_);
     dtype_ = other.dtype_;
     tokens_ = std::exchange(other.tokens_, 0);
     crc_ = other.crc_;
   }
   return *this;
-}
-
-ShardReader::~ShardReader() { Reset(); }
-
-void ShardReader::Reset() {
-  if (map_ != nullptr) ::munmap(map_, map_size_);
-  map_ = nullptr;
-  map_size_ = 0;
-  tokens_ = 0;
 }
 
 void ShardReader::Copy(uint64_t start, uint64_t count, int32_t* out) const {

@@ -10,10 +10,10 @@
 //       32   32 zero
 //       64      payload
 //
-// Writers write to "<path>.tmp", fsync, then rename: a shard either exists whole or not at
-// all. Readers mmap the file and check magic, version, dtype, size against N (truncation)
-// and both checksums before handing out a single token; every failure is DataLoss naming
-// the file.
+// Writers write to "<path>.tmp", fsync, then rename (WriteFileAtomic): a shard either
+// exists whole or not at all. Readers mmap the file and check magic, version, dtype, size
+// against N (truncation) and both checksums before handing out a single token; every
+// failure is DataLoss naming the file.
 #pragma once
 
 #include <cstddef>
@@ -21,6 +21,7 @@
 #include <span>
 #include <string>
 
+#include "common/file_io.h"
 #include "common/status.h"
 
 namespace forge {
@@ -54,7 +55,7 @@ class ShardReader {
   ShardReader& operator=(ShardReader&& other) noexcept;
   ShardReader(const ShardReader&) = delete;
   ShardReader& operator=(const ShardReader&) = delete;
-  ~ShardReader();
+  ~ShardReader() = default;
 
   const std::string& path() const { return path_; }
   TokenDtype dtype() const { return dtype_; }
@@ -70,12 +71,10 @@ class ShardReader {
   void Copy(uint64_t start, uint64_t count, int32_t* out) const;
 
  private:
-  const uint8_t* payload() const { return static_cast<const uint8_t*>(map_) + kShardHeaderSize; }
-  void Reset();
+  const uint8_t* payload() const { return file_.data() + kShardHeaderSize; }
 
   std::string path_;
-  void* map_ = nullptr;
-  size_t map_size_ = 0;
+  MappedFile file_;
   TokenDtype dtype_ = TokenDtype::kUint16;
   uint64_t tokens_ = 0;
   uint32_t crc_ = 0;

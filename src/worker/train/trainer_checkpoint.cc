@@ -5,8 +5,8 @@
 #include <filesystem>
 #include <utility>
 
+#include "common/file_io.h"
 #include "worker/checkpoint/checkpoint.h"
-#include "worker/checkpoint/file_io.h"
 #include "worker/parallel/comm.h"
 #include "worker/train/cuda_backend.h"
 

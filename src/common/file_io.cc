@@ -1,4 +1,4 @@
-#include "worker/checkpoint/file_io.h"
+#include "common/file_io.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -90,8 +90,9 @@ Status CommitRename(const std::string& tmp, const std::string& path) {
   return SyncDirectory(ParentDir(path));
 }
 
-Status WriteFileAtomic(const std::string& path, std::string_view data) {
-  const std::string tmp = path + ".tmp";
+Status WriteFileAtomic(const std::string& path, std::string_view data,
+                       const std::string& tmp_name) {
+  const std::string tmp = tmp_name.empty() ? path + ".tmp" : tmp_name;
   FORGE_ASSIGN_OR_RETURN(FileWriter w, FileWriter::Create(tmp));
   Status st = w.Write(data.data(), data.size());
   if (st.ok()) st = w.Close();
@@ -123,7 +124,7 @@ StatusOr<std::string> ReadSmallFile(const std::string& path) {
   return out;
 }
 
-StatusOr<MappedFile> MappedFile::Open(const std::string& path) {
+StatusOr<MappedFile> MappedFile::Open(const std::string& path, MapAdvice advice) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) return Status::NotFound(path + ": no such file");
@@ -146,7 +147,7 @@ StatusOr<MappedFile> MappedFile::Open(const std::string& path) {
       return st;
     }
     f.map_ = map;
-    ::madvise(map, f.size_, MADV_SEQUENTIAL);
+    if (advice == MapAdvice::kSequential) ::madvise(map, f.size_, MADV_SEQUENTIAL);
   }
   ::close(fd);  // the mapping keeps the file alive
   return f;

@@ -1,6 +1,7 @@
-// Durable file primitives for checkpoints: an fd writer that checksums what it writes, atomic
-// small-file replacement (temp + fsync + rename + directory fsync), directory fsync and a
-// read-only memory map. Every error names the path.
+// Durable file primitives, the one implementation for checkpoints, dataset shards and
+// manifests, and the tuned-plan cache: an fd writer whose Close() fsyncs, atomic file
+// replacement (temp + fsync + rename + directory fsync), directory fsync and a read-only
+// memory map. Every error names the path.
 #pragma once
 
 #include <cstddef>
@@ -38,18 +39,25 @@ class FileWriter {
 // fsync of a directory makes renames and unlinks inside it durable.
 Status SyncDirectory(const std::string& dir);
 
-// Writes `data` to `path` atomically: readers see the old file or the whole new one.
-Status WriteFileAtomic(const std::string& path, std::string_view data);
+// Writes `data` to `path` atomically: readers see the old file or the whole new one. The
+// temporary is `tmp`, or "<path>.tmp" when empty (writers that may race name their own).
+Status WriteFileAtomic(const std::string& path, std::string_view data,
+                       const std::string& tmp = {});
 
 // Renames tmp -> path and fsyncs the directory holding path.
 Status CommitRename(const std::string& tmp, const std::string& path);
 
 StatusOr<std::string> ReadSmallFile(const std::string& path);
 
+// How a mapping will be read: kSequential (one pass; the kernel reads ahead and drops
+// pages behind) or kNormal (random access, e.g. training windows; the kernel's default).
+enum class MapAdvice { kSequential, kNormal };
+
 // A read-only mapping of a whole file. Move-only.
 class MappedFile {
  public:
-  static StatusOr<MappedFile> Open(const std::string& path);
+  static StatusOr<MappedFile> Open(const std::string& path,
+                                   MapAdvice advice = MapAdvice::kSequential);
 
   MappedFile() = default;
   MappedFile(MappedFile&& other) noexcept;
