@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "gpu_test_util.h"
+#include "no_gemm_autotune.h"
+#include "tiny_gpu_config.h"
 #include "worker/model/init.h"
 #include "worker/model/param_layout.h"
 #include "worker/train/backend.h"
@@ -26,26 +28,7 @@
 namespace forge {
 namespace {
 
-RunConfig TinyConfig() {
-  RunConfig c;
-  c.name = "gpu-model-test";
-  c.seed = 7;
-  c.model.preset = "";
-  c.model.n_layer = 2;
-  c.model.d_model = 128;
-  c.model.n_head = 4;
-  c.model.n_kv_head = 4;
-  c.model.ffn = 256;
-  c.model.vocab = 500;  // padded to 512: the padded rows take part in the softmax on both sides
-  c.model.seq_len = 64;
-  c.batch.micro_batch = 4;
-  c.batch.global_batch = 4;
-  c.optimizer.lr = 2e-3f;
-  c.optimizer.weight_decay = 0.1f;
-  c.optimizer.grad_clip = 1.0f;
-  c.precision.compute = Precision::kBf16;
-  return c;
-}
+RunConfig TinyConfig() { return test::TinyGpuConfig("gpu-model-test"); }
 
 // Token sequences from a fixed sparse Markov chain (each token has four likely successors, plus
 // 10% uniform noise): text-like statistics a small model learns within a few dozen steps.
@@ -117,26 +100,7 @@ std::unique_ptr<CudaTrainBackend> MakeGpu(const RunConfig& c, CudaBackendOptions
   return std::move(made).value();
 }
 
-// Two backends in one test must pick the same GEMM algorithms to agree bitwise; with
-// autotuning (kernels/cuda/gemm.cuh) the choice depends on timings, so tests that compare
-// backends bit for bit turn it off while they create them.
-class NoGemmAutotune {
- public:
-  NoGemmAutotune() {
-    if (const char* v = std::getenv("FORGE_GEMM_AUTOTUNE")) old_ = v, had_ = true;
-    setenv("FORGE_GEMM_AUTOTUNE", "0", 1);
-  }
-  ~NoGemmAutotune() {
-    if (had_) setenv("FORGE_GEMM_AUTOTUNE", old_.c_str(), 1);
-    else unsetenv("FORGE_GEMM_AUTOTUNE");
-  }
-  NoGemmAutotune(const NoGemmAutotune&) = delete;
-  NoGemmAutotune& operator=(const NoGemmAutotune&) = delete;
-
- private:
-  std::string old_;
-  bool had_ = false;
-};
+using test::NoGemmAutotune;
 
 double RelFrobenius(const float* got, const float* ref, int64_t n) {
   double diff = 0.0, norm = 0.0;

@@ -14,7 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "../common/tiny_fixtures.h"
 #include "gpu_test_util.h"
+#include "no_gemm_autotune.h"
+#include "tiny_gpu_config.h"
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/train/cuda_backend.h"
 #include "worker/train/trainer.h"
@@ -25,25 +28,10 @@ namespace {
 namespace fs = std::filesystem;
 
 RunConfig TinyConfig() {
-  RunConfig c;
-  c.name = "gpu-resume-test";
-  c.seed = 7;
-  c.model.preset = "";
-  c.model.n_layer = 2;
-  c.model.d_model = 128;
-  c.model.n_head = 4;
-  c.model.n_kv_head = 4;
-  c.model.ffn = 256;
-  c.model.vocab = 500;
-  c.model.seq_len = 64;
-  c.batch.micro_batch = 4;
+  RunConfig c = test::TinyGpuConfig("gpu-resume-test");
   c.batch.global_batch = 8;  // two micro-steps per optimizer step
-  c.optimizer.lr = 2e-3f;
-  c.optimizer.weight_decay = 0.1f;
-  c.optimizer.grad_clip = 1.0f;
   c.schedule.total_steps = 8;
   c.schedule.warmup_steps = 2;
-  c.precision.compute = Precision::kBf16;
   c.eval.every_steps = 3;
   c.eval.batches = 2;
   c.train.log_every = 1;
@@ -54,71 +42,17 @@ RunConfig TinyConfig() {
 
 // Sequence s of the token stream: pseudo-random tokens from a hash of s (in memory, so the
 // data cursor alone decides what a step sees).
-BatchProvider Data(const RunConfig& c) {
-  auto fill = [c](int64_t seq0, int32_t* in, int32_t* tgt) {
-    const int T = c.model.seq_len;
-    for (int b = 0; b < c.batch.micro_batch; ++b) {
-      uint32_t x = static_cast<uint32_t>(seq0 + b) * 2654435761u + 977u;
-      for (int t = 0; t <= T; ++t) {
-        x = x * 1664525u + 1013904223u;
-        const int32_t tok = int32_t((x >> 16) % uint32_t(c.model.vocab));
-        if (t < T) in[b * T + t] = tok;
-        if (t > 0) tgt[b * T + t - 1] = tok;
-      }
-    }
-    return Status::Ok();
-  };
-  BatchProvider p;
-  p.train = [fill, c](int64_t cursor, int k, int32_t* in, int32_t* tgt) {
-    return fill(cursor + int64_t{k} * c.batch.micro_batch, in, tgt);
-  };
-  p.val = [fill, c](int64_t i, int32_t* in, int32_t* tgt) {
-    return fill(1000000 + i * c.batch.micro_batch, in, tgt);
-  };
-  return p;
-}
+BatchProvider Data(const RunConfig& c) { return test::HashedTokenData(c, 977u, 1000000); }
 
-// Backends compared bit for bit must pick the same GEMM algorithms: autotuning (timing based)
-// stays off while they exist.
-class NoGemmAutotune {
- public:
-  NoGemmAutotune() {
-    if (const char* v = std::getenv("FORGE_GEMM_AUTOTUNE")) old_ = v, had_ = true;
-    setenv("FORGE_GEMM_AUTOTUNE", "0", 1);
-  }
-  ~NoGemmAutotune() {
-    if (had_) setenv("FORGE_GEMM_AUTOTUNE", old_.c_str(), 1);
-    else unsetenv("FORGE_GEMM_AUTOTUNE");
-  }
-  NoGemmAutotune(const NoGemmAutotune&) = delete;
-  NoGemmAutotune& operator=(const NoGemmAutotune&) = delete;
-
- private:
-  std::string old_;
-  bool had_ = false;
-};
-
-struct RunOutcome {
-  TrainResult result;
-  std::vector<StepRecord> records;
-  UnitBuffers w, m, v;
-};
+using test::NoGemmAutotune;
+using test::RunOutcome;
 
 RunOutcome Train(const RunConfig& c) {
-  RunOutcome run;
   auto made = MakeCudaTrainBackend(c, CudaBackendOptions{});
   EXPECT_TRUE(made.ok()) << made.status().ToString();
-  if (!made.ok()) return run;
+  if (!made.ok()) return {};
   std::unique_ptr<CudaTrainBackend> backend = std::move(made).value();
-  TrainOptions opt;
-  opt.print_progress = false;
-  opt.on_step = [&run](const StepRecord& r) { run.records.push_back(r); };
-  auto r = RunTraining(c, backend.get(), Data(c), opt);
-  EXPECT_TRUE(r.ok()) << r.status().ToString();
-  if (!r.ok()) return run;
-  run.result = std::move(r).value();
-  EXPECT_TRUE(backend->GetParams(&run.w).ok());
-  EXPECT_TRUE(backend->GetMoments(&run.m, &run.v).ok());
+  RunOutcome run = test::TrainKeepingState(c, backend.get(), Data(c));
   std::printf("[ %ld steps, CUDA graph %s at the end ]\n", long(run.result.steps),
               backend->graph_active() ? "active" : "inactive");
   return run;

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "counting_dataset.h"
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/data/dataset.h"
 #include "worker/data/sampler.h"
@@ -61,25 +62,7 @@ std::string TempDir(const std::string& name) {
 
 // Train 30000 / val 3000 tokens over a 256-token vocabulary, mostly "previous + 1".
 void WriteDataset(const std::string& dir) {
-  fs::create_directories(dir);
-  DatasetManifest m;
-  m.vocab_size = 256;
-  m.eot_token = 255;
-  for (int s = 0; s < 2; ++s) {
-    std::vector<int32_t> tokens(s == 0 ? 30000 : 3000);
-    uint32_t x = 4242 + s;
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      x = x * 1664525u + 1013904223u;
-      const bool jump = i == 0 || (x >> 28) == 0;
-      tokens[i] = jump ? int32_t((x >> 8) % 256) : (tokens[i - 1] + 1) % 256;
-    }
-    const std::string name = s == 0 ? "train_0.tok" : "val_0.tok";
-    auto info = WriteShard(dir + "/" + name, tokens, TokenDtype::kUint16);
-    ASSERT_TRUE(info.ok()) << info.status().ToString();
-    m.splits[s].shards.push_back({name, int64_t(tokens.size()), info->crc32c});
-    m.splits[s].tokens = int64_t(tokens.size());
-  }
-  ASSERT_TRUE(WriteDatasetManifest(dir, m).ok());
+  test::WriteCountingDataset(dir, 4242u, 30000, 3000);
 }
 
 RunConfig SmallConfig(const std::string& dir) {

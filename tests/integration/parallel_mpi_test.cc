@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "counting_dataset.h"
+#include "mpi_launch.h"
 #include "worker/data/dataset.h"
 #include "worker/data/shard.h"
 
@@ -31,39 +33,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct ShellResult {
-  int exit_code = -1;
-  std::string output;  // stdout + stderr
-  double seconds = 0;
-};
-
-ShellResult Shell(const std::string& cmd) {
-  ShellResult r;
-  const auto t0 = std::chrono::steady_clock::now();
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
-  const int status = ::pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return r;
-}
-
-std::string Bin(const std::string& name) { return std::string(FORGE_BINARY_DIR) + "/bin/" + name; }
-
-// mpirun for `ranks` processes, bounded so a deadlock fails the test instead of hanging CI.
-std::string Mpirun(int ranks, int limit_s = 120) {
-  return "timeout -k 5 " + std::to_string(limit_s) + " " + std::string(FORGE_MPIEXEC) +
-         " --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) +
-         " -x OPENBLAS_NUM_THREADS=1 ";
-}
-
-bool HaveMpirun() { return std::string(FORGE_MPIEXEC).size() > 0 && fs::exists(FORGE_MPIEXEC); }
-
-#define REQUIRE_MPIRUN() \
-  if (!HaveMpirun()) GTEST_SKIP() << "no mpirun (MPIEXEC_EXECUTABLE) found at configure time"
+using test::Bin;
+using test::Mpirun;
+using test::Shell;
+using test::ShellResult;
 
 TEST(ParallelMpi, CommCollectivesOnTwoThreeAndFourRanks) {
   REQUIRE_MPIRUN();
@@ -164,25 +137,7 @@ std::string TempDir() {
 }
 
 void WriteDataset(const std::string& dir) {
-  fs::create_directories(dir);
-  DatasetManifest m;
-  m.vocab_size = 256;
-  m.eot_token = 255;
-  for (int s = 0; s < 2; ++s) {
-    std::vector<int32_t> tokens(s == 0 ? 40000 : 4000);
-    uint32_t x = 12345 + s;
-    for (size_t i = 0; i < tokens.size(); ++i) {  // mostly previous + 1, 1 in 16 random
-      x = x * 1664525u + 1013904223u;
-      const bool jump = i == 0 || (x >> 28) == 0;
-      tokens[i] = jump ? int32_t((x >> 8) % 256) : (tokens[i - 1] + 1) % 256;
-    }
-    const std::string name = s == 0 ? "train_0.tok" : "val_0.tok";
-    auto info = WriteShard(dir + "/" + name, tokens, TokenDtype::kUint16);
-    ASSERT_TRUE(info.ok()) << info.status().ToString();
-    m.splits[s].shards.push_back({name, int64_t(tokens.size()), info->crc32c});
-    m.splits[s].tokens = int64_t(tokens.size());
-  }
-  ASSERT_TRUE(WriteDatasetManifest(dir, m).ok());
+  test::WriteCountingDataset(dir, 12345u, 40000, 4000);
 }
 
 // The metrics records without their timing fields (which differ run to run).

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/tiny_fixtures.h"
 #include "checkpoint_test_util.h"
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/train/trainer.h"
@@ -44,53 +45,13 @@ RunConfig TinyConfig() {
   return c;
 }
 
-// Sequence s: pseudo-random tokens (a learnable stream would make later steps' gradients tiny).
-BatchProvider Data(const RunConfig& c) {
-  auto fill = [c](int64_t seq0, int32_t* in, int32_t* tgt) {
-    const int T = c.model.seq_len;
-    for (int b = 0; b < c.batch.micro_batch; ++b) {
-      uint32_t x = static_cast<uint32_t>(seq0 + b) * 2654435761u + 12345u;
-      for (int t = 0; t <= T; ++t) {
-        x = x * 1664525u + 1013904223u;
-        const int32_t tok = int32_t((x >> 16) % uint32_t(c.model.vocab));
-        if (t < T) in[b * T + t] = tok;
-        if (t > 0) tgt[b * T + t - 1] = tok;
-      }
-    }
-    return Status::Ok();
-  };
-  BatchProvider p;
-  p.train = [fill, c](int64_t cursor, int k, int32_t* in, int32_t* tgt) {
-    return fill(cursor + int64_t{k} * c.batch.micro_batch, in, tgt);
-  };
-  p.val = [fill, c](int64_t i, int32_t* in, int32_t* tgt) {
-    return fill(100000 + i * c.batch.micro_batch, in, tgt);
-  };
-  return p;
-}
+BatchProvider Data(const RunConfig& c) { return test::HashedTokenData(c, 12345u, 100000); }
 
-struct RunOutcome {
-  TrainResult result;
-  std::vector<StepRecord> records;
-  UnitBuffers w, m, v;
-};
+using test::RunOutcome;
 
 RunOutcome Train(const RunConfig& c, TrainOptions opt = {}) {
-  RunOutcome run;
   auto backend = MakeCpuBackend(c);
-  opt.print_progress = false;
-  auto user = opt.on_step;
-  opt.on_step = [&run, user](const StepRecord& r) {
-    run.records.push_back(r);
-    if (user) user(r);
-  };
-  auto r = RunTraining(c, backend.get(), Data(c), opt);
-  EXPECT_TRUE(r.ok()) << r.status().ToString();
-  if (!r.ok()) return run;
-  run.result = std::move(r).value();
-  EXPECT_TRUE(backend->GetParams(&run.w).ok());
-  EXPECT_TRUE(backend->GetMoments(&run.m, &run.v).ok());
-  return run;
+  return test::TrainKeepingState(c, backend.get(), Data(c), std::move(opt));
 }
 
 bool SameBits(const UnitBuffers& a, const UnitBuffers& b) {

@@ -25,22 +25,25 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "common/config.h"
-#include "worker/data/sampler.h"
+#include "driver_util.h"
 #include "worker/parallel/comm.h"
 #include "worker/parallel/mpi_comm.h"
 #include "worker/parallel/rendezvous.h"
 #include "worker/parallel/sum_order.h"
-#include "worker/train/backend.h"
-#include "worker/train/trainer.h"
 
 namespace forge {
 namespace {
 
+using check::ArgValue;
+using check::Checker;
+using check::Diff;
+using check::HasFlag;
+using check::Outcome;
 using Clock = std::chrono::steady_clock;
 
 uint64_t Mix(uint64_t x) {  // SplitMix64 finaliser
@@ -55,29 +58,6 @@ float Value(uint64_t a, uint64_t b, uint64_t c) {
   const uint64_t h = Mix(a * 0x1000003 + Mix(b * 0x10001 + Mix(c)));
   const double unit = double(h >> 11) / double(1ull << 53) * 2.0 - 1.0;
   return static_cast<float>(std::ldexp(unit, -int((h >> 3) % 16)));
-}
-
-struct Checker {
-  int rank = 0;
-  int failures = 0;
-  void Expect(bool ok, const std::string& what) {
-    if (!ok) {
-      ++failures;
-      std::fprintf(stderr, "rank %d: FAILED: %s\n", rank, what.c_str());
-    }
-  }
-  void Ok(const Status& s, const std::string& what) { Expect(s.ok(), what + ": " + s.ToString()); }
-};
-
-std::string ArgValue(int argc, char** argv, const std::string& flag, const std::string& def) {
-  for (int i = 2; i + 1 < argc; ++i)
-    if (flag == argv[i]) return argv[i + 1];
-  return def;
-}
-bool HasFlag(int argc, char** argv, const std::string& flag) {
-  for (int i = 2; i < argc; ++i)
-    if (flag == argv[i]) return true;
-  return false;
 }
 
 // ----------------------------------------------------------------------------------------
@@ -236,107 +216,10 @@ int RunComm(Comm* comm, Comm* native) {
 // ----------------------------------------------------------------------------------------
 // trajectory
 
+// Single sequences or micro-batches of `micro`, as the test case asks.
 RunConfig TinyConfig(int64_t global, int micro, int steps) {
-  RunConfig c;
-  c.seed = 7;
-  c.model.n_layer = 2;
-  c.model.d_model = 32;
-  c.model.n_head = 4;
-  c.model.n_kv_head = 2;
-  c.model.ffn = 64;
-  c.model.vocab = 96;  // padded to 128
-  c.model.seq_len = 16;
-  c.model.qk_norm = true;
-  c.batch.micro_batch = micro;
-  c.batch.global_batch = global;
-  c.optimizer.lr = 1e-2f;
-  c.optimizer.grad_clip = 0.5f;  // active: the clip factor depends on the global norm
-  c.schedule.total_steps = steps;
-  c.schedule.warmup_steps = 2;
-  c.eval.every_steps = 2;
-  c.eval.batches = 3;  // fewer than 4 ranks: some ranks evaluate nothing
-  c.train.log_every = 1;
-  return c;
+  return check::TinyConfig(7, global, micro, steps);
 }
-
-void FillSequence(const RunConfig& c, int64_t seq, int32_t* in, int32_t* tgt) {
-  const int T = c.model.seq_len;
-  for (int t = 0; t < T; ++t) {
-    in[t] = int32_t(Mix(seq * 1000 + t) % uint64_t(c.model.vocab));
-    tgt[t] = int32_t(Mix(seq * 1000 + t + 1) % uint64_t(c.model.vocab));
-  }
-}
-
-// Rank `rank` of `world`'s slice of each global batch, laid out as the sampler does.
-BatchProvider SyntheticData(const RunConfig& c, int rank, int world) {
-  BatchProvider p;
-  p.train = [c, rank, world](int64_t cursor, int k, int32_t* in, int32_t* tgt) {
-    const int b = c.batch.micro_batch, T = c.model.seq_len;
-    const int64_t first = SliceStart(cursor, rank, world, b, k);
-    for (int j = 0; j < b; ++j) FillSequence(c, first + j, in + j * T, tgt + j * T);
-    return Status::Ok();
-  };
-  p.val = [c](int64_t i, int32_t* in, int32_t* tgt) {
-    const int b = c.batch.micro_batch, T = c.model.seq_len;
-    for (int j = 0; j < b; ++j) FillSequence(c, 1'000'000 + i * b + j, in + j * T, tgt + j * T);
-    return Status::Ok();
-  };
-  return p;
-}
-
-struct Trajectory {
-  std::vector<float> loss, grad_norm, val_loss;
-  UnitBuffers weights, m, v;
-  double seconds = 0;
-};
-
-Status Train(const RunConfig& cfg, Comm* comm, Trajectory* out) {
-  const int rank = comm ? comm->rank() : 0, world = comm ? comm->world() : 1;
-  auto backend = MakeCpuBackend(cfg, comm);
-  TrainOptions opt;
-  opt.print_progress = false;
-  opt.comm = comm;
-  opt.on_step = [out](const StepRecord& r) {
-    out->loss.push_back(r.loss);
-    out->grad_norm.push_back(r.grad_norm);
-    out->val_loss.push_back(r.val_loss);
-  };
-  const auto t0 = Clock::now();
-  auto r = RunTraining(cfg, backend.get(), SyntheticData(cfg, rank, world), opt);
-  if (!r.ok()) return r.status();
-  out->seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  FORGE_RETURN_IF_ERROR(backend->GetParams(&out->weights));
-  return backend->GetMoments(&out->m, &out->v);
-}
-
-// Differences between two equally shaped float sets: how many elements differ at all, and the
-// largest difference relative to the reference unit's largest magnitude.
-struct Diff {
-  int64_t differing = 0, total = 0;
-  double max_rel = 0;
-  void Add(const std::vector<float>& got, const std::vector<float>& want) {
-    float scale = 0;
-    for (float x : want) scale = std::max(scale, std::fabs(x));
-    for (size_t i = 0; i < want.size() && i < got.size(); ++i) {
-      ++total;
-      if (std::memcmp(&got[i], &want[i], 4) != 0) {
-        ++differing;
-        max_rel = std::max(max_rel, std::fabs(double(got[i]) - want[i]) / std::max(scale, 1e-30f));
-      }
-    }
-    if (got.size() != want.size()) differing += int64_t(std::max(got.size(), want.size()));
-  }
-  void Add(const UnitBuffers& got, const UnitBuffers& want) {
-    if (got.size() != want.size()) differing += 1;
-    for (size_t u = 0; u < want.size() && u < got.size(); ++u) Add(got[u], want[u]);
-  }
-  std::string Text() const {
-    char buf[96];
-    std::snprintf(buf, sizeof buf, "%ld/%ld differ (max rel %.2e)", long(differing), long(total),
-                  max_rel);
-    return buf;
-  }
-};
 
 int RunTrajectory(Comm* comm, int argc, char** argv) {
   const int rank = comm->rank(), W = comm->world();
@@ -344,7 +227,7 @@ int RunTrajectory(Comm* comm, int argc, char** argv) {
   const int64_t global = std::atoll(ArgValue(argc, argv, "--global", "8").c_str());
   const int micro = std::atoi(ArgValue(argc, argv, "--micro", "1").c_str());
   const int steps = std::atoi(ArgValue(argc, argv, "--steps", "5").c_str());
-  const std::string modes = ArgValue(argc, argv, "--modes", "ddp,zero1,zero2,fsdp");
+  const auto modes = check::SplitModes(ArgValue(argc, argv, "--modes", "ddp,zero1,zero2,fsdp"));
   const bool bitwise = ArgValue(argc, argv, "--expect", "bitwise") == "bitwise";
   // "close" (worlds where the canonical order cannot match one process: W not a power of two
   // with several micro-steps per rank, or MPI's own sums): loss, grad norm and val loss within
@@ -355,36 +238,23 @@ int RunTrajectory(Comm* comm, int argc, char** argv) {
   const double curve_tol = 1e-6, state_tol = 1e-4;
 
   const RunConfig base = TinyConfig(global, micro, steps);
-  Trajectory ref;
-  if (rank == 0) c.Ok(Train(base, nullptr, &ref), "single-process reference");
+  Outcome ref;
+  if (rank == 0) c.Ok(check::Train(base, Mix, nullptr, -1, &ref), "single-process reference");
 
-  for (size_t pos = 0; pos < modes.size();) {
-    const size_t comma = std::min(modes.find(',', pos), modes.size());
-    const std::string mode = modes.substr(pos, comma - pos);
-    pos = comma + 1;
+  for (const std::string& mode : modes) {
     RunConfig cfg = base;
-    bool known = false;
-    for (ParallelMode m :
-         {ParallelMode::kDdp, ParallelMode::kZero1, ParallelMode::kZero2, ParallelMode::kFsdp}) {
-      if (mode == ParallelModeName(m)) {
-        cfg.parallel.mode = m;
-        known = true;
-      }
-    }
-    if (!known) {
+    if (!check::ParseMode(mode, &cfg.parallel.mode)) {
       c.Expect(false, "unknown mode " + mode);
       continue;
     }
-    Trajectory got;
-    Status st = Train(cfg, comm, &got);
+    Outcome got;
+    Status st = check::Train(cfg, Mix, comm, -1, &got);
     if (!st.ok()) comm->Abort(st.Annotate("mode " + mode));  // other ranks may be mid-collective
     if (rank != 0) continue;
 
     Diff curve, weights, moments;
-    curve.Add(got.loss, ref.loss);
-    curve.Add(got.grad_norm, ref.grad_norm);
-    curve.Add(got.val_loss, ref.val_loss);
-    weights.Add(got.weights, ref.weights);
+    curve.AddCurves(got.records, ref.records);
+    weights.Add(got.w, ref.w);
     moments.Add(got.m, ref.m);
     moments.Add(got.v, ref.v);
     const int64_t accum = global / (int64_t(micro) * W);
@@ -393,7 +263,7 @@ int RunTrajectory(Comm* comm, int argc, char** argv) {
         "loss/norm/val %s; weights %s; moments %s; %.2f s\n",
         W, mode.c_str(), long(global), micro, long(accum), steps, curve.Text().c_str(),
         weights.Text().c_str(), moments.Text().c_str(), got.seconds);
-    c.Expect(int(got.loss.size()) == steps, "one record per step");
+    c.Expect(int(got.records.size()) == steps, "one record per step");
     if (bitwise) {
       c.Expect(curve.differing == 0 && weights.differing == 0 && moments.differing == 0,
                "mode " + mode + ": bitwise equal to one process");
@@ -441,56 +311,34 @@ int RunHang(Comm* comm, bool unwaited) {
 
 int main(int argc, char** argv) {
   using namespace forge;
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: forge_parallel_check comm|trajectory|hang [flags]\n");
-    return 2;
-  }
-  const std::string cmd = argv[1];
-  Status st = InitMpi();
-  if (!st.ok()) {
-    std::fprintf(stderr, "%s\n", st.ToString().c_str());
-    return 1;
-  }
-  MpiCommOptions o;
-  o.timeout_s = 120;
-  if (cmd == "hang") {
-    o.timeout_s = std::atof(ArgValue(argc, argv, "--timeout", "1").c_str());
-    o.abort_grace_s = 1.0;
-  }
-  auto comm = MakeMpiComm(o);
-  if (!comm.ok()) {
-    std::fprintf(stderr, "%s\n", comm.status().ToString().c_str());
-    return 1;
-  }
-  int failures = 0;
-  if (cmd == "comm") {
-    MpiCommOptions n = o;
-    n.canonical_sums = false;
-    auto native = MakeMpiComm(n);
-    if (!native.ok()) (*comm)->Abort(native.status());
-    failures = RunComm(comm->get(), native->get());
-  } else if (cmd == "trajectory") {
-    std::unique_ptr<Comm> native;
-    if (HasFlag(argc, argv, "--native-sums")) {
-      MpiCommOptions n = o;
-      n.canonical_sums = false;
-      auto made = MakeMpiComm(n);
-      if (!made.ok()) (*comm)->Abort(made.status());
-      native = std::move(made).value();
-    }
-    failures = RunTrajectory(native ? native.get() : comm->get(), argc, argv);
-  } else if (cmd == "hang") {
-    failures = RunHang(comm->get(), HasFlag(argc, argv, "--unwaited"));
-  } else {
-    std::fprintf(stderr, "unknown check %s\n", cmd.c_str());
-    failures = 1;
-  }
-  // Everyone agrees on the verdict before rank 0 prints it.
-  double f = failures;
-  st = AllReduceSumBlocking(comm->get(), &f, 1, DType::kF64, "verdict");
-  if (!st.ok()) (*comm)->Abort(st);
-  if ((*comm)->rank() == 0 && f == 0) std::printf("PARALLEL_CHECK OK\n");
-  comm->reset();
-  FinalizeMpi();
-  return f == 0 ? 0 : 1;
+  return check::MpiCheckMain(
+      argc, argv, "forge_parallel_check comm|trajectory|hang [flags]", "PARALLEL_CHECK OK",
+      [argc, argv](const std::string& cmd) {
+        MpiCommOptions o;
+        o.timeout_s = 120;
+        if (cmd == "hang") {
+          o.timeout_s = std::atof(ArgValue(argc, argv, "--timeout", "1").c_str());
+          o.abort_grace_s = 1.0;
+        }
+        return o;
+      },
+      [argc, argv](const std::string& cmd, Comm* comm, const MpiCommOptions& o) {
+        // The same world with MPI's own reductions instead of the canonical order.
+        auto native_comm = [&]() {
+          MpiCommOptions n = o;
+          n.canonical_sums = false;
+          auto made = MakeMpiComm(n);
+          if (!made.ok()) comm->Abort(made.status());
+          return std::move(made).value();
+        };
+        if (cmd == "comm") return RunComm(comm, native_comm().get());
+        if (cmd == "trajectory") {
+          std::unique_ptr<Comm> native;
+          if (HasFlag(argc, argv, "--native-sums")) native = native_comm();
+          return RunTrajectory(native ? native.get() : comm, argc, argv);
+        }
+        if (cmd == "hang") return RunHang(comm, HasFlag(argc, argv, "--unwaited"));
+        std::fprintf(stderr, "unknown check %s\n", cmd.c_str());
+        return 1;
+      });
 }
