@@ -685,10 +685,7 @@ constexpr float kE5M2Max = 57344.0f;
 
 // E4M3 x E4M3 -> bf16 with per-tensor scales (the forward form), against the dequantised
 // product.
-// DISABLED until the FP8 issue: on an H200 (cuBLAS 13.1) every FP8 candidate the heuristic
-// returned failed with CUBLAS_STATUS_NOT_SUPPORTED at cublasLtMatmul (2026-11-26 run); the
-// cause is not yet found. Run with --gtest_also_run_disabled_tests when working on FP8.
-TEST_F(GpuGemmTest, DISABLED_Fp8E4M3ToBf16WithScales) {
+TEST_F(GpuGemmTest, Fp8E4M3ToBf16WithScales) {
   const int64_t M = 128, N = 256, K = 512;  // tokens, out, in
   float sx = 0, sw = 0;
   std::vector<float> x_deq, w_deq;
@@ -698,24 +695,37 @@ TEST_F(GpuGemmTest, DISABLED_Fp8E4M3ToBf16WithScales) {
       Quantize<__nv_fp8_e4m3>(RandomNormal(size_t(N * K), 0.05f, 14), kE4M3Max, &sw, &w_deq);
   DeviceBuffer<__nv_fp8_e4m3> dqx(qx), dqw(qw);
   DeviceBuffer<bf16> dy(size_t(M * N));
-  DeviceBuffer<float> scales(std::vector<float>{sx, sw});
+  DeviceBuffer<float> scales(std::vector<float>{sx, 0, 0, 0, sw});  // 16 B apart
   dy.Poison();
   GemmArgs g;
   g.M = M, g.N = N, g.K = K;
   g.A = dqx.data(), g.B = dqw.data(), g.D = dy.data();
   g.trans_a = false, g.trans_b = true;
   g.a_type = DType::kE4M3, g.b_type = DType::kE4M3, g.d_type = DType::kBf16;
-  g.a_scale = scales.data(), g.b_scale = scales.data() + 1;
+  g.a_scale = scales.data(), g.b_scale = scales.data() + 4;
   ASSERT_STATUS_OK(runner_.Run(g, nullptr));
   const auto ref = RefGemm(x_deq, w_deq, M, N, K, false, true);
   EXPECT_LT(RelFrobenius(ToFloat(dy.Download()), ref), 2e-2);
 }
 
+// A scale pointer 4 bytes into an allocation: cuBLASLt refuses every FP8 algorithm with
+// NOT_SUPPORTED (measured), so the runner rejects it up front with a clear reason.
+TEST_F(GpuGemmTest, Fp8ScalePointerMustBe16ByteAligned) {
+  DeviceBuffer<uint8_t> a(128 * 512), b(256 * 512);
+  DeviceBuffer<bf16> d(size_t(128 * 256));
+  DeviceBuffer<float> scales(std::vector<float>{1.0f, 1.0f});
+  GemmArgs g;
+  g.M = 128, g.N = 256, g.K = 512;
+  g.A = a.data(), g.B = b.data(), g.D = d.data();
+  g.a_type = DType::kE4M3, g.b_type = DType::kE4M3, g.d_type = DType::kBf16;
+  g.a_scale = scales.data(), g.b_scale = scales.data() + 1;
+  const Status st = runner_.Run(g, nullptr);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("16-byte aligned"), std::string::npos) << st.message();
+}
+
 // The backward forms: E5M2 gradients times E4M3 operands, in both operand orders, -> bf16.
-// DISABLED until the FP8 issue: on an H200 (cuBLAS 13.1) every FP8 candidate the heuristic
-// returned failed with CUBLAS_STATUS_NOT_SUPPORTED at cublasLtMatmul (2026-11-26 run); the
-// cause is not yet found. Run with --gtest_also_run_disabled_tests when working on FP8.
-TEST_F(GpuGemmTest, DISABLED_Fp8MixedE5M2E4M3ToBf16) {
+TEST_F(GpuGemmTest, Fp8MixedE5M2E4M3ToBf16) {
   const int64_t M = 128, N = 192, K = 256;
   for (const bool grad_is_a : {true, false}) {
     SCOPED_TRACE(grad_is_a ? "e5m2 x e4m3" : "e4m3 x e5m2");
@@ -736,14 +746,14 @@ TEST_F(GpuGemmTest, DISABLED_Fp8MixedE5M2E4M3ToBf16) {
       ASSERT_CUDA_OK(cudaMemcpy(db.data(), qb.data(), qb.size(), cudaMemcpyHostToDevice));
     }
     DeviceBuffer<bf16> dy(size_t(M * N));
-    DeviceBuffer<float> scales(std::vector<float>{sa, sb});
+    DeviceBuffer<float> scales(std::vector<float>{sa, 0, 0, 0, sb});  // 16 B apart
     dy.Poison();
     GemmArgs g;
     g.M = M, g.N = N, g.K = K;
     g.A = da.data(), g.B = db.data(), g.D = dy.data();
     g.a_type = grad_is_a ? DType::kE5M2 : DType::kE4M3;
     g.b_type = grad_is_a ? DType::kE4M3 : DType::kE5M2;
-    g.a_scale = scales.data(), g.b_scale = scales.data() + 1;
+    g.a_scale = scales.data(), g.b_scale = scales.data() + 4;
     ASSERT_STATUS_OK(runner_.Run(g, nullptr));
     const auto ref = RefGemm(a_deq, b_deq, M, N, K, false, true);
     EXPECT_LT(RelFrobenius(ToFloat(dy.Download()), ref), 2e-2);
@@ -752,10 +762,7 @@ TEST_F(GpuGemmTest, DISABLED_Fp8MixedE5M2E4M3ToBf16) {
 
 // E4M3 x E4M3 -> E4M3 with a quantisation scale and amax: D = d_scale * product (fp8), amax
 // of the unscaled product (set, not folded into the 1e30 it starts at).
-// DISABLED until the FP8 issue: on an H200 (cuBLAS 13.1) every FP8 candidate the heuristic
-// returned failed with CUBLAS_STATUS_NOT_SUPPORTED at cublasLtMatmul (2026-11-26 run); the
-// cause is not yet found. Run with --gtest_also_run_disabled_tests when working on FP8.
-TEST_F(GpuGemmTest, DISABLED_Fp8E4M3ToE4M3WithDScaleAndAmax) {
+TEST_F(GpuGemmTest, Fp8E4M3ToE4M3WithDScaleAndAmax) {
   const int64_t M = 128, N = 256, K = 512;
   float sx = 0, sw = 0;
   std::vector<float> x_deq, w_deq;
@@ -768,14 +775,14 @@ TEST_F(GpuGemmTest, DISABLED_Fp8E4M3ToE4M3WithDScaleAndAmax) {
   for (double v : ref) ref_max = std::max(ref_max, std::fabs(v));
   const float d_scale = float(0.5 * kE4M3Max / ref_max);  // headroom: no saturation
   DeviceBuffer<__nv_fp8_e4m3> dqx(qx), dqw(qw), dy(size_t(M * N));
-  DeviceBuffer<float> scales(std::vector<float>{sx, sw, d_scale});
+  DeviceBuffer<float> scales(std::vector<float>{sx, 0, 0, 0, sw, 0, 0, 0, d_scale});
   DeviceBuffer<float> amax(std::vector<float>{1e30f});
   dy.Poison();
   GemmArgs g;
   g.M = M, g.N = N, g.K = K;
   g.A = dqx.data(), g.B = dqw.data(), g.D = dy.data();
   g.a_type = DType::kE4M3, g.b_type = DType::kE4M3, g.d_type = DType::kE4M3;
-  g.a_scale = scales.data(), g.b_scale = scales.data() + 1, g.d_scale = scales.data() + 2;
+  g.a_scale = scales.data(), g.b_scale = scales.data() + 4, g.d_scale = scales.data() + 8;
   g.d_amax = amax.data();
   ASSERT_STATUS_OK(runner_.Run(g, nullptr));
 

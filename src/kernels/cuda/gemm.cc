@@ -263,6 +263,16 @@ Status Validate(const GemmArgs& a) {
   if (a.accumulate && fp8_out) {
     return Status::Invalid(what + ": no accumulation into an fp8 output (C would be bf16)");
   }
+  // Measured on H100 and H200 (cuBLASLt 13.1): with a scale pointer 4 bytes into an
+  // allocation every FP8 algorithm returned CUBLAS_STATUS_NOT_SUPPORTED at cublasLtMatmul,
+  // while the same call with separately allocated scales ran. Ask for 16-byte alignment.
+  for (const void* p : {static_cast<const void*>(a.a_scale), static_cast<const void*>(a.b_scale),
+                        static_cast<const void*>(a.d_scale), static_cast<const void*>(a.d_amax)}) {
+    if (p && reinterpret_cast<uintptr_t>(p) % 16 != 0) {
+      return Status::Invalid(what + ": fp8 scale/amax pointers must be 16-byte aligned "
+                                    "(cuBLASLt refuses others with NOT_SUPPORTED)");
+    }
+  }
   return Status::Ok();
 }
 
