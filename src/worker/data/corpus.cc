@@ -8,24 +8,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string_view>
 #include <unordered_map>
+
+#include "common/file_io.h"
 
 namespace fs = std::filesystem;
 
 namespace forge {
 namespace {
-
-StatusOr<std::string> ReadPlainFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound(path + ": cannot open");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return Status::IoError(path + ": read failed");
-  return ss.str();
-}
 
 // Reads a gzip (or dictzip, which is gzip-compatible) file through zlib.
 StatusOr<std::string> ReadGzipFile(const std::string& path) {
@@ -92,7 +83,7 @@ Status LoadSotu(const std::string& dir, int val_docs, Corpus* c) {
   const size_t first_val = files.size() > static_cast<size_t>(val_docs)
                                ? files.size() - static_cast<size_t>(val_docs) : 0;
   for (size_t i = 0; i < files.size(); ++i) {
-    FORGE_ASSIGN_OR_RETURN(std::string text, ReadPlainFile(files[i]));
+    FORGE_ASSIGN_OR_RETURN(std::string text, ReadSmallFile(files[i]));
     AddDoc(c, "sotu", files[i], i >= first_val ? Split::kVal : Split::kTrain,
            SanitizeUtf8(text));
   }
@@ -117,13 +108,13 @@ Status LoadMobyDick(const std::string& dir, int val_chapters, Corpus* c) {
   if (chapters.empty()) return Status::NotFound(dir + ": no Moby-Dick chapter_*.txt files");
   std::sort(chapters.begin(), chapters.end());
   for (const std::string& p : front) {
-    FORGE_ASSIGN_OR_RETURN(std::string text, ReadPlainFile(p));
+    FORGE_ASSIGN_OR_RETURN(std::string text, ReadSmallFile(p));
     AddDoc(c, "moby_dick", p, Split::kTrain, SanitizeUtf8(text));
   }
   const size_t first_val = chapters.size() > static_cast<size_t>(val_chapters)
                                ? chapters.size() - static_cast<size_t>(val_chapters) : 0;
   for (size_t i = 0; i < chapters.size(); ++i) {
-    FORGE_ASSIGN_OR_RETURN(std::string text, ReadPlainFile(chapters[i].second));
+    FORGE_ASSIGN_OR_RETURN(std::string text, ReadSmallFile(chapters[i].second));
     AddDoc(c, "moby_dick", chapters[i].second, i >= first_val ? Split::kVal : Split::kTrain,
            SanitizeUtf8(text));
   }
@@ -188,7 +179,7 @@ Status LoadPythonDocs(const std::string& dir, Corpus* c) {
                          }));
   if (files.empty()) return Status::NotFound(dir + ": no *.txt files");
   for (const std::string& p : files) {
-    FORGE_ASSIGN_OR_RETURN(std::string text, ReadPlainFile(p));
+    FORGE_ASSIGN_OR_RETURN(std::string text, ReadSmallFile(p));
     AddDoc(c, "python_doc", p, Split::kTrain, SanitizeUtf8(text));
   }
   return Status::Ok();

@@ -3,13 +3,14 @@
 
 #include <algorithm>
 #include <array>
-#include <fstream>
 #include <limits>
 #include <queue>
 #include <sstream>
 #include <unordered_map>
 
 #include <nlohmann/json.hpp>
+
+#include "common/file_io.h"
 
 namespace forge {
 namespace {
@@ -82,15 +83,6 @@ bool VocabStringToBytes(const std::string& s, const std::vector<int>& unicode_to
   return true;
 }
 
-StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound(path + ": cannot open");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return Status::IoError(path + ": read failed");
-  return ss.str();
-}
-
 }  // namespace
 
 StatusOr<Gpt2Bpe> Gpt2Bpe::Load(const std::string& encoder_json_path,
@@ -100,7 +92,7 @@ StatusOr<Gpt2Bpe> Gpt2Bpe::Load(const std::string& encoder_json_path,
   std::vector<int> u2b(512, -1);
   for (int b = 0; b < 256; ++b) u2b[b2u[b]] = b;
 
-  FORGE_ASSIGN_OR_RETURN(std::string enc_text, ReadFile(encoder_json_path));
+  FORGE_ASSIGN_OR_RETURN(std::string enc_text, ReadSmallFile(encoder_json_path));
   nlohmann::json enc = nlohmann::json::parse(enc_text, nullptr, /*allow_exceptions=*/false);
   if (!enc.is_object() || enc.empty()) {
     return Status::DataLoss(encoder_json_path + ": not a JSON object of token -> id");
@@ -142,7 +134,7 @@ StatusOr<Gpt2Bpe> Gpt2Bpe::Load(const std::string& encoder_json_path,
     tables->byte_id[b] = it->second;
   }
 
-  FORGE_ASSIGN_OR_RETURN(std::string merges_text, ReadFile(vocab_bpe_path));
+  FORGE_ASSIGN_OR_RETURN(std::string merges_text, ReadSmallFile(vocab_bpe_path));
   std::istringstream lines(merges_text);
   std::string line, left, right;
   int line_no = 0;
