@@ -20,4 +20,13 @@ Status CudnnError(cudnnStatus_t e, const char* what, const char* file, int line)
   return Status::Internal(Where(what, file, line) + ": " + cudnnGetErrorString(e));
 }
 
+bool StreamCapturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &st) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the error the query left behind
+    return true;
+  }
+  return st != cudaStreamCaptureStatusNone;
+}
+
 }  // namespace forge::cuda

@@ -16,6 +16,11 @@ Status CudaError(cudaError_t e, const char* what, const char* file, int line);
 Status CublasError(cublasStatus_t e, const char* what, const char* file, int line);
 Status CudnnError(cudnnStatus_t e, const char* what, const char* file, int line);
 
+// Whether work queued on `stream` would be captured into a graph (so no synchronising, timing
+// or allocation may happen). An error from the query counts as capturing: e.g. the legacy
+// stream while another stream captures.
+bool StreamCapturing(cudaStream_t stream);
+
 }  // namespace forge::cuda
 
 #define FORGE_CUDA_CHECK(call)                                                          \

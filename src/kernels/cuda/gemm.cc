@@ -276,16 +276,6 @@ Status Validate(const GemmArgs& a) {
   return Status::Ok();
 }
 
-bool StreamCapturing(cudaStream_t stream) {
-  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &st) != cudaSuccess) {
-    // E.g. the legacy stream while another stream captures: treat as capturing (no sync).
-    (void)cudaGetLastError();
-    return true;
-  }
-  return st != cudaStreamCaptureStatusNone;
-}
-
 // Algorithm filters the heuristic cannot express: a reduction other than none/fp32
 // workspace (defensive: the preference mask should already exclude it), and for a separate
 // C, kernels that can only accumulate in place.

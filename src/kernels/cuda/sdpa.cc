@@ -465,16 +465,6 @@ Status BuildOperationGraph(cudnnHandle_t handle, const SdpaShape& s, bool backwa
   return Status::Ok();
 }
 
-bool StreamCapturing(cudaStream_t stream) {
-  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &st) != cudaSuccess) {
-    // E.g. the legacy stream while another stream captures: treat as capturing (no sync).
-    (void)cudaGetLastError();
-    return true;
-  }
-  return st != cudaStreamCaptureStatusNone;
-}
-
 // Events of one timing, destroyed on every path.
 struct Events {
   std::vector<cudaEvent_t> e;
