@@ -27,6 +27,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_util.h"
 #include "common/config.h"
 #include "worker/model/param_layout.h"
 #include "worker/train/cuda_backend.h"
@@ -45,19 +46,7 @@ struct Args {
   bool profile = false;
 };
 
-int Fail(const std::string& msg) {
-  std::fprintf(stderr, "forge-bench: %s\n", msg.c_str());
-  std::printf("%s\n", Json{{"error", msg}}.dump().c_str());
-  return 1;
-}
-
-bool ParseInt(const char* s, int* out) {
-  char* end = nullptr;
-  const long v = std::strtol(s, &end, 10);
-  if (end == s || *end != '\0') return false;
-  *out = static_cast<int>(v);
-  return true;
-}
+int Fail(const std::string& msg) { return bench::FailJson("forge-bench", msg); }
 
 // Returns an error message, or "" when the arguments are fine.
 std::string ParseArgs(int argc, char** argv, Args* a) {
@@ -71,10 +60,10 @@ std::string ParseArgs(int argc, char** argv, Args* a) {
     const char* val = argv[++i];
     bool ok = true;
     if (flag == "--config") a->config = val;
-    else if (flag == "--micro-batch") ok = ParseInt(val, &a->micro_batch) && a->micro_batch > 0;
-    else if (flag == "--steps") ok = ParseInt(val, &a->steps) && a->steps > 0;
-    else if (flag == "--warmup") ok = ParseInt(val, &a->warmup) && a->warmup >= 1;
-    else if (flag == "--recompute") ok = ParseInt(val, &a->recompute) && (a->recompute == 0 || a->recompute == 1);
+    else if (flag == "--micro-batch") ok = bench::ParseInt(val, &a->micro_batch) && a->micro_batch > 0;
+    else if (flag == "--steps") ok = bench::ParseInt(val, &a->steps) && a->steps > 0;
+    else if (flag == "--warmup") ok = bench::ParseInt(val, &a->warmup) && a->warmup >= 1;
+    else if (flag == "--recompute") ok = bench::ParseInt(val, &a->recompute) && (a->recompute == 0 || a->recompute == 1);
     else return "unknown flag " + flag;
     if (!ok) return flag + ": bad value '" + val + "'";
   }

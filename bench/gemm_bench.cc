@@ -41,6 +41,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_util.h"
 #include "common/status.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemm.cuh"
@@ -111,19 +112,7 @@ std::vector<Spec> StepGemms(const Args& a) {
   return out;
 }
 
-int Fail(const std::string& msg) {
-  std::fprintf(stderr, "forge-gemm-bench: %s\n", msg.c_str());
-  std::printf("%s\n", Json{{"error", msg}}.dump().c_str());
-  return 1;
-}
-
-bool ParseInt(const char* s, int64_t* out) {
-  char* end = nullptr;
-  const long long v = std::strtoll(s, &end, 10);
-  if (end == s || *end != '\0') return false;
-  *out = v;
-  return true;
-}
+int Fail(const std::string& msg) { return bench::FailJson("forge-gemm-bench", msg); }
 
 std::string ParseArgs(int argc, char** argv, Args* a) {
   for (int i = 1; i < argc; ++i) {
@@ -143,7 +132,7 @@ std::string ParseArgs(int argc, char** argv, Args* a) {
       a->only = val;
       continue;
     }
-    if (!ParseInt(val, &v) || v < 0) return flag + ": bad value '" + val + "'";
+    if (!bench::ParseInt(val, &v) || v < 0) return flag + ": bad value '" + val + "'";
     if (flag == "--tokens") a->tokens = v;
     else if (flag == "--d") a->d = v;
     else if (flag == "--qkv") a->qkv = v;

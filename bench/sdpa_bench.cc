@@ -31,6 +31,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_util.h"
 #include "common/status.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/plan_cache.h"
@@ -56,14 +57,6 @@ struct Model {
   int heads = 0, layers = 0;
 };
 
-bool ParseInt(const char* s, int64_t* out) {
-  char* end = nullptr;
-  const long long v = std::strtoll(s, &end, 10);
-  if (end == s || *end != '\0') return false;
-  *out = v;
-  return true;
-}
-
 std::string ParseArgs(int argc, char** argv, Args* a) {
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
@@ -78,7 +71,7 @@ std::string ParseArgs(int argc, char** argv, Args* a) {
       continue;
     }
     int64_t v = 0;
-    if (!ParseInt(val, &v) || v < 1 || v > (1 << 20)) {
+    if (!bench::ParseInt(val, &v) || v < 1 || v > (1 << 20)) {
       return flag + ": bad value '" + val + "'";
     }
     if (flag == "--reps") a->reps = int(v);
@@ -390,10 +383,7 @@ Status BenchModel(const Args& a, const Model& m, cudaStream_t stream, Json* summ
   return Status::Ok();
 }
 
-int Fail(const std::string& msg) {
-  std::printf("%s\n", Json{{"error", msg}}.dump().c_str());
-  return 1;
-}
+int Fail(const std::string& msg) { return bench::FailJson(nullptr, msg); }
 
 int Run(int argc, char** argv) {
   Args args;

@@ -1,0 +1,37 @@
+// Pieces every benchmark program shares: strict integer flags and the JSON error line (a
+// benchmark prints JSON, so a failure is one JSON object too, for scripts reading stdout).
+#pragma once
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace forge::bench {
+
+// Whole-string base-10 integer that fits T; false otherwise.
+template <typename T>
+bool ParseInt(const char* s, T* out) {
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(s, &end, 10);
+  if (end == s || *end != '\0' || errno == ERANGE) return false;
+  if (v < static_cast<long long>(std::numeric_limits<T>::min()) ||
+      v > static_cast<long long>(std::numeric_limits<T>::max()))
+    return false;
+  *out = static_cast<T>(v);
+  return true;
+}
+
+// Prints {"error": msg} on stdout (and "program: msg" on stderr when program is given);
+// returns the exit code 1.
+inline int FailJson(const char* program, const std::string& msg) {
+  if (program) std::fprintf(stderr, "%s: %s\n", program, msg.c_str());
+  std::printf("%s\n", nlohmann::ordered_json{{"error", msg}}.dump().c_str());
+  return 1;
+}
+
+}  // namespace forge::bench
