@@ -51,6 +51,27 @@ __device__ __forceinline__ void Store16(void* p, const uint4& u) {
   *reinterpret_cast<uint4*>(p) = u;
 }
 
+// VEC = 8: 16 bytes of bf16 as floats (p 16-byte aligned); VEC = 1: one element (the scalar
+// path kernels take for odd widths or unaligned buffers).
+template <int VEC>
+__device__ __forceinline__ void LoadVec(const bf16* p, float (&f)[VEC]) {
+  static_assert(VEC == 8 || VEC == 1, "VEC is 8 or 1");
+  if constexpr (VEC == 8) {
+    UnpackBf16x8(Load16(p), f);
+  } else {
+    f[0] = __bfloat162float(*p);
+  }
+}
+template <int VEC>
+__device__ __forceinline__ void StoreVec(bf16* p, const float (&f)[VEC]) {
+  static_assert(VEC == 8 || VEC == 1, "VEC is 8 or 1");
+  if constexpr (VEC == 8) {
+    Store16(p, PackBf16x8(f));
+  } else {
+    *p = __float2bfloat16_rn(f[0]);
+  }
+}
+
 // Butterfly reductions: every lane ends with the same value, combined in the same order on
 // every run.
 __device__ __forceinline__ float WarpSum(float x) {

@@ -64,15 +64,6 @@ __global__ void PrepareSortKernel(uint32_t* __restrict__ keys, int32_t* __restri
   }
 }
 
-template <int VEC>
-__device__ __forceinline__ void LoadCols(const bf16* p, float (&f)[VEC]) {
-  if constexpr (VEC == 8) {
-    UnpackBf16x8(Load16(p), f);
-  } else {
-    f[0] = __bfloat162float(*p);
-  }
-}
-
 // Warp w of block (x, y) owns sorted entry i = x * kWarpsPerBlock + w and the column slice
 // starting at (y * 32 + lane) * VEC. Only warps at the start of a run of equal tokens work.
 template <int VEC>
@@ -107,7 +98,7 @@ __global__ void EmbeddingBackwardKernel(float* __restrict__ dwte, const bf16* __
     for (int u = 0; u < kRunUnroll; ++u) {
       const int jj = j + u;
       have[u] = jj < N && sorted_tok[jj] == tok;
-      if (have[u]) LoadCols<VEC>(dout + int64_t{sorted_pos[jj]} * d + col, rows[u]);
+      if (have[u]) LoadVec<VEC>(dout + int64_t{sorted_pos[jj]} * d + col, rows[u]);
     }
     // Runs are contiguous, so have[] is true then false: adds happen in position order.
 #pragma unroll

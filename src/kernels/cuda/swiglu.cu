@@ -21,23 +21,6 @@ constexpr int kMaxBlocks = 16384;
 __device__ __forceinline__ float Sigmoid(float g) { return __frcp_rn(1.0f + expf(-g)); }
 
 template <int VEC>
-__device__ __forceinline__ void LoadVec(const bf16* p, float (&f)[VEC]) {
-  if constexpr (VEC == 8) {
-    UnpackBf16x8(Load16(p), f);
-  } else {
-    f[0] = __bfloat162float(*p);
-  }
-}
-template <int VEC>
-__device__ __forceinline__ void StoreVec(bf16* p, const float (&f)[VEC]) {
-  if constexpr (VEC == 8) {
-    Store16(p, PackBf16x8(f));
-  } else {
-    *p = __float2bfloat16_rn(f[0]);
-  }
-}
-
-template <int VEC>
 __global__ void __launch_bounds__(kThreads)
     SwiGluForwardKernel(bf16* __restrict__ out, const bf16* __restrict__ gate_up, int64_t N,
                         int ffn) {
