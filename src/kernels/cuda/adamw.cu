@@ -59,6 +59,13 @@ __global__ void __launch_bounds__(kNormThreads)
   if (threadIdx.x == 0) partial[blockIdx.x] = total;
 }
 
+// min(1, max_norm / (norm + 1e-6)); 1 when clipping is off; NaN stays NaN.
+__device__ __forceinline__ float ClipScale(float sumsq, float max_norm) {
+  if (!(max_norm > 0.0f)) return 1.0f;
+  const float s = max_norm / (sqrtf(sumsq) + 1e-6f);
+  return s < 1.0f ? s : (s >= 1.0f ? 1.0f : s);
+}
+
 // One block of kNormBlocks threads: thread b holds partial b; a fixed tree sums them.
 __global__ void __launch_bounds__(kNormBlocks)
     GradNormFinishKernel(const float* __restrict__ partial, float max_norm,
@@ -67,13 +74,13 @@ __global__ void __launch_bounds__(kNormBlocks)
   const float total = BlockSum(partial[threadIdx.x], scratch);
   if (threadIdx.x == 0) {
     sumsq_out[0] = total;
-    float scale = 1.0f;
-    if (max_norm > 0.0f) {
-      const float s = max_norm / (sqrtf(total) + 1e-6f);
-      scale = s < 1.0f ? s : (s >= 1.0f ? 1.0f : s);  // min(1, s), NaN stays NaN
-    }
-    clip_scale_out[0] = scale;
+    clip_scale_out[0] = ClipScale(total, max_norm);
   }
+}
+
+__global__ void ClipScaleKernel(const float* __restrict__ sumsq, float max_norm,
+                                float* __restrict__ clip_scale_out) {
+  clip_scale_out[0] = ClipScale(sumsq[0], max_norm);
 }
 
 struct AdamWConsts {
@@ -214,6 +221,16 @@ Status GlobalGradNorm(const AdamWTensor* tensors, int num_tensors, float max_nor
   FORGE_CUDA_LAUNCH_CHECK();
   GradNormFinishKernel<<<1, kNormBlocks, 0, stream>>>(partial, max_norm, sumsq_out,
                                                       clip_scale_out);
+  FORGE_CUDA_LAUNCH_CHECK();
+  return Status::Ok();
+}
+
+Status ClipScaleFromSumSquares(const float* sumsq, float max_norm, float* clip_scale_out,
+                               cudaStream_t stream) {
+  if (sumsq == nullptr || clip_scale_out == nullptr) {
+    return Status::Invalid("ClipScaleFromSumSquares: null pointer");
+  }
+  ClipScaleKernel<<<1, 1, 0, stream>>>(sumsq, max_norm, clip_scale_out);
   FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }

@@ -34,6 +34,11 @@ Status GlobalGradNorm(const AdamWTensor* tensors, int num_tensors, float max_nor
                       float* sumsq_out, float* clip_scale_out, void* workspace,
                       size_t workspace_bytes, cudaStream_t stream);
 
+// clip_scale_out[0] from an existing sum of squares (e.g. summed over data-parallel ranks),
+// by the same rule as GlobalGradNorm.
+Status ClipScaleFromSumSquares(const float* sumsq, float max_norm, float* clip_scale_out,
+                               cudaStream_t stream);
+
 struct AdamWHyper {
   float lr, beta1, beta2, eps;
   int64_t step;  // 1-based

@@ -11,6 +11,7 @@
 #include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/sdpa.cuh"
 #include "kernels/cuda/swiglu.cuh"
+#include "worker/parallel/shard_layout.h"
 
 namespace forge {
 
@@ -112,7 +113,11 @@ struct CudaModel::Buffers {
   float* grads = nullptr;
   float* m = nullptr;
   float* v = nullptr;
-  int64_t flat = 0;        // elements in each of the above
+  float* grad_shard = nullptr;  // shard_optimizer: this rank's summed gradient slots
+  int64_t flat = 0;        // elements of params and grads (padded units)
+  int64_t state_flat = 0;  // elements of master, m, v (== flat unless shard_optimizer)
+  // Per unit, for CudaModelHooks::grad_ready.
+  std::vector<cudaEvent_t> grad_ready_compute, grad_ready_wgrad;
 
   cuda::AdamWTensor* adam_tensors = nullptr;  // device array, one per tensor
   int num_tensors = 0;
@@ -164,6 +169,8 @@ struct CudaModel::Buffers {
     for (cudaEvent_t e : hazard) {
       if (e) cudaEventDestroy(e);
     }
+    for (cudaEvent_t e : grad_ready_compute) cudaEventDestroy(e);
+    for (cudaEvent_t e : grad_ready_wgrad) cudaEventDestroy(e);
     if (fork) cudaEventDestroy(fork);
     if (join) cudaEventDestroy(join);
     if (wgrad) cudaStreamDestroy(wgrad);
@@ -245,28 +252,71 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
     return DeviceAlloc(&b.allocations, &allocated_bytes_, p, n);
   };
 
-  // Parameters, gradients, moments.
+  // Parameters, gradients, moments. Units padded for the data-parallel world (zero padding),
+  // so collectives work in place on a unit.
+  const int W = o.shard_world;
+  if (W < 1 || o.shard_rank < 0 || o.shard_rank >= W) {
+    return Status::Invalid("cuda model: shard rank " + std::to_string(o.shard_rank) + " of " +
+                           std::to_string(W));
+  }
+  const size_t U = layout_.units.size();
   unit_offset_.clear();
-  int64_t flat = 0;
+  pb_.shard_offset.clear();
+  pb_.slot.clear();
+  int64_t flat = 0, flat_shard = 0;
   for (const UnitLayout& u : layout_.units) {
     unit_offset_.push_back(flat);
-    flat = AlignUp(flat + u.numel, kUnitAlign);
+    flat = AlignUp(flat + PaddedSize(u.numel, W), kUnitAlign);
+    pb_.slot.push_back(ShardSize(u.numel, W));
+    pb_.shard_offset.push_back(flat_shard);
+    flat_shard = AlignUp(flat_shard + pb_.slot.back(), kUnitAlign);
   }
   b.flat = flat;
-  FORGE_RETURN_IF_ERROR(alloc(&b.master, flat));
+  const int64_t state = o.shard_optimizer ? flat_shard : flat;  // master, m, v
+  FORGE_RETURN_IF_ERROR(alloc(&b.master, state));
   FORGE_RETURN_IF_ERROR(alloc(&b.params, flat));
   FORGE_RETURN_IF_ERROR(alloc(&b.grads, flat));
-  FORGE_RETURN_IF_ERROR(alloc(&b.m, flat));
-  FORGE_RETURN_IF_ERROR(alloc(&b.v, flat));
+  FORGE_RETURN_IF_ERROR(alloc(&b.m, state));
+  FORGE_RETURN_IF_ERROR(alloc(&b.v, state));
+  if (o.shard_optimizer) FORGE_RETURN_IF_ERROR(alloc(&b.grad_shard, flat_shard));
+  b.state_flat = state;
+  pb_.master = b.master;
+  pb_.params = b.params;
+  pb_.grads = b.grads;
+  pb_.m = b.m;
+  pb_.v = b.v;
+  pb_.grad_shard = b.grad_shard;
+  pb_.unit_offset = unit_offset_;
 
-  // Optimizer descriptors: one per tensor (not per unit) so weight decay follows the tensor.
+  // Optimizer descriptors: one per tensor (not per unit) so weight decay follows the tensor;
+  // sharded, one per piece of a tensor inside this rank's slot (bf16 output at its place in the
+  // full compute copy, where the all-gather sends it from).
   std::vector<cuda::AdamWTensor> tensors;
-  for (size_t u = 0; u < layout_.units.size(); ++u) {
+  for (size_t u = 0; u < U; ++u) {
+    const ShardRange own = o.shard_optimizer ? ShardOf(layout_.units[u].numel, o.shard_rank, W)
+                                             : ShardRange{0, layout_.units[u].numel};
+    const int64_t state_base = o.shard_optimizer ? pb_.shard_offset[u] - own.begin
+                                                 : unit_offset_[u];
+    float* g = o.shard_optimizer ? b.grad_shard : b.grads;
     for (const TensorSlot& t : layout_.units[u].tensors) {
-      const int64_t off = unit_offset_[u] + t.offset;
-      tensors.push_back({b.master + off, b.params + off, b.grads + off, b.m + off, b.v + off,
-                         t.numel, t.weight_decay ? opt.weight_decay : 0.0f});
+      const int64_t lo = std::max(own.begin, t.offset);
+      const int64_t hi = std::min(own.end, t.offset + t.numel);
+      if (lo >= hi) continue;
+      const int64_t so = state_base + lo;
+      tensors.push_back({b.master + so, b.params + unit_offset_[u] + lo, g + so, b.m + so,
+                         b.v + so, hi - lo, t.weight_decay ? opt.weight_decay : 0.0f});
     }
+  }
+  if (tensors.empty()) {
+    // A rank whose slots are all empty (tiny models on many ranks) still runs the kernels.
+    tensors.push_back({b.master, nullptr, o.shard_optimizer ? b.grad_shard : b.grads, b.m, b.v,
+                       0, 0.0f});
+  }
+  for (size_t u = 0; u < U; ++u) {
+    cudaEvent_t e[2];
+    for (cudaEvent_t& x : e) FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&x, cudaEventDisableTiming));
+    b.grad_ready_compute.push_back(e[0]);
+    b.grad_ready_wgrad.push_back(e[1]);
   }
   b.num_tensors = static_cast<int>(tensors.size());
   FORGE_RETURN_IF_ERROR(alloc(&b.adam_tensors, tensors.size()));
@@ -350,18 +400,27 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
 
 // ---- host <-> device -----------------------------------------------------------------------
 
-Status CudaModel::CopyUnits(const UnitBuffers& host, float* device, cudaStream_t stream) {
-  if (host.size() != layout_.units.size()) {
-    return Status::Invalid("expected " + std::to_string(layout_.units.size()) +
+namespace {
+
+Status CheckUnitSizes(const ParamLayout& layout, const UnitBuffers& host) {
+  if (host.size() != layout.units.size()) {
+    return Status::Invalid("expected " + std::to_string(layout.units.size()) +
                            " unit buffers, got " + std::to_string(host.size()));
   }
   for (size_t u = 0; u < host.size(); ++u) {
-    if (static_cast<int64_t>(host[u].size()) != layout_.units[u].numel) {
-      return Status::Invalid("unit " + layout_.units[u].name + ": expected " +
-                             std::to_string(layout_.units[u].numel) + " floats, got " +
+    if (static_cast<int64_t>(host[u].size()) != layout.units[u].numel) {
+      return Status::Invalid("unit " + layout.units[u].name + ": expected " +
+                             std::to_string(layout.units[u].numel) + " floats, got " +
                              std::to_string(host[u].size()));
     }
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status CudaModel::CopyUnits(const UnitBuffers& host, float* device, cudaStream_t stream) {
+  FORGE_RETURN_IF_ERROR(CheckUnitSizes(layout_, host));
   for (size_t u = 0; u < host.size(); ++u) {
     FORGE_CUDA_CHECK(cudaMemcpyAsync(device + unit_offset_[u], host[u].data(),
                                      host[u].size() * sizeof(float), cudaMemcpyHostToDevice,
@@ -382,14 +441,33 @@ Status CudaModel::ReadUnits(const float* device, UnitBuffers* host, cudaStream_t
   return Status::Ok();
 }
 
+Status CudaModel::CopySlots(const UnitBuffers& host, float* device, cudaStream_t stream) {
+  for (size_t u = 0; u < host.size(); ++u) {
+    const ShardRange own = ShardOf(layout_.units[u].numel, o_.shard_rank, o_.shard_world);
+    if (own.size() == 0) continue;
+    FORGE_CUDA_CHECK(cudaMemcpyAsync(device + pb_.shard_offset[u], host[u].data() + own.begin,
+                                     own.size() * sizeof(float), cudaMemcpyHostToDevice, stream));
+  }
+  return Status::Ok();
+}
+
+// Sharded: the full fp32 units go through the gradient buffer (scratch between steps; its
+// padding is never written, so it stays zero) to make the full bf16 copy.
 Status CudaModel::UploadParams(const UnitBuffers& master, cudaStream_t stream) {
-  FORGE_RETURN_IF_ERROR(CopyUnits(master, buf_->master, stream).Annotate("SetParams"));
-  FORGE_RETURN_IF_ERROR(cuda::CastFloatToBf16(buf_->params, buf_->master, buf_->flat, stream));
+  Buffers& b = *buf_;
+  float* full = o_.shard_optimizer ? b.grads : b.master;
+  FORGE_RETURN_IF_ERROR(CopyUnits(master, full, stream).Annotate("SetParams"));
+  FORGE_RETURN_IF_ERROR(cuda::CastFloatToBf16(b.params, full, b.flat, stream));
+  if (o_.shard_optimizer) FORGE_RETURN_IF_ERROR(CopySlots(master, b.master, stream));
   FORGE_CUDA_CHECK(cudaStreamSynchronize(stream));
   return Status::Ok();
 }
 
 Status CudaModel::DownloadParams(UnitBuffers* master, cudaStream_t stream) {
+  if (o_.shard_optimizer) {
+    return Status::Precondition("cuda model: sharded master weights are gathered by the "
+                                "data-parallel layer");
+  }
   return ReadUnits(buf_->master, master, stream);
 }
 
@@ -399,20 +477,31 @@ Status CudaModel::DownloadGrads(UnitBuffers* grads, cudaStream_t stream) {
 
 Status CudaModel::UploadMoments(const UnitBuffers& m, const UnitBuffers& v,
                                 cudaStream_t stream) {
-  FORGE_RETURN_IF_ERROR(CopyUnits(m, buf_->m, stream).Annotate("SetMoments (m)"));
-  FORGE_RETURN_IF_ERROR(CopyUnits(v, buf_->v, stream).Annotate("SetMoments (v)"));
+  if (o_.shard_optimizer) {
+    FORGE_RETURN_IF_ERROR(CheckUnitSizes(layout_, m).Annotate("SetMoments (m)"));
+    FORGE_RETURN_IF_ERROR(CheckUnitSizes(layout_, v).Annotate("SetMoments (v)"));
+    FORGE_RETURN_IF_ERROR(CopySlots(m, buf_->m, stream));
+    FORGE_RETURN_IF_ERROR(CopySlots(v, buf_->v, stream));
+  } else {
+    FORGE_RETURN_IF_ERROR(CopyUnits(m, buf_->m, stream).Annotate("SetMoments (m)"));
+    FORGE_RETURN_IF_ERROR(CopyUnits(v, buf_->v, stream).Annotate("SetMoments (v)"));
+  }
   FORGE_CUDA_CHECK(cudaStreamSynchronize(stream));
   return Status::Ok();
 }
 
 Status CudaModel::DownloadMoments(UnitBuffers* m, UnitBuffers* v, cudaStream_t stream) {
+  if (o_.shard_optimizer) {
+    return Status::Precondition("cuda model: sharded moments are gathered by the data-parallel "
+                                "layer");
+  }
   FORGE_RETURN_IF_ERROR(ReadUnits(buf_->m, m, stream));
   return ReadUnits(buf_->v, v, stream);
 }
 
 Status CudaModel::ZeroMoments(cudaStream_t stream) {
-  FORGE_CUDA_CHECK(cudaMemsetAsync(buf_->m, 0, buf_->flat * sizeof(float), stream));
-  FORGE_CUDA_CHECK(cudaMemsetAsync(buf_->v, 0, buf_->flat * sizeof(float), stream));
+  FORGE_CUDA_CHECK(cudaMemsetAsync(buf_->m, 0, buf_->state_flat * sizeof(float), stream));
+  FORGE_CUDA_CHECK(cudaMemsetAsync(buf_->v, 0, buf_->state_flat * sizeof(float), stream));
   FORGE_CUDA_CHECK(cudaStreamSynchronize(stream));
   return Status::Ok();
 }
@@ -706,11 +795,14 @@ Status CudaModel::ForwardImpl(const int32_t* inputs, const int32_t* targets, flo
   auto acts = [&](int l) -> const BlockActs& { return b.acts[recompute ? 0 : l]; };
 
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
+  FORGE_RETURN_IF_ERROR(BeforeForward(layout_.embedding_unit(), s));
   FORGE_RETURN_IF_ERROR(cuda::EmbeddingForward(b.xs[0], inputs, wte, N_, d_, s));
   for (int l = 0; l < L; ++l) {
+    FORGE_RETURN_IF_ERROR(BeforeForward(layout_.block_unit(l), s));
     FORGE_RETURN_IF_ERROR(BlockForward(l, acts(l), b.xs[l], b.xs[l + 1], s));
   }
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
+  FORGE_RETURN_IF_ERROR(BeforeForward(layout_.final_norm_unit(), s));
   FORGE_RETURN_IF_ERROR(cuda::RmsNormForward(b.hf, b.rstd_f, b.xs[L], b.params + fin_off, N_, d_,
                                              m_.norm_eps, s));
   FORGE_RETURN_IF_ERROR(LmHead(targets, dloss, backward, accumulate_grads, losses, s));
@@ -724,6 +816,7 @@ Status CudaModel::ForwardImpl(const int32_t* inputs, const int32_t* targets, flo
                                               b.params + fin_off, b.rstd_f, N_, d_, b.norm_ws,
                                               b.norm_ws_bytes, s, /*accumulate_dx=*/false,
                                               accumulate_grads));
+  FORGE_RETURN_IF_ERROR(GradReady(layout_.final_norm_unit(), s));
   for (int l = L - 1; l >= 0; --l) {
     // The shared set still holds the last layer from the forward pass. Recomputing layer l
     // rewrites it while block l+1's dW GEMMs may still read it: wait for the last of them.
@@ -732,6 +825,7 @@ Status CudaModel::ForwardImpl(const int32_t* inputs, const int32_t* targets, flo
       FORGE_RETURN_IF_ERROR(BlockForward(l, acts(l), b.xs[l], nullptr, s));
     }
     FORGE_RETURN_IF_ERROR(BlockBackward(l, acts(l), b.xs[l], b.dres, accumulate_grads, s));
+    FORGE_RETURN_IF_ERROR(GradReady(layout_.block_unit(l), s));
   }
   // Always adds: the LM head above already wrote this step's part of the tied gradient, and
   // its last dWte chunk (wgrad stream) must have landed first.
@@ -740,7 +834,21 @@ Status CudaModel::ForwardImpl(const int32_t* inputs, const int32_t* targets, flo
   FORGE_RETURN_IF_ERROR(cuda::EmbeddingBackward(b.grads + unit_offset_[layout_.embedding_unit()],
                                                 b.dres, inputs, N_, d_, V_, b.emb_ws,
                                                 b.emb_ws_bytes, s));
-  return Status::Ok();
+  return GradReady(layout_.embedding_unit(), s);
+}
+
+// The events are per unit, and a unit completes once per pass, so a hook may wait on them
+// any time before the next pass's GradReady of the same unit.
+Status CudaModel::GradReady(int unit, cudaStream_t s) {
+  if (hooks_ == nullptr || !hooks_->grad_ready) return Status::Ok();
+  Buffers& b = *buf_;
+  FORGE_CUDA_CHECK(cudaEventRecord(b.grad_ready_compute[unit], s));
+  cudaEvent_t wgrad_done = nullptr;
+  if (dual_ && wgrad_pending_) {
+    wgrad_done = b.grad_ready_wgrad[unit];
+    FORGE_CUDA_CHECK(cudaEventRecord(wgrad_done, b.wgrad));
+  }
+  return hooks_->grad_ready(unit, b.grad_ready_compute[unit], wgrad_done);
 }
 
 Status CudaModel::OptimizerStep(const cuda::AdamWHyper* hyper, float* sumsq_out,
@@ -753,6 +861,21 @@ Status CudaModel::OptimizerStep(const cuda::AdamWHyper* hyper, float* sumsq_out,
   FORGE_RETURN_IF_ERROR(
       cuda::AdamWMultiTensor(b.adam_tensors, b.num_tensors, hyper, b.clip_scale, s));
   return Status::Ok();
+}
+
+Status CudaModel::GradSumSquares(float* sumsq_out, cudaStream_t s) {
+  Buffers& b = *buf_;
+  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kOptimizer, s));
+  // The clip scale written here is this rank's; ClipAndUpdate replaces it.
+  return cuda::GlobalGradNorm(b.adam_tensors, b.num_tensors, opt_.grad_clip, sumsq_out,
+                              b.clip_scale, b.gradnorm_ws, b.gradnorm_ws_bytes, s);
+}
+
+Status CudaModel::ClipAndUpdate(const cuda::AdamWHyper* hyper, const float* sumsq,
+                                cudaStream_t s) {
+  Buffers& b = *buf_;
+  FORGE_RETURN_IF_ERROR(cuda::ClipScaleFromSumSquares(sumsq, opt_.grad_clip, b.clip_scale, s));
+  return cuda::AdamWMultiTensor(b.adam_tensors, b.num_tensors, hyper, b.clip_scale, s);
 }
 
 }  // namespace forge

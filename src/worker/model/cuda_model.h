@@ -13,6 +13,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -39,6 +40,41 @@ struct CudaModelOptions {
   // second GEMM workspace and a second logits chunk buffer.
   bool wgrad_stream = true;
   int wgrad_stream_priority = 0;       // CUDA priority of that stream (lower = more urgent)
+  // Data parallelism (worker/train/cuda_data_parallel.h). Every parameter-shaped buffer stores
+  // unit u padded to PaddedSize(numel, shard_world) (shard_layout.h), zero in the padding, so
+  // NCCL reduce-scatter / all-gather run in place on a unit. With shard_optimizer the fp32
+  // master weights and AdamW moments hold only rank shard_rank's slot of each unit, and the
+  // optimizer reads the summed gradient slot from grad_shard (filled by a reduce-scatter):
+  // ZeRO. The bf16 compute copy and the gradient buffer stay full size.
+  int shard_world = 1;
+  int shard_rank = 0;
+  bool shard_optimizer = false;
+};
+
+// Per-unit callbacks for a data-parallel layer, called on the host while the model enqueues a
+// pass (so they only enqueue work too).
+struct CudaModelHooks {
+  // Before the forward pass reads unit u's bf16 parameters: may make `stream` wait for them
+  // (ZeRO's all-gather of the updated parameters).
+  std::function<Status(int unit, cudaStream_t stream)> before_forward;
+  // Unit u's gradient for this ForwardBackward is complete: every write to it comes before
+  // `compute_done` (recorded on the compute stream) or `wgrad_done` (recorded on the
+  // weight-gradient stream; null when that stream has nothing pending). Units complete in
+  // backward order: final norm, blocks L-1..0, embedding.
+  std::function<Status(int unit, cudaEvent_t compute_done, cudaEvent_t wgrad_done)> grad_ready;
+};
+
+// Where the parameter-shaped device buffers are, for the data-parallel layer.
+struct CudaParamBuffers {
+  float* master = nullptr;      // full, or this rank's slots (shard_optimizer)
+  cuda::bf16* params = nullptr; // full, padded units
+  float* grads = nullptr;       // full, padded units
+  float* m = nullptr;           // like master
+  float* v = nullptr;
+  float* grad_shard = nullptr;  // this rank's summed gradient slots (shard_optimizer only)
+  std::vector<int64_t> unit_offset;   // of unit u in params / grads (and master, m, v unsharded)
+  std::vector<int64_t> shard_offset;  // of unit u's slot in master, m, v, grad_shard (sharded)
+  std::vector<int64_t> slot;          // ShardSize(numel_u, shard_world)
 };
 
 // Phases of a step for the optional profile breakdown.
@@ -97,6 +133,9 @@ class CudaModel {
 
   // Host <-> device, ordered on `stream` and synchronised before returning. Host buffers must
   // have the layout's unit sizes (Invalid otherwise). UploadParams also refreshes the bf16 copy.
+  // With shard_optimizer the uploads keep this rank's slots of the full host units (the bf16
+  // copy is still filled in full), and DownloadParams / DownloadMoments are Precondition
+  // errors: gathering the slots is a collective, the data-parallel layer's job.
   Status UploadParams(const UnitBuffers& master, cudaStream_t stream);
   Status DownloadParams(UnitBuffers* master, cudaStream_t stream);
   Status DownloadGrads(UnitBuffers* grads, cudaStream_t stream);
@@ -121,6 +160,16 @@ class CudaModel {
   // Global grad norm (sum of squares into *sumsq_out, device) + clipping + AdamW on every
   // tensor; hyper is a device pointer the caller refreshes before each step.
   Status OptimizerStep(const cuda::AdamWHyper* hyper, float* sumsq_out, cudaStream_t stream);
+  // The same in two halves, for data parallelism: the sum of squares of the gradient this
+  // rank's optimizer applies (its slots with shard_optimizer) into *sumsq_out; then, once the
+  // caller summed it over the ranks where needed, clipping by the global norm and AdamW.
+  Status GradSumSquares(float* sumsq_out, cudaStream_t stream);
+  Status ClipAndUpdate(const cuda::AdamWHyper* hyper, const float* sumsq, cudaStream_t stream);
+
+  // Data-parallel plumbing (see CudaModelHooks). Null: no hooks. The pointee must outlive
+  // the passes that use it.
+  void set_hooks(const CudaModelHooks* hooks) { hooks_ = hooks; }
+  const CudaParamBuffers& param_buffers() const { return pb_; }
 
   // Profiling: when set, every phase boundary is marked on the stream (never while capturing),
   // and the step runs single-stream (phases on two streams would overlap and be mis-timed).
@@ -159,6 +208,13 @@ class CudaModel {
   }
   Status CopyUnits(const UnitBuffers& host, float* device, cudaStream_t stream);
   Status ReadUnits(const float* device, UnitBuffers* host, cudaStream_t stream);
+  // This rank's slot of every host unit into a sharded buffer (shard_optimizer).
+  Status CopySlots(const UnitBuffers& host, float* device, cudaStream_t stream);
+  Status BeforeForward(int unit, cudaStream_t stream) {
+    return hooks_ && hooks_->before_forward ? hooks_->before_forward(unit, stream)
+                                            : Status::Ok();
+  }
+  Status GradReady(int unit, cudaStream_t stream);
 
   ModelConfig m_;
   OptimizerConfig opt_;
@@ -170,6 +226,8 @@ class CudaModel {
   size_t allocated_bytes_ = 0;
   std::unique_ptr<Buffers> buf_;
   PhaseTimeline* timeline_ = nullptr;
+  const CudaModelHooks* hooks_ = nullptr;
+  CudaParamBuffers pb_;
   // Per Forward call: whether this call uses the wgrad stream, whether anything was forked
   // onto it since the last join, and which hazard events were recorded in this call (only
   // those may be waited on: a capture cannot wait on an event recorded outside it).

@@ -61,6 +61,12 @@ class DoneWork final : public CommWork {
   bool Ready() override { return true; }
 };
 
+}  // namespace
+
+CommWorkPtr CompletedWork() { return CommWorkPtr(new DoneWork); }
+
+namespace {
+
 class LocalComm final : public Comm {
  public:
   const char* name() const override { return "local"; }

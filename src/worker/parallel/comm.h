@@ -87,6 +87,9 @@ Status BroadcastBlocking(Comm* comm, void* buf, int64_t count, DType dtype, int 
                          std::string_view what = {});
 Status BarrierBlocking(Comm* comm, std::string_view what = {});
 
+// A handle whose collective already completed (for implementations that finish in the call).
+CommWorkPtr CompletedWork();
+
 // The world-1 communicator for host buffers: rank 0 of 1, every collective completes at once
 // (a copy where send and recv differ, else nothing). Single-process training uses it, so one
 // code path serves every world size.

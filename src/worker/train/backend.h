@@ -72,8 +72,9 @@ class TrainBackend {
 std::unique_ptr<TrainBackend> MakeCpuBackend(const RunConfig& cfg, Comm* comm = nullptr);
 
 // The CUDA backend on the current device (nullptr + error when CUDA is not built in or no
-// device is visible).
-StatusOr<std::unique_ptr<TrainBackend>> MakeCudaBackend(const RunConfig& cfg);
+// device is visible); data-parallel over `comm` (an NcclComm) when its world is > 1.
+StatusOr<std::unique_ptr<TrainBackend>> MakeCudaBackend(const RunConfig& cfg,
+                                                        Comm* comm = nullptr);
 bool CudaDeviceAvailable();
 
 }  // namespace forge

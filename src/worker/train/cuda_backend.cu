@@ -31,6 +31,8 @@
 #include "kernels/cuda/cuda_check.h"
 #include "worker/model/cuda_model.h"
 #include "worker/model/init.h"
+#include "worker/parallel/nccl_comm.h"
+#include "worker/train/cuda_data_parallel.h"
 
 namespace forge {
 namespace {
@@ -44,7 +46,7 @@ class CudaBackend final : public CudaTrainBackend {
  public:
   CudaBackend() = default;
   ~CudaBackend() override;
-  Status Init(const RunConfig& cfg, const CudaBackendOptions& options);
+  Status Init(const RunConfig& cfg, const CudaBackendOptions& options, NcclComm* comm);
 
   const char* name() const override { return "cuda"; }
   Status SetParams(const UnitBuffers& master) override;
@@ -89,6 +91,8 @@ class CudaBackend final : public CudaTrainBackend {
   int device_ = 0;
   std::unique_ptr<CudaModel> model_;
   int64_t N_ = 0;  // tokens per micro-batch
+  std::unique_ptr<CudaDataParallel> dp_;  // null in a single-GPU run
+  int world_ = 1;
 
   cudaStream_t compute_stream_ = nullptr;  // every step's work, in order
   cudaEvent_t staging_free_ = nullptr;     // the last step's H2D copies have read the staging
@@ -133,10 +137,15 @@ CudaBackend::~CudaBackend() {
   if (compute_stream_) cudaStreamDestroy(compute_stream_);
 }
 
-Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options) {
+Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options,
+                         NcclComm* comm) {
   cfg_ = cfg;
   options_ = options;
   use_graph_ = options.use_graph;
+  world_ = comm != nullptr ? comm->world() : 1;
+  // Data-parallel steps run eagerly: the comm watchdog tracks each collective it issues, which
+  // a replayed graph's collectives would bypass.
+  if (world_ > 1) use_graph_ = false;
   if (cfg.precision.compute == Precision::kFp8) {
     return Status::Invalid("precision.compute: fp8 is not supported by the cuda backend yet");
   }
@@ -160,8 +169,17 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
   mo.lm_head_chunk_rows = options.lm_head_chunk_rows;
   mo.wgrad_stream = options.wgrad_stream;
   mo.wgrad_stream_priority = wgrad_priority;
+  if (world_ > 1) {
+    mo.shard_world = world_;
+    mo.shard_rank = comm->rank();
+    mo.shard_optimizer = cfg.parallel.mode != ParallelMode::kDdp;
+  }
   FORGE_ASSIGN_OR_RETURN(model_, CudaModel::Create(cfg.model, cfg.optimizer, mo));
   N_ = model_->tokens_per_micro();
+  if (world_ > 1) {
+    FORGE_ASSIGN_OR_RETURN(dp_, CudaDataParallel::Create(comm, cfg.parallel.mode, model_.get()));
+    model_->set_hooks(dp_->read_hooks());
+  }
 
   FORGE_CUDA_CHECK(
       cudaStreamCreateWithPriority(&compute_stream_, cudaStreamNonBlocking, compute_priority));
@@ -303,15 +321,29 @@ Status CudaBackend::EnqueueCompute(int micro_steps, bool optimizer) {
   const size_t n = size_t(micro_steps) * N_;
   const int32_t* inputs = dev_tokens_;
   const int32_t* targets = dev_tokens_ + cap;
-  const float dloss = 1.0f / static_cast<float>(n);  // mean over every token of the step
+  // The mean over every token of the step on every rank (the ranks' gradients are summed).
+  const float dloss = 1.0f / (static_cast<float>(n) * static_cast<float>(world_));
   for (int i = 0; i < micro_steps; ++i) {
+    // Gradient collectives start on the last micro-step only (accumulation stays local).
+    // ComputeGradients (no optimizer) all-reduces in every mode: callers want the full sum.
+    if (dp_) model_->set_hooks(i + 1 == micro_steps ? dp_->grad_hooks(!optimizer) : dp_->read_hooks());
     // The first micro-step overwrites every gradient element: no zeroing pass.
-    FORGE_RETURN_IF_ERROR(model_->ForwardBackward(inputs + i * N_, targets + i * N_, dloss,
-                                                  /*accumulate_grads=*/i > 0,
-                                                  dev_losses_ + i * N_, s));
+    const Status st = model_->ForwardBackward(inputs + i * N_, targets + i * N_, dloss,
+                                              /*accumulate_grads=*/i > 0, dev_losses_ + i * N_, s);
+    if (dp_) model_->set_hooks(dp_->read_hooks());
+    FORGE_RETURN_IF_ERROR(st);
   }
   FORGE_RETURN_IF_ERROR(cuda::MeanReduce(dev_stats_, dev_losses_, static_cast<int64_t>(n), s));
-  if (optimizer) FORGE_RETURN_IF_ERROR(model_->OptimizerStep(dev_hyper_, dev_stats_ + 1, s));
+  if (dp_) {
+    FORGE_RETURN_IF_ERROR(dp_->JoinGrads(s));
+    if (optimizer) {
+      FORGE_RETURN_IF_ERROR(dp_->Optimize(dev_hyper_, dev_stats_, s));
+    } else {
+      FORGE_RETURN_IF_ERROR(dp_->SumLoss(dev_stats_, s));
+    }
+  } else if (optimizer) {
+    FORGE_RETURN_IF_ERROR(model_->OptimizerStep(dev_hyper_, dev_stats_ + 1, s));
+  }
   FORGE_CUDA_CHECK(
       cudaMemcpyAsync(host_stats_, dev_stats_, 2 * sizeof(float), cudaMemcpyDeviceToHost, s));
   return Status::Ok();
@@ -385,7 +417,7 @@ Status CudaBackend::TrainStep(const std::vector<MicroBatch>& micro, const StepHy
   if (!want_stats) return Status::Ok();
   FORGE_RETURN_IF_ERROR(Sync());
   SamplePeak();
-  stats->loss = host_stats_[0];
+  stats->loss = host_stats_[0] / static_cast<float>(world_);  // summed over ranks
   stats->grad_norm = std::sqrt(host_stats_[1]);
   stats->valid = true;
   return Status::Ok();
@@ -398,7 +430,7 @@ Status CudaBackend::ComputeGradients(const std::vector<MicroBatch>& micro, UnitB
   FORGE_RETURN_IF_ERROR(EnqueueInputs(M, /*optimizer=*/false));
   FORGE_RETURN_IF_ERROR(EnqueueCompute(M, /*optimizer=*/false));
   FORGE_RETURN_IF_ERROR(Sync());
-  if (loss) *loss = host_stats_[0];
+  if (loss) *loss = host_stats_[0] / static_cast<float>(world_);
   return model_->DownloadGrads(grads, compute_stream_);
 }
 
@@ -432,12 +464,22 @@ Status CudaBackend::FenceSnapshot() {
   return Status::Ok();
 }
 
+// Sharded (zero): collective, on the compute stream, synchronous.
 Status CudaBackend::GetParams(UnitBuffers* master) {
+  if (dp_ && dp_->sharded()) {
+    FORGE_CUDA_CHECK(cudaSetDevice(device_));
+    return dp_->GatherSlots(CudaDataParallel::State::kMaster, master, compute_stream_);
+  }
   FORGE_RETURN_IF_ERROR(FenceSnapshot());
   return model_->DownloadParams(master, snapshot_stream_);
 }
 
 Status CudaBackend::GetMoments(UnitBuffers* m, UnitBuffers* v) {
+  if (dp_ && dp_->sharded()) {
+    FORGE_CUDA_CHECK(cudaSetDevice(device_));
+    FORGE_RETURN_IF_ERROR(dp_->GatherSlots(CudaDataParallel::State::kM, m, compute_stream_));
+    return dp_->GatherSlots(CudaDataParallel::State::kV, v, compute_stream_);
+  }
   FORGE_RETURN_IF_ERROR(FenceSnapshot());
   return model_->DownloadMoments(m, v, snapshot_stream_);
 }
@@ -524,15 +566,24 @@ CudaBackendOptions CudaBackendOptionsFromEnv() {
 }
 
 StatusOr<std::unique_ptr<CudaTrainBackend>> MakeCudaTrainBackend(
-    const RunConfig& cfg, const CudaBackendOptions& options) {
+    const RunConfig& cfg, const CudaBackendOptions& options, Comm* comm) {
   if (!CudaDeviceAvailable()) return Status::Unavailable("cuda backend: no CUDA device visible");
+  NcclComm* nccl = nullptr;
+  if (comm != nullptr && comm->world() > 1) {
+    nccl = dynamic_cast<NcclComm*>(comm);
+    if (nccl == nullptr) {
+      return Status::Invalid(std::string("cuda backend: data parallelism needs an NCCL comm, got ") +
+                             comm->name());
+    }
+    FORGE_CUDA_CHECK(cudaSetDevice(nccl->device()));
+  }
   auto backend = std::make_unique<CudaBackend>();
-  FORGE_RETURN_IF_ERROR(backend->Init(cfg, options).Annotate("cuda backend"));
+  FORGE_RETURN_IF_ERROR(backend->Init(cfg, options, nccl).Annotate("cuda backend"));
   return std::unique_ptr<CudaTrainBackend>(std::move(backend));
 }
 
-StatusOr<std::unique_ptr<TrainBackend>> MakeCudaBackend(const RunConfig& cfg) {
-  auto made = MakeCudaTrainBackend(cfg, CudaBackendOptionsFromEnv());
+StatusOr<std::unique_ptr<TrainBackend>> MakeCudaBackend(const RunConfig& cfg, Comm* comm) {
+  auto made = MakeCudaTrainBackend(cfg, CudaBackendOptionsFromEnv(), comm);
   if (!made.ok()) return made.status();
   return std::unique_ptr<TrainBackend>(std::move(made).value());
 }

@@ -79,7 +79,12 @@ class CudaTrainBackend : public TrainBackend {
 // moments zero. Activations are sized for cfg.batch.micro_batch sequences of
 // cfg.model.seq_len tokens; train.activation_recompute picks recompute. precision.compute
 // bf16 and fp32 both compute in BF16 (fp32 is the CPU backend's); fp8 is not supported yet.
+// With a Comm of world W > 1 (an NcclComm on this process's device; it must outlive the
+// backend) it trains data-parallel in cfg.parallel.mode (ddp, zero1, zero2;
+// cuda_data_parallel.h), with the CPU backend's contract: TrainStep's micro-batches are this
+// rank's slice, stats are global, and TrainStep, ComputeGradients and (zero) GetParams /
+// GetMoments are collective.
 StatusOr<std::unique_ptr<CudaTrainBackend>> MakeCudaTrainBackend(
-    const RunConfig& cfg, const CudaBackendOptions& options);
+    const RunConfig& cfg, const CudaBackendOptions& options, Comm* comm = nullptr);
 
 }  // namespace forge

@@ -7,7 +7,8 @@
 
 namespace forge {
 
-StatusOr<std::unique_ptr<TrainBackend>> MakeCudaBackend(const RunConfig& /*cfg*/) {
+StatusOr<std::unique_ptr<TrainBackend>> MakeCudaBackend(const RunConfig& /*cfg*/,
+                                                        Comm* /*comm*/) {
   return Status::Unavailable("built without CUDA");
 }
 

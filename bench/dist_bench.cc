@@ -1,0 +1,273 @@
+// forge-dist-bench: data-parallel throughput of the CUDA step on the GPUs of one machine, as
+// one JSON line (printed by rank 0).
+//
+//   forge-dist-bench --config configs/gpt350m.yaml --world W [--mode ddp|zero1|zero2]
+//                    [--micro-batch B] [--steps N] [--warmup K]
+//
+// Forks W processes, one per GPU (the way users run workers), which meet over NCCL through the
+// TCP rendezvous on loopback. Each rank trains micro-batch B per step (global batch W*B, one
+// micro-step: the PyTorch anchor's setting in ../shared/anchors/torch_dist.py), random tokens.
+// Per rank, in order:
+//   1. the same model alone on its GPU (world 1), timed: the single-GPU baseline of the
+//      scaling efficiency, measured on the same GPUs in the same run;
+//   2. the gradient collectives alone (the mode's per-unit all-reduces or reduce-scatters and
+//      parameter all-gathers on the real buffers' sizes), timed: the communication a step has;
+//   3. the data-parallel step, timed with CUDA events over N steps after K warm-up steps.
+// exposed communication = step - single-GPU step; hidden = communication alone - exposed
+// (clamped at 0): how much of it the backward overlapped.
+// MFU counts model FLOPs per GPU against the dense BF16 peak (common/peak_flops.h).
+#include <cuda_runtime.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench_util.h"
+#include "common/config.h"
+#include "common/peak_flops.h"
+#include "kernels/cuda/cuda_check.h"
+#include "worker/model/param_layout.h"
+#include "worker/parallel/host_staged_comm.h"
+#include "worker/parallel/nccl_comm.h"
+#include "worker/parallel/rendezvous.h"
+#include "worker/parallel/shard_layout.h"
+#include "worker/train/cuda_backend.h"
+
+namespace forge {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+struct Args {
+  std::string config;
+  std::string mode = "ddp";
+  int world = 2;
+  int micro_batch = 0;
+  int steps = 20;
+  int warmup = 3;
+};
+
+int Fail(const std::string& msg) { return bench::FailJson("forge-dist-bench", msg); }
+
+std::string ParseArgs(int argc, char** argv, Args* a) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (i + 1 >= argc) return flag + ": missing value";
+    const char* val = argv[++i];
+    bool ok = true;
+    if (flag == "--config") a->config = val;
+    else if (flag == "--mode") a->mode = val;
+    else if (flag == "--world") ok = bench::ParseInt(val, &a->world) && a->world >= 1;
+    else if (flag == "--micro-batch") ok = bench::ParseInt(val, &a->micro_batch) && a->micro_batch > 0;
+    else if (flag == "--steps") ok = bench::ParseInt(val, &a->steps) && a->steps > 0;
+    else if (flag == "--warmup") ok = bench::ParseInt(val, &a->warmup) && a->warmup >= 1;
+    else return "unknown flag " + flag;
+    if (!ok) return flag + ": bad value '" + val + "'";
+  }
+  if (a->config.empty()) {
+    return "usage: forge-dist-bench --config PATH --world W [--mode ddp|zero1|zero2] "
+           "[--micro-batch B] [--steps N] [--warmup K]";
+  }
+  return "";
+}
+
+// Milliseconds per call of `body` (which enqueues on `stream`), over `n` calls after `warm`.
+template <typename Body>
+StatusOr<double> TimeOnStream(cudaStream_t stream, int warm, int n, Body body) {
+  for (int i = 0; i < warm; ++i) FORGE_RETURN_IF_ERROR(body());
+  cudaEvent_t a, b;
+  FORGE_CUDA_CHECK(cudaEventCreate(&a));
+  FORGE_CUDA_CHECK(cudaEventCreate(&b));
+  FORGE_CUDA_CHECK(cudaEventRecord(a, stream));
+  for (int i = 0; i < n; ++i) FORGE_RETURN_IF_ERROR(body());
+  FORGE_CUDA_CHECK(cudaEventRecord(b, stream));
+  FORGE_CUDA_CHECK(cudaEventSynchronize(b));
+  float ms = 0.0f;
+  FORGE_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return double(ms) / n;
+}
+
+struct RankResult {
+  double single_ms = 0, comm_ms = 0, step_ms = 0, peak_gib = 0, loss = 0;
+};
+
+// Step time of `cfg` on a backend (world 1 when comm is null).
+StatusOr<double> TimeSteps(const RunConfig& cfg, Comm* comm, const Args& a, double* peak_gib,
+                           float* loss) {
+  FORGE_ASSIGN_OR_RETURN(auto backend, MakeCudaTrainBackend(cfg, CudaBackendOptionsFromEnv(), comm));
+  const int64_t n = int64_t{cfg.batch.micro_batch} * cfg.model.seq_len;
+  std::mt19937_64 rng(cfg.seed + (comm ? comm->rank() : 0));
+  std::uniform_int_distribution<int32_t> tok(0, std::min(50257, cfg.model.vocab) - 1);
+  std::vector<int32_t> inputs(n), targets(n);
+  for (auto& t : inputs) t = tok(rng);
+  for (auto& t : targets) t = tok(rng);
+  const std::vector<MicroBatch> micro = {{inputs.data(), targets.data()}};
+  int64_t step = 0;
+  auto stream = static_cast<cudaStream_t>(backend->compute_stream());
+  FORGE_ASSIGN_OR_RETURN(double ms, TimeOnStream(stream, a.warmup, a.steps, [&] {
+    return backend->TrainStep(micro, StepHyper{cfg.optimizer.lr, ++step}, false, nullptr);
+  }));
+  StepStats st;
+  FORGE_RETURN_IF_ERROR(backend->TrainStep(micro, StepHyper{cfg.optimizer.lr, ++step}, true, &st));
+  *loss = st.loss;
+  *peak_gib = double(backend->peak_bytes()) / double(1ull << 30);
+  return ms;
+}
+
+// The collectives of one step alone, on buffers of the real unit sizes.
+StatusOr<double> TimeCollectives(const RunConfig& cfg, NcclComm* comm, const Args& a) {
+  const ParamLayout layout = MakeParamLayout(cfg.model);
+  const int W = comm->world();
+  int64_t padded = 0;
+  for (const UnitLayout& u : layout.units) padded += PaddedSize(u.numel, W);
+  float* grads = nullptr;
+  FORGE_CUDA_CHECK(cudaMalloc(&grads, padded * sizeof(float) * 2));
+  FORGE_CUDA_CHECK(cudaMemset(grads, 0, padded * sizeof(float) * 2));
+  float* shard = grads + padded;
+  const bool sharded = a.mode != "ddp";
+  auto stream = static_cast<cudaStream_t>(comm->stream());
+  std::vector<int64_t> offset;  // of each unit in the padded buffers
+  for (int64_t o = 0; const UnitLayout& u : layout.units) {
+    offset.push_back(o);
+    o += PaddedSize(u.numel, W);
+  }
+  // Backward order (last unit first), as the step issues them.
+  auto one_step = [&]() -> Status {
+    for (int u = int(layout.units.size()) - 1; u >= 0; --u) {
+      const int64_t numel = layout.units[u].numel, slot = ShardSize(numel, W), o = offset[u];
+      StatusOr<CommWorkPtr> w =
+          sharded ? comm->ReduceScatterSum(grads + o, shard + o, slot, DType::kF32, "bench")
+                  : comm->AllReduceSum(grads + o, numel, DType::kF32, "bench");
+      if (!w.ok()) return w.status();
+      if (sharded) {  // the bf16 parameter all-gather of the unit
+        auto* p = reinterpret_cast<uint16_t*>(shard + o);
+        w = comm->AllGather(p + comm->rank() * slot, p, slot, DType::kBF16, "bench");
+        if (!w.ok()) return w.status();
+      }
+    }
+    return Status::Ok();
+  };
+  auto ms = TimeOnStream(stream, 2, a.steps, one_step);
+  cudaFree(grads);
+  return ms;
+}
+
+int RunRank(const Args& a, const RunConfig& cfg, int rank, int port) {
+  cudaSetDevice(rank);
+  TcpRendezvousOptions ro;
+  ro.port = port;
+  ro.timeout_s = 120;
+  auto rdv = MakeTcpRendezvous(ro);
+  NcclCommOptions no;
+  no.device = rank;
+  no.timeout_s = 600;
+  auto nccl = MakeNcclComm(rank, a.world, rdv.get(), no);
+  if (!nccl.ok()) return Fail("rank " + std::to_string(rank) + ": " + nccl.status().ToString());
+  auto host = MakeHostStagedComm(nccl->get());
+  if (!host.ok()) return Fail(host.status().ToString());
+
+  RankResult r;
+  double gib_single = 0;
+  float loss = 0;
+  auto single = TimeSteps(cfg, nullptr, a, &gib_single, &loss);
+  if (!single.ok()) return Fail("single-GPU baseline: " + single.status().ToString());
+  r.single_ms = *single;
+  auto comm_ms = TimeCollectives(cfg, nccl->get(), a);
+  if (!comm_ms.ok()) return Fail("collectives: " + comm_ms.status().ToString());
+  r.comm_ms = *comm_ms;
+  auto step = TimeSteps(cfg, nccl->get(), a, &r.peak_gib, &loss);
+  if (!step.ok()) return Fail("data-parallel step: " + step.status().ToString());
+  r.step_ms = *step;
+  r.loss = loss;
+
+  // Every rank's numbers to everyone (rank 0 reports the slowest step and the largest memory).
+  std::vector<double> mine = {r.single_ms, r.comm_ms, r.step_ms, r.peak_gib};
+  std::vector<double> all(mine.size() * a.world);
+  auto g = (*host)->AllGather(mine.data(), all.data(), int64_t(mine.size()), DType::kF64, "results");
+  if (!g.ok() || !(*g)->Wait().ok()) return Fail("gathering results failed");
+  if (rank != 0) return 0;
+  double single_ms = 0, comm = 0, step_ms = 0, peak = 0;
+  for (int q = 0; q < a.world; ++q) {
+    single_ms = std::max(single_ms, all[q * 4 + 0]);
+    comm = std::max(comm, all[q * 4 + 1]);
+    step_ms = std::max(step_ms, all[q * 4 + 2]);
+    peak = std::max(peak, all[q * 4 + 3]);
+  }
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, rank);
+  const double n = double(cfg.batch.micro_batch) * cfg.model.seq_len;
+  const double per_gpu = n / (step_ms * 1e-3), single_tps = n / (single_ms * 1e-3);
+  const double exposed = std::max(0.0, step_ms - single_ms);
+  const double peak_tflops = DenseBf16PeakTflops(prop.name);
+  Json out;
+  out["model"] = cfg.model.preset.empty() ? cfg.name : cfg.model.preset;
+  out["mode"] = a.mode;
+  out["world"] = a.world;
+  out["B"] = cfg.batch.micro_batch;
+  out["step_ms"] = step_ms;
+  out["tokens_per_s"] = per_gpu * a.world;
+  out["tokens_per_s_per_gpu"] = per_gpu;
+  out["single_gpu_tokens_per_s"] = single_tps;
+  out["scaling_efficiency"] = per_gpu / single_tps;
+  out["mfu"] = ModelFlopsUtilization(per_gpu, TrainFlopsPerToken(cfg.model), peak_tflops);
+  out["peak_mem_gib"] = peak;
+  out["single_gpu_peak_mem_gib"] = gib_single;
+  out["comm_ms"] = comm;
+  out["comm_exposed_ms"] = exposed;
+  out["comm_hidden_ms"] = std::max(0.0, comm - exposed);
+  out["loss"] = r.loss;
+  out["gpu"] = prop.name;
+  std::printf("%s\n", out.dump().c_str());
+  std::fflush(stdout);
+  return 0;
+}
+
+int Run(int argc, char** argv) {
+  Args a;
+  if (std::string err = ParseArgs(argc, argv, &a); !err.empty()) return Fail(err);
+  auto loaded = LoadRunConfig(a.config);
+  if (!loaded.ok()) return Fail(loaded.status().ToString());
+  RunConfig cfg = *loaded;
+  if (a.micro_batch > 0) cfg.batch.micro_batch = a.micro_batch;
+  cfg.batch.global_batch = cfg.batch.micro_batch * a.world;
+  if (a.mode == "ddp") cfg.parallel.mode = ParallelMode::kDdp;
+  else if (a.mode == "zero1") cfg.parallel.mode = ParallelMode::kZero1;
+  else if (a.mode == "zero2") cfg.parallel.mode = ParallelMode::kZero2;
+  else return Fail("--mode: expected ddp, zero1 or zero2, got " + a.mode);
+
+  // Children only: the parent never touches CUDA, so forking is safe.
+  const int port = 20000 + int(getpid() % 20000);
+  std::vector<pid_t> kids;
+  for (int r = 0; r < a.world; ++r) {
+    const pid_t pid = fork();
+    if (pid < 0) return Fail("fork failed");
+    if (pid == 0) {
+      const int code = RunRank(a, cfg, r, port);
+      std::fflush(nullptr);
+      std::_Exit(code);
+    }
+    kids.push_back(pid);
+  }
+  int rc = 0;
+  for (pid_t k : kids) {
+    int status = 0;
+    waitpid(k, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) rc = 1;
+  }
+  return rc;
+}
+
+}  // namespace
+}  // namespace forge
+
+int main(int argc, char** argv) { return forge::Run(argc, argv); }
