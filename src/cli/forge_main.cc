@@ -41,6 +41,7 @@
 #include "worker/parallel/comm.h"
 #include "worker/parallel/mpi_comm.h"
 #include "worker/train/backend.h"
+#include "worker/train/process_run.h"
 #include "worker/train/trainer.h"
 
 namespace forge {
@@ -118,10 +119,6 @@ void InstallStopHandlers() {
   std::signal(SIGUSR1, OnStopSignal);
 }
 
-std::string DatasetDir(const RunConfig& cfg) {
-  return cfg.data.dataset_dir.empty() ? DefaultDataDir() + "/dataset" : cfg.data.dataset_dir;
-}
-
 int DataPrepare(const Args& a) {
   PrepareOptions opt = DefaultPrepareOptions();
   if (a.Has("--out")) opt.output_dir = a.Get("--out");
@@ -146,42 +143,7 @@ int DataBaseline(const Args& a) {
   return 0;
 }
 
-StatusOr<std::unique_ptr<TrainBackend>> PickBackend(const RunConfig& cfg) {
-  Backend want = cfg.train.backend;
-  if (want == Backend::kAuto) want = CudaDeviceAvailable() ? Backend::kCuda : Backend::kCpu;
-  if (want == Backend::kCuda) return MakeCudaBackend(cfg);
-  return MakeCpuBackend(cfg);
-}
-
-// The data-parallel group this process belongs to (world 1 when launched alone).
-struct Group {
-  LaunchInfo launch;
-  std::unique_ptr<Comm> comm;  // null when alone
-  int rank() const { return launch.rank; }
-  int world() const { return launch.world; }
-};
-
-StatusOr<Group> JoinGroup(const RunConfig& cfg) {
-  Group g;
-  FORGE_ASSIGN_OR_RETURN(g.launch, DetectLaunch());
-  if (g.launch.kind == LaunchKind::kMpi) {
-    FORGE_RETURN_IF_ERROR(InitMpi());
-    MpiCommOptions o;
-    o.timeout_s = cfg.parallel.collective_timeout_s;
-    FORGE_ASSIGN_OR_RETURN(g.comm, MakeMpiComm(o));
-    g.launch.rank = g.comm->rank();
-    g.launch.world = g.comm->world();
-  } else if (g.launch.world > 1) {
-    return Status::Unavailable(std::string("launched as rank ") + std::to_string(g.launch.rank) +
-                               " of " + std::to_string(g.launch.world) + " by " +
-                               LaunchKindName(g.launch.kind) +
-                               " variables, but CPU data-parallel training runs over MPI: launch "
-                               "with mpirun or srun --mpi=pmix");
-  }
-  return g;
-}
-
-int Train(const Args& a, Group* group) {
+int Train(const Args& a, ProcessGroup* group) {
   if (a.positional.size() != 1) return Usage();
   auto loaded = LoadRunConfig(a.positional[0]);
   if (!loaded.ok()) return Fail(loaded.status());
@@ -207,70 +169,16 @@ int Train(const Args& a, Group* group) {
   opt.stop_requested = &g_stop_requested;
   if (a.Has("--steps")) opt.max_steps = std::atoll(a.Get("--steps").c_str());
 
-  auto joined = JoinGroup(cfg);
+  auto joined = JoinProcessGroup(cfg);
   if (!joined.ok()) return Fail(joined.status());
   *group = std::move(joined).value();
-  const int rank = group->rank(), world = group->world();
-  const bool leader = rank == 0;
-  opt.comm = group->comm.get();
-
-  const std::string dataset_dir = DatasetDir(cfg);
-  auto ds = TokenDataset::Open(dataset_dir);
-  if (!ds.ok())
-    return Fail(ds.status().Annotate("opening dataset " + dataset_dir +
-                                     " (run `forge data prepare` first)"));
-  if (ds->manifest().vocab_size > cfg.model.vocab)
-    return Fail(Status::Invalid("model.vocab (" + std::to_string(cfg.model.vocab) +
-                                ") is smaller than the dataset's vocabulary (" +
-                                std::to_string(ds->manifest().vocab_size) + ")"));
-  const TokenStream& train = ds->split(Split::kTrain);
-  const TokenStream& val = ds->split(Split::kVal);
-  SamplingPlan plan(train.size(), cfg.model.seq_len, cfg.seed, cfg.data.epoch_shuffle != 0);
-  if (plan.num_sequences() == 0) return Fail(Status::Invalid("train split is too short"));
-
-  BatchProvider data;
-  const int mb = cfg.batch.micro_batch;
-  data.train = [&](int64_t cursor, int k, int32_t* in, int32_t* tgt) {
-    return FillTrainBatch(train, plan, cursor, rank, world, mb, k, in, tgt);
-  };
-  data.val = [&](int64_t i, int32_t* in, int32_t* tgt) {
-    return FillEvalBatch(val, cfg.model.seq_len, i, mb, in, tgt);
-  };
-
-  std::unique_ptr<TrainBackend> backend;
-  if (world > 1) {
-    // Data parallelism is wired into the CPU backend; the CUDA backend's NCCL path is not yet.
-    Backend want = cfg.train.backend;
-    if (want == Backend::kAuto) want = CudaDeviceAvailable() ? Backend::kCuda : Backend::kCpu;
-    if (want == Backend::kCuda)
-      return Fail(Status::Unavailable("data-parallel training (world " + std::to_string(world) +
-                                      ") runs on the cpu backend only so far; pass --backend cpu"));
-    backend = MakeCpuBackend(cfg, group->comm.get());
-  } else {
-    auto picked = PickBackend(cfg);
-    if (!picked.ok()) return Fail(picked.status());
-    backend = std::move(picked).value();
-  }
-
-  if (leader) {
-    std::error_code ec;
-    std::filesystem::create_directories(cfg.train.run_dir, ec);
-    if (ec) return Fail(Status::IoError("cannot create run dir " + cfg.train.run_dir + ": " + ec.message()));
-    opt.metrics_path = cfg.train.run_dir + "/metrics.jsonl";  // the trainer truncates or trims
-  }
-
-  const UnigramBaseline base = ComputeUnigramBaseline(*ds);
-  const ParamLayout layout = MakeParamLayout(cfg.model);
-  if (leader) {
-    std::printf("forge: training %s (%.2fM params) on %s backend", cfg.name.c_str(),
-                layout.total / 1e6, backend->name());
-    if (world > 1) std::printf(" x %d ranks (%s)", world, ParallelModeName(cfg.parallel.mode));
-    std::printf(" | dataset %s: %.1fM train / %.2fM val tokens | unigram baseline %.4f\n",
-                dataset_dir.c_str(), train.size() / 1e6, val.size() / 1e6, base.val_cross_entropy);
-  }
+  const bool leader = group->rank() == 0;
   InstallStopHandlers();
-  auto r = RunTraining(cfg, backend.get(), data, opt);
-  if (!r.ok()) return Fail(r.status());
+  auto run = TrainInProcessGroup(cfg, group, opt);
+  if (!run.ok()) return Fail(run.status());
+  opt.metrics_path = run->metrics_path;
+  const UnigramBaseline base{run->unigram_baseline};
+  const TrainResult* r = &run->train;
   if (leader && r->stopped) {
     const std::string saved = r->checkpoints.empty()
                                   ? "nothing new to save"
@@ -453,7 +361,7 @@ int main(int argc, char** argv) {
   if (cmd == "train") {
     auto a = ParseArgs(argc, argv, 2, {});
     if (!a.ok()) return Fail(a.status());
-    Group group;
+    ProcessGroup group;
     const int rc = Train(*a, &group);
     // A rank that failed alone would leave the others blocked in their next collective.
     if (rc != 0 && group.comm && group.world() > 1)

@@ -245,6 +245,8 @@ MaybeProblem CheckRunConfig(const RunConfig& c) {
   FORGE_RULE(AtLeast("eval.batches", c.eval.batches, 1));
 
   FORGE_RULE(AtLeast("train.log_every", c.train.log_every, 1));
+  FORGE_RULE(AtLeast("train.workers", c.train.workers, 1));
+  FORGE_RULE(AtLeast("train.max_restarts", c.train.max_restarts, 0));
   if (c.train.run_dir.empty()) return Problem{"train.run_dir", "must not be empty", {}};
   return std::nullopt;
 }
@@ -649,11 +651,15 @@ Status ReadSections(Reader& r, const Entries& top, RunConfig* c) {
 
   TrainConfig& t = c->train;
   FORGE_RETURN_IF_ERROR(r.ReadMap(section("train"), "train",
-                                  {"backend", "activation_recompute", "log_every", "run_dir"}, &e));
+                                  {"backend", "activation_recompute", "log_every", "run_dir",
+                                   "workers", "max_restarts"},
+                                  &e));
   FORGE_RETURN_IF_ERROR(r.ReadEnum(e, "train", "backend", kBackendNames, &t.backend));
   FORGE_RETURN_IF_ERROR(r.ReadBool(e, "train", "activation_recompute", &t.activation_recompute));
   FORGE_RETURN_IF_ERROR(r.ReadInt(e, "train", "log_every", &t.log_every));
   FORGE_RETURN_IF_ERROR(r.ReadString(e, "train", "run_dir", &t.run_dir));
+  FORGE_RETURN_IF_ERROR(r.ReadInt(e, "train", "workers", &t.workers));
+  FORGE_RETURN_IF_ERROR(r.ReadInt(e, "train", "max_restarts", &t.max_restarts));
   return Status::Ok();
 }
 
@@ -813,7 +819,9 @@ std::string RunConfigToYaml(const RunConfig& c) {
     << "  backend: " << BackendName(t.backend) << "\n"
     << "  activation_recompute: " << BoolText(t.activation_recompute) << "\n"
     << "  log_every: " << t.log_every << "\n"
-    << "  run_dir: " << Quote(t.run_dir) << "\n";
+    << "  run_dir: " << Quote(t.run_dir) << "\n"
+    << "  workers: " << t.workers << "\n"
+    << "  max_restarts: " << t.max_restarts << "\n";
   return y.str();
 }
 

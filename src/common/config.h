@@ -103,6 +103,11 @@ struct TrainConfig {
   bool activation_recompute = false;
   int log_every = 10;
   std::string run_dir = "runs/default";
+  // Under a coordinator (forge-coordinator, `forge train`): how many workers the run is placed
+  // on, and how many restarts after a lost worker before it FAILS. A direct `mpirun ... forge
+  // train` takes its world size from MPI and ignores both.
+  int workers = 1;
+  int max_restarts = 3;
 };
 
 struct RunConfig {

@@ -140,7 +140,8 @@ StatusOr<TrainResult> RunTraining(const RunConfig& cfg, TrainBackend* backend,
   const int64_t tokens_per_micro = int64_t{cfg.batch.micro_batch} * cfg.model.seq_len;
   const int64_t tokens_per_step = tokens_per_micro * accum * world;
   const int64_t every = cfg.checkpoint.every_steps;
-  const bool may_save = every > 0 || opt.stop_requested != nullptr;
+  const bool may_save =
+      every > 0 || opt.stop_requested != nullptr || opt.checkpoint_requested != nullptr;
 
   TrainResult result;
   ResumePoint start;
@@ -175,17 +176,23 @@ StatusOr<TrainResult> RunTraining(const RunConfig& cfg, TrainBackend* backend,
   }
 
   std::unique_ptr<TrainCheckpointer> ckpt;
-  if (may_save) ckpt = std::make_unique<TrainCheckpointer>(cfg, layout, backend, opt.comm);
-  // Step boundary: whether any rank was asked to stop, and whether the save in flight (if any)
-  // is written on every rank. One tiny all-reduce, only when there is something to agree on.
+  if (may_save)
+    ckpt = std::make_unique<TrainCheckpointer>(cfg, layout, backend, opt.comm, opt.report_shard);
+  // Step boundary: whether any rank was asked to stop (or to save), and whether the save in
+  // flight (if any) is written on every rank. One tiny all-reduce, only when there is something
+  // to agree on.
+  bool save_now = false;
   auto agree = [&](bool* stop, bool* written) -> Status {
-    double flags[2] = {opt.stop_requested && opt.stop_requested->load() ? 1.0 : 0.0,
-                       ckpt && ckpt->writing() ? 1.0 : 0.0};
-    if (opt.comm && world > 1 && (opt.stop_requested || (ckpt && ckpt->pending())))
+    const bool asked = opt.checkpoint_requested && opt.checkpoint_requested->exchange(false);
+    double flags[3] = {opt.stop_requested && opt.stop_requested->load() ? 1.0 : 0.0,
+                       ckpt && ckpt->writing() ? 1.0 : 0.0, asked ? 1.0 : 0.0};
+    if (opt.comm && world > 1 &&
+        (opt.stop_requested || opt.checkpoint_requested || (ckpt && ckpt->pending())))
       FORGE_RETURN_IF_ERROR(
-          AllReduceSumBlocking(opt.comm, flags, 2, DType::kF64, "step boundary flags"));
+          AllReduceSumBlocking(opt.comm, flags, 3, DType::kF64, "step boundary flags"));
     *stop = flags[0] > 0.0;
     *written = flags[1] == 0.0;
+    save_now = flags[2] > 0.0;
     return Status::Ok();
   };
 
@@ -250,7 +257,7 @@ StatusOr<TrainResult> RunTraining(const RunConfig& cfg, TrainBackend* backend,
       bool written = false;
       FORGE_RETURN_IF_ERROR(agree(&stop, &written));
       if (ckpt->pending() && written) FORGE_RETURN_IF_ERROR(ckpt->Commit());
-      if (stop || (every > 0 && (step % every == 0 || last))) {
+      if (stop || save_now || (every > 0 && (step % every == 0 || last))) {
         FORGE_RETURN_IF_ERROR(ckpt->Save(step, cursor));
         if (stop || last) FORGE_RETURN_IF_ERROR(ckpt->Commit());  // nothing left to overlap
       }

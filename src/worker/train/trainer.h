@@ -24,6 +24,7 @@
 namespace forge {
 
 class Comm;  // worker/parallel/comm.h
+struct ShardReport;  // worker/checkpoint/checkpoint_writer.h
 
 // Fills one micro-batch ([micro_batch, seq_len] inputs and targets).
 struct BatchProvider {
@@ -67,6 +68,14 @@ struct TrainOptions {
   // collective per step, so a signal that reaches one rank stops all; set it on every rank or
   // on none.
   std::atomic<bool>* stop_requested = nullptr;
+  // When it turns true, a checkpoint is saved at the next step boundary and training goes on
+  // (the flag is cleared). Agreed over the ranks like stop_requested; set it on every rank.
+  std::atomic<bool>* checkpoint_requested = nullptr;
+  // Under a coordinator: every rank hands its written shard's report to this hook instead of
+  // rank 0 writing manifest.json and applying retention; the coordinator does both once every
+  // rank has reported. The hook returns once this rank's report is recorded; the ranks then
+  // agree on the outcome, so when a commit returns the manifest is written.
+  std::function<Status(const ShardReport&)> report_shard;
 };
 
 struct TrainResult {

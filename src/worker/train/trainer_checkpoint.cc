@@ -165,11 +165,13 @@ struct TrainCheckpointer::Pin {
 };
 
 TrainCheckpointer::TrainCheckpointer(const RunConfig& cfg, const ParamLayout& layout,
-                                     TrainBackend* backend, Comm* comm)
+                                     TrainBackend* backend, Comm* comm,
+                                     ShardReportHook report_shard)
     : cfg_(cfg),
       layout_(layout),
       backend_(backend),
       comm_(comm),
+      report_shard_(std::move(report_shard)),
       root_(CheckpointRoot(cfg)),
       async_(std::make_unique<AsyncCheckpointer>()),
       cuda_(dynamic_cast<CudaTrainBackend*>(backend)) {
@@ -310,6 +312,15 @@ Status TrainCheckpointer::Commit() {
     c.bytes += static_cast<uint64_t>(nums[3 * r + 2]);
   }
 
+  if (report_shard_) {
+    // Under a coordinator: each rank reports its own shard; the coordinator writes the
+    // manifest when the last one arrives (before answering it), so once every rank's call
+    // succeeded the checkpoint is committed. Retention is the coordinator's too.
+    const Status mine_reported = report_shard_(reports[size_t(comm_->rank())]);
+    FORGE_RETURN_IF_ERROR(AgreeStatus(comm_, mine_reported.Annotate(what), what + " report"));
+    commits_.push_back(std::move(c));
+    return Status::Ok();
+  }
   Status committed;
   if (comm_->rank() == 0) {
     committed = CommitCheckpoint(c.dir, cfg_, layout_, reports).status();

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,6 +39,11 @@ namespace forge {
 class AsyncCheckpointer;
 class Comm;
 class CudaTrainBackend;
+struct ShardReport;
+
+// Set under a coordinator (TrainOptions::report_shard): the commit hands each rank's report
+// here instead of rank 0 writing the manifest.
+using ShardReportHook = std::function<Status(const ShardReport&)>;
 
 // Where training starts.
 struct ResumePoint {
@@ -75,7 +81,7 @@ class TrainCheckpointer {
  public:
   // The backend must outlive this object (pins made through it do not need it).
   TrainCheckpointer(const RunConfig& cfg, const ParamLayout& layout, TrainBackend* backend,
-                    Comm* comm);
+                    Comm* comm, ShardReportHook report_shard = nullptr);
   ~TrainCheckpointer();
   TrainCheckpointer(const TrainCheckpointer&) = delete;
   TrainCheckpointer& operator=(const TrainCheckpointer&) = delete;
@@ -107,6 +113,7 @@ class TrainCheckpointer {
   ParamLayout layout_;
   TrainBackend* backend_;
   Comm* comm_;
+  ShardReportHook report_shard_;  // null: rank 0 commits
   std::unique_ptr<Comm> own_comm_;  // world 1 when no comm was given
   std::string root_;
   std::unique_ptr<AsyncCheckpointer> async_;

@@ -1,0 +1,310 @@
+#include "agent/worker_agent.h"
+
+#include <mpi.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "common/config.h"
+#include "worker/checkpoint/checkpoint_writer.h"
+#include "worker/parallel/bootstrap.h"
+#include "worker/parallel/mpi_comm.h"
+#include "worker/train/backend.h"
+#include "worker/train/process_run.h"
+
+namespace forge::agent {
+namespace {
+
+std::string HostName() {
+  char buf[256] = {};
+  gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
+std::string RandomHex(int n) {
+  std::random_device rd;
+  std::string out;
+  for (int i = 0; i < n; ++i) out += "0123456789abcdef"[rd() & 15];
+  return out;
+}
+
+// Who this process is: its launch group and a unique worker id.
+struct Identity {
+  LaunchInfo launch;
+  std::string worker_id, host, device;
+  v1::LaunchGroup group;
+};
+
+StatusOr<Identity> Identify(const AgentOptions& o) {
+  Identity id;
+  FORGE_ASSIGN_OR_RETURN(id.launch, DetectLaunch());
+  id.host = HostName();
+  id.worker_id = id.host + ":" + std::to_string(getpid()) + ":" + RandomHex(6);
+  id.device = o.device;
+  if (id.device.empty())
+    id.device = CudaDeviceAvailable() ? "cuda:" + std::to_string(id.launch.local_rank) : "cpu";
+  id.group.set_size(1);
+  if (id.launch.kind == LaunchKind::kMpi) {
+    FORGE_RETURN_IF_ERROR(InitMpi());
+    int rank = 0, world = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    // One id for the whole launch, chosen by rank 0.
+    char gid[64] = {};
+    if (rank == 0) std::snprintf(gid, sizeof gid, "%s", (id.worker_id + "/mpi").c_str());
+    MPI_Bcast(gid, sizeof gid, MPI_CHAR, 0, MPI_COMM_WORLD);
+    id.group.set_id(gid);
+    id.group.set_rank(rank);
+    id.group.set_size(world);
+    id.launch.rank = rank;
+    id.launch.world = world;
+  } else if (id.launch.world > 1) {
+    return Status::Unavailable("forge-worker launched as rank " + std::to_string(id.launch.rank) +
+                               " of " + std::to_string(id.launch.world) + " by " +
+                               LaunchKindName(id.launch.kind) +
+                               " variables: CPU workers train together over MPI (mpirun or srun "
+                               "--mpi=pmix); start GPU workers one per process without them");
+  }
+  return id;
+}
+
+// What the heartbeat thread sends and what it was told.
+struct Progress {
+  std::mutex mu;
+  std::condition_variable wake;
+  bool have_new = false;
+  v1::StepMetrics latest;
+  bool done = false;
+};
+
+class Placement {
+ public:
+  Placement(CoordinatorLink* link, const Identity& id, const v1::Assignment& a,
+            const AgentOptions& o)
+      : link_(link), id_(id), a_(a), o_(o) {}
+
+  // Trains the placement; returns the phase to report and its message.
+  v1::WorkerPhase Run(std::string* message) {
+    auto cfg = ParseRunConfig(a_.spec_yaml(), a_.run_id() + " spec");
+    if (!cfg.ok()) return Failed(cfg.status(), message);
+    cfg->checkpoint.resume = a_.resume_checkpoint();
+    if (id_.group.size() > 1 &&
+        (a_.world() != id_.group.size() || a_.rank() != id_.group.rank()))
+      return Failed(Status::Invalid("placed as rank " + std::to_string(a_.rank()) + " of " +
+                                    std::to_string(a_.world()) + " but launched as rank " +
+                                    std::to_string(id_.group.rank()) + " of " +
+                                    std::to_string(id_.group.size())),
+                    message);
+    if (id_.group.size() <= 1 && a_.world() > 1)
+      return Failed(Status::Unavailable("placed on " + std::to_string(a_.world()) +
+                                        " standalone workers: multi-GPU training through a "
+                                        "coordinator-relayed NCCL id is not wired into the "
+                                        "engine yet"),
+                    message);
+    flops_per_token_ = ModelFlopsPerToken(cfg->model);
+    peak_ = PeakFlops(id_.device);
+
+    ProcessGroup group;
+    if (id_.launch.kind == LaunchKind::kMpi) {
+      auto g = JoinProcessGroup(*cfg);
+      if (!g.ok()) return Failed(g.status(), message);
+      group = std::move(g).value();
+    }
+    TrainOptions topt;
+    topt.print_progress = o_.print_progress && a_.rank() == 0;
+    topt.stop_requested = &stop_;
+    topt.checkpoint_requested = &checkpoint_;
+    topt.on_step = [this](const StepRecord& r) { OnStep(r); };
+    topt.report_shard = [this](const ShardReport& r) { return ReportShard(r); };
+
+    std::thread beat([this] { HeartbeatLoop(); });
+    auto result = TrainInProcessGroup(*cfg, &group, topt);
+    {
+      std::lock_guard<std::mutex> l(progress_.mu);
+      progress_.done = true;
+    }
+    progress_.wake.notify_all();
+    beat.join();
+    if (!result.ok()) {
+      if (group.comm && group.world() > 1)
+        group.comm->Abort(Status::Internal("rank " + std::to_string(a_.rank()) + " failed"));
+      return Failed(result.status(), message);
+    }
+    if (result->train.stopped) return v1::DONE_STOPPED;
+    return v1::DONE_COMPLETED;
+  }
+
+  // The last report, with the newest metrics.
+  v1::HeartbeatRequest FinalReport(v1::WorkerPhase phase, const std::string& message) {
+    v1::HeartbeatRequest req = Base();
+    req.set_phase(phase);
+    req.set_message(message);
+    std::lock_guard<std::mutex> l(progress_.mu);
+    if (progress_.latest.step() > 0) *req.mutable_metrics() = progress_.latest;
+    return req;
+  }
+
+ private:
+  v1::WorkerPhase Failed(const Status& s, std::string* message) {
+    *message = s.ToString();
+    return v1::DONE_FAILED;
+  }
+
+  v1::HeartbeatRequest Base() const {
+    v1::HeartbeatRequest req;
+    req.set_worker_id(id_.worker_id);
+    req.set_run_id(a_.run_id());
+    req.set_attempt(a_.attempt());
+    req.set_rank(a_.rank());
+    return req;
+  }
+
+  void OnStep(const StepRecord& r) {
+    {
+      std::lock_guard<std::mutex> l(progress_.mu);
+      v1::StepMetrics& m = progress_.latest;
+      m.set_step(r.step);
+      m.set_loss(r.loss);
+      m.set_val_loss(r.val_loss);
+      m.set_grad_norm(r.grad_norm);
+      m.set_lr(r.lr);
+      m.set_tokens_per_second(r.tokens_per_s);
+      m.set_mfu(peak_ > 0 ? r.tokens_per_s * flops_per_token_ / peak_ : 0.0);
+      m.set_step_seconds(r.step_seconds);
+      progress_.have_new = true;
+    }
+    if (o_.throttle_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o_.throttle_ms));
+  }
+
+  Status ReportShard(const ShardReport& r) {
+    v1::CommitCheckpointRequest req;
+    req.set_worker_id(id_.worker_id);
+    req.set_run_id(a_.run_id());
+    req.set_attempt(a_.attempt());
+    req.set_rank(a_.rank());
+    req.set_step(r.step);
+    req.set_shard_report(EncodeShardReport(r));
+    v1::CommitCheckpointResponse resp;
+    return link_->CommitCheckpoint(req, &resp);
+  }
+
+  void HeartbeatLoop() {
+    const auto interval = std::chrono::milliseconds(std::max(50, a_.heartbeat_interval_ms()));
+    for (;;) {
+      v1::HeartbeatRequest req = Base();
+      req.set_phase(v1::TRAINING);
+      {
+        std::unique_lock<std::mutex> l(progress_.mu);
+        progress_.wake.wait_for(l, interval, [&] { return progress_.done; });
+        if (progress_.done) return;
+        if (progress_.have_new) *req.mutable_metrics() = progress_.latest;
+        progress_.have_new = false;
+      }
+      v1::HeartbeatResponse resp;
+      // No retry loop here: the next tick is the retry (training goes on meanwhile).
+      if (Status s = link_->Heartbeat(req, &resp, /*retry=*/false); !s.ok()) {
+        std::lock_guard<std::mutex> l(progress_.mu);
+        if (req.has_metrics()) progress_.have_new = true;  // send it again next time
+        continue;
+      }
+      switch (resp.command()) {
+        case v1::STOP: stop_.store(true); break;
+        case v1::CHECKPOINT: checkpoint_.store(true); break;
+        case v1::ABORT:
+          std::fprintf(stderr, "forge-worker: %s rank %d: abort: %s\n", a_.run_id().c_str(),
+                       a_.rank(), resp.reason().c_str());
+          std::fflush(stderr);
+          std::_Exit(3);  // peers may sit in a collective: no clean unwinding
+        default: break;
+      }
+    }
+  }
+
+  CoordinatorLink* link_;
+  const Identity& id_;
+  v1::Assignment a_;
+  const AgentOptions& o_;
+  std::atomic<bool> stop_{false}, checkpoint_{false};
+  Progress progress_;
+  double flops_per_token_ = 0, peak_ = 0;
+};
+
+}  // namespace
+
+double ModelFlopsPerToken(const ModelConfig& m) {
+  const double d = m.d_model, hd = m.head_dim();
+  const double per_block =
+      d * (m.n_head * hd + 2.0 * m.n_kv_head * hd) + (m.n_head * hd) * d + 3.0 * d * m.ffn;
+  const double matmul = m.n_layer * per_block + double(m.padded_vocab()) * d;  // + LM head
+  return 6.0 * matmul + 12.0 * m.n_layer * d * m.seq_len;
+}
+
+double PeakFlops(const std::string& device) {
+  return device.rfind("cuda", 0) == 0 ? 989.4e12 : 0.0;
+}
+
+int RunWorkerAgent(const AgentOptions& o) {
+  auto id = Identify(o);
+  if (!id.ok()) {
+    std::fprintf(stderr, "forge-worker: %s\n", id.status().ToString().c_str());
+    return 1;
+  }
+  auto link = CoordinatorLink::Connect(o.link);
+  if (!link.ok()) {
+    std::fprintf(stderr, "forge-worker: %s\n", link.status().ToString().c_str());
+    return 1;
+  }
+  int placements = 0, rc = 0;
+  while (o.max_placements < 0 || placements < o.max_placements) {
+    if (o.quit && o.quit->load()) break;
+    v1::JoinRequest join;
+    join.set_worker_id(id->worker_id);
+    join.set_host(id->host);
+    join.set_device(id->device);
+    *join.mutable_group() = id->group;
+    v1::JoinResponse resp;
+    if (Status s = (*link)->Join(join, &resp); !s.ok()) {
+      std::fprintf(stderr, "forge-worker: %s\n", s.ToString().c_str());
+      rc = 1;
+      break;
+    }
+    if (!resp.assigned()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::max(20, resp.retry_after_ms())));
+      continue;
+    }
+    const v1::Assignment& a = resp.assignment();
+    if (o.print_progress && a.rank() == 0)
+      std::printf("forge-worker: %s attempt %d: rank %d of %d%s\n", a.run_id().c_str(),
+                  a.attempt(), a.rank(), a.world(),
+                  a.resume_checkpoint().empty() ? ""
+                                                : (", resuming " + a.resume_checkpoint()).c_str());
+    std::fflush(stdout);
+    Placement p(link->get(), *id, a, o);
+    std::string message;
+    const v1::WorkerPhase phase = p.Run(&message);
+    ++placements;
+    v1::HeartbeatResponse final_resp;
+    Status reported = (*link)->Heartbeat(p.FinalReport(phase, message), &final_resp);
+    if (phase == v1::DONE_FAILED) {
+      std::fprintf(stderr, "forge-worker: %s rank %d failed: %s\n", a.run_id().c_str(), a.rank(),
+                   message.c_str());
+      rc = 1;
+      break;  // the launch group is likely broken: let the launcher start fresh workers
+    }
+    if (!reported.ok())
+      std::fprintf(stderr, "forge-worker: could not report the end of %s: %s\n",
+                   a.run_id().c_str(), reported.ToString().c_str());
+  }
+  if (id->launch.kind == LaunchKind::kMpi) {
+    if (rc != 0) MPI_Abort(MPI_COMM_WORLD, rc);
+    FinalizeMpi();
+  }
+  return rc;
+}
+
+}  // namespace forge::agent

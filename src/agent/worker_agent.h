@@ -1,0 +1,40 @@
+// The worker agent (forge-worker, and the local workers of `forge train`): joins the
+// coordinator's pool, waits for a placement, trains it with the engine (TrainInProcessGroup:
+// the CPU backend over MpiComm under mpirun, as `forge train` does), heartbeats its step
+// metrics and obeys the answer (continue, checkpoint, stop, abort), hands checkpoint shards to
+// the coordinator for commit, reports how the placement ended, and joins again for more work.
+//
+// Launched by mpirun / srun --mpi=pmix, the processes form one launch group (rank 0 picks a
+// group id and broadcasts it); the coordinator places them together. ABORT (the run lost a
+// worker, or was stopped immediately) ends the process with exit code 3: its peers may be
+// blocked in a collective that cannot be unwound, and the launcher (Slurm, a StatefulSet,
+// `forge train`) brings a fresh worker back.
+#pragma once
+
+#include <atomic>
+#include <string>
+
+#include "agent/coordinator_link.h"
+#include "common/config.h"
+#include "common/status.h"
+
+namespace forge::agent {
+
+struct AgentOptions {
+  LinkOptions link;
+  std::string device;        // "" = auto: cuda:<local rank> where a GPU is visible, else cpu
+  int max_placements = -1;   // > 0: exit after this many placements ended (tests, local runs)
+  int throttle_ms = 0;       // sleep after each logged step (demos and tests of tiny runs)
+  bool print_progress = true;  // rank 0 prints the trainer's progress lines
+  std::atomic<bool>* quit = nullptr;  // set: stop joining (local launcher shutdown)
+};
+
+// Runs until max_placements, quit, or an unrecoverable error. Returns the process exit code.
+int RunWorkerAgent(const AgentOptions& options);
+
+// FLOPs per trained token: 6 * matmul params + 12 * layers * d_model * seq_len (DESIGN.md).
+double ModelFlopsPerToken(const ModelConfig& m);
+// Dense BF16 peak of the training device (H100 SXM 989.4 TFLOP/s), 0 for the CPU.
+double PeakFlops(const std::string& device);
+
+}  // namespace forge::agent

@@ -1,0 +1,352 @@
+// forgectl: the user client of forge-coordinator.
+//   forgectl [--coordinator HOST:PORT] [--token-file FILE] [--tls-ca FILE] [--json] COMMAND ...
+//     submit SPEC.yaml [--watch]        queue a run; prints its id
+//     stop RUN [--now]                  checkpoint then stop (--now: abort without saving)
+//     resume RUN [--checkpoint step_N] [--workers N]
+//     status RUN                        one run in detail
+//     list [--active]                   every run, one line each
+//     watch RUN [--history]             live progress line until the run ends
+//     checkpoints RUN                   committed checkpoints
+//     export RUN [--checkpoint step_N] [-o NAME] [--bf16]
+//                                       one safetensors file under <run_dir>/exports
+// The address comes from --coordinator or FORGE_COORDINATOR, the token from --token-file or
+// FORGE_TOKEN. Errors are one line on stderr ("forgectl: NOT_FOUND: no run with id 'x'") and
+// exit code 1; bad usage exits 2. `watch` exits 0 when the run COMPLETED or STOPPED, 1 when it
+// FAILED.
+#include <google/protobuf/util/json_util.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli/progress_line.h"
+#include "common/file_io.h"
+#include "forge/v1/runs.grpc.pb.h"
+#include "rpc/auth.h"
+#include "rpc/channel.h"
+
+namespace forge::cli {
+namespace {
+
+struct Global {
+  std::string address, token_file, tls_ca;
+  bool json = false;
+};
+
+struct Cmd {
+  std::string name;
+  std::vector<std::string> positional;
+  std::vector<std::pair<std::string, std::string>> flags;
+  bool Has(const std::string& f) const {
+    for (const auto& [k, v] : flags)
+      if (k == f) return true;
+    return false;
+  }
+  std::string Get(const std::string& f) const {
+    for (const auto& [k, v] : flags)
+      if (k == f) return v;
+    return "";
+  }
+};
+
+int Usage() {
+  std::fprintf(stderr,
+               "usage: forgectl [--coordinator HOST:PORT] [--token-file FILE] [--tls-ca FILE] "
+               "[--json] COMMAND\n"
+               "  submit SPEC.yaml [--watch]\n"
+               "  stop RUN [--now]\n"
+               "  resume RUN [--checkpoint step_N] [--workers N]\n"
+               "  status RUN\n"
+               "  list [--active]\n"
+               "  watch RUN [--history]\n"
+               "  checkpoints RUN\n"
+               "  export RUN [--checkpoint step_N] [-o NAME] [--bf16]\n");
+  return 2;
+}
+
+int Fail(const std::string& line) {
+  std::fprintf(stderr, "forgectl: %s\n", line.c_str());
+  return 1;
+}
+
+int Fail(const grpc::Status& s) {
+  return Fail(std::string(rpc::GrpcCodeName(s.error_code())) + ": " + s.error_message());
+}
+
+std::string Json(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions o;
+  o.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
+  return out;
+}
+
+std::string Time(int64_t unix_ms) {
+  if (unix_ms <= 0) return "-";
+  const std::time_t t = std::time_t(unix_ms / 1000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%SZ", &tm);
+  return buf;
+}
+
+class Client {
+ public:
+  Client(std::shared_ptr<grpc::Channel> channel, std::string token)
+      : stub_(v1::RunService::NewStub(channel)), token_(std::move(token)) {}
+
+  // Unary call with a deadline; transient failures (coordinator restarting) are retried.
+  template <typename Req, typename Resp, typename Fn>
+  grpc::Status Call(Fn method, const Req& req, Resp* resp) {
+    rpc::RetryPolicy policy;
+    policy.give_up_after_s = 20.0;
+    return rpc::CallWithRetry(policy, [&](std::chrono::system_clock::time_point deadline) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(deadline);
+      rpc::AddBearer(&ctx, token_);
+      resp->Clear();
+      return (stub_.get()->*method)(&ctx, req, resp);
+    });
+  }
+  v1::RunService::Stub* stub() { return stub_.get(); }
+  const std::string& token() const { return token_; }
+
+ private:
+  std::unique_ptr<v1::RunService::Stub> stub_;
+  std::string token_;
+};
+
+void PrintRunLine(const v1::Run& r) {
+  std::printf("%-24s %-13s %6ld/%-6ld workers %d  restarts %d/%d  %s\n", r.id().c_str(),
+              StateName(r.state()), long(r.step()), long(r.total_steps()), r.workers(),
+              r.restarts(), r.max_restarts(), Time(r.created_unix_ms()).c_str());
+}
+
+void PrintRunDetail(const v1::Run& r) {
+  std::printf("run        %s (%s)\n", r.id().c_str(), r.name().c_str());
+  std::printf("state      %s%s%s\n", StateName(r.state()), r.state_reason().empty() ? "" : ": ",
+              r.state_reason().c_str());
+  std::printf("progress   %s\n", ProgressLine(r).c_str());
+  std::printf("workers    %d (attempt %d, restarts %d of %d)\n", r.workers(), r.attempt(),
+              r.restarts(), r.max_restarts());
+  for (int i = 0; i < r.worker_ids_size(); ++i)
+    std::printf("  rank %d   %s\n", i, r.worker_ids(i).c_str());
+  if (r.latest_checkpoint_step() >= 0)
+    std::printf("checkpoint step_%ld\n", long(r.latest_checkpoint_step()));
+  else
+    std::printf("checkpoint none\n");
+  std::printf("run dir    %s\n", r.run_dir().c_str());
+  std::printf("created    %s, updated %s\n", Time(r.created_unix_ms()).c_str(),
+              Time(r.updated_unix_ms()).c_str());
+}
+
+int PrintRun(const Global& g, const v1::Run& r, const char* verb) {
+  if (g.json) std::printf("%s\n", Json(r).c_str());
+  else if (verb) std::printf("%s %s (%s)\n", verb, r.id().c_str(), StateName(r.state()));
+  else PrintRunDetail(r);
+  return 0;
+}
+
+bool Terminal(v1::RunState s) {
+  return s == v1::STOPPED || s == v1::COMPLETED || s == v1::FAILED;
+}
+
+// Follows the run until it ends; reopens the stream when the coordinator restarts.
+int Watch(const Global& g, Client* c, const std::string& run_id, bool history) {
+  const bool tty = !g.json && isatty(STDOUT_FILENO);
+  bool printed_line = false;
+  v1::Run last;
+  for (int reconnects = 0;; ++reconnects) {
+    v1::WatchRunRequest req;
+    req.set_run_id(run_id);
+    req.set_history(history && reconnects == 0);
+    grpc::ClientContext ctx;
+    rpc::AddBearer(&ctx, c->token());
+    auto reader = c->stub()->WatchRun(&ctx, req);
+    v1::RunUpdate u;
+    bool got_any = false;
+    while (reader->Read(&u)) {
+      got_any = true;
+      last = u.run();
+      if (g.json) {
+        std::printf("%s\n", Json(u).c_str());
+        std::fflush(stdout);
+        continue;
+      }
+      for (const v1::RunEvent& e : u.events()) {
+        if (tty && printed_line) std::printf("\r\033[K");
+        std::printf("%s\n", EventLine(e).c_str());
+        printed_line = false;
+      }
+      if (tty) {
+        std::printf("\r\033[K%s", ProgressLine(u.run()).c_str());
+        printed_line = true;
+      } else if (!u.steps().empty() || Terminal(u.run().state())) {
+        std::printf("%s\n", ProgressLine(u.run()).c_str());
+      }
+      std::fflush(stdout);
+    }
+    grpc::Status s = reader->Finish();
+    if (s.ok() || Terminal(last.state())) break;
+    const bool transient = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                           s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+    if (!transient || (!got_any && reconnects > 60)) {
+      if (tty && printed_line) std::printf("\n");
+      return Fail(s);
+    }
+    if (!got_any) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  if (tty && printed_line) std::printf("\n");
+  if (!g.json && last.state() == v1::FAILED)
+    std::fprintf(stderr, "forgectl: run %s FAILED: %s\n", run_id.c_str(),
+                 last.state_reason().c_str());
+  return last.state() == v1::FAILED ? 1 : 0;
+}
+
+int Dispatch(const Global& g, const Cmd& cmd, Client* c) {
+  const auto& p = cmd.positional;
+  auto need = [&](size_t n) { return p.size() == n; };
+  if (cmd.name == "submit") {
+    if (!need(1)) return Usage();
+    auto text = ReadSmallFile(p[0]);
+    if (!text.ok()) return Fail(text.status().ToString());
+    v1::SubmitRunRequest req;
+    req.set_spec_yaml(*text);
+    req.set_source(p[0]);
+    v1::Run run;
+    if (auto s = c->Call(&v1::RunService::Stub::SubmitRun, req, &run); !s.ok()) return Fail(s);
+    if (g.json) std::printf("%s\n", Json(run).c_str());
+    else std::printf("submitted %s (%s)\n", run.id().c_str(), StateName(run.state()));
+    std::fflush(stdout);
+    return cmd.Has("--watch") ? Watch(g, c, run.id(), true) : 0;
+  }
+  if (cmd.name == "stop") {
+    if (!need(1)) return Usage();
+    v1::StopRunRequest req;
+    req.set_run_id(p[0]);
+    req.set_immediate(cmd.Has("--now"));
+    v1::Run run;
+    if (auto s = c->Call(&v1::RunService::Stub::StopRun, req, &run); !s.ok()) return Fail(s);
+    return PrintRun(g, run, "stopping");
+  }
+  if (cmd.name == "resume") {
+    if (!need(1)) return Usage();
+    v1::ResumeRunRequest req;
+    req.set_run_id(p[0]);
+    req.set_checkpoint(cmd.Get("--checkpoint"));
+    if (cmd.Has("--workers")) req.set_workers(std::atoi(cmd.Get("--workers").c_str()));
+    v1::Run run;
+    if (auto s = c->Call(&v1::RunService::Stub::ResumeRun, req, &run); !s.ok()) return Fail(s);
+    return PrintRun(g, run, "resumed");
+  }
+  if (cmd.name == "status") {
+    if (!need(1)) return Usage();
+    v1::GetRunRequest req;
+    req.set_run_id(p[0]);
+    v1::Run run;
+    if (auto s = c->Call(&v1::RunService::Stub::GetRun, req, &run); !s.ok()) return Fail(s);
+    return PrintRun(g, run, nullptr);
+  }
+  if (cmd.name == "list") {
+    if (!need(0)) return Usage();
+    v1::ListRunsRequest req;
+    req.set_active_only(cmd.Has("--active"));
+    v1::ListRunsResponse resp;
+    if (auto s = c->Call(&v1::RunService::Stub::ListRuns, req, &resp); !s.ok()) return Fail(s);
+    if (g.json) {
+      std::printf("%s\n", Json(resp).c_str());
+    } else {
+      for (const v1::Run& r : resp.runs()) PrintRunLine(r);
+      if (resp.runs().empty()) std::printf("no runs\n");
+    }
+    return 0;
+  }
+  if (cmd.name == "watch") {
+    if (!need(1)) return Usage();
+    return Watch(g, c, p[0], cmd.Has("--history"));
+  }
+  if (cmd.name == "checkpoints") {
+    if (!need(1)) return Usage();
+    v1::ListCheckpointsRequest req;
+    req.set_run_id(p[0]);
+    v1::ListCheckpointsResponse resp;
+    if (auto s = c->Call(&v1::RunService::Stub::ListCheckpoints, req, &resp); !s.ok())
+      return Fail(s);
+    if (g.json) {
+      std::printf("%s\n", Json(resp).c_str());
+    } else {
+      for (const v1::Checkpoint& k : resp.checkpoints())
+        std::printf("step_%-8ld %d rank(s)  %10.1f MB  %s  %s\n", long(k.step()), k.world_size(),
+                    double(k.bytes()) / 1e6, Time(k.committed_unix_ms()).c_str(),
+                    k.dir().c_str());
+      if (resp.checkpoints().empty()) std::printf("no checkpoints\n");
+    }
+    return 0;
+  }
+  if (cmd.name == "export") {
+    if (!need(1)) return Usage();
+    v1::ExportCheckpointRequest req;
+    req.set_run_id(p[0]);
+    req.set_checkpoint(cmd.Get("--checkpoint"));
+    req.set_output(cmd.Get("-o"));
+    req.set_bf16(cmd.Has("--bf16"));
+    v1::ExportCheckpointResponse resp;
+    if (auto s = c->Call(&v1::RunService::Stub::ExportCheckpoint, req, &resp); !s.ok())
+      return Fail(s);
+    if (g.json) std::printf("%s\n", Json(resp).c_str());
+    else
+      std::printf("exported step_%ld to %s (%.1f MB)\n", long(resp.step()), resp.path().c_str(),
+                  double(resp.bytes()) / 1e6);
+    return 0;
+  }
+  return Usage();
+}
+
+}  // namespace
+}  // namespace forge::cli
+
+int main(int argc, char** argv) {
+  using namespace forge;
+  using namespace forge::cli;
+  Global g;
+  if (const char* a = std::getenv("FORGE_COORDINATOR")) g.address = a;
+  Cmd cmd;
+  const std::vector<std::string> boolean = {"--json", "--watch", "--now", "--active", "--history",
+                                            "--bf16"};
+  for (int i = 1; i < argc; ++i) {
+    const std::string s = argv[i];
+    const bool is_flag = s.size() >= 2 && s[0] == '-';
+    if (!is_flag) {
+      if (cmd.name.empty()) cmd.name = s;
+      else cmd.positional.push_back(s);
+      continue;
+    }
+    bool is_bool = false;
+    for (const auto& b : boolean) is_bool |= b == s;
+    std::string v = "1";
+    if (!is_bool) {
+      if (i + 1 >= argc) return Usage();
+      v = argv[++i];
+    }
+    if (s == "--coordinator") g.address = v;
+    else if (s == "--token-file") g.token_file = v;
+    else if (s == "--tls-ca") g.tls_ca = v;
+    else if (s == "--json") g.json = true;
+    else cmd.flags.emplace_back(s, v);
+  }
+  if (cmd.name.empty()) return Usage();
+  if (g.address.empty()) return Fail("no coordinator address: pass --coordinator or set FORGE_COORDINATOR");
+  auto token = rpc::LoadSecret(g.token_file, "FORGE_TOKEN", "user token");
+  if (!token.ok()) return Fail(token.status().ToString());
+  auto channel = rpc::MakeChannel({g.address, g.tls_ca});
+  if (!channel.ok()) return Fail(channel.status().ToString());
+  Client client(*channel, *token);
+  return Dispatch(g, cmd, &client);
+}

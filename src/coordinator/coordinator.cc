@@ -1,0 +1,842 @@
+#include "coordinator/coordinator.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <random>
+
+#include "common/config.h"
+#include "coordinator/run_paths.h"
+#include "coordinator/scheduler.h"
+#include "worker/checkpoint/checkpoint.h"
+#include "worker/model/param_layout.h"
+
+namespace forge::coord {
+namespace {
+
+namespace fs = std::filesystem;
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+grpc::Status ToGrpc(const Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  grpc::StatusCode code = grpc::StatusCode::INTERNAL;
+  switch (s.code()) {
+    case Code::kInvalidArgument: code = grpc::StatusCode::INVALID_ARGUMENT; break;
+    case Code::kNotFound: code = grpc::StatusCode::NOT_FOUND; break;
+    case Code::kFailedPrecondition: code = grpc::StatusCode::FAILED_PRECONDITION; break;
+    case Code::kUnavailable: code = grpc::StatusCode::UNAVAILABLE; break;
+    case Code::kDataLoss: code = grpc::StatusCode::DATA_LOSS; break;
+    default: break;
+  }
+  return {code, s.message()};
+}
+
+grpc::Status NotFoundRun(const std::string& id) {
+  return {grpc::StatusCode::NOT_FOUND, "no run with id '" + id + "'"};
+}
+
+bool Active(RunState s) { return s == RunState::kRunning || s == RunState::kCheckpointing; }
+
+// "<name>-<6 hex>": readable and unique enough for one coordinator (checked against the store).
+std::string NewRunId(const std::string& name) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  std::string base;
+  for (char c : name)
+    base += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_') ? c : '-';
+  if (base.empty() || base.size() > 40) base = base.empty() ? "run" : base.substr(0, 40);
+  char hex[8];
+  std::snprintf(hex, sizeof hex, "%06x", unsigned(rng() & 0xffffff));
+  return base + "-" + hex;
+}
+
+// The spec as the coordinator runs it: parsed strictly, paths confined to the run dir.
+StatusOr<RunConfig> ParseSpec(const std::string& yaml, const std::string& source,
+                              const std::string& run_dir) {
+  FORGE_ASSIGN_OR_RETURN(RunConfig cfg, ParseRunConfig(yaml, source));
+  cfg.train.run_dir = run_dir;
+  if (!cfg.checkpoint.dir.empty()) {
+    FORGE_ASSIGN_OR_RETURN(cfg.checkpoint.dir,
+                           ResolveInside(run_dir, cfg.checkpoint.dir, source + ": checkpoint.dir"));
+  }
+  // Where a run resumes from is the coordinator's decision (ResumeRun, restarts).
+  FORGE_RETURN_IF_ERROR(
+      ParseCheckpointName(cfg.checkpoint.resume, source + ": checkpoint.resume").status());
+  cfg.checkpoint.resume.clear();
+  const int64_t per_step = int64_t{cfg.batch.micro_batch} * cfg.train.workers;
+  if (cfg.batch.global_batch % per_step != 0)
+    return Status::Invalid(source + ": batch.global_batch: must be a multiple of "
+                           "batch.micro_batch * train.workers (" + std::to_string(per_step) +
+                           "), got " + std::to_string(cfg.batch.global_batch));
+  return cfg;
+}
+
+v1::StepMetrics ToProto(const MetricRecord& m) {
+  v1::StepMetrics p;
+  p.set_step(m.step);
+  p.set_loss(m.loss);
+  p.set_val_loss(m.val_loss);
+  p.set_grad_norm(m.grad_norm);
+  p.set_lr(m.lr);
+  p.set_tokens_per_second(m.tokens_per_s);
+  p.set_mfu(m.mfu);
+  p.set_step_seconds(m.step_seconds);
+  p.set_time_unix_ms(m.time_ms);
+  return p;
+}
+
+v1::RunEvent ToProto(const EventRecord& e) {
+  v1::RunEvent p;
+  p.set_id(e.id);
+  p.set_time_unix_ms(e.time_ms);
+  p.set_state(static_cast<v1::RunState>(e.state));
+  p.set_message(e.message);
+  return p;
+}
+
+}  // namespace
+
+Coordinator::Coordinator(const CoordinatorOptions& options) : opt_(options) {}
+
+StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorOptions& options) {
+  std::unique_ptr<Coordinator> c(new Coordinator(options));
+  std::error_code ec;
+  if (c->opt_.state_dir.empty()) return Status::Invalid("coordinator: --state-dir is required");
+  fs::create_directories(c->opt_.state_dir, ec);
+  if (ec) return Status::IoError("cannot create state dir " + c->opt_.state_dir + ": " + ec.message());
+  if (c->opt_.runs_dir.empty()) c->opt_.runs_dir = c->opt_.state_dir + "/runs";
+  c->opt_.runs_dir = fs::absolute(c->opt_.runs_dir).lexically_normal().string();
+  fs::create_directories(c->opt_.runs_dir, ec);
+  if (ec) return Status::IoError("cannot create runs dir " + c->opt_.runs_dir + ": " + ec.message());
+  FORGE_ASSIGN_OR_RETURN(c->store_, RunStore::Open(c->opt_.state_dir + "/coordinator.db"));
+  FORGE_RETURN_IF_ERROR(c->Load());
+  c->monitor_ = std::thread([p = c.get()] { p->MonitorLoop(); });
+  return c;
+}
+
+Coordinator::~Coordinator() { Shutdown(); }
+
+void Coordinator::Shutdown() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    shutdown_ = true;
+  }
+  changed_.notify_all();
+  if (monitor_.joinable()) monitor_.join();
+}
+
+Status Coordinator::Load() {
+  FORGE_ASSIGN_OR_RETURN(std::vector<RunRecord> runs, store_->ListRuns());
+  for (RunRecord& r : runs) {
+    run_order_.push_back(r.id);
+    FORGE_ASSIGN_OR_RETURN(auto m, store_->LatestMetrics(r.id));
+    if (m) latest_metrics_[r.id] = *m;
+    runs_[r.id] = std::move(r);
+  }
+  // Known workers get one heartbeat timeout from now to show up again.
+  FORGE_ASSIGN_OR_RETURN(std::vector<WorkerRecord> workers, store_->Workers());
+  for (WorkerRecord& w : workers) workers_[w.id] = LiveWorker{std::move(w), Clock::now()};
+  return Status::Ok();
+}
+
+RunRecord* Coordinator::FindRun(const std::string& id) {
+  auto it = runs_.find(id);
+  return it == runs_.end() ? nullptr : &it->second;
+}
+
+Status Coordinator::PersistWorker(const WorkerRecord& w) { return store_->PutWorker(w); }
+
+Status Coordinator::SetState(RunRecord* run, RunState state, const std::string& reason,
+                             const std::string& event) {
+  run->state = state;
+  run->reason = reason;
+  run->updated_ms = NowMs();
+  FORGE_RETURN_IF_ERROR(store_->UpdateRun(*run));
+  EventRecord e;
+  e.run_id = run->id;
+  e.time_ms = run->updated_ms;
+  e.state = state;
+  e.message = event.empty() ? reason : event;
+  FORGE_RETURN_IF_ERROR(store_->AppendEvent(e).status());
+  changed_.notify_all();
+  return Status::Ok();
+}
+
+std::vector<std::string> Coordinator::PlacedWorkers(const RunRecord& run) const {
+  std::vector<std::string> ids(std::max(0, run.workers));
+  for (const auto& [id, w] : workers_)
+    if (w.rec.run_id == run.id && w.rec.attempt == run.attempt && w.rec.rank >= 0 &&
+        w.rec.rank < run.workers)
+      ids[w.rec.rank] = id;
+  return ids;
+}
+
+bool Coordinator::Placed(const RunRecord& run) const {
+  for (const auto& [id, w] : workers_)
+    if (w.rec.run_id == run.id && w.rec.attempt == run.attempt) return true;
+  return false;
+}
+
+void Coordinator::ReleaseWorkers(const std::string& run_id) {
+  for (auto it = workers_.begin(); it != workers_.end();) {
+    if (it->second.rec.run_id == run_id) {
+      (void)store_->DeleteWorker(it->first);
+      it = workers_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  done_.erase(run_id);
+}
+
+void Coordinator::Schedule() {
+  for (const std::string& id : run_order_) {
+    RunRecord& run = runs_[id];
+    if (run.state != RunState::kPending && run.state != RunState::kRestarting) continue;
+    std::vector<const LiveWorker*> idle;
+    for (const auto& [wid, w] : workers_)
+      if (w.rec.run_id.empty()) idle.push_back(&w);
+    std::sort(idle.begin(), idle.end(), [](const LiveWorker* a, const LiveWorker* b) {
+      return a->rec.joined_ms != b->rec.joined_ms ? a->rec.joined_ms < b->rec.joined_ms
+                                                  : a->rec.id < b->rec.id;
+    });
+    std::vector<PoolWorker> pool;
+    for (const LiveWorker* w : idle)
+      pool.push_back({w->rec.id, w->rec.device, w->rec.group_id, w->rec.group_rank,
+                      w->rec.group_size});
+    Placement p = PlaceRun(pool, run.workers);
+    if (p.worker_ids.empty()) continue;
+    if (Status s = Place(&run, p.worker_ids, p.comm_id_from_coordinator); !s.ok())
+      (void)SetState(&run, RunState::kFailed, "placement failed: " + s.ToString(), "");
+  }
+}
+
+Status Coordinator::Place(RunRecord* run, const std::vector<std::string>& worker_ids,
+                          bool relay_comm_id) {
+  // Resolve where this attempt starts.
+  std::string from = "a fresh start";
+  if (!run->resume.empty() && run->resume.front() != '/') {
+    FORGE_ASSIGN_OR_RETURN(int64_t want, ParseCheckpointName(run->resume, "resume"));
+    FORGE_ASSIGN_OR_RETURN(std::vector<CheckpointRecord> cks, store_->Checkpoints(run->id));
+    const CheckpointRecord* pick = nullptr;
+    for (const CheckpointRecord& c : cks)
+      if (want < 0 || c.step == want) pick = &c;
+    if (pick == nullptr && want >= 0)
+      return Status::NotFound("checkpoint step_" + std::to_string(want) + " of run " + run->id);
+    if (pick != nullptr) {
+      // The workers move newer checkpoints aside (ResumeTraining); forget them here too.
+      for (const CheckpointRecord& c : cks)
+        if (c.step > pick->step) FORGE_RETURN_IF_ERROR(store_->DeleteCheckpoint(run->id, c.step));
+      run->resume = fs::absolute(pick->dir).string();
+      from = "step_" + std::to_string(pick->step);
+    } else {
+      run->resume.clear();
+    }
+  } else if (!run->resume.empty()) {
+    from = run->resume;
+  }
+  run->attempt += 1;
+  done_.erase(run->id);
+  for (auto it = comm_ids_.begin(); it != comm_ids_.end();)
+    it = it->first.rfind(run->id + "#", 0) == 0 ? comm_ids_.erase(it) : std::next(it);
+  std::string names;
+  for (size_t r = 0; r < worker_ids.size(); ++r) {
+    LiveWorker& w = workers_.at(worker_ids[r]);
+    w.rec.run_id = run->id;
+    w.rec.attempt = run->attempt;
+    w.rec.rank = int(r);
+    w.last_seen = Clock::now();  // its heartbeat clock starts now
+    FORGE_RETURN_IF_ERROR(PersistWorker(w.rec));
+    names += (r ? ", " : "") + worker_ids[r];
+  }
+  (void)relay_comm_id;  // recorded per assignment: see FillAssignment
+  return SetState(run, RunState::kRunning, "",
+                  "attempt " + std::to_string(run->attempt) + " placed on " +
+                      std::to_string(worker_ids.size()) + " worker(s) [" + names + "] from " +
+                      from);
+}
+
+void Coordinator::FillAssignment(const RunRecord& run, const WorkerRecord& w,
+                                 v1::Assignment* a) const {
+  a->set_run_id(run.id);
+  a->set_attempt(run.attempt);
+  a->set_rank(w.rank);
+  a->set_world(run.workers);
+  a->set_spec_yaml(run.spec_yaml);
+  a->set_resume_checkpoint(run.resume.empty() || run.resume.front() != '/' ? "" : run.resume);
+  int64_t step = 0;
+  if (!a->resume_checkpoint().empty()) {
+    const std::string base = fs::path(a->resume_checkpoint()).filename().string();
+    if (base.rfind("step_", 0) == 0) step = std::atoll(base.c_str() + 5);
+  }
+  a->set_resume_step(step);
+  a->set_comm_id_from_coordinator(run.workers > 1 && (w.group_size <= 1 || w.group_id.empty()));
+  a->set_heartbeat_interval_ms(opt_.heartbeat_interval_ms);
+}
+
+Status Coordinator::LoseRun(RunRecord* run, const std::string& why) {
+  ReleaseWorkers(run->id);
+  if (run->state == RunState::kCheckpointing) {
+    run->resume = "latest";
+    return SetState(run, RunState::kStopped,
+                    "stop requested, but " + why + " before the checkpoint: resume continues "
+                    "from the latest committed checkpoint", "");
+  }
+  if (run->restarts >= run->max_restarts)
+    return SetState(run, RunState::kFailed,
+                    why + "; gave up after " + std::to_string(run->restarts) +
+                        " restart(s) (train.max_restarts " + std::to_string(run->max_restarts) +
+                        ")",
+                    "");
+  run->restarts += 1;
+  run->resume = "latest";
+  const Status s = SetState(run, RunState::kRestarting, why,
+                            why + "; restart " + std::to_string(run->restarts) + " of " +
+                                std::to_string(run->max_restarts) +
+                                " from the latest committed checkpoint");
+  Schedule();
+  return s;
+}
+
+Status Coordinator::FinishIfDone(RunRecord* run) {
+  const auto& done = done_[run->id];
+  if (int(done.size()) < run->workers) return Status::Ok();
+  bool all_completed = true;
+  for (const auto& [rank, phase] : done) all_completed &= phase == v1::DONE_COMPLETED;
+  const int64_t step = run->step;
+  done_.erase(run->id);
+  // The placement's workers are idle again (they Join for more work).
+  for (auto& [id, w] : workers_)
+    if (w.rec.run_id == run->id) {
+      w.rec.run_id.clear();
+      w.rec.attempt = 0;
+      w.rec.rank = 0;
+      FORGE_RETURN_IF_ERROR(PersistWorker(w.rec));
+    }
+  if (all_completed)
+    return SetState(run, RunState::kCompleted, "", "completed at step " + std::to_string(step));
+  run->resume = "latest";
+  return SetState(run, RunState::kStopped, "stopped on request",
+                  "stopped at step " + std::to_string(step) + " after saving a checkpoint");
+}
+
+void Coordinator::FillRun(const RunRecord& r, v1::Run* out) {
+  out->Clear();
+  out->set_id(r.id);
+  out->set_name(r.name);
+  out->set_state(static_cast<v1::RunState>(r.state));
+  out->set_state_reason(r.reason);
+  out->set_spec_yaml(r.spec_yaml);
+  out->set_workers(r.workers);
+  out->set_attempt(r.attempt);
+  out->set_restarts(r.restarts);
+  out->set_max_restarts(r.max_restarts);
+  out->set_step(r.step);
+  out->set_total_steps(r.total_steps);
+  if (auto it = latest_metrics_.find(r.id); it != latest_metrics_.end())
+    *out->mutable_last_metrics() = ToProto(it->second);
+  int64_t latest = -1;
+  if (auto cks = store_->Checkpoints(r.id); cks.ok() && !cks->empty()) latest = cks->back().step;
+  out->set_latest_checkpoint_step(latest);
+  out->set_run_dir(r.run_dir);
+  out->set_created_unix_ms(r.created_ms);
+  out->set_updated_unix_ms(r.updated_ms);
+  if (Active(r.state))
+    for (const std::string& id : PlacedWorkers(r)) out->add_worker_ids(id);
+}
+
+// ---------------------------------------------------------------------------------------------
+// User API
+
+grpc::Status Coordinator::SubmitRun(const v1::SubmitRunRequest& req, v1::Run* out) {
+  const std::string source = req.source().empty() ? "<spec>" : req.source();
+  std::lock_guard<std::mutex> l(mu_);
+  // Validate with a placeholder run dir first: the id depends on the spec's name.
+  auto probe = ParseSpec(req.spec_yaml(), source, opt_.runs_dir + "/probe");
+  if (!probe.ok()) return ToGrpc(probe.status());
+  std::string id;
+  do id = NewRunId(probe->name);
+  while (runs_.count(id));
+  RunRecord r;
+  r.id = id;
+  r.name = probe->name;
+  r.run_dir = opt_.runs_dir + "/" + id;
+  auto cfg = ParseSpec(req.spec_yaml(), source, r.run_dir);
+  if (!cfg.ok()) return ToGrpc(cfg.status());
+  r.spec_yaml = RunConfigToYaml(*cfg);
+  r.workers = cfg->train.workers;
+  r.max_restarts = cfg->train.max_restarts;
+  r.total_steps = cfg->schedule.total_steps;
+  r.state = RunState::kPending;
+  r.created_ms = r.updated_ms = NowMs();
+  if (Status s = store_->InsertRun(&r); !s.ok()) return ToGrpc(s);
+  runs_[id] = r;
+  run_order_.push_back(id);
+  RunRecord& run = runs_[id];
+  if (Status s = SetState(&run, RunState::kPending, "",
+                          "submitted: " + std::to_string(run.workers) + " worker(s), " +
+                              std::to_string(run.total_steps) + " steps");
+      !s.ok())
+    return ToGrpc(s);
+  Schedule();
+  FillRun(run, out);
+  return grpc::Status::OK;
+}
+
+grpc::Status Coordinator::StopRun(const v1::StopRunRequest& req, v1::Run* out) {
+  std::lock_guard<std::mutex> l(mu_);
+  RunRecord* run = FindRun(req.run_id());
+  if (run == nullptr) return NotFoundRun(req.run_id());
+  Status s;
+  if (IsTerminal(run->state)) {
+    return {grpc::StatusCode::FAILED_PRECONDITION,
+            "run " + run->id + " is already " + RunStateName(run->state)};
+  } else if (!Active(run->state) || !Placed(*run)) {
+    run->resume = run->attempt > 0 ? "latest" : "";
+    s = SetState(run, RunState::kStopped, "stopped on request before it was placed", "");
+  } else if (req.immediate()) {
+    ReleaseWorkers(run->id);  // their next heartbeat answers ABORT
+    run->resume = "latest";
+    s = SetState(run, RunState::kStopped, "stopped immediately on request (no checkpoint)", "");
+  } else if (run->state == RunState::kRunning) {
+    s = SetState(run, RunState::kCheckpointing, "stop requested: saving a checkpoint", "");
+  }
+  if (!s.ok()) return ToGrpc(s);
+  FillRun(*run, out);
+  return grpc::Status::OK;
+}
+
+grpc::Status Coordinator::ResumeRun(const v1::ResumeRunRequest& req, v1::Run* out) {
+  std::lock_guard<std::mutex> l(mu_);
+  RunRecord* run = FindRun(req.run_id());
+  if (run == nullptr) return NotFoundRun(req.run_id());
+  if (run->state != RunState::kStopped && run->state != RunState::kFailed)
+    return {grpc::StatusCode::FAILED_PRECONDITION,
+            "run " + run->id + " is " + RunStateName(run->state) +
+                ": only STOPPED or FAILED runs can be resumed"};
+  auto want = ParseCheckpointName(req.checkpoint(), "checkpoint");
+  if (!want.ok()) return ToGrpc(want.status());
+  auto cks = store_->Checkpoints(run->id);
+  if (!cks.ok()) return ToGrpc(cks.status());
+  if (*want >= 0) {
+    bool found = false;
+    for (const CheckpointRecord& c : *cks) found |= c.step == *want;
+    if (!found)
+      return {grpc::StatusCode::NOT_FOUND,
+              "run " + run->id + " has no committed checkpoint step_" + std::to_string(*want)};
+  }
+  if (req.workers() < 0)
+    return {grpc::StatusCode::INVALID_ARGUMENT, "workers: must be >= 0"};
+  if (req.workers() > 0) {
+    auto cfg = ParseRunConfig(run->spec_yaml, run->id + " spec");
+    if (!cfg.ok()) return ToGrpc(cfg.status());
+    const int64_t per_step = int64_t{cfg->batch.micro_batch} * req.workers();
+    if (cfg->batch.global_batch % per_step != 0)
+      return {grpc::StatusCode::INVALID_ARGUMENT,
+              "workers: batch.global_batch (" + std::to_string(cfg->batch.global_batch) +
+                  ") must be a multiple of batch.micro_batch * workers (" +
+                  std::to_string(per_step) + ")"};
+    cfg->train.workers = req.workers();
+    run->spec_yaml = RunConfigToYaml(*cfg);
+    run->workers = req.workers();
+  }
+  run->resume = *want >= 0 ? "step_" + std::to_string(*want) : (cks->empty() ? "" : "latest");
+  if (run->state == RunState::kFailed) run->restarts = 0;
+  const std::string from = run->resume.empty() ? "the start (no checkpoint)" : run->resume;
+  if (Status s = SetState(run, RunState::kPending, "",
+                          "resume requested from " + from + " on " +
+                              std::to_string(run->workers) + " worker(s)");
+      !s.ok())
+    return ToGrpc(s);
+  Schedule();
+  FillRun(*run, out);
+  return grpc::Status::OK;
+}
+
+grpc::Status Coordinator::GetRun(const v1::GetRunRequest& req, v1::Run* out) {
+  std::lock_guard<std::mutex> l(mu_);
+  RunRecord* run = FindRun(req.run_id());
+  if (run == nullptr) return NotFoundRun(req.run_id());
+  FillRun(*run, out);
+  return grpc::Status::OK;
+}
+
+grpc::Status Coordinator::ListRuns(const v1::ListRunsRequest& req, v1::ListRunsResponse* out) {
+  std::lock_guard<std::mutex> l(mu_);
+  for (const std::string& id : run_order_) {
+    const RunRecord& r = runs_[id];
+    if (req.active_only() && IsTerminal(r.state)) continue;
+    FillRun(r, out->add_runs());
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status Coordinator::ListCheckpoints(const v1::ListCheckpointsRequest& req,
+                                          v1::ListCheckpointsResponse* out) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (FindRun(req.run_id()) == nullptr) return NotFoundRun(req.run_id());
+  auto cks = store_->Checkpoints(req.run_id());
+  if (!cks.ok()) return ToGrpc(cks.status());
+  for (const CheckpointRecord& c : *cks) {
+    v1::Checkpoint* p = out->add_checkpoints();
+    p->set_step(c.step);
+    p->set_dir(c.dir);
+    p->set_world_size(c.world);
+    p->set_bytes(c.bytes);
+    p->set_committed_unix_ms(c.committed_ms);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status Coordinator::ExportCheckpoint(const v1::ExportCheckpointRequest& req,
+                                           v1::ExportCheckpointResponse* out) {
+  std::string dir, path;
+  int64_t step = 0;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    RunRecord* run = FindRun(req.run_id());
+    if (run == nullptr) return NotFoundRun(req.run_id());
+    auto want = ParseCheckpointName(req.checkpoint(), "checkpoint");
+    if (!want.ok()) return ToGrpc(want.status());
+    auto cks = store_->Checkpoints(run->id);
+    if (!cks.ok()) return ToGrpc(cks.status());
+    for (const CheckpointRecord& c : *cks)
+      if (*want < 0 || c.step == *want) {
+        dir = c.dir;
+        step = c.step;
+      }
+    if (dir.empty())
+      return {grpc::StatusCode::NOT_FOUND,
+              "run " + run->id + " has no committed checkpoint " +
+                  (*want < 0 ? std::string("yet") : "step_" + std::to_string(*want))};
+    const std::string name =
+        req.output().empty() ? "step_" + std::to_string(step) + ".safetensors" : req.output();
+    auto resolved = ResolveInside(run->run_dir + "/exports", name, "output");
+    if (!resolved.ok()) return ToGrpc(resolved.status());
+    path = *resolved;
+  }
+  // The export reads the whole checkpoint: outside the lock.
+  std::error_code ec;
+  fs::create_directories(fs::path(path).parent_path(), ec);
+  if (ec) return ToGrpc(Status::IoError("cannot create " + fs::path(path).parent_path().string()));
+  Status s = ExportCheckpointSafetensors(
+      dir, path, req.bf16() ? SafetensorsDtype::kBF16 : SafetensorsDtype::kF32);
+  if (!s.ok()) return ToGrpc(s);
+  out->set_path(path);
+  out->set_step(step);
+  out->set_bytes(fs::file_size(path, ec));
+  return grpc::Status::OK;
+}
+
+grpc::Status Coordinator::WatchRun(const v1::WatchRunRequest& req,
+                                   const std::function<bool(const v1::RunUpdate&)>& send,
+                                   const std::function<bool()>& cancelled) {
+  int64_t last_event = 0, last_metric = 0;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (FindRun(req.run_id()) == nullptr) return NotFoundRun(req.run_id());
+    if (!req.history()) {
+      auto events = store_->EventsAfter(req.run_id(), 0);
+      if (events.ok() && !events->empty()) last_event = events->back().id;
+      auto metrics = store_->MetricsAfter(req.run_id(), 0);
+      if (metrics.ok())
+        for (const MetricRecord& m : *metrics) last_metric = std::max(last_metric, m.seq);
+    }
+  }
+  bool first = true;
+  for (;;) {
+    v1::RunUpdate update;
+    bool ended = false;
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      if (!first) changed_.wait_for(l, std::chrono::milliseconds(500));
+      if (shutdown_) return {grpc::StatusCode::UNAVAILABLE, "coordinator shutting down"};
+      RunRecord* run = FindRun(req.run_id());
+      auto events = store_->EventsAfter(req.run_id(), last_event);
+      auto metrics = store_->MetricsAfter(req.run_id(), last_metric);
+      if (!events.ok()) return ToGrpc(events.status());
+      if (!metrics.ok()) return ToGrpc(metrics.status());
+      for (const EventRecord& e : *events) {
+        *update.add_events() = ToProto(e);
+        last_event = e.id;
+      }
+      for (const MetricRecord& m : *metrics) {
+        *update.add_steps() = ToProto(m);
+        last_metric = std::max(last_metric, m.seq);
+      }
+      if (!first && update.events().empty() && update.steps().empty()) {
+        if (cancelled()) return grpc::Status::CANCELLED;
+        continue;
+      }
+      FillRun(*run, update.mutable_run());
+      ended = IsTerminal(run->state);
+    }
+    first = false;
+    if (!send(update)) return grpc::Status::CANCELLED;
+    if (ended) return grpc::Status::OK;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Worker API
+
+grpc::Status Coordinator::Join(const v1::JoinRequest& req, v1::JoinResponse* out) {
+  if (req.worker_id().empty())
+    return {grpc::StatusCode::INVALID_ARGUMENT, "worker_id: must not be empty"};
+  std::lock_guard<std::mutex> l(mu_);
+  out->set_heartbeat_timeout_ms(opt_.heartbeat_timeout_ms);
+  auto it = workers_.find(req.worker_id());
+  if (it == workers_.end()) {
+    LiveWorker w;
+    w.rec.id = req.worker_id();
+    w.rec.host = req.host();
+    w.rec.device = req.device().empty() ? "cpu" : req.device();
+    w.rec.group_id = req.group().id();
+    w.rec.group_rank = req.group().rank();
+    w.rec.group_size = std::max(1, req.group().size());
+    w.rec.joined_ms = NowMs();
+    w.last_seen = Clock::now();
+    if (Status s = PersistWorker(w.rec); !s.ok()) return ToGrpc(s);
+    it = workers_.emplace(w.rec.id, std::move(w)).first;
+  }
+  it->second.last_seen = Clock::now();
+  if (it->second.rec.run_id.empty()) Schedule();
+  // Idempotent: a worker whose answer got lost asks again and gets the same placement.
+  const WorkerRecord& w = it->second.rec;
+  if (!w.run_id.empty()) {
+    RunRecord* run = FindRun(w.run_id);
+    const auto done = done_.find(w.run_id);
+    const bool reported_done = done != done_.end() && done->second.count(w.rank) > 0;
+    if (run != nullptr && Active(run->state) && run->attempt == w.attempt && !reported_done) {
+      out->set_assigned(true);
+      FillAssignment(*run, w, out->mutable_assignment());
+      return grpc::Status::OK;
+    }
+  }
+  out->set_assigned(false);
+  out->set_retry_after_ms(opt_.join_retry_ms);
+  return grpc::Status::OK;
+}
+
+grpc::Status Coordinator::CheckPlacement(const std::string& worker_id, const std::string& run_id,
+                                         int attempt, int rank, LiveWorker** worker,
+                                         RunRecord** run) {
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end())
+    return {grpc::StatusCode::FAILED_PRECONDITION,
+            "worker " + worker_id + " is not in the pool (its placement was dropped)"};
+  *worker = &it->second;
+  *run = FindRun(run_id);
+  if (*run == nullptr) return NotFoundRun(run_id);
+  const WorkerRecord& w = it->second.rec;
+  if (w.run_id != run_id || w.attempt != attempt || w.rank != rank ||
+      (*run)->attempt != attempt || !Active((*run)->state))
+    return {grpc::StatusCode::FAILED_PRECONDITION,
+            "placement " + run_id + " attempt " + std::to_string(attempt) + " rank " +
+                std::to_string(rank) + " is no longer current (run is " +
+                RunStateName((*run)->state) + ", attempt " + std::to_string((*run)->attempt) +
+                ")"};
+  return grpc::Status::OK;
+}
+
+grpc::Status Coordinator::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* out) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = workers_.find(req.worker_id());
+  if (it != workers_.end()) it->second.last_seen = Clock::now();
+  if (req.run_id().empty()) {  // an idle worker's ping
+    out->set_command(it == workers_.end() ? v1::ABORT : v1::CONTINUE);
+    return grpc::Status::OK;
+  }
+  LiveWorker* worker = nullptr;
+  RunRecord* run = nullptr;
+  grpc::Status placed =
+      CheckPlacement(req.worker_id(), req.run_id(), req.attempt(), req.rank(), &worker, &run);
+  if (!placed.ok()) {
+    out->set_command(v1::ABORT);
+    out->set_reason(placed.error_message());
+    return grpc::Status::OK;
+  }
+  if (req.has_metrics() && req.rank() == 0 && req.metrics().step() > 0) {
+    MetricRecord m;
+    m.run_id = run->id;
+    m.step = req.metrics().step();
+    m.loss = req.metrics().loss();
+    m.val_loss = req.metrics().val_loss();
+    m.grad_norm = req.metrics().grad_norm();
+    m.lr = req.metrics().lr();
+    m.tokens_per_s = req.metrics().tokens_per_second();
+    m.mfu = req.metrics().mfu();
+    m.step_seconds = req.metrics().step_seconds();
+    m.time_ms = NowMs();
+    auto last = latest_metrics_.find(run->id);
+    if (last == latest_metrics_.end() || last->second.step != m.step) {
+      if (Status s = store_->PutMetrics(&m); !s.ok()) return ToGrpc(s);
+      latest_metrics_[run->id] = m;
+      run->step = m.step;
+      run->updated_ms = m.time_ms;
+      if (Status s = store_->UpdateRun(*run); !s.ok()) return ToGrpc(s);
+      changed_.notify_all();
+    }
+  }
+  const v1::WorkerPhase phase = req.phase();
+  if (phase == v1::DONE_FAILED) {
+    const std::string why = "rank " + std::to_string(req.rank()) + " (worker " + req.worker_id() +
+                            ") failed: " + req.message();
+    if (Status s = LoseRun(run, why); !s.ok()) return ToGrpc(s);
+    out->set_command(v1::ABORT);
+    out->set_reason(why);
+    return grpc::Status::OK;
+  }
+  if (phase == v1::DONE_COMPLETED || phase == v1::DONE_STOPPED) {
+    done_[run->id][req.rank()] = phase;
+    if (Status s = FinishIfDone(run); !s.ok()) return ToGrpc(s);
+    out->set_command(v1::CONTINUE);
+    return grpc::Status::OK;
+  }
+  out->set_command(run->state == RunState::kCheckpointing ? v1::STOP : v1::CONTINUE);
+  return grpc::Status::OK;
+}
+
+grpc::Status Coordinator::CommitCheckpoint(const v1::CommitCheckpointRequest& req,
+                                           v1::CommitCheckpointResponse* out) {
+  std::lock_guard<std::mutex> l(mu_);
+  LiveWorker* worker = nullptr;
+  RunRecord* run = nullptr;
+  grpc::Status placed =
+      CheckPlacement(req.worker_id(), req.run_id(), req.attempt(), req.rank(), &worker, &run);
+  if (!placed.ok()) return placed;
+  worker->last_seen = Clock::now();
+  auto report = DecodeShardReport(req.shard_report());
+  if (!report.ok()) return ToGrpc(report.status().Annotate("shard_report"));
+  if (report->rank != req.rank() || report->step != req.step() || report->world != run->workers)
+    return {grpc::StatusCode::INVALID_ARGUMENT,
+            "shard_report: rank/step/world (" + std::to_string(report->rank) + ", " +
+                std::to_string(report->step) + ", " + std::to_string(report->world) +
+                ") do not match the request (" + std::to_string(req.rank()) + ", " +
+                std::to_string(req.step()) + ", " + std::to_string(run->workers) + ")"};
+  if (Status s = store_->PutShardReport(run->id, run->attempt, req.step(), req.rank(),
+                                        req.shard_report());
+      !s.ok())
+    return ToGrpc(s);
+  auto texts = store_->ShardReports(run->id, run->attempt, req.step());
+  if (!texts.ok()) return ToGrpc(texts.status());
+  out->set_reported(int(texts->size()));
+  if (int(texts->size()) < run->workers) return grpc::Status::OK;
+
+  // Every rank reported: write the manifest (the checkpoint exists from now on).
+  auto cfg = ParseRunConfig(run->spec_yaml, run->id + " spec");
+  if (!cfg.ok()) return ToGrpc(cfg.status());
+  std::vector<ShardReport> reports;
+  uint64_t bytes = 0;
+  for (const auto& [rank, text] : *texts) {
+    auto d = DecodeShardReport(text);
+    if (!d.ok()) return ToGrpc(d.status().Annotate("report of rank " + std::to_string(rank)));
+    bytes += d->size;
+    reports.push_back(std::move(d).value());
+  }
+  const std::string root = CheckpointRoot(*cfg);
+  const std::string dir = StepDir(root, req.step());
+  auto existing = ReadManifest(dir);  // a retried last report after a crash: already written
+  if (!existing.ok() || existing->step != req.step()) {
+    auto m = forge::CommitCheckpoint(dir, *cfg, MakeParamLayout(cfg->model), reports);
+    if (!m.ok()) return ToGrpc(m.status().Annotate("committing " + dir));
+  }
+  CheckpointRecord c;
+  c.run_id = run->id;
+  c.step = req.step();
+  c.dir = fs::absolute(dir).string();
+  c.world = run->workers;
+  c.bytes = bytes;
+  c.committed_ms = NowMs();
+  if (Status s = store_->PutCheckpoint(c); !s.ok()) return ToGrpc(s);
+  (void)store_->DeleteShardReports(run->id, req.step());
+  std::string removed_note;
+  auto removed = ApplyRetention(root, cfg->checkpoint.keep_last, cfg->checkpoint.keep_every);
+  if (removed.ok()) {
+    auto cks = store_->Checkpoints(run->id);
+    if (cks.ok())
+      for (const CheckpointRecord& k : *cks)
+        if (!fs::exists(fs::path(k.dir) / kManifestName)) {
+          (void)store_->DeleteCheckpoint(run->id, k.step);
+          removed_note = removed_note.empty() ? ", retention removed step_" + std::to_string(k.step)
+                                              : removed_note + ", step_" + std::to_string(k.step);
+        }
+  } else {
+    removed_note = " (retention failed: " + removed.status().ToString() + ")";
+  }
+  EventRecord e;
+  e.run_id = run->id;
+  e.time_ms = c.committed_ms;
+  e.state = run->state;
+  e.message = "checkpoint step_" + std::to_string(c.step) + " committed (" +
+              std::to_string(reports.size()) + " shards, " + std::to_string(bytes) + " bytes)" +
+              removed_note;
+  (void)store_->AppendEvent(e);
+  changed_.notify_all();
+  out->set_committed(true);
+  return grpc::Status::OK;
+}
+
+grpc::Status Coordinator::ExchangeCommId(const v1::ExchangeCommIdRequest& req,
+                                         v1::ExchangeCommIdResponse* out) {
+  std::lock_guard<std::mutex> l(mu_);
+  LiveWorker* worker = nullptr;
+  RunRecord* run = nullptr;
+  grpc::Status placed =
+      CheckPlacement(req.worker_id(), req.run_id(), req.attempt(), req.rank(), &worker, &run);
+  if (!placed.ok()) return placed;
+  worker->last_seen = Clock::now();
+  const std::string key = run->id + "#" + std::to_string(run->attempt);
+  if (req.rank() == 0) {
+    if (req.comm_id().empty())
+      return {grpc::StatusCode::INVALID_ARGUMENT, "comm_id: rank 0 must publish a non-empty id"};
+    comm_ids_[key] = req.comm_id();
+  }
+  auto it = comm_ids_.find(key);
+  out->set_ready(it != comm_ids_.end());
+  if (it != comm_ids_.end()) out->set_comm_id(it->second);
+  return grpc::Status::OK;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+void Coordinator::MonitorLoop() {
+  const auto period =
+      std::chrono::milliseconds(std::clamp(opt_.heartbeat_timeout_ms / 4, 20, 500));
+  std::unique_lock<std::mutex> l(mu_);
+  while (!shutdown_) {
+    changed_.wait_for(l, period);
+    if (shutdown_) break;
+    const auto now = Clock::now();
+    const auto timeout = std::chrono::milliseconds(opt_.heartbeat_timeout_ms);
+    std::vector<std::pair<std::string, std::string>> lost;  // run, why
+    std::vector<std::string> gone;                          // idle workers
+    for (const auto& [id, w] : workers_) {
+      if (now - w.last_seen <= timeout) continue;
+      const double silent = std::chrono::duration<double>(now - w.last_seen).count();
+      RunRecord* run = w.rec.run_id.empty() ? nullptr : FindRun(w.rec.run_id);
+      if (run != nullptr && Active(run->state) && run->attempt == w.rec.attempt) {
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%.1f", silent);
+        lost.emplace_back(run->id, "worker " + id + " (rank " + std::to_string(w.rec.rank) +
+                                       ") sent no heartbeat for " + buf + " s");
+      } else {
+        gone.push_back(id);
+      }
+    }
+    for (const std::string& id : gone) {
+      (void)store_->DeleteWorker(id);
+      workers_.erase(id);
+    }
+    for (const auto& [run_id, why] : lost) {
+      RunRecord* run = FindRun(run_id);
+      if (run != nullptr && Active(run->state)) (void)LoseRun(run, why);
+    }
+    Schedule();
+  }
+}
+
+}  // namespace forge::coord

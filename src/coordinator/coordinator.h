@@ -1,0 +1,125 @@
+// The coordinator's logic: run lifecycle, worker pool, placement, heartbeats, checkpoint
+// commits. server.cc puts gRPC services (with authentication) in front of it; tests can call
+// it directly. All state changes go to the RunStore before a call is answered, so a restarted
+// coordinator (same state dir) continues where the killed one stopped: runs, placements and
+// half-reported checkpoints are reloaded, and every known worker gets one heartbeat timeout
+// to reconnect.
+//
+// Run lifecycle:
+//   SubmitRun      -> PENDING (spec validated, run dir <runs_dir>/<id>)
+//   placed         -> RUNNING (attempt + 1; resume point: none, latest or the named step)
+//   StopRun        -> CHECKPOINTING (workers get STOP: save, then end) -> STOPPED
+//   StopRun(immediate), or stop while not placed -> STOPPED (placed workers get ABORT)
+//   every rank reports DONE_COMPLETED -> COMPLETED
+//   a worker misses heartbeats or reports DONE_FAILED -> RESTARTING (its workers leave the pool;
+//   the others get ABORT) and placed again from the latest committed checkpoint; beyond
+//   train.max_restarts -> FAILED with the reason
+//   ResumeRun (STOPPED/FAILED) -> PENDING
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "common/status.h"
+#include "coordinator/run_store.h"
+#include "forge/v1/runs.pb.h"
+#include "forge/v1/workers.pb.h"
+
+namespace forge::coord {
+
+struct CoordinatorOptions {
+  std::string state_dir;           // holds coordinator.db
+  std::string runs_dir;            // "" = <state_dir>/runs; every run's directory is inside
+  int heartbeat_interval_ms = 1000;
+  int heartbeat_timeout_ms = 10000;  // a placed worker silent this long is lost
+  int join_retry_ms = 500;         // idle workers poll Join this often
+};
+
+class Coordinator {
+ public:
+  static StatusOr<std::unique_ptr<Coordinator>> Open(const CoordinatorOptions& options);
+  ~Coordinator();
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
+
+  // User API.
+  grpc::Status SubmitRun(const v1::SubmitRunRequest& req, v1::Run* out);
+  grpc::Status StopRun(const v1::StopRunRequest& req, v1::Run* out);
+  grpc::Status ResumeRun(const v1::ResumeRunRequest& req, v1::Run* out);
+  grpc::Status GetRun(const v1::GetRunRequest& req, v1::Run* out);
+  grpc::Status ListRuns(const v1::ListRunsRequest& req, v1::ListRunsResponse* out);
+  grpc::Status ListCheckpoints(const v1::ListCheckpointsRequest& req,
+                               v1::ListCheckpointsResponse* out);
+  grpc::Status ExportCheckpoint(const v1::ExportCheckpointRequest& req,
+                                v1::ExportCheckpointResponse* out);
+  // Sends updates through `send` (false: the client went away) until the run ends or
+  // `cancelled` turns true.
+  grpc::Status WatchRun(const v1::WatchRunRequest& req,
+                        const std::function<bool(const v1::RunUpdate&)>& send,
+                        const std::function<bool()>& cancelled);
+
+  // Worker API.
+  grpc::Status Join(const v1::JoinRequest& req, v1::JoinResponse* out);
+  grpc::Status Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* out);
+  grpc::Status CommitCheckpoint(const v1::CommitCheckpointRequest& req,
+                                v1::CommitCheckpointResponse* out);
+  grpc::Status ExchangeCommId(const v1::ExchangeCommIdRequest& req,
+                              v1::ExchangeCommIdResponse* out);
+
+  // Stops the monitor thread and wakes watchers (they end their streams).
+  void Shutdown();
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct LiveWorker {
+    WorkerRecord rec;
+    Clock::time_point last_seen;
+  };
+
+  explicit Coordinator(const CoordinatorOptions& options);
+  Status Load();
+  void MonitorLoop();
+
+  // All below: with mu_ held.
+  Status SetState(RunRecord* run, RunState state, const std::string& reason,
+                  const std::string& event);
+  void Schedule();
+  Status Place(RunRecord* run, const std::vector<std::string>& worker_ids, bool relay_comm_id);
+  // A placed worker is gone or failed: the run restarts (or fails, or stops if a stop was
+  // pending); every worker of the placement leaves the pool.
+  Status LoseRun(RunRecord* run, const std::string& why);
+  void ReleaseWorkers(const std::string& run_id);
+  std::vector<std::string> PlacedWorkers(const RunRecord& run) const;  // by rank
+  bool Placed(const RunRecord& run) const;
+  Status FinishIfDone(RunRecord* run);
+  void FillRun(const RunRecord& r, v1::Run* out);
+  void FillAssignment(const RunRecord& run, const WorkerRecord& w, v1::Assignment* a) const;
+  RunRecord* FindRun(const std::string& id);
+  Status PersistWorker(const WorkerRecord& w);
+  grpc::Status CheckPlacement(const std::string& worker_id, const std::string& run_id,
+                              int attempt, int rank, LiveWorker** worker, RunRecord** run);
+
+  CoordinatorOptions opt_;
+  std::unique_ptr<RunStore> store_;
+  std::mutex mu_;
+  std::condition_variable changed_;  // any run change (watchers)
+  std::map<std::string, RunRecord> runs_;
+  std::vector<std::string> run_order_;  // submission order
+  std::map<std::string, LiveWorker> workers_;
+  std::map<std::string, std::map<int, v1::WorkerPhase>> done_;  // run -> rank -> final phase
+  std::map<std::string, std::string> comm_ids_;                 // "<run>#<attempt>" -> id
+  std::map<std::string, MetricRecord> latest_metrics_;
+  bool shutdown_ = false;
+  std::thread monitor_;
+};
+
+}  // namespace forge::coord

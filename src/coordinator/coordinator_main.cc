@@ -1,0 +1,107 @@
+// forge-coordinator: owns runs, places them on workers, commits checkpoints.
+//   forge-coordinator --state-dir DIR [--listen HOST:PORT] [--runs-dir DIR]
+//                     [--token-file FILE] [--join-secret-file FILE]
+//                     [--tls-cert FILE --tls-key FILE]
+//                     [--heartbeat-interval-ms N] [--heartbeat-timeout-ms N]
+//                     [--address-file FILE]
+// The user token comes from --token-file or FORGE_TOKEN, the workers' join secret from
+// --join-secret-file or FORGE_JOIN_SECRET. --address-file receives "host:port" once listening
+// (useful with port 0). SIGTERM/SIGINT stop it; kill -9 loses nothing (state in SQLite).
+#include <pthread.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "common/file_io.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/server.h"
+#include "rpc/auth.h"
+
+namespace {
+
+int Fail(const forge::Status& s) {
+  std::fprintf(stderr, "forge-coordinator: %s\n", s.ToString().c_str());
+  return 1;
+}
+
+int Usage() {
+  std::fprintf(stderr,
+               "usage: forge-coordinator --state-dir DIR [--listen HOST:PORT] [--runs-dir DIR]\n"
+               "         [--token-file FILE] [--join-secret-file FILE] [--tls-cert FILE "
+               "--tls-key FILE]\n"
+               "         [--heartbeat-interval-ms N] [--heartbeat-timeout-ms N] "
+               "[--address-file FILE]\n");
+  return 2;
+}
+
+bool ParseInt(const std::string& s, int* out) {
+  char* end = nullptr;
+  const long v = std::strtol(s.c_str(), &end, 10);
+  if (s.empty() || *end != '\0' || v <= 0 || v > 1 << 30) return false;
+  *out = int(v);
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace forge;
+  coord::CoordinatorOptions copt;
+  coord::ServerOptions sopt;
+  std::string token_file, secret_file, address_file;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (i + 1 >= argc) return Usage();
+    const std::string v = argv[++i];
+    if (flag == "--state-dir") copt.state_dir = v;
+    else if (flag == "--runs-dir") copt.runs_dir = v;
+    else if (flag == "--listen") sopt.listen = v;
+    else if (flag == "--token-file") token_file = v;
+    else if (flag == "--join-secret-file") secret_file = v;
+    else if (flag == "--tls-cert") sopt.tls_cert_file = v;
+    else if (flag == "--tls-key") sopt.tls_key_file = v;
+    else if (flag == "--address-file") address_file = v;
+    else if (flag == "--heartbeat-interval-ms") {
+      if (!ParseInt(v, &copt.heartbeat_interval_ms)) return Usage();
+    } else if (flag == "--heartbeat-timeout-ms") {
+      if (!ParseInt(v, &copt.heartbeat_timeout_ms)) return Usage();
+    } else {
+      return Usage();
+    }
+  }
+  if (copt.state_dir.empty()) return Usage();
+  auto token = rpc::LoadSecret(token_file, "FORGE_TOKEN", "user token");
+  if (!token.ok()) return Fail(token.status());
+  auto secret = rpc::LoadSecret(secret_file, "FORGE_JOIN_SECRET", "join secret");
+  if (!secret.ok()) return Fail(secret.status());
+  sopt.user_token = *token;
+  sopt.join_secret = *secret;
+
+  // Block the stop signals in every thread; the main thread waits for them below.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+
+  auto coordinator = coord::Coordinator::Open(copt);
+  if (!coordinator.ok()) return Fail(coordinator.status());
+  auto server = coord::CoordinatorServer::Start(sopt, coordinator->get());
+  if (!server.ok()) return Fail(server.status());
+  const std::string host = sopt.listen.substr(0, sopt.listen.rfind(':'));
+  const std::string address = host + ":" + std::to_string((*server)->port());
+  if (!address_file.empty()) {
+    if (Status s = WriteFileAtomic(address_file, address + "\n"); !s.ok()) return Fail(s);
+  }
+  std::printf("forge-coordinator: listening on %s%s, state %s\n", address.c_str(),
+              sopt.tls_cert_file.empty() ? "" : " (TLS)", copt.state_dir.c_str());
+  std::fflush(stdout);
+  int sig = 0;
+  sigwait(&stop, &sig);
+  std::printf("forge-coordinator: signal %d, shutting down\n", sig);
+  (*coordinator)->Shutdown();
+  (*server)->Shutdown();
+  return 0;
+}

@@ -1,0 +1,46 @@
+#include "coordinator/run_paths.h"
+
+#include <cctype>
+
+namespace forge::coord {
+
+StatusOr<std::string> ResolveInside(const std::string& root, std::string_view relative,
+                                    std::string_view what) {
+  const std::string shown = std::string(what) + " '" + std::string(relative) + "'";
+  if (relative.empty()) return Status::Invalid(shown + ": must not be empty");
+  if (relative.front() == '/')
+    return Status::Invalid(shown + ": must be a path relative to the run directory");
+  size_t start = 0;
+  while (start <= relative.size()) {
+    size_t end = relative.find('/', start);
+    if (end == std::string_view::npos) end = relative.size();
+    const std::string_view part = relative.substr(start, end - start);
+    if (part.empty() || part == "." || part == "..")
+      return Status::Invalid(shown + ": must stay inside the run directory (no '..', '.' or "
+                                     "empty components)");
+    for (char c : part)
+      if (c == '\0' || c == '\\')
+        return Status::Invalid(shown + ": contains a forbidden character");
+    start = end + 1;
+  }
+  return root + "/" + std::string(relative);
+}
+
+StatusOr<int64_t> ParseCheckpointName(std::string_view name, std::string_view what) {
+  if (name.empty() || name == "latest") return int64_t{-1};
+  constexpr std::string_view kPrefix = "step_";
+  if (name.substr(0, kPrefix.size()) == kPrefix && name.size() > kPrefix.size() &&
+      name.size() <= kPrefix.size() + 18) {
+    int64_t step = 0;
+    bool digits = true;
+    for (char c : name.substr(kPrefix.size())) {
+      if (!std::isdigit(static_cast<unsigned char>(c))) digits = false;
+      else step = step * 10 + (c - '0');
+    }
+    if (digits) return step;
+  }
+  return Status::Invalid(std::string(what) + " '" + std::string(name) +
+                         "': expected latest or step_<N> (checkpoint paths are not accepted)");
+}
+
+}  // namespace forge::coord

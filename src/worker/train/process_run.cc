@@ -1,0 +1,107 @@
+#include "worker/train/process_run.h"
+
+#include <cstdio>
+#include <filesystem>
+
+#include "worker/data/corpus.h"
+#include "worker/data/dataset.h"
+#include "worker/data/sampler.h"
+#include "worker/model/param_layout.h"
+#include "worker/parallel/mpi_comm.h"
+#include "worker/train/backend.h"
+
+namespace forge {
+
+StatusOr<ProcessGroup> JoinProcessGroup(const RunConfig& cfg) {
+  ProcessGroup g;
+  FORGE_ASSIGN_OR_RETURN(g.launch, DetectLaunch());
+  if (g.launch.kind == LaunchKind::kMpi) {
+    FORGE_RETURN_IF_ERROR(InitMpi());
+    MpiCommOptions o;
+    o.timeout_s = cfg.parallel.collective_timeout_s;
+    FORGE_ASSIGN_OR_RETURN(g.comm, MakeMpiComm(o));
+    g.launch.rank = g.comm->rank();
+    g.launch.world = g.comm->world();
+  } else if (g.launch.world > 1) {
+    return Status::Unavailable(std::string("launched as rank ") + std::to_string(g.launch.rank) +
+                               " of " + std::to_string(g.launch.world) + " by " +
+                               LaunchKindName(g.launch.kind) +
+                               " variables, but CPU data-parallel training runs over MPI: launch "
+                               "with mpirun or srun --mpi=pmix");
+  }
+  return g;
+}
+
+std::string DatasetDir(const RunConfig& cfg) {
+  return cfg.data.dataset_dir.empty() ? DefaultDataDir() + "/dataset" : cfg.data.dataset_dir;
+}
+
+StatusOr<ProcessRunResult> TrainInProcessGroup(const RunConfig& cfg, ProcessGroup* group,
+                                               TrainOptions opt) {
+  const int rank = group->rank(), world = group->world();
+  const bool leader = rank == 0;
+  opt.comm = group->comm.get();
+  ProcessRunResult out;
+
+  const std::string dataset_dir = DatasetDir(cfg);
+  auto ds = TokenDataset::Open(dataset_dir);
+  if (!ds.ok())
+    return ds.status().Annotate("opening dataset " + dataset_dir +
+                                " (run `forge data prepare` first)");
+  if (ds->manifest().vocab_size > cfg.model.vocab)
+    return Status::Invalid("model.vocab (" + std::to_string(cfg.model.vocab) +
+                           ") is smaller than the dataset's vocabulary (" +
+                           std::to_string(ds->manifest().vocab_size) + ")");
+  const TokenStream& train = ds->split(Split::kTrain);
+  const TokenStream& val = ds->split(Split::kVal);
+  SamplingPlan plan(train.size(), cfg.model.seq_len, cfg.seed, cfg.data.epoch_shuffle != 0);
+  if (plan.num_sequences() == 0) return Status::Invalid("train split is too short");
+
+  BatchProvider data;
+  const int mb = cfg.batch.micro_batch;
+  data.train = [&](int64_t cursor, int k, int32_t* in, int32_t* tgt) {
+    return FillTrainBatch(train, plan, cursor, rank, world, mb, k, in, tgt);
+  };
+  data.val = [&](int64_t i, int32_t* in, int32_t* tgt) {
+    return FillEvalBatch(val, cfg.model.seq_len, i, mb, in, tgt);
+  };
+
+  Backend want = cfg.train.backend;
+  if (want == Backend::kAuto) want = CudaDeviceAvailable() ? Backend::kCuda : Backend::kCpu;
+  std::unique_ptr<TrainBackend> backend;
+  if (world > 1) {
+    // Data parallelism is wired into the CPU backend; the CUDA backend's NCCL path is not yet.
+    if (want == Backend::kCuda)
+      return Status::Unavailable("data-parallel training (world " + std::to_string(world) +
+                                 ") runs on the cpu backend only so far; pass --backend cpu");
+    backend = MakeCpuBackend(cfg, group->comm.get());
+  } else if (want == Backend::kCuda) {
+    FORGE_ASSIGN_OR_RETURN(backend, MakeCudaBackend(cfg));
+  } else {
+    backend = MakeCpuBackend(cfg);
+  }
+
+  if (leader) {
+    std::error_code ec;
+    std::filesystem::create_directories(cfg.train.run_dir, ec);
+    if (ec) return Status::IoError("cannot create run dir " + cfg.train.run_dir + ": " + ec.message());
+    opt.metrics_path = cfg.train.run_dir + "/metrics.jsonl";  // the trainer truncates or trims
+    out.metrics_path = opt.metrics_path;
+  }
+
+  const UnigramBaseline base = ComputeUnigramBaseline(*ds);
+  out.unigram_baseline = base.val_cross_entropy;
+  const ParamLayout layout = MakeParamLayout(cfg.model);
+  if (leader && opt.print_progress) {
+    std::printf("forge: training %s (%.2fM params) on %s backend", cfg.name.c_str(),
+                layout.total / 1e6, backend->name());
+    if (world > 1) std::printf(" x %d ranks (%s)", world, ParallelModeName(cfg.parallel.mode));
+    std::printf(" | dataset %s: %.1fM train / %.2fM val tokens | unigram baseline %.4f\n",
+                dataset_dir.c_str(), train.size() / 1e6, val.size() / 1e6, base.val_cross_entropy);
+    std::fflush(stdout);
+  }
+  FORGE_ASSIGN_OR_RETURN(out.train, RunTraining(cfg, backend.get(), data, opt));
+  return out;
+}
+
+}  // namespace forge
