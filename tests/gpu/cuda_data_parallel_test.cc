@@ -33,16 +33,15 @@ namespace forge {
 namespace {
 
 constexpr int kSteps = 6;
-constexpr int kAccum = 2;  // micro-steps per rank per step
 
 int VisibleGpus() {
   int n = 0;
   return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
 }
 
-RunConfig Config(ParallelMode mode, int world) {
+RunConfig Config(ParallelMode mode, int world, int accum) {
   RunConfig c = test::TinyGpuConfig("gpu-data-parallel-test");
-  c.batch.global_batch = c.batch.micro_batch * world * kAccum;
+  c.batch.global_batch = c.batch.micro_batch * world * accum;
   c.parallel.mode = mode;
   return c;
 }
@@ -51,7 +50,8 @@ struct Tokens {
   std::vector<int32_t> inputs, targets;
 };
 
-// batches[step][j]: global micro-step j of a step (uniform random tokens, fixed seed).
+// batches[step][j]: global micro-step j of a step: uniform random inputs, each target a fixed
+// function of its input (a bigram table the model learns within a few steps).
 std::vector<std::vector<Tokens>> MakeBatches(const RunConfig& c, int per_step) {
   std::mt19937_64 rng(1234);
   std::uniform_int_distribution<int32_t> tok(0, c.model.vocab - 1);
@@ -62,7 +62,7 @@ std::vector<std::vector<Tokens>> MakeBatches(const RunConfig& c, int per_step) {
       t.inputs.resize(n);
       t.targets.resize(n);
       for (size_t i = 0; i < n; ++i) t.inputs[i] = tok(rng);
-      for (size_t i = 0; i < n; ++i) t.targets[i] = tok(rng);
+      for (size_t i = 0; i < n; ++i) t.targets[i] = (t.inputs[i] * 31 + 7) % c.model.vocab;
     }
   }
   return out;
@@ -112,9 +112,10 @@ void RankSteps(const RunConfig& c, const std::vector<std::vector<Tokens>>& batch
     e->Ok(r, b->SetMoments(resume_from->m, resume_from->v), "SetMoments");
   }
   const int W = comm->world();
+  const int accum = c.batch.global_batch / (c.batch.micro_batch * W);
   for (int s = first; s < last; ++s) {
     std::vector<MicroBatch> micro;
-    for (int k = 0; k < kAccum; ++k) {
+    for (int k = 0; k < accum; ++k) {
       const Tokens& t = batches[s][k * W + r];
       micro.push_back({t.inputs.data(), t.targets.data()});
     }
@@ -161,6 +162,7 @@ void ExpectBitwiseEqual(const Trajectory& a, const Trajectory& b, const std::str
 struct Case {
   int world;
   ParallelMode mode;
+  int accum;  // micro-steps per rank per step
 };
 
 class CudaDataParallelTest : public ::testing::TestWithParam<Case> {};
@@ -170,8 +172,8 @@ TEST_P(CudaDataParallelTest, MatchesOneGpuAndIsDeterministic) {
   const Case k = GetParam();
   if (VisibleGpus() < k.world) GTEST_SKIP() << "needs " << k.world << " GPUs";
   test::NoGemmAutotune no_autotune;
-  const RunConfig c = Config(k.mode, k.world);
-  const auto batches = MakeBatches(c, k.world * kAccum);
+  const RunConfig c = Config(k.mode, k.world, k.accum);
+  const auto batches = MakeBatches(c, k.world * k.accum);
 
   const Trajectory single = RunSingle(c, batches);
   const std::vector<Trajectory> ranks = RunParallel(c, k.world, batches, 0, kSteps, nullptr);
@@ -208,12 +210,13 @@ TEST_P(CudaDataParallelTest, MatchesOneGpuAndIsDeterministic) {
 
 INSTANTIATE_TEST_SUITE_P(
     Modes, CudaDataParallelTest,
-    ::testing::Values(Case{2, ParallelMode::kDdp}, Case{2, ParallelMode::kZero1},
-                      Case{2, ParallelMode::kZero2}, Case{4, ParallelMode::kDdp},
-                      Case{4, ParallelMode::kZero1}, Case{4, ParallelMode::kZero2}),
+    ::testing::Values(Case{2, ParallelMode::kDdp, 1}, Case{2, ParallelMode::kDdp, 2},
+                      Case{2, ParallelMode::kZero1, 2}, Case{2, ParallelMode::kZero2, 1},
+                      Case{4, ParallelMode::kDdp, 2}, Case{4, ParallelMode::kZero1, 1},
+                      Case{4, ParallelMode::kZero2, 2}),
     [](const ::testing::TestParamInfo<Case>& i) {
       return std::string(ParallelModeName(i.param.mode)) + "_" + std::to_string(i.param.world) +
-             "gpus";
+             "gpus_accum" + std::to_string(i.param.accum);
     });
 
 // fsdp is not implemented on the GPU: the backend says so instead of training something else.
@@ -223,7 +226,7 @@ TEST(CudaDataParallelFsdp, IsRefusedWithAClearError) {
   Errors e;
   std::vector<std::string> messages(2);
   RunRanks(2, NcclCommOptions{}, &e, [&](int r, NcclComm* comm) {
-    auto made = MakeCudaTrainBackend(Config(ParallelMode::kFsdp, 2), CudaBackendOptions{}, comm);
+    auto made = MakeCudaTrainBackend(Config(ParallelMode::kFsdp, 2, 1), CudaBackendOptions{}, comm);
     messages[r] = made.ok() ? "" : made.status().ToString();
   });
   for (const std::string& m : messages) EXPECT_NE(m.find("fsdp"), std::string::npos) << m;
