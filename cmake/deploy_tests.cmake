@@ -1,0 +1,14 @@
+# Deployment tests (label integration): deploy/slurm's batch scripts on a one-node Slurm
+# cluster on loopback (skips without root or slurm-wlm/munge), and deploy/k8s validated
+# offline (kubectl kustomize + Kubernetes schemas from npm kubernetes-models).
+add_executable(forge_deploy_tests tests/deploy/slurm_job_test.cc)
+target_include_directories(forge_deploy_tests PRIVATE ${CMAKE_SOURCE_DIR}/tests/integration)
+target_link_libraries(forge_deploy_tests PRIVATE forge_engine GTest::gtest_main)
+target_compile_definitions(forge_deploy_tests PRIVATE
+  FORGE_SOURCE_DIR="${CMAKE_SOURCE_DIR}" FORGE_BINARY_DIR="${CMAKE_BINARY_DIR}"
+  FORGE_MPIEXEC="${MPIEXEC_EXECUTABLE}")
+target_compile_options(forge_deploy_tests PRIVATE ${FORGE_WARNINGS})
+add_dependencies(forge_deploy_tests forge)
+# Each test brings up its own cluster on the same ports: one at a time.
+gtest_discover_tests(forge_deploy_tests DISCOVERY_MODE PRE_TEST DISCOVERY_TIMEOUT 60
+                     PROPERTIES LABELS integration TIMEOUT 300 RESOURCE_LOCK forge_slurm_cluster)

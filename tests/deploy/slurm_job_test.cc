@@ -1,0 +1,286 @@
+// deploy/slurm/forge-train.sbatch on a real one-node Slurm cluster on loopback
+// (tests/deploy/slurm_cluster.sh: munged, slurmctld, slurmd; 4 GPUs emulated as gres on
+// mknod'ed devices): a job runs `forge train` on 4 ranks to completion; scancel leaves a
+// committed checkpoint and resubmitting resumes from it; the time-limit warning makes the job
+// checkpoint and requeue itself, and the requeued job finishes the run. Skips when not root or
+// when slurm-wlm/munge are not installed.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "counting_dataset.h"
+#include "mpi_launch.h"
+#include "worker/checkpoint/checkpoint_dir.h"
+
+namespace forge {
+namespace {
+
+namespace fs = std::filesystem;
+using test::Bin;
+using test::Shell;
+using test::ShellResult;
+
+bool Contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+int CountLines(const std::string& path) {
+  std::ifstream in(path);
+  int n = 0;
+  for (std::string line; std::getline(in, line);) ++n;
+  return n;
+}
+
+// One cluster per test (tests run one at a time: RESOURCE_LOCK in cmake/deploy_tests.cmake).
+class SlurmJob : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/forge_slurm_" + std::to_string(::getpid());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    ShellResult up = Shell(Script("slurm_cluster.sh") + " up " + dir_ + "/cluster");
+    if (up.exit_code == 77) GTEST_SKIP() << up.output;
+    ASSERT_EQ(up.exit_code, 0) << up.output;
+    cluster_up_ = true;
+    ::setenv("SLURM_CONF", (dir_ + "/cluster/etc/slurm.conf").c_str(), 1);
+    ::setenv("FORGE_BIN", Bin("forge").c_str(), 1);
+    ::setenv("OPENBLAS_NUM_THREADS", "1", 1);
+    test::WriteCountingDataset(dir_ + "/data", 321u, 40000, 4000);
+    Log("$ slurm_cluster.sh up  (%.1f s)\n$ sinfo\n%s", up.seconds, Run("sinfo").c_str());
+  }
+
+  void TearDown() override {
+    if (!cluster_up_) return;
+    ShellResult down = Shell(Script("slurm_cluster.sh") + " down " + dir_ + "/cluster");
+    Log("$ slurm_cluster.sh down  (%.1f s)\n", down.seconds);
+    EXPECT_EQ(down.exit_code, 0) << down.output;
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+
+  static std::string Script(const std::string& name) {
+    return std::string(FORGE_SOURCE_DIR) + "/tests/deploy/" + name;
+  }
+
+  void Log(const char* fmt, ...) __attribute__((format(printf, 2, 3))) {
+    va_list ap;
+    va_start(ap, fmt);
+    std::vprintf(fmt, ap);
+    va_end(ap);
+    std::fflush(stdout);
+  }
+
+  std::string Run(const std::string& cmd) { return Shell("timeout 30 " + cmd).output; }
+
+  // A run config over the test dataset: 2 layers, 4 ranks x micro-batch 2 = global batch 8.
+  std::string WriteConfig(const std::string& name, int total_steps, int every_steps) {
+    const std::string path = dir_ + "/" + name + ".yaml";
+    std::ofstream y(path);
+    y << "name: " << name << "\nseed: 5\n"
+      << "model: {n_layer: 2, d_model: 32, n_head: 4, n_kv_head: 2, ffn: 64, vocab: 256, "
+         "seq_len: 16}\n"
+      << "data: {dataset_dir: " << dir_ << "/data}\n"
+      << "schedule: {total_steps: " << total_steps << ", warmup_steps: 2}\n"
+      << "batch: {micro_batch: 2, global_batch: 8}\n"
+      << "parallel: {mode: zero2, collective_timeout_s: 60}\n"
+      << "checkpoint: {every_steps: " << every_steps << ", keep_last: 2}\n"
+      << "eval: {every_steps: 0, batches: 2}\n"
+      << "train: {backend: cpu, log_every: 1, run_dir: " << dir_ << "/runs/" << name << "}\n";
+    return path;
+  }
+
+  // sbatch forge-train.sbatch CONFIG ARGS (1 CPU per rank: the node has 4); returns the job id.
+  std::string Submit(const std::string& config, const std::string& args = "") {
+    const std::string cmd = "sbatch --parsable --cpus-per-task=1 --output=" + dir_ +
+                            "/job-%j.out " + std::string(FORGE_SOURCE_DIR) +
+                            "/deploy/slurm/forge-train.sbatch " + config + " " + args;
+    ShellResult r = Shell("cd " + dir_ + " && timeout 30 " + cmd);
+    Log("$ %s\n%s", cmd.c_str(), r.output.c_str());
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    std::string id = r.output.substr(0, r.output.find_first_of(";\n"));
+    return id;
+  }
+
+  std::string JobField(const std::string& job, const std::string& field) {
+    const std::string out = Run("scontrol show job " + job + " -o");
+    const size_t a = out.find(" " + field + "=");
+    if (a == std::string::npos) return "";
+    const size_t b = a + field.size() + 2;
+    return out.substr(b, out.find_first_of(" \n", b) - b);
+  }
+
+  // Polls every 0.1 s until pred() or `limit_s`; false on time-out.
+  template <typename Pred>
+  bool WaitFor(double limit_s, Pred pred) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit_s);
+    while (std::chrono::steady_clock::now() < end) {
+      if (pred()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+  }
+
+  // Waits until the job has ended; returns its final state (COMPLETED, CANCELLED, FAILED...).
+  std::string WaitForEnd(const std::string& job, double limit_s = 90) {
+    std::string state;
+    WaitFor(limit_s, [&] {
+      state = JobField(job, "JobState");
+      return state == "COMPLETED" || state == "CANCELLED" || state == "FAILED" ||
+             state == "TIMEOUT" || state == "NODE_FAIL" || state == "OUT_OF_MEMORY";
+    });
+    return state;
+  }
+
+  bool WaitForSteps(const std::string& run, int steps, double limit_s = 60) {
+    return WaitFor(limit_s, [&] { return CountLines(run + "/metrics.jsonl") >= steps; });
+  }
+
+  std::string JobSummary(const std::string& job) {
+    return "JobId=" + job + " JobState=" + JobField(job, "JobState") +
+           " ExitCode=" + JobField(job, "ExitCode") + " Restarts=" + JobField(job, "Restarts") +
+           " RunTime=" + JobField(job, "RunTime") + "\n";
+  }
+
+  std::string JobLog(const std::string& job) { return ReadFile(dir_ + "/job-" + job + ".out"); }
+
+  // A job log for the transcript: long runs of per-step progress lines shortened to a count.
+  static std::string Shortened(const std::string& log) {
+    std::istringstream in(log);
+    std::string out, line;
+    int skipped = 0;
+    for (int n = 0; std::getline(in, line);) {
+      const bool progress = line.rfind("step ", 0) == 0;
+      n = progress ? n + 1 : 0;
+      if (progress && n > 3) {
+        ++skipped;
+        continue;
+      }
+      if (skipped > 0) out += "  [" + std::to_string(skipped) + " more step lines]\n";
+      skipped = 0;
+      out += line + "\n";
+    }
+    if (skipped > 0) out += "  [" + std::to_string(skipped) + " more step lines]\n";
+    return out;
+  }
+
+  // The job log shows 4 ranks, each with its own emulated GPU.
+  void ExpectOneGpuPerRank(const std::string& log) {
+    std::set<std::string> gpus;
+    for (int r = 0; r < 4; ++r) {
+      const std::string key = "forge-slurm: rank " + std::to_string(r) + " on ";
+      const size_t a = log.find(key);
+      ASSERT_NE(a, std::string::npos) << log;
+      const size_t g = log.find("CUDA_VISIBLE_DEVICES=", a);
+      ASSERT_NE(g, std::string::npos) << log;
+      gpus.insert(log.substr(g + 21, log.find('\n', g) - g - 21));
+    }
+    EXPECT_EQ(gpus, (std::set<std::string>{"0", "1", "2", "3"})) << log;
+  }
+
+  std::string dir_;
+  bool cluster_up_ = false;
+};
+
+TEST_F(SlurmJob, FourRanksTrainToCompletion) {
+  const std::string cfg = WriteConfig("complete", 6, 3);
+  const std::string job = Submit(cfg);
+  ASSERT_FALSE(job.empty());
+  Log("$ squeue\n%s", Run("squeue").c_str());
+  const std::string state = WaitForEnd(job);
+  const std::string log = JobLog(job);
+  Log("$ scontrol show job %s\n%s--- job log ---\n%s---\n", job.c_str(), JobSummary(job).c_str(),
+      Shortened(log).c_str());
+  ASSERT_EQ(state, "COMPLETED") << log;
+  EXPECT_EQ(JobField(job, "ExitCode"), "0:0");
+  ExpectOneGpuPerRank(log);
+  EXPECT_TRUE(Contains(log, "x 4 ranks (zero2)")) << log;
+  EXPECT_TRUE(Contains(log, "forge: done: 6 steps")) << log;
+  const auto ckpts = ListCheckpoints(dir_ + "/runs/complete/checkpoints");
+  ASSERT_FALSE(ckpts.empty());
+  EXPECT_EQ(ckpts.back().step, 6);
+}
+
+TEST_F(SlurmJob, ScancelCheckpointsAndResubmittingResumes) {
+  const std::string cfg = WriteConfig("cancel", 100000, 0);  // only the stop saves
+  const std::string run = dir_ + "/runs/cancel";
+  const std::string job = Submit(cfg);
+  ASSERT_FALSE(job.empty());
+  ASSERT_TRUE(WaitForSteps(run, 3)) << JobSummary(job) << JobLog(job);
+  Log("$ squeue\n%s$ scancel %s\n", Run("squeue").c_str(), job.c_str());
+  Run("scancel " + job);
+  const std::string state = WaitForEnd(job);
+  const std::string log = JobLog(job);
+  Log("$ scontrol show job %s\n%s--- job log ---\n%s---\n", job.c_str(), JobSummary(job).c_str(),
+      Shortened(log).c_str());
+  ASSERT_EQ(state, "CANCELLED") << log;
+  EXPECT_TRUE(Contains(log, "forge: stopped on a signal after step")) << log;
+  const auto ckpts = ListCheckpoints(run + "/checkpoints");
+  ASSERT_EQ(ckpts.size(), 1u) << log;  // committed: ListCheckpoints needs the manifest
+  const int64_t stopped = ckpts[0].step;
+  EXPECT_GE(stopped, 3);
+  EXPECT_TRUE(Contains(log, "checkpoint step_" + std::to_string(stopped) + ":")) << log;
+
+  // The same command again (two more steps): it resumes from the checkpoint.
+  const std::string until = std::to_string(stopped + 2);
+  const std::string again = Submit(cfg, "--steps " + until);
+  ASSERT_FALSE(again.empty());
+  const std::string state2 = WaitForEnd(again);
+  const std::string log2 = JobLog(again);
+  Log("$ scontrol show job %s\n%s--- job log ---\n%s---\n", again.c_str(),
+      JobSummary(again).c_str(), Shortened(log2).c_str());
+  ASSERT_EQ(state2, "COMPLETED") << log2;
+  EXPECT_TRUE(Contains(log2, "resumed from " + run + "/checkpoints/step_" +
+                                 std::to_string(stopped)))
+      << log2;
+  EXPECT_TRUE(Contains(log2, "forge: done: " + until + " steps (2 after resuming at step " +
+                                 std::to_string(stopped) + ")"))
+      << log2;
+  EXPECT_EQ(CountLines(run + "/metrics.jsonl"), stopped + 2);
+}
+
+// `#SBATCH --signal=B:USR1@180` sends this near the time limit; here scancel sends it now.
+TEST_F(SlurmJob, TimeLimitWarningCheckpointsAndRequeues) {
+  const std::string cfg = WriteConfig("requeue", 100000, 0);
+  const std::string run = dir_ + "/runs/requeue";
+  const std::string job = Submit(cfg, "--steps 1000");
+  ASSERT_FALSE(job.empty());
+  ASSERT_TRUE(WaitForSteps(run, 3)) << JobSummary(job) << JobLog(job);
+  Log("$ scancel --batch --signal=USR1 %s\n", job.c_str());
+  Run("scancel --batch --signal=USR1 " + job);
+  // The job requeues itself; Slurm holds a requeued job ~2 min (its BeginTime): start it now.
+  ASSERT_TRUE(WaitFor(60, [&] { return JobField(job, "Restarts") == "1"; })) << JobLog(job);
+  ASSERT_TRUE(WaitFor(30, [&] { return JobField(job, "JobState") == "PENDING"; }))
+      << JobSummary(job);
+  Log("$ squeue\n%s$ scontrol update JobId=%s StartTime=now\n",
+      Run("squeue -o '%.8i %.9P %.8j %.8T %.10M %.6D %R %S'").c_str(), job.c_str());
+  Run("scontrol update JobId=" + job + " StartTime=now");
+  const std::string state = WaitForEnd(job);
+  const std::string log = JobLog(job);  // --open-mode=append: both runs
+  Log("$ scontrol show job %s\n%s--- job log ---\n%s---\n", job.c_str(), JobSummary(job).c_str(),
+      Shortened(log).c_str());
+  ASSERT_EQ(state, "COMPLETED") << log;
+  EXPECT_TRUE(Contains(log, "time limit near")) << log;
+  EXPECT_TRUE(Contains(log, "forge: stopped on a signal after step")) << log;
+  EXPECT_TRUE(Contains(log, "requeueing job " + job)) << log;
+  EXPECT_TRUE(Contains(log, "(restart 1)")) << log;
+  EXPECT_TRUE(Contains(log, "resumed from " + run + "/checkpoints/step_")) << log;
+  EXPECT_TRUE(Contains(log, "forge: done: 1000 steps")) << log;
+  EXPECT_EQ(CountLines(run + "/metrics.jsonl"), 1000);
+}
+
+}  // namespace
+}  // namespace forge
