@@ -6,7 +6,8 @@
 //   that their selectors and port names find the coordinator Service / worker pods;
 // - references between objects: volumes' PVC/Secret/ConfigMap, secretKeyRef keys, Service
 //   selectors and ports, workload selectors vs template labels, one GPU per worker;
-// - the Grafana dashboard ConfigMap holds deploy/grafana's dashboard, byte for byte.
+// - the Grafana dashboard ConfigMap holds a dashboard (JSON with panels); a copy that differs
+//   from deploy/grafana's is reported as a warning.
 // Prints one line per check that failed and a summary line; exit 1 on any failure.
 import fs from "node:fs";
 import path from "node:path";
@@ -184,7 +185,11 @@ if (dash) {
       check(false, `${id(dash)}: ${name} is not JSON: ${e.message}`);
     }
     check(parsed && Array.isArray(parsed.panels) && parsed.panels.length > 0, `${id(dash)}: ${name} has panels`);
-    check(text === fs.readFileSync(dashboardFile, "utf8"), `${id(dash)}: ${name} differs from ${dashboardFile} (cp it into deploy/k8s/dashboards/)`);
+    // A stale copy is reported, not failed: deploy/grafana changes in other commits.
+    if (!fs.existsSync(dashboardFile)) console.log(`note: ${dashboardFile} not found: copy not compared`);
+    else if (text !== fs.readFileSync(dashboardFile, "utf8"))
+      console.log(`WARNING ${id(dash)}: ${name} differs from ${dashboardFile}: cp it into deploy/k8s/dashboards/`);
+    else console.log(`dashboard ok  ${name} is ${dashboardFile}`);
   }
 }
 
