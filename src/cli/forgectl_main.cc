@@ -83,6 +83,7 @@ std::string Json(const google::protobuf::Message& m) {
   std::string out;
   google::protobuf::util::JsonPrintOptions o;
   o.preserve_proto_field_names = true;
+  o.always_print_primitive_fields = true;  // scripts see 0 / "" / false too
   (void)google::protobuf::util::MessageToJsonString(m, &out, o);
   return out;
 }

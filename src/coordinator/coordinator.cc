@@ -131,14 +131,18 @@ void Coordinator::Shutdown() {
 Status Coordinator::Load() {
   FORGE_ASSIGN_OR_RETURN(std::vector<RunRecord> runs, store_->ListRuns());
   for (RunRecord& r : runs) {
-    run_order_.push_back(r.id);
-    FORGE_ASSIGN_OR_RETURN(auto m, store_->LatestMetrics(r.id));
-    if (m) latest_metrics_[r.id] = *m;
-    runs_[r.id] = std::move(r);
+    const std::string id = r.id;
+    run_order_.push_back(id);
+    FORGE_ASSIGN_OR_RETURN(auto m, store_->LatestMetrics(id));
+    if (m) latest_metrics_[id] = *m;
+    runs_[id] = std::move(r);
   }
   // Known workers get one heartbeat timeout from now to show up again.
   FORGE_ASSIGN_OR_RETURN(std::vector<WorkerRecord> workers, store_->Workers());
-  for (WorkerRecord& w : workers) workers_[w.id] = LiveWorker{std::move(w), Clock::now()};
+  for (WorkerRecord& w : workers) {
+    const std::string id = w.id;
+    workers_[id] = LiveWorker{std::move(w), Clock::now()};
+  }
   return Status::Ok();
 }
 
@@ -501,6 +505,11 @@ grpc::Status Coordinator::ExportCheckpoint(const v1::ExportCheckpointRequest& re
     if (run == nullptr) return NotFoundRun(req.run_id());
     auto want = ParseCheckpointName(req.checkpoint(), "checkpoint");
     if (!want.ok()) return ToGrpc(want.status());
+    // A bad output name is refused whatever the run holds.
+    if (!req.output().empty()) {
+      auto checked = ResolveInside(run->run_dir + "/exports", req.output(), "output");
+      if (!checked.ok()) return ToGrpc(checked.status());
+    }
     auto cks = store_->Checkpoints(run->id);
     if (!cks.ok()) return ToGrpc(cks.status());
     for (const CheckpointRecord& c : *cks)

@@ -1,0 +1,242 @@
+// The control plane end to end, with real processes on loopback: forge-coordinator,
+// two forge-worker ranks under mpirun (CPU data parallelism over MPI) and forgectl.
+//   - submit / watch / stop / resume through forgectl;
+//   - kill -9 a worker mid-run: the run restarts from its last committed checkpoint and ends
+//     with the same weights as an unfailed `forge train` resumed from that checkpoint;
+//   - kill -9 the coordinator mid-run and restart it: the run finishes, nothing restarted;
+//   - credentials, bad specs, unknown ids and path traversal get the right status codes.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <regex>
+
+#include "control_plane_harness.h"
+#include "worker/checkpoint/checkpoint.h"
+
+namespace forge {
+namespace {
+
+using test::ControlPlane;
+using test::Contains;
+using test::ReadFile;
+using test::ShellResult;
+using test::WaitFor;
+
+TEST(ControlPlane, SubmitWatchStopResume) {
+  REQUIRE_MPIRUN();
+  ControlPlane cp("stop_resume");
+  cp.StartCoordinator();
+  cp.StartWorkers(2, /*throttle_ms=*/60);
+  const std::string spec = cp.WriteSpec("sr", 40, 20);
+
+  ShellResult sub = cp.Ctl("submit " + spec);
+  ASSERT_EQ(sub.exit_code, 0) << sub.output;
+  const std::string run = ControlPlane::RunId(sub);
+  ASSERT_FALSE(run.empty()) << sub.output;
+  ASSERT_TRUE(WaitFor(60, [&] { return cp.Step(run) >= 5; }))
+      << cp.Ctl("status " + run).output << ReadFile(cp.dir() + "/workers.0.log");
+
+  ShellResult stop = cp.Ctl("stop " + run);
+  ASSERT_EQ(stop.exit_code, 0) << stop.output;
+  EXPECT_TRUE(Contains(stop.output, "CHECKPOINTING")) << stop.output;
+  ShellResult watch = cp.Ctl("watch " + run);
+  EXPECT_EQ(watch.exit_code, 0) << watch.output;
+  EXPECT_TRUE(Contains(watch.output, "[STOPPED]")) << watch.output;
+  EXPECT_EQ(cp.StatusField(run, "state"), "STOPPED");
+  const int64_t stopped_at = cp.Step(run);
+  EXPECT_GE(stopped_at, 5);
+  EXPECT_LT(stopped_at, 40);
+
+  // The stop saved a checkpoint at the step it stopped.
+  ShellResult cks = cp.Ctl("checkpoints " + run);
+  ASSERT_EQ(cks.exit_code, 0) << cks.output;
+  EXPECT_TRUE(Contains(cks.output, "step_" + std::to_string(stopped_at))) << cks.output;
+
+  ShellResult resume = cp.Ctl("resume " + run);
+  ASSERT_EQ(resume.exit_code, 0) << resume.output;
+  ShellResult done = cp.Ctl("watch --history " + run);
+  EXPECT_EQ(done.exit_code, 0) << done.output;
+  EXPECT_TRUE(Contains(done.output, "from step_" + std::to_string(stopped_at))) << done.output;
+  EXPECT_TRUE(Contains(done.output, "step 40/40")) << done.output;
+  EXPECT_TRUE(Contains(done.output, "COMPLETED")) << done.output;
+  EXPECT_EQ(cp.StatusField(run, "state"), "COMPLETED");
+
+  // Export the final weights inside the run dir.
+  ShellResult exp = cp.Ctl("export " + run);
+  EXPECT_EQ(exp.exit_code, 0) << exp.output;
+  EXPECT_TRUE(Contains(exp.output, "step_40.safetensors")) << exp.output;
+  ShellResult list = cp.Ctl("list");
+  EXPECT_TRUE(Contains(list.output, run) && Contains(list.output, "COMPLETED")) << list.output;
+}
+
+// Weights of a committed checkpoint, every unit concatenated.
+std::vector<float> Weights(const std::string& dir) {
+  auto ck = LoadFullCheckpoint(dir);
+  EXPECT_TRUE(ck.ok()) << ck.status().ToString();
+  std::vector<float> all;
+  if (!ck.ok()) return all;
+  for (const auto& u : ck->master) all.insert(all.end(), u.begin(), u.end());
+  return all;
+}
+
+TEST(ControlPlane, WorkerKilledRunRecoversFromCheckpoint) {
+  REQUIRE_MPIRUN();
+  ControlPlane cp("worker_kill");
+  cp.StartCoordinator(/*heartbeat_timeout_ms=*/1500);
+  test::Process& first = cp.StartWorkers(2, /*throttle_ms=*/80);
+  const std::string spec = cp.WriteSpec("wk", 30, 4);
+  ShellResult sub = cp.Ctl("submit " + spec);
+  ASSERT_EQ(sub.exit_code, 0) << sub.output;
+  const std::string run = ControlPlane::RunId(sub);
+  // Past a committed checkpoint, well before the end.
+  ASSERT_TRUE(WaitFor(60, [&] {
+    return std::atoll(cp.StatusField(run, "latest_checkpoint_step").c_str()) >= 8;
+  })) << cp.Ctl("status " + run).output;
+  ASSERT_LT(cp.Step(run), 30) << "the run ended before the worker could be killed";
+
+  // kill -9 one rank (a child of mpirun); mpirun then takes the other one down.
+  ShellResult kids = test::Shell("pgrep -P " + std::to_string(first.pid));
+  std::vector<std::string> pids;
+  for (size_t at = 0; at < kids.output.size();) {
+    size_t nl = kids.output.find('\n', at);
+    if (nl == std::string::npos) nl = kids.output.size();
+    if (nl > at) pids.push_back(kids.output.substr(at, nl - at));
+    at = nl + 1;
+  }
+  ASSERT_FALSE(pids.empty()) << kids.output;
+  ::kill(std::atoi(pids.back().c_str()), SIGKILL);
+  ASSERT_TRUE(WaitFor(30, [&] { return cp.StatusField(run, "state") == "RESTARTING"; }))
+      << cp.Ctl("status " + run).output;
+  first.Wait(30);
+
+  cp.StartWorkers(2, /*throttle_ms=*/0);
+  ShellResult watch = cp.Ctl("watch --history " + run);
+  EXPECT_EQ(watch.exit_code, 0) << watch.output;
+  EXPECT_TRUE(Contains(watch.output, "[RESTARTING]")) << watch.output;
+  EXPECT_TRUE(Contains(watch.output, "[COMPLETED]")) << watch.output;
+  EXPECT_EQ(cp.StatusField(run, "restarts"), "1");
+
+  // Which checkpoint attempt 2 started from.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(watch.output, m, std::regex("attempt 2 placed .* from step_([0-9]+)")))
+      << watch.output;
+  const std::string from = "step_" + m[1].str();
+  const std::string run_dir = cp.StatusField(run, "run_dir");
+  const std::string resumed = run_dir + "/checkpoints/" + from;
+
+  // The unfailed reference: `forge train` on 2 ranks, resumed from that same checkpoint.
+  const std::string ref_dir = cp.dir() + "/reference";
+  ShellResult ref = test::Shell(test::Mpirun(2) + test::Bin("forge") + " train " + spec +
+                                " --run-dir " + ref_dir + " --resume " + resumed);
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  const std::vector<float> got = Weights(run_dir + "/checkpoints/step_30");
+  const std::vector<float> want = Weights(ref_dir + "/checkpoints/step_30");
+  ASSERT_EQ(got.size(), want.size());
+  ASSERT_FALSE(got.empty());
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+      << "recovered run's final weights differ from the reference resumed at " << from;
+}
+
+TEST(ControlPlane, CoordinatorKilledAndRestartedRunFinishes) {
+  REQUIRE_MPIRUN();
+  ControlPlane cp("coord_kill");
+  cp.StartCoordinator(/*heartbeat_timeout_ms=*/3000);
+  cp.StartWorkers(2, /*throttle_ms=*/60);
+  const std::string spec = cp.WriteSpec("ck", 40, 5);
+  ShellResult sub = cp.Ctl("submit " + spec);
+  ASSERT_EQ(sub.exit_code, 0) << sub.output;
+  const std::string run = ControlPlane::RunId(sub);
+  ASSERT_TRUE(WaitFor(60, [&] { return cp.Step(run) >= 6; })) << cp.Ctl("status " + run).output;
+
+  cp.KillCoordinator();  // kill -9
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // workers train on, retrying
+  cp.StartCoordinator(/*heartbeat_timeout_ms=*/3000);
+
+  ShellResult watch = cp.Ctl("watch " + run);
+  EXPECT_EQ(watch.exit_code, 0) << watch.output;
+  EXPECT_TRUE(Contains(watch.output, "COMPLETED")) << watch.output;
+  EXPECT_EQ(cp.StatusField(run, "restarts"), "0") << cp.Ctl("status " + run).output;
+  EXPECT_EQ(cp.Step(run), 40);
+  ShellResult cks = cp.Ctl("checkpoints " + run);
+  for (int s = 5; s <= 40; s += 5)
+    EXPECT_TRUE(Contains(cks.output, "step_" + std::to_string(s) + " ")) << cks.output;
+  ShellResult history = cp.Ctl("watch --history " + run);
+  EXPECT_TRUE(Contains(history.output, "[PENDING] submitted")) << history.output;
+}
+
+TEST(ControlPlane, CredentialsSpecsIdsAndPathsGetTheRightCodes) {
+  ControlPlane cp("codes");
+  cp.StartCoordinator();
+
+  std::ofstream(cp.dir() + "/wrong") << "not-the-token\n";
+  ShellResult wrong = cp.Ctl("list", cp.dir() + "/wrong");
+  EXPECT_EQ(wrong.exit_code, 1);
+  EXPECT_TRUE(Contains(wrong.output, "UNAUTHENTICATED")) << wrong.output;
+  // The workers' join secret is not a user token.
+  ShellResult secret = cp.Ctl("list", cp.dir() + "/secret");
+  EXPECT_TRUE(Contains(secret.output, "UNAUTHENTICATED")) << secret.output;
+  // Nor is the user token a join secret.
+  ShellResult worker = test::Shell("timeout 30 " + test::Bin("forge-worker") + " --coordinator " +
+                                   cp.address() + " --join-secret-file " + cp.dir() + "/token");
+  EXPECT_EQ(worker.exit_code, 1);
+  EXPECT_TRUE(Contains(worker.output, "UNAUTHENTICATED")) << worker.output;
+
+  // A strict spec: unknown key, named with its line.
+  const std::string bad = cp.WriteSpec("bad", 10, 0, "optimizer: {lr: 0.001, betta2: 0.9}\n");
+  ShellResult b = cp.Ctl("submit " + bad);
+  EXPECT_EQ(b.exit_code, 1);
+  EXPECT_TRUE(Contains(b.output, "INVALID_ARGUMENT")) << b.output;
+  EXPECT_TRUE(Contains(b.output, "bad.yaml:10")) << b.output;
+  EXPECT_TRUE(Contains(b.output, "betta2")) << b.output;
+  const std::string batch = cp.WriteSpec("batch", 10, 0, "");
+  {
+    std::string text = ReadFile(batch);
+    text.replace(text.find("global_batch: 8"), 15, "global_batch: 4");
+    std::ofstream(batch) << text;
+  }
+  ShellResult bb = cp.Ctl("submit " + batch);
+  EXPECT_TRUE(Contains(bb.output, "INVALID_ARGUMENT") && Contains(bb.output, "train.workers"))
+      << bb.output;
+
+  // Unknown run ids.
+  for (const std::string& c : {"status nope-000000", "stop nope-000000", "resume nope-000000",
+                               "watch nope-000000", "checkpoints nope-000000"}) {
+    ShellResult r = cp.Ctl(c);
+    EXPECT_EQ(r.exit_code, 1) << c;
+    EXPECT_TRUE(Contains(r.output, "NOT_FOUND")) << c << ": " << r.output;
+  }
+
+  // Paths that would leave the run directory.
+  for (const std::string& dir : {"/etc", "../../escape", "a/../../b"}) {
+    const std::string s = cp.WriteSpec("esc", 10, 0, "");
+    std::string text = ReadFile(s);
+    text.replace(text.find("keep_last: 50"), 13, "keep_last: 50, dir: \"" + dir + "\"");
+    std::ofstream(s) << text;
+    ShellResult r = cp.Ctl("submit " + s);
+    EXPECT_TRUE(Contains(r.output, "INVALID_ARGUMENT") && Contains(r.output, "checkpoint.dir"))
+        << dir << ": " << r.output;
+  }
+  const std::string ok_spec = cp.WriteSpec("ok", 10, 0);
+  ShellResult sub = cp.Ctl("submit " + ok_spec);
+  ASSERT_EQ(sub.exit_code, 0) << sub.output;
+  const std::string run = ControlPlane::RunId(sub);
+  for (const std::string& out : {"../x.safetensors", "/tmp/x.safetensors", "a/../../x"}) {
+    ShellResult r = cp.Ctl("export " + run + " -o " + out);
+    EXPECT_TRUE(Contains(r.output, "INVALID_ARGUMENT")) << out << ": " << r.output;
+  }
+  for (const std::string& ck : {"../../step_1", "/etc/passwd", "step_1/../../x"}) {
+    ShellResult r = cp.Ctl("export " + run + " --checkpoint " + ck);
+    EXPECT_TRUE(Contains(r.output, "INVALID_ARGUMENT")) << ck << ": " << r.output;
+  }
+  ShellResult stop = cp.Ctl("stop " + run);  // never placed: stops at once
+  EXPECT_EQ(stop.exit_code, 0) << stop.output;
+  ShellResult res = cp.Ctl("resume " + run + " --checkpoint ../../step_1");
+  EXPECT_TRUE(Contains(res.output, "INVALID_ARGUMENT")) << res.output;
+  ShellResult missing = cp.Ctl("resume " + run + " --checkpoint step_7");
+  EXPECT_TRUE(Contains(missing.output, "NOT_FOUND")) << missing.output;
+  ShellResult again = cp.Ctl("stop " + run);
+  EXPECT_TRUE(Contains(again.output, "FAILED_PRECONDITION")) << again.output;
+}
+
+}  // namespace
+}  // namespace forge
