@@ -1,7 +1,7 @@
 // forge-dist-bench: data-parallel throughput of the CUDA step on the GPUs of one machine, as
 // one JSON line (printed by rank 0).
 //
-//   forge-dist-bench --config configs/gpt350m.yaml --world W [--mode ddp|zero1|zero2]
+//   forge-dist-bench --config configs/gpt350m.yaml --world W [--mode ddp|zero1|zero2|fsdp]
 //                    [--micro-batch B] [--steps N] [--warmup K]
 //
 // Forks W processes, one per GPU (the way users run workers), which meet over NCCL through the
@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -73,7 +74,7 @@ std::string ParseArgs(int argc, char** argv, Args* a) {
     if (!ok) return flag + ": bad value '" + val + "'";
   }
   if (a->config.empty()) {
-    return "usage: forge-dist-bench --config PATH --world W [--mode ddp|zero1|zero2] "
+    return "usage: forge-dist-bench --config PATH --world W [--mode ddp|zero1|zero2|fsdp] "
            "[--micro-batch B] [--steps N] [--warmup K]";
   }
   return "";
@@ -98,12 +99,13 @@ StatusOr<double> TimeOnStream(cudaStream_t stream, int warm, int n, Body body) {
 }
 
 struct RankResult {
-  double single_ms = 0, comm_ms = 0, step_ms = 0, peak_gib = 0, loss = 0;
+  double single_ms = 0, comm_ms = 0, step_ms = 0, peak_gib = 0, loss = 0, host_ms = 0;
 };
 
 // Step time of `cfg` on a backend (world 1 when comm is null).
+// host_ms: wall time of the TrainStep calls themselves (enqueueing), per step.
 StatusOr<double> TimeSteps(const RunConfig& cfg, Comm* comm, const Args& a, double* peak_gib,
-                           float* loss) {
+                           float* loss, double* host_ms) {
   FORGE_ASSIGN_OR_RETURN(auto backend, MakeCudaTrainBackend(cfg, CudaBackendOptionsFromEnv(), comm));
   const int64_t n = int64_t{cfg.batch.micro_batch} * cfg.model.seq_len;
   std::mt19937_64 rng(cfg.seed + (comm ? comm->rank() : 0));
@@ -114,9 +116,14 @@ StatusOr<double> TimeSteps(const RunConfig& cfg, Comm* comm, const Args& a, doub
   const std::vector<MicroBatch> micro = {{inputs.data(), targets.data()}};
   int64_t step = 0;
   auto stream = static_cast<cudaStream_t>(backend->compute_stream());
+  double host_s = 0.0;
   FORGE_ASSIGN_OR_RETURN(double ms, TimeOnStream(stream, a.warmup, a.steps, [&] {
-    return backend->TrainStep(micro, StepHyper{cfg.optimizer.lr, ++step}, false, nullptr);
+    const auto t0 = std::chrono::steady_clock::now();
+    const Status st = backend->TrainStep(micro, StepHyper{cfg.optimizer.lr, ++step}, false, nullptr);
+    host_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return st;
   }));
+  *host_ms = host_s * 1e3 / (a.warmup + a.steps);
   StepStats st;
   FORGE_RETURN_IF_ERROR(backend->TrainStep(micro, StepHyper{cfg.optimizer.lr, ++step}, true, &st));
   *loss = st.loss;
@@ -149,7 +156,9 @@ StatusOr<double> TimeCollectives(const RunConfig& cfg, NcclComm* comm, const Arg
           sharded ? comm->ReduceScatterSum(grads + o, shard + o, slot, DType::kF32, "bench")
                   : comm->AllReduceSum(grads + o, numel, DType::kF32, "bench");
       if (!w.ok()) return w.status();
-      if (sharded) {  // the bf16 parameter all-gather of the unit
+      // The bf16 parameter all-gathers of the unit: once (zero), or before its forward and
+      // again before its backward (fsdp).
+      for (int k = 0; k < (!sharded ? 0 : a.mode == "fsdp" ? 2 : 1); ++k) {
         auto* p = reinterpret_cast<uint16_t*>(shard + o);
         w = comm->AllGather(p + comm->rank() * slot, p, slot, DType::kBF16, "bench");
         if (!w.ok()) return w.status();
@@ -177,15 +186,15 @@ int RunRank(const Args& a, const RunConfig& cfg, int rank, int port) {
   if (!host.ok()) return Fail(host.status().ToString());
 
   RankResult r;
-  double gib_single = 0;
+  double gib_single = 0, host_single = 0;
   float loss = 0;
-  auto single = TimeSteps(cfg, nullptr, a, &gib_single, &loss);
+  auto single = TimeSteps(cfg, nullptr, a, &gib_single, &loss, &host_single);
   if (!single.ok()) return Fail("single-GPU baseline: " + single.status().ToString());
   r.single_ms = *single;
   auto comm_ms = TimeCollectives(cfg, nccl->get(), a);
   if (!comm_ms.ok()) return Fail("collectives: " + comm_ms.status().ToString());
   r.comm_ms = *comm_ms;
-  auto step = TimeSteps(cfg, nccl->get(), a, &r.peak_gib, &loss);
+  auto step = TimeSteps(cfg, nccl->get(), a, &r.peak_gib, &loss, &r.host_ms);
   if (!step.ok()) return Fail("data-parallel step: " + step.status().ToString());
   r.step_ms = *step;
   r.loss = loss;
@@ -226,6 +235,7 @@ int RunRank(const Args& a, const RunConfig& cfg, int rank, int port) {
   out["comm_exposed_ms"] = exposed;
   out["comm_hidden_ms"] = std::max(0.0, comm - exposed);
   out["loss"] = r.loss;
+  out["host_ms_per_step"] = r.host_ms;  // rank 0's enqueue time (incl. waiting for staging)
   out["gpu"] = prop.name;
   std::printf("%s\n", out.dump().c_str());
   std::fflush(stdout);
@@ -243,7 +253,8 @@ int Run(int argc, char** argv) {
   if (a.mode == "ddp") cfg.parallel.mode = ParallelMode::kDdp;
   else if (a.mode == "zero1") cfg.parallel.mode = ParallelMode::kZero1;
   else if (a.mode == "zero2") cfg.parallel.mode = ParallelMode::kZero2;
-  else return Fail("--mode: expected ddp, zero1 or zero2, got " + a.mode);
+  else if (a.mode == "fsdp") cfg.parallel.mode = ParallelMode::kFsdp;
+  else return Fail("--mode: expected ddp, zero1, zero2 or fsdp, got " + a.mode);
 
   // Children only: the parent never touches CUDA, so forking is safe.
   const int port = 20000 + int(getpid() % 20000);

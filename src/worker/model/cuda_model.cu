@@ -116,6 +116,8 @@ struct CudaModel::Buffers {
   float* grad_shard = nullptr;  // shard_optimizer: this rank's summed gradient slots
   int64_t flat = 0;        // elements of params and grads (padded units)
   int64_t state_flat = 0;  // elements of master, m, v (== flat unless shard_optimizer)
+  int64_t flat_shard = 0;  // elements of the slot buffers
+  bf16* params_shard = nullptr;  // shard_params: bf16 values of this rank's slots
   // Per unit, for CudaModelHooks::grad_ready.
   std::vector<cudaEvent_t> grad_ready_compute, grad_ready_wgrad;
 
@@ -273,16 +275,30 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
   }
   b.flat = flat;
   const int64_t state = o.shard_optimizer ? flat_shard : flat;  // master, m, v
+  if (o.shard_params && !o.shard_optimizer) {
+    return Status::Invalid("cuda model: shard_params needs shard_optimizer");
+  }
   FORGE_RETURN_IF_ERROR(alloc(&b.master, state));
-  FORGE_RETURN_IF_ERROR(alloc(&b.params, flat));
-  FORGE_RETURN_IF_ERROR(alloc(&b.grads, flat));
+  if (o.shard_params) {
+    FORGE_RETURN_IF_ERROR(alloc(&b.params_shard, flat_shard));
+  } else {
+    FORGE_RETURN_IF_ERROR(alloc(&b.params, flat));
+    FORGE_RETURN_IF_ERROR(alloc(&b.grads, flat));
+  }
   FORGE_RETURN_IF_ERROR(alloc(&b.m, state));
   FORGE_RETURN_IF_ERROR(alloc(&b.v, state));
   if (o.shard_optimizer) FORGE_RETURN_IF_ERROR(alloc(&b.grad_shard, flat_shard));
   b.state_flat = state;
+  b.flat_shard = flat_shard;
   pb_.master = b.master;
   pb_.params = b.params;
   pb_.grads = b.grads;
+  pb_.params_shard = b.params_shard;
+  unit_params_.assign(U, nullptr);
+  unit_grads_.assign(U, nullptr);
+  if (!o.shard_params) {
+    for (size_t u = 0; u < U; ++u) BindUnit(int(u), b.params + unit_offset_[u], b.grads + unit_offset_[u]);
+  }
   pb_.m = b.m;
   pb_.v = b.v;
   pb_.grad_shard = b.grad_shard;
@@ -303,8 +319,9 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
       const int64_t hi = std::min(own.end, t.offset + t.numel);
       if (lo >= hi) continue;
       const int64_t so = state_base + lo;
-      tensors.push_back({b.master + so, b.params + unit_offset_[u] + lo, g + so, b.m + so,
-                         b.v + so, hi - lo, t.weight_decay ? opt.weight_decay : 0.0f});
+      bf16* out = o.shard_params ? b.params_shard + so : b.params + unit_offset_[u] + lo;
+      tensors.push_back({b.master + so, out, g + so, b.m + so, b.v + so, hi - lo,
+                         t.weight_decay ? opt.weight_decay : 0.0f});
     }
   }
   if (tensors.empty()) {
@@ -455,6 +472,13 @@ Status CudaModel::CopySlots(const UnitBuffers& host, float* device, cudaStream_t
 // padding is never written, so it stays zero) to make the full bf16 copy.
 Status CudaModel::UploadParams(const UnitBuffers& master, cudaStream_t stream) {
   Buffers& b = *buf_;
+  if (o_.shard_params) {  // slots only: fp32 master, and its bf16 values (padding stays 0)
+    FORGE_RETURN_IF_ERROR(CheckUnitSizes(layout_, master).Annotate("SetParams"));
+    FORGE_RETURN_IF_ERROR(CopySlots(master, b.master, stream));
+    FORGE_RETURN_IF_ERROR(cuda::CastFloatToBf16(b.params_shard, b.master, b.flat_shard, stream));
+    FORGE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return Status::Ok();
+  }
   float* full = o_.shard_optimizer ? b.grads : b.master;
   FORGE_RETURN_IF_ERROR(CopyUnits(master, full, stream).Annotate("SetParams"));
   FORGE_RETURN_IF_ERROR(cuda::CastFloatToBf16(b.params, full, b.flat, stream));
@@ -472,6 +496,10 @@ Status CudaModel::DownloadParams(UnitBuffers* master, cudaStream_t stream) {
 }
 
 Status CudaModel::DownloadGrads(UnitBuffers* grads, cudaStream_t stream) {
+  if (o_.shard_params) {
+    return Status::Precondition("cuda model: fsdp gradients are gathered by the data-parallel "
+                                "layer");
+  }
   return ReadUnits(buf_->grads, grads, stream);
 }
 
@@ -551,6 +579,7 @@ GemmArgs LinearBackwardWeight(float* dw, const bf16* dy, const bf16* x, int64_t 
 // ---- step pieces ---------------------------------------------------------------------------
 
 Status CudaModel::ZeroGrads(cudaStream_t stream) {
+  if (o_.shard_params) return Status::Precondition("cuda model: ZeroGrads with fsdp");
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kCopy, stream));
   FORGE_CUDA_CHECK(cudaMemsetAsync(buf_->grads, 0, buf_->flat * sizeof(float), stream));
   return Status::Ok();
@@ -571,7 +600,7 @@ Status CudaModel::BlockForward(int layer, const BlockActs& a, const bf16* x_in, 
                                cudaStream_t s) {
   Buffers& b = *buf_;
   const BlockOffsets& o = layout_.block;
-  const bf16* w = b.params + unit_offset_[layout_.block_unit(layer)];
+  const bf16* w = UnitParams(layout_.block_unit(layer));
   const int Bm = o_.micro_batch;
 
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
@@ -675,9 +704,8 @@ Status CudaModel::BlockBackward(int layer, const BlockActs& a, const bf16* x_in,
                                 bool accumulate_grads, cudaStream_t s) {
   Buffers& b = *buf_;
   const BlockOffsets& o = layout_.block;
-  const int64_t uoff = unit_offset_[layout_.block_unit(layer)];
-  const bf16* w = b.params + uoff;
-  float* g = b.grads + uoff;
+  const bf16* w = UnitParams(layout_.block_unit(layer));
+  float* g = UnitGrads(layout_.block_unit(layer));
   const int Bm = o_.micro_batch;
   const bool acc = accumulate_grads;
 
@@ -743,8 +771,8 @@ Status CudaModel::BlockBackward(int layer, const BlockActs& a, const bf16* x_in,
 Status CudaModel::LmHead(const int32_t* targets, float dloss, bool backward,
                          bool accumulate_grads, float* losses, cudaStream_t s) {
   Buffers& b = *buf_;
-  const bf16* wte = b.params + unit_offset_[layout_.embedding_unit()];
-  float* dwte = b.grads + unit_offset_[layout_.embedding_unit()];
+  const bf16* wte = UnitParams(layout_.embedding_unit());
+  float* dwte = UnitGrads(layout_.embedding_unit());
   const int64_t chunk = std::min<int64_t>(N_, o_.lm_head_chunk_rows);
   int c = 0;
   for (int64_t r0 = 0; r0 < N_; r0 += chunk, ++c) {
@@ -789,21 +817,21 @@ Status CudaModel::ForwardImpl(const int32_t* inputs, const int32_t* targets, flo
                               cudaStream_t s) {
   Buffers& b = *buf_;
   const int L = m_.n_layer;
-  const bf16* wte = b.params + unit_offset_[layout_.embedding_unit()];
-  const int64_t fin_off = unit_offset_[layout_.final_norm_unit()];
+  const int fin = layout_.final_norm_unit();
   const bool recompute = o_.activation_recompute;
   auto acts = [&](int l) -> const BlockActs& { return b.acts[recompute ? 0 : l]; };
 
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
   FORGE_RETURN_IF_ERROR(BeforeForward(layout_.embedding_unit(), s));
-  FORGE_RETURN_IF_ERROR(cuda::EmbeddingForward(b.xs[0], inputs, wte, N_, d_, s));
+  FORGE_RETURN_IF_ERROR(cuda::EmbeddingForward(b.xs[0], inputs,
+                                               UnitParams(layout_.embedding_unit()), N_, d_, s));
   for (int l = 0; l < L; ++l) {
     FORGE_RETURN_IF_ERROR(BeforeForward(layout_.block_unit(l), s));
     FORGE_RETURN_IF_ERROR(BlockForward(l, acts(l), b.xs[l], b.xs[l + 1], s));
   }
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
   FORGE_RETURN_IF_ERROR(BeforeForward(layout_.final_norm_unit(), s));
-  FORGE_RETURN_IF_ERROR(cuda::RmsNormForward(b.hf, b.rstd_f, b.xs[L], b.params + fin_off, N_, d_,
+  FORGE_RETURN_IF_ERROR(cuda::RmsNormForward(b.hf, b.rstd_f, b.xs[L], UnitParams(fin), N_, d_,
                                              m_.norm_eps, s));
   FORGE_RETURN_IF_ERROR(LmHead(targets, dloss, backward, accumulate_grads, losses, s));
   if (!backward) return Status::Ok();
@@ -812,12 +840,13 @@ Status CudaModel::ForwardImpl(const int32_t* inputs, const int32_t* targets, flo
   // so it needs no zeroing); every later RmsNormBackward adds to it. No dW GEMM reads dh or
   // dres yet (dWte reads the logits buffers and hf).
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
-  FORGE_RETURN_IF_ERROR(cuda::RmsNormBackward(b.dres, b.grads + fin_off, b.dh, b.xs[L],
-                                              b.params + fin_off, b.rstd_f, N_, d_, b.norm_ws,
+  FORGE_RETURN_IF_ERROR(cuda::RmsNormBackward(b.dres, UnitGrads(fin), b.dh, b.xs[L],
+                                              UnitParams(fin), b.rstd_f, N_, d_, b.norm_ws,
                                               b.norm_ws_bytes, s, /*accumulate_dx=*/false,
                                               accumulate_grads));
   FORGE_RETURN_IF_ERROR(GradReady(layout_.final_norm_unit(), s));
   for (int l = L - 1; l >= 0; --l) {
+    FORGE_RETURN_IF_ERROR(BeforeBackward(layout_.block_unit(l), s));
     // The shared set still holds the last layer from the forward pass. Recomputing layer l
     // rewrites it while block l+1's dW GEMMs may still read it: wait for the last of them.
     if (recompute && l != L - 1) {
@@ -831,7 +860,7 @@ Status CudaModel::ForwardImpl(const int32_t* inputs, const int32_t* targets, flo
   // its last dWte chunk (wgrad stream) must have landed first.
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
   FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDwte, s));
-  FORGE_RETURN_IF_ERROR(cuda::EmbeddingBackward(b.grads + unit_offset_[layout_.embedding_unit()],
+  FORGE_RETURN_IF_ERROR(cuda::EmbeddingBackward(UnitGrads(layout_.embedding_unit()),
                                                 b.dres, inputs, N_, d_, V_, b.emb_ws,
                                                 b.emb_ws_bytes, s));
   return GradReady(layout_.embedding_unit(), s);

@@ -49,6 +49,11 @@ struct CudaModelOptions {
   int shard_world = 1;
   int shard_rank = 0;
   bool shard_optimizer = false;
+  // fsdp (needs shard_optimizer): no full-size bf16 copy or gradient buffer either. The bf16
+  // values of this rank's slots live in params_shard (AdamW writes them there), and the
+  // data-parallel layer binds each unit's gathered parameters and gradient buffer
+  // (BindUnit) from its hooks before the model touches the unit.
+  bool shard_params = false;
 };
 
 // Per-unit callbacks for a data-parallel layer, called on the host while the model enqueues a
@@ -57,6 +62,8 @@ struct CudaModelHooks {
   // Before the forward pass reads unit u's bf16 parameters: may make `stream` wait for them
   // (ZeRO's all-gather of the updated parameters).
   std::function<Status(int unit, cudaStream_t stream)> before_forward;
+  // Before a block's backward (and its recompute) reads its parameters or writes its gradient.
+  std::function<Status(int unit, cudaStream_t stream)> before_backward;
   // Unit u's gradient for this ForwardBackward is complete: every write to it comes before
   // `compute_done` (recorded on the compute stream) or `wgrad_done` (recorded on the
   // weight-gradient stream; null when that stream has nothing pending). Units complete in
@@ -67,8 +74,9 @@ struct CudaModelHooks {
 // Where the parameter-shaped device buffers are, for the data-parallel layer.
 struct CudaParamBuffers {
   float* master = nullptr;      // full, or this rank's slots (shard_optimizer)
-  cuda::bf16* params = nullptr; // full, padded units
-  float* grads = nullptr;       // full, padded units
+  cuda::bf16* params = nullptr; // full, padded units (null with shard_params)
+  float* grads = nullptr;       // full, padded units (null with shard_params)
+  cuda::bf16* params_shard = nullptr;  // this rank's bf16 slots (shard_params only)
   float* m = nullptr;           // like master
   float* v = nullptr;
   float* grad_shard = nullptr;  // this rank's summed gradient slots (shard_optimizer only)
@@ -170,6 +178,12 @@ class CudaModel {
   // the passes that use it.
   void set_hooks(const CudaModelHooks* hooks) { hooks_ = hooks; }
   const CudaParamBuffers& param_buffers() const { return pb_; }
+  // Where unit u's bf16 parameters and fp32 gradient are for the passes that follow (padded
+  // unit layout). Defaults: the full buffers (null with shard_params).
+  void BindUnit(int unit, cuda::bf16* params, float* grads) {
+    unit_params_[unit] = params;
+    unit_grads_[unit] = grads;
+  }
 
   // Profiling: when set, every phase boundary is marked on the stream (never while capturing),
   // and the step runs single-stream (phases on two streams would overlap and be mis-timed).
@@ -214,6 +228,12 @@ class CudaModel {
     return hooks_ && hooks_->before_forward ? hooks_->before_forward(unit, stream)
                                             : Status::Ok();
   }
+  Status BeforeBackward(int unit, cudaStream_t stream) {
+    return hooks_ && hooks_->before_backward ? hooks_->before_backward(unit, stream)
+                                             : Status::Ok();
+  }
+  const cuda::bf16* UnitParams(int unit) const { return unit_params_[unit]; }
+  float* UnitGrads(int unit) const { return unit_grads_[unit]; }
   Status GradReady(int unit, cudaStream_t stream);
 
   ModelConfig m_;
@@ -228,6 +248,8 @@ class CudaModel {
   PhaseTimeline* timeline_ = nullptr;
   const CudaModelHooks* hooks_ = nullptr;
   CudaParamBuffers pb_;
+  std::vector<cuda::bf16*> unit_params_;  // per unit, see BindUnit
+  std::vector<float*> unit_grads_;
   // Per Forward call: whether this call uses the wgrad stream, whether anything was forked
   // onto it since the last join, and which hazard events were recorded in this call (only
   // those may be waited on: a capture cannot wait on an event recorded outside it).

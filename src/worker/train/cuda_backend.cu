@@ -173,6 +173,7 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
     mo.shard_world = world_;
     mo.shard_rank = comm->rank();
     mo.shard_optimizer = cfg.parallel.mode != ParallelMode::kDdp;
+    mo.shard_params = cfg.parallel.mode == ParallelMode::kFsdp;
   }
   FORGE_ASSIGN_OR_RETURN(model_, CudaModel::Create(cfg.model, cfg.optimizer, mo));
   N_ = model_->tokens_per_micro();
@@ -323,13 +324,20 @@ Status CudaBackend::EnqueueCompute(int micro_steps, bool optimizer) {
   const int32_t* targets = dev_tokens_ + cap;
   // The mean over every token of the step on every rank (the ranks' gradients are summed).
   const float dloss = 1.0f / (static_cast<float>(n) * static_cast<float>(world_));
+  const bool every_micro = dp_ && dp_->fsdp();
   for (int i = 0; i < micro_steps; ++i) {
-    // Gradient collectives start on the last micro-step only (accumulation stays local).
-    // ComputeGradients (no optimizer) all-reduces in every mode: callers want the full sum.
-    if (dp_) model_->set_hooks(i + 1 == micro_steps ? dp_->grad_hooks(!optimizer) : dp_->read_hooks());
+    // Gradient collectives start on the last micro-step only (accumulation stays local), or
+    // on every one with fsdp (accumulated in the gradient slots). ComputeGradients (no
+    // optimizer) all-reduces where gradients are full-size: callers want the whole sum.
+    if (dp_) {
+      dp_->BeginMicroStep(i == 0);
+      const bool sync = every_micro || i + 1 == micro_steps;
+      model_->set_hooks(sync ? dp_->grad_hooks(!optimizer) : dp_->read_hooks());
+    }
     // The first micro-step overwrites every gradient element: no zeroing pass.
     const Status st = model_->ForwardBackward(inputs + i * N_, targets + i * N_, dloss,
-                                              /*accumulate_grads=*/i > 0, dev_losses_ + i * N_, s);
+                                              /*accumulate_grads=*/i > 0 && !every_micro,
+                                              dev_losses_ + i * N_, s);
     if (dp_) model_->set_hooks(dp_->read_hooks());
     FORGE_RETURN_IF_ERROR(st);
   }
@@ -431,6 +439,9 @@ Status CudaBackend::ComputeGradients(const std::vector<MicroBatch>& micro, UnitB
   FORGE_RETURN_IF_ERROR(EnqueueCompute(M, /*optimizer=*/false));
   FORGE_RETURN_IF_ERROR(Sync());
   if (loss) *loss = host_stats_[0] / static_cast<float>(world_);
+  if (dp_ && dp_->fsdp()) {
+    return dp_->GatherSlots(CudaDataParallel::State::kGrad, grads, compute_stream_);
+  }
   return model_->DownloadGrads(grads, compute_stream_);
 }
 
@@ -452,6 +463,7 @@ Status CudaBackend::SetParams(const UnitBuffers& master) {
   FORGE_CUDA_CHECK(cudaSetDevice(device_));
   FORGE_RETURN_IF_ERROR(Sync());
   FORGE_RETURN_IF_ERROR(model_->UploadParams(master, compute_stream_));
+  if (dp_) dp_->ParamsChanged();
   return model_->ZeroMoments(compute_stream_);
 }
 

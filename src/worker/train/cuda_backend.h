@@ -80,10 +80,10 @@ class CudaTrainBackend : public TrainBackend {
 // cfg.model.seq_len tokens; train.activation_recompute picks recompute. precision.compute
 // bf16 and fp32 both compute in BF16 (fp32 is the CPU backend's); fp8 is not supported yet.
 // With a Comm of world W > 1 (an NcclComm on this process's device; it must outlive the
-// backend) it trains data-parallel in cfg.parallel.mode (ddp, zero1, zero2;
+// backend) it trains data-parallel in cfg.parallel.mode (ddp, zero1, zero2, fsdp;
 // cuda_data_parallel.h), with the CPU backend's contract: TrainStep's micro-batches are this
 // rank's slice, stats are global, and TrainStep, ComputeGradients and (zero) GetParams /
-// GetMoments are collective.
+// GetMoments (zero, fsdp) are collective.
 StatusOr<std::unique_ptr<CudaTrainBackend>> MakeCudaTrainBackend(
     const RunConfig& cfg, const CudaBackendOptions& options, Comm* comm = nullptr);
 

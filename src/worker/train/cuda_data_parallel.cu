@@ -1,31 +1,52 @@
 #include "worker/train/cuda_data_parallel.h"
 
+#include <algorithm>
 #include <string>
 
 #include "kernels/cuda/cuda_check.h"
 #include "worker/parallel/shard_layout.h"
 
 namespace forge {
+namespace {
+
+// dst[i] += src[i]: accumulates a later micro-step's reduce-scattered gradient slot (fsdp).
+__global__ void AddKernel(float* __restrict__ dst, const float* __restrict__ src, int64_t n) {
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += stride) {
+    dst[i] += src[i];
+  }
+}
+
+}  // namespace
 
 CudaDataParallel::CudaDataParallel(NcclComm* comm, ParallelMode mode, CudaModel* model)
     : comm_(comm), mode_(mode), model_(model) {}
 
 CudaDataParallel::~CudaDataParallel() {
+  // The NCCL stream may still read or write the buffers below.
+  if (nccl_stream_) cudaStreamSynchronize(nccl_stream_);
   for (cudaEvent_t e : params_gathered_) cudaEventDestroy(e);
-  if (compute_point_) cudaEventDestroy(compute_point_);
+  for (cudaEvent_t e : {compute_point_, comm_point_, root_gathered_, root_rs_done_, gathered_[0],
+                        gathered_[1], released_[0], released_[1], rs_done_[0], rs_done_[1]}) {
+    if (e) cudaEventDestroy(e);
+  }
+  for (void* p : allocations_) cudaFree(p);
 }
 
 StatusOr<std::unique_ptr<CudaDataParallel>> CudaDataParallel::Create(NcclComm* comm,
                                                                      ParallelMode mode,
                                                                      CudaModel* model) {
   if (comm == nullptr || model == nullptr) return Status::Invalid("CudaDataParallel: null comm/model");
-  if (mode == ParallelMode::kFsdp) {
-    return Status::Invalid(
-        "parallel.mode fsdp is not implemented on the cuda backend yet (ddp, zero1, zero2 are)");
-  }
   std::unique_ptr<CudaDataParallel> dp(new CudaDataParallel(comm, mode, model));
   FORGE_RETURN_IF_ERROR(dp->Init());
   return StatusOr<std::unique_ptr<CudaDataParallel>>(std::move(dp));
+}
+
+Status CudaDataParallel::AllocDevice(void** p, size_t bytes) {
+  FORGE_CUDA_CHECK(cudaMalloc(p, std::max<size_t>(bytes, 256)));
+  allocations_.push_back(*p);
+  FORGE_CUDA_CHECK(cudaMemset(*p, 0, std::max<size_t>(bytes, 256)));
+  return Status::Ok();
 }
 
 Status CudaDataParallel::Init() {
@@ -35,30 +56,46 @@ Status CudaDataParallel::Init() {
   comm_->SetProducerStream(nullptr);  // ordering is explicit, through the events below
   const size_t U = model_->layout().units.size();
   const CudaParamBuffers& pb = model_->param_buffers();
-  if (pb.slot.size() != U || (sharded() && pb.grad_shard == nullptr)) {
+  const bool ok = pb.slot.size() == U && (!sharded() || pb.grad_shard != nullptr) &&
+                  (fsdp() == (pb.params_shard != nullptr));
+  if (!ok) {
     return Status::Precondition("CudaDataParallel: the model was not created for " +
                                 std::string(ParallelModeName(mode_)) + " over " +
                                 std::to_string(world_) + " ranks");
   }
-  FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&compute_point_, cudaEventDisableTiming));
+  for (cudaEvent_t* e : {&compute_point_, &comm_point_}) {
+    FORGE_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+  }
   params_gathered_.resize(U);
   for (cudaEvent_t& e : params_gathered_) {
     FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   }
   gather_pending_.assign(U, false);
 
-  auto before = [this](int u, cudaStream_t s) { return OnBeforeForward(u, s); };
-  read_hooks_.before_forward = before;
-  grad_hooks_.before_forward = before;
-  allreduce_hooks_.before_forward = before;
+  if (fsdp()) {
+    FORGE_RETURN_IF_ERROR(InitFsdp());
+    auto fwd = [this](int u, cudaStream_t s) { return OnFsdpForward(u, s); };
+    auto bwd = [this](int u, cudaStream_t s) { return OnFsdpBackward(u, s); };
+    for (CudaModelHooks* h : {&read_hooks_, &grad_hooks_, &allreduce_hooks_}) {
+      h->before_forward = fwd;
+      h->before_backward = bwd;
+    }
+  } else {
+    auto before = [this](int u, cudaStream_t s) { return OnBeforeForward(u, s); };
+    read_hooks_.before_forward = before;
+    grad_hooks_.before_forward = before;
+    allreduce_hooks_.before_forward = before;
+  }
   grad_hooks_.grad_ready = [this](int u, cudaEvent_t c, cudaEvent_t w) {
     return OnGradReady(u, c, w, /*all_reduce=*/false);
   };
   allreduce_hooks_.grad_ready = [this](int u, cudaEvent_t c, cudaEvent_t w) {
-    return OnGradReady(u, c, w, /*all_reduce=*/true);
+    return OnGradReady(u, c, w, /*all_reduce=*/!fsdp());
   };
   return Status::Ok();
 }
+
+// ---- plumbing ------------------------------------------------------------------------------
 
 Status CudaDataParallel::CommWaits(cudaEvent_t e) {
   FORGE_CUDA_CHECK(cudaStreamWaitEvent(nccl_stream_, e, 0));
@@ -76,6 +113,16 @@ Status CudaDataParallel::Track(StatusOr<CommWorkPtr> w) {
   return Status::Ok();
 }
 
+// The NCCL stream runs in order, so one event after its last collective covers all of them.
+Status CudaDataParallel::JoinGrads(cudaStream_t compute) {
+  in_flight_.clear();  // completion (and timeouts) stay with the comm's watchdog
+  FORGE_CUDA_CHECK(cudaEventRecord(comm_point_, nccl_stream_));
+  FORGE_CUDA_CHECK(cudaStreamWaitEvent(compute, comm_point_, 0));
+  return Status::Ok();
+}
+
+// ---- gradients -----------------------------------------------------------------------------
+
 // Gradient buckets are whole units: the NCCL stream waits for the unit's last writes on both
 // streams, then sums it. Later units' backward keeps running on the compute streams.
 Status CudaDataParallel::OnGradReady(int u, cudaEvent_t compute_done, cudaEvent_t wgrad_done,
@@ -84,6 +131,12 @@ Status CudaDataParallel::OnGradReady(int u, cudaEvent_t compute_done, cudaEvent_
   if (wgrad_done != nullptr) FORGE_RETURN_IF_ERROR(CommWaits(wgrad_done));
   const CudaParamBuffers& pb = model_->param_buffers();
   const UnitLayout& unit = model_->layout().units[u];
+  if (fsdp()) {
+    const int l = block_of(u);
+    const float* g = l >= 0 ? block_grads_[l % 2]
+                            : root_grads_[u == model_->layout().embedding_unit() ? 0 : 1];
+    return FsdpReduceScatter(u, g);
+  }
   float* g = pb.grads + pb.unit_offset[u];
   const std::string what = "grad " + unit.name;
   if (all_reduce || !sharded()) {
@@ -100,20 +153,11 @@ Status CudaDataParallel::OnBeforeForward(int u, cudaStream_t compute) {
   return Status::Ok();
 }
 
-Status CudaDataParallel::JoinGrads(cudaStream_t compute) {
-  Status first;
-  for (CommWorkPtr& w : in_flight_) {
-    const Status s = w->WaitOnStream(compute);
-    if (first.ok() && !s.ok()) first = s;
-  }
-  in_flight_.clear();
-  return first;
-}
-
 Status CudaDataParallel::SumLoss(float* stats, cudaStream_t compute) {
   FORGE_RETURN_IF_ERROR(CommWaitsStream(compute));
   FORGE_ASSIGN_OR_RETURN(CommWorkPtr w, comm_->AllReduceSum(stats, 1, DType::kF32, "loss"));
-  return w->WaitOnStream(compute);
+  (void)w;
+  return JoinGrads(compute);
 }
 
 Status CudaDataParallel::Optimize(const cuda::AdamWHyper* hyper, float* stats,
@@ -128,9 +172,17 @@ Status CudaDataParallel::Optimize(const cuda::AdamWHyper* hyper, float* stats,
   FORGE_RETURN_IF_ERROR(CommWaitsStream(compute));
   FORGE_ASSIGN_OR_RETURN(CommWorkPtr w,
                          comm_->AllReduceSum(stats, 2, DType::kF32, "loss and grad norm"));
-  FORGE_RETURN_IF_ERROR(w->WaitOnStream(compute));
+  (void)w;
+  FORGE_RETURN_IF_ERROR(JoinGrads(compute));
   FORGE_RETURN_IF_ERROR(model_->ClipAndUpdate(hyper, stats + 1, compute));
-  return GatherParams(compute);
+  if (!fsdp()) return GatherParams(compute);
+  // The slots changed: every gathered copy is stale. Gather the next step's first units now.
+  root_valid_ = false;
+  holder_[0] = holder_[1] = -1;
+  FORGE_RETURN_IF_ERROR(EnsureRoot(compute, /*wait=*/false));
+  const int L = int(model_->layout().units.size()) - 2;
+  for (int l = 0; l < std::min(L, 2); ++l) FORGE_RETURN_IF_ERROR(Ensure(l, compute, false));
+  return Status::Ok();
 }
 
 // In place: this rank's slot of the bf16 copy (just written by AdamW) is at slot `rank` of
@@ -154,11 +206,15 @@ Status CudaDataParallel::GatherParams(cudaStream_t compute) {
 Status CudaDataParallel::GatherSlots(State which, UnitBuffers* out, cudaStream_t compute) {
   if (!sharded()) return Status::Precondition("GatherSlots: not sharded");
   const CudaParamBuffers& pb = model_->param_buffers();
-  const float* src = which == State::kMaster ? pb.master : which == State::kM ? pb.m : pb.v;
+  const float* src = which == State::kMaster ? pb.master
+                     : which == State::kM    ? pb.m
+                     : which == State::kV    ? pb.v
+                                             : pb.grad_shard;
   const auto& units = model_->layout().units;
   out->resize(units.size());
   for (size_t u = 0; u < units.size(); ++u) {
-    float* scratch = pb.grads + pb.unit_offset[u];
+    // Scratch between steps: the gradient buffer (zero) or fsdp's largest gradient buffer.
+    float* scratch = fsdp() ? root_grads_[0] : pb.grads + pb.unit_offset[u];
     FORGE_CUDA_CHECK(cudaMemcpyAsync(scratch + rank_ * pb.slot[u], src + pb.shard_offset[u],
                                      pb.slot[u] * sizeof(float), cudaMemcpyDeviceToDevice,
                                      compute));
@@ -172,6 +228,168 @@ Status CudaDataParallel::GatherSlots(State which, UnitBuffers* out, cudaStream_t
                                      cudaMemcpyDeviceToHost, compute));
   }
   FORGE_CUDA_CHECK(cudaStreamSynchronize(compute));
+  return Status::Ok();
+}
+
+void CudaDataParallel::ParamsChanged() {
+  root_valid_ = false;
+  holder_[0] = holder_[1] = -1;
+}
+
+// ---- fsdp ----------------------------------------------------------------------------------
+
+int CudaDataParallel::block_of(int unit) const {
+  const ParamLayout& l = model_->layout();
+  if (unit == l.embedding_unit() || unit == l.final_norm_unit()) return -1;
+  return unit - l.block_unit(0);
+}
+
+Status CudaDataParallel::InitFsdp() {
+  const ParamLayout& layout = model_->layout();
+  const CudaParamBuffers& pb = model_->param_buffers();
+  int64_t largest = 0, slot_max = 0;
+  for (size_t u = 0; u < layout.units.size(); ++u) {
+    largest = std::max(largest, PaddedSize(layout.units[u].numel, world_));
+    slot_max = std::max(slot_max, pb.slot[u]);
+  }
+  const int roots[2] = {layout.embedding_unit(), layout.final_norm_unit()};
+  for (int i = 0; i < 2; ++i) {
+    const int64_t n = PaddedSize(layout.units[roots[i]].numel, world_);
+    FORGE_RETURN_IF_ERROR(AllocDevice(reinterpret_cast<void**>(&root_params_[i]), n * 2));
+    // The embedding's gradient buffer doubles as GatherSlots' scratch: sized for any unit.
+    const int64_t g = i == 0 ? largest : n;
+    FORGE_RETURN_IF_ERROR(AllocDevice(reinterpret_cast<void**>(&root_grads_[i]), g * 4));
+    model_->BindUnit(roots[i], root_params_[i], root_grads_[i]);
+  }
+  const int L = int(layout.units.size()) - 2;
+  if (L > 0) {
+    const int64_t n = PaddedSize(layout.units[layout.block_unit(0)].numel, world_);
+    for (int b = 0; b < 2; ++b) {
+      FORGE_RETURN_IF_ERROR(AllocDevice(reinterpret_cast<void**>(&block_params_[b]), n * 2));
+      FORGE_RETURN_IF_ERROR(AllocDevice(reinterpret_cast<void**>(&block_grads_[b]), n * 4));
+    }
+  }
+  FORGE_RETURN_IF_ERROR(AllocDevice(reinterpret_cast<void**>(&add_slot_), slot_max * 4));
+  for (cudaEvent_t* e : {&root_gathered_, &root_rs_done_, &gathered_[0], &gathered_[1],
+                         &released_[0], &released_[1], &rs_done_[0], &rs_done_[1]}) {
+    FORGE_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+  }
+  FORGE_CUDA_CHECK(cudaDeviceSynchronize());  // the memsets above ran on the legacy stream
+  return Status::Ok();
+}
+
+// Embedding and final norm, gathered from this rank's bf16 slots once per parameter update.
+Status CudaDataParallel::EnsureRoot(cudaStream_t compute, bool wait) {
+  const ParamLayout& layout = model_->layout();
+  const CudaParamBuffers& pb = model_->param_buffers();
+  if (!root_valid_) {
+    FORGE_RETURN_IF_ERROR(CommWaitsStream(compute));  // after AdamW wrote the slots
+    const int roots[2] = {layout.embedding_unit(), layout.final_norm_unit()};
+    for (int i = 0; i < 2; ++i) {
+      const int u = roots[i];
+      FORGE_ASSIGN_OR_RETURN(CommWorkPtr w,
+                             comm_->AllGather(pb.params_shard + pb.shard_offset[u],
+                                              root_params_[i], pb.slot[u], DType::kBF16,
+                                              "params " + layout.units[u].name));
+      (void)w;
+    }
+    FORGE_CUDA_CHECK(cudaEventRecord(root_gathered_, nccl_stream_));
+    root_valid_ = true;
+  }
+  if (wait) FORGE_CUDA_CHECK(cudaStreamWaitEvent(compute, root_gathered_, 0));
+  return Status::Ok();
+}
+
+// Block `layer` into buffer layer % 2 (unless it is there): the gather waits until the
+// buffer's previous holder was released by the compute stream.
+Status CudaDataParallel::Ensure(int layer, cudaStream_t compute, bool wait) {
+  const int b = layer % 2;
+  const int u = model_->layout().block_unit(layer);
+  if (holder_[b] != layer) {
+    const CudaParamBuffers& pb = model_->param_buffers();
+    if (released_pending_[b]) FORGE_RETURN_IF_ERROR(CommWaits(released_[b]));
+    else FORGE_RETURN_IF_ERROR(CommWaitsStream(compute));
+    released_pending_[b] = false;
+    FORGE_ASSIGN_OR_RETURN(CommWorkPtr w,
+                           comm_->AllGather(pb.params_shard + pb.shard_offset[u], block_params_[b],
+                                            pb.slot[u], DType::kBF16,
+                                            "params " + model_->layout().units[u].name));
+    (void)w;
+    FORGE_CUDA_CHECK(cudaEventRecord(gathered_[b], nccl_stream_));
+    holder_[b] = layer;
+  }
+  if (wait) {
+    FORGE_CUDA_CHECK(cudaStreamWaitEvent(compute, gathered_[b], 0));
+    model_->BindUnit(u, block_params_[b], block_grads_[b]);
+  }
+  return Status::Ok();
+}
+
+// Everything enqueued on the compute stream so far may read block `layer`'s buffer; the
+// buffer's next gather waits for it.
+Status CudaDataParallel::Release(int layer, cudaStream_t compute) {
+  const int b = layer % 2;
+  if (holder_[b] != layer) return Status::Ok();
+  FORGE_CUDA_CHECK(cudaEventRecord(released_[b], compute));
+  released_pending_[b] = true;
+  return Status::Ok();
+}
+
+Status CudaDataParallel::OnFsdpForward(int u, cudaStream_t compute) {
+  const int L = int(model_->layout().units.size()) - 2;
+  const int l = block_of(u);
+  if (l < 0) {
+    if (u != model_->layout().embedding_unit()) return Status::Ok();  // final norm: gathered
+    // Start of a pass: the root gradient buffers are rewritten by this pass's backward.
+    if (root_rs_pending_) {
+      FORGE_CUDA_CHECK(cudaStreamWaitEvent(compute, root_rs_done_, 0));
+      root_rs_pending_ = false;
+    }
+    FORGE_RETURN_IF_ERROR(EnsureRoot(compute, /*wait=*/true));
+    return L > 0 ? Ensure(0, compute, /*wait=*/false) : Status::Ok();
+  }
+  if (l > 0) FORGE_RETURN_IF_ERROR(Release(l - 1, compute));
+  FORGE_RETURN_IF_ERROR(Ensure(l, compute, /*wait=*/true));
+  if (l + 1 < L) FORGE_RETURN_IF_ERROR(Ensure(l + 1, compute, /*wait=*/false));
+  return Status::Ok();
+}
+
+Status CudaDataParallel::OnFsdpBackward(int u, cudaStream_t compute) {
+  const int L = int(model_->layout().units.size()) - 2;
+  const int l = block_of(u);
+  if (l < 0) return Status::Ok();
+  if (l + 1 < L) FORGE_RETURN_IF_ERROR(Release(l + 1, compute));
+  FORGE_RETURN_IF_ERROR(Ensure(l, compute, /*wait=*/true));
+  // The gradient buffer's previous contents (block l+2) must have been reduce-scattered. The
+  // weight-gradient stream forks from the compute stream after this wait, so it is ordered too.
+  const int b = l % 2;
+  if (rs_pending_[b]) {
+    FORGE_CUDA_CHECK(cudaStreamWaitEvent(compute, rs_done_[b], 0));
+    rs_pending_[b] = false;
+  }
+  if (l > 0) FORGE_RETURN_IF_ERROR(Ensure(l - 1, compute, /*wait=*/false));
+  return Status::Ok();
+}
+
+// Into the slot on the step's first micro-step; later ones into a scratch slot, then added.
+Status CudaDataParallel::FsdpReduceScatter(int u, const float* grads) {
+  const CudaParamBuffers& pb = model_->param_buffers();
+  float* slot = pb.grad_shard + pb.shard_offset[u];
+  float* dst = first_micro_ ? slot : add_slot_;
+  FORGE_RETURN_IF_ERROR(Track(comm_->ReduceScatterSum(grads, dst, pb.slot[u], DType::kF32,
+                                                      "grad " + model_->layout().units[u].name)));
+  if (!first_micro_) {
+    AddKernel<<<256, 256, 0, nccl_stream_>>>(slot, add_slot_, pb.slot[u]);
+    FORGE_CUDA_LAUNCH_CHECK();
+  }
+  const int l = block_of(u);
+  if (l < 0) {
+    FORGE_CUDA_CHECK(cudaEventRecord(root_rs_done_, nccl_stream_));
+    root_rs_pending_ = true;
+  } else {
+    FORGE_CUDA_CHECK(cudaEventRecord(rs_done_[l % 2], nccl_stream_));
+    rs_pending_[l % 2] = true;
+  }
   return Status::Ok();
 }
 

@@ -12,8 +12,17 @@
 //          the full compute copy, which is then all-gathered in place unit by unit; the next
 //          forward waits for each unit's gather just before it reads the unit, so the gathers
 //          overlap the forward of the units before. On the GPU zero2 is zero1: the flat
-//          gradient buffer is the backward's working memory either way (freeing non-local
-//          gradients needs per-unit gradient buffers, which fsdp would bring).
+//          gradient buffer is the backward's working memory either way (fsdp is the mode
+//          that frees it).
+//   fsdp   no full-size parameters or gradients stay: each rank keeps its slots (fp32 master,
+//          moments, gradient sum and the bf16 values). Blocks are gathered into two rotating
+//          bf16 buffers just before use, the next block prefetched (forward: l+1 while l runs;
+//          backward: l-1 while l runs); their gradients go to two rotating fp32 buffers and
+//          are reduce-scattered into the slots as soon as each block's backward ends, on every
+//          micro-step (accumulated in the slot). The root units (embedding, tied with the LM
+//          head, and the final norm) stay gathered for the whole step, as is usual for FSDP's
+//          root module: they are used at both ends of the pass. After AdamW the next step's
+//          root units and first two blocks are gathered at once, overlapping the step's tail.
 //
 // The loss of a step is the mean over ranks of each rank's mean (equal token counts), summed
 // by one all-reduce of a float; callers divide by the world size. Gradients use
@@ -46,6 +55,14 @@ class CudaDataParallel {
 
   int world() const { return world_; }
   bool sharded() const { return mode_ != ParallelMode::kDdp; }
+  // fsdp: gradients leave the rotating buffers on every micro-step, so every micro-step's
+  // backward overwrites them (accumulate_grads false) and runs the grad hooks.
+  bool fsdp() const { return mode_ == ParallelMode::kFsdp; }
+  // Before each ForwardBackward of a step: whether it is the step's first micro-step (fsdp
+  // reduce-scatters the first into the gradient slots and adds the later ones).
+  void BeginMicroStep(bool first) { first_micro_ = first; }
+  // The model's parameters were replaced (SetParams): fsdp's gathered copies are stale.
+  void ParamsChanged();
 
   // Hooks for a pass that only reads parameters (forward-only passes, micro-steps before the
   // last) and for the pass that completes a step's gradient: all_reduce forces all-reduce in
@@ -64,7 +81,7 @@ class CudaDataParallel {
   Status Optimize(const cuda::AdamWHyper* hyper, float* stats, cudaStream_t compute);
   // zero: the full fp32 units of a sharded buffer (master, m or v: pick with `which`),
   // gathered through the gradient buffer (scratch between steps). Collective; synchronises.
-  enum class State { kMaster, kM, kV };
+  enum class State { kMaster, kM, kV, kGrad };
   Status GatherSlots(State which, UnitBuffers* out, cudaStream_t compute);
 
  private:
@@ -78,6 +95,16 @@ class CudaDataParallel {
                      bool all_reduce);
   Status OnBeforeForward(int unit, cudaStream_t compute);
   Status GatherParams(cudaStream_t compute);
+  // fsdp
+  Status InitFsdp();
+  Status OnFsdpForward(int unit, cudaStream_t compute);
+  Status OnFsdpBackward(int unit, cudaStream_t compute);
+  Status FsdpReduceScatter(int unit, const float* grads);
+  Status EnsureRoot(cudaStream_t compute, bool wait);
+  Status Release(int layer, cudaStream_t compute);
+  Status Ensure(int layer, cudaStream_t compute, bool wait);
+  Status AllocDevice(void** p, size_t bytes);
+  int block_of(int unit) const;  // layer index, or -1 for a root unit
 
   NcclComm* comm_;
   ParallelMode mode_;
@@ -89,6 +116,26 @@ class CudaDataParallel {
   std::vector<bool> gather_pending_;
   std::vector<CommWorkPtr> in_flight_;        // gradient collectives of the current pass
   CudaModelHooks read_hooks_, grad_hooks_, allreduce_hooks_;
+  cudaEvent_t comm_point_ = nullptr;  // NCCL-stream point the compute stream waits for
+
+  // fsdp state (see the file comment).
+  bool first_micro_ = true;
+  std::vector<void*> allocations_;
+  cuda::bf16* root_params_[2] = {};  // embedding, final norm (gathered)
+  float* root_grads_[2] = {};        // [0] also GatherSlots' scratch (largest unit)
+  cudaEvent_t root_gathered_ = nullptr;
+  bool root_valid_ = false;
+  cudaEvent_t root_rs_done_ = nullptr;  // last reduce-scatter out of a root gradient buffer
+  bool root_rs_pending_ = false;
+  cuda::bf16* block_params_[2] = {};
+  float* block_grads_[2] = {};
+  int holder_[2] = {-1, -1};            // layer whose parameters block_params_[b] holds
+  cudaEvent_t gathered_[2] = {};        // NCCL stream: block_params_[b] filled
+  cudaEvent_t released_[2] = {};        // compute stream: last reader of block_params_[b]
+  bool released_pending_[2] = {false, false};
+  cudaEvent_t rs_done_[2] = {};         // NCCL stream: block_grads_[b] read by its RS
+  bool rs_pending_[2] = {false, false};
+  float* add_slot_ = nullptr;           // later micro-steps' reduce-scatter target
 };
 
 }  // namespace forge
