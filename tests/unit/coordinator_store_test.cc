@@ -1,0 +1,142 @@
+// The coordinator's pieces that need no network: the SQLite run store (survives reopening),
+// placement, path confinement and the constant-time token compare.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "coordinator/run_paths.h"
+#include "coordinator/run_store.h"
+#include "coordinator/scheduler.h"
+#include "rpc/auth.h"
+
+namespace forge::coord {
+namespace {
+
+std::string TempDb(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/forge_store_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/" + name + ".db";
+  std::filesystem::remove(path);
+  return path;
+}
+
+TEST(RunStore, EverythingSurvivesReopening) {
+  const std::string path = TempDb("reopen");
+  {
+    auto store = RunStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    RunRecord r;
+    r.id = "a-1";
+    r.name = "a";
+    r.state = RunState::kRunning;
+    r.spec_yaml = "name: a\n";
+    r.workers = 2;
+    r.attempt = 1;
+    ASSERT_TRUE((*store)->InsertRun(&r).ok());
+    r.step = 17;
+    r.reason = "x";
+    ASSERT_TRUE((*store)->UpdateRun(r).ok());
+    EventRecord e{0, "a-1", 5, RunState::kRunning, "placed"};
+    ASSERT_TRUE((*store)->AppendEvent(e).ok());
+    MetricRecord m;
+    m.run_id = "a-1";
+    m.step = 3;
+    m.loss = 2.5f;
+    ASSERT_TRUE((*store)->PutMetrics(&m).ok());
+    m.loss = 2.25f;  // the same step again (a restart redid it): replaces
+    ASSERT_TRUE((*store)->PutMetrics(&m).ok());
+    ASSERT_TRUE((*store)->PutCheckpoint({"a-1", 4, "/x/step_4", 2, 100, 9}).ok());
+    ASSERT_TRUE((*store)->PutShardReport("a-1", 1, 8, 0, "{r0}").ok());
+    WorkerRecord w;
+    w.id = "w0";
+    w.group_id = "g";
+    w.group_size = 2;
+    w.run_id = "a-1";
+    w.attempt = 1;
+    ASSERT_TRUE((*store)->PutWorker(w).ok());
+  }
+  auto store = RunStore::Open(path);
+  ASSERT_TRUE(store.ok());
+  auto run = (*store)->GetRun("a-1");
+  ASSERT_TRUE(run.ok() && run->has_value());
+  EXPECT_EQ((*run)->step, 17);
+  EXPECT_EQ((*run)->state, RunState::kRunning);
+  EXPECT_EQ((*run)->workers, 2);
+  EXPECT_EQ((*run)->reason, "x");
+  auto events = (*store)->EventsAfter("a-1", 0);
+  ASSERT_TRUE(events.ok());
+  ASSERT_EQ(events->size(), 1u);
+  EXPECT_EQ((*events)[0].message, "placed");
+  auto metrics = (*store)->MetricsAfter("a-1", 0);
+  ASSERT_TRUE(metrics.ok());
+  ASSERT_EQ(metrics->size(), 1u);
+  EXPECT_EQ((*metrics)[0].loss, 2.25f);
+  auto cks = (*store)->Checkpoints("a-1");
+  ASSERT_TRUE(cks.ok());
+  ASSERT_EQ(cks->size(), 1u);
+  EXPECT_EQ((*cks)[0].dir, "/x/step_4");
+  auto reports = (*store)->ShardReports("a-1", 1, 8);
+  ASSERT_TRUE(reports.ok());
+  ASSERT_EQ(reports->size(), 1u);
+  EXPECT_EQ((*reports)[0].second, "{r0}");
+  auto workers = (*store)->Workers();
+  ASSERT_TRUE(workers.ok());
+  ASSERT_EQ(workers->size(), 1u);
+  EXPECT_EQ((*workers)[0].run_id, "a-1");
+  EXPECT_FALSE((*store)->GetRun("nope")->has_value());
+}
+
+TEST(Scheduler, LaunchGroupsArePlacedWholeAndInRankOrder) {
+  std::vector<PoolWorker> idle = {{"b1", "cpu", "g", 1, 2}, {"solo", "cpu", "", 0, 1},
+                                  {"b0", "cpu", "g", 0, 2}};
+  Placement p = PlaceRun(idle, 2);
+  EXPECT_EQ(p.worker_ids, (std::vector<std::string>{"b0", "b1"}));
+  EXPECT_FALSE(p.comm_id_from_coordinator);
+  // A one-worker run takes the standalone worker, never half a group.
+  EXPECT_EQ(PlaceRun(idle, 1).worker_ids, (std::vector<std::string>{"solo"}));
+  // Half a group present: nothing for 2.
+  EXPECT_TRUE(PlaceRun({{"b1", "cpu", "g", 1, 2}, {"solo", "cpu", "", 0, 1}}, 2).worker_ids.empty());
+  // No group of 4.
+  EXPECT_TRUE(PlaceRun(idle, 4).worker_ids.empty());
+}
+
+TEST(Scheduler, StandaloneWorkersCombineOnlyOnGpus) {
+  std::vector<PoolWorker> cpus = {{"c0", "cpu", "", 0, 1}, {"c1", "cpu", "", 0, 1}};
+  EXPECT_TRUE(PlaceRun(cpus, 2).worker_ids.empty());  // CPU data parallelism needs MPI
+  std::vector<PoolWorker> gpus = {{"g0", "cuda:0", "", 0, 1}, {"g1", "cuda:0", "", 0, 1},
+                                  {"g2", "cuda:1", "", 0, 1}};
+  Placement p = PlaceRun(gpus, 2);
+  EXPECT_EQ(p.worker_ids, (std::vector<std::string>{"g0", "g1"}));
+  EXPECT_TRUE(p.comm_id_from_coordinator);
+}
+
+TEST(RunPaths, ConfinedToTheirRoot) {
+  EXPECT_EQ(*ResolveInside("/r", "a/b.safetensors", "o"), "/r/a/b.safetensors");
+  for (const char* bad : {"", "/etc/passwd", "..", "../x", "a/../../x", "a//b", "./a", "a/.",
+                          "a\\..\\b"})
+    EXPECT_EQ(ResolveInside("/r", bad, "o").status().code(), Code::kInvalidArgument) << bad;
+  EXPECT_EQ(*ParseCheckpointName("", "c"), -1);
+  EXPECT_EQ(*ParseCheckpointName("latest", "c"), -1);
+  EXPECT_EQ(*ParseCheckpointName("step_42", "c"), 42);
+  for (const char* bad : {"step_", "step_1/../x", "../step_1", "/abs/step_1", "step_x", "steps_1"})
+    EXPECT_FALSE(ParseCheckpointName(bad, "c").ok()) << bad;
+}
+
+TEST(Auth, ConstantTimeEqualsAndSecrets) {
+  EXPECT_TRUE(rpc::ConstantTimeEquals("abc", "abc"));
+  EXPECT_FALSE(rpc::ConstantTimeEquals("abc", "abd"));
+  EXPECT_FALSE(rpc::ConstantTimeEquals("abc", "abcd"));
+  EXPECT_FALSE(rpc::ConstantTimeEquals("", "a"));
+  const std::string s = rpc::RandomSecret();
+  EXPECT_EQ(s.size(), 64u);
+  EXPECT_NE(s, rpc::RandomSecret());
+  ::unsetenv("FORGE_TEST_SECRET_UNSET");
+  EXPECT_EQ(rpc::LoadSecret("", "FORGE_TEST_SECRET_UNSET", "t").status().code(),
+            Code::kInvalidArgument);
+  ::setenv("FORGE_TEST_SECRET_SET", "tok\n", 1);
+  EXPECT_EQ(*rpc::LoadSecret("", "FORGE_TEST_SECRET_SET", "t"), "tok");
+}
+
+}  // namespace
+}  // namespace forge::coord
