@@ -29,6 +29,7 @@
 
 #include "bench_util.h"
 #include "common/config.h"
+#include "common/peak_flops.h"
 #include "worker/model/param_layout.h"
 #include "worker/train/cuda_backend.h"
 
@@ -96,15 +97,10 @@ double ProcessAgeSeconds() {
   return 0.0;
 }
 
-// Dense BF16 tensor-core peak by device name (TFLOP/s); 0 when unknown.
+// Dense BF16 tensor-core peak of the GPU (TFLOP/s; common/peak_flops.h); 0 when unknown.
 double PeakTflops(const std::string& gpu) {
   if (const char* env = std::getenv("FORGE_PEAK_TFLOPS")) return std::strtod(env, nullptr);
-  if (gpu.find("H100") != std::string::npos) {
-    return gpu.find("PCIe") != std::string::npos ? 756.0 : 989.4;  // SXM / HBM3
-  }
-  if (gpu.find("H200") != std::string::npos) return 989.4;
-  if (gpu.find("A100") != std::string::npos) return 312.0;
-  return 0.0;
+  return DenseBf16PeakTflops(gpu);
 }
 
 int Run(int argc, char** argv) {
@@ -191,7 +187,7 @@ int Run(int argc, char** argv) {
   out["step_ms"] = step_ms;
   out["tokens_per_s"] = tokens_per_s;
   out["mfu"] = peak_tflops > 0.0
-                   ? Json(tokens_per_s * TrainFlopsPerToken(m) / (peak_tflops * 1e12))
+                   ? Json(ModelFlopsUtilization(tokens_per_s, TrainFlopsPerToken(m), peak_tflops))
                    : Json(nullptr);
   out["peak_mem_gib"] = static_cast<double>(backend->peak_bytes()) / double(1ull << 30);
   out["first_step_s"] = first_step_s;

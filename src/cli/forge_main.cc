@@ -33,6 +33,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/config.h"
+#include "metrics/train_metrics.h"
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/data/dataset.h"
 #include "worker/data/prepare.h"
@@ -172,9 +173,19 @@ int Train(const Args& a, ProcessGroup* group) {
   auto joined = JoinProcessGroup(cfg);
   if (!joined.ok()) return Fail(joined.status());
   *group = std::move(joined).value();
+  // /metrics when metrics.port is set: collective wait times and a series per step record.
+  auto metrics = TrainMetrics::Start(cfg, cfg.name, group->rank(), group->launch.local_rank,
+                                     group->world());
+  if (!metrics.ok()) return Fail(metrics.status());
+  if (*metrics) {
+    group->comm = (*metrics)->TimeCollectives(std::move(group->comm));
+    opt.on_step = (*metrics)->StepCallback(opt.on_step);
+  }
   const bool leader = group->rank() == 0;
   InstallStopHandlers();
   auto run = TrainInProcessGroup(cfg, group, opt);
+  if (*metrics)
+    (*metrics)->Finish(!run.ok() ? "failed" : run->train.stopped ? "stopped" : "completed");
   if (!run.ok()) return Fail(run.status());
   opt.metrics_path = run->metrics_path;
   const UnigramBaseline base{run->unigram_baseline};

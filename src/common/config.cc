@@ -248,6 +248,11 @@ MaybeProblem CheckRunConfig(const RunConfig& c) {
   FORGE_RULE(AtLeast("train.workers", c.train.workers, 1));
   FORGE_RULE(AtLeast("train.max_restarts", c.train.max_restarts, 0));
   if (c.train.run_dir.empty()) return Problem{"train.run_dir", "must not be empty", {}};
+
+  FORGE_RULE(InRange("metrics.port", c.metrics.port, 0, 65535));
+  if (c.metrics.bind_address.empty())
+    return Problem{"metrics.bind_address", "must not be empty (0.0.0.0 listens everywhere)", {}};
+  FORGE_RULE(NonNegative("metrics.peak_tflops", c.metrics.peak_tflops));
   return std::nullopt;
 }
 
@@ -535,7 +540,8 @@ class Reader {
 
 const std::vector<std::string_view> kTopKeys = {"name",   "seed",      "model",      "data",
                                                 "optimizer", "schedule", "batch",    "precision",
-                                                "parallel",  "checkpoint", "eval",   "train"};
+                                                "parallel",  "checkpoint", "eval",   "train",
+                                                "metrics"};
 const std::vector<std::string_view> kModelKeys = {"preset",  "n_layer",    "d_model",  "n_head",
                                                   "n_kv_head", "ffn",      "vocab",    "seq_len",
                                                   "rope_theta", "norm_eps", "qk_norm", "init_std"};
@@ -660,6 +666,13 @@ Status ReadSections(Reader& r, const Entries& top, RunConfig* c) {
   FORGE_RETURN_IF_ERROR(r.ReadString(e, "train", "run_dir", &t.run_dir));
   FORGE_RETURN_IF_ERROR(r.ReadInt(e, "train", "workers", &t.workers));
   FORGE_RETURN_IF_ERROR(r.ReadInt(e, "train", "max_restarts", &t.max_restarts));
+
+  MetricsConfig& mc = c->metrics;
+  FORGE_RETURN_IF_ERROR(
+      r.ReadMap(section("metrics"), "metrics", {"port", "bind_address", "peak_tflops"}, &e));
+  FORGE_RETURN_IF_ERROR(r.ReadInt(e, "metrics", "port", &mc.port));
+  FORGE_RETURN_IF_ERROR(r.ReadString(e, "metrics", "bind_address", &mc.bind_address));
+  FORGE_RETURN_IF_ERROR(r.ReadDouble(e, "metrics", "peak_tflops", &mc.peak_tflops));
   return Status::Ok();
 }
 
@@ -822,6 +835,10 @@ std::string RunConfigToYaml(const RunConfig& c) {
     << "  run_dir: " << Quote(t.run_dir) << "\n"
     << "  workers: " << t.workers << "\n"
     << "  max_restarts: " << t.max_restarts << "\n";
+  y << "metrics:\n"
+    << "  port: " << c.metrics.port << "\n"
+    << "  bind_address: " << Quote(c.metrics.bind_address) << "\n"
+    << "  peak_tflops: " << Num(c.metrics.peak_tflops) << "\n";
   return y.str();
 }
 

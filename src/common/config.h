@@ -110,6 +110,15 @@ struct TrainConfig {
   int max_restarts = 3;
 };
 
+// /metrics (src/metrics/): off unless a port is given. A worker serves on port + its local
+// rank, so the ranks of one node do not collide.
+struct MetricsConfig {
+  int port = 0;                          // 0: no /metrics endpoint
+  std::string bind_address = "0.0.0.0";
+  double peak_tflops = 0.0;              // MFU denominator; 0: the device's entry in
+                                         // common/peak_flops.h (no MFU when unknown, e.g. CPU)
+};
+
 struct RunConfig {
   std::string source_path;     // file it came from (for messages)
   std::string name = "run";
@@ -124,6 +133,7 @@ struct RunConfig {
   CheckpointConfig checkpoint;
   EvalConfig eval;
   TrainConfig train;
+  MetricsConfig metrics;
 };
 
 // Parses YAML text; `source` names it in errors (a path or "<spec>").

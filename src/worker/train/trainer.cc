@@ -11,6 +11,7 @@
 #include "worker/model/init.h"
 #include "worker/optim/lr_schedule.h"
 #include "worker/parallel/comm.h"
+#include "worker/train/cuda_backend.h"
 #include "worker/train/trainer_checkpoint.h"
 
 namespace forge {
@@ -216,6 +217,8 @@ StatusOr<TrainResult> RunTraining(const RunConfig& cfg, TrainBackend* backend,
   double train_seconds = 0.0;
   double window_seconds = 0.0;
   int64_t window_steps = 0;
+  double window_data_wait = 0.0;
+  CudaTrainBackend* const cuda = dynamic_cast<CudaTrainBackend*>(backend);  // memory in records
   int64_t cursor = start.data_cursor;  // global sequence index of the next global batch
   // Committed, not yet in a record (folded when more than one commits between two records).
   std::optional<CheckpointCommit> unreported;
@@ -225,6 +228,7 @@ StatusOr<TrainResult> RunTraining(const RunConfig& cfg, TrainBackend* backend,
     for (int k = 0; k < accum; ++k)
       FORGE_RETURN_IF_ERROR(data.train(cursor, k, inputs[k].data(), targets[k].data())
                                 .Annotate("training batch at cursor " + std::to_string(cursor)));
+    window_data_wait += Seconds(t0, Clock::now());
     const float lr = LearningRate(cfg.optimizer, cfg.schedule, step);
     const bool last = step == total_steps;
     const bool log = last || step == 1 || (cfg.train.log_every > 0 && step % cfg.train.log_every == 0);
@@ -291,8 +295,15 @@ StatusOr<TrainResult> RunTraining(const RunConfig& cfg, TrainBackend* backend,
     if (log || eval || (stop && unreported && stats.valid)) {
       rec.step_seconds = window_seconds / double(window_steps);
       rec.tokens_per_s = double(tokens_per_step) * window_steps / window_seconds;
+      rec.window_steps = window_steps;
+      rec.data_wait_seconds = window_data_wait;
+      if (cuda != nullptr) {
+        rec.gpu_allocated_bytes = rec.gpu_reserved_bytes = cuda->allocated_bytes();
+        rec.gpu_peak_bytes = cuda->peak_bytes();
+      }
       window_seconds = 0.0;
       window_steps = 0;
+      window_data_wait = 0.0;
       if (unreported) {
         rec.checkpoint_step = unreported->step;
         rec.checkpoints_committed = unreported_count;

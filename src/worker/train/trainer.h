@@ -49,6 +49,14 @@ struct StepRecord {
   double checkpoint_blocked_s = 0.0, checkpoint_write_s = 0.0;
   uint64_t checkpoint_bytes = 0;
   double checkpoint_bytes_per_s = 0.0;
+  // For metrics (src/metrics/): how many steps this record's averages cover (those since the
+  // previous record) and the time the loop spent fetching their batches.
+  int64_t window_steps = 0;
+  double data_wait_seconds = 0.0;
+  // Device memory of a CUDA backend at this record, in bytes (0 on the CPU backend): its own
+  // buffers (allocated; reserved is the same number, as it keeps no caching allocator) and the
+  // high-water mark of the device memory it uses, library workspaces included (peak).
+  int64_t gpu_allocated_bytes = 0, gpu_reserved_bytes = 0, gpu_peak_bytes = 0;
 };
 
 struct TrainOptions {
