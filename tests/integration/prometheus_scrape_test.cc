@@ -1,0 +1,230 @@
+// A real Prometheus server on loopback scrapes a real CPU `forge train` run through the run's
+// /metrics endpoint (metrics.port): the test asks Prometheus's HTTP API for the throughput and
+// the loss series, then runs every panel query of the Grafana dashboard against the same data
+// and prints which returned series. Skipped with a message where the `prometheus` binary is not
+// installed (Debian package prometheus).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../common/dashboard_queries.h"
+#include "../common/http_get.h"
+#include "counting_dataset.h"
+
+namespace forge {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+// A child process with stdout+stderr in a log file; killed (SIGKILL) if still running at the end.
+struct Child {
+  pid_t pid = -1;
+  std::string log;
+  ~Child() {
+    if (pid > 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  }
+  bool Running() {
+    if (pid <= 0) return false;
+    int st = 0;
+    if (::waitpid(pid, &st, WNOHANG) == pid) {
+      pid = -1;
+      exit_status = st;
+      return false;
+    }
+    return true;
+  }
+  // SIGTERM, then wait up to `seconds`; the exit code (-1: had to be killed).
+  int Stop(int seconds) {
+    if (pid > 0) ::kill(pid, SIGTERM);
+    const auto end = Clock::now() + std::chrono::seconds(seconds);
+    while (Running() && Clock::now() < end) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (pid > 0) return -1;
+    return WIFEXITED(exit_status) ? WEXITSTATUS(exit_status) : -1;
+  }
+  int exit_status = 0;
+};
+
+void Spawn(Child* c, const std::vector<std::string>& argv, const std::string& log,
+           const std::vector<std::string>& env = {}) {
+  c->log = log;
+  c->pid = ::fork();
+  if (c->pid == 0) {
+    std::FILE* f = std::freopen(log.c_str(), "w", stdout);
+    (void)f;
+    ::dup2(::fileno(stdout), 2);
+    for (const auto& e : env) ::putenv(const_cast<char*>(e.c_str()));
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execvp(args[0], args.data());
+    std::_Exit(127);
+  }
+}
+
+std::string Tail(const std::string& path) {
+  std::ifstream in(path);
+  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return s.size() > 3000 ? s.substr(s.size() - 3000) : s;
+}
+
+// GET /api/v1/query; the "result" array (null JSON on any failure).
+json Query(int port, const std::string& promql) {
+  const test::HttpResponse r = test::HttpGet(port, "/api/v1/query?query=" + test::UrlEncode(promql));
+  if (r.status != 200) return json();
+  const json j = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || j.value("status", "") != "success") return json();
+  return j["data"]["result"];
+}
+
+bool HaveProgram(const char* name) {
+  return std::system(("command -v " + std::string(name) + " >/dev/null 2>&1").c_str()) == 0;
+}
+
+TEST(PrometheusScrape, RealServerScrapesACpuTrainingRun) {
+  if (!HaveProgram("prometheus"))
+    GTEST_SKIP() << "prometheus not found: install the Debian package prometheus "
+                    "(--no-install-recommends) for the scrape test";
+  const auto t_start = Clock::now();
+  const std::string dir = ::testing::TempDir() + "/prom_scrape_" + std::to_string(::getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  test::WriteCountingDataset(dir + "/data", 777u, 60000, 4000);
+
+  const int metrics_port = test::FreeLoopbackPort();
+  const int prom_port = test::FreeLoopbackPort();
+  ASSERT_GT(metrics_port, 0);
+  ASSERT_NE(metrics_port, prom_port);
+  const std::string run_id = "prom-it";
+  // Long enough never to finish by itself: the test stops it once Prometheus has what it needs.
+  std::ofstream(dir + "/run.yaml") << "name: " << run_id << "\n"
+      << "seed: 3\n"
+         "model: {n_layer: 2, d_model: 64, n_head: 4, ffn: 128, vocab: 256, seq_len: 64}\n"
+         "data: {dataset_dir: " << dir << "/data}\n"
+         "optimizer: {lr: 0.001}\n"
+         "schedule: {total_steps: 1000000, warmup_steps: 5, decay: constant}\n"
+         "batch: {micro_batch: 8, global_batch: 16}\n"
+         "eval: {every_steps: 200, batches: 2}\n"
+         "train: {backend: cpu, log_every: 2, run_dir: " << dir << "/run}\n"
+         "metrics: {port: " << metrics_port << ", bind_address: 127.0.0.1, peak_tflops: 0.01}\n";
+  std::ofstream(dir + "/prometheus.yml")
+      << "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+         "rule_files: [" << FORGE_SOURCE_DIR << "/deploy/prometheus/alerts.yml]\n"
+         "scrape_configs:\n"
+         "  - job_name: forge-workers\n"
+         "    static_configs: [{targets: ['127.0.0.1:" << metrics_port << "']}]\n";
+
+  Child prom, forge;
+  Spawn(&prom, {"prometheus", "--config.file=" + dir + "/prometheus.yml",
+                "--storage.tsdb.path=" + dir + "/tsdb",
+                "--web.listen-address=127.0.0.1:" + std::to_string(prom_port)},
+        dir + "/prometheus.log");
+  // Start training once Prometheus scrapes the (not yet listening) target, so the first
+  // successful scrape comes within a scrape interval of the first step, not ~6 s later.
+  const auto scraping_deadline = Clock::now() + std::chrono::seconds(20);
+  bool scraping = false;
+  while (!scraping && Clock::now() < scraping_deadline) {
+    ASSERT_TRUE(prom.Running()) << "prometheus ended:\n" << Tail(prom.log);
+    const json up = Query(prom_port, "up{job=\"forge-workers\"}");
+    scraping = up.is_array() && !up.empty();
+    if (!scraping) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  ASSERT_TRUE(scraping) << "prometheus never scraped its target:\n" << Tail(prom.log);
+  Spawn(&forge, {std::string(FORGE_BINARY_DIR) + "/bin/forge", "train", dir + "/run.yaml"},
+        dir + "/forge.log", {"OPENBLAS_NUM_THREADS=1"});
+
+  // Poll until Prometheus holds enough loss samples of the run (the first scrape of a new
+  // target comes a few seconds after start-up).
+  const std::string loss_sel = "forge_loss{run_id=\"" + run_id + "\"}";
+  int samples = 0;
+  const auto deadline = Clock::now() + std::chrono::seconds(45);
+  while (Clock::now() < deadline) {
+    ASSERT_TRUE(forge.Running()) << "forge train ended early:\n" << Tail(forge.log);
+    ASSERT_TRUE(prom.Running()) << "prometheus ended:\n" << Tail(prom.log);
+    const json r = Query(prom_port, "count_over_time(" + loss_sel + "[5m])");
+    if (r.is_array() && !r.empty()) samples = std::stoi(r[0]["value"][1].get<std::string>());
+    if (samples >= 10) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  ASSERT_GE(samples, 10) << "prometheus log:\n" << Tail(prom.log) << "\nforge log:\n" << Tail(forge.log);
+
+  const json tps = Query(prom_port, "forge_tokens_per_second{run_id=\"" + run_id + "\"}");
+  ASSERT_TRUE(tps.is_array() && tps.size() == 1) << tps.dump();
+  const double tokens_per_s = std::stod(tps[0]["value"][1].get<std::string>());
+  EXPECT_GT(tokens_per_s, 0.0);
+
+  // The loss as Prometheus recorded it, scrape by scrape.
+  const json series = Query(prom_port, loss_sel + "[5m]");
+  ASSERT_TRUE(series.is_array() && series.size() == 1) << series.dump();
+  std::vector<double> loss;
+  for (const auto& v : series[0]["values"]) loss.push_back(std::stod(v[1].get<std::string>()));
+  ASSERT_GE(loss.size(), 10u);
+  std::printf("forge_loss over %zu scrapes: first %.4f, last %.4f; tokens/s %.0f\n", loss.size(),
+              loss.front(), loss.back(), tokens_per_s);
+  EXPECT_LT(loss.back(), loss.front() - 0.2) << "the loss should fall over the run";
+  const size_t half = loss.size() / 2;
+  double first_half = 0, second_half = 0;
+  for (size_t i = 0; i < loss.size(); ++i) (i < half ? first_half : second_half) += loss[i];
+  EXPECT_LT(second_half / double(loss.size() - half), first_half / double(half));
+
+  // Prometheus loaded the shipped alert rules.
+  const test::HttpResponse rules = test::HttpGet(prom_port, "/api/v1/rules");
+  EXPECT_NE(rules.body.find("ForgeRunStalled"), std::string::npos) << rules.body.substr(0, 500);
+
+  // Every dashboard query against this run.
+  std::set<std::string> panels_with_data, panels_without;
+  std::printf("%-30s %7s  %s\n", "panel", "series", "query");
+  for (const auto& q : test::DashboardQueries(std::string(FORGE_SOURCE_DIR) +
+                                              "/deploy/grafana/dashboards/forge-training.json")) {
+    std::string expr = test::Instantiate(q.expr, run_id);
+    // Grafana's label_values(metric, label) as the PromQL it stands for.
+    if (expr.rfind("label_values(", 0) == 0) {
+      const size_t comma = expr.find(',');
+      std::string label = expr.substr(comma + 1, expr.size() - comma - 2);
+      label.erase(0, label.find_first_not_of(' '));
+      expr = "count by (" + label + ") (" + expr.substr(13, comma - 13) + ")";
+    }
+    const json r = Query(prom_port, expr);
+    EXPECT_TRUE(r.is_array()) << q.where << ": query failed: " << expr;
+    const size_t n = r.is_array() ? r.size() : 0;
+    std::printf("%-30s %7zu  %s\n", q.where.c_str(), n, expr.c_str());
+    (n > 0 ? panels_with_data : panels_without).insert(q.where);
+  }
+  for (const auto& p : panels_with_data) panels_without.erase(p);
+  std::string with, without;
+  for (const auto& p : panels_with_data) with += (with.empty() ? "" : ", ") + p;
+  for (const auto& p : panels_without) without += (without.empty() ? "" : ", ") + p;
+  std::printf("panels with data: %s\npanels without data: %s\n", with.c_str(), without.c_str());
+  // What a CPU run must show (GPU health needs NVML; the coordinator series a coordinator).
+  for (const char* p : {"Step", "Run state", "Workers up", "Steps since last checkpoint",
+                        "Throughput", "MFU", "Loss", "Learning rate", "Gradient norm",
+                        "Step time (heatmap)", "Per-rank step time", "Comm vs compute", "Memory",
+                        "Checkpoints", "template run_id"})
+    EXPECT_TRUE(panels_with_data.count(p)) << p << " had no data";
+
+  // SIGTERM: forge saves a checkpoint at the next step boundary and exits 0.
+  EXPECT_EQ(forge.Stop(30), 0) << Tail(forge.log);
+  EXPECT_GE(prom.Stop(10), 0);
+  const double seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
+  std::printf("scrape test took %.1f s\n", seconds);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace forge
