@@ -12,6 +12,7 @@
 // stable C ABI (handles are opaque pointers, return codes ints, the two structs unchanged
 // since NVML 2). Only types are used: every function is reached through dlsym.
 #if __has_include(<nvml.h>)
+#define NVML_NO_UNVERSIONED_FUNC_DEFS  // names below are the exported symbols, not macro aliases
 #include <nvml.h>
 #define FORGE_NVML_FROM_TOOLKIT 1
 #else
@@ -43,12 +44,14 @@ struct Nvml::Api {
   nvmlReturn_t (*handle_by_index)(unsigned int, nvmlDevice_t*);
   nvmlReturn_t (*name)(nvmlDevice_t, char*, unsigned int);
   nvmlReturn_t (*uuid)(nvmlDevice_t, char*, unsigned int);
-  nvmlReturn_t (*utilization)(nvmlDevice_t, nvmlUtilization_t*);
   nvmlReturn_t (*memory)(nvmlDevice_t, nvmlMemory_t*);
+  // Optional (null when the library lacks them; the sample field stays empty): deprecated
+  // entry points a future driver may drop.
+  nvmlReturn_t (*utilization)(nvmlDevice_t, nvmlUtilization_t*);
   nvmlReturn_t (*power)(nvmlDevice_t, unsigned int*);  // milliwatts
   nvmlReturn_t (*temperature)(nvmlDevice_t, nvmlTemperatureSensors_t, unsigned int*);
   nvmlReturn_t (*clock)(nvmlDevice_t, nvmlClockType_t, unsigned int*);  // MHz
-  nvmlReturn_t (*throttle)(nvmlDevice_t, unsigned long long*);          // may be null
+  nvmlReturn_t (*throttle)(nvmlDevice_t, unsigned long long*);
 };
 
 #ifdef FORGE_NVML_FROM_TOOLKIT
@@ -60,7 +63,6 @@ static_assert(std::is_same_v<decltype(&nvmlDeviceGetHandleByIndex_v2),
 static_assert(std::is_same_v<decltype(&nvmlDeviceGetMemoryInfo), decltype(Nvml::Api::memory)>);
 static_assert(std::is_same_v<decltype(&nvmlDeviceGetUtilizationRates),
                              decltype(Nvml::Api::utilization)>);
-static_assert(std::is_same_v<decltype(&nvmlDeviceGetTemperature), decltype(Nvml::Api::temperature)>);
 static_assert(std::is_same_v<decltype(&nvmlDeviceGetClockInfo), decltype(Nvml::Api::clock)>);
 #endif
 
@@ -77,7 +79,7 @@ const std::vector<ThrottleReason>& ThrottleReasons() {
       {0x80, "hw_power_brake_slowdown"},
       {0x100, "display_clock_setting"},
   };
-#ifdef FORGE_NVML_FROM_TOOLKIT
+#ifdef nvmlClocksThrottleReasonGpuIdle  // deprecated names; newer headers may drop them
   static_assert(nvmlClocksThrottleReasonGpuIdle == 0x1);
   static_assert(nvmlClocksThrottleReasonSwPowerCap == 0x4);
   static_assert(nvmlClocksThrottleReasonHwSlowdown == 0x8);
@@ -117,15 +119,15 @@ StatusOr<std::unique_ptr<Nvml>> Nvml::Load(const std::string& library) {
   need("nvmlDeviceGetHandleByIndex_v2", &api->handle_by_index);
   need("nvmlDeviceGetName", &api->name);
   need("nvmlDeviceGetUUID", &api->uuid);
-  need("nvmlDeviceGetUtilizationRates", &api->utilization);
   need("nvmlDeviceGetMemoryInfo", &api->memory);
-  need("nvmlDeviceGetPowerUsage", &api->power);
-  need("nvmlDeviceGetTemperature", &api->temperature);
-  need("nvmlDeviceGetClockInfo", &api->clock);
   if (missing != nullptr) {
     dlclose(handle);
     return Status::Unavailable("NVML not available: " + library + " lacks " + missing);
   }
+  Resolve(handle, "nvmlDeviceGetUtilizationRates", &api->utilization);
+  Resolve(handle, "nvmlDeviceGetPowerUsage", &api->power);
+  Resolve(handle, "nvmlDeviceGetTemperature", &api->temperature);
+  Resolve(handle, "nvmlDeviceGetClockInfo", &api->clock);
   // Renamed in CUDA 12.2's NVML ("clocks event reasons"); older drivers have only the old name.
   if (!Resolve(handle, "nvmlDeviceGetCurrentClocksEventReasons", &api->throttle))
     Resolve(handle, "nvmlDeviceGetCurrentClocksThrottleReasons", &api->throttle);
@@ -190,16 +192,16 @@ StatusOr<GpuHealthSample> Nvml::Sample(unsigned index) const {
   std::memset(buf, 0, sizeof buf);
   if (api_->uuid(dev, buf, sizeof buf) == NVML_SUCCESS) s.uuid = buf;
   nvmlUtilization_t util;
-  if (api_->utilization(dev, &util) == NVML_SUCCESS) s.utilization = util.gpu / 100.0;
+  if (api_->utilization && api_->utilization(dev, &util) == NVML_SUCCESS) s.utilization = util.gpu / 100.0;
   nvmlMemory_t mem;
   if (api_->memory(dev, &mem) == NVML_SUCCESS) {
     s.memory_used = mem.used;
     s.memory_total = mem.total;
   }
   unsigned v = 0;
-  if (api_->power(dev, &v) == NVML_SUCCESS) s.power_watts = v / 1000.0;
-  if (api_->temperature(dev, NVML_TEMPERATURE_GPU, &v) == NVML_SUCCESS) s.temperature_c = v;
-  if (api_->clock(dev, NVML_CLOCK_SM, &v) == NVML_SUCCESS) s.sm_clock_hz = v * 1e6;
+  if (api_->power && api_->power(dev, &v) == NVML_SUCCESS) s.power_watts = v / 1000.0;
+  if (api_->temperature && api_->temperature(dev, NVML_TEMPERATURE_GPU, &v) == NVML_SUCCESS) s.temperature_c = v;
+  if (api_->clock && api_->clock(dev, NVML_CLOCK_SM, &v) == NVML_SUCCESS) s.sm_clock_hz = v * 1e6;
   unsigned long long reasons = 0;
   if (api_->throttle && api_->throttle(dev, &reasons) == NVML_SUCCESS) s.throttle_reasons = reasons;
   return s;

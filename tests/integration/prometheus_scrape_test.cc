@@ -21,6 +21,7 @@
 
 #include "../common/dashboard_queries.h"
 #include "../common/http_get.h"
+#include "child_process.h"
 #include "counting_dataset.h"
 
 namespace forge {
@@ -29,60 +30,6 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
-
-// A child process with stdout+stderr in a log file; killed (SIGKILL) if still running at the end.
-struct Child {
-  pid_t pid = -1;
-  std::string log;
-  ~Child() {
-    if (pid > 0) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-    }
-  }
-  bool Running() {
-    if (pid <= 0) return false;
-    int st = 0;
-    if (::waitpid(pid, &st, WNOHANG) == pid) {
-      pid = -1;
-      exit_status = st;
-      return false;
-    }
-    return true;
-  }
-  // SIGTERM, then wait up to `seconds`; the exit code (-1: had to be killed).
-  int Stop(int seconds) {
-    if (pid > 0) ::kill(pid, SIGTERM);
-    const auto end = Clock::now() + std::chrono::seconds(seconds);
-    while (Running() && Clock::now() < end) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    if (pid > 0) return -1;
-    return WIFEXITED(exit_status) ? WEXITSTATUS(exit_status) : -1;
-  }
-  int exit_status = 0;
-};
-
-void Spawn(Child* c, const std::vector<std::string>& argv, const std::string& log,
-           const std::vector<std::string>& env = {}) {
-  c->log = log;
-  c->pid = ::fork();
-  if (c->pid == 0) {
-    std::FILE* f = std::freopen(log.c_str(), "w", stdout);
-    (void)f;
-    ::dup2(::fileno(stdout), 2);
-    for (const auto& e : env) ::putenv(const_cast<char*>(e.c_str()));
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execvp(args[0], args.data());
-    std::_Exit(127);
-  }
-}
-
-std::string Tail(const std::string& path) {
-  std::ifstream in(path);
-  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return s.size() > 3000 ? s.substr(s.size() - 3000) : s;
-}
 
 // GET /api/v1/query; the "result" array (null JSON on any failure).
 json Query(int port, const std::string& promql) {
@@ -130,8 +77,8 @@ TEST(PrometheusScrape, RealServerScrapesACpuTrainingRun) {
          "  - job_name: forge-workers\n"
          "    static_configs: [{targets: ['127.0.0.1:" << metrics_port << "']}]\n";
 
-  Child prom, forge;
-  Spawn(&prom, {"prometheus", "--config.file=" + dir + "/prometheus.yml",
+  test::Child prom, forge;
+  test::Spawn(&prom, {"prometheus", "--config.file=" + dir + "/prometheus.yml",
                 "--storage.tsdb.path=" + dir + "/tsdb",
                 "--web.listen-address=127.0.0.1:" + std::to_string(prom_port)},
         dir + "/prometheus.log");
@@ -140,13 +87,13 @@ TEST(PrometheusScrape, RealServerScrapesACpuTrainingRun) {
   const auto scraping_deadline = Clock::now() + std::chrono::seconds(20);
   bool scraping = false;
   while (!scraping && Clock::now() < scraping_deadline) {
-    ASSERT_TRUE(prom.Running()) << "prometheus ended:\n" << Tail(prom.log);
+    ASSERT_TRUE(prom.Running()) << "prometheus ended:\n" << test::Tail(prom.log);
     const json up = Query(prom_port, "up{job=\"forge-workers\"}");
     scraping = up.is_array() && !up.empty();
     if (!scraping) std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
-  ASSERT_TRUE(scraping) << "prometheus never scraped its target:\n" << Tail(prom.log);
-  Spawn(&forge, {std::string(FORGE_BINARY_DIR) + "/bin/forge", "train", dir + "/run.yaml"},
+  ASSERT_TRUE(scraping) << "prometheus never scraped its target:\n" << test::Tail(prom.log);
+  test::Spawn(&forge, {std::string(FORGE_BINARY_DIR) + "/bin/forge", "train", dir + "/run.yaml"},
         dir + "/forge.log", {"OPENBLAS_NUM_THREADS=1"});
 
   // Poll until Prometheus holds enough loss samples of the run (the first scrape of a new
@@ -155,14 +102,14 @@ TEST(PrometheusScrape, RealServerScrapesACpuTrainingRun) {
   int samples = 0;
   const auto deadline = Clock::now() + std::chrono::seconds(45);
   while (Clock::now() < deadline) {
-    ASSERT_TRUE(forge.Running()) << "forge train ended early:\n" << Tail(forge.log);
-    ASSERT_TRUE(prom.Running()) << "prometheus ended:\n" << Tail(prom.log);
+    ASSERT_TRUE(forge.Running()) << "forge train ended early:\n" << test::Tail(forge.log);
+    ASSERT_TRUE(prom.Running()) << "prometheus ended:\n" << test::Tail(prom.log);
     const json r = Query(prom_port, "count_over_time(" + loss_sel + "[5m])");
     if (r.is_array() && !r.empty()) samples = std::stoi(r[0]["value"][1].get<std::string>());
     if (samples >= 10) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
-  ASSERT_GE(samples, 10) << "prometheus log:\n" << Tail(prom.log) << "\nforge log:\n" << Tail(forge.log);
+  ASSERT_GE(samples, 10) << "prometheus log:\n" << test::Tail(prom.log) << "\nforge log:\n" << test::Tail(forge.log);
 
   const json tps = Query(prom_port, "forge_tokens_per_second{run_id=\"" + run_id + "\"}");
   ASSERT_TRUE(tps.is_array() && tps.size() == 1) << tps.dump();
@@ -219,7 +166,7 @@ TEST(PrometheusScrape, RealServerScrapesACpuTrainingRun) {
     EXPECT_TRUE(panels_with_data.count(p)) << p << " had no data";
 
   // SIGTERM: forge saves a checkpoint at the next step boundary and exits 0.
-  EXPECT_EQ(forge.Stop(30), 0) << Tail(forge.log);
+  EXPECT_EQ(forge.Stop(30), 0) << test::Tail(forge.log);
   EXPECT_GE(prom.Stop(10), 0);
   const double seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
   std::printf("scrape test took %.1f s\n", seconds);
