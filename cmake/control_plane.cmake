@@ -67,6 +67,10 @@ target_link_libraries(forgectl PRIVATE forge_rpc)
 target_compile_options(forgectl PRIVATE ${FORGE_WARNINGS})
 
 
+# `forge train` launched alone runs an in-process coordinator and a local worker.
+target_sources(forge PRIVATE src/cli/local_launch.cc)
+target_link_libraries(forge PRIVATE forge_coordinator forge_agent)
+
 # Tests: coordinator unit tests link the coordinator; integration tests run the binaries.
 target_link_libraries(forge_unit_tests PRIVATE forge_coordinator forge_agent)
 if(TARGET forge_integration_tests)

@@ -92,7 +92,9 @@ class Placement {
   v1::WorkerPhase Run(std::string* message) {
     auto cfg = ParseRunConfig(a_.spec_yaml(), a_.run_id() + " spec");
     if (!cfg.ok()) return Failed(cfg.status(), message);
-    cfg->checkpoint.resume = a_.resume_checkpoint();
+    // The coordinator names the checkpoint on restarts and resumes; otherwise the spec's own
+    // (cleared by a cluster coordinator, kept by `forge train`'s local one) stands.
+    if (!a_.resume_checkpoint().empty()) cfg->checkpoint.resume = a_.resume_checkpoint();
     if (id_.group.size() > 1 &&
         (a_.world() != id_.group.size() || a_.rank() != id_.group.rank()))
       return Failed(Status::Invalid("placed as rank " + std::to_string(a_.rank()) + " of " +
@@ -117,27 +119,34 @@ class Placement {
     }
     TrainOptions topt;
     topt.print_progress = o_.print_progress && a_.rank() == 0;
-    topt.stop_requested = &stop_;
+    topt.stop_requested = stop_;
     topt.checkpoint_requested = &checkpoint_;
-    topt.on_step = [this](const StepRecord& r) { OnStep(r); };
+    topt.max_steps = o_.max_steps;
+    topt.on_step = [this](const StepRecord& r) {
+      OnStep(r);
+      if (o_.on_step) o_.on_step(r);
+    };
     topt.report_shard = [this](const ShardReport& r) { return ReportShard(r); };
 
     std::thread beat([this] { HeartbeatLoop(); });
-    auto result = TrainInProcessGroup(*cfg, &group, topt);
+    result_ = TrainInProcessGroup(*cfg, &group, topt);
     {
       std::lock_guard<std::mutex> l(progress_.mu);
       progress_.done = true;
     }
     progress_.wake.notify_all();
     beat.join();
-    if (!result.ok()) {
+    if (!result_.ok()) {
       if (group.comm && group.world() > 1)
         group.comm->Abort(Status::Internal("rank " + std::to_string(a_.rank()) + " failed"));
-      return Failed(result.status(), message);
+      return Failed(result_.status(), message);
     }
-    if (result->train.stopped) return v1::DONE_STOPPED;
+    if (result_->train.stopped) return v1::DONE_STOPPED;
     return v1::DONE_COMPLETED;
   }
+
+  // What the engine returned (or why the placement could not start).
+  const StatusOr<ProcessRunResult>& result() const { return result_; }
 
   // The last report, with the newest metrics.
   v1::HeartbeatRequest FinalReport(v1::WorkerPhase phase, const std::string& message) {
@@ -152,6 +161,7 @@ class Placement {
  private:
   v1::WorkerPhase Failed(const Status& s, std::string* message) {
     *message = s.ToString();
+    result_ = s;
     return v1::DONE_FAILED;
   }
 
@@ -213,7 +223,7 @@ class Placement {
         continue;
       }
       switch (resp.command()) {
-        case v1::STOP: stop_.store(true); break;
+        case v1::STOP: stop_->store(true); break;
         case v1::CHECKPOINT: checkpoint_.store(true); break;
         case v1::ABORT:
           std::fprintf(stderr, "forge-worker: %s rank %d: abort: %s\n", a_.run_id().c_str(),
@@ -229,7 +239,9 @@ class Placement {
   const Identity& id_;
   v1::Assignment a_;
   const AgentOptions& o_;
-  std::atomic<bool> stop_{false}, checkpoint_{false};
+  std::atomic<bool> own_stop_{false}, checkpoint_{false};
+  std::atomic<bool>* stop_ = o_.stop_flag ? o_.stop_flag : &own_stop_;
+  StatusOr<ProcessRunResult> result_ = Status::Internal("placement not run");
   Progress progress_;
   double flops_per_token_ = 0, peak_ = 0;
 };
@@ -278,7 +290,7 @@ int RunWorkerAgent(const AgentOptions& o) {
       continue;
     }
     const v1::Assignment& a = resp.assignment();
-    if (o.print_progress && a.rank() == 0)
+    if (o.announce && a.rank() == 0)
       std::printf("forge-worker: %s attempt %d: rank %d of %d%s\n", a.run_id().c_str(),
                   a.attempt(), a.rank(), a.world(),
                   a.resume_checkpoint().empty() ? ""
@@ -288,10 +300,12 @@ int RunWorkerAgent(const AgentOptions& o) {
     std::string message;
     const v1::WorkerPhase phase = p.Run(&message);
     ++placements;
+    if (o.on_result) o.on_result(p.result());
     v1::HeartbeatResponse final_resp;
     Status reported = (*link)->Heartbeat(p.FinalReport(phase, message), &final_resp);
     if (phase == v1::DONE_FAILED) {
-      std::fprintf(stderr, "forge-worker: %s rank %d failed: %s\n", a.run_id().c_str(), a.rank(),
+      if (!o.on_result)  // an in-process caller reports the error itself
+        std::fprintf(stderr, "forge-worker: %s rank %d failed: %s\n", a.run_id().c_str(), a.rank(),
                    message.c_str());
       rc = 1;
       break;  // the launch group is likely broken: let the launcher start fresh workers

@@ -12,11 +12,14 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
+#include <functional>
 #include <string>
 
 #include "agent/coordinator_link.h"
 #include "common/config.h"
 #include "common/status.h"
+#include "worker/train/process_run.h"
 
 namespace forge::agent {
 
@@ -27,6 +30,14 @@ struct AgentOptions {
   int throttle_ms = 0;       // sleep after each logged step (demos and tests of tiny runs)
   bool print_progress = true;  // rank 0 prints the trainer's progress lines
   std::atomic<bool>* quit = nullptr;  // set: stop joining (local launcher shutdown)
+  bool announce = true;      // print a line per placement (off under `forge train`)
+  // In-process use (`forge train`): a stop flag shared with the caller's signal handler (the
+  // coordinator's STOP sets it too), a step limit, a step callback, and each placement's
+  // outcome as the engine returned it.
+  std::atomic<bool>* stop_flag = nullptr;
+  int64_t max_steps = -1;
+  std::function<void(const StepRecord&)> on_step;
+  std::function<void(const StatusOr<ProcessRunResult>&)> on_result;
 };
 
 // Runs until max_placements, quit, or an unrecoverable error. Returns the process exit code.

@@ -1,6 +1,9 @@
 // `forge`: the local command-line entry point.
 //   forge train CONFIG [--steps N] [--backend auto|cpu|cuda] [--run-dir DIR]
-//                      [--resume latest|step_N|PATH] [--checkpoint-every N]
+//                      [--resume latest|step_N|PATH] [--checkpoint-every N] [--direct]
+//     Launched alone, it starts an in-process coordinator (state, address and a user token in
+//     <run_dir>/coordinator, so forgectl can watch) and one local worker that trains the run
+//     (cli/local_launch.h); --direct trains without them.
 //     Under `mpirun -np N` (or `srun --mpi=pmix`) the N processes train one model
 //     data-parallel in parallel.mode (CPU backend); rank 0 prints and writes metrics.
 //     --resume overrides checkpoint.resume, --checkpoint-every checkpoint.every_steps.
@@ -32,6 +35,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/local_launch.h"
 #include "common/config.h"
 #include "metrics/train_metrics.h"
 #include "worker/checkpoint/checkpoint.h"
@@ -57,7 +61,8 @@ int Usage() {
   std::fprintf(stderr,
                "usage:\n"
                "  forge train CONFIG [--steps N] [--backend auto|cpu|cuda] [--run-dir DIR]\n"
-               "                     [--resume latest|step_N|PATH] [--checkpoint-every N]\n"
+               "                     [--resume latest|step_N|PATH] [--checkpoint-every N]"
+               " [--direct]\n"
                "  forge export --checkpoint PATH|latest [--run-dir DIR] -o FILE"
                " [--dtype f32|bf16]\n"
                "  forge eval --checkpoint PATH|latest|step_N [--run-dir DIR] [--config CONFIG]\n"
@@ -144,6 +149,34 @@ int DataBaseline(const Args& a) {
   return 0;
 }
 
+// The closing line of `forge train` (rank 0): how the run ended, its losses and metrics file.
+int ReportTrain(const ProcessRunResult& run, bool leader) {
+  const std::string& metrics_path = run.metrics_path;
+  const UnigramBaseline base{run.unigram_baseline};
+  const TrainResult* r = &run.train;
+  if (leader && r->stopped) {
+    const std::string saved = r->checkpoints.empty()
+                                  ? "nothing new to save"
+                                  : "checkpoint step_" + std::to_string(r->checkpoints.back());
+    std::printf("forge: stopped on a signal after step %ld (%s); continue with --resume latest "
+                "| metrics %s\n",
+                long(r->steps), saved.c_str(), metrics_path.c_str());
+  } else if (leader) {
+    std::printf("forge: done: %ld steps", long(r->steps));
+    if (!r->resumed_from.empty())
+      std::printf(" (%ld after resuming at step %ld)", long(r->steps - r->resumed_step),
+                  long(r->resumed_step));
+    if (r->steps > r->resumed_step)
+      std::printf(" in %.1f s, %.0f tokens/s | train loss %.4f", r->seconds, r->tokens_per_s,
+                  r->final_train_loss);
+    std::printf(" | val loss ");
+    if (r->initial_val_loss >= 0) std::printf("%.4f -> ", r->initial_val_loss);
+    std::printf("%.4f (unigram baseline %.4f) | metrics %s\n", r->final_val_loss,
+                base.val_cross_entropy, metrics_path.c_str());
+  }
+  return 0;
+}
+
 int Train(const Args& a, ProcessGroup* group) {
   if (a.positional.size() != 1) return Usage();
   auto loaded = LoadRunConfig(a.positional[0]);
@@ -170,6 +203,17 @@ int Train(const Args& a, ProcessGroup* group) {
   opt.stop_requested = &g_stop_requested;
   if (a.Has("--steps")) opt.max_steps = std::atoll(a.Get("--steps").c_str());
 
+  // Launched alone (no mpirun / srun / torchrun variables): through an in-process coordinator
+  // and a local worker (cli/local_launch.h), as on a cluster. --direct trains right here.
+  auto launch = DetectLaunch();
+  if (!launch.ok()) return Fail(launch.status());
+  if (launch->kind == LaunchKind::kSingle && !a.Has("--direct")) {
+    InstallStopHandlers();
+    auto local = cli::TrainWithLocalCoordinator(cfg, opt);
+    if (!local.ok()) return Fail(local.status());
+    return ReportTrain(*local, true);
+  }
+
   auto joined = JoinProcessGroup(cfg);
   if (!joined.ok()) return Fail(joined.status());
   *group = std::move(joined).value();
@@ -187,30 +231,7 @@ int Train(const Args& a, ProcessGroup* group) {
   if (*metrics)
     (*metrics)->Finish(!run.ok() ? "failed" : run->train.stopped ? "stopped" : "completed");
   if (!run.ok()) return Fail(run.status());
-  opt.metrics_path = run->metrics_path;
-  const UnigramBaseline base{run->unigram_baseline};
-  const TrainResult* r = &run->train;
-  if (leader && r->stopped) {
-    const std::string saved = r->checkpoints.empty()
-                                  ? "nothing new to save"
-                                  : "checkpoint step_" + std::to_string(r->checkpoints.back());
-    std::printf("forge: stopped on a signal after step %ld (%s); continue with --resume latest "
-                "| metrics %s\n",
-                long(r->steps), saved.c_str(), opt.metrics_path.c_str());
-  } else if (leader) {
-    std::printf("forge: done: %ld steps", long(r->steps));
-    if (!r->resumed_from.empty())
-      std::printf(" (%ld after resuming at step %ld)", long(r->steps - r->resumed_step),
-                  long(r->resumed_step));
-    if (r->steps > r->resumed_step)
-      std::printf(" in %.1f s, %.0f tokens/s | train loss %.4f", r->seconds, r->tokens_per_s,
-                  r->final_train_loss);
-    std::printf(" | val loss ");
-    if (r->initial_val_loss >= 0) std::printf("%.4f -> ", r->initial_val_loss);
-    std::printf("%.4f (unigram baseline %.4f) | metrics %s\n", r->final_val_loss,
-                base.val_cross_entropy, opt.metrics_path.c_str());
-  }
-  return 0;
+  return ReportTrain(*run, leader);
 }
 
 // Names and shapes of what an export wrote, with the blocks folded: one line per tensor of
@@ -370,7 +391,7 @@ int main(int argc, char** argv) {
     return gpu ? 0 : 1;
   }
   if (cmd == "train") {
-    auto a = ParseArgs(argc, argv, 2, {});
+    auto a = ParseArgs(argc, argv, 2, {"--direct"});
     if (!a.ok()) return Fail(a.status());
     ProcessGroup group;
     const int rc = Train(*a, &group);

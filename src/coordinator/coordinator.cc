@@ -55,8 +55,9 @@ std::string NewRunId(const std::string& name) {
 
 // The spec as the coordinator runs it: parsed strictly, paths confined to the run dir.
 StatusOr<RunConfig> ParseSpec(const std::string& yaml, const std::string& source,
-                              const std::string& run_dir) {
+                              const std::string& run_dir, bool trust_paths) {
   FORGE_ASSIGN_OR_RETURN(RunConfig cfg, ParseRunConfig(yaml, source));
+  if (trust_paths) return cfg;
   cfg.train.run_dir = run_dir;
   if (!cfg.checkpoint.dir.empty()) {
     FORGE_ASSIGN_OR_RETURN(cfg.checkpoint.dir,
@@ -137,8 +138,17 @@ Status Coordinator::Load() {
     if (m) latest_metrics_[id] = *m;
     runs_[id] = std::move(r);
   }
-  // Known workers get one heartbeat timeout from now to show up again.
   FORGE_ASSIGN_OR_RETURN(std::vector<WorkerRecord> workers, store_->Workers());
+  if (opt_.local_process) {
+    // Whatever an earlier `forge train` left placed or waiting died with that process.
+    for (const WorkerRecord& w : workers) FORGE_RETURN_IF_ERROR(store_->DeleteWorker(w.id));
+    workers.clear();
+    for (auto& [id, r] : runs_)
+      if (!IsTerminal(r.state))
+        FORGE_RETURN_IF_ERROR(SetState(&r, RunState::kFailed,
+                                       "the forge train process that ran it ended", ""));
+  }
+  // Known workers get one heartbeat timeout from now to show up again.
   for (WorkerRecord& w : workers) {
     const std::string id = w.id;
     workers_[id] = LiveWorker{std::move(w), Clock::now()};
@@ -359,7 +369,7 @@ grpc::Status Coordinator::SubmitRun(const v1::SubmitRunRequest& req, v1::Run* ou
   const std::string source = req.source().empty() ? "<spec>" : req.source();
   std::lock_guard<std::mutex> l(mu_);
   // Validate with a placeholder run dir first: the id depends on the spec's name.
-  auto probe = ParseSpec(req.spec_yaml(), source, opt_.runs_dir + "/probe");
+  auto probe = ParseSpec(req.spec_yaml(), source, opt_.runs_dir + "/probe", opt_.local_process);
   if (!probe.ok()) return ToGrpc(probe.status());
   std::string id;
   do id = NewRunId(probe->name);
@@ -368,8 +378,9 @@ grpc::Status Coordinator::SubmitRun(const v1::SubmitRunRequest& req, v1::Run* ou
   r.id = id;
   r.name = probe->name;
   r.run_dir = opt_.runs_dir + "/" + id;
-  auto cfg = ParseSpec(req.spec_yaml(), source, r.run_dir);
+  auto cfg = ParseSpec(req.spec_yaml(), source, r.run_dir, opt_.local_process);
   if (!cfg.ok()) return ToGrpc(cfg.status());
+  r.run_dir = cfg->train.run_dir;
   r.spec_yaml = RunConfigToYaml(*cfg);
   r.workers = cfg->train.workers;
   r.max_restarts = cfg->train.max_restarts;

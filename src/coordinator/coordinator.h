@@ -42,6 +42,11 @@ struct CoordinatorOptions {
   int heartbeat_interval_ms = 1000;
   int heartbeat_timeout_ms = 10000;  // a placed worker silent this long is lost
   int join_retry_ms = 500;         // idle workers poll Join this often
+  // `forge train`'s in-process coordinator only (its user is the machine's owner, its workers
+  // live and die with its process): the spec's train.run_dir, checkpoint.dir and
+  // checkpoint.resume are used as written, and workers and active runs left in the store by
+  // an earlier process are dropped at start.
+  bool local_process = false;
 };
 
 class Coordinator {
