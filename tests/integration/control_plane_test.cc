@@ -238,5 +238,37 @@ TEST(ControlPlane, CredentialsSpecsIdsAndPathsGetTheRightCodes) {
   EXPECT_TRUE(Contains(again.output, "FAILED_PRECONDITION")) << again.output;
 }
 
+// `forge train CONFIG` launched alone trains through an in-process coordinator: its state dir
+// holds the run, which a forge-coordinator started later on that dir still lists.
+TEST(ControlPlane, ForgeTrainAloneRunsThroughALocalCoordinator) {
+  ControlPlane cp("local");
+  const std::string spec = cp.WriteSpec("local", 6, 3);
+  const std::string run_dir = cp.dir() + "/run";
+  ShellResult train = test::Shell("OPENBLAS_NUM_THREADS=1 timeout 120 " + test::Bin("forge") +
+                                  " train " + spec + " --run-dir " + run_dir);
+  ASSERT_EQ(train.exit_code, 0) << train.output;
+  EXPECT_TRUE(Contains(train.output, "step 6/6")) << train.output;
+  EXPECT_TRUE(Contains(train.output, "forge: done: 6 steps")) << train.output;
+  const std::string state = run_dir + "/coordinator";
+  ASSERT_TRUE(std::filesystem::exists(state + "/token"));
+  ASSERT_TRUE(std::filesystem::exists(state + "/address"));
+
+  // Serve that state dir and ask it.
+  test::Process coordinator = test::Spawn(
+      "env FORGE_JOIN_SECRET=x " + test::Bin("forge-coordinator") + " --state-dir " + state +
+          " --listen 127.0.0.1:0 --token-file " + state + "/token --address-file " + cp.dir() +
+          "/local_address",
+      cp.dir() + "/local_coordinator.log");
+  ASSERT_TRUE(WaitFor(20, [&] { return std::filesystem::exists(cp.dir() + "/local_address"); }));
+  std::string address = ReadFile(cp.dir() + "/local_address");
+  address.pop_back();
+  ShellResult list = test::Shell("timeout 60 " + test::Bin("forgectl") + " --coordinator " +
+                                 address + " --token-file " + state + "/token list");
+  coordinator.Kill();
+  EXPECT_EQ(list.exit_code, 0) << list.output;
+  EXPECT_TRUE(Contains(list.output, "COMPLETED")) << list.output;
+  EXPECT_TRUE(Contains(list.output, "6/6")) << list.output;
+}
+
 }  // namespace
 }  // namespace forge
