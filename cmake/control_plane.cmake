@@ -80,6 +80,6 @@ endif()
 # --- load benchmark (not a test) -----------------------------------------------------------
 if(EXISTS ${CMAKE_SOURCE_DIR}/bench/coordinator_load.cc)
   add_executable(forge-coordinator-load bench/coordinator_load.cc)
-  target_link_libraries(forge-coordinator-load PRIVATE forge_coordinator)
+  target_link_libraries(forge-coordinator-load PRIVATE forge_rpc)
   target_compile_options(forge-coordinator-load PRIVATE ${FORGE_WARNINGS})
 endif()
