@@ -180,6 +180,7 @@ int RunRank(const Args& a, const RunConfig& cfg, int rank, int port) {
   NcclCommOptions no;
   no.device = rank;
   no.timeout_s = 600;
+  if (const char* v = std::getenv("FORGE_NCCL_MAX_CTAS")) no.max_ctas = std::atoi(v);
   auto nccl = MakeNcclComm(rank, a.world, rdv.get(), no);
   if (!nccl.ok()) return Fail("rank " + std::to_string(rank) + ": " + nccl.status().ToString());
   auto host = MakeHostStagedComm(nccl->get());

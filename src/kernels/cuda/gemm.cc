@@ -213,6 +213,7 @@ const void* CPointer(const GemmArgs& a) {
 Status Validate(const GemmArgs& a) {
   const std::string what = Describe(a);
   if (a.M <= 0 || a.N <= 0 || a.K <= 0) return Status::Invalid(what + ": empty shape");
+  if (a.sm_count < 0 || a.sm_count > 4096) return Status::Invalid(what + ": bad sm_count");
   if (!a.A || !a.B || !a.D) return Status::Invalid(what + ": null operand pointer");
   if (a.C && !a.accumulate) {
     return Status::Invalid(what + ": C is only read when accumulating (set accumulate)");
@@ -568,6 +569,11 @@ StatusOr<GemmRunner::Plan*> GemmRunner::MakePlan(const GemmArgs& a, const Key& k
                                                     &op_a, sizeof(op_a)));
   FORGE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB,
                                                     &op_b, sizeof(op_b)));
+  if (a.sm_count > 0) {
+    const int32_t sms = a.sm_count;
+    FORGE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        plan->desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sms, sizeof(sms)));
+  }
   // Our B: [N, K] row-major (= column-major K x N, ld K) when trans_b, else [K, N] (= N x K).
   if (a.trans_b) {
     FORGE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->lt_a, ToCuda(a.b_type), a.K, a.N, a.K));
@@ -863,7 +869,7 @@ StatusOr<GemmRunner::Plan*> GemmRunner::GetPlan(const GemmArgs& a, cudaStream_t 
   const uint32_t align = PointerAlignment(a);
   const bool separate_c = a.accumulate && a.C != nullptr && a.C != a.D;
   const int flags = (a.a_scale ? 1 : 0) | (a.b_scale ? 2 : 0) | (a.d_amax ? 4 : 0) |
-                    (a.d_scale ? 8 : 0) | (separate_c ? 16 : 0);
+                    (a.d_scale ? 8 : 0) | (separate_c ? 16 : 0) | (a.sm_count << 8);
   const Key key{a.M,
                 a.N,
                 a.K,
@@ -880,7 +886,9 @@ StatusOr<GemmRunner::Plan*> GemmRunner::GetPlan(const GemmArgs& a, cudaStream_t 
   return MakePlan(a, key, align, stream);
 }
 
-Status GemmRunner::Run(const GemmArgs& a, cudaStream_t stream) {
+Status GemmRunner::Run(const GemmArgs& args, cudaStream_t stream) {
+  GemmArgs a = args;
+  if (a.sm_count == 0) a.sm_count = default_sm_count_;
   FORGE_ASSIGN_OR_RETURN(Plan * plan, GetPlan(a, stream));
   if (plan->has_fallback) {
     FORGE_RETURN_IF_ERROR(SetPointers(*plan, a));

@@ -77,6 +77,10 @@ struct GemmArgs {
   // FP8 output only: device pointer to the quantisation scale, D = d_scale * result
   // (nullptr: 1).
   const float* d_scale = nullptr;
+  // SMs the kernel should plan for (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET; 0: all of them).
+  // Fewer leave SMs to a concurrent NCCL kernel without a GEMM's last wave spilling over:
+  // data-parallel backward GEMMs (CudaModelOptions::gemm_sm_margin).
+  int sm_count = 0;
 };
 
 // An algorithm's configuration as cuBLASLt reports it (cublasLtMatmulAlgoConfigGetAttribute),
@@ -174,6 +178,9 @@ class GemmRunner {
   // split-K rule).
   Status Init(size_t workspace_bytes = 64ull << 20);
   Status Run(const GemmArgs& args, cudaStream_t stream);
+  // GemmArgs::sm_count for calls that leave it 0 (0: all SMs), e.g. for a stretch of a step
+  // that overlaps NCCL.
+  void set_default_sm_count(int sms) { default_sm_count_ = sms; }
 
   // Overrides the environment's choice (tests); affects plans made afterwards only.
   void set_autotune(bool on) { autotune_ = on; }
@@ -204,6 +211,7 @@ class GemmRunner {
   const std::vector<GemmTuneRecord>& autotune_log() const { return tune_log_; }
 
  private:
+  int default_sm_count_ = 0;
   struct Plan;  // descriptors + chosen algorithm for one key
   // Everything the heuristic's answer depends on: M, N, K, a/b/d types, trans_a, trans_b,
   // pointer flags (scales, amax, separate C), pointer alignment, accumulate.

@@ -409,6 +409,12 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
     }
   }
   FORGE_RETURN_IF_ERROR(b.sdpa.Init(o.deterministic_attention));
+  if (o.gemm_sm_margin > 0) {
+    int device = 0, sms = 0;
+    FORGE_CUDA_CHECK(cudaGetDevice(&device));
+    FORGE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    bwd_sm_count_ = std::max(1, sms - o.gemm_sm_margin);
+  }
   // The zero-fills and the descriptor upload above ran on the legacy stream, which does not
   // order with the caller's non-blocking stream: finish them here.
   FORGE_CUDA_CHECK(cudaDeviceSynchronize());
@@ -845,6 +851,9 @@ Status CudaModel::ForwardImpl(const int32_t* inputs, const int32_t* targets, flo
                                               b.norm_ws_bytes, s, /*accumulate_dx=*/false,
                                               accumulate_grads));
   FORGE_RETURN_IF_ERROR(GradReady(layout_.final_norm_unit(), s));
+  // The blocks' backward overlaps the gradient collectives (data parallelism).
+  b.gemm.set_default_sm_count(bwd_sm_count_);
+  b.gemm_w.set_default_sm_count(bwd_sm_count_);
   for (int l = L - 1; l >= 0; --l) {
     FORGE_RETURN_IF_ERROR(BeforeBackward(layout_.block_unit(l), s));
     // The shared set still holds the last layer from the forward pass. Recomputing layer l
@@ -856,6 +865,8 @@ Status CudaModel::ForwardImpl(const int32_t* inputs, const int32_t* targets, flo
     FORGE_RETURN_IF_ERROR(BlockBackward(l, acts(l), b.xs[l], b.dres, accumulate_grads, s));
     FORGE_RETURN_IF_ERROR(GradReady(layout_.block_unit(l), s));
   }
+  b.gemm.set_default_sm_count(0);
+  b.gemm_w.set_default_sm_count(0);
   // Always adds: the LM head above already wrote this step's part of the tied gradient, and
   // its last dWte chunk (wgrad stream) must have landed first.
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));

@@ -54,6 +54,9 @@ struct CudaModelOptions {
   // data-parallel layer binds each unit's gathered parameters and gradient buffer
   // (BindUnit) from its hooks before the model touches the unit.
   bool shard_params = false;
+  // SMs the blocks' backward GEMMs leave free (0: none), for the NCCL kernels of the
+  // gradient collectives that overlap them (cuda::GemmArgs::sm_count).
+  int gemm_sm_margin = 0;
 };
 
 // Per-unit callbacks for a data-parallel layer, called on the host while the model enqueues a
@@ -248,6 +251,7 @@ class CudaModel {
   PhaseTimeline* timeline_ = nullptr;
   const CudaModelHooks* hooks_ = nullptr;
   CudaParamBuffers pb_;
+  int bwd_sm_count_ = 0;                  // from gemm_sm_margin (0: all SMs)
   std::vector<cuda::bf16*> unit_params_;  // per unit, see BindUnit
   std::vector<float*> unit_grads_;
   // Per Forward call: whether this call uses the wgrad stream, whether anything was forked

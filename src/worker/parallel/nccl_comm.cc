@@ -425,6 +425,7 @@ StatusOr<std::unique_ptr<NcclComm>> MakeNcclComm(int rank, int world, IdRendezvo
   auto impl = std::make_unique<NcclCommImpl>(rank, world, device, options);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // calls return at once; we poll, so init and hangs can time out
+  if (options.max_ctas > 0) config.maxCTAs = options.max_ctas;
   config.commName = impl->comm_name();
   ncclComm_t comm = nullptr;
   ncclResult_t r = ncclCommInitRankConfig(&comm, world, id, rank, &config);

@@ -36,6 +36,10 @@ struct NcclCommOptions {
   int device = -1;             // CUDA device of this rank (usually the local rank); -1: current
   std::string name = "forge";  // NCCL communicator name (shows in NCCL logs)
   double abort_grace_s = -1;   // < 0: max(1 s, timeout_s / 2), capped at 30 s
+  // Upper bound on the CTAs (SMs) a collective uses (ncclConfig_t::maxCTAs; 0: NCCL's
+  // choice). With CudaBackendOptions::gemm_sm_margin the overlapped GEMMs leave that many
+  // SMs to NCCL.
+  int max_ctas = 0;
 };
 
 class NcclComm : public Comm {

@@ -174,6 +174,7 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
     mo.shard_rank = comm->rank();
     mo.shard_optimizer = cfg.parallel.mode != ParallelMode::kDdp;
     mo.shard_params = cfg.parallel.mode == ParallelMode::kFsdp;
+    mo.gemm_sm_margin = options.gemm_sm_margin;
   }
   FORGE_ASSIGN_OR_RETURN(model_, CudaModel::Create(cfg.model, cfg.optimizer, mo));
   N_ = model_->tokens_per_micro();
@@ -565,6 +566,7 @@ CudaBackendOptions CudaBackendOptionsFromEnv() {
     else std::fprintf(stderr, "forge: ignoring FORGE_CUDA_WGRAD_PRIORITY='%s' (low|same|high)\n",
                       v);
   }
+  if (const char* v = std::getenv("FORGE_GEMM_SM_MARGIN")) o.gemm_sm_margin = std::atoi(v);
   if (const char* v = std::getenv("FORGE_CUDA_LM_HEAD_CHUNK")) {
     char* end = nullptr;
     const long rows = std::strtol(v, &end, 10);

@@ -38,6 +38,10 @@ struct CudaBackendOptions {
   // chain is scheduled first; dW GEMMs fill its gaps), 0 the same, +1 higher.
   // FORGE_CUDA_WGRAD_PRIORITY=low|same|high overrides.
   int wgrad_priority = -1;
+  // Data parallelism: SMs the blocks' backward GEMMs leave to the overlapping NCCL kernels
+  // (CudaModelOptions::gemm_sm_margin); matches NcclCommOptions::max_ctas.
+  // FORGE_GEMM_SM_MARGIN=<n> overrides.
+  int gemm_sm_margin = 0;
 };
 
 // Defaults with the environment overrides above applied.

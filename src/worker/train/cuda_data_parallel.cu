@@ -1,6 +1,8 @@
 #include "worker/train/cuda_data_parallel.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "kernels/cuda/cuda_check.h"
@@ -71,6 +73,10 @@ Status CudaDataParallel::Init() {
     FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   }
   gather_pending_.assign(U, false);
+  // Diagnostic only (the training is wrong with it): the gradient collectives are skipped, so
+  // a benchmark measures what data parallelism costs besides communication.
+  skip_grad_comm_ = std::getenv("FORGE_DP_DIAG_SKIP_GRAD_COMM") != nullptr;
+  if (skip_grad_comm_) std::fprintf(stderr, "forge: FORGE_DP_DIAG_SKIP_GRAD_COMM: gradients are NOT synchronised\n");
 
   if (fsdp()) {
     FORGE_RETURN_IF_ERROR(InitFsdp());
@@ -131,6 +137,7 @@ Status CudaDataParallel::OnGradReady(int u, cudaEvent_t compute_done, cudaEvent_
   if (wgrad_done != nullptr) FORGE_RETURN_IF_ERROR(CommWaits(wgrad_done));
   const CudaParamBuffers& pb = model_->param_buffers();
   const UnitLayout& unit = model_->layout().units[u];
+  if (skip_grad_comm_) return Status::Ok();
   if (fsdp()) {
     const int l = block_of(u);
     const float* g = l >= 0 ? block_grads_[l % 2]

@@ -117,6 +117,7 @@ class CudaDataParallel {
   std::vector<CommWorkPtr> in_flight_;        // gradient collectives of the current pass
   CudaModelHooks read_hooks_, grad_hooks_, allreduce_hooks_;
   cudaEvent_t comm_point_ = nullptr;  // NCCL-stream point the compute stream waits for
+  bool skip_grad_comm_ = false;       // FORGE_DP_DIAG_SKIP_GRAD_COMM (benchmark diagnosis)
 
   // fsdp state (see the file comment).
   bool first_micro_ = true;
