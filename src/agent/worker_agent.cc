@@ -11,6 +11,8 @@
 #include <thread>
 
 #include "common/config.h"
+#include "common/peak_flops.h"
+#include "worker/model/param_layout.h"
 #include "worker/checkpoint/checkpoint_writer.h"
 #include "worker/parallel/bootstrap.h"
 #include "worker/parallel/mpi_comm.h"
@@ -108,8 +110,8 @@ class Placement {
                                         "coordinator-relayed NCCL id is not wired into the "
                                         "engine yet"),
                     message);
-    flops_per_token_ = ModelFlopsPerToken(cfg->model);
-    peak_ = PeakFlops(id_.device);
+    flops_per_token_ = TrainFlopsPerToken(cfg->model);
+    peak_tflops_ = HeartbeatPeakTflops(*cfg, id_.device);
 
     ProcessGroup group;
     if (id_.launch.kind == LaunchKind::kMpi) {
@@ -184,7 +186,7 @@ class Placement {
       m.set_grad_norm(r.grad_norm);
       m.set_lr(r.lr);
       m.set_tokens_per_second(r.tokens_per_s);
-      m.set_mfu(peak_ > 0 ? r.tokens_per_s * flops_per_token_ / peak_ : 0.0);
+      m.set_mfu(ModelFlopsUtilization(r.tokens_per_s, flops_per_token_, peak_tflops_));
       m.set_step_seconds(r.step_seconds);
       progress_.have_new = true;
     }
@@ -243,21 +245,15 @@ class Placement {
   std::atomic<bool>* stop_ = o_.stop_flag ? o_.stop_flag : &own_stop_;
   StatusOr<ProcessRunResult> result_ = Status::Internal("placement not run");
   Progress progress_;
-  double flops_per_token_ = 0, peak_ = 0;
+  double flops_per_token_ = 0, peak_tflops_ = 0;
 };
 
 }  // namespace
 
-double ModelFlopsPerToken(const ModelConfig& m) {
-  const double d = m.d_model, hd = m.head_dim();
-  const double per_block =
-      d * (m.n_head * hd + 2.0 * m.n_kv_head * hd) + (m.n_head * hd) * d + 3.0 * d * m.ffn;
-  const double matmul = m.n_layer * per_block + double(m.padded_vocab()) * d;  // + LM head
-  return 6.0 * matmul + 12.0 * m.n_layer * d * m.seq_len;
-}
-
-double PeakFlops(const std::string& device) {
-  return device.rfind("cuda", 0) == 0 ? 989.4e12 : 0.0;
+double HeartbeatPeakTflops(const RunConfig& cfg, const std::string& device) {
+  if (cfg.metrics.peak_tflops > 0) return cfg.metrics.peak_tflops;
+  if (device.rfind("cuda", 0) == 0) return DenseBf16PeakTflops("NVIDIA H100 80GB HBM3");
+  return 0.0;
 }
 
 int RunWorkerAgent(const AgentOptions& o) {

@@ -43,9 +43,9 @@ struct AgentOptions {
 // Runs until max_placements, quit, or an unrecoverable error. Returns the process exit code.
 int RunWorkerAgent(const AgentOptions& options);
 
-// FLOPs per trained token: 6 * matmul params + 12 * layers * d_model * seq_len (DESIGN.md).
-double ModelFlopsPerToken(const ModelConfig& m);
-// Dense BF16 peak of the training device (H100 SXM 989.4 TFLOP/s), 0 for the CPU.
-double PeakFlops(const std::string& device);
+// The MFU denominator a worker reports with its heartbeats: metrics.peak_tflops when set, else
+// for a CUDA device the H100 SXM dense BF16 peak (the fleet Forge targets; common/peak_flops.h),
+// else 0 (CPU: no MFU).
+double HeartbeatPeakTflops(const RunConfig& cfg, const std::string& device);
 
 }  // namespace forge::agent
