@@ -238,6 +238,35 @@ TEST(ControlPlane, CredentialsSpecsIdsAndPathsGetTheRightCodes) {
   EXPECT_TRUE(Contains(again.output, "FAILED_PRECONDITION")) << again.output;
 }
 
+TEST(ControlPlane, TlsCoordinatorServesOnlyTls) {
+  if (test::Shell("command -v openssl").exit_code != 0) GTEST_SKIP() << "no openssl to make a cert";
+  ControlPlane cp("tls");
+  const std::string d = cp.dir();
+  ShellResult cert = test::Shell(
+      "openssl req -x509 -newkey rsa:2048 -nodes -keyout " + d + "/key.pem -out " + d +
+      "/cert.pem -days 1 -subj /CN=localhost -addext subjectAltName=IP:127.0.0.1");
+  ASSERT_EQ(cert.exit_code, 0) << cert.output;
+  test::Process coordinator = test::Spawn(
+      test::Bin("forge-coordinator") + " --state-dir " + d + "/state --listen 127.0.0.1:0" +
+          " --token-file " + d + "/token --join-secret-file " + d + "/secret --tls-cert " + d +
+          "/cert.pem --tls-key " + d + "/key.pem --address-file " + d + "/tls_address",
+      d + "/tls_coordinator.log");
+  ASSERT_TRUE(WaitFor(20, [&] { return std::filesystem::exists(d + "/tls_address"); }))
+      << ReadFile(d + "/tls_coordinator.log");
+  std::string address = ReadFile(d + "/tls_address");
+  address.pop_back();
+  const std::string ctl = test::Bin("forgectl") + " --coordinator " + address + " --token-file " +
+                          d + "/token ";
+  ShellResult ok = test::Shell("timeout 30 " + ctl + "--tls-ca " + d + "/cert.pem list");
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_TRUE(Contains(ok.output, "no runs")) << ok.output;
+  // A plaintext client never gets an answer (it retries until its timeout).
+  ShellResult plain = test::Shell("timeout 3 " + ctl + "list");
+  EXPECT_NE(plain.exit_code, 0) << plain.output;
+  EXPECT_FALSE(Contains(plain.output, "no runs")) << plain.output;
+  coordinator.Kill();
+}
+
 // `forge train CONFIG` launched alone trains through an in-process coordinator: its state dir
 // holds the run, which a forge-coordinator started later on that dir still lists.
 TEST(ControlPlane, ForgeTrainAloneRunsThroughALocalCoordinator) {
