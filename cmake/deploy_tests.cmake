@@ -8,7 +8,7 @@ target_compile_definitions(forge_deploy_tests PRIVATE
   FORGE_SOURCE_DIR="${CMAKE_SOURCE_DIR}" FORGE_BINARY_DIR="${CMAKE_BINARY_DIR}"
   FORGE_MPIEXEC="${MPIEXEC_EXECUTABLE}")
 target_compile_options(forge_deploy_tests PRIVATE ${FORGE_WARNINGS})
-add_dependencies(forge_deploy_tests forge)
+add_dependencies(forge_deploy_tests forge forge-coordinator forge-worker forgectl)
 # Each Slurm test brings up its own cluster on the same ports: one at a time.
 gtest_discover_tests(forge_deploy_tests DISCOVERY_MODE PRE_TEST DISCOVERY_TIMEOUT 60
                      PROPERTIES LABELS integration TIMEOUT 300 RESOURCE_LOCK forge_slurm_cluster)

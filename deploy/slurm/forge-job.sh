@@ -1,95 +1,228 @@
 #!/usr/bin/env bash
 # The body of Forge's Slurm batch jobs (forge-train.sbatch, forge-train-multinode.sbatch exec
-# it): one rank per GPU of the allocation, stopping with a checkpoint and resuming from it.
+# it): one worker per GPU of the allocation, stopping with a checkpoint and resuming from it.
 #
-#   forge-job.sh CONFIG [forge train flags...]      (inside an sbatch allocation)
+#   forge-job.sh CONFIG            (inside an sbatch allocation)
+#
+# Two ways to launch (FORGE_LAUNCH):
+#   coordinator (default)  start forge-coordinator on the first node (or use FORGE_COORDINATOR),
+#       `srun --mpi=pmix forge-worker` one per GPU, then submit CONFIG with forgectl, or resume
+#       the run this CONFIG started before (its id is kept in FORGE_STATE_DIR), and watch it.
+#   direct  every rank is `forge train CONFIG [flags]` (no coordinator); extra arguments go to
+#       forge train, and `--resume $FORGE_RESUME` (default latest) continues from the last
+#       checkpoint under the config's run_dir.
 #
 # Environment:
-#   FORGE_BIN      the forge binary (default: `forge` on PATH)
-#   FORGE_RESUME   checkpoint to resume from: latest (default), step_N or a path. `latest`
-#                  makes resubmitting, requeueing and restarting the same command continue
-#                  the run from its last committed checkpoint (or report it finished).
-#   FORGE_COORDINATOR  host:port of a running coordinator (control-plane mode, see LAUNCH)
+#   FORGE_BIN_DIR      where forge, forge-coordinator, forge-worker, forgectl are (default: PATH)
+#   FORGE_STATE_DIR    coordinator mode: its state (SQLite), run directories, generated
+#                      secrets and the run id of each config; on a filesystem every node sees.
+#                      Default: $SLURM_SUBMIT_DIR/forge-state
+#   FORGE_COORDINATOR  host:port of a running coordinator to use instead of starting one
+#                      (then FORGE_TOKEN and FORGE_JOIN_SECRET must be set)
+#   FORGE_COORDINATOR_LISTEN  the address the started coordinator binds (default 0.0.0.0)
+#   FORGE_WORKER_ARGS  extra forge-worker flags (e.g. --throttle-ms 20)
+#   FORGE_HEARTBEAT_TIMEOUT_MS  the started coordinator's worker heartbeat timeout (10000)
+#   FORGE_RESUME       direct mode: latest (default), step_N or a path
 #
 # Stopping (what Slurm sends, and what happens):
-#   scancel / scontrol requeue / preemption: Slurm sends SIGTERM to every rank (and to this
-#     script), then SIGKILL after KillWait (default 30 s). Each rank's `forge train` saves a
-#     checkpoint at its next step boundary and exits 0; a requeued job then starts again here
-#     and resumes from that checkpoint.
-#   the time limit: `#SBATCH --signal=B:USR1@180` warns this script 180 s before; it passes
-#     SIGUSR1 to the ranks through srun (same checkpoint-and-exit), then requeues the job so
-#     training continues in a new allocation.
+#   scancel / scontrol requeue / preemption: Slurm sends SIGTERM to every process of the job,
+#     then SIGKILL after KillWait (default 30 s). The workers ignore it here; the coordinator
+#     exits on it and is restarted from its durable state; this script asks it to stop the run
+#     (`forgectl stop`: every worker saves a checkpoint, the coordinator commits it), then ends. In direct mode each rank's
+#     `forge train` saves at its next step boundary and exits. The next job (a resubmission or
+#     the requeued job) resumes from that checkpoint.
+#   the time limit: `#SBATCH --signal=B:USR1@180` warns this script 180 s before; it stops the
+#     run the same way, then requeues the job so training continues in a new allocation.
 set -uo pipefail
 
 log() { echo "forge-slurm: $*"; }
+die() { echo "forge-slurm: error: $*" >&2; exit 1; }
 
 if [ $# -lt 1 ]; then
-  echo "usage: sbatch forge-train.sbatch CONFIG [forge train flags...]" >&2
+  echo "usage: sbatch forge-train.sbatch CONFIG [forge train flags (FORGE_LAUNCH=direct)]" >&2
   exit 2
 fi
-if [ -z "${SLURM_JOB_ID:-}" ]; then
-  echo "forge-job.sh: not inside a Slurm allocation (submit with sbatch)" >&2
-  exit 2
-fi
+[ -n "${SLURM_JOB_ID:-}" ] || die "not inside a Slurm allocation (submit with sbatch)"
 config=$1
 shift
-FORGE_BIN=${FORGE_BIN:-forge}
-FORGE_RESUME=${FORGE_RESUME:-latest}
-
+[ -f "$config" ] || die "no config file $config"
+config=$(cd "$(dirname "$config")" && pwd)/$(basename "$config")
+launch=${FORGE_LAUNCH:-coordinator}
+bin() { echo "${FORGE_BIN_DIR:+$FORGE_BIN_DIR/}$1"; }
 ntasks=${SLURM_NTASKS:-1}
 log "job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on ${SLURM_JOB_NODELIST:-?}:" \
-    "$ntasks ranks, config $config, resume $FORGE_RESUME"
+    "$ntasks workers, config $config, $launch launch"
 
-step_pid=""
 stop_reason=""
-# scancel / requeue: Slurm signals every rank itself; remember why we are ending.
-on_term() { stop_reason=cancelled; log "SIGTERM: ranks checkpoint and stop"; }
-# Time-limit warning (--signal=B:USR1@...): srun forwards SIGUSR1 to every rank.
-on_usr1() {
-  stop_reason=time_limit
-  log "time limit near: asking the ranks to checkpoint and stop"
-  [ -n "$step_pid" ] && kill -USR1 "$step_pid" 2>/dev/null
-}
-trap on_term TERM
-trap on_usr1 USR1
+on_term() { stop_reason=cancelled; log "SIGTERM: stopping the run with a checkpoint"; request_stop; }
+on_usr1() { stop_reason=time_limit; log "time limit near: stopping the run with a checkpoint"; request_stop; }
 
 # srun does not take --cpus-per-task from sbatch since Slurm 22.05: pass it on.
 srun_flags=(--mpi=pmix --kill-on-bad-exit=1 --cpus-per-task="${SLURM_CPUS_PER_TASK:-1}")
 if [ -n "${SLURM_GPUS_PER_TASK:-}" ]; then srun_flags+=(--gpus-per-task="$SLURM_GPUS_PER_TASK"); fi
 
-# Where each rank runs and which GPU it got (one line per rank, for the job log).
+# Where each worker runs and which GPU it got (one line per rank, for the job log).
 srun "${srun_flags[@]}" --mpi=none bash -c \
   'echo "forge-slurm: rank $SLURM_PROCID on $(hostname -s) CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-}"' |
   sort -k3,3n
 
-# ---- LAUNCH ------------------------------------------------------------------------------
-# Today every rank is `forge train` and the ranks form one data-parallel group over MPI
-# (PMIx from srun). With the control plane (forge-coordinator, forge-worker, forgectl) this
-# block becomes:
-#   coordinator=${FORGE_COORDINATOR:-$(first node):PORT}, started here with
-#     `forge-coordinator --state-dir RUN_DIR/state &` unless FORGE_COORDINATOR is set
-#   srun "${srun_flags[@]}" forge-worker --coordinator "$coordinator" &
-#   forgectl --coordinator "$coordinator" submit "$config" --workers "$ntasks" (or resume)
-# and the stop handlers call `forgectl stop` instead of relying on the ranks' signals.
-srun "${srun_flags[@]}" "$FORGE_BIN" train "$config" "$@" --resume "$FORGE_RESUME" &
-step_pid=$!
-# ---- end LAUNCH --------------------------------------------------------------------------
+# Waits for a background process; a trapped signal interrupts `wait` (status > 128), so wait
+# again until it has really exited. Sets rc.
+wait_for() {
+  while true; do
+    wait "$1"
+    rc=$?
+    if [ "$rc" -gt 128 ] && kill -0 "$1" 2>/dev/null; then continue; fi
+    return
+  done
+}
 
-# A trapped signal interrupts `wait` (status > 128); keep waiting until srun has exited.
-while true; do
-  wait "$step_pid"
-  rc=$?
-  if [ "$rc" -gt 128 ] && kill -0 "$step_pid" 2>/dev/null; then continue; fi
-  break
-done
+# ---- direct: forge train on every rank ---------------------------------------------------
+run_direct() {
+  step_pid=""
+  request_stop() {
+    # scancel already signalled every rank; the time-limit warning reaches only this script:
+    # srun forwards SIGUSR1 to the ranks.
+    if [ "$stop_reason" = time_limit ] && [ -n "$step_pid" ]; then kill -USR1 "$step_pid" 2>/dev/null; fi
+  }
+  trap on_term TERM
+  trap on_usr1 USR1
+  srun "${srun_flags[@]}" "$(bin forge)" train "$config" "$@" --resume "${FORGE_RESUME:-latest}" &
+  step_pid=$!
+  wait_for "$step_pid"
+}
+
+# ---- coordinator: forge-coordinator + forge-worker per GPU + forgectl ---------------------
+json_field() {  # json_field KEY < one JSON object: its top-level string or number value
+  sed -n "s/^{.*\"$1\":\"\{0,1\}\([^\",}]*\).*/\1/p" | head -n 1
+}
+
+run_coordinator() {
+  [ $# -eq 0 ] || die "extra arguments ($*) are for FORGE_LAUNCH=direct; put them in $config"
+  local state=${FORGE_STATE_DIR:-${SLURM_SUBMIT_DIR:-$PWD}/forge-state}
+  mkdir -p "$state/slurm" || die "cannot create $state"
+  state=$(cd "$state" && pwd)
+  local coord_pid="" coord_port="" workers_pid="" watch_pid="" run=""
+
+  local timeout_ms=${FORGE_HEARTBEAT_TIMEOUT_MS:-10000}
+  # start_coordinator PORT (0: any): forge-coordinator in the background on this node.
+  start_coordinator() {
+    local addr_file=$state/slurm/coordinator-$SLURM_JOB_ID.address
+    rm -f "$addr_file"
+    "$(bin forge-coordinator)" --state-dir "$state" \
+      --listen "${FORGE_COORDINATOR_LISTEN:-0.0.0.0}:$1" --address-file "$addr_file" \
+      --token-file "$state/secrets/token" --join-secret-file "$state/secrets/join-secret" \
+      --heartbeat-timeout-ms "$timeout_ms" &
+    coord_pid=$!
+    for _ in $(seq 300); do [ -s "$addr_file" ] && break; sleep 0.1; done
+    [ -s "$addr_file" ] || die "forge-coordinator did not start (see above)"
+    coord_port=$(sed 's/.*://' "$addr_file")
+  }
+  if [ -z "${FORGE_COORDINATOR:-}" ]; then
+    # Secrets for this state dir, made once and kept (requeued jobs reuse them).
+    (umask 077; mkdir -p "$state/secrets"
+     for f in token join-secret; do
+       [ -s "$state/secrets/$f" ] || od -An -N32 -tx1 /dev/urandom | tr -d ' \n' > "$state/secrets/$f"
+     done)
+    FORGE_TOKEN=$(cat "$state/secrets/token")
+    FORGE_JOIN_SECRET=$(cat "$state/secrets/join-secret")
+    local earlier_state=0
+    [ -f "$state/coordinator.db" ] && earlier_state=1
+    start_coordinator 0
+    FORGE_COORDINATOR="$(hostname):$coord_port"
+    if [ "$earlier_state" = 1 ]; then
+      # A reopened coordinator counts the workers of earlier jobs as present for one heartbeat
+      # timeout; placing a run on them would cost restarts. Let them time out first.
+      log "state from earlier jobs: waiting $((timeout_ms / 1000)) s for their workers to time out"
+      sleep $(( (timeout_ms + 999) / 1000 + 1 ))
+    fi
+  fi
+  [ -n "${FORGE_TOKEN:-}" ] && [ -n "${FORGE_JOIN_SECRET:-}" ] ||
+    die "FORGE_COORDINATOR is set: FORGE_TOKEN and FORGE_JOIN_SECRET must be too"
+  export FORGE_COORDINATOR FORGE_TOKEN FORGE_JOIN_SECRET
+  log "coordinator $FORGE_COORDINATOR, state $state"
+  ctl() { "$(bin forgectl)" "$@"; }
+
+  # The workers ignore SIGTERM too: they stop when the coordinator says so, after saving.
+  # --max-placements 1: they exit when this job's run ends.
+  # shellcheck disable=SC2086
+  srun "${srun_flags[@]}" bash -c 'trap "" TERM; exec "$0" "$@"' "$(bin forge-worker)" \
+    --max-placements 1 ${FORGE_WORKER_ARGS:-} &
+  workers_pid=$!
+
+  # The run this config started in an earlier job (resubmitted or requeued), else a new one.
+  local id_file=$state/slurm/$(basename "$config").run json st
+  if [ -s "$id_file" ]; then
+    run=$(cat "$id_file")
+    json=$(ctl --json status "$run") || die "cannot reach the coordinator for run $run"
+    st=$(json_field state <<<"$json")
+    log "run $run ($st, checkpoint step $(json_field latest_checkpoint_step <<<"$json"))"
+    case "$st" in
+      STOPPED|FAILED) ctl resume "$run" --workers "$ntasks" || die "cannot resume $run" ;;
+      COMPLETED) log "run $run already completed" ;;
+    esac
+  else
+    json=$(ctl --json submit "$config") || die "forgectl submit $config failed"
+    run=$(json_field id <<<"$json")
+    echo "$run" > "$id_file"
+    log "submitted $run"
+    if [ "$(json_field workers <<<"$json")" != "$ntasks" ]; then
+      # The job's worker count wins over train.workers (not placed yet: stops at once).
+      log "train.workers in $config is $(json_field workers <<<"$json"): running on $ntasks"
+      ctl stop "$run" --now >/dev/null && ctl resume "$run" --workers "$ntasks" >/dev/null ||
+        die "cannot set $run to $ntasks workers"
+    fi
+  fi
+
+  request_stop() {
+    # scancel's SIGTERM also reached the coordinator we started (it cannot ignore it): it is
+    # going down. Its state is durable, so replace it on the same port (the workers reconnect)
+    # and let the new one commit the stop checkpoint.
+    if [ "$stop_reason" = cancelled ] && [ -n "$coord_pid" ]; then
+      kill -KILL "$coord_pid" 2>/dev/null
+      wait "$coord_pid" 2>/dev/null
+      start_coordinator "$coord_port"
+    fi
+    [ -n "$run" ] && ctl stop "$run"
+  }
+  trap on_term TERM
+  trap on_usr1 USR1
+  # watch ignores SIGTERM (scancel) so it reports the stop it causes.
+  (trap '' TERM; exec "$(bin forgectl)" watch "$run") &
+  watch_pid=$!
+  wait_for "$watch_pid"
+  local watch_rc=$rc
+  json=$(ctl --json status "$run")
+  st=$(json_field state <<<"$json")
+  log "run $run: $st at step $(json_field step <<<"$json") (checkpoint step $(json_field latest_checkpoint_step <<<"$json"))"
+
+  # Workers end with their placement; ones never placed (the run had ended) are let go.
+  for _ in $(seq 100); do kill -0 "$workers_pid" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$workers_pid" 2>/dev/null; then
+    # Two SIGINTs within a second make srun end its step.
+    kill -INT "$workers_pid" 2>/dev/null; sleep 0.2; kill -INT "$workers_pid" 2>/dev/null
+  fi
+  wait_for "$workers_pid"
+  if [ -n "$coord_pid" ]; then kill -INT "$coord_pid" 2>/dev/null; wait_for "$coord_pid"; fi
+  case "$st" in
+    COMPLETED|STOPPED) rc=0 ;;
+    *) rc=$(( watch_rc == 0 ? 1 : watch_rc )) ;;
+  esac
+}
+
+case "$launch" in
+  direct) run_direct "$@" ;;
+  coordinator) run_coordinator "$@" ;;
+  *) die "FORGE_LAUNCH must be coordinator or direct, got $launch" ;;
+esac
 
 case "$stop_reason" in
   time_limit)
     if [ "$rc" = 0 ]; then
-      log "ranks stopped with a checkpoint; requeueing job $SLURM_JOB_ID to continue"
+      log "stopped with a checkpoint; requeueing job $SLURM_JOB_ID to continue"
       scontrol requeue "$SLURM_JOB_ID"
     fi ;;
-  cancelled) log "ranks stopped (exit $rc); resubmit the same command to resume" ;;
-  *) log "training step ended (exit $rc)" ;;
+  cancelled) log "stopped (exit $rc); resubmit the same command to resume" ;;
+  *) log "done (exit $rc)" ;;
 esac
 exit "$rc"

@@ -1,9 +1,11 @@
 // deploy/slurm/forge-train.sbatch on a real one-node Slurm cluster on loopback
 // (tests/deploy/slurm_cluster.sh: munged, slurmctld, slurmd; 4 GPUs emulated as gres on
-// mknod'ed devices): a job runs `forge train` on 4 ranks to completion; scancel leaves a
-// committed checkpoint and resubmitting resumes from it; the time-limit warning makes the job
-// checkpoint and requeue itself, and the requeued job finishes the run. Skips when not root or
-// when slurm-wlm/munge are not installed.
+// mknod'ed devices). Coordinator launch (the default): the job starts forge-coordinator, 4
+// forge-workers under srun and submits the config with forgectl; the run completes; scancel
+// leaves a committed checkpoint and resubmitting resumes the same run from it; the time-limit
+// warning stops the run with a checkpoint and requeues the job, which finishes the run. Direct
+// launch (FORGE_LAUNCH=direct: `srun forge train`): scancel checkpoints and a resubmission
+// resumes. Skips when not root or when slurm-wlm/munge are not installed.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -50,7 +52,10 @@ int CountLines(const std::string& path) {
 class SlurmJob : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = ::testing::TempDir() + "/forge_slurm_" + std::to_string(::getpid());
+    // Normalised: the job scripts print canonical paths.
+    dir_ = (fs::path(::testing::TempDir()) / ("forge_slurm_" + std::to_string(::getpid())))
+               .lexically_normal()
+               .string();
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     ShellResult up = Shell(Script("slurm_cluster.sh") + " up " + dir_ + "/cluster");
@@ -58,7 +63,13 @@ class SlurmJob : public ::testing::Test {
     ASSERT_EQ(up.exit_code, 0) << up.output;
     cluster_up_ = true;
     ::setenv("SLURM_CONF", (dir_ + "/cluster/etc/slurm.conf").c_str(), 1);
-    ::setenv("FORGE_BIN", Bin("forge").c_str(), 1);
+    ::setenv("FORGE_BIN_DIR", (std::string(FORGE_BINARY_DIR) + "/bin").c_str(), 1);
+    ::setenv("FORGE_STATE_DIR", (dir_ + "/state").c_str(), 1);
+    ::setenv("FORGE_COORDINATOR_LISTEN", "127.0.0.1", 1);  // loopback only
+    ::setenv("FORGE_HEARTBEAT_TIMEOUT_MS", "4000", 1);     // resubmissions wait this long
+    ::unsetenv("FORGE_LAUNCH");
+    ::unsetenv("FORGE_WORKER_ARGS");
+    ::unsetenv("FORGE_COORDINATOR");
     ::setenv("OPENBLAS_NUM_THREADS", "1", 1);
     test::WriteCountingDataset(dir_ + "/data", 321u, 40000, 4000);
     Log("$ slurm_cluster.sh up  (%.1f s)\n$ sinfo\n%s", up.seconds, Run("sinfo").c_str());
@@ -87,6 +98,7 @@ class SlurmJob : public ::testing::Test {
   std::string Run(const std::string& cmd) { return Shell("timeout 30 " + cmd).output; }
 
   // A run config over the test dataset: 2 layers, 4 ranks x micro-batch 2 = global batch 8.
+  // run_dir is used by direct launches; the coordinator puts runs under FORGE_STATE_DIR/runs.
   std::string WriteConfig(const std::string& name, int total_steps, int every_steps) {
     const std::string path = dir_ + "/" + name + ".yaml";
     std::ofstream y(path);
@@ -99,7 +111,8 @@ class SlurmJob : public ::testing::Test {
       << "parallel: {mode: zero2, collective_timeout_s: 60}\n"
       << "checkpoint: {every_steps: " << every_steps << ", keep_last: 2}\n"
       << "eval: {every_steps: 0, batches: 2}\n"
-      << "train: {backend: cpu, log_every: 1, run_dir: " << dir_ << "/runs/" << name << "}\n";
+      << "train: {backend: cpu, log_every: 1, workers: 4, run_dir: " << dir_ << "/runs/" << name
+      << "}\n";
     return path;
   }
 
@@ -149,6 +162,16 @@ class SlurmJob : public ::testing::Test {
     return WaitFor(limit_s, [&] { return CountLines(run + "/metrics.jsonl") >= steps; });
   }
 
+  // Coordinator launch: the id of the run a config started (kept by forge-job.sh), or "".
+  std::string RunIdOf(const std::string& config_name) {
+    std::string id = ReadFile(dir_ + "/state/slurm/" + config_name + ".yaml.run");
+    while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) id.pop_back();
+    return id;
+  }
+  std::string CoordinatorRunDir(const std::string& config_name) {
+    return dir_ + "/state/runs/" + RunIdOf(config_name);
+  }
+
   std::string JobSummary(const std::string& job) {
     return "JobId=" + job + " JobState=" + JobField(job, "JobState") +
            " ExitCode=" + JobField(job, "ExitCode") + " Restarts=" + JobField(job, "Restarts") +
@@ -195,7 +218,7 @@ class SlurmJob : public ::testing::Test {
   bool cluster_up_ = false;
 };
 
-TEST_F(SlurmJob, FourRanksTrainToCompletion) {
+TEST_F(SlurmJob, CoordinatorAndFourWorkersTrainToCompletion) {
   const std::string cfg = WriteConfig("complete", 6, 3);
   const std::string job = Submit(cfg);
   ASSERT_FALSE(job.empty());
@@ -207,16 +230,98 @@ TEST_F(SlurmJob, FourRanksTrainToCompletion) {
   ASSERT_EQ(state, "COMPLETED") << log;
   EXPECT_EQ(JobField(job, "ExitCode"), "0:0");
   ExpectOneGpuPerRank(log);
+  const std::string run = RunIdOf("complete");
+  ASSERT_FALSE(run.empty()) << log;
+  EXPECT_TRUE(Contains(log, "submitted " + run)) << log;
+  EXPECT_TRUE(Contains(log, "rank 0 of 4")) << log;
   EXPECT_TRUE(Contains(log, "x 4 ranks (zero2)")) << log;
-  EXPECT_TRUE(Contains(log, "forge: done: 6 steps")) << log;
-  const auto ckpts = ListCheckpoints(dir_ + "/runs/complete/checkpoints");
-  ASSERT_FALSE(ckpts.empty());
+  EXPECT_TRUE(Contains(log, "run " + run + ": COMPLETED at step 6")) << log;
+  const auto ckpts = ListCheckpoints(CoordinatorRunDir("complete") + "/checkpoints");
+  ASSERT_FALSE(ckpts.empty()) << log;
   EXPECT_EQ(ckpts.back().step, 6);
 }
 
-TEST_F(SlurmJob, ScancelCheckpointsAndResubmittingResumes) {
-  const std::string cfg = WriteConfig("cancel", 100000, 0);  // only the stop saves
-  const std::string run = dir_ + "/runs/cancel";
+TEST_F(SlurmJob, CoordinatorScancelCheckpointsAndResubmittingResumes) {
+  // 200 steps of >= 20 ms: the job is still running when scancel comes.
+  ::setenv("FORGE_WORKER_ARGS", "--throttle-ms 20", 1);
+  const std::string cfg = WriteConfig("cancel", 200, 0);  // only the stop saves
+  const std::string job = Submit(cfg);
+  ASSERT_FALSE(job.empty());
+  ASSERT_TRUE(WaitFor(60, [&] { return !RunIdOf("cancel").empty(); })) << JobLog(job);
+  const std::string run_dir = CoordinatorRunDir("cancel");
+  ASSERT_TRUE(WaitForSteps(run_dir, 3)) << JobSummary(job) << JobLog(job);
+  Log("$ squeue\n%s$ scancel %s\n", Run("squeue").c_str(), job.c_str());
+  Run("scancel " + job);
+  const std::string state = WaitForEnd(job);
+  const std::string log = JobLog(job);
+  Log("$ scontrol show job %s\n%s--- job log ---\n%s---\n", job.c_str(), JobSummary(job).c_str(),
+      Shortened(log).c_str());
+  ASSERT_EQ(state, "CANCELLED") << log;
+  const std::string run = RunIdOf("cancel");
+  EXPECT_TRUE(Contains(log, "SIGTERM: stopping the run with a checkpoint")) << log;
+  const auto ckpts = ListCheckpoints(run_dir + "/checkpoints");
+  ASSERT_EQ(ckpts.size(), 1u) << log;  // committed: ListCheckpoints needs the manifest
+  const int64_t stopped = ckpts[0].step;
+  EXPECT_GE(stopped, 3);
+  EXPECT_LT(stopped, 200);
+  EXPECT_TRUE(Contains(log, "run " + run + ": STOPPED at step " + std::to_string(stopped)))
+      << log;
+
+  ::setenv("FORGE_WORKER_ARGS", "", 1);
+  const std::string again = Submit(cfg);
+  ASSERT_FALSE(again.empty());
+  const std::string state2 = WaitForEnd(again);
+  const std::string log2 = JobLog(again);
+  Log("$ scontrol show job %s\n%s--- job log ---\n%s---\n", again.c_str(),
+      JobSummary(again).c_str(), Shortened(log2).c_str());
+  ASSERT_EQ(state2, "COMPLETED") << log2;
+  EXPECT_TRUE(Contains(log2, "run " + run + " (STOPPED, checkpoint step " +
+                                 std::to_string(stopped) + ")"))
+      << log2;
+  EXPECT_TRUE(Contains(log2, "resumed from " + run_dir + "/checkpoints/step_" +
+                                 std::to_string(stopped)))
+      << log2;
+  EXPECT_TRUE(Contains(log2, "run " + run + ": COMPLETED at step 200")) << log2;
+  EXPECT_EQ(CountLines(run_dir + "/metrics.jsonl"), 200);
+}
+
+// `#SBATCH --signal=B:USR1@180` sends this near the time limit; here scancel sends it now.
+TEST_F(SlurmJob, CoordinatorTimeLimitWarningCheckpointsAndRequeues) {
+  ::setenv("FORGE_WORKER_ARGS", "--throttle-ms 10", 1);
+  const std::string cfg = WriteConfig("requeue", 300, 0);
+  const std::string job = Submit(cfg);
+  ASSERT_FALSE(job.empty());
+  ASSERT_TRUE(WaitFor(60, [&] { return !RunIdOf("requeue").empty(); })) << JobLog(job);
+  const std::string run = RunIdOf("requeue");
+  const std::string run_dir = CoordinatorRunDir("requeue");
+  ASSERT_TRUE(WaitForSteps(run_dir, 3)) << JobSummary(job) << JobLog(job);
+  Log("$ scancel --batch --signal=USR1 %s\n", job.c_str());
+  Run("scancel --batch --signal=USR1 " + job);
+  // The job requeues itself; Slurm holds a requeued job ~2 min (its BeginTime): start it now.
+  ASSERT_TRUE(WaitFor(60, [&] { return JobField(job, "Restarts") == "1"; })) << JobLog(job);
+  ASSERT_TRUE(WaitFor(30, [&] { return JobField(job, "JobState") == "PENDING"; }))
+      << JobSummary(job);
+  Log("$ squeue\n%s$ scontrol update JobId=%s StartTime=now\n",
+      Run("squeue -o '%.8i %.9P %.8j %.8T %.10M %.6D %R %S'").c_str(), job.c_str());
+  Run("scontrol update JobId=" + job + " StartTime=now");
+  const std::string state = WaitForEnd(job);
+  const std::string log = JobLog(job);  // --open-mode=append: both runs
+  Log("$ scontrol show job %s\n%s--- job log ---\n%s---\n", job.c_str(), JobSummary(job).c_str(),
+      Shortened(log).c_str());
+  ASSERT_EQ(state, "COMPLETED") << log;
+  EXPECT_TRUE(Contains(log, "time limit near")) << log;
+  EXPECT_TRUE(Contains(log, "requeueing job " + job)) << log;
+  EXPECT_TRUE(Contains(log, "(restart 1)")) << log;
+  EXPECT_TRUE(Contains(log, "resumed from " + run_dir + "/checkpoints/step_")) << log;
+  EXPECT_TRUE(Contains(log, "run " + run + ": COMPLETED at step 300")) << log;
+  EXPECT_EQ(CountLines(run_dir + "/metrics.jsonl"), 300);
+}
+
+// FORGE_LAUNCH=direct: every rank is `forge train`; SIGTERM from scancel reaches each one.
+TEST_F(SlurmJob, DirectScancelCheckpointsAndResubmittingResumes) {
+  ::setenv("FORGE_LAUNCH", "direct", 1);
+  const std::string cfg = WriteConfig("direct", 100000, 0);  // only the stop saves
+  const std::string run = dir_ + "/runs/direct";
   const std::string job = Submit(cfg);
   ASSERT_FALSE(job.empty());
   ASSERT_TRUE(WaitForSteps(run, 3)) << JobSummary(job) << JobLog(job);
@@ -229,7 +334,7 @@ TEST_F(SlurmJob, ScancelCheckpointsAndResubmittingResumes) {
   ASSERT_EQ(state, "CANCELLED") << log;
   EXPECT_TRUE(Contains(log, "forge: stopped on a signal after step")) << log;
   const auto ckpts = ListCheckpoints(run + "/checkpoints");
-  ASSERT_EQ(ckpts.size(), 1u) << log;  // committed: ListCheckpoints needs the manifest
+  ASSERT_EQ(ckpts.size(), 1u) << log;
   const int64_t stopped = ckpts[0].step;
   EXPECT_GE(stopped, 3);
   EXPECT_TRUE(Contains(log, "checkpoint step_" + std::to_string(stopped) + ":")) << log;
@@ -250,36 +355,6 @@ TEST_F(SlurmJob, ScancelCheckpointsAndResubmittingResumes) {
                                  std::to_string(stopped) + ")"))
       << log2;
   EXPECT_EQ(CountLines(run + "/metrics.jsonl"), stopped + 2);
-}
-
-// `#SBATCH --signal=B:USR1@180` sends this near the time limit; here scancel sends it now.
-TEST_F(SlurmJob, TimeLimitWarningCheckpointsAndRequeues) {
-  const std::string cfg = WriteConfig("requeue", 100000, 0);
-  const std::string run = dir_ + "/runs/requeue";
-  const std::string job = Submit(cfg, "--steps 1000");
-  ASSERT_FALSE(job.empty());
-  ASSERT_TRUE(WaitForSteps(run, 3)) << JobSummary(job) << JobLog(job);
-  Log("$ scancel --batch --signal=USR1 %s\n", job.c_str());
-  Run("scancel --batch --signal=USR1 " + job);
-  // The job requeues itself; Slurm holds a requeued job ~2 min (its BeginTime): start it now.
-  ASSERT_TRUE(WaitFor(60, [&] { return JobField(job, "Restarts") == "1"; })) << JobLog(job);
-  ASSERT_TRUE(WaitFor(30, [&] { return JobField(job, "JobState") == "PENDING"; }))
-      << JobSummary(job);
-  Log("$ squeue\n%s$ scontrol update JobId=%s StartTime=now\n",
-      Run("squeue -o '%.8i %.9P %.8j %.8T %.10M %.6D %R %S'").c_str(), job.c_str());
-  Run("scontrol update JobId=" + job + " StartTime=now");
-  const std::string state = WaitForEnd(job);
-  const std::string log = JobLog(job);  // --open-mode=append: both runs
-  Log("$ scontrol show job %s\n%s--- job log ---\n%s---\n", job.c_str(), JobSummary(job).c_str(),
-      Shortened(log).c_str());
-  ASSERT_EQ(state, "COMPLETED") << log;
-  EXPECT_TRUE(Contains(log, "time limit near")) << log;
-  EXPECT_TRUE(Contains(log, "forge: stopped on a signal after step")) << log;
-  EXPECT_TRUE(Contains(log, "requeueing job " + job)) << log;
-  EXPECT_TRUE(Contains(log, "(restart 1)")) << log;
-  EXPECT_TRUE(Contains(log, "resumed from " + run + "/checkpoints/step_")) << log;
-  EXPECT_TRUE(Contains(log, "forge: done: 1000 steps")) << log;
-  EXPECT_EQ(CountLines(run + "/metrics.jsonl"), 1000);
 }
 
 }  // namespace
