@@ -66,7 +66,7 @@ class SlurmJob : public ::testing::Test {
     ::setenv("FORGE_BIN_DIR", (std::string(FORGE_BINARY_DIR) + "/bin").c_str(), 1);
     ::setenv("FORGE_STATE_DIR", (dir_ + "/state").c_str(), 1);
     ::setenv("FORGE_COORDINATOR_LISTEN", "127.0.0.1", 1);  // loopback only
-    ::setenv("FORGE_HEARTBEAT_TIMEOUT_MS", "4000", 1);     // resubmissions wait this long
+    ::setenv("FORGE_HEARTBEAT_TIMEOUT_MS", "5000", 1);     // resubmissions wait this long
     ::unsetenv("FORGE_LAUNCH");
     ::unsetenv("FORGE_WORKER_ARGS");
     ::unsetenv("FORGE_COORDINATOR");
