@@ -207,9 +207,20 @@ int Train(const Args& a, ProcessGroup* group) {
   // and a local worker (cli/local_launch.h), as on a cluster. --direct trains right here.
   auto launch = DetectLaunch();
   if (!launch.ok()) return Fail(launch.status());
+  // /metrics when metrics.port is set: a series per step record (and, under MPI, collective
+  // wait times), on port + local rank.
+  auto metrics = TrainMetrics::Start(cfg, cfg.name, launch->rank, launch->local_rank,
+                                     launch->world);
+  if (!metrics.ok()) return Fail(metrics.status());
+  if (*metrics) opt.on_step = (*metrics)->StepCallback(opt.on_step);
+  auto finish = [&](const StatusOr<ProcessRunResult>& run) {
+    if (*metrics)
+      (*metrics)->Finish(!run.ok() ? "failed" : run->train.stopped ? "stopped" : "completed");
+  };
   if (launch->kind == LaunchKind::kSingle && !a.Has("--direct")) {
     InstallStopHandlers();
     auto local = cli::TrainWithLocalCoordinator(cfg, opt);
+    finish(local);
     if (!local.ok()) return Fail(local.status());
     return ReportTrain(*local, true);
   }
@@ -217,19 +228,11 @@ int Train(const Args& a, ProcessGroup* group) {
   auto joined = JoinProcessGroup(cfg);
   if (!joined.ok()) return Fail(joined.status());
   *group = std::move(joined).value();
-  // /metrics when metrics.port is set: collective wait times and a series per step record.
-  auto metrics = TrainMetrics::Start(cfg, cfg.name, group->rank(), group->launch.local_rank,
-                                     group->world());
-  if (!metrics.ok()) return Fail(metrics.status());
-  if (*metrics) {
-    group->comm = (*metrics)->TimeCollectives(std::move(group->comm));
-    opt.on_step = (*metrics)->StepCallback(opt.on_step);
-  }
+  if (*metrics) group->comm = (*metrics)->TimeCollectives(std::move(group->comm));
   const bool leader = group->rank() == 0;
   InstallStopHandlers();
   auto run = TrainInProcessGroup(cfg, group, opt);
-  if (*metrics)
-    (*metrics)->Finish(!run.ok() ? "failed" : run->train.stopped ? "stopped" : "completed");
+  finish(run);
   if (!run.ok()) return Fail(run.status());
   return ReportTrain(*run, leader);
 }
