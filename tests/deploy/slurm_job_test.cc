@@ -242,8 +242,8 @@ TEST_F(SlurmJob, CoordinatorAndFourWorkersTrainToCompletion) {
 }
 
 TEST_F(SlurmJob, CoordinatorScancelCheckpointsAndResubmittingResumes) {
-  // 200 steps of >= 20 ms: the job is still running when scancel comes.
-  ::setenv("FORGE_WORKER_ARGS", "--throttle-ms 20", 1);
+  // 200 steps of >= 50 ms (10 s): the run is far from done when its stop lands.
+  ::setenv("FORGE_WORKER_ARGS", "--throttle-ms 50", 1);
   const std::string cfg = WriteConfig("cancel", 200, 0);  // only the stop saves
   const std::string job = Submit(cfg);
   ASSERT_FALSE(job.empty());
@@ -287,8 +287,9 @@ TEST_F(SlurmJob, CoordinatorScancelCheckpointsAndResubmittingResumes) {
 
 // `#SBATCH --signal=B:USR1@180` sends this near the time limit; here scancel sends it now.
 TEST_F(SlurmJob, CoordinatorTimeLimitWarningCheckpointsAndRequeues) {
-  ::setenv("FORGE_WORKER_ARGS", "--throttle-ms 10", 1);
-  const std::string cfg = WriteConfig("requeue", 300, 0);
+  // 150 steps of >= 40 ms (6 s): the run is far from done when its stop lands.
+  ::setenv("FORGE_WORKER_ARGS", "--throttle-ms 40", 1);
+  const std::string cfg = WriteConfig("requeue", 150, 0);
   const std::string job = Submit(cfg);
   ASSERT_FALSE(job.empty());
   ASSERT_TRUE(WaitFor(60, [&] { return !RunIdOf("requeue").empty(); })) << JobLog(job);
@@ -313,8 +314,8 @@ TEST_F(SlurmJob, CoordinatorTimeLimitWarningCheckpointsAndRequeues) {
   EXPECT_TRUE(Contains(log, "requeueing job " + job)) << log;
   EXPECT_TRUE(Contains(log, "(restart 1)")) << log;
   EXPECT_TRUE(Contains(log, "resumed from " + run_dir + "/checkpoints/step_")) << log;
-  EXPECT_TRUE(Contains(log, "run " + run + ": COMPLETED at step 300")) << log;
-  EXPECT_EQ(CountLines(run_dir + "/metrics.jsonl"), 300);
+  EXPECT_TRUE(Contains(log, "run " + run + ": COMPLETED at step 150")) << log;
+  EXPECT_EQ(CountLines(run_dir + "/metrics.jsonl"), 150);
 }
 
 // FORGE_LAUNCH=direct: every rank is `forge train`; SIGTERM from scancel reaches each one.
