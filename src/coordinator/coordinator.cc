@@ -148,9 +148,12 @@ Status Coordinator::Load() {
         FORGE_RETURN_IF_ERROR(SetState(&r, RunState::kFailed,
                                        "the forge train process that ran it ended", ""));
   }
-  // Known workers get one heartbeat timeout from now to show up again.
+  // Known workers get one heartbeat timeout from now to show up again; ranks that already
+  // reported the end of their placement count as done.
   for (WorkerRecord& w : workers) {
     const std::string id = w.id;
+    if (!w.run_id.empty() && w.done_phase != 0)
+      done_[w.run_id][w.rank] = static_cast<v1::WorkerPhase>(w.done_phase);
     workers_[id] = LiveWorker{std::move(w), Clock::now()};
   }
   return Status::Ok();
@@ -262,6 +265,7 @@ Status Coordinator::Place(RunRecord* run, const std::vector<std::string>& worker
     w.rec.run_id = run->id;
     w.rec.attempt = run->attempt;
     w.rec.rank = int(r);
+    w.rec.done_phase = 0;
     w.last_seen = Clock::now();  // its heartbeat clock starts now
     FORGE_RETURN_IF_ERROR(PersistWorker(w.rec));
     names += (r ? ", " : "") + worker_ids[r];
@@ -328,6 +332,7 @@ Status Coordinator::FinishIfDone(RunRecord* run) {
       w.rec.run_id.clear();
       w.rec.attempt = 0;
       w.rec.rank = 0;
+      w.rec.done_phase = 0;
       FORGE_RETURN_IF_ERROR(PersistWorker(w.rec));
     }
   if (all_completed)
@@ -712,6 +717,8 @@ grpc::Status Coordinator::Heartbeat(const v1::HeartbeatRequest& req, v1::Heartbe
   }
   if (phase == v1::DONE_COMPLETED || phase == v1::DONE_STOPPED) {
     done_[run->id][req.rank()] = phase;
+    worker->rec.done_phase = phase;  // survives a coordinator restart
+    if (Status s = PersistWorker(worker->rec); !s.ok()) return ToGrpc(s);
     if (Status s = FinishIfDone(run); !s.ok()) return ToGrpc(s);
     out->set_command(v1::CONTINUE);
     return grpc::Status::OK;

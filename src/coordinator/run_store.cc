@@ -29,7 +29,8 @@ CREATE TABLE IF NOT EXISTS shard_reports (
   PRIMARY KEY(run_id, attempt, step, rank));
 CREATE TABLE IF NOT EXISTS workers (
   id TEXT PRIMARY KEY, host TEXT, device TEXT, group_id TEXT, group_rank INTEGER,
-  group_size INTEGER, run_id TEXT, attempt INTEGER, rank INTEGER, joined_ms INTEGER);
+  group_size INTEGER, run_id TEXT, attempt INTEGER, rank INTEGER, joined_ms INTEGER,
+  done_phase INTEGER);
 )sql";
 
 using Value = std::variant<int64_t, double, std::string>;
@@ -166,6 +167,9 @@ StatusOr<std::unique_ptr<RunStore>> RunStore::Open(const std::string& path) {
   FORGE_RETURN_IF_ERROR(Exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;")
                             .Annotate("run store " + path));
   FORGE_RETURN_IF_ERROR(Exec(db, kSchema).Annotate("run store " + path));
+  // Stores written before workers.done_phase existed gain the column (fails harmlessly when it
+  // is already there).
+  (void)Exec(db, "ALTER TABLE workers ADD COLUMN done_phase INTEGER DEFAULT 0");
   return store;
 }
 
@@ -370,10 +374,10 @@ Status RunStore::PutWorker(const WorkerRecord& w) {
   std::lock_guard<std::mutex> l(mu_);
   Stmt s(db_,
          "INSERT OR REPLACE INTO workers (id, host, device, group_id, group_rank, group_size, "
-         "run_id, attempt, rank, joined_ms) VALUES (?,?,?,?,?,?,?,?,?,?)");
+         "run_id, attempt, rank, joined_ms, done_phase) VALUES (?,?,?,?,?,?,?,?,?,?,?)");
   FORGE_RETURN_IF_ERROR(s.Bind({w.id, w.host, w.device, w.group_id, int64_t(w.group_rank),
                                 int64_t(w.group_size), w.run_id, int64_t(w.attempt),
-                                int64_t(w.rank), w.joined_ms}));
+                                int64_t(w.rank), w.joined_ms, int64_t(w.done_phase)}));
   return s.Run();
 }
 
@@ -388,7 +392,7 @@ StatusOr<std::vector<WorkerRecord>> RunStore::Workers() {
   std::lock_guard<std::mutex> l(mu_);
   Stmt s(db_,
          "SELECT id, host, device, group_id, group_rank, group_size, run_id, attempt, rank, "
-         "joined_ms FROM workers ORDER BY joined_ms, id");
+         "joined_ms, done_phase FROM workers ORDER BY joined_ms, id");
   FORGE_RETURN_IF_ERROR(s.Bind({}));
   std::vector<WorkerRecord> out;
   for (;;) {
@@ -405,6 +409,7 @@ StatusOr<std::vector<WorkerRecord>> RunStore::Workers() {
     w.attempt = int(s.Int(7));
     w.rank = int(s.Int(8));
     w.joined_ms = s.Int(9);
+    w.done_phase = int(s.Int(10));
     out.push_back(std::move(w));
   }
   return out;

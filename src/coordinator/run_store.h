@@ -87,6 +87,7 @@ struct WorkerRecord {
   std::string run_id;        // "" when idle
   int attempt = 0, rank = 0;
   int64_t joined_ms = 0;
+  int done_phase = 0;        // forge.v1.WorkerPhase its placement ended with; 0 while it runs
 };
 
 class RunStore {

@@ -100,6 +100,35 @@ TEST(CoordinatorLifecycle, PlaceRunCompleteAndQueue) {
   EXPECT_EQ(Get(c.get(), run.id()).step(), 10);
 }
 
+TEST(CoordinatorLifecycle, QueuedRunWaitsForTheGroupAndDoneSurvivesARestart) {
+  const std::string dir = StateDir("queue");
+  v1::Run first, second;
+  v1::Assignment a0, a1;
+  {
+    auto c = Open(dir, 5000);
+    v1::SubmitRunRequest s;
+    s.set_spec_yaml(kSpec);
+    ASSERT_TRUE(c->SubmitRun(s, &first).ok());
+    ASSERT_TRUE(c->SubmitRun(s, &second).ok());
+    Join(c.get(), "a0", 0);
+    a1 = Join(c.get(), "a1", 1).assignment();
+    a0 = Join(c.get(), "a0", 0).assignment();
+    EXPECT_EQ(a0.run_id(), first.id());  // submission order
+    EXPECT_EQ(Get(c.get(), second.id()).state(), v1::PENDING);
+    Beat(c.get(), "a0", a0, v1::DONE_COMPLETED, 10);
+  }
+  // Restarted between the two ranks' reports: rank 0's is remembered.
+  auto c = Open(dir, 5000);
+  EXPECT_FALSE(Join(c.get(), "a0", 0).assigned());  // not handed its finished placement again
+  Beat(c.get(), "a1", a1, v1::DONE_COMPLETED);
+  EXPECT_EQ(Get(c.get(), first.id()).state(), v1::COMPLETED);
+  // The group is free: the queued run goes on it.
+  v1::JoinResponse next = Join(c.get(), "a0", 0);
+  ASSERT_TRUE(next.assigned());
+  EXPECT_EQ(next.assignment().run_id(), second.id());
+  EXPECT_EQ(Get(c.get(), second.id()).state(), v1::RUNNING);
+}
+
 TEST(CoordinatorLifecycle, LostWorkerRestartsThenFails) {
   auto c = Open(StateDir("lost"), /*timeout_ms=*/300);
   v1::SubmitRunRequest s;
