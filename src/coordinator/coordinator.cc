@@ -226,13 +226,12 @@ void Coordinator::Schedule() {
                       w->rec.group_size});
     Placement p = PlaceRun(pool, run.workers);
     if (p.worker_ids.empty()) continue;
-    if (Status s = Place(&run, p.worker_ids, p.comm_id_from_coordinator); !s.ok())
+    if (Status s = Place(&run, p.worker_ids); !s.ok())
       (void)SetState(&run, RunState::kFailed, "placement failed: " + s.ToString(), "");
   }
 }
 
-Status Coordinator::Place(RunRecord* run, const std::vector<std::string>& worker_ids,
-                          bool relay_comm_id) {
+Status Coordinator::Place(RunRecord* run, const std::vector<std::string>& worker_ids) {
   // Resolve where this attempt starts.
   std::string from = "a fresh start";
   if (!run->resume.empty() && run->resume.front() != '/') {
@@ -270,7 +269,6 @@ Status Coordinator::Place(RunRecord* run, const std::vector<std::string>& worker
     FORGE_RETURN_IF_ERROR(PersistWorker(w.rec));
     names += (r ? ", " : "") + worker_ids[r];
   }
-  (void)relay_comm_id;  // recorded per assignment: see FillAssignment
   return SetState(run, RunState::kRunning, "",
                   "attempt " + std::to_string(run->attempt) + " placed on " +
                       std::to_string(worker_ids.size()) + " worker(s) [" + names + "] from " +
@@ -564,8 +562,9 @@ grpc::Status Coordinator::WatchRun(const v1::WatchRunRequest& req,
     std::lock_guard<std::mutex> l(mu_);
     if (FindRun(req.run_id()) == nullptr) return NotFoundRun(req.run_id());
     if (!req.history()) {
+      // Start with the newest event, so a watcher sees how the run got where it is.
       auto events = store_->EventsAfter(req.run_id(), 0);
-      if (events.ok() && !events->empty()) last_event = events->back().id;
+      if (events.ok() && events->size() >= 2) last_event = (*events)[events->size() - 2].id;
       auto metrics = store_->MetricsAfter(req.run_id(), 0);
       if (metrics.ok())
         for (const MetricRecord& m : *metrics) last_metric = std::max(last_metric, m.seq);

@@ -98,7 +98,7 @@ class Coordinator {
   Status SetState(RunRecord* run, RunState state, const std::string& reason,
                   const std::string& event);
   void Schedule();
-  Status Place(RunRecord* run, const std::vector<std::string>& worker_ids, bool relay_comm_id);
+  Status Place(RunRecord* run, const std::vector<std::string>& worker_ids);
   // A placed worker is gone or failed: the run restarts (or fails, or stops if a stop was
   // pending); every worker of the placement leaves the pool.
   Status LoseRun(RunRecord* run, const std::string& why);
