@@ -69,6 +69,38 @@ TEST(ControlPlane, SubmitWatchStopResume) {
   EXPECT_TRUE(Contains(list.output, run) && Contains(list.output, "COMPLETED")) << list.output;
 }
 
+TEST(ControlPlane, ResumeOnAnotherWorkerCount) {
+  REQUIRE_MPIRUN();
+  ControlPlane cp("reshard");
+  cp.StartCoordinator();
+  cp.StartWorkers(2, /*throttle_ms=*/60);
+  const std::string spec = cp.WriteSpec("rs", 30, 10);
+  ShellResult sub = cp.Ctl("submit " + spec);
+  ASSERT_EQ(sub.exit_code, 0) << sub.output;
+  const std::string run = ControlPlane::RunId(sub);
+  ASSERT_TRUE(WaitFor(60, [&] { return cp.Step(run) >= 4; })) << cp.Ctl("status " + run).output;
+  ASSERT_EQ(cp.Ctl("stop " + run).exit_code, 0);
+  ASSERT_EQ(cp.Ctl("watch " + run).exit_code, 0);
+  ASSERT_EQ(cp.StatusField(run, "state"), "STOPPED");
+
+  // One worker started alone (no mpirun): the 2-rank group cannot take a 1-worker run.
+  test::Process solo = test::Spawn(test::Bin("forge-worker") + " --coordinator " + cp.address() +
+                                       " --join-secret-file " + cp.dir() + "/secret",
+                                   cp.dir() + "/solo.log");
+  ShellResult resume = cp.Ctl("resume " + run + " --workers 1");
+  ASSERT_EQ(resume.exit_code, 0) << resume.output;
+  ShellResult done = cp.Ctl("watch " + run);
+  solo.Kill();
+  EXPECT_EQ(done.exit_code, 0) << done.output << ReadFile(cp.dir() + "/solo.log");
+  EXPECT_EQ(cp.StatusField(run, "state"), "COMPLETED");
+  EXPECT_EQ(cp.StatusField(run, "workers"), "1");
+  ShellResult cks = cp.Ctl("--json checkpoints " + run);
+  EXPECT_TRUE(Contains(cks.output, "\"step\":\"30\"")) << cks.output;
+  auto m = ReadManifest(cp.StatusField(run, "run_dir") + "/checkpoints/step_30");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->world_size, 1);
+}
+
 // Weights of a committed checkpoint, every unit concatenated.
 std::vector<float> Weights(const std::string& dir) {
   auto ck = LoadFullCheckpoint(dir);
