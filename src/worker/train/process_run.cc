@@ -7,14 +7,50 @@
 #include "worker/data/dataset.h"
 #include "worker/data/sampler.h"
 #include "worker/model/param_layout.h"
+#include "worker/parallel/host_staged_comm.h"
 #include "worker/parallel/mpi_comm.h"
+#include "worker/parallel/nccl_comm.h"
 #include "worker/train/backend.h"
 
 namespace forge {
 
-StatusOr<ProcessGroup> JoinProcessGroup(const RunConfig& cfg) {
+namespace {
+
+bool WantsCuda(const RunConfig& cfg) {
+  return cfg.train.backend == Backend::kCuda ||
+         (cfg.train.backend == Backend::kAuto && CudaDeviceAvailable());
+}
+
+// GPU data parallelism: NCCL on this process's GPU (local rank, modulo the visible devices:
+// under srun --gpus-per-task=1 each task sees one), its unique id from `rendezvous`, or MPI
+// under an MPI launch, or TCP (MASTER_ADDR / MASTER_PORT) otherwise; the trainer's few host
+// collectives go through the same communicator.
+Status JoinNccl(const RunConfig& cfg, IdRendezvous* rendezvous, ProcessGroup* g) {
+  std::unique_ptr<IdRendezvous> own;
+  if (rendezvous == nullptr) {
+    FORGE_ASSIGN_OR_RETURN(own, RendezvousForLaunch(g->launch, cfg.parallel.collective_timeout_s));
+    rendezvous = own.get();
+  }
+  NcclCommOptions o;
+  o.timeout_s = cfg.parallel.collective_timeout_s;
+  const int devices = NcclVisibleDevices();
+  if (devices < 1) return Status::Unavailable("NCCL data parallelism: no CUDA device visible");
+  o.device = g->launch.local_rank % devices;
+  FORGE_ASSIGN_OR_RETURN(g->nccl, MakeNcclComm(g->launch.rank, g->launch.world, rendezvous, o));
+  // The host collectives get their own communicator (own stream), so a step-boundary flag
+  // exchange does not wait for the step's gradient collectives queued on the first.
+  o.name = "forge-host";
+  FORGE_ASSIGN_OR_RETURN(g->host_nccl, SplitNcclComm(g->nccl.get(), o));
+  FORGE_ASSIGN_OR_RETURN(g->comm, MakeHostStagedComm(g->host_nccl.get()));
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<ProcessGroup> JoinProcessGroup(const RunConfig& cfg, IdRendezvous* rendezvous) {
   ProcessGroup g;
   FORGE_ASSIGN_OR_RETURN(g.launch, DetectLaunch());
+  const bool cuda = WantsCuda(cfg);
   if (g.launch.kind == LaunchKind::kMpi) {
     FORGE_RETURN_IF_ERROR(InitMpi());
     MpiCommOptions o;
@@ -22,7 +58,15 @@ StatusOr<ProcessGroup> JoinProcessGroup(const RunConfig& cfg) {
     FORGE_ASSIGN_OR_RETURN(g.comm, MakeMpiComm(o));
     g.launch.rank = g.comm->rank();
     g.launch.world = g.comm->world();
+    if (cuda && g.launch.world > 1) {
+      g.comm.reset();
+      FORGE_RETURN_IF_ERROR(JoinNccl(cfg, rendezvous, &g));
+    }
   } else if (g.launch.world > 1) {
+    if (cuda) {
+      FORGE_RETURN_IF_ERROR(JoinNccl(cfg, rendezvous, &g));
+      return g;
+    }
     return Status::Unavailable(std::string("launched as rank ") + std::to_string(g.launch.rank) +
                                " of " + std::to_string(g.launch.world) + " by " +
                                LaunchKindName(g.launch.kind) +
@@ -69,11 +113,12 @@ StatusOr<ProcessRunResult> TrainInProcessGroup(const RunConfig& cfg, ProcessGrou
   Backend want = cfg.train.backend;
   if (want == Backend::kAuto) want = CudaDeviceAvailable() ? Backend::kCuda : Backend::kCpu;
   std::unique_ptr<TrainBackend> backend;
-  if (world > 1) {
-    // Data parallelism is wired into the CPU backend; the CUDA backend's NCCL path is not yet.
+  if (world > 1 && group->nccl != nullptr) {
+    FORGE_ASSIGN_OR_RETURN(backend, MakeCudaBackend(cfg, group->nccl.get()));
+  } else if (world > 1) {
     if (want == Backend::kCuda)
-      return Status::Unavailable("data-parallel training (world " + std::to_string(world) +
-                                 ") runs on the cpu backend only so far; pass --backend cpu");
+      return Status::Invalid("data-parallel cuda training needs the process group joined with "
+                             "the cuda backend selected (JoinProcessGroup)");
     backend = MakeCpuBackend(cfg, group->comm.get());
   } else if (want == Backend::kCuda) {
     FORGE_ASSIGN_OR_RETURN(backend, MakeCudaBackend(cfg));

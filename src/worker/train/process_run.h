@@ -12,6 +12,8 @@
 #include "common/status.h"
 #include "worker/parallel/bootstrap.h"
 #include "worker/parallel/comm.h"
+#include "worker/parallel/nccl_comm.h"
+#include "worker/parallel/rendezvous.h"
 #include "worker/train/trainer.h"
 
 namespace forge {
@@ -19,15 +21,21 @@ namespace forge {
 // The data-parallel group this process belongs to (world 1 when launched alone).
 struct ProcessGroup {
   LaunchInfo launch;
-  std::unique_ptr<Comm> comm;  // null when alone
+  // GPU data parallelism: the backend's NCCL communicator (null otherwise). Declared before
+  // `comm`, which may stage through it, so it is destroyed after.
+  std::unique_ptr<NcclComm> nccl;
+  std::unique_ptr<NcclComm> host_nccl;  // split from nccl: carries `comm`'s collectives
+  std::unique_ptr<Comm> comm;  // the trainer's host collectives; null when alone
   int rank() const { return launch.rank; }
   int world() const { return launch.world; }
 };
 
-// Detects the launch and, under MPI, initialises it and builds an MpiComm with the config's
-// collective timeout. A non-MPI launch of world > 1 is Unavailable (CPU data parallelism runs
-// over MPI).
-StatusOr<ProcessGroup> JoinProcessGroup(const RunConfig& cfg);
+// Detects the launch. CPU: under MPI, initialises it and builds an MpiComm with the config's
+// collective timeout; a non-MPI launch of world > 1 is Unavailable (CPU data parallelism runs
+// over MPI). CUDA (train.backend cuda, or auto with a GPU) with world > 1: an NcclComm on the
+// local rank's GPU plus a host-staged comm over it, the NCCL id handed over by `rendezvous`
+// (the coordinator's), else MPI_Bcast under MPI, else TCP from MASTER_ADDR / MASTER_PORT.
+StatusOr<ProcessGroup> JoinProcessGroup(const RunConfig& cfg, IdRendezvous* rendezvous = nullptr);
 
 // cfg.data.dataset_dir, or $FORGE_DATA_DIR/dataset (the output of `forge data prepare`).
 std::string DatasetDir(const RunConfig& cfg);

@@ -259,7 +259,13 @@ StatusOr<TrainResult> RunTraining(const RunConfig& cfg, TrainBackend* backend,
     bool stop = false;
     if (ckpt) {
       bool written = false;
+      // Part of the step's time: with a device backend this small collective is where the
+      // host meets the other ranks (and may wait for its own GPU).
+      const auto a0 = Clock::now();
       FORGE_RETURN_IF_ERROR(agree(&stop, &written));
+      const double agree_s = Seconds(a0, Clock::now());
+      train_seconds += agree_s;
+      window_seconds += agree_s;
       if (ckpt->pending() && written) FORGE_RETURN_IF_ERROR(ckpt->Commit());
       if (stop || save_now || (every > 0 && (step % every == 0 || last))) {
         FORGE_RETURN_IF_ERROR(ckpt->Save(step, cursor));
