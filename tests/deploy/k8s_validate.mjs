@@ -14,11 +14,12 @@ import path from "node:path";
 import { createRequire } from "node:module";
 import { pathToFileURL } from "node:url";
 
-const [rendered, modulesDir, dashboardFile] = process.argv.slice(2);
-if (!rendered || !modulesDir || !dashboardFile) {
+const [rendered, modulesArg, dashboardFile] = process.argv.slice(2);
+if (!rendered || !modulesArg || !dashboardFile) {
   console.error("usage: node k8s_validate.mjs RENDERED.yaml NODE_MODULES_DIR DASHBOARD.json");
   process.exit(2);
 }
+const modulesDir = path.resolve(modulesArg);
 const yaml = createRequire(path.join(modulesDir, "noop.js"))("js-yaml");
 
 let passed = 0;
@@ -133,6 +134,15 @@ if (workers) {
 }
 const pvc = find("PersistentVolumeClaim", "forge-data");
 check(pvc?.spec.accessModes?.includes("ReadWriteMany"), "PersistentVolumeClaim/forge-data: ReadWriteMany (workers on many nodes write checkpoints)");
+const statePvc = find("PersistentVolumeClaim", "forge-state");
+check(statePvc?.spec.accessModes?.includes("ReadWriteOnce"), "PersistentVolumeClaim/forge-state: ReadWriteOnce (the coordinator's SQLite store)");
+const stateArg = (coordinator?.spec.template.spec.containers[0].args ?? []).find((a) => a.startsWith("--state-dir="));
+const stateDir = stateArg?.slice("--state-dir=".length) ?? "";
+const stateMount = (coordinator?.spec.template.spec.containers[0].volumeMounts ?? [])
+  .filter((m) => stateDir === m.mountPath || stateDir.startsWith(m.mountPath + "/"))
+  .sort((x, y) => y.mountPath.length - x.mountPath.length)[0];
+const stateVol = coordinator?.spec.template.spec.volumes?.find((v) => v.name === stateMount?.name);
+check(stateVol?.persistentVolumeClaim?.claimName === "forge-state", "Deployment/forge-coordinator: --state-dir is on the forge-state volume");
 
 // --- prometheus-operator objects, by hand --------------------------------------------------
 function checkMonitor(mon, listKey, targets, targetPorts) {
