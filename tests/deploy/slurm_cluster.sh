@@ -102,6 +102,11 @@ EOF
 down() {
   export SLURM_CONF=$conf
   if [ -f "$dir/run/slurmctld.pid" ] || [ -f "$dir/run/slurmd.pid" ]; then
+    # Jobs first (a test that failed midway leaves them): a slurmstepd whose slurmd is gone
+    # stays behind.
+    scancel --signal=KILL --full --state=RUNNING "--user=$(id -un)" >/dev/null 2>&1 || true
+    scancel "--user=$(id -un)" >/dev/null 2>&1 || true
+    wait_for 20 bash -c '[ -z "$(squeue -h 2>/dev/null)" ]' || true
     scontrol shutdown >/dev/null 2>&1 || true
     # scontrol shutdown stops both daemons; make sure, by pid, within a few seconds.
     for f in slurmctld slurmd; do
