@@ -298,10 +298,14 @@ TEST_F(SlurmJob, CoordinatorTimeLimitWarningCheckpointsAndRequeues) {
   ASSERT_TRUE(WaitForSteps(run_dir, 3)) << JobSummary(job) << JobLog(job);
   Log("$ scancel --batch --signal=USR1 %s\n", job.c_str());
   Run("scancel --batch --signal=USR1 " + job);
-  // The job requeues itself; Slurm holds a requeued job ~2 min (its BeginTime): start it now.
+  // The job requeues itself; Slurm holds a requeued job ~2 min (its BeginTime): start it
+  // sooner, but only once the node is idle and the second of the kill has passed (slurmd
+  // refuses a job id's credential issued in the same second it was revoked).
   ASSERT_TRUE(WaitFor(60, [&] { return JobField(job, "Restarts") == "1"; })) << JobLog(job);
   ASSERT_TRUE(WaitFor(30, [&] { return JobField(job, "JobState") == "PENDING"; }))
       << JobSummary(job);
+  ASSERT_TRUE(WaitFor(30, [&] { return Run("sinfo -h -o %T") == "idle\n"; })) << Run("sinfo");
+  std::this_thread::sleep_for(std::chrono::seconds(2));
   Log("$ squeue\n%s$ scontrol update JobId=%s StartTime=now\n",
       Run("squeue -o '%.8i %.9P %.8j %.8T %.10M %.6D %R %S'").c_str(), job.c_str());
   Run("scontrol update JobId=" + job + " StartTime=now");
