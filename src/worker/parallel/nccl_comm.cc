@@ -127,7 +127,6 @@ class NcclCommImpl final : public NcclComm {
   int world() const override { return world_; }
   int device() const override { return device_; }
   const char* comm_name() const { return o_.name.c_str(); }  // outlives the communicator
-  ncclComm_t raw() const { return comm_; }
   void* stream() const override { return stream_; }
   void SetProducerStream(void* s) override { producer_ = static_cast<cudaStream_t>(s); }
 
@@ -397,7 +396,7 @@ int NcclVisibleDevices() {
 
 namespace {
 
-// A non-blocking communicator's creation (init or split) finishes asynchronously: poll until
+// A non-blocking communicator's creation finishes asynchronously: poll until
 // it did, failed, or the timeout passed (ncclInProgress then).
 ncclResult_t WaitForInit(ncclComm_t comm, ncclResult_t r, double timeout_s) {
   if (r != ncclInProgress && r != ncclSuccess) return r;
@@ -411,31 +410,6 @@ ncclResult_t WaitForInit(ncclComm_t comm, ncclResult_t r, double timeout_s) {
 }
 
 }  // namespace
-
-StatusOr<std::unique_ptr<NcclComm>> SplitNcclComm(NcclComm* parent,
-                                                  const NcclCommOptions& options) {
-  auto* p = dynamic_cast<NcclCommImpl*>(parent);
-  if (p == nullptr || p->raw() == nullptr) return Status::Invalid("SplitNcclComm: no parent");
-  const std::string who = "NCCL rank " + std::to_string(p->rank()) + " of " +
-                          std::to_string(p->world()) + " (split " + options.name + ")";
-  DeviceGuard g(p->device());
-  auto impl = std::make_unique<NcclCommImpl>(p->rank(), p->world(), p->device(), options);
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
-  if (options.max_ctas > 0) config.maxCTAs = options.max_ctas;
-  config.commName = impl->comm_name();
-  ncclComm_t comm = nullptr;
-  ncclResult_t r = ncclCommSplit(p->raw(), /*color=*/0, /*key=*/p->rank(), &comm, &config);
-  r = WaitForInit(comm, r, options.timeout_s);
-  if (r != ncclSuccess) {
-    if (comm != nullptr) ncclCommAbort(comm);
-    return Status::Unavailable(who + ": ncclCommSplit: " +
-                               (r == ncclInProgress ? std::string("timed out")
-                                                    : std::string(ncclGetErrorString(r))));
-  }
-  FORGE_RETURN_IF_ERROR(impl->Start(comm).Annotate(who));
-  return std::unique_ptr<NcclComm>(std::move(impl));
-}
 
 StatusOr<std::unique_ptr<NcclComm>> MakeNcclComm(int rank, int world, IdRendezvous* rendezvous,
                                                  const NcclCommOptions& options) {
@@ -491,10 +465,6 @@ StatusOr<std::unique_ptr<NcclComm>> MakeNcclComm(int rank, int world, IdRendezvo
 namespace forge {
 
 int NcclVisibleDevices() { return 0; }
-
-StatusOr<std::unique_ptr<NcclComm>> SplitNcclComm(NcclComm*, const NcclCommOptions&) {
-  return Status::Unavailable("NCCL: built without CUDA");
-}
 
 StatusOr<std::unique_ptr<NcclComm>> MakeNcclComm(int, int, IdRendezvous*, const NcclCommOptions&) {
   return Status::Unavailable("NCCL: built without CUDA");

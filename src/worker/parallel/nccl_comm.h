@@ -56,11 +56,6 @@ class NcclComm : public Comm {
 StatusOr<std::unique_ptr<NcclComm>> MakeNcclComm(int rank, int world, IdRendezvous* rendezvous,
                                                  const NcclCommOptions& options);
 
-// A second communicator over the same ranks and devices (ncclCommSplit; collective over all
-// ranks of `parent`), with its own stream: collectives on it do not queue behind the parent's.
-// For the trainer's small host collectives, which must not wait for a step's gradient traffic.
-StatusOr<std::unique_ptr<NcclComm>> SplitNcclComm(NcclComm* parent, const NcclCommOptions& options);
-
 // Number of visible CUDA devices (0 without CUDA), for tests and launch checks.
 int NcclVisibleDevices();
 

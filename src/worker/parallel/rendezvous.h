@@ -25,6 +25,10 @@ class IdRendezvous {
 
 std::unique_ptr<IdRendezvous> MakeMpiRendezvous();
 
+// Over a communicator the ranks already share (a broadcast from rank 0; `comm` must outlive
+// the result): for a second NCCL communicator next to a first one.
+std::unique_ptr<IdRendezvous> MakeCommRendezvous(class Comm* comm);
+
 struct TcpRendezvousOptions {
   std::string host = "127.0.0.1";  // rank 0's address as the others reach it
   int port = 29500;

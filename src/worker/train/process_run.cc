@@ -38,9 +38,13 @@ Status JoinNccl(const RunConfig& cfg, IdRendezvous* rendezvous, ProcessGroup* g)
   o.device = g->launch.local_rank % devices;
   FORGE_ASSIGN_OR_RETURN(g->nccl, MakeNcclComm(g->launch.rank, g->launch.world, rendezvous, o));
   // The host collectives get their own communicator (own stream), so a step-boundary flag
-  // exchange does not wait for the step's gradient collectives queued on the first.
+  // exchange does not wait for the step's gradient collectives queued on the first. Its id
+  // travels over the first (ncclCommSplit failed with an internal error on NCCL 2.28 here).
+  FORGE_ASSIGN_OR_RETURN(std::unique_ptr<Comm> bootstrap, MakeHostStagedComm(g->nccl.get()));
+  std::unique_ptr<IdRendezvous> over_first = MakeCommRendezvous(bootstrap.get());
   o.name = "forge-host";
-  FORGE_ASSIGN_OR_RETURN(g->host_nccl, SplitNcclComm(g->nccl.get(), o));
+  FORGE_ASSIGN_OR_RETURN(g->host_nccl,
+                         MakeNcclComm(g->launch.rank, g->launch.world, over_first.get(), o));
   FORGE_ASSIGN_OR_RETURN(g->comm, MakeHostStagedComm(g->host_nccl.get()));
   return Status::Ok();
 }

@@ -24,7 +24,7 @@ struct ProcessGroup {
   // GPU data parallelism: the backend's NCCL communicator (null otherwise). Declared before
   // `comm`, which may stage through it, so it is destroyed after.
   std::unique_ptr<NcclComm> nccl;
-  std::unique_ptr<NcclComm> host_nccl;  // split from nccl: carries `comm`'s collectives
+  std::unique_ptr<NcclComm> host_nccl;  // a second communicator: carries `comm`'s collectives
   std::unique_ptr<Comm> comm;  // the trainer's host collectives; null when alone
   int rank() const { return launch.rank; }
   int world() const { return launch.world; }

@@ -1,0 +1,21 @@
+#!/bin/bash
+# Issue 5's GPU evidence in one device call on a 4-GPU machine (stops starting new items after
+# ~540 s): multi-GPU tests, forge-dist-bench for every mode on 4 and 2 GPUs beside the PyTorch
+# DDP / FSDP2 anchor on the same GPUs, then `forge train` on 2 GPUs (scripts/device_cli_multi.sh).
+# Expects .device/ (forge, forge_gpu_tests, forge-dist-bench, the anchors) and .devdata/.
+set -u
+cd "$(dirname "$0")/.."
+M=${M:-gpt350m}; B=${B:-16}
+left() { [ $SECONDS -lt ${1:-540} ]; }
+nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c
+timeout 150 .device/run forge_gpu_tests --gtest_filter='*DataParallel*:*Nccl*' 2>&1 |
+  grep -E "^\[       OK|^\[  FAILED|PASSED|SKIPPED \]|Failure|error" | head -40
+py=python3; /opt/torch/.venv/bin/python3 -c 'import torch' 2>/dev/null && py=/opt/torch/.venv/bin/python3
+bench() { left && timeout 90 .device/run forge-dist-bench --config configs/$M.yaml --world $1 --mode $2 --micro-batch $B --steps 20 2>&1 | grep '^{'; }
+torch() { left ${3:-540} && (cd .device && timeout 150 $py -m torch.distributed.run --standalone --nproc_per_node=$1 torch_dist.py $2 $M $B 2>&1 | grep -E '^\{' ); }
+for m in ddp zero1 zero2 fsdp; do bench 4 $m; done
+torch 4 ddp; torch 4 fsdp
+left 500 && timeout 120 bash scripts/device_cli_multi.sh 2>&1 | grep -E "identical|DIFFER|resharding|done:|rror"
+for m in ddp fsdp; do bench 2 $m; done
+torch 2 ddp 420; torch 2 fsdp 420
+echo "elapsed ${SECONDS}s"
