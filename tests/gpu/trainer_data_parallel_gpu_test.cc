@@ -1,0 +1,152 @@
+// Sharded checkpoints of data-parallel GPU runs through the trainer's own path (RunTraining +
+// trainer_checkpoint) on 2 GPUs, one thread per rank, in ddp, zero2 and fsdp:
+//   - a run resumed from its step-4 checkpoint by fresh backends is bitwise the uninterrupted
+//     8-step run (losses, grad norms, val losses, weights, AdamW moments);
+//   - the same checkpoint resumed on ONE GPU (resharding 2 -> 1, same global batch and data
+//     cursor) continues the trajectory within BF16-run tolerances (loss 1e-2 relative, final
+//     weights 1e-2 relative Frobenius per unit).
+// Tiny model (tiny_gpu_config.h), global batch 16 = 2 micro-steps of 4 per rank. Skips below 2
+// GPUs.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "../common/tiny_fixtures.h"
+#include "gpu_test_util.h"
+#include "nccl_test_util.h"
+#include "no_gemm_autotune.h"
+#include "tiny_gpu_config.h"
+#include "worker/parallel/host_staged_comm.h"
+#include "worker/train/cuda_backend.h"
+#include "worker/train/trainer.h"
+
+namespace forge {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr int kWorld = 2;
+
+RunConfig Config(ParallelMode mode, const std::string& dir) {
+  RunConfig c = test::TinyGpuConfig("gpu-dp-resume-test");
+  c.batch.global_batch = 16;
+  c.schedule.total_steps = 8;
+  c.schedule.warmup_steps = 2;
+  c.eval.every_steps = 4;
+  c.eval.batches = 2;
+  c.train.log_every = 1;
+  c.train.backend = Backend::kCuda;
+  c.checkpoint.every_steps = 4;
+  c.checkpoint.dir = dir;
+  c.parallel.mode = mode;
+  return c;
+}
+
+// This rank's slice of the in-memory token stream (the sampler's convention: rank r's micro-step
+// k of the global batch at `cursor` is global micro-step k*W + r).
+BatchProvider RankData(const RunConfig& c, int rank, int world) {
+  BatchProvider all = test::HashedTokenData(c, 977u, 1000000);
+  BatchProvider mine;
+  mine.train = [all, rank, world](int64_t cursor, int k, int32_t* in, int32_t* tgt) {
+    return all.train(cursor, k * world + rank, in, tgt);
+  };
+  mine.val = all.val;
+  return mine;
+}
+
+std::vector<test::RunOutcome> TrainOnRanks(const RunConfig& c) {
+  std::vector<test::RunOutcome> out(kWorld);
+  Errors e;
+  RunRanks(kWorld, NcclCommOptions{}, &e, [&](int r, NcclComm* comm) {
+    auto backend = MakeCudaTrainBackend(c, CudaBackendOptions{}, comm);
+    auto host = MakeHostStagedComm(comm);
+    if (!backend.ok() || !host.ok()) {
+      return e.Add(r, "setup: " + (!backend.ok() ? backend.status() : host.status()).ToString());
+    }
+    TrainOptions opt;
+    opt.comm = host->get();
+    out[r] = test::TrainKeepingState(c, backend->get(), RankData(c, r, kWorld), opt);
+  });
+  for (const std::string& m : e.list) ADD_FAILURE() << m;
+  return out;
+}
+
+bool SameBits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
+
+double RelFrobenius(const std::vector<float>& got, const std::vector<float>& ref) {
+  double d = 0, n = 0;
+  for (size_t i = 0; i < ref.size() && i < got.size(); ++i) {
+    d += (double(got[i]) - ref[i]) * (double(got[i]) - ref[i]);
+    n += double(ref[i]) * ref[i];
+  }
+  return std::sqrt(d) / std::max(std::sqrt(n), 1e-30);
+}
+
+class GpuDataParallelResume : public ::testing::TestWithParam<ParallelMode> {};
+
+TEST_P(GpuDataParallelResume, ResumesBitwiseAndReshardsToOneGpu) {
+  FORGE_SKIP_WITHOUT_GPU();
+  int gpus = 0;
+  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < kWorld) GTEST_SKIP() << "needs 2 GPUs";
+  const test::NoGemmAutotune fixed_gemms;
+  const std::string dir = ::testing::TempDir() + "/forge_gpu_dp_resume_" +
+                          std::to_string(::getpid()) + "/" + ParallelModeName(GetParam());
+  fs::remove_all(dir);
+
+  const RunConfig ref_cfg = Config(GetParam(), dir + "/reference");
+  const auto ref = TrainOnRanks(ref_cfg);
+  ASSERT_EQ(ref[0].result.steps, 8);
+  ASSERT_EQ(ref[0].result.checkpoints, (std::vector<int64_t>{4, 8}));
+  ASSERT_EQ(ref[0].records.size(), 8u);
+  EXPECT_LT(ref[0].records.back().loss, ref[0].records.front().loss) << "the run did not learn";
+
+  RunConfig res_cfg = Config(GetParam(), dir + "/resumed");
+  res_cfg.checkpoint.resume = ref_cfg.checkpoint.dir + "/step_4";
+  const auto res = TrainOnRanks(res_cfg);
+  ASSERT_EQ(res[0].records.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    const StepRecord& got = res[0].records[i];
+    const StepRecord& want = ref[0].records[4 + i];
+    SCOPED_TRACE("step " + std::to_string(got.step));
+    EXPECT_TRUE(SameBits(got.loss, want.loss)) << got.loss << " vs " << want.loss;
+    EXPECT_TRUE(SameBits(got.grad_norm, want.grad_norm));
+    EXPECT_TRUE(SameBits(got.val_loss, want.val_loss));
+  }
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_TRUE(res[r].w == ref[r].w) << "rank " << r << ": weights differ after resuming";
+    EXPECT_TRUE(res[r].m == ref[r].m && res[r].v == ref[r].v) << "rank " << r << ": moments";
+  }
+
+  // The same step-4 checkpoint on one GPU: same global batch (4 micro-steps), same cursor.
+  RunConfig one_cfg = Config(ParallelMode::kDdp, dir + "/one_gpu");
+  one_cfg.checkpoint.resume = ref_cfg.checkpoint.dir + "/step_4";
+  cudaSetDevice(0);
+  auto one_backend = MakeCudaTrainBackend(one_cfg, CudaBackendOptions{});
+  ASSERT_TRUE(one_backend.ok()) << one_backend.status().ToString();
+  const test::RunOutcome one =
+      test::TrainKeepingState(one_cfg, one_backend->get(), RankData(one_cfg, 0, 1));
+  ASSERT_EQ(one.records.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_NEAR(one.records[i].loss, ref[0].records[4 + i].loss,
+                1e-2 * std::fabs(ref[0].records[4 + i].loss))
+        << "step " << one.records[i].step;
+  }
+  ASSERT_EQ(one.w.size(), ref[0].w.size());
+  for (size_t u = 0; u < one.w.size(); ++u)
+    EXPECT_LT(RelFrobenius(one.w[u], ref[0].w[u]), 1e-2) << "unit " << u;
+  fs::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, GpuDataParallelResume,
+                         ::testing::Values(ParallelMode::kDdp, ParallelMode::kZero2,
+                                           ParallelMode::kFsdp),
+                         [](const ::testing::TestParamInfo<ParallelMode>& i) {
+                           return std::string(ParallelModeName(i.param));
+                         });
+
+}  // namespace
+}  // namespace forge
