@@ -10,6 +10,7 @@
 #include <random>
 #include <thread>
 
+#include "agent/coordinator_rendezvous.h"
 #include "common/config.h"
 #include "common/peak_flops.h"
 #include "worker/model/param_layout.h"
@@ -26,6 +27,12 @@ std::string HostName() {
   char buf[256] = {};
   gethostname(buf, sizeof buf - 1);
   return buf;
+}
+
+// N of "cuda:N" (0 otherwise): the GPU a standalone worker trains on.
+int DeviceIndex(const std::string& device) {
+  const size_t colon = device.find(':');
+  return colon == std::string::npos ? 0 : std::atoi(device.c_str() + colon + 1);
 }
 
 std::string RandomHex(int n) {
@@ -104,18 +111,23 @@ class Placement {
                                     std::to_string(id_.group.rank()) + " of " +
                                     std::to_string(id_.group.size())),
                     message);
-    if (id_.group.size() <= 1 && a_.world() > 1)
-      return Failed(Status::Unavailable("placed on " + std::to_string(a_.world()) +
-                                        " standalone workers: multi-GPU training through a "
-                                        "coordinator-relayed NCCL id is not wired into the "
-                                        "engine yet"),
-                    message);
     flops_per_token_ = TrainFlopsPerToken(cfg->model);
     peak_tflops_ = HeartbeatPeakTflops(*cfg, id_.device);
 
     ProcessGroup group;
     if (id_.launch.kind == LaunchKind::kMpi) {
       auto g = JoinProcessGroup(*cfg);
+      if (!g.ok()) return Failed(g.status(), message);
+      group = std::move(g).value();
+    } else if (a_.world() > 1) {
+      // Standalone GPU workers: NCCL with its id relayed by the coordinator.
+      LaunchInfo placed;
+      placed.rank = a_.rank();
+      placed.world = a_.world();
+      placed.local_rank = DeviceIndex(id_.device);
+      auto rendezvous = MakeCoordinatorRendezvous(link_, {id_.worker_id, a_.run_id(), a_.attempt()},
+                                                  cfg->parallel.collective_timeout_s);
+      auto g = JoinPlacedGroup(*cfg, placed, rendezvous.get());
       if (!g.ok()) return Failed(g.status(), message);
       group = std::move(g).value();
     }

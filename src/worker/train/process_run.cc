@@ -80,6 +80,22 @@ StatusOr<ProcessGroup> JoinProcessGroup(const RunConfig& cfg, IdRendezvous* rend
   return g;
 }
 
+StatusOr<ProcessGroup> JoinPlacedGroup(const RunConfig& cfg, const LaunchInfo& placed,
+                                       IdRendezvous* rendezvous) {
+  ProcessGroup g;
+  g.launch = placed;
+  if (placed.world <= 1) return g;
+  if (!WantsCuda(cfg))
+    return Status::Unavailable("placed as rank " + std::to_string(placed.rank) + " of " +
+                               std::to_string(placed.world) +
+                               " without a common launcher: that needs the cuda backend (NCCL); "
+                               "CPU ranks train together over MPI only");
+  if (rendezvous == nullptr)
+    return Status::Invalid("JoinPlacedGroup: a rendezvous for the NCCL id is required");
+  FORGE_RETURN_IF_ERROR(JoinNccl(cfg, rendezvous, &g));
+  return g;
+}
+
 std::string DatasetDir(const RunConfig& cfg) {
   return cfg.data.dataset_dir.empty() ? DefaultDataDir() + "/dataset" : cfg.data.dataset_dir;
 }

@@ -37,6 +37,14 @@ struct ProcessGroup {
 // (the coordinator's), else MPI_Bcast under MPI, else TCP from MASTER_ADDR / MASTER_PORT.
 StatusOr<ProcessGroup> JoinProcessGroup(const RunConfig& cfg, IdRendezvous* rendezvous = nullptr);
 
+// A group the coordinator formed from workers that share no launcher (one process per GPU,
+// e.g. Kubernetes pods): rank and world come from the placement, the GPU from
+// placed.local_rank, the NCCL unique id through `rendezvous` (the coordinator's ExchangeCommId,
+// agent/coordinator_rendezvous.h). Needs the CUDA backend when world > 1 (CPU ranks train
+// together over MPI only): Unavailable otherwise.
+StatusOr<ProcessGroup> JoinPlacedGroup(const RunConfig& cfg, const LaunchInfo& placed,
+                                       IdRendezvous* rendezvous);
+
 // cfg.data.dataset_dir, or $FORGE_DATA_DIR/dataset (the output of `forge data prepare`).
 std::string DatasetDir(const RunConfig& cfg);
 
