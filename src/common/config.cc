@@ -42,6 +42,8 @@ constexpr std::array<NamedValue<ParallelMode>, 4> kParallelNames{{{"ddp", Parall
                                                                   {"zero1", ParallelMode::kZero1},
                                                                   {"zero2", ParallelMode::kZero2},
                                                                   {"fsdp", ParallelMode::kFsdp}}};
+constexpr std::array<NamedValue<Fp8Recipe>, 2> kFp8RecipeNames{{
+    {"delayed", Fp8Recipe::kDelayed}, {"current", Fp8Recipe::kCurrent}}};
 constexpr std::array<NamedValue<Backend>, 3> kBackendNames{{
     {"auto", Backend::kAuto}, {"cpu", Backend::kCpu}, {"cuda", Backend::kCuda}}};
 
@@ -232,8 +234,8 @@ MaybeProblem CheckRunConfig(const RunConfig& c) {
                    {"batch.micro_batch"}};
   }
 
-  FORGE_RULE(AtLeast("precision.fp8_amax_history", c.precision.fp8_amax_history, 1));
-  FORGE_RULE(NonNegative("precision.fp8_margin", c.precision.fp8_margin));
+  FORGE_RULE(InRange("precision.fp8.amax_history", c.precision.fp8.amax_history, 1, 1024));
+  FORGE_RULE(InRange("precision.fp8.margin", c.precision.fp8.margin, 0, 32));
 
   FORGE_RULE(Positive("parallel.collective_timeout_s", c.parallel.collective_timeout_s));
 
@@ -627,14 +629,20 @@ Status ReadSections(Reader& r, const Entries& top, RunConfig* c) {
   FORGE_RETURN_IF_ERROR(r.ReadInt64(e, "batch", "global_batch", &c->batch.global_batch));
 
   PrecisionConfig& p = c->precision;
-  FORGE_RETURN_IF_ERROR(r.ReadMap(
-      section("precision"), "precision",
-      {"compute", "fp8_amax_history", "fp8_margin", "fp8_delayed_scaling", "fp8_lm_head"}, &e));
+  FORGE_RETURN_IF_ERROR(
+      r.ReadMap(section("precision"), "precision", {"compute", "fp8"}, &e));
   FORGE_RETURN_IF_ERROR(r.ReadEnum(e, "precision", "compute", kPrecisionNames, &p.compute));
-  FORGE_RETURN_IF_ERROR(r.ReadInt(e, "precision", "fp8_amax_history", &p.fp8_amax_history));
-  FORGE_RETURN_IF_ERROR(r.ReadFloat(e, "precision", "fp8_margin", &p.fp8_margin));
-  FORGE_RETURN_IF_ERROR(r.ReadBool(e, "precision", "fp8_delayed_scaling", &p.fp8_delayed_scaling));
-  FORGE_RETURN_IF_ERROR(r.ReadBool(e, "precision", "fp8_lm_head", &p.fp8_lm_head));
+  {
+    const YAML::Node fp8_node = e.count("fp8") ? e.at("fp8") : YAML::Node();
+    Entries f;
+    FORGE_RETURN_IF_ERROR(r.ReadMap(fp8_node, "precision.fp8",
+                                    {"recipe", "amax_history", "margin", "lm_head"}, &f));
+    FORGE_RETURN_IF_ERROR(
+        r.ReadEnum(f, "precision.fp8", "recipe", kFp8RecipeNames, &p.fp8.recipe));
+    FORGE_RETURN_IF_ERROR(r.ReadInt(f, "precision.fp8", "amax_history", &p.fp8.amax_history));
+    FORGE_RETURN_IF_ERROR(r.ReadInt(f, "precision.fp8", "margin", &p.fp8.margin));
+    FORGE_RETURN_IF_ERROR(r.ReadBool(f, "precision.fp8", "lm_head", &p.fp8.lm_head));
+  }
 
   FORGE_RETURN_IF_ERROR(
       r.ReadMap(section("parallel"), "parallel", {"mode", "collective_timeout_s"}, &e));
@@ -768,6 +776,7 @@ const char* PrecisionName(Precision p) { return NameOf(kPrecisionNames, p); }
 const char* ParallelModeName(ParallelMode m) { return NameOf(kParallelNames, m); }
 const char* DecayKindName(DecayKind d) { return NameOf(kDecayNames, d); }
 const char* BackendName(Backend b) { return NameOf(kBackendNames, b); }
+const char* Fp8RecipeName(Fp8Recipe r) { return NameOf(kFp8RecipeNames, r); }
 
 std::string RunConfigToYaml(const RunConfig& c) {
   std::ostringstream y;
@@ -810,10 +819,11 @@ std::string RunConfigToYaml(const RunConfig& c) {
   const PrecisionConfig& p = c.precision;
   y << "precision:\n"
     << "  compute: " << PrecisionName(p.compute) << "\n"
-    << "  fp8_amax_history: " << p.fp8_amax_history << "\n"
-    << "  fp8_margin: " << Num(p.fp8_margin) << "\n"
-    << "  fp8_delayed_scaling: " << BoolText(p.fp8_delayed_scaling) << "\n"
-    << "  fp8_lm_head: " << BoolText(p.fp8_lm_head) << "\n";
+    << "  fp8:\n"
+    << "    recipe: " << Fp8RecipeName(p.fp8.recipe) << "\n"
+    << "    amax_history: " << p.fp8.amax_history << "\n"
+    << "    margin: " << p.fp8.margin << "\n"
+    << "    lm_head: " << BoolText(p.fp8.lm_head) << "\n";
   y << "parallel:\n"
     << "  mode: " << ParallelModeName(c.parallel.mode) << "\n"
     << "  collective_timeout_s: " << Num(c.parallel.collective_timeout_s) << "\n";

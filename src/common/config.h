@@ -70,12 +70,21 @@ struct BatchConfig {
 enum class Precision { kFp32, kBf16, kFp8 };
 enum class Backend { kAuto, kCpu, kCuda };
 
+// FP8 per-tensor scaling (`precision.fp8`, used when compute is fp8; worker/model/fp8_scaling.h
+// implements the recipes): scale = fp8_max / amax / 2^margin, where amax is the max over the
+// last `amax_history` steps' amaxes (delayed) or this step's amax of the tensor (current).
+enum class Fp8Recipe { kDelayed, kCurrent };
+
+struct Fp8Config {
+  Fp8Recipe recipe = Fp8Recipe::kDelayed;
+  int amax_history = 16;  // steps in the delayed recipe's window, [1, 1024]
+  int margin = 0;         // extra headroom as a power of two, [0, 32]
+  bool lm_head = false;   // the LM head GEMM in FP8 too
+};
+
 struct PrecisionConfig {
   Precision compute = Precision::kBf16;  // cpu backend always computes in fp32
-  int fp8_amax_history = 16;
-  float fp8_margin = 0.0f;
-  bool fp8_delayed_scaling = true;
-  bool fp8_lm_head = false;
+  Fp8Config fp8;
 };
 
 enum class ParallelMode { kDdp, kZero1, kZero2, kFsdp };
@@ -146,6 +155,7 @@ const char* PrecisionName(Precision p);
 const char* ParallelModeName(ParallelMode m);
 const char* DecayKindName(DecayKind d);
 const char* BackendName(Backend b);
+const char* Fp8RecipeName(Fp8Recipe r);
 
 // The config as YAML that ParseRunConfig reads back to an equal RunConfig (floats are written
 // in shortest round-trip form). For logs, run specs and checkpoint manifests.

@@ -206,10 +206,11 @@ TEST(ConfigParseTest, EveryKeyIsRead) {
       "  global_batch: 12",
       "precision:",
       "  compute: fp8",
-      "  fp8_amax_history: 32",
-      "  fp8_margin: 1",
-      "  fp8_delayed_scaling: false",
-      "  fp8_lm_head: True",
+      "  fp8:",
+      "    recipe: current",
+      "    amax_history: 32",
+      "    margin: 1",
+      "    lm_head: True",
       "parallel:",
       "  mode: fsdp",
       "  collective_timeout_s: 12.5",
@@ -247,10 +248,10 @@ TEST(ConfigParseTest, EveryKeyIsRead) {
   EXPECT_EQ(c.batch.micro_batch, 3);
   EXPECT_EQ(c.batch.global_batch, 12);
   EXPECT_EQ(c.precision.compute, Precision::kFp8);
-  EXPECT_EQ(c.precision.fp8_amax_history, 32);
-  EXPECT_EQ(c.precision.fp8_margin, 1.0f);
-  EXPECT_FALSE(c.precision.fp8_delayed_scaling);
-  EXPECT_TRUE(c.precision.fp8_lm_head);
+  EXPECT_EQ(c.precision.fp8.recipe, Fp8Recipe::kCurrent);
+  EXPECT_EQ(c.precision.fp8.amax_history, 32);
+  EXPECT_EQ(c.precision.fp8.margin, 1);
+  EXPECT_TRUE(c.precision.fp8.lm_head);
   EXPECT_EQ(c.parallel.mode, ParallelMode::kFsdp);
   EXPECT_EQ(c.parallel.collective_timeout_s, 12.5);
   EXPECT_EQ(c.checkpoint.dir, "ck");
