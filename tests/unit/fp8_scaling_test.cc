@@ -78,9 +78,8 @@ TEST(Fp8ScalingTest, DelayedMatchesMaxOfLastNWithMargin) {
         last.push_back(a);
         if (static_cast<int>(last.size()) > window) last.pop_front();
         const float m = *std::max_element(last.begin(), last.end());
-        const float want = std::clamp(
-            static_cast<float>(std::ldexp(double(cpu::kE5M2Max) / m, -margin)), kMinFp8Scale,
-            kMaxFp8Scale);
+        const float want =
+            std::clamp(std::ldexp(cpu::kE5M2Max / m, -margin), kMinFp8Scale, kMaxFp8Scale);
         ASSERT_EQ(s.scale, want) << "window " << window << " margin " << margin << " step "
                                  << step;
       }

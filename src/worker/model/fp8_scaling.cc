@@ -39,9 +39,11 @@ Fp8ScaleState MakeFp8ScaleState(const Fp8ScalingParams& p) {
 
 float Fp8ScaleFromAmax(float amax, float fp8_max, int margin, float previous) {
   if (!(std::isfinite(amax) && amax > 0.0f)) return previous;
-  // In double: fp8_max / amax overflows float for amax below ~1e-36; the clamp then applies.
-  const double s = std::ldexp(double(fp8_max) / double(amax), -margin);
-  return static_cast<float>(std::clamp(s, double(kMinFp8Scale), double(kMaxFp8Scale)));
+  // Float arithmetic (one correctly rounded division, an exact power-of-two step), so a
+  // device-side update computes the same bits. An overflow to Inf (amax below ~1e-36) and an
+  // underflow both end at the clamp.
+  const float s = std::ldexp(fp8_max / amax, -margin);
+  return std::clamp(s, kMinFp8Scale, kMaxFp8Scale);
 }
 
 float HistoryAmax(const Fp8ScaleState& s) {
