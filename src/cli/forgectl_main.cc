@@ -3,6 +3,7 @@
 //     submit SPEC.yaml [--watch]        queue a run; prints its id
 //     stop RUN [--now]                  checkpoint then stop (--now: abort without saving)
 //     resume RUN [--checkpoint step_N] [--workers N]
+//     checkpoint RUN                    save a checkpoint now, keep training
 //     status RUN                        one run in detail
 //     list [--active]                   every run, one line each
 //     watch RUN [--history]             live progress line until the run ends
@@ -62,6 +63,7 @@ int Usage() {
                "  submit SPEC.yaml [--watch]\n"
                "  stop RUN [--now]\n"
                "  resume RUN [--checkpoint step_N] [--workers N]\n"
+               "  checkpoint RUN\n"
                "  status RUN\n"
                "  list [--active]\n"
                "  watch RUN [--history]\n"
@@ -246,6 +248,14 @@ int Dispatch(const Global& g, const Cmd& cmd, Client* c) {
     v1::Run run;
     if (auto s = c->Call(&v1::RunService::Stub::ResumeRun, req, &run); !s.ok()) return Fail(s);
     return PrintRun(g, run, "resumed");
+  }
+  if (cmd.name == "checkpoint") {
+    if (!need(1)) return Usage();
+    v1::CheckpointRunRequest req;
+    req.set_run_id(p[0]);
+    v1::Run run;
+    if (auto s = c->Call(&v1::RunService::Stub::CheckpointRun, req, &run); !s.ok()) return Fail(s);
+    return PrintRun(g, run, "checkpoint requested for");
   }
   if (cmd.name == "status") {
     if (!need(1)) return Usage();

@@ -256,6 +256,7 @@ Status Coordinator::Place(RunRecord* run, const std::vector<std::string>& worker
   }
   run->attempt += 1;
   done_.erase(run->id);
+  checkpoint_asks_.erase(run->id);
   for (auto it = comm_ids_.begin(); it != comm_ids_.end();)
     it = it->first.rfind(run->id + "#", 0) == 0 ? comm_ids_.erase(it) : std::next(it);
   std::string names;
@@ -470,6 +471,28 @@ grpc::Status Coordinator::ResumeRun(const v1::ResumeRunRequest& req, v1::Run* ou
       !s.ok())
     return ToGrpc(s);
   Schedule();
+  FillRun(*run, out);
+  return grpc::Status::OK;
+}
+
+grpc::Status Coordinator::CheckpointRun(const v1::CheckpointRunRequest& req, v1::Run* out) {
+  std::lock_guard<std::mutex> l(mu_);
+  RunRecord* run = FindRun(req.run_id());
+  if (run == nullptr) return NotFoundRun(req.run_id());
+  if (run->state != RunState::kRunning || !Placed(*run))
+    return {grpc::StatusCode::FAILED_PRECONDITION,
+            "run " + run->id + " is " + RunStateName(run->state) + ": only a RUNNING run can "
+            "checkpoint on request"};
+  // Every rank hears it (the trainer needs only one to ask; all keep their flags in step).
+  std::set<int>& ranks = checkpoint_asks_[run->id];
+  for (int r = 0; r < run->workers; ++r) ranks.insert(r);
+  EventRecord e;
+  e.run_id = run->id;
+  e.time_ms = NowMs();
+  e.state = run->state;
+  e.message = "checkpoint requested at step " + std::to_string(run->step);
+  if (Status s = store_->AppendEvent(e).status(); !s.ok()) return ToGrpc(s);
+  changed_.notify_all();
   FillRun(*run, out);
   return grpc::Status::OK;
 }
@@ -722,7 +745,18 @@ grpc::Status Coordinator::Heartbeat(const v1::HeartbeatRequest& req, v1::Heartbe
     out->set_command(v1::CONTINUE);
     return grpc::Status::OK;
   }
-  out->set_command(run->state == RunState::kCheckpointing ? v1::STOP : v1::CONTINUE);
+  if (run->state == RunState::kCheckpointing) {
+    out->set_command(v1::STOP);
+    return grpc::Status::OK;
+  }
+  auto ask = checkpoint_asks_.find(run->id);
+  if (ask != checkpoint_asks_.end() && ask->second.erase(req.rank()) > 0) {
+    if (ask->second.empty()) checkpoint_asks_.erase(ask);
+    out->set_command(v1::CHECKPOINT);
+    out->set_reason("checkpoint requested");
+    return grpc::Status::OK;
+  }
+  out->set_command(v1::CONTINUE);
   return grpc::Status::OK;
 }
 

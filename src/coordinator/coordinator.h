@@ -23,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -60,6 +61,7 @@ class Coordinator {
   grpc::Status SubmitRun(const v1::SubmitRunRequest& req, v1::Run* out);
   grpc::Status StopRun(const v1::StopRunRequest& req, v1::Run* out);
   grpc::Status ResumeRun(const v1::ResumeRunRequest& req, v1::Run* out);
+  grpc::Status CheckpointRun(const v1::CheckpointRunRequest& req, v1::Run* out);
   grpc::Status GetRun(const v1::GetRunRequest& req, v1::Run* out);
   grpc::Status ListRuns(const v1::ListRunsRequest& req, v1::ListRunsResponse* out);
   grpc::Status ListCheckpoints(const v1::ListCheckpointsRequest& req,
@@ -122,6 +124,7 @@ class Coordinator {
   std::map<std::string, LiveWorker> workers_;
   std::map<std::string, std::map<int, v1::WorkerPhase>> done_;  // run -> rank -> final phase
   std::map<std::string, std::string> comm_ids_;                 // "<run>#<attempt>" -> id
+  std::map<std::string, std::set<int>> checkpoint_asks_;  // run -> ranks not yet told CHECKPOINT
   std::map<std::string, MetricRecord> latest_metrics_;
   bool shutdown_ = false;
   std::thread monitor_;

@@ -20,6 +20,7 @@ class RunServiceImpl final : public v1::RunService::Service {
   FORGE_USER_RPC(SubmitRun, SubmitRunRequest, Run)
   FORGE_USER_RPC(StopRun, StopRunRequest, Run)
   FORGE_USER_RPC(ResumeRun, ResumeRunRequest, Run)
+  FORGE_USER_RPC(CheckpointRun, CheckpointRunRequest, Run)
   FORGE_USER_RPC(GetRun, GetRunRequest, Run)
   FORGE_USER_RPC(ListRuns, ListRunsRequest, ListRunsResponse)
   FORGE_USER_RPC(ListCheckpoints, ListCheckpointsRequest, ListCheckpointsResponse)

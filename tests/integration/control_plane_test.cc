@@ -69,6 +69,32 @@ TEST(ControlPlane, SubmitWatchStopResume) {
   EXPECT_TRUE(Contains(list.output, run) && Contains(list.output, "COMPLETED")) << list.output;
 }
 
+TEST(ControlPlane, CheckpointOnRequestKeepsTraining) {
+  REQUIRE_MPIRUN();
+  ControlPlane cp("ckpt_now");
+  cp.StartCoordinator();
+  cp.StartWorkers(2, /*throttle_ms=*/80);
+  const std::string spec = cp.WriteSpec("cn", 40, 0);  // saves only when asked
+  ShellResult sub = cp.Ctl("submit " + spec);
+  ASSERT_EQ(sub.exit_code, 0) << sub.output;
+  const std::string run = ControlPlane::RunId(sub);
+  ASSERT_TRUE(WaitFor(60, [&] { return cp.Step(run) >= 3; })) << cp.Ctl("status " + run).output;
+  ShellResult ask = cp.Ctl("checkpoint " + run);
+  ASSERT_EQ(ask.exit_code, 0) << ask.output;
+  ASSERT_TRUE(WaitFor(30, [&] {
+    return std::atoll(cp.StatusField(run, "latest_checkpoint_step").c_str()) > 0;
+  })) << cp.Ctl("status " + run).output;
+  const int64_t saved = std::atoll(cp.StatusField(run, "latest_checkpoint_step").c_str());
+  EXPECT_GE(saved, 3);
+  EXPECT_LT(saved, 40);
+  ShellResult done = cp.Ctl("watch " + run);
+  EXPECT_EQ(done.exit_code, 0) << done.output;
+  EXPECT_EQ(cp.StatusField(run, "state"), "COMPLETED");  // it went on to the end
+  EXPECT_EQ(cp.Step(run), 40);
+  ShellResult again = cp.Ctl("checkpoint " + run);  // not RUNNING any more
+  EXPECT_TRUE(Contains(again.output, "FAILED_PRECONDITION")) << again.output;
+}
+
 TEST(ControlPlane, ResumeOnAnotherWorkerCount) {
   REQUIRE_MPIRUN();
   ControlPlane cp("reshard");
