@@ -280,6 +280,7 @@ int RunWorkerAgent(const AgentOptions& o) {
     return 1;
   }
   int placements = 0, rc = 0;
+  bool joined_once = false;
   while (o.max_placements < 0 || placements < o.max_placements) {
     if (o.quit && o.quit->load()) break;
     v1::JoinRequest join;
@@ -292,6 +293,10 @@ int RunWorkerAgent(const AgentOptions& o) {
       std::fprintf(stderr, "forge-worker: %s\n", s.ToString().c_str());
       rc = 1;
       break;
+    }
+    if (o.on_joined && !joined_once) {
+      o.on_joined();
+      joined_once = true;
     }
     if (!resp.assigned()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(std::max(20, resp.retry_after_ms())));

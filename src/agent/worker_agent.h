@@ -38,6 +38,8 @@ struct AgentOptions {
   int64_t max_steps = -1;
   std::function<void(const StepRecord&)> on_step;
   std::function<void(const StatusOr<ProcessRunResult>&)> on_result;
+  // Called once, after this worker's first Join was answered (it is in the pool from then on).
+  std::function<void()> on_joined;
 };
 
 // Runs until max_placements, quit, or an unrecoverable error. Returns the process exit code.

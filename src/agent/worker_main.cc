@@ -1,7 +1,7 @@
 // forge-worker: a worker process of the coordinator's pool.
 //   forge-worker --coordinator HOST:PORT [--join-secret-file FILE] [--tls-ca FILE]
 //                [--device cpu|cuda:N] [--max-placements N] [--throttle-ms N]
-//                [--give-up-after-s S]
+//                [--give-up-after-s S] [--max-steps N]
 // The join secret comes from --join-secret-file or FORGE_JOIN_SECRET, the address from
 // --coordinator or FORGE_COORDINATOR. Under `mpirun -np N forge-worker ...` the N processes
 // join as one launch group and train CPU data-parallel over MPI.
@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
                  "usage: forge-worker --coordinator HOST:PORT [--join-secret-file FILE] "
                  "[--tls-ca FILE]\n"
                  "         [--device cpu|cuda:N] [--max-placements N] [--throttle-ms N] "
-                 "[--give-up-after-s S]\n");
+                 "[--give-up-after-s S] [--max-steps N]\n");
     return 2;
   };
   for (int i = 1; i < argc; ++i) {
@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
     else if (flag == "--device") o.device = v;
     else if (flag == "--max-placements") o.max_placements = std::atoi(v.c_str());
     else if (flag == "--throttle-ms") o.throttle_ms = std::atoi(v.c_str());
+    else if (flag == "--max-steps") o.max_steps = std::atoll(v.c_str());
     else if (flag == "--give-up-after-s") o.link.give_up_after_s = std::atof(v.c_str());
     else return usage();
   }

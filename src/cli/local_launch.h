@@ -2,9 +2,11 @@
 // one process. An in-process coordinator (state in <run_dir>/coordinator, listening on a free
 // loopback port; the address and a fresh user token are written there so `forgectl
 // --coordinator $(cat .../address) --token-file .../token watch RUN` can follow it) gets the
-// run, and one local worker joins it over gRPC and trains it with the engine. The CUDA backend
-// trains on one GPU for now (the engine's multi-GPU NCCL step is not wired), so this is one
-// worker: the GPU where one is visible, else the CPU.
+// run, and a local worker in this process joins it over gRPC and trains it with the engine.
+// With the CUDA backend and several visible GPUs (and a global batch that splits over them)
+// the run is placed on one worker per GPU: this process (GPU 0, rank 0) plus a forge-worker
+// process per other GPU, NCCL ids relayed by the coordinator. Otherwise one worker: the GPU
+// where one is visible, else the CPU.
 #pragma once
 
 #include <atomic>
