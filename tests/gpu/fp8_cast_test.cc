@@ -214,8 +214,9 @@ TEST_F(GpuFp8Cast, SaturatesBeyondMax) {
   EXPECT_EQ(t.Download(), (std::vector<uint8_t>{0x71, 0xF1, 0x7B, 0xFB}));  // 1e4 -> 10240
 }
 
-// amax is max-accumulated: a larger value already there stays, a smaller one is raised, and
-// a NaN or Inf anywhere in the tensor makes it non-finite.
+// amax is max-accumulated: a larger value already there stays, a smaller one is raised, the
+// amax-only pass (no output) agrees, and a NaN or Inf anywhere in the tensor makes it
+// non-finite.
 TEST_F(GpuFp8Cast, AmaxAccumulatesAndPropagatesNonFinite) {
   const Shape s{33, 70};
   std::vector<float> x = TestInput(size_t(s.rows * s.cols), 9, /*specials=*/false);
@@ -232,6 +233,11 @@ TEST_F(GpuFp8Cast, AmaxAccumulatesAndPropagatesNonFinite) {
                                               s.cols, DType::kE4M3, sc.data(), amax.data(),
                                               nullptr, nullptr));
     EXPECT_EQ(amax.Download()[0], std::max(prior, amax_x)) << "prior " << prior;
+    // Amax only (no output): the same value.
+    DeviceBuffer<float> only(std::vector<float>{prior, 0, 0, 0});
+    ASSERT_STATUS_OK(cuda::CastToFp8(nullptr, dx.data(), s.rows, s.cols, DType::kE4M3,
+                                     sc.data(), only.data(), nullptr, nullptr));
+    EXPECT_EQ(only.Download()[0], std::max(prior, amax_x)) << "amax only, prior " << prior;
   }
   for (const float bad : {std::numeric_limits<float>::infinity(),
                           -std::numeric_limits<float>::quiet_NaN()}) {
@@ -280,6 +286,9 @@ TEST_F(GpuFp8Cast, RejectsBadArguments) {
   expect_invalid(cuda::CastTransposeToFp8(nullptr, nullptr, x.data(), 8, 8, DType::kE4M3,
                                           f.data(), nullptr, nullptr, nullptr),
                  "no output");
+  expect_invalid(cuda::CastToFp8(nullptr, x.data(), 8, 8, DType::kE4M3, f.data(), nullptr,
+                                 nullptr, nullptr),
+                 "neither out nor amax");
   expect_invalid(cuda::CastToFp8(out.data(), x.data(), -1, 8, DType::kE4M3, f.data(), nullptr,
                                  nullptr, nullptr),
                  "bad shape");

@@ -37,6 +37,7 @@
 namespace forge::cuda {
 
 // (a) bf16 x [rows, cols] -> fp8 out [rows, cols]; `format` is DType::kE4M3 or kE5M2.
+// out = nullptr measures the amax only (the current recipe's pass before the cast).
 Status CastToFp8(void* out, const bf16* x, int64_t rows, int64_t cols, DType format,
                  const float* scale, float* amax, float* scale_inv, cudaStream_t stream);
 
