@@ -11,8 +11,10 @@
 // untransposed layouts, so a wrong transposed copy cannot match its own reference.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
