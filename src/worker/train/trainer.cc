@@ -8,8 +8,10 @@
 #include <memory>
 #include <optional>
 
+#include "common/human_format.h"
 #include "worker/model/init.h"
 #include "worker/optim/lr_schedule.h"
+#include "common/human_format.h"
 #include "worker/parallel/comm.h"
 #include "worker/train/cuda_backend.h"
 #include "worker/train/trainer_checkpoint.h"
@@ -21,24 +23,6 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
-}
-
-std::string FormatDuration(double s) {
-  char buf[32];
-  const int64_t t = static_cast<int64_t>(s + 0.5);
-  if (t >= 3600)
-    std::snprintf(buf, sizeof buf, "%ldh%02ldm", long(t / 3600), long(t / 60 % 60));
-  else
-    std::snprintf(buf, sizeof buf, "%ldm%02lds", long(t / 60), long(t % 60));
-  return buf;
-}
-
-std::string FormatRate(double tokens_per_s) {
-  char buf[32];
-  if (tokens_per_s >= 1e6) std::snprintf(buf, sizeof buf, "%.2fM", tokens_per_s / 1e6);
-  else if (tokens_per_s >= 1e3) std::snprintf(buf, sizeof buf, "%.1fk", tokens_per_s / 1e3);
-  else std::snprintf(buf, sizeof buf, "%.0f", tokens_per_s);
-  return buf;
 }
 
 void WriteRecord(std::ofstream* out, const StepRecord& r) {

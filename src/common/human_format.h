@@ -1,0 +1,14 @@
+// Short human-readable numbers for progress lines: the trainer's and forgectl's watch line
+// print the same way.
+#pragma once
+
+#include <string>
+
+namespace forge {
+
+// "1.23M", "456.7k", "89" (tokens/s and the like).
+std::string FormatRate(double per_second);
+// "1h05m" from an hour up, else "3m07s" (rounded to the second).
+std::string FormatDuration(double seconds);
+
+}  // namespace forge
