@@ -231,4 +231,22 @@ bool BitwiseEqual(const std::vector<T>& a, const std::vector<T>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
 }
 
+// Reference GEMM in double: D[M, N] = A * op(B) with A [M, K] (or [K, M] if trans_a) and B [N, K] (trans_b) or [K, N].
+inline std::vector<double> RefGemm(const std::vector<float>& A, const std::vector<float>& B, int64_t M,
+                            int64_t N, int64_t K, bool trans_a, bool trans_b) {
+  std::vector<double> D(size_t(M * N), 0.0);
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t n = 0; n < N; ++n) {
+      double s = 0.0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double a = trans_a ? A[size_t(k * M + m)] : A[size_t(m * K + k)];
+        const double b = trans_b ? B[size_t(n * K + k)] : B[size_t(k * N + n)];
+        s += a * b;
+      }
+      D[size_t(m * N + n)] = s;
+    }
+  }
+  return D;
+}
+
 }  // namespace forge::test
