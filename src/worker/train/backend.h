@@ -57,6 +57,10 @@ class TrainBackend {
   // own): a sharded backend (fsdp) gathers its parameters here, so EvalLoss needs no
   // collective and ranks may evaluate different numbers of batches.
   virtual Status BeginEval() { return Status::Ok(); }
+  // True when every EvalLoss call is itself collective (the CUDA backend's fsdp gathers the
+  // parameters inside each pass): every rank must then make the same number of calls, so
+  // Evaluate gives ranks with fewer batches extra passes whose losses it drops.
+  virtual bool EvalIsCollective() const { return false; }
 
   // Gradients (fp32, per unit) of the mean loss over `micro` (as TrainStep would apply them,
   // before clipping), without updating anything. For tests against the CPU reference.

@@ -56,6 +56,7 @@ class CudaBackend final : public CudaTrainBackend {
   Status TrainStep(const std::vector<MicroBatch>& micro, const StepHyper& hyper, bool want_stats,
                    StepStats* stats) override;
   Status EvalLoss(const MicroBatch& batch, float* loss) override;
+  bool EvalIsCollective() const override { return dp_ && dp_->fsdp(); }
   Status ComputeGradients(const std::vector<MicroBatch>& micro, UnitBuffers* grads,
                           float* loss) override;
 

@@ -96,11 +96,19 @@ StatusOr<float> Evaluate(const RunConfig& cfg, TrainBackend* backend, const Batc
   // Batch i's loss goes to slot i on the rank that evaluates it (the others hold +0.0), so
   // the all-reduce is exact and the mean is summed in batch order whatever the world size.
   std::vector<double> losses(std::max(0, cfg.eval.batches), 0.0);
-  for (int i = rank; i < cfg.eval.batches; i += world) {
-    FORGE_RETURN_IF_ERROR(data.val(i, in.data(), tgt.data()).Annotate("validation batch"));
+  // Rank r evaluates batches r, r+W, ... With a collective EvalLoss every rank makes
+  // ceil(batches / W) calls; the extra ones (on batch 0) are dropped.
+  const int batches = std::max(0, cfg.eval.batches);
+  const int calls = backend->EvalIsCollective() ? (batches + world - 1) / world
+                                                : std::max(0, (batches - rank + world - 1) / world);
+  for (int k = 0; k < calls; ++k) {
+    const int i = rank + k * world;
+    const bool mine = i < batches;
+    FORGE_RETURN_IF_ERROR(
+        data.val(mine ? i : 0, in.data(), tgt.data()).Annotate("validation batch"));
     float loss = 0.0f;
     FORGE_RETURN_IF_ERROR(backend->EvalLoss({in.data(), tgt.data()}, &loss));
-    losses[i] = loss;
+    if (mine) losses[i] = loss;
   }
   if (comm && world > 1)
     FORGE_RETURN_IF_ERROR(AllReduceSumBlocking(comm, losses.data(), int64_t(losses.size()),
