@@ -20,6 +20,8 @@
 #   FORGE_COORDINATOR  host:port of a running coordinator to use instead of starting one
 #                      (then FORGE_TOKEN and FORGE_JOIN_SECRET must be set)
 #   FORGE_COORDINATOR_LISTEN  the address the started coordinator binds (default 0.0.0.0)
+#   FORGE_COORDINATOR_METRICS_PORT  the started coordinator's /metrics port (default 9400,
+#                      the coordinator target of deploy/prometheus/prometheus.yml; 0: none)
 #   FORGE_WORKER_ARGS  extra forge-worker flags (e.g. --throttle-ms 20)
 #   FORGE_HEARTBEAT_TIMEOUT_MS  the started coordinator's worker heartbeat timeout (10000)
 #   FORGE_RESUME       direct mode: latest (default), step_N or a path
@@ -112,7 +114,8 @@ run_coordinator() {
     "$(bin forge-coordinator)" --state-dir "$state" \
       --listen "${FORGE_COORDINATOR_LISTEN:-0.0.0.0}:$1" --address-file "$addr_file" \
       --token-file "$state/secrets/token" --join-secret-file "$state/secrets/join-secret" \
-      --heartbeat-timeout-ms "$timeout_ms" &
+      --heartbeat-timeout-ms "$timeout_ms" \
+      --metrics-port "${FORGE_COORDINATOR_METRICS_PORT:-9400}" &
     coord_pid=$!
     for _ in $(seq 300); do [ -s "$addr_file" ] && break; sleep 0.1; done
     [ -s "$addr_file" ] || die "forge-coordinator did not start (see above)"

@@ -3,16 +3,20 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <thread>
+#include <vector>
 
 #include "agent/coordinator_rendezvous.h"
 #include "common/config.h"
 #include "common/peak_flops.h"
+#include "metrics/train_metrics.h"
 #include "worker/model/param_layout.h"
 #include "worker/checkpoint/checkpoint_writer.h"
 #include "worker/parallel/bootstrap.h"
@@ -82,12 +86,16 @@ StatusOr<Identity> Identify(const AgentOptions& o) {
   return id;
 }
 
+// Rank 0's unsent step records kept for the next heartbeat (HeartbeatRequest.earlier_metrics).
+constexpr size_t kMaxBacklog = 512;
+
 // What the heartbeat thread sends and what it was told.
 struct Progress {
   std::mutex mu;
   std::condition_variable wake;
   bool have_new = false;
   v1::StepMetrics latest;
+  std::vector<v1::StepMetrics> backlog;  // rank 0: logged before `latest`, not yet sent
   bool done = false;
 };
 
@@ -142,8 +150,29 @@ class Placement {
     };
     topt.report_shard = [this](const ShardReport& r) { return ReportShard(r); };
 
+    // /metrics on metrics.port + local rank, as `forge train` serves it, labelled with the
+    // coordinator's run id (the run-level series of the coordinator use the same id). A port
+    // that cannot be bound costs the series, not the run: the placement trains on.
+    std::unique_ptr<TrainMetrics> metrics;
+    if (o_.serve_metrics) {
+      const int local_rank = id_.launch.kind == LaunchKind::kMpi ? id_.launch.local_rank
+                                                                 : DeviceIndex(id_.device);
+      auto m = TrainMetrics::Start(*cfg, a_.run_id(), a_.rank(), local_rank, a_.world());
+      if (!m.ok())
+        std::fprintf(stderr, "forge-worker: %s rank %d: no /metrics: %s\n", a_.run_id().c_str(),
+                     a_.rank(), m.status().ToString().c_str());
+      else
+        metrics = std::move(m).value();
+    }
+    if (metrics) {
+      group.comm = metrics->TimeCollectives(std::move(group.comm));
+      topt.on_step = metrics->StepCallback(std::move(topt.on_step));
+    }
+
     std::thread beat([this] { HeartbeatLoop(); });
     result_ = TrainInProcessGroup(*cfg, &group, topt);
+    if (metrics)
+      metrics->Finish(!result_.ok() ? "failed" : result_->train.stopped ? "stopped" : "completed");
     {
       std::lock_guard<std::mutex> l(progress_.mu);
       progress_.done = true;
@@ -169,6 +198,8 @@ class Placement {
     req.set_message(message);
     std::lock_guard<std::mutex> l(progress_.mu);
     if (progress_.latest.step() > 0) *req.mutable_metrics() = progress_.latest;
+    for (const v1::StepMetrics& m : progress_.backlog) *req.add_earlier_metrics() = m;
+    progress_.backlog.clear();
     return req;
   }
 
@@ -191,6 +222,12 @@ class Placement {
   void OnStep(const StepRecord& r) {
     {
       std::lock_guard<std::mutex> l(progress_.mu);
+      // Rank 0's records are the run's stored history: one not sent yet waits in the backlog.
+      if (progress_.have_new && a_.rank() == 0) {
+        progress_.backlog.push_back(progress_.latest);
+        if (progress_.backlog.size() > kMaxBacklog)
+          progress_.backlog.erase(progress_.backlog.begin());
+      }
       v1::StepMetrics& m = progress_.latest;
       m.set_step(r.step);
       m.set_loss(r.loss);
@@ -198,7 +235,12 @@ class Placement {
       m.set_grad_norm(r.grad_norm);
       m.set_lr(r.lr);
       m.set_tokens_per_second(r.tokens_per_s);
-      m.set_mfu(ModelFlopsUtilization(r.tokens_per_s, flops_per_token_, peak_tflops_));
+      // The record's throughput is the run's; MFU is per GPU (this rank's share over its peak).
+      m.set_mfu(ModelFlopsUtilization(r.tokens_per_s / std::max(1, a_.world()), flops_per_token_,
+                                      peak_tflops_));
+      m.set_gpu_allocated_bytes(r.gpu_allocated_bytes);
+      m.set_gpu_reserved_bytes(r.gpu_reserved_bytes);
+      m.set_gpu_peak_bytes(r.gpu_peak_bytes);
       m.set_step_seconds(r.step_seconds);
       progress_.have_new = true;
     }
@@ -227,6 +269,8 @@ class Placement {
         progress_.wake.wait_for(l, interval, [&] { return progress_.done; });
         if (progress_.done) return;
         if (progress_.have_new) *req.mutable_metrics() = progress_.latest;
+        for (const v1::StepMetrics& m : progress_.backlog) *req.add_earlier_metrics() = m;
+        progress_.backlog.clear();
         progress_.have_new = false;
       }
       v1::HeartbeatResponse resp;
@@ -234,6 +278,11 @@ class Placement {
       if (Status s = link_->Heartbeat(req, &resp, /*retry=*/false); !s.ok()) {
         std::lock_guard<std::mutex> l(progress_.mu);
         if (req.has_metrics()) progress_.have_new = true;  // send it again next time
+        // ... with the records it carried before the ones logged since.
+        progress_.backlog.insert(progress_.backlog.begin(), req.earlier_metrics().begin(),
+                                 req.earlier_metrics().end());
+        while (progress_.backlog.size() > kMaxBacklog)
+          progress_.backlog.erase(progress_.backlog.begin());
         continue;
       }
       switch (resp.command()) {

@@ -7,6 +7,7 @@
 #include "common/config.h"
 #include "coordinator/run_paths.h"
 #include "coordinator/scheduler.h"
+#include "metrics/run_aggregates.h"
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/model/param_layout.h"
 
@@ -86,7 +87,34 @@ v1::StepMetrics ToProto(const MetricRecord& m) {
   p.set_mfu(m.mfu);
   p.set_step_seconds(m.step_seconds);
   p.set_time_unix_ms(m.time_ms);
+  p.set_gpu_allocated_bytes(m.gpu_allocated_bytes);
+  p.set_gpu_reserved_bytes(m.gpu_reserved_bytes);
+  p.set_gpu_peak_bytes(m.gpu_peak_bytes);
   return p;
+}
+
+v1::Checkpoint ToProto(const CheckpointRecord& c) {
+  v1::Checkpoint p;
+  p.set_step(c.step);
+  p.set_dir(c.dir);
+  p.set_world_size(c.world);
+  p.set_bytes(c.bytes);
+  p.set_committed_unix_ms(c.committed_ms);
+  return p;
+}
+
+// The metrics label of a state (metric_catalog's RunStateNames()).
+const char* StateLabel(RunState s) {
+  switch (s) {
+    case RunState::kPending: return "pending";
+    case RunState::kRunning: return "running";
+    case RunState::kCheckpointing: return "checkpointing";
+    case RunState::kStopped: return "stopped";
+    case RunState::kCompleted: return "completed";
+    case RunState::kFailed: return "failed";
+    case RunState::kRestarting: return "restarting";
+  }
+  return "failed";
 }
 
 v1::RunEvent ToProto(const EventRecord& e) {
@@ -136,6 +164,7 @@ Status Coordinator::Load() {
     run_order_.push_back(id);
     FORGE_ASSIGN_OR_RETURN(auto m, store_->LatestMetrics(id));
     if (m) latest_metrics_[id] = *m;
+    if (opt_.aggregates) (void)opt_.aggregates->SetRunState(id, StateLabel(r.state));
     runs_[id] = std::move(r);
   }
   FORGE_ASSIGN_OR_RETURN(std::vector<WorkerRecord> workers, store_->Workers());
@@ -178,8 +207,30 @@ Status Coordinator::SetState(RunRecord* run, RunState state, const std::string& 
   e.state = state;
   e.message = event.empty() ? reason : event;
   FORGE_RETURN_IF_ERROR(store_->AppendEvent(e).status());
+  if (opt_.aggregates) {
+    (void)opt_.aggregates->SetRunState(run->id, StateLabel(state));
+    // An ended run has no workers: its per-rank series go (a 0 would read as a worker down).
+    if (IsTerminal(state))
+      for (int r = 0; r < run->workers; ++r) opt_.aggregates->ForgetRank(run->id, r);
+  }
   changed_.notify_all();
   return Status::Ok();
+}
+
+void Coordinator::ReportRankMetrics(const RunRecord& run, int rank, const v1::StepMetrics& m) {
+  if (opt_.aggregates == nullptr) return;
+  // Every rank of a data-parallel run sees the same global record (rank_sample.h): its share
+  // of the throughput is 1/world. The worker reports MFU per GPU already; 0 means unknown.
+  RankStepSample s;
+  s.step = m.step();
+  s.tokens_per_s = m.tokens_per_second() / std::max(1, run.workers);
+  s.step_seconds = m.step_seconds();
+  s.mfu = m.mfu() > 0 ? m.mfu() : -1.0;
+  opt_.aggregates->ReportRank(run.id, rank, s);
+}
+
+void Coordinator::MarkWorkerUp(const std::string& run_id, int rank, bool up) {
+  if (opt_.aggregates) opt_.aggregates->SetWorkerUp(run_id, rank, up);
 }
 
 std::vector<std::string> Coordinator::PlacedWorkers(const RunRecord& run) const {
@@ -577,6 +628,28 @@ grpc::Status Coordinator::ExportCheckpoint(const v1::ExportCheckpointRequest& re
   return grpc::Status::OK;
 }
 
+grpc::Status Coordinator::GetRunHistory(const v1::GetRunHistoryRequest& req,
+                                        v1::RunHistory* out) {
+  std::lock_guard<std::mutex> l(mu_);
+  RunRecord* run = FindRun(req.run_id());
+  if (run == nullptr) return NotFoundRun(req.run_id());
+  auto metrics = store_->MetricsAfter(run->id, 0);
+  if (!metrics.ok()) return ToGrpc(metrics.status());
+  auto events = store_->EventsAfter(run->id, 0);
+  if (!events.ok()) return ToGrpc(events.status());
+  auto cks = store_->Checkpoints(run->id);
+  if (!cks.ok()) return ToGrpc(cks.status());
+  FillRun(*run, out->mutable_run());
+  // Stored in write order; a redone step replaced its row, so sort by step for the charts.
+  std::vector<MetricRecord> steps = std::move(metrics).value();
+  std::stable_sort(steps.begin(), steps.end(),
+                   [](const MetricRecord& a, const MetricRecord& b) { return a.step < b.step; });
+  for (const MetricRecord& m : steps) *out->add_steps() = ToProto(m);
+  for (const EventRecord& e : *events) *out->add_events() = ToProto(e);
+  for (const CheckpointRecord& c : *cks) *out->add_checkpoints() = ToProto(c);
+  return grpc::Status::OK;
+}
+
 grpc::Status Coordinator::WatchRun(const v1::WatchRunRequest& req,
                                    const std::function<bool(const v1::RunUpdate&)>& send,
                                    const std::function<bool()>& cancelled) {
@@ -706,17 +779,33 @@ grpc::Status Coordinator::Heartbeat(const v1::HeartbeatRequest& req, v1::Heartbe
     out->set_reason(placed.error_message());
     return grpc::Status::OK;
   }
-  if (req.has_metrics() && req.rank() == 0 && req.metrics().step() > 0) {
+  MarkWorkerUp(run->id, req.rank(), req.phase() != v1::DONE_FAILED);
+  if (req.has_metrics() && req.metrics().step() > 0)
+    ReportRankMetrics(*run, req.rank(), req.metrics());
+  // Rank 0's records are the run's history: the ones logged since its last report, then the
+  // newest.
+  std::vector<const v1::StepMetrics*> records;
+  if (req.rank() == 0) {
+    for (const v1::StepMetrics& e : req.earlier_metrics()) records.push_back(&e);
+    if (req.has_metrics()) records.push_back(&req.metrics());
+  }
+  bool stored = false;
+  for (const v1::StepMetrics* p : records) {
+    if (p->step() <= 0) continue;
+    const v1::StepMetrics& rec = *p;
     MetricRecord m;
     m.run_id = run->id;
-    m.step = req.metrics().step();
-    m.loss = req.metrics().loss();
-    m.val_loss = req.metrics().val_loss();
-    m.grad_norm = req.metrics().grad_norm();
-    m.lr = req.metrics().lr();
-    m.tokens_per_s = req.metrics().tokens_per_second();
-    m.mfu = req.metrics().mfu();
-    m.step_seconds = req.metrics().step_seconds();
+    m.step = rec.step();
+    m.loss = rec.loss();
+    m.val_loss = rec.val_loss();
+    m.grad_norm = rec.grad_norm();
+    m.lr = rec.lr();
+    m.tokens_per_s = rec.tokens_per_second();
+    m.mfu = rec.mfu();
+    m.step_seconds = rec.step_seconds();
+    m.gpu_allocated_bytes = rec.gpu_allocated_bytes();
+    m.gpu_reserved_bytes = rec.gpu_reserved_bytes();
+    m.gpu_peak_bytes = rec.gpu_peak_bytes();
     m.time_ms = NowMs();
     auto last = latest_metrics_.find(run->id);
     if (last == latest_metrics_.end() || last->second.step != m.step) {
@@ -724,9 +813,12 @@ grpc::Status Coordinator::Heartbeat(const v1::HeartbeatRequest& req, v1::Heartbe
       latest_metrics_[run->id] = m;
       run->step = m.step;
       run->updated_ms = m.time_ms;
-      if (Status s = store_->UpdateRun(*run); !s.ok()) return ToGrpc(s);
-      changed_.notify_all();
+      stored = true;
     }
+  }
+  if (stored) {
+    if (Status s = store_->UpdateRun(*run); !s.ok()) return ToGrpc(s);
+    changed_.notify_all();
   }
   const v1::WorkerPhase phase = req.phase();
   if (phase == v1::DONE_FAILED) {
@@ -881,6 +973,7 @@ void Coordinator::MonitorLoop() {
       if (run != nullptr && Active(run->state) && run->attempt == w.rec.attempt) {
         char buf[64];
         std::snprintf(buf, sizeof buf, "%.1f", silent);
+        MarkWorkerUp(run->id, w.rec.rank, false);  // before LoseRun releases the placement
         lost.emplace_back(run->id, "worker " + id + " (rank " + std::to_string(w.rec.rank) +
                                        ") sent no heartbeat for " + buf + " s");
       } else {

@@ -35,6 +35,10 @@
 #include "forge/v1/runs.pb.h"
 #include "forge/v1/workers.pb.h"
 
+namespace forge {
+class RunAggregates;
+}
+
 namespace forge::coord {
 
 struct CoordinatorOptions {
@@ -48,6 +52,9 @@ struct CoordinatorOptions {
   // checkpoint.resume are used as written, and workers and active runs left in the store by
   // an earlier process are dropped at start.
   bool local_process = false;
+  // Run-level metrics (--metrics-port): fed from heartbeats and state changes; null = none.
+  // Must outlive the coordinator.
+  RunAggregates* aggregates = nullptr;
 };
 
 class Coordinator {
@@ -68,6 +75,8 @@ class Coordinator {
                                v1::ListCheckpointsResponse* out);
   grpc::Status ExportCheckpoint(const v1::ExportCheckpointRequest& req,
                                 v1::ExportCheckpointResponse* out);
+  // Everything stored about the run (step records, events, checkpoints); NOT_FOUND if unknown.
+  grpc::Status GetRunHistory(const v1::GetRunHistoryRequest& req, v1::RunHistory* out);
   // Sends updates through `send` (false: the client went away) until the run ends or
   // `cancelled` turns true.
   grpc::Status WatchRun(const v1::WatchRunRequest& req,
@@ -108,6 +117,9 @@ class Coordinator {
   std::vector<std::string> PlacedWorkers(const RunRecord& run) const;  // by rank
   bool Placed(const RunRecord& run) const;
   Status FinishIfDone(RunRecord* run);
+  // Heartbeat -> opt_.aggregates (no-ops without it).
+  void ReportRankMetrics(const RunRecord& run, int rank, const v1::StepMetrics& m);
+  void MarkWorkerUp(const std::string& run_id, int rank, bool up);
   void FillRun(const RunRecord& r, v1::Run* out);
   void FillAssignment(const RunRecord& run, const WorkerRecord& w, v1::Assignment* a) const;
   RunRecord* FindRun(const std::string& id);

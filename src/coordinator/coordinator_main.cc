@@ -3,20 +3,28 @@
 //                     [--token-file FILE] [--join-secret-file FILE]
 //                     [--tls-cert FILE --tls-key FILE]
 //                     [--heartbeat-interval-ms N] [--heartbeat-timeout-ms N]
-//                     [--address-file FILE]
+//                     [--address-file FILE] [--metrics-port N] [--metrics-bind ADDR]
 // The user token comes from --token-file or FORGE_TOKEN, the workers' join secret from
 // --join-secret-file or FORGE_JOIN_SECRET. --address-file receives "host:port" once listening
-// (useful with port 0). SIGTERM/SIGINT stop it; kill -9 loses nothing (state in SQLite).
+// (useful with port 0). --metrics-port serves /metrics (run-level aggregates from the workers'
+// heartbeats: total tokens/s, mean MFU, slowest rank's step time, worker up, run state) on
+// --metrics-bind (default 0.0.0.0); 0 or absent: no /metrics. SIGTERM/SIGINT stop it; kill -9
+// loses nothing (state in SQLite).
 #include <pthread.h>
+
+#include <prometheus/registry.h>
 
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 
 #include "common/file_io.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/server.h"
+#include "metrics/metrics_server.h"
+#include "metrics/run_aggregates.h"
 #include "rpc/auth.h"
 
 namespace {
@@ -32,7 +40,8 @@ int Usage() {
                "         [--token-file FILE] [--join-secret-file FILE] [--tls-cert FILE "
                "--tls-key FILE]\n"
                "         [--heartbeat-interval-ms N] [--heartbeat-timeout-ms N] "
-               "[--address-file FILE]\n");
+               "[--address-file FILE]\n"
+               "         [--metrics-port N] [--metrics-bind ADDR]\n");
   return 2;
 }
 
@@ -51,6 +60,8 @@ int main(int argc, char** argv) {
   coord::CoordinatorOptions copt;
   coord::ServerOptions sopt;
   std::string token_file, secret_file, address_file;
+  std::string metrics_bind = "0.0.0.0";
+  int metrics_port = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (i + 1 >= argc) return Usage();
@@ -63,6 +74,10 @@ int main(int argc, char** argv) {
     else if (flag == "--tls-cert") sopt.tls_cert_file = v;
     else if (flag == "--tls-key") sopt.tls_key_file = v;
     else if (flag == "--address-file") address_file = v;
+    else if (flag == "--metrics-bind") metrics_bind = v;
+    else if (flag == "--metrics-port") {
+      if (v != "0" && (!ParseInt(v, &metrics_port) || metrics_port > 65535)) return Usage();
+    }
     else if (flag == "--heartbeat-interval-ms") {
       if (!ParseInt(v, &copt.heartbeat_interval_ms)) return Usage();
     } else if (flag == "--heartbeat-timeout-ms") {
@@ -86,6 +101,18 @@ int main(int argc, char** argv) {
   sigaddset(&stop, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
 
+  // /metrics first, so the aggregates see the states of the runs the store reloads.
+  auto registry = std::make_shared<prometheus::Registry>();
+  RunAggregates aggregates(*registry);
+  std::unique_ptr<MetricsServer> metrics;
+  if (metrics_port > 0) {
+    auto m = MetricsServer::Start(metrics_bind, metrics_port);
+    if (!m.ok()) return Fail(m.status());
+    metrics = std::move(m).value();
+    metrics->Register(registry);
+    copt.aggregates = &aggregates;
+  }
+
   auto coordinator = coord::Coordinator::Open(copt);
   if (!coordinator.ok()) return Fail(coordinator.status());
   auto server = coord::CoordinatorServer::Start(sopt, coordinator->get());
@@ -97,6 +124,9 @@ int main(int argc, char** argv) {
   }
   std::printf("forge-coordinator: listening on %s%s, state %s\n", address.c_str(),
               sopt.tls_cert_file.empty() ? "" : " (TLS)", copt.state_dir.c_str());
+  if (metrics)
+    std::printf("forge-coordinator: /metrics on %s:%d\n", metrics->bind_address().c_str(),
+                metrics->port());
   std::fflush(stdout);
   int sig = 0;
   sigwait(&stop, &sig);

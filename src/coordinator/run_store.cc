@@ -20,6 +20,8 @@ CREATE INDEX IF NOT EXISTS run_events_run ON run_events(run_id, id);
 CREATE TABLE IF NOT EXISTS step_metrics (
   seq INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT, step INTEGER, loss REAL, val_loss REAL,
   grad_norm REAL, lr REAL, tokens_per_s REAL, mfu REAL, step_seconds REAL, time_ms INTEGER,
+  gpu_allocated_bytes INTEGER DEFAULT 0, gpu_reserved_bytes INTEGER DEFAULT 0,
+  gpu_peak_bytes INTEGER DEFAULT 0,
   UNIQUE(run_id, step));
 CREATE TABLE IF NOT EXISTS checkpoints (
   run_id TEXT, step INTEGER, dir TEXT, world INTEGER, bytes INTEGER, committed_ms INTEGER,
@@ -132,6 +134,9 @@ MetricRecord ReadMetric(const Stmt& s) {
   m.mfu = s.Real(8);
   m.step_seconds = s.Real(9);
   m.time_ms = s.Int(10);
+  m.gpu_allocated_bytes = s.Int(11);
+  m.gpu_reserved_bytes = s.Int(12);
+  m.gpu_peak_bytes = s.Int(13);
   return m;
 }
 
@@ -170,6 +175,11 @@ StatusOr<std::unique_ptr<RunStore>> RunStore::Open(const std::string& path) {
   // Stores written before workers.done_phase existed gain the column (fails harmlessly when it
   // is already there).
   (void)Exec(db, "ALTER TABLE workers ADD COLUMN done_phase INTEGER DEFAULT 0");
+  // Likewise the memory columns of step_metrics (older rows read 0: not measured).
+  for (const char* col : {"gpu_allocated_bytes", "gpu_reserved_bytes", "gpu_peak_bytes"})
+    (void)Exec(db, (std::string("ALTER TABLE step_metrics ADD COLUMN ") + col +
+                    " INTEGER DEFAULT 0")
+                       .c_str());
   return store;
 }
 
@@ -259,17 +269,20 @@ Status RunStore::PutMetrics(MetricRecord* m) {
   std::lock_guard<std::mutex> l(mu_);
   Stmt s(db_,
          "INSERT OR REPLACE INTO step_metrics (run_id, step, loss, val_loss, grad_norm, lr, "
-         "tokens_per_s, mfu, step_seconds, time_ms) VALUES (?,?,?,?,?,?,?,?,?,?)");
+         "tokens_per_s, mfu, step_seconds, time_ms, gpu_allocated_bytes, gpu_reserved_bytes, "
+         "gpu_peak_bytes) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)");
   FORGE_RETURN_IF_ERROR(s.Bind({m->run_id, m->step, double(m->loss), double(m->val_loss),
                                 double(m->grad_norm), double(m->lr), m->tokens_per_s, m->mfu,
-                                m->step_seconds, m->time_ms}));
+                                m->step_seconds, m->time_ms, m->gpu_allocated_bytes,
+                                m->gpu_reserved_bytes, m->gpu_peak_bytes}));
   FORGE_RETURN_IF_ERROR(s.Run());
   m->seq = sqlite3_last_insert_rowid(db_);
   return Status::Ok();
 }
 
 constexpr const char* kMetricColumns =
-    "seq, run_id, step, loss, val_loss, grad_norm, lr, tokens_per_s, mfu, step_seconds, time_ms";
+    "seq, run_id, step, loss, val_loss, grad_norm, lr, tokens_per_s, mfu, step_seconds, time_ms, "
+    "gpu_allocated_bytes, gpu_reserved_bytes, gpu_peak_bytes";
 
 StatusOr<std::vector<MetricRecord>> RunStore::MetricsAfter(const std::string& run_id,
                                                            int64_t after_seq) {

@@ -1,7 +1,7 @@
 // The coordinator's durable state: one SQLite database (WAL journal) under --state-dir. Tables:
 //   runs          one row per run (spec, state, placement counters, progress)
 //   run_events    state changes and notable events, in order (WatchRun, `forgectl status`)
-//   step_metrics  rank 0's logged steps (loss, tokens/s, MFU, step time...); a step redone
+//   step_metrics  rank 0's logged steps (loss, tokens/s, MFU, step time, GPU memory); a step redone
 //                 after a restart replaces its row
 //   checkpoints   committed checkpoints (the manifest is written)
 //   shard_reports ranks' reports of a checkpoint not yet committed (survive a restart)
@@ -69,6 +69,7 @@ struct MetricRecord {
   float loss = 0, val_loss = -1, grad_norm = 0, lr = 0;
   double tokens_per_s = 0, mfu = 0, step_seconds = 0;
   int64_t time_ms = 0;
+  int64_t gpu_allocated_bytes = 0, gpu_reserved_bytes = 0, gpu_peak_bytes = 0;  // 0 on CPU
 };
 
 struct CheckpointRecord {

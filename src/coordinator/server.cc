@@ -25,6 +25,7 @@ class RunServiceImpl final : public v1::RunService::Service {
   FORGE_USER_RPC(ListRuns, ListRunsRequest, ListRunsResponse)
   FORGE_USER_RPC(ListCheckpoints, ListCheckpointsRequest, ListCheckpointsResponse)
   FORGE_USER_RPC(ExportCheckpoint, ExportCheckpointRequest, ExportCheckpointResponse)
+  FORGE_USER_RPC(GetRunHistory, GetRunHistoryRequest, RunHistory)
 #undef FORGE_USER_RPC
 
   grpc::Status WatchRun(grpc::ServerContext* ctx, const v1::WatchRunRequest* req,

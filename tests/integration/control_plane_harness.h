@@ -103,15 +103,17 @@ class ControlPlane {
   const std::string& dir() const { return dir_; }
   const std::string& address() const { return address_; }
 
-  // Starts forge-coordinator (port 0 the first time, the same port on a restart).
-  void StartCoordinator(int heartbeat_timeout_ms = 2000) {
+  // Starts forge-coordinator (port 0 the first time, the same port on a restart); `extra`:
+  // more flags (e.g. --metrics-port).
+  void StartCoordinator(int heartbeat_timeout_ms = 2000, const std::string& extra = "") {
     const std::string port = address_.empty() ? "0" : address_.substr(address_.rfind(':') + 1);
     std::filesystem::remove(dir_ + "/address");
     coordinator_ = Spawn(Bin("forge-coordinator") + " --state-dir " + dir_ + "/state" +
                              " --listen 127.0.0.1:" + port + " --token-file " + dir_ + "/token" +
                              " --join-secret-file " + dir_ + "/secret" + " --address-file " +
                              dir_ + "/address --heartbeat-interval-ms 200" +
-                             " --heartbeat-timeout-ms " + std::to_string(heartbeat_timeout_ms),
+                             " --heartbeat-timeout-ms " + std::to_string(heartbeat_timeout_ms) +
+                             " " + extra,
                          dir_ + "/coordinator." + std::to_string(++coordinator_starts_) + ".log");
     ASSERT_TRUE(WaitFor(20, [&] { return std::filesystem::exists(dir_ + "/address"); }))
         << ReadFile(coordinator_.log);
