@@ -61,7 +61,8 @@ target_link_libraries(forge-worker PRIVATE forge_agent)
 target_compile_options(forge-worker PRIVATE ${FORGE_WARNINGS})
 
 # --- forgectl ------------------------------------------------------------------------------
-file(GLOB FORGECTL_SRC CONFIGURE_DEPENDS src/cli/forgectl*.cc src/cli/progress_line.cc)
+file(GLOB FORGECTL_SRC CONFIGURE_DEPENDS src/cli/forgectl*.cc src/cli/progress_line.cc
+     src/cli/report_html.cc)
 add_executable(forgectl ${FORGECTL_SRC})
 target_link_libraries(forgectl PRIVATE forge_rpc)
 target_compile_options(forgectl PRIVATE ${FORGE_WARNINGS})
@@ -73,6 +74,7 @@ target_link_libraries(forge PRIVATE forge_coordinator forge_agent)
 
 # Tests: coordinator unit tests link the coordinator; integration tests run the binaries.
 target_link_libraries(forge_unit_tests PRIVATE forge_coordinator forge_agent)
+target_sources(forge_unit_tests PRIVATE src/cli/report_html.cc)  # `forgectl report`'s renderer
 if(TARGET forge_integration_tests)
   add_dependencies(forge_integration_tests forge-coordinator forge-worker forgectl)
 endif()

@@ -10,6 +10,9 @@
 //     checkpoints RUN                   committed checkpoints
 //     export RUN [--checkpoint step_N] [-o NAME] [--bf16]
 //                                       one safetensors file under <run_dir>/exports
+//     report RUN [-o FILE]              self-contained HTML page of the run's recorded history
+//                                       (charts of loss, throughput, MFU, memory, step time;
+//                                       default FILE: RUN.html)
 // The address comes from --coordinator or FORGE_COORDINATOR, the token from --token-file or
 // FORGE_TOKEN. Errors are one line on stderr ("forgectl: NOT_FOUND: no run with id 'x'") and
 // exit code 1; bad usage exits 2. `watch` exits 0 when the run COMPLETED or STOPPED, 1 when it
@@ -27,6 +30,7 @@
 #include <vector>
 
 #include "cli/progress_line.h"
+#include "cli/report_html.h"
 #include "common/file_io.h"
 #include "forge/v1/runs.grpc.pb.h"
 #include "rpc/auth.h"
@@ -68,7 +72,8 @@ int Usage() {
                "  list [--active]\n"
                "  watch RUN [--history]\n"
                "  checkpoints RUN\n"
-               "  export RUN [--checkpoint step_N] [-o NAME] [--bf16]\n");
+               "  export RUN [--checkpoint step_N] [-o NAME] [--bf16]\n"
+               "  report RUN [-o FILE]\n");
   return 2;
 }
 
@@ -315,6 +320,20 @@ int Dispatch(const Global& g, const Cmd& cmd, Client* c) {
     else
       std::printf("exported step_%ld to %s (%.1f MB)\n", long(resp.step()), resp.path().c_str(),
                   double(resp.bytes()) / 1e6);
+    return 0;
+  }
+  if (cmd.name == "report") {
+    if (!need(1)) return Usage();
+    v1::GetRunHistoryRequest req;
+    req.set_run_id(p[0]);
+    v1::RunHistory history;
+    if (auto s = c->Call(&v1::RunService::Stub::GetRunHistory, req, &history); !s.ok())
+      return Fail(s);
+    const std::string path = cmd.Has("-o") ? cmd.Get("-o") : p[0] + ".html";
+    if (Status s = WriteFileAtomic(path, RenderRunReportHtml(history)); !s.ok())
+      return Fail(s.ToString());
+    std::printf("wrote %s: run %s, %d step records, %d events\n", path.c_str(), p[0].c_str(),
+                history.steps_size(), history.events_size());
     return 0;
   }
   return Usage();
