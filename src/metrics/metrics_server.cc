@@ -1,5 +1,6 @@
 #include "metrics/metrics_server.h"
 
+#include <dlfcn.h>
 #include <prometheus/exposer.h>
 
 #include <exception>
@@ -17,7 +18,19 @@ StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string&
   try {
     s->exposer_ = std::make_unique<prometheus::Exposer>(addr, /*num_threads=*/1);
   } catch (const std::exception& e) {
-    return Status::Unavailable("cannot serve /metrics on " + addr + ": " + e.what());
+    std::string hint;
+    // CivetWeb dlopens OpenSSL by its unversioned names (provided by libssl-dev); without them
+    // it refuses to start whatever the port (seen on a machine with runtime packages only).
+    for (const char* lib : {"libssl.so", "libcrypto.so"}) {
+      void* h = dlopen(lib, RTLD_LAZY | RTLD_NOLOAD);
+      if (h == nullptr) h = dlopen(lib, RTLD_LAZY);
+      if (h == nullptr) hint += std::string(hint.empty() ? "" : ", ") + lib;
+      else dlclose(h);
+    }
+    if (!hint.empty())
+      hint = " (" + hint + " not found: CivetWeb loads OpenSSL by these names; install libssl-dev "
+             "or link them to libssl.so.3 / libcrypto.so.3)";
+    return Status::Unavailable("cannot serve /metrics on " + addr + ": " + e.what() + hint);
   }
   const std::vector<int> ports = s->exposer_->GetListeningPorts();
   s->port_ = ports.empty() ? port : ports.front();
