@@ -5,7 +5,7 @@ find_package(prometheus-cpp CONFIG REQUIRED)
 file(GLOB FORGE_METRICS_SRC CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/metrics/*.cc)
 add_library(forge_metrics STATIC ${FORGE_METRICS_SRC})
 target_include_directories(forge_metrics PUBLIC ${CMAKE_SOURCE_DIR}/src)
-target_link_libraries(forge_metrics PUBLIC forge_engine prometheus-cpp::core prometheus-cpp::pull
+target_link_libraries(forge_metrics PUBLIC forge_engine prometheus-cpp::core
                       ${CMAKE_DL_LIBS})
 target_compile_options(forge_metrics PRIVATE ${FORGE_WARNINGS})
 # nvml.h (types only: the library is dlopen'ed) from the CUDA toolkit where it is installed;

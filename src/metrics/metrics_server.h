@@ -1,18 +1,24 @@
-// The /metrics HTTP endpoint (prometheus-cpp's Exposer, CivetWeb underneath): serves every
-// registered collectable (registries, GpuHealthCollector) in Prometheus text format.
-// Workers listen on metrics.port + local rank, the coordinator on its own port.
+// The /metrics HTTP endpoint: serves every registered collectable (registries,
+// GpuHealthCollector) in Prometheus text format. Workers listen on metrics.port + local rank,
+// the coordinator on its own port.
+//
+// Our own small HTTP/1.1 server (one thread, one request per connection) rather than
+// prometheus-cpp's Exposer: CivetWeb starts its threads with a fixed small stack, which glibc
+// refuses once a library with a large static TLS block is loaded (libcublasLt: 94 KB), so in
+// every CUDA build the Exposer failed with "null context when constructing CivetServer". A
+// scrape endpoint needs none of CivetWeb's features.
 #pragma once
 
 #include <prometheus/collectable.h>
 
+#include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "common/status.h"
-
-namespace prometheus {
-class Exposer;
-}
 
 namespace forge {
 
@@ -30,9 +36,17 @@ class MetricsServer {
 
  private:
   MetricsServer() = default;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  void Serve();
+  void Handle(int fd);
+  std::string Scrape();
+
   std::string bind_;
   int port_ = 0;
+  int listen_fd_ = -1;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::mutex mu_;  // guards collectables_
+  std::vector<std::weak_ptr<prometheus::Collectable>> collectables_;
 };
 
 }  // namespace forge

@@ -83,4 +83,15 @@ inline int FreeLoopbackPort() {
   return port;
 }
 
+// Two consecutive free loopback ports (ranks 0 and 1 of one node serve on port and port + 1),
+// neither of them `avoid` (another server the test starts).
+inline int FreeLoopbackPortPair(int avoid = -1) {
+  for (int i = 0; i < 50; ++i) {
+    const int p = FreeLoopbackPort();
+    if (p <= 0 || p >= 65535 || p == avoid || p + 1 == avoid) continue;
+    if (HttpGet(p + 1, "/").status == 0) return p;
+  }
+  return 0;
+}
+
 }  // namespace forge::test

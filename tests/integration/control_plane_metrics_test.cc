@@ -22,7 +22,7 @@ std::string Scrape(int port) {
 TEST(ControlPlaneMetrics, CoordinatorAndWorkersServeRunSeriesDuringARun) {
   ControlPlane cp("metrics");
   const int coord_port = FreeLoopbackPort();
-  const int worker_port = FreeLoopbackPort();  // ranks serve on it and on it + 1
+  const int worker_port = FreeLoopbackPortPair(coord_port);  // ranks serve on it and it + 1
   ASSERT_GT(coord_port, 0);
   ASSERT_GT(worker_port, 0);
   cp.StartCoordinator(2000, "--metrics-bind 127.0.0.1 --metrics-port " +

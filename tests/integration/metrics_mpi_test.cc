@@ -22,22 +22,13 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-// Two consecutive free loopback ports (rank 0 and rank 1 of one node).
-int FreePortPair() {
-  for (int i = 0; i < 20; ++i) {
-    const int p = test::FreeLoopbackPort();
-    if (p > 0 && p < 65535 && test::HttpGet(p + 1, "/").status == 0) return p;
-  }
-  return 0;
-}
-
 TEST(MetricsMpi, EachRankServesItsOwnSeries) {
   REQUIRE_MPIRUN();
   const std::string dir = ::testing::TempDir() + "/metrics_mpi_" + std::to_string(::getpid());
   fs::remove_all(dir);
   fs::create_directories(dir);
   test::WriteCountingDataset(dir + "/data", 99u, 40000, 4000);
-  const int port = FreePortPair();
+  const int port = test::FreeLoopbackPortPair();
   ASSERT_GT(port, 0);
   std::ofstream(dir + "/run.yaml") << "name: mpi-metrics\n"
       "model: {n_layer: 2, d_model: 32, n_head: 4, ffn: 64, vocab: 256, seq_len: 16}\n"
