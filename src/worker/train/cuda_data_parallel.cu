@@ -113,15 +113,12 @@ Status CudaDataParallel::CommWaitsStream(cudaStream_t s) {
   return CommWaits(compute_point_);
 }
 
-Status CudaDataParallel::Track(StatusOr<CommWorkPtr> w) {
-  if (!w.ok()) return w.status();
-  in_flight_.push_back(std::move(w).value());
-  return Status::Ok();
-}
+// A collective the NCCL stream's order (and the comm's watchdog) completes: only its issue
+// status matters here; the compute stream joins the whole stream in JoinGrads.
+Status CudaDataParallel::Issued(StatusOr<CommWorkPtr> w) { return w.status(); }
 
 // The NCCL stream runs in order, so one event after its last collective covers all of them.
 Status CudaDataParallel::JoinGrads(cudaStream_t compute) {
-  in_flight_.clear();  // completion (and timeouts) stay with the comm's watchdog
   FORGE_CUDA_CHECK(cudaEventRecord(comm_point_, nccl_stream_));
   FORGE_CUDA_CHECK(cudaStreamWaitEvent(compute, comm_point_, 0));
   return Status::Ok();
@@ -147,10 +144,10 @@ Status CudaDataParallel::OnGradReady(int u, cudaEvent_t compute_done, cudaEvent_
   float* g = pb.grads + pb.unit_offset[u];
   const std::string what = "grad " + unit.name;
   if (all_reduce || !sharded()) {
-    return Track(comm_->AllReduceSum(g, unit.numel, DType::kF32, what));
+    return Issued(comm_->AllReduceSum(g, unit.numel, DType::kF32, what));
   }
   // Padded unit: world * slot elements, zero beyond numel.
-  return Track(comm_->ReduceScatterSum(g, pb.grad_shard + pb.shard_offset[u], pb.slot[u],
+  return Issued(comm_->ReduceScatterSum(g, pb.grad_shard + pb.shard_offset[u], pb.slot[u],
                                        DType::kF32, what));
 }
 
@@ -383,7 +380,7 @@ Status CudaDataParallel::FsdpReduceScatter(int u, const float* grads) {
   const CudaParamBuffers& pb = model_->param_buffers();
   float* slot = pb.grad_shard + pb.shard_offset[u];
   float* dst = first_micro_ ? slot : add_slot_;
-  FORGE_RETURN_IF_ERROR(Track(comm_->ReduceScatterSum(grads, dst, pb.slot[u], DType::kF32,
+  FORGE_RETURN_IF_ERROR(Issued(comm_->ReduceScatterSum(grads, dst, pb.slot[u], DType::kF32,
                                                       "grad " + model_->layout().units[u].name)));
   if (!first_micro_) {
     AddKernel<<<256, 256, 0, nccl_stream_>>>(slot, add_slot_, pb.slot[u]);

@@ -90,7 +90,7 @@ class CudaDataParallel {
   // The NCCL stream waits for `e` (recorded on a stream the collective depends on).
   Status CommWaits(cudaEvent_t e);
   Status CommWaitsStream(cudaStream_t s);
-  Status Track(StatusOr<CommWorkPtr> w);
+  Status Issued(StatusOr<CommWorkPtr> w);
   Status OnGradReady(int unit, cudaEvent_t compute_done, cudaEvent_t wgrad_done,
                      bool all_reduce);
   Status OnBeforeForward(int unit, cudaStream_t compute);
@@ -114,7 +114,6 @@ class CudaDataParallel {
   cudaEvent_t compute_point_ = nullptr;        // compute-stream point the NCCL stream waits for
   std::vector<cudaEvent_t> params_gathered_;  // per unit, on the NCCL stream (zero)
   std::vector<bool> gather_pending_;
-  std::vector<CommWorkPtr> in_flight_;        // gradient collectives of the current pass
   CudaModelHooks read_hooks_, grad_hooks_, allreduce_hooks_;
   cudaEvent_t comm_point_ = nullptr;  // NCCL-stream point the compute stream waits for
   bool skip_grad_comm_ = false;       // FORGE_DP_DIAG_SKIP_GRAD_COMM (benchmark diagnosis)
