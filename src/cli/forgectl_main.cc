@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/human_format.h"
 #include "cli/progress_line.h"
 #include "cli/report_html.h"
 #include "common/file_io.h"
@@ -95,16 +96,6 @@ std::string Json(const google::protobuf::Message& m) {
   return out;
 }
 
-std::string Time(int64_t unix_ms) {
-  if (unix_ms <= 0) return "-";
-  const std::time_t t = std::time_t(unix_ms / 1000);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%SZ", &tm);
-  return buf;
-}
-
 class Client {
  public:
   Client(std::shared_ptr<grpc::Channel> channel, std::string token)
@@ -134,7 +125,7 @@ class Client {
 void PrintRunLine(const v1::Run& r) {
   std::printf("%-24s %-13s %6ld/%-6ld workers %d  restarts %d/%d  %s\n", r.id().c_str(),
               StateName(r.state()), long(r.step()), long(r.total_steps()), r.workers(),
-              r.restarts(), r.max_restarts(), Time(r.created_unix_ms()).c_str());
+              r.restarts(), r.max_restarts(), FormatUtcTime(r.created_unix_ms()).c_str());
 }
 
 void PrintRunDetail(const v1::Run& r) {
@@ -151,8 +142,8 @@ void PrintRunDetail(const v1::Run& r) {
   else
     std::printf("checkpoint none\n");
   std::printf("run dir    %s\n", r.run_dir().c_str());
-  std::printf("created    %s, updated %s\n", Time(r.created_unix_ms()).c_str(),
-              Time(r.updated_unix_ms()).c_str());
+  std::printf("created    %s, updated %s\n", FormatUtcTime(r.created_unix_ms()).c_str(),
+              FormatUtcTime(r.updated_unix_ms()).c_str());
 }
 
 int PrintRun(const Global& g, const v1::Run& r, const char* verb) {
@@ -300,7 +291,7 @@ int Dispatch(const Global& g, const Cmd& cmd, Client* c) {
     } else {
       for (const v1::Checkpoint& k : resp.checkpoints())
         std::printf("step_%-8ld %d rank(s)  %10.1f MB  %s  %s\n", long(k.step()), k.world_size(),
-                    double(k.bytes()) / 1e6, Time(k.committed_unix_ms()).c_str(),
+                    double(k.bytes()) / 1e6, FormatUtcTime(k.committed_unix_ms()).c_str(),
                     k.dir().c_str());
       if (resp.checkpoints().empty()) std::printf("no checkpoints\n");
     }

@@ -3,8 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <ctime>
 #include <vector>
+
+#include "common/human_format.h"
 
 namespace forge::cli {
 namespace {
@@ -29,16 +30,6 @@ std::string Num(double v) {
 std::string Px(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f", v);
-  return buf;
-}
-
-std::string Time(int64_t unix_ms) {
-  if (unix_ms <= 0) return "-";
-  const std::time_t t = std::time_t(unix_ms / 1000);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%SZ", &tm);
   return buf;
 }
 
@@ -232,14 +223,14 @@ std::string RenderRunReportHtml(const v1::RunHistory& h) {
        std::to_string(run.total_steps()) + " &middot; " + std::to_string(run.workers()) +
        " worker(s) &middot; attempt " + std::to_string(run.attempt()) + ", " +
        std::to_string(run.restarts()) + " restart(s) &middot; created " +
-       Time(run.created_unix_ms()) + "</p>\n";
+       FormatUtcTime(run.created_unix_ms()) + "</p>\n";
   o += "<section id=\"charts\">\n";
   for (const Chart& c : charts) o += RenderChart(c);
   o += "</section>\n";
 
   o += "<h2>Events</h2>\n<table id=\"events\">\n<tr><th>time</th><th>state</th><th>event</th></tr>\n";
   for (const v1::RunEvent& e : h.events())
-    o += "<tr><td>" + Time(e.time_unix_ms()) + "</td><td>" + StateName(e.state()) + "</td><td>" +
+    o += "<tr><td>" + FormatUtcTime(e.time_unix_ms()) + "</td><td>" + StateName(e.state()) + "</td><td>" +
          HtmlEscape(e.message()) + "</td></tr>\n";
   o += "</table>\n";
   o += "<h2>Checkpoints</h2>\n";
@@ -251,7 +242,7 @@ std::string RenderRunReportHtml(const v1::RunHistory& h) {
     for (const v1::Checkpoint& k : h.checkpoints())
       o += "<tr><td>" + std::to_string(k.step()) + "</td><td>" + std::to_string(k.world_size()) +
            "</td><td>" + Num(double(k.bytes()) / 1e6) + "</td><td>" +
-           Time(k.committed_unix_ms()) + "</td><td>" + HtmlEscape(k.dir()) + "</td></tr>\n";
+           FormatUtcTime(k.committed_unix_ms()) + "</td><td>" + HtmlEscape(k.dir()) + "</td></tr>\n";
     o += "</table>\n";
   }
   o += "</body>\n</html>\n";

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <ctime>
 
 namespace forge {
 
@@ -20,6 +21,16 @@ std::string FormatDuration(double seconds) {
     std::snprintf(buf, sizeof buf, "%ldh%02ldm", long(t / 3600), long(t / 60 % 60));
   else
     std::snprintf(buf, sizeof buf, "%ldm%02lds", long(t / 60), long(t % 60));
+  return buf;
+}
+
+std::string FormatUtcTime(int64_t unix_ms) {
+  if (unix_ms <= 0) return "-";
+  const std::time_t t = std::time_t(unix_ms / 1000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%SZ", &tm);
   return buf;
 }
 
