@@ -107,7 +107,7 @@ struct CudaModel::BlockActs {
 struct CudaModel::Buffers {
   std::vector<void*> allocations;  // freed in the destructor
 
-  // Parameter-shaped, one flat allocation each, units at unit_offset_.
+  // Parameter-shaped, one flat allocation each, units at pb_.unit_offset.
   float* master = nullptr;
   bf16* params = nullptr;  // compute copy, refreshed by AdamW
   float* grads = nullptr;
@@ -262,12 +262,12 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
                            std::to_string(W));
   }
   const size_t U = layout_.units.size();
-  unit_offset_.clear();
+  pb_.unit_offset.clear();
   pb_.shard_offset.clear();
   pb_.slot.clear();
   int64_t flat = 0, flat_shard = 0;
   for (const UnitLayout& u : layout_.units) {
-    unit_offset_.push_back(flat);
+    pb_.unit_offset.push_back(flat);
     flat = AlignUp(flat + PaddedSize(u.numel, W), kUnitAlign);
     pb_.slot.push_back(ShardSize(u.numel, W));
     pb_.shard_offset.push_back(flat_shard);
@@ -297,12 +297,13 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
   unit_params_.assign(U, nullptr);
   unit_grads_.assign(U, nullptr);
   if (!o.shard_params) {
-    for (size_t u = 0; u < U; ++u) BindUnit(int(u), b.params + unit_offset_[u], b.grads + unit_offset_[u]);
+    for (size_t u = 0; u < U; ++u) {
+      BindUnit(int(u), b.params + pb_.unit_offset[u], b.grads + pb_.unit_offset[u]);
+    }
   }
   pb_.m = b.m;
   pb_.v = b.v;
   pb_.grad_shard = b.grad_shard;
-  pb_.unit_offset = unit_offset_;
 
   // Optimizer descriptors: one per tensor (not per unit) so weight decay follows the tensor;
   // sharded, one per piece of a tensor inside this rank's slot (bf16 output at its place in the
@@ -312,14 +313,14 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
     const ShardRange own = o.shard_optimizer ? ShardOf(layout_.units[u].numel, o.shard_rank, W)
                                              : ShardRange{0, layout_.units[u].numel};
     const int64_t state_base = o.shard_optimizer ? pb_.shard_offset[u] - own.begin
-                                                 : unit_offset_[u];
+                                                 : pb_.unit_offset[u];
     float* g = o.shard_optimizer ? b.grad_shard : b.grads;
     for (const TensorSlot& t : layout_.units[u].tensors) {
       const int64_t lo = std::max(own.begin, t.offset);
       const int64_t hi = std::min(own.end, t.offset + t.numel);
       if (lo >= hi) continue;
       const int64_t so = state_base + lo;
-      bf16* out = o.shard_params ? b.params_shard + so : b.params + unit_offset_[u] + lo;
+      bf16* out = o.shard_params ? b.params_shard + so : b.params + pb_.unit_offset[u] + lo;
       tensors.push_back({b.master + so, out, g + so, b.m + so, b.v + so, hi - lo,
                          t.weight_decay ? opt.weight_decay : 0.0f});
     }
@@ -445,7 +446,7 @@ Status CheckUnitSizes(const ParamLayout& layout, const UnitBuffers& host) {
 Status CudaModel::CopyUnits(const UnitBuffers& host, float* device, cudaStream_t stream) {
   FORGE_RETURN_IF_ERROR(CheckUnitSizes(layout_, host));
   for (size_t u = 0; u < host.size(); ++u) {
-    FORGE_CUDA_CHECK(cudaMemcpyAsync(device + unit_offset_[u], host[u].data(),
+    FORGE_CUDA_CHECK(cudaMemcpyAsync(device + pb_.unit_offset[u], host[u].data(),
                                      host[u].size() * sizeof(float), cudaMemcpyHostToDevice,
                                      stream));
   }
@@ -456,7 +457,7 @@ Status CudaModel::ReadUnits(const float* device, UnitBuffers* host, cudaStream_t
   host->resize(layout_.units.size());
   for (size_t u = 0; u < layout_.units.size(); ++u) {
     (*host)[u].resize(layout_.units[u].numel);
-    FORGE_CUDA_CHECK(cudaMemcpyAsync((*host)[u].data(), device + unit_offset_[u],
+    FORGE_CUDA_CHECK(cudaMemcpyAsync((*host)[u].data(), device + pb_.unit_offset[u],
                                      (*host)[u].size() * sizeof(float), cudaMemcpyDeviceToHost,
                                      stream));
   }

@@ -245,7 +245,6 @@ class CudaModel {
   ParamLayout layout_;
   int64_t N_ = 0;               // tokens per micro-batch
   int d_ = 0, H_ = 0, KV_ = 0, hd_ = 0, ffn_ = 0, V_ = 0, T_ = 0, qkv_dim_ = 0;
-  std::vector<int64_t> unit_offset_;  // element offset of each unit in the flat buffers
   size_t allocated_bytes_ = 0;
   std::unique_ptr<Buffers> buf_;
   PhaseTimeline* timeline_ = nullptr;

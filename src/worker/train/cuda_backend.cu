@@ -345,7 +345,7 @@ Status CudaBackend::EnqueueCompute(int micro_steps, bool optimizer) {
   }
   FORGE_RETURN_IF_ERROR(cuda::MeanReduce(dev_stats_, dev_losses_, static_cast<int64_t>(n), s));
   if (dp_) {
-    FORGE_RETURN_IF_ERROR(dp_->JoinGrads(s));
+    FORGE_RETURN_IF_ERROR(dp_->JoinComm(s));
     if (optimizer) {
       FORGE_RETURN_IF_ERROR(dp_->Optimize(dev_hyper_, dev_stats_, s));
     } else {

@@ -113,12 +113,9 @@ Status CudaDataParallel::CommWaitsStream(cudaStream_t s) {
   return CommWaits(compute_point_);
 }
 
-// A collective the NCCL stream's order (and the comm's watchdog) completes: only its issue
-// status matters here; the compute stream joins the whole stream in JoinGrads.
-Status CudaDataParallel::Issued(StatusOr<CommWorkPtr> w) { return w.status(); }
-
-// The NCCL stream runs in order, so one event after its last collective covers all of them.
-Status CudaDataParallel::JoinGrads(cudaStream_t compute) {
+// Collectives are issued and their handles dropped: the NCCL stream runs in order, so one
+// event after its last collective covers all of them (timeouts stay with the comm's watchdog).
+Status CudaDataParallel::JoinComm(cudaStream_t compute) {
   FORGE_CUDA_CHECK(cudaEventRecord(comm_point_, nccl_stream_));
   FORGE_CUDA_CHECK(cudaStreamWaitEvent(compute, comm_point_, 0));
   return Status::Ok();
@@ -144,11 +141,12 @@ Status CudaDataParallel::OnGradReady(int u, cudaEvent_t compute_done, cudaEvent_
   float* g = pb.grads + pb.unit_offset[u];
   const std::string what = "grad " + unit.name;
   if (all_reduce || !sharded()) {
-    return Issued(comm_->AllReduceSum(g, unit.numel, DType::kF32, what));
+    return comm_->AllReduceSum(g, unit.numel, DType::kF32, what).status();
   }
   // Padded unit: world * slot elements, zero beyond numel.
-  return Issued(comm_->ReduceScatterSum(g, pb.grad_shard + pb.shard_offset[u], pb.slot[u],
-                                       DType::kF32, what));
+  return comm_->ReduceScatterSum(g, pb.grad_shard + pb.shard_offset[u], pb.slot[u],
+                                 DType::kF32, what)
+      .status();
 }
 
 Status CudaDataParallel::OnBeforeForward(int u, cudaStream_t compute) {
@@ -159,9 +157,8 @@ Status CudaDataParallel::OnBeforeForward(int u, cudaStream_t compute) {
 
 Status CudaDataParallel::SumLoss(float* stats, cudaStream_t compute) {
   FORGE_RETURN_IF_ERROR(CommWaitsStream(compute));
-  FORGE_ASSIGN_OR_RETURN(CommWorkPtr w, comm_->AllReduceSum(stats, 1, DType::kF32, "loss"));
-  (void)w;
-  return JoinGrads(compute);
+  FORGE_RETURN_IF_ERROR(comm_->AllReduceSum(stats, 1, DType::kF32, "loss").status());
+  return JoinComm(compute);
 }
 
 Status CudaDataParallel::Optimize(const cuda::AdamWHyper* hyper, float* stats,
@@ -174,15 +171,13 @@ Status CudaDataParallel::Optimize(const cuda::AdamWHyper* hyper, float* stats,
   }
   // [loss, sum of squares of this rank's slots] summed over ranks in one collective.
   FORGE_RETURN_IF_ERROR(CommWaitsStream(compute));
-  FORGE_ASSIGN_OR_RETURN(CommWorkPtr w,
-                         comm_->AllReduceSum(stats, 2, DType::kF32, "loss and grad norm"));
-  (void)w;
-  FORGE_RETURN_IF_ERROR(JoinGrads(compute));
+  FORGE_RETURN_IF_ERROR(
+      comm_->AllReduceSum(stats, 2, DType::kF32, "loss and grad norm").status());
+  FORGE_RETURN_IF_ERROR(JoinComm(compute));
   FORGE_RETURN_IF_ERROR(model_->ClipAndUpdate(hyper, stats + 1, compute));
   if (!fsdp()) return GatherParams(compute);
   // The slots changed: every gathered copy is stale. Gather the next step's first units now.
-  root_valid_ = false;
-  holder_[0] = holder_[1] = -1;
+  ParamsChanged();
   FORGE_RETURN_IF_ERROR(EnsureRoot(compute, /*wait=*/false));
   const int L = int(model_->layout().units.size()) - 2;
   for (int l = 0; l < std::min(L, 2); ++l) FORGE_RETURN_IF_ERROR(Ensure(l, compute, false));
@@ -197,10 +192,9 @@ Status CudaDataParallel::GatherParams(cudaStream_t compute) {
   const auto& units = model_->layout().units;
   for (size_t u = 0; u < units.size(); ++u) {
     cuda::bf16* p = pb.params + pb.unit_offset[u];
-    FORGE_ASSIGN_OR_RETURN(CommWorkPtr w,
-                           comm_->AllGather(p + rank_ * pb.slot[u], p, pb.slot[u], DType::kBF16,
-                                            "params " + units[u].name));
-    (void)w;  // completion is tracked by the event below (and the comm's watchdog)
+    FORGE_RETURN_IF_ERROR(comm_->AllGather(p + rank_ * pb.slot[u], p, pb.slot[u], DType::kBF16,
+                                           "params " + units[u].name)
+                              .status());
     FORGE_CUDA_CHECK(cudaEventRecord(params_gathered_[u], nccl_stream_));
     gather_pending_[u] = true;
   }
@@ -223,10 +217,10 @@ Status CudaDataParallel::GatherSlots(State which, UnitBuffers* out, cudaStream_t
                                      pb.slot[u] * sizeof(float), cudaMemcpyDeviceToDevice,
                                      compute));
     FORGE_RETURN_IF_ERROR(CommWaitsStream(compute));
-    FORGE_ASSIGN_OR_RETURN(CommWorkPtr w,
-                           comm_->AllGather(scratch + rank_ * pb.slot[u], scratch, pb.slot[u],
-                                            DType::kF32, "gather " + units[u].name));
-    FORGE_RETURN_IF_ERROR(w->WaitOnStream(compute));
+    FORGE_RETURN_IF_ERROR(comm_->AllGather(scratch + rank_ * pb.slot[u], scratch, pb.slot[u],
+                                           DType::kF32, "gather " + units[u].name)
+                              .status());
+    FORGE_RETURN_IF_ERROR(JoinComm(compute));
     (*out)[u].resize(units[u].numel);
     FORGE_CUDA_CHECK(cudaMemcpyAsync((*out)[u].data(), scratch, units[u].numel * sizeof(float),
                                      cudaMemcpyDeviceToHost, compute));
@@ -291,11 +285,10 @@ Status CudaDataParallel::EnsureRoot(cudaStream_t compute, bool wait) {
     const int roots[2] = {layout.embedding_unit(), layout.final_norm_unit()};
     for (int i = 0; i < 2; ++i) {
       const int u = roots[i];
-      FORGE_ASSIGN_OR_RETURN(CommWorkPtr w,
-                             comm_->AllGather(pb.params_shard + pb.shard_offset[u],
-                                              root_params_[i], pb.slot[u], DType::kBF16,
-                                              "params " + layout.units[u].name));
-      (void)w;
+      FORGE_RETURN_IF_ERROR(comm_->AllGather(pb.params_shard + pb.shard_offset[u],
+                                             root_params_[i], pb.slot[u], DType::kBF16,
+                                             "params " + layout.units[u].name)
+                                .status());
     }
     FORGE_CUDA_CHECK(cudaEventRecord(root_gathered_, nccl_stream_));
     root_valid_ = true;
@@ -314,11 +307,10 @@ Status CudaDataParallel::Ensure(int layer, cudaStream_t compute, bool wait) {
     if (released_pending_[b]) FORGE_RETURN_IF_ERROR(CommWaits(released_[b]));
     else FORGE_RETURN_IF_ERROR(CommWaitsStream(compute));
     released_pending_[b] = false;
-    FORGE_ASSIGN_OR_RETURN(CommWorkPtr w,
-                           comm_->AllGather(pb.params_shard + pb.shard_offset[u], block_params_[b],
-                                            pb.slot[u], DType::kBF16,
-                                            "params " + model_->layout().units[u].name));
-    (void)w;
+    FORGE_RETURN_IF_ERROR(comm_->AllGather(pb.params_shard + pb.shard_offset[u], block_params_[b],
+                                           pb.slot[u], DType::kBF16,
+                                           "params " + model_->layout().units[u].name)
+                              .status());
     FORGE_CUDA_CHECK(cudaEventRecord(gathered_[b], nccl_stream_));
     holder_[b] = layer;
   }
@@ -380,8 +372,9 @@ Status CudaDataParallel::FsdpReduceScatter(int u, const float* grads) {
   const CudaParamBuffers& pb = model_->param_buffers();
   float* slot = pb.grad_shard + pb.shard_offset[u];
   float* dst = first_micro_ ? slot : add_slot_;
-  FORGE_RETURN_IF_ERROR(Issued(comm_->ReduceScatterSum(grads, dst, pb.slot[u], DType::kF32,
-                                                      "grad " + model_->layout().units[u].name)));
+  FORGE_RETURN_IF_ERROR(comm_->ReduceScatterSum(grads, dst, pb.slot[u], DType::kF32,
+                                                "grad " + model_->layout().units[u].name)
+                            .status());
   if (!first_micro_) {
     AddKernel<<<256, 256, 0, nccl_stream_>>>(slot, add_slot_, pb.slot[u]);
     FORGE_CUDA_LAUNCH_CHECK();

@@ -72,11 +72,12 @@ class CudaDataParallel {
     return all_reduce ? &allreduce_hooks_ : &grad_hooks_;
   }
 
-  // The compute stream waits for the gradient collectives started by grad hooks.
-  Status JoinGrads(cudaStream_t compute);
+  // The compute stream waits for every collective issued so far (the gradient collectives of
+  // the grad hooks among them).
+  Status JoinComm(cudaStream_t compute);
   // stats[0] = this rank's mean loss -> summed over ranks (divide by world()).
   Status SumLoss(float* stats, cudaStream_t compute);
-  // After JoinGrads: grad norm (stats[1] = global sum of squares), clipping, AdamW, and for
+  // After JoinComm: grad norm (stats[1] = global sum of squares), clipping, AdamW, and for
   // zero the parameter all-gathers. stats[0] is summed over ranks as by SumLoss.
   Status Optimize(const cuda::AdamWHyper* hyper, float* stats, cudaStream_t compute);
   // zero: the full fp32 units of a sharded buffer (master, m or v: pick with `which`),
@@ -90,7 +91,6 @@ class CudaDataParallel {
   // The NCCL stream waits for `e` (recorded on a stream the collective depends on).
   Status CommWaits(cudaEvent_t e);
   Status CommWaitsStream(cudaStream_t s);
-  Status Issued(StatusOr<CommWorkPtr> w);
   Status OnGradReady(int unit, cudaEvent_t compute_done, cudaEvent_t wgrad_done,
                      bool all_reduce);
   Status OnBeforeForward(int unit, cudaStream_t compute);
