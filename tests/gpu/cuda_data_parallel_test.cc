@@ -32,12 +32,9 @@
 namespace forge {
 namespace {
 
-constexpr int kSteps = 6;
+using test::RelFrobenius;
 
-int VisibleGpus() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
-}
+constexpr int kSteps = 6;
 
 RunConfig Config(ParallelMode mode, int world, int accum) {
   RunConfig c = test::TinyGpuConfig("gpu-data-parallel-test");
@@ -142,16 +139,6 @@ std::vector<Trajectory> RunParallel(const RunConfig& c, int world,
   return out;
 }
 
-double RelFrobenius(const std::vector<float>& got, const std::vector<float>& ref) {
-  double diff = 0.0, norm = 0.0;
-  for (size_t i = 0; i < ref.size() && i < got.size(); ++i) {
-    const double d = double(got[i]) - double(ref[i]);
-    diff += d * d;
-    norm += double(ref[i]) * ref[i];
-  }
-  return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
-}
-
 void ExpectBitwiseEqual(const Trajectory& a, const Trajectory& b, const std::string& what) {
   EXPECT_EQ(a.losses, b.losses) << what;
   EXPECT_EQ(a.norms, b.norms) << what;
@@ -170,7 +157,7 @@ class CudaDataParallelTest : public ::testing::TestWithParam<Case> {};
 TEST_P(CudaDataParallelTest, MatchesOneGpuAndIsDeterministic) {
   FORGE_SKIP_WITHOUT_GPU();
   const Case k = GetParam();
-  if (VisibleGpus() < k.world) GTEST_SKIP() << "needs " << k.world << " GPUs";
+  if (NcclVisibleDevices() < k.world) GTEST_SKIP() << "needs " << k.world << " GPUs";
   test::NoGemmAutotune no_autotune;
   const RunConfig c = Config(k.mode, k.world, k.accum);
   const auto batches = MakeBatches(c, k.world * k.accum);

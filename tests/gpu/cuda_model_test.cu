@@ -28,6 +28,8 @@
 namespace forge {
 namespace {
 
+using test::RelFrobenius;
+
 RunConfig TinyConfig() { return test::TinyGpuConfig("gpu-model-test"); }
 
 // Token sequences from a fixed sparse Markov chain (each token has four likely successors, plus
@@ -101,16 +103,6 @@ std::unique_ptr<CudaTrainBackend> MakeGpu(const RunConfig& c, CudaBackendOptions
 }
 
 using test::NoGemmAutotune;
-
-double RelFrobenius(const float* got, const float* ref, int64_t n) {
-  double diff = 0.0, norm = 0.0;
-  for (int64_t i = 0; i < n; ++i) {
-    const double d = double(got[i]) - double(ref[i]);
-    diff += d * d;
-    norm += double(ref[i]) * ref[i];
-  }
-  return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
-}
 
 // Gradients of the same init and batches on both backends, tensor by tensor.
 void ExpectGradientsMatchCpu(const RunConfig& c, int micro_steps, CudaBackendOptions o = {}) {
@@ -344,7 +336,7 @@ TEST(GpuModel, RecomputeMatchesSavedActivations) {
   for (size_t u = 0; u < ga.size(); ++u) {
     EXPECT_TRUE(test::BitwiseEqual(ga[u], gb[u]))
         << "gradient of unit " << u << " (max rel err "
-        << RelFrobenius(gb[u].data(), ga[u].data(), int64_t(ga[u].size())) << ")";
+        << RelFrobenius(gb[u], ga[u]) << ")";
   }
   EXPECT_LT(recompute->allocated_bytes(), saved->allocated_bytes());
 }

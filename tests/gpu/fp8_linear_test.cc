@@ -34,19 +34,7 @@ using test::bf16;
 using test::DeviceBuffer;
 
 using test::RefGemm;
-
-// ||got - ref|| / ||ref|| (Frobenius); non-finite entries make it infinite.
-template <typename R>
-double RelErr(const std::vector<float>& got, const std::vector<R>& ref) {
-  double num = 0.0, den = 0.0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    const double d = double(got[i]) - double(ref[i]);
-    num += d * d;
-    den += double(ref[i]) * double(ref[i]);
-  }
-  return std::sqrt(num / std::max(den, 1e-300));
-}
+using test::RelFrobenius;
 
 // What the GEMM sees: q * scale_inv.
 std::vector<float> Dequantise(const std::vector<uint8_t>& q, cpu::Fp8Format f, float scale_inv) {
@@ -183,9 +171,9 @@ TEST_F(GpuFp8Linear, GemmsMatchBf16GemmOfDequantisedInputs) {
     SCOPED_TRACE("forward y = x W^T");
     const auto y = Fp8Gemm(xq.data(), DType::kE4M3, slot(kXInv), wq.data(), DType::kE4M3,
                            slot(kWInv), M, N, K);
-    const double vs_bf16 = RelErr(y, Bf16Gemm(x_deq, w_deq, M, N, K, false, true));
-    const double vs_exact = RelErr(y, RefGemm(x_deq, w_deq, M, N, K, false, true));
-    const double vs_unquantised = RelErr(y, RefGemm(x, w, M, N, K, false, true));
+    const double vs_bf16 = RelFrobenius(y, Bf16Gemm(x_deq, w_deq, M, N, K, false, true));
+    const double vs_exact = RelFrobenius(y, RefGemm(x_deq, w_deq, M, N, K, false, true));
+    const double vs_unquantised = RelFrobenius(y, RefGemm(x, w, M, N, K, false, true));
     EXPECT_LT(vs_bf16, 1e-2);
     EXPECT_LT(vs_exact, 5e-3);
     EXPECT_LT(vs_unquantised, 0.1);  // E4M3's own rounding: a few percent
@@ -198,8 +186,8 @@ TEST_F(GpuFp8Linear, GemmsMatchBf16GemmOfDequantisedInputs) {
     const auto dx = Fp8Gemm(gq.data(), DType::kE5M2, slot(kGInv), wq_t.data(), DType::kE4M3,
                             slot(kWInv), M, K, N);
     // Reference from the row-major W: B [N, K] is op(B) = B, i.e. trans_b = false.
-    const double vs_bf16 = RelErr(dx, Bf16Gemm(g_deq, w_deq, M, K, N, false, false));
-    const double vs_exact = RelErr(dx, RefGemm(g_deq, w_deq, M, K, N, false, false));
+    const double vs_bf16 = RelFrobenius(dx, Bf16Gemm(g_deq, w_deq, M, K, N, false, false));
+    const double vs_exact = RelFrobenius(dx, RefGemm(g_deq, w_deq, M, K, N, false, false));
     EXPECT_LT(vs_bf16, 1e-2);
     EXPECT_LT(vs_exact, 5e-3);
     std::printf("fp8 dgrad: rel err vs bf16 %.2e, vs exact %.2e\n", vs_bf16, vs_exact);
@@ -209,8 +197,8 @@ TEST_F(GpuFp8Linear, GemmsMatchBf16GemmOfDequantisedInputs) {
     const auto dw = Fp8Gemm(gq_t.data(), DType::kE5M2, slot(kGInv), xq_t.data(), DType::kE4M3,
                             slot(kXInv), N, K, M);
     // Reference from the row-major dy [M, N] (trans_a) and x [M, K] (B = [K_gemm, N_gemm]).
-    const double vs_bf16 = RelErr(dw, Bf16Gemm(g_deq, x_deq, N, K, M, true, false));
-    const double vs_exact = RelErr(dw, RefGemm(g_deq, x_deq, N, K, M, true, false));
+    const double vs_bf16 = RelFrobenius(dw, Bf16Gemm(g_deq, x_deq, N, K, M, true, false));
+    const double vs_exact = RelFrobenius(dw, RefGemm(g_deq, x_deq, N, K, M, true, false));
     EXPECT_LT(vs_bf16, 1e-2);
     EXPECT_LT(vs_exact, 5e-3);
     std::printf("fp8 wgrad: rel err vs bf16 %.2e, vs exact %.2e\n", vs_bf16, vs_exact);

@@ -20,6 +20,8 @@
 namespace forge::cuda {
 namespace {
 
+using test::RelFrobenius;
+
 using test::BitwiseEqual;
 using test::DeviceBuffer;
 using test::RandomNormal;
@@ -31,15 +33,6 @@ using test::ToFloat;
 using test::RefGemm;
 
 // ||got - ref||_F / ||ref||_F; non-finite entries (unwritten, poisoned) make it infinite.
-double RelFrobenius(const std::vector<float>& got, const std::vector<double>& ref) {
-  double num = 0.0, den = 0.0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    num += (got[i] - ref[i]) * (got[i] - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
 
 struct LinearShape {
   int64_t tokens, in, out;

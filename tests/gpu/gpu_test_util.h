@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -225,6 +226,29 @@ inline ::testing::AssertionResult MaxRelClose(const std::vector<float>& got,
   }
   return ::testing::AssertionSuccess() << "max abs error " << max_err << " / max|ref| " << scale;
 }
+
+// ||got - ref|| / ||ref|| (Frobenius, summed in double) over n elements; a non-finite `got`
+// makes it infinite.
+template <typename G, typename R>
+double RelFrobenius(const G* got, const R* ref, size_t n) {
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(double(got[i]))) return INFINITY;
+    const double d = double(got[i]) - double(ref[i]);
+    num += d * d;
+    den += double(ref[i]) * double(ref[i]);
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+// The same over ref.size() elements.
+template <typename G, typename R>
+double RelFrobenius(const std::vector<G>& got, const std::vector<R>& ref) {
+  return RelFrobenius(got.data(), ref.data(), std::min(got.size(), ref.size()));
+}
+
+// The same 32 bits (NaNs included, +0 != -0).
+inline bool SameBits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
 template <typename T>
 bool BitwiseEqual(const std::vector<T>& a, const std::vector<T>& b) {

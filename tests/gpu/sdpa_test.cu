@@ -29,6 +29,8 @@
 namespace forge::cuda {
 namespace {
 
+using test::RelFrobenius;
+
 using test::DeviceBuffer;
 using test::RandomNormal;
 using test::RoundBf16InPlace;
@@ -38,16 +40,6 @@ using test::ToFloat;
 constexpr double kTol = 2e-2;
 
 // ||got - ref||_F / ||ref||_F; any non-finite element (left unwritten) makes it infinite.
-double RelFrobenius(const std::vector<float>& got, const std::vector<float>& ref) {
-  double num = 0.0, den = 0.0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    const double d = double(got[i]) - ref[i];
-    num += d * d;
-    den += double(ref[i]) * ref[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
 
 // Heads [first, first + count) of every token of a [B, T, heads_total, hd] buffer.
 std::vector<float> SliceHeads(const std::vector<float>& x, const SdpaShape& s, int heads_total,

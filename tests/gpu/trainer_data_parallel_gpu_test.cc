@@ -28,6 +28,9 @@
 namespace forge {
 namespace {
 
+using test::RelFrobenius;
+using test::SameBits;
+
 namespace fs = std::filesystem;
 constexpr int kWorld = 2;
 
@@ -75,23 +78,11 @@ std::vector<test::RunOutcome> TrainOnRanks(const RunConfig& c) {
   return out;
 }
 
-bool SameBits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
-
-double RelFrobenius(const std::vector<float>& got, const std::vector<float>& ref) {
-  double d = 0, n = 0;
-  for (size_t i = 0; i < ref.size() && i < got.size(); ++i) {
-    d += (double(got[i]) - ref[i]) * (double(got[i]) - ref[i]);
-    n += double(ref[i]) * ref[i];
-  }
-  return std::sqrt(d) / std::max(std::sqrt(n), 1e-30);
-}
-
 class GpuDataParallelResume : public ::testing::TestWithParam<ParallelMode> {};
 
 TEST_P(GpuDataParallelResume, ResumesBitwiseAndReshardsToOneGpu) {
   FORGE_SKIP_WITHOUT_GPU();
-  int gpus = 0;
-  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < kWorld) GTEST_SKIP() << "needs 2 GPUs";
+  if (NcclVisibleDevices() < kWorld) GTEST_SKIP() << "needs 2 GPUs";
   const test::NoGemmAutotune fixed_gemms;
   const std::string dir = ::testing::TempDir() + "/forge_gpu_dp_resume_" +
                           std::to_string(::getpid()) + "/" + ParallelModeName(GetParam());

@@ -25,6 +25,8 @@
 namespace forge {
 namespace {
 
+using test::SameBits;
+
 namespace fs = std::filesystem;
 
 RunConfig TinyConfig() {
@@ -57,8 +59,6 @@ RunOutcome Train(const RunConfig& c) {
               backend->graph_active() ? "active" : "inactive");
   return run;
 }
-
-bool SameBits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
 
 void ExpectSameBuffers(const UnitBuffers& got, const UnitBuffers& want, const char* what) {
   ASSERT_EQ(got.size(), want.size()) << what;
