@@ -741,9 +741,12 @@ grpc::Status Coordinator::Join(const v1::JoinRequest& req, v1::JoinResponse* out
   return grpc::Status::OK;
 }
 
-grpc::Status Coordinator::CheckPlacement(const std::string& worker_id, const std::string& run_id,
-                                         int attempt, int rank, LiveWorker** worker,
+template <typename WorkerRequest>
+grpc::Status Coordinator::CheckPlacement(const WorkerRequest& req, LiveWorker** worker,
                                          RunRecord** run) {
+  const std::string& worker_id = req.worker_id();
+  const std::string& run_id = req.run_id();
+  const int attempt = req.attempt(), rank = req.rank();
   auto it = workers_.find(worker_id);
   if (it == workers_.end())
     return {grpc::StatusCode::FAILED_PRECONDITION,
@@ -759,6 +762,7 @@ grpc::Status Coordinator::CheckPlacement(const std::string& worker_id, const std
                 std::to_string(rank) + " is no longer current (run is " +
                 RunStateName((*run)->state) + ", attempt " + std::to_string((*run)->attempt) +
                 ")"};
+  it->second.last_seen = Clock::now();
   return grpc::Status::OK;
 }
 
@@ -772,8 +776,7 @@ grpc::Status Coordinator::Heartbeat(const v1::HeartbeatRequest& req, v1::Heartbe
   }
   LiveWorker* worker = nullptr;
   RunRecord* run = nullptr;
-  grpc::Status placed =
-      CheckPlacement(req.worker_id(), req.run_id(), req.attempt(), req.rank(), &worker, &run);
+  grpc::Status placed = CheckPlacement(req, &worker, &run);
   if (!placed.ok()) {
     out->set_command(v1::ABORT);
     out->set_reason(placed.error_message());
@@ -857,10 +860,8 @@ grpc::Status Coordinator::CommitCheckpoint(const v1::CommitCheckpointRequest& re
   std::lock_guard<std::mutex> l(mu_);
   LiveWorker* worker = nullptr;
   RunRecord* run = nullptr;
-  grpc::Status placed =
-      CheckPlacement(req.worker_id(), req.run_id(), req.attempt(), req.rank(), &worker, &run);
+  grpc::Status placed = CheckPlacement(req, &worker, &run);
   if (!placed.ok()) return placed;
-  worker->last_seen = Clock::now();
   auto report = DecodeShardReport(req.shard_report());
   if (!report.ok()) return ToGrpc(report.status().Annotate("shard_report"));
   if (report->rank != req.rank() || report->step != req.step() || report->world != run->workers)
@@ -937,10 +938,8 @@ grpc::Status Coordinator::ExchangeCommId(const v1::ExchangeCommIdRequest& req,
   std::lock_guard<std::mutex> l(mu_);
   LiveWorker* worker = nullptr;
   RunRecord* run = nullptr;
-  grpc::Status placed =
-      CheckPlacement(req.worker_id(), req.run_id(), req.attempt(), req.rank(), &worker, &run);
+  grpc::Status placed = CheckPlacement(req, &worker, &run);
   if (!placed.ok()) return placed;
-  worker->last_seen = Clock::now();
   const std::string key = run->id + "#" + std::to_string(run->attempt);
   if (req.rank() == 0) {
     if (req.comm_id().empty())

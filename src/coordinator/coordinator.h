@@ -124,8 +124,10 @@ class Coordinator {
   void FillAssignment(const RunRecord& run, const WorkerRecord& w, v1::Assignment* a) const;
   RunRecord* FindRun(const std::string& id);
   Status PersistWorker(const WorkerRecord& w);
-  grpc::Status CheckPlacement(const std::string& worker_id, const std::string& run_id,
-                              int attempt, int rank, LiveWorker** worker, RunRecord** run);
+  // The placement a worker request names (its worker_id, run_id, attempt and rank) is the
+  // worker's current one; the worker then counts as seen now. mu_ held.
+  template <typename WorkerRequest>
+  grpc::Status CheckPlacement(const WorkerRequest& req, LiveWorker** worker, RunRecord** run);
 
   CoordinatorOptions opt_;
   std::unique_ptr<RunStore> store_;
