@@ -2,7 +2,7 @@
 // one JSON line (printed by rank 0).
 //
 //   forge-dist-bench --config configs/gpt350m.yaml --world W [--mode ddp|zero1|zero2|fsdp]
-//                    [--micro-batch B] [--steps N] [--warmup K]
+//                    [--grad-reduce fp32|bf16] [--micro-batch B] [--steps N] [--warmup K]
 //
 // Forks W processes, one per GPU (the way users run workers), which meet over NCCL through the
 // TCP rendezvous on loopback. Each rank trains micro-batch B per step (global batch W*B, one
@@ -11,7 +11,9 @@
 //   1. the same model alone on its GPU (world 1), timed: the single-GPU baseline of the
 //      scaling efficiency, measured on the same GPUs in the same run;
 //   2. the gradient collectives alone (the mode's per-unit all-reduces or reduce-scatters and
-//      parameter all-gathers on the real buffers' sizes), timed: the communication a step has;
+//      parameter all-gathers on the real buffers' sizes; with --grad-reduce bf16 in bf16,
+//      with the fp32 <-> bf16 casts the step runs on the NCCL stream around each), timed: the
+//      communication a step has;
 //   3. the data-parallel step, timed with CUDA events over N steps after K warm-up steps.
 // exposed communication = step - single-GPU step; hidden = communication alone - exposed
 // (clamped at 0): how much of it the backward overlapped.
@@ -34,6 +36,7 @@
 #include "bench_util.h"
 #include "common/config.h"
 #include "common/peak_flops.h"
+#include "kernels/cuda/adamw.cuh"  // CastFloatToBf16, CastBf16ToFloat
 #include "kernels/cuda/cuda_check.h"
 #include "worker/model/param_layout.h"
 #include "worker/parallel/host_staged_comm.h"
@@ -50,6 +53,7 @@ using Json = nlohmann::ordered_json;
 struct Args {
   std::string config;
   std::string mode = "ddp";
+  std::string grad_reduce = "fp32";
   int world = 2;
   int micro_batch = 0;
   int steps = 20;
@@ -66,6 +70,7 @@ std::string ParseArgs(int argc, char** argv, Args* a) {
     bool ok = true;
     if (flag == "--config") a->config = val;
     else if (flag == "--mode") a->mode = val;
+    else if (flag == "--grad-reduce") a->grad_reduce = val;
     else if (flag == "--world") ok = bench::ParseInt(val, &a->world) && a->world >= 1;
     else if (flag == "--micro-batch") ok = bench::ParseInt(val, &a->micro_batch) && a->micro_batch > 0;
     else if (flag == "--steps") ok = bench::ParseInt(val, &a->steps) && a->steps > 0;
@@ -75,7 +80,7 @@ std::string ParseArgs(int argc, char** argv, Args* a) {
   }
   if (a->config.empty()) {
     return "usage: forge-dist-bench --config PATH --world W [--mode ddp|zero1|zero2|fsdp] "
-           "[--micro-batch B] [--steps N] [--warmup K]";
+           "[--grad-reduce fp32|bf16] [--micro-batch B] [--steps N] [--warmup K]";
   }
   return "";
 }
@@ -142,6 +147,14 @@ StatusOr<double> TimeCollectives(const RunConfig& cfg, NcclComm* comm, const Arg
   FORGE_CUDA_CHECK(cudaMemset(grads, 0, padded * sizeof(float) * 2));
   float* shard = grads + padded;
   const bool sharded = a.mode != "ddp";
+  const bool bf16 = cfg.parallel.grad_reduce == GradReduce::kBf16;
+  int64_t largest = 0;
+  for (const UnitLayout& u : layout.units) largest = std::max(largest, PaddedSize(u.numel, W));
+  cuda::bf16* comm16 = nullptr;  // the step's bf16 comm buffer (bf16 only)
+  if (bf16) {
+    FORGE_CUDA_CHECK(cudaMalloc(&comm16, largest * sizeof(cuda::bf16)));
+    FORGE_CUDA_CHECK(cudaMemset(comm16, 0, largest * sizeof(cuda::bf16)));
+  }
   auto stream = static_cast<cudaStream_t>(comm->stream());
   std::vector<int64_t> offset;  // of each unit in the padded buffers
   for (int64_t o = 0; const UnitLayout& u : layout.units) {
@@ -152,10 +165,22 @@ StatusOr<double> TimeCollectives(const RunConfig& cfg, NcclComm* comm, const Arg
   auto one_step = [&]() -> Status {
     for (int u = int(layout.units.size()) - 1; u >= 0; --u) {
       const int64_t numel = layout.units[u].numel, slot = ShardSize(numel, W), o = offset[u];
+      // bf16 as CudaDataParallel::ReduceBf16: cast, sum in place, widen.
+      cuda::bf16* mine = sharded ? comm16 + comm->rank() * slot : comm16;
+      if (bf16) {
+        FORGE_RETURN_IF_ERROR(
+            cuda::CastFloatToBf16(comm16, grads + o, sharded ? W * slot : numel, stream));
+      }
       StatusOr<CommWorkPtr> w =
-          sharded ? comm->ReduceScatterSum(grads + o, shard + o, slot, DType::kF32, "bench")
-                  : comm->AllReduceSum(grads + o, numel, DType::kF32, "bench");
+          bf16 ? (sharded ? comm->ReduceScatterSum(comm16, mine, slot, DType::kBF16, "bench")
+                          : comm->AllReduceSum(comm16, numel, DType::kBF16, "bench"))
+          : sharded ? comm->ReduceScatterSum(grads + o, shard + o, slot, DType::kF32, "bench")
+                    : comm->AllReduceSum(grads + o, numel, DType::kF32, "bench");
       if (!w.ok()) return w.status();
+      if (bf16) {
+        FORGE_RETURN_IF_ERROR(cuda::CastBf16ToFloat(sharded ? shard + o : grads + o, mine,
+                                                    sharded ? slot : numel, stream));
+      }
       // The bf16 parameter all-gathers of the unit: once (zero), or before its forward and
       // again before its backward (fsdp).
       for (int k = 0; k < (!sharded ? 0 : a.mode == "fsdp" ? 2 : 1); ++k) {
@@ -168,6 +193,7 @@ StatusOr<double> TimeCollectives(const RunConfig& cfg, NcclComm* comm, const Arg
   };
   auto ms = TimeOnStream(stream, 2, a.steps, one_step);
   cudaFree(grads);
+  if (comm16) cudaFree(comm16);
   return ms;
 }
 
@@ -222,6 +248,7 @@ int RunRank(const Args& a, const RunConfig& cfg, int rank, int port) {
   Json out;
   out["model"] = cfg.model.preset.empty() ? cfg.name : cfg.model.preset;
   out["mode"] = a.mode;
+  out["grad_reduce"] = GradReduceName(cfg.parallel.grad_reduce);
   out["world"] = a.world;
   out["B"] = cfg.batch.micro_batch;
   out["step_ms"] = step_ms;
@@ -256,6 +283,10 @@ int Run(int argc, char** argv) {
   else if (a.mode == "zero2") cfg.parallel.mode = ParallelMode::kZero2;
   else if (a.mode == "fsdp") cfg.parallel.mode = ParallelMode::kFsdp;
   else return Fail("--mode: expected ddp, zero1, zero2 or fsdp, got " + a.mode);
+  if (a.grad_reduce == "fp32") cfg.parallel.grad_reduce = GradReduce::kFp32;
+  else if (a.grad_reduce == "bf16") cfg.parallel.grad_reduce = GradReduce::kBf16;
+  else return Fail("--grad-reduce: expected fp32 or bf16, got " + a.grad_reduce);
+  if (Status v = ValidateRunConfig(cfg); !v.ok()) return Fail(v.ToString());  // fsdp + bf16
 
   // Children only: the parent never touches CUDA, so forking is safe.
   const int port = 20000 + int(getpid() % 20000);

@@ -42,6 +42,8 @@ constexpr std::array<NamedValue<ParallelMode>, 4> kParallelNames{{{"ddp", Parall
                                                                   {"zero1", ParallelMode::kZero1},
                                                                   {"zero2", ParallelMode::kZero2},
                                                                   {"fsdp", ParallelMode::kFsdp}}};
+constexpr std::array<NamedValue<GradReduce>, 2> kGradReduceNames{{
+    {"fp32", GradReduce::kFp32}, {"bf16", GradReduce::kBf16}}};
 constexpr std::array<NamedValue<Fp8Recipe>, 2> kFp8RecipeNames{{
     {"delayed", Fp8Recipe::kDelayed}, {"current", Fp8Recipe::kCurrent}}};
 constexpr std::array<NamedValue<Backend>, 3> kBackendNames{{
@@ -238,6 +240,11 @@ MaybeProblem CheckRunConfig(const RunConfig& c) {
   FORGE_RULE(InRange("precision.fp8.margin", c.precision.fp8.margin, 0, 32));
 
   FORGE_RULE(Positive("parallel.collective_timeout_s", c.parallel.collective_timeout_s));
+  if (c.parallel.grad_reduce == GradReduce::kBf16 && c.parallel.mode == ParallelMode::kFsdp) {
+    // fsdp's reduce-scatters read rotating fp32 buffers of their own; they stay fp32.
+    return Problem{"parallel.grad_reduce", "bf16 is not supported with parallel.mode fsdp",
+                   {"parallel.mode"}};
+  }
 
   FORGE_RULE(AtLeast("checkpoint.every_steps", c.checkpoint.every_steps, 0));
   FORGE_RULE(AtLeast("checkpoint.keep_last", c.checkpoint.keep_last, 1));
@@ -645,8 +652,11 @@ Status ReadSections(Reader& r, const Entries& top, RunConfig* c) {
   }
 
   FORGE_RETURN_IF_ERROR(
-      r.ReadMap(section("parallel"), "parallel", {"mode", "collective_timeout_s"}, &e));
+      r.ReadMap(section("parallel"), "parallel",
+                {"mode", "grad_reduce", "collective_timeout_s"}, &e));
   FORGE_RETURN_IF_ERROR(r.ReadEnum(e, "parallel", "mode", kParallelNames, &c->parallel.mode));
+  FORGE_RETURN_IF_ERROR(
+      r.ReadEnum(e, "parallel", "grad_reduce", kGradReduceNames, &c->parallel.grad_reduce));
   FORGE_RETURN_IF_ERROR(
       r.ReadDouble(e, "parallel", "collective_timeout_s", &c->parallel.collective_timeout_s));
 
@@ -774,6 +784,7 @@ Status ValidateRunConfig(const RunConfig& cfg) {
 
 const char* PrecisionName(Precision p) { return NameOf(kPrecisionNames, p); }
 const char* ParallelModeName(ParallelMode m) { return NameOf(kParallelNames, m); }
+const char* GradReduceName(GradReduce g) { return NameOf(kGradReduceNames, g); }
 const char* DecayKindName(DecayKind d) { return NameOf(kDecayNames, d); }
 const char* BackendName(Backend b) { return NameOf(kBackendNames, b); }
 const char* Fp8RecipeName(Fp8Recipe r) { return NameOf(kFp8RecipeNames, r); }
@@ -826,6 +837,7 @@ std::string RunConfigToYaml(const RunConfig& c) {
     << "    lm_head: " << BoolText(p.fp8.lm_head) << "\n";
   y << "parallel:\n"
     << "  mode: " << ParallelModeName(c.parallel.mode) << "\n"
+    << "  grad_reduce: " << GradReduceName(c.parallel.grad_reduce) << "\n"
     << "  collective_timeout_s: " << Num(c.parallel.collective_timeout_s) << "\n";
   const CheckpointConfig& k = c.checkpoint;
   y << "checkpoint:\n"

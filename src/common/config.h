@@ -89,8 +89,14 @@ struct PrecisionConfig {
 
 enum class ParallelMode { kDdp, kZero1, kZero2, kFsdp };
 
+// Element type of the gradient collectives (CUDA backend, ddp/zero1/zero2): bf16 halves their
+// bytes; each rank's fp32 gradient is rounded to bf16 and summed in bf16 (ranks stay bitwise
+// equal). fsdp rejects bf16; the CPU backend always sums fp32.
+enum class GradReduce { kFp32, kBf16 };
+
 struct ParallelConfig {
   ParallelMode mode = ParallelMode::kDdp;
+  GradReduce grad_reduce = GradReduce::kFp32;
   double collective_timeout_s = 600.0;
 };
 
@@ -153,6 +159,7 @@ Status ValidateRunConfig(const RunConfig& cfg);
 
 const char* PrecisionName(Precision p);
 const char* ParallelModeName(ParallelMode m);
+const char* GradReduceName(GradReduce g);
 const char* DecayKindName(DecayKind d);
 const char* BackendName(Backend b);
 const char* Fp8RecipeName(Fp8Recipe r);

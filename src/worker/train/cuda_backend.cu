@@ -180,7 +180,8 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
   FORGE_ASSIGN_OR_RETURN(model_, CudaModel::Create(cfg.model, cfg.optimizer, mo));
   N_ = model_->tokens_per_micro();
   if (world_ > 1) {
-    FORGE_ASSIGN_OR_RETURN(dp_, CudaDataParallel::Create(comm, cfg.parallel.mode, model_.get()));
+    FORGE_ASSIGN_OR_RETURN(dp_, CudaDataParallel::Create(comm, cfg.parallel.mode, model_.get(),
+                                                         cfg.parallel.grad_reduce));
     model_->set_hooks(dp_->read_hooks());
   }
 

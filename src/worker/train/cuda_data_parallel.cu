@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "kernels/cuda/adamw.cuh"  // CastFloatToBf16, CastBf16ToFloat
 #include "kernels/cuda/cuda_check.h"
 #include "worker/parallel/shard_layout.h"
 
@@ -21,8 +22,9 @@ __global__ void AddKernel(float* __restrict__ dst, const float* __restrict__ src
 
 }  // namespace
 
-CudaDataParallel::CudaDataParallel(NcclComm* comm, ParallelMode mode, CudaModel* model)
-    : comm_(comm), mode_(mode), model_(model) {}
+CudaDataParallel::CudaDataParallel(NcclComm* comm, ParallelMode mode, CudaModel* model,
+                                   GradReduce grad_reduce)
+    : comm_(comm), mode_(mode), model_(model), grad_reduce_(grad_reduce) {}
 
 CudaDataParallel::~CudaDataParallel() {
   // The NCCL stream may still read or write the buffers below.
@@ -37,9 +39,14 @@ CudaDataParallel::~CudaDataParallel() {
 
 StatusOr<std::unique_ptr<CudaDataParallel>> CudaDataParallel::Create(NcclComm* comm,
                                                                      ParallelMode mode,
-                                                                     CudaModel* model) {
+                                                                     CudaModel* model,
+                                                                     GradReduce grad_reduce) {
   if (comm == nullptr || model == nullptr) return Status::Invalid("CudaDataParallel: null comm/model");
-  std::unique_ptr<CudaDataParallel> dp(new CudaDataParallel(comm, mode, model));
+  if (grad_reduce == GradReduce::kBf16 && mode == ParallelMode::kFsdp) {
+    return Status::Invalid("CudaDataParallel: parallel.grad_reduce bf16 is not supported with "
+                           "parallel.mode fsdp (its gradients are reduce-scattered in fp32)");
+  }
+  std::unique_ptr<CudaDataParallel> dp(new CudaDataParallel(comm, mode, model, grad_reduce));
   FORGE_RETURN_IF_ERROR(dp->Init());
   return StatusOr<std::unique_ptr<CudaDataParallel>>(std::move(dp));
 }
@@ -73,6 +80,17 @@ Status CudaDataParallel::Init() {
     FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   }
   gather_pending_.assign(U, false);
+  if (grad_reduce_ == GradReduce::kBf16) {
+    // ddp sums numel elements of a unit, zero (and ComputeGradients' all-reduce) at most the
+    // padded world * slot.
+    int64_t largest = 0;
+    for (size_t u = 0; u < U; ++u) {
+      largest = std::max({largest, model_->layout().units[u].numel, int64_t{world_} * pb.slot[u]});
+    }
+    FORGE_RETURN_IF_ERROR(AllocDevice(reinterpret_cast<void**>(&comm_bf16_),
+                                      size_t(largest) * sizeof(cuda::bf16)));
+    FORGE_CUDA_CHECK(cudaDeviceSynchronize());  // AllocDevice's memset ran on the legacy stream
+  }
   // Diagnostic only (the training is wrong with it): the gradient collectives are skipped, so
   // a benchmark measures what data parallelism costs besides communication.
   skip_grad_comm_ = std::getenv("FORGE_DP_DIAG_SKIP_GRAD_COMM") != nullptr;
@@ -139,6 +157,7 @@ Status CudaDataParallel::OnGradReady(int u, cudaEvent_t compute_done, cudaEvent_
     return FsdpReduceScatter(u, g);
   }
   float* g = pb.grads + pb.unit_offset[u];
+  if (grad_reduce_ == GradReduce::kBf16) return ReduceBf16(u, g, all_reduce);
   const std::string what = "grad " + unit.name;
   if (all_reduce || !sharded()) {
     return comm_->AllReduceSum(g, unit.numel, DType::kF32, what).status();
@@ -147,6 +166,28 @@ Status CudaDataParallel::OnGradReady(int u, cudaEvent_t compute_done, cudaEvent_
   return comm_->ReduceScatterSum(g, pb.grad_shard + pb.shard_offset[u], pb.slot[u],
                                  DType::kF32, what)
       .status();
+}
+
+// Everything below runs on the NCCL stream, in order, so comm_bf16_ is free again once the
+// previous unit's widening was enqueued (see the header comment).
+Status CudaDataParallel::ReduceBf16(int u, float* g, bool all_reduce) {
+  const CudaParamBuffers& pb = model_->param_buffers();
+  const UnitLayout& unit = model_->layout().units[u];
+  const std::string what = "grad " + unit.name + " (bf16)";
+  if (all_reduce || !sharded()) {
+    FORGE_RETURN_IF_ERROR(cuda::CastFloatToBf16(comm_bf16_, g, unit.numel, nccl_stream_));
+    FORGE_RETURN_IF_ERROR(
+        comm_->AllReduceSum(comm_bf16_, unit.numel, DType::kBF16, what).status());
+    return cuda::CastBf16ToFloat(g, comm_bf16_, unit.numel, nccl_stream_);
+  }
+  // Padded unit (world * slot, zero beyond numel), reduce-scattered in place: this rank's sum
+  // lands at slot `rank` of the buffer.
+  const int64_t slot = pb.slot[u];
+  FORGE_RETURN_IF_ERROR(cuda::CastFloatToBf16(comm_bf16_, g, world_ * slot, nccl_stream_));
+  cuda::bf16* mine = comm_bf16_ + rank_ * slot;
+  FORGE_RETURN_IF_ERROR(
+      comm_->ReduceScatterSum(comm_bf16_, mine, slot, DType::kBF16, what).status());
+  return cuda::CastBf16ToFloat(pb.grad_shard + pb.shard_offset[u], mine, slot, nccl_stream_);
 }
 
 Status CudaDataParallel::OnBeforeForward(int u, cudaStream_t compute) {

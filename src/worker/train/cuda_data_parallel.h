@@ -24,6 +24,17 @@
 //          root module: they are used at both ends of the pass. After AdamW the next step's
 //          root units and first two blocks are gathered at once, overlapping the step's tail.
 //
+// parallel.grad_reduce bf16 (ddp, zero1, zero2) halves the gradient collectives' bytes: on the
+// NCCL stream, each unit's fp32 gradient is rounded to bf16 into one comm buffer (sized for
+// the largest padded unit), all-reduced / reduce-scattered in bf16 (in place) and widened back
+// into the fp32 gradient (ddp) or this rank's fp32 slot (zero). One buffer is enough: cast,
+// collective and widening of a unit all run in order on the NCCL stream, so the next unit's
+// cast cannot start before the previous unit's widening has read the buffer (no events
+// needed). The sum is NCCL's, computed once per element and copied to every rank, so ranks stay
+// bitwise equal; the error against an fp32 sum is the rounding of each rank's contribution
+// plus NCCL's bf16 partial sums (about world * 2^-8 relative, per element). fsdp stays fp32
+// (its reduce-scatters read rotating buffers of their own): Create rejects bf16 for it.
+//
 // The loss of a step is the mean over ranks of each rank's mean (equal token counts), summed
 // by one all-reduce of a float; callers divide by the world size. Gradients use
 // dloss = 1 / (tokens * world), so the summed gradient is the global mean's.
@@ -49,8 +60,9 @@ class CudaDataParallel {
  public:
   // `comm` and `model` must outlive this. The model must have been created with
   // shard_world = comm->world(), shard_rank = comm->rank() and shard_optimizer for zero1/2.
-  static StatusOr<std::unique_ptr<CudaDataParallel>> Create(NcclComm* comm, ParallelMode mode,
-                                                            CudaModel* model);
+  static StatusOr<std::unique_ptr<CudaDataParallel>> Create(
+      NcclComm* comm, ParallelMode mode, CudaModel* model,
+      GradReduce grad_reduce = GradReduce::kFp32);
   ~CudaDataParallel();
 
   int world() const { return world_; }
@@ -86,13 +98,15 @@ class CudaDataParallel {
   Status GatherSlots(State which, UnitBuffers* out, cudaStream_t compute);
 
  private:
-  CudaDataParallel(NcclComm* comm, ParallelMode mode, CudaModel* model);
+  CudaDataParallel(NcclComm* comm, ParallelMode mode, CudaModel* model, GradReduce grad_reduce);
   Status Init();
   // The NCCL stream waits for `e` (recorded on a stream the collective depends on).
   Status CommWaits(cudaEvent_t e);
   Status CommWaitsStream(cudaStream_t s);
   Status OnGradReady(int unit, cudaEvent_t compute_done, cudaEvent_t wgrad_done,
                      bool all_reduce);
+  // The unit's gradient (fp32 at `g`) summed in bf16 through comm_bf16_ (see the file comment).
+  Status ReduceBf16(int unit, float* g, bool all_reduce);
   Status OnBeforeForward(int unit, cudaStream_t compute);
   Status GatherParams(cudaStream_t compute);
   // fsdp
@@ -109,6 +123,8 @@ class CudaDataParallel {
   NcclComm* comm_;
   ParallelMode mode_;
   CudaModel* model_;
+  GradReduce grad_reduce_;
+  cuda::bf16* comm_bf16_ = nullptr;  // grad_reduce bf16: the largest padded unit
   int rank_ = 0, world_ = 1;
   cudaStream_t nccl_stream_ = nullptr;
   cudaEvent_t compute_point_ = nullptr;        // compute-stream point the NCCL stream waits for
