@@ -31,8 +31,9 @@ struct AgentOptions {
   bool print_progress = true;  // rank 0 prints the trainer's progress lines
   std::atomic<bool>* quit = nullptr;  // set: stop joining (local launcher shutdown)
   bool announce = true;      // print a line per placement (off under `forge train`)
-  // Serve /metrics (the run config's metrics.port + local rank) while a placement trains.
-  // Off for `forge train`'s in-process worker: that process serves them itself.
+  // Serve /metrics (the run config's metrics.port + local rank) while a placement trains,
+  // labelled with the coordinator's run id and the placement's rank and world (`forge train`'s
+  // in-process worker too: so every rank of a local run agrees).
   bool serve_metrics = true;
   // In-process use (`forge train`): a stop flag shared with the caller's signal handler (the
   // coordinator's STOP sets it too), a step limit, a step callback, and each placement's

@@ -207,8 +207,16 @@ int Train(const Args& a, ProcessGroup* group) {
   // and a local worker (cli/local_launch.h), as on a cluster. --direct trains right here.
   auto launch = DetectLaunch();
   if (!launch.ok()) return Fail(launch.status());
+  if (launch->kind == LaunchKind::kSingle && !a.Has("--direct")) {
+    // /metrics come from the in-process worker once placed: labelled with the coordinator's
+    // run id and the run's world size, as the other GPUs' forge-workers label theirs.
+    InstallStopHandlers();
+    auto local = cli::TrainWithLocalCoordinator(cfg, opt);
+    if (!local.ok()) return Fail(local.status());
+    return ReportTrain(*local, true);
+  }
   // /metrics when metrics.port is set: a series per step record (and, under MPI, collective
-  // wait times), on port + local rank.
+  // wait times), on port + local rank. No coordinator here: the run's id is its name.
   auto metrics = TrainMetrics::Start(cfg, cfg.name, launch->rank, launch->local_rank,
                                      launch->world);
   if (!metrics.ok()) return Fail(metrics.status());
@@ -217,13 +225,6 @@ int Train(const Args& a, ProcessGroup* group) {
     if (*metrics)
       (*metrics)->Finish(!run.ok() ? "failed" : run->train.stopped ? "stopped" : "completed");
   };
-  if (launch->kind == LaunchKind::kSingle && !a.Has("--direct")) {
-    InstallStopHandlers();
-    auto local = cli::TrainWithLocalCoordinator(cfg, opt);
-    finish(local);
-    if (!local.ok()) return Fail(local.status());
-    return ReportTrain(*local, true);
-  }
 
   auto joined = JoinProcessGroup(cfg);
   if (!joined.ok()) return Fail(joined.status());

@@ -147,7 +147,8 @@ StatusOr<ProcessRunResult> TrainWithLocalCoordinator(const RunConfig& cfg,
   ao.link.give_up_after_s = 30.0;
   ao.max_placements = 1;
   ao.announce = false;
-  ao.serve_metrics = false;  // `forge train` serves this process's /metrics itself
+  // ao.serve_metrics stays on: this worker serves rank 0's /metrics (metrics.port) with the
+  // coordinator's run id and the placement's rank and world, like every forge-worker.
   ao.print_progress = opt.print_progress;
   ao.stop_flag = opt.stop_requested;
   ao.max_steps = opt.max_steps;

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "metrics/metric_catalog.h"
+#include "worker/train/train_device.h"
 
 namespace forge {
 namespace {
@@ -60,7 +61,14 @@ std::vector<prometheus::MetricFamily> GpuHealthFamilies(const std::vector<GpuHea
   return families;
 }
 
+std::optional<unsigned> TrainingGpu(const std::vector<unsigned>& visible, int local_rank,
+                                    int world) {
+  if (visible.empty()) return std::nullopt;
+  return visible[size_t(TrainingDeviceOrdinal(local_rank, world, int(visible.size())))];
+}
+
 std::shared_ptr<GpuHealthCollector> GpuHealthCollector::Make(const std::string& run_id, int rank,
+                                                             int local_rank, int world,
                                                              std::string* why,
                                                              const std::string& library) {
   auto nvml = Nvml::Load(library);
@@ -68,25 +76,23 @@ std::shared_ptr<GpuHealthCollector> GpuHealthCollector::Make(const std::string& 
     if (why) *why = nvml.status().ToString();
     return nullptr;
   }
-  std::vector<unsigned> devices = (*nvml)->VisibleDevices(std::getenv("CUDA_VISIBLE_DEVICES"));
-  if (devices.empty()) {
+  const std::optional<unsigned> device = TrainingGpu(
+      (*nvml)->VisibleDevices(std::getenv("CUDA_VISIBLE_DEVICES")), local_rank, world);
+  if (!device) {
     if (why) *why = "NVML sees no visible GPU";
     return nullptr;
   }
-  return std::make_shared<GpuHealthCollector>(std::move(nvml).value(), std::move(devices), run_id,
-                                              rank);
+  return std::make_shared<GpuHealthCollector>(std::move(nvml).value(), *device, run_id, rank);
 }
 
-GpuHealthCollector::GpuHealthCollector(std::unique_ptr<Nvml> nvml, std::vector<unsigned> devices,
+GpuHealthCollector::GpuHealthCollector(std::unique_ptr<Nvml> nvml, unsigned device,
                                        std::string run_id, int rank)
-    : nvml_(std::move(nvml)), devices_(std::move(devices)), run_id_(std::move(run_id)), rank_(rank) {}
+    : nvml_(std::move(nvml)), device_(device), run_id_(std::move(run_id)), rank_(rank) {}
 
 std::vector<prometheus::MetricFamily> GpuHealthCollector::Collect() const {
   std::vector<GpuHealthSample> samples;
-  for (unsigned d : devices_) {
-    auto s = nvml_->Sample(d);
-    if (s.ok()) samples.push_back(std::move(s).value());  // a device that vanished is skipped
-  }
+  auto s = nvml_->Sample(device_);
+  if (s.ok()) samples.push_back(std::move(s).value());  // a device that vanished is skipped
   return GpuHealthFamilies(samples, run_id_, rank_);
 }
 

@@ -8,6 +8,7 @@
 #include <prometheus/metric_family.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,23 +16,30 @@
 
 namespace forge {
 
+// The NVML index of the GPU a rank trains on, from the NVML indices of the devices the process
+// sees (Nvml::VisibleDevices, in CUDA ordinal order): the one TrainingDeviceOrdinal picks. None
+// when nothing is visible.
+std::optional<unsigned> TrainingGpu(const std::vector<unsigned>& visible, int local_rank, int world);
+
 class GpuHealthCollector : public prometheus::Collectable {
  public:
-  // The devices in CUDA_VISIBLE_DEVICES (all when unset), labelled with run_id and rank.
-  // Null, with the reason in *why (if given), when NVML is unavailable or sees no device.
+  // The GPU this rank trains on (TrainingGpu of CUDA_VISIBLE_DEVICES, all devices when unset),
+  // labelled with run_id, rank and its NVML index (gpu): each rank exports its own GPU only,
+  // so the ranks of a node never report one GPU twice. Null, with the reason in *why (if
+  // given), when NVML is unavailable or sees no device.
   static std::shared_ptr<GpuHealthCollector> Make(const std::string& run_id, int rank,
+                                                  int local_rank, int world,
                                                   std::string* why = nullptr,
                                                   const std::string& library = "libnvidia-ml.so.1");
-  GpuHealthCollector(std::unique_ptr<Nvml> nvml, std::vector<unsigned> devices,
-                     std::string run_id, int rank);
+  GpuHealthCollector(std::unique_ptr<Nvml> nvml, unsigned device, std::string run_id, int rank);
 
   std::vector<prometheus::MetricFamily> Collect() const override;
   const Nvml& nvml() const { return *nvml_; }
-  const std::vector<unsigned>& devices() const { return devices_; }
+  unsigned device() const { return device_; }  // NVML index
 
  private:
   std::unique_ptr<Nvml> nvml_;
-  std::vector<unsigned> devices_;
+  unsigned device_;
   std::string run_id_;
   int rank_;
 };

@@ -25,7 +25,7 @@ StatusOr<std::unique_ptr<TrainMetrics>> TrainMetrics::Start(const RunConfig& cfg
   m->server_->Register(m->registry_);
 
   std::string why;
-  m->gpu_ = GpuHealthCollector::Make(run_id, rank, &why);
+  m->gpu_ = GpuHealthCollector::Make(run_id, rank, local_rank, world, &why);
   if (m->gpu_) m->server_->Register(m->gpu_);
 
   WorkerMetricsOptions o;
@@ -38,10 +38,8 @@ StatusOr<std::unique_ptr<TrainMetrics>> TrainMetrics::Start(const RunConfig& cfg
     o.peak_tflops = cfg.metrics.peak_tflops;
     m->device_ = "metrics.peak_tflops";
   } else if (m->gpu_ && cfg.train.backend != Backend::kCpu && CudaDeviceAvailable()) {
-    // The rank trains on CUDA device 0 of what it sees, or its local rank's when it sees more.
-    const auto& devices = m->gpu_->devices();
-    const unsigned index =
-        devices[size_t(local_rank) < devices.size() && devices.size() > 1 ? local_rank : 0];
+    // The GPU whose health this rank exports is the one it trains on (TrainingGpu).
+    const unsigned index = m->gpu_->device();
     auto name = m->gpu_->nvml().DeviceName(index);
     if (name.ok()) {
       m->device_ = *name;

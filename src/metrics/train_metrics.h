@@ -1,15 +1,19 @@
 // Metrics of one training process, set up from cfg.metrics: what `forge train` (and a worker
 // agent) calls around RunTraining.
 //
-//   auto m = TrainMetrics::Start(cfg, cfg.name, rank, local_rank, world);  // null: port 0
+//   auto m = TrainMetrics::Start(cfg, run_id, rank, local_rank, world);  // null: port 0
 //   group.comm = (*m)->TimeCollectives(std::move(group.comm));  // forge_comm_seconds_total
 //   opt.on_step = (*m)->StepCallback(opt.on_step);
 //   ... RunTraining ...
 //   (*m)->Finish("completed");   // or "stopped" / "failed"
 //
+// run_id: the coordinator's run id where there is a coordinator (forge-worker, and `forge
+// train`'s local launch, whose in-process worker starts it once placed), cfg.name under a
+// launcher without one; every rank of a run must pass the same. world: the run's world size
+// (the per-rank series are the global record's share, rank_sample.h).
 // It serves /metrics on bind_address:(port + local_rank) with the worker series
-// (worker_metrics.h) and, where NVML loads, the GPU health of the visible devices
-// (gpu_health.h). MFU uses metrics.peak_tflops, else the dense BF16 peak of the GPU this rank
+// (worker_metrics.h) and, where NVML loads, the GPU health of the one GPU this rank trains on
+// (gpu_health.h, TrainingGpu). MFU uses metrics.peak_tflops, else the dense BF16 peak of the GPU this rank
 // trains on (when the run trains on CUDA); without either there is no forge_mfu_ratio.
 #pragma once
 

@@ -58,9 +58,9 @@ TEST(PrometheusScrape, RealServerScrapesACpuTrainingRun) {
   const int prom_port = test::FreeLoopbackPort();
   ASSERT_GT(metrics_port, 0);
   ASSERT_NE(metrics_port, prom_port);
-  const std::string run_id = "prom-it";
+  const std::string name = "prom-it";
   // Long enough never to finish by itself: the test stops it once Prometheus has what it needs.
-  std::ofstream(dir + "/run.yaml") << "name: " << run_id << "\n"
+  std::ofstream(dir + "/run.yaml") << "name: " << name << "\n"
       << "seed: 3\n"
          "model: {n_layer: 2, d_model: 64, n_head: 4, ffn: 128, vocab: 256, seq_len: 64}\n"
          "data: {dataset_dir: " << dir << "/data}\n"
@@ -97,19 +97,30 @@ TEST(PrometheusScrape, RealServerScrapesACpuTrainingRun) {
         dir + "/forge.log", {"OPENBLAS_NUM_THREADS=1"});
 
   // Poll until Prometheus holds enough loss samples of the run (the first scrape of a new
-  // target comes a few seconds after start-up).
-  const std::string loss_sel = "forge_loss{run_id=\"" + run_id + "\"}";
+  // target comes a few seconds after start-up). `forge train` runs it under its in-process
+  // coordinator, so the series carry the coordinator's run id, "<name>-<6 hex>".
+  std::string run_id, loss_sel;
   int samples = 0;
   const auto deadline = Clock::now() + std::chrono::seconds(45);
   while (Clock::now() < deadline) {
+    if (run_id.empty()) {
+      const json ids = Query(prom_port, "count by (run_id) (forge_loss)");
+      if (ids.is_array() && ids.size() == 1) {
+        run_id = ids[0]["metric"].value("run_id", "");
+        loss_sel = "forge_loss{run_id=\"" + run_id + "\"}";
+      }
+    }
     ASSERT_TRUE(forge.Running()) << "forge train ended early:\n" << test::Tail(forge.log);
     ASSERT_TRUE(prom.Running()) << "prometheus ended:\n" << test::Tail(prom.log);
-    const json r = Query(prom_port, "count_over_time(" + loss_sel + "[5m])");
+    const json r = run_id.empty() ? json()
+                                  : Query(prom_port, "count_over_time(" + loss_sel + "[5m])");
     if (r.is_array() && !r.empty()) samples = std::stoi(r[0]["value"][1].get<std::string>());
     if (samples >= 10) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
   ASSERT_GE(samples, 10) << "prometheus log:\n" << test::Tail(prom.log) << "\nforge log:\n" << test::Tail(forge.log);
+  EXPECT_EQ(run_id.rfind(name + "-", 0), 0u) << run_id;
+  EXPECT_EQ(run_id.size(), name.size() + 7) << run_id;
 
   const json tps = Query(prom_port, "forge_tokens_per_second{run_id=\"" + run_id + "\"}");
   ASSERT_TRUE(tps.is_array() && tps.size() == 1) << tps.dump();

@@ -36,11 +36,11 @@ TEST(Nvml, ALibraryThatIsNotNvmlNamesTheMissingSymbol) {
 
 TEST(Nvml, NoLibraryNoCollector) {
   std::string why;
-  EXPECT_EQ(GpuHealthCollector::Make("r", 0, &why, "libnvidia-ml-not-here.so.1"), nullptr);
+  EXPECT_EQ(GpuHealthCollector::Make("r", 0, 0, 1, &why, "libnvidia-ml-not-here.so.1"), nullptr);
   EXPECT_NE(why.find("NVML not available"), std::string::npos) << why;
   if (!SystemHasNvml()) {  // the default library name on a machine without a driver
     why.clear();
-    EXPECT_EQ(GpuHealthCollector::Make("r", 0, &why), nullptr);
+    EXPECT_EQ(GpuHealthCollector::Make("r", 0, 0, 1, &why), nullptr);
     EXPECT_FALSE(why.empty());
   }
 }

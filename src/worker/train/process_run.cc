@@ -11,6 +11,7 @@
 #include "worker/parallel/mpi_comm.h"
 #include "worker/parallel/nccl_comm.h"
 #include "worker/train/backend.h"
+#include "worker/train/train_device.h"
 
 namespace forge {
 
@@ -35,7 +36,7 @@ Status JoinNccl(const RunConfig& cfg, IdRendezvous* rendezvous, ProcessGroup* g)
   o.timeout_s = cfg.parallel.collective_timeout_s;
   const int devices = NcclVisibleDevices();
   if (devices < 1) return Status::Unavailable("NCCL data parallelism: no CUDA device visible");
-  o.device = g->launch.local_rank % devices;
+  o.device = TrainingDeviceOrdinal(g->launch.local_rank, g->launch.world, devices);
   FORGE_ASSIGN_OR_RETURN(g->nccl, MakeNcclComm(g->launch.rank, g->launch.world, rendezvous, o));
   // The host collectives get their own communicator (own stream), so a step-boundary flag
   // exchange does not wait for the step's gradient collectives queued on the first. Its id
