@@ -1,7 +1,7 @@
 // forge-bench: throughput of the CUDA training step for a model config, as one JSON line.
 //
 //   forge-bench --config configs/gpt350m.yaml [--micro-batch B] [--steps N] [--warmup W]
-//               [--recompute 0|1] [--profile]
+//               [--recompute 0|1] [--precision bf16|fp8] [--profile]
 //
 // One micro-batch per optimizer step (global = micro), random tokens in [0, 50257) like the
 // PyTorch anchor (shared/anchors/torch_baseline.py). The first `warmup` steps (graph warm-up
@@ -11,6 +11,8 @@
 // step (events around GEMMs, attention, elementwise kernels, the LM-head GEMMs and the
 // cross-entropy kernel separately, optimizer; no graph; single-stream even when the step runs
 // its weight-gradient GEMMs on a second stream, so phases add up serially).
+// --precision fp8 runs the blocks' linear layers in FP8 (precision.fp8 of the config); MFU stays
+// counted against the dense BF16 peak so BF16 and FP8 numbers compare.
 #include <cuda_runtime.h>
 #include <unistd.h>
 
@@ -44,6 +46,7 @@ struct Args {
   int steps = 20;
   int warmup = 3;
   int recompute = -1;   // -1: the config's
+  std::string precision;  // "": the config's
   bool profile = false;
 };
 
@@ -64,13 +67,16 @@ std::string ParseArgs(int argc, char** argv, Args* a) {
     else if (flag == "--micro-batch") ok = bench::ParseInt(val, &a->micro_batch) && a->micro_batch > 0;
     else if (flag == "--steps") ok = bench::ParseInt(val, &a->steps) && a->steps > 0;
     else if (flag == "--warmup") ok = bench::ParseInt(val, &a->warmup) && a->warmup >= 1;
-    else if (flag == "--recompute") ok = bench::ParseInt(val, &a->recompute) && (a->recompute == 0 || a->recompute == 1);
+    else if (flag == "--precision") {
+      a->precision = val;
+      ok = a->precision == "bf16" || a->precision == "fp8";
+    } else if (flag == "--recompute") ok = bench::ParseInt(val, &a->recompute) && (a->recompute == 0 || a->recompute == 1);
     else return "unknown flag " + flag;
     if (!ok) return flag + ": bad value '" + val + "'";
   }
   if (a->config.empty()) {
     return "usage: forge-bench --config PATH [--micro-batch B] [--steps N] [--warmup W] "
-           "[--recompute 0|1] [--profile]";
+           "[--recompute 0|1] [--precision bf16|fp8] [--profile]";
   }
   return "";
 }
@@ -115,6 +121,8 @@ int Run(int argc, char** argv) {
   if (args.micro_batch > 0) cfg.batch.micro_batch = args.micro_batch;
   cfg.batch.global_batch = cfg.batch.micro_batch;
   if (args.recompute >= 0) cfg.train.activation_recompute = args.recompute == 1;
+  if (args.precision == "bf16") cfg.precision.compute = Precision::kBf16;
+  if (args.precision == "fp8") cfg.precision.compute = Precision::kFp8;
   const ModelConfig& m = cfg.model;
 
   int device = 0;
@@ -194,6 +202,8 @@ int Run(int argc, char** argv) {
   out["gpu"] = gpu;
   out["peak_tflops"] = peak_tflops;
   out["recompute"] = cfg.train.activation_recompute;
+  out["precision"] = PrecisionName(cfg.precision.compute);
+  out["mfu_basis"] = "dense BF16 peak";
   out["cuda_graph"] = backend->graph_active();
   out["deterministic_attention"] = options.deterministic_attention;
   out["lm_head_chunk_rows"] = options.lm_head_chunk_rows;

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "../common/skipped_step_check.h"
+
 namespace forge {
 namespace {
 
@@ -68,6 +70,21 @@ TEST(Trainer, LossFallsOnLearnableStream) {
   EXPECT_NEAR(r->initial_val_loss, std::log(float(c.model.padded_vocab())), 0.1f);  // ln(128)
   EXPECT_LT(r->final_val_loss, 0.5f * r->initial_val_loss);
   EXPECT_LT(r->final_train_loss, r->first_loss);
+}
+
+TEST(CpuBackend, NonFiniteStepIsSkipped) {
+  RunConfig c = TinyConfig();
+  c.batch.global_batch = c.batch.micro_batch;
+  auto backend = MakeCpuBackend(c);
+  const BatchProvider data = PatternData(c);
+  const size_t n = size_t(c.batch.micro_batch) * c.model.seq_len;
+  std::vector<std::vector<int32_t>> in(3, std::vector<int32_t>(n)), tgt = in;
+  std::vector<MicroBatch> batches;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(data.train(i * c.batch.micro_batch, 0, in[i].data(), tgt[i].data()).ok());
+    batches.push_back({in[i].data(), tgt[i].data()});
+  }
+  test::ExpectNonFiniteStepSkipped(backend.get(), c, batches);
 }
 
 TEST(Trainer, SameSeedGivesBitwiseIdenticalWeights) {

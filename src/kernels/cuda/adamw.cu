@@ -59,8 +59,10 @@ __global__ void __launch_bounds__(kNormThreads)
   if (threadIdx.x == 0) partial[blockIdx.x] = total;
 }
 
-// min(1, max_norm / (norm + 1e-6)); 1 when clipping is off; NaN stays NaN.
+// min(1, max_norm / (norm + 1e-6)); 1 when clipping is off. A non-finite sum of squares (an
+// Inf/NaN gradient: an overflowed step) gives NaN, which tells AdamW to skip the step.
 __device__ __forceinline__ float ClipScale(float sumsq, float max_norm) {
+  if (!isfinite(sumsq)) return __int_as_float(0x7fc00000);
   if (!(max_norm > 0.0f)) return 1.0f;
   const float s = max_norm / (sqrtf(sumsq) + 1e-6f);
   return s < 1.0f ? s : (s >= 1.0f ? 1.0f : s);
@@ -102,7 +104,14 @@ __device__ __forceinline__ void AdamWElement(float& p, float g, float& m, float&
 
 __global__ void __launch_bounds__(kAdamThreads)
     AdamWKernel(const AdamWTensor* __restrict__ tensors, int num_tensors,
-                const AdamWHyper* __restrict__ hyper, const float* __restrict__ grad_scale) {
+                const AdamWHyper* __restrict__ hyper, const float* __restrict__ grad_scale,
+                int64_t* __restrict__ skipped_steps) {
+  // A non-finite clip scale marks a step whose gradients overflowed: nothing is updated
+  // (weights, moments and the bf16 copy keep their values), the step is only counted.
+  if (grad_scale != nullptr && !isfinite(*grad_scale)) {
+    if (skipped_steps != nullptr && blockIdx.x == 0 && threadIdx.x == 0) ++*skipped_steps;
+    return;
+  }
   const AdamWHyper h = *hyper;
   AdamWConsts c;
   c.lr = h.lr;
@@ -236,14 +245,14 @@ Status ClipScaleFromSumSquares(const float* sumsq, float max_norm, float* clip_s
 }
 
 Status AdamWMultiTensor(const AdamWTensor* tensors, int num_tensors, const AdamWHyper* hyper,
-                        const float* grad_scale, cudaStream_t stream) {
+                        const float* grad_scale, cudaStream_t stream, int64_t* skipped_steps) {
   if (num_tensors < 0 || (num_tensors > 0 && tensors == nullptr) || hyper == nullptr) {
     return Status::Invalid("AdamWMultiTensor: bad arguments (" + std::to_string(num_tensors) +
                            " tensors)");
   }
   if (num_tensors == 0) return Status::Ok();
   AdamWKernel<<<kAdamBlocks, kAdamThreads, 0, stream>>>(tensors, num_tensors, hyper,
-                                                        grad_scale);
+                                                        grad_scale, skipped_steps);
   FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }

@@ -29,7 +29,7 @@ size_t GradNormWorkspace();
 // tensors: DEVICE array of num_tensors descriptors (only grad and n are read).
 // sumsq_out[0] = sum over all tensors of grad^2 (fp32 partials in a fixed order, so the result
 // is bitwise reproducible); clip_scale_out[0] = min(1, max_norm / (sqrt(sumsq) + 1e-6))
-// (1 if max_norm <= 0).
+// (1 if max_norm <= 0); NaN when sumsq is not finite (AdamW then skips the step).
 Status GlobalGradNorm(const AdamWTensor* tensors, int num_tensors, float max_norm,
                       float* sumsq_out, float* clip_scale_out, void* workspace,
                       size_t workspace_bytes, cudaStream_t stream);
@@ -47,9 +47,11 @@ struct AdamWHyper {
 // tensors: DEVICE array; hyper: DEVICE pointer (the host writes lr/step there before each
 // step with cudaMemcpyAsync, so a captured graph sees the new values). Grads are multiplied by
 // *grad_scale (device pointer, e.g. the clip factor). Matches cpu::AdamWUpdate up to fp32
-// rounding.
+// rounding. A non-finite *grad_scale (the clip factor of non-finite gradients) skips the whole
+// update and adds 1 to *skipped_steps (device counter; may be null).
 Status AdamWMultiTensor(const AdamWTensor* tensors, int num_tensors, const AdamWHyper* hyper,
-                        const float* grad_scale, cudaStream_t stream);
+                        const float* grad_scale, cudaStream_t stream,
+                        int64_t* skipped_steps = nullptr);
 
 // bf16 copy of an fp32 buffer (initial upload of weights).
 Status CastFloatToBf16(bf16* out, const float* in, int64_t n, cudaStream_t stream);

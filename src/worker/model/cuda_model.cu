@@ -11,6 +11,7 @@
 #include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/sdpa.cuh"
 #include "kernels/cuda/swiglu.cuh"
+#include "worker/model/fp8_linears.h"
 #include "worker/parallel/shard_layout.h"
 
 namespace forge {
@@ -124,6 +125,8 @@ struct CudaModel::Buffers {
   cuda::AdamWTensor* adam_tensors = nullptr;  // device array, one per tensor
   int num_tensors = 0;
   float* clip_scale = nullptr;                // device scalar
+  int64_t* skipped_steps = nullptr;           // device counter (AdamWMultiTensor)
+  std::unique_ptr<Fp8Linears> fp8;            // precision fp8 only
 
   std::vector<bf16*> xs;                      // residual stream: block inputs + final, [N, d]
   std::vector<BlockActs> acts;                // L sets, or 1 with recompute
@@ -341,6 +344,7 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
   FORGE_CUDA_CHECK(cudaMemcpy(b.adam_tensors, tensors.data(),
                               tensors.size() * sizeof(cuda::AdamWTensor), cudaMemcpyHostToDevice));
   FORGE_RETURN_IF_ERROR(alloc(&b.clip_scale, 1));
+  FORGE_RETURN_IF_ERROR(alloc(&b.skipped_steps, 1));
 
   // Activations.
   const size_t N = N_, d = d_;
@@ -348,17 +352,34 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
   b.xs.assign(m.n_layer + 1, nullptr);
   for (bf16*& x : b.xs) FORGE_RETURN_IF_ERROR(alloc(&x, N * d));
   b.acts.assign(o.activation_recompute ? std::min(m.n_layer, 1) : m.n_layer, BlockActs{});
-  for (BlockActs& a : b.acts) {
-    FORGE_RETURN_IF_ERROR(alloc(&a.h1, N * d));
+  for (size_t i = 0; i < b.acts.size(); ++i) {
+    BlockActs& a = b.acts[i];
+    // FP8: the backward reads the FP8 transposed copies of h1, h2 and sw, so the BF16 ones are
+    // forward scratch, one set shared by every layer.
+    if (o.fp8 && i > 0) {
+      a.h1 = b.acts[0].h1, a.h2 = b.acts[0].h2, a.sw = b.acts[0].sw;
+    } else {
+      FORGE_RETURN_IF_ERROR(alloc(&a.h1, N * d));
+      FORGE_RETURN_IF_ERROR(alloc(&a.h2, N * d));
+      FORGE_RETURN_IF_ERROR(alloc(&a.sw, N * ffn_));
+    }
     FORGE_RETURN_IF_ERROR(alloc(&a.rstd1, N));
     FORGE_RETURN_IF_ERROR(alloc(&a.qkv, N * qkv_dim_));
     FORGE_RETURN_IF_ERROR(alloc(&a.att, N * H_ * hd_));
     FORGE_RETURN_IF_ERROR(alloc(&a.stats, stats_n));
     FORGE_RETURN_IF_ERROR(alloc(&a.x_mid, N * d));
-    FORGE_RETURN_IF_ERROR(alloc(&a.h2, N * d));
     FORGE_RETURN_IF_ERROR(alloc(&a.rstd2, N));
     FORGE_RETURN_IF_ERROR(alloc(&a.gu, N * 2 * ffn_));
-    FORGE_RETURN_IF_ERROR(alloc(&a.sw, N * ffn_));
+  }
+  if (o.fp8) {
+    std::array<Fp8LinearShape, kLinearKinds> shapes{};
+    shapes[int(LinearKind::kQkv)] = {d_, qkv_dim_};
+    shapes[int(LinearKind::kOut)] = {int64_t{H_} * hd_, d_};
+    shapes[int(LinearKind::kGateUp)] = {d_, 2 * int64_t{ffn_}};
+    shapes[int(LinearKind::kDown)] = {ffn_, d_};
+    FORGE_ASSIGN_OR_RETURN(
+        b.fp8, Fp8Linears::Create(o.fp8_config, m.n_layer, shapes, N_, int(b.acts.size())));
+    allocated_bytes_ += b.fp8->allocated_bytes();
   }
   FORGE_RETURN_IF_ERROR(alloc(&b.hf, N * d));
   FORGE_RETURN_IF_ERROR(alloc(&b.rstd_f, N));
@@ -603,18 +624,29 @@ Status CudaModel::ForwardLoss(const int32_t* inputs, const int32_t* targets, flo
                  stream);
 }
 
-Status CudaModel::BlockForward(int layer, const BlockActs& a, const bf16* x_in, bf16* x_out,
-                               cudaStream_t s) {
+Status CudaModel::BlockForward(int layer, int set, const BlockActs& a, const bf16* x_in,
+                               bf16* x_out, cudaStream_t s) {
   Buffers& b = *buf_;
   const BlockOffsets& o = layout_.block;
   const bf16* w = UnitParams(layout_.block_unit(layer));
   const int Bm = o_.micro_batch;
+  Fp8Linears* f8 = b.fp8.get();
+  // One linear layer: y = x W^T (+ residual), in FP8 after casting x (which also saves its
+  // transposed copy for the weight gradient), else BF16.
+  auto linear = [&](LinearKind k, bf16* y, const bf16* x, int64_t weight_offset, int64_t out,
+                    int64_t in, const bf16* residual) -> Status {
+    if (f8 == nullptr) return b.gemm.Run(Linear(y, x, w + weight_offset, N_, out, in, residual), s);
+    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
+    FORGE_RETURN_IF_ERROR(f8->CastInput(layer, k, set, x, s));
+    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdGemm, s));
+    return b.gemm.Run(f8->Forward(layer, k, y, residual), s);
+  };
 
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
   FORGE_RETURN_IF_ERROR(
       cuda::RmsNormForward(a.h1, a.rstd1, x_in, w + o.attn_norm, N_, d_, m_.norm_eps, s));
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdGemm, s));
-  FORGE_RETURN_IF_ERROR(b.gemm.Run(Linear(a.qkv, a.h1, w + o.wqkv, N_, qkv_dim_, d_), s));
+  FORGE_RETURN_IF_ERROR(linear(LinearKind::kQkv, a.qkv, a.h1, o.wqkv, qkv_dim_, d_, nullptr));
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
   FORGE_RETURN_IF_ERROR(
       cuda::RopeApply(a.qkv, Bm, T_, H_, KV_, hd_, m_.rope_theta, /*inverse=*/false, s));
@@ -624,19 +656,21 @@ Status CudaModel::BlockForward(int layer, const BlockActs& a, const bf16* x_in, 
   // stays intact because backward needs it for the attn_norm gradient.
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdGemm, s));
   FORGE_RETURN_IF_ERROR(
-      b.gemm.Run(Linear(a.x_mid, a.att, w + o.wo, N_, d_, H_ * hd_, /*residual=*/x_in), s));
+      linear(LinearKind::kOut, a.x_mid, a.att, o.wo, d_, H_ * hd_, /*residual=*/x_in));
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
   FORGE_RETURN_IF_ERROR(
       cuda::RmsNormForward(a.h2, a.rstd2, a.x_mid, w + o.mlp_norm, N_, d_, m_.norm_eps, s));
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdGemm, s));
-  FORGE_RETURN_IF_ERROR(
-      b.gemm.Run(Linear(a.gu, a.h2, w + o.w_gate_up, N_, 2 * ffn_, d_), s));
+  FORGE_RETURN_IF_ERROR(linear(LinearKind::kGateUp, a.gu, a.h2, o.w_gate_up, 2 * ffn_, d_, nullptr));
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
   FORGE_RETURN_IF_ERROR(cuda::SwiGluForward(a.sw, a.gu, N_, ffn_, s));
-  if (x_out == nullptr) return Status::Ok();  // recompute in backward: the output is not needed
+  if (x_out == nullptr) {
+    // Recompute in backward: the output is not needed, but FP8's dWdown reads sw's cast.
+    return f8 == nullptr ? Status::Ok() : f8->CastInput(layer, LinearKind::kDown, set, a.sw, s);
+  }
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdGemm, s));
   FORGE_RETURN_IF_ERROR(
-      b.gemm.Run(Linear(x_out, a.sw, w + o.w_down, N_, d_, ffn_, /*residual=*/a.x_mid), s));
+      linear(LinearKind::kDown, x_out, a.sw, o.w_down, d_, ffn_, /*residual=*/a.x_mid));
   return Status::Ok();
 }
 
@@ -707,30 +741,49 @@ Status CudaModel::JoinWgrad(cudaStream_t s) {
 //   block's last dW GEMM, and the wgrad stream runs in order).
 // The norm weight gradients are written by the chain (RmsNormBackward), disjoint from the dW
 // tensors.
-Status CudaModel::BlockBackward(int layer, const BlockActs& a, const bf16* x_in, bf16* dres,
-                                bool accumulate_grads, cudaStream_t s) {
+//
+// FP8: each linear's output gradient is cast (E5M2, plus its transposed copy) right before its
+// two GEMMs, which then read the casts; the weight gradient reads the input's transposed cast
+// saved by the forward. The casts' buffers (one per linear kind) are read on the wgrad stream
+// by block l's dW GEMMs and rewritten by block l-1's casts, each issued after a wait that
+// already covers that dW GEMM: kDres (after dWo of block l, so also dWdown and dWgu before
+// it) precedes block l-1's first cast, kDgu its gate/up cast, kDqkv its qkv cast. The saved
+// input casts follow the activation sets' rules above.
+Status CudaModel::BlockBackward(int layer, int set, const BlockActs& a, const bf16* x_in,
+                                bf16* dres, bool accumulate_grads, cudaStream_t s) {
   Buffers& b = *buf_;
   const BlockOffsets& o = layout_.block;
   const bf16* w = UnitParams(layout_.block_unit(layer));
   float* g = UnitGrads(layout_.block_unit(layer));
   const int Bm = o_.micro_batch;
   const bool acc = accumulate_grads;
+  Fp8Linears* f8 = b.fp8.get();
+  // dW (+)= dy^T x on the wgrad stream, then dx = dy W on this one.
+  auto linear_backward = [&](LinearKind k, bf16* dx, const bf16* dy, const bf16* x,
+                             int64_t weight_offset, int64_t out, int64_t in,
+                             WgradHazard reads) -> Status {
+    if (f8 == nullptr) {
+      FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdGemm, s));
+      FORGE_RETURN_IF_ERROR(WgradGemm(
+          LinearBackwardWeight(g + weight_offset, dy, x, N_, out, in, acc), reads, s));
+      return b.gemm.Run(LinearBackwardData(dx, dy, w + weight_offset, N_, out, in), s);
+    }
+    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
+    FORGE_RETURN_IF_ERROR(f8->CastGrad(layer, k, dy, s));
+    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdGemm, s));
+    FORGE_RETURN_IF_ERROR(
+        WgradGemm(f8->BackwardWeight(layer, k, set, g + weight_offset, acc), reads, s));
+    return b.gemm.Run(f8->BackwardData(layer, k, dx), s);
+  };
 
   // MLP: x_out = x_mid + SwiGLU(h2 Wgu^T) Wdown^T
-  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdGemm, s));
-  FORGE_RETURN_IF_ERROR(WgradGemm(LinearBackwardWeight(g + o.w_down, dres, a.sw, N_, d_, ffn_, acc),
-                                  WgradHazard::kDres, s));
-  FORGE_RETURN_IF_ERROR(
-      b.gemm.Run(LinearBackwardData(b.dsw, dres, w + o.w_down, N_, d_, ffn_), s));
+  FORGE_RETURN_IF_ERROR(linear_backward(LinearKind::kDown, b.dsw, dres, a.sw, o.w_down, d_, ffn_,
+                                        WgradHazard::kDres));
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
   FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDgu, s));  // block l+1's dWgu reads dgu
   FORGE_RETURN_IF_ERROR(cuda::SwiGluBackward(b.dgu, b.dsw, a.gu, N_, ffn_, s));
-  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdGemm, s));
-  FORGE_RETURN_IF_ERROR(WgradGemm(
-      LinearBackwardWeight(g + o.w_gate_up, b.dgu, a.h2, N_, 2 * ffn_, d_, acc),
-      WgradHazard::kDgu, s));
-  FORGE_RETURN_IF_ERROR(
-      b.gemm.Run(LinearBackwardData(b.dh, b.dgu, w + o.w_gate_up, N_, 2 * ffn_, d_), s));
+  FORGE_RETURN_IF_ERROR(linear_backward(LinearKind::kGateUp, b.dh, b.dgu, a.h2, o.w_gate_up,
+                                        2 * ffn_, d_, WgradHazard::kDgu));
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
   FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDres, s));  // dWdown reads dres
   FORGE_RETURN_IF_ERROR(cuda::RmsNormBackward(dres, g + o.mlp_norm, b.dh, a.x_mid,
@@ -738,11 +791,8 @@ Status CudaModel::BlockBackward(int layer, const BlockActs& a, const bf16* x_in,
                                               b.norm_ws_bytes, s, /*accumulate_dx=*/true, acc));
 
   // Attention: x_mid = x_in + SDPA(rope(h1 Wqkv^T)) Wo^T
-  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdGemm, s));
-  FORGE_RETURN_IF_ERROR(WgradGemm(
-      LinearBackwardWeight(g + o.wo, dres, a.att, N_, d_, H_ * hd_, acc), WgradHazard::kDres, s));
-  FORGE_RETURN_IF_ERROR(
-      b.gemm.Run(LinearBackwardData(b.datt, dres, w + o.wo, N_, d_, H_ * hd_), s));
+  FORGE_RETURN_IF_ERROR(linear_backward(LinearKind::kOut, b.datt, dres, a.att, o.wo, d_, H_ * hd_,
+                                        WgradHazard::kDres));
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdAttention, s));
   FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDqkv, s));  // block l+1's dWqkv reads dqkv
   FORGE_RETURN_IF_ERROR(b.sdpa.Backward(b.sdpa_shape, a.qkv, a.att, b.datt, a.stats, b.dqkv,
@@ -750,12 +800,8 @@ Status CudaModel::BlockBackward(int layer, const BlockActs& a, const bf16* x_in,
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
   FORGE_RETURN_IF_ERROR(
       cuda::RopeApply(b.dqkv, Bm, T_, H_, KV_, hd_, m_.rope_theta, /*inverse=*/true, s));
-  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdGemm, s));
-  FORGE_RETURN_IF_ERROR(WgradGemm(
-      LinearBackwardWeight(g + o.wqkv, b.dqkv, a.h1, N_, qkv_dim_, d_, acc), WgradHazard::kDqkv,
-      s));
-  FORGE_RETURN_IF_ERROR(
-      b.gemm.Run(LinearBackwardData(b.dh, b.dqkv, w + o.wqkv, N_, qkv_dim_, d_), s));
+  FORGE_RETURN_IF_ERROR(linear_backward(LinearKind::kQkv, b.dh, b.dqkv, a.h1, o.wqkv, qkv_dim_,
+                                        d_, WgradHazard::kDqkv));
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
   FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDres, s));  // dWo reads dres
   FORGE_RETURN_IF_ERROR(cuda::RmsNormBackward(dres, g + o.attn_norm, b.dh, x_in,
@@ -826,7 +872,11 @@ Status CudaModel::ForwardImpl(const int32_t* inputs, const int32_t* targets, flo
   const int L = m_.n_layer;
   const int fin = layout_.final_norm_unit();
   const bool recompute = o_.activation_recompute;
-  auto acts = [&](int l) -> const BlockActs& { return b.acts[recompute ? 0 : l]; };
+  auto set = [&](int l) { return recompute ? 0 : l; };
+  auto acts = [&](int l) -> const BlockActs& { return b.acts[set(l)]; };
+  // FP8 weights are cast once per step (its first micro-batch) and for every evaluation pass
+  // (the optimizer changed the weights since).
+  const bool cast_weights = b.fp8 != nullptr && (!backward || !accumulate_grads);
 
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
   FORGE_RETURN_IF_ERROR(BeforeForward(layout_.embedding_unit(), s));
@@ -834,14 +884,16 @@ Status CudaModel::ForwardImpl(const int32_t* inputs, const int32_t* targets, flo
                                                UnitParams(layout_.embedding_unit()), N_, d_, s));
   for (int l = 0; l < L; ++l) {
     FORGE_RETURN_IF_ERROR(BeforeForward(layout_.block_unit(l), s));
-    FORGE_RETURN_IF_ERROR(BlockForward(l, acts(l), b.xs[l], b.xs[l + 1], s));
+    if (cast_weights) FORGE_RETURN_IF_ERROR(CastLayerWeights(l, s));
+    FORGE_RETURN_IF_ERROR(BlockForward(l, set(l), acts(l), b.xs[l], b.xs[l + 1], s));
   }
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
   FORGE_RETURN_IF_ERROR(BeforeForward(layout_.final_norm_unit(), s));
   FORGE_RETURN_IF_ERROR(cuda::RmsNormForward(b.hf, b.rstd_f, b.xs[L], UnitParams(fin), N_, d_,
                                              m_.norm_eps, s));
   FORGE_RETURN_IF_ERROR(LmHead(targets, dloss, backward, accumulate_grads, losses, s));
-  if (!backward) return Status::Ok();
+  // An evaluation pass must not shape the next step's FP8 scales.
+  if (!backward) return b.fp8 ? b.fp8->ResetAmax(s) : Status::Ok();
 
   // dL/dhf is in dh. The final norm's backward starts the residual gradient (overwrites dres,
   // so it needs no zeroing); every later RmsNormBackward adds to it. No dW GEMM reads dh or
@@ -861,9 +913,10 @@ Status CudaModel::ForwardImpl(const int32_t* inputs, const int32_t* targets, flo
     // rewrites it while block l+1's dW GEMMs may still read it: wait for the last of them.
     if (recompute && l != L - 1) {
       FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDqkv, s));
-      FORGE_RETURN_IF_ERROR(BlockForward(l, acts(l), b.xs[l], nullptr, s));
+      FORGE_RETURN_IF_ERROR(BlockForward(l, set(l), acts(l), b.xs[l], nullptr, s));
     }
-    FORGE_RETURN_IF_ERROR(BlockBackward(l, acts(l), b.xs[l], b.dres, accumulate_grads, s));
+    FORGE_RETURN_IF_ERROR(
+        BlockBackward(l, set(l), acts(l), b.xs[l], b.dres, accumulate_grads, s));
     FORGE_RETURN_IF_ERROR(GradReady(layout_.block_unit(l), s));
   }
   b.gemm.set_default_sm_count(0);
@@ -899,9 +952,9 @@ Status CudaModel::OptimizerStep(const cuda::AdamWHyper* hyper, float* sumsq_out,
   FORGE_RETURN_IF_ERROR(cuda::GlobalGradNorm(b.adam_tensors, b.num_tensors, opt_.grad_clip,
                                              sumsq_out, b.clip_scale, b.gradnorm_ws,
                                              b.gradnorm_ws_bytes, s));
-  FORGE_RETURN_IF_ERROR(
-      cuda::AdamWMultiTensor(b.adam_tensors, b.num_tensors, hyper, b.clip_scale, s));
-  return Status::Ok();
+  FORGE_RETURN_IF_ERROR(cuda::AdamWMultiTensor(b.adam_tensors, b.num_tensors, hyper,
+                                               b.clip_scale, s, b.skipped_steps));
+  return EndStep(s);
 }
 
 Status CudaModel::GradSumSquares(float* sumsq_out, cudaStream_t s) {
@@ -916,7 +969,27 @@ Status CudaModel::ClipAndUpdate(const cuda::AdamWHyper* hyper, const float* sums
                                 cudaStream_t s) {
   Buffers& b = *buf_;
   FORGE_RETURN_IF_ERROR(cuda::ClipScaleFromSumSquares(sumsq, opt_.grad_clip, b.clip_scale, s));
-  return cuda::AdamWMultiTensor(b.adam_tensors, b.num_tensors, hyper, b.clip_scale, s);
+  FORGE_RETURN_IF_ERROR(cuda::AdamWMultiTensor(b.adam_tensors, b.num_tensors, hyper,
+                                               b.clip_scale, s, b.skipped_steps));
+  return EndStep(s);
+}
+
+Status CudaModel::EndStep(cudaStream_t s) {
+  return buf_->fp8 ? buf_->fp8->EndStep(s) : Status::Ok();
+}
+
+const int64_t* CudaModel::skipped_steps() const { return buf_->skipped_steps; }
+const Fp8Linears* CudaModel::fp8() const { return buf_->fp8.get(); }
+
+Status CudaModel::CastLayerWeights(int layer, cudaStream_t s) {
+  const BlockOffsets& o = layout_.block;
+  const bf16* w = UnitParams(layout_.block_unit(layer));
+  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
+  Fp8Linears& f8 = *buf_->fp8;
+  FORGE_RETURN_IF_ERROR(f8.CastWeight(layer, LinearKind::kQkv, w + o.wqkv, s));
+  FORGE_RETURN_IF_ERROR(f8.CastWeight(layer, LinearKind::kOut, w + o.wo, s));
+  FORGE_RETURN_IF_ERROR(f8.CastWeight(layer, LinearKind::kGateUp, w + o.w_gate_up, s));
+  return f8.CastWeight(layer, LinearKind::kDown, w + o.w_down, s);
 }
 
 }  // namespace forge

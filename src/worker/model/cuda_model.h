@@ -29,6 +29,7 @@ namespace forge {
 namespace cuda {
 struct GemmArgs;
 }
+class Fp8Linears;
 
 struct CudaModelOptions {
   int micro_batch = 1;                 // sequences per micro-batch: activations are sized for it
@@ -57,6 +58,10 @@ struct CudaModelOptions {
   // SMs the blocks' backward GEMMs leave free (0: none), for the NCCL kernels of the
   // gradient collectives that overlap them (cuda::GemmArgs::sm_count).
   int gemm_sm_margin = 0;
+  // precision.compute fp8: the blocks' four linear layers run FP8 GEMMs with per-tensor
+  // scaling (worker/model/fp8_linears.h); everything else stays BF16/FP32.
+  bool fp8 = false;
+  Fp8Config fp8_config;
 };
 
 // Per-unit callbacks for a data-parallel layer, called on the host while the model enqueues a
@@ -176,6 +181,12 @@ class CudaModel {
   // caller summed it over the ranks where needed, clipping by the global norm and AdamW.
   Status GradSumSquares(float* sumsq_out, cudaStream_t stream);
   Status ClipAndUpdate(const cuda::AdamWHyper* hyper, const float* sumsq, cudaStream_t stream);
+  // Device counter of optimizer steps skipped because the gradients were not finite (an
+  // overflowed step: AdamW leaves every weight and moment as it was). Read it with a copy
+  // ordered after the step.
+  const int64_t* skipped_steps() const;
+  // FP8 only (null otherwise): the linear layers' scaling state, for tests and reports.
+  const Fp8Linears* fp8() const;
 
   // Data-parallel plumbing (see CudaModelHooks). Null: no hooks. The pointee must outlive
   // the passes that use it.
@@ -206,10 +217,15 @@ class CudaModel {
                  bool accumulate_grads, float* losses, cudaStream_t stream);
   Status ForwardImpl(const int32_t* inputs, const int32_t* targets, float dloss, bool backward,
                      bool accumulate_grads, float* losses, cudaStream_t stream);
-  Status BlockForward(int layer, const BlockActs& a, const cuda::bf16* x_in, cuda::bf16* x_out,
-                      cudaStream_t stream);
-  Status BlockBackward(int layer, const BlockActs& a, const cuda::bf16* x_in, cuda::bf16* dres,
-                       bool accumulate_grads, cudaStream_t stream);
+  // `set`: the index of `a` among the activation sets (layer, or 0 with recompute).
+  Status BlockForward(int layer, int set, const BlockActs& a, const cuda::bf16* x_in,
+                      cuda::bf16* x_out, cudaStream_t stream);
+  Status BlockBackward(int layer, int set, const BlockActs& a, const cuda::bf16* x_in,
+                       cuda::bf16* dres, bool accumulate_grads, cudaStream_t stream);
+  // FP8: layer l's weights into their FP8 copies (the first forward of a step or an eval).
+  Status CastLayerWeights(int layer, cudaStream_t stream);
+  // After AdamW: the FP8 scale update (no-op in BF16).
+  Status EndStep(cudaStream_t stream);
   Status LmHead(const int32_t* targets, float dloss, bool backward, bool accumulate_grads,
                 float* losses, cudaStream_t stream);
   // Dual-stream plumbing (each a plain call on `stream` when single-stream):

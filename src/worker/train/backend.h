@@ -31,6 +31,10 @@ struct StepStats {
   float loss = 0.0f;       // mean over the step's micro-batches
   float grad_norm = 0.0f;  // global L2 norm before clipping
   bool valid = false;      // false when the backend skipped reading them (no sync)
+  // Optimizer steps skipped so far because the gradients were not finite (an overflowed
+  // step: weights and moments left as they were); cumulative, so steps between two reads
+  // are counted too.
+  int64_t skipped_steps = 0;
 };
 
 class TrainBackend {

@@ -219,8 +219,11 @@ class CpuBackend final : public TrainBackend {
     const float scale = (clip > 0.0f && norm > clip) ? clip / (norm + 1e-6f) : 1.0f;
 
     // AdamW on what this rank owns: the full unit (ddp) or its shard, split at tensor
-    // boundaries (weight decay is per tensor).
-    for (int u = 0; u < U; ++u) {
+    // boundaries (weight decay is per tensor). Non-finite gradients (the norm is global, so
+    // every rank agrees) skip the update, as on the GPU.
+    const bool skip = !std::isfinite(norm);
+    if (skip) ++skipped_steps_;
+    for (int u = 0; u < U && !skip; ++u) {
       // Element e of the unit lives at p[e - off] etc.: full buffers have off = 0, slots
       // start at the shard's first element.
       const ShardRange own = sharded() ? shard_[u] : ShardRange{0, numel_[u]};
@@ -261,6 +264,7 @@ class CpuBackend final : public TrainBackend {
     if (stats) {
       stats->loss = loss;
       stats->grad_norm = norm;
+      stats->skipped_steps = skipped_steps_;
       stats->valid = true;
     }
     return Status::Ok();
@@ -375,8 +379,9 @@ class CpuBackend final : public TrainBackend {
         AllReduceSumBlocking(comm_, losses.data(), global, DType::kF64, "losses"));
     double total = 0.0;
     for (double l : losses) total += l;
+    // A non-finite loss is not an error: its gradients are non-finite too, and TrainStep skips
+    // the update and counts it (StepStats::skipped_steps), as the CUDA backend does.
     *loss = static_cast<float>(total / double(global));
-    if (!std::isfinite(*loss)) return Status::Internal("CPU backend: non-finite loss");
     return Status::Ok();
   }
 
@@ -393,6 +398,7 @@ class CpuBackend final : public TrainBackend {
 
   UnitBuffers params_;  // full (capacity padded); fsdp: only while params_ready_
   bool params_ready_ = false;
+  int64_t skipped_steps_ = 0;  // steps whose update was skipped (non-finite gradients)
   UnitBuffers param_shard_;       // fsdp: this rank's slot of the master weights
   UnitBuffers m_, v_;             // ddp: full; zero/fsdp: this rank's slot
   UnitBuffers grad_shard_;        // zero/fsdp: this rank's slot of the summed gradient

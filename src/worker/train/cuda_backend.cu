@@ -110,6 +110,7 @@ class CudaBackend final : public CudaTrainBackend {
   cuda::AdamWHyper* dev_hyper_ = nullptr;
   float* dev_stats_ = nullptr;   // [mean loss, grad sum of squares]
   float* host_stats_ = nullptr;  // pinned copy, valid after a sync
+  int64_t* host_skipped_ = nullptr;  // pinned copy of the model's skipped-step counter
 
   bool use_graph_ = true;
   int warm_micro_ = 0;   // micro-step count of the last eager step (plans exist for it)
@@ -130,6 +131,7 @@ CudaBackend::~CudaBackend() {
   FreeTokenBuffers();
   if (host_hyper_) cudaFreeHost(host_hyper_);
   if (host_stats_) cudaFreeHost(host_stats_);
+  if (host_skipped_) cudaFreeHost(host_skipped_);
   if (dev_hyper_) cudaFree(dev_hyper_);
   if (dev_stats_) cudaFree(dev_stats_);
   if (staging_free_) cudaEventDestroy(staging_free_);
@@ -147,9 +149,6 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
   // Data-parallel steps run eagerly: the comm watchdog tracks each collective it issues, which
   // a replayed graph's collectives would bypass.
   if (world_ > 1) use_graph_ = false;
-  if (cfg.precision.compute == Precision::kFp8) {
-    return Status::Invalid("precision.compute: fp8 is not supported by the cuda backend yet");
-  }
   FORGE_CUDA_CHECK(cudaGetDevice(&device_));
   FORGE_CUDA_CHECK(cudaFree(nullptr));  // create the context before the memory baseline
   size_t free_b = 0, total_b = 0;
@@ -170,6 +169,8 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
   mo.lm_head_chunk_rows = options.lm_head_chunk_rows;
   mo.wgrad_stream = options.wgrad_stream;
   mo.wgrad_stream_priority = wgrad_priority;
+  mo.fp8 = cfg.precision.compute == Precision::kFp8;
+  mo.fp8_config = cfg.precision.fp8;
   if (world_ > 1) {
     mo.shard_world = world_;
     mo.shard_rank = comm->rank();
@@ -194,6 +195,8 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
   FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&snapshot_from_, cudaEventDisableTiming));
   FORGE_CUDA_CHECK(cudaMallocHost(&host_hyper_, sizeof(cuda::AdamWHyper)));
   FORGE_CUDA_CHECK(cudaMallocHost(&host_stats_, 2 * sizeof(float)));
+  FORGE_CUDA_CHECK(cudaMallocHost(&host_skipped_, sizeof(int64_t)));
+  *host_skipped_ = 0;
   FORGE_CUDA_CHECK(cudaMalloc(&dev_hyper_, sizeof(cuda::AdamWHyper)));
   FORGE_CUDA_CHECK(cudaMalloc(&dev_stats_, 2 * sizeof(float)));
   own_bytes_ += 512;
@@ -357,6 +360,8 @@ Status CudaBackend::EnqueueCompute(int micro_steps, bool optimizer) {
   }
   FORGE_CUDA_CHECK(
       cudaMemcpyAsync(host_stats_, dev_stats_, 2 * sizeof(float), cudaMemcpyDeviceToHost, s));
+  FORGE_CUDA_CHECK(cudaMemcpyAsync(host_skipped_, model_->skipped_steps(), sizeof(int64_t),
+                                   cudaMemcpyDeviceToHost, s));
   return Status::Ok();
 }
 
@@ -430,6 +435,7 @@ Status CudaBackend::TrainStep(const std::vector<MicroBatch>& micro, const StepHy
   SamplePeak();
   stats->loss = host_stats_[0] / static_cast<float>(world_);  // summed over ranks
   stats->grad_norm = std::sqrt(host_stats_[1]);
+  stats->skipped_steps = *host_skipped_;
   stats->valid = true;
   return Status::Ok();
 }

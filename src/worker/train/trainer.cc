@@ -241,7 +241,20 @@ StatusOr<TrainResult> RunTraining(const RunConfig& cfg, TrainBackend* backend,
       rec.grad_norm = stats.grad_norm;
       if (step == 1) result.first_loss = stats.loss;
       result.final_train_loss = stats.loss;
+      // Skipped steps (non-finite gradients) are counted by the backend; say so once per
+      // logged window that had any, never silently.
+      if (stats.skipped_steps > result.skipped_steps) {
+        if (leader) {
+          std::fprintf(stderr,
+                       "forge: warning: step %ld: %ld optimizer step(s) skipped since the last "
+                       "log (loss or gradients not finite; weights left unchanged), %ld in all\n",
+                       long(step), long(stats.skipped_steps - result.skipped_steps),
+                       long(stats.skipped_steps));
+        }
+        result.skipped_steps = stats.skipped_steps;
+      }
     }
+    rec.skipped_steps = result.skipped_steps;
     const bool eval = last || (cfg.eval.every_steps > 0 && step % cfg.eval.every_steps == 0);
     if (eval) {
       FORGE_ASSIGN_OR_RETURN(rec.val_loss, Evaluate(cfg, backend, data, opt.comm));

@@ -57,6 +57,8 @@ struct StepRecord {
   // buffers (allocated; reserved is the same number, as it keeps no caching allocator) and the
   // high-water mark of the device memory it uses, library workspaces included (peak).
   int64_t gpu_allocated_bytes = 0, gpu_reserved_bytes = 0, gpu_peak_bytes = 0;
+  // Optimizer steps skipped so far in this process (non-finite loss or gradients).
+  int64_t skipped_steps = 0;
 };
 
 struct TrainOptions {
@@ -99,6 +101,7 @@ struct TrainResult {
   std::vector<int64_t> checkpoints;     // steps committed by this run
   double checkpoint_blocked_s = 0.0;    // summed over its saves (slowest rank each)
   std::vector<std::string> warnings;    // rank 0: resume fallbacks, retention failures
+  int64_t skipped_steps = 0;           // optimizer steps skipped (non-finite gradients)
 };
 
 // Initialises the parameters from cfg.seed (or resumes, see above) and trains for the

@@ -1,0 +1,259 @@
+#include "worker/model/fp8_linears.h"
+
+#include <algorithm>
+#include <string>
+
+#include "kernels/cpu/fp8.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/fp8_cast.cuh"
+#include "kernels/cuda/fp8_scale_update.cuh"
+#include "worker/model/fp8_scaling.h"
+
+namespace forge {
+
+using cuda::bf16;
+using cuda::DType;
+using cuda::GemmArgs;
+
+namespace {
+constexpr int64_t kStride = 4;  // floats per scaling slot (16 bytes, cuBLASLt's alignment)
+}
+
+Fp8Linears::~Fp8Linears() {
+  for (void* p : allocations_) cudaFree(p);
+}
+
+StatusOr<std::unique_ptr<Fp8Linears>> Fp8Linears::Create(
+    const Fp8Config& cfg, int n_layer, const std::array<Fp8LinearShape, kLinearKinds>& shapes,
+    int64_t tokens, int act_sets) {
+  std::unique_ptr<Fp8Linears> f(new Fp8Linears());
+  FORGE_RETURN_IF_ERROR(f->Init(cfg, n_layer, shapes, tokens, act_sets));
+  return StatusOr<std::unique_ptr<Fp8Linears>>(std::move(f));
+}
+
+template <typename T>
+Status Fp8Linears::Alloc(T** p, size_t count) {
+  *p = nullptr;
+  if (count == 0) return Status::Ok();
+  const size_t bytes = (count * sizeof(T) + 255) / 256 * 256;
+  void* raw = nullptr;
+  const cudaError_t e = cudaMalloc(&raw, bytes);
+  if (e != cudaSuccess) {
+    return Status::Unavailable("fp8 linears: cudaMalloc of " + std::to_string(bytes) +
+                               " bytes failed (" + cudaGetErrorString(e) + ")");
+  }
+  allocations_.push_back(raw);
+  allocated_ += bytes;
+  FORGE_CUDA_CHECK(cudaMemset(raw, 0, bytes));
+  *p = static_cast<T*>(raw);
+  return Status::Ok();
+}
+
+Status Fp8Linears::AllocGroup(Group* g, int64_t n, float fp8_max) {
+  g->n = n;
+  g->fp8_max = fp8_max;
+  const size_t slots = size_t(n * kStride);
+  FORGE_RETURN_IF_ERROR(Alloc(&g->amax, slots));
+  FORGE_RETURN_IF_ERROR(Alloc(&g->scale, slots));
+  FORGE_RETURN_IF_ERROR(Alloc(&g->scale_inv, slots));
+  FORGE_RETURN_IF_ERROR(Alloc(&g->history, size_t(n) * cfg_.amax_history));
+  FORGE_RETURN_IF_ERROR(Alloc(&g->recorded, size_t(n)));
+  FORGE_RETURN_IF_ERROR(Alloc(&g->nonfinite, size_t(n)));
+  FORGE_RETURN_IF_ERROR(Alloc(&g->probe_amax, slots));
+  FORGE_RETURN_IF_ERROR(Alloc(&g->probe_history, size_t(n)));
+  FORGE_RETURN_IF_ERROR(Alloc(&g->probe_recorded, size_t(n)));
+  // Scale 1 before anything is recorded (fp8_scaling.h); the first step measures anyway.
+  std::vector<float> ones(slots, 1.0f);
+  FORGE_CUDA_CHECK(cudaMemcpy(g->scale, ones.data(), slots * sizeof(float), cudaMemcpyHostToDevice));
+  FORGE_CUDA_CHECK(
+      cudaMemcpy(g->scale_inv, ones.data(), slots * sizeof(float), cudaMemcpyHostToDevice));
+  return Status::Ok();
+}
+
+Status Fp8Linears::Init(const Fp8Config& cfg, int n_layer,
+                        const std::array<Fp8LinearShape, kLinearKinds>& shapes, int64_t tokens,
+                        int act_sets) {
+  cfg_ = cfg;
+  L_ = n_layer;
+  N_ = tokens;
+  shape_ = shapes;
+  if (cfg.lm_head) {
+    return Status::Invalid(
+        "precision.fp8.lm_head: an FP8 LM head is not supported on cuda yet (set it to false)");
+  }
+  FORGE_RETURN_IF_ERROR(
+      ValidateFp8ScalingParams(Fp8ParamsFromConfig(cfg, cpu::Fp8Format::kE4M3)));
+  // cuBLASLt's FP8 kernels need 16-byte aligned rows and leading dimensions of 16 elements.
+  auto check16 = [](const char* what, int64_t v) {
+    return v % 16 == 0 ? Status::Ok()
+                       : Status::Invalid(std::string("precision.compute: fp8 needs ") + what +
+                                         " to be a multiple of 16, got " + std::to_string(v));
+  };
+  FORGE_RETURN_IF_ERROR(check16("micro_batch * seq_len", tokens));
+  int64_t max_in = 0;
+  for (const Fp8LinearShape& sh : shapes) {
+    FORGE_RETURN_IF_ERROR(check16("every linear layer's input width (d_model, heads * head_dim, ffn)", sh.in));
+    FORGE_RETURN_IF_ERROR(check16("every linear layer's output width", sh.out));
+    max_in = std::max(max_in, sh.in);
+  }
+
+  FORGE_RETURN_IF_ERROR(AllocGroup(&e4m3_, int64_t{8} * L_, cpu::kE4M3Max));
+  FORGE_RETURN_IF_ERROR(AllocGroup(&e5m2_, int64_t{4} * L_, cpu::kE5M2Max));
+  lin_.assign(size_t(kLinearKinds) * L_, Linear{});
+  for (int l = 0; l < L_; ++l) {
+    for (int k = 0; k < kLinearKinds; ++k) {
+      Linear& li = lin_[size_t(kLinearKinds) * l + k];
+      const size_t n = size_t(shapes[k].in * shapes[k].out);
+      FORGE_RETURN_IF_ERROR(Alloc(&li.w8, n));
+      FORGE_RETURN_IF_ERROR(Alloc(&li.w8t, n));
+    }
+  }
+  FORGE_RETURN_IF_ERROR(Alloc(&x8_, size_t(N_ * max_in)));
+  x8t_.assign(size_t(kLinearKinds) * act_sets, nullptr);
+  for (int s = 0; s < act_sets; ++s) {
+    for (int k = 0; k < kLinearKinds; ++k) {
+      FORGE_RETURN_IF_ERROR(Alloc(&x8t_[size_t(kLinearKinds) * s + k], size_t(N_ * shapes[k].in)));
+    }
+  }
+  for (int k = 0; k < kLinearKinds; ++k) {
+    FORGE_RETURN_IF_ERROR(Alloc(&dy8_[k], size_t(N_ * shapes[k].out)));
+    FORGE_RETURN_IF_ERROR(Alloc(&dy8t_[k], size_t(N_ * shapes[k].out)));
+  }
+  // The memsets and uploads above ran on the legacy stream.
+  FORGE_CUDA_CHECK(cudaDeviceSynchronize());
+  return Status::Ok();
+}
+
+Status Fp8Linears::Update(Group& g, int64_t first, int64_t n, float* amax, float* history,
+                          int64_t* recorded, int window, cudaStream_t s) {
+  cuda::Fp8ScaleUpdateArgs u;
+  u.n = n;
+  u.stride = kStride;
+  u.amax = amax;
+  u.scale = g.scale + first * kStride;
+  u.scale_inv = g.scale_inv + first * kStride;
+  u.history = history;
+  u.recorded = recorded;
+  u.nonfinite = g.nonfinite + first;
+  u.window = window;
+  u.margin = cfg_.margin;
+  u.fp8_max = g.fp8_max;
+  return cuda::Fp8ScaleUpdate(u, s);
+}
+
+Status Fp8Linears::Cast(Group& g, int64_t i, DType format, void* out, void* out_t, const bf16* x,
+                        int64_t rows, int64_t cols, cudaStream_t s) {
+  float* scale = g.scale + i * kStride;
+  float* scale_inv = g.scale_inv + i * kStride;
+  if (measuring()) {
+    // The tensor's own amax into the probe slot, the window-1 update turns it into this
+    // cast's scale (and zeroes the probe); the cast below still folds it into g.amax.
+    float* probe = g.probe_amax + i * kStride;
+    FORGE_RETURN_IF_ERROR(
+        cuda::CastToFp8(nullptr, x, rows, cols, format, scale, probe, nullptr, s));
+    FORGE_RETURN_IF_ERROR(
+        Update(g, i, 1, probe, g.probe_history + i, g.probe_recorded + i, /*window=*/1, s));
+  }
+  return cuda::CastTransposeToFp8(out, out_t, x, rows, cols, format, scale, g.amax + i * kStride,
+                                  scale_inv, s);
+}
+
+Status Fp8Linears::CastWeight(int layer, LinearKind k, const bf16* w, cudaStream_t s) {
+  const int ki = int(k);
+  const Linear& li = lin_[size_t(kLinearKinds) * layer + ki];
+  return Cast(e4m3_, 2 * (int64_t{kLinearKinds} * layer + ki), DType::kE4M3, li.w8, li.w8t, w,
+              shape_[ki].out, shape_[ki].in, s);
+}
+
+Status Fp8Linears::CastInput(int layer, LinearKind k, int set, const bf16* x, cudaStream_t s) {
+  const int ki = int(k);
+  return Cast(e4m3_, 2 * (int64_t{kLinearKinds} * layer + ki) + 1, DType::kE4M3, x8_,
+              x8t_[size_t(kLinearKinds) * set + ki], x, N_, shape_[ki].in, s);
+}
+
+Status Fp8Linears::CastGrad(int layer, LinearKind k, const bf16* dy, cudaStream_t s) {
+  const int ki = int(k);
+  return Cast(e5m2_, int64_t{kLinearKinds} * layer + ki, DType::kE5M2, dy8_[ki], dy8t_[ki], dy,
+              N_, shape_[ki].out, s);
+}
+
+GemmArgs Fp8Linears::Forward(int layer, LinearKind k, bf16* y, const bf16* residual) const {
+  const int ki = int(k);
+  const int64_t w = 2 * (int64_t{kLinearKinds} * layer + ki);
+  GemmArgs g;
+  g.M = N_, g.N = shape_[ki].out, g.K = shape_[ki].in;
+  g.A = x8_, g.B = lin_[size_t(kLinearKinds) * layer + ki].w8, g.D = y;
+  g.trans_a = false, g.trans_b = true;
+  g.a_type = DType::kE4M3, g.b_type = DType::kE4M3, g.d_type = DType::kBf16;
+  g.a_scale = e4m3_.scale_inv + (w + 1) * kStride;
+  g.b_scale = e4m3_.scale_inv + w * kStride;
+  g.accumulate = residual != nullptr;
+  g.C = residual;
+  return g;
+}
+
+GemmArgs Fp8Linears::BackwardData(int layer, LinearKind k, bf16* dx) const {
+  const int ki = int(k);
+  const int64_t t = int64_t{kLinearKinds} * layer + ki;
+  GemmArgs g;
+  g.M = N_, g.N = shape_[ki].in, g.K = shape_[ki].out;
+  g.A = dy8_[ki], g.B = lin_[size_t(t)].w8t, g.D = dx;
+  g.trans_a = false, g.trans_b = true;
+  g.a_type = DType::kE5M2, g.b_type = DType::kE4M3, g.d_type = DType::kBf16;
+  g.a_scale = e5m2_.scale_inv + t * kStride;
+  g.b_scale = e4m3_.scale_inv + 2 * t * kStride;
+  return g;
+}
+
+GemmArgs Fp8Linears::BackwardWeight(int layer, LinearKind k, int set, float* dw,
+                                    bool accumulate) const {
+  const int ki = int(k);
+  const int64_t t = int64_t{kLinearKinds} * layer + ki;
+  GemmArgs g;
+  g.M = shape_[ki].out, g.N = shape_[ki].in, g.K = N_;
+  g.A = dy8t_[ki], g.B = x8t_[size_t(kLinearKinds) * set + ki], g.D = dw;
+  g.trans_a = false, g.trans_b = true;
+  g.a_type = DType::kE5M2, g.b_type = DType::kE4M3, g.d_type = DType::kFp32;
+  g.a_scale = e5m2_.scale_inv + t * kStride;
+  g.b_scale = e4m3_.scale_inv + (2 * t + 1) * kStride;
+  g.accumulate = accumulate;
+  return g;
+}
+
+Status Fp8Linears::EndStep(cudaStream_t s) {
+  for (Group* g : {&e4m3_, &e5m2_}) {
+    FORGE_RETURN_IF_ERROR(
+        Update(*g, 0, g->n, g->amax, g->history, g->recorded, cfg_.amax_history, s));
+  }
+  have_history_ = true;
+  return Status::Ok();
+}
+
+Status Fp8Linears::ResetAmax(cudaStream_t s) {
+  for (Group* g : {&e4m3_, &e5m2_}) {
+    FORGE_CUDA_CHECK(cudaMemsetAsync(g->amax, 0, size_t(g->n * kStride) * sizeof(float), s));
+  }
+  return Status::Ok();
+}
+
+StatusOr<Fp8Linears::Snapshot> Fp8Linears::Read(cudaStream_t s) const {
+  Snapshot out;
+  auto read = [&](const Group& g, std::vector<float>* scale, std::vector<int64_t>* nonfinite) {
+    std::vector<float> slots(size_t(g.n * kStride));
+    scale->resize(size_t(g.n));
+    nonfinite->resize(size_t(g.n));
+    cudaError_t e = cudaMemcpyAsync(slots.data(), g.scale, slots.size() * sizeof(float),
+                                    cudaMemcpyDeviceToHost, s);
+    if (e == cudaSuccess)
+      e = cudaMemcpyAsync(nonfinite->data(), g.nonfinite, nonfinite->size() * sizeof(int64_t),
+                          cudaMemcpyDeviceToHost, s);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+    for (int64_t i = 0; i < g.n; ++i) (*scale)[size_t(i)] = slots[size_t(i * kStride)];
+    return e;
+  };
+  FORGE_CUDA_CHECK(read(e4m3_, &out.scale_e4m3, &out.nonfinite_e4m3));
+  FORGE_CUDA_CHECK(read(e5m2_, &out.scale_e5m2, &out.nonfinite_e5m2));
+  return out;
+}
+
+}  // namespace forge

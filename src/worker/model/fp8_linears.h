@@ -1,0 +1,152 @@
+// FP8 state of the transformer blocks' four linear layers (precision.compute: fp8), for
+// CudaModel: E4M3 weights and inputs in the forward pass, E5M2 gradients in the backward pass,
+// FP32 accumulation and BF16 (activations) or FP32 (weight gradients) outputs, through
+// GemmRunner's FP8 path. The LM head, embedding, norms, attention and optimizer stay BF16/FP32.
+//
+// Hopper's FP8 GEMMs take both operands K-contiguous (cuBLASLt's TN), so each tensor has the
+// copies its GEMMs read (see kernels/cuda/fp8_cast.cuh):
+//   forward  y  = x W^T    x8 [N, in]  (scratch, read at once)   W8  [out, in]
+//   dgrad    dx = dy W     dy8 [N, out]                          W8t [in, out]
+//   wgrad    dW = dy^T x   dy8t [out, N]                         x8t [in, N] (saved for backward)
+// One cast(+transpose) pass makes both copies of a tensor and max-accumulates its amax.
+//
+// Memory: the transposed inputs saved for backward are 1 byte an element where the BF16 step
+// keeps 2 (the BF16 h1/h2/sw are then only forward scratch; CudaModel shares one set), W8 and
+// W8t of every layer stay resident (2 bytes per weight), gradients use one set per linear kind.
+//
+// Scaling (worker/model/fp8_scaling.h, device-side in kernels/cuda/fp8_scale_update.cuh):
+// - delayed: every cast uses the scale the last EndStep derived from the amax history, and
+//   records its amax (max over the step's micro-batches and recomputes); EndStep folds the
+//   step's amaxes into the histories, derives the next scales and resets the amaxes, all on
+//   the device (capturable; the host never reads an amax).
+// - current, and every tensor before its first recorded step (delayed with an empty history
+//   would cast with scale 1, which flushes typical gradients to zero): each cast first
+//   measures the tensor's amax (a read pass into a scratch slot), derives the scale from it
+//   (the window-1 update) and then casts; the amax still enters the history at EndStep.
+// Non-finite amaxes (an overflowed step) are refused by the update: the scale stays, the
+// history does not see it, and the count is in nonfinite().
+//
+// Tensor indices: E4M3 (weights and inputs) 2*(4l+k) for W and 2*(4l+k)+1 for x; E5M2 4l+k.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "common/config.h"
+#include "common/status.h"
+#include "kernels/cuda/bf16.cuh"
+#include "kernels/cuda/gemm.cuh"
+
+namespace forge {
+
+enum class LinearKind { kQkv = 0, kOut = 1, kGateUp = 2, kDown = 3 };
+inline constexpr int kLinearKinds = 4;
+
+struct Fp8LinearShape {
+  int64_t in = 0, out = 0;  // W is [out, in]
+};
+
+class Fp8Linears {
+ public:
+  // shapes by LinearKind; act_sets: how many sets of saved transposed inputs (n_layer, or 1
+  // with activation recompute). Every in/out and `tokens` must be a multiple of 16 (FP8 GEMM
+  // alignment). Allocates everything once.
+  static StatusOr<std::unique_ptr<Fp8Linears>> Create(
+      const Fp8Config& cfg, int n_layer, const std::array<Fp8LinearShape, kLinearKinds>& shapes,
+      int64_t tokens, int act_sets);
+  ~Fp8Linears();
+  Fp8Linears(const Fp8Linears&) = delete;
+  Fp8Linears& operator=(const Fp8Linears&) = delete;
+
+  size_t allocated_bytes() const { return allocated_; }
+
+  // W8 and W8t of (layer, kind) from the BF16 weight w [out, in] (the compute copy, or the
+  // gathered unit under fsdp): once per step, before the layer's first forward.
+  Status CastWeight(int layer, LinearKind k, const cuda::bf16* w, cudaStream_t s);
+  // x [N, in] -> x8 (scratch for the forward GEMM) and x8t of act set `set`.
+  Status CastInput(int layer, LinearKind k, int set, const cuda::bf16* x, cudaStream_t s);
+  // dy [N, out] -> dy8 and dy8t of the kind.
+  Status CastGrad(int layer, LinearKind k, const cuda::bf16* dy, cudaStream_t s);
+
+  // The three GEMMs of a linear layer on the cast operands (shapes as in CudaModel).
+  // y [N, out] = x8 W8^T (+ residual: C, only read).
+  cuda::GemmArgs Forward(int layer, LinearKind k, cuda::bf16* y,
+                         const cuda::bf16* residual = nullptr) const;
+  // dx [N, in] = dy8 W8 (W8t as the K-contiguous operand).
+  cuda::GemmArgs BackwardData(int layer, LinearKind k, cuda::bf16* dx) const;
+  // dW [out, in] (+)= dy8t x8t^T, fp32.
+  cuda::GemmArgs BackwardWeight(int layer, LinearKind k, int set, float* dw,
+                                bool accumulate) const;
+
+  // After the step's last micro-batch: histories, next scales, amaxes reset (delayed update).
+  Status EndStep(cudaStream_t s);
+  // Drops the amaxes recorded since the last EndStep (an evaluation pass between steps must
+  // not shape the next step's scales).
+  Status ResetAmax(cudaStream_t s);
+  // Whether casts measure their tensor first (current recipe, or no step recorded yet).
+  bool measuring() const { return cfg_.recipe == Fp8Recipe::kCurrent || !have_history_; }
+
+  // Host copies (synchronise on `s`), for tests and logs: amax histories/scales are per
+  // tensor index (see the header comment).
+  struct Snapshot {
+    std::vector<float> scale_e4m3, scale_e5m2;
+    std::vector<int64_t> nonfinite_e4m3, nonfinite_e5m2;
+  };
+  StatusOr<Snapshot> Read(cudaStream_t s) const;
+
+ private:
+  // Scaling state of one format's tensors: amax/scale/scale_inv in 16-byte slots (stride 4)
+  // so each pointer can feed cuBLASLt directly.
+  struct Group {
+    int64_t n = 0;
+    float fp8_max = 0.0f;
+    float* amax = nullptr;
+    float* scale = nullptr;
+    float* scale_inv = nullptr;
+    float* history = nullptr;       // [n, window]
+    int64_t* recorded = nullptr;    // [n]
+    int64_t* nonfinite = nullptr;   // [n]
+    float* probe_amax = nullptr;    // measuring casts: the tensor's own amax, stride 4
+    float* probe_history = nullptr; // [n] (window 1)
+    int64_t* probe_recorded = nullptr;
+  };
+  struct Linear {
+    uint8_t* w8 = nullptr;   // [out, in]
+    uint8_t* w8t = nullptr;  // [in, out]
+  };
+
+  Fp8Linears() = default;
+  Status Init(const Fp8Config& cfg, int n_layer,
+              const std::array<Fp8LinearShape, kLinearKinds>& shapes, int64_t tokens,
+              int act_sets);
+  Status AllocGroup(Group* g, int64_t n, float fp8_max);
+  template <typename T>
+  Status Alloc(T** p, size_t count);
+  // Cast of tensor i of group g (measuring first when measuring()).
+  Status Cast(Group& g, int64_t i, cuda::DType format, void* out, void* out_t,
+              const cuda::bf16* x, int64_t rows, int64_t cols, cudaStream_t s);
+  // The delayed update of g's tensors [first, first + n) from `amax` (stride 4 from there)
+  // into their scale/scale_inv slots.
+  Status Update(Group& g, int64_t first, int64_t n, float* amax, float* history,
+                int64_t* recorded, int window, cudaStream_t s);
+
+  Fp8Config cfg_;
+  int L_ = 0;
+  int64_t N_ = 0;
+  std::array<Fp8LinearShape, kLinearKinds> shape_{};
+  bool have_history_ = false;
+  size_t allocated_ = 0;
+  std::vector<void*> allocations_;
+  Group e4m3_, e5m2_;
+  std::vector<Linear> lin_;                    // [4l + k]
+  uint8_t* x8_ = nullptr;                      // [N, max in]
+  std::vector<uint8_t*> x8t_;                  // [set * 4 + k]: [in_k, N]
+  std::array<uint8_t*, kLinearKinds> dy8_{};   // [N, out_k]
+  std::array<uint8_t*, kLinearKinds> dy8t_{};  // [out_k, N]
+};
+
+}  // namespace forge
