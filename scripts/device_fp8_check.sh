@@ -13,7 +13,7 @@ STEPS=${STEPS:-2000}
 ngpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
 timeout 300 .device/run forge_gpu_tests ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} > "$out/suite.txt" 2>&1
-grep -E "^\[  FAILED|PASSED|SKIPPED \]|tests ran|Failure|rel err|worst" "$out/suite.txt" | head -60
+grep -E "^\[  FAILED|PASSED|SKIPPED \]|tests ran|Failure|worst" "$out/suite.txt" | head -40
 
 export FORGE_DATA_DIR=/tmp/fd
 mkdir -p $FORGE_DATA_DIR && tar -xJf .devdata/full.tar.xz -C $FORGE_DATA_DIR
@@ -36,7 +36,9 @@ for m in gpt350m gpt124m; do
     .device/run forge-bench --config configs/$m.yaml --micro-batch 16 --steps 30 --precision $p 2>&1 | grep '^{' | tee -a "$out/bench.jsonl"
   done
 done
-.device/run forge-bench --config configs/gpt350m.yaml --micro-batch 16 --precision fp8 --profile 2>&1 | grep '^{' | tee -a "$out/bench.jsonl"
+for p in bf16 fp8; do
+  .device/run forge-bench --config configs/gpt350m.yaml --micro-batch 16 --precision $p --profile 2>&1 | grep '^{' | tee -a "$out/bench.jsonl"
+done
 py=python3
 /opt/torch/.venv/bin/python3 -c 'import torch' 2>/dev/null && py=/opt/torch/.venv/bin/python3
 (cd .device && PYTHONUNBUFFERED=1 timeout 200 $py torch_baseline.py gpt350m:16:c gpt124m:16:c 2>&1 | grep '^{' | tee -a "$out/bench.jsonl")

@@ -63,6 +63,12 @@ void WorkerMetrics::ObserveStep(const StepRecord& rec) {
     }
     seen_record_ = true;
     last_ = s;
+    // The record carries the process's running total of skipped steps (non-finite
+    // gradients); the counter takes what is new since the last record.
+    if (rec.skipped_steps > skipped_seen_) {
+      skipped_->Increment(double(rec.skipped_steps - skipped_seen_));
+      skipped_seen_ = rec.skipped_steps;
+    }
   }
   Set(step_, double(rec.step));
   Set(tokens_per_s_, s.tokens_per_s);

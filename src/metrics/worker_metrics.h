@@ -72,6 +72,7 @@ class WorkerMetrics {
   mutable std::mutex mu_;
   bool seen_record_ = false;
   RankStepSample last_;
+  int64_t skipped_seen_ = 0;  // StepRecord::skipped_steps already counted
 };
 
 }  // namespace forge

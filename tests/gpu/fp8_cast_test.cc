@@ -161,8 +161,11 @@ TEST_F(GpuFp8Cast, MisalignedInputTakesTheScalarPath) {
         });
 }
 
+// Multiples of 64 (64x64, 128x192, 256x64, 192x1024) take the vectorised tile kernel, the others
+// the byte-wide one.
 const Shape kTransposeShapes[] = {{1, 1},     {64, 64}, {65, 63},  {200, 136}, {129, 257},
-                                  {1, 300},   {300, 1}, {2, 4100}, {0, 7}};
+                                  {1, 300},   {300, 1}, {2, 4100}, {0, 7},     {128, 192},
+                                  {256, 64},  {192, 1024}};
 
 // (b) bf16 -> fp8 and its transpose in one pass; each output alone too.
 TEST_F(GpuFp8Cast, CastTransposeMatchesCpuBitForBit) {

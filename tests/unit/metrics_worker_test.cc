@@ -103,6 +103,19 @@ TEST(WorkerMetrics, ResumedRunCountsCheckpointAgeFromItsStart) {
   EXPECT_EQ(SeriesValue(Exposition(reg), "forge_checkpoint_last_step"), 500.0);
 }
 
+// Records carry the running total of skipped steps; the counter follows it without counting a
+// step twice (records between skips repeat the total).
+TEST(WorkerMetrics, SkippedStepsCountOnce) {
+  prometheus::Registry reg;
+  WorkerMetrics m(reg, Options());
+  for (int64_t total : {0, 2, 2, 5}) {
+    StepRecord r = Record(10 * (total + 1), 10, 3.0f);
+    r.skipped_steps = total;
+    m.ObserveStep(r);
+  }
+  EXPECT_EQ(SeriesValue(Exposition(reg), "forge_skipped_steps_total"), 5.0);
+}
+
 TEST(WorkerMetrics, NoPeakNoMfuAndStatesAreChecked) {
   prometheus::Registry reg;
   WorkerMetricsOptions o = Options();
