@@ -7,7 +7,7 @@
 set -u
 cd "$(dirname "$0")/.."
 M=${M:-gpt350m}; B=${B:-16}
-left() { [ $SECONDS -lt ${1:-540} ]; }
+left() { [ $SECONDS -lt ${1:-${DEADLINE:-540}} ]; }
 nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c
 timeout 240 .device/run forge_gpu_tests \
   --gtest_filter='GpuGradReduceCast.*:GpuCast.*:Modes/CudaDataParallelTest.*' 2>&1 |

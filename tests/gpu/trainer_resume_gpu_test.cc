@@ -29,8 +29,10 @@ using test::SameBits;
 
 namespace fs = std::filesystem;
 
-RunConfig TinyConfig() {
+RunConfig TinyConfig(Precision precision) {
   RunConfig c = test::TinyGpuConfig("gpu-resume-test");
+  c.precision.compute = precision;
+  c.precision.fp8.amax_history = 3;  // shorter than the run, so the window wraps
   c.batch.global_batch = 8;  // two micro-steps per optimizer step
   c.schedule.total_steps = 8;
   c.schedule.warmup_steps = 2;
@@ -74,12 +76,15 @@ std::string TempDir(const std::string& name) {
   return dir;
 }
 
-TEST(GpuTrainerResume, ResumedRunIsBitwiseTheUninterruptedOne) {
+// BF16 and FP8 (whose scaling histories travel in the checkpoint's "fp8" blob).
+class GpuTrainerResume : public ::testing::TestWithParam<Precision> {};
+
+TEST_P(GpuTrainerResume, ResumedRunIsBitwiseTheUninterruptedOne) {
   FORGE_SKIP_WITHOUT_GPU();
   const NoGemmAutotune fixed_gemms;
-  const std::string dir = TempDir("run");
+  const std::string dir = TempDir(std::string("run_") + PrecisionName(GetParam()));
 
-  RunConfig c = TinyConfig();
+  RunConfig c = TinyConfig(GetParam());
   c.checkpoint.dir = dir + "/reference";
   const RunOutcome ref = Train(c);
   ASSERT_EQ(ref.result.steps, 8);
@@ -89,7 +94,7 @@ TEST(GpuTrainerResume, ResumedRunIsBitwiseTheUninterruptedOne) {
 
   // A fresh backend (weights from cfg.seed, zero moments) resumes from the reference's step_4
   // and writes its own checkpoints elsewhere.
-  RunConfig r = TinyConfig();
+  RunConfig r = TinyConfig(GetParam());
   r.checkpoint.dir = dir + "/resumed";
   r.checkpoint.resume = c.checkpoint.dir + "/step_4";
   const RunOutcome res = Train(r);
@@ -127,8 +132,14 @@ TEST(GpuTrainerResume, ResumedRunIsBitwiseTheUninterruptedOne) {
   EXPECT_EQ(x->trainer.data_cursor, y->trainer.data_cursor);
   // And the checkpoint holds what the backend had: a save is a bitwise copy.
   ExpectSameBuffers(y->master, ref.w, "step_8 vs the backend's weights");
-  fs::remove_all(fs::path(dir).parent_path());
+  EXPECT_EQ(x->trainer.extra.count("fp8"), GetParam() == Precision::kFp8 ? 1u : 0u);
+  EXPECT_TRUE(x->trainer.extra == y->trainer.extra) << "backend state blobs differ";
+  fs::remove_all(dir);
 }
+
+INSTANTIATE_TEST_SUITE_P(Precisions, GpuTrainerResume,
+                         ::testing::Values(Precision::kBf16, Precision::kFp8),
+                         [](const auto& info) { return std::string(PrecisionName(info.param)); });
 
 }  // namespace
 }  // namespace forge

@@ -980,6 +980,7 @@ Status CudaModel::EndStep(cudaStream_t s) {
 
 const int64_t* CudaModel::skipped_steps() const { return buf_->skipped_steps; }
 const Fp8Linears* CudaModel::fp8() const { return buf_->fp8.get(); }
+Fp8Linears* CudaModel::fp8() { return buf_->fp8.get(); }
 
 Status CudaModel::CastLayerWeights(int layer, cudaStream_t s) {
   const BlockOffsets& o = layout_.block;

@@ -187,6 +187,7 @@ class CudaModel {
   const int64_t* skipped_steps() const;
   // FP8 only (null otherwise): the linear layers' scaling state, for tests and reports.
   const Fp8Linears* fp8() const;
+  Fp8Linears* fp8();
 
   // Data-parallel plumbing (see CudaModelHooks). Null: no hooks. The pointee must outlive
   // the passes that use it.

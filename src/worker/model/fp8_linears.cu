@@ -1,7 +1,9 @@
 #include "worker/model/fp8_linears.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
+#include <utility>
 
 #include "kernels/cpu/fp8.h"
 #include "kernels/cuda/cuda_check.h"
@@ -254,6 +256,90 @@ StatusOr<Fp8Linears::Snapshot> Fp8Linears::Read(cudaStream_t s) const {
   FORGE_CUDA_CHECK(read(e4m3_, &out.scale_e4m3, &out.nonfinite_e4m3));
   FORGE_CUDA_CHECK(read(e5m2_, &out.scale_e5m2, &out.nonfinite_e5m2));
   return out;
+}
+
+namespace {
+
+constexpr char kStateMagic[4] = {'F', 'P', '8', 'S'};
+constexpr uint32_t kStateVersion = 1;
+
+struct StateHeader {
+  char magic[4];
+  uint32_t version;
+  int64_t n_e4m3, n_e5m2, window;
+  uint32_t have_history;
+  uint32_t pad;
+};
+
+}  // namespace
+
+// Blob: StateHeader, then per group (E4M3, E5M2): scale and scale_inv slots (n * 4 floats),
+// history (n * window floats), recorded and nonfinite (n int64 each). Host byte order: a
+// checkpoint moves between machines of the same architecture only (as the shard files).
+StatusOr<std::string> Fp8Linears::SaveState(cudaStream_t s) const {
+  StateHeader h{};
+  std::memcpy(h.magic, kStateMagic, 4);
+  h.version = kStateVersion;
+  h.n_e4m3 = e4m3_.n;
+  h.n_e5m2 = e5m2_.n;
+  h.window = cfg_.amax_history;
+  h.have_history = have_history_ ? 1u : 0u;
+  std::string blob(reinterpret_cast<const char*>(&h), sizeof(h));
+  for (const Group* g : {&e4m3_, &e5m2_}) {
+    const std::pair<const void*, size_t> parts[] = {
+        {g->scale, size_t(g->n * kStride) * sizeof(float)},
+        {g->scale_inv, size_t(g->n * kStride) * sizeof(float)},
+        {g->history, size_t(g->n) * size_t(h.window) * sizeof(float)},
+        {g->recorded, size_t(g->n) * sizeof(int64_t)},
+        {g->nonfinite, size_t(g->n) * sizeof(int64_t)}};
+    for (const auto& [ptr, bytes] : parts) {
+      const size_t at = blob.size();
+      blob.resize(at + bytes);
+      FORGE_CUDA_CHECK(cudaMemcpyAsync(blob.data() + at, ptr, bytes, cudaMemcpyDeviceToHost, s));
+    }
+  }
+  FORGE_CUDA_CHECK(cudaStreamSynchronize(s));
+  return blob;
+}
+
+Status Fp8Linears::LoadState(const std::string& blob, cudaStream_t s) {
+  StateHeader h{};
+  if (blob.size() < sizeof(h))
+    return Status::Invalid("fp8 scaling state: " + std::to_string(blob.size()) + " bytes, too short");
+  std::memcpy(&h, blob.data(), sizeof(h));
+  if (std::memcmp(h.magic, kStateMagic, 4) != 0 || h.version != kStateVersion)
+    return Status::Invalid("fp8 scaling state: unknown format (magic/version)");
+  if (h.n_e4m3 != e4m3_.n || h.n_e5m2 != e5m2_.n || h.window != cfg_.amax_history) {
+    return Status::Invalid("fp8 scaling state: saved for " + std::to_string(h.n_e4m3) + "+" +
+                           std::to_string(h.n_e5m2) + " tensors with precision.fp8.amax_history " +
+                           std::to_string(h.window) + ", this run has " +
+                           std::to_string(e4m3_.n) + "+" + std::to_string(e5m2_.n) + " and " +
+                           std::to_string(cfg_.amax_history));
+  }
+  size_t want = sizeof(h);
+  for (const Group* g : {&e4m3_, &e5m2_})
+    want += size_t(g->n) * (2 * kStride * sizeof(float) + size_t(h.window) * sizeof(float) +
+                            2 * sizeof(int64_t));
+  if (blob.size() != want) {
+    return Status::Invalid("fp8 scaling state: " + std::to_string(blob.size()) +
+                           " bytes, expected " + std::to_string(want));
+  }
+  size_t at = sizeof(h);
+  for (Group* g : {&e4m3_, &e5m2_}) {
+    const std::pair<void*, size_t> parts[] = {
+        {g->scale, size_t(g->n * kStride) * sizeof(float)},
+        {g->scale_inv, size_t(g->n * kStride) * sizeof(float)},
+        {g->history, size_t(g->n) * size_t(h.window) * sizeof(float)},
+        {g->recorded, size_t(g->n) * sizeof(int64_t)},
+        {g->nonfinite, size_t(g->n) * sizeof(int64_t)}};
+    for (const auto& [ptr, bytes] : parts) {
+      FORGE_CUDA_CHECK(cudaMemcpyAsync(ptr, blob.data() + at, bytes, cudaMemcpyHostToDevice, s));
+      at += bytes;
+    }
+  }
+  FORGE_CUDA_CHECK(cudaStreamSynchronize(s));  // the blob is the caller's
+  have_history_ = h.have_history != 0;
+  return Status::Ok();
 }
 
 }  // namespace forge

@@ -98,6 +98,13 @@ class Fp8Linears {
   };
   StatusOr<Snapshot> Read(cudaStream_t s) const;
 
+  // The scaling state an exact resume needs (scales, amax histories, their counters, whether a
+  // step was recorded) as a versioned blob for checkpoints (TrainerState::extra "fp8"), and
+  // back. Taken between steps (the step's amaxes are already folded in). LoadState checks the
+  // blob against this model's tensor counts and amax_history and changes nothing on a mismatch.
+  StatusOr<std::string> SaveState(cudaStream_t s) const;
+  Status LoadState(const std::string& blob, cudaStream_t s);
+
  private:
   // Scaling state of one format's tensors: amax/scale/scale_inv in 16-byte slots (stride 4)
   // so each pointer can feed cuBLASLt directly.

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common/config.h"
@@ -54,6 +56,19 @@ class TrainBackend {
   // device backend need not synchronise with the host.
   virtual Status TrainStep(const std::vector<MicroBatch>& micro, const StepHyper& hyper,
                            bool want_stats, StepStats* stats) = 0;
+
+  // Backend state beyond weights and moments that an exact resume needs (the CUDA backend's
+  // FP8 scaling histories), as named opaque blobs for the checkpoint (TrainerState::extra).
+  // Between steps only. SetExtraState ignores names it does not know and fails, changing
+  // nothing, on a blob it cannot take (the caller may then continue without it).
+  virtual Status GetExtraState(std::map<std::string, std::string>* blobs) {
+    (void)blobs;
+    return Status::Ok();
+  }
+  virtual Status SetExtraState(const std::map<std::string, std::string>& blobs) {
+    (void)blobs;
+    return Status::Ok();
+  }
 
   // Mean loss of one micro-batch, no gradients.
   virtual Status EvalLoss(const MicroBatch& batch, float* loss) = 0;

@@ -30,6 +30,7 @@
 #include "kernels/cuda/cross_entropy.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "worker/model/cuda_model.h"
+#include "worker/model/fp8_linears.h"
 #include "worker/model/init.h"
 #include "worker/parallel/nccl_comm.h"
 #include "worker/train/cuda_data_parallel.h"
@@ -53,6 +54,8 @@ class CudaBackend final : public CudaTrainBackend {
   Status GetParams(UnitBuffers* master) override;
   Status GetMoments(UnitBuffers* m, UnitBuffers* v) override;
   Status SetMoments(const UnitBuffers& m, const UnitBuffers& v) override;
+  Status GetExtraState(std::map<std::string, std::string>* blobs) override;
+  Status SetExtraState(const std::map<std::string, std::string>& blobs) override;
   Status TrainStep(const std::vector<MicroBatch>& micro, const StepHyper& hyper, bool want_stats,
                    StepStats* stats) override;
   Status EvalLoss(const MicroBatch& batch, float* loss) override;
@@ -530,6 +533,25 @@ Status CudaBackend::SetMoments(const UnitBuffers& m, const UnitBuffers& v) {
   FORGE_CUDA_CHECK(cudaSetDevice(device_));
   FORGE_RETURN_IF_ERROR(Sync());
   return model_->UploadMoments(m, v, compute_stream_);
+}
+
+// FP8: the scaling state under "fp8". Under data parallelism each rank saves its own (its
+// activation and gradient amaxes are its own micro-batches'), and a resumed run loads rank 0's
+// on every rank: exact for one GPU, the same recipe with rank 0's history elsewhere.
+Status CudaBackend::GetExtraState(std::map<std::string, std::string>* blobs) {
+  if (model_->fp8() == nullptr) return Status::Ok();
+  FORGE_CUDA_CHECK(cudaSetDevice(device_));
+  FORGE_RETURN_IF_ERROR(Sync());
+  FORGE_ASSIGN_OR_RETURN((*blobs)["fp8"], model_->fp8()->SaveState(compute_stream_));
+  return Status::Ok();
+}
+
+Status CudaBackend::SetExtraState(const std::map<std::string, std::string>& blobs) {
+  const auto it = blobs.find("fp8");
+  if (model_->fp8() == nullptr || it == blobs.end()) return Status::Ok();
+  FORGE_CUDA_CHECK(cudaSetDevice(device_));
+  FORGE_RETURN_IF_ERROR(Sync());
+  return model_->fp8()->LoadState(it->second, compute_stream_);
 }
 
 Status CudaBackend::ProfileStep(const std::vector<MicroBatch>& micro, const StepHyper& hyper,

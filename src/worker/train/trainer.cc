@@ -38,6 +38,10 @@ void WriteRecord(std::ofstream* out, const StepRecord& r) {
     n = std::snprintf(buf, sizeof buf, ",\"val_loss\":%.6f", r.val_loss);
     *out << std::string(buf, n);
   }
+  if (r.skipped_steps > 0) {
+    n = std::snprintf(buf, sizeof buf, ",\"skipped_steps\":%ld", long(r.skipped_steps));
+    *out << std::string(buf, n);
+  }
   if (r.checkpoint_step >= 0) {
     n = std::snprintf(buf, sizeof buf,
                       ",\"checkpoint_step\":%ld,\"checkpoints_committed\":%d,"

@@ -149,6 +149,12 @@ StatusOr<ResumePoint> ResumeTraining(const RunConfig& cfg, const ParamLayout& la
   if (loaded.ok()) loaded = backend->SetParams(full->master);
   if (loaded.ok()) loaded = backend->SetMoments(full->m, full->v);
   FORGE_RETURN_IF_ERROR(AgreeStatus(comm, loaded.Annotate("resume from " + dir), "resume load"));
+  // State beyond weights and moments (FP8 scaling): a blob this run cannot take (another model
+  // or amax window) is not fatal; the run goes on with fresh state and says so.
+  if (Status extra = backend->SetExtraState(full->trainer.extra); !extra.ok() && comm->rank() == 0) {
+    rp.warnings.push_back("resume from " + dir + ": " + extra.ToString() +
+                          "; continuing without it");
+  }
   rp.step = full->trainer.step;
   rp.data_cursor = full->trainer.data_cursor;
   rp.source_world = full->manifest.world_size;
@@ -268,6 +274,8 @@ Status TrainCheckpointer::Save(int64_t step, int64_t data_cursor) {
   TrainerState trainer;
   trainer.step = step;
   trainer.data_cursor = data_cursor;
+  FORGE_RETURN_IF_ERROR(
+      backend_->GetExtraState(&trainer.extra).Annotate("checkpoint: backend state"));
   state = ShardStateFromFull(layout_, comm_->rank(), comm_->world(), std::move(master),
                              std::move(m), std::move(v), std::move(trainer));
   FORGE_RETURN_IF_ERROR(async_->Save(StepDir(root_, step), std::move(state)));
