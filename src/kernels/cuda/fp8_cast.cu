@@ -9,12 +9,8 @@
 // transposed tile row-wise from it. Partial tiles at the edges are bounds-checked, so any
 // rows/cols work.
 // The model's shapes (rows and cols multiples of 64, aligned buffers: every bf16 activation
-// and gradient of a training step) take CastTransposeVecKernel instead, which the byte-wide
-// kernel left at ~40% of HBM bandwidth in the FP8 step's profile: per 64x64 tile, each of 256
-// threads loads 8 bf16 (16 bytes) twice, stores 8 fp8 bytes row-major, and after the barrier
-// gathers 8 bytes down a tile column for one 8-byte transposed store. A warp then covers 4
-// rows x 128 B of input, 4 x 64 B of each output. Tile rows are 68 bytes apart, so the
-// column gathers of a warp (8 row groups, 4 columns) hit at most 2 threads' words per bank.
+// and gradient of a training step) take the vectorised tile kernel of fp8_tile_cast.cuh
+// instead (the byte-wide kernel ran at ~40% of HBM bandwidth in the FP8 step's profile).
 #include <cuda_fp8.h>
 
 #include <algorithm>
@@ -24,6 +20,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/fp8_cast.cuh"
+#include "kernels/cuda/fp8_tile_cast.cuh"
 
 namespace forge::cuda {
 namespace {
@@ -34,42 +31,10 @@ constexpr int kTile = 64;
 constexpr int kTileThreadsX = 32, kTileThreadsY = 8;
 constexpr int kMaxTileBlocks = 4096;
 
-template <__nv_fp8_interpretation_t F>
-__device__ __forceinline__ uint8_t ToFp8(float v) {
-  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, F));
-}
-// Two values in one cvt; `lo` lands in the low byte (the lower address).
-template <__nv_fp8_interpretation_t F>
-__device__ __forceinline__ uint32_t ToFp8x2(float lo, float hi) {
-  return static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, F));
-}
-
-__device__ __forceinline__ uint32_t AbsBits(float v) { return __float_as_uint(v) & 0x7FFFFFFFu; }
-
-__device__ __forceinline__ uint32_t WarpMaxU32(uint32_t v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
-// Folds every thread's `m` (|x| bits) into *amax: warp max, block max over the warps, one
-// atomicMax per block on the float's bits. Every thread of the block must call it; the block
-// has a multiple of 32 threads.
-__device__ __forceinline__ void BlockAmaxToGlobal(uint32_t m, float* amax) {
-  __shared__ uint32_t warp_max[32];
-  const int tid = threadIdx.x + threadIdx.y * blockDim.x;
-  const int lane = tid % 32, warp = tid / 32;
-  const int n_warps = blockDim.x * blockDim.y / 32;
-  m = WarpMaxU32(m);
-  if (lane == 0) warp_max[warp] = m;
-  __syncthreads();
-  if (warp == 0) {
-    uint32_t t = lane < n_warps ? warp_max[lane] : 0u;
-    t = WarpMaxU32(t);
-    // 0 cannot raise a zeroed amax: skip the atomic.
-    if (lane == 0 && t != 0u) atomicMax(reinterpret_cast<unsigned int*>(amax), t);
-  }
-}
+using fp8tile::AbsBits;
+using fp8tile::BlockAmaxToGlobal;
+using fp8tile::ToFp8;
+using fp8tile::ToFp8x2;
 
 __device__ __forceinline__ float ToFloat(bf16 v) { return __bfloat162float(v); }
 __device__ __forceinline__ float ToFloat(float v) { return v; }
@@ -150,59 +115,6 @@ __global__ void __launch_bounds__(kTileThreadsX* kTileThreadsY)
   if (amax) BlockAmaxToGlobal(m, amax);
 }
 
-constexpr int kVecTileStride = kTile + 4;  // bytes between tile rows in shared memory
-
-template <__nv_fp8_interpretation_t F>
-__global__ void __launch_bounds__(kThreads)
-    CastTransposeVecKernel(uint8_t* __restrict__ out, uint8_t* __restrict__ out_t,
-                           const bf16* __restrict__ x, int64_t rows, int64_t cols,
-                           const float* __restrict__ scale, float* __restrict__ amax,
-                           float* __restrict__ scale_inv) {
-  __shared__ __align__(16) uint8_t tile[kTile * kVecTileStride];
-  const float s = *scale;
-  const int tid = threadIdx.x;
-  if (scale_inv && blockIdx.x == 0 && tid == 0) *scale_inv = 1.0f / s;
-  const int64_t tiles_c = cols / kTile;
-  const int64_t tiles = rows / kTile * tiles_c;
-  constexpr int kChunks = kTile * kTile / 8;  // 8-element pieces per tile
-  uint32_t m = 0;
-  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-    const int64_t r0 = t / tiles_c * kTile, c0 = t % tiles_c * kTile;
-#pragma unroll
-    for (int k = 0; k < kChunks / kThreads; ++k) {
-      const int chunk = tid + kThreads * k;
-      const int r = chunk / 8, c8 = chunk % 8 * 8;
-      float f[8];
-      LoadVec<8>(x + (r0 + r) * cols + c0 + c8, f);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) m = max(m, AbsBits(f[e]));
-      const uint32_t lo = ToFp8x2<F>(f[0] * s, f[1] * s) | (ToFp8x2<F>(f[2] * s, f[3] * s) << 16);
-      const uint32_t hi = ToFp8x2<F>(f[4] * s, f[5] * s) | (ToFp8x2<F>(f[6] * s, f[7] * s) << 16);
-      if (out) *reinterpret_cast<uint2*>(out + (r0 + r) * cols + c0 + c8) = make_uint2(lo, hi);
-      uint32_t* row = reinterpret_cast<uint32_t*>(tile + r * kVecTileStride + c8);
-      row[0] = lo;
-      row[1] = hi;
-    }
-    if (out_t) {  // uniform over the block: the barriers are safe
-      __syncthreads();
-#pragma unroll
-      for (int k = 0; k < kChunks / kThreads; ++k) {
-        const int chunk = tid + kThreads * k;
-        const int c = chunk / 8, r8 = chunk % 8 * 8;
-        uint32_t lo = 0, hi = 0;
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          lo |= uint32_t{tile[(r8 + e) * kVecTileStride + c]} << (8 * e);
-          hi |= uint32_t{tile[(r8 + 4 + e) * kVecTileStride + c]} << (8 * e);
-        }
-        *reinterpret_cast<uint2*>(out_t + (c0 + c) * rows + r0 + r8) = make_uint2(lo, hi);
-      }
-      __syncthreads();  // the tile is rewritten by the next iteration
-    }
-  }
-  if (amax) BlockAmaxToGlobal(m, amax);
-}
-
 Status CheckArgs(const char* what, int64_t rows, int64_t cols, DType format, const float* scale,
                  const float* amax, const float* scale_inv) {
   const std::string w = what;
@@ -240,15 +152,9 @@ Status LaunchCastTranspose(const char* what, void* out, void* out_t, const T* x,
   auto* o = static_cast<uint8_t*>(out);
   auto* ot = static_cast<uint8_t*>(out_t);
   if constexpr (std::is_same_v<T, bf16>) {
-    if (rows % kTile == 0 && cols % kTile == 0 && IsAligned(x, 16) && IsAligned(out, 8) &&
-        IsAligned(out_t, 8)) {
-      if (format == DType::kE4M3) {
-        CastTransposeVecKernel<__NV_E4M3>
-            <<<blocks, kThreads, 0, stream>>>(o, ot, x, rows, cols, scale, amax, scale_inv);
-      } else {
-        CastTransposeVecKernel<__NV_E5M2>
-            <<<blocks, kThreads, 0, stream>>>(o, ot, x, rows, cols, scale, amax, scale_inv);
-      }
+    if (fp8tile::TileShapeOk(rows, cols, out, out_t) && IsAligned(x, 16)) {
+      fp8tile::LaunchTileCast(format == DType::kE4M3, out, out_t, fp8tile::Bf16Source{x, cols},
+                              rows, cols, cols, 0, scale, amax, scale_inv, stream);
       FORGE_CUDA_LAUNCH_CHECK();
       return Status::Ok();
     }

@@ -11,14 +11,13 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/swiglu.cuh"
+#include "kernels/cuda/swiglu_math.cuh"
 
 namespace forge::cuda {
 namespace {
 
 constexpr int kThreads = 256;
 constexpr int kMaxBlocks = 16384;
-
-__device__ __forceinline__ float Sigmoid(float g) { return __frcp_rn(1.0f + expf(-g)); }
 
 template <int VEC>
 __global__ void __launch_bounds__(kThreads)
@@ -35,7 +34,7 @@ __global__ void __launch_bounds__(kThreads)
     LoadVec<VEC>(gp, g);
     LoadVec<VEC>(gp + ffn, u);
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) o[k] = g[k] * Sigmoid(g[k]) * u[k];
+    for (int k = 0; k < VEC; ++k) o[k] = SwiGluOut(g[k], u[k]);
     StoreVec<VEC>(out + n * ffn + c, o);
   }
 }
@@ -56,12 +55,7 @@ __global__ void __launch_bounds__(kThreads)
     LoadVec<VEC>(gp + ffn, u);
     LoadVec<VEC>(dout + n * ffn + c, dy);
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) {
-      // silu'(g) = sig (1 + g (1 - sig))
-      const float sig = Sigmoid(g[k]);
-      dg[k] = dy[k] * u[k] * sig * (1.0f + g[k] * (1.0f - sig));
-      du[k] = dy[k] * (g[k] * sig);
-    }
+    for (int k = 0; k < VEC; ++k) SwiGluGrads(g[k], u[k], dy[k], &dg[k], &du[k]);
     bf16* dp = dgate_up + n * 2 * ffn + c;
     StoreVec<VEC>(dp, dg);
     StoreVec<VEC>(dp + ffn, du);

@@ -663,15 +663,21 @@ Status CudaModel::BlockForward(int layer, int set, const BlockActs& a, const bf1
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdGemm, s));
   FORGE_RETURN_IF_ERROR(linear(LinearKind::kGateUp, a.gu, a.h2, o.w_gate_up, 2 * ffn_, d_, nullptr));
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
-  FORGE_RETURN_IF_ERROR(cuda::SwiGluForward(a.sw, a.gu, N_, ffn_, s));
+  // FP8 on a delayed step: SwiGLU writes the down projection's FP8 input itself (no bf16 sw).
+  const bool fused = f8 != nullptr && f8->fuse_swiglu();
+  if (fused) {
+    FORGE_RETURN_IF_ERROR(f8->SwiGluForwardToInput(layer, set, a.gu, s));
+  } else {
+    FORGE_RETURN_IF_ERROR(cuda::SwiGluForward(a.sw, a.gu, N_, ffn_, s));
+  }
   if (x_out == nullptr) {
     // Recompute in backward: the output is not needed, but FP8's dWdown reads sw's cast.
-    return f8 == nullptr ? Status::Ok() : f8->CastInput(layer, LinearKind::kDown, set, a.sw, s);
+    return f8 == nullptr || fused ? Status::Ok()
+                                  : f8->CastInput(layer, LinearKind::kDown, set, a.sw, s);
   }
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdGemm, s));
-  FORGE_RETURN_IF_ERROR(
-      linear(LinearKind::kDown, x_out, a.sw, o.w_down, d_, ffn_, /*residual=*/a.x_mid));
-  return Status::Ok();
+  if (fused) return b.gemm.Run(f8->Forward(layer, LinearKind::kDown, x_out, a.x_mid), s);
+  return linear(LinearKind::kDown, x_out, a.sw, o.w_down, d_, ffn_, /*residual=*/a.x_mid);
 }
 
 // ---- the wgrad stream ----------------------------------------------------------------------
@@ -759,17 +765,20 @@ Status CudaModel::BlockBackward(int layer, int set, const BlockActs& a, const bf
   const bool acc = accumulate_grads;
   Fp8Linears* f8 = b.fp8.get();
   // dW (+)= dy^T x on the wgrad stream, then dx = dy W on this one.
+  // `cast_done`: dy's FP8 casts were written by its producer (fused SwiGLU backward).
   auto linear_backward = [&](LinearKind k, bf16* dx, const bf16* dy, const bf16* x,
-                             int64_t weight_offset, int64_t out, int64_t in,
-                             WgradHazard reads) -> Status {
+                             int64_t weight_offset, int64_t out, int64_t in, WgradHazard reads,
+                             bool cast_done = false) -> Status {
     if (f8 == nullptr) {
       FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdGemm, s));
       FORGE_RETURN_IF_ERROR(WgradGemm(
           LinearBackwardWeight(g + weight_offset, dy, x, N_, out, in, acc), reads, s));
       return b.gemm.Run(LinearBackwardData(dx, dy, w + weight_offset, N_, out, in), s);
     }
-    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
-    FORGE_RETURN_IF_ERROR(f8->CastGrad(layer, k, dy, s));
+    if (!cast_done) {
+      FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
+      FORGE_RETURN_IF_ERROR(f8->CastGrad(layer, k, dy, s));
+    }
     FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdGemm, s));
     FORGE_RETURN_IF_ERROR(
         WgradGemm(f8->BackwardWeight(layer, k, set, g + weight_offset, acc), reads, s));
@@ -781,9 +790,14 @@ Status CudaModel::BlockBackward(int layer, int set, const BlockActs& a, const bf
                                         WgradHazard::kDres));
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
   FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDgu, s));  // block l+1's dWgu reads dgu
-  FORGE_RETURN_IF_ERROR(cuda::SwiGluBackward(b.dgu, b.dsw, a.gu, N_, ffn_, s));
+  const bool fused = f8 != nullptr && f8->fuse_swiglu();  // writes dgu's FP8 casts directly
+  if (fused) {
+    FORGE_RETURN_IF_ERROR(f8->SwiGluBackwardToGrad(layer, b.dsw, a.gu, s));
+  } else {
+    FORGE_RETURN_IF_ERROR(cuda::SwiGluBackward(b.dgu, b.dsw, a.gu, N_, ffn_, s));
+  }
   FORGE_RETURN_IF_ERROR(linear_backward(LinearKind::kGateUp, b.dh, b.dgu, a.h2, o.w_gate_up,
-                                        2 * ffn_, d_, WgradHazard::kDgu));
+                                        2 * ffn_, d_, WgradHazard::kDgu, fused));
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
   FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDres, s));  // dWdown reads dres
   FORGE_RETURN_IF_ERROR(cuda::RmsNormBackward(dres, g + o.mlp_norm, b.dh, a.x_mid,

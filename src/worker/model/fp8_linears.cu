@@ -1,6 +1,7 @@
 #include "worker/model/fp8_linears.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -9,6 +10,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/fp8_cast.cuh"
 #include "kernels/cuda/fp8_scale_update.cuh"
+#include "kernels/cuda/swiglu_fp8.cuh"
 #include "worker/model/fp8_scaling.h"
 
 namespace forge {
@@ -121,6 +123,9 @@ Status Fp8Linears::Init(const Fp8Config& cfg, int n_layer,
     FORGE_RETURN_IF_ERROR(Alloc(&dy8_[k], size_t(N_ * shapes[k].out)));
     FORGE_RETURN_IF_ERROR(Alloc(&dy8t_[k], size_t(N_ * shapes[k].out)));
   }
+  const int64_t ffn = shapes[int(LinearKind::kDown)].in;
+  fuse_swiglu_ = shapes[int(LinearKind::kGateUp)].out == 2 * ffn && ffn <= INT32_MAX &&
+                 cuda::SwiGluFp8Supported(N_, int(ffn), x8_, x8_, x8_, x8t_[0]);
   // The memsets and uploads above ran on the legacy stream.
   FORGE_CUDA_CHECK(cudaDeviceSynchronize());
   return Status::Ok();
@@ -177,6 +182,24 @@ Status Fp8Linears::CastGrad(int layer, LinearKind k, const bf16* dy, cudaStream_
   const int ki = int(k);
   return Cast(e5m2_, int64_t{kLinearKinds} * layer + ki, DType::kE5M2, dy8_[ki], dy8t_[ki], dy,
               N_, shape_[ki].out, s);
+}
+
+Status Fp8Linears::SwiGluForwardToInput(int layer, int set, const bf16* gate_up,
+                                        cudaStream_t s) {
+  const int k = int(LinearKind::kDown);
+  const int64_t i = 2 * (int64_t{kLinearKinds} * layer + k) + 1;
+  return cuda::SwiGluForwardFp8(x8_, x8t_[size_t(kLinearKinds) * set + k], gate_up, N_,
+                                int(shape_[k].in), DType::kE4M3, e4m3_.scale + i * kStride,
+                                e4m3_.amax + i * kStride, e4m3_.scale_inv + i * kStride, s);
+}
+
+Status Fp8Linears::SwiGluBackwardToGrad(int layer, const bf16* dout, const bf16* gate_up,
+                                        cudaStream_t s) {
+  const int k = int(LinearKind::kGateUp);
+  const int64_t i = int64_t{kLinearKinds} * layer + k;
+  return cuda::SwiGluBackwardFp8(dy8_[k], dy8t_[k], dout, gate_up, N_, int(shape_[k].out / 2),
+                                 DType::kE5M2, e5m2_.scale + i * kStride,
+                                 e5m2_.amax + i * kStride, e5m2_.scale_inv + i * kStride, s);
 }
 
 GemmArgs Fp8Linears::Forward(int layer, LinearKind k, bf16* y, const bf16* residual) const {

@@ -72,6 +72,16 @@ class Fp8Linears {
   // dy [N, out] -> dy8 and dy8t of the kind.
   Status CastGrad(int layer, LinearKind k, const cuda::bf16* dy, cudaStream_t s);
 
+  // SwiGLU fused with the casts it feeds (kernels/cuda/swiglu_fp8.cuh; bitwise the same as
+  // SwiGLU in BF16 followed by CastInput / CastGrad): only when no cast measures first (a
+  // delayed step) and the tile kernel takes the shapes (N and ffn multiples of 64).
+  bool fuse_swiglu() const { return fuse_swiglu_ && !measuring(); }
+  // SwiGLU(gate_up) straight into the down projection's input casts (x8, x8t of `set`).
+  Status SwiGluForwardToInput(int layer, int set, const cuda::bf16* gate_up, cudaStream_t s);
+  // SwiGLU's backward straight into the gate/up projection's gradient casts (dy8, dy8t).
+  Status SwiGluBackwardToGrad(int layer, const cuda::bf16* dout, const cuda::bf16* gate_up,
+                              cudaStream_t s);
+
   // The three GEMMs of a linear layer on the cast operands (shapes as in CudaModel).
   // y [N, out] = x8 W8^T (+ residual: C, only read).
   cuda::GemmArgs Forward(int layer, LinearKind k, cuda::bf16* y,
@@ -146,6 +156,7 @@ class Fp8Linears {
   int64_t N_ = 0;
   std::array<Fp8LinearShape, kLinearKinds> shape_{};
   bool have_history_ = false;
+  bool fuse_swiglu_ = false;
   size_t allocated_ = 0;
   std::vector<void*> allocations_;
   Group e4m3_, e5m2_;

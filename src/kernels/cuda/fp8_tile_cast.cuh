@@ -1,0 +1,167 @@
+// The FP8 cast(+transpose) tile kernel, shared by the plain cast (fp8_cast.cu) and the casts
+// fused into their producers (swiglu_fp8.cu): a Producer computes 8 consecutive values of a
+// logical [rows, tile_cols] tensor (a bf16 load, or SwiGLU of gate/up), the kernel quantises
+// them with *scale, writes the row-major FP8 output and, through a shared-memory tile, the
+// transposed one, and max-accumulates the amax of |value| (see fp8_cast.cuh for the scale,
+// amax and scale_inv contract). A producer may yield kOut values per position: output o goes
+// to column c + o * second_col of an [rows, out_cols] tensor (SwiGLU backward writes the gate
+// and up halves of dgate_up from one read of its inputs).
+//
+// Layout per 64x64 tile (rows and tile_cols multiples of 64, 16-byte aligned inputs, 8-byte
+// aligned outputs; the launchers check): 256 threads, each loads 8 values twice (a warp covers
+// 4 rows x 128 B of a bf16 input), stores 8 FP8 bytes row-major, and after the barrier gathers
+// 8 bytes down a tile column for one 8-byte transposed store (4 x 64 B per warp). Tile rows
+// are 68 bytes apart in shared memory, so a warp's column gathers (8 row groups, 4 columns)
+// meet at most 2 words per bank.
+#pragma once
+
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/bf16.cuh"
+#include "kernels/cuda/device_util.cuh"
+
+namespace forge::cuda::fp8tile {
+
+inline constexpr int kTile = 64;
+inline constexpr int kThreads = 256;
+inline constexpr int kStride = kTile + 4;  // bytes between tile rows in shared memory
+inline constexpr int kMaxBlocks = 4096;
+
+template <__nv_fp8_interpretation_t F>
+__device__ __forceinline__ uint8_t ToFp8(float v) {
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, F));
+}
+// Two values in one cvt; `lo` lands in the low byte (the lower address).
+template <__nv_fp8_interpretation_t F>
+__device__ __forceinline__ uint32_t ToFp8x2(float lo, float hi) {
+  return static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, F));
+}
+
+__device__ __forceinline__ uint32_t AbsBits(float v) { return __float_as_uint(v) & 0x7FFFFFFFu; }
+
+__device__ __forceinline__ uint32_t WarpMaxU32(uint32_t v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Folds every thread's `m` (|x| bits) into *amax: warp max, block max over the warps, one
+// atomicMax per block on the float's bits (non-negative floats order like their bits, NaN
+// patterns above Inf's: deterministic, and an overflowed tensor cannot hide). Every thread of
+// the block must call it; the block has a multiple of 32 threads.
+__device__ __forceinline__ void BlockAmaxToGlobal(uint32_t m, float* amax) {
+  __shared__ uint32_t warp_max[32];
+  const int tid = threadIdx.x + threadIdx.y * blockDim.x;
+  const int lane = tid % 32, warp = tid / 32;
+  const int n_warps = blockDim.x * blockDim.y / 32;
+  m = WarpMaxU32(m);
+  if (lane == 0) warp_max[warp] = m;
+  __syncthreads();
+  if (warp == 0) {
+    uint32_t t = lane < n_warps ? warp_max[lane] : 0u;
+    t = WarpMaxU32(t);
+    // 0 cannot raise a zeroed amax: skip the atomic.
+    if (lane == 0 && t != 0u) atomicMax(reinterpret_cast<unsigned int*>(amax), t);
+  }
+}
+
+// A bf16 tensor [rows, cols] as it is.
+struct Bf16Source {
+  static constexpr int kOut = 1;
+  const bf16* x;
+  int64_t cols;
+  __device__ __forceinline__ void Load(int64_t r, int64_t c, float (&f)[kOut][8]) const {
+    LoadVec<8>(x + r * cols + c, f[0]);
+  }
+};
+
+template <__nv_fp8_interpretation_t F, class P>
+__global__ void __launch_bounds__(kThreads)
+    TileCastKernel(uint8_t* __restrict__ out, uint8_t* __restrict__ out_t, P p, int64_t rows,
+                   int64_t tile_cols, int64_t out_cols, int64_t second_col,
+                   const float* __restrict__ scale, float* __restrict__ amax,
+                   float* __restrict__ scale_inv) {
+  __shared__ __align__(16) uint8_t tile[P::kOut][kTile * kStride];
+  const float s = *scale;
+  const int tid = threadIdx.x;
+  if (scale_inv && blockIdx.x == 0 && tid == 0) *scale_inv = 1.0f / s;
+  const int64_t tiles_c = tile_cols / kTile;
+  const int64_t tiles = rows / kTile * tiles_c;
+  constexpr int kChunks = kTile * kTile / 8;  // 8-element pieces per tile
+  uint32_t m = 0;
+  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const int64_t r0 = t / tiles_c * kTile, c0 = t % tiles_c * kTile;
+#pragma unroll
+    for (int k = 0; k < kChunks / kThreads; ++k) {
+      const int chunk = tid + kThreads * k;
+      const int r = chunk / 8, c8 = chunk % 8 * 8;
+      float f[P::kOut][8];
+      p.Load(r0 + r, c0 + c8, f);
+#pragma unroll
+      for (int o = 0; o < P::kOut; ++o) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) m = max(m, AbsBits(f[o][e]));
+        const float* v = f[o];
+        const uint32_t lo = ToFp8x2<F>(v[0] * s, v[1] * s) | (ToFp8x2<F>(v[2] * s, v[3] * s) << 16);
+        const uint32_t hi = ToFp8x2<F>(v[4] * s, v[5] * s) | (ToFp8x2<F>(v[6] * s, v[7] * s) << 16);
+        if (out) {
+          *reinterpret_cast<uint2*>(out + (r0 + r) * out_cols + c0 + c8 + o * second_col) =
+              make_uint2(lo, hi);
+        }
+        uint32_t* row = reinterpret_cast<uint32_t*>(tile[o] + r * kStride + c8);
+        row[0] = lo;
+        row[1] = hi;
+      }
+    }
+    if (out_t) {  // uniform over the block: the barriers are safe
+      __syncthreads();
+#pragma unroll
+      for (int o = 0; o < P::kOut; ++o) {
+#pragma unroll
+        for (int k = 0; k < kChunks / kThreads; ++k) {
+          const int chunk = tid + kThreads * k;
+          const int c = chunk / 8, r8 = chunk % 8 * 8;
+          uint32_t lo = 0, hi = 0;
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            lo |= uint32_t{tile[o][(r8 + e) * kStride + c]} << (8 * e);
+            hi |= uint32_t{tile[o][(r8 + 4 + e) * kStride + c]} << (8 * e);
+          }
+          *reinterpret_cast<uint2*>(out_t + (c0 + c + o * second_col) * rows + r0 + r8) =
+              make_uint2(lo, hi);
+        }
+      }
+      __syncthreads();  // the tile is rewritten by the next iteration
+    }
+  }
+  if (amax) BlockAmaxToGlobal(m, amax);
+}
+
+// Whether the tile kernel takes a [rows, tile_cols] problem with these buffers.
+inline bool TileShapeOk(int64_t rows, int64_t tile_cols, const void* out, const void* out_t) {
+  return rows % kTile == 0 && tile_cols % kTile == 0 && IsAligned(out, 8) && IsAligned(out_t, 8);
+}
+
+// Launches the tile kernel for `format` (true) or returns false for a format it does not know.
+template <class P>
+bool LaunchTileCast(bool e4m3, void* out, void* out_t, const P& p, int64_t rows,
+                    int64_t tile_cols, int64_t out_cols, int64_t second_col, const float* scale,
+                    float* amax, float* scale_inv, cudaStream_t stream) {
+  const int64_t tiles = rows / kTile * (tile_cols / kTile);
+  const int blocks = static_cast<int>(tiles < 1 ? 1 : tiles > kMaxBlocks ? kMaxBlocks : tiles);
+  auto* o = static_cast<uint8_t*>(out);
+  auto* ot = static_cast<uint8_t*>(out_t);
+  if (e4m3) {
+    TileCastKernel<__NV_E4M3, P><<<blocks, kThreads, 0, stream>>>(
+        o, ot, p, rows, tile_cols, out_cols, second_col, scale, amax, scale_inv);
+  } else {
+    TileCastKernel<__NV_E5M2, P><<<blocks, kThreads, 0, stream>>>(
+        o, ot, p, rows, tile_cols, out_cols, second_col, scale, amax, scale_inv);
+  }
+  return true;
+}
+
+}  // namespace forge::cuda::fp8tile

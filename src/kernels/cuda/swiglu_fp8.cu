@@ -1,0 +1,107 @@
+#include "kernels/cuda/swiglu_fp8.cuh"
+
+#include <string>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/fp8_tile_cast.cuh"
+#include "kernels/cuda/swiglu_math.cuh"
+
+namespace forge::cuda {
+namespace {
+
+// Rounds like the BF16 kernels' stores, back to float for the quantiser.
+__device__ __forceinline__ float RoundBf16(float v) {
+  return __bfloat162float(__float2bfloat16_rn(v));
+}
+
+struct SwiGluForwardSource {
+  static constexpr int kOut = 1;
+  const bf16* gate_up;
+  int64_t ffn;
+  __device__ __forceinline__ void Load(int64_t r, int64_t c, float (&f)[1][8]) const {
+    float g[8], u[8];
+    const bf16* gp = gate_up + r * 2 * ffn + c;
+    LoadVec<8>(gp, g);
+    LoadVec<8>(gp + ffn, u);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) f[0][e] = RoundBf16(SwiGluOut(g[e], u[e]));
+  }
+};
+
+// Positions (r, c) of the gate half; output 0 is dgate at column c, output 1 dup at c + ffn.
+struct SwiGluBackwardSource {
+  static constexpr int kOut = 2;
+  const bf16* dout;
+  const bf16* gate_up;
+  int64_t ffn;
+  __device__ __forceinline__ void Load(int64_t r, int64_t c, float (&f)[2][8]) const {
+    float g[8], u[8], dy[8];
+    const bf16* gp = gate_up + r * 2 * ffn + c;
+    LoadVec<8>(gp, g);
+    LoadVec<8>(gp + ffn, u);
+    LoadVec<8>(dout + r * ffn + c, dy);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      float dg, du;
+      SwiGluGrads(g[e], u[e], dy[e], &dg, &du);
+      f[0][e] = RoundBf16(dg);
+      f[1][e] = RoundBf16(du);
+    }
+  }
+};
+
+Status CheckFp8Args(const char* what, int64_t N, int ffn, DType format, const float* scale,
+                    const float* amax, const float* scale_inv) {
+  if (N < 0 || ffn <= 0)
+    return Status::Invalid(std::string(what) + ": bad shape N=" + std::to_string(N) +
+                           " ffn=" + std::to_string(ffn));
+  if (format != DType::kE4M3 && format != DType::kE5M2)
+    return Status::Invalid(std::string(what) + ": format must be E4M3 or E5M2");
+  if (!scale) return Status::Invalid(std::string(what) + ": scale pointer is required");
+  for (const void* p : {static_cast<const void*>(scale), static_cast<const void*>(amax),
+                        static_cast<const void*>(scale_inv)}) {
+    if (p && !IsAligned(p, 16))
+      return Status::Invalid(std::string(what) + ": scale/amax/scale_inv must be 16-byte aligned");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+bool SwiGluFp8Supported(int64_t N, int ffn, const void* in0, const void* in1, const void* out,
+                        const void* out_t) {
+  return fp8tile::TileShapeOk(N, ffn, out, out_t) && IsAligned(in0, 16) && IsAligned(in1, 16);
+}
+
+Status SwiGluForwardFp8(void* out, void* out_t, const bf16* gate_up, int64_t N, int ffn,
+                        DType format, const float* scale, float* amax, float* scale_inv,
+                        cudaStream_t stream) {
+  FORGE_RETURN_IF_ERROR(
+      CheckFp8Args("SwiGluForwardFp8", N, ffn, format, scale, amax, scale_inv));
+  if (!SwiGluFp8Supported(N, ffn, gate_up, gate_up, out, out_t))
+    return Status::Invalid("SwiGluForwardFp8: needs N and ffn multiples of 64 and aligned "
+                           "buffers (N=" + std::to_string(N) + " ffn=" + std::to_string(ffn) + ")");
+  fp8tile::LaunchTileCast(format == DType::kE4M3, out, out_t,
+                          SwiGluForwardSource{gate_up, ffn}, N, ffn, ffn, 0, scale, amax,
+                          scale_inv, stream);
+  FORGE_CUDA_LAUNCH_CHECK();
+  return Status::Ok();
+}
+
+Status SwiGluBackwardFp8(void* dgate_up, void* dgate_up_t, const bf16* dout,
+                         const bf16* gate_up, int64_t N, int ffn, DType format,
+                         const float* scale, float* amax, float* scale_inv, cudaStream_t stream) {
+  FORGE_RETURN_IF_ERROR(
+      CheckFp8Args("SwiGluBackwardFp8", N, ffn, format, scale, amax, scale_inv));
+  if (!SwiGluFp8Supported(N, ffn, dout, gate_up, dgate_up, dgate_up_t))
+    return Status::Invalid("SwiGluBackwardFp8: needs N and ffn multiples of 64 and aligned "
+                           "buffers (N=" + std::to_string(N) + " ffn=" + std::to_string(ffn) + ")");
+  fp8tile::LaunchTileCast(format == DType::kE4M3, dgate_up, dgate_up_t,
+                          SwiGluBackwardSource{dout, gate_up, ffn}, N, ffn, 2 * int64_t{ffn},
+                          ffn, scale, amax, scale_inv, stream);
+  FORGE_CUDA_LAUNCH_CHECK();
+  return Status::Ok();
+}
+
+}  // namespace forge::cuda

@@ -1,0 +1,21 @@
+// SwiGLU's per-element math, shared by the BF16 kernels (swiglu.cu) and the ones that write
+// FP8 directly (swiglu_fp8.cu), so both round the same fp32 expressions to the same bf16.
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace forge::cuda {
+
+__device__ __forceinline__ float SwiGluSigmoid(float g) { return __frcp_rn(1.0f + expf(-g)); }
+
+// out = silu(g) * u
+__device__ __forceinline__ float SwiGluOut(float g, float u) { return g * SwiGluSigmoid(g) * u; }
+
+// d/dg and d/du of silu(g) * u for an incoming gradient dy; silu'(g) = sig (1 + g (1 - sig)).
+__device__ __forceinline__ void SwiGluGrads(float g, float u, float dy, float* dg, float* du) {
+  const float sig = SwiGluSigmoid(g);
+  *dg = dy * u * sig * (1.0f + g * (1.0f - sig));
+  *du = dy * (g * sig);
+}
+
+}  // namespace forge::cuda
