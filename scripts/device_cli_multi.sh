@@ -3,8 +3,10 @@
 # MASTER_ADDR / MASTER_PORT; no MPI): gpt124m on the small real dataset (.devdata/mini.tar.xz)
 # in ddp and fsdp. Each mode: 60 steps with a checkpoint at 30, then a second run stopped at
 # 30 and resumed to 60 (the records of steps 31-60 must be identical), then the fsdp
-# checkpoint resumed on ONE GPU (resharding 2 -> 1).
+# checkpoint resumed on ONE GPU (resharding 2 -> 1). PRECISION=fp8 runs it all in FP8 (the
+# checkpoints then carry the FP8 scaling state); MODES picks the modes (default "ddp fsdp").
 set -u
+PRECISION=${PRECISION:-bf16}
 cd "$(dirname "$0")/.."
 export FORGE_DATA_DIR=/tmp/fd
 mkdir -p $FORGE_DATA_DIR && tar -xJf .devdata/mini.tar.xz -C $FORGE_DATA_DIR
@@ -18,8 +20,9 @@ launch() {  # launch CONFIG RUN_DIR ARGS...
   wait
   grep -E "forge: (training|done|stopped)|error|Error" $dir.rank0.log | head -5
 }
-for mode in ddp fsdp; do
-  sed "s/^  mode: ddp /  mode: $mode /; s/every_steps: 250/every_steps: 30/" configs/gpt124m.yaml > /tmp/$mode.yaml
+for mode in ${MODES:-ddp fsdp}; do
+  sed "s/^  mode: ddp /  mode: $mode /; s/every_steps: 250/every_steps: 30/; s/compute: bf16/compute: $PRECISION/" \
+    configs/gpt124m.yaml > /tmp/$mode.yaml
   echo "== $mode: 60 steps, checkpoint every 30"
   launch /tmp/$mode.yaml /tmp/run_$mode --steps 60 --checkpoint-every 30
   echo "== $mode: 30 steps, then resumed to 60"

@@ -11,14 +11,18 @@
 //     Frobenius error;
 //   - with parallel.grad_reduce bf16 (ddp, zero1 on 2 GPUs) all of this too, within the looser
 //     tolerances of TolerancesFor() (ranks still bitwise equal to each other);
+//   - in FP8 (ddp, zero1, fsdp on 2 GPUs) likewise against one GPU in FP8, and every rank
+//     ends with the same FP8 scaling state (amaxes max-reduced over the ranks);
 //   - the same run twice gives bitwise the same weights (NCCL's reduction order is fixed for
 //     a given world and topology);
-//   - a run restarted from GetParams/GetMoments on fresh backends (what a checkpoint resume
-//     does; sharded modes gather the slots) continues bitwise like the uninterrupted one.
+//   - a run restarted from GetParams/GetMoments (and rank 0's GetExtraState, FP8 scaling) on
+//     fresh backends (what a checkpoint resume does; sharded modes gather the slots) continues
+//     bitwise like the uninterrupted one.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -38,8 +42,10 @@ using test::RelFrobenius;
 
 constexpr int kSteps = 6;
 
-RunConfig Config(ParallelMode mode, int world, int accum, GradReduce grad_reduce) {
+RunConfig Config(ParallelMode mode, int world, int accum, GradReduce grad_reduce,
+                 Precision precision) {
   RunConfig c = test::TinyGpuConfig("gpu-data-parallel-test");
+  c.precision.compute = precision;
   c.batch.global_batch = c.batch.micro_batch * world * accum;
   c.parallel.mode = mode;
   c.parallel.grad_reduce = grad_reduce;
@@ -52,9 +58,14 @@ struct Tolerances {
   double loss, norm, params, m, v;
 };
 
-Tolerances TolerancesFor(GradReduce g) {
+Tolerances TolerancesFor(GradReduce g, Precision p) {
   // fp32: the sums differ only in summation order (see the file comment).
-  if (g == GradReduce::kFp32) return {1e-3, 1e-2, 1e-3, 2e-2, 2e-2};
+  if (g == GradReduce::kFp32 && p != Precision::kFp8) return {1e-3, 1e-2, 1e-3, 2e-2, 2e-2};
+  // FP8 (fp32 sums): every cast sees the scale the one GPU uses (the first step measures each
+  // micro-batch's own tensor, later steps share the max amax over ranks, which is the one
+  // GPU's amax over its micro-steps), so the gradients differ by the summation order only;
+  // but an FP8 rounding that flips on such a difference moves an element by 2^-3 (E4M3) or
+  // 2^-2 (E5M2) of its value, so the bf16 bounds below apply.
   // bf16: each rank's gradient is rounded to bf16 (relative error <= 2^-8 ~ 4e-3 per element)
   // and NCCL rounds the sum once more at W = 2, so the summed gradient is off by a few 1e-3
   // relative, more where the ranks' halves cancel. AdamW normalises each element's step (~lr
@@ -93,6 +104,7 @@ std::vector<std::vector<Tokens>> MakeBatches(const RunConfig& c, int per_step) {
 struct Trajectory {
   std::vector<float> losses, norms;
   UnitBuffers params, m, v;
+  std::map<std::string, std::string> extra;  // the backend's FP8 scaling state
 };
 
 StepHyper Hyper(int step) { return StepHyper{2e-3f * (1.0f - 0.05f * step), step + 1}; }
@@ -129,9 +141,10 @@ void RankSteps(const RunConfig& c, const std::vector<std::vector<Tokens>>& batch
   auto made = MakeCudaTrainBackend(c, CudaBackendOptions{}, comm);
   if (!made.ok()) return e->Add(r, "backend: " + made.status().ToString());
   auto& b = *made;
-  if (resume_from != nullptr) {
+  if (resume_from != nullptr) {  // rank 0's state on every rank, as a checkpoint gives it
     e->Ok(r, b->SetParams(resume_from->params), "SetParams");
     e->Ok(r, b->SetMoments(resume_from->m, resume_from->v), "SetMoments");
+    e->Ok(r, b->SetExtraState(resume_from->extra), "SetExtraState");
   }
   const int W = comm->world();
   const int accum = c.batch.global_batch / (c.batch.micro_batch * W);
@@ -148,6 +161,7 @@ void RankSteps(const RunConfig& c, const std::vector<std::vector<Tokens>>& batch
   }
   e->Ok(r, b->GetParams(&out->params), "GetParams");
   e->Ok(r, b->GetMoments(&out->m, &out->v), "GetMoments");
+  e->Ok(r, b->GetExtraState(&out->extra), "GetExtraState");
 }
 
 std::vector<Trajectory> RunParallel(const RunConfig& c, int world,
@@ -176,6 +190,7 @@ struct Case {
   ParallelMode mode;
   int accum;  // micro-steps per rank per step
   GradReduce grad_reduce = GradReduce::kFp32;
+  Precision precision = Precision::kBf16;
 };
 
 class CudaDataParallelTest : public ::testing::TestWithParam<Case> {};
@@ -185,8 +200,8 @@ TEST_P(CudaDataParallelTest, MatchesOneGpuAndIsDeterministic) {
   const Case k = GetParam();
   if (NcclVisibleDevices() < k.world) GTEST_SKIP() << "needs " << k.world << " GPUs";
   test::NoGemmAutotune no_autotune;
-  const RunConfig c = Config(k.mode, k.world, k.accum, k.grad_reduce);
-  const Tolerances tol = TolerancesFor(k.grad_reduce);
+  const RunConfig c = Config(k.mode, k.world, k.accum, k.grad_reduce, k.precision);
+  const Tolerances tol = TolerancesFor(k.grad_reduce, k.precision);
   const auto batches = MakeBatches(c, k.world * k.accum);
 
   const Trajectory single = RunSingle(c, batches);
@@ -194,7 +209,10 @@ TEST_P(CudaDataParallelTest, MatchesOneGpuAndIsDeterministic) {
   ASSERT_EQ(single.losses.size(), size_t(kSteps));
   for (int r = 0; r < k.world; ++r) {
     ASSERT_EQ(ranks[r].losses.size(), size_t(kSteps)) << "rank " << r;
-    if (r > 0) ExpectBitwiseEqual(ranks[r], ranks[0], "rank " + std::to_string(r) + " vs 0");
+    if (r > 0) {
+      ExpectBitwiseEqual(ranks[r], ranks[0], "rank " + std::to_string(r) + " vs 0");
+      EXPECT_TRUE(ranks[r].extra == ranks[0].extra) << "rank " << r << ": FP8 scaling differs";
+    }
   }
   const Trajectory& dp = ranks[0];
   for (int s = 0; s < kSteps; ++s) {
@@ -230,11 +248,16 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{4, ParallelMode::kZero2, 2}, Case{2, ParallelMode::kFsdp, 1},
                       Case{2, ParallelMode::kFsdp, 2}, Case{4, ParallelMode::kFsdp, 2},
                       Case{2, ParallelMode::kDdp, 1, GradReduce::kBf16},
-                      Case{2, ParallelMode::kZero1, 2, GradReduce::kBf16}),
+                      Case{2, ParallelMode::kZero1, 2, GradReduce::kBf16},
+                      Case{2, ParallelMode::kDdp, 2, GradReduce::kFp32, Precision::kFp8},
+                      Case{2, ParallelMode::kZero1, 1, GradReduce::kFp32, Precision::kFp8},
+                      Case{2, ParallelMode::kFsdp, 2, GradReduce::kFp32, Precision::kFp8}),
     [](const ::testing::TestParamInfo<Case>& i) {
       const bool bf16 = i.param.grad_reduce == GradReduce::kBf16;
+      const bool fp8 = i.param.precision == Precision::kFp8;
       return std::string(ParallelModeName(i.param.mode)) + "_" + std::to_string(i.param.world) +
-             "gpus_accum" + std::to_string(i.param.accum) + (bf16 ? "_bf16grads" : "");
+             "gpus_accum" + std::to_string(i.param.accum) + (bf16 ? "_bf16grads" : "") +
+             (fp8 ? "_fp8" : "");
     });
 
 }  // namespace

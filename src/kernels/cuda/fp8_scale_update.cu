@@ -34,7 +34,30 @@ __global__ void Fp8ScaleUpdateKernel(Fp8ScaleUpdateArgs a) {
   a.scale_inv[i * a.stride] = 1.0f / s;
 }
 
+__global__ void AmaxMaxOverRanksKernel(float* __restrict__ amax, const float* __restrict__ gathered,
+                                       int64_t n, int world, int64_t stride) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    uint32_t m = 0;
+    for (int r = 0; r < world; ++r)
+      m = max(m, __float_as_uint(gathered[r * stride + i]) & 0x7FFFFFFFu);
+    amax[i] = __uint_as_float(m);
+  }
+}
+
 }  // namespace
+
+Status Fp8AmaxMaxOverRanks(float* amax, const float* gathered, int64_t n, int world,
+                           int64_t stride, cudaStream_t stream) {
+  if (n < 0 || world < 1 || stride < n || (n > 0 && (amax == nullptr || gathered == nullptr)))
+    return Status::Invalid("Fp8AmaxMaxOverRanks: bad arguments (n " + std::to_string(n) +
+                           ", world " + std::to_string(world) + ")");
+  if (n == 0) return Status::Ok();
+  const int blocks = static_cast<int>(std::min<int64_t>((n + 255) / 256, 1024));
+  AmaxMaxOverRanksKernel<<<blocks, 256, 0, stream>>>(amax, gathered, n, world, stride);
+  FORGE_CUDA_LAUNCH_CHECK();
+  return Status::Ok();
+}
 
 Status Fp8ScaleUpdate(const Fp8ScaleUpdateArgs& a, cudaStream_t stream) {
   if (a.n < 0 || a.stride < 1 || a.window < 1 || a.margin < 0 || a.margin > 32 ||

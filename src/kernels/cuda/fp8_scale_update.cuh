@@ -40,4 +40,11 @@ struct Fp8ScaleUpdateArgs {
 
 Status Fp8ScaleUpdate(const Fp8ScaleUpdateArgs& args, cudaStream_t stream);
 
+// Data parallelism: amax[i] = max over ranks r of gathered[r * stride + i] (an all-gather of
+// every rank's amax slots), so every rank derives the same scales. Compared as bit patterns
+// like the casts' amax (NaN above Inf above every finite value): an overflow on any rank
+// reaches all.
+Status Fp8AmaxMaxOverRanks(float* amax, const float* gathered, int64_t n, int world,
+                           int64_t stride, cudaStream_t stream);
+
 }  // namespace forge::cuda

@@ -97,6 +97,16 @@ class Fp8Linears {
   // Drops the amaxes recorded since the last EndStep (an evaluation pass between steps must
   // not shape the next step's scales).
   Status ResetAmax(cudaStream_t s);
+  // The amax slot arrays (E4M3 group, E5M2 group: n * 4 floats each, every 4th a tensor's
+  // amax, the rest 0), for a data-parallel layer that makes them equal on every rank between
+  // the last micro-batch and EndStep.
+  struct AmaxSlots {
+    float* data;
+    int64_t count;
+  };
+  std::array<AmaxSlots, 2> amax_slots() {
+    return {AmaxSlots{e4m3_.amax, e4m3_.n * 4}, AmaxSlots{e5m2_.amax, e5m2_.n * 4}};
+  }
   // Whether casts measure their tensor first (current recipe, or no step recorded yet).
   bool measuring() const { return cfg_.recipe == Fp8Recipe::kCurrent || !have_history_; }
 

@@ -535,9 +535,8 @@ Status CudaBackend::SetMoments(const UnitBuffers& m, const UnitBuffers& v) {
   return model_->UploadMoments(m, v, compute_stream_);
 }
 
-// FP8: the scaling state under "fp8". Under data parallelism each rank saves its own (its
-// activation and gradient amaxes are its own micro-batches'), and a resumed run loads rank 0's
-// on every rank: exact for one GPU, the same recipe with rank 0's history elsewhere.
+// FP8: the scaling state under "fp8". Under data parallelism it is the same on every rank
+// (CudaDataParallel::ShareFp8Amax), so rank 0's, which a resume loads everywhere, is exact.
 Status CudaBackend::GetExtraState(std::map<std::string, std::string>* blobs) {
   if (model_->fp8() == nullptr) return Status::Ok();
   FORGE_CUDA_CHECK(cudaSetDevice(device_));

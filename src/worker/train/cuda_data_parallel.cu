@@ -7,6 +7,8 @@
 
 #include "kernels/cuda/adamw.cuh"  // CastFloatToBf16, CastBf16ToFloat
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/fp8_scale_update.cuh"
+#include "worker/model/fp8_linears.h"
 #include "worker/parallel/shard_layout.h"
 
 namespace forge {
@@ -62,6 +64,13 @@ Status CudaDataParallel::Init() {
   rank_ = comm_->rank();
   world_ = comm_->world();
   nccl_stream_ = static_cast<cudaStream_t>(comm_->stream());
+  if (Fp8Linears* f8 = model_->fp8()) {  // ShareFp8Amax: [world + 1, both groups' slots]
+    const auto slots = f8->amax_slots();
+    void* p = nullptr;
+    FORGE_RETURN_IF_ERROR(AllocDevice(
+        &p, size_t(world_ + 1) * size_t(slots[0].count + slots[1].count) * sizeof(float)));
+    fp8_gathered_ = static_cast<float*>(p);
+  }
   comm_->SetProducerStream(nullptr);  // ordering is explicit, through the events below
   const size_t U = model_->layout().units.size();
   const CudaParamBuffers& pb = model_->param_buffers();
@@ -205,6 +214,7 @@ Status CudaDataParallel::SumLoss(float* stats, cudaStream_t compute) {
 Status CudaDataParallel::Optimize(const cuda::AdamWHyper* hyper, float* stats,
                                   cudaStream_t compute) {
   FORGE_RETURN_IF_ERROR(model_->GradSumSquares(stats + 1, compute));
+  if (model_->fp8() != nullptr) FORGE_RETURN_IF_ERROR(ShareFp8Amax(compute));
   if (!sharded()) {
     // Identical gradients everywhere: the local norm is the global one.
     FORGE_RETURN_IF_ERROR(model_->ClipAndUpdate(hyper, stats + 1, compute));
@@ -222,6 +232,31 @@ Status CudaDataParallel::Optimize(const cuda::AdamWHyper* hyper, float* stats,
   FORGE_RETURN_IF_ERROR(EnsureRoot(compute, /*wait=*/false));
   const int L = int(model_->layout().units.size()) - 2;
   for (int l = 0; l < std::min(L, 2); ++l) FORGE_RETURN_IF_ERROR(Ensure(l, compute, false));
+  return Status::Ok();
+}
+
+// Once per step, a few KB: [world][E4M3 slots][E5M2 slots] gathered, then the max per slot.
+Status CudaDataParallel::ShareFp8Amax(cudaStream_t compute) {
+  const auto slots = model_->fp8()->amax_slots();
+  const int64_t per_rank = slots[0].count + slots[1].count;
+  // The send buffer: this rank's slots side by side (the two groups are separate arrays).
+  float* send = fp8_gathered_ + int64_t{world_} * per_rank;
+  FORGE_CUDA_CHECK(cudaMemcpyAsync(send, slots[0].data, slots[0].count * sizeof(float),
+                                   cudaMemcpyDeviceToDevice, compute));
+  FORGE_CUDA_CHECK(cudaMemcpyAsync(send + slots[0].count, slots[1].data,
+                                   slots[1].count * sizeof(float), cudaMemcpyDeviceToDevice,
+                                   compute));
+  FORGE_RETURN_IF_ERROR(CommWaitsStream(compute));
+  FORGE_RETURN_IF_ERROR(
+      comm_->AllGather(send, fp8_gathered_, per_rank, DType::kF32, "fp8 amax").status());
+  FORGE_RETURN_IF_ERROR(JoinComm(compute));
+  // Max over ranks, group by group, straight back into the slots.
+  int64_t at = 0;
+  for (const auto& g : slots) {
+    FORGE_RETURN_IF_ERROR(cuda::Fp8AmaxMaxOverRanks(g.data, fp8_gathered_ + at, g.count, world_,
+                                                    per_rank, compute));
+    at += g.count;
+  }
   return Status::Ok();
 }
 

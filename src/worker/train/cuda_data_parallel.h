@@ -103,6 +103,9 @@ class CudaDataParallel {
   // The NCCL stream waits for `e` (recorded on a stream the collective depends on).
   Status CommWaits(cudaEvent_t e);
   Status CommWaitsStream(cudaStream_t s);
+  // FP8: every rank's amax slots all-gathered and max-reduced in place, so all ranks derive
+  // the same scales (and a checkpoint's rank-0 scaling state is every rank's).
+  Status ShareFp8Amax(cudaStream_t compute);
   Status OnGradReady(int unit, cudaEvent_t compute_done, cudaEvent_t wgrad_done,
                      bool all_reduce);
   // The unit's gradient (fp32 at `g`) summed in bf16 through comm_bf16_ (see the file comment).
@@ -137,6 +140,7 @@ class CudaDataParallel {
   // fsdp state (see the file comment).
   bool first_micro_ = true;
   std::vector<void*> allocations_;
+  float* fp8_gathered_ = nullptr;    // [world, amax slots of both groups] (FP8 only)
   cuda::bf16* root_params_[2] = {};  // embedding, final norm (gathered)
   float* root_grads_[2] = {};        // [0] also GatherSlots' scratch (largest unit)
   cudaEvent_t root_gathered_ = nullptr;
