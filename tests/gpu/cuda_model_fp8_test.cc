@@ -26,11 +26,9 @@
 namespace forge {
 namespace {
 
-using test::InitialParams;
 using test::MakeBatches;
 using test::MakeGpu;
 using test::NoGemmAutotune;
-using test::RelFrobenius;
 using test::Views;
 
 RunConfig Fp8Config(Fp8Recipe recipe = Fp8Recipe::kDelayed) {
@@ -45,40 +43,15 @@ class GpuFp8Model : public ::testing::TestWithParam<Fp8Recipe> {};
 
 TEST_P(GpuFp8Model, GradientsMatchCpu) {
   FORGE_SKIP_WITHOUT_GPU();
-  const RunConfig c = Fp8Config(GetParam());
-  auto cpu = MakeCpuBackend(c);
-  auto gpu = MakeGpu(c);
-  ASSERT_NE(gpu, nullptr);
-  const UnitBuffers params = InitialParams(c);
-  ASSERT_STATUS_OK(cpu->SetParams(params));
-  ASSERT_STATUS_OK(gpu->SetParams(params));
-  const auto batches = MakeBatches(c, 2, 11);
-  const auto micro = Views(batches, 0, 2);
-  UnitBuffers g_cpu, g_gpu;
-  float l_cpu = 0.0f, l_gpu = 0.0f;
-  ASSERT_STATUS_OK(cpu->ComputeGradients(micro, &g_cpu, &l_cpu));
-  ASSERT_STATUS_OK(gpu->ComputeGradients(micro, &g_gpu, &l_gpu));
-  EXPECT_NEAR(l_gpu, l_cpu, 2e-2 * std::fabs(l_cpu)) << "loss";
-  const ParamLayout layout = MakeParamLayout(c.model);
-  for (size_t u = 0; u < layout.units.size(); ++u) {
-    for (const TensorSlot& t : layout.units[u].tensors) {
-      const double rel = RelFrobenius(g_gpu[u].data() + t.offset, g_cpu[u].data() + t.offset,
-                                      t.numel);
-      EXPECT_LT(rel, 0.15) << t.name << ": relative Frobenius error of the gradient";
-      std::printf("  %-28s rel err %.3e\n", t.name.c_str(), rel);
-    }
-  }
+  test::ExpectGradientsMatchCpu(Fp8Config(GetParam()), 2, {}, /*loss_tol=*/2e-2,
+                                /*grad_tol=*/0.15);
 }
 
 TEST_P(GpuFp8Model, TrainingTracksCpu) {
   FORGE_SKIP_WITHOUT_GPU();
   const RunConfig c = Fp8Config(GetParam());
-  auto cpu = MakeCpuBackend(c);
-  auto gpu = MakeGpu(c);
+  auto [cpu, gpu] = test::MakeCpuAndGpu(c);
   ASSERT_NE(gpu, nullptr);
-  const UnitBuffers params = InitialParams(c);
-  ASSERT_STATUS_OK(cpu->SetParams(params));
-  ASSERT_STATUS_OK(gpu->SetParams(params));
   constexpr int kSteps = 50;
   const auto batches = MakeBatches(c, kSteps, 21);
   float first = 0.0f, last5 = 0.0f, worst = 0.0f;

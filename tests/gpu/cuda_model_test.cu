@@ -33,47 +33,13 @@ using test::RelFrobenius;
 
 RunConfig TinyConfig() { return test::TinyGpuConfig("gpu-model-test"); }
 
-using test::InitialParams;
 using test::MakeBatches;
 using test::MakeGpu;
 using test::MarkovTokens;
 using test::Views;
 using test::NoGemmAutotune;
 
-// Gradients of the same init and batches on both backends, tensor by tensor.
-void ExpectGradientsMatchCpu(const RunConfig& c, int micro_steps, CudaBackendOptions o = {}) {
-  auto cpu = MakeCpuBackend(c);
-  auto gpu = MakeGpu(c, o);
-  ASSERT_NE(gpu, nullptr);
-  const UnitBuffers params = InitialParams(c);
-  ASSERT_STATUS_OK(cpu->SetParams(params));
-  ASSERT_STATUS_OK(gpu->SetParams(params));
-  const auto batches = MakeBatches(c, micro_steps, 11);
-  const auto micro = Views(batches, 0, micro_steps);
-
-  UnitBuffers g_cpu, g_gpu;
-  float l_cpu = 0.0f, l_gpu = 0.0f;
-  ASSERT_STATUS_OK(cpu->ComputeGradients(micro, &g_cpu, &l_cpu));
-  ASSERT_STATUS_OK(gpu->ComputeGradients(micro, &g_gpu, &l_gpu));
-  EXPECT_TRUE(std::isfinite(l_gpu));
-  EXPECT_NEAR(l_gpu, l_cpu, 1e-2 * std::fabs(l_cpu)) << "loss";
-
-  const ParamLayout layout = MakeParamLayout(c.model);
-  ASSERT_EQ(g_gpu.size(), layout.units.size());
-  for (size_t u = 0; u < layout.units.size(); ++u) {
-    ASSERT_EQ(int64_t(g_gpu[u].size()), layout.units[u].numel);
-    for (const TensorSlot& t : layout.units[u].tensors) {
-      const float* got = g_gpu[u].data() + t.offset;
-      const float* ref = g_cpu[u].data() + t.offset;
-      bool finite = true;
-      for (int64_t i = 0; i < t.numel; ++i) finite = finite && std::isfinite(got[i]);
-      EXPECT_TRUE(finite) << t.name << ": non-finite gradient";
-      const double rel = RelFrobenius(got, ref, t.numel);
-      EXPECT_LT(rel, 5e-2) << t.name << ": relative Frobenius error of the gradient";
-      std::printf("  %-28s rel err %.3e\n", t.name.c_str(), rel);
-    }
-  }
-}
+using test::ExpectGradientsMatchCpu;
 
 TEST(GpuModel, GradientsMatchCpu) {
   FORGE_SKIP_WITHOUT_GPU();
@@ -138,12 +104,8 @@ TEST(GpuModel, GqaGradientsMatchCpu) {
 TEST(GpuModel, EvalLossMatchesCpu) {
   FORGE_SKIP_WITHOUT_GPU();
   const RunConfig c = TinyConfig();
-  auto cpu = MakeCpuBackend(c);
-  auto gpu = MakeGpu(c);
+  auto [cpu, gpu] = test::MakeCpuAndGpu(c);
   ASSERT_NE(gpu, nullptr);
-  const UnitBuffers params = InitialParams(c);
-  ASSERT_STATUS_OK(cpu->SetParams(params));
-  ASSERT_STATUS_OK(gpu->SetParams(params));
   const auto batches = MakeBatches(c, 1, 5);
   float l_cpu = 0.0f, l_gpu = 0.0f;
   ASSERT_STATUS_OK(cpu->EvalLoss(Views(batches, 0, 1)[0], &l_cpu));
@@ -155,12 +117,8 @@ TEST(GpuModel, EvalLossMatchesCpu) {
 TEST(GpuModel, TrainingMatchesCpu) {
   FORGE_SKIP_WITHOUT_GPU();
   const RunConfig c = TinyConfig();
-  auto cpu = MakeCpuBackend(c);
-  auto gpu = MakeGpu(c);
+  auto [cpu, gpu] = test::MakeCpuAndGpu(c);
   ASSERT_NE(gpu, nullptr);
-  const UnitBuffers params = InitialParams(c);
-  ASSERT_STATUS_OK(cpu->SetParams(params));
-  ASSERT_STATUS_OK(gpu->SetParams(params));
   constexpr int kSteps = 50;
   const auto batches = MakeBatches(c, kSteps, 21);
   float first = 0.0f, last5 = 0.0f;

@@ -1,16 +1,20 @@
 // What the CUDA model tests share: Markov-chain token batches a tiny model learns quickly, the
-// seed's initial parameters and a CUDA backend made with EXPECT on failure.
+// seed's initial parameters, a CUDA backend made with EXPECT on failure (and a CPU reference
+// beside it), and the tensor-by-tensor gradient check against the CPU.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <random>
 #include <utility>
 #include <vector>
 
 #include "common/config.h"
+#include "gpu_test_util.h"
 #include "worker/model/init.h"
 #include "worker/model/param_layout.h"
 #include "worker/train/backend.h"
@@ -86,6 +90,56 @@ inline std::unique_ptr<CudaTrainBackend> MakeGpu(const RunConfig& c, CudaBackend
   EXPECT_TRUE(made.ok()) << made.status().ToString();
   if (!made.ok()) return nullptr;
   return std::move(made).value();
+}
+
+
+// A CPU reference and a CUDA backend of config c from the same initial weights.
+struct CpuAndGpu {
+  std::unique_ptr<TrainBackend> cpu;
+  std::unique_ptr<CudaTrainBackend> gpu;  // null (and a failure recorded) if it cannot be made
+};
+inline CpuAndGpu MakeCpuAndGpu(const RunConfig& c, CudaBackendOptions o = {}) {
+  CpuAndGpu b{MakeCpuBackend(c), MakeGpu(c, o)};
+  if (b.gpu == nullptr) return b;
+  const UnitBuffers params = InitialParams(c);
+  const Status a = b.cpu->SetParams(params), g = b.gpu->SetParams(params);
+  EXPECT_TRUE(a.ok() && g.ok()) << a.ToString() << " / " << g.ToString();
+  return b;
+}
+
+// Gradients of the same init and `micro_steps` batches on both backends, tensor by tensor:
+// the loss within loss_tol and each tensor's gradient within grad_tol, relative (Frobenius).
+inline void ExpectGradientsMatchCpu(const RunConfig& c, int micro_steps,
+                                    CudaBackendOptions o = {}, double loss_tol = 1e-2,
+                                    double grad_tol = 5e-2) {
+  CpuAndGpu b = MakeCpuAndGpu(c, o);
+  ASSERT_NE(b.gpu, nullptr);
+  const auto batches = MakeBatches(c, micro_steps, 11);
+  const auto micro = Views(batches, 0, micro_steps);
+
+  UnitBuffers g_cpu, g_gpu;
+  float l_cpu = 0.0f, l_gpu = 0.0f;
+  const Status a = b.cpu->ComputeGradients(micro, &g_cpu, &l_cpu);
+  const Status g = b.gpu->ComputeGradients(micro, &g_gpu, &l_gpu);
+  ASSERT_TRUE(a.ok() && g.ok()) << a.ToString() << " / " << g.ToString();
+  EXPECT_TRUE(std::isfinite(l_gpu));
+  EXPECT_NEAR(l_gpu, l_cpu, loss_tol * std::fabs(l_cpu)) << "loss";
+
+  const ParamLayout layout = MakeParamLayout(c.model);
+  ASSERT_EQ(g_gpu.size(), layout.units.size());
+  for (size_t u = 0; u < layout.units.size(); ++u) {
+    ASSERT_EQ(int64_t(g_gpu[u].size()), layout.units[u].numel);
+    for (const TensorSlot& t : layout.units[u].tensors) {
+      const float* got = g_gpu[u].data() + t.offset;
+      const float* ref = g_cpu[u].data() + t.offset;
+      bool finite = true;
+      for (int64_t i = 0; i < t.numel; ++i) finite = finite && std::isfinite(got[i]);
+      EXPECT_TRUE(finite) << t.name << ": non-finite gradient";
+      const double rel = RelFrobenius(got, ref, t.numel);
+      EXPECT_LT(rel, grad_tol) << t.name << ": relative Frobenius error of the gradient";
+      std::printf("  %-28s rel err %.3e\n", t.name.c_str(), rel);
+    }
+  }
 }
 
 }  // namespace forge::test

@@ -5,35 +5,15 @@
 #include <string>
 
 #include "common/config.h"
+#include "config_test_util.h"
 
 namespace forge {
 namespace {
 
 const std::string kBase = "model:\n  preset: tiny\n";  // lines 1-2
 
-RunConfig ParseOk(const std::string& yaml) {
-  StatusOr<RunConfig> r = ParseRunConfig(yaml, "f.yaml");
-  EXPECT_TRUE(r.ok()) << r.status().ToString() << "\n--- yaml:\n" << yaml;
-  return r.ok() ? r.value() : RunConfig{};
-}
-
-// The error message must be exactly "f.yaml:<line>: <path>: ..." and contain `what`.
-::testing::AssertionResult FailsAt(const std::string& yaml, int line, const std::string& path,
-                                   const std::string& what) {
-  StatusOr<RunConfig> r = ParseRunConfig(yaml, "f.yaml");
-  if (r.ok()) return ::testing::AssertionFailure() << "parsed fine:\n" << yaml;
-  if (r.status().code() != Code::kInvalidArgument) {
-    return ::testing::AssertionFailure() << "code: " << r.status().ToString();
-  }
-  const std::string& msg = r.status().message();
-  const std::string prefix = "f.yaml:" + std::to_string(line) + ": " + path + ": ";
-  if (msg.rfind(prefix, 0) != 0 || msg.find(what) == std::string::npos) {
-    return ::testing::AssertionFailure()
-           << "message '" << msg << "' does not start with '" << prefix << "' and contain '"
-           << what << "'";
-  }
-  return ::testing::AssertionSuccess();
-}
+using test::FailsWith;
+using test::ParseOk;
 
 TEST(ConfigFp8Test, Defaults) {
   const RunConfig c = ParseOk(kBase);
@@ -83,34 +63,34 @@ TEST(ConfigFp8Test, YamlRoundTrip) {
 
 TEST(ConfigFp8Test, StrictKeysWithLines) {
   const std::string p = kBase + "precision:\n  compute: fp8\n  fp8:\n";  // fp8: on line 5
-  EXPECT_TRUE(FailsAt(p + "    recipe: delayed\n    amax_histroy: 8\n", 7,
+  EXPECT_TRUE(FailsWith(p + "    recipe: delayed\n    amax_histroy: 8\n", 7,
                       "precision.fp8.amax_histroy", "did you mean 'amax_history'?"));
-  EXPECT_TRUE(FailsAt(p + "    window: 8\n", 6, "precision.fp8.window",
+  EXPECT_TRUE(FailsWith(p + "    window: 8\n", 6, "precision.fp8.window",
                       "valid keys of precision.fp8: recipe, amax_history, margin, lm_head"));
-  EXPECT_TRUE(FailsAt(p + "    margin: 0\n    margin: 1\n", 7, "precision.fp8.margin",
+  EXPECT_TRUE(FailsWith(p + "    margin: 0\n    margin: 1\n", 7, "precision.fp8.margin",
                       "duplicate key (first given on line 6)"));
   // The old flat spellings are unknown keys of precision.
-  EXPECT_TRUE(FailsAt(kBase + "precision:\n  fp8_margin: 1\n", 4, "precision.fp8_margin",
+  EXPECT_TRUE(FailsWith(kBase + "precision:\n  fp8_margin: 1\n", 4, "precision.fp8_margin",
                       "unknown key"));
-  EXPECT_TRUE(FailsAt(kBase + "precision:\n  fp8: 3\n", 4, "precision.fp8",
+  EXPECT_TRUE(FailsWith(kBase + "precision:\n  fp8: 3\n", 4, "precision.fp8",
                       "must be a mapping of keys, got 3"));
 }
 
 TEST(ConfigFp8Test, BadValuesWithLines) {
   const std::string p = kBase + "precision:\n  fp8:\n";  // fp8: on line 4
-  EXPECT_TRUE(FailsAt(p + "    recipe: jit\n", 5, "precision.fp8.recipe",
+  EXPECT_TRUE(FailsWith(p + "    recipe: jit\n", 5, "precision.fp8.recipe",
                       "must be one of delayed|current, got jit"));
-  EXPECT_TRUE(FailsAt(p + "    amax_history: 0\n", 5, "precision.fp8.amax_history",
+  EXPECT_TRUE(FailsWith(p + "    amax_history: 0\n", 5, "precision.fp8.amax_history",
                       "must be in [1, 1024], got 0"));
-  EXPECT_TRUE(FailsAt(p + "    amax_history: 1025\n", 5, "precision.fp8.amax_history",
+  EXPECT_TRUE(FailsWith(p + "    amax_history: 1025\n", 5, "precision.fp8.amax_history",
                       "must be in [1, 1024], got 1025"));
-  EXPECT_TRUE(FailsAt(p + "    amax_history: 2.5\n", 5, "precision.fp8.amax_history",
+  EXPECT_TRUE(FailsWith(p + "    amax_history: 2.5\n", 5, "precision.fp8.amax_history",
                       "must be an integer, got 2.5"));
-  EXPECT_TRUE(FailsAt(p + "    margin: -1\n", 5, "precision.fp8.margin",
+  EXPECT_TRUE(FailsWith(p + "    margin: -1\n", 5, "precision.fp8.margin",
                       "must be in [0, 32], got -1"));
-  EXPECT_TRUE(FailsAt(p + "    margin: 0.5\n", 5, "precision.fp8.margin",
+  EXPECT_TRUE(FailsWith(p + "    margin: 0.5\n", 5, "precision.fp8.margin",
                       "must be an integer, got 0.5"));
-  EXPECT_TRUE(FailsAt(p + "    lm_head: maybe\n", 5, "precision.fp8.lm_head",
+  EXPECT_TRUE(FailsWith(p + "    lm_head: maybe\n", 5, "precision.fp8.lm_head",
                       "must be true or false, got maybe"));
   // ValidateRunConfig applies the same rules to a config built in code.
   RunConfig c = ParseOk(kBase);

@@ -5,35 +5,15 @@
 #include <string>
 
 #include "common/config.h"
+#include "config_test_util.h"
 
 namespace forge {
 namespace {
 
 const std::string kBase = "model:\n  preset: tiny\n";  // lines 1-2
 
-RunConfig ParseOk(const std::string& yaml) {
-  StatusOr<RunConfig> r = ParseRunConfig(yaml, "f.yaml");
-  EXPECT_TRUE(r.ok()) << r.status().ToString() << "\n--- yaml:\n" << yaml;
-  return r.ok() ? r.value() : RunConfig{};
-}
-
-// The error message must be exactly "f.yaml:<line>: <path>: ..." and contain `what`.
-::testing::AssertionResult FailsAt(const std::string& yaml, int line, const std::string& path,
-                                   const std::string& what) {
-  StatusOr<RunConfig> r = ParseRunConfig(yaml, "f.yaml");
-  if (r.ok()) return ::testing::AssertionFailure() << "parsed fine:\n" << yaml;
-  if (r.status().code() != Code::kInvalidArgument) {
-    return ::testing::AssertionFailure() << "code: " << r.status().ToString();
-  }
-  const std::string& msg = r.status().message();
-  const std::string prefix = "f.yaml:" + std::to_string(line) + ": " + path + ": ";
-  if (msg.rfind(prefix, 0) != 0 || msg.find(what) == std::string::npos) {
-    return ::testing::AssertionFailure()
-           << "message '" << msg << "' does not start with '" << prefix << "' and contain '"
-           << what << "'";
-  }
-  return ::testing::AssertionSuccess();
-}
+using test::FailsWith;
+using test::ParseOk;
 
 TEST(ConfigGradReduceTest, DefaultIsFp32) {
   EXPECT_EQ(ParseOk(kBase).parallel.grad_reduce, GradReduce::kFp32);
@@ -68,16 +48,16 @@ TEST(ConfigGradReduceTest, YamlRoundTrip) {
 }
 
 TEST(ConfigGradReduceTest, BadValueNamesKeyAndLine) {
-  EXPECT_TRUE(FailsAt(kBase + "parallel:\n  grad_reduce: fp16\n", 4, "parallel.grad_reduce",
+  EXPECT_TRUE(FailsWith(kBase + "parallel:\n  grad_reduce: fp16\n", 4, "parallel.grad_reduce",
                       "must be one of fp32|bf16, got fp16"));
-  EXPECT_TRUE(FailsAt(kBase + "parallel:\n  mode: ddp\n  grad_reduce: [bf16]\n", 5,
+  EXPECT_TRUE(FailsWith(kBase + "parallel:\n  mode: ddp\n  grad_reduce: [bf16]\n", 5,
                       "parallel.grad_reduce", "must be one of fp32|bf16, got a sequence"));
-  EXPECT_TRUE(FailsAt(kBase + "parallel:\n  grad_reduce: bf16\n  gradreduce: bf16\n", 5,
+  EXPECT_TRUE(FailsWith(kBase + "parallel:\n  grad_reduce: bf16\n  gradreduce: bf16\n", 5,
                       "parallel.gradreduce", "unknown key"));
 }
 
 TEST(ConfigGradReduceTest, Bf16WithFsdpIsRejected) {
-  EXPECT_TRUE(FailsAt(kBase + "parallel:\n  mode: fsdp\n  grad_reduce: bf16\n", 5,
+  EXPECT_TRUE(FailsWith(kBase + "parallel:\n  mode: fsdp\n  grad_reduce: bf16\n", 5,
                       "parallel.grad_reduce", "bf16 is not supported with parallel.mode fsdp"));
   RunConfig c = ParseOk(kBase);
   c.parallel.mode = ParallelMode::kFsdp;

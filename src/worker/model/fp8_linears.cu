@@ -299,6 +299,13 @@ struct StateHeader {
 // Blob: StateHeader, then per group (E4M3, E5M2): scale and scale_inv slots (n * 4 floats),
 // history (n * window floats), recorded and nonfinite (n int64 each). Host byte order: a
 // checkpoint moves between machines of the same architecture only (as the shard files).
+std::array<std::pair<void*, size_t>, 5> Fp8Linears::StateParts(const Group& g, int window) {
+  return {{{g.scale, size_t(g.n * kStride) * sizeof(float)},
+           {g.scale_inv, size_t(g.n * kStride) * sizeof(float)},
+           {g.history, size_t(g.n) * size_t(window) * sizeof(float)},
+           {g.recorded, size_t(g.n) * sizeof(int64_t)},
+           {g.nonfinite, size_t(g.n) * sizeof(int64_t)}}};
+}
 StatusOr<std::string> Fp8Linears::SaveState(cudaStream_t s) const {
   StateHeader h{};
   std::memcpy(h.magic, kStateMagic, 4);
@@ -309,13 +316,7 @@ StatusOr<std::string> Fp8Linears::SaveState(cudaStream_t s) const {
   h.have_history = have_history_ ? 1u : 0u;
   std::string blob(reinterpret_cast<const char*>(&h), sizeof(h));
   for (const Group* g : {&e4m3_, &e5m2_}) {
-    const std::pair<const void*, size_t> parts[] = {
-        {g->scale, size_t(g->n * kStride) * sizeof(float)},
-        {g->scale_inv, size_t(g->n * kStride) * sizeof(float)},
-        {g->history, size_t(g->n) * size_t(h.window) * sizeof(float)},
-        {g->recorded, size_t(g->n) * sizeof(int64_t)},
-        {g->nonfinite, size_t(g->n) * sizeof(int64_t)}};
-    for (const auto& [ptr, bytes] : parts) {
+    for (const auto& [ptr, bytes] : StateParts(*g, int(h.window))) {
       const size_t at = blob.size();
       blob.resize(at + bytes);
       FORGE_CUDA_CHECK(cudaMemcpyAsync(blob.data() + at, ptr, bytes, cudaMemcpyDeviceToHost, s));
@@ -340,22 +341,16 @@ Status Fp8Linears::LoadState(const std::string& blob, cudaStream_t s) {
                            std::to_string(cfg_.amax_history));
   }
   size_t want = sizeof(h);
-  for (const Group* g : {&e4m3_, &e5m2_})
-    want += size_t(g->n) * (2 * kStride * sizeof(float) + size_t(h.window) * sizeof(float) +
-                            2 * sizeof(int64_t));
+  for (const Group* g : {&e4m3_, &e5m2_}) {
+    for (const auto& part : StateParts(*g, int(h.window))) want += part.second;
+  }
   if (blob.size() != want) {
     return Status::Invalid("fp8 scaling state: " + std::to_string(blob.size()) +
                            " bytes, expected " + std::to_string(want));
   }
   size_t at = sizeof(h);
-  for (Group* g : {&e4m3_, &e5m2_}) {
-    const std::pair<void*, size_t> parts[] = {
-        {g->scale, size_t(g->n * kStride) * sizeof(float)},
-        {g->scale_inv, size_t(g->n * kStride) * sizeof(float)},
-        {g->history, size_t(g->n) * size_t(h.window) * sizeof(float)},
-        {g->recorded, size_t(g->n) * sizeof(int64_t)},
-        {g->nonfinite, size_t(g->n) * sizeof(int64_t)}};
-    for (const auto& [ptr, bytes] : parts) {
+  for (const Group* g : {&e4m3_, &e5m2_}) {
+    for (const auto& [ptr, bytes] : StateParts(*g, int(h.window))) {
       FORGE_CUDA_CHECK(cudaMemcpyAsync(ptr, blob.data() + at, bytes, cudaMemcpyHostToDevice, s));
       at += bytes;
     }

@@ -34,6 +34,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "common/config.h"
@@ -147,6 +148,8 @@ class Fp8Linears {
   };
 
   Fp8Linears() = default;
+  // What SaveState/LoadState move of a group, in blob order: (device pointer, bytes).
+  static std::array<std::pair<void*, size_t>, 5> StateParts(const Group& g, int window);
   Status Init(const Fp8Config& cfg, int n_layer,
               const std::array<Fp8LinearShape, kLinearKinds>& shapes, int64_t tokens,
               int act_sets);
