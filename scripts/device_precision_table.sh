@@ -1,0 +1,26 @@
+#!/bin/bash
+# Issues 3 and 4's table in ONE device call on one GPU: the whole GPU suite, then forge-bench in
+# BF16 and FP8 (gpt350m at micro-batch 8, 16, 24; gpt124m at 16) and the compiled PyTorch anchor
+# for the same shapes, all on the same GPU; then one profiled step of each precision (gpt350m
+# B 16). Expects .device/ with forge_gpu_tests, forge-bench and the anchors. Results: $OUT.
+set -u
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp/out}
+mkdir -p "$out"
+nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
+timeout 240 .device/run forge_gpu_tests > "$out/suite.txt" 2>&1
+grep -E "^\[  FAILED|PASSED|SKIPPED \]|Failure" "$out/suite.txt" | head -20
+for mb in gpt350m:8 gpt350m:16 gpt350m:24 gpt124m:16; do
+  for p in bf16 fp8; do
+    .device/run forge-bench --config configs/${mb%%:*}.yaml --micro-batch ${mb##*:} --steps 30 \
+      --precision $p 2>&1 | grep '^{' | tee -a "$out/bench.jsonl"
+  done
+done
+for p in bf16 fp8; do
+  .device/run forge-bench --config configs/gpt350m.yaml --micro-batch 16 --precision $p --profile \
+    2>&1 | grep '^{' | tee -a "$out/profile.jsonl"
+done
+py=python3
+/opt/torch/.venv/bin/python3 -c 'import torch' 2>/dev/null && py=/opt/torch/.venv/bin/python3
+(cd .device && PYTHONUNBUFFERED=1 timeout 300 $py torch_baseline.py gpt350m:8:c gpt350m:16:c \
+   gpt350m:24:c gpt124m:16:c 2>&1 | grep '^{' | tee -a "$out/bench.jsonl")
