@@ -18,6 +18,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/rope.cuh"
+#include "kernels/cuda/rope_math.cuh"
 
 namespace forge::cuda {
 namespace {
@@ -35,7 +36,7 @@ __global__ void __launch_bounds__(kThreads, 4)
   __shared__ float s_freq[kMaxHd / 2];
   const int half = hd / 2;
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    s_freq[i] = static_cast<float>(pow(static_cast<double>(theta), -2.0 * i / hd));
+    s_freq[i] = RopeFreq(i, hd, theta);
   }
   __syncthreads();
 
@@ -51,8 +52,7 @@ __global__ void __launch_bounds__(kThreads, 4)
     float sn[VEC / 2], cs[VEC / 2];
 #pragma unroll
     for (int q = 0; q < VEC / 2; ++q) {
-      sincosf(t * s_freq[v * (VEC / 2) + q], &sn[q], &cs[q]);
-      sn[q] *= sign;
+      RopeSinCos(t, s_freq[v * (VEC / 2) + q], sign, &sn[q], &cs[q]);
     }
     bf16* base = qkv + row * row_stride + int64_t{h0} * hd + v * VEC;
     // Raw bf16 words in flight (4 registers per head for VEC 8), unpacked at use.
@@ -76,8 +76,8 @@ __global__ void __launch_bounds__(kThreads, 4)
       if (h < nh) {
 #pragma unroll
         for (int q = 0; q < VEC / 2; ++q) {
-          const float2 x = UnpackBf16x2(raw[h][q]);
-          raw[h][q] = PackBf16x2(x.x * cs[q] - x.y * sn[q], x.x * sn[q] + x.y * cs[q]);
+          const float2 x = RopeRotate(UnpackBf16x2(raw[h][q]), sn[q], cs[q]);
+          raw[h][q] = PackBf16x2(x.x, x.y);
         }
         bf16* p = base + int64_t{h} * hd;
         if constexpr (VEC == 8) {

@@ -377,8 +377,9 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
     shapes[int(LinearKind::kOut)] = {int64_t{H_} * hd_, d_};
     shapes[int(LinearKind::kGateUp)] = {d_, 2 * int64_t{ffn_}};
     shapes[int(LinearKind::kDown)] = {ffn_, d_};
-    FORGE_ASSIGN_OR_RETURN(
-        b.fp8, Fp8Linears::Create(o.fp8_config, m.n_layer, shapes, N_, int(b.acts.size())));
+    const Fp8RopeShape rope{o.micro_batch, T_, H_, KV_, hd_, m.rope_theta};
+    FORGE_ASSIGN_OR_RETURN(b.fp8, Fp8Linears::Create(o.fp8_config, m.n_layer, shapes, N_,
+                                                     int(b.acts.size()), rope));
     allocated_bytes_ += b.fp8->allocated_bytes();
   }
   FORGE_RETURN_IF_ERROR(alloc(&b.hf, N * d));
@@ -812,10 +813,16 @@ Status CudaModel::BlockBackward(int layer, int set, const BlockActs& a, const bf
   FORGE_RETURN_IF_ERROR(b.sdpa.Backward(b.sdpa_shape, a.qkv, a.att, b.datt, a.stats, b.dqkv,
                                         b.softmax_sum, b.dq_accum, s));
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
-  FORGE_RETURN_IF_ERROR(
-      cuda::RopeApply(b.dqkv, Bm, T_, H_, KV_, hd_, m_.rope_theta, /*inverse=*/true, s));
+  // FP8 on a delayed step: the inverse RoPE writes the QKV gradient's FP8 casts itself.
+  const bool fused_rope = f8 != nullptr && f8->fuse_rope();
+  if (fused_rope) {
+    FORGE_RETURN_IF_ERROR(f8->RopeBackwardToGrad(layer, b.dqkv, s));
+  } else {
+    FORGE_RETURN_IF_ERROR(
+        cuda::RopeApply(b.dqkv, Bm, T_, H_, KV_, hd_, m_.rope_theta, /*inverse=*/true, s));
+  }
   FORGE_RETURN_IF_ERROR(linear_backward(LinearKind::kQkv, b.dh, b.dqkv, a.h1, o.wqkv, qkv_dim_,
-                                        d_, WgradHazard::kDqkv));
+                                        d_, WgradHazard::kDqkv, fused_rope));
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
   FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDres, s));  // dWo reads dres
   FORGE_RETURN_IF_ERROR(cuda::RmsNormBackward(dres, g + o.attn_norm, b.dh, x_in,

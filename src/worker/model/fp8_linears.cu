@@ -10,6 +10,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/fp8_cast.cuh"
 #include "kernels/cuda/fp8_scale_update.cuh"
+#include "kernels/cuda/rope_fp8.cuh"
 #include "kernels/cuda/swiglu_fp8.cuh"
 #include "worker/model/fp8_scaling.h"
 
@@ -29,9 +30,9 @@ Fp8Linears::~Fp8Linears() {
 
 StatusOr<std::unique_ptr<Fp8Linears>> Fp8Linears::Create(
     const Fp8Config& cfg, int n_layer, const std::array<Fp8LinearShape, kLinearKinds>& shapes,
-    int64_t tokens, int act_sets) {
+    int64_t tokens, int act_sets, const Fp8RopeShape& rope) {
   std::unique_ptr<Fp8Linears> f(new Fp8Linears());
-  FORGE_RETURN_IF_ERROR(f->Init(cfg, n_layer, shapes, tokens, act_sets));
+  FORGE_RETURN_IF_ERROR(f->Init(cfg, n_layer, shapes, tokens, act_sets, rope));
   return StatusOr<std::unique_ptr<Fp8Linears>>(std::move(f));
 }
 
@@ -76,7 +77,8 @@ Status Fp8Linears::AllocGroup(Group* g, int64_t n, float fp8_max) {
 
 Status Fp8Linears::Init(const Fp8Config& cfg, int n_layer,
                         const std::array<Fp8LinearShape, kLinearKinds>& shapes, int64_t tokens,
-                        int act_sets) {
+                        int act_sets, const Fp8RopeShape& rope) {
+  rope_ = rope;
   cfg_ = cfg;
   L_ = n_layer;
   N_ = tokens;
@@ -126,7 +128,16 @@ Status Fp8Linears::Init(const Fp8Config& cfg, int n_layer,
   const int64_t ffn = shapes[int(LinearKind::kDown)].in;
   fuse_swiglu_ = shapes[int(LinearKind::kGateUp)].out == 2 * ffn && ffn <= INT32_MAX &&
                  cuda::SwiGluFp8Supported(N_, int(ffn), x8_, x8_, x8_, x8t_[0]);
-  // The memsets and uploads above ran on the legacy stream.
+  const int k = int(LinearKind::kQkv);
+  fuse_rope_ = cuda::RopeFp8Supported(N_, rope.n_head, rope.n_kv_head, rope.hd, x8_, dy8_[k],
+                                      dy8t_[k]) &&
+               int64_t{rope.n_head + 2 * rope.n_kv_head} * rope.hd == shapes[k].out &&
+               int64_t{rope.B} * rope.T == N_;
+  if (fuse_rope_) {
+    FORGE_RETURN_IF_ERROR(Alloc(&rope_freq_, size_t(rope.hd / 2)));
+    FORGE_RETURN_IF_ERROR(cuda::RopeFreqTable(rope_freq_, rope.hd, rope.theta, nullptr));
+  }
+  // The memsets, uploads and the table above ran on the legacy stream.
   FORGE_CUDA_CHECK(cudaDeviceSynchronize());
   return Status::Ok();
 }
@@ -200,6 +211,15 @@ Status Fp8Linears::SwiGluBackwardToGrad(int layer, const bf16* dout, const bf16*
   return cuda::SwiGluBackwardFp8(dy8_[k], dy8t_[k], dout, gate_up, N_, int(shape_[k].out / 2),
                                  DType::kE5M2, e5m2_.scale + i * kStride,
                                  e5m2_.amax + i * kStride, e5m2_.scale_inv + i * kStride, s);
+}
+
+Status Fp8Linears::RopeBackwardToGrad(int layer, const bf16* dqkv, cudaStream_t s) {
+  const int k = int(LinearKind::kQkv);
+  const int64_t i = int64_t{kLinearKinds} * layer + k;
+  return cuda::RopeBackwardFp8(dy8_[k], dy8t_[k], dqkv, rope_.B, rope_.T, rope_.n_head,
+                               rope_.n_kv_head, rope_.hd, rope_freq_, DType::kE5M2,
+                               e5m2_.scale + i * kStride, e5m2_.amax + i * kStride,
+                               e5m2_.scale_inv + i * kStride, s);
 }
 
 GemmArgs Fp8Linears::Forward(int layer, LinearKind k, bf16* y, const bf16* residual) const {

@@ -51,6 +51,12 @@ struct Fp8LinearShape {
   int64_t in = 0, out = 0;  // W is [out, in]
 };
 
+// The attention shape, for the RoPE backward that writes the QKV gradient's FP8 casts itself.
+struct Fp8RopeShape {
+  int B = 0, T = 0, n_head = 0, n_kv_head = 0, hd = 0;
+  float theta = 10000.0f;
+};
+
 class Fp8Linears {
  public:
   // shapes by LinearKind; act_sets: how many sets of saved transposed inputs (n_layer, or 1
@@ -58,7 +64,7 @@ class Fp8Linears {
   // alignment). Allocates everything once.
   static StatusOr<std::unique_ptr<Fp8Linears>> Create(
       const Fp8Config& cfg, int n_layer, const std::array<Fp8LinearShape, kLinearKinds>& shapes,
-      int64_t tokens, int act_sets);
+      int64_t tokens, int act_sets, const Fp8RopeShape& rope);
   ~Fp8Linears();
   Fp8Linears(const Fp8Linears&) = delete;
   Fp8Linears& operator=(const Fp8Linears&) = delete;
@@ -82,6 +88,10 @@ class Fp8Linears {
   // SwiGLU's backward straight into the gate/up projection's gradient casts (dy8, dy8t).
   Status SwiGluBackwardToGrad(int layer, const cuda::bf16* dout, const cuda::bf16* gate_up,
                               cudaStream_t s);
+  // The same for RoPE's backward (kernels/cuda/rope_fp8.cuh): the attention backward's qkv
+  // gradient (Q and K still rotated) straight into the QKV projection's gradient casts.
+  bool fuse_rope() const { return fuse_rope_ && !measuring(); }
+  Status RopeBackwardToGrad(int layer, const cuda::bf16* dqkv, cudaStream_t s);
 
   // The three GEMMs of a linear layer on the cast operands (shapes as in CudaModel).
   // y [N, out] = x8 W8^T (+ residual: C, only read).
@@ -152,7 +162,7 @@ class Fp8Linears {
   static std::array<std::pair<void*, size_t>, 5> StateParts(const Group& g, int window);
   Status Init(const Fp8Config& cfg, int n_layer,
               const std::array<Fp8LinearShape, kLinearKinds>& shapes, int64_t tokens,
-              int act_sets);
+              int act_sets, const Fp8RopeShape& rope);
   Status AllocGroup(Group* g, int64_t n, float fp8_max);
   template <typename T>
   Status Alloc(T** p, size_t count);
@@ -170,6 +180,9 @@ class Fp8Linears {
   std::array<Fp8LinearShape, kLinearKinds> shape_{};
   bool have_history_ = false;
   bool fuse_swiglu_ = false;
+  bool fuse_rope_ = false;
+  Fp8RopeShape rope_;
+  float* rope_freq_ = nullptr;  // [hd / 2]
   size_t allocated_ = 0;
   std::vector<void*> allocations_;
   Group e4m3_, e5m2_;

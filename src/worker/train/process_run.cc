@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <string_view>
 
 #include "worker/data/corpus.h"
 #include "worker/data/dataset.h"
@@ -161,6 +162,12 @@ StatusOr<ProcessRunResult> TrainInProcessGroup(const RunConfig& cfg, ProcessGrou
   if (leader && opt.print_progress) {
     std::printf("forge: training %s (%.2fM params) on %s backend", cfg.name.c_str(),
                 layout.total / 1e6, backend->name());
+    // The CPU backend always computes in fp32; say what a device backend runs.
+    if (std::string_view(backend->name()) != "cpu") {
+      std::printf(" in %s", PrecisionName(cfg.precision.compute));
+      if (cfg.precision.compute == Precision::kFp8)
+        std::printf(" (%s scaling)", Fp8RecipeName(cfg.precision.fp8.recipe));
+    }
     if (world > 1) std::printf(" x %d ranks (%s)", world, ParallelModeName(cfg.parallel.mode));
     std::printf(" | dataset %s: %.1fM train / %.2fM val tokens | unigram baseline %.4f\n",
                 dataset_dir.c_str(), train.size() / 1e6, val.size() / 1e6, base.val_cross_entropy);

@@ -1,0 +1,33 @@
+// RoPE's backward writing FP8 directly (FP8 training, worker/model/fp8_linears.h): the gradient
+// of the fused qkv buffer [B*T, (H + 2*KV) * hd] as the attention backward leaves it (Q and K
+// parts still rotated) gets the inverse rotation, is rounded to bf16 exactly as RopeApply
+// (inverse) rounds it in place, and is quantised like CastTransposeToFp8 (row-major and
+// transposed FP8, amax max-accumulated, scale_inv written); V passes through. Bit for bit
+// RopeApply(inverse) followed by the cast, without writing and re-reading the bf16 gradient.
+//
+// `freq` is RopeFreqTable's table for (hd, theta). Needs B*T and (H + 2*KV) * hd multiples of
+// 64, hd a multiple of 8 and <= 512, a 16-byte aligned input and 8-byte aligned outputs
+// (RopeFp8Supported). Test: tests/gpu/rope_fp8_test.cc, against the two kernels it fuses.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common/status.h"
+#include "kernels/cuda/bf16.cuh"
+#include "kernels/cuda/gemm.cuh"  // DType
+
+namespace forge::cuda {
+
+// freq[i] = theta^(-2i/hd) for i < hd/2, as RopeApply computes it (freq: hd/2 floats).
+Status RopeFreqTable(float* freq, int hd, float theta, cudaStream_t stream);
+
+bool RopeFp8Supported(int64_t rows, int n_head, int n_kv_head, int hd, const void* in,
+                      const void* out, const void* out_t);
+
+Status RopeBackwardFp8(void* out, void* out_t, const bf16* dqkv, int B, int T, int n_head,
+                       int n_kv_head, int hd, const float* freq, DType format,
+                       const float* scale, float* amax, float* scale_inv, cudaStream_t stream);
+
+}  // namespace forge::cuda

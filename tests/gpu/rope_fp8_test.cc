@@ -1,0 +1,81 @@
+// RoPE's backward writing FP8 directly (kernels/cuda/rope_fp8.cuh) against the two kernels it
+// fuses: RopeApply(inverse) (tested against the CPU in rope_test.cc) followed by
+// CastTransposeToFp8 (bit for bit with the CPU cast). Every byte of both outputs, the amax and
+// scale_inv must be identical; the V columns pass through unrotated.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "gpu_test_util.h"
+#include "kernels/cuda/fp8_cast.cuh"
+#include "kernels/cuda/rope.cuh"
+#include "kernels/cuda/rope_fp8.cuh"
+
+namespace forge {
+namespace {
+
+using cuda::DType;
+using test::bf16;
+using test::DeviceBuffer;
+
+struct Shape {
+  int B, T, H, KV, hd;
+};
+
+void Check(Shape sh, DType format, float scale, uint64_t seed) {
+  SCOPED_TRACE("B=" + std::to_string(sh.B) + " T=" + std::to_string(sh.T) + " H=" +
+               std::to_string(sh.H) + " KV=" + std::to_string(sh.KV) + " hd=" +
+               std::to_string(sh.hd) + (format == DType::kE4M3 ? " e4m3" : " e5m2"));
+  const int64_t rows = int64_t{sh.B} * sh.T, cols = int64_t{sh.H + 2 * sh.KV} * sh.hd;
+  const size_t n = size_t(rows * cols);
+  const float theta = 10000.0f;
+  const std::vector<float> dqkv = test::RandomNormalBf16(n, 1.0f, seed);
+  DeviceBuffer<bf16> in(test::ToBf16(dqkv)), rotated(test::ToBf16(dqkv));
+  ASSERT_STATUS_OK(cuda::RopeApply(rotated.data(), sh.B, sh.T, sh.H, sh.KV, sh.hd, theta,
+                                   /*inverse=*/true, nullptr));
+  // scale, amax, scale_inv in 16-byte slots: [0..3] reference, [4..7] fused, per field.
+  std::vector<float> init(24, 0.0f);
+  init[0] = init[4] = scale;
+  DeviceBuffer<float> slots(init);
+  float* s = slots.data();
+  DeviceBuffer<uint8_t> ref(n), ref_t(n), got(n), got_t(n);
+  ASSERT_STATUS_OK(cuda::CastTransposeToFp8(ref.data(), ref_t.data(), rotated.data(), rows, cols,
+                                            format, s, s + 8, s + 16, nullptr));
+  DeviceBuffer<float> freq(size_t(sh.hd / 2));
+  ASSERT_STATUS_OK(cuda::RopeFreqTable(freq.data(), sh.hd, theta, nullptr));
+  ASSERT_TRUE(cuda::RopeFp8Supported(rows, sh.H, sh.KV, sh.hd, in.data(), got.data(), got_t.data()));
+  ASSERT_STATUS_OK(cuda::RopeBackwardFp8(got.data(), got_t.data(), in.data(), sh.B, sh.T, sh.H,
+                                         sh.KV, sh.hd, freq.data(), format, s + 4, s + 12, s + 20,
+                                         nullptr));
+  const auto a = got.Download(), b = ref.Download(), at = got_t.Download(), bt = ref_t.Download();
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), n), 0) << "row-major FP8 differs";
+  EXPECT_EQ(std::memcmp(at.data(), bt.data(), n), 0) << "transposed FP8 differs";
+  const std::vector<float> sl = slots.Download();
+  EXPECT_EQ(sl[12], sl[8]) << "amax";
+  EXPECT_EQ(sl[20], sl[16]) << "scale_inv";
+  EXPECT_GT(sl[12], 0.0f);
+}
+
+TEST(GpuRopeFp8, MatchesRopeThenCastBitForBit) {
+  FORGE_SKIP_WITHOUT_GPU();
+  uint64_t seed = 900;
+  for (DType f : {DType::kE4M3, DType::kE5M2}) {
+    Check({4, 64, 4, 4, 32}, f, 1.0f, ++seed);        // the tiny test model
+    Check({2, 256, 8, 2, 64}, f, 64.0f, ++seed);      // GQA; saturating scale
+    Check({1, 1024, 16, 16, 64}, f, 0.5f, ++seed);    // gpt350m's heads, T 1024
+  }
+}
+
+TEST(GpuRopeFp8, RefusesWhatTheTileKernelCannotTake) {
+  FORGE_SKIP_WITHOUT_GPU();
+  DeviceBuffer<bf16> in(size_t(64) * 3 * 36);
+  DeviceBuffer<uint8_t> o(size_t(64) * 3 * 36), ot(size_t(64) * 3 * 36);
+  EXPECT_FALSE(cuda::RopeFp8Supported(64, 1, 1, 36, in.data(), o.data(), ot.data()));  // 108 cols
+  EXPECT_FALSE(cuda::RopeFp8Supported(96, 2, 1, 16, in.data(), o.data(), ot.data()));  // 96 rows
+}
+
+}  // namespace
+}  // namespace forge
