@@ -42,6 +42,12 @@ __device__ __forceinline__ uint32_t ToFp8x2(float lo, float hi) {
 
 __device__ __forceinline__ uint32_t AbsBits(float v) { return __float_as_uint(v) & 0x7FFFFFFFu; }
 
+// Rounds like a BF16 kernel's store, back to float for the quantiser: what a producer fused
+// with the cast must do to match the BF16 kernel followed by the cast bit for bit.
+__device__ __forceinline__ float RoundBf16(float v) {
+  return __bfloat162float(__float2bfloat16_rn(v));
+}
+
 __device__ __forceinline__ uint32_t WarpMaxU32(uint32_t v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));

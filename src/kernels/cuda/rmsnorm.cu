@@ -18,6 +18,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/rmsnorm.cuh"
+#include "kernels/cuda/rmsnorm_math.cuh"
 
 namespace forge::cuda {
 namespace {
@@ -61,6 +62,7 @@ __global__ void __launch_bounds__(kFwdThreads)
   const float inv_d = 1.0f / static_cast<float>(d);
   const float r = 1.0f / sqrtf(ss * inv_d + eps);
   if (lane == 0 && rstd != nullptr) rstd[row] = r;
+  if (out == nullptr) return;  // statistics only (the FP8 path quantises the output itself)
   bf16* outr = out + row * d;
 #pragma unroll
   for (int k = 0; k < V; ++k) {
@@ -70,7 +72,7 @@ __global__ void __launch_bounds__(kFwdThreads)
       UnpackBf16x8(xv[k], f);
       UnpackBf16x8(Load16(w + c), wf);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) y[j] = f[j] * r * wf[j];
+      for (int j = 0; j < 8; ++j) y[j] = RmsNormScale(f[j], r, wf[j]);
       Store16(outr + c, PackBf16x8(y));
     }
   }

@@ -37,8 +37,7 @@ struct RopeBackwardSource {
         RopeSinCos(t, freq[pair0 + q], -1.0f, &sn, &cs);
         p = RopeRotate(p, sn, cs);
         // RopeApply stores the pair as bf16: the same rounding before quantising.
-        const float2 b = UnpackBf16x2(PackBf16x2(p.x, p.y));
-        p = b;
+        p = make_float2(fp8tile::RoundBf16(p.x), fp8tile::RoundBf16(p.y));
       }
       f[0][2 * q] = p.x;
       f[0][2 * q + 1] = p.y;

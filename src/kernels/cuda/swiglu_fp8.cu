@@ -10,10 +10,7 @@
 namespace forge::cuda {
 namespace {
 
-// Rounds like the BF16 kernels' stores, back to float for the quantiser.
-__device__ __forceinline__ float RoundBf16(float v) {
-  return __bfloat162float(__float2bfloat16_rn(v));
-}
+using fp8tile::RoundBf16;
 
 struct SwiGluForwardSource {
   static constexpr int kOut = 1;

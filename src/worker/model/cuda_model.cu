@@ -643,11 +643,25 @@ Status CudaModel::BlockForward(int layer, int set, const BlockActs& a, const bf1
     return b.gemm.Run(f8->Forward(layer, k, y, residual), s);
   };
 
-  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
+  // RMSNorm of x into h, then h's linear layer; FP8 on a delayed step: the norm writes the
+  // layer's FP8 input itself (no bf16 h).
+  auto norm_linear = [&](LinearKind k, const bf16* x, int64_t norm_offset, bf16* h, float* rstd,
+                         bf16* y, int64_t weight_offset, int64_t out) -> Status {
+    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
+    if (f8 != nullptr && f8->fuse_norm()) {
+      FORGE_RETURN_IF_ERROR(
+          f8->RmsNormToInput(layer, k, set, rstd, x, w + norm_offset, m_.norm_eps, s));
+      FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdGemm, s));
+      return b.gemm.Run(f8->Forward(layer, k, y), s);
+    }
+    FORGE_RETURN_IF_ERROR(
+        cuda::RmsNormForward(h, rstd, x, w + norm_offset, N_, d_, m_.norm_eps, s));
+    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdGemm, s));
+    return linear(k, y, h, weight_offset, out, d_, nullptr);
+  };
+
   FORGE_RETURN_IF_ERROR(
-      cuda::RmsNormForward(a.h1, a.rstd1, x_in, w + o.attn_norm, N_, d_, m_.norm_eps, s));
-  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdGemm, s));
-  FORGE_RETURN_IF_ERROR(linear(LinearKind::kQkv, a.qkv, a.h1, o.wqkv, qkv_dim_, d_, nullptr));
+      norm_linear(LinearKind::kQkv, x_in, o.attn_norm, a.h1, a.rstd1, a.qkv, o.wqkv, qkv_dim_));
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
   FORGE_RETURN_IF_ERROR(
       cuda::RopeApply(a.qkv, Bm, T_, H_, KV_, hd_, m_.rope_theta, /*inverse=*/false, s));
@@ -658,11 +672,8 @@ Status CudaModel::BlockForward(int layer, int set, const BlockActs& a, const bf1
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdGemm, s));
   FORGE_RETURN_IF_ERROR(
       linear(LinearKind::kOut, a.x_mid, a.att, o.wo, d_, H_ * hd_, /*residual=*/x_in));
-  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
-  FORGE_RETURN_IF_ERROR(
-      cuda::RmsNormForward(a.h2, a.rstd2, a.x_mid, w + o.mlp_norm, N_, d_, m_.norm_eps, s));
-  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdGemm, s));
-  FORGE_RETURN_IF_ERROR(linear(LinearKind::kGateUp, a.gu, a.h2, o.w_gate_up, 2 * ffn_, d_, nullptr));
+  FORGE_RETURN_IF_ERROR(norm_linear(LinearKind::kGateUp, a.x_mid, o.mlp_norm, a.h2, a.rstd2, a.gu,
+                                    o.w_gate_up, 2 * ffn_));
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
   // FP8 on a delayed step: SwiGLU writes the down projection's FP8 input itself (no bf16 sw).
   const bool fused = f8 != nullptr && f8->fuse_swiglu();

@@ -10,6 +10,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/fp8_cast.cuh"
 #include "kernels/cuda/fp8_scale_update.cuh"
+#include "kernels/cuda/rmsnorm_fp8.cuh"
 #include "kernels/cuda/rope_fp8.cuh"
 #include "kernels/cuda/swiglu_fp8.cuh"
 #include "worker/model/fp8_scaling.h"
@@ -128,6 +129,10 @@ Status Fp8Linears::Init(const Fp8Config& cfg, int n_layer,
   const int64_t ffn = shapes[int(LinearKind::kDown)].in;
   fuse_swiglu_ = shapes[int(LinearKind::kGateUp)].out == 2 * ffn && ffn <= INT32_MAX &&
                  cuda::SwiGluFp8Supported(N_, int(ffn), x8_, x8_, x8_, x8t_[0]);
+  fuse_norm_ = shapes[int(LinearKind::kQkv)].in == shapes[int(LinearKind::kGateUp)].in &&
+               shapes[int(LinearKind::kQkv)].in <= INT32_MAX &&
+               cuda::RmsNormFp8Supported(N_, int(shapes[int(LinearKind::kQkv)].in), x8_, x8_,
+                                         x8_, x8t_[0]);
   const int k = int(LinearKind::kQkv);
   fuse_rope_ = cuda::RopeFp8Supported(N_, rope.n_head, rope.n_kv_head, rope.hd, x8_, dy8_[k],
                                       dy8t_[k]) &&
@@ -211,6 +216,15 @@ Status Fp8Linears::SwiGluBackwardToGrad(int layer, const bf16* dout, const bf16*
   return cuda::SwiGluBackwardFp8(dy8_[k], dy8t_[k], dout, gate_up, N_, int(shape_[k].out / 2),
                                  DType::kE5M2, e5m2_.scale + i * kStride,
                                  e5m2_.amax + i * kStride, e5m2_.scale_inv + i * kStride, s);
+}
+
+Status Fp8Linears::RmsNormToInput(int layer, LinearKind k, int set, float* rstd, const bf16* x,
+                                  const bf16* w, float eps, cudaStream_t s) {
+  const int ki = int(k);
+  const int64_t i = 2 * (int64_t{kLinearKinds} * layer + ki) + 1;
+  return cuda::RmsNormForwardFp8(x8_, x8t_[size_t(kLinearKinds) * set + ki], rstd, x, w, N_,
+                                 int(shape_[ki].in), eps, DType::kE4M3, e4m3_.scale + i * kStride,
+                                 e4m3_.amax + i * kStride, e4m3_.scale_inv + i * kStride, s);
 }
 
 Status Fp8Linears::RopeBackwardToGrad(int layer, const bf16* dqkv, cudaStream_t s) {

@@ -88,6 +88,11 @@ class Fp8Linears {
   // SwiGLU's backward straight into the gate/up projection's gradient casts (dy8, dy8t).
   Status SwiGluBackwardToGrad(int layer, const cuda::bf16* dout, const cuda::bf16* gate_up,
                               cudaStream_t s);
+  // RMSNorm straight into the input casts of the linear layer it feeds (kQkv or kGateUp;
+  // kernels/cuda/rmsnorm_fp8.cuh); rstd is written as RmsNormForward writes it.
+  bool fuse_norm() const { return fuse_norm_ && !measuring(); }
+  Status RmsNormToInput(int layer, LinearKind k, int set, float* rstd, const cuda::bf16* x,
+                        const cuda::bf16* w, float eps, cudaStream_t s);
   // The same for RoPE's backward (kernels/cuda/rope_fp8.cuh): the attention backward's qkv
   // gradient (Q and K still rotated) straight into the QKV projection's gradient casts.
   bool fuse_rope() const { return fuse_rope_ && !measuring(); }
@@ -181,6 +186,7 @@ class Fp8Linears {
   bool have_history_ = false;
   bool fuse_swiglu_ = false;
   bool fuse_rope_ = false;
+  bool fuse_norm_ = false;
   Fp8RopeShape rope_;
   float* rope_freq_ = nullptr;  // [hd / 2]
   size_t allocated_ = 0;

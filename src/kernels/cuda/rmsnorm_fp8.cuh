@@ -1,0 +1,28 @@
+// RMSNorm forward writing its output in FP8 (FP8 training, worker/model/fp8_linears.h): rstd
+// by the BF16 kernel's own code (RmsNormForward with no output: the same per-row sum), then
+// out = x * rstd * w rounded to bf16 exactly as RmsNormForward rounds it and quantised like
+// CastTransposeToFp8 (row-major and transposed FP8, amax max-accumulated, scale_inv written).
+// Bit for bit RmsNormForward followed by the cast; the bf16 output is never stored.
+//
+// Needs N and d multiples of 64, 16-byte aligned x and w, 8-byte aligned outputs
+// (RmsNormFp8Supported). Test: tests/gpu/rmsnorm_fp8_test.cc, against the two kernels it fuses.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common/status.h"
+#include "kernels/cuda/bf16.cuh"
+#include "kernels/cuda/gemm.cuh"  // DType
+
+namespace forge::cuda {
+
+bool RmsNormFp8Supported(int64_t N, int d, const void* x, const void* w, const void* out,
+                         const void* out_t);
+
+Status RmsNormForwardFp8(void* out, void* out_t, float* rstd, const bf16* x, const bf16* w,
+                         int64_t N, int d, float eps, DType format, const float* scale,
+                         float* amax, float* scale_inv, cudaStream_t stream);
+
+}  // namespace forge::cuda

@@ -1,0 +1,79 @@
+// RMSNorm forward writing FP8 directly (kernels/cuda/rmsnorm_fp8.cuh) against the two kernels it
+// fuses: RmsNormForward (tested against the CPU in rmsnorm_test.cc) followed by
+// CastTransposeToFp8 (bit for bit with the CPU cast). Both FP8 outputs, rstd, the amax and
+// scale_inv must be identical.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "gpu_test_util.h"
+#include "kernels/cuda/fp8_cast.cuh"
+#include "kernels/cuda/rmsnorm.cuh"
+#include "kernels/cuda/rmsnorm_fp8.cuh"
+
+namespace forge {
+namespace {
+
+using cuda::DType;
+using test::bf16;
+using test::DeviceBuffer;
+
+void Check(int64_t N, int d, DType format, float scale, uint64_t seed) {
+  SCOPED_TRACE("N=" + std::to_string(N) + " d=" + std::to_string(d) +
+               (format == DType::kE4M3 ? " e4m3" : " e5m2"));
+  const size_t n = size_t(N) * d;
+  DeviceBuffer<bf16> x(test::ToBf16(test::RandomNormalBf16(n, 2.0f, seed)));
+  DeviceBuffer<bf16> w(test::ToBf16(test::RandomNormalBf16(size_t(d), 1.0f, seed + 1)));
+  DeviceBuffer<bf16> h(n);
+  DeviceBuffer<float> rstd_ref{size_t(N)}, rstd_got{size_t(N)};
+  rstd_got.Poison();
+  ASSERT_STATUS_OK(cuda::RmsNormForward(h.data(), rstd_ref.data(), x.data(), w.data(), N, d,
+                                        1e-5f, nullptr));
+  // scale, amax, scale_inv in 16-byte slots: [0..3] reference, [4..7] fused, per field.
+  std::vector<float> init(24, 0.0f);
+  init[0] = init[4] = scale;
+  DeviceBuffer<float> slots(init);
+  float* s = slots.data();
+  DeviceBuffer<uint8_t> ref(n), ref_t(n), got(n), got_t(n);
+  ASSERT_STATUS_OK(cuda::CastTransposeToFp8(ref.data(), ref_t.data(), h.data(), N, d, format, s,
+                                            s + 8, s + 16, nullptr));
+  ASSERT_STATUS_OK(cuda::RmsNormForwardFp8(got.data(), got_t.data(), rstd_got.data(), x.data(),
+                                           w.data(), N, d, 1e-5f, format, s + 4, s + 12, s + 20,
+                                           nullptr));
+  const auto a = got.Download(), b = ref.Download(), at = got_t.Download(), bt = ref_t.Download();
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), n), 0) << "row-major FP8 differs";
+  EXPECT_EQ(std::memcmp(at.data(), bt.data(), n), 0) << "transposed FP8 differs";
+  EXPECT_TRUE(test::BitwiseEqual(rstd_got.Download(), rstd_ref.Download())) << "rstd";
+  const std::vector<float> sl = slots.Download();
+  EXPECT_EQ(sl[12], sl[8]) << "amax";
+  EXPECT_EQ(sl[20], sl[16]) << "scale_inv";
+  EXPECT_GT(sl[12], 0.0f);
+}
+
+TEST(GpuRmsNormFp8, MatchesRmsNormThenCastBitForBit) {
+  FORGE_SKIP_WITHOUT_GPU();
+  uint64_t seed = 1100;
+  for (DType f : {DType::kE4M3, DType::kE5M2}) {
+    Check(256, 128, f, 1.0f, ++seed);    // the tiny test model
+    Check(1024, 768, f, 32.0f, ++seed);  // gpt124m's width; saturating scale
+    Check(2048, 1024, f, 0.5f, ++seed);  // gpt350m's width
+  }
+}
+
+TEST(GpuRmsNormFp8, RefusesWhatTheTileKernelCannotTake) {
+  FORGE_SKIP_WITHOUT_GPU();
+  DeviceBuffer<bf16> x(size_t(96) * 96), w(96);
+  DeviceBuffer<uint8_t> o(size_t(96) * 96), ot(size_t(96) * 96);
+  DeviceBuffer<float> rstd(96), slots(12);
+  EXPECT_FALSE(cuda::RmsNormFp8Supported(96, 64, x.data(), w.data(), o.data(), ot.data()));
+  EXPECT_FALSE(cuda::RmsNormForwardFp8(o.data(), ot.data(), rstd.data(), x.data(), w.data(), 64,
+                                       96, 1e-5f, DType::kE4M3, slots.data(), slots.data() + 4,
+                                       slots.data() + 8, nullptr)
+                   .ok());
+}
+
+}  // namespace
+}  // namespace forge
