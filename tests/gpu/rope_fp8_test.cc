@@ -5,12 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <vector>
 
+#include "fp8_fused_test_util.h"
 #include "gpu_test_util.h"
-#include "kernels/cuda/fp8_cast.cuh"
 #include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/rope_fp8.cuh"
 
@@ -20,6 +19,8 @@ namespace {
 using cuda::DType;
 using test::bf16;
 using test::DeviceBuffer;
+using test::ExpectSameAsCast;
+using test::Fp8CastOut;
 
 struct Shape {
   int B, T, H, KV, hd;
@@ -36,27 +37,15 @@ void Check(Shape sh, DType format, float scale, uint64_t seed) {
   DeviceBuffer<bf16> in(test::ToBf16(dqkv)), rotated(test::ToBf16(dqkv));
   ASSERT_STATUS_OK(cuda::RopeApply(rotated.data(), sh.B, sh.T, sh.H, sh.KV, sh.hd, theta,
                                    /*inverse=*/true, nullptr));
-  // scale, amax, scale_inv in 16-byte slots: [0..3] reference, [4..7] fused, per field.
-  std::vector<float> init(24, 0.0f);
-  init[0] = init[4] = scale;
-  DeviceBuffer<float> slots(init);
-  float* s = slots.data();
-  DeviceBuffer<uint8_t> ref(n), ref_t(n), got(n), got_t(n);
-  ASSERT_STATUS_OK(cuda::CastTransposeToFp8(ref.data(), ref_t.data(), rotated.data(), rows, cols,
-                                            format, s, s + 8, s + 16, nullptr));
   DeviceBuffer<float> freq(size_t(sh.hd / 2));
   ASSERT_STATUS_OK(cuda::RopeFreqTable(freq.data(), sh.hd, theta, nullptr));
-  ASSERT_TRUE(cuda::RopeFp8Supported(rows, sh.H, sh.KV, sh.hd, in.data(), got.data(), got_t.data()));
-  ASSERT_STATUS_OK(cuda::RopeBackwardFp8(got.data(), got_t.data(), in.data(), sh.B, sh.T, sh.H,
-                                         sh.KV, sh.hd, freq.data(), format, s + 4, s + 12, s + 20,
-                                         nullptr));
-  const auto a = got.Download(), b = ref.Download(), at = got_t.Download(), bt = ref_t.Download();
-  EXPECT_EQ(std::memcmp(a.data(), b.data(), n), 0) << "row-major FP8 differs";
-  EXPECT_EQ(std::memcmp(at.data(), bt.data(), n), 0) << "transposed FP8 differs";
-  const std::vector<float> sl = slots.Download();
-  EXPECT_EQ(sl[12], sl[8]) << "amax";
-  EXPECT_EQ(sl[20], sl[16]) << "scale_inv";
-  EXPECT_GT(sl[12], 0.0f);
+  Fp8CastOut got(n, scale);
+  ASSERT_TRUE(cuda::RopeFp8Supported(rows, sh.H, sh.KV, sh.hd, in.data(), got.q.data(),
+                                     got.qt.data()));
+  ASSERT_STATUS_OK(cuda::RopeBackwardFp8(got.q.data(), got.qt.data(), in.data(), sh.B, sh.T,
+                                         sh.H, sh.KV, sh.hd, freq.data(), format, got.scale(),
+                                         got.amax(), got.scale_inv(), nullptr));
+  ExpectSameAsCast(rotated.data(), rows, cols, format, scale, got, "rope backward");
 }
 
 TEST(GpuRopeFp8, MatchesRopeThenCastBitForBit) {

@@ -5,11 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
+#include "fp8_fused_test_util.h"
 #include "gpu_test_util.h"
-#include "kernels/cuda/fp8_cast.cuh"
 #include "kernels/cuda/swiglu.cuh"
 #include "kernels/cuda/swiglu_fp8.cuh"
 
@@ -20,23 +19,8 @@ using cuda::DType;
 using test::bf16;
 using test::DeviceBuffer;
 
-// scale, amax, scale_inv in 16-byte slots of one buffer.
-struct Slots {
-  DeviceBuffer<float> buf{12};
-  explicit Slots(float scale) {
-    std::vector<float> h(12, 0.0f);
-    h[0] = scale;
-    buf.Upload(h);
-  }
-  const float* scale() { return buf.data(); }
-  float* amax() { return buf.data() + 4; }
-  float* scale_inv() { return buf.data() + 8; }
-  std::vector<float> Read() const { return buf.Download(); }
-};
-
-bool SameBytes(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size()) == 0;
-}
+using test::ExpectSameAsCast;
+using test::Fp8CastOut;
 
 void Check(int64_t N, int ffn, DType format, float scale, uint64_t seed) {
   SCOPED_TRACE("N=" + std::to_string(N) + " ffn=" + std::to_string(ffn) +
@@ -48,32 +32,20 @@ void Check(int64_t N, int ffn, DType format, float scale, uint64_t seed) {
   // Forward: fused vs SwiGluForward + cast.
   DeviceBuffer<bf16> sw(size_t(N) * ffn);
   ASSERT_STATUS_OK(cuda::SwiGluForward(sw.data(), d_gu.data(), N, ffn, nullptr));
-  DeviceBuffer<uint8_t> ref(size_t(N) * ffn), ref_t(size_t(N) * ffn);
-  DeviceBuffer<uint8_t> got(size_t(N) * ffn), got_t(size_t(N) * ffn);
-  Slots a(scale), b(scale);
-  ASSERT_STATUS_OK(cuda::CastTransposeToFp8(ref.data(), ref_t.data(), sw.data(), N, ffn, format,
-                                            a.scale(), a.amax(), a.scale_inv(), nullptr));
-  ASSERT_STATUS_OK(cuda::SwiGluForwardFp8(got.data(), got_t.data(), d_gu.data(), N, ffn, format,
-                                          b.scale(), b.amax(), b.scale_inv(), nullptr));
-  EXPECT_TRUE(SameBytes(got.Download(), ref.Download())) << "forward";
-  EXPECT_TRUE(SameBytes(got_t.Download(), ref_t.Download())) << "forward transposed";
-  EXPECT_EQ(b.Read(), a.Read()) << "forward amax / scale_inv";
+  Fp8CastOut fwd(size_t(N) * ffn, scale);
+  ASSERT_STATUS_OK(cuda::SwiGluForwardFp8(fwd.q.data(), fwd.qt.data(), d_gu.data(), N, ffn,
+                                          format, fwd.scale(), fwd.amax(), fwd.scale_inv(),
+                                          nullptr));
+  ExpectSameAsCast(sw.data(), N, ffn, format, scale, fwd, "forward");
 
   // Backward: fused vs SwiGluBackward + cast.
   DeviceBuffer<bf16> dgu(size_t(N) * 2 * ffn);
   ASSERT_STATUS_OK(cuda::SwiGluBackward(dgu.data(), d_dout.data(), d_gu.data(), N, ffn, nullptr));
-  DeviceBuffer<uint8_t> bref(size_t(N) * 2 * ffn), bref_t(size_t(N) * 2 * ffn);
-  DeviceBuffer<uint8_t> bgot(size_t(N) * 2 * ffn), bgot_t(size_t(N) * 2 * ffn);
-  Slots c(scale), d(scale);
-  ASSERT_STATUS_OK(cuda::CastTransposeToFp8(bref.data(), bref_t.data(), dgu.data(), N, 2 * ffn,
-                                            format, c.scale(), c.amax(), c.scale_inv(), nullptr));
-  ASSERT_STATUS_OK(cuda::SwiGluBackwardFp8(bgot.data(), bgot_t.data(), d_dout.data(),
-                                           d_gu.data(), N, ffn, format, d.scale(), d.amax(),
-                                           d.scale_inv(), nullptr));
-  EXPECT_TRUE(SameBytes(bgot.Download(), bref.Download())) << "backward";
-  EXPECT_TRUE(SameBytes(bgot_t.Download(), bref_t.Download())) << "backward transposed";
-  EXPECT_EQ(d.Read(), c.Read()) << "backward amax / scale_inv";
-  EXPECT_GT(d.Read()[4], 0.0f) << "no amax recorded";
+  Fp8CastOut bwd(size_t(N) * 2 * ffn, scale);
+  ASSERT_STATUS_OK(cuda::SwiGluBackwardFp8(bwd.q.data(), bwd.qt.data(), d_dout.data(),
+                                           d_gu.data(), N, ffn, format, bwd.scale(), bwd.amax(),
+                                           bwd.scale_inv(), nullptr));
+  ExpectSameAsCast(dgu.data(), N, 2 * ffn, format, scale, bwd, "backward");
 }
 
 TEST(GpuSwiGluFp8, MatchesSwiGluThenCastBitForBit) {
@@ -89,14 +61,13 @@ TEST(GpuSwiGluFp8, MatchesSwiGluThenCastBitForBit) {
 TEST(GpuSwiGluFp8, RefusesShapesTheTileKernelCannotTake) {
   FORGE_SKIP_WITHOUT_GPU();
   DeviceBuffer<bf16> gu(size_t(96) * 2 * 96), dout(size_t(96) * 96);
-  DeviceBuffer<uint8_t> o(size_t(96) * 2 * 96), ot(size_t(96) * 2 * 96);
-  Slots s(1.0f);
-  EXPECT_FALSE(cuda::SwiGluFp8Supported(96, 64, gu.data(), gu.data(), o.data(), ot.data()));
-  EXPECT_FALSE(cuda::SwiGluForwardFp8(o.data(), ot.data(), gu.data(), 96, 64, DType::kE4M3,
-                                      s.scale(), s.amax(), s.scale_inv(), nullptr)
+  Fp8CastOut o(size_t(96) * 2 * 96, 1.0f);
+  EXPECT_FALSE(cuda::SwiGluFp8Supported(96, 64, gu.data(), gu.data(), o.q.data(), o.qt.data()));
+  EXPECT_FALSE(cuda::SwiGluForwardFp8(o.q.data(), o.qt.data(), gu.data(), 96, 64, DType::kE4M3,
+                                      o.scale(), o.amax(), o.scale_inv(), nullptr)
                    .ok());
-  EXPECT_FALSE(cuda::SwiGluBackwardFp8(o.data(), ot.data(), dout.data(), gu.data(), 64, 96,
-                                       DType::kE5M2, s.scale(), s.amax(), s.scale_inv(), nullptr)
+  EXPECT_FALSE(cuda::SwiGluBackwardFp8(o.q.data(), o.qt.data(), dout.data(), gu.data(), 64, 96,
+                                       DType::kE5M2, o.scale(), o.amax(), o.scale_inv(), nullptr)
                    .ok());
 }
 
