@@ -99,7 +99,8 @@ Status Fp8Linears::Init(const Fp8Config& cfg, int n_layer,
   FORGE_RETURN_IF_ERROR(check16("micro_batch * seq_len", tokens));
   int64_t max_in = 0;
   for (const Fp8LinearShape& sh : shapes) {
-    FORGE_RETURN_IF_ERROR(check16("every linear layer's input width (d_model, heads * head_dim, ffn)", sh.in));
+    FORGE_RETURN_IF_ERROR(
+        check16("every linear layer's input width (d_model, heads * head_dim, ffn)", sh.in));
     FORGE_RETURN_IF_ERROR(check16("every linear layer's output width", sh.out));
     max_in = std::max(max_in, sh.in);
   }
@@ -119,7 +120,8 @@ Status Fp8Linears::Init(const Fp8Config& cfg, int n_layer,
   x8t_.assign(size_t(kLinearKinds) * act_sets, nullptr);
   for (int s = 0; s < act_sets; ++s) {
     for (int k = 0; k < kLinearKinds; ++k) {
-      FORGE_RETURN_IF_ERROR(Alloc(&x8t_[size_t(kLinearKinds) * s + k], size_t(N_ * shapes[k].in)));
+      FORGE_RETURN_IF_ERROR(
+          Alloc(&x8t_[size_t(kLinearKinds) * s + k], size_t(N_ * shapes[k].in)));
     }
   }
   for (int k = 0; k < kLinearKinds; ++k) {
