@@ -158,6 +158,20 @@ class SlurmJob : public ::testing::Test {
     return state;
   }
 
+  // Waits until the job has ended, then records `scontrol show job` and its (shortened) log in
+  // the transcript; returns the final state and the whole log.
+  struct Ended {
+    std::string state, log;
+  };
+  Ended AwaitJob(const std::string& job) {
+    Ended e;
+    e.state = WaitForEnd(job);
+    e.log = JobLog(job);
+    Log("$ scontrol show job %s\n%s--- job log ---\n%s---\n", job.c_str(),
+        JobSummary(job).c_str(), Shortened(e.log).c_str());
+    return e;
+  }
+
   bool WaitForSteps(const std::string& run, int steps, double limit_s = 60) {
     return WaitFor(limit_s, [&] { return CountLines(run + "/metrics.jsonl") >= steps; });
   }
@@ -223,10 +237,7 @@ TEST_F(SlurmJob, CoordinatorAndFourWorkersTrainToCompletion) {
   const std::string job = Submit(cfg);
   ASSERT_FALSE(job.empty());
   Log("$ squeue\n%s", Run("squeue").c_str());
-  const std::string state = WaitForEnd(job);
-  const std::string log = JobLog(job);
-  Log("$ scontrol show job %s\n%s--- job log ---\n%s---\n", job.c_str(), JobSummary(job).c_str(),
-      Shortened(log).c_str());
+  const auto [state, log] = AwaitJob(job);
   ASSERT_EQ(state, "COMPLETED") << log;
   EXPECT_EQ(JobField(job, "ExitCode"), "0:0");
   ExpectOneGpuPerRank(log);
@@ -252,10 +263,7 @@ TEST_F(SlurmJob, CoordinatorScancelCheckpointsAndResubmittingResumes) {
   ASSERT_TRUE(WaitForSteps(run_dir, 3)) << JobSummary(job) << JobLog(job);
   Log("$ squeue\n%s$ scancel %s\n", Run("squeue").c_str(), job.c_str());
   Run("scancel " + job);
-  const std::string state = WaitForEnd(job);
-  const std::string log = JobLog(job);
-  Log("$ scontrol show job %s\n%s--- job log ---\n%s---\n", job.c_str(), JobSummary(job).c_str(),
-      Shortened(log).c_str());
+  const auto [state, log] = AwaitJob(job);
   ASSERT_EQ(state, "CANCELLED") << log;
   const std::string run = RunIdOf("cancel");
   EXPECT_TRUE(Contains(log, "SIGTERM: stopping the run with a checkpoint")) << log;
@@ -270,10 +278,7 @@ TEST_F(SlurmJob, CoordinatorScancelCheckpointsAndResubmittingResumes) {
   ::setenv("FORGE_WORKER_ARGS", "", 1);
   const std::string again = Submit(cfg);
   ASSERT_FALSE(again.empty());
-  const std::string state2 = WaitForEnd(again);
-  const std::string log2 = JobLog(again);
-  Log("$ scontrol show job %s\n%s--- job log ---\n%s---\n", again.c_str(),
-      JobSummary(again).c_str(), Shortened(log2).c_str());
+  const auto [state2, log2] = AwaitJob(again);
   ASSERT_EQ(state2, "COMPLETED") << log2;
   EXPECT_TRUE(Contains(log2, "run " + run + " (STOPPED, checkpoint step " +
                                  std::to_string(stopped) + ")"))
@@ -309,10 +314,7 @@ TEST_F(SlurmJob, CoordinatorTimeLimitWarningCheckpointsAndRequeues) {
   Log("$ squeue\n%s$ scontrol update JobId=%s StartTime=now\n",
       Run("squeue -o '%.8i %.9P %.8j %.8T %.10M %.6D %R %S'").c_str(), job.c_str());
   Run("scontrol update JobId=" + job + " StartTime=now");
-  const std::string state = WaitForEnd(job);
-  const std::string log = JobLog(job);  // --open-mode=append: both runs
-  Log("$ scontrol show job %s\n%s--- job log ---\n%s---\n", job.c_str(), JobSummary(job).c_str(),
-      Shortened(log).c_str());
+  const auto [state, log] = AwaitJob(job);  // --open-mode=append: both runs
   ASSERT_EQ(state, "COMPLETED") << log;
   EXPECT_TRUE(Contains(log, "time limit near")) << log;
   EXPECT_TRUE(Contains(log, "requeueing job " + job)) << log;
@@ -332,10 +334,7 @@ TEST_F(SlurmJob, DirectScancelCheckpointsAndResubmittingResumes) {
   ASSERT_TRUE(WaitForSteps(run, 3)) << JobSummary(job) << JobLog(job);
   Log("$ squeue\n%s$ scancel %s\n", Run("squeue").c_str(), job.c_str());
   Run("scancel " + job);
-  const std::string state = WaitForEnd(job);
-  const std::string log = JobLog(job);
-  Log("$ scontrol show job %s\n%s--- job log ---\n%s---\n", job.c_str(), JobSummary(job).c_str(),
-      Shortened(log).c_str());
+  const auto [state, log] = AwaitJob(job);
   ASSERT_EQ(state, "CANCELLED") << log;
   EXPECT_TRUE(Contains(log, "forge: stopped on a signal after step")) << log;
   const auto ckpts = ListCheckpoints(run + "/checkpoints");
@@ -348,10 +347,7 @@ TEST_F(SlurmJob, DirectScancelCheckpointsAndResubmittingResumes) {
   const std::string until = std::to_string(stopped + 2);
   const std::string again = Submit(cfg, "--steps " + until);
   ASSERT_FALSE(again.empty());
-  const std::string state2 = WaitForEnd(again);
-  const std::string log2 = JobLog(again);
-  Log("$ scontrol show job %s\n%s--- job log ---\n%s---\n", again.c_str(),
-      JobSummary(again).c_str(), Shortened(log2).c_str());
+  const auto [state2, log2] = AwaitJob(again);
   ASSERT_EQ(state2, "COMPLETED") << log2;
   EXPECT_TRUE(Contains(log2, "resumed from " + run + "/checkpoints/step_" +
                                  std::to_string(stopped)))
