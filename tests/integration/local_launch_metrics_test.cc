@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -15,11 +14,11 @@
 #include <set>
 #include <sstream>
 #include <string>
-#include <thread>
 
 #include "../common/http_get.h"
 #include "../unit/metrics_test_util.h"
 #include "child_process.h"
+#include "control_plane_harness.h"  // WaitFor
 #include "counting_dataset.h"
 
 namespace forge::test {
@@ -94,15 +93,6 @@ std::string WriteConfig(const std::string& dir, const std::string& name, int por
          "metrics: {port: " << port << ", bind_address: 127.0.0.1, peak_tflops: 0.01}\n"
       << extra;
   return path;
-}
-
-bool WaitFor(double seconds, const std::function<bool()>& done) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(int(seconds * 1000));
-  while (std::chrono::steady_clock::now() < end) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return done();
 }
 
 TEST(LocalLaunchMetrics, RankZeroUsesTheCoordinatorsRunId) {

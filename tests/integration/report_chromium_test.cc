@@ -4,14 +4,13 @@
 // every chart's <svg> holds a polyline with one finite point per recorded step.
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "../common/svg_polylines.h"
 #include "control_plane_harness.h"
 
 namespace forge::test {
@@ -19,42 +18,6 @@ namespace {
 
 constexpr int kCharts = 5;  // cli/report_html.h kReportCharts
 constexpr int kSteps = 16;
-
-std::vector<std::string> Blocks(const std::string& html, const std::string& open,
-                                const std::string& close) {
-  std::vector<std::string> out;
-  for (size_t at = html.find(open); at != std::string::npos; at = html.find(open, at + 1)) {
-    const size_t end = html.find(close, at);
-    out.push_back(html.substr(at, end == std::string::npos ? std::string::npos : end - at));
-  }
-  return out;
-}
-
-// The points of each polyline in `svg`; a point that is not two finite numbers counts as -1.
-std::vector<int> PolylinePoints(const std::string& svg) {
-  std::vector<int> counts;
-  for (const std::string& p : Blocks(svg, "<polyline", ">")) {
-    const size_t at = p.find("points=\"");
-    if (at == std::string::npos) {
-      counts.push_back(0);
-      continue;
-    }
-    std::istringstream in(p.substr(at + 8, p.find('"', at + 8) - at - 8));
-    std::string pt;
-    int n = 0;
-    while (in >> pt) {
-      double x = NAN, y = NAN;
-      if (std::sscanf(pt.c_str(), "%lf,%lf", &x, &y) != 2 || !std::isfinite(x) ||
-          !std::isfinite(y)) {
-        n = -1;
-        break;
-      }
-      ++n;
-    }
-    counts.push_back(n);
-  }
-  return counts;
-}
 
 std::string Chromium() {
   for (const char* name : {"chromium", "chromium-browser"}) {

@@ -9,35 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "../common/svg_polylines.h"
+
 namespace forge::cli {
 namespace {
 
-std::vector<std::string> Blocks(const std::string& html, const std::string& open,
-                                const std::string& close) {
-  std::vector<std::string> out;
-  for (size_t at = html.find(open); at != std::string::npos; at = html.find(open, at + 1)) {
-    const size_t end = html.find(close, at);
-    out.push_back(html.substr(at, end == std::string::npos ? std::string::npos : end - at));
-  }
-  return out;
-}
-
-// Point counts of every polyline in `svg`, in order.
-std::vector<int> PolylinePoints(const std::string& svg) {
-  std::vector<int> counts;
-  for (const std::string& p : Blocks(svg, "<polyline", "/>")) {
-    const size_t at = p.find("points=\"");
-    if (at == std::string::npos) {
-      counts.push_back(-1);
-      continue;
-    }
-    const std::string pts = p.substr(at + 8, p.find('"', at + 8) - at - 8);
-    int n = pts.empty() ? 0 : 1;
-    for (char ch : pts) n += ch == ' ';
-    counts.push_back(n);
-  }
-  return counts;
-}
+using test::Blocks;
+using test::PolylinePoints;
 
 std::string Lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
