@@ -117,25 +117,11 @@ __global__ void __launch_bounds__(kTileThreadsX* kTileThreadsY)
 
 Status CheckArgs(const char* what, int64_t rows, int64_t cols, DType format, const float* scale,
                  const float* amax, const float* scale_inv) {
-  const std::string w = what;
   if (rows < 0 || cols < 0) {
-    return Status::Invalid(w + ": bad shape rows=" + std::to_string(rows) +
+    return Status::Invalid(std::string(what) + ": bad shape rows=" + std::to_string(rows) +
                            " cols=" + std::to_string(cols));
   }
-  if (format != DType::kE4M3 && format != DType::kE5M2) {
-    return Status::Invalid(w + ": format must be E4M3 or E5M2");
-  }
-  if (!scale) return Status::Invalid(w + ": scale pointer is required");
-  const void* ptrs[] = {scale, amax, scale_inv};
-  const char* names[] = {"scale", "amax", "scale_inv"};
-  for (int i = 0; i < 3; ++i) {
-    if (ptrs[i] && !IsAligned(ptrs[i], 16)) {
-      return Status::Invalid(w + ": " + names[i] +
-                             " pointer must be 16-byte aligned (cuBLASLt's rule for the "
-                             "scale/amax slots it shares)");
-    }
-  }
-  return Status::Ok();
+  return CheckFp8CastArgs(what, format, scale, amax, scale_inv);
 }
 
 template <typename T>
@@ -171,6 +157,24 @@ Status LaunchCastTranspose(const char* what, void* out, void* out_t, const T* x,
 }
 
 }  // namespace
+
+Status CheckFp8CastArgs(const std::string& what, DType format, const float* scale,
+                        const float* amax, const float* scale_inv) {
+  if (format != DType::kE4M3 && format != DType::kE5M2) {
+    return Status::Invalid(what + ": format must be E4M3 or E5M2");
+  }
+  if (!scale) return Status::Invalid(what + ": scale pointer is required");
+  const void* ptrs[] = {scale, amax, scale_inv};
+  const char* names[] = {"scale", "amax", "scale_inv"};
+  for (int i = 0; i < 3; ++i) {
+    if (ptrs[i] && !IsAligned(ptrs[i], 16)) {
+      return Status::Invalid(what + ": " + names[i] +
+                             " pointer must be 16-byte aligned (cuBLASLt's rule for the "
+                             "scale/amax slots it shares)");
+    }
+  }
+  return Status::Ok();
+}
 
 Status CastToFp8(void* out, const bf16* x, int64_t rows, int64_t cols, DType format,
                  const float* scale, float* amax, float* scale_inv, cudaStream_t stream) {

@@ -29,6 +29,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 
 #include "common/status.h"
 #include "kernels/cuda/bf16.cuh"
@@ -52,5 +53,12 @@ Status CastTransposeToFp8(void* out, void* out_t, const bf16* x, int64_t rows, i
 Status CastTransposeToFp8(void* out, void* out_t, const float* x, int64_t rows, int64_t cols,
                           DType format, const float* scale, float* amax, float* scale_inv,
                           cudaStream_t stream);
+
+// The arguments every FP8 cast takes, checked once for the casts here and the kernels that
+// write their output in FP8 themselves (rmsnorm_fp8, swiglu_fp8, rope_fp8): `format` E4M3 or
+// E5M2, a scale pointer, and scale/amax/scale_inv 16-byte aligned where given. Errors start
+// with `what`.
+Status CheckFp8CastArgs(const std::string& what, DType format, const float* scale,
+                        const float* amax, const float* scale_inv);
 
 }  // namespace forge::cuda

@@ -4,6 +4,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/fp8_cast.cuh"
 #include "kernels/cuda/fp8_tile_cast.cuh"
 #include "kernels/cuda/rmsnorm.cuh"
 #include "kernels/cuda/rmsnorm_math.cuh"
@@ -37,16 +38,11 @@ bool RmsNormFp8Supported(int64_t N, int d, const void* x, const void* w, const v
 Status RmsNormForwardFp8(void* out, void* out_t, float* rstd, const bf16* x, const bf16* w,
                          int64_t N, int d, float eps, DType format, const float* scale,
                          float* amax, float* scale_inv, cudaStream_t stream) {
-  if (rstd == nullptr || scale == nullptr || (format != DType::kE4M3 && format != DType::kE5M2) ||
-      !RmsNormFp8Supported(N, d, x, w, out, out_t)) {
+  FORGE_RETURN_IF_ERROR(CheckFp8CastArgs("RmsNormForwardFp8", format, scale, amax, scale_inv));
+  if (rstd == nullptr || !RmsNormFp8Supported(N, d, x, w, out, out_t)) {
     return Status::Invalid("RmsNormForwardFp8: unsupported arguments (N " + std::to_string(N) +
                            ", d " + std::to_string(d) +
-                           "; needs multiples of 64, rstd, scale and aligned buffers)");
-  }
-  for (const float* p : {scale, static_cast<const float*>(amax),
-                         static_cast<const float*>(scale_inv)}) {
-    if (p && !IsAligned(p, 16))
-      return Status::Invalid("RmsNormForwardFp8: scale/amax/scale_inv must be 16-byte aligned");
+                           "; needs multiples of 64, rstd and aligned buffers)");
   }
   FORGE_RETURN_IF_ERROR(RmsNormForward(nullptr, rstd, x, w, N, d, eps, stream));
   if (N == 0) return Status::Ok();

@@ -4,6 +4,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/fp8_cast.cuh"
 #include "kernels/cuda/fp8_tile_cast.cuh"
 #include "kernels/cuda/rope_math.cuh"
 
@@ -66,18 +67,13 @@ Status RopeBackwardFp8(void* out, void* out_t, const bf16* dqkv, int B, int T, i
                        int n_kv_head, int hd, const float* freq, DType format,
                        const float* scale, float* amax, float* scale_inv, cudaStream_t stream) {
   const int64_t rows = int64_t{B} * T;
-  if (B < 0 || T <= 0 || n_head <= 0 || n_kv_head <= 0 || freq == nullptr || scale == nullptr ||
-      (format != DType::kE4M3 && format != DType::kE5M2) ||
+  FORGE_RETURN_IF_ERROR(CheckFp8CastArgs("RopeBackwardFp8", format, scale, amax, scale_inv));
+  if (B < 0 || T <= 0 || n_head <= 0 || n_kv_head <= 0 || freq == nullptr ||
       !RopeFp8Supported(rows, n_head, n_kv_head, hd, dqkv, out, out_t)) {
     return Status::Invalid("RopeBackwardFp8: unsupported arguments (B*T " +
                            std::to_string(rows) + ", H " + std::to_string(n_head) + ", KV " +
                            std::to_string(n_kv_head) + ", hd " + std::to_string(hd) +
                            "; needs multiples of 64, hd % 8 == 0, aligned buffers)");
-  }
-  for (const float* p : {scale, static_cast<const float*>(amax),
-                         static_cast<const float*>(scale_inv)}) {
-    if (p && !IsAligned(p, 16))
-      return Status::Invalid("RopeBackwardFp8: scale/amax/scale_inv must be 16-byte aligned");
   }
   if (rows == 0) return Status::Ok();
   const int64_t cols = int64_t{n_head + 2 * n_kv_head} * hd;

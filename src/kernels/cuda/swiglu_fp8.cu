@@ -4,6 +4,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/fp8_cast.cuh"
 #include "kernels/cuda/fp8_tile_cast.cuh"
 #include "kernels/cuda/swiglu_math.cuh"
 
@@ -53,15 +54,7 @@ Status CheckFp8Args(const char* what, int64_t N, int ffn, DType format, const fl
   if (N < 0 || ffn <= 0)
     return Status::Invalid(std::string(what) + ": bad shape N=" + std::to_string(N) +
                            " ffn=" + std::to_string(ffn));
-  if (format != DType::kE4M3 && format != DType::kE5M2)
-    return Status::Invalid(std::string(what) + ": format must be E4M3 or E5M2");
-  if (!scale) return Status::Invalid(std::string(what) + ": scale pointer is required");
-  for (const void* p : {static_cast<const void*>(scale), static_cast<const void*>(amax),
-                        static_cast<const void*>(scale_inv)}) {
-    if (p && !IsAligned(p, 16))
-      return Status::Invalid(std::string(what) + ": scale/amax/scale_inv must be 16-byte aligned");
-  }
-  return Status::Ok();
+  return CheckFp8CastArgs(what, format, scale, amax, scale_inv);
 }
 
 }  // namespace
