@@ -98,7 +98,6 @@ Status CudaDataParallel::Init() {
     }
     FORGE_RETURN_IF_ERROR(AllocDevice(reinterpret_cast<void**>(&comm_bf16_),
                                       size_t(largest) * sizeof(cuda::bf16)));
-    FORGE_CUDA_CHECK(cudaDeviceSynchronize());  // AllocDevice's memset ran on the legacy stream
   }
   // Diagnostic only (the training is wrong with it): the gradient collectives are skipped, so
   // a benchmark measures what data parallelism costs besides communication.
@@ -125,6 +124,9 @@ Status CudaDataParallel::Init() {
   allreduce_hooks_.grad_ready = [this](int u, cudaEvent_t c, cudaEvent_t w) {
     return OnGradReady(u, c, w, /*all_reduce=*/!fsdp());
   };
+  // Every AllocDevice above zeroed its buffer on the legacy stream, which the non-blocking
+  // compute and NCCL streams do not wait for: finish those memsets once, here.
+  FORGE_CUDA_CHECK(cudaDeviceSynchronize());
   return Status::Ok();
 }
 
@@ -348,7 +350,6 @@ Status CudaDataParallel::InitFsdp() {
                          &released_[0], &released_[1], &rs_done_[0], &rs_done_[1]}) {
     FORGE_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
   }
-  FORGE_CUDA_CHECK(cudaDeviceSynchronize());  // the memsets above ran on the legacy stream
   return Status::Ok();
 }
 
