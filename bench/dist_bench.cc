@@ -18,6 +18,8 @@
 // exposed communication = step - single-GPU step; hidden = communication alone - exposed
 // (clamped at 0): how much of it the backward overlapped.
 // MFU counts model FLOPs per GPU against the dense BF16 peak (common/peak_flops.h).
+// Knobs (environment): FORGE_NCCL_MAX_CTAS, FORGE_NCCL_CTA_POLICY (NcclCommOptions),
+// FORGE_GEMM_SM_MARGIN (the backward GEMMs leave that many SMs to NCCL).
 #include <cuda_runtime.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -207,6 +209,7 @@ int RunRank(const Args& a, const RunConfig& cfg, int rank, int port) {
   no.device = rank;
   no.timeout_s = 600;
   if (const char* v = std::getenv("FORGE_NCCL_MAX_CTAS")) no.max_ctas = std::atoi(v);
+  if (const char* v = std::getenv("FORGE_NCCL_CTA_POLICY")) no.cta_policy = std::atoi(v);
   auto nccl = MakeNcclComm(rank, a.world, rdv.get(), no);
   if (!nccl.ok()) return Fail("rank " + std::to_string(rank) + ": " + nccl.status().ToString());
   auto host = MakeHostStagedComm(nccl->get());

@@ -98,6 +98,21 @@ TEST_F(PlanCacheTest, LocationFromEnvironment) {
   }
 }
 
+TEST_F(PlanCacheTest, ProfilerAttachedFollowsTheInjectionVariable) {
+  {
+    ScopedEnv inj("CUDA_INJECTION64_PATH", nullptr);
+    EXPECT_FALSE(ProfilerAttached());
+  }
+  {
+    ScopedEnv inj("CUDA_INJECTION64_PATH", "");
+    EXPECT_FALSE(ProfilerAttached());
+  }
+  {
+    ScopedEnv inj("CUDA_INJECTION64_PATH", "/opt/nvidia/nsight-compute/libInjection.so");
+    EXPECT_TRUE(ProfilerAttached());
+  }
+}
+
 TEST_F(PlanCacheTest, DisabledCacheRecordsNothing) {
   const PlanCache off;
   EXPECT_FALSE(off.enabled());

@@ -506,6 +506,33 @@ TEST_F(GpuSdpaTest, FirstCallUnderCaptureIsNotTimed) {
   ASSERT_CUDA_OK(cudaStreamDestroy(stream));
 }
 
+// Under a profiler (CUDA_INJECTION64_PATH set, as ncu and compute-sanitizer do) timings are
+// meaningless: heuristics' first config, untimed, and nothing recorded for later runs.
+TEST_F(GpuSdpaTest, UnderAProfilerNothingIsTimedOrRecorded) {
+  ASSERT_CUDA_OK(cudaFree(nullptr));  // CUDA reads the variable at initialisation: before it
+  const char* old = std::getenv("CUDA_INJECTION64_PATH");
+  const std::optional<std::string> saved = old ? std::optional<std::string>(old) : std::nullopt;
+  setenv("CUDA_INJECTION64_PATH", "/nonexistent/libprofiler.so", 1);
+  const SdpaShape s{2, 128, 4, 4, 64};
+  const Inputs in = MakeReference(s, 1300);
+  SdpaRunner runner;
+  const Status init = runner.Init(false);
+  DeviceRun d(s, in, false);
+  const Status fwd =
+      init.ok() ? runner.Forward(s, d.qkv.data(), d.out.data(), d.stats.data(), nullptr) : init;
+  if (saved) setenv("CUDA_INJECTION64_PATH", saved->c_str(), 1);
+  else unsetenv("CUDA_INJECTION64_PATH");
+  ASSERT_STATUS_OK(fwd);
+  ASSERT_EQ(runner.plan_log().size(), 1u);
+  EXPECT_EQ(runner.plan_log()[0].source, "profiler");
+  EXPECT_EQ(runner.plan_log()[0].timed, 0);
+  EXPECT_FALSE(Recorded(runner.plan_log()[0].key).has_value());
+  auto cands = runner.EngineCandidates(s, false);
+  ASSERT_TRUE(cands.ok()) << cands.status().ToString();
+  EXPECT_EQ(runner.plan_log()[0].engine, cands->front().engine);
+  ExpectForwardMatches(in, d);
+}
+
 TEST_F(GpuSdpaTest, RejectsBadShapes) {
   SdpaRunner runner;
   ASSERT_STATUS_OK(runner.Init(false));

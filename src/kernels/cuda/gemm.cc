@@ -2,6 +2,7 @@
 // shape/type key (descriptors + an algorithm chosen by the heuristic, the split-K rule, then
 // optionally by timing).
 #include "kernels/cuda/gemm.cuh"
+#include "kernels/cuda/plan_cache.h"
 
 #include <algorithm>
 #include <chrono>
@@ -621,6 +622,8 @@ StatusOr<GemmRunner::Plan*> GemmRunner::MakePlan(const GemmArgs& a, const Key& k
     rec.note = "autotune off";
   } else if (StreamCapturing(stream)) {
     rec.note = "stream capturing: first candidate, untimed";
+  } else if (ProfilerAttached()) {
+    rec.note = "profiler attached: first candidate, untimed";
   } else if (algos.size() == 1) {
     rec.note = "single candidate";
   } else {

@@ -95,6 +95,11 @@ class FileLock {
 
 }  // namespace
 
+bool ProfilerAttached() {
+  const char* inj = std::getenv("CUDA_INJECTION64_PATH");
+  return inj != nullptr && *inj != '\0';
+}
+
 PlanCache PlanCache::FromEnv() {
   const char* env = std::getenv("FORGE_PLAN_CACHE");
   if (env && *env) {

@@ -53,4 +53,11 @@ class PlanCache {
   std::string path_;
 };
 
+// Whether a CUDA profiler or checker is injected into this process (Nsight Compute / Systems
+// and compute-sanitizer set CUDA_INJECTION64_PATH). Under one, kernels are replayed or
+// serialised, so timings say nothing about the real step: tuners must not time candidates
+// or record a choice then (a choice recorded under ncu once made every later run use a 1.7x
+// slower attention forward).
+bool ProfilerAttached();
+
 }  // namespace forge::cuda

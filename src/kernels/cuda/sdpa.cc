@@ -851,7 +851,13 @@ Status SdpaRunner::ChoosePlan(Graph* g, const SdpaShape& s, const Call& call,
         return p.status();
       }
     }
-    if (!g->plan && StreamCapturing(stream)) {
+    if (!g->plan && ProfilerAttached()) {
+      FORGE_RETURN_IF_ERROR(take_first());
+      info.source = "profiler";
+      info.engine = g->plan->choice().ToString();
+      info.note += "a profiler is attached (CUDA_INJECTION64_PATH): heuristics' first config, "
+                   "untimed, not recorded";
+    } else if (!g->plan && StreamCapturing(stream)) {
       // Timing would synchronise a capturing stream; the model warms every shape up
       // eagerly before capturing, so this is a first call the caller did not plan for.
       FORGE_RETURN_IF_ERROR(take_first());

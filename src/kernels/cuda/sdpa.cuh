@@ -29,6 +29,8 @@
 //   error naming the file (fix or delete it, or set FORGE_PLAN_CACHE=off).
 // - a first call under CUDA-graph capture is never timed (timing synchronises): it takes the
 //   cached choice if any, else heuristics' first config, and records nothing.
+// - under a profiler or checker (ProfilerAttached: kernels replayed or serialised) nothing is
+//   timed either: the cached choice if any, else heuristics' first config, nothing recorded.
 // Candidates needing more than max(2x, +256 MiB) of the first config's workspace are left
 // out. Runners of one process (the model has one per layer) share the cache file: the first
 // tunes a shape, the others read its choice.
@@ -61,7 +63,8 @@ struct SdpaPlanInfo {
   std::string key;     // plan-cache key: "sdpa <fwd|bwd|bwd-det> B=.. | <GPU> | cudnn <ver>"
   std::string engine;  // the chosen engine config (CudnnEngineChoice text form)
   // "first" (cache off), "cache" (recorded choice), "tuned" (timed here), "capture" (first
-  // call under capture: cached choice or heuristics' first, untimed), "forced" (UseEngine).
+  // call under capture: cached choice or heuristics' first, untimed), "profiler" (the same
+  // under a profiler), "forced" (UseEngine).
   std::string source;
   int timed = 0;              // candidates timed ("tuned" only)
   float first_ms = 0.0f;      // heuristics' first config, median ("tuned" only)

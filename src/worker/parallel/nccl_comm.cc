@@ -443,6 +443,7 @@ StatusOr<std::unique_ptr<NcclComm>> MakeNcclComm(int rank, int world, IdRendezvo
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // calls return at once; we poll, so init and hangs can time out
   if (options.max_ctas > 0) config.maxCTAs = options.max_ctas;
+  if (options.cta_policy >= 0) config.CTAPolicy = options.cta_policy;
   config.commName = impl->comm_name();
   ncclComm_t comm = nullptr;
   ncclResult_t r = ncclCommInitRankConfig(&comm, world, id, rank, &config);

@@ -40,6 +40,9 @@ struct NcclCommOptions {
   // choice). With CudaBackendOptions::gemm_sm_margin the overlapped GEMMs leave that many
   // SMs to NCCL.
   int max_ctas = 0;
+  // ncclConfig_t::CTAPolicy: 0 NCCL's default, 1 NCCL_CTA_POLICY_EFFICIENCY (fewest CTAs that
+  // still give decent bandwidth: for collectives that overlap compute). -1: leave unset.
+  int cta_policy = -1;
 };
 
 class NcclComm : public Comm {
