@@ -8,7 +8,7 @@ def family(name):
     n = name.lower()
     rules = [("gemm", r"nvjet|sm90_xmma|gemm|cutlass"), ("attention", r"cudnn|sdpa|fmha|flash"),
              ("optimizer", r"adamw|gradnorm|meanreduce"),
-             ("cross_entropy", r"cross_entropy|softmax"), ("rmsnorm", r"rmsnorm"),
+             ("cross_entropy", r"crossentropy|cross_entropy|softmax"), ("rmsnorm", r"rmsnorm"),
              ("swiglu", r"swiglu"), ("rope", r"rope"), ("embedding", r"embedding|sort|segment"),
              ("fp8_cast", r"fp8|cast|amax"), ("copy/fill", r"memset|memcpy|fill|copy")]
     for fam, pat in rules:
