@@ -98,19 +98,22 @@ TEST_F(PlanCacheTest, LocationFromEnvironment) {
   }
 }
 
-TEST_F(PlanCacheTest, ProfilerAttachedFollowsTheInjectionVariable) {
-  {
-    ScopedEnv inj("CUDA_INJECTION64_PATH", nullptr);
-    EXPECT_FALSE(ProfilerAttached());
-  }
-  {
-    ScopedEnv inj("CUDA_INJECTION64_PATH", "");
-    EXPECT_FALSE(ProfilerAttached());
-  }
-  {
-    ScopedEnv inj("CUDA_INJECTION64_PATH", "/opt/nvidia/nsight-compute/libInjection.so");
+TEST_F(PlanCacheTest, ProfilerAttachedFollowsTheToolsVariables) {
+  const char* names[] = {"CUDA_INJECTION64_PATH", "NV_NSIGHT_INJECTION_TRANSPORT_TYPE",
+                         "NV_COMPUTE_PROFILER_PERFWORKS_DIR",
+                         "NV_SANITIZER_INJECTION_TRANSPORT_TYPE"};
+  ScopedEnv a(names[0], nullptr), b(names[1], nullptr), c(names[2], nullptr), d(names[3], nullptr);
+  EXPECT_FALSE(ProfilerAttached());
+  for (const char* name : names) {
+    SCOPED_TRACE(name);
+    {
+      ScopedEnv empty(name, "");
+      EXPECT_FALSE(ProfilerAttached());
+    }
+    ScopedEnv set(name, "uds");
     EXPECT_TRUE(ProfilerAttached());
   }
+  EXPECT_FALSE(ProfilerAttached());
 }
 
 TEST_F(PlanCacheTest, DisabledCacheRecordsNothing) {

@@ -96,8 +96,16 @@ class FileLock {
 }  // namespace
 
 bool ProfilerAttached() {
-  const char* inj = std::getenv("CUDA_INJECTION64_PATH");
-  return inj != nullptr && *inj != '\0';
+  // What each tool puts into its target's environment (seen: ncu 2025.3 sets the Nsight
+  // injection transport and PerfWorks directory, not CUDA_INJECTION64_PATH; compute-sanitizer
+  // its own transport).
+  for (const char* name : {"CUDA_INJECTION64_PATH", "NV_NSIGHT_INJECTION_TRANSPORT_TYPE",
+                           "NV_COMPUTE_PROFILER_PERFWORKS_DIR",
+                           "NV_SANITIZER_INJECTION_TRANSPORT_TYPE"}) {
+    const char* v = std::getenv(name);
+    if (v != nullptr && *v != '\0') return true;
+  }
+  return false;
 }
 
 PlanCache PlanCache::FromEnv() {

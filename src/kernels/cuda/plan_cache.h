@@ -53,8 +53,8 @@ class PlanCache {
   std::string path_;
 };
 
-// Whether a CUDA profiler or checker is injected into this process (Nsight Compute / Systems
-// and compute-sanitizer set CUDA_INJECTION64_PATH). Under one, kernels are replayed or
+// Whether a CUDA profiler or checker is injected into this process (the variables Nsight
+// Compute / Systems and compute-sanitizer set in their target). Under one, kernels are replayed or
 // serialised, so timings say nothing about the real step: tuners must not time candidates
 // or record a choice then (a choice recorded under ncu once made every later run use a 1.7x
 // slower attention forward).

@@ -855,7 +855,7 @@ Status SdpaRunner::ChoosePlan(Graph* g, const SdpaShape& s, const Call& call,
       FORGE_RETURN_IF_ERROR(take_first());
       info.source = "profiler";
       info.engine = g->plan->choice().ToString();
-      info.note += "a profiler is attached (CUDA_INJECTION64_PATH): heuristics' first config, "
+      info.note += "a profiler or checker is attached: heuristics' first config, "
                    "untimed, not recorded";
     } else if (!g->plan && StreamCapturing(stream)) {
       // Timing would synchronise a capturing stream; the model warms every shape up
