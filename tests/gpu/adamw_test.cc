@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "gpu_test_util.h"
@@ -128,6 +129,53 @@ TEST(GpuGradNorm, MatchesCpuSumSquaresAndIsDeterministic) {
   EXPECT_EQ(run(10.0f * ref_norm).second[0], 1.0f);
   EXPECT_EQ(run(0.0f).second[0], 1.0f);
   EXPECT_TRUE(test::BitwiseEqual(run(0.0f).first, sumsq));
+}
+
+// The norm in per-range pieces (what the model does per unit during the backward): each
+// tensor's squares into its own partials, then one finish over all of them. Same value as the
+// CPU sum (and GlobalGradNorm) to fp32 rounding, bitwise reproducible, and a non-finite
+// gradient still gives a NaN clip factor (the step is skipped).
+TEST(GpuGradNorm, FromPartialsMatchesCpuAndGlobalNorm) {
+  FORGE_SKIP_WITHOUT_GPU();
+  std::vector<Tensor> ts = MakeTensors();
+  const std::vector<std::vector<float>> gs = UploadGrads(ts, 750);
+  double ref_sumsq = 0.0;
+  for (const auto& g : gs) ref_sumsq += cpu::SumSquares(g.data(), int64_t(g.size()));
+  const int64_t P = cuda::SumSquaresPartials();
+  DeviceBuffer<float> partials(size_t(P) * ts.size()), d_sumsq(1), d_clip(1);
+  const float max_norm = 0.5f * float(std::sqrt(ref_sumsq));
+  auto run = [&]() {
+    partials.Poison();
+    for (size_t i = 0; i < ts.size(); ++i) {
+      // Tensors may start at an unaligned offset (the scalar path).
+      EXPECT_STATUS_OK(cuda::SumSquaresPartial(ts[i].d_g.data() + ts[i].offset, ts[i].n,
+                                               partials.data() + int64_t(i) * P, nullptr));
+    }
+    EXPECT_STATUS_OK(cuda::GradNormFromPartials(partials.data(), P * int64_t(ts.size()),
+                                                max_norm, d_sumsq.data(), d_clip.data(),
+                                                nullptr));
+    return std::make_pair(d_sumsq.Download(), d_clip.Download());
+  };
+  const auto [sumsq, clip] = run();
+  EXPECT_TRUE(test::MaxRelClose(sumsq, {float(ref_sumsq)}, 1e-5)) << "sum of squares";
+  EXPECT_TRUE(test::MaxRelClose(clip, {max_norm / (float(std::sqrt(ref_sumsq)) + 1e-6f)}, 1e-5));
+  const auto [sumsq2, clip2] = run();
+  EXPECT_TRUE(test::BitwiseEqual(sumsq, sumsq2));
+  EXPECT_TRUE(test::BitwiseEqual(clip, clip2));
+
+  DeviceBuffer<cuda::AdamWTensor> d_desc(Descriptors(ts));
+  DeviceBuffer<char> ws(cuda::GradNormWorkspace());
+  DeviceBuffer<float> g_sumsq(1), g_clip(1);
+  ASSERT_STATUS_OK(cuda::GlobalGradNorm(d_desc.data(), int(ts.size()), max_norm, g_sumsq.data(),
+                                        g_clip.data(), ws.data(), ws.bytes(), nullptr));
+  EXPECT_TRUE(test::MaxRelClose(g_sumsq.Download(), sumsq, 1e-6)) << "vs GlobalGradNorm";
+
+  std::vector<float> bad(size_t(ts[0].n + ts[0].offset), 0.0f);
+  bad[size_t(ts[0].offset)] = std::numeric_limits<float>::infinity();
+  ts[0].d_g.Upload(bad);
+  EXPECT_TRUE(std::isnan(run().second[0])) << "an Inf gradient must give a NaN clip factor";
+  EXPECT_FALSE(cuda::GradNormFromPartials(partials.data(), 0, 1.0f, d_sumsq.data(),
+                                          d_clip.data(), nullptr).ok());
 }
 
 TEST(GpuGradNorm, EmptyListGivesZeroAndNoClip) {

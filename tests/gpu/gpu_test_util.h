@@ -45,6 +45,12 @@ inline bool HasCudaDevice() {
     ::forge::Status _s = (expr);                                \
     ASSERT_TRUE(_s.ok()) << #expr << ": " << _s.ToString();     \
   } while (0)
+// The non-fatal form (usable in lambdas that return a value).
+#define EXPECT_STATUS_OK(expr)                                  \
+  do {                                                          \
+    ::forge::Status _s = (expr);                                \
+    EXPECT_TRUE(_s.ok()) << #expr << ": " << _s.ToString();     \
+  } while (0)
 
 namespace forge::test {
 

@@ -49,6 +49,9 @@ TEST(GpuRmsNormFp8, MatchesRmsNormThenCastBitForBit) {
     Check(1024, 768, f, 32.0f, ++seed);  // gpt124m's width; saturating scale
     Check(2048, 1024, f, 0.5f, ++seed);  // gpt350m's width
   }
+  Check(16384, 1024, DType::kE4M3, 1.0f, ++seed);  // gpt350m's B 16 step: 256 row bands
+  Check(64 * 1100, 128, DType::kE5M2, 4.0f, ++seed);  // more bands than blocks: a block loops
+  Check(128, 2048, DType::kE4M3, 2.0f, ++seed);       // the widest row the kernel takes
 }
 
 TEST(GpuRmsNormFp8, RefusesWhatTheTileKernelCannotTake) {
@@ -57,6 +60,7 @@ TEST(GpuRmsNormFp8, RefusesWhatTheTileKernelCannotTake) {
   DeviceBuffer<uint8_t> o(size_t(96) * 96), ot(size_t(96) * 96);
   DeviceBuffer<float> rstd(96), slots(12);
   EXPECT_FALSE(cuda::RmsNormFp8Supported(96, 64, x.data(), w.data(), o.data(), ot.data()));
+  EXPECT_FALSE(cuda::RmsNormFp8Supported(64, 2112, x.data(), w.data(), o.data(), ot.data()));
   EXPECT_FALSE(cuda::RmsNormForwardFp8(o.data(), ot.data(), rstd.data(), x.data(), w.data(), 64,
                                        96, 1e-5f, DType::kE4M3, slots.data(), slots.data() + 4,
                                        slots.data() + 8, nullptr)

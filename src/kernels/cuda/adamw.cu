@@ -29,6 +29,26 @@ constexpr int kAdamBlocks = 1024;
 constexpr int kAdamThreads = 256;
 constexpr int kCastThreads = 256;
 constexpr int kCastMaxBlocks = 8192;
+constexpr int kFinishThreads = 1024;
+
+// Adds this thread's share (grid-stride from tid) of the squares of g[0, n) to acc, in order.
+__device__ __forceinline__ void AddSquares(const float* __restrict__ g, int64_t n, int64_t tid,
+                                           int64_t stride, float& acc) {
+  int64_t scalar_begin = 0;
+  if (IsAligned(g, 16)) {
+    const int64_t n4 = n / 4;
+    const float4* g4 = reinterpret_cast<const float4*>(g);
+    for (int64_t i = tid; i < n4; i += stride) {
+      const float4 v = g4[i];
+      acc += v.x * v.x;
+      acc += v.y * v.y;
+      acc += v.z * v.z;
+      acc += v.w * v.w;
+    }
+    scalar_begin = n4 * 4;
+  }
+  for (int64_t i = scalar_begin + tid; i < n; i += stride) acc += g[i] * g[i];
+}
 
 __global__ void __launch_bounds__(kNormThreads)
     GradNormPartialKernel(const AdamWTensor* __restrict__ tensors, int num_tensors,
@@ -37,24 +57,18 @@ __global__ void __launch_bounds__(kNormThreads)
   const int64_t tid = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   float acc = 0.0f;
-  for (int t = 0; t < num_tensors; ++t) {
-    const float* g = tensors[t].grad;
-    const int64_t n = tensors[t].n;
-    int64_t scalar_begin = 0;
-    if (IsAligned(g, 16)) {
-      const int64_t n4 = n / 4;
-      const float4* g4 = reinterpret_cast<const float4*>(g);
-      for (int64_t i = tid; i < n4; i += stride) {
-        const float4 v = g4[i];
-        acc += v.x * v.x;
-        acc += v.y * v.y;
-        acc += v.z * v.z;
-        acc += v.w * v.w;
-      }
-      scalar_begin = n4 * 4;
-    }
-    for (int64_t i = scalar_begin + tid; i < n; i += stride) acc += g[i] * g[i];
-  }
+  for (int t = 0; t < num_tensors; ++t) AddSquares(tensors[t].grad, tensors[t].n, tid, stride, acc);
+  const float total = BlockSum(acc, scratch);
+  if (threadIdx.x == 0) partial[blockIdx.x] = total;
+}
+
+// One contiguous gradient range (a unit's), same grid and order per block as above.
+__global__ void __launch_bounds__(kNormThreads)
+    SumSquaresPartialKernel(const float* __restrict__ g, int64_t n, float* __restrict__ partial) {
+  __shared__ float scratch[32];
+  const int64_t tid = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  float acc = 0.0f;
+  AddSquares(g, n, tid, int64_t{gridDim.x} * blockDim.x, acc);
   const float total = BlockSum(acc, scratch);
   if (threadIdx.x == 0) partial[blockIdx.x] = total;
 }
@@ -74,6 +88,20 @@ __global__ void __launch_bounds__(kNormBlocks)
                          float* __restrict__ sumsq_out, float* __restrict__ clip_scale_out) {
   __shared__ float scratch[32];
   const float total = BlockSum(partial[threadIdx.x], scratch);
+  if (threadIdx.x == 0) {
+    sumsq_out[0] = total;
+    clip_scale_out[0] = ClipScale(total, max_norm);
+  }
+}
+
+// Any number of partials: thread t sums t, t + kFinishThreads, ... in order, then a fixed tree.
+__global__ void __launch_bounds__(kFinishThreads)
+    PartialsFinishKernel(const float* __restrict__ partial, int64_t count, float max_norm,
+                         float* __restrict__ sumsq_out, float* __restrict__ clip_scale_out) {
+  __shared__ float scratch[32];
+  float acc = 0.0f;
+  for (int64_t i = threadIdx.x; i < count; i += kFinishThreads) acc += partial[i];
+  const float total = BlockSum(acc, scratch);
   if (threadIdx.x == 0) {
     sumsq_out[0] = total;
     clip_scale_out[0] = ClipScale(total, max_norm);
@@ -230,6 +258,29 @@ Status GlobalGradNorm(const AdamWTensor* tensors, int num_tensors, float max_nor
   FORGE_CUDA_LAUNCH_CHECK();
   GradNormFinishKernel<<<1, kNormBlocks, 0, stream>>>(partial, max_norm, sumsq_out,
                                                       clip_scale_out);
+  FORGE_CUDA_LAUNCH_CHECK();
+  return Status::Ok();
+}
+
+int64_t SumSquaresPartials() { return kNormBlocks; }
+
+Status SumSquaresPartial(const float* g, int64_t n, float* partial, cudaStream_t stream) {
+  if (n < 0 || (n > 0 && g == nullptr) || partial == nullptr) {
+    return Status::Invalid("SumSquaresPartial: bad arguments (n " + std::to_string(n) + ")");
+  }
+  SumSquaresPartialKernel<<<kNormBlocks, kNormThreads, 0, stream>>>(g, n, partial);
+  FORGE_CUDA_LAUNCH_CHECK();
+  return Status::Ok();
+}
+
+Status GradNormFromPartials(const float* partial, int64_t count, float max_norm,
+                            float* sumsq_out, float* clip_scale_out, cudaStream_t stream) {
+  if (count <= 0 || partial == nullptr || sumsq_out == nullptr || clip_scale_out == nullptr) {
+    return Status::Invalid("GradNormFromPartials: bad arguments (count " + std::to_string(count) +
+                           ")");
+  }
+  PartialsFinishKernel<<<1, kFinishThreads, 0, stream>>>(partial, count, max_norm, sumsq_out,
+                                                         clip_scale_out);
   FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }

@@ -34,6 +34,17 @@ Status GlobalGradNorm(const AdamWTensor* tensors, int num_tensors, float max_nor
                       float* sumsq_out, float* clip_scale_out, void* workspace,
                       size_t workspace_bytes, cudaStream_t stream);
 
+// The same norm in pieces, for a model that sums each unit's gradient as soon as it is final
+// (on a side stream, overlapping the rest of the backward): SumSquaresPartial writes
+// SumSquaresPartials() fp32 partial sums of g[0, n)^2 (fixed grid and order) to partial;
+// GradNormFromPartials sums `count` such values in a fixed order into sumsq_out[0] and derives
+// clip_scale_out[0] as GlobalGradNorm does. Bitwise reproducible; not bitwise GlobalGradNorm
+// (another summation order).
+int64_t SumSquaresPartials();
+Status SumSquaresPartial(const float* g, int64_t n, float* partial, cudaStream_t stream);
+Status GradNormFromPartials(const float* partial, int64_t count, float max_norm,
+                            float* sumsq_out, float* clip_scale_out, cudaStream_t stream);
+
 // clip_scale_out[0] from an existing sum of squares (e.g. summed over data-parallel ranks),
 // by the same rule as GlobalGradNorm.
 Status ClipScaleFromSumSquares(const float* sumsq, float max_norm, float* clip_scale_out,

@@ -153,6 +153,8 @@ struct CudaModel::Buffers {
   size_t emb_ws_bytes = 0;
   char* gradnorm_ws = nullptr;
   size_t gradnorm_ws_bytes = 0;
+  // Per unit, cuda::SumSquaresPartials() partial sums of its gradient's squares (world 1).
+  float* unit_sumsq = nullptr;
 
   cuda::GemmRunner gemm;    // forward and activation-gradient GEMMs (compute stream)
   // Weight-gradient GEMMs, also when single-stream: its own cuBLASLt workspace, so it may run
@@ -417,6 +419,8 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
   FORGE_RETURN_IF_ERROR(alloc(&b.emb_ws, b.emb_ws_bytes));
   b.gradnorm_ws_bytes = cuda::GradNormWorkspace();
   FORGE_RETURN_IF_ERROR(alloc(&b.gradnorm_ws, b.gradnorm_ws_bytes));
+  FORGE_RETURN_IF_ERROR(
+      alloc(&b.unit_sumsq, layout_.units.size() * size_t(cuda::SumSquaresPartials())));
 
   constexpr size_t kGemmWorkspace = 64ull << 20;
   FORGE_RETURN_IF_ERROR(b.gemm.Init(kGemmWorkspace));
@@ -890,10 +894,13 @@ Status CudaModel::Forward(const int32_t* inputs, const int32_t* targets, float d
   dual_ = backward && buf_->wgrad != nullptr && timeline_ == nullptr;
   wgrad_pending_ = false;
   hazard_recorded_.fill(false);
+  if (backward) unit_sumsq_ready_ = false;
   const Status st = ForwardImpl(inputs, targets, dloss, backward, accumulate_grads, losses, s);
   // Join even after an error, so no wgrad work is left unordered (or unjoined in a capture).
   const Status joined = JoinWgrad(s);
   dual_ = false;
+  // Without hooks every unit's GradReady summed its gradient's squares (UnitSumSquares).
+  if (backward && st.ok() && joined.ok()) unit_sumsq_ready_ = hooks_ == nullptr;
   return st.ok() ? joined : st;
 }
 
@@ -966,7 +973,8 @@ Status CudaModel::ForwardImpl(const int32_t* inputs, const int32_t* targets, flo
 // The events are per unit, and a unit completes once per pass, so a hook may wait on them
 // any time before the next pass's GradReady of the same unit.
 Status CudaModel::GradReady(int unit, cudaStream_t s) {
-  if (hooks_ == nullptr || !hooks_->grad_ready) return Status::Ok();
+  if (hooks_ == nullptr) return UnitSumSquares(unit, s);
+  if (!hooks_->grad_ready) return Status::Ok();
   Buffers& b = *buf_;
   FORGE_CUDA_CHECK(cudaEventRecord(b.grad_ready_compute[unit], s));
   cudaEvent_t wgrad_done = nullptr;
@@ -977,13 +985,38 @@ Status CudaModel::GradReady(int unit, cudaStream_t s) {
   return hooks_->grad_ready(unit, b.grad_ready_compute[unit], wgrad_done);
 }
 
+// World 1: the unit's share of the gradient norm as soon as its gradient is final, so the
+// 1.4 GB read (gpt350m) overlaps the rest of the backward instead of opening the optimizer.
+// On the wgrad stream when it is in use: queued after every dW GEMM forked so far (this
+// unit's included) and, through the event, after the chain's writes to the unit; Forward's
+// join orders it before the optimizer. Each micro-step recomputes it; the last one counts.
+Status CudaModel::UnitSumSquares(int unit, cudaStream_t s) {
+  Buffers& b = *buf_;
+  cudaStream_t run = s;
+  if (dual_) {
+    FORGE_CUDA_CHECK(cudaEventRecord(b.grad_ready_compute[unit], s));
+    FORGE_CUDA_CHECK(cudaStreamWaitEvent(b.wgrad, b.grad_ready_compute[unit], 0));
+    wgrad_pending_ = true;
+    run = b.wgrad;
+  }
+  return cuda::SumSquaresPartial(UnitGrads(unit), layout_.units[size_t(unit)].numel,
+                                 b.unit_sumsq + int64_t{unit} * cuda::SumSquaresPartials(),
+                                 run);
+}
+
 Status CudaModel::OptimizerStep(const cuda::AdamWHyper* hyper, float* sumsq_out,
                                 cudaStream_t s) {
   Buffers& b = *buf_;
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kOptimizer, s));
-  FORGE_RETURN_IF_ERROR(cuda::GlobalGradNorm(b.adam_tensors, b.num_tensors, opt_.grad_clip,
-                                             sumsq_out, b.clip_scale, b.gradnorm_ws,
-                                             b.gradnorm_ws_bytes, s));
+  if (unit_sumsq_ready_) {
+    const int64_t count = int64_t(layout_.units.size()) * cuda::SumSquaresPartials();
+    FORGE_RETURN_IF_ERROR(cuda::GradNormFromPartials(b.unit_sumsq, count, opt_.grad_clip,
+                                                     sumsq_out, b.clip_scale, s));
+  } else {
+    FORGE_RETURN_IF_ERROR(cuda::GlobalGradNorm(b.adam_tensors, b.num_tensors, opt_.grad_clip,
+                                               sumsq_out, b.clip_scale, b.gradnorm_ws,
+                                               b.gradnorm_ws_bytes, s));
+  }
   FORGE_RETURN_IF_ERROR(cuda::AdamWMultiTensor(b.adam_tensors, b.num_tensors, hyper,
                                                b.clip_scale, s, b.skipped_steps));
   return EndStep(s);

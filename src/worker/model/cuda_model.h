@@ -255,6 +255,7 @@ class CudaModel {
   const cuda::bf16* UnitParams(int unit) const { return unit_params_[unit]; }
   float* UnitGrads(int unit) const { return unit_grads_[unit]; }
   Status GradReady(int unit, cudaStream_t stream);
+  Status UnitSumSquares(int unit, cudaStream_t stream);
 
   ModelConfig m_;
   OptimizerConfig opt_;
@@ -275,6 +276,9 @@ class CudaModel {
   // those may be waited on: a capture cannot wait on an event recorded outside it).
   bool dual_ = false;
   bool wgrad_pending_ = false;
+  // The last backward summed every unit's gradient squares (no hooks: world 1), so
+  // OptimizerStep finishes the norm from those partials instead of reading every gradient.
+  bool unit_sumsq_ready_ = false;
   std::array<bool, static_cast<int>(WgradHazard::kCount)> hazard_recorded_{};
 };
 
