@@ -5,9 +5,7 @@
 // transposed one, and max-accumulates the amax of |value| (see fp8_cast.cuh for the scale,
 // amax and scale_inv contract). A producer may yield kOut values per position: output o goes
 // to column c + o * second_col of an [rows, out_cols] tensor (SwiGLU backward writes the gate
-// and up halves of dgate_up from one read of its inputs). CastTile is one tile of it, for
-// kernels that walk the tiles themselves (rmsnorm_fp8.cu computes a band's row statistics
-// before casting the band).
+// and up halves of dgate_up from one read of its inputs).
 //
 // Layout per 64x64 tile (rows and tile_cols multiples of 64, 16-byte aligned inputs, 8-byte
 // aligned outputs; the launchers check): 256 threads, each loads 8 values twice (a warp covers
@@ -86,61 +84,6 @@ struct Bf16Source {
   }
 };
 
-// One 64x64 tile at (r0, c0) of the producer's tensor: row-major FP8 stores, then (out_t) the
-// transposed ones through `tile`; |values| max-accumulate into m. Every thread of the block
-// calls it with the same arguments (it has block barriers when out_t is set).
-template <__nv_fp8_interpretation_t F, class P>
-__device__ __forceinline__ void CastTile(uint8_t (&tile)[P::kOut][kTile * kStride],
-                                         uint8_t* __restrict__ out, uint8_t* __restrict__ out_t,
-                                         const P& p, int64_t r0, int64_t c0, int64_t rows,
-                                         int64_t out_cols, int64_t second_col, float s,
-                                         uint32_t& m) {
-  const int tid = threadIdx.x;
-  constexpr int kChunks = kTile * kTile / 8;  // 8-element pieces per tile
-#pragma unroll
-  for (int k = 0; k < kChunks / kThreads; ++k) {
-    const int chunk = tid + kThreads * k;
-    const int r = chunk / 8, c8 = chunk % 8 * 8;
-    float f[P::kOut][8];
-    p.Load(r0 + r, c0 + c8, f);
-#pragma unroll
-    for (int o = 0; o < P::kOut; ++o) {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) m = max(m, AbsBits(f[o][e]));
-      const float* v = f[o];
-      const uint32_t lo = ToFp8x2<F>(v[0] * s, v[1] * s) | (ToFp8x2<F>(v[2] * s, v[3] * s) << 16);
-      const uint32_t hi = ToFp8x2<F>(v[4] * s, v[5] * s) | (ToFp8x2<F>(v[6] * s, v[7] * s) << 16);
-      if (out) {
-        *reinterpret_cast<uint2*>(out + (r0 + r) * out_cols + c0 + c8 + o * second_col) =
-            make_uint2(lo, hi);
-      }
-      uint32_t* row = reinterpret_cast<uint32_t*>(tile[o] + r * kStride + c8);
-      row[0] = lo;
-      row[1] = hi;
-    }
-  }
-  if (out_t) {  // uniform over the block: the barriers are safe
-    __syncthreads();
-#pragma unroll
-    for (int o = 0; o < P::kOut; ++o) {
-#pragma unroll
-      for (int k = 0; k < kChunks / kThreads; ++k) {
-        const int chunk = tid + kThreads * k;
-        const int c = chunk / 8, r8 = chunk % 8 * 8;
-        uint32_t lo = 0, hi = 0;
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          lo |= uint32_t{tile[o][(r8 + e) * kStride + c]} << (8 * e);
-          hi |= uint32_t{tile[o][(r8 + 4 + e) * kStride + c]} << (8 * e);
-        }
-        *reinterpret_cast<uint2*>(out_t + (c0 + c + o * second_col) * rows + r0 + r8) =
-            make_uint2(lo, hi);
-      }
-    }
-    __syncthreads();  // the tile is rewritten by the next call
-  }
-}
-
 template <__nv_fp8_interpretation_t F, class P>
 __global__ void __launch_bounds__(kThreads)
     TileCastKernel(uint8_t* __restrict__ out, uint8_t* __restrict__ out_t, P p, int64_t rows,
@@ -149,13 +92,56 @@ __global__ void __launch_bounds__(kThreads)
                    float* __restrict__ scale_inv) {
   __shared__ __align__(16) uint8_t tile[P::kOut][kTile * kStride];
   const float s = *scale;
-  if (scale_inv && blockIdx.x == 0 && threadIdx.x == 0) *scale_inv = 1.0f / s;
+  const int tid = threadIdx.x;
+  if (scale_inv && blockIdx.x == 0 && tid == 0) *scale_inv = 1.0f / s;
   const int64_t tiles_c = tile_cols / kTile;
   const int64_t tiles = rows / kTile * tiles_c;
+  constexpr int kChunks = kTile * kTile / 8;  // 8-element pieces per tile
   uint32_t m = 0;
   for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-    CastTile<F, P>(tile, out, out_t, p, t / tiles_c * kTile, t % tiles_c * kTile, rows, out_cols,
-                   second_col, s, m);
+    const int64_t r0 = t / tiles_c * kTile, c0 = t % tiles_c * kTile;
+#pragma unroll
+    for (int k = 0; k < kChunks / kThreads; ++k) {
+      const int chunk = tid + kThreads * k;
+      const int r = chunk / 8, c8 = chunk % 8 * 8;
+      float f[P::kOut][8];
+      p.Load(r0 + r, c0 + c8, f);
+#pragma unroll
+      for (int o = 0; o < P::kOut; ++o) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) m = max(m, AbsBits(f[o][e]));
+        const float* v = f[o];
+        const uint32_t lo = ToFp8x2<F>(v[0] * s, v[1] * s) | (ToFp8x2<F>(v[2] * s, v[3] * s) << 16);
+        const uint32_t hi = ToFp8x2<F>(v[4] * s, v[5] * s) | (ToFp8x2<F>(v[6] * s, v[7] * s) << 16);
+        if (out) {
+          *reinterpret_cast<uint2*>(out + (r0 + r) * out_cols + c0 + c8 + o * second_col) =
+              make_uint2(lo, hi);
+        }
+        uint32_t* row = reinterpret_cast<uint32_t*>(tile[o] + r * kStride + c8);
+        row[0] = lo;
+        row[1] = hi;
+      }
+    }
+    if (out_t) {  // uniform over the block: the barriers are safe
+      __syncthreads();
+#pragma unroll
+      for (int o = 0; o < P::kOut; ++o) {
+#pragma unroll
+        for (int k = 0; k < kChunks / kThreads; ++k) {
+          const int chunk = tid + kThreads * k;
+          const int c = chunk / 8, r8 = chunk % 8 * 8;
+          uint32_t lo = 0, hi = 0;
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            lo |= uint32_t{tile[o][(r8 + e) * kStride + c]} << (8 * e);
+            hi |= uint32_t{tile[o][(r8 + 4 + e) * kStride + c]} << (8 * e);
+          }
+          *reinterpret_cast<uint2*>(out_t + (c0 + c + o * second_col) * rows + r0 + r8) =
+              make_uint2(lo, hi);
+        }
+      }
+      __syncthreads();  // the tile is rewritten by the next iteration
+    }
   }
   if (amax) BlockAmaxToGlobal(m, amax);
 }

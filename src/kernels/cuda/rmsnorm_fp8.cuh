@@ -1,11 +1,11 @@
-// RMSNorm forward writing its output in FP8 (FP8 training, worker/model/fp8_linears.h), one
-// kernel: rstd by the BF16 kernel's own row code (RmsNormRowRstd: the same per-row sum), then
+// RMSNorm forward writing its output in FP8 (FP8 training, worker/model/fp8_linears.h): rstd
+// by the BF16 kernel's own code (RmsNormForward with no output: the same per-row sum), then
 // out = x * rstd * w rounded to bf16 exactly as RmsNormForward rounds it and quantised like
 // CastTransposeToFp8 (row-major and transposed FP8, amax max-accumulated, scale_inv written).
 // Bit for bit RmsNormForward followed by the cast; the bf16 output is never stored.
 //
-// Needs N and d multiples of 64, d <= 2048, 16-byte aligned x and w, 8-byte aligned outputs
-// (RmsNormFp8Supported). Test: tests/gpu/rmsnorm_fp8_test.cc, against the two kernels it fuses.
+// Needs N and d multiples of 64, d <= 2048 (RmsNormForward's limit), 16-byte aligned x and w,
+// 8-byte aligned outputs (RmsNormFp8Supported). Test: tests/gpu/rmsnorm_fp8_test.cc, against the two kernels it fuses.
 #pragma once
 
 #include <cuda_runtime.h>
