@@ -3,6 +3,7 @@
 //
 //   forge-dist-bench --config configs/gpt350m.yaml --world W [--mode ddp|zero1|zero2|fsdp]
 //                    [--grad-reduce fp32|bf16] [--micro-batch B] [--steps N] [--warmup K]
+//                    [--profile]
 //
 // Forks W processes, one per GPU (the way users run workers), which meet over NCCL through the
 // TCP rendezvous on loopback. Each rank trains micro-batch B per step (global batch W*B, one
@@ -35,6 +36,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_profile.h"
 #include "bench_util.h"
 #include "common/config.h"
 #include "common/peak_flops.h"
@@ -60,6 +62,7 @@ struct Args {
   int micro_batch = 0;
   int steps = 20;
   int warmup = 3;
+  bool profile = false;  // --profile: per-phase times of the single-GPU and the parallel step
 };
 
 int Fail(const std::string& msg) { return bench::FailJson("forge-dist-bench", msg); }
@@ -67,6 +70,10 @@ int Fail(const std::string& msg) { return bench::FailJson("forge-dist-bench", ms
 std::string ParseArgs(int argc, char** argv, Args* a) {
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
+    if (flag == "--profile") {
+      a->profile = true;
+      continue;
+    }
     if (i + 1 >= argc) return flag + ": missing value";
     const char* val = argv[++i];
     bool ok = true;
@@ -82,7 +89,7 @@ std::string ParseArgs(int argc, char** argv, Args* a) {
   }
   if (a->config.empty()) {
     return "usage: forge-dist-bench --config PATH --world W [--mode ddp|zero1|zero2|fsdp] "
-           "[--grad-reduce fp32|bf16] [--micro-batch B] [--steps N] [--warmup K]";
+           "[--grad-reduce fp32|bf16] [--micro-batch B] [--steps N] [--warmup K] [--profile]";
   }
   return "";
 }
@@ -112,7 +119,7 @@ struct RankResult {
 // Step time of `cfg` on a backend (world 1 when comm is null).
 // host_ms: wall time of the TrainStep calls themselves (enqueueing), per step.
 StatusOr<double> TimeSteps(const RunConfig& cfg, Comm* comm, const Args& a, double* peak_gib,
-                           float* loss, double* host_ms) {
+                           float* loss, double* host_ms, bench::PhaseTimes* phases) {
   FORGE_ASSIGN_OR_RETURN(auto backend, MakeCudaTrainBackend(cfg, CudaBackendOptionsFromEnv(), comm));
   const int64_t n = int64_t{cfg.batch.micro_batch} * cfg.model.seq_len;
   std::mt19937_64 rng(cfg.seed + (comm ? comm->rank() : 0));
@@ -135,6 +142,12 @@ StatusOr<double> TimeSteps(const RunConfig& cfg, Comm* comm, const Args& a, doub
   FORGE_RETURN_IF_ERROR(backend->TrainStep(micro, StepHyper{cfg.optimizer.lr, ++step}, true, &st));
   *loss = st.loss;
   *peak_gib = double(backend->peak_bytes()) / double(1ull << 30);
+  if (a.profile) {
+    // Eager and single-stream (see ProfileStep); with a comm the collectives still overlap on
+    // their own stream, so the phases that grow against the single GPU's are the ones the
+    // collectives slow down.
+    FORGE_ASSIGN_OR_RETURN(*phases, bench::ProfilePhases(*backend, micro, cfg.optimizer.lr, &step));
+  }
   return ms;
 }
 
@@ -218,13 +231,14 @@ int RunRank(const Args& a, const RunConfig& cfg, int rank, int port) {
   RankResult r;
   double gib_single = 0, host_single = 0;
   float loss = 0;
-  auto single = TimeSteps(cfg, nullptr, a, &gib_single, &loss, &host_single);
+  bench::PhaseTimes phases_single, phases_dp;
+  auto single = TimeSteps(cfg, nullptr, a, &gib_single, &loss, &host_single, &phases_single);
   if (!single.ok()) return Fail("single-GPU baseline: " + single.status().ToString());
   r.single_ms = *single;
   auto comm_ms = TimeCollectives(cfg, nccl->get(), a);
   if (!comm_ms.ok()) return Fail("collectives: " + comm_ms.status().ToString());
   r.comm_ms = *comm_ms;
-  auto step = TimeSteps(cfg, nccl->get(), a, &r.peak_gib, &loss, &r.host_ms);
+  auto step = TimeSteps(cfg, nccl->get(), a, &r.peak_gib, &loss, &r.host_ms, &phases_dp);
   if (!step.ok()) return Fail("data-parallel step: " + step.status().ToString());
   r.step_ms = *step;
   r.loss = loss;
@@ -268,6 +282,10 @@ int RunRank(const Args& a, const RunConfig& cfg, int rank, int port) {
   out["loss"] = r.loss;
   out["host_ms_per_step"] = r.host_ms;  // rank 0's enqueue time (incl. waiting for staging)
   out["gpu"] = prop.name;
+  if (a.profile) {  // rank 0's
+    out["phases_single_ms"] = bench::PhasesJson<Json>(phases_single);
+    out["phases_parallel_ms"] = bench::PhasesJson<Json>(phases_dp);
+  }
   std::printf("%s\n", out.dump().c_str());
   std::fflush(stdout);
   return 0;

@@ -29,6 +29,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_profile.h"
 #include "bench_util.h"
 #include "common/config.h"
 #include "common/peak_flops.h"
@@ -212,22 +213,9 @@ int Run(int argc, char** argv) {
   out["loss"] = stats.loss;
 
   if (args.profile) {
-    // Average of a few eager steps, each phase bracketed by events on the stream.
-    constexpr int kProfileSteps = 3;
-    Json phases = Json::object();
-    std::vector<std::pair<std::string, double>> ms;
-    for (int i = 0; i < kProfileSteps; ++i) {
-      ++step;
-      if (Status st = backend->ProfileStep(micro, StepHyper{cfg.optimizer.lr, step}, &ms);
-          !st.ok()) {
-        return Fail("profile: " + st.ToString());
-      }
-      for (const auto& [name, t] : ms) {
-        phases[name] = (phases.contains(name) ? phases[name].get<double>() : 0.0) +
-                       t / kProfileSteps;
-      }
-    }
-    out["phases_ms"] = phases;
+    auto phases = bench::ProfilePhases(*backend, micro, cfg.optimizer.lr, &step);
+    if (!phases.ok()) return Fail("profile: " + phases.status().ToString());
+    out["phases_ms"] = bench::PhasesJson<Json>(*phases);
   }
   std::printf("%s\n", out.dump().c_str());
   return 0;
