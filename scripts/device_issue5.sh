@@ -5,11 +5,7 @@
 # Expects .device/ (forge, forge_gpu_tests, forge-dist-bench, the anchors) and .devdata/.
 set -u
 cd "$(dirname "$0")/.."
-M=${M:-gpt350m}; B=${B:-16}
-left() { [ $SECONDS -lt ${1:-540} ]; }
-nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c
-timeout 150 .device/run forge_gpu_tests --gtest_filter='*DataParallel*:*Nccl*' 2>&1 |
-  grep -E "^\[       OK|^\[  FAILED|PASSED|SKIPPED \]|Failure|error" | head -40
+source scripts/device_dp_preamble.sh
 py=python3; /opt/torch/.venv/bin/python3 -c 'import torch' 2>/dev/null && py=/opt/torch/.venv/bin/python3
 bench() { left && timeout 90 .device/run forge-dist-bench --config configs/$M.yaml --world $1 --mode $2 --micro-batch $B --steps 20 2>&1 | grep '^{'; }
 torch() { left ${3:-540} && (cd .device && timeout 150 $py -m torch.distributed.run --standalone --nproc_per_node=$1 torch_dist.py $2 $M $B 2>&1 | grep -E '^\{' ); }
