@@ -191,22 +191,6 @@ struct Case {
   int accum;  // micro-steps per rank per step
   GradReduce grad_reduce = GradReduce::kFp32;
   Precision precision = Precision::kBf16;
-  bool copy_engine = false;  // FORGE_DDP_COPY_ENGINE=1: ddp's all-reduces on the copy engines
-};
-
-// Sets an environment variable for a scope (the ranks are threads of this process).
-class ScopedEnvVar {
- public:
-  ScopedEnvVar(const char* name, bool set) : name_(name), set_(set) {
-    if (set_) setenv(name_, "1", 1);
-  }
-  ~ScopedEnvVar() {
-    if (set_) unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  bool set_;
 };
 
 class CudaDataParallelTest : public ::testing::TestWithParam<Case> {};
@@ -216,7 +200,6 @@ TEST_P(CudaDataParallelTest, MatchesOneGpuAndIsDeterministic) {
   const Case k = GetParam();
   if (NcclVisibleDevices() < k.world) GTEST_SKIP() << "needs " << k.world << " GPUs";
   test::NoGemmAutotune no_autotune;
-  const ScopedEnvVar copy_engine("FORGE_DDP_COPY_ENGINE", k.copy_engine);
   const RunConfig c = Config(k.mode, k.world, k.accum, k.grad_reduce, k.precision);
   const Tolerances tol = TolerancesFor(k.grad_reduce, k.precision);
   const auto batches = MakeBatches(c, k.world * k.accum);
@@ -268,15 +251,13 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{2, ParallelMode::kZero1, 2, GradReduce::kBf16},
                       Case{2, ParallelMode::kDdp, 2, GradReduce::kFp32, Precision::kFp8},
                       Case{2, ParallelMode::kZero1, 1, GradReduce::kFp32, Precision::kFp8},
-                      Case{2, ParallelMode::kFsdp, 2, GradReduce::kFp32, Precision::kFp8},
-                      Case{2, ParallelMode::kDdp, 2, GradReduce::kFp32, Precision::kBf16, true},
-                      Case{4, ParallelMode::kDdp, 1, GradReduce::kFp32, Precision::kBf16, true}),
+                      Case{2, ParallelMode::kFsdp, 2, GradReduce::kFp32, Precision::kFp8}),
     [](const ::testing::TestParamInfo<Case>& i) {
       const bool bf16 = i.param.grad_reduce == GradReduce::kBf16;
       const bool fp8 = i.param.precision == Precision::kFp8;
       return std::string(ParallelModeName(i.param.mode)) + "_" + std::to_string(i.param.world) +
              "gpus_accum" + std::to_string(i.param.accum) + (bf16 ? "_bf16grads" : "") +
-             (fp8 ? "_fp8" : "") + (i.param.copy_engine ? "_copyengine" : "");
+             (fp8 ? "_fp8" : "");
     });
 
 }  // namespace

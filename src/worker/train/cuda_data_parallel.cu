@@ -102,16 +102,6 @@ Status CudaDataParallel::Init() {
   // Diagnostic only (the training is wrong with it): the gradient collectives are skipped, so
   // a benchmark measures what data parallelism costs besides communication.
   skip_grad_comm_ = std::getenv("FORGE_DP_DIAG_SKIP_GRAD_COMM") != nullptr;
-  // Experimental: ddp's all-reduces on the copy engines (copy_engine_all_reduce.h).
-  if (const char* ce = std::getenv("FORGE_DDP_COPY_ENGINE");
-      ce != nullptr && std::string(ce) == "1" && mode_ == ParallelMode::kDdp &&
-      grad_reduce_ == GradReduce::kFp32) {
-    std::vector<std::pair<int64_t, int64_t>> ranges;
-    for (size_t u = 0; u < U; ++u) {
-      ranges.emplace_back(pb.unit_offset[u], model_->layout().units[u].numel);
-    }
-    FORGE_ASSIGN_OR_RETURN(copy_engine_, CopyEngineAllReduce::Create(comm_, pb.grads, ranges));
-  }
   if (skip_grad_comm_) std::fprintf(stderr, "forge: FORGE_DP_DIAG_SKIP_GRAD_COMM: gradients are NOT synchronised\n");
 
   if (fsdp()) {
@@ -180,7 +170,6 @@ Status CudaDataParallel::OnGradReady(int u, cudaEvent_t compute_done, cudaEvent_
   float* g = pb.grads + pb.unit_offset[u];
   if (grad_reduce_ == GradReduce::kBf16) return ReduceBf16(u, g, all_reduce);
   const std::string what = "grad " + unit.name;
-  if (copy_engine_ && !sharded()) return copy_engine_->AllReduceSum(u, what);
   if (all_reduce || !sharded()) {
     return comm_->AllReduceSum(g, unit.numel, DType::kF32, what).status();
   }

@@ -53,7 +53,6 @@
 #include "worker/model/cuda_model.h"
 #include "worker/model/unit_buffers.h"
 #include "worker/parallel/nccl_comm.h"
-#include "worker/train/copy_engine_all_reduce.h"
 
 namespace forge {
 
@@ -137,8 +136,6 @@ class CudaDataParallel {
   CudaModelHooks read_hooks_, grad_hooks_, allreduce_hooks_;
   cudaEvent_t comm_point_ = nullptr;  // NCCL-stream point the compute stream waits for
   bool skip_grad_comm_ = false;       // FORGE_DP_DIAG_SKIP_GRAD_COMM (benchmark diagnosis)
-  // FORGE_DDP_COPY_ENGINE=1 (ddp, fp32): the gradient all-reduces on the copy engines.
-  std::unique_ptr<CopyEngineAllReduce> copy_engine_;
 
   // fsdp state (see the file comment).
   bool first_micro_ = true;
