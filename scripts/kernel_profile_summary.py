@@ -7,7 +7,7 @@ import collections, csv, re, sys
 def family(name):
     n = name.lower()
     rules = [("gemm", r"nvjet|sm90_xmma|gemm|cutlass"), ("attention", r"cudnn|sdpa|fmha|flash"),
-             ("optimizer", r"adamw|gradnorm|meanreduce"),
+             ("optimizer", r"adamw|gradnorm|sumsquares|partialsfinish|meanreduce"),
              ("cross_entropy", r"crossentropy|cross_entropy|softmax"), ("rmsnorm", r"rmsnorm"),
              ("swiglu", r"swiglu"), ("rope", r"rope"), ("embedding", r"embedding|sort|segment"),
              ("fp8_cast", r"fp8|cast|amax"), ("copy/fill", r"memset|memcpy|fill|copy")]
