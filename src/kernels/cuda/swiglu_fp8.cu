@@ -49,14 +49,6 @@ struct SwiGluBackwardSource {
   }
 };
 
-Status CheckFp8Args(const char* what, int64_t N, int ffn, DType format, const float* scale,
-                    const float* amax, const float* scale_inv) {
-  if (N < 0 || ffn <= 0)
-    return Status::Invalid(std::string(what) + ": bad shape N=" + std::to_string(N) +
-                           " ffn=" + std::to_string(ffn));
-  return CheckFp8CastArgs(what, format, scale, amax, scale_inv);
-}
-
 }  // namespace
 
 bool SwiGluFp8Supported(int64_t N, int ffn, const void* in0, const void* in1, const void* out,
@@ -64,14 +56,29 @@ bool SwiGluFp8Supported(int64_t N, int ffn, const void* in0, const void* in1, co
   return fp8tile::TileShapeOk(N, ffn, out, out_t) && IsAligned(in0, 16) && IsAligned(in1, 16);
 }
 
+namespace {
+
+// Both launchers' checks: the shape, the FP8 scale slots, then what the tile kernel takes.
+Status CheckArgs(const char* what, int64_t N, int ffn, const void* in0, const void* in1,
+                 const void* out, const void* out_t, DType format, const float* scale,
+                 const float* amax, const float* scale_inv) {
+  if (N < 0 || ffn <= 0)
+    return Status::Invalid(std::string(what) + ": bad shape N=" + std::to_string(N) +
+                           " ffn=" + std::to_string(ffn));
+  FORGE_RETURN_IF_ERROR(CheckFp8CastArgs(what, format, scale, amax, scale_inv));
+  if (!SwiGluFp8Supported(N, ffn, in0, in1, out, out_t))
+    return Status::Invalid(std::string(what) + ": needs N and ffn multiples of 64 and aligned "
+                           "buffers (N=" + std::to_string(N) + " ffn=" + std::to_string(ffn) + ")");
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status SwiGluForwardFp8(void* out, void* out_t, const bf16* gate_up, int64_t N, int ffn,
                         DType format, const float* scale, float* amax, float* scale_inv,
                         cudaStream_t stream) {
-  FORGE_RETURN_IF_ERROR(
-      CheckFp8Args("SwiGluForwardFp8", N, ffn, format, scale, amax, scale_inv));
-  if (!SwiGluFp8Supported(N, ffn, gate_up, gate_up, out, out_t))
-    return Status::Invalid("SwiGluForwardFp8: needs N and ffn multiples of 64 and aligned "
-                           "buffers (N=" + std::to_string(N) + " ffn=" + std::to_string(ffn) + ")");
+  FORGE_RETURN_IF_ERROR(CheckArgs("SwiGluForwardFp8", N, ffn, gate_up, gate_up, out, out_t,
+                                  format, scale, amax, scale_inv));
   fp8tile::LaunchTileCast(format == DType::kE4M3, out, out_t,
                           SwiGluForwardSource{gate_up, ffn}, N, ffn, ffn, 0, scale, amax,
                           scale_inv, stream);
@@ -82,11 +89,8 @@ Status SwiGluForwardFp8(void* out, void* out_t, const bf16* gate_up, int64_t N, 
 Status SwiGluBackwardFp8(void* dgate_up, void* dgate_up_t, const bf16* dout,
                          const bf16* gate_up, int64_t N, int ffn, DType format,
                          const float* scale, float* amax, float* scale_inv, cudaStream_t stream) {
-  FORGE_RETURN_IF_ERROR(
-      CheckFp8Args("SwiGluBackwardFp8", N, ffn, format, scale, amax, scale_inv));
-  if (!SwiGluFp8Supported(N, ffn, dout, gate_up, dgate_up, dgate_up_t))
-    return Status::Invalid("SwiGluBackwardFp8: needs N and ffn multiples of 64 and aligned "
-                           "buffers (N=" + std::to_string(N) + " ffn=" + std::to_string(ffn) + ")");
+  FORGE_RETURN_IF_ERROR(CheckArgs("SwiGluBackwardFp8", N, ffn, dout, gate_up, dgate_up,
+                                  dgate_up_t, format, scale, amax, scale_inv));
   fp8tile::LaunchTileCast(format == DType::kE4M3, dgate_up, dgate_up_t,
                           SwiGluBackwardSource{dout, gate_up, ffn}, N, ffn, 2 * int64_t{ffn},
                           ffn, scale, amax, scale_inv, stream);
