@@ -30,6 +30,7 @@ constexpr int kAdamThreads = 256;
 constexpr int kCastThreads = 256;
 constexpr int kCastMaxBlocks = 8192;
 constexpr int kFinishThreads = 1024;
+static_assert(kNormBlocks <= kFinishThreads);
 
 // Adds this thread's share (grid-stride from tid) of the squares of g[0, n) to acc, in order.
 __device__ __forceinline__ void AddSquares(const float* __restrict__ g, int64_t n, int64_t tid,
@@ -80,18 +81,6 @@ __device__ __forceinline__ float ClipScale(float sumsq, float max_norm) {
   if (!(max_norm > 0.0f)) return 1.0f;
   const float s = max_norm / (sqrtf(sumsq) + 1e-6f);
   return s < 1.0f ? s : (s >= 1.0f ? 1.0f : s);
-}
-
-// One block of kNormBlocks threads: thread b holds partial b; a fixed tree sums them.
-__global__ void __launch_bounds__(kNormBlocks)
-    GradNormFinishKernel(const float* __restrict__ partial, float max_norm,
-                         float* __restrict__ sumsq_out, float* __restrict__ clip_scale_out) {
-  __shared__ float scratch[32];
-  const float total = BlockSum(partial[threadIdx.x], scratch);
-  if (threadIdx.x == 0) {
-    sumsq_out[0] = total;
-    clip_scale_out[0] = ClipScale(total, max_norm);
-  }
 }
 
 // Any number of partials: thread t sums t, t + kFinishThreads, ... in order, then a fixed tree.
@@ -256,8 +245,10 @@ Status GlobalGradNorm(const AdamWTensor* tensors, int num_tensors, float max_nor
   auto* partial = static_cast<float*>(workspace);
   GradNormPartialKernel<<<kNormBlocks, kNormThreads, 0, stream>>>(tensors, num_tensors, partial);
   FORGE_CUDA_LAUNCH_CHECK();
-  GradNormFinishKernel<<<1, kNormBlocks, 0, stream>>>(partial, max_norm, sumsq_out,
-                                                      clip_scale_out);
+  // kNormBlocks <= kFinishThreads: each finish thread takes at most one partial (0 + x is x),
+  // so this is the same fixed tree a kNormBlocks-thread block would run, bit for bit.
+  PartialsFinishKernel<<<1, kFinishThreads, 0, stream>>>(partial, kNormBlocks, max_norm,
+                                                         sumsq_out, clip_scale_out);
   FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }
