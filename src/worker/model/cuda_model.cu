@@ -11,6 +11,7 @@
 #include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/sdpa.cuh"
 #include "kernels/cuda/swiglu.cuh"
+#include "worker/model/device_alloc.h"
 #include "worker/model/fp8_linears.h"
 #include "worker/parallel/shard_layout.h"
 
@@ -184,30 +185,6 @@ struct CudaModel::Buffers {
   }
 };
 
-namespace {
-
-// One cudaMalloc, zero-filled so padding between units and unused tails read as 0.
-template <typename T>
-Status DeviceAlloc(std::vector<void*>* list, size_t* total, T** out, size_t count) {
-  *out = nullptr;
-  if (count == 0) return Status::Ok();
-  const size_t bytes = AlignUp(static_cast<int64_t>(count * sizeof(T)), 256);
-  void* p = nullptr;
-  cudaError_t e = cudaMalloc(&p, bytes);
-  if (e != cudaSuccess) {
-    return Status::Unavailable("cuda model: cudaMalloc of " + std::to_string(bytes) +
-                               " bytes failed (" + cudaGetErrorString(e) + "); total so far " +
-                               std::to_string(*total) + " bytes");
-  }
-  list->push_back(p);
-  *total += bytes;
-  FORGE_CUDA_CHECK(cudaMemset(p, 0, bytes));
-  *out = static_cast<T*>(p);
-  return Status::Ok();
-}
-
-}  // namespace
-
 // ---- construction --------------------------------------------------------------------------
 
 CudaModel::CudaModel() : buf_(std::make_unique<Buffers>()) {}
@@ -256,7 +233,7 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
 
   Buffers& b = *buf_;
   auto alloc = [&](auto** p, size_t n) {
-    return DeviceAlloc(&b.allocations, &allocated_bytes_, p, n);
+    return DeviceAlloc("cuda model", &b.allocations, &allocated_bytes_, p, n);
   };
 
   // Parameters, gradients, moments. Units padded for the data-parallel world (zero padding),

@@ -13,6 +13,7 @@
 #include "kernels/cuda/rmsnorm_fp8.cuh"
 #include "kernels/cuda/rope_fp8.cuh"
 #include "kernels/cuda/swiglu_fp8.cuh"
+#include "worker/model/device_alloc.h"
 #include "worker/model/fp8_scaling.h"
 
 namespace forge {
@@ -39,20 +40,7 @@ StatusOr<std::unique_ptr<Fp8Linears>> Fp8Linears::Create(
 
 template <typename T>
 Status Fp8Linears::Alloc(T** p, size_t count) {
-  *p = nullptr;
-  if (count == 0) return Status::Ok();
-  const size_t bytes = (count * sizeof(T) + 255) / 256 * 256;
-  void* raw = nullptr;
-  const cudaError_t e = cudaMalloc(&raw, bytes);
-  if (e != cudaSuccess) {
-    return Status::Unavailable("fp8 linears: cudaMalloc of " + std::to_string(bytes) +
-                               " bytes failed (" + cudaGetErrorString(e) + ")");
-  }
-  allocations_.push_back(raw);
-  allocated_ += bytes;
-  FORGE_CUDA_CHECK(cudaMemset(raw, 0, bytes));
-  *p = static_cast<T*>(raw);
-  return Status::Ok();
+  return DeviceAlloc("fp8 linears", &allocations_, &allocated_, p, count);
 }
 
 Status Fp8Linears::AllocGroup(Group* g, int64_t n, float fp8_max) {
