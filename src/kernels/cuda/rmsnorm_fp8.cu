@@ -43,7 +43,7 @@ Status RmsNormForwardFp8(void* out, void* out_t, float* rstd, const bf16* x, con
   if (rstd == nullptr || !RmsNormFp8Supported(N, d, x, w, out, out_t)) {
     return Status::Invalid("RmsNormForwardFp8: unsupported arguments (N " + std::to_string(N) +
                            ", d " + std::to_string(d) +
-                           "; needs multiples of 64, rstd and aligned buffers)");
+                           "; needs multiples of 64, d <= 2048, rstd and aligned buffers)");
   }
   FORGE_RETURN_IF_ERROR(RmsNormForward(nullptr, rstd, x, w, N, d, eps, stream));
   if (N == 0) return Status::Ok();
