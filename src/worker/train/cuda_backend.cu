@@ -172,7 +172,6 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
   mo.lm_head_chunk_rows = options.lm_head_chunk_rows;
   mo.wgrad_stream = options.wgrad_stream;
   mo.wgrad_stream_priority = wgrad_priority;
-  mo.defer_update = options.defer_update;
   mo.fp8 = cfg.precision.compute == Precision::kFp8;
   mo.fp8_config = cfg.precision.fp8;
   if (world_ > 1) {
@@ -484,8 +483,6 @@ Status CudaBackend::SetParams(const UnitBuffers& master) {
 // flight included); the copies then run there and the host waits for that stream only.
 Status CudaBackend::FenceSnapshot() {
   FORGE_CUDA_CHECK(cudaSetDevice(device_));
-  // A deferred AdamW (CudaModel::FlushUpdate) is applied first, on the compute stream.
-  FORGE_RETURN_IF_ERROR(model_->FlushUpdate(compute_stream_));
   FORGE_CUDA_CHECK(cudaEventRecord(snapshot_from_, compute_stream_));
   FORGE_CUDA_CHECK(cudaStreamWaitEvent(snapshot_stream_, snapshot_from_, 0));
   return Status::Ok();
@@ -591,7 +588,6 @@ CudaBackendOptions CudaBackendOptionsFromEnv() {
   if (EnvIsZero("FORGE_CUDA_GRAPH")) o.use_graph = false;
   if (EnvIsZero("FORGE_CUDA_DETERMINISTIC")) o.deterministic_attention = false;
   if (EnvIsZero("FORGE_CUDA_WGRAD_STREAM")) o.wgrad_stream = false;
-  if (EnvIsZero("FORGE_CUDA_DEFER_UPDATE")) o.defer_update = false;
   if (const char* v = std::getenv("FORGE_CUDA_WGRAD_PRIORITY")) {
     if (std::strcmp(v, "low") == 0) o.wgrad_priority = -1;
     else if (std::strcmp(v, "same") == 0) o.wgrad_priority = 0;
