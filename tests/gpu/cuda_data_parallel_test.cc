@@ -21,6 +21,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <map>
 #include <random>
@@ -238,6 +239,29 @@ TEST_P(CudaDataParallelTest, MatchesOneGpuAndIsDeterministic) {
   EXPECT_TRUE(tail[0].params == dp.params) << "resumed run's weights differ";
   EXPECT_TRUE(tail[0].m == dp.m && tail[0].v == dp.v) << "resumed run's moments differ";
   for (int s = 3; s < kSteps; ++s) EXPECT_EQ(tail[0].losses[s - 3], dp.losses[s]) << "step " << s;
+}
+
+// Comm windows only move when the gradient collectives start (cuda_data_parallel.h): the
+// same sums, so bitwise the trajectory of collectives started at once, with accumulation
+// (the windows open on the last micro-step only) and in both gradient-collective kinds.
+TEST(CudaDataParallel, CommWindowsChangeNoBits) {
+  FORGE_SKIP_WITHOUT_GPU();
+  if (NcclVisibleDevices() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  test::NoGemmAutotune no_autotune;
+  for (const ParallelMode mode : {ParallelMode::kDdp, ParallelMode::kZero1}) {
+    SCOPED_TRACE(ParallelModeName(mode));
+    const RunConfig c = Config(mode, 2, 2, GradReduce::kFp32, Precision::kBf16);
+    const auto batches = MakeBatches(c, 4);
+    const std::vector<Trajectory> windows = RunParallel(c, 2, batches, 0, kSteps, nullptr);
+    setenv("FORGE_DP_COMM_WINDOW", "0", 1);
+    const std::vector<Trajectory> at_once = RunParallel(c, 2, batches, 0, kSteps, nullptr);
+    unsetenv("FORGE_DP_COMM_WINDOW");
+    ASSERT_EQ(windows.size(), 2u);
+    ASSERT_EQ(at_once.size(), 2u);
+    ASSERT_EQ(windows[0].losses.size(), size_t(kSteps));
+    ExpectBitwiseEqual(windows[0], at_once[0], "windows vs at once");
+    ExpectBitwiseEqual(windows[1], at_once[1], "windows vs at once, rank 1");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

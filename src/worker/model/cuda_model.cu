@@ -802,6 +802,9 @@ Status CudaModel::BlockBackward(int layer, int set, const BlockActs& a, const bf
                                         WgradHazard::kDres));
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdAttention, s));
   FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDqkv, s));  // block l+1's dWqkv reads dqkv
+  if (hooks_ && hooks_->comm_window) {
+    FORGE_RETURN_IF_ERROR(hooks_->comm_window(layout_.block_unit(layer), s));
+  }
   FORGE_RETURN_IF_ERROR(b.sdpa.Backward(b.sdpa_shape, a.qkv, a.att, b.datt, a.stats, b.dqkv,
                                         b.softmax_sum, b.dq_accum, s));
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));

@@ -77,6 +77,11 @@ struct CudaModelHooks {
   // weight-gradient stream; null when that stream has nothing pending). Units complete in
   // backward order: final norm, blocks L-1..0, embedding.
   std::function<Status(int unit, cudaEvent_t compute_done, cudaEvent_t wgrad_done)> grad_ready;
+  // Block `unit`'s backward is about to run its attention backward and the elementwise
+  // kernels after it: kernels of many short CTAs, which share SMs with a collective's kernels
+  // gracefully, where the GEMMs (persistent, one CTA per SM) slow down by far more than the
+  // SMs they lose. A moment to start the gradient collectives (enqueued on `stream`).
+  std::function<Status(int unit, cudaStream_t stream)> comm_window;
 };
 
 // Where the parameter-shaped device buffers are, for the data-parallel layer.

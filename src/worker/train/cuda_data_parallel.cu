@@ -124,6 +124,14 @@ Status CudaDataParallel::Init() {
   allreduce_hooks_.grad_ready = [this](int u, cudaEvent_t c, cudaEvent_t w) {
     return OnGradReady(u, c, w, /*all_reduce=*/!fsdp());
   };
+  // fsdp's reduce-scatters free rotating buffers the next blocks need: they start at once.
+  const char* window_env = std::getenv("FORGE_DP_COMM_WINDOW");
+  comm_windows_ = !fsdp() && !(window_env != nullptr && std::string(window_env) == "0");
+  if (comm_windows_) {
+    auto window = [this](int u, cudaStream_t s) { return OnCommWindow(u, s); };
+    grad_hooks_.comm_window = window;
+    allreduce_hooks_.comm_window = window;
+  }
   // Every AllocDevice above zeroed its buffer on the legacy stream, which the non-blocking
   // compute and NCCL streams do not wait for: finish those memsets once, here.
   FORGE_CUDA_CHECK(cudaDeviceSynchronize());
@@ -145,6 +153,7 @@ Status CudaDataParallel::CommWaitsStream(cudaStream_t s) {
 // Collectives are issued and their handles dropped: the NCCL stream runs in order, so one
 // event after its last collective covers all of them (timeouts stay with the comm's watchdog).
 Status CudaDataParallel::JoinComm(cudaStream_t compute) {
+  FORGE_RETURN_IF_ERROR(IssueWaiting());  // none should be left; never drop one
   FORGE_CUDA_CHECK(cudaEventRecord(comm_point_, nccl_stream_));
   FORGE_CUDA_CHECK(cudaStreamWaitEvent(compute, comm_point_, 0));
   return Status::Ok();
@@ -152,10 +161,38 @@ Status CudaDataParallel::JoinComm(cudaStream_t compute) {
 
 // ---- gradients -----------------------------------------------------------------------------
 
-// Gradient buckets are whole units: the NCCL stream waits for the unit's last writes on both
-// streams, then sums it. Later units' backward keeps running on the compute streams.
+// With comm windows, a unit whose gradient is complete waits for the next block's window
+// (CudaModelHooks::comm_window: that block's attention backward) unless no window comes any
+// more (block 0, the embedding), when it and anything still waiting start at once.
 Status CudaDataParallel::OnGradReady(int u, cudaEvent_t compute_done, cudaEvent_t wgrad_done,
                                      bool all_reduce) {
+  if (!comm_windows_) return IssueGradCollective(u, compute_done, wgrad_done, all_reduce);
+  waiting_.push_back({u, compute_done, wgrad_done, all_reduce});
+  const bool window_ahead =
+      block_of(u) >= 1 ||
+      (u == model_->layout().final_norm_unit() && model_->layout().units.size() > 2);
+  return window_ahead ? Status::Ok() : IssueWaiting();
+}
+
+Status CudaDataParallel::OnCommWindow(int /*unit*/, cudaStream_t compute) {
+  if (waiting_.empty()) return Status::Ok();
+  FORGE_RETURN_IF_ERROR(CommWaitsStream(compute));
+  return IssueWaiting();
+}
+
+Status CudaDataParallel::IssueWaiting() {
+  std::vector<WaitingUnit> w;
+  w.swap(waiting_);
+  for (const WaitingUnit& x : w) {
+    FORGE_RETURN_IF_ERROR(IssueGradCollective(x.unit, x.compute_done, x.wgrad_done, x.all_reduce));
+  }
+  return Status::Ok();
+}
+
+// Gradient buckets are whole units: the NCCL stream waits for the unit's last writes on both
+// streams, then sums it. Later units' backward keeps running on the compute streams.
+Status CudaDataParallel::IssueGradCollective(int u, cudaEvent_t compute_done,
+                                             cudaEvent_t wgrad_done, bool all_reduce) {
   FORGE_RETURN_IF_ERROR(CommWaits(compute_done));
   if (wgrad_done != nullptr) FORGE_RETURN_IF_ERROR(CommWaits(wgrad_done));
   const CudaParamBuffers& pb = model_->param_buffers();

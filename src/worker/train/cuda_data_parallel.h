@@ -35,6 +35,13 @@
 // plus NCCL's bf16 partial sums (about world * 2^-8 relative, per element). fsdp stays fp32
 // (its reduce-scatters read rotating buffers of their own): Create rejects bf16 for it.
 //
+// Comm windows (ddp, zero1, zero2): a unit's gradient collective is not started the moment the
+// unit's backward ends but at the next block's attention backward (CudaModelHooks::comm_window),
+// so it overlaps kernels of many short CTAs instead of the GEMMs: cuBLASLt's persistent GEMMs
+// launch one CTA per SM, and the CTAs that find their SM held by the collective's kernel run
+// only after the others finish, which made the backward GEMMs ~17% slower under ddp. Block 0
+// and the embedding (no window after them) start at once. FORGE_DP_COMM_WINDOW=0: at once, always.
+//
 // The loss of a step is the mean over ranks of each rank's mean (equal token counts), summed
 // by one all-reduce of a float; callers divide by the world size. Gradients use
 // dloss = 1 / (tokens * world), so the summed gradient is the global mean's.
@@ -108,6 +115,11 @@ class CudaDataParallel {
   Status ShareFp8Amax(cudaStream_t compute);
   Status OnGradReady(int unit, cudaEvent_t compute_done, cudaEvent_t wgrad_done,
                      bool all_reduce);
+  Status IssueGradCollective(int unit, cudaEvent_t compute_done, cudaEvent_t wgrad_done,
+                             bool all_reduce);
+  // Comm windows (see the file comment): the collectives of waiting_ start here.
+  Status OnCommWindow(int unit, cudaStream_t compute);
+  Status IssueWaiting();
   // The unit's gradient (fp32 at `g`) summed in bf16 through comm_bf16_ (see the file comment).
   Status ReduceBf16(int unit, float* g, bool all_reduce);
   Status OnBeforeForward(int unit, cudaStream_t compute);
@@ -136,6 +148,14 @@ class CudaDataParallel {
   CudaModelHooks read_hooks_, grad_hooks_, allreduce_hooks_;
   cudaEvent_t comm_point_ = nullptr;  // NCCL-stream point the compute stream waits for
   bool skip_grad_comm_ = false;       // FORGE_DP_DIAG_SKIP_GRAD_COMM (benchmark diagnosis)
+  // Gradient collectives held for the next comm window (ddp, zero1, zero2).
+  struct WaitingUnit {
+    int unit;
+    cudaEvent_t compute_done, wgrad_done;
+    bool all_reduce;
+  };
+  bool comm_windows_ = false;  // on unless FORGE_DP_COMM_WINDOW=0 (and never for fsdp)
+  std::vector<WaitingUnit> waiting_;
 
   // fsdp state (see the file comment).
   bool first_micro_ = true;
