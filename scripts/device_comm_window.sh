@@ -1,8 +1,9 @@
 #!/bin/bash
-# Comm windows A/B (one device call, 4 GPUs): the 2/4-GPU tests, then forge-dist-bench on 4
-# GPUs with the gradient collectives started in the next block's attention backward (default)
-# and at once (FORGE_DP_COMM_WINDOW=0), alternated, for ddp and zero1; then ddp with --profile
-# both ways (which phases the collectives slow). Each line has its own single-GPU baseline.
+# Comm windows (one device call, 4 GPUs): the 2/4-GPU tests, then forge-dist-bench on 4 GPUs:
+# ddp with the gradient collectives started in the next block's attention backward (default)
+# and at once (FORGE_DP_COMM_WINDOW=0), twice each; ddp in windows with NCCL capped at 8 / 16
+# CTAs and with bf16 gradient all-reduces; zero1 and fsdp; ddp with --profile (which phases
+# the collectives slow). Each line has its own single-GPU baseline.
 # Expects .device/ with forge_gpu_tests and forge-dist-bench.
 set -u
 cd "$(dirname "$0")/.."
@@ -12,12 +13,14 @@ run() {  # run MODE [ENV=VALUE ...]
   left && timeout 100 env "$@" .device/run forge-dist-bench --config configs/$M.yaml --world 4 \
     --mode $mode --micro-batch $B --steps 20 ${EXTRA:-} 2>&1 | grep '^{' | sed "s/^/$mode $* /"
 }
-for rep in 1 2; do
-  run ddp FORGE_DP_COMM_WINDOW=1
-  run ddp FORGE_DP_COMM_WINDOW=0
-done
-run zero1 FORGE_DP_COMM_WINDOW=1
-run zero1 FORGE_DP_COMM_WINDOW=0
-EXTRA=--profile run ddp FORGE_DP_COMM_WINDOW=1
-EXTRA=--profile run ddp FORGE_DP_COMM_WINDOW=0
+run ddp X=windows
+run ddp FORGE_DP_COMM_WINDOW=0
+run ddp FORGE_NCCL_MAX_CTAS=8
+run ddp FORGE_NCCL_MAX_CTAS=16
+EXTRA="--grad-reduce bf16" run ddp X=bf16-grads
+run ddp X=windows
+run ddp FORGE_DP_COMM_WINDOW=0
+run zero1 X=windows
+run fsdp X=default
+EXTRA=--profile run ddp X=windows-profile
 echo "elapsed ${SECONDS}s"

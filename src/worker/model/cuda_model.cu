@@ -979,9 +979,24 @@ Status CudaModel::UnitSumSquares(int unit, cudaStream_t s) {
     wgrad_pending_ = true;
     run = b.wgrad;
   }
+  return SumUnitSquares(unit, run);
+}
+
+Status CudaModel::SumUnitSquares(int unit, cudaStream_t s) {
+  if (unit < 0 || unit >= static_cast<int>(layout_.units.size()) || UnitGrads(unit) == nullptr) {
+    return Status::Invalid("cuda model: no full gradient for unit " + std::to_string(unit));
+  }
   return cuda::SumSquaresPartial(UnitGrads(unit), layout_.units[size_t(unit)].numel,
-                                 b.unit_sumsq + int64_t{unit} * cuda::SumSquaresPartials(),
-                                 run);
+                                 buf_->unit_sumsq + int64_t{unit} * cuda::SumSquaresPartials(),
+                                 s);
+}
+
+Status CudaModel::GradSumSquaresFromUnits(float* sumsq_out, cudaStream_t s) {
+  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kOptimizer, s));
+  const int64_t count = int64_t(layout_.units.size()) * cuda::SumSquaresPartials();
+  // The clip scale written here is provisional; ClipAndUpdate replaces it.
+  return cuda::GradNormFromPartials(buf_->unit_sumsq, count, opt_.grad_clip, sumsq_out,
+                                    buf_->clip_scale, s);
 }
 
 Status CudaModel::OptimizerStep(const cuda::AdamWHyper* hyper, float* sumsq_out,
@@ -989,9 +1004,7 @@ Status CudaModel::OptimizerStep(const cuda::AdamWHyper* hyper, float* sumsq_out,
   Buffers& b = *buf_;
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kOptimizer, s));
   if (unit_sumsq_ready_) {
-    const int64_t count = int64_t(layout_.units.size()) * cuda::SumSquaresPartials();
-    FORGE_RETURN_IF_ERROR(cuda::GradNormFromPartials(b.unit_sumsq, count, opt_.grad_clip,
-                                                     sumsq_out, b.clip_scale, s));
+    FORGE_RETURN_IF_ERROR(GradSumSquaresFromUnits(sumsq_out, s));
   } else {
     FORGE_RETURN_IF_ERROR(cuda::GlobalGradNorm(b.adam_tensors, b.num_tensors, opt_.grad_clip,
                                                sumsq_out, b.clip_scale, b.gradnorm_ws,

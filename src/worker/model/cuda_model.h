@@ -185,6 +185,11 @@ class CudaModel {
   // rank's optimizer applies (its slots with shard_optimizer) into *sumsq_out; then, once the
   // caller summed it over the ranks where needed, clipping by the global norm and AdamW.
   Status GradSumSquares(float* sumsq_out, cudaStream_t stream);
+  // The same sum in pieces, for ddp: SumUnitSquares takes unit u's share on `stream` once its
+  // gradient is final there (e.g. after its all-reduce, on the NCCL stream); after every unit
+  // had its share taken in this step, GradSumSquaresFromUnits adds them up (fixed order).
+  Status SumUnitSquares(int unit, cudaStream_t stream);
+  Status GradSumSquaresFromUnits(float* sumsq_out, cudaStream_t stream);
   Status ClipAndUpdate(const cuda::AdamWHyper* hyper, const float* sumsq, cudaStream_t stream);
   // Device counter of optimizer steps skipped because the gradients were not finite (an
   // overflowed step: AdamW leaves every weight and moment as it was). Read it with a copy

@@ -89,6 +89,7 @@ Status CudaDataParallel::Init() {
     FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   }
   gather_pending_.assign(U, false);
+  unit_squares_taken_.assign(U, false);
   if (grad_reduce_ == GradReduce::kBf16) {
     // ddp sums numel elements of a unit, zero (and ComputeGradients' all-reduce) at most the
     // padded world * slot.
@@ -205,11 +206,22 @@ Status CudaDataParallel::IssueGradCollective(int u, cudaEvent_t compute_done,
     return FsdpReduceScatter(u, g);
   }
   float* g = pb.grads + pb.unit_offset[u];
+  if (!sharded()) {
+    // ddp: the summed gradient is final on the NCCL stream right after the all-reduce, so
+    // its share of the grad norm is taken there, overlapping the rest of the backward.
+    if (grad_reduce_ == GradReduce::kBf16) {
+      FORGE_RETURN_IF_ERROR(ReduceBf16(u, g, all_reduce));
+    } else {
+      FORGE_RETURN_IF_ERROR(
+          comm_->AllReduceSum(g, unit.numel, DType::kF32, "grad " + unit.name).status());
+    }
+    FORGE_RETURN_IF_ERROR(model_->SumUnitSquares(u, nccl_stream_));
+    unit_squares_taken_[u] = true;
+    return Status::Ok();
+  }
   if (grad_reduce_ == GradReduce::kBf16) return ReduceBf16(u, g, all_reduce);
   const std::string what = "grad " + unit.name;
-  if (all_reduce || !sharded()) {
-    return comm_->AllReduceSum(g, unit.numel, DType::kF32, what).status();
-  }
+  if (all_reduce) return comm_->AllReduceSum(g, unit.numel, DType::kF32, what).status();
   // Padded unit: world * slot elements, zero beyond numel.
   return comm_->ReduceScatterSum(g, pb.grad_shard + pb.shard_offset[u], pb.slot[u],
                                  DType::kF32, what)
@@ -252,7 +264,12 @@ Status CudaDataParallel::SumLoss(float* stats, cudaStream_t compute) {
 
 Status CudaDataParallel::Optimize(const cuda::AdamWHyper* hyper, float* stats,
                                   cudaStream_t compute) {
-  FORGE_RETURN_IF_ERROR(model_->GradSumSquares(stats + 1, compute));
+  // ddp took every unit's share of the norm after its all-reduce (JoinComm ordered them).
+  const bool from_units =
+      std::all_of(unit_squares_taken_.begin(), unit_squares_taken_.end(), [](bool b) { return b; });
+  unit_squares_taken_.assign(unit_squares_taken_.size(), false);
+  FORGE_RETURN_IF_ERROR(from_units ? model_->GradSumSquaresFromUnits(stats + 1, compute)
+                                   : model_->GradSumSquares(stats + 1, compute));
   if (model_->fp8() != nullptr) FORGE_RETURN_IF_ERROR(ShareFp8Amax(compute));
   if (!sharded()) {
     // Identical gradients everywhere: the local norm is the global one.
