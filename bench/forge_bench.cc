@@ -1,7 +1,7 @@
 // forge-bench: throughput of the CUDA training step for a model config, as one JSON line.
 //
 //   forge-bench --config configs/gpt350m.yaml [--micro-batch B] [--steps N] [--warmup W]
-//               [--recompute 0|1] [--precision bf16|fp8] [--profile]
+//               [--recompute 0|1] [--precision bf16|fp8] [--fp8-lm-head 0|1] [--profile]
 //
 // One micro-batch per optimizer step (global = micro), random tokens in [0, 50257) like the
 // PyTorch anchor (shared/anchors/torch_baseline.py). The first `warmup` steps (graph warm-up
@@ -12,7 +12,8 @@
 // cross-entropy kernel separately, optimizer; no graph; single-stream even when the step runs
 // its weight-gradient GEMMs on a second stream, so phases add up serially).
 // --precision fp8 runs the blocks' linear layers in FP8 (precision.fp8 of the config); MFU stays
-// counted against the dense BF16 peak so BF16 and FP8 numbers compare.
+// counted against the dense BF16 peak so BF16 and FP8 numbers compare. --fp8-lm-head 1 adds
+// the LM head's logits GEMM (precision.fp8.lm_head).
 #include <cuda_runtime.h>
 #include <unistd.h>
 
@@ -48,6 +49,7 @@ struct Args {
   int warmup = 3;
   int recompute = -1;   // -1: the config's
   std::string precision;  // "": the config's
+  int fp8_lm_head = -1;   // -1: the config's
   bool profile = false;
 };
 
@@ -71,13 +73,15 @@ std::string ParseArgs(int argc, char** argv, Args* a) {
     else if (flag == "--precision") {
       a->precision = val;
       ok = a->precision == "bf16" || a->precision == "fp8";
+    } else if (flag == "--fp8-lm-head") {
+      ok = bench::ParseInt(val, &a->fp8_lm_head) && (a->fp8_lm_head == 0 || a->fp8_lm_head == 1);
     } else if (flag == "--recompute") ok = bench::ParseInt(val, &a->recompute) && (a->recompute == 0 || a->recompute == 1);
     else return "unknown flag " + flag;
     if (!ok) return flag + ": bad value '" + val + "'";
   }
   if (a->config.empty()) {
     return "usage: forge-bench --config PATH [--micro-batch B] [--steps N] [--warmup W] "
-           "[--recompute 0|1] [--precision bf16|fp8] [--profile]";
+           "[--recompute 0|1] [--precision bf16|fp8] [--fp8-lm-head 0|1] [--profile]";
   }
   return "";
 }
@@ -124,6 +128,7 @@ int Run(int argc, char** argv) {
   if (args.recompute >= 0) cfg.train.activation_recompute = args.recompute == 1;
   if (args.precision == "bf16") cfg.precision.compute = Precision::kBf16;
   if (args.precision == "fp8") cfg.precision.compute = Precision::kFp8;
+  if (args.fp8_lm_head >= 0) cfg.precision.fp8.lm_head = args.fp8_lm_head == 1;
   const ModelConfig& m = cfg.model;
 
   int device = 0;
@@ -204,6 +209,7 @@ int Run(int argc, char** argv) {
   out["peak_tflops"] = peak_tflops;
   out["recompute"] = cfg.train.activation_recompute;
   out["precision"] = PrecisionName(cfg.precision.compute);
+  out["fp8_lm_head"] = cfg.precision.compute == Precision::kFp8 && cfg.precision.fp8.lm_head;
   out["mfu_basis"] = "dense BF16 peak";
   out["cuda_graph"] = backend->graph_active();
   out["deterministic_attention"] = options.deterministic_attention;

@@ -8,6 +8,7 @@
 // term is off by up to ~6% / ~12%; the GEMMs' sums average much of it out): loss within 2%;
 // each weight gradient within 0.15 relative Frobenius error of the CPU's (H100: 0.02-0.12,
 // on the device; BF16's tolerance is 0.05); training losses within 5% at each of 50 steps.
+// The same bounds hold with the LM head's logits GEMM in FP8 too (precision.fp8.lm_head).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -31,25 +32,34 @@ using test::MakeGpu;
 using test::NoGemmAutotune;
 using test::Views;
 
-RunConfig Fp8Config(Fp8Recipe recipe = Fp8Recipe::kDelayed) {
+RunConfig Fp8Config(Fp8Recipe recipe = Fp8Recipe::kDelayed, bool lm_head = false) {
   RunConfig c = test::TinyGpuConfig("gpu-fp8-test");
   c.precision.compute = Precision::kFp8;
   c.precision.fp8.recipe = recipe;
   c.precision.fp8.amax_history = 4;
+  c.precision.fp8.lm_head = lm_head;
   return c;
 }
 
-class GpuFp8Model : public ::testing::TestWithParam<Fp8Recipe> {};
+struct Fp8Case {
+  Fp8Recipe recipe;
+  bool lm_head;
+};
+
+class GpuFp8Model : public ::testing::TestWithParam<Fp8Case> {};
 
 TEST_P(GpuFp8Model, GradientsMatchCpu) {
   FORGE_SKIP_WITHOUT_GPU();
-  test::ExpectGradientsMatchCpu(Fp8Config(GetParam()), 2, {}, /*loss_tol=*/2e-2,
-                                /*grad_tol=*/0.15);
+  // Chunked LM head (4 chunks of 64 rows): every chunk's hf cast feeds one amax.
+  CudaBackendOptions o;
+  o.lm_head_chunk_rows = 64;
+  test::ExpectGradientsMatchCpu(Fp8Config(GetParam().recipe, GetParam().lm_head), 2, o,
+                                /*loss_tol=*/2e-2, /*grad_tol=*/0.15);
 }
 
 TEST_P(GpuFp8Model, TrainingTracksCpu) {
   FORGE_SKIP_WITHOUT_GPU();
-  const RunConfig c = Fp8Config(GetParam());
+  const RunConfig c = Fp8Config(GetParam().recipe, GetParam().lm_head);
   auto [cpu, gpu] = test::MakeCpuAndGpu(c);
   ASSERT_NE(gpu, nullptr);
   constexpr int kSteps = 50;
@@ -74,8 +84,14 @@ TEST_P(GpuFp8Model, TrainingTracksCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, GpuFp8Model,
-                         ::testing::Values(Fp8Recipe::kDelayed, Fp8Recipe::kCurrent),
-                         [](const auto& info) { return std::string(Fp8RecipeName(info.param)); });
+                         ::testing::Values(Fp8Case{Fp8Recipe::kDelayed, false},
+                                           Fp8Case{Fp8Recipe::kCurrent, false},
+                                           Fp8Case{Fp8Recipe::kDelayed, true},
+                                           Fp8Case{Fp8Recipe::kCurrent, true}),
+                         [](const auto& info) {
+                           return std::string(Fp8RecipeName(info.param.recipe)) +
+                                  (info.param.lm_head ? "_lm_head" : "");
+                         });
 
 // Ten steps of the same backend kind from the same seed: final weights of two runs, bitwise.
 std::vector<UnitBuffers> TenSteps(const RunConfig& c, CudaBackendOptions o, bool* graph) {
@@ -105,9 +121,12 @@ void ExpectSameWeights(const std::vector<UnitBuffers>& a, const std::vector<Unit
 TEST(GpuFp8Step, SameSeedIsBitwiseDeterministic) {
   FORGE_SKIP_WITHOUT_GPU();
   const NoGemmAutotune fixed_gemms;
-  RunConfig c = Fp8Config();
-  c.batch.global_batch = 8;
-  ExpectSameWeights(TenSteps(c, {}, nullptr), TenSteps(c, {}, nullptr));
+  for (const bool lm_head : {false, true}) {
+    SCOPED_TRACE(lm_head ? "fp8 lm head" : "bf16 lm head");
+    RunConfig c = Fp8Config(Fp8Recipe::kDelayed, lm_head);
+    c.batch.global_batch = 8;
+    ExpectSameWeights(TenSteps(c, {}, nullptr), TenSteps(c, {}, nullptr));
+  }
 }
 
 // The first step measures every tensor (no history yet) and later ones use the delayed scales:
@@ -115,15 +134,19 @@ TEST(GpuFp8Step, SameSeedIsBitwiseDeterministic) {
 TEST(GpuFp8Step, GraphReplayMatchesEager) {
   FORGE_SKIP_WITHOUT_GPU();
   const NoGemmAutotune fixed_gemms;
-  RunConfig c = Fp8Config();
-  c.batch.global_batch = 8;
-  CudaBackendOptions on, off;
-  on.use_graph = true;
-  off.use_graph = false;
-  bool graph = false;
-  const auto replayed = TenSteps(c, on, &graph);
-  EXPECT_TRUE(graph);
-  ExpectSameWeights(replayed, TenSteps(c, off, nullptr));
+  for (const bool lm_head : {false, true}) {
+    SCOPED_TRACE(lm_head ? "fp8 lm head" : "bf16 lm head");
+    RunConfig c = Fp8Config(Fp8Recipe::kDelayed, lm_head);
+    c.batch.global_batch = 8;
+    CudaBackendOptions on, off;
+    on.use_graph = true;
+    off.use_graph = false;
+    on.lm_head_chunk_rows = off.lm_head_chunk_rows = 128;  // two chunks a micro-batch
+    bool graph = false;
+    const auto replayed = TenSteps(c, on, &graph);
+    EXPECT_TRUE(graph);
+    ExpectSameWeights(replayed, TenSteps(c, off, nullptr));
+  }
 }
 
 // Recompute re-casts the same inputs with the same scales (delayed) or the same measured amax
@@ -131,7 +154,7 @@ TEST(GpuFp8Step, GraphReplayMatchesEager) {
 TEST_P(GpuFp8Model, RecomputeMatchesSavedActivations) {
   FORGE_SKIP_WITHOUT_GPU();
   const NoGemmAutotune fixed_gemms;
-  RunConfig c = Fp8Config(GetParam());
+  RunConfig c = Fp8Config(GetParam().recipe, GetParam().lm_head);
   c.batch.global_batch = 8;
   RunConfig r = c;
   r.train.activation_recompute = true;
@@ -140,9 +163,10 @@ TEST_P(GpuFp8Model, RecomputeMatchesSavedActivations) {
 
 TEST(GpuFp8Step, RejectsWhatItCannotRun) {
   FORGE_SKIP_WITHOUT_GPU();
-  RunConfig c = Fp8Config();
-  c.precision.fp8.lm_head = true;
-  auto made = MakeCudaTrainBackend(c, {});
+  RunConfig c = Fp8Config(Fp8Recipe::kDelayed, /*lm_head=*/true);
+  CudaBackendOptions o;
+  o.lm_head_chunk_rows = 72;  // the FP8 logits GEMM needs chunks of a multiple of 16 rows
+  auto made = MakeCudaTrainBackend(c, o);
   ASSERT_FALSE(made.ok());
   EXPECT_NE(made.status().ToString().find("precision.fp8.lm_head"), std::string::npos)
       << made.status().ToString();
@@ -180,6 +204,14 @@ TEST(GpuFp8Step, ScalingStateMovesBetweenBackends) {
   const Status st = refused->SetExtraState(blobs);
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.ToString().find("precision.fp8.amax_history"), std::string::npos) << st.ToString();
+  other = c;
+  other.precision.fp8.lm_head = true;  // two more E4M3 tensors
+  auto refused_lm = MakeGpu(other);
+  ASSERT_NE(refused_lm, nullptr);
+  const Status st_lm = refused_lm->SetExtraState(blobs);
+  EXPECT_FALSE(st_lm.ok());
+  EXPECT_NE(st_lm.ToString().find("precision.fp8.lm_head"), std::string::npos)
+      << st_lm.ToString();
 
   auto b = MakeGpu(c);
   ASSERT_NE(b, nullptr);
@@ -199,7 +231,7 @@ TEST(GpuFp8Step, ScalingStateMovesBetweenBackends) {
 
 TEST_P(GpuFp8Model, NonFiniteStepIsSkipped) {
   FORGE_SKIP_WITHOUT_GPU();
-  const RunConfig c = Fp8Config(GetParam());
+  const RunConfig c = Fp8Config(GetParam().recipe, GetParam().lm_head);
   auto gpu = MakeGpu(c);
   ASSERT_NE(gpu, nullptr);
   const auto batches = MakeBatches(c, 3, 51);

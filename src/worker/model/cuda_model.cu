@@ -357,8 +357,10 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
     shapes[int(LinearKind::kGateUp)] = {d_, 2 * int64_t{ffn_}};
     shapes[int(LinearKind::kDown)] = {ffn_, d_};
     const Fp8RopeShape rope{o.micro_batch, T_, H_, KV_, hd_, m.rope_theta};
+    Fp8LmHeadShape lm_head;
+    if (o.fp8_config.lm_head) lm_head = {V_, d_, std::min<int64_t>(N_, o.lm_head_chunk_rows)};
     FORGE_ASSIGN_OR_RETURN(b.fp8, Fp8Linears::Create(o.fp8_config, m.n_layer, shapes, N_,
-                                                     int(b.acts.size()), rope));
+                                                     int(b.acts.size()), rope, lm_head));
     allocated_bytes_ += b.fp8->allocated_bytes();
   }
   FORGE_RETURN_IF_ERROR(alloc(&b.hf, N * d));
@@ -843,6 +845,13 @@ Status CudaModel::LmHead(const int32_t* targets, float dloss, bool backward,
   const bf16* wte = UnitParams(layout_.embedding_unit());
   float* dwte = UnitGrads(layout_.embedding_unit());
   const int64_t chunk = std::min<int64_t>(N_, o_.lm_head_chunk_rows);
+  // FP8 logits GEMM (precision.fp8.lm_head): Wte cast as the blocks' weights are, once per
+  // step (its first micro-batch) and for every evaluation pass.
+  Fp8Linears* f8 = b.fp8 && b.fp8->lm_head() ? b.fp8.get() : nullptr;
+  if (f8 != nullptr && (!backward || !accumulate_grads)) {
+    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
+    FORGE_RETURN_IF_ERROR(f8->CastLmHeadWeight(wte, s));
+  }
   int c = 0;
   for (int64_t r0 = 0; r0 < N_; r0 += chunk, ++c) {
     const int64_t rows = std::min(chunk, N_ - r0);
@@ -852,7 +861,14 @@ Status CudaModel::LmHead(const int32_t* targets, float dloss, bool backward,
     const WgradHazard logits_read = slot == 0 ? WgradHazard::kLogits0 : WgradHazard::kLogits1;
     FORGE_RETURN_IF_ERROR(Mark(StepPhase::kLmHeadGemm, s));
     FORGE_RETURN_IF_ERROR(WaitWgrad(logits_read, s));  // dWte of chunk c - num_logits
-    FORGE_RETURN_IF_ERROR(b.gemm.Run(Linear(logits, hf, wte, rows, V_, d_), s));
+    if (f8 != nullptr) {
+      FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
+      FORGE_RETURN_IF_ERROR(f8->CastLmHeadInput(hf, rows, s));
+      FORGE_RETURN_IF_ERROR(Mark(StepPhase::kLmHeadGemm, s));
+      FORGE_RETURN_IF_ERROR(b.gemm.Run(f8->LmHeadForward(logits, rows), s));
+    } else {
+      FORGE_RETURN_IF_ERROR(b.gemm.Run(Linear(logits, hf, wte, rows, V_, d_), s));
+    }
     FORGE_RETURN_IF_ERROR(Mark(StepPhase::kCrossEntropy, s));
     FORGE_RETURN_IF_ERROR(cuda::CrossEntropyForwardBackward(logits, losses + r0, targets + r0,
                                                             rows, V_, dloss, backward, s));

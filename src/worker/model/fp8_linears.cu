@@ -32,9 +32,9 @@ Fp8Linears::~Fp8Linears() {
 
 StatusOr<std::unique_ptr<Fp8Linears>> Fp8Linears::Create(
     const Fp8Config& cfg, int n_layer, const std::array<Fp8LinearShape, kLinearKinds>& shapes,
-    int64_t tokens, int act_sets, const Fp8RopeShape& rope) {
+    int64_t tokens, int act_sets, const Fp8RopeShape& rope, const Fp8LmHeadShape& lm_head) {
   std::unique_ptr<Fp8Linears> f(new Fp8Linears());
-  FORGE_RETURN_IF_ERROR(f->Init(cfg, n_layer, shapes, tokens, act_sets, rope));
+  FORGE_RETURN_IF_ERROR(f->Init(cfg, n_layer, shapes, tokens, act_sets, rope, lm_head));
   return StatusOr<std::unique_ptr<Fp8Linears>>(std::move(f));
 }
 
@@ -66,16 +66,19 @@ Status Fp8Linears::AllocGroup(Group* g, int64_t n, float fp8_max) {
 
 Status Fp8Linears::Init(const Fp8Config& cfg, int n_layer,
                         const std::array<Fp8LinearShape, kLinearKinds>& shapes, int64_t tokens,
-                        int act_sets, const Fp8RopeShape& rope) {
+                        int act_sets, const Fp8RopeShape& rope,
+                        const Fp8LmHeadShape& lm_head) {
   rope_ = rope;
   cfg_ = cfg;
   L_ = n_layer;
   N_ = tokens;
   shape_ = shapes;
-  if (cfg.lm_head) {
-    return Status::Invalid(
-        "precision.fp8.lm_head: an FP8 LM head is not supported on cuda yet (set it to false)");
+  if (cfg.lm_head != (lm_head.vocab > 0)) {
+    return Status::Invalid("fp8 linears: precision.fp8.lm_head is " +
+                           std::string(cfg.lm_head ? "on" : "off") + " but the LM head shape " +
+                           (lm_head.vocab > 0 ? "was given" : "was not"));
   }
+  lm_ = lm_head;
   FORGE_RETURN_IF_ERROR(
       ValidateFp8ScalingParams(Fp8ParamsFromConfig(cfg, cpu::Fp8Format::kE4M3)));
   // cuBLASLt's FP8 kernels need 16-byte aligned rows and leading dimensions of 16 elements.
@@ -92,8 +95,15 @@ Status Fp8Linears::Init(const Fp8Config& cfg, int n_layer,
     FORGE_RETURN_IF_ERROR(check16("every linear layer's output width", sh.out));
     max_in = std::max(max_in, sh.in);
   }
+  if (this->lm_head()) {
+    FORGE_RETURN_IF_ERROR(check16("the padded vocabulary (precision.fp8.lm_head)", lm_.vocab));
+    FORGE_RETURN_IF_ERROR(check16("d_model (precision.fp8.lm_head)", lm_.d));
+    FORGE_RETURN_IF_ERROR(check16("the LM head's chunk rows (precision.fp8.lm_head)",
+                                  lm_.chunk_rows));
+  }
 
-  FORGE_RETURN_IF_ERROR(AllocGroup(&e4m3_, int64_t{8} * L_, cpu::kE4M3Max));
+  FORGE_RETURN_IF_ERROR(
+      AllocGroup(&e4m3_, int64_t{8} * L_ + (this->lm_head() ? 2 : 0), cpu::kE4M3Max));
   FORGE_RETURN_IF_ERROR(AllocGroup(&e5m2_, int64_t{4} * L_, cpu::kE5M2Max));
   lin_.assign(size_t(kLinearKinds) * L_, Linear{});
   for (int l = 0; l < L_; ++l) {
@@ -115,6 +125,10 @@ Status Fp8Linears::Init(const Fp8Config& cfg, int n_layer,
   for (int k = 0; k < kLinearKinds; ++k) {
     FORGE_RETURN_IF_ERROR(Alloc(&dy8_[k], size_t(N_ * shapes[k].out)));
     FORGE_RETURN_IF_ERROR(Alloc(&dy8t_[k], size_t(N_ * shapes[k].out)));
+  }
+  if (this->lm_head()) {
+    FORGE_RETURN_IF_ERROR(Alloc(&lm_w8_, size_t(lm_.vocab * lm_.d)));
+    FORGE_RETURN_IF_ERROR(Alloc(&lm_x8_, size_t(lm_.chunk_rows * lm_.d)));
   }
   const int64_t ffn = shapes[int(LinearKind::kDown)].in;
   fuse_swiglu_ = shapes[int(LinearKind::kGateUp)].out == 2 * ffn && ffn <= INT32_MAX &&
@@ -224,6 +238,33 @@ Status Fp8Linears::RopeBackwardToGrad(int layer, const bf16* dqkv, cudaStream_t 
                                rope_.n_kv_head, rope_.hd, rope_freq_, DType::kE5M2,
                                e5m2_.scale + i * kStride, e5m2_.amax + i * kStride,
                                e5m2_.scale_inv + i * kStride, s);
+}
+
+Status Fp8Linears::CastLmHeadWeight(const bf16* wte, cudaStream_t s) {
+  if (!lm_head()) return Status::Precondition("fp8 linears: no FP8 LM head");
+  return Cast(e4m3_, int64_t{8} * L_, DType::kE4M3, lm_w8_, nullptr, wte, lm_.vocab, lm_.d, s);
+}
+
+Status Fp8Linears::CastLmHeadInput(const bf16* hf, int64_t rows, cudaStream_t s) {
+  if (!lm_head()) return Status::Precondition("fp8 linears: no FP8 LM head");
+  if (rows < 0 || rows > lm_.chunk_rows || rows % 16 != 0) {
+    return Status::Invalid("fp8 linears: LM head chunk of " + std::to_string(rows) +
+                           " rows (at most " + std::to_string(lm_.chunk_rows) +
+                           ", a multiple of 16)");
+  }
+  return Cast(e4m3_, int64_t{8} * L_ + 1, DType::kE4M3, lm_x8_, nullptr, hf, rows, lm_.d, s);
+}
+
+GemmArgs Fp8Linears::LmHeadForward(bf16* logits, int64_t rows) const {
+  const int64_t w = int64_t{8} * L_;
+  GemmArgs g;
+  g.M = rows, g.N = lm_.vocab, g.K = lm_.d;
+  g.A = lm_x8_, g.B = lm_w8_, g.D = logits;
+  g.trans_a = false, g.trans_b = true;
+  g.a_type = DType::kE4M3, g.b_type = DType::kE4M3, g.d_type = DType::kBf16;
+  g.a_scale = e4m3_.scale_inv + (w + 1) * kStride;
+  g.b_scale = e4m3_.scale_inv + w * kStride;
+  return g;
 }
 
 GemmArgs Fp8Linears::Forward(int layer, LinearKind k, bf16* y, const bf16* residual) const {
@@ -362,7 +403,9 @@ Status Fp8Linears::LoadState(const std::string& blob, cudaStream_t s) {
                            std::to_string(h.n_e5m2) + " tensors with precision.fp8.amax_history " +
                            std::to_string(h.window) + ", this run has " +
                            std::to_string(e4m3_.n) + "+" + std::to_string(e5m2_.n) + " and " +
-                           std::to_string(cfg_.amax_history));
+                           std::to_string(cfg_.amax_history) +
+                           " (precision.fp8.lm_head adds 2 E4M3 tensors; it is " +
+                           (lm_head() ? "on" : "off") + " here)");
   }
   size_t want = sizeof(h);
   for (const Group* g : {&e4m3_, &e5m2_}) {

@@ -1,7 +1,8 @@
 // FP8 state of the transformer blocks' four linear layers (precision.compute: fp8), for
 // CudaModel: E4M3 weights and inputs in the forward pass, E5M2 gradients in the backward pass,
 // FP32 accumulation and BF16 (activations) or FP32 (weight gradients) outputs, through
-// GemmRunner's FP8 path. The LM head, embedding, norms, attention and optimizer stay BF16/FP32.
+// GemmRunner's FP8 path. The embedding, norms, attention and optimizer stay BF16/FP32; the LM
+// head's logits GEMM joins with precision.fp8.lm_head (below).
 //
 // Hopper's FP8 GEMMs take both operands K-contiguous (cuBLASLt's TN), so each tensor has the
 // copies its GEMMs read (see kernels/cuda/fp8_cast.cuh):
@@ -26,7 +27,15 @@
 // Non-finite amaxes (an overflowed step) are refused by the update: the scale stays, the
 // history does not see it, and the count is in nonfinite().
 //
-// Tensor indices: E4M3 (weights and inputs) 2*(4l+k) for W and 2*(4l+k)+1 for x; E5M2 4l+k.
+// LM head (precision.fp8.lm_head): the logits GEMM logits = hf Wte^T of each chunk reads an
+// E4M3 copy of the tied embedding (cast once per step, like the blocks' weights) and of the
+// chunk's final-norm output; both operands are K(d)-contiguous as they are, so no transposed
+// copies. Its two backward GEMMs stay BF16: dhf = dlogits Wte would need an E5M2 copy of the
+// [chunk, V] dlogits (one more pass over the largest tensor of the step, about what the FP8
+// GEMM saves) and dWte = dlogits^T hf a transposed one as well.
+//
+// Tensor indices: E4M3 (weights and inputs) 2*(4l+k) for W and 2*(4l+k)+1 for x, then the LM
+// head's Wte at 8L and hf at 8L+1; E5M2 4l+k.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -57,6 +66,11 @@ struct Fp8RopeShape {
   float theta = 10000.0f;
 };
 
+// The tied LM head's shape (vocab 0: the LM head stays BF16).
+struct Fp8LmHeadShape {
+  int64_t vocab = 0, d = 0, chunk_rows = 0;  // Wte [vocab, d]; hf chunks of <= chunk_rows
+};
+
 class Fp8Linears {
  public:
   // shapes by LinearKind; act_sets: how many sets of saved transposed inputs (n_layer, or 1
@@ -64,7 +78,8 @@ class Fp8Linears {
   // alignment). Allocates everything once.
   static StatusOr<std::unique_ptr<Fp8Linears>> Create(
       const Fp8Config& cfg, int n_layer, const std::array<Fp8LinearShape, kLinearKinds>& shapes,
-      int64_t tokens, int act_sets, const Fp8RopeShape& rope);
+      int64_t tokens, int act_sets, const Fp8RopeShape& rope,
+      const Fp8LmHeadShape& lm_head = {});
   ~Fp8Linears();
   Fp8Linears(const Fp8Linears&) = delete;
   Fp8Linears& operator=(const Fp8Linears&) = delete;
@@ -107,6 +122,15 @@ class Fp8Linears {
   // dW [out, in] (+)= dy8t x8t^T, fp32.
   cuda::GemmArgs BackwardWeight(int layer, LinearKind k, int set, float* dw,
                                 bool accumulate) const;
+
+  // The FP8 LM head (see the header comment); only when lm_head().
+  bool lm_head() const { return lm_.vocab > 0; }
+  // Wte [vocab, d] (BF16 compute copy) -> its E4M3 copy: once per step, before the first chunk.
+  Status CastLmHeadWeight(const cuda::bf16* wte, cudaStream_t s);
+  // A chunk of hf [rows, d] (rows <= chunk_rows) -> its E4M3 copy (scratch for the GEMM).
+  Status CastLmHeadInput(const cuda::bf16* hf, int64_t rows, cudaStream_t s);
+  // logits [rows, vocab] = hf8 Wte8^T (BF16 out).
+  cuda::GemmArgs LmHeadForward(cuda::bf16* logits, int64_t rows) const;
 
   // After the step's last micro-batch: histories, next scales, amaxes reset (delayed update).
   Status EndStep(cudaStream_t s);
@@ -167,7 +191,7 @@ class Fp8Linears {
   static std::array<std::pair<void*, size_t>, 5> StateParts(const Group& g, int window);
   Status Init(const Fp8Config& cfg, int n_layer,
               const std::array<Fp8LinearShape, kLinearKinds>& shapes, int64_t tokens,
-              int act_sets, const Fp8RopeShape& rope);
+              int act_sets, const Fp8RopeShape& rope, const Fp8LmHeadShape& lm_head);
   Status AllocGroup(Group* g, int64_t n, float fp8_max);
   template <typename T>
   Status Alloc(T** p, size_t count);
@@ -197,6 +221,9 @@ class Fp8Linears {
   std::vector<uint8_t*> x8t_;                  // [set * 4 + k]: [in_k, N]
   std::array<uint8_t*, kLinearKinds> dy8_{};   // [N, out_k]
   std::array<uint8_t*, kLinearKinds> dy8t_{};  // [out_k, N]
+  Fp8LmHeadShape lm_;
+  uint8_t* lm_w8_ = nullptr;                   // [vocab, d]
+  uint8_t* lm_x8_ = nullptr;                   // [chunk_rows, d]
 };
 
 }  // namespace forge

@@ -1,0 +1,38 @@
+#!/bin/bash
+# precision.fp8.lm_head in ONE device call (one GPU): the whole GPU suite, forge-bench FP8 with
+# the LM head in BF16 and in FP8 (gpt350m B 16 twice each, alternated; gpt124m B 16), then the
+# accuracy runs on the real corpus (.devdata/full.tar.xz): gpt124m from the same init and data
+# for STEPS steps in BF16, FP8 and FP8 + LM head, validation every 100. Results under $OUT:
+# suite.txt, bench.jsonl, {bf16,fp8,fp8lm}.jsonl (the runs' metrics).
+set -u
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp/out}
+mkdir -p "$out"
+STEPS=${STEPS:-2000}
+nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
+timeout 300 .device/run forge_gpu_tests > "$out/suite.txt" 2>&1
+grep -E "^\[  FAILED|PASSED|SKIPPED \]|tests ran|Failure|worst" "$out/suite.txt" | grep -v "SKIPPED \] Modes\|SKIPPED \] Nccl" | head -40
+bench() {  # config lm_head
+  .device/run forge-bench --config configs/$1.yaml --micro-batch 16 --steps 30 --precision fp8 \
+    --fp8-lm-head $2 2>&1 | grep '^{' | tee -a "$out/bench.jsonl" |
+    sed -E 's/.*"step_ms":([0-9.]+),"tokens_per_s":([0-9.]+).*"peak_mem_gib":([0-9.]+).*"fp8_lm_head":([a-z]+).*"loss":([0-9.]+).*/step_ms \1 tok\/s \2 GiB \3 lm_head \4 loss \5/'
+}
+for rep in 1 2; do bench gpt350m 0; bench gpt350m 1; done
+bench gpt124m 0; bench gpt124m 1
+
+export FORGE_DATA_DIR=/tmp/fd
+mkdir -p $FORGE_DATA_DIR && tar -xJf .devdata/full.tar.xz -C $FORGE_DATA_DIR
+acc_config() {  # name compute lm_head
+  sed -e "s/compute: bf16/compute: $2\n  fp8:\n    lm_head: $3/" -e "s/every_steps: 250/every_steps: 100/" \
+      -e "s/global_batch: 32/global_batch: 16/" -e "s/total_steps: 2000/total_steps: $STEPS/" \
+      configs/gpt124m.yaml > /tmp/acc_$1.yaml
+}
+acc_config bf16 bf16 false; acc_config fp8 fp8 false; acc_config fp8lm fp8 true
+grep -A3 "^precision" /tmp/acc_fp8lm.yaml
+for p in bf16 fp8 fp8lm; do
+  timeout 200 .device/run forge train /tmp/acc_$p.yaml --direct --checkpoint-every 0 \
+    --run-dir /tmp/acc_$p > /tmp/acc_$p.log 2>&1
+  cp /tmp/acc_$p/metrics.jsonl "$out/$p.jsonl" 2>/dev/null
+  echo "== $p"; grep -E "val loss|skipped|warning|error" /tmp/acc_$p.log | tail -4; tail -1 /tmp/acc_$p.log
+done
+echo "elapsed ${SECONDS}s"
