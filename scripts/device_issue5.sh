@@ -1,7 +1,8 @@
 #!/bin/bash
 # Issue 5's GPU evidence in one device call on a 4-GPU machine (stops starting new items after
 # ~540 s): multi-GPU tests, forge-dist-bench for every mode on 4 and 2 GPUs beside the PyTorch
-# DDP / FSDP2 anchor on the same GPUs, then `forge train` on 2 GPUs (scripts/device_cli_multi.sh).
+# DDP / FSDP2 anchor on the same GPUs, then `forge train` on 2 GPUs (scripts/device_cli_multi.sh;
+# SKIP_CLI=1 leaves it out), then ddp/fsdp and zero1/zero2 on 2 GPUs as time allows.
 # Expects .device/ (forge, forge_gpu_tests, forge-dist-bench, the anchors) and .devdata/.
 set -u
 cd "$(dirname "$0")/.."
@@ -11,7 +12,9 @@ bench() { left && timeout 90 .device/run forge-dist-bench --config configs/$M.ya
 torch() { left ${3:-540} && (cd .device && timeout 150 $py -m torch.distributed.run --standalone --nproc_per_node=$1 torch_dist.py $2 $M $B 2>&1 | grep -E '^\{' ); }
 for m in ddp zero1 zero2 fsdp; do bench 4 $m; done
 torch 4 ddp; torch 4 fsdp
-left 500 && timeout 120 bash scripts/device_cli_multi.sh 2>&1 | grep -E "identical|DIFFER|resharding|done:|rror"
+[ -z "${SKIP_CLI:-}" ] && left 500 &&
+  timeout 120 bash scripts/device_cli_multi.sh 2>&1 | grep -E "identical|DIFFER|resharding|done:|rror"
 for m in ddp fsdp; do bench 2 $m; done
 torch 2 ddp 420; torch 2 fsdp 420
+for m in zero1 zero2; do bench 2 $m; done
 echo "elapsed ${SECONDS}s"
