@@ -29,7 +29,7 @@ acc_config() {  # name compute lm_head
 }
 acc_config bf16 bf16 false; acc_config fp8 fp8 false; acc_config fp8lm fp8 true
 grep -A3 "^precision" /tmp/acc_fp8lm.yaml
-for p in bf16 fp8 fp8lm; do
+for p in ${ACC:-bf16 fp8 fp8lm}; do  # ACC="fp8lm": only the FP8 LM head's run
   timeout 200 .device/run forge train /tmp/acc_$p.yaml --direct --checkpoint-every 0 \
     --run-dir /tmp/acc_$p > /tmp/acc_$p.log 2>&1
   cp /tmp/acc_$p/metrics.jsonl "$out/$p.jsonl" 2>/dev/null

@@ -3,7 +3,8 @@
 // Tolerances (max |got - ref| / max |ref|): losses (fp32 from bf16 inputs) 1e-5; gradient
 // (bf16) 1e-2, checked twice: over the whole gradient (dominated by the -dloss at the target)
 // and with the target entries left out (so the softmax part itself is held to 1e-2 of its
-// largest value). Mean of fp32 values: 1e-5.
+// largest value). Mean of fp32 values: 1e-5. The FP8 variant (the FP8 LM head's dgrad operand)
+// must equal the plain kernel followed by CastToFp8 of its bf16 gradient, bit for bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +13,7 @@
 #include "gpu_test_util.h"
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cuda/cross_entropy.cuh"
+#include "kernels/cuda/fp8_cast.cuh"
 
 namespace forge {
 namespace {
@@ -82,6 +84,50 @@ TEST(GpuCrossEntropy, SmallAndOddVocabMatchCpu) {
   CheckCrossEntropy(5, 1003, 4.0f, 404);  // V % 8 != 0: scalar path
   CheckCrossEntropy(2, 8, 1.0f, 405);
   CheckCrossEntropy(9, 128, 8.0f, 406);
+}
+
+void CheckFp8Grad(int64_t n, int V, float scale, uint64_t seed) {
+  SCOPED_TRACE("n=" + std::to_string(n) + " V=" + std::to_string(V));
+  const float dloss = 1.0f / float(n);
+  const std::vector<float> logits = test::RandomNormalBf16(size_t(n) * V, 4.0f, seed);
+  const std::vector<int32_t> targets = test::RandomInts(n, 0, V, seed + 1);
+  DeviceBuffer<int32_t> d_tgt(targets);
+  DeviceBuffer<float> d_scale(std::vector<float>{scale});
+  // Reference: the plain kernel, then the cast of its bf16 gradient.
+  DeviceBuffer<bf16> ref_logits(test::ToBf16(logits));
+  DeviceBuffer<float> ref_loss(n), ref_amax(std::vector<float>{0.0f}),
+      ref_inv(std::vector<float>{0.0f});
+  DeviceBuffer<uint8_t> ref_grad8(size_t(n) * V);
+  ASSERT_STATUS_OK(cuda::CrossEntropyForwardBackward(ref_logits.data(), ref_loss.data(),
+                                                     d_tgt.data(), n, V, dloss, true, nullptr));
+  ASSERT_STATUS_OK(cuda::CastToFp8(ref_grad8.data(), ref_logits.data(), n, V, cuda::DType::kE5M2,
+                                   d_scale.data(), ref_amax.data(), ref_inv.data(), nullptr));
+  // Fused.
+  DeviceBuffer<bf16> got_logits(test::ToBf16(logits));
+  DeviceBuffer<float> got_loss(n), got_amax(std::vector<float>{0.0f}),
+      got_inv(std::vector<float>{0.0f});
+  DeviceBuffer<uint8_t> got_grad8(size_t(n) * V);
+  ASSERT_TRUE(cuda::CrossEntropyFp8GradSupported(V, got_logits.data(), got_grad8.data()));
+  ASSERT_STATUS_OK(cuda::CrossEntropyForwardBackwardFp8Grad(
+      got_logits.data(), got_loss.data(), d_tgt.data(), n, V, dloss, got_grad8.data(),
+      d_scale.data(), got_amax.data(), got_inv.data(), nullptr));
+  EXPECT_TRUE(test::BitwiseEqual(got_loss.Download(), ref_loss.Download())) << "losses";
+  EXPECT_TRUE(test::BitwiseEqual(test::ToFloat(got_logits.Download()),
+                                 test::ToFloat(ref_logits.Download())))
+      << "bf16 dlogits";
+  EXPECT_EQ(got_grad8.Download(), ref_grad8.Download()) << "E5M2 dlogits";
+  EXPECT_TRUE(test::BitwiseEqual(got_amax.Download(), ref_amax.Download()))
+      << got_amax.Download()[0] << " vs " << ref_amax.Download()[0];
+  EXPECT_GT(got_amax.Download()[0], 0.0f);
+  EXPECT_TRUE(test::BitwiseEqual(got_inv.Download(), ref_inv.Download())) << "scale_inv";
+}
+
+TEST(GpuCrossEntropy, Fp8GradIsTheCastOfTheBf16Grad) {
+  FORGE_SKIP_WITHOUT_GPU();
+  CheckFp8Grad(64, 50304, 4096.0f, 408);
+  CheckFp8Grad(3, 60000, 65536.0f, 409);   // beyond the row cache
+  CheckFp8Grad(16, 512, 1.0e6f, 410);      // saturating scale: large values clip to E5M2's max
+  EXPECT_FALSE(cuda::CrossEntropyFp8GradSupported(1003, nullptr, nullptr));
 }
 
 TEST(GpuCrossEntropy, OutOfRangeTargetGivesNanLossAndNoOnehot) {

@@ -8,7 +8,7 @@
 // term is off by up to ~6% / ~12%; the GEMMs' sums average much of it out): loss within 2%;
 // each weight gradient within 0.15 relative Frobenius error of the CPU's (H100: 0.02-0.12,
 // on the device; BF16's tolerance is 0.05); training losses within 5% at each of 50 steps.
-// The same bounds hold with the LM head's logits GEMM in FP8 too (precision.fp8.lm_head).
+// The same bounds hold with the LM head's logits and dhf GEMMs in FP8 too (precision.fp8.lm_head).
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -15,6 +15,9 @@
 // target logit is read before any thread writes (the block reduction's barriers order it).
 // Rows whose length is not a multiple of 8 (or a misaligned buffer) take a scalar path.
 // A target outside [0, V) gives loss NaN and no onehot term (no out-of-bounds access).
+// The FP8 variant (kFp8) also writes the gradient as E5M2 into its own buffer in pass 2,
+// quantised from the bf16-rounded value it stores, so it is bitwise CastToFp8 of the bf16
+// dlogits without reading them again (the FP8 LM head's dgrad operand).
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -22,6 +25,7 @@
 #include "kernels/cuda/cross_entropy.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/fp8_tile_cast.cuh"
 
 namespace forge::cuda {
 namespace {
@@ -91,11 +95,21 @@ __device__ __forceinline__ void WriteLoss(float* losses, int64_t row, MaxSum tot
   losses[row] = (tot.m + log2f(tot.s)) * kLn2 - target_logit;
 }
 
+// The FP8 copy of the gradient (kFp8 only): grad8 [n, V] E5M2, quantised with *scale; the
+// amax of |dlogits| max-accumulated into *amax; *scale_inv = 1 / *scale.
+struct Fp8GradOut {
+  uint8_t* grad8 = nullptr;
+  const float* scale = nullptr;
+  float* amax = nullptr;
+  float* scale_inv = nullptr;
+};
+
 // Dynamic shared memory: min(V / 8, kMaxCachedVecs) 16-byte vectors.
+template <bool kFp8>
 __global__ void __launch_bounds__(kVecThreads, 2)
     CrossEntropyVecKernel(bf16* __restrict__ logits, float* __restrict__ losses,
                           const int32_t* __restrict__ targets, int V, float dloss,
-                          bool write_grad) {
+                          bool write_grad, Fp8GradOut f8) {
   extern __shared__ uint4 s_row[];
   __shared__ MaxSum s_red[32];
   const int64_t row = blockIdx.x;
@@ -134,6 +148,12 @@ __global__ void __launch_bounds__(kVecThreads, 2)
   if (!write_grad) return;
 
   const float scale = __frcp_rn(tot.s) * dloss;  // (1 / sum) * dloss, as the reference
+  float s8 = 0.0f;
+  uint32_t m8 = 0;  // |dlogits| bits
+  if constexpr (kFp8) {
+    s8 = *f8.scale;
+    if (f8.scale_inv && row == 0 && tid == 0) *f8.scale_inv = 1.0f / s8;
+  }
   for (int idx = tid; idx < nvec; idx += kVecThreads) {
     const uint4 u = idx < cached ? s_row[idx] : Load16(lr + int64_t{idx} * 8);
     float x[8];
@@ -144,7 +164,22 @@ __global__ void __launch_bounds__(kVecThreads, 2)
       if (idx * 8 + j == tgt) x[j] -= dloss;
     }
     Store16(lr + int64_t{idx} * 8, PackBf16x8(x));
+    if constexpr (kFp8) {
+      float q[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        q[j] = fp8tile::RoundBf16(x[j]);
+        m8 = max(m8, fp8tile::AbsBits(q[j]));
+      }
+      constexpr auto F = __NV_E5M2;
+      const uint32_t lo = fp8tile::ToFp8x2<F>(q[0] * s8, q[1] * s8) |
+                          (fp8tile::ToFp8x2<F>(q[2] * s8, q[3] * s8) << 16);
+      const uint32_t hi = fp8tile::ToFp8x2<F>(q[4] * s8, q[5] * s8) |
+                          (fp8tile::ToFp8x2<F>(q[6] * s8, q[7] * s8) << 16);
+      *reinterpret_cast<uint2*>(f8.grad8 + row * V + int64_t{idx} * 8) = make_uint2(lo, hi);
+    }
   }
+  if constexpr (kFp8) fp8tile::BlockAmaxToGlobal(m8, f8.amax);
 }
 
 // Any V and alignment: one column per thread per step, the row read twice.
@@ -185,28 +220,64 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
+namespace {
+
+template <bool kFp8>
+Status LaunchVec(bf16* logits, float* losses, const int32_t* targets, int64_t n, int V,
+                 float dloss, bool write_grad, const Fp8GradOut& f8, cudaStream_t stream) {
+  const size_t smem = size_t(std::min(V / 8, kMaxCachedVecs)) * sizeof(uint4);
+  // Above the default 48 KB a kernel must opt in (per device; not a stream operation, so
+  // also fine while a graph is being captured).
+  FORGE_CUDA_CHECK(cudaFuncSetAttribute(CrossEntropyVecKernel<kFp8>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(smem)));
+  CrossEntropyVecKernel<kFp8><<<static_cast<unsigned>(n), kVecThreads, smem, stream>>>(
+      logits, losses, targets, V, dloss, write_grad, f8);
+  FORGE_CUDA_LAUNCH_CHECK();
+  return Status::Ok();
+}
+
+Status CheckShape(const char* what, int64_t n, int V) {
+  if (n < 0 || n > 0x7fffffff || V <= 0) {
+    return Status::Invalid(std::string(what) + ": bad shape n=" + std::to_string(n) +
+                           " V=" + std::to_string(V));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status CrossEntropyForwardBackwardFp8Grad(bf16* logits, float* losses, const int32_t* targets,
+                                          int64_t n, int V, float dloss, uint8_t* grad8,
+                                          const float* scale, float* amax, float* scale_inv,
+                                          cudaStream_t stream) {
+  FORGE_RETURN_IF_ERROR(CheckShape("CrossEntropyForwardBackwardFp8Grad", n, V));
+  if (!CrossEntropyFp8GradSupported(V, logits, grad8) || scale == nullptr || amax == nullptr) {
+    return Status::Invalid("CrossEntropyForwardBackwardFp8Grad: needs V a multiple of 8 (got " +
+                           std::to_string(V) +
+                           "), 16-byte aligned logits, 8-byte aligned grad8, scale and amax");
+  }
+  if (n == 0) return Status::Ok();
+  return LaunchVec<true>(logits, losses, targets, n, V, dloss, /*write_grad=*/true,
+                         Fp8GradOut{grad8, scale, amax, scale_inv}, stream);
+}
+
+bool CrossEntropyFp8GradSupported(int V, const void* logits, const void* grad8) {
+  return V > 0 && V % 8 == 0 && IsAligned(logits, 16) && grad8 != nullptr && IsAligned(grad8, 8);
+}
+
 Status CrossEntropyForwardBackward(bf16* logits, float* losses, const int32_t* targets,
                                    int64_t n, int V, float dloss, bool write_grad,
                                    cudaStream_t stream) {
-  if (n < 0 || n > 0x7fffffff || V <= 0) {
-    return Status::Invalid("CrossEntropyForwardBackward: bad shape n=" + std::to_string(n) +
-                           " V=" + std::to_string(V));
-  }
+  FORGE_RETURN_IF_ERROR(CheckShape("CrossEntropyForwardBackward", n, V));
   if (n == 0) return Status::Ok();
   const unsigned grid = static_cast<unsigned>(n);
   if (V % 8 == 0 && IsAligned(logits, 16)) {
-    const size_t smem = size_t(std::min(V / 8, kMaxCachedVecs)) * sizeof(uint4);
-    // Above the default 48 KB a kernel must opt in (per device; not a stream operation, so
-    // also fine while a graph is being captured).
-    FORGE_CUDA_CHECK(cudaFuncSetAttribute(CrossEntropyVecKernel,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(smem)));
-    CrossEntropyVecKernel<<<grid, kVecThreads, smem, stream>>>(logits, losses, targets, V, dloss,
-                                                               write_grad);
-  } else {
-    CrossEntropyScalarKernel<<<grid, kThreads, 0, stream>>>(logits, losses, targets, V, dloss,
-                                                            write_grad);
+    return LaunchVec<false>(logits, losses, targets, n, V, dloss, write_grad, Fp8GradOut{},
+                            stream);
   }
+  CrossEntropyScalarKernel<<<grid, kThreads, 0, stream>>>(logits, losses, targets, V, dloss,
+                                                          write_grad);
   FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }

@@ -19,6 +19,16 @@ Status CrossEntropyForwardBackward(bf16* logits, float* losses, const int32_t* t
                                    int64_t n, int V, float dloss, bool write_grad,
                                    cudaStream_t stream);
 
+// The same with write_grad, also writing dlogits as FP8 E5M2 into grad8 [n, V] (the FP8 LM
+// head's dgrad operand): quantised with *scale from the bf16-rounded gradient, so bitwise
+// CastToFp8(dlogits, kE5M2) of the bf16 result; amax of |dlogits| max-accumulated into *amax,
+// *scale_inv = 1 / *scale (may be null). Needs CrossEntropyFp8GradSupported.
+Status CrossEntropyForwardBackwardFp8Grad(bf16* logits, float* losses, const int32_t* targets,
+                                          int64_t n, int V, float dloss, uint8_t* grad8,
+                                          const float* scale, float* amax, float* scale_inv,
+                                          cudaStream_t stream);
+bool CrossEntropyFp8GradSupported(int V, const void* logits, const void* grad8);
+
 // Deterministic mean of n fp32 values into *out (fixed-order reduction, one block).
 Status MeanReduce(float* out, const float* values, int64_t n, cudaStream_t stream);
 

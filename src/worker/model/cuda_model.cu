@@ -845,8 +845,8 @@ Status CudaModel::LmHead(const int32_t* targets, float dloss, bool backward,
   const bf16* wte = UnitParams(layout_.embedding_unit());
   float* dwte = UnitGrads(layout_.embedding_unit());
   const int64_t chunk = std::min<int64_t>(N_, o_.lm_head_chunk_rows);
-  // FP8 logits GEMM (precision.fp8.lm_head): Wte cast as the blocks' weights are, once per
-  // step (its first micro-batch) and for every evaluation pass.
+  // FP8 logits and dhf GEMMs (precision.fp8.lm_head): Wte cast as the blocks' weights are,
+  // once per step (its first micro-batch) and for every evaluation pass.
   Fp8Linears* f8 = b.fp8 && b.fp8->lm_head() ? b.fp8.get() : nullptr;
   if (f8 != nullptr && (!backward || !accumulate_grads)) {
     FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
@@ -870,15 +870,28 @@ Status CudaModel::LmHead(const int32_t* targets, float dloss, bool backward,
       FORGE_RETURN_IF_ERROR(b.gemm.Run(Linear(logits, hf, wte, rows, V_, d_), s));
     }
     FORGE_RETURN_IF_ERROR(Mark(StepPhase::kCrossEntropy, s));
-    FORGE_RETURN_IF_ERROR(cuda::CrossEntropyForwardBackward(logits, losses + r0, targets + r0,
-                                                            rows, V_, dloss, backward, s));
+    // FP8: the dgrad's E5M2 dlogits come out of the cross-entropy kernel itself on a delayed
+    // step, from a cast of its bf16 output otherwise.
+    if (f8 != nullptr && backward && f8->fuse_lm_head_grad()) {
+      FORGE_RETURN_IF_ERROR(
+          f8->CrossEntropyToGrad(logits, losses + r0, targets + r0, rows, dloss, s));
+    } else {
+      FORGE_RETURN_IF_ERROR(cuda::CrossEntropyForwardBackward(logits, losses + r0, targets + r0,
+                                                              rows, V_, dloss, backward, s));
+      if (f8 != nullptr && backward) {
+        FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
+        FORGE_RETURN_IF_ERROR(f8->CastLmHeadGrad(logits, rows, s));
+      }
+    }
     if (!backward) continue;
     FORGE_RETURN_IF_ERROR(Mark(StepPhase::kLmHeadGemm, s));
     const bool acc = accumulate_grads || r0 > 0;
     FORGE_RETURN_IF_ERROR(
         WgradGemm(LinearBackwardWeight(dwte, logits, hf, rows, V_, d_, acc), logits_read, s));
-    FORGE_RETURN_IF_ERROR(
-        b.gemm.Run(LinearBackwardData(b.dh + r0 * d_, logits, wte, rows, V_, d_), s));
+    FORGE_RETURN_IF_ERROR(b.gemm.Run(
+        f8 != nullptr ? f8->LmHeadBackwardData(b.dh + r0 * d_, rows)
+                      : LinearBackwardData(b.dh + r0 * d_, logits, wte, rows, V_, d_),
+        s));
   }
   // The embedding backward adds into dWte on the chain after the last dWte chunk.
   if (backward) FORGE_RETURN_IF_ERROR(RecordWgrad(WgradHazard::kDwte));

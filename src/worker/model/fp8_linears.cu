@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "kernels/cpu/fp8.h"
+#include "kernels/cuda/cross_entropy.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/fp8_cast.cuh"
 #include "kernels/cuda/fp8_scale_update.cuh"
@@ -104,7 +105,8 @@ Status Fp8Linears::Init(const Fp8Config& cfg, int n_layer,
 
   FORGE_RETURN_IF_ERROR(
       AllocGroup(&e4m3_, int64_t{8} * L_ + (this->lm_head() ? 2 : 0), cpu::kE4M3Max));
-  FORGE_RETURN_IF_ERROR(AllocGroup(&e5m2_, int64_t{4} * L_, cpu::kE5M2Max));
+  FORGE_RETURN_IF_ERROR(
+      AllocGroup(&e5m2_, int64_t{4} * L_ + (this->lm_head() ? 1 : 0), cpu::kE5M2Max));
   lin_.assign(size_t(kLinearKinds) * L_, Linear{});
   for (int l = 0; l < L_; ++l) {
     for (int k = 0; k < kLinearKinds; ++k) {
@@ -128,7 +130,9 @@ Status Fp8Linears::Init(const Fp8Config& cfg, int n_layer,
   }
   if (this->lm_head()) {
     FORGE_RETURN_IF_ERROR(Alloc(&lm_w8_, size_t(lm_.vocab * lm_.d)));
+    FORGE_RETURN_IF_ERROR(Alloc(&lm_w8t_, size_t(lm_.vocab * lm_.d)));
     FORGE_RETURN_IF_ERROR(Alloc(&lm_x8_, size_t(lm_.chunk_rows * lm_.d)));
+    FORGE_RETURN_IF_ERROR(Alloc(&lm_dy8_, size_t(lm_.chunk_rows * lm_.vocab)));
   }
   const int64_t ffn = shapes[int(LinearKind::kDown)].in;
   fuse_swiglu_ = shapes[int(LinearKind::kGateUp)].out == 2 * ffn && ffn <= INT32_MAX &&
@@ -242,7 +246,7 @@ Status Fp8Linears::RopeBackwardToGrad(int layer, const bf16* dqkv, cudaStream_t 
 
 Status Fp8Linears::CastLmHeadWeight(const bf16* wte, cudaStream_t s) {
   if (!lm_head()) return Status::Precondition("fp8 linears: no FP8 LM head");
-  return Cast(e4m3_, int64_t{8} * L_, DType::kE4M3, lm_w8_, nullptr, wte, lm_.vocab, lm_.d, s);
+  return Cast(e4m3_, int64_t{8} * L_, DType::kE4M3, lm_w8_, lm_w8t_, wte, lm_.vocab, lm_.d, s);
 }
 
 Status Fp8Linears::CastLmHeadInput(const bf16* hf, int64_t rows, cudaStream_t s) {
@@ -253,6 +257,34 @@ Status Fp8Linears::CastLmHeadInput(const bf16* hf, int64_t rows, cudaStream_t s)
                            ", a multiple of 16)");
   }
   return Cast(e4m3_, int64_t{8} * L_ + 1, DType::kE4M3, lm_x8_, nullptr, hf, rows, lm_.d, s);
+}
+
+Status Fp8Linears::CrossEntropyToGrad(bf16* logits, float* losses, const int32_t* targets,
+                                      int64_t rows, float dloss, cudaStream_t s) {
+  if (!lm_head() || !fuse_lm_head_grad()) {
+    return Status::Precondition("fp8 linears: no fused FP8 LM-head gradient on this step");
+  }
+  const int64_t i = int64_t{4} * L_;
+  return cuda::CrossEntropyForwardBackwardFp8Grad(
+      logits, losses, targets, rows, static_cast<int>(lm_.vocab), dloss, lm_dy8_,
+      e5m2_.scale + i * kStride, e5m2_.amax + i * kStride, e5m2_.scale_inv + i * kStride, s);
+}
+
+Status Fp8Linears::CastLmHeadGrad(const bf16* dlogits, int64_t rows, cudaStream_t s) {
+  if (!lm_head()) return Status::Precondition("fp8 linears: no FP8 LM head");
+  return Cast(e5m2_, int64_t{4} * L_, DType::kE5M2, lm_dy8_, nullptr, dlogits, rows, lm_.vocab,
+              s);
+}
+
+GemmArgs Fp8Linears::LmHeadBackwardData(bf16* dhf, int64_t rows) const {
+  GemmArgs g;
+  g.M = rows, g.N = lm_.d, g.K = lm_.vocab;
+  g.A = lm_dy8_, g.B = lm_w8t_, g.D = dhf;
+  g.trans_a = false, g.trans_b = true;
+  g.a_type = DType::kE5M2, g.b_type = DType::kE4M3, g.d_type = DType::kBf16;
+  g.a_scale = e5m2_.scale_inv + int64_t{4} * L_ * kStride;
+  g.b_scale = e4m3_.scale_inv + int64_t{8} * L_ * kStride;
+  return g;
 }
 
 GemmArgs Fp8Linears::LmHeadForward(bf16* logits, int64_t rows) const {
@@ -404,7 +436,7 @@ Status Fp8Linears::LoadState(const std::string& blob, cudaStream_t s) {
                            std::to_string(h.window) + ", this run has " +
                            std::to_string(e4m3_.n) + "+" + std::to_string(e5m2_.n) + " and " +
                            std::to_string(cfg_.amax_history) +
-                           " (precision.fp8.lm_head adds 2 E4M3 tensors; it is " +
+                           " (precision.fp8.lm_head adds 2 E4M3 tensors and 1 E5M2; it is " +
                            (lm_head() ? "on" : "off") + " here)");
   }
   size_t want = sizeof(h);

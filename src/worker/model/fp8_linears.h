@@ -27,15 +27,17 @@
 // Non-finite amaxes (an overflowed step) are refused by the update: the scale stays, the
 // history does not see it, and the count is in nonfinite().
 //
-// LM head (precision.fp8.lm_head): the logits GEMM logits = hf Wte^T of each chunk reads an
-// E4M3 copy of the tied embedding (cast once per step, like the blocks' weights) and of the
-// chunk's final-norm output; both operands are K(d)-contiguous as they are, so no transposed
-// copies. Its two backward GEMMs stay BF16: dhf = dlogits Wte would need an E5M2 copy of the
-// [chunk, V] dlogits (one more pass over the largest tensor of the step, about what the FP8
-// GEMM saves) and dWte = dlogits^T hf a transposed one as well.
+// LM head (precision.fp8.lm_head), per token chunk:
+//   logits = hf Wte^T   hf8 [rows, d] (scratch)          Wte8  [V, d]
+//   dhf    = dlogits Wte  dlogits8 [rows, V] (E5M2)       Wte8t [d, V]
+// Wte8/Wte8t are cast once per step like the blocks' weights. dlogits8 is written by the
+// cross-entropy kernel itself on a delayed step (CrossEntropyToGrad: no extra pass over the
+// step's largest tensor), by a cast of the bf16 dlogits when the casts measure first. The
+// weight gradient dWte = dlogits^T hf stays BF16: its operands would need transposed copies
+// of dlogits [V, rows], a pass the cross-entropy kernel's row layout cannot write cheaply.
 //
 // Tensor indices: E4M3 (weights and inputs) 2*(4l+k) for W and 2*(4l+k)+1 for x, then the LM
-// head's Wte at 8L and hf at 8L+1; E5M2 4l+k.
+// head's Wte at 8L and hf at 8L+1; E5M2 4l+k, then the LM head's dlogits at 4L.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -131,6 +133,15 @@ class Fp8Linears {
   Status CastLmHeadInput(const cuda::bf16* hf, int64_t rows, cudaStream_t s);
   // logits [rows, vocab] = hf8 Wte8^T (BF16 out).
   cuda::GemmArgs LmHeadForward(cuda::bf16* logits, int64_t rows) const;
+  // The cross-entropy of a chunk (kernels/cuda/cross_entropy.cuh, write_grad) that also
+  // writes dlogits8: only when no cast measures first (a delayed step).
+  bool fuse_lm_head_grad() const { return !measuring(); }
+  Status CrossEntropyToGrad(cuda::bf16* logits, float* losses, const int32_t* targets,
+                            int64_t rows, float dloss, cudaStream_t s);
+  // Otherwise: the bf16 dlogits [rows, vocab] (written by the plain cross-entropy) -> dlogits8.
+  Status CastLmHeadGrad(const cuda::bf16* dlogits, int64_t rows, cudaStream_t s);
+  // dhf [rows, d] = dlogits8 Wte8 (Wte8t as the K-contiguous operand), BF16 out.
+  cuda::GemmArgs LmHeadBackwardData(cuda::bf16* dhf, int64_t rows) const;
 
   // After the step's last micro-batch: histories, next scales, amaxes reset (delayed update).
   Status EndStep(cudaStream_t s);
@@ -223,7 +234,9 @@ class Fp8Linears {
   std::array<uint8_t*, kLinearKinds> dy8t_{};  // [out_k, N]
   Fp8LmHeadShape lm_;
   uint8_t* lm_w8_ = nullptr;                   // [vocab, d]
+  uint8_t* lm_w8t_ = nullptr;                  // [d, vocab]
   uint8_t* lm_x8_ = nullptr;                   // [chunk_rows, d]
+  uint8_t* lm_dy8_ = nullptr;                  // [chunk_rows, vocab]
 };
 
 }  // namespace forge
