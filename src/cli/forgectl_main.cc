@@ -194,9 +194,9 @@ int Watch(const Global& g, Client* c, const std::string& run_id, bool history) {
     }
     grpc::Status s = reader->Finish();
     if (s.ok() || Terminal(last.state())) break;
-    const bool transient = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
-                           s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
-    if (!transient || (!got_any && reconnects > 60)) {
+    // A graceful shutdown ends open streams with CANCELLED (under Slurm scancel's SIGTERM
+    // reaches the coordinator before forge-job.sh restarts it): reconnect, as after kill -9.
+    if (!rpc::IsTransient(s.error_code()) || (!got_any && reconnects > 60)) {
       if (tty && printed_line) std::printf("\n");
       return Fail(s);
     }

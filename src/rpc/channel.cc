@@ -56,10 +56,16 @@ Status FromGrpc(const grpc::Status& s, std::string_view what) {
     case grpc::StatusCode::NOT_FOUND: return Status::NotFound(msg);
     case grpc::StatusCode::FAILED_PRECONDITION: return Status::Precondition(msg);
     case grpc::StatusCode::UNAVAILABLE:
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return Status::Unavailable(msg);
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+    case grpc::StatusCode::CANCELLED: return Status::Unavailable(msg);
     case grpc::StatusCode::DATA_LOSS: return Status::DataLoss(msg);
     default: return Status::Internal(msg);
   }
+}
+
+bool IsTransient(grpc::StatusCode code) {
+  return code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::DEADLINE_EXCEEDED ||
+         code == grpc::StatusCode::CANCELLED;
 }
 
 grpc::Status CallWithRetry(
@@ -72,9 +78,7 @@ grpc::Status CallWithRetry(
     const auto deadline = std::chrono::system_clock::now() +
                           std::chrono::milliseconds(int64_t(policy.call_timeout_s * 1000));
     grpc::Status s = attempt(deadline);
-    const bool transient = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
-                           s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
-    if (!transient) return s;
+    if (!IsTransient(s.error_code())) return s;
     const double waited = std::chrono::duration<double>(Clock::now() - start).count();
     if (policy.give_up_after_s >= 0 && waited + backoff > policy.give_up_after_s) return s;
     std::this_thread::sleep_for(std::chrono::milliseconds(int64_t(backoff * 1000)));

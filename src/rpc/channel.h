@@ -32,8 +32,13 @@ struct RetryPolicy {
   double call_timeout_s = 10.0;    // deadline of each attempt
 };
 
+// Whether a call that ended with `code` may succeed when made again: UNAVAILABLE (no server,
+// or one going down), DEADLINE_EXCEEDED, and CANCELLED, which our clients never cause
+// themselves (no TryCancel): it is a server's graceful shutdown ending the calls in flight.
+bool IsTransient(grpc::StatusCode code);
+
 // Calls `attempt` (which must build a fresh ClientContext from the deadline it is given) until
-// it returns anything but UNAVAILABLE / DEADLINE_EXCEEDED, backing off exponentially in
+// it returns a status that is not transient (IsTransient), backing off exponentially in
 // between; gives up after policy.give_up_after_s with the last status.
 grpc::Status CallWithRetry(const RetryPolicy& policy,
                            const std::function<grpc::Status(std::chrono::system_clock::time_point

@@ -121,7 +121,8 @@ class ControlPlane {
     while (!a.empty() && a.back() == '\n') a.pop_back();
     address_ = a;
   }
-  void KillCoordinator() { coordinator_.Kill(SIGKILL); }
+  // kill -9 by default; SIGTERM/SIGINT shut it down gracefully.
+  void KillCoordinator(int sig = SIGKILL) { coordinator_.Kill(sig); }
 
   // `ranks` forge-worker processes under mpirun (one launch group).
   Process& StartWorkers(int ranks, int throttle_ms, const std::string& extra = "") {
@@ -134,9 +135,11 @@ class ControlPlane {
 
   // forgectl with this coordinator and token.
   ShellResult Ctl(const std::string& args, const std::string& token_file = "") const {
-    return Shell("timeout 120 " + Bin("forgectl") + " --coordinator " + address_ +
-                 " --token-file " + (token_file.empty() ? dir_ + "/token" : token_file) + " " +
-                 args);
+    return Shell(CtlCommand(args, token_file));
+  }
+  std::string CtlCommand(const std::string& args, const std::string& token_file = "") const {
+    return "timeout 120 " + Bin("forgectl") + " --coordinator " + address_ + " --token-file " +
+           (token_file.empty() ? dir_ + "/token" : token_file) + " " + args;
   }
 
   // A small CPU spec: 2 layers, d 32, T 16, 256-token vocabulary.

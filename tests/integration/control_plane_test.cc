@@ -17,6 +17,8 @@ namespace forge {
 namespace {
 
 using test::ControlPlane;
+using test::Process;
+using test::Spawn;
 using test::Contains;
 using test::ReadFile;
 using test::ShellResult;
@@ -220,6 +222,33 @@ TEST(ControlPlane, CoordinatorKilledAndRestartedRunFinishes) {
     EXPECT_TRUE(Contains(cks.output, "step_" + std::to_string(s) + " ")) << cks.output;
   ShellResult history = cp.Ctl("watch --history " + run);
   EXPECT_TRUE(Contains(history.output, "[PENDING] submitted")) << history.output;
+}
+
+// A graceful shutdown (SIGTERM; under Slurm scancel's signal reaches the coordinator too)
+// ends the open watch streams with CANCELLED rather than UNAVAILABLE: a watch started before
+// it must reconnect to the restarted coordinator and see the run finish, as after kill -9.
+TEST(ControlPlane, WatchOutlivesAGracefulCoordinatorRestart) {
+  REQUIRE_MPIRUN();
+  ControlPlane cp("coord_term");
+  cp.StartCoordinator(/*heartbeat_timeout_ms=*/3000);
+  cp.StartWorkers(2, /*throttle_ms=*/60);
+  const std::string spec = cp.WriteSpec("ct", 40, 5);
+  ShellResult sub = cp.Ctl("submit " + spec);
+  ASSERT_EQ(sub.exit_code, 0) << sub.output;
+  const std::string run = ControlPlane::RunId(sub);
+  Process watch = Spawn(cp.CtlCommand("watch " + run), cp.dir() + "/watch.log");
+  ASSERT_TRUE(WaitFor(60, [&] { return cp.Step(run) >= 4; })) << cp.Ctl("status " + run).output;
+
+  cp.KillCoordinator(SIGTERM);
+  // Down as long as CoordinatorKilledAndRestartedRunFinishes's coordinator (workers train on).
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_TRUE(watch.Running()) << "watch gave up on a graceful shutdown:\n"
+                               << ReadFile(watch.log);
+  cp.StartCoordinator(/*heartbeat_timeout_ms=*/3000);
+  const int rc = watch.Wait(120);
+  EXPECT_EQ(rc, 0) << ReadFile(watch.log);
+  EXPECT_TRUE(Contains(ReadFile(watch.log), "COMPLETED")) << ReadFile(watch.log);
+  EXPECT_EQ(cp.Step(run), 40);
 }
 
 TEST(ControlPlane, CredentialsSpecsIdsAndPathsGetTheRightCodes) {

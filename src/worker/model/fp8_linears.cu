@@ -98,6 +98,10 @@ Status Fp8Linears::Init(const Fp8Config& cfg, int n_layer,
   }
   if (this->lm_head()) {
     FORGE_RETURN_IF_ERROR(check16("the padded vocabulary (precision.fp8.lm_head)", lm_.vocab));
+    if (lm_.vocab > INT32_MAX) {
+      return Status::Invalid("precision.fp8.lm_head: vocabulary of " + std::to_string(lm_.vocab) +
+                             " rows is beyond the cross-entropy kernel's int range");
+    }
     FORGE_RETURN_IF_ERROR(check16("d_model (precision.fp8.lm_head)", lm_.d));
     FORGE_RETURN_IF_ERROR(check16("the LM head's chunk rows (precision.fp8.lm_head)",
                                   lm_.chunk_rows));
