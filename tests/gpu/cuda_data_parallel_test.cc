@@ -44,9 +44,10 @@ using test::RelFrobenius;
 constexpr int kSteps = 6;
 
 RunConfig Config(ParallelMode mode, int world, int accum, GradReduce grad_reduce,
-                 Precision precision) {
+                 Precision precision, bool fp8_lm_head = false) {
   RunConfig c = test::TinyGpuConfig("gpu-data-parallel-test");
   c.precision.compute = precision;
+  c.precision.fp8.lm_head = fp8_lm_head;
   c.batch.global_batch = c.batch.micro_batch * world * accum;
   c.parallel.mode = mode;
   c.parallel.grad_reduce = grad_reduce;
@@ -192,6 +193,7 @@ struct Case {
   int accum;  // micro-steps per rank per step
   GradReduce grad_reduce = GradReduce::kFp32;
   Precision precision = Precision::kBf16;
+  bool fp8_lm_head = false;  // precision.fp8.lm_head: its scaling slots are shared too
 };
 
 class CudaDataParallelTest : public ::testing::TestWithParam<Case> {};
@@ -201,7 +203,8 @@ TEST_P(CudaDataParallelTest, MatchesOneGpuAndIsDeterministic) {
   const Case k = GetParam();
   if (NcclVisibleDevices() < k.world) GTEST_SKIP() << "needs " << k.world << " GPUs";
   test::NoGemmAutotune no_autotune;
-  const RunConfig c = Config(k.mode, k.world, k.accum, k.grad_reduce, k.precision);
+  const RunConfig c =
+      Config(k.mode, k.world, k.accum, k.grad_reduce, k.precision, k.fp8_lm_head);
   const Tolerances tol = TolerancesFor(k.grad_reduce, k.precision);
   const auto batches = MakeBatches(c, k.world * k.accum);
 
@@ -275,13 +278,15 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{2, ParallelMode::kZero1, 2, GradReduce::kBf16},
                       Case{2, ParallelMode::kDdp, 2, GradReduce::kFp32, Precision::kFp8},
                       Case{2, ParallelMode::kZero1, 1, GradReduce::kFp32, Precision::kFp8},
-                      Case{2, ParallelMode::kFsdp, 2, GradReduce::kFp32, Precision::kFp8}),
+                      Case{2, ParallelMode::kFsdp, 2, GradReduce::kFp32, Precision::kFp8},
+                      Case{2, ParallelMode::kDdp, 2, GradReduce::kFp32, Precision::kFp8, true},
+                      Case{2, ParallelMode::kFsdp, 1, GradReduce::kFp32, Precision::kFp8, true}),
     [](const ::testing::TestParamInfo<Case>& i) {
       const bool bf16 = i.param.grad_reduce == GradReduce::kBf16;
       const bool fp8 = i.param.precision == Precision::kFp8;
       return std::string(ParallelModeName(i.param.mode)) + "_" + std::to_string(i.param.world) +
              "gpus_accum" + std::to_string(i.param.accum) + (bf16 ? "_bf16grads" : "") +
-             (fp8 ? "_fp8" : "");
+             (fp8 ? "_fp8" : "") + (i.param.fp8_lm_head ? "_lmhead" : "");
     });
 
 }  // namespace
