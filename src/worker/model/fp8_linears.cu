@@ -108,9 +108,9 @@ Status Fp8Linears::Init(const Fp8Config& cfg, int n_layer,
   }
 
   FORGE_RETURN_IF_ERROR(
-      AllocGroup(&e4m3_, int64_t{8} * L_ + (this->lm_head() ? 2 : 0), cpu::kE4M3Max));
+      AllocGroup(&e4m3_, this->lm_head() ? LmInputSlot() + 1 : LmWeightSlot(), cpu::kE4M3Max));
   FORGE_RETURN_IF_ERROR(
-      AllocGroup(&e5m2_, int64_t{4} * L_ + (this->lm_head() ? 1 : 0), cpu::kE5M2Max));
+      AllocGroup(&e5m2_, LmGradSlot() + (this->lm_head() ? 1 : 0), cpu::kE5M2Max));
   lin_.assign(size_t(kLinearKinds) * L_, Linear{});
   for (int l = 0; l < L_; ++l) {
     for (int k = 0; k < kLinearKinds; ++k) {
@@ -250,7 +250,7 @@ Status Fp8Linears::RopeBackwardToGrad(int layer, const bf16* dqkv, cudaStream_t 
 
 Status Fp8Linears::CastLmHeadWeight(const bf16* wte, cudaStream_t s) {
   if (!lm_head()) return Status::Precondition("fp8 linears: no FP8 LM head");
-  return Cast(e4m3_, int64_t{8} * L_, DType::kE4M3, lm_w8_, lm_w8t_, wte, lm_.vocab, lm_.d, s);
+  return Cast(e4m3_, LmWeightSlot(), DType::kE4M3, lm_w8_, lm_w8t_, wte, lm_.vocab, lm_.d, s);
 }
 
 Status Fp8Linears::CastLmHeadInput(const bf16* hf, int64_t rows, cudaStream_t s) {
@@ -260,7 +260,7 @@ Status Fp8Linears::CastLmHeadInput(const bf16* hf, int64_t rows, cudaStream_t s)
                            " rows (at most " + std::to_string(lm_.chunk_rows) +
                            ", a multiple of 16)");
   }
-  return Cast(e4m3_, int64_t{8} * L_ + 1, DType::kE4M3, lm_x8_, nullptr, hf, rows, lm_.d, s);
+  return Cast(e4m3_, LmInputSlot(), DType::kE4M3, lm_x8_, nullptr, hf, rows, lm_.d, s);
 }
 
 Status Fp8Linears::CrossEntropyToGrad(bf16* logits, float* losses, const int32_t* targets,
@@ -268,7 +268,7 @@ Status Fp8Linears::CrossEntropyToGrad(bf16* logits, float* losses, const int32_t
   if (!lm_head() || !fuse_lm_head_grad()) {
     return Status::Precondition("fp8 linears: no fused FP8 LM-head gradient on this step");
   }
-  const int64_t i = int64_t{4} * L_;
+  const int64_t i = LmGradSlot();
   return cuda::CrossEntropyForwardBackwardFp8Grad(
       logits, losses, targets, rows, static_cast<int>(lm_.vocab), dloss, lm_dy8_,
       e5m2_.scale + i * kStride, e5m2_.amax + i * kStride, e5m2_.scale_inv + i * kStride, s);
@@ -276,8 +276,7 @@ Status Fp8Linears::CrossEntropyToGrad(bf16* logits, float* losses, const int32_t
 
 Status Fp8Linears::CastLmHeadGrad(const bf16* dlogits, int64_t rows, cudaStream_t s) {
   if (!lm_head()) return Status::Precondition("fp8 linears: no FP8 LM head");
-  return Cast(e5m2_, int64_t{4} * L_, DType::kE5M2, lm_dy8_, nullptr, dlogits, rows, lm_.vocab,
-              s);
+  return Cast(e5m2_, LmGradSlot(), DType::kE5M2, lm_dy8_, nullptr, dlogits, rows, lm_.vocab, s);
 }
 
 GemmArgs Fp8Linears::LmHeadBackwardData(bf16* dhf, int64_t rows) const {
@@ -286,20 +285,19 @@ GemmArgs Fp8Linears::LmHeadBackwardData(bf16* dhf, int64_t rows) const {
   g.A = lm_dy8_, g.B = lm_w8t_, g.D = dhf;
   g.trans_a = false, g.trans_b = true;
   g.a_type = DType::kE5M2, g.b_type = DType::kE4M3, g.d_type = DType::kBf16;
-  g.a_scale = e5m2_.scale_inv + int64_t{4} * L_ * kStride;
-  g.b_scale = e4m3_.scale_inv + int64_t{8} * L_ * kStride;
+  g.a_scale = e5m2_.scale_inv + LmGradSlot() * kStride;
+  g.b_scale = e4m3_.scale_inv + LmWeightSlot() * kStride;
   return g;
 }
 
 GemmArgs Fp8Linears::LmHeadForward(bf16* logits, int64_t rows) const {
-  const int64_t w = int64_t{8} * L_;
   GemmArgs g;
   g.M = rows, g.N = lm_.vocab, g.K = lm_.d;
   g.A = lm_x8_, g.B = lm_w8_, g.D = logits;
   g.trans_a = false, g.trans_b = true;
   g.a_type = DType::kE4M3, g.b_type = DType::kE4M3, g.d_type = DType::kBf16;
-  g.a_scale = e4m3_.scale_inv + (w + 1) * kStride;
-  g.b_scale = e4m3_.scale_inv + w * kStride;
+  g.a_scale = e4m3_.scale_inv + LmInputSlot() * kStride;
+  g.b_scale = e4m3_.scale_inv + LmWeightSlot() * kStride;
   return g;
 }
 

@@ -198,6 +198,10 @@ class Fp8Linears {
   };
 
   Fp8Linears() = default;
+  // The LM head's scaling slots, after the blocks' (see the header comment).
+  int64_t LmWeightSlot() const { return int64_t{2 * kLinearKinds} * L_; }  // E4M3
+  int64_t LmInputSlot() const { return LmWeightSlot() + 1; }                // E4M3
+  int64_t LmGradSlot() const { return int64_t{kLinearKinds} * L_; }         // E5M2
   // What SaveState/LoadState move of a group, in blob order: (device pointer, bytes).
   static std::array<std::pair<void*, size_t>, 5> StateParts(const Group& g, int window);
   Status Init(const Fp8Config& cfg, int n_layer,
