@@ -89,7 +89,6 @@ Status CudaDataParallel::Init() {
     FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   }
   gather_pending_.assign(U, false);
-  unit_squares_taken_.assign(U, false);
   if (grad_reduce_ == GradReduce::kBf16) {
     // ddp sums numel elements of a unit, zero (and ComputeGradients' all-reduce) at most the
     // padded world * slot.
@@ -215,9 +214,7 @@ Status CudaDataParallel::IssueGradCollective(int u, cudaEvent_t compute_done,
       FORGE_RETURN_IF_ERROR(
           comm_->AllReduceSum(g, unit.numel, DType::kF32, "grad " + unit.name).status());
     }
-    FORGE_RETURN_IF_ERROR(model_->SumUnitSquares(u, nccl_stream_));
-    unit_squares_taken_[u] = true;
-    return Status::Ok();
+    return model_->SumUnitSquares(u, nccl_stream_);
   }
   if (grad_reduce_ == GradReduce::kBf16) return ReduceBf16(u, g, all_reduce);
   const std::string what = "grad " + unit.name;
@@ -264,10 +261,9 @@ Status CudaDataParallel::SumLoss(float* stats, cudaStream_t compute) {
 
 Status CudaDataParallel::Optimize(const cuda::AdamWHyper* hyper, float* stats,
                                   cudaStream_t compute) {
-  // ddp took every unit's share of the norm after its all-reduce (JoinComm ordered them).
-  const bool from_units =
-      std::all_of(unit_squares_taken_.begin(), unit_squares_taken_.end(), [](bool b) { return b; });
-  unit_squares_taken_.assign(unit_squares_taken_.size(), false);
+  // ddp took every unit's share of the norm after its all-reduce (every backward completes
+  // every unit, and JoinComm ordered them), unless the diagnosis skipped the collectives.
+  const bool from_units = !sharded() && !skip_grad_comm_;
   FORGE_RETURN_IF_ERROR(from_units ? model_->GradSumSquaresFromUnits(stats + 1, compute)
                                    : model_->GradSumSquares(stats + 1, compute));
   if (model_->fp8() != nullptr) FORGE_RETURN_IF_ERROR(ShareFp8Amax(compute));

@@ -79,10 +79,7 @@ class CudaDataParallel {
   bool fsdp() const { return mode_ == ParallelMode::kFsdp; }
   // Before each ForwardBackward of a step: whether it is the step's first micro-step (fsdp
   // reduce-scatters the first into the gradient slots and adds the later ones).
-  void BeginMicroStep(bool first) {
-    first_micro_ = first;
-    if (first) unit_squares_taken_.assign(unit_squares_taken_.size(), false);
-  }
+  void BeginMicroStep(bool first) { first_micro_ = first; }
   // The model's parameters were replaced (SetParams): fsdp's gathered copies are stale.
   void ParamsChanged();
 
@@ -157,8 +154,6 @@ class CudaDataParallel {
     cudaEvent_t compute_done, wgrad_done;
     bool all_reduce;
   };
-  // ddp: unit u's share of the grad norm was taken after its all-reduce in this step.
-  std::vector<bool> unit_squares_taken_;
   bool comm_windows_ = false;  // on unless FORGE_DP_COMM_WINDOW=0 (and never for fsdp)
   std::vector<WaitingUnit> waiting_;
 
