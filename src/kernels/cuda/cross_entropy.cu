@@ -218,10 +218,6 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) out[0] = total / static_cast<float>(n);
 }
 
-}  // namespace
-
-namespace {
-
 template <bool kFp8>
 Status LaunchVec(bf16* logits, float* losses, const int32_t* targets, int64_t n, int V,
                  float dloss, bool write_grad, const Fp8GradOut& f8, cudaStream_t stream) {

@@ -2,7 +2,6 @@
 // shape/type key (descriptors + an algorithm chosen by the heuristic, the split-K rule, then
 // optionally by timing).
 #include "kernels/cuda/gemm.cuh"
-#include "kernels/cuda/plan_cache.h"
 
 #include <algorithm>
 #include <chrono>
@@ -16,6 +15,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/plan_cache.h"
 
 namespace forge::cuda {
 
