@@ -8,11 +8,6 @@
 set -u
 cd "$(dirname "$0")/.."
 source scripts/device_dp_preamble.sh
-run() {  # run MODE [ENV=VALUE ...]
-  local mode=$1; shift
-  left && timeout 100 env "$@" .device/run forge-dist-bench --config configs/$M.yaml --world 4 \
-    --mode $mode --micro-batch $B --steps 20 ${EXTRA:-} 2>&1 | grep '^{' | sed "s/^/$mode $* /"
-}
 run ddp X=windows
 run ddp FORGE_DP_COMM_WINDOW=0
 run ddp FORGE_NCCL_MAX_CTAS=8

@@ -10,11 +10,6 @@
 set -u
 cd "$(dirname "$0")/.."
 source scripts/device_dp_preamble.sh
-run() {  # run MODE [ENV=VALUE ...] [-- extra flags]
-  local mode=$1; shift
-  left && timeout 100 env "$@" .device/run forge-dist-bench --config configs/$M.yaml --world 4 \
-    --mode $mode --micro-batch $B --steps 20 ${EXTRA:-} 2>&1 | grep '^{' | sed "s/^/$mode $* /"
-}
 run ddp X=default
 run ddp FORGE_NCCL_CTA_POLICY=1
 run ddp FORGE_NCCL_CTA_POLICY=1 FORGE_GEMM_SM_MARGIN=8

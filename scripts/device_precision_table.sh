@@ -1,8 +1,9 @@
 #!/bin/bash
 # Issues 3 and 4's table in ONE device call on one GPU: the whole GPU suite, then forge-bench in
 # BF16, FP8 and FP8 with the LM head in FP8 (gpt350m at micro-batch 8, 16, 24; gpt124m at 16)
-# and the compiled PyTorch anchor for the same shapes, all on the same GPU; then one profiled step of each precision (gpt350m
-# B 16). Expects .device/ with forge_gpu_tests, forge-bench and the anchors. Results: $OUT.
+# and the compiled PyTorch anchor for the same shapes, all on the same GPU; then one profiled
+# step of each precision (gpt350m B 16). Expects .device/ with forge_gpu_tests, forge-bench and
+# the anchors. Results: $OUT. SKIP_SUITE=1 leaves the suite out.
 set -u
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/out}
