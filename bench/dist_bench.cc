@@ -20,7 +20,8 @@
 // (clamped at 0): how much of it the backward overlapped.
 // MFU counts model FLOPs per GPU against the dense BF16 peak (common/peak_flops.h).
 // Knobs (environment): FORGE_NCCL_MAX_CTAS, FORGE_NCCL_CTA_POLICY (NcclCommOptions),
-// FORGE_GEMM_SM_MARGIN (the backward GEMMs leave that many SMs to NCCL).
+// FORGE_GEMM_SM_MARGIN (the backward GEMMs leave that many SMs to NCCL), FORGE_DP_COPY_ENGINE
+// (ddp's all-reduces on the copy engines, in the step and in the collectives-alone timing).
 #include <cuda_runtime.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -151,6 +152,12 @@ StatusOr<double> TimeSteps(const RunConfig& cfg, Comm* comm, const Args& a, doub
   return ms;
 }
 
+// FORGE_DP_COPY_ENGINE (cuda_data_parallel.cu): ddp's all-reduces on the copy engines.
+bool CopyEngineWanted() {
+  const char* v = std::getenv("FORGE_DP_COPY_ENGINE");
+  return v != nullptr && (std::string(v) == "1" || std::string(v) == "require");
+}
+
 // The collectives of one step alone, on buffers of the real unit sizes.
 StatusOr<double> TimeCollectives(const RunConfig& cfg, NcclComm* comm, const Args& a) {
   const ParamLayout layout = MakeParamLayout(cfg.model);
@@ -169,6 +176,9 @@ StatusOr<double> TimeCollectives(const RunConfig& cfg, NcclComm* comm, const Arg
   if (bf16) {
     FORGE_CUDA_CHECK(cudaMalloc(&comm16, largest * sizeof(cuda::bf16)));
     FORGE_CUDA_CHECK(cudaMemset(comm16, 0, largest * sizeof(cuda::bf16)));
+  }
+  if (!sharded && !bf16 && CopyEngineWanted()) {  // as CudaDataParallel will for the step
+    FORGE_RETURN_IF_ERROR(comm->EnableCopyEngineAllReduce(grads, padded, largest));
   }
   auto stream = static_cast<cudaStream_t>(comm->stream());
   std::vector<int64_t> offset;  // of each unit in the padded buffers
@@ -266,6 +276,7 @@ int RunRank(const Args& a, const RunConfig& cfg, int rank, int port) {
   out["model"] = cfg.model.preset.empty() ? cfg.name : cfg.model.preset;
   out["mode"] = a.mode;
   out["grad_reduce"] = GradReduceName(cfg.parallel.grad_reduce);
+  out["copy_engine"] = CopyEngineWanted() && a.mode == "ddp";
   out["world"] = a.world;
   out["B"] = cfg.batch.micro_batch;
   out["step_ms"] = step_ms;

@@ -194,6 +194,16 @@ struct Case {
   GradReduce grad_reduce = GradReduce::kFp32;
   Precision precision = Precision::kBf16;
   bool fp8_lm_head = false;  // precision.fp8.lm_head: its scaling slots are shared too
+  bool copy_engine = false;  // ddp's all-reduces on the copy engines (FORGE_DP_COPY_ENGINE)
+};
+
+// Sets an environment variable for a scope (the rank threads read it when they build).
+struct ScopedEnv {
+  const char* name;
+  ScopedEnv(const char* n, const char* value) : name(n) {
+    if (value != nullptr) setenv(n, value, 1);
+  }
+  ~ScopedEnv() { unsetenv(name); }
 };
 
 class CudaDataParallelTest : public ::testing::TestWithParam<Case> {};
@@ -203,6 +213,7 @@ TEST_P(CudaDataParallelTest, MatchesOneGpuAndIsDeterministic) {
   const Case k = GetParam();
   if (NcclVisibleDevices() < k.world) GTEST_SKIP() << "needs " << k.world << " GPUs";
   test::NoGemmAutotune no_autotune;
+  const ScopedEnv copy_engine("FORGE_DP_COPY_ENGINE", k.copy_engine ? "require" : nullptr);
   const RunConfig c =
       Config(k.mode, k.world, k.accum, k.grad_reduce, k.precision, k.fp8_lm_head);
   const Tolerances tol = TolerancesFor(k.grad_reduce, k.precision);
@@ -280,13 +291,18 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{2, ParallelMode::kZero1, 1, GradReduce::kFp32, Precision::kFp8},
                       Case{2, ParallelMode::kFsdp, 2, GradReduce::kFp32, Precision::kFp8},
                       Case{2, ParallelMode::kDdp, 2, GradReduce::kFp32, Precision::kFp8, true},
-                      Case{2, ParallelMode::kFsdp, 1, GradReduce::kFp32, Precision::kFp8, true}),
+                      Case{2, ParallelMode::kFsdp, 1, GradReduce::kFp32, Precision::kFp8, true},
+                      Case{2, ParallelMode::kDdp, 2, GradReduce::kFp32, Precision::kBf16, false,
+                           true},
+                      Case{4, ParallelMode::kDdp, 1, GradReduce::kFp32, Precision::kBf16, false,
+                           true}),
     [](const ::testing::TestParamInfo<Case>& i) {
       const bool bf16 = i.param.grad_reduce == GradReduce::kBf16;
       const bool fp8 = i.param.precision == Precision::kFp8;
       return std::string(ParallelModeName(i.param.mode)) + "_" + std::to_string(i.param.world) +
              "gpus_accum" + std::to_string(i.param.accum) + (bf16 ? "_bf16grads" : "") +
-             (fp8 ? "_fp8" : "") + (i.param.fp8_lm_head ? "_lmhead" : "");
+             (fp8 ? "_fp8" : "") + (i.param.fp8_lm_head ? "_lmhead" : "") +
+             (i.param.copy_engine ? "_copyengine" : "");
     });
 
 }  // namespace

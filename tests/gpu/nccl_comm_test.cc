@@ -237,5 +237,92 @@ TEST(NcclComm, SkippedCollectiveTimesOutNamingRankAndCollective) {
   EXPECT_LT(waited, 10.0);
 }
 
+// The copy-engine all-reduce (EnableCopyEngineAllReduce; in this process the peers are mapped
+// through peer access, the IPC path is the same code after the mapping): ranges of odd sizes
+// and offsets inside one registered allocation, several rounds (the flags' sequence numbers
+// advance), NCCL collectives in between; each range must hold the rank-order fp32 sum bit for
+// bit on every rank, and everything outside the ranges must be left alone.
+TEST(NcclComm, CopyEngineAllReduceSumsInRankOrder) {
+  if (Devices() < 2) GTEST_SKIP() << "needs 2 GPUs, found " << Devices();
+  struct Range {
+    int64_t off, n;
+  };
+  const std::vector<Range> ranges = {{0, 1000003}, {1000004, 17}, {1000024, 1}, {1000028, 4096},
+                                     {1004124, 3}};
+  const int64_t count = 1004124 + 3 + 9;  // a tail no range covers
+  const int64_t largest = 1000003;
+  for (int world : {2, 4}) {
+    if (world > Devices()) continue;
+    Errors errors;
+    NcclCommOptions o;
+    o.timeout_s = 60;
+    RunRanks(world, o, &errors, [&](int r, NcclComm* comm) {
+      Dev<float> buf{size_t(count)};
+      Dev<float> other(1000);
+      errors.Ok(r, comm->EnableCopyEngineAllReduce(buf.p, count, largest), "enable");
+      for (int round = 0; round < 3; ++round) {
+        std::vector<float> h(static_cast<size_t>(count));
+        for (int64_t i = 0; i < count; ++i) h[i] = Value(r + 11 * round, i) * float(1 + r);
+        buf.Put(h);
+        other.Put(std::vector<float>(1000, float(r + 1)));
+        for (const Range& g : ranges) {
+          errors.Ok(r, Finish(comm->AllReduceSum(buf.p + g.off, g.n, DType::kF32, "ce")), "ce");
+          errors.Ok(r, Finish(comm->AllReduceSum(other.p, 1000, DType::kF32, "nccl")), "nccl");
+        }
+        const std::vector<float> got = buf.Get(size_t(count));
+        int64_t bad = 0;
+        std::vector<bool> covered(static_cast<size_t>(count), false);
+        for (const Range& g : ranges) {
+          for (int64_t i = g.off; i < g.off + g.n; ++i) {
+            covered[i] = true;
+            // Each rank's value as uploaded (a rounded product), then added in rank order.
+            float want = Value(0 + 11 * round, i);
+            for (int q = 1; q < world; ++q) {
+              volatile float v = Value(q + 11 * round, i) * float(1 + q);
+              want += v;
+            }
+            bad += std::memcmp(&want, &got[i], 4) != 0;
+          }
+        }
+        for (int64_t i = 0; i < count; ++i) bad += !covered[i] && got[i] != h[i];
+        errors.Check(r, bad == 0,
+                     "round " + std::to_string(round) + ": " + std::to_string(bad) + " wrong floats");
+      }
+    });
+    for (const auto& s : errors.list) ADD_FAILURE() << "world " << world << ": " << s;
+  }
+}
+
+// A copy-engine all-reduce one rank never joins fails like an NCCL one: a timeout naming the
+// rank and the collective, and nothing hangs afterwards (the failed comm releases its waits).
+TEST(NcclComm, CopyEngineAllReduceSkippedTimesOut) {
+  if (Devices() < 2) GTEST_SKIP() << "needs 2 GPUs, found " << Devices();
+  Errors errors;
+  NcclCommOptions o;
+  o.timeout_s = 10;  // setup's first collectives connect NCCL's channels
+  std::promise<void> rank0_done;
+  std::shared_future<void> done = rank0_done.get_future().share();
+  std::string message;
+  RunRanks(2, o, &errors, [&](int r, NcclComm* comm) {
+    Dev<float> d(4096);
+    cudaMemset(d.p, 0, 4096 * sizeof(float));
+    errors.Ok(r, comm->EnableCopyEngineAllReduce(d.p, 4096, 4096), "enable");
+    errors.Ok(r, Finish(comm->AllReduceSum(d.p, 4096, DType::kF32, "warm-up")), "warm-up");
+    if (r == 1) {  // never joins the next all-reduce; its buffer lives until rank 0 is done
+      done.wait();
+      return;
+    }
+    auto w = comm->AllReduceSum(d.p, 4096, DType::kF32, "skipped by rank 1");
+    Status st = w.ok() ? (*w)->Wait() : w.status();
+    message = st.ToString();
+    errors.Check(0, !st.ok(), "the skipped all-reduce completed");
+    errors.Check(0, cudaDeviceSynchronize() == cudaSuccess, "the released stream did not finish");
+    rank0_done.set_value();
+  });
+  for (const auto& s : errors.list) ADD_FAILURE() << s;
+  EXPECT_NE(message.find("rank 0: all_reduce #"), std::string::npos) << message;
+  EXPECT_NE(message.find("(skipped by rank 1, 4096 x f32) timed out"), std::string::npos) << message;
+}
+
 }  // namespace
 }  // namespace forge

@@ -16,6 +16,8 @@
 #include <mutex>
 #include <thread>
 
+#include "worker/parallel/ce_allreduce.h"
+
 namespace forge {
 namespace {
 
@@ -116,6 +118,7 @@ class NcclCommImpl final : public NcclComm {
         ncclCommAbort(comm_);
       }
     }
+    ce_.reset();  // waits for its lanes (released above if the comm failed)
     for (auto& op : pending_) cudaEventDestroy(op->done);
     if (barrier_buf_) cudaFree(barrier_buf_);
     if (producer_ready_) cudaEventDestroy(producer_ready_);
@@ -132,20 +135,27 @@ class NcclCommImpl final : public NcclComm {
 
   StatusOr<CommWorkPtr> AllReduceSum(void* buf, int64_t n, DType t,
                                      std::string_view what) override {
+    if (ce_ != nullptr && t == DType::kF32 && ce_->Covers(buf, n)) {
+      return Issue(CollectiveOp::kAllReduce, what, n, t, [&] {
+        return ce_->Enqueue(static_cast<float*>(buf), n, stream_);
+      });
+    }
     return Issue(CollectiveOp::kAllReduce, what, n, t, [&] {
-      return ncclAllReduce(buf, buf, size_t(n), NcclType(t), ncclSum, comm_, stream_);
+      return Nccl(ncclAllReduce(buf, buf, size_t(n), NcclType(t), ncclSum, comm_, stream_));
     });
   }
   StatusOr<CommWorkPtr> ReduceScatterSum(const void* send, void* recv, int64_t n, DType t,
                                          std::string_view what) override {
     return Issue(CollectiveOp::kReduceScatter, what, n, t, [&] {
-      return ncclReduceScatter(send, recv, size_t(n), NcclType(t), ncclSum, comm_, stream_);
+      return Nccl(
+          ncclReduceScatter(send, recv, size_t(n), NcclType(t), ncclSum, comm_, stream_));
     });
   }
   StatusOr<CommWorkPtr> AllGather(const void* send, void* recv, int64_t n, DType t,
                                   std::string_view what) override {
-    return Issue(CollectiveOp::kAllGather, what, n, t,
-                 [&] { return ncclAllGather(send, recv, size_t(n), NcclType(t), comm_, stream_); });
+    return Issue(CollectiveOp::kAllGather, what, n, t, [&] {
+      return Nccl(ncclAllGather(send, recv, size_t(n), NcclType(t), comm_, stream_));
+    });
   }
   StatusOr<CommWorkPtr> Broadcast(void* buf, int64_t n, DType t, int root,
                                   std::string_view what) override {
@@ -153,8 +163,44 @@ class NcclCommImpl final : public NcclComm {
       return Status::Invalid(DescribeCollective(rank_, CollectiveOp::kBroadcast, 0, what, n, t) +
                              ": bad root " + std::to_string(root));
     return Issue(CollectiveOp::kBroadcast, what, n, t, [&] {
-      return ncclBroadcast(buf, buf, size_t(n), NcclType(t), root, comm_, stream_);
+      return Nccl(ncclBroadcast(buf, buf, size_t(n), NcclType(t), root, comm_, stream_));
     });
+  }
+
+  Status EnableCopyEngineAllReduce(float* base, int64_t count, int64_t max_count) override {
+    ce_.reset();
+    DeviceGuard g(device_);
+    // Setup's exchanges ride NCCL: an all-gather of bytes through a device scratch.
+    auto exchange = [this](const void* mine, void* all, size_t bytes) -> Status {
+      const size_t n = bytes * size_t(world_);
+      void* d = nullptr;
+      if (cudaMalloc(&d, n) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return Status::Unavailable("copy-engine all-reduce setup: cudaMalloc");
+      }
+      Status st = Status::Ok();
+      if (cudaMemcpy(static_cast<char*>(d) + bytes * size_t(rank_), mine, bytes,
+                     cudaMemcpyHostToDevice) != cudaSuccess) {
+        st = Status::Internal("copy-engine all-reduce setup: cudaMemcpy");
+      }
+      if (st.ok()) {
+        auto work = Issue(CollectiveOp::kAllGather, "copy-engine setup", int64_t(bytes),
+                          DType::kF32, [&] {
+                            return Nccl(ncclAllGather(static_cast<char*>(d) + bytes * rank_, d,
+                                                      bytes, ncclInt8, comm_, stream_));
+                          });
+        st = work.ok() ? (*work)->Wait() : work.status();
+      }
+      if (st.ok() && cudaMemcpy(all, d, n, cudaMemcpyDeviceToHost) != cudaSuccess) {
+        st = Status::Internal("copy-engine all-reduce setup: cudaMemcpy");
+      }
+      cudaFree(d);
+      return st;
+    };
+    auto ce = CeAllReduce::Create(rank_, world_, device_, base, count, max_count, exchange);
+    if (!ce.ok()) return ce.status().Annotate("rank " + std::to_string(rank_));
+    ce_ = std::move(*ce);
+    return Status::Ok();
   }
   StatusOr<CommWorkPtr> Barrier(std::string_view what) override {
     // NCCL has no barrier: an all-reduce of one float on a private device scratch.
@@ -164,7 +210,8 @@ class NcclCommImpl final : public NcclComm {
       if (e != cudaSuccess) return Status::Internal("NCCL barrier scratch: " + CudaError(e));
     }
     return Issue(CollectiveOp::kBarrier, what, 0, DType::kF32, [&] {
-      return ncclAllReduce(barrier_buf_, barrier_buf_, 1, ncclFloat32, ncclSum, comm_, stream_);
+      return Nccl(
+          ncclAllReduce(barrier_buf_, barrier_buf_, 1, ncclFloat32, ncclSum, comm_, stream_));
     });
   }
 
@@ -232,6 +279,16 @@ class NcclCommImpl final : public NcclComm {
     return Status::Ok();
   }
 
+  // An NCCL call's result (mu_ held): in-progress polled to the end; a bad argument is
+  // Invalid (the caller's mistake, the communicator is fine), anything else Internal.
+  Status Nccl(ncclResult_t r) {
+    if (r == ncclInProgress) r = WaitNotInProgress(Clock::now() + Seconds(o_.timeout_s));
+    if (r == ncclSuccess) return Status::Ok();
+    const std::string msg = "NCCL: " + NcclError(r);
+    return r == ncclInvalidArgument || r == ncclInvalidUsage ? Status::Invalid(msg)
+                                                             : Status::Internal(msg);
+  }
+
   // Polls a non-blocking communicator until its last call left ncclInProgress.
   ncclResult_t WaitNotInProgress(Clock::time_point deadline) {
     ncclResult_t state = ncclInProgress;
@@ -288,12 +345,11 @@ class NcclCommImpl final : public NcclComm {
       if (op->done) cudaEventDestroy(op->done);
       return Fail(*op, Status::Internal(CudaError(e)));
     }
-    ncclResult_t r = call();
-    if (r == ncclInProgress) r = WaitNotInProgress(Clock::now() + Seconds(o_.timeout_s));
-    if (r != ncclSuccess) {
+    Status called = call();
+    if (!called.ok()) {
       cudaEventDestroy(op->done);
-      const Status st = Fail(*op, Status::Internal("NCCL: " + NcclError(r)));
-      if (r != ncclInvalidArgument && r != ncclInvalidUsage) SetFailed(st);
+      const Status st = Fail(*op, called);
+      if (called.code() != Code::kInvalidArgument) SetFailed(st);
       return st;
     }
     e = cudaEventRecord(op->done, stream_);
@@ -310,6 +366,7 @@ class NcclCommImpl final : public NcclComm {
     if (!failed_.ok()) return;
     failed_ = st;
     failed_at_ = Clock::now();
+    if (ce_ != nullptr) ce_->Release();  // its streams wait on flags, not on NCCL
     if (comm_ != nullptr && !aborted_) {
       ncclCommAbort(comm_);  // frees kernels stuck waiting for a peer
       aborted_ = true;
@@ -369,6 +426,7 @@ class NcclCommImpl final : public NcclComm {
   cudaStream_t producer_ = nullptr;
   cudaEvent_t producer_ready_ = nullptr;
   void* barrier_buf_ = nullptr;
+  std::unique_ptr<CeAllReduce> ce_;  // EnableCopyEngineAllReduce
 
   std::mutex mu_;  // guards the NCCL/CUDA calls on comm_ and everything below
   uint64_t next_seq_ = 1;

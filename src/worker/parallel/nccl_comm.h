@@ -52,6 +52,12 @@ class NcclComm : public Comm {
   // See above; nullptr removes the dependency (the caller orders things itself).
   virtual void SetProducerStream(void* stream) = 0;
   virtual int device() const = 0;
+  // From now on, AllReduceSum of f32 buffers inside base[0, count) (one cudaMalloc allocation,
+  // each call at most max_count floats) moves its bytes with the GPUs' copy engines instead of
+  // NCCL's kernels (ce_allreduce.h): fewer SMs taken from the compute it overlaps, and a sum in
+  // rank order, the same bits on every rank. Collective. Needs every rank on one host with
+  // peer access between the GPUs; otherwise an error on every rank, and NCCL keeps summing.
+  virtual Status EnableCopyEngineAllReduce(float* base, int64_t count, int64_t max_count) = 0;
 };
 
 // Builds rank `rank` of `world`; collective over all ranks (each calls it, with its own

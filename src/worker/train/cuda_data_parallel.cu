@@ -99,6 +99,9 @@ Status CudaDataParallel::Init() {
     FORGE_RETURN_IF_ERROR(AllocDevice(reinterpret_cast<void**>(&comm_bf16_),
                                       size_t(largest) * sizeof(cuda::bf16)));
   }
+  if (mode_ == ParallelMode::kDdp && grad_reduce_ == GradReduce::kFp32) {
+    FORGE_RETURN_IF_ERROR(MaybeCopyEngineAllReduce());
+  }
   // Diagnostic only (the training is wrong with it): the gradient collectives are skipped, so
   // a benchmark measures what data parallelism costs besides communication.
   skip_grad_comm_ = std::getenv("FORGE_DP_DIAG_SKIP_GRAD_COMM") != nullptr;
@@ -135,6 +138,29 @@ Status CudaDataParallel::Init() {
   // Every AllocDevice above zeroed its buffer on the legacy stream, which the non-blocking
   // compute and NCCL streams do not wait for: finish those memsets once, here.
   FORGE_CUDA_CHECK(cudaDeviceSynchronize());
+  return Status::Ok();
+}
+
+// ddp's gradient all-reduces through the copy engines (NcclComm::EnableCopyEngineAllReduce) when
+// FORGE_DP_COPY_ENGINE=1: a rank that cannot map its peers makes every rank keep NCCL, said
+// once; =require: that is an error instead.
+Status CudaDataParallel::MaybeCopyEngineAllReduce() {
+  const char* env = std::getenv("FORGE_DP_COPY_ENGINE");
+  const std::string want = env == nullptr ? "" : env;
+  if (want != "1" && want != "require") return Status::Ok();
+  const CudaParamBuffers& pb = model_->param_buffers();
+  const auto& units = model_->layout().units;
+  int64_t count = 0, largest = 0;
+  for (size_t u = 0; u < units.size(); ++u) {
+    count = std::max(count, pb.unit_offset[u] + units[u].numel);
+    largest = std::max(largest, units[u].numel);
+  }
+  const Status st = comm_->EnableCopyEngineAllReduce(pb.grads, count, largest);
+  copy_engine_ = st.ok();
+  if (!st.ok() && want == "require") return st.Annotate("FORGE_DP_COPY_ENGINE=require");
+  if (!st.ok() && rank_ == 0) {
+    std::fprintf(stderr, "forge: NCCL all-reduces the gradients: %s\n", st.ToString().c_str());
+  }
   return Status::Ok();
 }
 

@@ -73,6 +73,8 @@ class CudaDataParallel {
   ~CudaDataParallel();
 
   int world() const { return world_; }
+  // Whether ddp's gradient all-reduces run on the copy engines (FORGE_DP_COPY_ENGINE=1, mapped).
+  bool copy_engine() const { return copy_engine_; }
   bool sharded() const { return mode_ != ParallelMode::kDdp; }
   // fsdp: gradients leave the rotating buffers on every micro-step, so every micro-step's
   // backward overwrites them (accumulate_grads false) and runs the grad hooks.
@@ -107,6 +109,7 @@ class CudaDataParallel {
  private:
   CudaDataParallel(NcclComm* comm, ParallelMode mode, CudaModel* model, GradReduce grad_reduce);
   Status Init();
+  Status MaybeCopyEngineAllReduce();
   // The NCCL stream waits for `e` (recorded on a stream the collective depends on).
   Status CommWaits(cudaEvent_t e);
   Status CommWaitsStream(cudaStream_t s);
@@ -148,6 +151,7 @@ class CudaDataParallel {
   CudaModelHooks read_hooks_, grad_hooks_, allreduce_hooks_;
   cudaEvent_t comm_point_ = nullptr;  // NCCL-stream point the compute stream waits for
   bool skip_grad_comm_ = false;       // FORGE_DP_DIAG_SKIP_GRAD_COMM (benchmark diagnosis)
+  bool copy_engine_ = false;          // ddp gradients all-reduced by the copy engines
   // Gradient collectives held for the next comm window (ddp, zero1, zero2).
   struct WaitingUnit {
     int unit;
