@@ -286,7 +286,16 @@ Status CeAllReduce::Await(cudaStream_t s, int kind, uint64_t value) {
 Status CeAllReduce::Copy(float* dst, int dst_device, const float* src, int src_device,
                          size_t bytes, cudaStream_t s) {
   if (in_process_) {
-    FORGE_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_device, src, src_device, bytes, s));
+    // Not cudaMemcpyPeerAsync: it is serialised with all pending and future work of both
+    // devices, which here includes the peer's wait for this rank's later push (a cycle; the
+    // ddp test hung on it). The 3D form has no such serialisation.
+    cudaMemcpy3DPeerParms p{};
+    p.srcPtr = make_cudaPitchedPtr(const_cast<float*>(src), bytes, bytes, 1);
+    p.srcDevice = src_device;
+    p.dstPtr = make_cudaPitchedPtr(dst, bytes, bytes, 1);
+    p.dstDevice = dst_device;
+    p.extent = make_cudaExtent(bytes, 1, 1);
+    FORGE_CUDA_CHECK(cudaMemcpy3DPeerAsync(&p, s));
   } else {
     FORGE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s));
   }
