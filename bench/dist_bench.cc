@@ -2,7 +2,8 @@
 // one JSON line (printed by rank 0).
 //
 //   forge-dist-bench --config configs/gpt350m.yaml --world W [--mode ddp|zero1|zero2|fsdp]
-//                    [--grad-reduce fp32|bf16] [--micro-batch B] [--steps N] [--warmup K]
+//                    [--grad-reduce fp32|bf16] [--ddp-allreduce nccl|copy_engine]
+//                    [--micro-batch B] [--steps N] [--warmup K]
 //                    [--profile]
 //
 // Forks W processes, one per GPU (the way users run workers), which meet over NCCL through the
@@ -20,8 +21,9 @@
 // (clamped at 0): how much of it the backward overlapped.
 // MFU counts model FLOPs per GPU against the dense BF16 peak (common/peak_flops.h).
 // Knobs (environment): FORGE_NCCL_MAX_CTAS, FORGE_NCCL_CTA_POLICY (NcclCommOptions),
-// FORGE_GEMM_SM_MARGIN (the backward GEMMs leave that many SMs to NCCL), FORGE_DP_COPY_ENGINE
-// (ddp's all-reduces on the copy engines, in the step and in the collectives-alone timing).
+// FORGE_GEMM_SM_MARGIN (the backward GEMMs leave that many SMs to NCCL). --ddp-allreduce
+// copy_engine: ddp's all-reduces on the copy engines, in the step and in the collectives-alone
+// timing.
 #include <cuda_runtime.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -59,6 +61,7 @@ struct Args {
   std::string config;
   std::string mode = "ddp";
   std::string grad_reduce = "fp32";
+  std::string ddp_allreduce = "nccl";
   int world = 2;
   int micro_batch = 0;
   int steps = 20;
@@ -81,6 +84,7 @@ std::string ParseArgs(int argc, char** argv, Args* a) {
     if (flag == "--config") a->config = val;
     else if (flag == "--mode") a->mode = val;
     else if (flag == "--grad-reduce") a->grad_reduce = val;
+    else if (flag == "--ddp-allreduce") a->ddp_allreduce = val;
     else if (flag == "--world") ok = bench::ParseInt(val, &a->world) && a->world >= 1;
     else if (flag == "--micro-batch") ok = bench::ParseInt(val, &a->micro_batch) && a->micro_batch > 0;
     else if (flag == "--steps") ok = bench::ParseInt(val, &a->steps) && a->steps > 0;
@@ -90,7 +94,8 @@ std::string ParseArgs(int argc, char** argv, Args* a) {
   }
   if (a->config.empty()) {
     return "usage: forge-dist-bench --config PATH --world W [--mode ddp|zero1|zero2|fsdp] "
-           "[--grad-reduce fp32|bf16] [--micro-batch B] [--steps N] [--warmup K] [--profile]";
+           "[--grad-reduce fp32|bf16] [--ddp-allreduce nccl|copy_engine] [--micro-batch B] "
+           "[--steps N] [--warmup K] [--profile]";
   }
   return "";
 }
@@ -152,12 +157,6 @@ StatusOr<double> TimeSteps(const RunConfig& cfg, Comm* comm, const Args& a, doub
   return ms;
 }
 
-// FORGE_DP_COPY_ENGINE (cuda_data_parallel.cu): ddp's all-reduces on the copy engines.
-bool CopyEngineWanted() {
-  const char* v = std::getenv("FORGE_DP_COPY_ENGINE");
-  return v != nullptr && (std::string(v) == "1" || std::string(v) == "require");
-}
-
 // The collectives of one step alone, on buffers of the real unit sizes.
 StatusOr<double> TimeCollectives(const RunConfig& cfg, NcclComm* comm, const Args& a) {
   const ParamLayout layout = MakeParamLayout(cfg.model);
@@ -177,7 +176,7 @@ StatusOr<double> TimeCollectives(const RunConfig& cfg, NcclComm* comm, const Arg
     FORGE_CUDA_CHECK(cudaMalloc(&comm16, largest * sizeof(cuda::bf16)));
     FORGE_CUDA_CHECK(cudaMemset(comm16, 0, largest * sizeof(cuda::bf16)));
   }
-  if (!sharded && !bf16 && CopyEngineWanted()) {  // as CudaDataParallel will for the step
+  if (cfg.parallel.ddp_allreduce == DdpAllReduce::kCopyEngine) {  // as the step's will be
     FORGE_RETURN_IF_ERROR(comm->EnableCopyEngineAllReduce(grads, padded, largest));
   }
   auto stream = static_cast<cudaStream_t>(comm->stream());
@@ -276,7 +275,7 @@ int RunRank(const Args& a, const RunConfig& cfg, int rank, int port) {
   out["model"] = cfg.model.preset.empty() ? cfg.name : cfg.model.preset;
   out["mode"] = a.mode;
   out["grad_reduce"] = GradReduceName(cfg.parallel.grad_reduce);
-  out["copy_engine"] = CopyEngineWanted() && a.mode == "ddp";
+  out["ddp_allreduce"] = DdpAllReduceName(cfg.parallel.ddp_allreduce);
   out["world"] = a.world;
   out["B"] = cfg.batch.micro_batch;
   out["step_ms"] = step_ms;
@@ -318,7 +317,11 @@ int Run(int argc, char** argv) {
   if (a.grad_reduce == "fp32") cfg.parallel.grad_reduce = GradReduce::kFp32;
   else if (a.grad_reduce == "bf16") cfg.parallel.grad_reduce = GradReduce::kBf16;
   else return Fail("--grad-reduce: expected fp32 or bf16, got " + a.grad_reduce);
-  if (Status v = ValidateRunConfig(cfg); !v.ok()) return Fail(v.ToString());  // fsdp + bf16
+  if (a.ddp_allreduce == "nccl") cfg.parallel.ddp_allreduce = DdpAllReduce::kNccl;
+  else if (a.ddp_allreduce == "copy_engine") cfg.parallel.ddp_allreduce = DdpAllReduce::kCopyEngine;
+  else return Fail("--ddp-allreduce: expected nccl or copy_engine, got " + a.ddp_allreduce);
+  // fsdp + bf16, copy_engine outside ddp/fp32
+  if (Status v = ValidateRunConfig(cfg); !v.ok()) return Fail(v.ToString());
 
   // Children only: the parent never touches CUDA, so forking is safe.
   const int port = 20000 + int(getpid() % 20000);

@@ -44,6 +44,8 @@ constexpr std::array<NamedValue<ParallelMode>, 4> kParallelNames{{{"ddp", Parall
                                                                   {"fsdp", ParallelMode::kFsdp}}};
 constexpr std::array<NamedValue<GradReduce>, 2> kGradReduceNames{{
     {"fp32", GradReduce::kFp32}, {"bf16", GradReduce::kBf16}}};
+constexpr std::array<NamedValue<DdpAllReduce>, 2> kDdpAllReduceNames{{
+    {"nccl", DdpAllReduce::kNccl}, {"copy_engine", DdpAllReduce::kCopyEngine}}};
 constexpr std::array<NamedValue<Fp8Recipe>, 2> kFp8RecipeNames{{
     {"delayed", Fp8Recipe::kDelayed}, {"current", Fp8Recipe::kCurrent}}};
 constexpr std::array<NamedValue<Backend>, 3> kBackendNames{{
@@ -244,6 +246,17 @@ MaybeProblem CheckRunConfig(const RunConfig& c) {
     // fsdp's reduce-scatters read rotating fp32 buffers of their own; they stay fp32.
     return Problem{"parallel.grad_reduce", "bf16 is not supported with parallel.mode fsdp",
                    {"parallel.mode"}};
+  }
+  if (c.parallel.ddp_allreduce == DdpAllReduce::kCopyEngine) {
+    if (c.parallel.mode != ParallelMode::kDdp) {
+      return Problem{"parallel.ddp_allreduce",
+                     "copy_engine is for parallel.mode ddp (the other modes reduce-scatter)",
+                     {"parallel.mode"}};
+    }
+    if (c.parallel.grad_reduce != GradReduce::kFp32) {
+      return Problem{"parallel.ddp_allreduce", "copy_engine sums fp32 gradients",
+                     {"parallel.grad_reduce"}};
+    }
   }
 
   FORGE_RULE(AtLeast("checkpoint.every_steps", c.checkpoint.every_steps, 0));
@@ -653,10 +666,12 @@ Status ReadSections(Reader& r, const Entries& top, RunConfig* c) {
 
   FORGE_RETURN_IF_ERROR(
       r.ReadMap(section("parallel"), "parallel",
-                {"mode", "grad_reduce", "collective_timeout_s"}, &e));
+                {"mode", "grad_reduce", "ddp_allreduce", "collective_timeout_s"}, &e));
   FORGE_RETURN_IF_ERROR(r.ReadEnum(e, "parallel", "mode", kParallelNames, &c->parallel.mode));
   FORGE_RETURN_IF_ERROR(
       r.ReadEnum(e, "parallel", "grad_reduce", kGradReduceNames, &c->parallel.grad_reduce));
+  FORGE_RETURN_IF_ERROR(r.ReadEnum(e, "parallel", "ddp_allreduce", kDdpAllReduceNames,
+                                   &c->parallel.ddp_allreduce));
   FORGE_RETURN_IF_ERROR(
       r.ReadDouble(e, "parallel", "collective_timeout_s", &c->parallel.collective_timeout_s));
 
@@ -785,6 +800,7 @@ Status ValidateRunConfig(const RunConfig& cfg) {
 const char* PrecisionName(Precision p) { return NameOf(kPrecisionNames, p); }
 const char* ParallelModeName(ParallelMode m) { return NameOf(kParallelNames, m); }
 const char* GradReduceName(GradReduce g) { return NameOf(kGradReduceNames, g); }
+const char* DdpAllReduceName(DdpAllReduce a) { return NameOf(kDdpAllReduceNames, a); }
 const char* DecayKindName(DecayKind d) { return NameOf(kDecayNames, d); }
 const char* BackendName(Backend b) { return NameOf(kBackendNames, b); }
 const char* Fp8RecipeName(Fp8Recipe r) { return NameOf(kFp8RecipeNames, r); }
@@ -838,6 +854,7 @@ std::string RunConfigToYaml(const RunConfig& c) {
   y << "parallel:\n"
     << "  mode: " << ParallelModeName(c.parallel.mode) << "\n"
     << "  grad_reduce: " << GradReduceName(c.parallel.grad_reduce) << "\n"
+    << "  ddp_allreduce: " << DdpAllReduceName(c.parallel.ddp_allreduce) << "\n"
     << "  collective_timeout_s: " << Num(c.parallel.collective_timeout_s) << "\n";
   const CheckpointConfig& k = c.checkpoint;
   y << "checkpoint:\n"

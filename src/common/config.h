@@ -94,9 +94,15 @@ enum class ParallelMode { kDdp, kZero1, kZero2, kFsdp };
 // equal). fsdp rejects bf16; the CPU backend always sums fp32.
 enum class GradReduce { kFp32, kBf16 };
 
+// What moves ddp's gradient all-reduces on the GPU: NCCL's kernels, or the GPUs' copy engines
+// (worker/parallel/ce_allreduce.h: no SMs taken from the backward it overlaps; GPUs of one
+// host only, fp32 gradients; the sum is in rank order, the same bits run after run).
+enum class DdpAllReduce { kNccl, kCopyEngine };
+
 struct ParallelConfig {
   ParallelMode mode = ParallelMode::kDdp;
   GradReduce grad_reduce = GradReduce::kFp32;
+  DdpAllReduce ddp_allreduce = DdpAllReduce::kNccl;
   double collective_timeout_s = 600.0;
 };
 
@@ -160,6 +166,7 @@ Status ValidateRunConfig(const RunConfig& cfg);
 const char* PrecisionName(Precision p);
 const char* ParallelModeName(ParallelMode m);
 const char* GradReduceName(GradReduce g);
+const char* DdpAllReduceName(DdpAllReduce a);
 const char* DecayKindName(DecayKind d);
 const char* BackendName(Backend b);
 const char* Fp8RecipeName(Fp8Recipe r);

@@ -194,16 +194,7 @@ struct Case {
   GradReduce grad_reduce = GradReduce::kFp32;
   Precision precision = Precision::kBf16;
   bool fp8_lm_head = false;  // precision.fp8.lm_head: its scaling slots are shared too
-  bool copy_engine = false;  // ddp's all-reduces on the copy engines (FORGE_DP_COPY_ENGINE)
-};
-
-// Sets an environment variable for a scope (the rank threads read it when they build).
-struct ScopedEnv {
-  const char* name;
-  ScopedEnv(const char* n, const char* value) : name(n) {
-    if (value != nullptr) setenv(n, value, 1);
-  }
-  ~ScopedEnv() { unsetenv(name); }
+  bool copy_engine = false;  // parallel.ddp_allreduce copy_engine
 };
 
 class CudaDataParallelTest : public ::testing::TestWithParam<Case> {};
@@ -213,9 +204,8 @@ TEST_P(CudaDataParallelTest, MatchesOneGpuAndIsDeterministic) {
   const Case k = GetParam();
   if (NcclVisibleDevices() < k.world) GTEST_SKIP() << "needs " << k.world << " GPUs";
   test::NoGemmAutotune no_autotune;
-  const ScopedEnv copy_engine("FORGE_DP_COPY_ENGINE", k.copy_engine ? "require" : nullptr);
-  const RunConfig c =
-      Config(k.mode, k.world, k.accum, k.grad_reduce, k.precision, k.fp8_lm_head);
+  RunConfig c = Config(k.mode, k.world, k.accum, k.grad_reduce, k.precision, k.fp8_lm_head);
+  if (k.copy_engine) c.parallel.ddp_allreduce = DdpAllReduce::kCopyEngine;
   const Tolerances tol = TolerancesFor(k.grad_reduce, k.precision);
   const auto batches = MakeBatches(c, k.world * k.accum);
 

@@ -185,7 +185,8 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
   N_ = model_->tokens_per_micro();
   if (world_ > 1) {
     FORGE_ASSIGN_OR_RETURN(dp_, CudaDataParallel::Create(comm, cfg.parallel.mode, model_.get(),
-                                                         cfg.parallel.grad_reduce));
+                                                         cfg.parallel.grad_reduce,
+                                                         cfg.parallel.ddp_allreduce));
     model_->set_hooks(dp_->read_hooks());
   }
 

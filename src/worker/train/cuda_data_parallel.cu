@@ -25,8 +25,12 @@ __global__ void AddKernel(float* __restrict__ dst, const float* __restrict__ src
 }  // namespace
 
 CudaDataParallel::CudaDataParallel(NcclComm* comm, ParallelMode mode, CudaModel* model,
-                                   GradReduce grad_reduce)
-    : comm_(comm), mode_(mode), model_(model), grad_reduce_(grad_reduce) {}
+                                   GradReduce grad_reduce, DdpAllReduce ddp_allreduce)
+    : comm_(comm),
+      mode_(mode),
+      model_(model),
+      grad_reduce_(grad_reduce),
+      ddp_allreduce_(ddp_allreduce) {}
 
 CudaDataParallel::~CudaDataParallel() {
   // The NCCL stream may still read or write the buffers below.
@@ -42,13 +46,20 @@ CudaDataParallel::~CudaDataParallel() {
 StatusOr<std::unique_ptr<CudaDataParallel>> CudaDataParallel::Create(NcclComm* comm,
                                                                      ParallelMode mode,
                                                                      CudaModel* model,
-                                                                     GradReduce grad_reduce) {
+                                                                     GradReduce grad_reduce,
+                                                                     DdpAllReduce ddp_allreduce) {
   if (comm == nullptr || model == nullptr) return Status::Invalid("CudaDataParallel: null comm/model");
   if (grad_reduce == GradReduce::kBf16 && mode == ParallelMode::kFsdp) {
     return Status::Invalid("CudaDataParallel: parallel.grad_reduce bf16 is not supported with "
                            "parallel.mode fsdp (its gradients are reduce-scattered in fp32)");
   }
-  std::unique_ptr<CudaDataParallel> dp(new CudaDataParallel(comm, mode, model, grad_reduce));
+  if (ddp_allreduce == DdpAllReduce::kCopyEngine &&
+      (mode != ParallelMode::kDdp || grad_reduce != GradReduce::kFp32)) {
+    return Status::Invalid("CudaDataParallel: parallel.ddp_allreduce copy_engine needs "
+                           "parallel.mode ddp and parallel.grad_reduce fp32");
+  }
+  std::unique_ptr<CudaDataParallel> dp(
+      new CudaDataParallel(comm, mode, model, grad_reduce, ddp_allreduce));
   FORGE_RETURN_IF_ERROR(dp->Init());
   return StatusOr<std::unique_ptr<CudaDataParallel>>(std::move(dp));
 }
@@ -99,9 +110,7 @@ Status CudaDataParallel::Init() {
     FORGE_RETURN_IF_ERROR(AllocDevice(reinterpret_cast<void**>(&comm_bf16_),
                                       size_t(largest) * sizeof(cuda::bf16)));
   }
-  if (mode_ == ParallelMode::kDdp && grad_reduce_ == GradReduce::kFp32) {
-    FORGE_RETURN_IF_ERROR(MaybeCopyEngineAllReduce());
-  }
+  if (ddp_allreduce_ == DdpAllReduce::kCopyEngine) FORGE_RETURN_IF_ERROR(EnableCopyEngine());
   // Diagnostic only (the training is wrong with it): the gradient collectives are skipped, so
   // a benchmark measures what data parallelism costs besides communication.
   skip_grad_comm_ = std::getenv("FORGE_DP_DIAG_SKIP_GRAD_COMM") != nullptr;
@@ -141,13 +150,10 @@ Status CudaDataParallel::Init() {
   return Status::Ok();
 }
 
-// ddp's gradient all-reduces through the copy engines (NcclComm::EnableCopyEngineAllReduce) when
-// FORGE_DP_COPY_ENGINE=1: a rank that cannot map its peers makes every rank keep NCCL, said
-// once; =require: that is an error instead.
-Status CudaDataParallel::MaybeCopyEngineAllReduce() {
-  const char* env = std::getenv("FORGE_DP_COPY_ENGINE");
-  const std::string want = env == nullptr ? "" : env;
-  if (want != "1" && want != "require") return Status::Ok();
+// parallel.ddp_allreduce copy_engine: the flat gradient buffer registered for the copy-engine
+// all-reduce (NcclComm::EnableCopyEngineAllReduce). A rank that cannot map its peers (another
+// host, no peer access) fails every rank's setup: the config asked for it, so no silent NCCL.
+Status CudaDataParallel::EnableCopyEngine() {
   const CudaParamBuffers& pb = model_->param_buffers();
   const auto& units = model_->layout().units;
   int64_t count = 0, largest = 0;
@@ -155,13 +161,8 @@ Status CudaDataParallel::MaybeCopyEngineAllReduce() {
     count = std::max(count, pb.unit_offset[u] + units[u].numel);
     largest = std::max(largest, units[u].numel);
   }
-  const Status st = comm_->EnableCopyEngineAllReduce(pb.grads, count, largest);
-  copy_engine_ = st.ok();
-  if (!st.ok() && want == "require") return st.Annotate("FORGE_DP_COPY_ENGINE=require");
-  if (!st.ok() && rank_ == 0) {
-    std::fprintf(stderr, "forge: NCCL all-reduces the gradients: %s\n", st.ToString().c_str());
-  }
-  return Status::Ok();
+  return comm_->EnableCopyEngineAllReduce(pb.grads, count, largest)
+      .Annotate("parallel.ddp_allreduce: copy_engine");
 }
 
 // ---- plumbing ------------------------------------------------------------------------------

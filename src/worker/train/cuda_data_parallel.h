@@ -35,6 +35,10 @@
 // plus NCCL's bf16 partial sums (about world * 2^-8 relative, per element). fsdp stays fp32
 // (its reduce-scatters read rotating buffers of their own): Create rejects bf16 for it.
 //
+// parallel.ddp_allreduce copy_engine (ddp, fp32): the flat gradient buffer is registered with
+// NcclComm::EnableCopyEngineAllReduce at Create, so the same AllReduceSum calls move their bytes
+// with the copy engines (worker/parallel/ce_allreduce.h); nothing else here changes.
+//
 // Comm windows (ddp, zero1, zero2): a unit's gradient collective is not started the moment the
 // unit's backward ends but at the next block's attention backward (CudaModelHooks::comm_window),
 // so it overlaps kernels of many short CTAs instead of the GEMMs: cuBLASLt's persistent GEMMs
@@ -69,12 +73,11 @@ class CudaDataParallel {
   // shard_world = comm->world(), shard_rank = comm->rank() and shard_optimizer for zero1/2.
   static StatusOr<std::unique_ptr<CudaDataParallel>> Create(
       NcclComm* comm, ParallelMode mode, CudaModel* model,
-      GradReduce grad_reduce = GradReduce::kFp32);
+      GradReduce grad_reduce = GradReduce::kFp32,
+      DdpAllReduce ddp_allreduce = DdpAllReduce::kNccl);
   ~CudaDataParallel();
 
   int world() const { return world_; }
-  // Whether ddp's gradient all-reduces run on the copy engines (FORGE_DP_COPY_ENGINE=1, mapped).
-  bool copy_engine() const { return copy_engine_; }
   bool sharded() const { return mode_ != ParallelMode::kDdp; }
   // fsdp: gradients leave the rotating buffers on every micro-step, so every micro-step's
   // backward overwrites them (accumulate_grads false) and runs the grad hooks.
@@ -107,9 +110,10 @@ class CudaDataParallel {
   Status GatherSlots(State which, UnitBuffers* out, cudaStream_t compute);
 
  private:
-  CudaDataParallel(NcclComm* comm, ParallelMode mode, CudaModel* model, GradReduce grad_reduce);
+  CudaDataParallel(NcclComm* comm, ParallelMode mode, CudaModel* model, GradReduce grad_reduce,
+                   DdpAllReduce ddp_allreduce);
   Status Init();
-  Status MaybeCopyEngineAllReduce();
+  Status EnableCopyEngine();
   // The NCCL stream waits for `e` (recorded on a stream the collective depends on).
   Status CommWaits(cudaEvent_t e);
   Status CommWaitsStream(cudaStream_t s);
@@ -142,6 +146,7 @@ class CudaDataParallel {
   ParallelMode mode_;
   CudaModel* model_;
   GradReduce grad_reduce_;
+  DdpAllReduce ddp_allreduce_;
   cuda::bf16* comm_bf16_ = nullptr;  // grad_reduce bf16: the largest padded unit
   int rank_ = 0, world_ = 1;
   cudaStream_t nccl_stream_ = nullptr;
@@ -151,7 +156,6 @@ class CudaDataParallel {
   CudaModelHooks read_hooks_, grad_hooks_, allreduce_hooks_;
   cudaEvent_t comm_point_ = nullptr;  // NCCL-stream point the compute stream waits for
   bool skip_grad_comm_ = false;       // FORGE_DP_DIAG_SKIP_GRAD_COMM (benchmark diagnosis)
-  bool copy_engine_ = false;          // ddp gradients all-reduced by the copy engines
   // Gradient collectives held for the next comm window (ddp, zero1, zero2).
   struct WaitingUnit {
     int unit;
