@@ -198,9 +198,9 @@ Status CeAllReduce::MapPeers(const std::vector<uint8_t>& blobs, size_t blob_byte
   PeerBlob me;
   std::memcpy(&me, blobs.data() + blob_bytes * size_t(rank_), sizeof me);
   // Peers in this process (one thread per GPU, as in the tests) are reached without
-  // cudaDeviceEnablePeerAccess: with it, a cudaMalloc on one GPU waits for the other GPU's
-  // stream, which may be waiting for this rank's flags (a deadlock seen on H100s). Flags then
-  // live in pinned host memory every GPU maps, and copies go through cudaMemcpyPeerAsync.
+  // cudaDeviceEnablePeerAccess (it changes every later allocation of the context; a threaded
+  // ddp test hung with it): flags live in pinned host memory every GPU maps, and copies go
+  // through cudaMemcpyPeerAsync. Workers are processes (the IPC branch below).
   int same_process = 0;
   for (int p = 0; p < world_; ++p) {
     PeerBlob b;
@@ -285,17 +285,8 @@ Status CeAllReduce::Await(cudaStream_t s, int kind, uint64_t value) {
 
 Status CeAllReduce::Copy(float* dst, int dst_device, const float* src, int src_device,
                          size_t bytes, cudaStream_t s) {
-  if (in_process_) {
-    // Not cudaMemcpyPeerAsync: it is serialised with all pending and future work of both
-    // devices, which here includes the peer's wait for this rank's later push (a cycle; the
-    // ddp test hung on it). The 3D form has no such serialisation.
-    cudaMemcpy3DPeerParms p{};
-    p.srcPtr = make_cudaPitchedPtr(const_cast<float*>(src), bytes, bytes, 1);
-    p.srcDevice = src_device;
-    p.dstPtr = make_cudaPitchedPtr(dst, bytes, bytes, 1);
-    p.dstDevice = dst_device;
-    p.extent = make_cudaExtent(bytes, 1, 1);
-    FORGE_CUDA_CHECK(cudaMemcpy3DPeerAsync(&p, s));
+  if (in_process_) {  // no peer access enabled: the driver routes the copy
+    FORGE_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_device, src, src_device, bytes, s));
   } else {
     FORGE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s));
   }
