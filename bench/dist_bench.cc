@@ -222,6 +222,7 @@ StatusOr<double> TimeCollectives(const RunConfig& cfg, NcclComm* comm, const Arg
 }
 
 int RunRank(const Args& a, const RunConfig& cfg, int rank, int port) {
+  if (cfg.parallel.ddp_allreduce == DdpAllReduce::kCopyEngine) ReserveCudaQueuesForCopyEngine();
   cudaSetDevice(rank);
   TcpRendezvousOptions ro;
   ro.port = port;

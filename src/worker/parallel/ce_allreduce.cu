@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -115,6 +117,14 @@ Status CeAllReduce::Init(int rank, int world, int device, float* base, int64_t c
     return Status::Invalid("copy-engine all-reduce: bad registered range");
   }
   chunk_cap_ = ChunkOf(max_count, world);
+  const char* queues = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  if (rank == 0 && (queues == nullptr || std::atoi(queues) < 16)) {
+    std::fprintf(stderr,
+                 "forge: copy-engine all-reduce with CUDA_DEVICE_MAX_CONNECTIONS=%s: its stream "
+                 "waits may stall other streams sharing a hardware queue "
+                 "(ReserveCudaQueuesForCopyEngine before the first CUDA call)\n",
+                 queues ? queues : "unset (8)");
+  }
 
   // Every step below that can fail on one rank only is recorded in `local` and still takes
   // part in both exchanges, so all ranks reach the same verdict.

@@ -21,6 +21,7 @@
 // tears the job down.
 #pragma once
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -59,6 +60,13 @@ class NcclComm : public Comm {
   // peer access between the GPUs; otherwise an error on every rank, and NCCL keeps summing.
   virtual Status EnableCopyEngineAllReduce(float* base, int64_t count, int64_t max_count) = 0;
 };
+
+// The copy-engine all-reduce waits for its peers' flags inside a stream, and a stream wait holds
+// the hardware queue the stream is mapped to; with the driver's default 8 queues a step's ~10
+// streams share them, so a compute stream could stall behind such a wait while the peer waits
+// for that compute (a cycle across ranks). Call before the process's first CUDA call when
+// parallel.ddp_allreduce is copy_engine: 32 queues, one per stream (a value already set stays).
+inline void ReserveCudaQueuesForCopyEngine() { setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0); }
 
 // Builds rank `rank` of `world`; collective over all ranks (each calls it, with its own
 // device, at about the same time). Unavailable in builds without CUDA.

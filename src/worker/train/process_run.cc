@@ -56,6 +56,7 @@ Status JoinNccl(const RunConfig& cfg, IdRendezvous* rendezvous, ProcessGroup* g)
 StatusOr<ProcessGroup> JoinProcessGroup(const RunConfig& cfg, IdRendezvous* rendezvous) {
   ProcessGroup g;
   FORGE_ASSIGN_OR_RETURN(g.launch, DetectLaunch());
+  if (cfg.parallel.ddp_allreduce == DdpAllReduce::kCopyEngine) ReserveCudaQueuesForCopyEngine();
   const bool cuda = WantsCuda(cfg);
   if (g.launch.kind == LaunchKind::kMpi) {
     FORGE_RETURN_IF_ERROR(InitMpi());
