@@ -656,12 +656,16 @@ Status ReadSections(Reader& r, const Entries& top, RunConfig* c) {
     const YAML::Node fp8_node = e.count("fp8") ? e.at("fp8") : YAML::Node();
     Entries f;
     FORGE_RETURN_IF_ERROR(r.ReadMap(fp8_node, "precision.fp8",
-                                    {"recipe", "amax_history", "margin", "lm_head"}, &f));
+                                    {"recipe", "amax_history", "margin", "lm_head",
+                                     "fprop_fast_accum"},
+                                    &f));
     FORGE_RETURN_IF_ERROR(
         r.ReadEnum(f, "precision.fp8", "recipe", kFp8RecipeNames, &p.fp8.recipe));
     FORGE_RETURN_IF_ERROR(r.ReadInt(f, "precision.fp8", "amax_history", &p.fp8.amax_history));
     FORGE_RETURN_IF_ERROR(r.ReadInt(f, "precision.fp8", "margin", &p.fp8.margin));
     FORGE_RETURN_IF_ERROR(r.ReadBool(f, "precision.fp8", "lm_head", &p.fp8.lm_head));
+    FORGE_RETURN_IF_ERROR(
+        r.ReadBool(f, "precision.fp8", "fprop_fast_accum", &p.fp8.fprop_fast_accum));
   }
 
   FORGE_RETURN_IF_ERROR(
@@ -850,7 +854,8 @@ std::string RunConfigToYaml(const RunConfig& c) {
     << "    recipe: " << Fp8RecipeName(p.fp8.recipe) << "\n"
     << "    amax_history: " << p.fp8.amax_history << "\n"
     << "    margin: " << p.fp8.margin << "\n"
-    << "    lm_head: " << BoolText(p.fp8.lm_head) << "\n";
+    << "    lm_head: " << BoolText(p.fp8.lm_head) << "\n"
+    << "    fprop_fast_accum: " << BoolText(p.fp8.fprop_fast_accum) << "\n";
   y << "parallel:\n"
     << "  mode: " << ParallelModeName(c.parallel.mode) << "\n"
     << "  grad_reduce: " << GradReduceName(c.parallel.grad_reduce) << "\n"

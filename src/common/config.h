@@ -80,6 +80,9 @@ struct Fp8Config {
   int amax_history = 16;  // steps in the delayed recipe's window, [1, 1024]
   int margin = 0;         // extra headroom as a power of two, [0, 32]
   bool lm_head = false;   // the LM head GEMM in FP8 too
+  // The forward GEMMs (and the FP8 LM head's logits GEMM) with fast accumulation
+  // (cuda::GemmArgs::fast_accum); the gradient GEMMs always promote to FP32.
+  bool fprop_fast_accum = false;
 };
 
 struct PrecisionConfig {

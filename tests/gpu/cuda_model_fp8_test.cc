@@ -32,18 +32,21 @@ using test::MakeGpu;
 using test::NoGemmAutotune;
 using test::Views;
 
-RunConfig Fp8Config(Fp8Recipe recipe = Fp8Recipe::kDelayed, bool lm_head = false) {
+RunConfig Fp8Config(Fp8Recipe recipe = Fp8Recipe::kDelayed, bool lm_head = false,
+                    bool fast_accum = false) {
   RunConfig c = test::TinyGpuConfig("gpu-fp8-test");
   c.precision.compute = Precision::kFp8;
   c.precision.fp8.recipe = recipe;
   c.precision.fp8.amax_history = 4;
   c.precision.fp8.lm_head = lm_head;
+  c.precision.fp8.fprop_fast_accum = fast_accum;
   return c;
 }
 
 struct Fp8Case {
   Fp8Recipe recipe;
   bool lm_head;
+  bool fast_accum = false;  // precision.fp8.fprop_fast_accum
 };
 
 class GpuFp8Model : public ::testing::TestWithParam<Fp8Case> {};
@@ -53,13 +56,14 @@ TEST_P(GpuFp8Model, GradientsMatchCpu) {
   // Chunked LM head (4 chunks of 64 rows): every chunk's hf cast feeds one amax.
   CudaBackendOptions o;
   o.lm_head_chunk_rows = 64;
-  test::ExpectGradientsMatchCpu(Fp8Config(GetParam().recipe, GetParam().lm_head), 2, o,
-                                /*loss_tol=*/2e-2, /*grad_tol=*/0.15);
+  test::ExpectGradientsMatchCpu(
+      Fp8Config(GetParam().recipe, GetParam().lm_head, GetParam().fast_accum), 2, o,
+      /*loss_tol=*/2e-2, /*grad_tol=*/0.15);
 }
 
 TEST_P(GpuFp8Model, TrainingTracksCpu) {
   FORGE_SKIP_WITHOUT_GPU();
-  const RunConfig c = Fp8Config(GetParam().recipe, GetParam().lm_head);
+  const RunConfig c = Fp8Config(GetParam().recipe, GetParam().lm_head, GetParam().fast_accum);
   auto [cpu, gpu] = test::MakeCpuAndGpu(c);
   ASSERT_NE(gpu, nullptr);
   constexpr int kSteps = 50;
@@ -87,10 +91,12 @@ INSTANTIATE_TEST_SUITE_P(Recipes, GpuFp8Model,
                          ::testing::Values(Fp8Case{Fp8Recipe::kDelayed, false},
                                            Fp8Case{Fp8Recipe::kCurrent, false},
                                            Fp8Case{Fp8Recipe::kDelayed, true},
-                                           Fp8Case{Fp8Recipe::kCurrent, true}),
+                                           Fp8Case{Fp8Recipe::kCurrent, true},
+                                           Fp8Case{Fp8Recipe::kDelayed, true, true}),
                          [](const auto& info) {
                            return std::string(Fp8RecipeName(info.param.recipe)) +
-                                  (info.param.lm_head ? "_lm_head" : "");
+                                  (info.param.lm_head ? "_lm_head" : "") +
+                                  (info.param.fast_accum ? "_fast_accum" : "");
                          });
 
 // Ten steps of the same backend kind from the same seed: final weights of two runs, bitwise.
@@ -154,7 +160,7 @@ TEST(GpuFp8Step, GraphReplayMatchesEager) {
 TEST_P(GpuFp8Model, RecomputeMatchesSavedActivations) {
   FORGE_SKIP_WITHOUT_GPU();
   const NoGemmAutotune fixed_gemms;
-  RunConfig c = Fp8Config(GetParam().recipe, GetParam().lm_head);
+  RunConfig c = Fp8Config(GetParam().recipe, GetParam().lm_head, GetParam().fast_accum);
   c.batch.global_batch = 8;
   RunConfig r = c;
   r.train.activation_recompute = true;
@@ -231,7 +237,7 @@ TEST(GpuFp8Step, ScalingStateMovesBetweenBackends) {
 
 TEST_P(GpuFp8Model, NonFiniteStepIsSkipped) {
   FORGE_SKIP_WITHOUT_GPU();
-  const RunConfig c = Fp8Config(GetParam().recipe, GetParam().lm_head);
+  const RunConfig c = Fp8Config(GetParam().recipe, GetParam().lm_head, GetParam().fast_accum);
   auto gpu = MakeGpu(c);
   ASSERT_NE(gpu, nullptr);
   const auto batches = MakeBatches(c, 3, 51);

@@ -685,6 +685,46 @@ TEST_F(GpuGemmTest, Fp8E4M3ToBf16WithScales) {
   EXPECT_LT(RelFrobenius(ToFloat(dy.Download()), ref), 2e-2);
 }
 
+// Fast accumulation (no periodic FP32 promotion of the tensor cores' partial sums), at the
+// forward shape gpt350m's gate/up GEMM has per 128 rows (K = 1024): still the dequantised
+// product within FP8 tolerances, a plan of its own (the flag is part of the key), and refused
+// for bf16 inputs.
+TEST_F(GpuGemmTest, Fp8FastAccumulationStaysClose) {
+  const int64_t M = 128, N = 512, K = 1024;
+  float sx = 0, sw = 0;
+  std::vector<float> x_deq, w_deq;
+  auto qx =
+      Quantize<__nv_fp8_e4m3>(RandomNormal(size_t(M * K), 1.0f, 23), kE4M3Max, &sx, &x_deq);
+  auto qw =
+      Quantize<__nv_fp8_e4m3>(RandomNormal(size_t(N * K), 0.03f, 24), kE4M3Max, &sw, &w_deq);
+  DeviceBuffer<__nv_fp8_e4m3> dqx(qx), dqw(qw);
+  DeviceBuffer<bf16> exact(size_t(M * N)), fast(size_t(M * N));
+  DeviceBuffer<float> scales(std::vector<float>{sx, 0, 0, 0, sw});
+  GemmArgs g;
+  g.M = M, g.N = N, g.K = K;
+  g.A = dqx.data(), g.B = dqw.data(), g.D = exact.data();
+  g.a_type = DType::kE4M3, g.b_type = DType::kE4M3, g.d_type = DType::kBf16;
+  g.a_scale = scales.data(), g.b_scale = scales.data() + 4;
+  ASSERT_STATUS_OK(runner_.Run(g, nullptr));
+  const size_t plans = runner_.plan_count();
+  g.D = fast.data();
+  g.fast_accum = true;
+  ASSERT_STATUS_OK(runner_.Run(g, nullptr));
+  EXPECT_EQ(runner_.plan_count(), plans + 1);
+  const auto ref = RefGemm(x_deq, w_deq, M, N, K, false, true);
+  EXPECT_LT(RelFrobenius(ToFloat(exact.Download()), ref), 2e-2);
+  EXPECT_LT(RelFrobenius(ToFloat(fast.Download()), ref), 2e-2);
+
+  GemmArgs b16;
+  DeviceBuffer<bf16> a(size_t(M * K)), w(size_t(N * K)), d(size_t(M * N));
+  b16.M = M, b16.N = N, b16.K = K;
+  b16.A = a.data(), b16.B = w.data(), b16.D = d.data();
+  b16.fast_accum = true;
+  const Status st = runner_.Run(b16, nullptr);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("fast_accum"), std::string::npos) << st.message();
+}
+
 // A scale pointer 4 bytes into an allocation: cuBLASLt refuses every FP8 algorithm with
 // NOT_SUPPORTED (measured), so the runner rejects it up front with a clear reason.
 TEST_F(GpuGemmTest, Fp8ScalePointerMustBe16ByteAligned) {

@@ -130,6 +130,7 @@ std::string Describe(const GemmArgs& a) {
   if (a.b_scale) s += " b_scale";
   if (a.d_scale) s += " d_scale";
   if (a.d_amax) s += " d_amax";
+  if (a.fast_accum) s += " fast_accum";
   return s;
 }
 
@@ -230,8 +231,8 @@ Status Validate(const GemmArgs& a) {
     if (a.d_type != DType::kBf16 && a.d_type != DType::kFp32) {
       return Status::Invalid(what + ": bf16 inputs give a bf16 or fp32 output");
     }
-    if (a.a_scale || a.b_scale || a.d_scale || a.d_amax) {
-      return Status::Invalid(what + ": scale/amax pointers are for fp8 GEMMs only");
+    if (a.a_scale || a.b_scale || a.d_scale || a.d_amax || a.fast_accum) {
+      return Status::Invalid(what + ": scale/amax pointers and fast_accum are for fp8 GEMMs only");
     }
     return Status::Ok();
   }
@@ -575,6 +576,11 @@ StatusOr<GemmRunner::Plan*> GemmRunner::MakePlan(const GemmArgs& a, const Key& k
     FORGE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
         plan->desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sms, sizeof(sms)));
   }
+  if (a.fast_accum) {
+    const int8_t fast = 1;
+    FORGE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        plan->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
+  }
   // Our B: [N, K] row-major (= column-major K x N, ld K) when trans_b, else [K, N] (= N x K).
   if (a.trans_b) {
     FORGE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->lt_a, ToCuda(a.b_type), a.K, a.N, a.K));
@@ -872,7 +878,8 @@ StatusOr<GemmRunner::Plan*> GemmRunner::GetPlan(const GemmArgs& a, cudaStream_t 
   const uint32_t align = PointerAlignment(a);
   const bool separate_c = a.accumulate && a.C != nullptr && a.C != a.D;
   const int flags = (a.a_scale ? 1 : 0) | (a.b_scale ? 2 : 0) | (a.d_amax ? 4 : 0) |
-                    (a.d_scale ? 8 : 0) | (separate_c ? 16 : 0) | (a.sm_count << 8);
+                    (a.d_scale ? 8 : 0) | (separate_c ? 16 : 0) | (a.fast_accum ? 32 : 0) |
+                    (a.sm_count << 8);
   const Key key{a.M,
                 a.N,
                 a.K,

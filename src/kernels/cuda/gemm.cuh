@@ -81,6 +81,11 @@ struct GemmArgs {
   // Fewer leave SMs to a concurrent NCCL kernel without a GEMM's last wave spilling over:
   // data-parallel backward GEMMs (CudaModelOptions::gemm_sm_margin).
   int sm_count = 0;
+  // FP8 only: CUBLASLT_MATMUL_DESC_FAST_ACCUM. Hopper's FP8 tensor cores keep their partial
+  // sums in less than FP32; by default cuBLASLt promotes them to FP32 every few K steps (slower,
+  // exact to FP32 accumulation); fast accumulation skips that. Transformer Engine uses it for
+  // the forward GEMMs (K = the layer's input width) and not for the gradients (K = tokens).
+  bool fast_accum = false;
 };
 
 // An algorithm's configuration as cuBLASLt reports it (cublasLtMatmulAlgoConfigGetAttribute),
