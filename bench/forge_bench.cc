@@ -2,7 +2,7 @@
 //
 //   forge-bench --config configs/gpt350m.yaml [--micro-batch B] [--steps N] [--warmup W]
 //               [--recompute 0|1] [--precision bf16|fp8] [--fp8-lm-head 0|1]
-//               [--fp8-fprop-fast-accum 0|1] [--profile]
+//               [--fp8-fast-accum none|fprop|fprop_dgrad] [--profile]
 //
 // One micro-batch per optimizer step (global = micro), random tokens in [0, 50257) like the
 // PyTorch anchor (shared/anchors/torch_baseline.py). The first `warmup` steps (graph warm-up
@@ -51,7 +51,7 @@ struct Args {
   int recompute = -1;   // -1: the config's
   std::string precision;  // "": the config's
   int fp8_lm_head = -1;   // -1: the config's
-  int fp8_fast = -1;      // --fp8-fprop-fast-accum; -1: the config's
+  std::string fp8_fast;   // --fp8-fast-accum; empty: the config's
   bool profile = false;
 };
 
@@ -77,8 +77,8 @@ std::string ParseArgs(int argc, char** argv, Args* a) {
       ok = a->precision == "bf16" || a->precision == "fp8";
     } else if (flag == "--fp8-lm-head") {
       ok = bench::ParseInt(val, &a->fp8_lm_head) && (a->fp8_lm_head == 0 || a->fp8_lm_head == 1);
-    } else if (flag == "--fp8-fprop-fast-accum") {
-      ok = bench::ParseInt(val, &a->fp8_fast) && (a->fp8_fast == 0 || a->fp8_fast == 1);
+    } else if (flag == "--fp8-fast-accum") {
+      a->fp8_fast = val;
     } else if (flag == "--recompute") ok = bench::ParseInt(val, &a->recompute) && (a->recompute == 0 || a->recompute == 1);
     else return "unknown flag " + flag;
     if (!ok) return flag + ": bad value '" + val + "'";
@@ -86,7 +86,7 @@ std::string ParseArgs(int argc, char** argv, Args* a) {
   if (a->config.empty()) {
     return "usage: forge-bench --config PATH [--micro-batch B] [--steps N] [--warmup W] "
            "[--recompute 0|1] [--precision bf16|fp8] [--fp8-lm-head 0|1] "
-           "[--fp8-fprop-fast-accum 0|1] [--profile]";
+           "[--fp8-fast-accum none|fprop|fprop_dgrad] [--profile]";
   }
   return "";
 }
@@ -134,7 +134,13 @@ int Run(int argc, char** argv) {
   if (args.precision == "bf16") cfg.precision.compute = Precision::kBf16;
   if (args.precision == "fp8") cfg.precision.compute = Precision::kFp8;
   if (args.fp8_lm_head >= 0) cfg.precision.fp8.lm_head = args.fp8_lm_head == 1;
-  if (args.fp8_fast >= 0) cfg.precision.fp8.fprop_fast_accum = args.fp8_fast == 1;
+  if (!args.fp8_fast.empty()) {
+    if (args.fp8_fast == "none") cfg.precision.fp8.fast_accum = Fp8FastAccum::kNone;
+    else if (args.fp8_fast == "fprop") cfg.precision.fp8.fast_accum = Fp8FastAccum::kFprop;
+    else if (args.fp8_fast == "fprop_dgrad") cfg.precision.fp8.fast_accum = Fp8FastAccum::kFpropDgrad;
+    else return bench::FailJson("forge-bench", "--fp8-fast-accum: expected none, fprop or "
+                                               "fprop_dgrad, got " + args.fp8_fast);
+  }
   const ModelConfig& m = cfg.model;
 
   int device = 0;
@@ -216,8 +222,9 @@ int Run(int argc, char** argv) {
   out["recompute"] = cfg.train.activation_recompute;
   out["precision"] = PrecisionName(cfg.precision.compute);
   out["fp8_lm_head"] = cfg.precision.compute == Precision::kFp8 && cfg.precision.fp8.lm_head;
-  out["fp8_fprop_fast_accum"] =
-      cfg.precision.compute == Precision::kFp8 && cfg.precision.fp8.fprop_fast_accum;
+  out["fp8_fast_accum"] = cfg.precision.compute == Precision::kFp8
+                              ? Fp8FastAccumName(cfg.precision.fp8.fast_accum)
+                              : "none";
   out["mfu_basis"] = "dense BF16 peak";
   out["cuda_graph"] = backend->graph_active();
   out["deterministic_attention"] = options.deterministic_attention;

@@ -1,10 +1,11 @@
 #!/bin/bash
-# precision.fp8.fprop_fast_accum in ONE device call (one GPU): the FP8 tests (SKIP_SUITE=1 leaves
-# them out), forge-bench FP8 + FP8 LM head with the forward GEMMs' fast accumulation off and on
-# (gpt350m B 16 and 24 twice each, alternated; gpt124m B 16), then the accuracy run on the real
+# precision.fp8.fast_accum in ONE device call (one GPU): the FP8 tests (SKIP_SUITE=1 leaves
+# them out), forge-bench FP8 + FP8 LM head with fast accumulation none / fprop / fprop_dgrad
+# (gpt350m B 16 twice each, alternated; B 24 and gpt124m B 16 once), then the accuracy runs on the real
 # corpus (.devdata/full.tar.xz): gpt124m from the same init and data as session 5's runs for
-# STEPS steps, validation every 100 (ACC: which runs, default the fast-accumulation one only;
+# STEPS steps, validation every 100 (ACC: which runs, default fprop and fprop_dgrad;
 # session 5's BF16 and FP8 + LM head curves are in docs/benchmarks.md). Results under $OUT.
+# Benches (~5 min) and both accuracy runs (~7 min) do not fit one 10-minute call: ACC="" first.
 set -u
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/out}
@@ -15,25 +16,26 @@ if [ -z "${SKIP_SUITE:-}" ]; then
   timeout 200 .device/run forge_gpu_tests --gtest_filter='*Fp8*:*fp8*:GpuGemm*' > "$out/suite.txt" 2>&1
   grep -E "^\[  FAILED|PASSED|SKIPPED \]|tests ran|Failure" "$out/suite.txt" | head -20
 fi
-bench() {  # config micro-batch fast
+bench() {  # config micro-batch fast_accum
   .device/run forge-bench --config configs/$1.yaml --micro-batch $2 --steps 30 --precision fp8 \
-    --fp8-lm-head 1 --fp8-fprop-fast-accum $3 2>&1 | grep '^{' | tee -a "$out/bench.jsonl" |
+    --fp8-lm-head 1 --fp8-fast-accum $3 2>&1 | grep '^{' | tee -a "$out/bench.jsonl" |
     sed -E 's/.*"step_ms":([0-9.]+),"tokens_per_s":([0-9.]+).*"loss":([0-9.]+).*/step_ms \1 tok\/s \2 loss \3/' |
     sed "s/^/$1 B$2 fast=$3 /"
 }
-for rep in 1 2; do bench gpt350m 16 0; bench gpt350m 16 1; done
-bench gpt350m 24 0; bench gpt350m 24 1; bench gpt124m 16 0; bench gpt124m 16 1
+for rep in 1 2; do for f in none fprop fprop_dgrad; do bench gpt350m 16 $f; done; done
+for f in none fprop fprop_dgrad; do bench gpt350m 24 $f; bench gpt124m 16 $f; done
 
 export FORGE_DATA_DIR=/tmp/fd
 mkdir -p $FORGE_DATA_DIR && tar -xJf .devdata/full.tar.xz -C $FORGE_DATA_DIR
-acc_config() {  # name compute lm_head fast
-  sed -e "s/compute: bf16/compute: $2\n  fp8:\n    lm_head: $3\n    fprop_fast_accum: $4/" \
+acc_config() {  # name compute lm_head fast_accum
+  sed -e "s/compute: bf16/compute: $2\n  fp8:\n    lm_head: $3\n    fast_accum: $4/" \
       -e "s/every_steps: 250/every_steps: 100/" -e "s/global_batch: 32/global_batch: 16/" \
       -e "s/total_steps: 2000/total_steps: $STEPS/" configs/gpt124m.yaml > /tmp/acc_$1.yaml
 }
-acc_config fp8lm fp8 true false; acc_config fp8lmfast fp8 true true
+acc_config fp8lm fp8 true none; acc_config fp8lmfast fp8 true fprop
+acc_config fp8lmfastd fp8 true fprop_dgrad
 grep -A4 "^precision" /tmp/acc_fp8lmfast.yaml
-for p in ${ACC:-fp8lmfast}; do
+for p in ${ACC-fp8lmfast fp8lmfastd}; do  # ACC="": benches only
   timeout 200 .device/run forge train /tmp/acc_$p.yaml --direct --checkpoint-every 0 \
     --run-dir /tmp/acc_$p > /tmp/acc_$p.log 2>&1
   cp /tmp/acc_$p/metrics.jsonl "$out/$p.jsonl" 2>/dev/null

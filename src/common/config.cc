@@ -46,6 +46,10 @@ constexpr std::array<NamedValue<GradReduce>, 2> kGradReduceNames{{
     {"fp32", GradReduce::kFp32}, {"bf16", GradReduce::kBf16}}};
 constexpr std::array<NamedValue<DdpAllReduce>, 2> kDdpAllReduceNames{{
     {"nccl", DdpAllReduce::kNccl}, {"copy_engine", DdpAllReduce::kCopyEngine}}};
+constexpr std::array<NamedValue<Fp8FastAccum>, 3> kFp8FastAccumNames{{
+    {"none", Fp8FastAccum::kNone},
+    {"fprop", Fp8FastAccum::kFprop},
+    {"fprop_dgrad", Fp8FastAccum::kFpropDgrad}}};
 constexpr std::array<NamedValue<Fp8Recipe>, 2> kFp8RecipeNames{{
     {"delayed", Fp8Recipe::kDelayed}, {"current", Fp8Recipe::kCurrent}}};
 constexpr std::array<NamedValue<Backend>, 3> kBackendNames{{
@@ -657,7 +661,7 @@ Status ReadSections(Reader& r, const Entries& top, RunConfig* c) {
     Entries f;
     FORGE_RETURN_IF_ERROR(r.ReadMap(fp8_node, "precision.fp8",
                                     {"recipe", "amax_history", "margin", "lm_head",
-                                     "fprop_fast_accum"},
+                                     "fast_accum"},
                                     &f));
     FORGE_RETURN_IF_ERROR(
         r.ReadEnum(f, "precision.fp8", "recipe", kFp8RecipeNames, &p.fp8.recipe));
@@ -665,7 +669,7 @@ Status ReadSections(Reader& r, const Entries& top, RunConfig* c) {
     FORGE_RETURN_IF_ERROR(r.ReadInt(f, "precision.fp8", "margin", &p.fp8.margin));
     FORGE_RETURN_IF_ERROR(r.ReadBool(f, "precision.fp8", "lm_head", &p.fp8.lm_head));
     FORGE_RETURN_IF_ERROR(
-        r.ReadBool(f, "precision.fp8", "fprop_fast_accum", &p.fp8.fprop_fast_accum));
+        r.ReadEnum(f, "precision.fp8", "fast_accum", kFp8FastAccumNames, &p.fp8.fast_accum));
   }
 
   FORGE_RETURN_IF_ERROR(
@@ -805,6 +809,7 @@ const char* PrecisionName(Precision p) { return NameOf(kPrecisionNames, p); }
 const char* ParallelModeName(ParallelMode m) { return NameOf(kParallelNames, m); }
 const char* GradReduceName(GradReduce g) { return NameOf(kGradReduceNames, g); }
 const char* DdpAllReduceName(DdpAllReduce a) { return NameOf(kDdpAllReduceNames, a); }
+const char* Fp8FastAccumName(Fp8FastAccum f) { return NameOf(kFp8FastAccumNames, f); }
 const char* DecayKindName(DecayKind d) { return NameOf(kDecayNames, d); }
 const char* BackendName(Backend b) { return NameOf(kBackendNames, b); }
 const char* Fp8RecipeName(Fp8Recipe r) { return NameOf(kFp8RecipeNames, r); }
@@ -855,7 +860,7 @@ std::string RunConfigToYaml(const RunConfig& c) {
     << "    amax_history: " << p.fp8.amax_history << "\n"
     << "    margin: " << p.fp8.margin << "\n"
     << "    lm_head: " << BoolText(p.fp8.lm_head) << "\n"
-    << "    fprop_fast_accum: " << BoolText(p.fp8.fprop_fast_accum) << "\n";
+    << "    fast_accum: " << Fp8FastAccumName(p.fp8.fast_accum) << "\n";
   y << "parallel:\n"
     << "  mode: " << ParallelModeName(c.parallel.mode) << "\n"
     << "  grad_reduce: " << GradReduceName(c.parallel.grad_reduce) << "\n"

@@ -75,14 +75,19 @@ enum class Backend { kAuto, kCpu, kCuda };
 // last `amax_history` steps' amaxes (delayed) or this step's amax of the tensor (current).
 enum class Fp8Recipe { kDelayed, kCurrent };
 
+// none: every FP8 GEMM promotes its partial sums to FP32; fprop: the forward GEMMs (and the FP8
+// LM head's logits GEMM) do not (Transformer Engine's default); fprop_dgrad: the blocks'
+// input-gradient GEMMs neither (K = a layer's output width). The GEMMs whose K is the token
+// count (weight gradients) or the vocabulary (the LM head's dhf) always promote.
+enum class Fp8FastAccum { kNone, kFprop, kFpropDgrad };
+
 struct Fp8Config {
   Fp8Recipe recipe = Fp8Recipe::kDelayed;
   int amax_history = 16;  // steps in the delayed recipe's window, [1, 1024]
   int margin = 0;         // extra headroom as a power of two, [0, 32]
   bool lm_head = false;   // the LM head GEMM in FP8 too
-  // The forward GEMMs (and the FP8 LM head's logits GEMM) with fast accumulation
-  // (cuda::GemmArgs::fast_accum); the gradient GEMMs always promote to FP32.
-  bool fprop_fast_accum = false;
+  // Which FP8 GEMMs use fast accumulation (cuda::GemmArgs::fast_accum; see Fp8FastAccum).
+  Fp8FastAccum fast_accum = Fp8FastAccum::kNone;
 };
 
 struct PrecisionConfig {
@@ -170,6 +175,7 @@ const char* PrecisionName(Precision p);
 const char* ParallelModeName(ParallelMode m);
 const char* GradReduceName(GradReduce g);
 const char* DdpAllReduceName(DdpAllReduce a);
+const char* Fp8FastAccumName(Fp8FastAccum f);
 const char* DecayKindName(DecayKind d);
 const char* BackendName(Backend b);
 const char* Fp8RecipeName(Fp8Recipe r);

@@ -33,20 +33,20 @@ using test::NoGemmAutotune;
 using test::Views;
 
 RunConfig Fp8Config(Fp8Recipe recipe = Fp8Recipe::kDelayed, bool lm_head = false,
-                    bool fast_accum = false) {
+                    Fp8FastAccum fast_accum = Fp8FastAccum::kNone) {
   RunConfig c = test::TinyGpuConfig("gpu-fp8-test");
   c.precision.compute = Precision::kFp8;
   c.precision.fp8.recipe = recipe;
   c.precision.fp8.amax_history = 4;
   c.precision.fp8.lm_head = lm_head;
-  c.precision.fp8.fprop_fast_accum = fast_accum;
+  c.precision.fp8.fast_accum = fast_accum;
   return c;
 }
 
 struct Fp8Case {
   Fp8Recipe recipe;
   bool lm_head;
-  bool fast_accum = false;  // precision.fp8.fprop_fast_accum
+  Fp8FastAccum fast_accum = Fp8FastAccum::kNone;
 };
 
 class GpuFp8Model : public ::testing::TestWithParam<Fp8Case> {};
@@ -92,11 +92,16 @@ INSTANTIATE_TEST_SUITE_P(Recipes, GpuFp8Model,
                                            Fp8Case{Fp8Recipe::kCurrent, false},
                                            Fp8Case{Fp8Recipe::kDelayed, true},
                                            Fp8Case{Fp8Recipe::kCurrent, true},
-                                           Fp8Case{Fp8Recipe::kDelayed, true, true}),
+                                           Fp8Case{Fp8Recipe::kDelayed, true, Fp8FastAccum::kFprop},
+                                           Fp8Case{Fp8Recipe::kDelayed, false,
+                                                   Fp8FastAccum::kFpropDgrad}),
                          [](const auto& info) {
                            return std::string(Fp8RecipeName(info.param.recipe)) +
                                   (info.param.lm_head ? "_lm_head" : "") +
-                                  (info.param.fast_accum ? "_fast_accum" : "");
+                                  (info.param.fast_accum == Fp8FastAccum::kNone
+                                       ? ""
+                                       : std::string("_fast_") +
+                                             Fp8FastAccumName(info.param.fast_accum));
                          });
 
 // Ten steps of the same backend kind from the same seed: final weights of two runs, bitwise.

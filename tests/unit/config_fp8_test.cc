@@ -21,7 +21,7 @@ TEST(ConfigFp8Test, Defaults) {
   EXPECT_EQ(c.precision.fp8.amax_history, 16);
   EXPECT_EQ(c.precision.fp8.margin, 0);
   EXPECT_FALSE(c.precision.fp8.lm_head);
-  EXPECT_FALSE(c.precision.fp8.fprop_fast_accum);
+  EXPECT_EQ(c.precision.fp8.fast_accum, Fp8FastAccum::kNone);
   // An empty fp8 section keeps them too.
   const RunConfig e = ParseOk(kBase + "precision:\n  compute: fp8\n  fp8:\n");
   EXPECT_EQ(e.precision.compute, Precision::kFp8);
@@ -37,9 +37,10 @@ TEST(ConfigFp8Test, EveryKeyIsRead) {
                               "    amax_history: 1\n"
                               "    margin: 3\n"
                               "    lm_head: true\n"
-                              "    fprop_fast_accum: true\n");
+                              "    fast_accum: fprop_dgrad\n");
   EXPECT_EQ(c.precision.fp8.recipe, Fp8Recipe::kCurrent);
-  EXPECT_TRUE(c.precision.fp8.fprop_fast_accum);
+  EXPECT_EQ(c.precision.fp8.fast_accum, Fp8FastAccum::kFpropDgrad);
+  EXPECT_STREQ(Fp8FastAccumName(Fp8FastAccum::kFprop), "fprop");
   EXPECT_EQ(c.precision.fp8.amax_history, 1);
   EXPECT_EQ(c.precision.fp8.margin, 3);
   EXPECT_TRUE(c.precision.fp8.lm_head);
@@ -54,7 +55,7 @@ TEST(ConfigFp8Test, YamlRoundTrip) {
   c.precision.fp8.amax_history = 1024;
   c.precision.fp8.margin = 32;
   c.precision.fp8.lm_head = true;
-  c.precision.fp8.fprop_fast_accum = true;
+  c.precision.fp8.fast_accum = Fp8FastAccum::kFprop;
   const std::string yaml = RunConfigToYaml(c);
   EXPECT_NE(yaml.find("  fp8:\n    recipe: current\n"), std::string::npos) << yaml;
   const RunConfig back = ParseOk(yaml);
@@ -63,7 +64,7 @@ TEST(ConfigFp8Test, YamlRoundTrip) {
   EXPECT_EQ(back.precision.fp8.amax_history, 1024);
   EXPECT_EQ(back.precision.fp8.margin, 32);
   EXPECT_TRUE(back.precision.fp8.lm_head);
-  EXPECT_TRUE(back.precision.fp8.fprop_fast_accum);
+  EXPECT_EQ(back.precision.fp8.fast_accum, Fp8FastAccum::kFprop);
 }
 
 TEST(ConfigFp8Test, StrictKeysWithLines) {
@@ -72,7 +73,7 @@ TEST(ConfigFp8Test, StrictKeysWithLines) {
                       "precision.fp8.amax_histroy", "did you mean 'amax_history'?"));
   EXPECT_TRUE(FailsWith(p + "    window: 8\n", 6, "precision.fp8.window",
                       "valid keys of precision.fp8: recipe, amax_history, margin, lm_head, "
-                      "fprop_fast_accum"));
+                      "fast_accum"));
   EXPECT_TRUE(FailsWith(p + "    margin: 0\n    margin: 1\n", 7, "precision.fp8.margin",
                       "duplicate key (first given on line 6)"));
   // The old flat spellings are unknown keys of precision.
@@ -98,8 +99,8 @@ TEST(ConfigFp8Test, BadValuesWithLines) {
                       "must be an integer, got 0.5"));
   EXPECT_TRUE(FailsWith(p + "    lm_head: maybe\n", 5, "precision.fp8.lm_head",
                       "must be true or false, got maybe"));
-  EXPECT_TRUE(FailsWith(p + "    fprop_fast_accum: 1.5\n", 5, "precision.fp8.fprop_fast_accum",
-                      "must be true or false, got 1.5"));
+  EXPECT_TRUE(FailsWith(p + "    fast_accum: all\n", 5, "precision.fp8.fast_accum",
+                      "must be one of none|fprop|fprop_dgrad, got all"));
   // ValidateRunConfig applies the same rules to a config built in code.
   RunConfig c = ParseOk(kBase);
   c.precision.fp8.margin = 33;

@@ -298,7 +298,7 @@ GemmArgs Fp8Linears::LmHeadForward(bf16* logits, int64_t rows) const {
   g.a_type = DType::kE4M3, g.b_type = DType::kE4M3, g.d_type = DType::kBf16;
   g.a_scale = e4m3_.scale_inv + LmInputSlot() * kStride;
   g.b_scale = e4m3_.scale_inv + LmWeightSlot() * kStride;
-  g.fast_accum = cfg_.fprop_fast_accum;
+  g.fast_accum = cfg_.fast_accum != Fp8FastAccum::kNone;
   return g;
 }
 
@@ -314,7 +314,7 @@ GemmArgs Fp8Linears::Forward(int layer, LinearKind k, bf16* y, const bf16* resid
   g.b_scale = e4m3_.scale_inv + w * kStride;
   g.accumulate = residual != nullptr;
   g.C = residual;
-  g.fast_accum = cfg_.fprop_fast_accum;
+  g.fast_accum = cfg_.fast_accum != Fp8FastAccum::kNone;
   return g;
 }
 
@@ -328,6 +328,7 @@ GemmArgs Fp8Linears::BackwardData(int layer, LinearKind k, bf16* dx) const {
   g.a_type = DType::kE5M2, g.b_type = DType::kE4M3, g.d_type = DType::kBf16;
   g.a_scale = e5m2_.scale_inv + t * kStride;
   g.b_scale = e4m3_.scale_inv + 2 * t * kStride;
+  g.fast_accum = cfg_.fast_accum == Fp8FastAccum::kFpropDgrad;
   return g;
 }
 
