@@ -18,7 +18,8 @@
 //      communication a step has;
 //   3. the data-parallel step, timed with CUDA events over N steps after K warm-up steps.
 // exposed communication = step - single-GPU step; hidden = communication alone - exposed
-// (clamped at 0): how much of it the backward overlapped.
+// (clamped at 0): how much of it the backward overlapped. ranks_bitwise_equal: every rank's
+// weights after the data-parallel steps hash the same (they must, in every mode).
 // MFU counts model FLOPs per GPU against the dense BF16 peak (common/peak_flops.h).
 // Knobs (environment): FORGE_NCCL_MAX_CTAS, FORGE_NCCL_CTA_POLICY (NcclCommOptions),
 // FORGE_GEMM_SM_MARGIN (the backward GEMMs leave that many SMs to NCCL). --ddp-allreduce
@@ -122,10 +123,22 @@ struct RankResult {
   double single_ms = 0, comm_ms = 0, step_ms = 0, peak_gib = 0, loss = 0, host_ms = 0;
 };
 
+// FNV-1a over the bytes of every unit's fp32 master weights.
+uint64_t HashParams(const UnitBuffers& p) {
+  uint64_t h = 1469598103934665603ull;
+  for (const std::vector<float>& u : p) {
+    const auto* b = reinterpret_cast<const unsigned char*>(u.data());
+    for (size_t i = 0; i < u.size() * sizeof(float); ++i) h = (h ^ b[i]) * 1099511628211ull;
+  }
+  return h;
+}
+
 // Step time of `cfg` on a backend (world 1 when comm is null).
 // host_ms: wall time of the TrainStep calls themselves (enqueueing), per step.
+// params_hash (optional): HashParams of the weights after the last step (collective).
 StatusOr<double> TimeSteps(const RunConfig& cfg, Comm* comm, const Args& a, double* peak_gib,
-                           float* loss, double* host_ms, bench::PhaseTimes* phases) {
+                           float* loss, double* host_ms, bench::PhaseTimes* phases,
+                           uint64_t* params_hash = nullptr) {
   FORGE_ASSIGN_OR_RETURN(auto backend, MakeCudaTrainBackend(cfg, CudaBackendOptionsFromEnv(), comm));
   const int64_t n = int64_t{cfg.batch.micro_batch} * cfg.model.seq_len;
   std::mt19937_64 rng(cfg.seed + (comm ? comm->rank() : 0));
@@ -148,6 +161,11 @@ StatusOr<double> TimeSteps(const RunConfig& cfg, Comm* comm, const Args& a, doub
   FORGE_RETURN_IF_ERROR(backend->TrainStep(micro, StepHyper{cfg.optimizer.lr, ++step}, true, &st));
   *loss = st.loss;
   *peak_gib = double(backend->peak_bytes()) / double(1ull << 30);
+  if (params_hash != nullptr) {
+    UnitBuffers p;
+    FORGE_RETURN_IF_ERROR(backend->GetParams(&p));
+    *params_hash = HashParams(p);
+  }
   if (a.profile) {
     // Eager and single-stream (see ProfileStep); with a comm the collectives still overlap on
     // their own stream, so the phases that grow against the single GPU's are the ones the
@@ -248,23 +266,30 @@ int RunRank(const Args& a, const RunConfig& cfg, int rank, int port) {
   auto comm_ms = TimeCollectives(cfg, nccl->get(), a);
   if (!comm_ms.ok()) return Fail("collectives: " + comm_ms.status().ToString());
   r.comm_ms = *comm_ms;
-  auto step = TimeSteps(cfg, nccl->get(), a, &r.peak_gib, &loss, &r.host_ms, &phases_dp);
+  uint64_t hash = 0;
+  auto step =
+      TimeSteps(cfg, nccl->get(), a, &r.peak_gib, &loss, &r.host_ms, &phases_dp, &hash);
   if (!step.ok()) return Fail("data-parallel step: " + step.status().ToString());
   r.step_ms = *step;
   r.loss = loss;
 
   // Every rank's numbers to everyone (rank 0 reports the slowest step and the largest memory).
-  std::vector<double> mine = {r.single_ms, r.comm_ms, r.step_ms, r.peak_gib};
-  std::vector<double> all(mine.size() * a.world);
-  auto g = (*host)->AllGather(mine.data(), all.data(), int64_t(mine.size()), DType::kF64, "results");
+  // The weights' hash travels as two exact 32-bit halves.
+  std::vector<double> mine = {r.single_ms, r.comm_ms, r.step_ms, r.peak_gib,
+                              double(hash >> 32), double(hash & 0xffffffffu)};
+  const size_t k = mine.size();
+  std::vector<double> all(k * a.world);
+  auto g = (*host)->AllGather(mine.data(), all.data(), int64_t(k), DType::kF64, "results");
   if (!g.ok() || !(*g)->Wait().ok()) return Fail("gathering results failed");
   if (rank != 0) return 0;
   double single_ms = 0, comm = 0, step_ms = 0, peak = 0;
+  bool same_weights = true;
   for (int q = 0; q < a.world; ++q) {
-    single_ms = std::max(single_ms, all[q * 4 + 0]);
-    comm = std::max(comm, all[q * 4 + 1]);
-    step_ms = std::max(step_ms, all[q * 4 + 2]);
-    peak = std::max(peak, all[q * 4 + 3]);
+    single_ms = std::max(single_ms, all[q * k + 0]);
+    comm = std::max(comm, all[q * k + 1]);
+    step_ms = std::max(step_ms, all[q * k + 2]);
+    peak = std::max(peak, all[q * k + 3]);
+    same_weights = same_weights && all[q * k + 4] == all[4] && all[q * k + 5] == all[5];
   }
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, rank);
@@ -291,6 +316,7 @@ int RunRank(const Args& a, const RunConfig& cfg, int rank, int port) {
   out["comm_exposed_ms"] = exposed;
   out["comm_hidden_ms"] = std::max(0.0, comm - exposed);
   out["loss"] = r.loss;
+  out["ranks_bitwise_equal"] = same_weights;  // every rank's weights after the timed steps
   out["host_ms_per_step"] = r.host_ms;  // rank 0's enqueue time (incl. waiting for staging)
   out["gpu"] = prop.name;
   if (a.profile) {  // rank 0's

@@ -68,6 +68,8 @@ TEST(CopyEngineDdp, TrainsLikeNcclAcrossProcesses) {
   ASSERT_TRUE(ce.is_object() && ce.contains("loss")) << out_ce;
   EXPECT_EQ(ce["ddp_allreduce"], "copy_engine") << out_ce;
   EXPECT_EQ(nccl["ddp_allreduce"], "nccl") << out_nccl;
+  EXPECT_EQ(ce["ranks_bitwise_equal"], true) << out_ce;
+  EXPECT_EQ(nccl["ranks_bitwise_equal"], true) << out_nccl;
   const double a = nccl["loss"].get<double>(), b = ce["loss"].get<double>();
   EXPECT_TRUE(std::isfinite(b)) << out_ce;
   // 7 steps of training on 2 ranks; only the summation order of the gradients may differ.
