@@ -2,10 +2,10 @@
 // the GPUs' copy engines instead of NCCL's kernels (NcclComm::EnableCopyEngineAllReduce).
 //
 // Why: ddp's per-unit gradient all-reduces overlap the backward, and NCCL's kernels hold SMs
-// for as long as they run (~7 ms a step for gpt350m, ~16-24 SMs): the attention backward and
-// the persistent GEMMs they share the GPU with lose far more than those SMs' share
-// (docs/benchmarks.md, "ddp's exposed communication"). Copy engines move bytes over NVLink
-// without SMs; what is left on the SMs is one short elementwise sum per unit.
+// for as long as they run (~7 ms a step for gpt350m, ~16-24 SMs). Copy engines move bytes over
+// NVLink without SMs; what is left on the SMs is one short elementwise sum per unit. Measured
+// on 2x H100 (docs/benchmarks.md, session 6): ddp 95.8% -> 96.5% of one GPU; the attention
+// backward still runs ~10% slower while copies are in flight (the traffic itself).
 //
 // A unit of n floats is cut into `world` chunks (chunk c: rank c's); rank r, on the stream it
 // is given (the NCCL stream: events, watchdog and ordering stay NcclComm's):
