@@ -106,6 +106,7 @@ enum class GradReduce { kFp32, kBf16 };
 // (worker/parallel/ce_allreduce.h: no SMs taken from the backward it overlaps; GPUs of one
 // host whose ranks can map each other's memory with CUDA IPC, i.e. one container or pod, not
 // one pod per GPU; fp32 gradients; the sum is in rank order, the same bits run after run).
+// The CPU backend ignores it (MPI).
 enum class DdpAllReduce { kNccl, kCopyEngine };
 
 struct ParallelConfig {

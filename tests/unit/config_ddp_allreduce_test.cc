@@ -4,8 +4,11 @@
 
 #include <string>
 
+#include <cstdlib>
+
 #include "common/config.h"
 #include "config_test_util.h"
+#include "worker/parallel/nccl_comm.h"
 
 namespace forge {
 namespace {
@@ -51,6 +54,25 @@ TEST(ConfigDdpAllReduceTest, CopyEngineOnlyForDdpWithFp32Gradients) {
                         "parallel.ddp_allreduce", "copy_engine is for parallel.mode ddp"));
   EXPECT_TRUE(FailsWith(kBase + "parallel:\n  grad_reduce: bf16\n  ddp_allreduce: copy_engine\n",
                         5, "parallel.ddp_allreduce", "copy_engine sums fp32 gradients"));
+}
+
+// What a process that uses copy_engine does before its first CUDA call: 32 hardware queues,
+// unless the user chose a number.
+TEST(ConfigDdpAllReduceTest, CopyEngineReservesQueuesUnlessSet) {
+  const char* before = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  const std::string saved = before ? before : "";
+  unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  ReserveCudaQueuesForCopyEngine();
+  ASSERT_NE(std::getenv("CUDA_DEVICE_MAX_CONNECTIONS"), nullptr);
+  EXPECT_STREQ(std::getenv("CUDA_DEVICE_MAX_CONNECTIONS"), "32");
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "4", 1);
+  ReserveCudaQueuesForCopyEngine();
+  EXPECT_STREQ(std::getenv("CUDA_DEVICE_MAX_CONNECTIONS"), "4");
+  if (before) {
+    setenv("CUDA_DEVICE_MAX_CONNECTIONS", saved.c_str(), 1);
+  } else {
+    unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  }
 }
 
 }  // namespace
