@@ -58,6 +58,7 @@ struct PeerBlob {
   char host[64] = {};
   cudaIpcMemHandle_t base_handle{}, flags_handle{};
 };
+static_assert(sizeof(PeerBlob) % 4 == 0, "the setup exchange moves whole 4-byte words");
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // Chunk of one rank: a multiple of 4 floats, so every chunk starts 16-byte aligned.
@@ -279,6 +280,26 @@ Status CeAllReduce::Signal(cudaStream_t s, int peer, int kind, uint64_t value) {
   return Status::Ok();
 }
 
+Status CeAllReduce::SignalPeers(cudaStream_t s, int kind, uint64_t value) {
+  for (int p = 0; p < world_; ++p) {
+    if (p != rank_) FORGE_RETURN_IF_ERROR(Signal(s, p, kind, value));
+  }
+  return Status::Ok();
+}
+
+Status CeAllReduce::OnLanes(cudaStream_t s,
+                            const std::function<Status(int peer, cudaStream_t lane)>& work) {
+  FORGE_CUDA_CHECK(cudaEventRecord(fork_, s));
+  for (int p = 0; p < world_; ++p) {
+    if (p == rank_) continue;
+    FORGE_CUDA_CHECK(cudaStreamWaitEvent(lanes_[p], fork_, 0));
+    FORGE_RETURN_IF_ERROR(work(p, lanes_[p]));
+    FORGE_CUDA_CHECK(cudaEventRecord(lane_done_[p], lanes_[p]));
+    FORGE_CUDA_CHECK(cudaStreamWaitEvent(s, lane_done_[p], 0));
+  }
+  return Status::Ok();
+}
+
 Status CeAllReduce::Await(cudaStream_t s, int kind, uint64_t value) {
   auto fn = reinterpret_cast<PFN_cuStreamWaitValue64_v11070>(wait_value_);
   for (int p = 0; p < world_; ++p) {
@@ -321,21 +342,14 @@ Status CeAllReduce::Enqueue(float* buf, int64_t n, cudaStream_t s) {
   const size_t bytes = size_t(len) * sizeof(float);
 
   // 1. Ready, both ways.
-  for (int p = 0; p < world_; ++p) {
-    if (p != rank_) FORGE_RETURN_IF_ERROR(Signal(s, p, kReady, seq));
-  }
+  FORGE_RETURN_IF_ERROR(SignalPeers(s, kReady, seq));
   FORGE_RETURN_IF_ERROR(Await(s, kReady, seq));
   if (len > 0) {
     // 2. Pull this rank's chunk of every peer, one lane each (they run side by side).
-    FORGE_CUDA_CHECK(cudaEventRecord(fork_, s));
-    for (int p = 0; p < world_; ++p) {
-      if (p == rank_) continue;
-      FORGE_CUDA_CHECK(cudaStreamWaitEvent(lanes_[p], fork_, 0));
-      FORGE_RETURN_IF_ERROR(Copy(scratch_ + p * chunk_cap_, device_, peer_base_[p] + off + lo,
-                                 peer_device_[p], bytes, lanes_[p]));
-      FORGE_CUDA_CHECK(cudaEventRecord(lane_done_[p], lanes_[p]));
-      FORGE_CUDA_CHECK(cudaStreamWaitEvent(s, lane_done_[p], 0));
-    }
+    FORGE_RETURN_IF_ERROR(OnLanes(s, [&](int p, cudaStream_t lane) {
+      return Copy(scratch_ + p * chunk_cap_, device_, peer_base_[p] + off + lo, peer_device_[p],
+                  bytes, lane);
+    }));
     // 3. The sum, in rank order, into this rank's own chunk.
     Sources src{};
     for (int q = 0; q < world_; ++q) {
@@ -348,20 +362,13 @@ Status CeAllReduce::Enqueue(float* buf, int64_t n, cudaStream_t s) {
     FORGE_CUDA_CHECK(cudaGetLastError());
     // 4. Push the sum to every peer; each lane then sets its peer's done flag (fenced after
     // the copy). The stream waits for the lanes: the chunk they read is this rank's gradient.
-    FORGE_CUDA_CHECK(cudaEventRecord(fork_, s));
-    for (int p = 0; p < world_; ++p) {
-      if (p == rank_) continue;
-      FORGE_CUDA_CHECK(cudaStreamWaitEvent(lanes_[p], fork_, 0));
+    FORGE_RETURN_IF_ERROR(OnLanes(s, [&](int p, cudaStream_t lane) {
       FORGE_RETURN_IF_ERROR(
-          Copy(peer_base_[p] + off + lo, peer_device_[p], buf + lo, device_, bytes, lanes_[p]));
-      FORGE_RETURN_IF_ERROR(Signal(lanes_[p], p, kDone, seq));
-      FORGE_CUDA_CHECK(cudaEventRecord(lane_done_[p], lanes_[p]));
-      FORGE_CUDA_CHECK(cudaStreamWaitEvent(s, lane_done_[p], 0));
-    }
+          Copy(peer_base_[p] + off + lo, peer_device_[p], buf + lo, device_, bytes, lane));
+      return Signal(lane, p, kDone, seq);
+    }));
   } else {
-    for (int p = 0; p < world_; ++p) {
-      if (p != rank_) FORGE_RETURN_IF_ERROR(Signal(s, p, kDone, seq));
-    }
+    FORGE_RETURN_IF_ERROR(SignalPeers(s, kDone, seq));
   }
   // 5. Every peer's chunk has arrived here.
   return Await(s, kDone, seq);

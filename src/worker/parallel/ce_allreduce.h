@@ -47,7 +47,8 @@ namespace forge {
 
 class CeAllReduce {
  public:
-  // Collective: all-gathers `bytes` from every rank (rank r's at all + r * bytes).
+  // Collective: all-gathers `bytes` (a multiple of 4) from every rank (rank r's at
+  // all + r * bytes).
   using Exchange = std::function<Status(const void* mine, void* all, size_t bytes)>;
 
   // base[0, count): this rank's registered range (one cudaMalloc allocation, as the peers map
@@ -75,6 +76,9 @@ class CeAllReduce {
               const Exchange& exchange);
   Status MapPeers(const std::vector<uint8_t>& blobs, size_t blob_bytes);
   Status Signal(cudaStream_t s, int peer, int kind, uint64_t value);
+  Status SignalPeers(cudaStream_t s, int kind, uint64_t value);  // Signal to every peer
+  // work(p, lane) on every peer's lane, forked from `s` and joined back into it.
+  Status OnLanes(cudaStream_t s, const std::function<Status(int peer, cudaStream_t lane)>& work);
   Status Await(cudaStream_t s, int kind, uint64_t value);
   Status Copy(float* dst, int dst_device, const float* src, int src_device, size_t bytes,
               cudaStream_t s);

@@ -170,8 +170,13 @@ class NcclCommImpl final : public NcclComm {
   Status EnableCopyEngineAllReduce(float* base, int64_t count, int64_t max_count) override {
     ce_.reset();
     DeviceGuard g(device_);
-    // Setup's exchanges ride NCCL: an all-gather of bytes through a device scratch.
+    // Setup's exchanges ride AllGather through a device scratch, as 4-byte words (the blobs
+    // are whole words; a gather moves bits).
     auto exchange = [this](const void* mine, void* all, size_t bytes) -> Status {
+      if (bytes % sizeof(float) != 0) {
+        return Status::Invalid("copy-engine all-reduce setup: " + std::to_string(bytes) +
+                               " bytes is not a whole number of 4-byte words");
+      }
       const size_t n = bytes * size_t(world_);
       void* d = nullptr;
       if (cudaMalloc(&d, n) != cudaSuccess) {
@@ -184,11 +189,8 @@ class NcclCommImpl final : public NcclComm {
         st = Status::Internal("copy-engine all-reduce setup: cudaMemcpy");
       }
       if (st.ok()) {
-        auto work = Issue(CollectiveOp::kAllGather, "copy-engine setup", int64_t(bytes),
-                          DType::kF32, [&] {
-                            return Nccl(ncclAllGather(static_cast<char*>(d) + bytes * rank_, d,
-                                                      bytes, ncclInt8, comm_, stream_));
-                          });
+        auto work = AllGather(static_cast<char*>(d) + bytes * size_t(rank_), d,
+                              int64_t(bytes / sizeof(float)), DType::kF32, "copy-engine setup");
         st = work.ok() ? (*work)->Wait() : work.status();
       }
       if (st.ok() && cudaMemcpy(all, d, n, cudaMemcpyDeviceToHost) != cudaSuccess) {
