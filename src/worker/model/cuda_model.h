@@ -64,8 +64,6 @@ struct CudaModelOptions {
   Fp8Config fp8_config;
 };
 
-// Per-unit callbacks for a data-parallel layer, called on the host while the model enqueues a
-// pass (so they only enqueue work too).
 // All ranks' inputs of the tied embedding's backward (CudaModelHooks::gather_embedding_input).
 struct EmbeddingInput {
   const cuda::bf16* dout = nullptr;  // [n, d]: dL/d(embedding output), rank after rank
@@ -75,6 +73,8 @@ struct EmbeddingInput {
   size_t workspace_bytes = 0;
 };
 
+// Per-unit callbacks for a data-parallel layer, called on the host while the model enqueues a
+// pass (so they only enqueue work too).
 struct CudaModelHooks {
   // Before the forward pass reads unit u's bf16 parameters: may make `stream` wait for them
   // (ZeRO's all-gather of the updated parameters).

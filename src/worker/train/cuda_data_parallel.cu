@@ -186,6 +186,10 @@ Status CudaDataParallel::CommWaitsStream(cudaStream_t s) {
 // event after its last collective covers all of them (timeouts stay with the comm's watchdog).
 Status CudaDataParallel::JoinComm(cudaStream_t compute) {
   FORGE_RETURN_IF_ERROR(IssueWaiting());  // none should be left; never drop one
+  return ComputeWaitsComm(compute);
+}
+
+Status CudaDataParallel::ComputeWaitsComm(cudaStream_t compute) {
   FORGE_CUDA_CHECK(cudaEventRecord(comm_point_, nccl_stream_));
   FORGE_CUDA_CHECK(cudaStreamWaitEvent(compute, comm_point_, 0));
   return Status::Ok();
@@ -305,8 +309,7 @@ StatusOr<EmbeddingInput> CudaDataParallel::GatherEmbeddingInput(const cuda::bf16
   // Token ids travel as 4-byte words (a gather moves bits; no arithmetic on them).
   FORGE_RETURN_IF_ERROR(
       comm_->AllGather(tokens, emb_tokens_all_, N, DType::kF32, "embedding tokens").status());
-  FORGE_CUDA_CHECK(cudaEventRecord(comm_point_, nccl_stream_));
-  FORGE_CUDA_CHECK(cudaStreamWaitEvent(compute, comm_point_, 0));
+  FORGE_RETURN_IF_ERROR(ComputeWaitsComm(compute));
   FORGE_RETURN_IF_ERROR(IssueWaiting());
   EmbeddingInput in;
   in.dout = emb_dout_all_;
