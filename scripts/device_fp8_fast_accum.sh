@@ -25,20 +25,10 @@ bench() {  # config micro-batch fast_accum
 for rep in 1 2; do for f in none fprop fprop_dgrad; do bench gpt350m 16 $f; done; done
 for f in none fprop fprop_dgrad; do bench gpt350m 24 $f; bench gpt124m 16 $f; done
 
-export FORGE_DATA_DIR=/tmp/fd
-mkdir -p $FORGE_DATA_DIR && tar -xJf .devdata/full.tar.xz -C $FORGE_DATA_DIR
-acc_config() {  # name compute lm_head fast_accum
-  sed -e "s/compute: bf16/compute: $2\n  fp8:\n    lm_head: $3\n    fast_accum: $4/" \
-      -e "s/every_steps: 250/every_steps: 100/" -e "s/global_batch: 32/global_batch: 16/" \
-      -e "s/total_steps: 2000/total_steps: $STEPS/" configs/gpt124m.yaml > /tmp/acc_$1.yaml
-}
+[ -n "${ACC-x}" ] || { echo "elapsed ${SECONDS}s"; exit 0; }  # ACC="": benches only
+source scripts/device_fp8_accuracy.sh
 acc_config fp8lm fp8 true none; acc_config fp8lmfast fp8 true fprop
 acc_config fp8lmfastd fp8 true fprop_dgrad
 grep -A4 "^precision" /tmp/acc_fp8lmfast.yaml
-for p in ${ACC-fp8lmfast fp8lmfastd}; do  # ACC="": benches only
-  timeout 200 .device/run forge train /tmp/acc_$p.yaml --direct --checkpoint-every 0 \
-    --run-dir /tmp/acc_$p > /tmp/acc_$p.log 2>&1
-  cp /tmp/acc_$p/metrics.jsonl "$out/$p.jsonl" 2>/dev/null
-  echo "== $p"; grep -E "val loss|skipped|warning|error" /tmp/acc_$p.log | tail -4; tail -1 /tmp/acc_$p.log
-done
+for p in ${ACC-fp8lmfast fp8lmfastd}; do acc_run $p; done
 echo "elapsed ${SECONDS}s"

@@ -20,19 +20,8 @@ bench() {  # config lm_head
 for rep in 1 2; do bench gpt350m 0; bench gpt350m 1; done
 bench gpt124m 0; bench gpt124m 1
 
-export FORGE_DATA_DIR=/tmp/fd
-mkdir -p $FORGE_DATA_DIR && tar -xJf .devdata/full.tar.xz -C $FORGE_DATA_DIR
-acc_config() {  # name compute lm_head
-  sed -e "s/compute: bf16/compute: $2\n  fp8:\n    lm_head: $3/" -e "s/every_steps: 250/every_steps: 100/" \
-      -e "s/global_batch: 32/global_batch: 16/" -e "s/total_steps: 2000/total_steps: $STEPS/" \
-      configs/gpt124m.yaml > /tmp/acc_$1.yaml
-}
+source scripts/device_fp8_accuracy.sh
 acc_config bf16 bf16 false; acc_config fp8 fp8 false; acc_config fp8lm fp8 true
 grep -A3 "^precision" /tmp/acc_fp8lm.yaml
-for p in ${ACC:-bf16 fp8 fp8lm}; do  # ACC="fp8lm": only the FP8 LM head's run
-  timeout 200 .device/run forge train /tmp/acc_$p.yaml --direct --checkpoint-every 0 \
-    --run-dir /tmp/acc_$p > /tmp/acc_$p.log 2>&1
-  cp /tmp/acc_$p/metrics.jsonl "$out/$p.jsonl" 2>/dev/null
-  echo "== $p"; grep -E "val loss|skipped|warning|error" /tmp/acc_$p.log | tail -4; tail -1 /tmp/acc_$p.log
-done
+for p in ${ACC:-bf16 fp8 fp8lm}; do acc_run $p; done  # ACC="fp8lm": only the FP8 LM head's run
 echo "elapsed ${SECONDS}s"
