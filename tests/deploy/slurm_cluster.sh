@@ -5,6 +5,9 @@
 #   slurm_cluster.sh down DIR   scontrol shutdown, then munged; removes nothing
 # Needs root (mknod, daemons) and Debian's slurm-wlm + munge. Exit 77 when those are missing,
 # so callers can skip with the reason printed on stderr.
+# KillWait 90 s (Slurm's default 30): scancel's SIGTERM starts forge-job.sh's stop (coordinator
+# restart, stop checkpoint, final status line); on a loaded 2-core CI machine that took longer
+# than 30 s once, and SIGKILL cut the job log before its last line.
 # Ports: FORGE_SLURM_PORT (slurmctld; slurmd takes the next one), default 16817.
 set -euo pipefail
 
@@ -83,7 +86,7 @@ JobCompType=jobcomp/none
 MailProg=/bin/true
 GresTypes=gpu
 SlurmdParameters=config_overrides
-KillWait=30
+KillWait=90
 MinJobAge=300
 NodeName=$host NodeAddr=127.0.0.1 CPUs=4 RealMemory=20000 Gres=gpu:4 State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE OverSubscribe=YES State=UP
