@@ -200,18 +200,6 @@ struct Case {
   Precision precision = Precision::kBf16;
   bool fp8_lm_head = false;  // precision.fp8.lm_head: its scaling slots are shared too
   bool copy_engine = false;  // parallel.ddp_allreduce: copy_engine
-  bool embedding_gather = false;  // FORGE_DP_EMBEDDING_GATHER=1 (ddp)
-};
-
-// Sets an environment variable for a scope (the rank threads read it when they build).
-struct ScopedEnv {
-  const char* name;
-  ScopedEnv(const char* n, bool set) : name(set ? n : nullptr) {
-    if (name != nullptr) setenv(name, "1", 1);
-  }
-  ~ScopedEnv() {
-    if (name != nullptr) unsetenv(name);
-  }
 };
 
 class CudaDataParallelTest : public ::testing::TestWithParam<Case> {};
@@ -221,7 +209,6 @@ TEST_P(CudaDataParallelTest, MatchesOneGpuAndIsDeterministic) {
   const Case k = GetParam();
   if (NcclVisibleDevices() < k.world) GTEST_SKIP() << "needs " << k.world << " GPUs";
   test::NoGemmAutotune no_autotune;
-  const ScopedEnv gather("FORGE_DP_EMBEDDING_GATHER", k.embedding_gather);
   RunConfig c = Config(k.mode, k.world, k.accum, k.grad_reduce, k.precision, k.fp8_lm_head);
   if (k.copy_engine) c.parallel.ddp_allreduce = DdpAllReduce::kCopyEngine;
   const Tolerances tol = TolerancesFor(k.grad_reduce, k.precision);
@@ -299,26 +286,14 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{2, ParallelMode::kZero1, 1, GradReduce::kFp32, Precision::kFp8},
                       Case{2, ParallelMode::kFsdp, 2, GradReduce::kFp32, Precision::kFp8},
                       Case{2, ParallelMode::kDdp, 2, GradReduce::kFp32, Precision::kFp8, true},
-                      Case{2, ParallelMode::kFsdp, 1, GradReduce::kFp32, Precision::kFp8, true},
-                      Case{.world = 2, .mode = ParallelMode::kDdp, .accum = 1,
-                           .embedding_gather = true},
-                      Case{.world = 2, .mode = ParallelMode::kDdp, .accum = 2,
-                           .embedding_gather = true},
-                      Case{.world = 4, .mode = ParallelMode::kDdp, .accum = 2,
-                           .embedding_gather = true},
-                      Case{.world = 2, .mode = ParallelMode::kDdp, .accum = 2,
-                           .grad_reduce = GradReduce::kBf16, .embedding_gather = true},
-                      Case{.world = 2, .mode = ParallelMode::kDdp, .accum = 2,
-                           .precision = Precision::kFp8, .fp8_lm_head = true,
-                           .embedding_gather = true}),
+                      Case{2, ParallelMode::kFsdp, 1, GradReduce::kFp32, Precision::kFp8, true}),
     [](const ::testing::TestParamInfo<Case>& i) {
       const bool bf16 = i.param.grad_reduce == GradReduce::kBf16;
       const bool fp8 = i.param.precision == Precision::kFp8;
       return std::string(ParallelModeName(i.param.mode)) + "_" + std::to_string(i.param.world) +
              "gpus_accum" + std::to_string(i.param.accum) + (bf16 ? "_bf16grads" : "") +
              (fp8 ? "_fp8" : "") + (i.param.fp8_lm_head ? "_lmhead" : "") +
-             (i.param.copy_engine ? "_copyengine" : "") +
-             (i.param.embedding_gather ? "_embgather" : "");
+             (i.param.copy_engine ? "_copyengine" : "");
     });
 
 // ddp with the copy engines under threads: disabled until seen passing on GPUs. They hung on an

@@ -168,7 +168,6 @@ struct CudaModel::Buffers {
   cudaStream_t wgrad = nullptr;
   cudaEvent_t fork = nullptr;  // recorded on the compute stream, waited on by wgrad
   cudaEvent_t join = nullptr;  // recorded on wgrad, waited on by the compute stream
-  cudaEvent_t lm_head_done = nullptr;  // the LM head's part of dWte (lm_head_grad_ready)
   std::array<cudaEvent_t, static_cast<int>(WgradHazard::kCount)> hazard{};
 
   ~Buffers() {
@@ -182,7 +181,6 @@ struct CudaModel::Buffers {
     for (cudaEvent_t e : grad_ready_wgrad) cudaEventDestroy(e);
     if (fork) cudaEventDestroy(fork);
     if (join) cudaEventDestroy(join);
-    if (lm_head_done) cudaEventDestroy(lm_head_done);
     if (wgrad) cudaStreamDestroy(wgrad);
   }
 };
@@ -314,7 +312,6 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
     tensors.push_back({b.master, nullptr, o.shard_optimizer ? b.grad_shard : b.grads, b.m, b.v,
                        0, 0.0f});
   }
-  FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&b.lm_head_done, cudaEventDisableTiming));
   for (size_t u = 0; u < U; ++u) {
     cudaEvent_t e[2];
     for (cudaEvent_t& x : e) FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&x, cudaEventDisableTiming));
@@ -945,17 +942,6 @@ Status CudaModel::ForwardImpl(const int32_t* inputs, const int32_t* targets, flo
   FORGE_RETURN_IF_ERROR(LmHead(targets, dloss, backward, accumulate_grads, losses, s));
   // An evaluation pass must not shape the next step's FP8 scales.
   if (!backward) return b.fp8 ? b.fp8->ResetAmax(s) : Status::Ok();
-  const bool gather_embedding = hooks_ != nullptr && hooks_->gather_embedding_input &&
-                                hooks_->lm_head_grad_ready;
-  if (gather_embedding) {
-    // Every write of the LM head's dWte part: the chunks' GEMMs on the wgrad stream (kDwte),
-    // or on this stream without it.
-    FORGE_CUDA_CHECK(cudaEventRecord(b.lm_head_done, s));
-    const int i = static_cast<int>(WgradHazard::kDwte);
-    const cudaEvent_t wgrad_done = dual_ && hazard_recorded_[i] ? b.hazard[i] : nullptr;
-    FORGE_RETURN_IF_ERROR(
-        hooks_->lm_head_grad_ready(layout_.embedding_unit(), b.lm_head_done, wgrad_done));
-  }
 
   // dL/dhf is in dh. The final norm's backward starts the residual gradient (overwrites dres,
   // so it needs no zeroing); every later RmsNormBackward adds to it. No dW GEMM reads dh or
@@ -987,16 +973,9 @@ Status CudaModel::ForwardImpl(const int32_t* inputs, const int32_t* targets, flo
   // its last dWte chunk (wgrad stream) must have landed first.
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
   FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDwte, s));
-  float* dwte = UnitGrads(layout_.embedding_unit());
-  if (gather_embedding) {  // every rank's tokens into the gradient the hook has summed
-    FORGE_ASSIGN_OR_RETURN(const EmbeddingInput in,
-                           hooks_->gather_embedding_input(b.dres, inputs, s));
-    FORGE_RETURN_IF_ERROR(cuda::EmbeddingBackward(dwte, in.dout, in.tokens, in.n, d_, V_,
-                                                  in.workspace, in.workspace_bytes, s));
-  } else {
-    FORGE_RETURN_IF_ERROR(cuda::EmbeddingBackward(dwte, b.dres, inputs, N_, d_, V_, b.emb_ws,
-                                                  b.emb_ws_bytes, s));
-  }
+  FORGE_RETURN_IF_ERROR(cuda::EmbeddingBackward(UnitGrads(layout_.embedding_unit()),
+                                                b.dres, inputs, N_, d_, V_, b.emb_ws,
+                                                b.emb_ws_bytes, s));
   return GradReady(layout_.embedding_unit(), s);
 }
 

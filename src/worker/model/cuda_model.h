@@ -64,15 +64,6 @@ struct CudaModelOptions {
   Fp8Config fp8_config;
 };
 
-// All ranks' inputs of the tied embedding's backward (CudaModelHooks::gather_embedding_input).
-struct EmbeddingInput {
-  const cuda::bf16* dout = nullptr;  // [n, d]: dL/d(embedding output), rank after rank
-  const int32_t* tokens = nullptr;   // [n]
-  int64_t n = 0;
-  void* workspace = nullptr;  // EmbeddingBackwardWorkspace(n, vocab) bytes
-  size_t workspace_bytes = 0;
-};
-
 // Per-unit callbacks for a data-parallel layer, called on the host while the model enqueues a
 // pass (so they only enqueue work too).
 struct CudaModelHooks {
@@ -91,20 +82,6 @@ struct CudaModelHooks {
   // gracefully, where the GEMMs (persistent, one CTA per SM) slow down by far more than the
   // SMs they lose. A moment to start the gradient collectives (enqueued on `stream`).
   std::function<Status(int unit, cudaStream_t stream)> comm_window;
-  // The tied embedding's gradient, gathered instead of summed at the end (both set or neither;
-  // only on a pass that completes the gradient). Its two parts are the LM head's (written first,
-  // at the start of the backward) and the embedding backward's scatter of the input gradient
-  // (the very end). `lm_head_grad_ready(unit, compute_done, wgrad_done)` reports the first part
-  // complete (like grad_ready: the hook may have it summed across ranks at once); at the end
-  // `gather_embedding_input(dout, tokens, stream)` returns every rank's embedding-backward
-  // input, ready on `stream` and ordered after whatever the hook did to the gradient, so the
-  // local backward over all ranks' tokens completes the summed gradient. grad_ready(unit) then
-  // follows as usual.
-  std::function<Status(int unit, cudaEvent_t compute_done, cudaEvent_t wgrad_done)>
-      lm_head_grad_ready;
-  std::function<StatusOr<EmbeddingInput>(const cuda::bf16* dout, const int32_t* tokens,
-                                         cudaStream_t stream)>
-      gather_embedding_input;
 };
 
 // Where the parameter-shaped device buffers are, for the data-parallel layer.
@@ -172,8 +149,6 @@ class CudaModel {
 
   const ParamLayout& layout() const { return layout_; }
   int64_t tokens_per_micro() const { return N_; }  // B*T
-  int width() const { return d_; }                   // d_model
-  int vocab_rows() const { return V_; }              // the padded vocabulary
   // Bytes this model allocated (buffers and library workspaces it asked for).
   size_t allocated_bytes() const { return allocated_bytes_; }
 

@@ -7,7 +7,6 @@
 
 #include "kernels/cuda/adamw.cuh"  // CastFloatToBf16, CastBf16ToFloat
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/embedding.cuh"
 #include "kernels/cuda/fp8_scale_update.cuh"
 #include "worker/model/fp8_linears.h"
 #include "worker/parallel/shard_layout.h"
@@ -137,10 +136,6 @@ Status CudaDataParallel::Init() {
   allreduce_hooks_.grad_ready = [this](int u, cudaEvent_t c, cudaEvent_t w) {
     return OnGradReady(u, c, w, /*all_reduce=*/!fsdp());
   };
-  const char* gather_env = std::getenv("FORGE_DP_EMBEDDING_GATHER");
-  if (mode_ == ParallelMode::kDdp && gather_env != nullptr && std::string(gather_env) == "1") {
-    FORGE_RETURN_IF_ERROR(InitEmbeddingGather());
-  }
   // fsdp's reduce-scatters free rotating buffers the next blocks need: they start at once.
   const char* window_env = std::getenv("FORGE_DP_COMM_WINDOW");
   comm_windows_ = !fsdp() && !(window_env != nullptr && std::string(window_env) == "0");
@@ -201,17 +196,11 @@ Status CudaDataParallel::ComputeWaitsComm(cudaStream_t compute) {
 // (CudaModelHooks::comm_window: that block's attention backward) unless no window comes any
 // more (block 0, the embedding), when it and anything still waiting start at once.
 Status CudaDataParallel::OnGradReady(int u, cudaEvent_t compute_done, cudaEvent_t wgrad_done,
-                                     bool all_reduce, Part part) {
-  if (gather_embedding_ && u == model_->layout().embedding_unit() && part == Part::kWhole) {
-    part = Part::kNormOnly;  // the LM head's part was summed; the rest came gathered
-  }
-  if (!comm_windows_) return IssueGradCollective(u, compute_done, wgrad_done, all_reduce, part);
-  waiting_.push_back({u, compute_done, wgrad_done, all_reduce, part});
-  // The embedding's early part waits for the first window; with the gather, block 0 waits
-  // for GatherEmbeddingInput (its all-reduce then overlaps the embedding backward).
+                                     bool all_reduce) {
+  if (!comm_windows_) return IssueGradCollective(u, compute_done, wgrad_done, all_reduce);
+  waiting_.push_back({u, compute_done, wgrad_done, all_reduce});
   const bool window_ahead =
-      block_of(u) >= 1 || part == Part::kSumOnly ||
-      (gather_embedding_ && block_of(u) == 0) ||
+      block_of(u) >= 1 ||
       (u == model_->layout().final_norm_unit() && model_->layout().units.size() > 2);
   return window_ahead ? Status::Ok() : IssueWaiting();
 }
@@ -226,8 +215,7 @@ Status CudaDataParallel::IssueWaiting() {
   std::vector<WaitingUnit> w;
   w.swap(waiting_);
   for (const WaitingUnit& x : w) {
-    FORGE_RETURN_IF_ERROR(
-        IssueGradCollective(x.unit, x.compute_done, x.wgrad_done, x.all_reduce, x.part));
+    FORGE_RETURN_IF_ERROR(IssueGradCollective(x.unit, x.compute_done, x.wgrad_done, x.all_reduce));
   }
   return Status::Ok();
 }
@@ -235,8 +223,7 @@ Status CudaDataParallel::IssueWaiting() {
 // Gradient buckets are whole units: the NCCL stream waits for the unit's last writes on both
 // streams, then sums it. Later units' backward keeps running on the compute streams.
 Status CudaDataParallel::IssueGradCollective(int u, cudaEvent_t compute_done,
-                                             cudaEvent_t wgrad_done, bool all_reduce,
-                                             Part part) {
+                                             cudaEvent_t wgrad_done, bool all_reduce) {
   FORGE_RETURN_IF_ERROR(CommWaits(compute_done));
   if (wgrad_done != nullptr) FORGE_RETURN_IF_ERROR(CommWaits(wgrad_done));
   const CudaParamBuffers& pb = model_->param_buffers();
@@ -252,14 +239,13 @@ Status CudaDataParallel::IssueGradCollective(int u, cudaEvent_t compute_done,
   if (!sharded()) {
     // ddp: the summed gradient is final on the NCCL stream right after the all-reduce, so
     // its share of the grad norm is taken there, overlapping the rest of the backward.
-    if (part == Part::kNormOnly) return model_->SumUnitSquares(u, nccl_stream_);
     if (grad_reduce_ == GradReduce::kBf16) {
       FORGE_RETURN_IF_ERROR(ReduceBf16(u, g, all_reduce));
     } else {
       FORGE_RETURN_IF_ERROR(
           comm_->AllReduceSum(g, unit.numel, DType::kF32, "grad " + unit.name).status());
     }
-    return part == Part::kSumOnly ? Status::Ok() : model_->SumUnitSquares(u, nccl_stream_);
+    return model_->SumUnitSquares(u, nccl_stream_);
   }
   if (grad_reduce_ == GradReduce::kBf16) return ReduceBf16(u, g, all_reduce);
   const std::string what = "grad " + unit.name;
@@ -268,56 +254,6 @@ Status CudaDataParallel::IssueGradCollective(int u, cudaEvent_t compute_done,
   return comm_->ReduceScatterSum(g, pb.grad_shard + pb.shard_offset[u], pb.slot[u],
                                  DType::kF32, what)
       .status();
-}
-
-// ---- embedding gather (ddp; see the header comment) ----------------------------------------
-
-Status CudaDataParallel::InitEmbeddingGather() {
-  const int64_t N = model_->tokens_per_micro(), d = model_->width();
-  const int64_t all = int64_t{world_} * N;
-  void* p = nullptr;
-  FORGE_RETURN_IF_ERROR(AllocDevice(&p, size_t(all * d) * sizeof(cuda::bf16)));
-  emb_dout_all_ = static_cast<cuda::bf16*>(p);
-  FORGE_RETURN_IF_ERROR(AllocDevice(&p, size_t(all) * sizeof(int32_t)));
-  emb_tokens_all_ = static_cast<int32_t*>(p);
-  emb_ws_bytes_ = cuda::EmbeddingBackwardWorkspace(all, model_->vocab_rows());
-  FORGE_RETURN_IF_ERROR(AllocDevice(&emb_ws_, emb_ws_bytes_));
-  gather_embedding_ = true;
-  auto early = [this](int u, cudaEvent_t c, cudaEvent_t w) {
-    return OnGradReady(u, c, w, /*all_reduce=*/true, Part::kSumOnly);
-  };
-  auto gather = [this](const cuda::bf16* dout, const int32_t* tokens, cudaStream_t s) {
-    return GatherEmbeddingInput(dout, tokens, s);
-  };
-  for (CudaModelHooks* h : {&grad_hooks_, &allreduce_hooks_}) {
-    h->lm_head_grad_ready = early;
-    h->gather_embedding_input = gather;
-  }
-  return Status::Ok();
-}
-
-// On the NCCL stream after everything issued so far (the embedding's early all-reduce among
-// it): both gathers, then the compute stream may run the embedding backward; block 0's
-// all-reduce (held back in waiting_) goes after the gathers, beside that backward.
-StatusOr<EmbeddingInput> CudaDataParallel::GatherEmbeddingInput(const cuda::bf16* dout,
-                                                                const int32_t* tokens,
-                                                                cudaStream_t compute) {
-  const int64_t N = model_->tokens_per_micro(), d = model_->width();
-  FORGE_RETURN_IF_ERROR(CommWaitsStream(compute));
-  FORGE_RETURN_IF_ERROR(
-      comm_->AllGather(dout, emb_dout_all_, N * d, DType::kBF16, "embedding input").status());
-  // Token ids travel as 4-byte words (a gather moves bits; no arithmetic on them).
-  FORGE_RETURN_IF_ERROR(
-      comm_->AllGather(tokens, emb_tokens_all_, N, DType::kF32, "embedding tokens").status());
-  FORGE_RETURN_IF_ERROR(ComputeWaitsComm(compute));
-  FORGE_RETURN_IF_ERROR(IssueWaiting());
-  EmbeddingInput in;
-  in.dout = emb_dout_all_;
-  in.tokens = emb_tokens_all_;
-  in.n = int64_t{world_} * N;
-  in.workspace = emb_ws_;
-  in.workspace_bytes = emb_ws_bytes_;
-  return in;
 }
 
 // Everything below runs on the NCCL stream, in order, so comm_bf16_ is free again once the

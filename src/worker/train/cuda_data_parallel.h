@@ -39,16 +39,6 @@
 // NcclComm::EnableCopyEngineAllReduce at Create, so the same AllReduceSum calls move their bytes
 // with the copy engines (worker/parallel/ce_allreduce.h); nothing else here changes.
 //
-// Embedding gather (ddp; FORGE_DP_EMBEDDING_GATHER=1, measured against the default): the tied
-// embedding's 206 MB (gpt350m) gradient is otherwise all-reduced after the embedding backward,
-// the step's last kernel, so nothing hides it. With the gather, its LM-head part (complete at
-// the start of the backward) is all-reduced in the first comm window, and at the end every
-// rank all-gathers the embedding backward's input (bf16 [N, d] and the tokens: world * 32 MB
-// for gpt350m at micro-batch 16) and runs the embedding backward over all ranks' tokens into
-// the summed gradient; block 0's all-reduce is held back until the gathers are issued, so it
-// overlaps that backward. Every rank computes the same sum in the same order (bitwise equal);
-// against one GPU the embedding rows are summed in another order (within the usual tolerances).
-//
 // Comm windows (ddp, zero1, zero2): a unit's gradient collective is not started the moment the
 // unit's backward ends but at the next block's attention backward (CudaModelHooks::comm_window),
 // so it overlaps kernels of many short CTAs instead of the GEMMs: cuBLASLt's persistent GEMMs
@@ -132,17 +122,10 @@ class CudaDataParallel {
   // FP8: every rank's amax slots all-gathered and max-reduced in place, so all ranks derive
   // the same scales (and a checkpoint's rank-0 scaling state is every rank's).
   Status ShareFp8Amax(cudaStream_t compute);
-  // What a unit's gradient collective does: all of it, or (the tied embedding gathered, ddp)
-  // the LM head's part summed early, then only the norm share once the gradient is complete.
-  enum class Part { kWhole, kSumOnly, kNormOnly };
   Status OnGradReady(int unit, cudaEvent_t compute_done, cudaEvent_t wgrad_done,
-                     bool all_reduce, Part part = Part::kWhole);
+                     bool all_reduce);
   Status IssueGradCollective(int unit, cudaEvent_t compute_done, cudaEvent_t wgrad_done,
-                             bool all_reduce, Part part);
-  // Embedding gather (see the file comment): all ranks' embedding-backward inputs.
-  Status InitEmbeddingGather();
-  StatusOr<EmbeddingInput> GatherEmbeddingInput(const cuda::bf16* dout, const int32_t* tokens,
-                                                cudaStream_t compute);
+                             bool all_reduce);
   // Comm windows (see the file comment): the collectives of waiting_ start here.
   Status OnCommWindow(int unit, cudaStream_t compute);
   Status IssueWaiting();
@@ -180,17 +163,9 @@ class CudaDataParallel {
     int unit;
     cudaEvent_t compute_done, wgrad_done;
     bool all_reduce;
-    Part part;
   };
   bool comm_windows_ = false;  // on unless FORGE_DP_COMM_WINDOW=0 (and never for fsdp)
   std::vector<WaitingUnit> waiting_;
-  // Embedding gather (ddp, FORGE_DP_EMBEDDING_GATHER=1): all ranks' [N, d] input gradients and
-  // tokens, and the embedding backward's workspace for world * N tokens.
-  bool gather_embedding_ = false;
-  cuda::bf16* emb_dout_all_ = nullptr;
-  int32_t* emb_tokens_all_ = nullptr;
-  void* emb_ws_ = nullptr;
-  size_t emb_ws_bytes_ = 0;
 
   // fsdp state (see the file comment).
   bool first_micro_ = true;
