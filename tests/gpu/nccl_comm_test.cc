@@ -24,12 +24,6 @@
 namespace forge {
 namespace {
 
-// The copy-engine cases of this binary (here and in the data-parallel tests) hold hardware
-// queues with stream waits; as workers do (JoinProcessGroup), the binary asks for 32 queues
-// before its first CUDA call (static initialisation runs before gtest's main). With the
-// driver's 8, CopyEngineAllReduceSkippedTimesOut hung once in two runs on 2x H100.
-const bool kQueuesReserved = (ReserveCudaQueuesForCopyEngine(), true);
-
 using Clock = std::chrono::steady_clock;
 
 float Value(int rank, int64_t i) {
