@@ -53,8 +53,6 @@ struct PeerBlob {
   int32_t ok = 0;
   int32_t pad = 0;
   int64_t count = 0;
-  uint64_t base = 0, flags = 0;  // device addresses (usable as they are in the same process)
-  uint64_t host_flags = 0;       // pinned, mapped host flags (the same-process peers')
   char host[64] = {};
   cudaIpcMemHandle_t base_handle{}, flags_handle{};
 };
@@ -100,7 +98,6 @@ CeAllReduce::~CeAllReduce() {
   }
   if (scratch_) cudaFree(scratch_);
   if (flags_) cudaFree(flags_);
-  if (host_flags_) cudaFreeHost(host_flags_);
 }
 
 Status CeAllReduce::Init(int rank, int world, int device, float* base, int64_t count,
@@ -160,17 +157,11 @@ Status CeAllReduce::Init(int rank, int world, int device, float* base, int64_t c
   FORGE_CUDA_CHECK(cudaStreamCreateWithFlags(&release_, cudaStreamNonBlocking));
   FORGE_CUDA_CHECK(cudaHostAlloc(&release_values_, 2 * kMaxWorld * sizeof(uint64_t),
                                  cudaHostAllocDefault));
-  FORGE_CUDA_CHECK(cudaHostAlloc(&host_flags_, flag_bytes,
-                                 cudaHostAllocPortable | cudaHostAllocMapped));
-  std::memset(host_flags_, 0, flag_bytes);
 
   PeerBlob mine;
   mine.pid = static_cast<int32_t>(getpid());
   mine.device = device;
   mine.count = count;
-  mine.base = reinterpret_cast<uint64_t>(base);
-  mine.flags = reinterpret_cast<uint64_t>(flags_);
-  mine.host_flags = reinterpret_cast<uint64_t>(host_flags_);
   gethostname(mine.host, sizeof(mine.host) - 1);
   cudaError_t e = cudaIpcGetMemHandle(&mine.base_handle, base);
   if (e == cudaSuccess) e = cudaIpcGetMemHandle(&mine.flags_handle, flags_);
@@ -205,26 +196,10 @@ Status CeAllReduce::MapPeers(const std::vector<uint8_t>& blobs, size_t blob_byte
   peer_base_.assign(size_t(world_), nullptr);
   peer_flags_.assign(size_t(world_), nullptr);
   ipc_mapped_.assign(size_t(world_), false);
-  peer_device_.assign(size_t(world_), device_);
   PeerBlob me;
   std::memcpy(&me, blobs.data() + blob_bytes * size_t(rank_), sizeof me);
-  // Peers in this process (one thread per GPU, as in the tests) are reached without
-  // cudaDeviceEnablePeerAccess (it changes every later allocation of the context; a threaded
-  // ddp test hung with it): flags live in pinned host memory every GPU maps, and copies go
-  // through cudaMemcpyPeerAsync. Workers are processes (the IPC branch below).
-  int same_process = 0;
-  for (int p = 0; p < world_; ++p) {
-    PeerBlob b;
-    std::memcpy(&b, blobs.data() + blob_bytes * size_t(p), sizeof b);
-    same_process += p != rank_ && b.pid == me.pid;
-  }
-  if (same_process != 0 && same_process != world_ - 1) {
-    return Status::Unavailable("some peers share this process and some do not");
-  }
-  in_process_ = same_process != 0;
-  my_flags_ = in_process_ ? host_flags_ : flags_;
   peer_base_[rank_] = base_;
-  peer_flags_[rank_] = my_flags_;
+  peer_flags_[rank_] = flags_;
   for (int p = 0; p < world_; ++p) {
     if (p == rank_) continue;
     PeerBlob b;
@@ -239,11 +214,15 @@ Status CeAllReduce::MapPeers(const std::vector<uint8_t>& blobs, size_t blob_byte
       return Status::Invalid(who + " registered " + std::to_string(b.count) +
                              " floats, this rank " + std::to_string(count_));
     }
-    if (in_process_) {
-      peer_base_[p] = reinterpret_cast<float*>(b.base);
-      peer_flags_[p] = reinterpret_cast<uint64_t*>(b.host_flags);
-      peer_device_[p] = b.device;
-      continue;
+    // CUDA IPC opens only other processes' memory. Threads of one process as ranks (tried in
+    // session 6 with peer access, then with host flags and peer copies) hung intermittently
+    // in the first all-reduce, inside the driver's routing of same-process peer copies; the
+    // workers are processes, so that path was dropped rather than debugged.
+    if (b.pid == me.pid) {
+      return Status::Unavailable(who + " is a thread of this process (pid " +
+                                 std::to_string(me.pid) +
+                                 "): the copy-engine all-reduce needs one process per GPU, as "
+                                 "forge-worker runs");
     }
     void* pb = nullptr;
     void* pf = nullptr;
@@ -304,7 +283,7 @@ Status CeAllReduce::Await(cudaStream_t s, int kind, uint64_t value) {
   auto fn = reinterpret_cast<PFN_cuStreamWaitValue64_v11070>(wait_value_);
   for (int p = 0; p < world_; ++p) {
     if (p == rank_) continue;
-    const auto addr = reinterpret_cast<CUdeviceptr>(my_flags_ + kind * world_ + p);
+    const auto addr = reinterpret_cast<CUdeviceptr>(flags_ + kind * world_ + p);
     const CUresult r = fn(reinterpret_cast<CUstream>(s), addr, value, CU_STREAM_WAIT_VALUE_GEQ);
     if (r != CUDA_SUCCESS) {
       return Status::Internal("copy-engine all-reduce: cuStreamWaitValue64 failed (CUresult " +
@@ -314,20 +293,15 @@ Status CeAllReduce::Await(cudaStream_t s, int kind, uint64_t value) {
   return Status::Ok();
 }
 
-Status CeAllReduce::Copy(float* dst, int dst_device, const float* src, int src_device,
-                         size_t bytes, cudaStream_t s) {
-  if (in_process_) {  // no peer access enabled: the driver routes the copy
-    FORGE_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_device, src, src_device, bytes, s));
-  } else {
-    FORGE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s));
-  }
+Status CeAllReduce::Copy(float* dst, const float* src, size_t bytes, cudaStream_t s) {
+  FORGE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s));
   return Status::Ok();
 }
 
 void CeAllReduce::Release() {
   // GEQ compares cyclically ((int64)(flag - value) >= 0): far ahead, not UINT64_MAX.
   for (int i = 0; i < 2 * world_; ++i) release_values_[i] = seq_ + (uint64_t{1} << 62);
-  cudaMemcpyAsync(my_flags_, release_values_, 2 * world_ * sizeof(uint64_t), cudaMemcpyDefault,
+  cudaMemcpyAsync(flags_, release_values_, 2 * world_ * sizeof(uint64_t), cudaMemcpyDefault,
                   release_);
 }
 
@@ -347,8 +321,7 @@ Status CeAllReduce::Enqueue(float* buf, int64_t n, cudaStream_t s) {
   if (len > 0) {
     // 2. Pull this rank's chunk of every peer, one lane each (they run side by side).
     FORGE_RETURN_IF_ERROR(OnLanes(s, [&](int p, cudaStream_t lane) {
-      return Copy(scratch_ + p * chunk_cap_, device_, peer_base_[p] + off + lo, peer_device_[p],
-                  bytes, lane);
+      return Copy(scratch_ + p * chunk_cap_, peer_base_[p] + off + lo, bytes, lane);
     }));
     // 3. The sum, in rank order, into this rank's own chunk.
     Sources src{};
@@ -363,8 +336,7 @@ Status CeAllReduce::Enqueue(float* buf, int64_t n, cudaStream_t s) {
     // 4. Push the sum to every peer; each lane then sets its peer's done flag (fenced after
     // the copy). The stream waits for the lanes: the chunk they read is this rank's gradient.
     FORGE_RETURN_IF_ERROR(OnLanes(s, [&](int p, cudaStream_t lane) {
-      FORGE_RETURN_IF_ERROR(
-          Copy(peer_base_[p] + off + lo, peer_device_[p], buf + lo, device_, bytes, lane));
+      FORGE_RETURN_IF_ERROR(Copy(peer_base_[p] + off + lo, buf + lo, bytes, lane));
       return Signal(lane, p, kDone, seq);
     }));
   } else {

@@ -28,10 +28,9 @@
 // all-reduces in the same order, as with any collective; a peer that never arrives leaves the
 // stream waiting, which the caller's collective timeout reports.
 //
-// Peers in other processes are mapped with CUDA IPC (same host); peers in this process (one
-// thread per GPU, as in the tests) are reached through pinned host flags and peer copies (see
-// MapPeers). Create fails on every rank, with the reason, when any rank cannot map a peer: the
-// caller keeps NCCL then.
+// Peers are other processes of the same host (one per GPU, as forge-worker runs), mapped with
+// CUDA IPC; ranks that are threads of one process are refused (see MapPeers). Create fails on
+// every rank, with the reason, when any rank cannot map a peer.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -80,17 +79,12 @@ class CeAllReduce {
   // work(p, lane) on every peer's lane, forked from `s` and joined back into it.
   Status OnLanes(cudaStream_t s, const std::function<Status(int peer, cudaStream_t lane)>& work);
   Status Await(cudaStream_t s, int kind, uint64_t value);
-  Status Copy(float* dst, int dst_device, const float* src, int src_device, size_t bytes,
-              cudaStream_t s);
+  Status Copy(float* dst, const float* src, size_t bytes, cudaStream_t s);
 
   int rank_ = 0, world_ = 1, device_ = 0;
   float* base_ = nullptr;
   int64_t count_ = 0, chunk_cap_ = 0;
   uint64_t* flags_ = nullptr;            // [2][world]: ready, done (this rank's, peers write)
-  uint64_t* host_flags_ = nullptr;       // the same in pinned host memory (in-process peers)
-  uint64_t* my_flags_ = nullptr;         // the one of the two this rank waits on
-  bool in_process_ = false;              // every peer is a thread of this process
-  std::vector<int> peer_device_;
   float* scratch_ = nullptr;             // [world][chunk_cap] (this rank's slot unused)
   std::vector<float*> peer_base_;        // mapped; this rank's entry is base_
   std::vector<uint64_t*> peer_flags_;    // mapped; this rank's entry is flags_

@@ -56,8 +56,9 @@ class NcclComm : public Comm {
   // From now on, AllReduceSum of f32 buffers inside base[0, count) (one cudaMalloc allocation,
   // each call at most max_count floats) moves its bytes with the GPUs' copy engines instead of
   // NCCL's kernels (ce_allreduce.h): fewer SMs taken from the compute it overlaps, and a sum in
-  // rank order, the same bits on every rank. Collective. Needs every rank on one host with
-  // peer access between the GPUs; otherwise an error on every rank, and NCCL keeps summing.
+  // rank order, the same bits on every rank. Collective. Needs every rank in its own process
+  // (one per GPU, as workers run) on one host, mapping its peers with CUDA IPC; otherwise an
+  // error on every rank, and NCCL keeps summing.
   virtual Status EnableCopyEngineAllReduce(float* base, int64_t count, int64_t max_count) = 0;
 };
 
