@@ -186,7 +186,8 @@ std::vector<RankResult> RunRankProcesses(const std::string& scenario, int world)
   fs::remove_all(dir);
   fs::create_directories(dir);
   const int port = 20000 + static_cast<int>(getpid() % 20000);
-  std::string cmd = "cd " + dir.string() + " && ";
+  // `cd DIR && (rank 0) & (rank 1) & ...` would put the cd inside rank 0's background job.
+  std::string cmd = "cd " + dir.string() + " || exit 1; ";
   for (int r = 0; r < world; ++r) {
     cmd += "(FORGE_CE_RANK=" + std::to_string(r) + " FORGE_CE_WORLD=" + std::to_string(world) +
            " FORGE_CE_SCENARIO=" + scenario + " FORGE_CE_DIR=" + dir.string() +
