@@ -1,8 +1,9 @@
-// RMSNorm forward writing its output in FP8 (FP8 training, worker/model/fp8_linears.h): rstd
-// by the BF16 kernel's own code (RmsNormForward with no output: the same per-row sum), then
-// out = x * rstd * w rounded to bf16 exactly as RmsNormForward rounds it and quantised like
-// CastTransposeToFp8 (row-major and transposed FP8, amax max-accumulated, scale_inv written).
-// Bit for bit RmsNormForward followed by the cast; the bf16 output is never stored.
+// RMSNorm forward writing its output in FP8 (FP8 training, worker/model/fp8_linears.h), in one
+// pass over x (rmsnorm_fp8.cu: a band of rows staged in shared memory): rstd exactly as
+// RmsNormForward computes it, then out = x * rstd * w rounded to bf16 exactly as RmsNormForward
+// rounds it and quantised like CastTransposeToFp8 (row-major and transposed FP8, amax
+// max-accumulated, scale_inv written). Bit for bit RmsNormForward followed by the cast; the
+// bf16 output is never stored.
 //
 // Needs N and d multiples of 64, d <= 2048 (RmsNormForward's limit), 16-byte aligned x and w,
 // 8-byte aligned outputs (RmsNormFp8Supported). Test: tests/gpu/rmsnorm_fp8_test.cc, against the two kernels it fuses.
