@@ -4,7 +4,7 @@
 # stream), caches and clocks left alone, so each kernel's time is as close to the real step's
 # as a serialised replay gets; then nvidia-smi samples clocks and power while the same model
 # runs graph-replayed, which shows whether the real step runs at lower clocks than the
-# serialised one. scripts/kernel_profile_summary.py groups the CSV by kernel family.
+# serialised one. scripts/kernel_profile_summary.py $OUT/ncu_PRECISION.log groups the CSV (in the .log) by kernel family.
 # Expects .device/ with forge-bench. Env: MODEL (gpt350m), B (16), PRECISIONS ("bf16 fp8").
 set -u
 cd "$(dirname "$0")/.."

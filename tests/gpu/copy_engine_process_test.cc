@@ -33,6 +33,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "nccl_test_util.h"
 #include "tiny_gpu_config.h"
 #include "worker/parallel/nccl_comm.h"
 #include "worker/parallel/rendezvous.h"
@@ -70,11 +71,7 @@ std::string ReadAll(const fs::path& p) {
 
 // ---- one rank (a child process of CopyEngineProcesses.*) -------------------------------------
 
-float Value(int rank, int64_t i) {
-  return std::ldexp(float((rank * 7919 + i * 104729) % 2001) - 1000.0f, -10);
-}
 
-Status Finish(StatusOr<CommWorkPtr> w) { return w.ok() ? (*w)->Wait() : w.status(); }
 
 struct DevFloats {
   float* p = nullptr;

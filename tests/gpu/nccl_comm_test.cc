@@ -26,9 +26,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-float Value(int rank, int64_t i) {
-  return std::ldexp(float((rank * 7919 + i * 104729) % 2001) - 1000.0f, -10);
-}
 
 uint16_t Bf16Bits(float f) {  // exact for the small integers used here
   uint32_t b;
@@ -57,7 +54,6 @@ struct Dev {
   }
 };
 
-Status Finish(StatusOr<CommWorkPtr> w) { return w.ok() ? (*w)->Wait() : w.status(); }
 
 void CheckCollectives(int r, NcclComm* comm, Errors* e) {
   const int W = comm->world();

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <mutex>
 #include <string>
@@ -15,6 +16,14 @@
 #include "worker/parallel/nccl_comm.h"
 
 namespace forge {
+
+// A rank's test value for element i: small multiples of 2^-10, exact in fp32 and bf16.
+inline float Value(int rank, int64_t i) {
+  return std::ldexp(float((rank * 7919 + i * 104729) % 2001) - 1000.0f, -10);
+}
+
+// Waits for an issued collective (or returns why it was not issued).
+inline Status Finish(StatusOr<CommWorkPtr> w) { return w.ok() ? (*w)->Wait() : w.status(); }
 
 // Rank 0 publishes the id; the other threads wait for it.
 class ThreadRendezvous final : public IdRendezvous {
