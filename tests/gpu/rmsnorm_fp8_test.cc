@@ -1,7 +1,10 @@
-// RMSNorm forward writing FP8 directly (kernels/cuda/rmsnorm_fp8.cuh) against the two kernels it
-// fuses: RmsNormForward (tested against the CPU in rmsnorm_test.cc) followed by
-// CastTransposeToFp8 (bit for bit with the CPU cast). Both FP8 outputs, rstd, the amax and
-// scale_inv must be identical.
+// RMSNorm writing FP8 directly (kernels/cuda/rmsnorm_fp8.cuh) against the two kernels each
+// direction fuses:
+// - forward: RmsNormForward (tested against the CPU in rmsnorm_test.cc) followed by
+//   CastTransposeToFp8 (bit for bit with the CPU cast): both FP8 outputs, rstd, the amax and
+//   scale_inv must be identical;
+// - backward: RmsNormBackward followed by CastTransposeToFp8 of the new dx: dx, dw, both FP8
+//   outputs, the amax and scale_inv must be identical, accumulating or overwriting.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -52,6 +55,61 @@ TEST(GpuRmsNormFp8, MatchesRmsNormThenCastBitForBit) {
   Check(16384, 1024, DType::kE4M3, 1.0f, ++seed);  // gpt350m's B 16 step: 256 row bands
   Check(64 * 1100, 128, DType::kE5M2, 4.0f, ++seed);  // more tiles than blocks: blocks loop
   Check(128, 2048, DType::kE4M3, 2.0f, ++seed);       // the widest row the kernel takes
+}
+
+void CheckBackward(int64_t N, int d, DType format, float scale, bool accumulate, uint64_t seed) {
+  SCOPED_TRACE("backward N=" + std::to_string(N) + " d=" + std::to_string(d) +
+               (format == DType::kE4M3 ? " e4m3" : " e5m2") +
+               (accumulate ? " accumulate" : " overwrite"));
+  const size_t n = size_t(N) * d;
+  DeviceBuffer<bf16> x(test::ToBf16(test::RandomNormalBf16(n, 2.0f, seed)));
+  DeviceBuffer<bf16> w(test::ToBf16(test::RandomNormalBf16(size_t(d), 1.0f, seed + 1)));
+  DeviceBuffer<bf16> dout(test::ToBf16(test::RandomNormalBf16(n, 0.5f, seed + 2)));
+  const std::vector<bf16> dx0 = test::ToBf16(test::RandomNormalBf16(n, 0.25f, seed + 3));
+  const std::vector<float> dw0 = test::RandomNormal(size_t(d), 1.0f, seed + 4);
+  DeviceBuffer<bf16> h(n);
+  DeviceBuffer<float> rstd{size_t(N)};
+  ASSERT_STATUS_OK(cuda::RmsNormForward(h.data(), rstd.data(), x.data(), w.data(), N, d, 1e-5f,
+                                        nullptr));
+  const size_t ws_bytes = cuda::RmsNormBackwardWorkspace(N, d);
+  DeviceBuffer<uint8_t> ws(ws_bytes);
+  DeviceBuffer<bf16> dx_ref(dx0), dx_got(dx0);
+  DeviceBuffer<float> dw_ref(dw0), dw_got(dw0);
+  ASSERT_STATUS_OK(cuda::RmsNormBackward(dx_ref.data(), dw_ref.data(), dout.data(), x.data(),
+                                         w.data(), rstd.data(), N, d, ws.data(), ws_bytes,
+                                         nullptr, accumulate, accumulate));
+  Fp8CastOut got(n, scale);
+  ASSERT_TRUE(cuda::RmsNormBackwardFp8Supported(N, d, got.q.data(), got.qt.data()));
+  ASSERT_STATUS_OK(cuda::RmsNormBackwardFp8(dx_got.data(), dw_got.data(), dout.data(), x.data(),
+                                            w.data(), rstd.data(), N, d, ws.data(), ws_bytes,
+                                            accumulate, accumulate, got.q.data(), got.qt.data(),
+                                            format, got.scale(), got.amax(), got.scale_inv(),
+                                            nullptr));
+  EXPECT_TRUE(test::BitwiseEqual(dx_got.Download(), dx_ref.Download())) << "dx";
+  EXPECT_TRUE(test::BitwiseEqual(dw_got.Download(), dw_ref.Download())) << "dw";
+  ExpectSameAsCast(dx_ref.data(), N, d, format, scale, got, "rmsnorm backward");
+}
+
+TEST(GpuRmsNormFp8, BackwardMatchesRmsNormBackwardThenCastBitForBit) {
+  FORGE_SKIP_WITHOUT_GPU();
+  uint64_t seed = 1200;
+  for (bool acc : {true, false}) {
+    CheckBackward(256, 128, DType::kE5M2, 1.0f, acc, seed += 5);     // the tiny model: 8 rows a block
+    CheckBackward(16384, 1024, DType::kE5M2, 64.0f, acc, seed += 5);  // gpt350m B 16: 64 rows
+  }
+  CheckBackward(1024, 768, DType::kE4M3, 0.5f, true, seed += 5);     // gpt124m's width
+  CheckBackward(24576, 1024, DType::kE5M2, 4.0f, true, seed += 5);   // B 24: 96 rows a block
+  CheckBackward(128, 2048, DType::kE5M2, 2.0f, false, seed += 5);    // the widest row
+}
+
+TEST(GpuRmsNormFp8, BackwardRefusesWhatItCannotTake) {
+  FORGE_SKIP_WITHOUT_GPU();
+  DeviceBuffer<uint8_t> q(size_t(70400) * 128), qt(size_t(70400) * 128);
+  EXPECT_TRUE(cuda::RmsNormBackwardFp8Supported(16384, 1024, q.data(), qt.data()));
+  EXPECT_FALSE(cuda::RmsNormBackwardFp8Supported(96, 128, q.data(), qt.data()));   // N % 64
+  EXPECT_FALSE(cuda::RmsNormBackwardFp8Supported(64, 96, q.data(), qt.data()));    // d % 64
+  EXPECT_FALSE(cuda::RmsNormBackwardFp8Supported(70400, 128, q.data(), qt.data()));  // 275 rows
+  EXPECT_FALSE(cuda::RmsNormBackwardFp8Supported(64, 128, q.data() + 4, qt.data()));  // aligned
 }
 
 TEST(GpuRmsNormFp8, RefusesWhatTheTileKernelCannotTake) {

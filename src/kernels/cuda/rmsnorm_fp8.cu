@@ -6,6 +6,7 @@
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/fp8_cast.cuh"
 #include "kernels/cuda/fp8_tile_cast.cuh"
+#include "kernels/cuda/rmsnorm_backward.cuh"
 #include "kernels/cuda/rmsnorm_math.cuh"
 
 namespace forge::cuda {
@@ -169,6 +170,41 @@ Status RmsNormForwardFp8(void* out, void* out_t, float* rstd, const bf16* x, con
   }
   FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
+}
+
+bool RmsNormBackwardFp8Supported(int64_t N, int d, const void* q, const void* q_t) {
+  if (N <= 0 || N % 64 != 0 || d <= 0 || d % 64 != 0 || d > kMaxD) return false;
+  if (!IsAligned(q, 8) || !IsAligned(q_t, 8)) return false;
+  const int64_t rows_per_block = CeilDiv(N, BackwardBlocks(N));
+  return rows_per_block % 8 == 0 && RmsNormBackwardSmem(N, d, /*fp8=*/true) <= kMaxBwdSmem;
+}
+
+Status RmsNormBackwardFp8(bf16* dx, float* dw, const bf16* dout, const bf16* x, const bf16* w,
+                          const float* rstd, int64_t N, int d, void* workspace,
+                          size_t workspace_bytes, bool accumulate_dx, bool accumulate_dw,
+                          void* q, void* q_t, DType format, const float* scale, float* amax,
+                          float* scale_inv, cudaStream_t stream) {
+  FORGE_RETURN_IF_ERROR(CheckFp8CastArgs("RmsNormBackwardFp8", format, scale, amax, scale_inv));
+  FORGE_RETURN_IF_ERROR(CheckRmsNormBackwardArgs("RmsNormBackwardFp8", dx, dout, x, w, N, d,
+                                                 workspace, workspace_bytes));
+  if (!RmsNormBackwardFp8Supported(N, d, q, q_t)) {
+    return Status::Invalid("RmsNormBackwardFp8: unsupported shape or outputs (N " +
+                           std::to_string(N) + ", d " + std::to_string(d) +
+                           "; needs multiples of 64 and 8-byte aligned FP8 outputs)");
+  }
+  RmsNormBwdFp8Out out;
+  out.out = static_cast<uint8_t*>(q);
+  out.out_t = static_cast<uint8_t*>(q_t);
+  out.scale = scale;
+  out.amax = amax;
+  out.scale_inv = scale_inv;
+  auto* partial = static_cast<float*>(workspace);
+  if (format == DType::kE4M3) {
+    return LaunchRmsNormBackward<true, __NV_E4M3>(dx, dw, dout, x, w, rstd, N, d, partial,
+                                                   stream, accumulate_dx, accumulate_dw, out);
+  }
+  return LaunchRmsNormBackward<true, __NV_E5M2>(dx, dw, dout, x, w, rstd, N, d, partial, stream,
+                                                 accumulate_dx, accumulate_dw, out);
 }
 
 }  // namespace forge::cuda

@@ -780,9 +780,13 @@ Status CudaModel::BlockBackward(int layer, int set, const BlockActs& a, const bf
     return b.gemm.Run(f8->BackwardData(layer, k, dx), s);
   };
 
+  // FP8 on a delayed step: the norm backward that wrote dres (the final norm's, or block
+  // l+1's attention norm's) also wrote its casts for this block's Down projection; this
+  // block's MLP norm backward writes them for its Out projection (NormBackward).
+  const bool fused_dres = f8 != nullptr && f8->fuse_norm_grad();
   // MLP: x_out = x_mid + SwiGLU(h2 Wgu^T) Wdown^T
   FORGE_RETURN_IF_ERROR(linear_backward(LinearKind::kDown, b.dsw, dres, a.sw, o.w_down, d_, ffn_,
-                                        WgradHazard::kDres));
+                                        WgradHazard::kDres, fused_dres));
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
   FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDgu, s));  // block l+1's dWgu reads dgu
   const bool fused = f8 != nullptr && f8->fuse_swiglu();  // writes dgu's FP8 casts directly
@@ -795,13 +799,13 @@ Status CudaModel::BlockBackward(int layer, int set, const BlockActs& a, const bf
                                         2 * ffn_, d_, WgradHazard::kDgu, fused));
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
   FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDres, s));  // dWdown reads dres
-  FORGE_RETURN_IF_ERROR(cuda::RmsNormBackward(dres, g + o.mlp_norm, b.dh, a.x_mid,
-                                              w + o.mlp_norm, a.rstd2, N_, d_, b.norm_ws,
-                                              b.norm_ws_bytes, s, /*accumulate_dx=*/true, acc));
+  FORGE_RETURN_IF_ERROR(NormBackward(layer, LinearKind::kOut, dres, g + o.mlp_norm, b.dh,
+                                     a.x_mid, w + o.mlp_norm, a.rstd2, /*accumulate_dx=*/true,
+                                     acc, s));
 
   // Attention: x_mid = x_in + SDPA(rope(h1 Wqkv^T)) Wo^T
   FORGE_RETURN_IF_ERROR(linear_backward(LinearKind::kOut, b.datt, dres, a.att, o.wo, d_, H_ * hd_,
-                                        WgradHazard::kDres));
+                                        WgradHazard::kDres, fused_dres));
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdAttention, s));
   FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDqkv, s));  // block l+1's dWqkv reads dqkv
   if (hooks_ && hooks_->comm_window) {
@@ -822,10 +826,26 @@ Status CudaModel::BlockBackward(int layer, int set, const BlockActs& a, const bf
                                         d_, WgradHazard::kDqkv, fused_rope));
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
   FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDres, s));  // dWo reads dres
-  FORGE_RETURN_IF_ERROR(cuda::RmsNormBackward(dres, g + o.attn_norm, b.dh, x_in,
-                                              w + o.attn_norm, a.rstd1, N_, d_, b.norm_ws,
-                                              b.norm_ws_bytes, s, /*accumulate_dx=*/true, acc));
-  return Status::Ok();
+  // dres is now block l-1's output gradient: the casts for its Down projection.
+  return NormBackward(layer - 1, LinearKind::kDown, dres, g + o.attn_norm, b.dh, x_in,
+                      w + o.attn_norm, a.rstd1, /*accumulate_dx=*/true, acc, s);
+}
+
+// RMSNorm backward into the residual stream's gradient dres, which is the output gradient of
+// linear `k` of block `cast_layer` (none below block 0): on a delayed FP8 step the same
+// kernel writes that projection's E5M2 casts, and the projection's backward skips its cast.
+// The casts' buffers are free here: the wait for kDres before each norm backward covers the
+// dW GEMMs that read them last (see BlockBackward).
+Status CudaModel::NormBackward(int cast_layer, LinearKind k, bf16* dres, float* dw,
+                               const bf16* dout, const bf16* x, const bf16* w, const float* rstd,
+                               bool accumulate_dx, bool accumulate_dw, cudaStream_t s) {
+  Buffers& b = *buf_;
+  if (cast_layer >= 0 && b.fp8 && b.fp8->fuse_norm_grad()) {
+    return b.fp8->RmsNormBackwardToGrad(cast_layer, k, dres, dw, dout, x, w, rstd, b.norm_ws,
+                                        b.norm_ws_bytes, accumulate_dx, accumulate_dw, s);
+  }
+  return cuda::RmsNormBackward(dres, dw, dout, x, w, rstd, N_, d_, b.norm_ws, b.norm_ws_bytes, s,
+                               accumulate_dx, accumulate_dw);
 }
 
 // Tied LM head + loss over token chunks, so only [chunk, V] bf16 logits buffers exist:
@@ -947,10 +967,10 @@ Status CudaModel::ForwardImpl(const int32_t* inputs, const int32_t* targets, flo
   // so it needs no zeroing); every later RmsNormBackward adds to it. No dW GEMM reads dh or
   // dres yet (dWte reads the logits buffers and hf).
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
-  FORGE_RETURN_IF_ERROR(cuda::RmsNormBackward(b.dres, UnitGrads(fin), b.dh, b.xs[L],
-                                              UnitParams(fin), b.rstd_f, N_, d_, b.norm_ws,
-                                              b.norm_ws_bytes, s, /*accumulate_dx=*/false,
-                                              accumulate_grads));
+  // FP8: dres is the last block's Down output gradient (NormBackward writes its casts).
+  FORGE_RETURN_IF_ERROR(NormBackward(L - 1, LinearKind::kDown, b.dres, UnitGrads(fin), b.dh,
+                                     b.xs[L], UnitParams(fin), b.rstd_f,
+                                     /*accumulate_dx=*/false, accumulate_grads, s));
   FORGE_RETURN_IF_ERROR(GradReady(layout_.final_norm_unit(), s));
   // The blocks' backward overlaps the gradient collectives (data parallelism).
   b.gemm.set_default_sm_count(bwd_sm_count_);

@@ -30,6 +30,7 @@ namespace cuda {
 struct GemmArgs;
 }
 class Fp8Linears;
+enum class LinearKind;  // fp8_linears.h
 
 struct CudaModelOptions {
   int micro_batch = 1;                 // sequences per micro-batch: activations are sized for it
@@ -233,6 +234,11 @@ class CudaModel {
                       cuda::bf16* x_out, cudaStream_t stream);
   Status BlockBackward(int layer, int set, const BlockActs& a, const cuda::bf16* x_in,
                        cuda::bf16* dres, bool accumulate_grads, cudaStream_t stream);
+  // RMSNorm backward into dres, with the FP8 casts of linear k of block cast_layer when fused.
+  Status NormBackward(int cast_layer, LinearKind k, cuda::bf16* dres, float* dw,
+                      const cuda::bf16* dout, const cuda::bf16* x, const cuda::bf16* w,
+                      const float* rstd, bool accumulate_dx, bool accumulate_dw,
+                      cudaStream_t stream);
   // FP8: layer l's weights into their FP8 copies (the first forward of a step or an eval).
   Status CastLayerWeights(int layer, cudaStream_t stream);
   // After AdamW: the FP8 scale update (no-op in BF16).

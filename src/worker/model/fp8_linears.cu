@@ -145,6 +145,16 @@ Status Fp8Linears::Init(const Fp8Config& cfg, int n_layer,
                shapes[int(LinearKind::kQkv)].in <= INT32_MAX &&
                cuda::RmsNormFp8Supported(N_, int(shapes[int(LinearKind::kQkv)].in), x8_, x8_,
                                          x8_, x8t_[0]);
+  // The residual stream's gradient is the output gradient of the Out and Down projections
+  // (out = the model width): the norm backward that produces it writes their E5M2 casts.
+  const int64_t width = shapes[int(LinearKind::kOut)].out;
+  fuse_norm_grad_ = shapes[int(LinearKind::kDown)].out == width && width <= INT32_MAX &&
+                    cuda::RmsNormBackwardFp8Supported(N_, int(width),
+                                                      dy8_[int(LinearKind::kOut)],
+                                                      dy8t_[int(LinearKind::kOut)]) &&
+                    cuda::RmsNormBackwardFp8Supported(N_, int(width),
+                                                      dy8_[int(LinearKind::kDown)],
+                                                      dy8t_[int(LinearKind::kDown)]);
   const int k = int(LinearKind::kQkv);
   fuse_rope_ = cuda::RopeFp8Supported(N_, rope.n_head, rope.n_kv_head, rope.hd, x8_, dy8_[k],
                                       dy8t_[k]) &&
@@ -237,6 +247,22 @@ Status Fp8Linears::RmsNormToInput(int layer, LinearKind k, int set, float* rstd,
   return cuda::RmsNormForwardFp8(x8_, x8t_[size_t(kLinearKinds) * set + ki], rstd, x, w, N_,
                                  int(shape_[ki].in), eps, DType::kE4M3, e4m3_.scale + i * kStride,
                                  e4m3_.amax + i * kStride, e4m3_.scale_inv + i * kStride, s);
+}
+
+Status Fp8Linears::RmsNormBackwardToGrad(int layer, LinearKind k, bf16* dx, float* dw,
+                                         const bf16* dout, const bf16* x, const bf16* w,
+                                         const float* rstd, void* workspace,
+                                         size_t workspace_bytes, bool accumulate_dx,
+                                         bool accumulate_dw, cudaStream_t s) {
+  if (k != LinearKind::kOut && k != LinearKind::kDown) {
+    return Status::Invalid("fp8 linears: the norm backward feeds the Out or Down projection");
+  }
+  const int ki = int(k);
+  const int64_t i = int64_t{kLinearKinds} * layer + ki;
+  return cuda::RmsNormBackwardFp8(dx, dw, dout, x, w, rstd, N_, int(shape_[ki].out), workspace,
+                                  workspace_bytes, accumulate_dx, accumulate_dw, dy8_[ki],
+                                  dy8t_[ki], DType::kE5M2, e5m2_.scale + i * kStride,
+                                  e5m2_.amax + i * kStride, e5m2_.scale_inv + i * kStride, s);
 }
 
 Status Fp8Linears::RopeBackwardToGrad(int layer, const bf16* dqkv, cudaStream_t s) {

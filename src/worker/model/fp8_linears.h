@@ -113,6 +113,15 @@ class Fp8Linears {
   // The same for RoPE's backward (kernels/cuda/rope_fp8.cuh): the attention backward's qkv
   // gradient (Q and K still rotated) straight into the QKV projection's gradient casts.
   bool fuse_rope() const { return fuse_rope_ && !measuring(); }
+  // The RMSNorm backward whose output (the residual stream's gradient) is the Out or Down
+  // projection's output gradient, straight into that projection's gradient casts (dy8, dy8t;
+  // kernels/cuda/rmsnorm_fp8.cuh; bit for bit RmsNormBackward followed by CastGrad). `layer`
+  // and `k` name the projection (for the Down of layer l - 1 it is layer l's attention norm).
+  bool fuse_norm_grad() const { return fuse_norm_grad_ && !measuring(); }
+  Status RmsNormBackwardToGrad(int layer, LinearKind k, cuda::bf16* dx, float* dw,
+                               const cuda::bf16* dout, const cuda::bf16* x, const cuda::bf16* w,
+                               const float* rstd, void* workspace, size_t workspace_bytes,
+                               bool accumulate_dx, bool accumulate_dw, cudaStream_t s);
   Status RopeBackwardToGrad(int layer, const cuda::bf16* dqkv, cudaStream_t s);
 
   // The three GEMMs of a linear layer on the cast operands (shapes as in CudaModel).
@@ -226,6 +235,7 @@ class Fp8Linears {
   bool fuse_swiglu_ = false;
   bool fuse_rope_ = false;
   bool fuse_norm_ = false;
+  bool fuse_norm_grad_ = false;
   Fp8RopeShape rope_;
   float* rope_freq_ = nullptr;  // [hd / 2]
   size_t allocated_ = 0;
