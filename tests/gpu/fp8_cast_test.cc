@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -263,6 +264,69 @@ TEST_F(GpuFp8Cast, AmaxAccumulatesAndPropagatesNonFinite) {
       }
     }
   }
+}
+
+// A layer's four weights in one launch (CastTransposeGroupToFp8) against four
+// CastTransposeToFp8 calls: the same bytes both ways, and each tensor's own amax and scale_inv.
+TEST_F(GpuFp8Cast, GroupCastMatchesSeparateCastsBitForBit) {
+  struct Shape {
+    int64_t rows, cols;
+  };
+  const std::vector<std::vector<Shape>> layers = {
+      {{3072, 1024}, {1024, 1024}, {5632, 1024}, {1024, 2816}},  // gpt350m
+      {{384, 128}, {128, 128}, {768, 128}, {128, 384}},         // the tiny test model
+      {{64, 64}}};                                              // one tile
+  uint64_t seed = 700;
+  for (const auto& shapes : layers) {
+    for (DType format : {DType::kE4M3, DType::kE5M2}) {
+      SCOPED_TRACE(std::string(Name(format)) + ", " + std::to_string(shapes.size()) +
+                   " tensors, first " + std::to_string(shapes[0].rows) + "x" +
+                   std::to_string(shapes[0].cols));
+      const int n = static_cast<int>(shapes.size());
+      std::vector<std::unique_ptr<DeviceBuffer<bf16>>> x;
+      std::vector<std::unique_ptr<DeviceBuffer<uint8_t>>> q, qt, q_ref, qt_ref;
+      DeviceBuffer<float> slots(size_t(12 * n)), slots_ref(size_t(12 * n));
+      std::vector<float> h(size_t(12 * n), 0.0f);
+      for (int i = 0; i < n; ++i) h[12 * i] = 0.5f + float(i) * 3.0f;  // a scale each
+      slots.Upload(h);
+      slots_ref.Upload(h);
+      std::vector<cuda::Fp8CastJob> jobs(static_cast<size_t>(n));
+      for (int i = 0; i < n; ++i) {
+        const size_t e = size_t(shapes[i].rows * shapes[i].cols);
+        x.push_back(std::make_unique<DeviceBuffer<bf16>>(
+            test::ToBf16(test::RandomNormalBf16(e, 4.0f, ++seed))));
+        for (auto* v : {&q, &qt, &q_ref, &qt_ref}) {
+          v->push_back(std::make_unique<DeviceBuffer<uint8_t>>(e));
+        }
+        jobs[i] = cuda::Fp8CastJob{x[i]->data(), q[i]->data(), qt[i]->data(), shapes[i].rows,
+                                   shapes[i].cols, slots.data() + 12 * i,
+                                   slots.data() + 12 * i + 4, slots.data() + 12 * i + 8};
+        ASSERT_STATUS_OK(cuda::CastTransposeToFp8(
+            q_ref[i]->data(), qt_ref[i]->data(), x[i]->data(), shapes[i].rows, shapes[i].cols,
+            format, slots_ref.data() + 12 * i, slots_ref.data() + 12 * i + 4,
+            slots_ref.data() + 12 * i + 8, nullptr));
+      }
+      ASSERT_TRUE(cuda::CastTransposeGroupSupported(jobs.data(), n));
+      ASSERT_STATUS_OK(cuda::CastTransposeGroupToFp8(jobs.data(), n, format, nullptr));
+      for (int i = 0; i < n; ++i) {
+        EXPECT_TRUE(q[i]->Download() == q_ref[i]->Download()) << "tensor " << i << " row-major";
+        EXPECT_TRUE(qt[i]->Download() == qt_ref[i]->Download()) << "tensor " << i << " transposed";
+      }
+      const std::vector<float> got = slots.Download(), want = slots_ref.Download();
+      EXPECT_TRUE(test::BitwiseEqual(got, want)) << "scale / amax / scale_inv slots";
+      for (int i = 0; i < n; ++i) EXPECT_GT(got[12 * i + 4], 0.0f) << "tensor " << i << " amax";
+    }
+  }
+  // Off the tile path (rows not a multiple of 64), or more than four tensors: refused.
+  DeviceBuffer<bf16> x(size_t(96) * 64);
+  DeviceBuffer<uint8_t> o(size_t(96) * 64), ot(size_t(96) * 64);
+  DeviceBuffer<float> f(16);
+  cuda::Fp8CastJob bad{x.data(), o.data(), ot.data(), 96, 64, f.data(), nullptr, nullptr};
+  EXPECT_FALSE(cuda::CastTransposeGroupSupported(&bad, 1));
+  EXPECT_FALSE(cuda::CastTransposeGroupToFp8(&bad, 1, DType::kE4M3, nullptr).ok());
+  cuda::Fp8CastJob ok{x.data(), o.data(), ot.data(), 64, 64, f.data(), nullptr, nullptr};
+  std::vector<cuda::Fp8CastJob> five(5, ok);
+  EXPECT_FALSE(cuda::CastTransposeGroupSupported(five.data(), 5));
 }
 
 TEST_F(GpuFp8Cast, RejectsBadArguments) {

@@ -218,4 +218,46 @@ Status CastTransposeToFp8(void* out, void* out_t, const float* x, int64_t rows, 
                              scale, amax, scale_inv, stream);
 }
 
+bool CastTransposeGroupSupported(const Fp8CastJob* jobs, int n) {
+  if (n < 1 || n > fp8tile::kMaxGroupJobs) return false;
+  for (int i = 0; i < n; ++i) {
+    const Fp8CastJob& j = jobs[i];
+    if (j.rows <= 0 || j.cols <= 0 || !j.out || !j.out_t || !IsAligned(j.x, 16) ||
+        !fp8tile::TileShapeOk(j.rows, j.cols, j.out, j.out_t)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+Status CastTransposeGroupToFp8(const Fp8CastJob* jobs, int n, DType format,
+                               cudaStream_t stream) {
+  if (!CastTransposeGroupSupported(jobs, n)) {
+    return Status::Invalid("CastTransposeGroupToFp8: 1-" +
+                           std::to_string(fp8tile::kMaxGroupJobs) +
+                           " tensors with both outputs, all on the 64x64 tile path");
+  }
+  fp8tile::GroupJobs g;
+  g.n = n;
+  int64_t tiles = 0;
+  for (int i = 0; i < n; ++i) {
+    const Fp8CastJob& j = jobs[i];
+    FORGE_RETURN_IF_ERROR(CheckArgs("CastTransposeGroupToFp8", j.rows, j.cols, format, j.scale,
+                                    j.amax, j.scale_inv));
+    g.job[i] = fp8tile::GroupJob{j.x, static_cast<uint8_t*>(j.out),
+                                 static_cast<uint8_t*>(j.out_t), j.rows, j.cols, j.scale,
+                                 j.amax, j.scale_inv, tiles};
+    tiles += j.rows / fp8tile::kTile * (j.cols / fp8tile::kTile);
+  }
+  if (tiles > 0x7fffffff) return Status::Invalid("CastTransposeGroupToFp8: too many tiles");
+  const unsigned blocks = static_cast<unsigned>(tiles);
+  if (format == DType::kE4M3) {
+    fp8tile::TileCastGroupKernel<__NV_E4M3><<<blocks, fp8tile::kThreads, 0, stream>>>(g);
+  } else {
+    fp8tile::TileCastGroupKernel<__NV_E5M2><<<blocks, fp8tile::kThreads, 0, stream>>>(g);
+  }
+  FORGE_CUDA_LAUNCH_CHECK();
+  return Status::Ok();
+}
+
 }  // namespace forge::cuda

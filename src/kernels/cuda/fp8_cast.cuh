@@ -54,6 +54,22 @@ Status CastTransposeToFp8(void* out, void* out_t, const float* x, int64_t rows, 
                           DType format, const float* scale, float* amax, float* scale_inv,
                           cudaStream_t stream);
 
+// (d) Up to four bf16 tensors cast as (b) in one launch (a layer's weights), each with its own
+// scale / amax / scale_inv: bit for bit (b) called on each. Every tensor must take the 64x64
+// tile path (rows and cols multiples of 64, x 16-byte and outputs 8-byte aligned, both outputs
+// given): CastTransposeGroupSupported; otherwise call (b) per tensor.
+struct Fp8CastJob {
+  const bf16* x = nullptr;
+  void* out = nullptr;
+  void* out_t = nullptr;
+  int64_t rows = 0, cols = 0;
+  const float* scale = nullptr;
+  float* amax = nullptr;
+  float* scale_inv = nullptr;
+};
+bool CastTransposeGroupSupported(const Fp8CastJob* jobs, int n);
+Status CastTransposeGroupToFp8(const Fp8CastJob* jobs, int n, DType format, cudaStream_t stream);
+
 // The arguments every FP8 cast takes, checked once for the casts here and the kernels that
 // write their output in FP8 themselves (rmsnorm_fp8, swiglu_fp8, rope_fp8): `format` E4M3 or
 // E5M2, a scale pointer, and scale/amax/scale_inv 16-byte aligned where given. Errors start

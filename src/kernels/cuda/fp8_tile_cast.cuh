@@ -146,6 +146,75 @@ __global__ void __launch_bounds__(kThreads)
   if (amax) BlockAmaxToGlobal(m, amax);
 }
 
+// Several bf16 tensors cast in one launch (a layer's four weights, once a step): block b takes
+// tile b of the concatenated tile lists (one tile a block, so each block's amax goes to its own
+// tensor's slot), with the tile kernel's per-element code, so each tensor's outputs, amax and
+// scale_inv are bit for bit what a TileCastKernel launch of its own writes. One launch of ~3k
+// tiles fills the GPU where four launches of 256-1408 tiles each did not (weights at 0.8-2.1
+// TB/s in session 7's profile).
+inline constexpr int kMaxGroupJobs = 4;
+struct GroupJob {
+  const bf16* x = nullptr;
+  uint8_t* out = nullptr;
+  uint8_t* out_t = nullptr;
+  int64_t rows = 0, cols = 0;
+  const float* scale = nullptr;
+  float* amax = nullptr;
+  float* scale_inv = nullptr;
+  int64_t first_tile = 0;  // of the concatenation
+};
+struct GroupJobs {
+  GroupJob job[kMaxGroupJobs];
+  int n = 0;
+};
+
+template <__nv_fp8_interpretation_t F>
+__global__ void __launch_bounds__(kThreads) TileCastGroupKernel(GroupJobs jobs) {
+  __shared__ __align__(16) uint8_t tile[kTile * kStride];
+  const int64_t t = blockIdx.x;
+  int j = 0;
+  while (j + 1 < jobs.n && jobs.job[j + 1].first_tile <= t) ++j;
+  const GroupJob& g = jobs.job[j];
+  const int tid = threadIdx.x;
+  const float s = *g.scale;
+  const int64_t u = t - g.first_tile, tiles_c = g.cols / kTile;
+  if (g.scale_inv && u == 0 && tid == 0) *g.scale_inv = 1.0f / s;
+  const int64_t r0 = u / tiles_c * kTile, c0 = u % tiles_c * kTile;
+  constexpr int kChunks = kTile * kTile / 8;
+  uint32_t m = 0;
+#pragma unroll
+  for (int k = 0; k < kChunks / kThreads; ++k) {
+    const int chunk = tid + kThreads * k;
+    const int r = chunk / 8, c8 = chunk % 8 * 8;
+    float v[8];
+    LoadVec<8>(g.x + (r0 + r) * g.cols + c0 + c8, v);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) m = max(m, AbsBits(v[e]));
+    const uint32_t lo = ToFp8x2<F>(v[0] * s, v[1] * s) | (ToFp8x2<F>(v[2] * s, v[3] * s) << 16);
+    const uint32_t hi = ToFp8x2<F>(v[4] * s, v[5] * s) | (ToFp8x2<F>(v[6] * s, v[7] * s) << 16);
+    if (g.out) *reinterpret_cast<uint2*>(g.out + (r0 + r) * g.cols + c0 + c8) = make_uint2(lo, hi);
+    uint32_t* row = reinterpret_cast<uint32_t*>(tile + r * kStride + c8);
+    row[0] = lo;
+    row[1] = hi;
+  }
+  if (g.out_t) {  // uniform over the block
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < kChunks / kThreads; ++k) {
+      const int chunk = tid + kThreads * k;
+      const int c = chunk / 8, r8 = chunk % 8 * 8;
+      uint32_t lo = 0, hi = 0;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        lo |= uint32_t{tile[(r8 + e) * kStride + c]} << (8 * e);
+        hi |= uint32_t{tile[(r8 + 4 + e) * kStride + c]} << (8 * e);
+      }
+      *reinterpret_cast<uint2*>(g.out_t + (c0 + c) * g.rows + r0 + r8) = make_uint2(lo, hi);
+    }
+  }
+  if (g.amax) BlockAmaxToGlobal(m, g.amax);
+}
+
 // Whether the tile kernel takes a [rows, tile_cols] problem with these buffers.
 inline bool TileShapeOk(int64_t rows, int64_t tile_cols, const void* out, const void* out_t) {
   return rows % kTile == 0 && tile_cols % kTile == 0 && IsAligned(out, 8) && IsAligned(out_t, 8);

@@ -1093,11 +1093,9 @@ Status CudaModel::CastLayerWeights(int layer, cudaStream_t s) {
   const BlockOffsets& o = layout_.block;
   const bf16* w = UnitParams(layout_.block_unit(layer));
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
-  Fp8Linears& f8 = *buf_->fp8;
-  FORGE_RETURN_IF_ERROR(f8.CastWeight(layer, LinearKind::kQkv, w + o.wqkv, s));
-  FORGE_RETURN_IF_ERROR(f8.CastWeight(layer, LinearKind::kOut, w + o.wo, s));
-  FORGE_RETURN_IF_ERROR(f8.CastWeight(layer, LinearKind::kGateUp, w + o.w_gate_up, s));
-  return f8.CastWeight(layer, LinearKind::kDown, w + o.w_down, s);
+  // In LinearKind order: qkv, out, gate/up, down.
+  return buf_->fp8->CastLayerWeights(layer, {w + o.wqkv, w + o.wo, w + o.w_gate_up, w + o.w_down},
+                                     s);
 }
 
 }  // namespace forge

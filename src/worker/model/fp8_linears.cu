@@ -210,6 +210,26 @@ Status Fp8Linears::CastWeight(int layer, LinearKind k, const bf16* w, cudaStream
               shape_[ki].out, shape_[ki].in, s);
 }
 
+Status Fp8Linears::CastLayerWeights(int layer, const std::array<const bf16*, kLinearKinds>& w,
+                                    cudaStream_t s) {
+  std::array<cuda::Fp8CastJob, kLinearKinds> jobs{};
+  for (int ki = 0; ki < kLinearKinds; ++ki) {
+    const Linear& li = lin_[size_t(kLinearKinds) * layer + ki];
+    const int64_t i = 2 * (int64_t{kLinearKinds} * layer + ki);
+    jobs[ki] = cuda::Fp8CastJob{w[ki], li.w8, li.w8t, shape_[ki].out, shape_[ki].in,
+                                e4m3_.scale + i * kStride, e4m3_.amax + i * kStride,
+                                e4m3_.scale_inv + i * kStride};
+  }
+  // Casts that measure first (current recipe, first step) go one by one (Cast's probe).
+  if (measuring() || !cuda::CastTransposeGroupSupported(jobs.data(), kLinearKinds)) {
+    for (int ki = 0; ki < kLinearKinds; ++ki) {
+      FORGE_RETURN_IF_ERROR(CastWeight(layer, LinearKind(ki), w[ki], s));
+    }
+    return Status::Ok();
+  }
+  return cuda::CastTransposeGroupToFp8(jobs.data(), kLinearKinds, DType::kE4M3, s);
+}
+
 Status Fp8Linears::CastInput(int layer, LinearKind k, int set, const bf16* x, cudaStream_t s) {
   const int ki = int(k);
   return Cast(e4m3_, 2 * (int64_t{kLinearKinds} * layer + ki) + 1, DType::kE4M3, x8_,

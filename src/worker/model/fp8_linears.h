@@ -91,6 +91,10 @@ class Fp8Linears {
   // W8 and W8t of (layer, kind) from the BF16 weight w [out, in] (the compute copy, or the
   // gathered unit under fsdp): once per step, before the layer's first forward.
   Status CastWeight(int layer, LinearKind k, const cuda::bf16* w, cudaStream_t s);
+  // All four of a layer's weights (by LinearKind) at once: one launch on a delayed step
+  // (CastTransposeGroupToFp8, bit for bit the four CastWeight calls), else CastWeight each.
+  Status CastLayerWeights(int layer, const std::array<const cuda::bf16*, kLinearKinds>& w,
+                          cudaStream_t s);
   // x [N, in] -> x8 (scratch for the forward GEMM) and x8t of act set `set`.
   Status CastInput(int layer, LinearKind k, int set, const cuda::bf16* x, cudaStream_t s);
   // dy [N, out] -> dy8 and dy8t of the kind.
