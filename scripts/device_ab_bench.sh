@@ -1,19 +1,15 @@
 #!/bin/bash
 # A/B of two builds on one GPU in one device call: the GPU tests of the new build (FILTER, default
-# every test; multi-GPU ones skip on one GPU), then forge-bench gpt350m B ${B:-16} --steps 30 with
+# every test; multi-GPU ones skip on one GPU; SKIP_SUITE=1 leaves them out), then forge-bench gpt350m B ${B:-16} --steps 30 with
 # the base build (.device/bin/forge-bench-base: copy the other build's forge-bench there before
 # packing) and the new one (.device/bin/forge-bench), alternated, ROUNDS rounds, for each of
 # PRECISIONS (bf16, fp8, fp8lm = FP8 with the FP8 LM head). One JSON line per run in
 # $OUT/ab.jsonl, a summary line per run on stdout.
 set -u
 cd "$(dirname "$0")/.."
-out=${OUT:-/tmp/out}; mkdir -p "$out"; B=${B:-16}
-nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
-if [ -z "${SKIP_TESTS:-}" ]; then
-  timeout ${TESTS_S:-300} .device/run forge_gpu_tests --gtest_brief=1 ${FILTER:+--gtest_filter=$FILTER} \
-    > "$out/tests.txt" 2>&1
-  echo "tests rc $?"; grep -E "^\[  FAILED|PASSED|SKIPPED \]|Failure" "$out/tests.txt" | head -20
-fi
+source scripts/device_gpu_preamble.sh
+B=${B:-16}
+[ -n "${SKIP_SUITE:-}" ] || suite --gtest_brief=1 ${FILTER:+--gtest_filter=$FILTER}
 flags() {
   case $1 in
     bf16) echo "--precision bf16" ;;

@@ -2,6 +2,7 @@
 # unpacked into $FORGE_DATA_DIR). acc_config NAME COMPUTE LM_HEAD [FAST_ACCUM] writes
 # /tmp/acc_NAME.yaml, gpt124m with validation every 100 steps, global batch 16, STEPS steps;
 # acc_run NAME trains it and copies its metrics to $out/NAME.jsonl.
+STEPS=${STEPS:-2000}
 export FORGE_DATA_DIR=/tmp/fd
 mkdir -p $FORGE_DATA_DIR && tar -xJf .devdata/full.tar.xz -C $FORGE_DATA_DIR
 acc_config() {

@@ -8,14 +8,8 @@
 # Benches (~5 min) and both accuracy runs (~7 min) do not fit one 10-minute call: ACC="" first.
 set -u
 cd "$(dirname "$0")/.."
-out=${OUT:-/tmp/out}
-mkdir -p "$out"
-STEPS=${STEPS:-2000}
-nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
-if [ -z "${SKIP_SUITE:-}" ]; then
-  timeout 200 .device/run forge_gpu_tests --gtest_filter='*Fp8*:*fp8*:GpuGemm*' > "$out/suite.txt" 2>&1
-  grep -E "^\[  FAILED|PASSED|SKIPPED \]|tests ran|Failure" "$out/suite.txt" | head -20
-fi
+source scripts/device_gpu_preamble.sh
+[ -n "${SKIP_SUITE:-}" ] || SUITE_S=200 suite --gtest_filter='*Fp8*:*fp8*:GpuGemm*'
 bench() {  # config micro-batch fast_accum
   .device/run forge-bench --config configs/$1.yaml --micro-batch $2 --steps 30 --precision fp8 \
     --fp8-lm-head 1 --fp8-fast-accum $3 2>&1 | grep '^{' | tee -a "$out/bench.jsonl" |

@@ -6,10 +6,7 @@
 # suite.txt, bench.jsonl, {bf16,fp8,fp8lm}.jsonl (the runs' metrics).
 set -u
 cd "$(dirname "$0")/.."
-out=${OUT:-/tmp/out}
-mkdir -p "$out"
-STEPS=${STEPS:-2000}
-nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
+source scripts/device_gpu_preamble.sh
 timeout 300 .device/run forge_gpu_tests > "$out/suite.txt" 2>&1
 grep -E "^\[  FAILED|PASSED|SKIPPED \]|tests ran|Failure|worst" "$out/suite.txt" | grep -v "SKIPPED \] Modes\|SKIPPED \] Nccl" | head -40
 bench() {  # config lm_head

@@ -4,12 +4,9 @@
 # fprop / fprop_dgrad (ROUNDS rounds, alternated). Results under $OUT (suite.txt, bench.jsonl).
 set -u
 cd "$(dirname "$0")/.."
-out=${OUT:-/tmp/out}; mkdir -p "$out"; B=${B:-16}
-nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
-if [ -z "${SKIP_SUITE:-}" ]; then
-  timeout ${SUITE_S:-300} .device/run forge_gpu_tests --gtest_brief=1 ${FILTER:+--gtest_filter=$FILTER} > "$out/suite.txt" 2>&1
-  echo "suite rc $?"; grep -E "^\[  FAILED|PASSED|SKIPPED \]|tests ran|Failure" "$out/suite.txt" | head -30
-fi
+source scripts/device_gpu_preamble.sh
+B=${B:-16}
+[ -n "${SKIP_SUITE:-}" ] || suite --gtest_brief=1 ${FILTER:+--gtest_filter=$FILTER}
 bench() {  # label, forge-bench flags
   local label=$1; shift
   timeout 60 .device/run forge-bench --config configs/gpt350m.yaml --micro-batch $B --steps 30 "$@" 2>&1 |

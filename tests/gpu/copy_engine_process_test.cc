@@ -26,13 +26,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "common/file_io.h"
 #include "nccl_test_util.h"
 #include "tiny_gpu_config.h"
 #include "worker/parallel/nccl_comm.h"
@@ -60,13 +60,6 @@ nlohmann::json RunJson(const std::string& cmd, std::string* output) {
     at = end + 1;
   }
   return nullptr;
-}
-
-std::string ReadAll(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 // ---- one rank (a child process of CopyEngineProcesses.*) -------------------------------------
@@ -194,11 +187,16 @@ std::vector<RankResult> RunRankProcesses(const std::string& scenario, int world)
   }
   cmd += "wait";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  // A file the rank's shell never wrote reads as empty (rc -1).
+  auto read = [&](const std::string& name) {
+    StatusOr<std::string> text = ReadSmallFile((dir / name).string());
+    return text.ok() ? std::move(text).value() : std::string();
+  };
   std::vector<RankResult> out(static_cast<size_t>(world));
   for (int r = 0; r < world; ++r) {
-    const std::string rc = ReadAll(dir / ("rank" + std::to_string(r) + ".rc"));
+    const std::string rc = read("rank" + std::to_string(r) + ".rc");
     out[r].rc = rc.empty() ? -1 : std::atoi(rc.c_str());
-    out[r].log = ReadAll(dir / ("rank" + std::to_string(r) + ".log"));
+    out[r].log = read("rank" + std::to_string(r) + ".log");
   }
   fs::remove_all(dir);
   return out;

@@ -79,10 +79,11 @@ CeAllReduce::~CeAllReduce() {
   for (cudaStream_t s : lanes_) {
     if (s) cudaStreamSynchronize(s);
   }
-  for (size_t p = 0; p < ipc_mapped_.size(); ++p) {
-    if (!ipc_mapped_[p]) continue;
-    if (peer_base_[p]) cudaIpcCloseMemHandle(peer_base_[p]);
-    if (peer_flags_[p]) cudaIpcCloseMemHandle(peer_flags_[p]);
+  // A peer's two mappings are stored together, once both opened (MapPeers).
+  for (size_t p = 0; p < peer_base_.size(); ++p) {
+    if (int(p) == rank_ || peer_base_[p] == nullptr) continue;
+    cudaIpcCloseMemHandle(peer_base_[p]);
+    cudaIpcCloseMemHandle(peer_flags_[p]);
   }
   for (cudaEvent_t e : lane_done_) {
     if (e) cudaEventDestroy(e);
@@ -195,7 +196,6 @@ Status CeAllReduce::Init(int rank, int world, int device, float* base, int64_t c
 Status CeAllReduce::MapPeers(const std::vector<uint8_t>& blobs, size_t blob_bytes) {
   peer_base_.assign(size_t(world_), nullptr);
   peer_flags_.assign(size_t(world_), nullptr);
-  ipc_mapped_.assign(size_t(world_), false);
   PeerBlob me;
   std::memcpy(&me, blobs.data() + blob_bytes * size_t(rank_), sizeof me);
   peer_base_[rank_] = base_;
@@ -238,7 +238,6 @@ Status CeAllReduce::MapPeers(const std::vector<uint8_t>& blobs, size_t blob_byte
     }
     peer_base_[p] = static_cast<float*>(pb);
     peer_flags_[p] = static_cast<uint64_t*>(pf);
-    ipc_mapped_[p] = true;
   }
   return Status::Ok();
 }
@@ -294,11 +293,6 @@ Status CeAllReduce::Await(cudaStream_t s, int kind, uint64_t value) {
   return Status::Ok();
 }
 
-Status CeAllReduce::Copy(float* dst, const float* src, size_t bytes, cudaStream_t s) {
-  FORGE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s));
-  return Status::Ok();
-}
-
 void CeAllReduce::Release() {
   // GEQ compares cyclically ((int64)(flag - value) >= 0): far ahead, not UINT64_MAX.
   for (int i = 0; i < 2 * world_; ++i) release_values_[i] = seq_ + (uint64_t{1} << 62);
@@ -322,7 +316,9 @@ Status CeAllReduce::Enqueue(float* buf, int64_t n, cudaStream_t s) {
   if (len > 0) {
     // 2. Pull this rank's chunk of every peer, one lane each (they run side by side).
     FORGE_RETURN_IF_ERROR(OnLanes(s, [&](int p, cudaStream_t lane) {
-      return Copy(scratch_ + p * chunk_cap_, peer_base_[p] + off + lo, bytes, lane);
+      FORGE_CUDA_CHECK(cudaMemcpyAsync(scratch_ + p * chunk_cap_, peer_base_[p] + off + lo,
+                                       bytes, cudaMemcpyDeviceToDevice, lane));
+      return Status::Ok();
     }));
     // 3. The sum, in rank order, into this rank's own chunk.
     Sources src{};
@@ -337,7 +333,8 @@ Status CeAllReduce::Enqueue(float* buf, int64_t n, cudaStream_t s) {
     // 4. Push the sum to every peer; each lane then sets its peer's done flag (fenced after
     // the copy). The stream waits for the lanes: the chunk they read is this rank's gradient.
     FORGE_RETURN_IF_ERROR(OnLanes(s, [&](int p, cudaStream_t lane) {
-      FORGE_RETURN_IF_ERROR(Copy(peer_base_[p] + off + lo, buf + lo, bytes, lane));
+      FORGE_CUDA_CHECK(cudaMemcpyAsync(peer_base_[p] + off + lo, buf + lo, bytes,
+                                       cudaMemcpyDeviceToDevice, lane));
       return Signal(lane, p, kDone, seq);
     }));
   } else {

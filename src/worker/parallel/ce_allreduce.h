@@ -79,16 +79,14 @@ class CeAllReduce {
   // work(p, lane) on every peer's lane, forked from `s` and joined back into it.
   Status OnLanes(cudaStream_t s, const std::function<Status(int peer, cudaStream_t lane)>& work);
   Status Await(cudaStream_t s, int kind, uint64_t value);
-  Status Copy(float* dst, const float* src, size_t bytes, cudaStream_t s);
 
   int rank_ = 0, world_ = 1, device_ = 0;
   float* base_ = nullptr;
   int64_t count_ = 0, chunk_cap_ = 0;
   uint64_t* flags_ = nullptr;            // [2][world]: ready, done (this rank's, peers write)
   float* scratch_ = nullptr;             // [world][chunk_cap] (this rank's slot unused)
-  std::vector<float*> peer_base_;        // mapped; this rank's entry is base_
-  std::vector<uint64_t*> peer_flags_;    // mapped; this rank's entry is flags_
-  std::vector<bool> ipc_mapped_;         // close with cudaIpcCloseMemHandle
+  std::vector<float*> peer_base_;        // CUDA IPC mappings (null until opened); [rank_] base_
+  std::vector<uint64_t*> peer_flags_;    // the same for the flags; [rank_] flags_
   std::vector<cudaStream_t> lanes_;      // one copy-engine lane per peer
   std::vector<cudaEvent_t> lane_done_;
   cudaEvent_t fork_ = nullptr;

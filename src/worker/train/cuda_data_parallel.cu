@@ -181,10 +181,6 @@ Status CudaDataParallel::CommWaitsStream(cudaStream_t s) {
 // event after its last collective covers all of them (timeouts stay with the comm's watchdog).
 Status CudaDataParallel::JoinComm(cudaStream_t compute) {
   FORGE_RETURN_IF_ERROR(IssueWaiting());  // none should be left; never drop one
-  return ComputeWaitsComm(compute);
-}
-
-Status CudaDataParallel::ComputeWaitsComm(cudaStream_t compute) {
   FORGE_CUDA_CHECK(cudaEventRecord(comm_point_, nccl_stream_));
   FORGE_CUDA_CHECK(cudaStreamWaitEvent(compute, comm_point_, 0));
   return Status::Ok();

@@ -117,8 +117,6 @@ class CudaDataParallel {
   // The NCCL stream waits for `e` (recorded on a stream the collective depends on).
   Status CommWaits(cudaEvent_t e);
   Status CommWaitsStream(cudaStream_t s);
-  // The compute stream waits for everything issued on the NCCL stream so far.
-  Status ComputeWaitsComm(cudaStream_t compute);
   // FP8: every rank's amax slots all-gathered and max-reduced in place, so all ranks derive
   // the same scales (and a checkpoint's rank-0 scaling state is every rank's).
   Status ShareFp8Amax(cudaStream_t compute);
