@@ -21,6 +21,7 @@
 #include "model_test_util.h"
 #include "no_gemm_autotune.h"
 #include "tiny_gpu_config.h"
+#include "worker/model/cuda_model.h"
 #include "worker/model/init.h"
 #include "worker/model/param_layout.h"
 #include "worker/train/backend.h"
@@ -44,6 +45,27 @@ using test::ExpectGradientsMatchCpu;
 TEST(GpuModel, GradientsMatchCpu) {
   FORGE_SKIP_WITHOUT_GPU();
   ExpectGradientsMatchCpu(TinyConfig(), 1);
+}
+
+// d 256: 4 heads of 64, so on an sm_90 GPU the QKV projection takes the RoPE-epilogue GEMM and
+// gate/up the SwiGLU-epilogue one (both asked for here; kernels/cuda/gemm_wgmma.cu).
+TEST(GpuModel, EpilogueGemmsGradientsMatchCpu) {
+  FORGE_SKIP_WITHOUT_GPU();
+  RunConfig c = TinyConfig();
+  c.model.d_model = 256;
+  CudaModelOptions mo;
+  mo.micro_batch = c.batch.micro_batch;
+  mo.rope_gemm = mo.swiglu_gemm = true;
+  auto model = CudaModel::Create(c.model, c.optimizer, mo);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  cudaDeviceProp p{};
+  ASSERT_CUDA_OK(cudaGetDeviceProperties(&p, 0));
+  const bool sm90 = p.major == 9 && p.minor == 0;
+  EXPECT_EQ((*model)->rope_gemm_active(), sm90);
+  EXPECT_EQ((*model)->swiglu_gemm_active(), sm90);
+  CudaBackendOptions o;
+  o.rope_gemm = o.swiglu_gemm = true;
+  ExpectGradientsMatchCpu(c, 1, o);
 }
 
 TEST(GpuModel, AccumulatedGradientsMatchCpu) {

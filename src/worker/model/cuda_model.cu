@@ -7,6 +7,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/embedding.cuh"
 #include "kernels/cuda/gemm.cuh"
+#include "kernels/cuda/gemm_wgmma.cuh"
 #include "kernels/cuda/rmsnorm.cuh"
 #include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/sdpa.cuh"
@@ -128,6 +129,9 @@ struct CudaModel::Buffers {
   float* clip_scale = nullptr;                // device scalar
   int64_t* skipped_steps = nullptr;           // device counter (AdamWMultiTensor)
   std::unique_ptr<Fp8Linears> fp8;            // precision fp8 only
+  // CudaModelOptions::rope_gemm / swiglu_gemm where the GPU and shapes allow them.
+  bool rope_gemm = false, swiglu_gemm = false;
+  float2* rope_sin_cos = nullptr;             // [T, hd/2] for the RoPE epilogue
 
   std::vector<bf16*> xs;                      // residual stream: block inputs + final, [N, d]
   std::vector<BlockActs> acts;                // L sets, or 1 with recompute
@@ -365,6 +369,7 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
   }
   FORGE_RETURN_IF_ERROR(alloc(&b.hf, N * d));
   FORGE_RETURN_IF_ERROR(alloc(&b.rstd_f, N));
+  FORGE_RETURN_IF_ERROR(SetUpEpilogueGemms(o));
   const int64_t chunk = std::min<int64_t>(N_, o.lm_head_chunk_rows);
   b.num_logits = o.wgrad_stream ? 2 : 1;
   for (int i = 0; i < b.num_logits; ++i) {
@@ -590,6 +595,31 @@ GemmArgs LinearBackwardWeight(float* dw, const bf16* dy, const bf16* x, int64_t 
 
 // ---- step pieces ---------------------------------------------------------------------------
 
+bool CudaModel::rope_gemm_active() const { return buf_->rope_gemm; }
+bool CudaModel::swiglu_gemm_active() const { return buf_->swiglu_gemm; }
+
+// Our own GEMM (sm_90a only) takes the QKV and gate/up projections of BF16 steps where the
+// shapes fit its 128 x 256 tiles and its RoPE epilogue's head width; otherwise (or when the
+// options are off) cuBLASLt and the separate RoPE/SwiGLU kernels run, with the same results.
+Status CudaModel::SetUpEpilogueGemms(const CudaModelOptions& o) {
+  Buffers& b = *buf_;
+  int dev = 0;
+  cudaDeviceProp prop{};
+  FORGE_CUDA_CHECK(cudaGetDevice(&dev));
+  FORGE_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  const bool hopper = prop.major == 9 && prop.minor == 0;
+  const bool rows = N_ % 128 == 0 && d_ % 64 == 0;
+  b.rope_gemm = o.rope_gemm && hopper && rows && hd_ == 64 && qkv_dim_ % 256 == 0 &&
+                (int64_t{H_ + KV_} * hd_) % 256 == 0;
+  b.swiglu_gemm = o.swiglu_gemm && hopper && rows && (2 * int64_t{ffn_}) % 256 == 0;
+  if (!b.rope_gemm) return Status::Ok();
+  FORGE_RETURN_IF_ERROR(DeviceAlloc("cuda model", &b.allocations, &allocated_bytes_,
+                                    &b.rope_sin_cos, size_t(T_) * (hd_ / 2)));
+  FORGE_RETURN_IF_ERROR(cuda::RopeSinCosTable(b.rope_sin_cos, T_, hd_, m_.rope_theta, nullptr));
+  FORGE_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+  return Status::Ok();
+}
+
 Status CudaModel::ZeroGrads(cudaStream_t stream) {
   if (o_.shard_params) return Status::Precondition("cuda model: ZeroGrads with fsdp");
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kCopy, stream));
@@ -643,11 +673,31 @@ Status CudaModel::BlockForward(int layer, int set, const BlockActs& a, const bf1
     return linear(k, y, h, weight_offset, out, d_, nullptr);
   };
 
-  FORGE_RETURN_IF_ERROR(
-      norm_linear(LinearKind::kQkv, x_in, o.attn_norm, a.h1, a.rstd1, a.qkv, o.wqkv, qkv_dim_));
-  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
-  FORGE_RETURN_IF_ERROR(
-      cuda::RopeApply(a.qkv, Bm, T_, H_, KV_, hd_, m_.rope_theta, /*inverse=*/false, s));
+  // RMSNorm into h, then our own GEMM of h with epilogue `e` (BF16 steps, see rope_gemm).
+  auto norm_epilogue_gemm = [&](cuda::WgmmaGemmArgs g, const bf16* x, int64_t norm_offset,
+                                bf16* h, float* rstd) -> Status {
+    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
+    FORGE_RETURN_IF_ERROR(
+        cuda::RmsNormForward(h, rstd, x, w + norm_offset, N_, d_, m_.norm_eps, s));
+    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdGemm, s));
+    g.M = N_, g.K = d_, g.A = h;
+    return cuda::WgmmaGemmBf16(g, s);
+  };
+
+  if (f8 == nullptr && b.rope_gemm) {
+    cuda::WgmmaGemmArgs g;
+    g.N = qkv_dim_, g.B = w + o.wqkv, g.D = a.qkv;
+    g.epilogue = cuda::WgmmaEpilogue::kRope;
+    g.epi.rope_sin_cos = b.rope_sin_cos, g.epi.T = T_, g.epi.hd = hd_;
+    g.epi.rot_cols = (H_ + KV_) * hd_;
+    FORGE_RETURN_IF_ERROR(norm_epilogue_gemm(g, x_in, o.attn_norm, a.h1, a.rstd1));
+  } else {
+    FORGE_RETURN_IF_ERROR(norm_linear(LinearKind::kQkv, x_in, o.attn_norm, a.h1, a.rstd1, a.qkv,
+                                      o.wqkv, qkv_dim_));
+    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
+    FORGE_RETURN_IF_ERROR(
+        cuda::RopeApply(a.qkv, Bm, T_, H_, KV_, hd_, m_.rope_theta, /*inverse=*/false, s));
+  }
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdAttention, s));
   FORGE_RETURN_IF_ERROR(b.sdpa.Forward(b.sdpa_shape, a.qkv, a.att, a.stats, s));
   // x_mid = x_in + att Wo^T: the residual add rides on the GEMM (C = x_in, beta = 1); x_in
@@ -655,15 +705,23 @@ Status CudaModel::BlockForward(int layer, int set, const BlockActs& a, const bf1
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdGemm, s));
   FORGE_RETURN_IF_ERROR(
       linear(LinearKind::kOut, a.x_mid, a.att, o.wo, d_, H_ * hd_, /*residual=*/x_in));
-  FORGE_RETURN_IF_ERROR(norm_linear(LinearKind::kGateUp, a.x_mid, o.mlp_norm, a.h2, a.rstd2, a.gu,
-                                    o.w_gate_up, 2 * ffn_));
-  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
   // FP8 on a delayed step: SwiGLU writes the down projection's FP8 input itself (no bf16 sw).
   const bool fused = f8 != nullptr && f8->fuse_swiglu();
-  if (fused) {
-    FORGE_RETURN_IF_ERROR(f8->SwiGluForwardToInput(layer, set, a.gu, s));
+  if (f8 == nullptr && b.swiglu_gemm) {
+    cuda::WgmmaGemmArgs g;
+    g.N = 2 * int64_t{ffn_}, g.B = w + o.w_gate_up, g.D = a.sw;
+    g.epilogue = cuda::WgmmaEpilogue::kSwiGlu;
+    g.epi.gu = a.gu, g.epi.ffn = ffn_;
+    FORGE_RETURN_IF_ERROR(norm_epilogue_gemm(g, a.x_mid, o.mlp_norm, a.h2, a.rstd2));
   } else {
-    FORGE_RETURN_IF_ERROR(cuda::SwiGluForward(a.sw, a.gu, N_, ffn_, s));
+    FORGE_RETURN_IF_ERROR(norm_linear(LinearKind::kGateUp, a.x_mid, o.mlp_norm, a.h2, a.rstd2,
+                                      a.gu, o.w_gate_up, 2 * ffn_));
+    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
+    if (fused) {
+      FORGE_RETURN_IF_ERROR(f8->SwiGluForwardToInput(layer, set, a.gu, s));
+    } else {
+      FORGE_RETURN_IF_ERROR(cuda::SwiGluForward(a.sw, a.gu, N_, ffn_, s));
+    }
   }
   if (x_out == nullptr) {
     // Recompute in backward: the output is not needed, but FP8's dWdown reads sw's cast.

@@ -63,6 +63,12 @@ struct CudaModelOptions {
   // scaling (worker/model/fp8_linears.h); everything else stays BF16/FP32.
   bool fp8 = false;
   Fp8Config fp8_config;
+  // BF16 steps on Hopper: the QKV projection runs our own GEMM (kernels/cuda/gemm_wgmma.cu)
+  // with RoPE in its epilogue, and the gate/up projection with SwiGLU in its epilogue, instead
+  // of cuBLASLt + a separate pass. Bitwise the same results; used only where the shapes fit
+  // (head width 64, 128-row token blocks, ...), else the separate path runs.
+  bool rope_gemm = true;
+  bool swiglu_gemm = false;
 };
 
 // Per-unit callbacks for a data-parallel layer, called on the host while the model enqueues a
@@ -152,6 +158,9 @@ class CudaModel {
   int64_t tokens_per_micro() const { return N_; }  // B*T
   // Bytes this model allocated (buffers and library workspaces it asked for).
   size_t allocated_bytes() const { return allocated_bytes_; }
+  // Whether BF16 steps take the RoPE- / SwiGLU-epilogue GEMMs (options, GPU and shapes).
+  bool rope_gemm_active() const;
+  bool swiglu_gemm_active() const;
 
   // Host <-> device, ordered on `stream` and synchronised before returning. Host buffers must
   // have the layout's unit sizes (Invalid otherwise). UploadParams also refreshes the bf16 copy.
@@ -239,6 +248,8 @@ class CudaModel {
                       const cuda::bf16* dout, const cuda::bf16* x, const cuda::bf16* w,
                       const float* rstd, bool accumulate_dx, bool accumulate_dw,
                       cudaStream_t stream);
+  // Decides Buffers::rope_gemm / swiglu_gemm and builds the RoPE table (Init).
+  Status SetUpEpilogueGemms(const CudaModelOptions& o);
   // FP8: layer l's weights into their FP8 copies (the first forward of a step or an eval).
   Status CastLayerWeights(int layer, cudaStream_t stream);
   // After AdamW: the FP8 scale update (no-op in BF16).

@@ -171,6 +171,8 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
   mo.deterministic_attention = options.deterministic_attention;
   mo.lm_head_chunk_rows = options.lm_head_chunk_rows;
   mo.wgrad_stream = options.wgrad_stream;
+  mo.rope_gemm = options.rope_gemm;
+  mo.swiglu_gemm = options.swiglu_gemm;
   mo.wgrad_stream_priority = wgrad_priority;
   mo.fp8 = cfg.precision.compute == Precision::kFp8;
   mo.fp8_config = cfg.precision.fp8;
@@ -589,6 +591,8 @@ CudaBackendOptions CudaBackendOptionsFromEnv() {
   if (EnvIsZero("FORGE_CUDA_GRAPH")) o.use_graph = false;
   if (EnvIsZero("FORGE_CUDA_DETERMINISTIC")) o.deterministic_attention = false;
   if (EnvIsZero("FORGE_CUDA_WGRAD_STREAM")) o.wgrad_stream = false;
+  if (const char* v = std::getenv("FORGE_CUDA_ROPE_GEMM")) o.rope_gemm = std::strcmp(v, "0") != 0;
+  if (const char* v = std::getenv("FORGE_CUDA_SWIGLU_GEMM")) o.swiglu_gemm = std::strcmp(v, "0") != 0;
   if (const char* v = std::getenv("FORGE_CUDA_WGRAD_PRIORITY")) {
     if (std::strcmp(v, "low") == 0) o.wgrad_priority = -1;
     else if (std::strcmp(v, "same") == 0) o.wgrad_priority = 0;

@@ -1,0 +1,480 @@
+// BF16 GEMM of our own on Hopper's warpgroup MMA: D[M, N] = A[M, K] * B[N, K]^T (both K-major,
+// the layout of a linear layer's forward, Y = X W^T), FP32 accumulation, BF16 out.
+//
+// Why a GEMM of our own at all: cuBLASLt has no epilogue for SwiGLU or RoPE, so those run as
+// separate passes over the GEMM's output (docs/benchmarks.md). This kernel is the base such
+// epilogues would be fused into; it only pays if its main loop keeps up with cuBLASLt's.
+//
+// Shape of the kernel (one CTA per 128x256 output tile):
+// - one producer warpgroup: a single thread streams K-tiles of A (128x64) and B (256x64) into a
+//   4-stage shared-memory ring with the tensor copy engine (TMA, 128-byte swizzle), each stage
+//   completing on its `full` mbarrier;
+// - two consumer warpgroups, each owning 64 rows x 256 columns of the tile: wgmma
+//   m64n256k16 straight from the swizzled shared memory (4 per K-tile), then they release the
+//   stage through its `empty` mbarrier once the MMAs that read it have completed.
+// 4 stages x 48 KiB = 192 KiB of shared memory: one CTA per SM.
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/gemm_wgmma.cuh"
+#include "kernels/cuda/rope_math.cuh"
+#include "kernels/cuda/swiglu_math.cuh"
+
+namespace forge::cuda {
+namespace {
+
+constexpr int kBM = 128, kBN = 256, kBK = 64, kStages = 3;
+constexpr int kConsumers = 2;
+constexpr int kThreads = 128 * (kConsumers + 1);
+constexpr int kTileBytesA = kBM * kBK * 2;
+constexpr int kTileBytesB = kBN * kBK * 2;
+constexpr int kStageBytes = kTileBytesA + kTileBytesB;
+// Each consumer's output tile (64 x 256 bf16) is staged in shared memory for the TMA store, as
+// four 64-column chunks of 64 rows x 128 bytes in the 128-byte swizzle.
+constexpr int kOutChunkBytes = 64 * 128;
+constexpr int kOutBytes = kConsumers * 4 * kOutChunkBytes;
+// The swizzled tiles need 1024-byte alignment; the dynamic buffer is aligned by hand.
+constexpr int kSmemBytes = kStages * kStageBytes + kOutBytes + 1024 + 2 * kStages * 8;
+
+__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void MbarInit(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(SmemAddr(bar)), "r"(count));
+}
+
+__device__ __forceinline__ void MbarExpectTx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(SmemAddr(bar)),
+               "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void MbarArrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(SmemAddr(bar)) : "memory");
+}
+
+__device__ __forceinline__ void MbarWait(uint64_t* bar, uint32_t parity) {
+  const uint32_t addr = SmemAddr(bar);
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n"
+        "}\n"
+        : "=r"(done)
+        : "r"(addr), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+__device__ __forceinline__ void TmaLoad2d(void* dst, const CUtensorMap* map, uint64_t* bar, int x,
+                                          int y) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4}], [%2];" ::"r"(SmemAddr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(SmemAddr(bar)), "r"(x), "r"(y)
+      : "memory");
+}
+
+// Shared-memory matrix descriptor of a K-major tile written by TMA with the 128-byte swizzle:
+// rows of 64 bf16 (128 bytes), 8-row groups 1024 bytes apart (stride byte offset); the leading
+// byte offset is unused for this swizzle.
+__device__ __forceinline__ uint64_t SmemDesc(const void* p) {
+  const uint64_t addr = SmemAddr(p);
+  uint64_t desc = (addr & 0x3FFFF) >> 4;
+  desc |= uint64_t(1) << 16;
+  desc |= uint64_t(1024 >> 4) << 32;
+  desc |= uint64_t(1) << 62;
+  return desc;
+}
+
+__device__ __forceinline__ void WgmmaFence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void WgmmaCommit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void WgmmaWait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void WgmmaM64N256K16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+      "}, "
+      "%128, %129, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+
+__device__ __forceinline__ void TmaStore2d(const CUtensorMap* map, const void* src, int x, int y) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(SmemAddr(src)), "r"(x), "r"(y)
+               : "memory");
+}
+
+// Named barrier over one consumer warpgroup (ids 1 and 2; 0 is __syncthreads).
+__device__ __forceinline__ void WarpgroupBarrier(int wg) {
+  asm volatile("bar.sync %0, 128;" ::"r"(wg + 1) : "memory");
+}
+
+// Byte offset of the bf16 pair at (row, column 8 * unit + 2 * quad) in a staged 64-column chunk
+// (128-byte rows, 128-byte swizzle: the 16-byte unit is XORed with row % 8, as TMA expects; a
+// warp's 8 rows x 4 quads then land on 32 different banks).
+__device__ __forceinline__ uint32_t StagedOffset(int row, int unit, int quad) {
+  return uint32_t(row * 128 + ((unit ^ (row % 8)) * 16) + quad * 4);
+}
+
+__device__ __forceinline__ uint32_t Bf16Bits(float lo, float hi) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  uint32_t bits;
+  memcpy(&bits, &h, 4);
+  return bits;
+}
+
+__device__ __forceinline__ float2 Bf16Round2(float lo, float hi) {
+  return __bfloat1622float2(__floats2bfloat162_rn(lo, hi));
+}
+
+// Persistent: CTA b takes tiles b, b + gridDim.x, ... in row-major tile order (N fastest), so
+// the CTAs in flight share a few 128-row bands of A and all of B stays in L2. The producer runs
+// ahead across tile boundaries, so the next tile's first stages load during the epilogue; the
+// epilogue stages the tile in shared memory and stores it with TMA (asynchronously: the
+// consumer waits for that store's smem reads only at its next epilogue).
+//
+// Epilogues (each rounds the fp32 accumulator to bf16 first, then applies the same device math
+// on the same bf16 values as the separate kernel it replaces, so the results are bitwise those
+// of cuBLASLt's GEMM followed by that kernel whenever the GEMMs agree):
+// - kPlain: D = A B^T.
+// - kRope: D = A B^T with columns < rot_cols rotated pairwise (rope.cu's math; pairs are
+//   adjacent columns, head width 64, position = row % T, sin/cos from a [T, 32] table).
+// - kSwiGlu: B = [gate; up] (2*ffn rows); tile n covers gate rows n*128.. and the same up rows,
+//   so a thread holds g and u of the same column: gu (bf16, [M, 2*ffn]) is written as the
+//   GEMM's output would be, and D = silu(g) * u ([M, ffn], swiglu.cu's math). The staging
+//   buffer holds one of the two at a time (3 stages + 48 KiB a warpgroup would not fit), so
+//   h waits for gu's stores to have left shared memory.
+template <WgmmaEpilogue kEpi>
+__global__ void __launch_bounds__(kThreads, 1)
+    WgmmaGemmKernel(const __grid_constant__ CUtensorMap map_a,
+                    const __grid_constant__ CUtensorMap map_b,
+                    const __grid_constant__ CUtensorMap map_d,
+                    const __grid_constant__ CUtensorMap map_d2, WgmmaEpilogueArgs ea, int tiles_n,
+                    int tiles, int k) {
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
+                                             ~uintptr_t(1023));
+  uint8_t* out_smem = smem + kStages * kStageBytes;
+  uint64_t* full = reinterpret_cast<uint64_t*>(out_smem + kOutBytes);
+  uint64_t* empty = full + kStages;
+  const int wg = threadIdx.x / 128;
+  const int ktiles = k / kBK;
+  constexpr bool swiglu = kEpi == WgmmaEpilogue::kSwiGlu;
+  constexpr int bn = swiglu ? kBN / 2 : kBN;  // output columns per tile
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      MbarInit(&full[s], 1);
+      MbarInit(&empty[s], 128 * kConsumers);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  if (wg == kConsumers) {  // producer: one thread, few registers
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    if (threadIdx.x == kConsumers * 128) {
+      int it = 0;
+      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const int m0 = (tile / tiles_n) * kBM, n0 = (tile % tiles_n) * bn;
+        for (int kt = 0; kt < ktiles; ++kt, ++it) {
+          const int s = it % kStages;
+          if (it >= kStages) MbarWait(&empty[s], ((it / kStages) + 1) & 1);
+          uint8_t* a = smem + s * kStageBytes;
+          MbarExpectTx(&full[s], kStageBytes);
+          TmaLoad2d(a, &map_a, &full[s], kt * kBK, m0);
+          if constexpr (swiglu) {  // the map's box is 128 rows: gate rows, then the same up rows
+            TmaLoad2d(a + kTileBytesA, &map_b, &full[s], kt * kBK, n0);
+            TmaLoad2d(a + kTileBytesA + kTileBytesB / 2, &map_b, &full[s], kt * kBK,
+                      ea.ffn + n0);
+          } else {
+            TmaLoad2d(a + kTileBytesA, &map_b, &full[s], kt * kBK, n0);
+          }
+        }
+      }
+    }
+  } else {
+    // Consumers get the registers the producer gave up (128 accumulators + the epilogue).
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+    const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32, quad = lane % 4;
+    const int row0 = warp * 16 + lane / 4;  // this thread's first row in the warpgroup's 64
+    uint8_t* my_out = out_smem + wg * 4 * kOutChunkBytes;
+    // Stage the pairs (j, half) of columns [64 c, 64 c + 64) of the fragment into chunk c.
+    auto stage = [&](int chunk, int unit, int half, uint32_t bits) {
+      *reinterpret_cast<uint32_t*>(my_out + chunk * kOutChunkBytes +
+                                   StagedOffset(row0 + 8 * half, unit, quad)) = bits;
+    };
+    // Publish the staged chunks to the copy engine, then store `count` of them, chunk c to
+    // columns x(c) of rows [row, row + 64).
+    auto store = [&](const CUtensorMap* map, int count, auto x, int row) {
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      WarpgroupBarrier(wg);
+      if (t == 0) {
+        for (int c = 0; c < count; ++c) TmaStore2d(map, my_out + c * kOutChunkBytes, x(c), row);
+        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+      }
+    };
+    // The staging buffer is free again once the copy engine has read the last stores out.
+    auto await_staging = [&] {
+      if (t == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+      WarpgroupBarrier(wg);
+    };
+    int it = 0;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      const int m0 = (tile / tiles_n) * kBM, n0 = (tile % tiles_n) * bn;
+      const int out_row = m0 + wg * 64;
+      // RoPE: this tile's (sin, cos) loaded before the main loop, so they are in registers by
+      // the epilogue. Head width 64: column 8 j + 2 quad is pair 4 (j % 8) + quad of its head,
+      // so a thread needs 8 pairs at each of its 2 positions.
+      float2 sc[2][8];
+      const bool rotate = kEpi == WgmmaEpilogue::kRope && n0 < ea.rot_cols;
+      if (rotate) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int pos = (out_row + row0 + 8 * half) % ea.T;
+#pragma unroll
+          for (int u = 0; u < 8; ++u) sc[half][u] = ea.rope_sin_cos[pos * 32 + 4 * u + quad];
+        }
+      }
+      float acc[128];
+#pragma unroll
+      for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+      int prev_s = -1;
+      for (int kt = 0; kt < ktiles; ++kt, ++it) {
+        const int s = it % kStages;
+        MbarWait(&full[s], (it / kStages) & 1);
+        const uint8_t* a = smem + s * kStageBytes + wg * 64 * 128;
+        const uint8_t* b = smem + s * kStageBytes + kTileBytesA;
+        const uint64_t da = SmemDesc(a), db = SmemDesc(b);
+        WgmmaFence();
+#pragma unroll
+        for (int kk = 0; kk < kBK / 16; ++kk) {
+          // +32 bytes along K per k16 step: +2 in the descriptor's 16-byte address units.
+          WgmmaM64N256K16(acc, da + 2 * kk, db + 2 * kk, 1);
+        }
+        WgmmaCommit();
+        // Keep this K-tile's MMAs in flight; the previous ones are done, so free their stage.
+        WgmmaWait<1>();
+        if (prev_s >= 0) MbarArrive(&empty[prev_s]);
+        prev_s = s;
+      }
+      WgmmaWait<0>();
+      MbarArrive(&empty[prev_s]);
+
+      // Epilogue. Fragment i of lane l in warp w holds row w*16 + l/4 (+8 for i%4 >= 2) and
+      // column 8*(i/4) + 2*(l%4) + i%2 of this warpgroup's 64 x 256.
+      await_staging();
+      if constexpr (swiglu) {
+        // Columns 0-127 are gate, 128-255 the same columns of up. First gu (bf16, as the
+        // GEMM's output), gate into chunks 0-1 and up into 2-3; keep the rounded values.
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const float2 v = Bf16Round2(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
+            acc[4 * j + 2 * half] = v.x, acc[4 * j + 2 * half + 1] = v.y;
+            stage(j / 8, j % 8, half, Bf16Bits(v.x, v.y));
+          }
+        }
+        store(&map_d2, 4, [&](int c) { return c < 2 ? n0 + 64 * c : ea.ffn + n0 + 64 * (c - 2); },
+              out_row);
+        await_staging();
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const float* g = &acc[4 * j + 2 * half];
+            const float* u = &acc[4 * (j + 16) + 2 * half];
+            stage(j / 8, j % 8, half, Bf16Bits(SwiGluOut(g[0], u[0]), SwiGluOut(g[1], u[1])));
+          }
+        }
+        store(&map_d, 2, [&](int c) { return n0 + 64 * c; }, out_row);
+      } else {
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            float2 v = make_float2(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
+            if (rotate) {
+              v = Bf16Round2(v.x, v.y);
+              v = RopeRotate(v, sc[half][j % 8].x, sc[half][j % 8].y);
+            }
+            stage(j / 8, j % 8, half, Bf16Bits(v.x, v.y));
+          }
+        }
+        store(&map_d, 4, [&](int c) { return n0 + 64 * c; }, out_row);
+      }
+    }
+    if (t == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+  }
+}
+
+// The RoPE table: (sin, cos) of position t and pair i, as rope.cu computes them.
+__global__ void RopeSinCosKernel(float2* __restrict__ out, int T, int hd, float theta) {
+  const int half = hd / 2;
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= T * half) return;
+  float sn, cs;
+  RopeSinCos(static_cast<float>(i / half), RopeFreq(i % half, hd, theta), 1.0f, &sn, &cs);
+  out[i] = make_float2(sn, cs);
+}
+
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                   const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                   const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                   CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+Status EncodeTiledFunction(EncodeTiledFn* fn) {
+  static EncodeTiledFn cached = nullptr;
+  if (!cached) {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    FORGE_CUDA_CHECK(
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q));
+    if (q != cudaDriverEntryPointSuccess || !p)
+      return Status::Internal("cuTensorMapEncodeTiled: not found in the driver");
+    cached = reinterpret_cast<EncodeTiledFn>(p);
+  }
+  *fn = cached;
+  return Status::Ok();
+}
+
+// A [rows, cols] row-major bf16 matrix moved in boxes of box_rows x 64 columns (128 bytes, the
+// 128-byte swizzle's row).
+Status SwizzledMap(EncodeTiledFn encode, const void* base, int64_t rows, int64_t k, int box_rows,
+                   CUtensorMap* map) {
+  const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(k) * 2};
+  const cuuint32_t box[2] = {64, cuuint32_t(box_rows)};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims,
+                            strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    return Status::Internal("cuTensorMapEncodeTiled failed (" + std::to_string(int(r)) +
+                            ") for a " + std::to_string(rows) + "x" + std::to_string(k) +
+                            " operand");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status WgmmaGemmBf16(const WgmmaGemmArgs& args, cudaStream_t stream) {
+  const bool swiglu = args.epilogue == WgmmaEpilogue::kSwiGlu;
+  const int64_t out_n = swiglu ? args.N / 2 : args.N;
+  const std::string shape = " (M=" + std::to_string(args.M) + " N=" + std::to_string(args.N) +
+                            " K=" + std::to_string(args.K) + ")";
+  if (args.M <= 0 || args.M % kBM || args.N % kBN || args.N <= 0 || args.K % kBK || args.K <= 0)
+    return Status::Invalid("WgmmaGemmBf16: M must be a multiple of 128, N of 256, K of 64" +
+                           shape);
+  if (swiglu && (!args.epi.gu || args.epi.ffn * 2 != args.N))
+    return Status::Invalid("WgmmaGemmBf16: SwiGLU needs gu and ffn = N / 2" + shape);
+  if (args.epilogue == WgmmaEpilogue::kRope &&
+      (!args.epi.rope_sin_cos || args.epi.T <= 0 || args.epi.hd != 64 ||
+       args.epi.rot_cols % kBN || args.epi.rot_cols < 0 || args.epi.rot_cols > args.N))
+    return Status::Invalid("WgmmaGemmBf16: RoPE needs its table, T > 0, head width 64 and "
+                           "rotated columns a multiple of 256" + shape);
+  EncodeTiledFn encode = nullptr;
+  FORGE_RETURN_IF_ERROR(EncodeTiledFunction(&encode));
+  CUtensorMap map_a, map_b, map_d, map_d2;
+  FORGE_RETURN_IF_ERROR(SwizzledMap(encode, args.A, args.M, args.K, kBM, &map_a));
+  FORGE_RETURN_IF_ERROR(SwizzledMap(encode, args.B, args.N, args.K, swiglu ? kBN / 2 : kBN, &map_b));
+  FORGE_RETURN_IF_ERROR(SwizzledMap(encode, args.D, args.M, out_n, 64, &map_d));
+  map_d2 = map_d;  // kSwiGlu's second output, gu
+  if (swiglu) FORGE_RETURN_IF_ERROR(SwizzledMap(encode, args.epi.gu, args.M, args.N, 64, &map_d2));
+  // The kernels' shared-memory limit is raised once per process (device 0's attribute also
+  // holds on the others: it is a property of the function); SM count per call (cheap).
+  static const cudaError_t attr = [] {
+    cudaError_t e = cudaSuccess;
+    for (auto* f : {WgmmaGemmKernel<WgmmaEpilogue::kPlain>, WgmmaGemmKernel<WgmmaEpilogue::kRope>,
+                    WgmmaGemmKernel<WgmmaEpilogue::kSwiGlu>}) {
+      if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+    }
+    return e;
+  }();
+  FORGE_CUDA_CHECK(attr);
+  int dev = 0, sms = 0;
+  FORGE_CUDA_CHECK(cudaGetDevice(&dev));
+  FORGE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const int tiles_n = int(out_n / (swiglu ? kBN / 2 : kBN)), tiles = int(args.M / kBM) * tiles_n;
+  const int grid = args.ctas > 0 ? std::min(args.ctas, tiles) : std::min(tiles, sms);
+  const int k = int(args.K);
+  switch (args.epilogue) {
+    case WgmmaEpilogue::kPlain:
+      WgmmaGemmKernel<WgmmaEpilogue::kPlain>
+          <<<grid, kThreads, kSmemBytes, stream>>>(map_a, map_b, map_d, map_d2, args.epi, tiles_n, tiles, k);
+      break;
+    case WgmmaEpilogue::kRope:
+      WgmmaGemmKernel<WgmmaEpilogue::kRope>
+          <<<grid, kThreads, kSmemBytes, stream>>>(map_a, map_b, map_d, map_d2, args.epi, tiles_n, tiles, k);
+      break;
+    case WgmmaEpilogue::kSwiGlu:
+      WgmmaGemmKernel<WgmmaEpilogue::kSwiGlu>
+          <<<grid, kThreads, kSmemBytes, stream>>>(map_a, map_b, map_d, map_d2, args.epi, tiles_n, tiles, k);
+      break;
+  }
+  FORGE_CUDA_LAUNCH_CHECK();
+  return Status::Ok();
+}
+
+Status RopeSinCosTable(float2* out, int T, int hd, float theta, cudaStream_t stream) {
+  if (T <= 0 || hd <= 0 || hd % 2)
+    return Status::Invalid("RopeSinCosTable: bad shape T=" + std::to_string(T) +
+                           " hd=" + std::to_string(hd));
+  const int n = T * (hd / 2);
+  RopeSinCosKernel<<<(n + 255) / 256, 256, 0, stream>>>(out, T, hd, theta);
+  FORGE_CUDA_LAUNCH_CHECK();
+  return Status::Ok();
+}
+
+}  // namespace forge::cuda

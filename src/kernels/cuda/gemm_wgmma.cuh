@@ -1,0 +1,42 @@
+// A BF16 GEMM of our own on Hopper's warpgroup MMA (gemm_wgmma.cu): D = A * B^T, both operands
+// K-major, FP32 accumulation, BF16 out, with the epilogues cuBLASLt does not have (RoPE on the
+// QKV projection, SwiGLU on the gate/up projection), so those passes over the output go away.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common/status.h"
+
+namespace forge::cuda {
+
+enum class WgmmaEpilogue : int { kPlain = 0, kRope = 1, kSwiGlu = 2 };
+
+struct WgmmaEpilogueArgs {
+  // kRope: rotate the pairs of columns < rot_cols (whole heads of width hd) by the angle of
+  // position row % T; rope_sin_cos is RopeSinCosTable's [T, hd/2] (sin, cos).
+  const float2* rope_sin_cos = nullptr;
+  int T = 0, hd = 0, rot_cols = 0;
+  // kSwiGlu: B is [gate; up] ([2*ffn, K]), gu receives A B^T ([M, 2*ffn]) and D silu(g) * u.
+  __nv_bfloat16* gu = nullptr;
+  int ffn = 0;
+};
+
+struct WgmmaGemmArgs {
+  int64_t M = 0, N = 0, K = 0;  // M % 128, N % 256 and K % 64 must be 0
+  const void* A = nullptr;      // [M, K] bf16 row-major
+  const void* B = nullptr;      // [N, K] bf16 row-major
+  void* D = nullptr;            // [M, N] bf16 row-major ([M, N/2] for kSwiGlu)
+  WgmmaEpilogue epilogue = WgmmaEpilogue::kPlain;
+  WgmmaEpilogueArgs epi;
+  int ctas = 0;                 // persistent CTAs (0: one per SM, at most one per tile)
+};
+
+Status WgmmaGemmBf16(const WgmmaGemmArgs& args, cudaStream_t stream);
+
+// RoPE's (sin, cos) for positions [0, T) and pairs [0, hd/2), bitwise as rope.cu computes them.
+Status RopeSinCosTable(float2* out, int T, int hd, float theta, cudaStream_t stream);
+
+}  // namespace forge::cuda

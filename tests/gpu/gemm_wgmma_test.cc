@@ -1,0 +1,205 @@
+// Our own Hopper GEMM (kernels/cuda/gemm_wgmma.cu) against the CPU reference, and its fused
+// epilogues bit for bit against the plain GEMM followed by the kernel each one replaces (so the
+// model's results do not depend on which path ran). Needs an sm_90 GPU (skips elsewhere).
+//
+// Tolerances against the float reference: BF16 output rounding, ||got - ref|| / ||ref|| < 4e-3
+// for the GEMM (inputs are exact in bf16, so only the output rounding and the summation order
+// differ) and 1e-2 after RoPE/SwiGLU (whose inputs are that rounded output).
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "gpu_test_util.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/swiglu.h"
+#include "kernels/cuda/gemm_wgmma.cuh"
+#include "kernels/cuda/rope.cuh"
+#include "kernels/cuda/swiglu.cuh"
+
+namespace forge {
+namespace {
+
+using cuda::bf16;
+using cuda::WgmmaEpilogue;
+using cuda::WgmmaGemmArgs;
+using test::DeviceBuffer;
+
+bool IsSm90() {
+  int dev = 0;
+  cudaDeviceProp p{};
+  return cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&p, dev) == cudaSuccess &&
+         p.major == 9 && p.minor == 0;
+}
+
+#define SKIP_WITHOUT_SM90()                                         \
+  do {                                                              \
+    FORGE_SKIP_WITHOUT_GPU();                                       \
+    if (!IsSm90()) GTEST_SKIP() << "the wgmma GEMM needs an sm_90 GPU"; \
+  } while (0)
+
+// D[M, N] = A[M, K] B[N, K]^T in double.
+std::vector<float> CpuGemm(const std::vector<float>& a, const std::vector<float>& b, int64_t M,
+                           int64_t N, int64_t K) {
+  std::vector<float> d(size_t(M * N));
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t n = 0; n < N; ++n) {
+      double s = 0;
+      for (int64_t k = 0; k < K; ++k) s += double(a[size_t(m * K + k)]) * b[size_t(n * K + k)];
+      d[size_t(m * N + n)] = float(s);
+    }
+  }
+  return d;
+}
+
+std::vector<uint16_t> Bits(const DeviceBuffer<bf16>& d) {
+  const std::vector<bf16> h = d.Download();
+  std::vector<uint16_t> bits(h.size());
+  std::memcpy(bits.data(), h.data(), h.size() * 2);
+  return bits;
+}
+
+int64_t Mismatches(const std::vector<uint16_t>& x, const std::vector<uint16_t>& y) {
+  if (x.size() != y.size()) return -1;
+  int64_t bad = 0;
+  for (size_t i = 0; i < x.size(); ++i) bad += x[i] != y[i];
+  return bad;
+}
+
+bool AllFinite(const std::vector<float>& x) {
+  for (float v : x) {
+    if (!std::isfinite(v)) return false;
+  }
+  return true;
+}
+
+// Random bf16 operands A [M, K] and B [N, K], on the host (as floats) and the device.
+struct Operands {
+  std::vector<float> a, b;
+  DeviceBuffer<bf16> da, db;
+  Operands(int64_t M, int64_t N, int64_t K, uint64_t seed)
+      : a(test::RandomUniformBf16(size_t(M * K), -1.0f, 1.0f, seed)),
+        b(test::RandomUniformBf16(size_t(N * K), -1.0f, 1.0f, seed + 1)),
+        da(test::ToBf16(a)),
+        db(test::ToBf16(b)) {}
+};
+
+WgmmaGemmArgs Args(int64_t M, int64_t N, int64_t K, const Operands& o, void* d) {
+  WgmmaGemmArgs g;
+  g.M = M, g.N = N, g.K = K, g.A = o.da.data(), g.B = o.db.data(), g.D = d;
+  return g;
+}
+
+TEST(GpuWgmmaGemm, MatchesCpuReference) {
+  SKIP_WITHOUT_SM90();
+  struct Shape {
+    int64_t M, N, K;
+  };
+  // One tile; several tiles and K-tiles (more K-tiles than pipeline stages); a long K.
+  for (const Shape s : {Shape{128, 256, 64}, Shape{384, 512, 192}, Shape{256, 768, 1024}}) {
+    SCOPED_TRACE("M=" + std::to_string(s.M) + " N=" + std::to_string(s.N) +
+                 " K=" + std::to_string(s.K));
+    const Operands o(s.M, s.N, s.K, uint64_t(s.M + s.N + s.K));
+    DeviceBuffer<bf16> d(size_t(s.M * s.N));
+    d.Poison();
+    ASSERT_STATUS_OK(cuda::WgmmaGemmBf16(Args(s.M, s.N, s.K, o, d.data()), nullptr));
+    const std::vector<float> got = test::ToFloat(d.Download());
+    ASSERT_TRUE(AllFinite(got)) << "an output element was not written";
+    const std::vector<float> ref = CpuGemm(o.a, o.b, s.M, s.N, s.K);
+    EXPECT_LT(test::RelFrobenius(got, ref), 4e-3);
+
+    // One persistent CTA walks every tile: the pipeline's stage phases carry across tiles and
+    // the staging buffer is reused; the result must not change.
+    DeviceBuffer<bf16> d1(size_t(s.M * s.N));
+    d1.Poison();
+    WgmmaGemmArgs g = Args(s.M, s.N, s.K, o, d1.data());
+    g.ctas = 1;
+    ASSERT_STATUS_OK(cuda::WgmmaGemmBf16(g, nullptr));
+    EXPECT_EQ(Mismatches(Bits(d1), Bits(d)), 0);
+  }
+}
+
+// RoPE in the epilogue == plain GEMM then RopeApply, bit for bit, and close to the CPU's GEMM
+// then RoPE. MHA (4 + 4 + 4 heads of 64) and GQA (8 query heads, 4 KV heads).
+TEST(GpuWgmmaGemm, RopeEpilogueIsGemmThenRopeBitForBit) {
+  SKIP_WITHOUT_SM90();
+  const int B = 2, T = 128, hd = 64, K = 192;
+  const float theta = 10000.0f;
+  const int64_t M = int64_t{B} * T;
+  DeviceBuffer<float2> table(size_t(T) * hd / 2);
+  ASSERT_STATUS_OK(cuda::RopeSinCosTable(table.data(), T, hd, theta, nullptr));
+  for (const auto [H, KV] : {std::pair{4, 4}, std::pair{8, 4}}) {
+    SCOPED_TRACE("H=" + std::to_string(H) + " KV=" + std::to_string(KV));
+    const int64_t N = int64_t{H + 2 * KV} * hd;
+    const Operands o(M, N, K, uint64_t(10 * H + KV));
+    DeviceBuffer<bf16> plain(size_t(M * N)), fused(size_t(M * N));
+    ASSERT_STATUS_OK(cuda::WgmmaGemmBf16(Args(M, N, K, o, plain.data()), nullptr));
+    ASSERT_STATUS_OK(cuda::RopeApply(plain.data(), B, T, H, KV, hd, theta, false, nullptr));
+    fused.Poison();
+    WgmmaGemmArgs g = Args(M, N, K, o, fused.data());
+    g.epilogue = WgmmaEpilogue::kRope;
+    g.epi.rope_sin_cos = table.data(), g.epi.T = T, g.epi.hd = hd;
+    g.epi.rot_cols = (H + KV) * hd;
+    ASSERT_STATUS_OK(cuda::WgmmaGemmBf16(g, nullptr));
+    EXPECT_EQ(Mismatches(Bits(fused), Bits(plain)), 0);
+
+    std::vector<float> ref = CpuGemm(o.a, o.b, M, N, K);
+    test::RoundBf16InPlace(ref);
+    cpu::RopeApply(ref.data(), B, T, H, KV, hd, theta, false);
+    const std::vector<float> got = test::ToFloat(fused.Download());
+    ASSERT_TRUE(AllFinite(got));
+    EXPECT_LT(test::RelFrobenius(got, ref), 1e-2);
+  }
+}
+
+// SwiGLU in the epilogue: gu == the plain GEMM's output and h == SwiGluForward(gu), bit for
+// bit; h close to the CPU's.
+TEST(GpuWgmmaGemm, SwiGluEpilogueIsGemmThenSwiGluBitForBit) {
+  SKIP_WITHOUT_SM90();
+  const int64_t M = 256, ffn = 384, K = 128;
+  const Operands o(M, 2 * ffn, K, 77);
+  DeviceBuffer<bf16> gu_plain(size_t(M * 2 * ffn)), h_plain(size_t(M * ffn));
+  ASSERT_STATUS_OK(cuda::WgmmaGemmBf16(Args(M, 2 * ffn, K, o, gu_plain.data()), nullptr));
+  ASSERT_STATUS_OK(cuda::SwiGluForward(h_plain.data(), gu_plain.data(), M, int(ffn), nullptr));
+  DeviceBuffer<bf16> gu(size_t(M * 2 * ffn)), h(size_t(M * ffn));
+  gu.Poison();
+  h.Poison();
+  WgmmaGemmArgs g = Args(M, 2 * ffn, K, o, h.data());
+  g.epilogue = WgmmaEpilogue::kSwiGlu;
+  g.epi.gu = gu.data(), g.epi.ffn = int(ffn);
+  ASSERT_STATUS_OK(cuda::WgmmaGemmBf16(g, nullptr));
+  EXPECT_EQ(Mismatches(Bits(gu), Bits(gu_plain)), 0) << "gu";
+  EXPECT_EQ(Mismatches(Bits(h), Bits(h_plain)), 0) << "h";
+
+  std::vector<float> ref_gu = CpuGemm(o.a, o.b, M, 2 * ffn, K);
+  test::RoundBf16InPlace(ref_gu);
+  std::vector<float> ref_h(size_t(M * ffn));
+  cpu::SwiGluForward(ref_h.data(), ref_gu.data(), M, int(ffn));
+  const std::vector<float> got = test::ToFloat(h.Download());
+  ASSERT_TRUE(AllFinite(got));
+  EXPECT_LT(test::RelFrobenius(got, ref_h), 1e-2);
+}
+
+TEST(GpuWgmmaGemm, RejectsWhatItCannotTile) {
+  SKIP_WITHOUT_SM90();
+  const Operands o(128, 256, 64, 5);
+  DeviceBuffer<bf16> d(size_t(128 * 256));
+  const Status rows = cuda::WgmmaGemmBf16(Args(100, 256, 64, o, d.data()), nullptr);
+  EXPECT_FALSE(rows.ok());
+  EXPECT_NE(rows.ToString().find("multiple of 128"), std::string::npos) << rows.ToString();
+  EXPECT_FALSE(cuda::WgmmaGemmBf16(Args(128, 300, 64, o, d.data()), nullptr).ok());
+  EXPECT_FALSE(cuda::WgmmaGemmBf16(Args(128, 256, 40, o, d.data()), nullptr).ok());
+  WgmmaGemmArgs rope = Args(128, 256, 64, o, d.data());
+  rope.epilogue = WgmmaEpilogue::kRope;  // no table, head width 0
+  EXPECT_FALSE(cuda::WgmmaGemmBf16(rope, nullptr).ok());
+  WgmmaGemmArgs swiglu = Args(128, 256, 64, o, d.data());
+  swiglu.epilogue = WgmmaEpilogue::kSwiGlu;  // no gu
+  EXPECT_FALSE(cuda::WgmmaGemmBf16(swiglu, nullptr).ok());
+}
+
+}  // namespace
+}  // namespace forge
