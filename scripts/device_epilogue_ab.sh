@@ -2,7 +2,8 @@
 # The fused-epilogue GEMMs on one GPU in one device call: the GPU suite (FILTER, default all;
 # SKIP_SUITE=1 leaves it out), forge-wgmma-bench (our GEMM beside cuBLASLt, the fused epilogues
 # beside cuBLASLt + kernel), then forge-bench gpt350m B ${B:-16} --steps 30 BF16 with
-# FORGE_CUDA_ROPE_GEMM / FORGE_CUDA_SWIGLU_GEMM off/on, alternated, ROUNDS rounds. JSON lines in
+# FORGE_CUDA_ROPE_GEMM / FORGE_CUDA_SWIGLU_GEMM as VARIANTS says (default "0 0,1 0,1 1"),
+# alternated, ROUNDS rounds. JSON lines in
 # $OUT/wgmma.jsonl and $OUT/ab.jsonl, a summary line per run on stdout.
 set -u
 cd "$(dirname "$0")/.."
@@ -12,7 +13,8 @@ B=${B:-16}
 timeout 120 .device/run forge-wgmma-bench --reps 20 > "$out/wgmma.jsonl" 2>&1
 cut -c1-200 "$out/wgmma.jsonl"
 for r in ${ROUNDS:-1 2}; do
-  for v in "0 0" "1 0" "1 1"; do
+  IFS=, read -ra variants <<< "${VARIANTS:-0 0,1 0,1 1}"
+  for v in "${variants[@]}"; do
     set -- $v
     FORGE_CUDA_ROPE_GEMM=$1 FORGE_CUDA_SWIGLU_GEMM=$2 timeout 90 .device/run forge-bench \
       --config configs/gpt350m.yaml --micro-batch $B --steps 30 --precision bf16 2>&1 | grep '^{' |

@@ -189,9 +189,11 @@ __device__ __forceinline__ float2 Bf16Round2(float lo, float hi) {
 //   adjacent columns, head width 64, position = row % T, sin/cos from a [T, 32] table).
 // - kSwiGlu: B = [gate; up] (2*ffn rows); tile n covers gate rows n*128.. and the same up rows,
 //   so a thread holds g and u of the same column: gu (bf16, [M, 2*ffn]) is written as the
-//   GEMM's output would be, and D = silu(g) * u ([M, ffn], swiglu.cu's math). The staging
-//   buffer holds one of the two at a time (3 stages + 48 KiB a warpgroup would not fit), so
-//   h waits for gu's stores to have left shared memory.
+//   GEMM's output would be, and D = silu(g) * u ([M, ffn], swiglu.cu's math). The SwiGLU math
+//   would stall the tensor cores if it ran in the epilogue (both warpgroups' epilogues run
+//   together), so it is deferred: the epilogue stages and stores gu only, and h is computed from
+//   the staged gu in shares between the next tile's wgmma issues, in place over the gate
+//   values (3 stages + 48 KiB of staging a warpgroup would not fit), then stored.
 template <WgmmaEpilogue kEpi>
 __global__ void __launch_bounds__(kThreads, 1)
     WgmmaGemmKernel(const __grid_constant__ CUtensorMap map_a,
@@ -267,10 +269,35 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (t == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
       WarpgroupBarrier(wg);
     };
+    // SwiGLU's h of the previous tile, computed from its staged gu while this tile's MMAs run
+    // (h overwrites the staged gate values in place, once gu's store has read them) and
+    // stored before this tile's epilogue. pending_row < 0: nothing pending.
+    int pending_row = -1, pending_n0 = 0;
+    // h of fragment column groups [j0, j1) of the pending tile (both rows of each).
+    auto swiglu_part = [&](int j0, int j1) {
+      for (int j = j0; j < j1; ++j) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const uint32_t off = StagedOffset(row0 + 8 * half, j % 8, quad);
+          uint32_t* gp = reinterpret_cast<uint32_t*>(my_out + (j / 8) * kOutChunkBytes + off);
+          const uint32_t ub =
+              *reinterpret_cast<const uint32_t*>(my_out + (j / 8 + 2) * kOutChunkBytes + off);
+          const float2 g = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(gp));
+          const float2 u = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&ub));
+          *gp = Bf16Bits(SwiGluOut(g.x, u.x), SwiGluOut(g.y, u.y));
+        }
+      }
+    };
+    auto store_pending = [&] {
+      const int n0p = pending_n0;
+      store(&map_d, 2, [&](int c) { return n0p + 64 * c; }, pending_row);
+      pending_row = -1;
+    };
     int it = 0;
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
       const int m0 = (tile / tiles_n) * kBM, n0 = (tile % tiles_n) * bn;
       const int out_row = m0 + wg * 64;
+      if (swiglu && pending_row >= 0) await_staging();  // gu's store has read the gate values
       // RoPE: this tile's (sin, cos) loaded before the main loop, so they are in registers by
       // the epilogue. Head width 64: column 8 j + 2 quad is pair 4 (j % 8) + quad of its head,
       // so a thread needs 8 pairs at each of its 2 positions.
@@ -301,6 +328,10 @@ __global__ void __launch_bounds__(kThreads, 1)
           WgmmaM64N256K16(acc, da + 2 * kk, db + 2 * kk, 1);
         }
         WgmmaCommit();
+        if (swiglu && pending_row >= 0) {  // a share of the previous tile's h, under the MMAs
+          const int per = (16 + ktiles - 1) / ktiles;
+          swiglu_part(min(16, kt * per), min(16, (kt + 1) * per));
+        }
         // Keep this K-tile's MMAs in flight; the previous ones are done, so free their stage.
         WgmmaWait<1>();
         if (prev_s >= 0) MbarArrive(&empty[prev_s]);
@@ -308,35 +339,25 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       WgmmaWait<0>();
       MbarArrive(&empty[prev_s]);
+      if (swiglu && pending_row >= 0) store_pending();
 
       // Epilogue. Fragment i of lane l in warp w holds row w*16 + l/4 (+8 for i%4 >= 2) and
       // column 8*(i/4) + 2*(l%4) + i%2 of this warpgroup's 64 x 256.
       await_staging();
       if constexpr (swiglu) {
-        // Columns 0-127 are gate, 128-255 the same columns of up. First gu (bf16, as the
-        // GEMM's output), gate into chunks 0-1 and up into 2-3; keep the rounded values.
+        // Columns 0-127 are gate, 128-255 the same columns of up: gu (bf16, as the GEMM's
+        // output), gate into chunks 0-1 and up into 2-3, stored; h follows from these staged
+        // values during the next tile's main loop (swiglu_part).
 #pragma unroll
         for (int j = 0; j < 32; ++j) {
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
-            const float2 v = Bf16Round2(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
-            acc[4 * j + 2 * half] = v.x, acc[4 * j + 2 * half + 1] = v.y;
-            stage(j / 8, j % 8, half, Bf16Bits(v.x, v.y));
+            stage(j / 8, j % 8, half, Bf16Bits(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]));
           }
         }
         store(&map_d2, 4, [&](int c) { return c < 2 ? n0 + 64 * c : ea.ffn + n0 + 64 * (c - 2); },
               out_row);
-        await_staging();
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            const float* g = &acc[4 * j + 2 * half];
-            const float* u = &acc[4 * (j + 16) + 2 * half];
-            stage(j / 8, j % 8, half, Bf16Bits(SwiGluOut(g[0], u[0]), SwiGluOut(g[1], u[1])));
-          }
-        }
-        store(&map_d, 2, [&](int c) { return n0 + 64 * c; }, out_row);
+        pending_row = out_row, pending_n0 = n0;  // h: during the next tile's main loop
       } else {
 #pragma unroll
         for (int j = 0; j < 32; ++j) {
@@ -352,6 +373,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         store(&map_d, 4, [&](int c) { return n0 + 64 * c; }, out_row);
       }
+    }
+    if (swiglu && pending_row >= 0) {  // the last tile's h: no main loop left to hide it
+      await_staging();
+      swiglu_part(0, 16);
+      store_pending();
     }
     if (t == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
   }
