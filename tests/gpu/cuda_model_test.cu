@@ -21,6 +21,7 @@
 #include "model_test_util.h"
 #include "no_gemm_autotune.h"
 #include "tiny_gpu_config.h"
+#include "kernels/cuda/gemm_wgmma.cuh"
 #include "worker/model/cuda_model.h"
 #include "worker/model/init.h"
 #include "worker/model/param_layout.h"
@@ -58,9 +59,7 @@ TEST(GpuModel, EpilogueGemmsGradientsMatchCpu) {
   mo.rope_gemm = mo.swiglu_gemm = true;
   auto model = CudaModel::Create(c.model, c.optimizer, mo);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
-  cudaDeviceProp p{};
-  ASSERT_CUDA_OK(cudaGetDeviceProperties(&p, 0));
-  const bool sm90 = p.major == 9 && p.minor == 0;
+  const bool sm90 = cuda::WgmmaGemmRunsHere();
   EXPECT_EQ((*model)->rope_gemm_active(), sm90);
   EXPECT_EQ((*model)->swiglu_gemm_active(), sm90);
   CudaBackendOptions o;

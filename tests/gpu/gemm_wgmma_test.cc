@@ -29,17 +29,10 @@ using cuda::WgmmaEpilogue;
 using cuda::WgmmaGemmArgs;
 using test::DeviceBuffer;
 
-bool IsSm90() {
-  int dev = 0;
-  cudaDeviceProp p{};
-  return cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&p, dev) == cudaSuccess &&
-         p.major == 9 && p.minor == 0;
-}
-
-#define SKIP_WITHOUT_SM90()                                         \
-  do {                                                              \
-    FORGE_SKIP_WITHOUT_GPU();                                       \
-    if (!IsSm90()) GTEST_SKIP() << "the wgmma GEMM needs an sm_90 GPU"; \
+#define SKIP_WITHOUT_SM90()                                                         \
+  do {                                                                              \
+    FORGE_SKIP_WITHOUT_GPU();                                                       \
+    if (!cuda::WgmmaGemmRunsHere()) GTEST_SKIP() << "the wgmma GEMM needs an sm_90 GPU"; \
   } while (0)
 
 // D[M, N] = A[M, K] B[N, K]^T in double.

@@ -3,16 +3,17 @@
 //
 // Why a GEMM of our own at all: cuBLASLt has no epilogue for SwiGLU or RoPE, so those run as
 // separate passes over the GEMM's output (docs/benchmarks.md). This kernel is the base such
-// epilogues would be fused into; it only pays if its main loop keeps up with cuBLASLt's.
+// epilogues are fused into; it only pays if its main loop keeps up with cuBLASLt's.
 //
-// Shape of the kernel (one CTA per 128x256 output tile):
+// Shape of the kernel (persistent: one CTA per SM walking 128x256 output tiles):
 // - one producer warpgroup: a single thread streams K-tiles of A (128x64) and B (256x64) into a
-//   4-stage shared-memory ring with the tensor copy engine (TMA, 128-byte swizzle), each stage
+//   3-stage shared-memory ring with the tensor copy engine (TMA, 128-byte swizzle), each stage
 //   completing on its `full` mbarrier;
 // - two consumer warpgroups, each owning 64 rows x 256 columns of the tile: wgmma
 //   m64n256k16 straight from the swizzled shared memory (4 per K-tile), then they release the
-//   stage through its `empty` mbarrier once the MMAs that read it have completed.
-// 4 stages x 48 KiB = 192 KiB of shared memory: one CTA per SM.
+//   stage through its `empty` mbarrier once the MMAs that read it have completed; the output
+//   tile is staged in shared memory (32 KiB a warpgroup) and stored by TMA.
+// 3 stages x 48 KiB + 64 KiB of staging = 208 KiB of shared memory: one CTA per SM.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -23,6 +24,7 @@
 #include <string>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/gemm_wgmma.cuh"
 #include "kernels/cuda/rope_math.cuh"
 #include "kernels/cuda/swiglu_math.cuh"
@@ -164,17 +166,6 @@ __device__ __forceinline__ uint32_t StagedOffset(int row, int unit, int quad) {
   return uint32_t(row * 128 + ((unit ^ (row % 8)) * 16) + quad * 4);
 }
 
-__device__ __forceinline__ uint32_t Bf16Bits(float lo, float hi) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-  uint32_t bits;
-  memcpy(&bits, &h, 4);
-  return bits;
-}
-
-__device__ __forceinline__ float2 Bf16Round2(float lo, float hi) {
-  return __bfloat1622float2(__floats2bfloat162_rn(lo, hi));
-}
-
 // Persistent: CTA b takes tiles b, b + gridDim.x, ... in row-major tile order (N fastest), so
 // the CTAs in flight share a few 128-row bands of A and all of B stays in L2. The producer runs
 // ahead across tile boundaries, so the next tile's first stages load during the epilogue; the
@@ -280,11 +271,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int half = 0; half < 2; ++half) {
           const uint32_t off = StagedOffset(row0 + 8 * half, j % 8, quad);
           uint32_t* gp = reinterpret_cast<uint32_t*>(my_out + (j / 8) * kOutChunkBytes + off);
-          const uint32_t ub =
-              *reinterpret_cast<const uint32_t*>(my_out + (j / 8 + 2) * kOutChunkBytes + off);
-          const float2 g = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(gp));
-          const float2 u = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&ub));
-          *gp = Bf16Bits(SwiGluOut(g.x, u.x), SwiGluOut(g.y, u.y));
+          const float2 g = UnpackBf16x2(*gp);
+          const float2 u = UnpackBf16x2(
+              *reinterpret_cast<const uint32_t*>(my_out + (j / 8 + 2) * kOutChunkBytes + off));
+          *gp = PackBf16x2(SwiGluOut(g.x, u.x), SwiGluOut(g.y, u.y));
         }
       }
     };
@@ -352,7 +342,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int j = 0; j < 32; ++j) {
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
-            stage(j / 8, j % 8, half, Bf16Bits(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]));
+            stage(j / 8, j % 8, half, PackBf16x2(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]));
           }
         }
         store(&map_d2, 4, [&](int c) { return c < 2 ? n0 + 64 * c : ea.ffn + n0 + 64 * (c - 2); },
@@ -364,11 +354,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
             float2 v = make_float2(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
-            if (rotate) {
-              v = Bf16Round2(v.x, v.y);
-              v = RopeRotate(v, sc[half][j % 8].x, sc[half][j % 8].y);
+            if (rotate) {  // on the bf16 GEMM output, as RopeApply reads it
+              v = RopeRotate(UnpackBf16x2(PackBf16x2(v.x, v.y)), sc[half][j % 8].x,
+                             sc[half][j % 8].y);
             }
-            stage(j / 8, j % 8, half, Bf16Bits(v.x, v.y));
+            stage(j / 8, j % 8, half, PackBf16x2(v.x, v.y));
           }
         }
         store(&map_d, 4, [&](int c) { return n0 + 64 * c; }, out_row);
@@ -381,16 +371,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     if (t == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
   }
-}
-
-// The RoPE table: (sin, cos) of position t and pair i, as rope.cu computes them.
-__global__ void RopeSinCosKernel(float2* __restrict__ out, int T, int hd, float theta) {
-  const int half = hd / 2;
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= T * half) return;
-  float sn, cs;
-  RopeSinCos(static_cast<float>(i / half), RopeFreq(i % half, hd, theta), 1.0f, &sn, &cs);
-  out[i] = make_float2(sn, cs);
 }
 
 using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
@@ -434,21 +414,36 @@ Status SwizzledMap(EncodeTiledFn encode, const void* base, int64_t rows, int64_t
 
 }  // namespace
 
-Status WgmmaGemmBf16(const WgmmaGemmArgs& args, cudaStream_t stream) {
-  const bool swiglu = args.epilogue == WgmmaEpilogue::kSwiGlu;
-  const int64_t out_n = swiglu ? args.N / 2 : args.N;
+bool WgmmaGemmRunsHere() {
+  int dev = 0;
+  cudaDeviceProp p{};
+  return cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&p, dev) == cudaSuccess &&
+         p.major == 9 && p.minor == 0;
+}
+
+Status WgmmaGemmCheck(const WgmmaGemmArgs& args) {
   const std::string shape = " (M=" + std::to_string(args.M) + " N=" + std::to_string(args.N) +
                             " K=" + std::to_string(args.K) + ")";
   if (args.M <= 0 || args.M % kBM || args.N % kBN || args.N <= 0 || args.K % kBK || args.K <= 0)
     return Status::Invalid("WgmmaGemmBf16: M must be a multiple of 128, N of 256, K of 64" +
                            shape);
-  if (swiglu && (!args.epi.gu || args.epi.ffn * 2 != args.N))
-    return Status::Invalid("WgmmaGemmBf16: SwiGLU needs gu and ffn = N / 2" + shape);
+  if (args.epilogue == WgmmaEpilogue::kSwiGlu && args.epi.ffn * 2 != args.N)
+    return Status::Invalid("WgmmaGemmBf16: SwiGLU needs ffn = N / 2" + shape);
   if (args.epilogue == WgmmaEpilogue::kRope &&
-      (!args.epi.rope_sin_cos || args.epi.T <= 0 || args.epi.hd != 64 ||
-       args.epi.rot_cols % kBN || args.epi.rot_cols < 0 || args.epi.rot_cols > args.N))
-    return Status::Invalid("WgmmaGemmBf16: RoPE needs its table, T > 0, head width 64 and "
-                           "rotated columns a multiple of 256" + shape);
+      (args.epi.T <= 0 || args.epi.hd != 64 || args.epi.rot_cols % kBN || args.epi.rot_cols < 0 ||
+       args.epi.rot_cols > args.N))
+    return Status::Invalid("WgmmaGemmBf16: RoPE needs T > 0, head width 64 and rotated "
+                           "columns a multiple of 256" + shape);
+  return Status::Ok();
+}
+
+Status WgmmaGemmBf16(const WgmmaGemmArgs& args, cudaStream_t stream) {
+  FORGE_RETURN_IF_ERROR(WgmmaGemmCheck(args));
+  const bool swiglu = args.epilogue == WgmmaEpilogue::kSwiGlu;
+  if (swiglu && !args.epi.gu) return Status::Invalid("WgmmaGemmBf16: SwiGLU needs gu");
+  if (args.epilogue == WgmmaEpilogue::kRope && !args.epi.rope_sin_cos)
+    return Status::Invalid("WgmmaGemmBf16: RoPE needs its (sin, cos) table");
+  const int64_t out_n = swiglu ? args.N / 2 : args.N;
   EncodeTiledFn encode = nullptr;
   FORGE_RETURN_IF_ERROR(EncodeTiledFunction(&encode));
   CUtensorMap map_a, map_b, map_d, map_d2;
@@ -489,16 +484,6 @@ Status WgmmaGemmBf16(const WgmmaGemmArgs& args, cudaStream_t stream) {
           <<<grid, kThreads, kSmemBytes, stream>>>(map_a, map_b, map_d, map_d2, args.epi, tiles_n, tiles, k);
       break;
   }
-  FORGE_CUDA_LAUNCH_CHECK();
-  return Status::Ok();
-}
-
-Status RopeSinCosTable(float2* out, int T, int hd, float theta, cudaStream_t stream) {
-  if (T <= 0 || hd <= 0 || hd % 2)
-    return Status::Invalid("RopeSinCosTable: bad shape T=" + std::to_string(T) +
-                           " hd=" + std::to_string(hd));
-  const int n = T * (hd / 2);
-  RopeSinCosKernel<<<(n + 255) / 256, 256, 0, stream>>>(out, T, hd, theta);
   FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }

@@ -16,7 +16,7 @@ enum class WgmmaEpilogue : int { kPlain = 0, kRope = 1, kSwiGlu = 2 };
 
 struct WgmmaEpilogueArgs {
   // kRope: rotate the pairs of columns < rot_cols (whole heads of width hd) by the angle of
-  // position row % T; rope_sin_cos is RopeSinCosTable's [T, hd/2] (sin, cos).
+  // position row % T; rope_sin_cos is RopeSinCosTable's [T, hd/2] (sin, cos) (rope.cuh).
   const float2* rope_sin_cos = nullptr;
   int T = 0, hd = 0, rot_cols = 0;
   // kSwiGlu: B is [gate; up] ([2*ffn, K]), gu receives A B^T ([M, 2*ffn]) and D silu(g) * u.
@@ -36,7 +36,11 @@ struct WgmmaGemmArgs {
 
 Status WgmmaGemmBf16(const WgmmaGemmArgs& args, cudaStream_t stream);
 
-// RoPE's (sin, cos) for positions [0, T) and pairs [0, hd/2), bitwise as rope.cu computes them.
-Status RopeSinCosTable(float2* out, int T, int hd, float theta, cudaStream_t stream);
+// Whether the kernel can run on the current device (an sm_90 GPU: it is built for sm_90a).
+bool WgmmaGemmRunsHere();
+
+// Whether WgmmaGemmBf16 takes these shapes and epilogue parameters (the pointers aside):
+// the rules callers choose between this GEMM and cuBLASLt by.
+Status WgmmaGemmCheck(const WgmmaGemmArgs& args);
 
 }  // namespace forge::cuda

@@ -94,6 +94,16 @@ __global__ void __launch_bounds__(kThreads, 4)
   }
 }
 
+// One (sin, cos) a thread: position i / (hd/2), pair i % (hd/2), with RopeKernel's functions.
+__global__ void RopeSinCosKernel(float2* __restrict__ out, int T, int hd, float theta) {
+  const int half = hd / 2;
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= T * half) return;
+  float sn, cs;
+  RopeSinCos(static_cast<float>(i / half), RopeFreq(i % half, hd, theta), 1.0f, &sn, &cs);
+  out[i] = make_float2(sn, cs);
+}
+
 }  // namespace
 
 Status RopeApply(bf16* qkv, int B, int T, int n_head, int n_kv_head, int hd, float theta,
@@ -121,6 +131,16 @@ Status RopeApply(bf16* qkv, int B, int T, int n_head, int n_kv_head, int hd, flo
     RopeKernel<2><<<grid, kThreads, 0, stream>>>(qkv, rows, T, rot_heads, row_stride, hd, theta,
                                                  sign);
   }
+  FORGE_CUDA_LAUNCH_CHECK();
+  return Status::Ok();
+}
+
+Status RopeSinCosTable(float2* out, int T, int hd, float theta, cudaStream_t stream) {
+  if (T <= 0 || hd <= 0 || hd % 2)
+    return Status::Invalid("RopeSinCosTable: bad shape T=" + std::to_string(T) +
+                           " hd=" + std::to_string(hd));
+  const int n = T * (hd / 2);
+  RopeSinCosKernel<<<(n + kThreads - 1) / kThreads, kThreads, 0, stream>>>(out, T, hd, theta);
   FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }

@@ -14,4 +14,8 @@ namespace forge::cuda {
 Status RopeApply(bf16* qkv, int B, int T, int n_head, int n_kv_head, int hd, float theta,
                  bool inverse, cudaStream_t stream);
 
+// RoPE's (sin, cos) for positions [0, T) and pairs [0, hd/2), [T, hd/2], bitwise as RopeApply
+// computes them: for epilogues that rotate from a table (gemm_wgmma.cuh's kRope).
+Status RopeSinCosTable(float2* out, int T, int hd, float theta, cudaStream_t stream);
+
 }  // namespace forge::cuda

@@ -598,26 +598,39 @@ GemmArgs LinearBackwardWeight(float* dw, const bf16* dy, const bf16* x, int64_t 
 bool CudaModel::rope_gemm_active() const { return buf_->rope_gemm; }
 bool CudaModel::swiglu_gemm_active() const { return buf_->swiglu_gemm; }
 
-// Our own GEMM (sm_90a only) takes the QKV and gate/up projections of BF16 steps where the
-// shapes fit its 128 x 256 tiles and its RoPE epilogue's head width; otherwise (or when the
-// options are off) cuBLASLt and the separate RoPE/SwiGLU kernels run, with the same results.
+// Our own GEMM (sm_90 only) takes the QKV and gate/up projections of BF16 steps where it
+// accepts the shapes (cuda::WgmmaGemmCheck); otherwise (or when the options are off) cuBLASLt
+// and the separate RoPE/SwiGLU kernels run, with the same results.
 Status CudaModel::SetUpEpilogueGemms(const CudaModelOptions& o) {
   Buffers& b = *buf_;
-  int dev = 0;
-  cudaDeviceProp prop{};
-  FORGE_CUDA_CHECK(cudaGetDevice(&dev));
-  FORGE_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
-  const bool hopper = prop.major == 9 && prop.minor == 0;
-  const bool rows = N_ % 128 == 0 && d_ % 64 == 0;
-  b.rope_gemm = o.rope_gemm && hopper && rows && hd_ == 64 && qkv_dim_ % 256 == 0 &&
-                (int64_t{H_ + KV_} * hd_) % 256 == 0;
-  b.swiglu_gemm = o.swiglu_gemm && hopper && rows && (2 * int64_t{ffn_}) % 256 == 0;
+  const bool here = (o.rope_gemm || o.swiglu_gemm) && cuda::WgmmaGemmRunsHere();
+  b.rope_gemm = o.rope_gemm && here && cuda::WgmmaGemmCheck(QkvRopeGemm()).ok();
+  b.swiglu_gemm = o.swiglu_gemm && here && cuda::WgmmaGemmCheck(GateUpSwiGluGemm()).ok();
   if (!b.rope_gemm) return Status::Ok();
   FORGE_RETURN_IF_ERROR(DeviceAlloc("cuda model", &b.allocations, &allocated_bytes_,
                                     &b.rope_sin_cos, size_t(T_) * (hd_ / 2)));
   FORGE_RETURN_IF_ERROR(cuda::RopeSinCosTable(b.rope_sin_cos, T_, hd_, m_.rope_theta, nullptr));
   FORGE_CUDA_CHECK(cudaStreamSynchronize(nullptr));
   return Status::Ok();
+}
+
+// h Wqkv^T with RoPE, [N, qkv]; BlockForward sets A, B and D per layer.
+cuda::WgmmaGemmArgs CudaModel::QkvRopeGemm() const {
+  cuda::WgmmaGemmArgs g;
+  g.M = N_, g.N = qkv_dim_, g.K = d_;
+  g.epilogue = cuda::WgmmaEpilogue::kRope;
+  g.epi.rope_sin_cos = buf_->rope_sin_cos, g.epi.T = T_, g.epi.hd = hd_;
+  g.epi.rot_cols = (H_ + KV_) * hd_;
+  return g;
+}
+
+// h Wgu^T into gu and SwiGLU(gu) into D, [N, ffn]; BlockForward sets A, B, D and gu per layer.
+cuda::WgmmaGemmArgs CudaModel::GateUpSwiGluGemm() const {
+  cuda::WgmmaGemmArgs g;
+  g.M = N_, g.N = 2 * int64_t{ffn_}, g.K = d_;
+  g.epilogue = cuda::WgmmaEpilogue::kSwiGlu;
+  g.epi.ffn = ffn_;
+  return g;
 }
 
 Status CudaModel::ZeroGrads(cudaStream_t stream) {
@@ -673,23 +686,20 @@ Status CudaModel::BlockForward(int layer, int set, const BlockActs& a, const bf1
     return linear(k, y, h, weight_offset, out, d_, nullptr);
   };
 
-  // RMSNorm into h, then our own GEMM of h with epilogue `e` (BF16 steps, see rope_gemm).
+  // RMSNorm into h, then our own GEMM of h (A) with its epilogue (BF16 steps, see rope_gemm).
   auto norm_epilogue_gemm = [&](cuda::WgmmaGemmArgs g, const bf16* x, int64_t norm_offset,
                                 bf16* h, float* rstd) -> Status {
     FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
     FORGE_RETURN_IF_ERROR(
         cuda::RmsNormForward(h, rstd, x, w + norm_offset, N_, d_, m_.norm_eps, s));
     FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdGemm, s));
-    g.M = N_, g.K = d_, g.A = h;
+    g.A = h;
     return cuda::WgmmaGemmBf16(g, s);
   };
 
   if (f8 == nullptr && b.rope_gemm) {
-    cuda::WgmmaGemmArgs g;
-    g.N = qkv_dim_, g.B = w + o.wqkv, g.D = a.qkv;
-    g.epilogue = cuda::WgmmaEpilogue::kRope;
-    g.epi.rope_sin_cos = b.rope_sin_cos, g.epi.T = T_, g.epi.hd = hd_;
-    g.epi.rot_cols = (H_ + KV_) * hd_;
+    cuda::WgmmaGemmArgs g = QkvRopeGemm();
+    g.B = w + o.wqkv, g.D = a.qkv;
     FORGE_RETURN_IF_ERROR(norm_epilogue_gemm(g, x_in, o.attn_norm, a.h1, a.rstd1));
   } else {
     FORGE_RETURN_IF_ERROR(norm_linear(LinearKind::kQkv, x_in, o.attn_norm, a.h1, a.rstd1, a.qkv,
@@ -708,10 +718,8 @@ Status CudaModel::BlockForward(int layer, int set, const BlockActs& a, const bf1
   // FP8 on a delayed step: SwiGLU writes the down projection's FP8 input itself (no bf16 sw).
   const bool fused = f8 != nullptr && f8->fuse_swiglu();
   if (f8 == nullptr && b.swiglu_gemm) {
-    cuda::WgmmaGemmArgs g;
-    g.N = 2 * int64_t{ffn_}, g.B = w + o.w_gate_up, g.D = a.sw;
-    g.epilogue = cuda::WgmmaEpilogue::kSwiGlu;
-    g.epi.gu = a.gu, g.epi.ffn = ffn_;
+    cuda::WgmmaGemmArgs g = GateUpSwiGluGemm();
+    g.B = w + o.w_gate_up, g.D = a.sw, g.epi.gu = a.gu;
     FORGE_RETURN_IF_ERROR(norm_epilogue_gemm(g, a.x_mid, o.mlp_norm, a.h2, a.rstd2));
   } else {
     FORGE_RETURN_IF_ERROR(norm_linear(LinearKind::kGateUp, a.x_mid, o.mlp_norm, a.h2, a.rstd2,

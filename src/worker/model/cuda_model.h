@@ -28,6 +28,7 @@ namespace forge {
 
 namespace cuda {
 struct GemmArgs;
+struct WgmmaGemmArgs;
 }
 class Fp8Linears;
 enum class LinearKind;  // fp8_linears.h
@@ -250,6 +251,10 @@ class CudaModel {
                       cudaStream_t stream);
   // Decides Buffers::rope_gemm / swiglu_gemm and builds the RoPE table (Init).
   Status SetUpEpilogueGemms(const CudaModelOptions& o);
+  // Our GEMM's arguments for the QKV projection + RoPE and gate/up + SwiGLU, all but the
+  // per-layer pointers: what SetUpEpilogueGemms checks is what BlockForward runs.
+  cuda::WgmmaGemmArgs QkvRopeGemm() const;
+  cuda::WgmmaGemmArgs GateUpSwiGluGemm() const;
   // FP8: layer l's weights into their FP8 copies (the first forward of a step or an eval).
   Status CastLayerWeights(int layer, cudaStream_t stream);
   // After AdamW: the FP8 scale update (no-op in BF16).
