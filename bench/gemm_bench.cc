@@ -42,6 +42,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_util.h"
+#include "cuda_bench_util.h"
 #include "common/status.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemm.cuh"
@@ -54,6 +55,12 @@ using cuda::GemmAlgoInfo;
 using cuda::GemmArgs;
 using cuda::GemmRunner;
 using Json = nlohmann::ordered_json;
+using bench::Alloc;
+using bench::DevBuf;
+using bench::DownloadBf16;
+using bench::RandomPool;
+using bench::RelDiff;
+using bench::Timer;
 
 struct Args {
   int64_t tokens = 16384, d = 1024, qkv = 3072, ffn = 2816, layers = 24, vocab = 50304;
@@ -176,67 +183,6 @@ Json AlgoJson(const GemmAlgoInfo& i) {
               {"workspace", i.workspace}};
 }
 
-// Device memory freed on destruction.
-struct DevBuf {
-  void* p = nullptr;
-  size_t bytes = 0;
-  DevBuf() = default;
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-  DevBuf(DevBuf&& o) noexcept : p(o.p), bytes(o.bytes) { o.p = nullptr, o.bytes = 0; }
-  ~DevBuf() {
-    if (p) cudaFree(p);
-  }
-};
-
-Status Alloc(DevBuf* b, size_t bytes) {
-  b->bytes = bytes;
-  FORGE_CUDA_CHECK(cudaMalloc(&b->p, bytes));
-  return Status::Ok();
-}
-
-// Random non-zero bf16 values (|v| in [0.25, 1), random sign), kept on the device and tiled
-// into operands from a per-buffer offset: random-looking data without generating gigabytes
-// on the host.
-class RandomPool {
- public:
-  static constexpr size_t kElems = size_t(8) << 20;
-
-  Status Init() {
-    std::mt19937_64 rng(12345);
-    std::uniform_real_distribution<float> mag(0.25f, 1.0f);
-    std::vector<uint16_t> host(kElems);
-    for (uint16_t& h : host) {
-      float v = mag(rng);
-      if (rng() & 1) v = -v;
-      uint32_t u;
-      std::memcpy(&u, &v, 4);
-      h = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);  // round to nearest
-    }
-    FORGE_RETURN_IF_ERROR(Alloc(&pool_, kElems * 2));
-    FORGE_CUDA_CHECK(cudaMemcpy(pool_.p, host.data(), kElems * 2, cudaMemcpyHostToDevice));
-    return Status::Ok();
-  }
-
-  // Fills `n` bf16 elements at `dst`, starting `seed`-dependently in the pool.
-  Status Fill(void* dst, size_t n, uint64_t seed) const {
-    size_t src = (seed * 2654435761u) % kElems;
-    size_t done = 0;
-    auto* out = static_cast<uint16_t*>(dst);
-    const auto* in = static_cast<const uint16_t*>(pool_.p);
-    while (done < n) {
-      const size_t len = std::min(n - done, kElems - src);
-      FORGE_CUDA_CHECK(cudaMemcpy(out + done, in + src, len * 2, cudaMemcpyDeviceToDevice));
-      done += len;
-      src = (src + len + 7919) % kElems;
-    }
-    return Status::Ok();
-  }
-
- private:
-  DevBuf pool_;
-};
-
 // Operands of one GEMM, `sets` times over.
 struct Operands {
   std::vector<DevBuf> a, b, c, d;
@@ -272,45 +218,6 @@ Status MakeOperands(const Spec& s, int sets, const RandomPool& pool, Operands* o
   return Status::Ok();
 }
 
-// Median microseconds per call of launch(set), calls rotating over `sets`.
-class Timer {
- public:
-  Timer(cudaStream_t s, int warmup, int reps, int sets)
-      : s_(s), warmup_(warmup), reps_(reps), sets_(sets) {}
-  ~Timer() {
-    for (cudaEvent_t e : ev_) cudaEventDestroy(e);
-  }
-  Timer(const Timer&) = delete;
-  Timer& operator=(const Timer&) = delete;
-
-  StatusOr<float> Median(const std::function<Status(int)>& launch) {
-    if (ev_.empty()) {
-      ev_.resize(size_t(2 * reps_));
-      for (cudaEvent_t& e : ev_) FORGE_CUDA_CHECK(cudaEventCreate(&e));
-    }
-    for (int w = 0; w < warmup_; ++w) FORGE_RETURN_IF_ERROR(launch(w % sets_));
-    for (int r = 0; r < reps_; ++r) {
-      FORGE_CUDA_CHECK(cudaEventRecord(ev_[size_t(2 * r)], s_));
-      FORGE_RETURN_IF_ERROR(launch((warmup_ + r) % sets_));
-      FORGE_CUDA_CHECK(cudaEventRecord(ev_[size_t(2 * r + 1)], s_));
-    }
-    FORGE_CUDA_CHECK(cudaStreamSynchronize(s_));
-    std::vector<float> us(static_cast<size_t>(reps_));
-    for (int r = 0; r < reps_; ++r) {
-      float ms = 0.0f;
-      FORGE_CUDA_CHECK(cudaEventElapsedTime(&ms, ev_[size_t(2 * r)], ev_[size_t(2 * r + 1)]));
-      us[size_t(r)] = ms * 1000.0f;
-    }
-    std::nth_element(us.begin(), us.begin() + reps_ / 2, us.end());
-    return us[size_t(reps_ / 2)];
-  }
-
- private:
-  cudaStream_t s_;
-  int warmup_, reps_, sets_;
-  std::vector<cudaEvent_t> ev_;
-};
-
 // D of set 0 as floats, after zeroing it and running `launch(0)` (an in-place accumulation
 // then holds exactly the product; a separate C is only read).
 StatusOr<std::vector<float>> ResultOf(const Spec& s, Operands& o,
@@ -320,28 +227,10 @@ StatusOr<std::vector<float>> ResultOf(const Spec& s, Operands& o,
   FORGE_RETURN_IF_ERROR(launch(0));
   FORGE_CUDA_CHECK(cudaStreamSynchronize(stream));
   const size_t n = size_t(s.M * s.N);
+  if (s.d_type != DType::kFp32) return DownloadBf16(o.d[0].p, n);
   std::vector<float> out(n);
-  if (s.d_type == DType::kFp32) {
-    FORGE_CUDA_CHECK(cudaMemcpy(out.data(), o.d[0].p, n * 4, cudaMemcpyDeviceToHost));
-  } else {
-    std::vector<uint16_t> h(n);
-    FORGE_CUDA_CHECK(cudaMemcpy(h.data(), o.d[0].p, n * 2, cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < n; ++i) {
-      const uint32_t u = uint32_t{h[i]} << 16;
-      std::memcpy(&out[i], &u, 4);
-    }
-  }
+  FORGE_CUDA_CHECK(cudaMemcpy(out.data(), o.d[0].p, n * 4, cudaMemcpyDeviceToHost));
   return out;
-}
-
-double RelDiff(const std::vector<float>& got, const std::vector<float>& ref) {
-  double num = 0.0, den = 0.0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double e = double(got[i]) - double(ref[i]);
-    num += e * e;
-    den += double(ref[i]) * double(ref[i]);
-  }
-  return std::sqrt(num / std::max(den, 1e-300));
 }
 
 double Tflops(const Spec& s, double us) {

@@ -1,0 +1,145 @@
+// Pieces the CUDA benchmark programs share (forge-gemm-bench, forge-wgmma-bench): device
+// buffers freed on every path, random non-zero bf16 operands made on the device, the median of
+// event-timed calls rotating over operand sets, bf16 results read back, and the relative
+// difference of two results.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "common/status.h"
+#include "kernels/cuda/cuda_check.h"
+
+namespace forge::bench {
+
+// Device memory freed on destruction.
+struct DevBuf {
+  void* p = nullptr;
+  size_t bytes = 0;
+  DevBuf() = default;
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  DevBuf(DevBuf&& o) noexcept : p(o.p), bytes(o.bytes) { o.p = nullptr, o.bytes = 0; }
+  ~DevBuf() {
+    if (p) cudaFree(p);
+  }
+};
+
+inline Status Alloc(DevBuf* b, size_t bytes) {
+  b->bytes = bytes;
+  FORGE_CUDA_CHECK(cudaMalloc(&b->p, bytes));
+  return Status::Ok();
+}
+
+// Random non-zero bf16 values (|v| in [0.25, 1), random sign), kept on the device and tiled
+// into operands from a per-buffer offset: random-looking data without generating gigabytes
+// on the host.
+class RandomPool {
+ public:
+  static constexpr size_t kElems = size_t(8) << 20;
+
+  Status Init() {
+    std::mt19937_64 rng(12345);
+    std::uniform_real_distribution<float> mag(0.25f, 1.0f);
+    std::vector<uint16_t> host(kElems);
+    for (uint16_t& h : host) {
+      float v = mag(rng);
+      if (rng() & 1) v = -v;
+      uint32_t u;
+      std::memcpy(&u, &v, 4);
+      h = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);  // round to nearest
+    }
+    FORGE_RETURN_IF_ERROR(Alloc(&pool_, kElems * 2));
+    FORGE_CUDA_CHECK(cudaMemcpy(pool_.p, host.data(), kElems * 2, cudaMemcpyHostToDevice));
+    return Status::Ok();
+  }
+
+  // Fills `n` bf16 elements at `dst`, starting `seed`-dependently in the pool.
+  Status Fill(void* dst, size_t n, uint64_t seed) const {
+    size_t src = (seed * 2654435761u) % kElems;
+    size_t done = 0;
+    auto* out = static_cast<uint16_t*>(dst);
+    const auto* in = static_cast<const uint16_t*>(pool_.p);
+    while (done < n) {
+      const size_t len = std::min(n - done, kElems - src);
+      FORGE_CUDA_CHECK(cudaMemcpy(out + done, in + src, len * 2, cudaMemcpyDeviceToDevice));
+      done += len;
+      src = (src + len + 7919) % kElems;
+    }
+    return Status::Ok();
+  }
+
+ private:
+  DevBuf pool_;
+};
+
+// Median microseconds per call of launch(set), calls rotating over `sets`.
+class Timer {
+ public:
+  Timer(cudaStream_t s, int warmup, int reps, int sets)
+      : s_(s), warmup_(warmup), reps_(reps), sets_(sets) {}
+  ~Timer() {
+    for (cudaEvent_t e : ev_) cudaEventDestroy(e);
+  }
+  Timer(const Timer&) = delete;
+  Timer& operator=(const Timer&) = delete;
+
+  StatusOr<float> Median(const std::function<Status(int)>& launch) {
+    if (ev_.empty()) {
+      ev_.resize(size_t(2 * reps_));
+      for (cudaEvent_t& e : ev_) FORGE_CUDA_CHECK(cudaEventCreate(&e));
+    }
+    for (int w = 0; w < warmup_; ++w) FORGE_RETURN_IF_ERROR(launch(w % sets_));
+    for (int r = 0; r < reps_; ++r) {
+      FORGE_CUDA_CHECK(cudaEventRecord(ev_[size_t(2 * r)], s_));
+      FORGE_RETURN_IF_ERROR(launch((warmup_ + r) % sets_));
+      FORGE_CUDA_CHECK(cudaEventRecord(ev_[size_t(2 * r + 1)], s_));
+    }
+    FORGE_CUDA_CHECK(cudaStreamSynchronize(s_));
+    std::vector<float> us(static_cast<size_t>(reps_));
+    for (int r = 0; r < reps_; ++r) {
+      float ms = 0.0f;
+      FORGE_CUDA_CHECK(cudaEventElapsedTime(&ms, ev_[size_t(2 * r)], ev_[size_t(2 * r + 1)]));
+      us[size_t(r)] = ms * 1000.0f;
+    }
+    std::nth_element(us.begin(), us.begin() + reps_ / 2, us.end());
+    return us[size_t(reps_ / 2)];
+  }
+
+ private:
+  cudaStream_t s_;
+  int warmup_, reps_, sets_;
+  std::vector<cudaEvent_t> ev_;
+};
+
+// n bf16 values at `dev` as floats (exact widening).
+inline StatusOr<std::vector<float>> DownloadBf16(const void* dev, size_t n) {
+  std::vector<uint16_t> h(n);
+  FORGE_CUDA_CHECK(cudaMemcpy(h.data(), dev, n * 2, cudaMemcpyDeviceToHost));
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t u = uint32_t{h[i]} << 16;
+    std::memcpy(&out[i], &u, 4);
+  }
+  return out;
+}
+
+// ||got - ref|| / ||ref||.
+inline double RelDiff(const std::vector<float>& got, const std::vector<float>& ref) {
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double e = double(got[i]) - double(ref[i]);
+    num += e * e;
+    den += double(ref[i]) * double(ref[i]);
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+}  // namespace forge::bench
