@@ -244,9 +244,7 @@ Status CastTransposeGroupToFp8(const Fp8CastJob* jobs, int n, DType format,
     const Fp8CastJob& j = jobs[i];
     FORGE_RETURN_IF_ERROR(CheckArgs("CastTransposeGroupToFp8", j.rows, j.cols, format, j.scale,
                                     j.amax, j.scale_inv));
-    g.job[i] = fp8tile::GroupJob{j.x, static_cast<uint8_t*>(j.out),
-                                 static_cast<uint8_t*>(j.out_t), j.rows, j.cols, j.scale,
-                                 j.amax, j.scale_inv, tiles};
+    g.job[i] = fp8tile::GroupJob{j, tiles};
     tiles += j.rows / fp8tile::kTile * (j.cols / fp8tile::kTile);
   }
   if (tiles > 0x7fffffff) return Status::Invalid("CastTransposeGroupToFp8: too many tiles");

@@ -22,6 +22,7 @@
 
 #include "kernels/cuda/bf16.cuh"
 #include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/fp8_cast.cuh"
 
 namespace forge::cuda::fp8tile {
 
@@ -84,6 +85,61 @@ struct Bf16Source {
   }
 };
 
+// One 64x64 tile at (r0, c0) of the block's work: quantise the producer's values with s, store
+// them row-major (when out) and, through the shared-memory tile, transposed (when out_t, which
+// must be uniform over the block: it holds the barriers), and max-accumulate |value| bits in m.
+// Both kernels below run exactly this per element.
+template <__nv_fp8_interpretation_t F, class P>
+__device__ __forceinline__ void CastTile(const P& p, uint8_t (&tile)[P::kOut][kTile * kStride],
+                                         uint8_t* out, uint8_t* out_t, int64_t r0, int64_t c0,
+                                         int64_t rows, int64_t out_cols, int64_t second_col,
+                                         float s, uint32_t& m) {
+  const int tid = threadIdx.x;
+  constexpr int kChunks = kTile * kTile / 8;  // 8-element pieces per tile
+#pragma unroll
+  for (int k = 0; k < kChunks / kThreads; ++k) {
+    const int chunk = tid + kThreads * k;
+    const int r = chunk / 8, c8 = chunk % 8 * 8;
+    float f[P::kOut][8];
+    p.Load(r0 + r, c0 + c8, f);
+#pragma unroll
+    for (int o = 0; o < P::kOut; ++o) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) m = max(m, AbsBits(f[o][e]));
+      const float* v = f[o];
+      const uint32_t lo = ToFp8x2<F>(v[0] * s, v[1] * s) | (ToFp8x2<F>(v[2] * s, v[3] * s) << 16);
+      const uint32_t hi = ToFp8x2<F>(v[4] * s, v[5] * s) | (ToFp8x2<F>(v[6] * s, v[7] * s) << 16);
+      if (out) {
+        *reinterpret_cast<uint2*>(out + (r0 + r) * out_cols + c0 + c8 + o * second_col) =
+            make_uint2(lo, hi);
+      }
+      uint32_t* row = reinterpret_cast<uint32_t*>(tile[o] + r * kStride + c8);
+      row[0] = lo;
+      row[1] = hi;
+    }
+  }
+  if (out_t) {
+    __syncthreads();
+#pragma unroll
+    for (int o = 0; o < P::kOut; ++o) {
+#pragma unroll
+      for (int k = 0; k < kChunks / kThreads; ++k) {
+        const int chunk = tid + kThreads * k;
+        const int c = chunk / 8, r8 = chunk % 8 * 8;
+        uint32_t lo = 0, hi = 0;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          lo |= uint32_t{tile[o][(r8 + e) * kStride + c]} << (8 * e);
+          hi |= uint32_t{tile[o][(r8 + 4 + e) * kStride + c]} << (8 * e);
+        }
+        *reinterpret_cast<uint2*>(out_t + (c0 + c + o * second_col) * rows + r0 + r8) =
+            make_uint2(lo, hi);
+      }
+    }
+    __syncthreads();  // the tile may be rewritten next
+  }
+}
+
 template <__nv_fp8_interpretation_t F, class P>
 __global__ void __launch_bounds__(kThreads)
     TileCastKernel(uint8_t* __restrict__ out, uint8_t* __restrict__ out_t, P p, int64_t rows,
@@ -92,75 +148,26 @@ __global__ void __launch_bounds__(kThreads)
                    float* __restrict__ scale_inv) {
   __shared__ __align__(16) uint8_t tile[P::kOut][kTile * kStride];
   const float s = *scale;
-  const int tid = threadIdx.x;
-  if (scale_inv && blockIdx.x == 0 && tid == 0) *scale_inv = 1.0f / s;
+  if (scale_inv && blockIdx.x == 0 && threadIdx.x == 0) *scale_inv = 1.0f / s;
   const int64_t tiles_c = tile_cols / kTile;
   const int64_t tiles = rows / kTile * tiles_c;
-  constexpr int kChunks = kTile * kTile / 8;  // 8-element pieces per tile
   uint32_t m = 0;
   for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-    const int64_t r0 = t / tiles_c * kTile, c0 = t % tiles_c * kTile;
-#pragma unroll
-    for (int k = 0; k < kChunks / kThreads; ++k) {
-      const int chunk = tid + kThreads * k;
-      const int r = chunk / 8, c8 = chunk % 8 * 8;
-      float f[P::kOut][8];
-      p.Load(r0 + r, c0 + c8, f);
-#pragma unroll
-      for (int o = 0; o < P::kOut; ++o) {
-#pragma unroll
-        for (int e = 0; e < 8; ++e) m = max(m, AbsBits(f[o][e]));
-        const float* v = f[o];
-        const uint32_t lo = ToFp8x2<F>(v[0] * s, v[1] * s) | (ToFp8x2<F>(v[2] * s, v[3] * s) << 16);
-        const uint32_t hi = ToFp8x2<F>(v[4] * s, v[5] * s) | (ToFp8x2<F>(v[6] * s, v[7] * s) << 16);
-        if (out) {
-          *reinterpret_cast<uint2*>(out + (r0 + r) * out_cols + c0 + c8 + o * second_col) =
-              make_uint2(lo, hi);
-        }
-        uint32_t* row = reinterpret_cast<uint32_t*>(tile[o] + r * kStride + c8);
-        row[0] = lo;
-        row[1] = hi;
-      }
-    }
-    if (out_t) {  // uniform over the block: the barriers are safe
-      __syncthreads();
-#pragma unroll
-      for (int o = 0; o < P::kOut; ++o) {
-#pragma unroll
-        for (int k = 0; k < kChunks / kThreads; ++k) {
-          const int chunk = tid + kThreads * k;
-          const int c = chunk / 8, r8 = chunk % 8 * 8;
-          uint32_t lo = 0, hi = 0;
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            lo |= uint32_t{tile[o][(r8 + e) * kStride + c]} << (8 * e);
-            hi |= uint32_t{tile[o][(r8 + 4 + e) * kStride + c]} << (8 * e);
-          }
-          *reinterpret_cast<uint2*>(out_t + (c0 + c + o * second_col) * rows + r0 + r8) =
-              make_uint2(lo, hi);
-        }
-      }
-      __syncthreads();  // the tile is rewritten by the next iteration
-    }
+    CastTile<F>(p, tile, out, out_t, t / tiles_c * kTile, t % tiles_c * kTile, rows, out_cols,
+                second_col, s, m);
   }
   if (amax) BlockAmaxToGlobal(m, amax);
 }
 
 // Several bf16 tensors cast in one launch (a layer's four weights, once a step): block b takes
 // tile b of the concatenated tile lists (one tile a block, so each block's amax goes to its own
-// tensor's slot), with the tile kernel's per-element code, so each tensor's outputs, amax and
-// scale_inv are bit for bit what a TileCastKernel launch of its own writes. One launch of ~3k
-// tiles fills the GPU where four launches of 256-1408 tiles each did not (weights at 0.8-2.1
-// TB/s in session 7's profile).
+// tensor's slot), with CastTile, so each tensor's outputs, amax and scale_inv are bit for bit
+// what a TileCastKernel launch of its own writes. One launch of ~3k tiles fills the GPU where
+// four launches of 256-1408 tiles each did not (weights at 0.8-2.1 TB/s in session 7's
+// profile).
 inline constexpr int kMaxGroupJobs = 4;
 struct GroupJob {
-  const bf16* x = nullptr;
-  uint8_t* out = nullptr;
-  uint8_t* out_t = nullptr;
-  int64_t rows = 0, cols = 0;
-  const float* scale = nullptr;
-  float* amax = nullptr;
-  float* scale_inv = nullptr;
+  Fp8CastJob job;          // fp8_cast.cuh's description of one tensor
   int64_t first_tile = 0;  // of the concatenation
 };
 struct GroupJobs {
@@ -170,48 +177,18 @@ struct GroupJobs {
 
 template <__nv_fp8_interpretation_t F>
 __global__ void __launch_bounds__(kThreads) TileCastGroupKernel(GroupJobs jobs) {
-  __shared__ __align__(16) uint8_t tile[kTile * kStride];
+  __shared__ __align__(16) uint8_t tile[1][kTile * kStride];
   const int64_t t = blockIdx.x;
   int j = 0;
   while (j + 1 < jobs.n && jobs.job[j + 1].first_tile <= t) ++j;
-  const GroupJob& g = jobs.job[j];
-  const int tid = threadIdx.x;
+  const Fp8CastJob& g = jobs.job[j].job;
   const float s = *g.scale;
-  const int64_t u = t - g.first_tile, tiles_c = g.cols / kTile;
-  if (g.scale_inv && u == 0 && tid == 0) *g.scale_inv = 1.0f / s;
-  const int64_t r0 = u / tiles_c * kTile, c0 = u % tiles_c * kTile;
-  constexpr int kChunks = kTile * kTile / 8;
+  const int64_t u = t - jobs.job[j].first_tile, tiles_c = g.cols / kTile;
+  if (g.scale_inv && u == 0 && threadIdx.x == 0) *g.scale_inv = 1.0f / s;
   uint32_t m = 0;
-#pragma unroll
-  for (int k = 0; k < kChunks / kThreads; ++k) {
-    const int chunk = tid + kThreads * k;
-    const int r = chunk / 8, c8 = chunk % 8 * 8;
-    float v[8];
-    LoadVec<8>(g.x + (r0 + r) * g.cols + c0 + c8, v);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) m = max(m, AbsBits(v[e]));
-    const uint32_t lo = ToFp8x2<F>(v[0] * s, v[1] * s) | (ToFp8x2<F>(v[2] * s, v[3] * s) << 16);
-    const uint32_t hi = ToFp8x2<F>(v[4] * s, v[5] * s) | (ToFp8x2<F>(v[6] * s, v[7] * s) << 16);
-    if (g.out) *reinterpret_cast<uint2*>(g.out + (r0 + r) * g.cols + c0 + c8) = make_uint2(lo, hi);
-    uint32_t* row = reinterpret_cast<uint32_t*>(tile + r * kStride + c8);
-    row[0] = lo;
-    row[1] = hi;
-  }
-  if (g.out_t) {  // uniform over the block
-    __syncthreads();
-#pragma unroll
-    for (int k = 0; k < kChunks / kThreads; ++k) {
-      const int chunk = tid + kThreads * k;
-      const int c = chunk / 8, r8 = chunk % 8 * 8;
-      uint32_t lo = 0, hi = 0;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        lo |= uint32_t{tile[(r8 + e) * kStride + c]} << (8 * e);
-        hi |= uint32_t{tile[(r8 + 4 + e) * kStride + c]} << (8 * e);
-      }
-      *reinterpret_cast<uint2*>(g.out_t + (c0 + c) * g.rows + r0 + r8) = make_uint2(lo, hi);
-    }
-  }
+  CastTile<F>(Bf16Source{g.x, g.cols}, tile, static_cast<uint8_t*>(g.out),
+              static_cast<uint8_t*>(g.out_t), u / tiles_c * kTile, u % tiles_c * kTile, g.rows,
+              g.cols, /*second_col=*/0, s, m);
   if (g.amax) BlockAmaxToGlobal(m, g.amax);
 }
 
