@@ -172,11 +172,8 @@ __global__ void __launch_bounds__(kVecThreads, 2)
         m8 = max(m8, fp8tile::AbsBits(q[j]));
       }
       constexpr auto F = __NV_E5M2;
-      const uint32_t lo = fp8tile::ToFp8x2<F>(q[0] * s8, q[1] * s8) |
-                          (fp8tile::ToFp8x2<F>(q[2] * s8, q[3] * s8) << 16);
-      const uint32_t hi = fp8tile::ToFp8x2<F>(q[4] * s8, q[5] * s8) |
-                          (fp8tile::ToFp8x2<F>(q[6] * s8, q[7] * s8) << 16);
-      *reinterpret_cast<uint2*>(f8.grad8 + row * V + int64_t{idx} * 8) = make_uint2(lo, hi);
+      *reinterpret_cast<uint2*>(f8.grad8 + row * V + int64_t{idx} * 8) =
+          fp8tile::QuantizeFp8x8<F>(q, s8);
     }
   }
   if constexpr (kFp8) fp8tile::BlockAmaxToGlobal(m8, f8.amax);

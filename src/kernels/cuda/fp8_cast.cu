@@ -34,7 +34,7 @@ constexpr int kMaxTileBlocks = 4096;
 using fp8tile::AbsBits;
 using fp8tile::BlockAmaxToGlobal;
 using fp8tile::ToFp8;
-using fp8tile::ToFp8x2;
+using fp8tile::QuantizeFp8x8;
 
 __device__ __forceinline__ float ToFloat(bf16 v) { return __bfloat162float(v); }
 __device__ __forceinline__ float ToFloat(float v) { return v; }
@@ -56,9 +56,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int k = 0; k < VEC; ++k) m = max(m, AbsBits(f[k]));
     if (!out) continue;  // amax only
     if constexpr (VEC == 8) {
-      const uint32_t lo = ToFp8x2<F>(f[0] * s, f[1] * s) | (ToFp8x2<F>(f[2] * s, f[3] * s) << 16);
-      const uint32_t hi = ToFp8x2<F>(f[4] * s, f[5] * s) | (ToFp8x2<F>(f[6] * s, f[7] * s) << 16);
-      *reinterpret_cast<uint2*>(out + i * 8) = make_uint2(lo, hi);
+      *reinterpret_cast<uint2*>(out + i * 8) = QuantizeFp8x8<F>(f, s);
     } else {
       out[i] = ToFp8<F>(f[0] * s);
     }

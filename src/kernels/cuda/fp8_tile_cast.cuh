@@ -41,6 +41,25 @@ __device__ __forceinline__ uint32_t ToFp8x2(float lo, float hi) {
   return static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, F));
 }
 
+// 8 values times s as 8 FP8 bytes in order (v[0] in the lowest byte): one 8-byte store.
+template <__nv_fp8_interpretation_t F>
+__device__ __forceinline__ uint2 QuantizeFp8x8(const float* v, float s) {
+  return make_uint2(ToFp8x2<F>(v[0] * s, v[1] * s) | (ToFp8x2<F>(v[2] * s, v[3] * s) << 16),
+                    ToFp8x2<F>(v[4] * s, v[5] * s) | (ToFp8x2<F>(v[6] * s, v[7] * s) << 16));
+}
+
+// The bytes p[0], p[stride], ..., p[7 * stride] (8 rows of a shared-memory tile column) as one
+// 8-byte word, p[0] lowest: a transposed store's 8 consecutive bytes.
+__device__ __forceinline__ uint2 GatherColumn8(const uint8_t* p, int stride) {
+  uint32_t lo = 0, hi = 0;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    lo |= uint32_t{p[e * stride]} << (8 * e);
+    hi |= uint32_t{p[(4 + e) * stride]} << (8 * e);
+  }
+  return make_uint2(lo, hi);
+}
+
 __device__ __forceinline__ uint32_t AbsBits(float v) { return __float_as_uint(v) & 0x7FFFFFFFu; }
 
 // Rounds like a BF16 kernel's store, back to float for the quantiser: what a producer fused
@@ -106,16 +125,11 @@ __device__ __forceinline__ void CastTile(const P& p, uint8_t (&tile)[P::kOut][kT
     for (int o = 0; o < P::kOut; ++o) {
 #pragma unroll
       for (int e = 0; e < 8; ++e) m = max(m, AbsBits(f[o][e]));
-      const float* v = f[o];
-      const uint32_t lo = ToFp8x2<F>(v[0] * s, v[1] * s) | (ToFp8x2<F>(v[2] * s, v[3] * s) << 16);
-      const uint32_t hi = ToFp8x2<F>(v[4] * s, v[5] * s) | (ToFp8x2<F>(v[6] * s, v[7] * s) << 16);
-      if (out) {
-        *reinterpret_cast<uint2*>(out + (r0 + r) * out_cols + c0 + c8 + o * second_col) =
-            make_uint2(lo, hi);
-      }
+      const uint2 q = QuantizeFp8x8<F>(f[o], s);
+      if (out) *reinterpret_cast<uint2*>(out + (r0 + r) * out_cols + c0 + c8 + o * second_col) = q;
       uint32_t* row = reinterpret_cast<uint32_t*>(tile[o] + r * kStride + c8);
-      row[0] = lo;
-      row[1] = hi;
+      row[0] = q.x;
+      row[1] = q.y;
     }
   }
   if (out_t) {
@@ -126,14 +140,8 @@ __device__ __forceinline__ void CastTile(const P& p, uint8_t (&tile)[P::kOut][kT
       for (int k = 0; k < kChunks / kThreads; ++k) {
         const int chunk = tid + kThreads * k;
         const int c = chunk / 8, r8 = chunk % 8 * 8;
-        uint32_t lo = 0, hi = 0;
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          lo |= uint32_t{tile[o][(r8 + e) * kStride + c]} << (8 * e);
-          hi |= uint32_t{tile[o][(r8 + 4 + e) * kStride + c]} << (8 * e);
-        }
         *reinterpret_cast<uint2*>(out_t + (c0 + c + o * second_col) * rows + r0 + r8) =
-            make_uint2(lo, hi);
+            GatherColumn8(tile[o] + r8 * kStride + c, kStride);
       }
     }
     __syncthreads();  // the tile may be rewritten next

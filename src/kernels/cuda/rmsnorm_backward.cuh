@@ -175,15 +175,12 @@ __global__ void __launch_bounds__(kBwdThreads)
             v[j] = fp8tile::RoundBf16(df[j]);
             m = max(m, fp8tile::AbsBits(v[j]));
           }
-          const uint32_t lo = fp8tile::ToFp8x2<F>(v[0] * s, v[1] * s) |
-                              (fp8tile::ToFp8x2<F>(v[2] * s, v[3] * s) << 16);
-          const uint32_t hi = fp8tile::ToFp8x2<F>(v[4] * s, v[5] * s) |
-                              (fp8tile::ToFp8x2<F>(v[6] * s, v[7] * s) << 16);
-          *reinterpret_cast<uint2*>(q.out + row * d + c) = make_uint2(lo, hi);
+          const uint2 v8 = fp8tile::QuantizeFp8x8<F>(v, s);
+          *reinterpret_cast<uint2*>(q.out + row * d + c) = v8;
           // Band rows are d + 4 bytes apart: 4-byte aligned, not always 8.
           uint32_t* b = reinterpret_cast<uint32_t*>(band + (row - begin) * band_stride + c);
-          b[0] = lo;
-          b[1] = hi;
+          b[0] = v8.x;
+          b[1] = v8.y;
         }
       }
     }
@@ -215,13 +212,8 @@ __global__ void __launch_bounds__(kBwdThreads)
     const int groups = static_cast<int>(rows_here / 8);
     for (int i = threadIdx.x; i < groups * d; i += kBwdThreads) {
       const int g = i % groups, c = i / groups;
-      uint32_t lo = 0, hi = 0;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        lo |= uint32_t{band[(g * 8 + e) * band_stride + c]} << (8 * e);
-        hi |= uint32_t{band[(g * 8 + 4 + e) * band_stride + c]} << (8 * e);
-      }
-      *reinterpret_cast<uint2*>(q.out_t + int64_t{c} * N + begin + g * 8) = make_uint2(lo, hi);
+      *reinterpret_cast<uint2*>(q.out_t + int64_t{c} * N + begin + g * 8) =
+          fp8tile::GatherColumn8(band + (g * 8) * band_stride + c, band_stride);
     }
     if (q.amax) fp8tile::BlockAmaxToGlobal(m, q.amax);
   }

@@ -110,22 +110,14 @@ __global__ void __launch_bounds__(kBandThreads)
         v[e] = fp8tile::RoundBf16(RmsNormScale(xf[e], rr, wf[e]));
         m = max(m, fp8tile::AbsBits(v[e]));
       }
-      const uint32_t lo = fp8tile::ToFp8x2<F>(v[0] * s, v[1] * s) |
-                          (fp8tile::ToFp8x2<F>(v[2] * s, v[3] * s) << 16);
-      const uint32_t hi = fp8tile::ToFp8x2<F>(v[4] * s, v[5] * s) |
-                          (fp8tile::ToFp8x2<F>(v[6] * s, v[7] * s) << 16);
-      *reinterpret_cast<uint2*>(out + (r0 + r) * d + c0 + c8) = make_uint2(lo, hi);
+      const uint2 q = fp8tile::QuantizeFp8x8<F>(v, s);
+      *reinterpret_cast<uint2*>(out + (r0 + r) * d + c0 + c8) = q;
       uint32_t* trow = reinterpret_cast<uint32_t*>(tile + r * kTileStride + c8);
-      trow[0] = lo;
-      trow[1] = hi;
+      trow[0] = q.x;
+      trow[1] = q.y;
       __syncthreads();
-      uint32_t tlo = 0, thi = 0;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        tlo |= uint32_t{tile[(tr8 + e) * kTileStride + tc]} << (8 * e);
-        thi |= uint32_t{tile[(tr8 + 4 + e) * kTileStride + tc]} << (8 * e);
-      }
-      *reinterpret_cast<uint2*>(out_t + (c0 + tc) * N + r0 + tr8) = make_uint2(tlo, thi);
+      *reinterpret_cast<uint2*>(out_t + (c0 + tc) * N + r0 + tr8) =
+          fp8tile::GatherColumn8(tile + tr8 * kTileStride + tc, kTileStride);
       __syncthreads();  // the tile (and, after the last, the band) is rewritten next
     }
   }
