@@ -186,39 +186,41 @@ Status Fp8Linears::Update(Group& g, int64_t first, int64_t n, float* amax, float
   return cuda::Fp8ScaleUpdate(u, s);
 }
 
+Fp8Linears::SlotPtrs Fp8Linears::SlotOf(const Group& g, int64_t i) {
+  return {g.scale + i * kStride, g.amax + i * kStride, g.scale_inv + i * kStride};
+}
+
 Status Fp8Linears::Cast(Group& g, int64_t i, DType format, void* out, void* out_t, const bf16* x,
                         int64_t rows, int64_t cols, cudaStream_t s) {
-  float* scale = g.scale + i * kStride;
-  float* scale_inv = g.scale_inv + i * kStride;
+  const SlotPtrs q = SlotOf(g, i);
   if (measuring()) {
     // The tensor's own amax into the probe slot, the window-1 update turns it into this
     // cast's scale (and zeroes the probe); the cast below still folds it into g.amax.
     float* probe = g.probe_amax + i * kStride;
     FORGE_RETURN_IF_ERROR(
-        cuda::CastToFp8(nullptr, x, rows, cols, format, scale, probe, nullptr, s));
+        cuda::CastToFp8(nullptr, x, rows, cols, format, q.scale, probe, nullptr, s));
     FORGE_RETURN_IF_ERROR(
         Update(g, i, 1, probe, g.probe_history + i, g.probe_recorded + i, /*window=*/1, s));
   }
-  return cuda::CastTransposeToFp8(out, out_t, x, rows, cols, format, scale, g.amax + i * kStride,
-                                  scale_inv, s);
+  return cuda::CastTransposeToFp8(out, out_t, x, rows, cols, format, q.scale, q.amax,
+                                  q.scale_inv, s);
 }
 
 Status Fp8Linears::CastWeight(int layer, LinearKind k, const bf16* w, cudaStream_t s) {
   const int ki = int(k);
-  const Linear& li = lin_[size_t(kLinearKinds) * layer + ki];
-  return Cast(e4m3_, 2 * (int64_t{kLinearKinds} * layer + ki), DType::kE4M3, li.w8, li.w8t, w,
-              shape_[ki].out, shape_[ki].in, s);
+  const Linear& li = lin_[size_t(LinearIndex(layer, ki))];
+  return Cast(e4m3_, WeightSlot(layer, ki), DType::kE4M3, li.w8, li.w8t, w, shape_[ki].out,
+              shape_[ki].in, s);
 }
 
 Status Fp8Linears::CastLayerWeights(int layer, const std::array<const bf16*, kLinearKinds>& w,
                                     cudaStream_t s) {
   std::array<cuda::Fp8CastJob, kLinearKinds> jobs{};
   for (int ki = 0; ki < kLinearKinds; ++ki) {
-    const Linear& li = lin_[size_t(kLinearKinds) * layer + ki];
-    const int64_t i = 2 * (int64_t{kLinearKinds} * layer + ki);
+    const Linear& li = lin_[size_t(LinearIndex(layer, ki))];
+    const SlotPtrs q = SlotOf(e4m3_, WeightSlot(layer, ki));
     jobs[ki] = cuda::Fp8CastJob{w[ki], li.w8, li.w8t, shape_[ki].out, shape_[ki].in,
-                                e4m3_.scale + i * kStride, e4m3_.amax + i * kStride,
-                                e4m3_.scale_inv + i * kStride};
+                                q.scale, q.amax, q.scale_inv};
   }
   // Casts that measure first (current recipe, first step) go one by one (Cast's probe).
   if (measuring() || !cuda::CastTransposeGroupSupported(jobs.data(), kLinearKinds)) {
@@ -232,41 +234,40 @@ Status Fp8Linears::CastLayerWeights(int layer, const std::array<const bf16*, kLi
 
 Status Fp8Linears::CastInput(int layer, LinearKind k, int set, const bf16* x, cudaStream_t s) {
   const int ki = int(k);
-  return Cast(e4m3_, 2 * (int64_t{kLinearKinds} * layer + ki) + 1, DType::kE4M3, x8_,
+  return Cast(e4m3_, InputSlot(layer, ki), DType::kE4M3, x8_,
               x8t_[size_t(kLinearKinds) * set + ki], x, N_, shape_[ki].in, s);
 }
 
 Status Fp8Linears::CastGrad(int layer, LinearKind k, const bf16* dy, cudaStream_t s) {
   const int ki = int(k);
-  return Cast(e5m2_, int64_t{kLinearKinds} * layer + ki, DType::kE5M2, dy8_[ki], dy8t_[ki], dy,
+  return Cast(e5m2_, GradSlot(layer, ki), DType::kE5M2, dy8_[ki], dy8t_[ki], dy,
               N_, shape_[ki].out, s);
 }
 
 Status Fp8Linears::SwiGluForwardToInput(int layer, int set, const bf16* gate_up,
                                         cudaStream_t s) {
   const int k = int(LinearKind::kDown);
-  const int64_t i = 2 * (int64_t{kLinearKinds} * layer + k) + 1;
+  const SlotPtrs q = SlotOf(e4m3_, InputSlot(layer, k));
   return cuda::SwiGluForwardFp8(x8_, x8t_[size_t(kLinearKinds) * set + k], gate_up, N_,
-                                int(shape_[k].in), DType::kE4M3, e4m3_.scale + i * kStride,
-                                e4m3_.amax + i * kStride, e4m3_.scale_inv + i * kStride, s);
+                                int(shape_[k].in), DType::kE4M3, q.scale, q.amax, q.scale_inv,
+                                s);
 }
 
 Status Fp8Linears::SwiGluBackwardToGrad(int layer, const bf16* dout, const bf16* gate_up,
                                         cudaStream_t s) {
   const int k = int(LinearKind::kGateUp);
-  const int64_t i = int64_t{kLinearKinds} * layer + k;
+  const SlotPtrs q = SlotOf(e5m2_, GradSlot(layer, k));
   return cuda::SwiGluBackwardFp8(dy8_[k], dy8t_[k], dout, gate_up, N_, int(shape_[k].out / 2),
-                                 DType::kE5M2, e5m2_.scale + i * kStride,
-                                 e5m2_.amax + i * kStride, e5m2_.scale_inv + i * kStride, s);
+                                 DType::kE5M2, q.scale, q.amax, q.scale_inv, s);
 }
 
 Status Fp8Linears::RmsNormToInput(int layer, LinearKind k, int set, float* rstd, const bf16* x,
                                   const bf16* w, float eps, cudaStream_t s) {
   const int ki = int(k);
-  const int64_t i = 2 * (int64_t{kLinearKinds} * layer + ki) + 1;
+  const SlotPtrs q = SlotOf(e4m3_, InputSlot(layer, ki));
   return cuda::RmsNormForwardFp8(x8_, x8t_[size_t(kLinearKinds) * set + ki], rstd, x, w, N_,
-                                 int(shape_[ki].in), eps, DType::kE4M3, e4m3_.scale + i * kStride,
-                                 e4m3_.amax + i * kStride, e4m3_.scale_inv + i * kStride, s);
+                                 int(shape_[ki].in), eps, DType::kE4M3, q.scale, q.amax,
+                                 q.scale_inv, s);
 }
 
 Status Fp8Linears::RmsNormBackwardToGrad(int layer, LinearKind k, bf16* dx, float* dw,
@@ -278,20 +279,18 @@ Status Fp8Linears::RmsNormBackwardToGrad(int layer, LinearKind k, bf16* dx, floa
     return Status::Invalid("fp8 linears: the norm backward feeds the Out or Down projection");
   }
   const int ki = int(k);
-  const int64_t i = int64_t{kLinearKinds} * layer + ki;
+  const SlotPtrs q = SlotOf(e5m2_, GradSlot(layer, ki));
   return cuda::RmsNormBackwardFp8(dx, dw, dout, x, w, rstd, N_, int(shape_[ki].out), workspace,
                                   workspace_bytes, accumulate_dx, accumulate_dw, dy8_[ki],
-                                  dy8t_[ki], DType::kE5M2, e5m2_.scale + i * kStride,
-                                  e5m2_.amax + i * kStride, e5m2_.scale_inv + i * kStride, s);
+                                  dy8t_[ki], DType::kE5M2, q.scale, q.amax, q.scale_inv, s);
 }
 
 Status Fp8Linears::RopeBackwardToGrad(int layer, const bf16* dqkv, cudaStream_t s) {
   const int k = int(LinearKind::kQkv);
-  const int64_t i = int64_t{kLinearKinds} * layer + k;
+  const SlotPtrs q = SlotOf(e5m2_, GradSlot(layer, k));
   return cuda::RopeBackwardFp8(dy8_[k], dy8t_[k], dqkv, rope_.B, rope_.T, rope_.n_head,
-                               rope_.n_kv_head, rope_.hd, rope_freq_, DType::kE5M2,
-                               e5m2_.scale + i * kStride, e5m2_.amax + i * kStride,
-                               e5m2_.scale_inv + i * kStride, s);
+                               rope_.n_kv_head, rope_.hd, rope_freq_, DType::kE5M2, q.scale,
+                               q.amax, q.scale_inv, s);
 }
 
 Status Fp8Linears::CastLmHeadWeight(const bf16* wte, cudaStream_t s) {
@@ -314,10 +313,10 @@ Status Fp8Linears::CrossEntropyToGrad(bf16* logits, float* losses, const int32_t
   if (!lm_head() || !fuse_lm_head_grad()) {
     return Status::Precondition("fp8 linears: no fused FP8 LM-head gradient on this step");
   }
-  const int64_t i = LmGradSlot();
-  return cuda::CrossEntropyForwardBackwardFp8Grad(
-      logits, losses, targets, rows, static_cast<int>(lm_.vocab), dloss, lm_dy8_,
-      e5m2_.scale + i * kStride, e5m2_.amax + i * kStride, e5m2_.scale_inv + i * kStride, s);
+  const SlotPtrs q = SlotOf(e5m2_, LmGradSlot());
+  return cuda::CrossEntropyForwardBackwardFp8Grad(logits, losses, targets, rows,
+                                                  static_cast<int>(lm_.vocab), dloss, lm_dy8_,
+                                                  q.scale, q.amax, q.scale_inv, s);
 }
 
 Status Fp8Linears::CastLmHeadGrad(const bf16* dlogits, int64_t rows, cudaStream_t s) {
@@ -331,8 +330,8 @@ GemmArgs Fp8Linears::LmHeadBackwardData(bf16* dhf, int64_t rows) const {
   g.A = lm_dy8_, g.B = lm_w8t_, g.D = dhf;
   g.trans_a = false, g.trans_b = true;
   g.a_type = DType::kE5M2, g.b_type = DType::kE4M3, g.d_type = DType::kBf16;
-  g.a_scale = e5m2_.scale_inv + LmGradSlot() * kStride;
-  g.b_scale = e4m3_.scale_inv + LmWeightSlot() * kStride;
+  g.a_scale = SlotOf(e5m2_, LmGradSlot()).scale_inv;
+  g.b_scale = SlotOf(e4m3_, LmWeightSlot()).scale_inv;
   return g;
 }
 
@@ -342,22 +341,21 @@ GemmArgs Fp8Linears::LmHeadForward(bf16* logits, int64_t rows) const {
   g.A = lm_x8_, g.B = lm_w8_, g.D = logits;
   g.trans_a = false, g.trans_b = true;
   g.a_type = DType::kE4M3, g.b_type = DType::kE4M3, g.d_type = DType::kBf16;
-  g.a_scale = e4m3_.scale_inv + LmInputSlot() * kStride;
-  g.b_scale = e4m3_.scale_inv + LmWeightSlot() * kStride;
+  g.a_scale = SlotOf(e4m3_, LmInputSlot()).scale_inv;
+  g.b_scale = SlotOf(e4m3_, LmWeightSlot()).scale_inv;
   g.fast_accum = cfg_.fast_accum != Fp8FastAccum::kNone;
   return g;
 }
 
 GemmArgs Fp8Linears::Forward(int layer, LinearKind k, bf16* y, const bf16* residual) const {
   const int ki = int(k);
-  const int64_t w = 2 * (int64_t{kLinearKinds} * layer + ki);
   GemmArgs g;
   g.M = N_, g.N = shape_[ki].out, g.K = shape_[ki].in;
-  g.A = x8_, g.B = lin_[size_t(kLinearKinds) * layer + ki].w8, g.D = y;
+  g.A = x8_, g.B = lin_[size_t(LinearIndex(layer, ki))].w8, g.D = y;
   g.trans_a = false, g.trans_b = true;
   g.a_type = DType::kE4M3, g.b_type = DType::kE4M3, g.d_type = DType::kBf16;
-  g.a_scale = e4m3_.scale_inv + (w + 1) * kStride;
-  g.b_scale = e4m3_.scale_inv + w * kStride;
+  g.a_scale = SlotOf(e4m3_, InputSlot(layer, ki)).scale_inv;
+  g.b_scale = SlotOf(e4m3_, WeightSlot(layer, ki)).scale_inv;
   g.accumulate = residual != nullptr;
   g.C = residual;
   g.fast_accum = cfg_.fast_accum != Fp8FastAccum::kNone;
@@ -366,14 +364,13 @@ GemmArgs Fp8Linears::Forward(int layer, LinearKind k, bf16* y, const bf16* resid
 
 GemmArgs Fp8Linears::BackwardData(int layer, LinearKind k, bf16* dx) const {
   const int ki = int(k);
-  const int64_t t = int64_t{kLinearKinds} * layer + ki;
   GemmArgs g;
   g.M = N_, g.N = shape_[ki].in, g.K = shape_[ki].out;
-  g.A = dy8_[ki], g.B = lin_[size_t(t)].w8t, g.D = dx;
+  g.A = dy8_[ki], g.B = lin_[size_t(LinearIndex(layer, ki))].w8t, g.D = dx;
   g.trans_a = false, g.trans_b = true;
   g.a_type = DType::kE5M2, g.b_type = DType::kE4M3, g.d_type = DType::kBf16;
-  g.a_scale = e5m2_.scale_inv + t * kStride;
-  g.b_scale = e4m3_.scale_inv + 2 * t * kStride;
+  g.a_scale = SlotOf(e5m2_, GradSlot(layer, ki)).scale_inv;
+  g.b_scale = SlotOf(e4m3_, WeightSlot(layer, ki)).scale_inv;
   g.fast_accum = cfg_.fast_accum == Fp8FastAccum::kFpropDgrad;
   return g;
 }
@@ -381,14 +378,13 @@ GemmArgs Fp8Linears::BackwardData(int layer, LinearKind k, bf16* dx) const {
 GemmArgs Fp8Linears::BackwardWeight(int layer, LinearKind k, int set, float* dw,
                                     bool accumulate) const {
   const int ki = int(k);
-  const int64_t t = int64_t{kLinearKinds} * layer + ki;
   GemmArgs g;
   g.M = shape_[ki].out, g.N = shape_[ki].in, g.K = N_;
   g.A = dy8t_[ki], g.B = x8t_[size_t(kLinearKinds) * set + ki], g.D = dw;
   g.trans_a = false, g.trans_b = true;
   g.a_type = DType::kE5M2, g.b_type = DType::kE4M3, g.d_type = DType::kFp32;
-  g.a_scale = e5m2_.scale_inv + t * kStride;
-  g.b_scale = e4m3_.scale_inv + (2 * t + 1) * kStride;
+  g.a_scale = SlotOf(e5m2_, GradSlot(layer, ki)).scale_inv;
+  g.b_scale = SlotOf(e4m3_, InputSlot(layer, ki)).scale_inv;
   g.accumulate = accumulate;
   return g;
 }

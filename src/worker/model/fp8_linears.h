@@ -211,6 +211,12 @@ class Fp8Linears {
   };
 
   Fp8Linears() = default;
+  // A block linear layer's scaling slots (see the header comment), t = kLinearKinds * layer +
+  // kind: E4M3 weight 2t and input 2t + 1, E5M2 output gradient t.
+  static int64_t LinearIndex(int layer, int ki) { return int64_t{kLinearKinds} * layer + ki; }
+  static int64_t WeightSlot(int layer, int ki) { return 2 * LinearIndex(layer, ki); }
+  static int64_t InputSlot(int layer, int ki) { return WeightSlot(layer, ki) + 1; }
+  static int64_t GradSlot(int layer, int ki) { return LinearIndex(layer, ki); }
   // The LM head's scaling slots, after the blocks' (see the header comment).
   int64_t LmWeightSlot() const { return int64_t{2 * kLinearKinds} * L_; }  // E4M3
   int64_t LmInputSlot() const { return LmWeightSlot() + 1; }                // E4M3
@@ -220,6 +226,14 @@ class Fp8Linears {
   Status Init(const Fp8Config& cfg, int n_layer,
               const std::array<Fp8LinearShape, kLinearKinds>& shapes, int64_t tokens,
               int act_sets, const Fp8RopeShape& rope, const Fp8LmHeadShape& lm_head);
+  // Slot i of g: what a cast or a kernel writing FP8 takes (scale read; amax and scale_inv
+  // written).
+  struct SlotPtrs {
+    const float* scale;
+    float* amax;
+    float* scale_inv;
+  };
+  static SlotPtrs SlotOf(const Group& g, int64_t i);
   Status AllocGroup(Group* g, int64_t n, float fp8_max);
   template <typename T>
   Status Alloc(T** p, size_t count);
