@@ -47,7 +47,7 @@ __global__ void __launch_bounds__(kFwdThreads)
   }
   ss = WarpSum(ss);
   const float inv_d = 1.0f / static_cast<float>(d);
-  const float r = 1.0f / sqrtf(ss * inv_d + eps);
+  const float r = RmsNormRstd(ss, inv_d, eps);
   if (lane == 0 && rstd != nullptr) rstd[row] = r;
   if (out == nullptr) return;  // statistics only (the FP8 path quantises the output itself)
   bf16* outr = out + row * d;

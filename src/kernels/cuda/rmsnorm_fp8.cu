@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kBandThreads)
         for (int j = 0; j < 8; ++j) ss += f[j] * f[j];
       }
       ss = WarpSum(ss);
-      const float r = 1.0f / sqrtf(ss * inv_d + eps);
+      const float r = RmsNormRstd(ss, inv_d, eps);
       if (lane == 0) {
         s_rstd[rr] = r;
         rstd[r0 + rr] = r;
