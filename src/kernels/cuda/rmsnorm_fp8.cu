@@ -128,7 +128,7 @@ __global__ void __launch_bounds__(kBandThreads)
 
 bool RmsNormFp8Supported(int64_t N, int d, const void* x, const void* w, const void* out,
                          const void* out_t) {
-  return fp8tile::TileShapeOk(N, d, out, out_t) && d <= 2048 && IsAligned(x, 16) &&
+  return fp8tile::TileShapeOk(N, d, out, out_t) && d <= kMaxD && IsAligned(x, 16) &&
          IsAligned(w, 16);
 }
 
