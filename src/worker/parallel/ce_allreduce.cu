@@ -11,6 +11,7 @@
 #include <string>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_util.cuh"
 
 namespace forge {
 namespace {
@@ -58,7 +59,7 @@ struct PeerBlob {
 };
 static_assert(sizeof(PeerBlob) % 4 == 0, "the setup exchange moves whole 4-byte words");
 
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+using cuda::CeilDiv;
 // Chunk of one rank: a multiple of 4 floats, so every chunk starts 16-byte aligned.
 int64_t ChunkOf(int64_t n, int world) { return CeilDiv(CeilDiv(n, world), 4) * 4; }
 
