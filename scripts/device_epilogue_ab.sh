@@ -4,11 +4,10 @@
 # beside cuBLASLt + kernel), then forge-bench gpt350m B ${B:-16} --steps 30 BF16 with
 # FORGE_CUDA_ROPE_GEMM / FORGE_CUDA_SWIGLU_GEMM as VARIANTS says (default "0 0,1 0,1 1"),
 # alternated, ROUNDS rounds. JSON lines in
-# $OUT/wgmma.jsonl and $OUT/ab.jsonl, a summary line per run on stdout.
+# $OUT/wgmma.jsonl and $OUT/bench.jsonl (label rope<0|1>-swiglu<0|1>), a summary line per run.
 set -u
 cd "$(dirname "$0")/.."
 source scripts/device_gpu_preamble.sh
-B=${B:-16}
 [ -n "${SKIP_SUITE:-}" ] || suite --gtest_brief=1 ${FILTER:+--gtest_filter=$FILTER}
 timeout 120 .device/run forge-wgmma-bench --reps 20 > "$out/wgmma.jsonl" 2>&1
 cut -c1-200 "$out/wgmma.jsonl"
@@ -16,10 +15,8 @@ for r in ${ROUNDS:-1 2}; do
   IFS=, read -ra variants <<< "${VARIANTS:-0 0,1 0,1 1}"
   for v in "${variants[@]}"; do
     set -- $v
-    FORGE_CUDA_ROPE_GEMM=$1 FORGE_CUDA_SWIGLU_GEMM=$2 timeout 90 .device/run forge-bench \
-      --config configs/gpt350m.yaml --micro-batch $B --steps 30 --precision bf16 2>&1 | grep '^{' |
-      sed "s/^{/{\"rope_gemm\":$1,\"swiglu_gemm\":$2,/" | tee -a "$out/ab.jsonl" |
-      sed -E 's/.*"rope_gemm":([01]),"swiglu_gemm":([01]).*"step_ms":([0-9.]+),"tokens_per_s":([0-9.]+).*/rope \1 swiglu \2 step_ms \3 tok\/s \4/'
+    FORGE_CUDA_ROPE_GEMM=$1 FORGE_CUDA_SWIGLU_GEMM=$2 bench "rope$1-swiglu$2" forge-bench \
+      --precision bf16
   done
 done
 echo "elapsed ${SECONDS}s"

@@ -1,6 +1,9 @@
 # Sourced by the one-GPU device scripts, after they cd to the repo root: $out ($OUT, made), the
-# GPU's name, max SM clock and power limit, and `suite [gtest flags]`: forge_gpu_tests under a
-# time limit (SUITE_S, default 300 s) into $out/suite.txt, its exit code and summary printed.
+# GPU's name, max SM clock and power limit, `suite [gtest flags]`: forge_gpu_tests under a
+# time limit (SUITE_S, default 300 s) into $out/suite.txt, its exit code and summary printed,
+# and `bench LABEL BINARY [forge-bench flags]`: gpt350m at micro-batch ${B:-16}, 30 steps, with
+# BINARY (forge-bench, or an A/B's forge-bench-base); its JSON line tagged "label" appended to
+# $out/bench.jsonl and a summary line printed (variables set on the call reach forge-bench).
 # (The multi-GPU scripts source device_dp_preamble.sh instead.)
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
@@ -9,4 +12,12 @@ suite() {
   timeout ${SUITE_S:-300} .device/run forge_gpu_tests "$@" > "$out/suite.txt" 2>&1
   echo "suite rc $?"
   grep -E "^\[  FAILED|PASSED|SKIPPED \]|tests ran|Failure" "$out/suite.txt" | head -30
+}
+bench() {
+  local label=$1 bin=$2
+  shift 2
+  timeout ${BENCH_S:-90} .device/run "$bin" --config configs/gpt350m.yaml --micro-batch "${B:-16}" \
+    --steps 30 "$@" 2>&1 | grep '^{' | sed "s|^{|{\"label\":\"$label\",|" |
+    tee -a "$out/bench.jsonl" |
+    sed -E 's/.*"label":"([^"]*)".*"step_ms":([0-9.]+),"tokens_per_s":([0-9.]+).*/\1 step_ms \2 tok\/s \3/'
 }
