@@ -336,17 +336,12 @@ int Run(int argc, char** argv) {
   RunConfig cfg = *loaded;
   if (a.micro_batch > 0) cfg.batch.micro_batch = a.micro_batch;
   cfg.batch.global_batch = cfg.batch.micro_batch * a.world;
-  if (a.mode == "ddp") cfg.parallel.mode = ParallelMode::kDdp;
-  else if (a.mode == "zero1") cfg.parallel.mode = ParallelMode::kZero1;
-  else if (a.mode == "zero2") cfg.parallel.mode = ParallelMode::kZero2;
-  else if (a.mode == "fsdp") cfg.parallel.mode = ParallelMode::kFsdp;
-  else return Fail("--mode: expected ddp, zero1, zero2 or fsdp, got " + a.mode);
-  if (a.grad_reduce == "fp32") cfg.parallel.grad_reduce = GradReduce::kFp32;
-  else if (a.grad_reduce == "bf16") cfg.parallel.grad_reduce = GradReduce::kBf16;
-  else return Fail("--grad-reduce: expected fp32 or bf16, got " + a.grad_reduce);
-  if (a.ddp_allreduce == "nccl") cfg.parallel.ddp_allreduce = DdpAllReduce::kNccl;
-  else if (a.ddp_allreduce == "copy_engine") cfg.parallel.ddp_allreduce = DdpAllReduce::kCopyEngine;
-  else return Fail("--ddp-allreduce: expected nccl or copy_engine, got " + a.ddp_allreduce);
+  for (const Status& st :
+       {ParallelModeFromName(a.mode, "--mode", &cfg.parallel.mode),
+        GradReduceFromName(a.grad_reduce, "--grad-reduce", &cfg.parallel.grad_reduce),
+        DdpAllReduceFromName(a.ddp_allreduce, "--ddp-allreduce", &cfg.parallel.ddp_allreduce)}) {
+    if (!st.ok()) return Fail(st.message());
+  }
   // fsdp + bf16, copy_engine outside ddp/fp32
   if (Status v = ValidateRunConfig(cfg); !v.ok()) return Fail(v.ToString());
 

@@ -135,11 +135,9 @@ int Run(int argc, char** argv) {
   if (args.precision == "fp8") cfg.precision.compute = Precision::kFp8;
   if (args.fp8_lm_head >= 0) cfg.precision.fp8.lm_head = args.fp8_lm_head == 1;
   if (!args.fp8_fast.empty()) {
-    if (args.fp8_fast == "none") cfg.precision.fp8.fast_accum = Fp8FastAccum::kNone;
-    else if (args.fp8_fast == "fprop") cfg.precision.fp8.fast_accum = Fp8FastAccum::kFprop;
-    else if (args.fp8_fast == "fprop_dgrad") cfg.precision.fp8.fast_accum = Fp8FastAccum::kFpropDgrad;
-    else return bench::FailJson("forge-bench", "--fp8-fast-accum: expected none, fprop or "
-                                               "fprop_dgrad, got " + args.fp8_fast);
+    const Status st =
+        Fp8FastAccumFromName(args.fp8_fast, "--fp8-fast-accum", &cfg.precision.fp8.fast_accum);
+    if (!st.ok()) return bench::FailJson("forge-bench", st.message());
   }
   const ModelConfig& m = cfg.model;
 

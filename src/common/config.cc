@@ -73,6 +73,28 @@ std::string AllNames(const std::array<NamedValue<E>, N>& table) {
   return out;
 }
 
+// The value `name` spells in table, or null.
+template <typename E, size_t N>
+const E* LookUp(const std::array<NamedValue<E>, N>& table, std::string_view name) {
+  for (const auto& nv : table) {
+    if (name == nv.name) return &nv.value;
+  }
+  return nullptr;
+}
+
+// The same for a command-line flag: Invalid "<what>: must be one of ..., got <name>".
+template <typename E, size_t N>
+Status ValueOf(const std::array<NamedValue<E>, N>& table, std::string_view name,
+               const std::string& what, E* out) {
+  const E* v = LookUp(table, name);
+  if (v == nullptr) {
+    return Status::Invalid(what + ": must be one of " + AllNames(table) + ", got " +
+                           std::string(name));
+  }
+  *out = *v;
+  return Status::Ok();
+}
+
 struct Preset {
   const char* name;
   int n_layer, d_model, n_head, n_kv_head, ffn, vocab, seq_len;
@@ -540,13 +562,9 @@ class Reader {
                   const std::array<NamedValue<E>, N>& table, E* out) {
     const YAML::Node* n = Find(e, key);
     if (!n) return Status::Ok();
-    if (n->IsScalar()) {
-      for (const auto& nv : table) {
-        if (n->Scalar() == nv.name) {
-          *out = nv.value;
-          return Status::Ok();
-        }
-      }
+    if (const E* v = n->IsScalar() ? LookUp(table, n->Scalar()) : nullptr) {
+      *out = *v;
+      return Status::Ok();
     }
     return Error(Path(sec, key), "must be one of " + AllNames(table) + ", got " + Describe(*n));
   }
@@ -813,6 +831,18 @@ const char* Fp8FastAccumName(Fp8FastAccum f) { return NameOf(kFp8FastAccumNames,
 const char* DecayKindName(DecayKind d) { return NameOf(kDecayNames, d); }
 const char* BackendName(Backend b) { return NameOf(kBackendNames, b); }
 const char* Fp8RecipeName(Fp8Recipe r) { return NameOf(kFp8RecipeNames, r); }
+Status ParallelModeFromName(std::string_view name, const std::string& what, ParallelMode* out) {
+  return ValueOf(kParallelNames, name, what, out);
+}
+Status GradReduceFromName(std::string_view name, const std::string& what, GradReduce* out) {
+  return ValueOf(kGradReduceNames, name, what, out);
+}
+Status DdpAllReduceFromName(std::string_view name, const std::string& what, DdpAllReduce* out) {
+  return ValueOf(kDdpAllReduceNames, name, what, out);
+}
+Status Fp8FastAccumFromName(std::string_view name, const std::string& what, Fp8FastAccum* out) {
+  return ValueOf(kFp8FastAccumNames, name, what, out);
+}
 
 std::string RunConfigToYaml(const RunConfig& c) {
   std::ostringstream y;

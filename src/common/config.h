@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "common/status.h"
 
@@ -181,6 +182,12 @@ const char* Fp8FastAccumName(Fp8FastAccum f);
 const char* DecayKindName(DecayKind d);
 const char* BackendName(Backend b);
 const char* Fp8RecipeName(Fp8Recipe r);
+// The value a name spells (the config's spelling), for command-line flags: Invalid
+// "<what>: must be one of a|b|..., got <name>" otherwise.
+Status ParallelModeFromName(std::string_view name, const std::string& what, ParallelMode* out);
+Status GradReduceFromName(std::string_view name, const std::string& what, GradReduce* out);
+Status DdpAllReduceFromName(std::string_view name, const std::string& what, DdpAllReduce* out);
+Status Fp8FastAccumFromName(std::string_view name, const std::string& what, Fp8FastAccum* out);
 
 // The config as YAML that ParseRunConfig reads back to an equal RunConfig (floats are written
 // in shortest round-trip form). For logs, run specs and checkpoint manifests.
