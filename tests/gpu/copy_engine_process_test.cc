@@ -33,6 +33,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/file_io.h"
+#include "gpu_test_util.h"
 #include "nccl_test_util.h"
 #include "tiny_gpu_config.h"
 #include "worker/parallel/nccl_comm.h"
@@ -64,21 +65,7 @@ nlohmann::json RunJson(const std::string& cmd, std::string* output) {
 
 // ---- one rank (a child process of CopyEngineProcesses.*) -------------------------------------
 
-
-
-struct DevFloats {
-  float* p = nullptr;
-  explicit DevFloats(int64_t n) { cudaMalloc(&p, size_t(n) * sizeof(float)); }
-  ~DevFloats() { cudaFree(p); }
-  void Put(const std::vector<float>& h) {
-    cudaMemcpy(p, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice);
-  }
-  std::vector<float> Get(int64_t n) const {
-    std::vector<float> h(static_cast<size_t>(n));
-    cudaMemcpy(h.data(), p, h.size() * sizeof(float), cudaMemcpyDeviceToHost);
-    return h;
-  }
-};
+using test::DeviceBuffer;
 
 void SumsRank(int r, int world, NcclComm* comm) {
   struct Range {
@@ -87,20 +74,20 @@ void SumsRank(int r, int world, NcclComm* comm) {
   const std::vector<Range> ranges = {{0, 1000003}, {1000004, 17}, {1000024, 1}, {1000028, 4096},
                                      {1004124, 3}};
   const int64_t count = 1004124 + 3 + 9;  // a tail no range covers
-  DevFloats buf(count), other(1000);
-  ASSERT_TRUE(comm->EnableCopyEngineAllReduce(buf.p, count, 1000003).ok());
+  DeviceBuffer<float> buf(static_cast<size_t>(count)), other(1000);
+  ASSERT_TRUE(comm->EnableCopyEngineAllReduce(buf.data(), count, 1000003).ok());
   for (int round = 0; round < 3; ++round) {
     std::vector<float> h(static_cast<size_t>(count));
     for (int64_t i = 0; i < count; ++i) h[i] = Value(r + 11 * round, i) * float(1 + r);
-    buf.Put(h);
-    other.Put(std::vector<float>(1000, float(r + 1)));
+    buf.Upload(h);
+    other.Upload(std::vector<float>(1000, float(r + 1)));
     for (const Range& g : ranges) {
-      const Status ce = Finish(comm->AllReduceSum(buf.p + g.off, g.n, DType::kF32, "ce"));
+      const Status ce = Finish(comm->AllReduceSum(buf.data() + g.off, g.n, DType::kF32, "ce"));
       ASSERT_TRUE(ce.ok()) << ce.ToString();
-      const Status nccl = Finish(comm->AllReduceSum(other.p, 1000, DType::kF32, "nccl"));
+      const Status nccl = Finish(comm->AllReduceSum(other.data(), 1000, DType::kF32, "nccl"));
       ASSERT_TRUE(nccl.ok()) << nccl.ToString();
     }
-    const std::vector<float> got = buf.Get(count);
+    const std::vector<float> got = buf.Download();
     int64_t bad = 0;
     std::vector<bool> covered(static_cast<size_t>(count), false);
     for (const Range& g : ranges) {
@@ -121,10 +108,10 @@ void SumsRank(int r, int world, NcclComm* comm) {
 }
 
 void SkipRank(int r, NcclComm* comm, const fs::path& dir) {
-  DevFloats d(4096);
-  cudaMemset(d.p, 0, 4096 * sizeof(float));
-  ASSERT_TRUE(comm->EnableCopyEngineAllReduce(d.p, 4096, 4096).ok());
-  const Status warm = Finish(comm->AllReduceSum(d.p, 4096, DType::kF32, "warm-up"));
+  DeviceBuffer<float> d(4096);
+  cudaMemset(d.data(), 0, 4096 * sizeof(float));
+  ASSERT_TRUE(comm->EnableCopyEngineAllReduce(d.data(), 4096, 4096).ok());
+  const Status warm = Finish(comm->AllReduceSum(d.data(), 4096, DType::kF32, "warm-up"));
   ASSERT_TRUE(warm.ok()) << warm.ToString();
   const fs::path done = dir / "rank0.done";
   if (r == 1) {  // never joins the next all-reduce; its buffer lives until rank 0 is done
@@ -133,7 +120,7 @@ void SkipRank(int r, NcclComm* comm, const fs::path& dir) {
     }
     return;
   }
-  const Status st = Finish(comm->AllReduceSum(d.p, 4096, DType::kF32, "skipped by rank 1"));
+  const Status st = Finish(comm->AllReduceSum(d.data(), 4096, DType::kF32, "skipped by rank 1"));
   std::printf("MESSAGE: %s\n", st.ToString().c_str());
   EXPECT_FALSE(st.ok()) << "the skipped all-reduce completed";
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess) << "the released stream did not finish";
