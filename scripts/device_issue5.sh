@@ -2,7 +2,8 @@
 # Issue 5's GPU evidence in one device call on a 4-GPU machine (stops starting new items after
 # ~540 s): multi-GPU tests, forge-dist-bench for every mode on 4 and 2 GPUs beside the PyTorch
 # DDP / FSDP2 anchor on the same GPUs, then `forge train` on 2 GPUs (scripts/device_cli_multi.sh;
-# SKIP_CLI=1 leaves it out), then ddp/fsdp and zero1/zero2 on 2 GPUs as time allows. ddp runs
+# SKIP_CLI=1 leaves it out), then ddp (NCCL and copy engines)/fsdp and zero1/zero2 on 2 GPUs and PyTorch on one GPU as
+# time allows. ddp runs
 # twice on 4 GPUs: NCCL's all-reduce and the copy engines (parallel.ddp_allreduce), the
 # candidate default for one host if it reaches the 97% NCCL does not (sessions 5-7).
 # Expects .device/ (forge, forge_gpu_tests, forge-dist-bench, the anchors) and .devdata/.
@@ -22,6 +23,8 @@ torch 4 ddp; torch 4 fsdp
 [ -z "${SKIP_CLI:-}" ] && left 500 &&
   timeout 120 bash scripts/device_cli_multi.sh 2>&1 | grep -E "identical|DIFFER|resharding|done:|rror"
 for m in ddp fsdp; do bench 2 $m; done
+bench 2 ddp --ddp-allreduce copy_engine
 torch 2 ddp 420; torch 2 fsdp 420
 for m in zero1 zero2; do bench 2 $m; done
+torch 1 ddp 480
 echo "elapsed ${SECONDS}s"
