@@ -19,7 +19,6 @@
 #include "kernels/cuda/adamw.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
-#include "kernels/cuda/launch.cuh"
 
 namespace forge::cuda {
 namespace {
@@ -55,7 +54,6 @@ __device__ __forceinline__ void AddSquares(const float* __restrict__ g, int64_t 
 __global__ void __launch_bounds__(kNormThreads)
     GradNormPartialKernel(const AdamWTensor* __restrict__ tensors, int num_tensors,
                           float* __restrict__ partial) {
-  PdlEnter();
   __shared__ float scratch[32];
   const int64_t tid = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
@@ -68,7 +66,6 @@ __global__ void __launch_bounds__(kNormThreads)
 // One contiguous gradient range (a unit's), same grid and order per block as above.
 __global__ void __launch_bounds__(kNormThreads)
     SumSquaresPartialKernel(const float* __restrict__ g, int64_t n, float* __restrict__ partial) {
-  PdlEnter();
   __shared__ float scratch[32];
   const int64_t tid = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   float acc = 0.0f;
@@ -90,7 +87,6 @@ __device__ __forceinline__ float ClipScale(float sumsq, float max_norm) {
 __global__ void __launch_bounds__(kFinishThreads)
     PartialsFinishKernel(const float* __restrict__ partial, int64_t count, float max_norm,
                          float* __restrict__ sumsq_out, float* __restrict__ clip_scale_out) {
-  PdlEnter();
   __shared__ float scratch[32];
   float acc = 0.0f;
   for (int64_t i = threadIdx.x; i < count; i += kFinishThreads) acc += partial[i];
@@ -103,7 +99,6 @@ __global__ void __launch_bounds__(kFinishThreads)
 
 __global__ void ClipScaleKernel(const float* __restrict__ sumsq, float max_norm,
                                 float* __restrict__ clip_scale_out) {
-  PdlEnter();
   clip_scale_out[0] = ClipScale(sumsq[0], max_norm);
 }
 
@@ -128,7 +123,6 @@ __global__ void __launch_bounds__(kAdamThreads)
     AdamWKernel(const AdamWTensor* __restrict__ tensors, int num_tensors,
                 const AdamWHyper* __restrict__ hyper, const float* __restrict__ grad_scale,
                 int64_t* __restrict__ skipped_steps) {
-  PdlEnter();
   // A non-finite clip scale marks a step whose gradients overflowed: nothing is updated
   // (weights, moments and the bf16 copy keep their values), the step is only counted.
   if (grad_scale != nullptr && !isfinite(*grad_scale)) {
@@ -189,7 +183,6 @@ __global__ void __launch_bounds__(kAdamThreads)
 __global__ void __launch_bounds__(kCastThreads)
     CastFloatToBf16Kernel(bf16* __restrict__ out, const float* __restrict__ in, int64_t n,
                           bool vec) {
-  PdlEnter();
   const int64_t tid = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   int64_t scalar_begin = 0;
@@ -209,7 +202,6 @@ __global__ void __launch_bounds__(kCastThreads)
 __global__ void __launch_bounds__(kCastThreads)
     CastBf16ToFloatKernel(float* __restrict__ out, const bf16* __restrict__ in, int64_t n,
                           bool vec) {
-  PdlEnter();
   const int64_t tid = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   int64_t scalar_begin = 0;
@@ -251,12 +243,13 @@ Status GlobalGradNorm(const AdamWTensor* tensors, int num_tensors, float max_nor
                            std::to_string(workspace_bytes));
   }
   auto* partial = static_cast<float*>(workspace);
-  FORGE_CUDA_CHECK(LaunchPdl(GradNormPartialKernel, kNormBlocks, kNormThreads, 0, stream, tensors,
-                             num_tensors, partial));
+  GradNormPartialKernel<<<kNormBlocks, kNormThreads, 0, stream>>>(tensors, num_tensors, partial);
+  FORGE_CUDA_LAUNCH_CHECK();
   // kNormBlocks <= kFinishThreads: each finish thread takes at most one partial (0 + x is x),
   // so this is the same fixed tree a kNormBlocks-thread block would run, bit for bit.
-  FORGE_CUDA_CHECK(LaunchPdl(PartialsFinishKernel, 1, kFinishThreads, 0, stream, partial,
-                             kNormBlocks, max_norm, sumsq_out, clip_scale_out));
+  PartialsFinishKernel<<<1, kFinishThreads, 0, stream>>>(partial, kNormBlocks, max_norm,
+                                                         sumsq_out, clip_scale_out);
+  FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }
 
@@ -266,8 +259,8 @@ Status SumSquaresPartial(const float* g, int64_t n, float* partial, cudaStream_t
   if (n < 0 || (n > 0 && g == nullptr) || partial == nullptr) {
     return Status::Invalid("SumSquaresPartial: bad arguments (n " + std::to_string(n) + ")");
   }
-  FORGE_CUDA_CHECK(
-      LaunchPdl(SumSquaresPartialKernel, kNormBlocks, kNormThreads, 0, stream, g, n, partial));
+  SumSquaresPartialKernel<<<kNormBlocks, kNormThreads, 0, stream>>>(g, n, partial);
+  FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }
 
@@ -277,8 +270,9 @@ Status GradNormFromPartials(const float* partial, int64_t count, float max_norm,
     return Status::Invalid("GradNormFromPartials: bad arguments (count " + std::to_string(count) +
                            ")");
   }
-  FORGE_CUDA_CHECK(LaunchPdl(PartialsFinishKernel, 1, kFinishThreads, 0, stream, partial, count,
-                             max_norm, sumsq_out, clip_scale_out));
+  PartialsFinishKernel<<<1, kFinishThreads, 0, stream>>>(partial, count, max_norm, sumsq_out,
+                                                         clip_scale_out);
+  FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }
 
@@ -287,7 +281,8 @@ Status ClipScaleFromSumSquares(const float* sumsq, float max_norm, float* clip_s
   if (sumsq == nullptr || clip_scale_out == nullptr) {
     return Status::Invalid("ClipScaleFromSumSquares: null pointer");
   }
-  FORGE_CUDA_CHECK(LaunchPdl(ClipScaleKernel, 1, 1, 0, stream, sumsq, max_norm, clip_scale_out));
+  ClipScaleKernel<<<1, 1, 0, stream>>>(sumsq, max_norm, clip_scale_out);
+  FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }
 
@@ -298,8 +293,9 @@ Status AdamWMultiTensor(const AdamWTensor* tensors, int num_tensors, const AdamW
                            " tensors)");
   }
   if (num_tensors == 0) return Status::Ok();
-  FORGE_CUDA_CHECK(LaunchPdl(AdamWKernel, kAdamBlocks, kAdamThreads, 0, stream, tensors,
-                             num_tensors, hyper, grad_scale, skipped_steps));
+  AdamWKernel<<<kAdamBlocks, kAdamThreads, 0, stream>>>(tensors, num_tensors, hyper,
+                                                        grad_scale, skipped_steps);
+  FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }
 
@@ -307,8 +303,8 @@ Status CastFloatToBf16(bf16* out, const float* in, int64_t n, cudaStream_t strea
   if (n < 0) return Status::Invalid("CastFloatToBf16: n < 0");
   if (n == 0) return Status::Ok();
   const bool vec = IsAligned(out, 16) && IsAligned(in, 16);
-  FORGE_CUDA_CHECK(
-      LaunchPdl(CastFloatToBf16Kernel, CastBlocks(n), kCastThreads, 0, stream, out, in, n, vec));
+  CastFloatToBf16Kernel<<<CastBlocks(n), kCastThreads, 0, stream>>>(out, in, n, vec);
+  FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }
 
@@ -316,8 +312,8 @@ Status CastBf16ToFloat(float* out, const bf16* in, int64_t n, cudaStream_t strea
   if (n < 0) return Status::Invalid("CastBf16ToFloat: n < 0");
   if (n == 0) return Status::Ok();
   const bool vec = IsAligned(out, 16) && IsAligned(in, 16);
-  FORGE_CUDA_CHECK(
-      LaunchPdl(CastBf16ToFloatKernel, CastBlocks(n), kCastThreads, 0, stream, out, in, n, vec));
+  CastBf16ToFloatKernel<<<CastBlocks(n), kCastThreads, 0, stream>>>(out, in, n, vec);
+  FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }
 

@@ -26,7 +26,6 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/fp8_tile_cast.cuh"
-#include "kernels/cuda/launch.cuh"
 
 namespace forge::cuda {
 namespace {
@@ -111,7 +110,6 @@ __global__ void __launch_bounds__(kVecThreads, 2)
     CrossEntropyVecKernel(bf16* __restrict__ logits, float* __restrict__ losses,
                           const int32_t* __restrict__ targets, int V, float dloss,
                           bool write_grad, Fp8GradOut f8) {
-  PdlEnter();
   extern __shared__ uint4 s_row[];
   __shared__ MaxSum s_red[32];
   const int64_t row = blockIdx.x;
@@ -186,7 +184,6 @@ __global__ void __launch_bounds__(kThreads)
     CrossEntropyScalarKernel(bf16* __restrict__ logits, float* __restrict__ losses,
                              const int32_t* __restrict__ targets, int V, float dloss,
                              bool write_grad) {
-  PdlEnter();
   __shared__ MaxSum s_red[32];
   const int64_t row = blockIdx.x;
   bf16* lr = logits + row * V;
@@ -211,7 +208,6 @@ __global__ void __launch_bounds__(kThreads)
 // Fixed-order mean: thread t sums values t, t + 1024, ...; then a fixed tree.
 __global__ void __launch_bounds__(kThreads)
     MeanReduceKernel(float* __restrict__ out, const float* __restrict__ values, int64_t n) {
-  PdlEnter();
   __shared__ float scratch[32];
   float acc = 0.0f;
   for (int64_t i = threadIdx.x; i < n; i += kThreads) acc += values[i];
@@ -228,8 +224,9 @@ Status LaunchVec(bf16* logits, float* losses, const int32_t* targets, int64_t n,
   FORGE_CUDA_CHECK(cudaFuncSetAttribute(CrossEntropyVecKernel<kFp8>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(smem)));
-  FORGE_CUDA_CHECK(LaunchPdl(CrossEntropyVecKernel<kFp8>, static_cast<unsigned>(n), kVecThreads,
-                             smem, stream, logits, losses, targets, V, dloss, write_grad, f8));
+  CrossEntropyVecKernel<kFp8><<<static_cast<unsigned>(n), kVecThreads, smem, stream>>>(
+      logits, losses, targets, V, dloss, write_grad, f8);
+  FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }
 
@@ -272,14 +269,16 @@ Status CrossEntropyForwardBackward(bf16* logits, float* losses, const int32_t* t
     return LaunchVec<false>(logits, losses, targets, n, V, dloss, write_grad, Fp8GradOut{},
                             stream);
   }
-  FORGE_CUDA_CHECK(LaunchPdl(CrossEntropyScalarKernel, grid, kThreads, 0, stream, logits, losses,
-                             targets, V, dloss, write_grad));
+  CrossEntropyScalarKernel<<<grid, kThreads, 0, stream>>>(logits, losses, targets, V, dloss,
+                                                          write_grad);
+  FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }
 
 Status MeanReduce(float* out, const float* values, int64_t n, cudaStream_t stream) {
   if (n <= 0) return Status::Invalid("MeanReduce: n must be positive, got " + std::to_string(n));
-  FORGE_CUDA_CHECK(LaunchPdl(MeanReduceKernel, 1, kThreads, 0, stream, out, values, n));
+  MeanReduceKernel<<<1, kThreads, 0, stream>>>(out, values, n);
+  FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }
 

@@ -17,15 +17,15 @@
 //   Four rows of a run are loaded before they are added, to keep loads in flight on long
 //   runs (frequent tokens); the addition order is unchanged.
 // Vector paths need d % 8 == 0 and 16-byte aligned pointers; otherwise a scalar path runs.
+#include <cub/device/device_radix_sort.cuh>
+
 #include <algorithm>
 #include <climits>
-#include <cub/device/device_radix_sort.cuh>
 #include <string>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/embedding.cuh"
-#include "kernels/cuda/launch.cuh"
 
 namespace forge::cuda {
 namespace {
@@ -38,7 +38,6 @@ constexpr int kRunUnroll = 4;
 template <int VEC>
 __global__ void EmbeddingForwardKernel(bf16* __restrict__ out, const int32_t* __restrict__ tokens,
                                        const bf16* __restrict__ wte, int64_t N, int d) {
-  PdlEnter();
   const int64_t per_row = d / VEC;
   const int64_t total = N * per_row;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
@@ -58,7 +57,6 @@ __global__ void EmbeddingForwardKernel(bf16* __restrict__ out, const int32_t* __
 // position.
 __global__ void PrepareSortKernel(uint32_t* __restrict__ keys, int32_t* __restrict__ positions,
                                   const int32_t* __restrict__ tokens, int n, int vocab) {
-  PdlEnter();
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
     const int32_t t = tokens[i];
     keys[i] = (t >= 0 && t < vocab) ? static_cast<uint32_t>(t) : static_cast<uint32_t>(vocab);
@@ -73,7 +71,6 @@ __global__ void EmbeddingBackwardKernel(float* __restrict__ dwte, const bf16* __
                                         const uint32_t* __restrict__ sorted_tok,
                                         const int32_t* __restrict__ sorted_pos, int N, int d,
                                         int vocab) {
-  PdlEnter();
   const int lane = threadIdx.x % 32;
   const int i = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
   if (i >= N) return;
@@ -166,12 +163,11 @@ Status EmbeddingForward(bf16* out, const int32_t* tokens, const bf16* wte, int64
   const int64_t items = vec ? N * (d / 8) : N * d;
   const int blocks = static_cast<int>(std::min<int64_t>(CeilDiv(items, kThreads), 65536));
   if (vec) {
-    FORGE_CUDA_CHECK(
-        LaunchPdl(EmbeddingForwardKernel<8>, blocks, kThreads, 0, stream, out, tokens, wte, N, d));
+    EmbeddingForwardKernel<8><<<blocks, kThreads, 0, stream>>>(out, tokens, wte, N, d);
   } else {
-    FORGE_CUDA_CHECK(
-        LaunchPdl(EmbeddingForwardKernel<1>, blocks, kThreads, 0, stream, out, tokens, wte, N, d));
+    EmbeddingForwardKernel<1><<<blocks, kThreads, 0, stream>>>(out, tokens, wte, N, d);
   }
+  FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }
 
@@ -202,9 +198,9 @@ Status EmbeddingBackward(float* dwte, const bf16* dout, const int32_t* tokens, i
   auto* vals_out = reinterpret_cast<int32_t*>(ws + l.vals_out);
   const int n = static_cast<int>(N);
 
-  FORGE_CUDA_CHECK(LaunchPdl(PrepareSortKernel,
-                             static_cast<int>(std::min<int64_t>(CeilDiv(N, kThreads), 4096)),
-                             kThreads, 0, stream, keys_in, vals_in, tokens, n, vocab));
+  PrepareSortKernel<<<static_cast<int>(std::min<int64_t>(CeilDiv(N, kThreads), 4096)),
+                      kThreads, 0, stream>>>(keys_in, vals_in, tokens, n, vocab);
+  FORGE_CUDA_LAUNCH_CHECK();
   size_t temp_bytes = l.temp_bytes;
   FORGE_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(ws + l.temp, temp_bytes, keys_in, keys_out,
                                                    vals_in, vals_out, n, 0, EndBit(vocab),
@@ -216,12 +212,13 @@ Status EmbeddingBackward(float* dwte, const bf16* dout, const int32_t* tokens, i
                   static_cast<unsigned>(CeilDiv(d, 32 * vec_width)));
   if (grid.y > 65535) return Status::Invalid("EmbeddingBackward: d too large");
   if (vec) {
-    FORGE_CUDA_CHECK(LaunchPdl(EmbeddingBackwardKernel<8>, grid, kThreads, 0, stream, dwte, dout,
-                               keys_out, vals_out, n, d, vocab));
+    EmbeddingBackwardKernel<8>
+        <<<grid, kThreads, 0, stream>>>(dwte, dout, keys_out, vals_out, n, d, vocab);
   } else {
-    FORGE_CUDA_CHECK(LaunchPdl(EmbeddingBackwardKernel<1>, grid, kThreads, 0, stream, dwte, dout,
-                               keys_out, vals_out, n, d, vocab));
+    EmbeddingBackwardKernel<1>
+        <<<grid, kThreads, 0, stream>>>(dwte, dout, keys_out, vals_out, n, d, vocab);
   }
+  FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }
 

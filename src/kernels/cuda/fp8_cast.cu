@@ -21,7 +21,6 @@
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/fp8_cast.cuh"
 #include "kernels/cuda/fp8_tile_cast.cuh"
-#include "kernels/cuda/launch.cuh"
 
 namespace forge::cuda {
 namespace {
@@ -45,7 +44,6 @@ __global__ void __launch_bounds__(kThreads)
     CastKernel(uint8_t* __restrict__ out, const bf16* __restrict__ x, int64_t n,
                const float* __restrict__ scale, float* __restrict__ amax,
                float* __restrict__ scale_inv) {
-  PdlEnter();
   const float s = *scale;
   if (scale_inv && blockIdx.x == 0 && threadIdx.x == 0) *scale_inv = 1.0f / s;
   uint32_t m = 0;
@@ -72,7 +70,6 @@ __global__ void __launch_bounds__(kTileThreadsX* kTileThreadsY)
                         const T* __restrict__ x, int64_t rows, int64_t cols,
                         const float* __restrict__ scale, float* __restrict__ amax,
                         float* __restrict__ scale_inv) {
-  PdlEnter();
   __shared__ uint8_t tile[kTile][kTile + 4];
   const float s = *scale;
   const int tx = threadIdx.x, ty = threadIdx.y;
@@ -140,19 +137,20 @@ Status LaunchCastTranspose(const char* what, void* out, void* out_t, const T* x,
   auto* ot = static_cast<uint8_t*>(out_t);
   if constexpr (std::is_same_v<T, bf16>) {
     if (fp8tile::TileShapeOk(rows, cols, out, out_t) && IsAligned(x, 16)) {
-      FORGE_RETURN_IF_ERROR(fp8tile::LaunchTileCast(format == DType::kE4M3, out, out_t,
-                                                    fp8tile::Bf16Source{x, cols}, rows, cols, cols,
-                                                    0, scale, amax, scale_inv, stream));
+      fp8tile::LaunchTileCast(format == DType::kE4M3, out, out_t, fp8tile::Bf16Source{x, cols},
+                              rows, cols, cols, 0, scale, amax, scale_inv, stream);
+      FORGE_CUDA_LAUNCH_CHECK();
       return Status::Ok();
     }
   }
   if (format == DType::kE4M3) {
-    FORGE_CUDA_CHECK(LaunchPdl(CastTransposeKernel<__NV_E4M3, T>, blocks, block, 0, stream, o, ot,
-                               x, rows, cols, scale, amax, scale_inv));
+    CastTransposeKernel<__NV_E4M3, T>
+        <<<blocks, block, 0, stream>>>(o, ot, x, rows, cols, scale, amax, scale_inv);
   } else {
-    FORGE_CUDA_CHECK(LaunchPdl(CastTransposeKernel<__NV_E5M2, T>, blocks, block, 0, stream, o, ot,
-                               x, rows, cols, scale, amax, scale_inv));
+    CastTransposeKernel<__NV_E5M2, T>
+        <<<blocks, block, 0, stream>>>(o, ot, x, rows, cols, scale, amax, scale_inv);
   }
+  FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }
 
@@ -187,23 +185,20 @@ Status CastToFp8(void* out, const bf16* x, int64_t rows, int64_t cols, DType for
     const int blocks =
         static_cast<int>(std::clamp<int64_t>(CeilDiv(n / 8, kThreads), 1, kMaxBlocks));
     if (format == DType::kE4M3) {
-      FORGE_CUDA_CHECK(LaunchPdl(CastKernel<__NV_E4M3, 8>, blocks, kThreads, 0, stream, o, x, n,
-                                 scale, amax, scale_inv));
+      CastKernel<__NV_E4M3, 8><<<blocks, kThreads, 0, stream>>>(o, x, n, scale, amax, scale_inv);
     } else {
-      FORGE_CUDA_CHECK(LaunchPdl(CastKernel<__NV_E5M2, 8>, blocks, kThreads, 0, stream, o, x, n,
-                                 scale, amax, scale_inv));
+      CastKernel<__NV_E5M2, 8><<<blocks, kThreads, 0, stream>>>(o, x, n, scale, amax, scale_inv);
     }
   } else {
     const int blocks =
         static_cast<int>(std::clamp<int64_t>(CeilDiv(n, kThreads), 1, kMaxBlocks));
     if (format == DType::kE4M3) {
-      FORGE_CUDA_CHECK(LaunchPdl(CastKernel<__NV_E4M3, 1>, blocks, kThreads, 0, stream, o, x, n,
-                                 scale, amax, scale_inv));
+      CastKernel<__NV_E4M3, 1><<<blocks, kThreads, 0, stream>>>(o, x, n, scale, amax, scale_inv);
     } else {
-      FORGE_CUDA_CHECK(LaunchPdl(CastKernel<__NV_E5M2, 1>, blocks, kThreads, 0, stream, o, x, n,
-                                 scale, amax, scale_inv));
+      CastKernel<__NV_E5M2, 1><<<blocks, kThreads, 0, stream>>>(o, x, n, scale, amax, scale_inv);
     }
   }
+  FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }
 
@@ -253,12 +248,11 @@ Status CastTransposeGroupToFp8(const Fp8CastJob* jobs, int n, DType format,
   if (tiles > 0x7fffffff) return Status::Invalid("CastTransposeGroupToFp8: too many tiles");
   const unsigned blocks = static_cast<unsigned>(tiles);
   if (format == DType::kE4M3) {
-    FORGE_CUDA_CHECK(LaunchPdl(fp8tile::TileCastGroupKernel<__NV_E4M3>, blocks, fp8tile::kThreads,
-                               0, stream, g));
+    fp8tile::TileCastGroupKernel<__NV_E4M3><<<blocks, fp8tile::kThreads, 0, stream>>>(g);
   } else {
-    FORGE_CUDA_CHECK(LaunchPdl(fp8tile::TileCastGroupKernel<__NV_E5M2>, blocks, fp8tile::kThreads,
-                               0, stream, g));
+    fp8tile::TileCastGroupKernel<__NV_E5M2><<<blocks, fp8tile::kThreads, 0, stream>>>(g);
   }
+  FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }
 

@@ -6,7 +6,6 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/fp8_scale_update.cuh"
-#include "kernels/cuda/launch.cuh"
 
 namespace forge::cuda {
 namespace {
@@ -14,7 +13,6 @@ namespace {
 constexpr int kThreads = 128;
 
 __global__ void Fp8ScaleUpdateKernel(Fp8ScaleUpdateArgs a) {
-  PdlEnter();
   const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (i >= a.n) return;
   float* amax_slot = a.amax + i * a.stride;
@@ -38,7 +36,6 @@ __global__ void Fp8ScaleUpdateKernel(Fp8ScaleUpdateArgs a) {
 
 __global__ void AmaxMaxOverRanksKernel(float* __restrict__ amax, const float* __restrict__ gathered,
                                        int64_t n, int world, int64_t stride) {
-  PdlEnter();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     uint32_t m = 0;
@@ -57,8 +54,8 @@ Status Fp8AmaxMaxOverRanks(float* amax, const float* gathered, int64_t n, int wo
                            ", world " + std::to_string(world) + ")");
   if (n == 0) return Status::Ok();
   const int blocks = static_cast<int>(std::min<int64_t>((n + 255) / 256, 1024));
-  FORGE_CUDA_CHECK(
-      LaunchPdl(AmaxMaxOverRanksKernel, blocks, 256, 0, stream, amax, gathered, n, world, stride));
+  AmaxMaxOverRanksKernel<<<blocks, 256, 0, stream>>>(amax, gathered, n, world, stride);
+  FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }
 
@@ -75,7 +72,8 @@ Status Fp8ScaleUpdate(const Fp8ScaleUpdateArgs& a, cudaStream_t stream) {
     return Status::Invalid("Fp8ScaleUpdate: every array is required");
   }
   const int blocks = static_cast<int>(CeilDiv(a.n, kThreads));
-  FORGE_CUDA_CHECK(LaunchPdl(Fp8ScaleUpdateKernel, blocks, kThreads, 0, stream, a));
+  Fp8ScaleUpdateKernel<<<blocks, kThreads, 0, stream>>>(a);
+  FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }
 

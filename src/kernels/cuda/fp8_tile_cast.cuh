@@ -23,7 +23,6 @@
 #include "kernels/cuda/bf16.cuh"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/fp8_cast.cuh"
-#include "kernels/cuda/launch.cuh"
 
 namespace forge::cuda::fp8tile {
 
@@ -155,7 +154,6 @@ __global__ void __launch_bounds__(kThreads)
                    int64_t tile_cols, int64_t out_cols, int64_t second_col,
                    const float* __restrict__ scale, float* __restrict__ amax,
                    float* __restrict__ scale_inv) {
-  PdlEnter();
   __shared__ __align__(16) uint8_t tile[P::kOut][kTile * kStride];
   const float s = *scale;
   if (scale_inv && blockIdx.x == 0 && threadIdx.x == 0) *scale_inv = 1.0f / s;
@@ -187,7 +185,6 @@ struct GroupJobs {
 
 template <__nv_fp8_interpretation_t F>
 __global__ void __launch_bounds__(kThreads) TileCastGroupKernel(GroupJobs jobs) {
-  PdlEnter();
   __shared__ __align__(16) uint8_t tile[1][kTile * kStride];
   const int64_t t = blockIdx.x;
   int j = 0;
@@ -208,23 +205,23 @@ inline bool TileShapeOk(int64_t rows, int64_t tile_cols, const void* out, const 
   return rows % kTile == 0 && tile_cols % kTile == 0 && IsAligned(out, 8) && IsAligned(out_t, 8);
 }
 
-// Launches the tile kernel into E4M3 (e4m3) or E5M2.
+// Launches the tile kernel for `format` (true) or returns false for a format it does not know.
 template <class P>
-Status LaunchTileCast(bool e4m3, void* out, void* out_t, const P& p, int64_t rows,
-                      int64_t tile_cols, int64_t out_cols, int64_t second_col, const float* scale,
-                      float* amax, float* scale_inv, cudaStream_t stream) {
+bool LaunchTileCast(bool e4m3, void* out, void* out_t, const P& p, int64_t rows,
+                    int64_t tile_cols, int64_t out_cols, int64_t second_col, const float* scale,
+                    float* amax, float* scale_inv, cudaStream_t stream) {
   const int64_t tiles = rows / kTile * (tile_cols / kTile);
   const int blocks = static_cast<int>(tiles < 1 ? 1 : tiles > kMaxBlocks ? kMaxBlocks : tiles);
   auto* o = static_cast<uint8_t*>(out);
   auto* ot = static_cast<uint8_t*>(out_t);
   if (e4m3) {
-    FORGE_CUDA_CHECK(LaunchPdl(TileCastKernel<__NV_E4M3, P>, blocks, kThreads, 0, stream, o, ot, p,
-                               rows, tile_cols, out_cols, second_col, scale, amax, scale_inv));
+    TileCastKernel<__NV_E4M3, P><<<blocks, kThreads, 0, stream>>>(
+        o, ot, p, rows, tile_cols, out_cols, second_col, scale, amax, scale_inv);
   } else {
-    FORGE_CUDA_CHECK(LaunchPdl(TileCastKernel<__NV_E5M2, P>, blocks, kThreads, 0, stream, o, ot, p,
-                               rows, tile_cols, out_cols, second_col, scale, amax, scale_inv));
+    TileCastKernel<__NV_E5M2, P><<<blocks, kThreads, 0, stream>>>(
+        o, ot, p, rows, tile_cols, out_cols, second_col, scale, amax, scale_inv);
   }
-  return Status::Ok();
+  return true;
 }
 
 }  // namespace forge::cuda::fp8tile

@@ -26,7 +26,6 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/gemm_wgmma.cuh"
-#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/rope_math.cuh"
 #include "kernels/cuda/swiglu_math.cuh"
 
@@ -212,9 +211,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
-  // Launched with PDL: the set-up above overlaps the previous kernel's tail; every global
-  // read and write (operands, RoPE table, output) comes after this.
-  PdlEnter();
 
   if (wg == kConsumers) {  // producer: one thread, few registers
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
@@ -476,19 +472,19 @@ Status WgmmaGemmBf16(const WgmmaGemmArgs& args, cudaStream_t stream) {
   const int k = int(args.K);
   switch (args.epilogue) {
     case WgmmaEpilogue::kPlain:
-      FORGE_CUDA_CHECK(LaunchPdl(WgmmaGemmKernel<WgmmaEpilogue::kPlain>, grid, kThreads, kSmemBytes,
-                                 stream, map_a, map_b, map_d, map_d2, args.epi, tiles_n, tiles, k));
+      WgmmaGemmKernel<WgmmaEpilogue::kPlain>
+          <<<grid, kThreads, kSmemBytes, stream>>>(map_a, map_b, map_d, map_d2, args.epi, tiles_n, tiles, k);
       break;
     case WgmmaEpilogue::kRope:
-      FORGE_CUDA_CHECK(LaunchPdl(WgmmaGemmKernel<WgmmaEpilogue::kRope>, grid, kThreads, kSmemBytes,
-                                 stream, map_a, map_b, map_d, map_d2, args.epi, tiles_n, tiles, k));
+      WgmmaGemmKernel<WgmmaEpilogue::kRope>
+          <<<grid, kThreads, kSmemBytes, stream>>>(map_a, map_b, map_d, map_d2, args.epi, tiles_n, tiles, k);
       break;
     case WgmmaEpilogue::kSwiGlu:
-      FORGE_CUDA_CHECK(LaunchPdl(WgmmaGemmKernel<WgmmaEpilogue::kSwiGlu>, grid, kThreads,
-                                 kSmemBytes, stream, map_a, map_b, map_d, map_d2, args.epi, tiles_n,
-                                 tiles, k));
+      WgmmaGemmKernel<WgmmaEpilogue::kSwiGlu>
+          <<<grid, kThreads, kSmemBytes, stream>>>(map_a, map_b, map_d, map_d2, args.epi, tiles_n, tiles, k);
       break;
   }
+  FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }
 

@@ -11,7 +11,6 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
-#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/rmsnorm.cuh"
 #include "kernels/cuda/rmsnorm_backward.cuh"
 #include "kernels/cuda/rmsnorm_math.cuh"
@@ -27,7 +26,6 @@ __global__ void __launch_bounds__(kFwdThreads)
     RmsNormForwardKernel(bf16* __restrict__ out, float* __restrict__ rstd,
                          const bf16* __restrict__ x, const bf16* __restrict__ w, int64_t N, int d,
                          float eps) {
-  PdlEnter();
   const int lane = threadIdx.x % 32;
   const int64_t row = int64_t{blockIdx.x} * (kFwdThreads / 32) + threadIdx.x / 32;
   if (row >= N) return;  // whole warps leave together: no block barrier below
@@ -81,10 +79,9 @@ Status RmsNormForward(bf16* out, float* rstd, const bf16* x, const bf16* w, int6
   const int v = static_cast<int>(CeilDiv(d, 256));
   const dim3 grid(static_cast<unsigned>(blocks));
   switch (v) {
-#define FORGE_RMS_FWD(V)                                                                         \
-  case V:                                                                                        \
-    FORGE_CUDA_CHECK(LaunchPdl(RmsNormForwardKernel<V>, grid, kFwdThreads, 0, stream, out, rstd, \
-                               x, w, N, d, eps));                                                \
+#define FORGE_RMS_FWD(V)                                                                      \
+  case V:                                                                                     \
+    RmsNormForwardKernel<V><<<grid, kFwdThreads, 0, stream>>>(out, rstd, x, w, N, d, eps); \
     break;
     FORGE_RMS_FWD(1)
     FORGE_RMS_FWD(2)
@@ -98,6 +95,7 @@ Status RmsNormForward(bf16* out, float* rstd, const bf16* x, const bf16* w, int6
     default:
       return Status::Internal("RmsNormForward: no kernel for d=" + std::to_string(d));
   }
+  FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }
 

@@ -34,7 +34,6 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/fp8_tile_cast.cuh"
-#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/rmsnorm.cuh"
 
 namespace forge::cuda {
@@ -100,7 +99,6 @@ __global__ void __launch_bounds__(kBwdThreads)
                           const bf16* __restrict__ dout, const bf16* __restrict__ x,
                           const bf16* __restrict__ w, const float* __restrict__ rstd, int64_t N,
                           int d, int64_t rows_per_block, RmsNormBwdFp8Out q) {
-  PdlEnter();
   extern __shared__ __align__(16) float s_dw[];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t begin = int64_t{blockIdx.x} * rows_per_block;
@@ -232,7 +230,6 @@ constexpr int kDwRows = 32;
 __global__ void __launch_bounds__(kDwCols * kDwRows)
     RmsNormDwReduceKernel(float* __restrict__ dw, const float* __restrict__ partial,
                           int num_partials, int d, bool accumulate) {
-  PdlEnter();
   __shared__ float s[kDwRows][kDwCols + 1];
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int c = blockIdx.x * kDwCols + tx;
@@ -274,8 +271,9 @@ Status LaunchBwdKernel(Kernel kernel, const BwdLaunch& a) {
     FORGE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(a.smem)));
   }
-  FORGE_CUDA_CHECK(LaunchPdl(kernel, a.blocks, kBwdThreads, a.smem, a.stream, a.dx, a.partial,
-                             a.dout, a.x, a.w, a.rstd, a.N, a.d, a.rows_per_block, a.q));
+  kernel<<<a.blocks, kBwdThreads, a.smem, a.stream>>>(a.dx, a.partial, a.dout, a.x, a.w, a.rstd,
+                                                      a.N, a.d, a.rows_per_block, a.q);
+  FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }
 
@@ -320,9 +318,9 @@ Status LaunchRmsNormBackward(bf16* dx, float* dw, const bf16* dout, const bf16* 
   const BwdLaunch args{dx, partial, dout, x, w, rstd, N, d, rows_per_block, q, blocks, smem,
                        stream};
   FORGE_RETURN_IF_ERROR((LaunchBwdForWidth<FP8, F>(v, accumulate_dx, args)));
-  FORGE_CUDA_CHECK(LaunchPdl(RmsNormDwReduceKernel, static_cast<unsigned>(CeilDiv(d, kDwCols)),
-                             dim3(kDwCols, kDwRows), 0, stream, dw, partial, blocks, d,
-                             accumulate_dw));
+  RmsNormDwReduceKernel<<<static_cast<unsigned>(CeilDiv(d, kDwCols)), dim3(kDwCols, kDwRows), 0,
+                          stream>>>(dw, partial, blocks, d, accumulate_dw);
+  FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }
 

@@ -1,12 +1,12 @@
+#include "kernels/cuda/rmsnorm_fp8.cuh"
+
 #include <string>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/fp8_cast.cuh"
 #include "kernels/cuda/fp8_tile_cast.cuh"
-#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/rmsnorm_backward.cuh"
-#include "kernels/cuda/rmsnorm_fp8.cuh"
 #include "kernels/cuda/rmsnorm_math.cuh"
 
 namespace forge::cuda {
@@ -43,7 +43,6 @@ __global__ void __launch_bounds__(kBandThreads)
                          const bf16* __restrict__ w, int64_t N, int d, float eps,
                          const float* __restrict__ scale, float* __restrict__ amax,
                          float* __restrict__ scale_inv) {
-  PdlEnter();
   extern __shared__ __align__(16) uint8_t smem[];
   bf16* band = reinterpret_cast<bf16*>(smem);  // [kBandRows][d]
   float* s_rstd = reinterpret_cast<float*>(smem + size_t(kBandRows) * d * sizeof(bf16));
@@ -152,15 +151,16 @@ Status RmsNormForwardFp8(void* out, void* out_t, float* rstd, const bf16* x, con
     FORGE_CUDA_CHECK(cudaFuncSetAttribute(RmsNormFp8BandKernel<__NV_E4M3>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem)));
-    FORGE_CUDA_CHECK(LaunchPdl(RmsNormFp8BandKernel<__NV_E4M3>, blocks, kBandThreads, smem, stream,
-                               o, ot, rstd, x, w, N, d, eps, scale, amax, scale_inv));
+    RmsNormFp8BandKernel<__NV_E4M3><<<blocks, kBandThreads, smem, stream>>>(
+        o, ot, rstd, x, w, N, d, eps, scale, amax, scale_inv);
   } else {
     FORGE_CUDA_CHECK(cudaFuncSetAttribute(RmsNormFp8BandKernel<__NV_E5M2>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem)));
-    FORGE_CUDA_CHECK(LaunchPdl(RmsNormFp8BandKernel<__NV_E5M2>, blocks, kBandThreads, smem, stream,
-                               o, ot, rstd, x, w, N, d, eps, scale, amax, scale_inv));
+    RmsNormFp8BandKernel<__NV_E5M2><<<blocks, kBandThreads, smem, stream>>>(
+        o, ot, rstd, x, w, N, d, eps, scale, amax, scale_inv);
   }
+  FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }
 

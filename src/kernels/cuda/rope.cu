@@ -17,7 +17,6 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
-#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/rope_math.cuh"
 
@@ -34,7 +33,6 @@ template <int VEC>
 __global__ void __launch_bounds__(kThreads, 4)
     RopeKernel(bf16* __restrict__ qkv, int64_t rows, int T, int rot_heads, int64_t row_stride,
                int hd, float theta, float sign) {
-  PdlEnter();
   __shared__ float s_freq[kMaxHd / 2];
   const int half = hd / 2;
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
@@ -98,7 +96,6 @@ __global__ void __launch_bounds__(kThreads, 4)
 
 // One (sin, cos) a thread: position i / (hd/2), pair i % (hd/2), with RopeKernel's functions.
 __global__ void RopeSinCosKernel(float2* __restrict__ out, int T, int hd, float theta) {
-  PdlEnter();
   const int half = hd / 2;
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= T * half) return;
@@ -128,12 +125,13 @@ Status RopeApply(bf16* qkv, int B, int T, int n_head, int n_kv_head, int hd, flo
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>(CeilDiv(items, kThreads), 1 << 20)),
                   static_cast<unsigned>(CeilDiv(rot_heads, kHeadsPerThread)));
   if (vec) {
-    FORGE_CUDA_CHECK(LaunchPdl(RopeKernel<8>, grid, kThreads, 0, stream, qkv, rows, T, rot_heads,
-                               row_stride, hd, theta, sign));
+    RopeKernel<8><<<grid, kThreads, 0, stream>>>(qkv, rows, T, rot_heads, row_stride, hd, theta,
+                                                 sign);
   } else {
-    FORGE_CUDA_CHECK(LaunchPdl(RopeKernel<2>, grid, kThreads, 0, stream, qkv, rows, T, rot_heads,
-                               row_stride, hd, theta, sign));
+    RopeKernel<2><<<grid, kThreads, 0, stream>>>(qkv, rows, T, rot_heads, row_stride, hd, theta,
+                                                 sign);
   }
+  FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }
 
@@ -142,8 +140,8 @@ Status RopeSinCosTable(float2* out, int T, int hd, float theta, cudaStream_t str
     return Status::Invalid("RopeSinCosTable: bad shape T=" + std::to_string(T) +
                            " hd=" + std::to_string(hd));
   const int n = T * (hd / 2);
-  FORGE_CUDA_CHECK(LaunchPdl(RopeSinCosKernel, (n + kThreads - 1) / kThreads, kThreads, 0, stream,
-                             out, T, hd, theta));
+  RopeSinCosKernel<<<(n + kThreads - 1) / kThreads, kThreads, 0, stream>>>(out, T, hd, theta);
+  FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }
 

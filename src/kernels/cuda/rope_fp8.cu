@@ -1,11 +1,11 @@
+#include "kernels/cuda/rope_fp8.cuh"
+
 #include <string>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/fp8_cast.cuh"
 #include "kernels/cuda/fp8_tile_cast.cuh"
-#include "kernels/cuda/launch.cuh"
-#include "kernels/cuda/rope_fp8.cuh"
 #include "kernels/cuda/rope_math.cuh"
 
 namespace forge::cuda {
@@ -14,7 +14,6 @@ namespace {
 constexpr int kMaxHd = 512;  // as RopeApply
 
 __global__ void RopeFreqKernel(float* freq, int hd, float theta) {
-  PdlEnter();
   for (int i = threadIdx.x; i < hd / 2; i += blockDim.x) freq[i] = RopeFreq(i, hd, theta);
 }
 
@@ -52,7 +51,8 @@ struct RopeBackwardSource {
 Status RopeFreqTable(float* freq, int hd, float theta, cudaStream_t stream) {
   if (freq == nullptr || hd <= 0 || hd % 2 != 0 || hd > kMaxHd || !(theta > 0.0f))
     return Status::Invalid("RopeFreqTable: bad arguments (hd " + std::to_string(hd) + ")");
-  FORGE_CUDA_CHECK(LaunchPdl(RopeFreqKernel, 1, 256, 0, stream, freq, hd, theta));
+  RopeFreqKernel<<<1, 256, 0, stream>>>(freq, hd, theta);
+  FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }
 
@@ -78,8 +78,9 @@ Status RopeBackwardFp8(void* out, void* out_t, const bf16* dqkv, int B, int T, i
   if (rows == 0) return Status::Ok();
   const int64_t cols = int64_t{n_head + 2 * n_kv_head} * hd;
   const RopeBackwardSource src{dqkv, freq, cols, int64_t{n_head + n_kv_head} * hd, T, hd};
-  FORGE_RETURN_IF_ERROR(fp8tile::LaunchTileCast(format == DType::kE4M3, out, out_t, src, rows, cols,
-                                                cols, 0, scale, amax, scale_inv, stream));
+  fp8tile::LaunchTileCast(format == DType::kE4M3, out, out_t, src, rows, cols, cols, 0, scale,
+                          amax, scale_inv, stream);
+  FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }
 

@@ -10,7 +10,6 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
-#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/swiglu.cuh"
 #include "kernels/cuda/swiglu_math.cuh"
 
@@ -24,7 +23,6 @@ template <int VEC>
 __global__ void __launch_bounds__(kThreads)
     SwiGluForwardKernel(bf16* __restrict__ out, const bf16* __restrict__ gate_up, int64_t N,
                         int ffn) {
-  PdlEnter();
   const int64_t per_row = ffn / VEC;
   const int64_t total = N * per_row;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
@@ -45,7 +43,6 @@ template <int VEC>
 __global__ void __launch_bounds__(kThreads)
     SwiGluBackwardKernel(bf16* __restrict__ dgate_up, const bf16* __restrict__ dout,
                          const bf16* __restrict__ gate_up, int64_t N, int ffn) {
-  PdlEnter();
   const int64_t per_row = ffn / VEC;
   const int64_t total = N * per_row;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
@@ -78,12 +75,11 @@ Status SwiGluForward(bf16* out, const bf16* gate_up, int64_t N, int ffn, cudaStr
   }
   if (N == 0) return Status::Ok();
   if (ffn % 8 == 0 && IsAligned(out, 16) && IsAligned(gate_up, 16)) {
-    FORGE_CUDA_CHECK(LaunchPdl(SwiGluForwardKernel<8>, Blocks(N * ffn / 8), kThreads, 0, stream,
-                               out, gate_up, N, ffn));
+    SwiGluForwardKernel<8><<<Blocks(N * ffn / 8), kThreads, 0, stream>>>(out, gate_up, N, ffn);
   } else {
-    FORGE_CUDA_CHECK(LaunchPdl(SwiGluForwardKernel<1>, Blocks(N * ffn), kThreads, 0, stream, out,
-                               gate_up, N, ffn));
+    SwiGluForwardKernel<1><<<Blocks(N * ffn), kThreads, 0, stream>>>(out, gate_up, N, ffn);
   }
+  FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }
 
@@ -96,12 +92,13 @@ Status SwiGluBackward(bf16* dgate_up, const bf16* dout, const bf16* gate_up, int
   if (N == 0) return Status::Ok();
   if (ffn % 8 == 0 && IsAligned(dgate_up, 16) && IsAligned(dout, 16) &&
       IsAligned(gate_up, 16)) {
-    FORGE_CUDA_CHECK(LaunchPdl(SwiGluBackwardKernel<8>, Blocks(N * ffn / 8), kThreads, 0, stream,
-                               dgate_up, dout, gate_up, N, ffn));
+    SwiGluBackwardKernel<8>
+        <<<Blocks(N * ffn / 8), kThreads, 0, stream>>>(dgate_up, dout, gate_up, N, ffn);
   } else {
-    FORGE_CUDA_CHECK(LaunchPdl(SwiGluBackwardKernel<1>, Blocks(N * ffn), kThreads, 0, stream,
-                               dgate_up, dout, gate_up, N, ffn));
+    SwiGluBackwardKernel<1>
+        <<<Blocks(N * ffn), kThreads, 0, stream>>>(dgate_up, dout, gate_up, N, ffn);
   }
+  FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }
 

@@ -79,9 +79,10 @@ Status SwiGluForwardFp8(void* out, void* out_t, const bf16* gate_up, int64_t N, 
                         cudaStream_t stream) {
   FORGE_RETURN_IF_ERROR(CheckArgs("SwiGluForwardFp8", N, ffn, gate_up, gate_up, out, out_t,
                                   format, scale, amax, scale_inv));
-  FORGE_RETURN_IF_ERROR(fp8tile::LaunchTileCast(format == DType::kE4M3, out, out_t,
-                                                SwiGluForwardSource{gate_up, ffn}, N, ffn, ffn, 0,
-                                                scale, amax, scale_inv, stream));
+  fp8tile::LaunchTileCast(format == DType::kE4M3, out, out_t,
+                          SwiGluForwardSource{gate_up, ffn}, N, ffn, ffn, 0, scale, amax,
+                          scale_inv, stream);
+  FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }
 
@@ -90,9 +91,10 @@ Status SwiGluBackwardFp8(void* dgate_up, void* dgate_up_t, const bf16* dout,
                          const float* scale, float* amax, float* scale_inv, cudaStream_t stream) {
   FORGE_RETURN_IF_ERROR(CheckArgs("SwiGluBackwardFp8", N, ffn, dout, gate_up, dgate_up,
                                   dgate_up_t, format, scale, amax, scale_inv));
-  FORGE_RETURN_IF_ERROR(fp8tile::LaunchTileCast(
-      format == DType::kE4M3, dgate_up, dgate_up_t, SwiGluBackwardSource{dout, gate_up, ffn}, N,
-      ffn, 2 * int64_t{ffn}, ffn, scale, amax, scale_inv, stream));
+  fp8tile::LaunchTileCast(format == DType::kE4M3, dgate_up, dgate_up_t,
+                          SwiGluBackwardSource{dout, gate_up, ffn}, N, ffn, 2 * int64_t{ffn},
+                          ffn, scale, amax, scale_inv, stream);
+  FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }
 
