@@ -1,7 +1,7 @@
-// Pieces the CUDA benchmark programs share (forge-gemm-bench, forge-wgmma-bench): device
-// buffers freed on every path, random non-zero bf16 operands made on the device, the median of
-// event-timed calls rotating over operand sets, bf16 results read back, and the relative
-// difference of two results.
+// Pieces the CUDA benchmark programs share (forge-gemm-bench, forge-wgmma-bench,
+// forge-sdpa-bench): device buffers freed on every path, float -> bf16 rounding, random
+// non-zero bf16 operands made on the device, the median of event-timed calls rotating over
+// operand sets, bf16 results read back, and the relative difference of two results.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -30,12 +30,24 @@ struct DevBuf {
   ~DevBuf() {
     if (p) cudaFree(p);
   }
+  // The memory as T* (what typed kernel interfaces take).
+  template <typename T>
+  T* As() const {
+    return static_cast<T*>(p);
+  }
 };
 
 inline Status Alloc(DevBuf* b, size_t bytes) {
   b->bytes = bytes;
   FORGE_CUDA_CHECK(cudaMalloc(&b->p, bytes));
   return Status::Ok();
+}
+
+// The bf16 bits of f, rounded to nearest even (finite f).
+inline uint16_t Bf16Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
 // Random non-zero bf16 values (|v| in [0.25, 1), random sign), kept on the device and tiled
@@ -52,9 +64,7 @@ class RandomPool {
     for (uint16_t& h : host) {
       float v = mag(rng);
       if (rng() & 1) v = -v;
-      uint32_t u;
-      std::memcpy(&u, &v, 4);
-      h = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);  // round to nearest
+      h = Bf16Bits(v);
     }
     FORGE_RETURN_IF_ERROR(Alloc(&pool_, kElems * 2));
     FORGE_CUDA_CHECK(cudaMemcpy(pool_.p, host.data(), kElems * 2, cudaMemcpyHostToDevice));
@@ -80,42 +90,57 @@ class RandomPool {
   DevBuf pool_;
 };
 
-// Median microseconds per call of launch(set), calls rotating over `sets`.
+// Median time per call of launch(set), calls rotating over `sets`: `warmup` untimed calls
+// (sets 0, 1, ...), then `reps` timed ones going on from there ((warmup + r) % sets).
+// Events::kPaired records an event before and one after every timed call; kBackToBack one
+// before the first and one after each, so a call's time starts where the one before ended
+// (where the GPU waits on the host between calls, that wait counts too).
 class Timer {
  public:
-  Timer(cudaStream_t s, int warmup, int reps, int sets)
-      : s_(s), warmup_(warmup), reps_(reps), sets_(sets) {}
+  enum class Events { kPaired, kBackToBack };
+
+  Timer(cudaStream_t s, int warmup, int reps, int sets, Events events = Events::kPaired)
+      : s_(s), warmup_(warmup), reps_(reps), sets_(sets), events_(events) {}
   ~Timer() {
     for (cudaEvent_t e : ev_) cudaEventDestroy(e);
   }
   Timer(const Timer&) = delete;
   Timer& operator=(const Timer&) = delete;
 
+  // Median microseconds per call.
   StatusOr<float> Median(const std::function<Status(int)>& launch) {
+    FORGE_ASSIGN_OR_RETURN(const float ms, MedianMs(launch));
+    return ms * 1000.0f;  // x * 1000 is monotonic: still the median of the microseconds
+  }
+
+  // Median milliseconds per call, as cudaEventElapsedTime gives them.
+  StatusOr<float> MedianMs(const std::function<Status(int)>& launch) {
+    // Timed call r runs from event stride * r to the next one.
+    const size_t stride = events_ == Events::kPaired ? 2 : 1;
     if (ev_.empty()) {
-      ev_.resize(size_t(2 * reps_));
+      ev_.resize(stride == 2 ? 2 * size_t(reps_) : size_t(reps_) + 1);
       for (cudaEvent_t& e : ev_) FORGE_CUDA_CHECK(cudaEventCreate(&e));
     }
     for (int w = 0; w < warmup_; ++w) FORGE_RETURN_IF_ERROR(launch(w % sets_));
     for (int r = 0; r < reps_; ++r) {
-      FORGE_CUDA_CHECK(cudaEventRecord(ev_[size_t(2 * r)], s_));
+      if (stride == 2 || r == 0) FORGE_CUDA_CHECK(cudaEventRecord(ev_[stride * size_t(r)], s_));
       FORGE_RETURN_IF_ERROR(launch((warmup_ + r) % sets_));
-      FORGE_CUDA_CHECK(cudaEventRecord(ev_[size_t(2 * r + 1)], s_));
+      FORGE_CUDA_CHECK(cudaEventRecord(ev_[stride * size_t(r) + 1], s_));
     }
     FORGE_CUDA_CHECK(cudaStreamSynchronize(s_));
-    std::vector<float> us(static_cast<size_t>(reps_));
+    std::vector<float> ms(static_cast<size_t>(reps_));
     for (int r = 0; r < reps_; ++r) {
-      float ms = 0.0f;
-      FORGE_CUDA_CHECK(cudaEventElapsedTime(&ms, ev_[size_t(2 * r)], ev_[size_t(2 * r + 1)]));
-      us[size_t(r)] = ms * 1000.0f;
+      const size_t start = stride * size_t(r);
+      FORGE_CUDA_CHECK(cudaEventElapsedTime(&ms[size_t(r)], ev_[start], ev_[start + 1]));
     }
-    std::nth_element(us.begin(), us.begin() + reps_ / 2, us.end());
-    return us[size_t(reps_ / 2)];
+    std::nth_element(ms.begin(), ms.begin() + reps_ / 2, ms.end());
+    return ms[size_t(reps_ / 2)];
   }
 
  private:
   cudaStream_t s_;
   int warmup_, reps_, sets_;
+  Events events_;
   std::vector<cudaEvent_t> ev_;
 };
 

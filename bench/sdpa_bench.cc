@@ -24,7 +24,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -33,6 +32,7 @@
 
 #include "bench_util.h"
 #include "common/status.h"
+#include "cuda_bench_util.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/plan_cache.h"
 #include "kernels/cuda/sdpa.cuh"
@@ -40,6 +40,8 @@
 namespace forge {
 namespace {
 
+using bench::Alloc;
+using bench::DevBuf;
 using cuda::bf16;
 using cuda::SdpaEngineCandidate;
 using cuda::SdpaRunner;
@@ -89,26 +91,9 @@ double Round(double x, int digits) {
   return std::round(x * f) / f;
 }
 
-// Device memory freed on destruction.
-template <typename T>
-struct DevBuf {
-  T* p = nullptr;
-  size_t n = 0;
-  DevBuf() = default;
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-  DevBuf(DevBuf&& o) noexcept : p(std::exchange(o.p, nullptr)), n(std::exchange(o.n, 0)) {}
-  ~DevBuf() {
-    if (p) cudaFree(p);
-  }
-  Status Alloc(size_t count) {
-    n = count;
-    FORGE_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(count, 1) * sizeof(T)));
-    return Status::Ok();
-  }
-};
-
-// Random bf16 with unit variance (uniform on [-sqrt 3, sqrt 3]), from a xorshift stream.
+// Random bf16 with unit variance (uniform on [-sqrt 3, sqrt 3]), from a xorshift stream. Not
+// bench::RandomPool (|v| in [0.25, 1), variance ~0.44): the attention's score scale and the
+// first-vs-best difference reported are for unit-variance operands, as they always were.
 std::vector<uint16_t> RandomBf16(size_t n, uint64_t seed) {
   std::vector<uint16_t> out(n);
   uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
@@ -117,30 +102,27 @@ std::vector<uint16_t> RandomBf16(size_t n, uint64_t seed) {
     x ^= x >> 7;
     x ^= x << 17;
     const float u = float(x >> 40) * (1.0f / float(1 << 24));  // [0, 1)
-    const float f = (2.0f * u - 1.0f) * 1.7320508f;
-    uint32_t bits;
-    std::memcpy(&bits, &f, 4);
-    out[i] = uint16_t((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);  // round to nearest even
+    out[i] = bench::Bf16Bits((2.0f * u - 1.0f) * 1.7320508f);
   }
   return out;
 }
 
 // One independent set of operands and outputs for forward + backward.
 struct OperandSet {
-  DevBuf<bf16> qkv, out, dout, dqkv;
-  DevBuf<float> stats, softmax_sum, dq_accum;
+  DevBuf qkv, out, dout, dqkv;           // bf16
+  DevBuf stats, softmax_sum, dq_accum;   // fp32
 };
 
 Status MakeSet(const SdpaShape& s, uint64_t seed, OperandSet* o) {
   const size_t tokens = size_t(s.B) * s.T, rows = size_t(s.B) * s.H * s.T;
   const size_t n_qkv = tokens * (s.H + 2 * s.KV) * s.hd, n_out = tokens * s.H * s.hd;
-  FORGE_RETURN_IF_ERROR(o->qkv.Alloc(n_qkv));
-  FORGE_RETURN_IF_ERROR(o->out.Alloc(n_out));
-  FORGE_RETURN_IF_ERROR(o->dout.Alloc(n_out));
-  FORGE_RETURN_IF_ERROR(o->dqkv.Alloc(n_qkv));
-  FORGE_RETURN_IF_ERROR(o->stats.Alloc(rows));
-  FORGE_RETURN_IF_ERROR(o->softmax_sum.Alloc(rows));
-  FORGE_RETURN_IF_ERROR(o->dq_accum.Alloc(rows * s.hd));
+  FORGE_RETURN_IF_ERROR(Alloc(&o->qkv, n_qkv * sizeof(bf16)));
+  FORGE_RETURN_IF_ERROR(Alloc(&o->out, n_out * sizeof(bf16)));
+  FORGE_RETURN_IF_ERROR(Alloc(&o->dout, n_out * sizeof(bf16)));
+  FORGE_RETURN_IF_ERROR(Alloc(&o->dqkv, n_qkv * sizeof(bf16)));
+  FORGE_RETURN_IF_ERROR(Alloc(&o->stats, rows * sizeof(float)));
+  FORGE_RETURN_IF_ERROR(Alloc(&o->softmax_sum, rows * sizeof(float)));
+  FORGE_RETURN_IF_ERROR(Alloc(&o->dq_accum, rows * s.hd * sizeof(float)));
   const std::vector<uint16_t> qkv = RandomBf16(n_qkv, seed), dout = RandomBf16(n_out, seed + 1);
   FORGE_CUDA_CHECK(cudaMemcpy(o->qkv.p, qkv.data(), n_qkv * 2, cudaMemcpyHostToDevice));
   FORGE_CUDA_CHECK(cudaMemcpy(o->dout.p, dout.data(), n_out * 2, cudaMemcpyHostToDevice));
@@ -148,73 +130,37 @@ Status MakeSet(const SdpaShape& s, uint64_t seed, OperandSet* o) {
 }
 
 Status Forward(SdpaRunner& r, const SdpaShape& s, OperandSet& o, cudaStream_t stream) {
-  return r.Forward(s, o.qkv.p, o.out.p, o.stats.p, stream);
+  return r.Forward(s, o.qkv.As<bf16>(), o.out.As<bf16>(), o.stats.As<float>(), stream);
 }
 
 Status Backward(SdpaRunner& r, const SdpaShape& s, OperandSet& o, bool det,
                 cudaStream_t stream) {
-  return r.Backward(s, o.qkv.p, o.out.p, o.dout.p, o.stats.p, o.dqkv.p, o.softmax_sum.p,
-                    det ? nullptr : o.dq_accum.p, stream);
+  return r.Backward(s, o.qkv.As<bf16>(), o.out.As<bf16>(), o.dout.As<bf16>(),
+                    o.stats.As<float>(), o.dqkv.As<bf16>(), o.softmax_sum.As<float>(),
+                    det ? nullptr : o.dq_accum.As<float>(), stream);
 }
 
-// Median ms of call(set) over reps calls between consecutive events, sets rotating.
+// Median ms of call(set) over a.reps calls after a.warmup (bench::Timer with back-to-back
+// events: a call's time runs from the end of the one before). The timed calls start the
+// rotation over the sets at set 0 again (r % sets) where Timer goes on from the warmup
+// ((warmup + r) % sets): the index Timer passes is replaced by this count of the calls.
 StatusOr<double> MedianMs(const Args& a, cudaStream_t stream,
                           const std::function<Status(int)>& call) {
-  for (int w = 0; w < a.warmup; ++w) FORGE_RETURN_IF_ERROR(call(w % a.sets));
-  std::vector<cudaEvent_t> ev(size_t(a.reps) + 1, nullptr);
-  Status st = Status::Ok();
-  for (cudaEvent_t& e : ev) {
-    if (cudaEventCreate(&e) != cudaSuccess) st = Status::Internal("cudaEventCreate failed");
-  }
-  std::vector<float> ms(size_t(a.reps), 0.0f);
-  if (st.ok() && cudaEventRecord(ev[0], stream) != cudaSuccess) {
-    st = Status::Internal("cudaEventRecord failed");
-  }
-  for (int r = 0; r < a.reps && st.ok(); ++r) {
-    st = call(r % a.sets);
-    if (st.ok() && cudaEventRecord(ev[size_t(r) + 1], stream) != cudaSuccess) {
-      st = Status::Internal("cudaEventRecord failed");
-    }
-  }
-  if (st.ok() && cudaEventSynchronize(ev.back()) != cudaSuccess) {
-    st = Status::Internal("cudaEventSynchronize failed");
-  }
-  for (int r = 0; r < a.reps && st.ok(); ++r) {
-    if (cudaEventElapsedTime(&ms[size_t(r)], ev[size_t(r)], ev[size_t(r) + 1]) != cudaSuccess) {
-      st = Status::Internal("cudaEventElapsedTime failed");
-    }
-  }
-  for (cudaEvent_t e : ev) {
-    if (e) cudaEventDestroy(e);
-  }
-  FORGE_RETURN_IF_ERROR(st);
-  std::sort(ms.begin(), ms.end());
-  return double(ms[ms.size() / 2]);
+  bench::Timer timer(stream, a.warmup, a.reps, a.sets, bench::Timer::Events::kBackToBack);
+  int n = 0;
+  FORGE_ASSIGN_OR_RETURN(const float ms, timer.MedianMs([&](int) {
+    const int k = n < a.warmup ? n : n - a.warmup;
+    ++n;
+    return call(k % a.sets);
+  }));
+  return double(ms);
 }
 
-StatusOr<std::vector<uint16_t>> Download(const bf16* p, size_t n) {
-  std::vector<uint16_t> h(n);
+// n bf16 values at p as floats, once the device is idle (the bench's stream is non-blocking:
+// cudaMemcpy alone would not wait for it).
+StatusOr<std::vector<float>> Download(const void* p, size_t n) {
   FORGE_CUDA_CHECK(cudaDeviceSynchronize());
-  FORGE_CUDA_CHECK(cudaMemcpy(h.data(), p, n * 2, cudaMemcpyDeviceToHost));
-  return h;
-}
-
-// ||b - a|| / ||a|| over bf16 values; infinite when b has a non-finite element.
-double RelDiff(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
-  auto f = [](uint16_t h) {
-    const uint32_t bits = uint32_t(h) << 16;
-    float v;
-    std::memcpy(&v, &bits, 4);
-    return double(v);
-  };
-  double num = 0.0, den = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double x = f(a[i]), y = f(b[i]);
-    if (!std::isfinite(y)) return INFINITY;
-    num += (y - x) * (y - x);
-    den += x * x;
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
+  return bench::DownloadBf16(p, n);
 }
 
 // One (shape, kind) result.
@@ -228,7 +174,7 @@ struct KindResult {
 StatusOr<KindResult> BenchKind(const Args& a, SdpaRunner& runner, const SdpaShape& s,
                                bool backward, cudaStream_t stream,
                                const std::function<Status(int)>& call,
-                               const std::function<StatusOr<std::vector<uint16_t>>()>& output) {
+                               const std::function<StatusOr<std::vector<float>>()>& output) {
   FORGE_ASSIGN_OR_RETURN(const std::vector<SdpaEngineCandidate> cands,
                          runner.EngineCandidates(s, backward));
   KindResult res;
@@ -261,11 +207,11 @@ StatusOr<KindResult> BenchKind(const Args& a, SdpaRunner& runner, const SdpaShap
   if (best != 0 && std::isfinite(times[0])) {
     FORGE_RETURN_IF_ERROR(runner.UseEngine(s, backward, cands[0].engine));
     FORGE_RETURN_IF_ERROR(call(0));
-    FORGE_ASSIGN_OR_RETURN(const std::vector<uint16_t> ref, output());
+    FORGE_ASSIGN_OR_RETURN(const std::vector<float> ref, output());
     FORGE_RETURN_IF_ERROR(runner.UseEngine(s, backward, cands[best].engine));
     FORGE_RETURN_IF_ERROR(call(0));
-    FORGE_ASSIGN_OR_RETURN(const std::vector<uint16_t> got, output());
-    rel = RelDiff(ref, got);
+    FORGE_ASSIGN_OR_RETURN(const std::vector<float> got, output());
+    rel = bench::RelDiff(got, ref);
   }
   res.line = Json{{"candidates", cands.size()},
                   {"first_engine", cands[0].engine},
