@@ -8,8 +8,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -660,29 +662,72 @@ std::vector<Fp8> Quantize(const std::vector<float>& x, float fp8_max, float* sca
 constexpr float kE4M3Max = 448.0f;
 constexpr float kE5M2Max = 57344.0f;
 
+// One FP8 operand: quantised per tensor to `type` (kE4M3 or kE5M2) and on the device, with
+// its scale and what the GEMM sees of it (`deq`).
+struct Fp8Operand {
+  DType type;
+  float scale = 0;
+  std::vector<float> deq;
+  DeviceBuffer<uint8_t> dev;
+};
+
+template <typename Fp8>
+DeviceBuffer<uint8_t> UploadBytes(const std::vector<Fp8>& q) {
+  static_assert(sizeof(Fp8) == 1);
+  std::vector<uint8_t> bytes(q.size());
+  std::memcpy(bytes.data(), q.data(), q.size());
+  return DeviceBuffer<uint8_t>(bytes);
+}
+
+Fp8Operand QuantizeToDevice(const std::vector<float>& x, DType type) {
+  Fp8Operand op{type};
+  op.dev = type == DType::kE5M2
+               ? UploadBytes(Quantize<__nv_fp8_e5m2>(x, kE5M2Max, &op.scale, &op.deq))
+               : UploadBytes(Quantize<__nv_fp8_e4m3>(x, kE4M3Max, &op.scale, &op.deq));
+  return op;
+}
+
+// An FP8 GEMM in the forward form, D[M, N] = A[M, K] B[N, K]^T: both operands quantised onto
+// the device, and the double-precision product of what the GEMM sees of them (`ref`).
+struct Fp8Gemm {
+  Fp8Gemm(int64_t m, int64_t n, int64_t k, const std::vector<float>& a_x, DType a_type,
+          const std::vector<float>& b_x, DType b_type)
+      : M(m), N(n), K(k), a(QuantizeToDevice(a_x, a_type)), b(QuantizeToDevice(b_x, b_type)),
+        ref(RefGemm(a.deq, b.deq, M, N, K, false, true)) {}
+
+  // Args writing D (`d_type`) to `d`, with the operands' scales in one buffer 16 B apart
+  // (cuBLASLt's alignment) and, when d_scale is non-zero, a D scale 16 B further; the buffer
+  // is `scales`, made anew by each call.
+  GemmArgs Args(void* d, DType d_type, float d_scale = 0.0f) {
+    std::vector<float> s{a.scale, 0, 0, 0, b.scale};
+    if (d_scale != 0.0f) s.insert(s.end(), {0, 0, 0, d_scale});
+    scales = DeviceBuffer<float>(s);
+    GemmArgs g;
+    g.M = M, g.N = N, g.K = K;
+    g.A = a.dev.data(), g.B = b.dev.data(), g.D = d;
+    g.trans_a = false, g.trans_b = true;
+    g.a_type = a.type, g.b_type = b.type, g.d_type = d_type;
+    g.a_scale = scales.data(), g.b_scale = scales.data() + 4;
+    if (d_scale != 0.0f) g.d_scale = scales.data() + 8;
+    return g;
+  }
+
+  int64_t M, N, K;
+  Fp8Operand a, b;
+  std::vector<double> ref;
+  DeviceBuffer<float> scales;
+};
+
 // E4M3 x E4M3 -> bf16 with per-tensor scales (the forward form), against the dequantised
 // product.
 TEST_F(GpuGemmTest, Fp8E4M3ToBf16WithScales) {
   const int64_t M = 128, N = 256, K = 512;  // tokens, out, in
-  float sx = 0, sw = 0;
-  std::vector<float> x_deq, w_deq;
-  auto qx =
-      Quantize<__nv_fp8_e4m3>(RandomNormal(size_t(M * K), 3.0f, 13), kE4M3Max, &sx, &x_deq);
-  auto qw =
-      Quantize<__nv_fp8_e4m3>(RandomNormal(size_t(N * K), 0.05f, 14), kE4M3Max, &sw, &w_deq);
-  DeviceBuffer<__nv_fp8_e4m3> dqx(qx), dqw(qw);
+  Fp8Gemm f(M, N, K, RandomNormal(size_t(M * K), 3.0f, 13), DType::kE4M3,
+            RandomNormal(size_t(N * K), 0.05f, 14), DType::kE4M3);
   DeviceBuffer<bf16> dy(size_t(M * N));
-  DeviceBuffer<float> scales(std::vector<float>{sx, 0, 0, 0, sw});  // 16 B apart
   dy.Poison();
-  GemmArgs g;
-  g.M = M, g.N = N, g.K = K;
-  g.A = dqx.data(), g.B = dqw.data(), g.D = dy.data();
-  g.trans_a = false, g.trans_b = true;
-  g.a_type = DType::kE4M3, g.b_type = DType::kE4M3, g.d_type = DType::kBf16;
-  g.a_scale = scales.data(), g.b_scale = scales.data() + 4;
-  ASSERT_STATUS_OK(runner_.Run(g, nullptr));
-  const auto ref = RefGemm(x_deq, w_deq, M, N, K, false, true);
-  EXPECT_LT(RelFrobenius(ToFloat(dy.Download()), ref), 2e-2);
+  ASSERT_STATUS_OK(runner_.Run(f.Args(dy.data(), DType::kBf16), nullptr));
+  EXPECT_LT(RelFrobenius(ToFloat(dy.Download()), f.ref), 2e-2);
 }
 
 // Fast accumulation (no periodic FP32 promotion of the tensor cores' partial sums), at the
@@ -691,29 +736,18 @@ TEST_F(GpuGemmTest, Fp8E4M3ToBf16WithScales) {
 // for bf16 inputs.
 TEST_F(GpuGemmTest, Fp8FastAccumulationStaysClose) {
   const int64_t M = 128, N = 512, K = 1024;
-  float sx = 0, sw = 0;
-  std::vector<float> x_deq, w_deq;
-  auto qx =
-      Quantize<__nv_fp8_e4m3>(RandomNormal(size_t(M * K), 1.0f, 23), kE4M3Max, &sx, &x_deq);
-  auto qw =
-      Quantize<__nv_fp8_e4m3>(RandomNormal(size_t(N * K), 0.03f, 24), kE4M3Max, &sw, &w_deq);
-  DeviceBuffer<__nv_fp8_e4m3> dqx(qx), dqw(qw);
+  Fp8Gemm f(M, N, K, RandomNormal(size_t(M * K), 1.0f, 23), DType::kE4M3,
+            RandomNormal(size_t(N * K), 0.03f, 24), DType::kE4M3);
   DeviceBuffer<bf16> exact(size_t(M * N)), fast(size_t(M * N));
-  DeviceBuffer<float> scales(std::vector<float>{sx, 0, 0, 0, sw});
-  GemmArgs g;
-  g.M = M, g.N = N, g.K = K;
-  g.A = dqx.data(), g.B = dqw.data(), g.D = exact.data();
-  g.a_type = DType::kE4M3, g.b_type = DType::kE4M3, g.d_type = DType::kBf16;
-  g.a_scale = scales.data(), g.b_scale = scales.data() + 4;
+  GemmArgs g = f.Args(exact.data(), DType::kBf16);
   ASSERT_STATUS_OK(runner_.Run(g, nullptr));
   const size_t plans = runner_.plan_count();
   g.D = fast.data();
   g.fast_accum = true;
   ASSERT_STATUS_OK(runner_.Run(g, nullptr));
   EXPECT_EQ(runner_.plan_count(), plans + 1);
-  const auto ref = RefGemm(x_deq, w_deq, M, N, K, false, true);
-  EXPECT_LT(RelFrobenius(ToFloat(exact.Download()), ref), 2e-2);
-  EXPECT_LT(RelFrobenius(ToFloat(fast.Download()), ref), 2e-2);
+  EXPECT_LT(RelFrobenius(ToFloat(exact.Download()), f.ref), 2e-2);
+  EXPECT_LT(RelFrobenius(ToFloat(fast.Download()), f.ref), 2e-2);
 
   GemmArgs b16;
   DeviceBuffer<bf16> a(size_t(M * K)), w(size_t(N * K)), d(size_t(M * N));
@@ -746,34 +780,14 @@ TEST_F(GpuGemmTest, Fp8MixedE5M2E4M3ToBf16) {
   const int64_t M = 128, N = 192, K = 256;
   for (const bool grad_is_a : {true, false}) {
     SCOPED_TRACE(grad_is_a ? "e5m2 x e4m3" : "e4m3 x e5m2");
-    float sa = 0, sb = 0;
-    std::vector<float> a_deq, b_deq;
-    const std::vector<float> a = RandomNormal(size_t(M * K), grad_is_a ? 1e-3f : 2.0f, 15);
-    const std::vector<float> b = RandomNormal(size_t(N * K), grad_is_a ? 2.0f : 1e-3f, 16);
-    DeviceBuffer<uint8_t> da(size_t(M * K)), db(size_t(N * K));
-    if (grad_is_a) {
-      auto qa = Quantize<__nv_fp8_e5m2>(a, kE5M2Max, &sa, &a_deq);
-      auto qb = Quantize<__nv_fp8_e4m3>(b, kE4M3Max, &sb, &b_deq);
-      ASSERT_CUDA_OK(cudaMemcpy(da.data(), qa.data(), qa.size(), cudaMemcpyHostToDevice));
-      ASSERT_CUDA_OK(cudaMemcpy(db.data(), qb.data(), qb.size(), cudaMemcpyHostToDevice));
-    } else {
-      auto qa = Quantize<__nv_fp8_e4m3>(a, kE4M3Max, &sa, &a_deq);
-      auto qb = Quantize<__nv_fp8_e5m2>(b, kE5M2Max, &sb, &b_deq);
-      ASSERT_CUDA_OK(cudaMemcpy(da.data(), qa.data(), qa.size(), cudaMemcpyHostToDevice));
-      ASSERT_CUDA_OK(cudaMemcpy(db.data(), qb.data(), qb.size(), cudaMemcpyHostToDevice));
-    }
+    Fp8Gemm f(M, N, K, RandomNormal(size_t(M * K), grad_is_a ? 1e-3f : 2.0f, 15),
+              grad_is_a ? DType::kE5M2 : DType::kE4M3,
+              RandomNormal(size_t(N * K), grad_is_a ? 2.0f : 1e-3f, 16),
+              grad_is_a ? DType::kE4M3 : DType::kE5M2);
     DeviceBuffer<bf16> dy(size_t(M * N));
-    DeviceBuffer<float> scales(std::vector<float>{sa, 0, 0, 0, sb});  // 16 B apart
     dy.Poison();
-    GemmArgs g;
-    g.M = M, g.N = N, g.K = K;
-    g.A = da.data(), g.B = db.data(), g.D = dy.data();
-    g.a_type = grad_is_a ? DType::kE5M2 : DType::kE4M3;
-    g.b_type = grad_is_a ? DType::kE4M3 : DType::kE5M2;
-    g.a_scale = scales.data(), g.b_scale = scales.data() + 4;
-    ASSERT_STATUS_OK(runner_.Run(g, nullptr));
-    const auto ref = RefGemm(a_deq, b_deq, M, N, K, false, true);
-    EXPECT_LT(RelFrobenius(ToFloat(dy.Download()), ref), 2e-2);
+    ASSERT_STATUS_OK(runner_.Run(f.Args(dy.data(), DType::kBf16), nullptr));
+    EXPECT_LT(RelFrobenius(ToFloat(dy.Download()), f.ref), 2e-2);
   }
 }
 
@@ -781,25 +795,16 @@ TEST_F(GpuGemmTest, Fp8MixedE5M2E4M3ToBf16) {
 // of the unscaled product (set, not folded into the 1e30 it starts at).
 TEST_F(GpuGemmTest, Fp8E4M3ToE4M3WithDScaleAndAmax) {
   const int64_t M = 128, N = 256, K = 512;
-  float sx = 0, sw = 0;
-  std::vector<float> x_deq, w_deq;
-  auto qx =
-      Quantize<__nv_fp8_e4m3>(RandomNormal(size_t(M * K), 3.0f, 17), kE4M3Max, &sx, &x_deq);
-  auto qw =
-      Quantize<__nv_fp8_e4m3>(RandomNormal(size_t(N * K), 0.05f, 18), kE4M3Max, &sw, &w_deq);
-  const auto ref = RefGemm(x_deq, w_deq, M, N, K, false, true);
+  Fp8Gemm f(M, N, K, RandomNormal(size_t(M * K), 3.0f, 17), DType::kE4M3,
+            RandomNormal(size_t(N * K), 0.05f, 18), DType::kE4M3);
+  const std::vector<double>& ref = f.ref;
   double ref_max = 0.0;
   for (double v : ref) ref_max = std::max(ref_max, std::fabs(v));
   const float d_scale = float(0.5 * kE4M3Max / ref_max);  // headroom: no saturation
-  DeviceBuffer<__nv_fp8_e4m3> dqx(qx), dqw(qw), dy(size_t(M * N));
-  DeviceBuffer<float> scales(std::vector<float>{sx, 0, 0, 0, sw, 0, 0, 0, d_scale});
+  DeviceBuffer<__nv_fp8_e4m3> dy(size_t(M * N));
   DeviceBuffer<float> amax(std::vector<float>{1e30f});
   dy.Poison();
-  GemmArgs g;
-  g.M = M, g.N = N, g.K = K;
-  g.A = dqx.data(), g.B = dqw.data(), g.D = dy.data();
-  g.a_type = DType::kE4M3, g.b_type = DType::kE4M3, g.d_type = DType::kE4M3;
-  g.a_scale = scales.data(), g.b_scale = scales.data() + 4, g.d_scale = scales.data() + 8;
+  GemmArgs g = f.Args(dy.data(), DType::kE4M3, d_scale);
   g.d_amax = amax.data();
   ASSERT_STATUS_OK(runner_.Run(g, nullptr));
 
