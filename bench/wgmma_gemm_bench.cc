@@ -1,5 +1,6 @@
 // forge-wgmma-bench: our own warpgroup-MMA BF16 GEMM (kernels/cuda/gemm_wgmma.cu) beside
-// cuBLASLt (GemmRunner, what the step runs) on the forward GEMMs of gpt350m, one JSON line each.
+// cuBLASLt (GemmRunner, what the step runs) on the forward GEMMs of gpt350m and the backward's
+// input-gradient GEMMs (dX = dY W: B N-major), one JSON line each.
 //
 //   forge-wgmma-bench [--reps 30] [--sets 3] [--only SUBSTRING]
 //
@@ -40,6 +41,7 @@ using bench::Timer;
 struct Shape {
   const char* name;
   int64_t M, N, K;
+  bool n_major = false;  // B is [K, N] (dX = dY W) instead of [N, K]
 };
 
 // `sets` random bf16 buffers of n elements each.
@@ -64,12 +66,14 @@ Status RunShape(const Shape& sh, const RandomPool& pool, Timer& timer, int sets,
     cuda::WgmmaGemmArgs g;
     g.M = sh.M, g.N = sh.N, g.K = sh.K;
     g.A = a[size_t(i)].p, g.B = b[size_t(i)].p, g.D = d[size_t(i)].p;
+    g.b_n_major = sh.n_major;
     return cuda::WgmmaGemmBf16(g, stream);
   };
   auto cublas = [&](int i) {
     cuda::GemmArgs g;
     g.M = sh.M, g.N = sh.N, g.K = sh.K;
     g.A = a[size_t(i)].p, g.B = b[size_t(i)].p, g.D = d[size_t(i)].p;
+    g.trans_b = !sh.n_major;
     return lt.Run(g, stream);
   };
   const size_t n = size_t(sh.M * sh.N);
@@ -89,6 +93,7 @@ Status RunShape(const Shape& sh, const RandomPool& pool, Timer& timer, int sets,
   nlohmann::ordered_json j;
   j["gemm"] = sh.name;
   j["M"] = sh.M, j["N"] = sh.N, j["K"] = sh.K;
+  j["b"] = sh.n_major ? "n_major" : "k_major";
   j["rel_diff_vs_cublaslt"] = rel;
   j["nonfinite"] = nonfinite;
   j["cublaslt_us"] = us_lt;
@@ -210,7 +215,10 @@ int main(int argc, char** argv) {
   }
   const Shape shapes[] = {{"small", 256, 512, 128},        {"qkv_fwd", 16384, 3072, 1024},
                           {"out_fwd", 16384, 1024, 1024},  {"gate_up_fwd", 16384, 5632, 1024},
-                          {"down_fwd", 16384, 1024, 2816}, {"square8192", 8192, 8192, 8192}};
+                          {"down_fwd", 16384, 1024, 2816}, {"square8192", 8192, 8192, 8192},
+                          {"qkv_dgrad", 16384, 1024, 3072, true},
+                          {"out_dgrad", 16384, 1024, 1024, true},
+                          {"gate_up_dgrad", 16384, 1024, 5632, true}};
   cudaStream_t stream;
   if (cudaStreamCreate(&stream) != cudaSuccess) return bench::FailJson("forge-wgmma-bench", "no GPU");
   cuda::GemmRunner lt;

@@ -116,6 +116,38 @@ TEST(GpuWgmmaGemm, MatchesCpuReference) {
   }
 }
 
+// An N-major B ([K, N], the backward's dX = dY W) is read as the K-major B^T: the same products
+// summed in the same order, so bit for bit the K-major GEMM on a transposed copy, and close to
+// the CPU. Shapes as above plus gpt350m's down-projection dgrad at 512 rows (K 1024 -> N 2816
+// is not a multiple of 256; its QKV dgrad, 3072 -> 1024, is).
+TEST(GpuWgmmaGemm, NMajorBIsTheTransposedKMajorBBitForBit) {
+  SKIP_WITHOUT_SM90();
+  struct Shape {
+    int64_t M, N, K;
+  };
+  for (const Shape s : {Shape{128, 256, 64}, Shape{384, 512, 192}, Shape{256, 768, 1024},
+                        Shape{512, 1024, 3072}}) {
+    SCOPED_TRACE("M=" + std::to_string(s.M) + " N=" + std::to_string(s.N) +
+                 " K=" + std::to_string(s.K));
+    const Operands o(s.M, s.N, s.K, uint64_t(3 * s.M + s.N + s.K));
+    std::vector<float> bt(o.b.size());  // [K, N]
+    for (int64_t n = 0; n < s.N; ++n) {
+      for (int64_t k = 0; k < s.K; ++k) bt[size_t(k * s.N + n)] = o.b[size_t(n * s.K + k)];
+    }
+    const DeviceBuffer<bf16> dbt(test::ToBf16(bt));
+    DeviceBuffer<bf16> k_major(size_t(s.M * s.N)), n_major(size_t(s.M * s.N));
+    ASSERT_STATUS_OK(cuda::WgmmaGemmBf16(Args(s.M, s.N, s.K, o, k_major.data()), nullptr));
+    n_major.Poison();
+    WgmmaGemmArgs g = Args(s.M, s.N, s.K, o, n_major.data());
+    g.B = dbt.data(), g.b_n_major = true;
+    ASSERT_STATUS_OK(cuda::WgmmaGemmBf16(g, nullptr));
+    const std::vector<float> got = test::ToFloat(n_major.Download());
+    ASSERT_TRUE(AllFinite(got)) << "an output element was not written";
+    EXPECT_EQ(Mismatches(Bits(n_major), Bits(k_major)), 0);
+    EXPECT_LT(test::RelFrobenius(got, CpuGemm(o.a, o.b, s.M, s.N, s.K)), 4e-3);
+  }
+}
+
 // RoPE in the epilogue == plain GEMM then RopeApply, bit for bit, and close to the CPU's GEMM
 // then RoPE. MHA (4 + 4 + 4 heads of 64) and GQA (8 query heads, 4 KV heads).
 TEST(GpuWgmmaGemm, RopeEpilogueIsGemmThenRopeBitForBit) {
@@ -192,6 +224,11 @@ TEST(GpuWgmmaGemm, RejectsWhatItCannotTile) {
   WgmmaGemmArgs swiglu = Args(128, 256, 64, o, d.data());
   swiglu.epilogue = WgmmaEpilogue::kSwiGlu;  // no gu
   EXPECT_FALSE(cuda::WgmmaGemmBf16(swiglu, nullptr).ok());
+  WgmmaGemmArgs n_major_rope = rope;  // an N-major B takes the plain epilogue only
+  n_major_rope.b_n_major = true;
+  const Status nm = cuda::WgmmaGemmCheck(n_major_rope);
+  EXPECT_FALSE(nm.ok());
+  EXPECT_NE(nm.ToString().find("N-major"), std::string::npos) << nm.ToString();
 }
 
 }  // namespace

@@ -219,11 +219,7 @@ template <bool kFp8>
 Status LaunchVec(bf16* logits, float* losses, const int32_t* targets, int64_t n, int V,
                  float dloss, bool write_grad, const Fp8GradOut& f8, cudaStream_t stream) {
   const size_t smem = size_t(std::min(V / 8, kMaxCachedVecs)) * sizeof(uint4);
-  // Above the default 48 KB a kernel must opt in (per device; not a stream operation, so
-  // also fine while a graph is being captured).
-  FORGE_CUDA_CHECK(cudaFuncSetAttribute(CrossEntropyVecKernel<kFp8>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(smem)));
+  FORGE_RETURN_IF_ERROR(AllowDynamicSmem(CrossEntropyVecKernel<kFp8>, smem));
   CrossEntropyVecKernel<kFp8><<<static_cast<unsigned>(n), kVecThreads, smem, stream>>>(
       logits, losses, targets, V, dloss, write_grad, f8);
   FORGE_CUDA_LAUNCH_CHECK();

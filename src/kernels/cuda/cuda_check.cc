@@ -1,5 +1,9 @@
 #include "kernels/cuda/cuda_check.h"
 
+#include <map>
+#include <mutex>
+#include <utility>
+
 namespace forge::cuda {
 
 static std::string Where(const char* what, const char* file, int line) {
@@ -27,6 +31,21 @@ bool StreamCapturing(cudaStream_t stream) {
     return true;
   }
   return st != cudaStreamCaptureStatusNone;
+}
+
+Status AllowDynamicSmem(const void* kernel, size_t bytes) {
+  if (bytes <= 48 * 1024) return Status::Ok();
+  int device = 0;
+  FORGE_CUDA_CHECK(cudaGetDevice(&device));
+  static std::mutex mu;
+  static std::map<std::pair<int, const void*>, size_t> granted;
+  std::lock_guard<std::mutex> lock(mu);
+  size_t& have = granted[{device, kernel}];
+  if (bytes <= have) return Status::Ok();
+  FORGE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(bytes)));
+  have = bytes;
+  return Status::Ok();
 }
 
 }  // namespace forge::cuda

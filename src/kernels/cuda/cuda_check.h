@@ -21,6 +21,16 @@ Status CudnnError(cudnnStatus_t e, const char* what, const char* file, int line)
 // stream while another stream captures.
 bool StreamCapturing(cudaStream_t stream);
 
+// Lets `kernel` launch with `bytes` of dynamic shared memory on the current device (above the
+// default 48 KiB a kernel must opt in). The largest size granted is remembered per kernel and
+// device, so only the first launch that needs more makes the runtime call. Not a stream
+// operation: also fine while a graph is being captured.
+Status AllowDynamicSmem(const void* kernel, size_t bytes);
+template <typename... Params>
+Status AllowDynamicSmem(void (*kernel)(Params...), size_t bytes) {
+  return AllowDynamicSmem(reinterpret_cast<const void*>(kernel), bytes);
+}
+
 }  // namespace forge::cuda
 
 #define FORGE_CUDA_CHECK(call)                                                          \

@@ -8,7 +8,8 @@
 // Shape of the kernel (persistent: one CTA per SM walking 128x256 output tiles):
 // - one producer warpgroup: a single thread streams K-tiles of A (128x64) and B (256x64) into a
 //   3-stage shared-memory ring with the tensor copy engine (TMA, 128-byte swizzle), each stage
-//   completing on its `full` mbarrier;
+//   completing on its `full` mbarrier; an N-major B ([K, N], the backward's dX = dY W) arrives
+//   as four 64-column boxes of 64 K-rows, which wgmma reads transposed (its tnsp-b bit);
 // - two consumer warpgroups, each owning 64 rows x 256 columns of the tile: wgmma
 //   m64n256k16 straight from the swizzled shared memory (4 per K-tile), then they release the
 //   stage through its `empty` mbarrier once the MMAs that read it have completed; the output
@@ -100,6 +101,19 @@ __device__ __forceinline__ uint64_t SmemDesc(const void* p) {
   return desc;
 }
 
+// The same for an N-major B tile: four 64-column chunks of 64 K-rows x 128 bytes, 8 KiB apart
+// (leading byte offset: from one 64-column chunk to the next), 8-row groups along K 1024 bytes
+// apart (stride byte offset). Advancing K by 16 rows moves the start by 2048 bytes.
+constexpr int kNMajorChunkBytes = 64 * 128;
+__device__ __forceinline__ uint64_t SmemDescNMajor(const void* p) {
+  const uint64_t addr = SmemAddr(p);
+  uint64_t desc = (addr & 0x3FFFF) >> 4;
+  desc |= uint64_t(kNMajorChunkBytes >> 4) << 16;
+  desc |= uint64_t(1024 >> 4) << 32;
+  desc |= uint64_t(1) << 62;
+  return desc;
+}
+
 __device__ __forceinline__ void WgmmaFence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void WgmmaCommit() {
   asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
@@ -109,6 +123,8 @@ __device__ __forceinline__ void WgmmaWait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 
+// kTransB: B is N-major in shared memory (wgmma's imm-trans-b).
+template <int kTransB>
 __device__ __forceinline__ void WgmmaM64N256K16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n"
@@ -125,7 +141,7 @@ __device__ __forceinline__ void WgmmaM64N256K16(float (&d)[128], uint64_t desc_a
       "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
       "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
       "}, "
-      "%128, %129, p, 1, 1, 0, 0;\n"
+      "%128, %129, p, 1, 1, 0, %131;\n"
       "}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
@@ -143,7 +159,7 @@ __device__ __forceinline__ void WgmmaM64N256K16(float (&d)[128], uint64_t desc_a
         "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
         "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
         "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransB));
 }
 
 
@@ -185,7 +201,7 @@ __device__ __forceinline__ uint32_t StagedOffset(int row, int unit, int quad) {
 //   together), so it is deferred: the epilogue stages and stores gu only, and h is computed from
 //   the staged gu in shares between the next tile's wgmma issues, in place over the gate
 //   values (3 stages + 48 KiB of staging a warpgroup would not fit), then stored.
-template <WgmmaEpilogue kEpi>
+template <WgmmaEpilogue kEpi, bool kNMajorB = false>
 __global__ void __launch_bounds__(kThreads, 1)
     WgmmaGemmKernel(const __grid_constant__ CUtensorMap map_a,
                     const __grid_constant__ CUtensorMap map_b,
@@ -228,6 +244,11 @@ __global__ void __launch_bounds__(kThreads, 1)
             TmaLoad2d(a + kTileBytesA, &map_b, &full[s], kt * kBK, n0);
             TmaLoad2d(a + kTileBytesA + kTileBytesB / 2, &map_b, &full[s], kt * kBK,
                       ea.ffn + n0);
+          } else if constexpr (kNMajorB) {  // 64 columns x 64 K-rows a box
+            for (int c = 0; c < kBN / 64; ++c) {
+              TmaLoad2d(a + kTileBytesA + c * kNMajorChunkBytes, &map_b, &full[s], n0 + 64 * c,
+                        kt * kBK);
+            }
           } else {
             TmaLoad2d(a + kTileBytesA, &map_b, &full[s], kt * kBK, n0);
           }
@@ -310,12 +331,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         MbarWait(&full[s], (it / kStages) & 1);
         const uint8_t* a = smem + s * kStageBytes + wg * 64 * 128;
         const uint8_t* b = smem + s * kStageBytes + kTileBytesA;
-        const uint64_t da = SmemDesc(a), db = SmemDesc(b);
+        const uint64_t da = SmemDesc(a), db = kNMajorB ? SmemDescNMajor(b) : SmemDesc(b);
+        // Per k16 step, in the descriptors' 16-byte address units: +32 bytes along a K-major
+        // row, +16 rows of 128 bytes down an N-major chunk.
+        constexpr uint64_t kStepB = kNMajorB ? 2048 / 16 : 2;
         WgmmaFence();
 #pragma unroll
         for (int kk = 0; kk < kBK / 16; ++kk) {
-          // +32 bytes along K per k16 step: +2 in the descriptor's 16-byte address units.
-          WgmmaM64N256K16(acc, da + 2 * kk, db + 2 * kk, 1);
+          WgmmaM64N256K16<kNMajorB ? 1 : 0>(acc, da + 2 * kk, db + kStepB * kk, 1);
         }
         WgmmaCommit();
         if (swiglu && pending_row >= 0) {  // a share of the previous tile's h, under the MMAs
@@ -395,10 +418,10 @@ Status EncodeTiledFunction(EncodeTiledFn* fn) {
 
 // A [rows, cols] row-major bf16 matrix moved in boxes of box_rows x 64 columns (128 bytes, the
 // 128-byte swizzle's row).
-Status SwizzledMap(EncodeTiledFn encode, const void* base, int64_t rows, int64_t k, int box_rows,
-                   CUtensorMap* map) {
-  const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(k) * 2};
+Status SwizzledMap(EncodeTiledFn encode, const void* base, int64_t rows, int64_t cols,
+                   int box_rows, CUtensorMap* map) {
+  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(cols) * 2};
   const cuuint32_t box[2] = {64, cuuint32_t(box_rows)};
   const cuuint32_t elem_strides[2] = {1, 1};
   const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims,
@@ -407,7 +430,7 @@ Status SwizzledMap(EncodeTiledFn encode, const void* base, int64_t rows, int64_t
                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     return Status::Internal("cuTensorMapEncodeTiled failed (" + std::to_string(int(r)) +
-                            ") for a " + std::to_string(rows) + "x" + std::to_string(k) +
+                            ") for a " + std::to_string(rows) + "x" + std::to_string(cols) +
                             " operand");
   return Status::Ok();
 }
@@ -427,6 +450,8 @@ Status WgmmaGemmCheck(const WgmmaGemmArgs& args) {
   if (args.M <= 0 || args.M % kBM || args.N % kBN || args.N <= 0 || args.K % kBK || args.K <= 0)
     return Status::Invalid("WgmmaGemmBf16: M must be a multiple of 128, N of 256, K of 64" +
                            shape);
+  if (args.b_n_major && args.epilogue != WgmmaEpilogue::kPlain)
+    return Status::Invalid("WgmmaGemmBf16: an N-major B takes the plain epilogue only" + shape);
   if (args.epilogue == WgmmaEpilogue::kSwiGlu && args.epi.ffn * 2 != args.N)
     return Status::Invalid("WgmmaGemmBf16: SwiGLU needs ffn = N / 2" + shape);
   if (args.epilogue == WgmmaEpilogue::kRope &&
@@ -448,44 +473,39 @@ Status WgmmaGemmBf16(const WgmmaGemmArgs& args, cudaStream_t stream) {
   FORGE_RETURN_IF_ERROR(EncodeTiledFunction(&encode));
   CUtensorMap map_a, map_b, map_d, map_d2;
   FORGE_RETURN_IF_ERROR(SwizzledMap(encode, args.A, args.M, args.K, kBM, &map_a));
-  FORGE_RETURN_IF_ERROR(SwizzledMap(encode, args.B, args.N, args.K, swiglu ? kBN / 2 : kBN, &map_b));
+  if (args.b_n_major) {  // [K, N]: boxes of 64 K-rows x 64 columns
+    FORGE_RETURN_IF_ERROR(SwizzledMap(encode, args.B, args.K, args.N, kBK, &map_b));
+  } else {
+    FORGE_RETURN_IF_ERROR(
+        SwizzledMap(encode, args.B, args.N, args.K, swiglu ? kBN / 2 : kBN, &map_b));
+  }
   FORGE_RETURN_IF_ERROR(SwizzledMap(encode, args.D, args.M, out_n, 64, &map_d));
   map_d2 = map_d;  // kSwiGlu's second output, gu
   if (swiglu) FORGE_RETURN_IF_ERROR(SwizzledMap(encode, args.epi.gu, args.M, args.N, 64, &map_d2));
-  // The kernels' shared-memory limit is raised once per process (device 0's attribute also
-  // holds on the others: it is a property of the function); SM count per call (cheap).
-  static const cudaError_t attr = [] {
-    cudaError_t e = cudaSuccess;
-    for (auto* f : {WgmmaGemmKernel<WgmmaEpilogue::kPlain>, WgmmaGemmKernel<WgmmaEpilogue::kRope>,
-                    WgmmaGemmKernel<WgmmaEpilogue::kSwiGlu>}) {
-      if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-    }
-    return e;
-  }();
-  FORGE_CUDA_CHECK(attr);
+  // SM count per call (cheap).
   int dev = 0, sms = 0;
   FORGE_CUDA_CHECK(cudaGetDevice(&dev));
   FORGE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   const int tiles_n = int(out_n / (swiglu ? kBN / 2 : kBN)), tiles = int(args.M / kBM) * tiles_n;
   const int grid = args.ctas > 0 ? std::min(args.ctas, tiles) : std::min(tiles, sms);
   const int k = int(args.K);
+  auto launch = [&](auto kernel) -> Status {
+    FORGE_RETURN_IF_ERROR(AllowDynamicSmem(kernel, kSmemBytes));
+    kernel<<<grid, kThreads, kSmemBytes, stream>>>(map_a, map_b, map_d, map_d2, args.epi, tiles_n,
+                                                   tiles, k);
+    FORGE_CUDA_LAUNCH_CHECK();
+    return Status::Ok();
+  };
   switch (args.epilogue) {
     case WgmmaEpilogue::kPlain:
-      WgmmaGemmKernel<WgmmaEpilogue::kPlain>
-          <<<grid, kThreads, kSmemBytes, stream>>>(map_a, map_b, map_d, map_d2, args.epi, tiles_n, tiles, k);
-      break;
+      return args.b_n_major ? launch(WgmmaGemmKernel<WgmmaEpilogue::kPlain, true>)
+                            : launch(WgmmaGemmKernel<WgmmaEpilogue::kPlain>);
     case WgmmaEpilogue::kRope:
-      WgmmaGemmKernel<WgmmaEpilogue::kRope>
-          <<<grid, kThreads, kSmemBytes, stream>>>(map_a, map_b, map_d, map_d2, args.epi, tiles_n, tiles, k);
-      break;
+      return launch(WgmmaGemmKernel<WgmmaEpilogue::kRope>);
     case WgmmaEpilogue::kSwiGlu:
-      WgmmaGemmKernel<WgmmaEpilogue::kSwiGlu>
-          <<<grid, kThreads, kSmemBytes, stream>>>(map_a, map_b, map_d, map_d2, args.epi, tiles_n, tiles, k);
-      break;
+      return launch(WgmmaGemmKernel<WgmmaEpilogue::kSwiGlu>);
   }
-  FORGE_CUDA_LAUNCH_CHECK();
-  return Status::Ok();
+  return Status::Internal("WgmmaGemmBf16: unknown epilogue");
 }
 
 }  // namespace forge::cuda

@@ -1,6 +1,8 @@
-// A BF16 GEMM of our own on Hopper's warpgroup MMA (gemm_wgmma.cu): D = A * B^T, both operands
-// K-major, FP32 accumulation, BF16 out, with the epilogues cuBLASLt does not have (RoPE on the
-// QKV projection, SwiGLU on the gate/up projection), so those passes over the output go away.
+// A BF16 GEMM of our own on Hopper's warpgroup MMA (gemm_wgmma.cu): D = A * B^T with A K-major
+// and B K-major ([N, K], a linear layer's forward) or N-major ([K, N]: a weight W [out, in] read
+// as the backward's dX = dY W), FP32 accumulation, BF16 out, with the epilogues cuBLASLt does
+// not have (RoPE on the QKV projection, SwiGLU on the gate/up projection), so those passes over
+// the output go away.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -27,7 +29,8 @@ struct WgmmaEpilogueArgs {
 struct WgmmaGemmArgs {
   int64_t M = 0, N = 0, K = 0;  // M % 128, N % 256 and K % 64 must be 0
   const void* A = nullptr;      // [M, K] bf16 row-major
-  const void* B = nullptr;      // [N, K] bf16 row-major
+  const void* B = nullptr;      // [N, K] bf16 row-major; [K, N] with b_n_major
+  bool b_n_major = false;       // B's N contiguous (kPlain only): D = A * B
   void* D = nullptr;            // [M, N] bf16 row-major ([M, N/2] for kSwiGlu)
   WgmmaEpilogue epilogue = WgmmaEpilogue::kPlain;
   WgmmaEpilogueArgs epi;

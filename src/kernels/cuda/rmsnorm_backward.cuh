@@ -267,10 +267,7 @@ struct BwdLaunch {
 
 template <class Kernel>
 Status LaunchBwdKernel(Kernel kernel, const BwdLaunch& a) {
-  if (a.smem > 48 * 1024) {
-    FORGE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(a.smem)));
-  }
+  FORGE_RETURN_IF_ERROR(AllowDynamicSmem(kernel, a.smem));
   kernel<<<a.blocks, kBwdThreads, a.smem, a.stream>>>(a.dx, a.partial, a.dout, a.x, a.w, a.rstd,
                                                       a.N, a.d, a.rows_per_block, a.q);
   FORGE_CUDA_LAUNCH_CHECK();

@@ -148,15 +148,11 @@ Status RmsNormForwardFp8(void* out, void* out_t, float* rstd, const bf16* x, con
   auto* o = static_cast<uint8_t*>(out);
   auto* ot = static_cast<uint8_t*>(out_t);
   if (format == DType::kE4M3) {
-    FORGE_CUDA_CHECK(cudaFuncSetAttribute(RmsNormFp8BandKernel<__NV_E4M3>,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(smem)));
+    FORGE_RETURN_IF_ERROR(AllowDynamicSmem(RmsNormFp8BandKernel<__NV_E4M3>, smem));
     RmsNormFp8BandKernel<__NV_E4M3><<<blocks, kBandThreads, smem, stream>>>(
         o, ot, rstd, x, w, N, d, eps, scale, amax, scale_inv);
   } else {
-    FORGE_CUDA_CHECK(cudaFuncSetAttribute(RmsNormFp8BandKernel<__NV_E5M2>,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(smem)));
+    FORGE_RETURN_IF_ERROR(AllowDynamicSmem(RmsNormFp8BandKernel<__NV_E5M2>, smem));
     RmsNormFp8BandKernel<__NV_E5M2><<<blocks, kBandThreads, smem, stream>>>(
         o, ot, rstd, x, w, N, d, eps, scale, amax, scale_inv);
   }
