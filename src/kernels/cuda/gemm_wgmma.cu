@@ -201,6 +201,10 @@ __device__ __forceinline__ uint32_t StagedOffset(int row, int unit, int quad) {
 //   together), so it is deferred: the epilogue stages and stores gu only, and h is computed from
 //   the staged gu in shares between the next tile's wgmma issues, in place over the gate
 //   values (3 stages + 48 KiB of staging a warpgroup would not fit), then stored.
+// - kSwiGluBackward (N-major B: dh = dy W_down): each thread reads g and u of its own fragment
+//   elements from gu (read-only loads, a 64-column chunk at a time so they are in flight
+//   together), forms (dg, du) from the bf16-rounded dh with swiglu.cu's math, stages dg and
+//   stores it, then du (held in the accumulator registers meanwhile). dh never reaches memory.
 template <WgmmaEpilogue kEpi, bool kNMajorB = false>
 __global__ void __launch_bounds__(kThreads, 1)
     WgmmaGemmKernel(const __grid_constant__ CUtensorMap map_a,
@@ -217,6 +221,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int wg = threadIdx.x / 128;
   const int ktiles = k / kBK;
   constexpr bool swiglu = kEpi == WgmmaEpilogue::kSwiGlu;
+  constexpr bool swiglu_bwd = kEpi == WgmmaEpilogue::kSwiGluBackward;
   constexpr int bn = swiglu ? kBN / 2 : kBN;  // output columns per tile
 
   if (threadIdx.x == 0) {
@@ -371,6 +376,49 @@ __global__ void __launch_bounds__(kThreads, 1)
         store(&map_d2, 4, [&](int c) { return c < 2 ? n0 + 64 * c : ea.ffn + n0 + 64 * (c - 2); },
               out_row);
         pending_row = out_row, pending_n0 = n0;  // h: during the next tile's main loop
+      } else if constexpr (swiglu_bwd) {
+        const __nv_bfloat16* gu_row[2];
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          gu_row[half] = ea.gu_in + int64_t(out_row + row0 + 8 * half) * (2 * ea.ffn) + n0 + 2 * quad;
+        }
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {  // 64-column chunk c: loads first, then the math
+          uint32_t g2[8][2], u2[8][2];
+#pragma unroll
+          for (int jj = 0; jj < 8; ++jj) {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+              const __nv_bfloat16* p = gu_row[half] + 8 * (8 * c + jj);
+              g2[jj][half] = __ldg(reinterpret_cast<const unsigned int*>(p));
+              u2[jj][half] = __ldg(reinterpret_cast<const unsigned int*>(p + ea.ffn));
+            }
+          }
+#pragma unroll
+          for (int jj = 0; jj < 8; ++jj) {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+              const int i = 4 * (8 * c + jj) + 2 * half;
+              const float2 dh = UnpackBf16x2(PackBf16x2(acc[i], acc[i + 1]));  // as stored
+              const float2 g = UnpackBf16x2(g2[jj][half]), u = UnpackBf16x2(u2[jj][half]);
+              float2 dg, du;
+              SwiGluGrads(g.x, u.x, dh.x, &dg.x, &du.x);
+              SwiGluGrads(g.y, u.y, dh.y, &dg.y, &du.y);
+              stage(c, jj, half, PackBf16x2(dg.x, dg.y));
+              acc[i] = __uint_as_float(PackBf16x2(du.x, du.y));  // du, until dg has left
+            }
+          }
+        }
+        store(&map_d, 4, [&](int c) { return n0 + 64 * c; }, out_row);
+        await_staging();
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            stage(j / 8, j % 8, half, __float_as_uint(acc[4 * j + 2 * half]));
+          }
+        }
+        store(&map_d, 4, [&](int c) { return ea.ffn + n0 + 64 * c; }, out_row);
       } else {
 #pragma unroll
         for (int j = 0; j < 32; ++j) {
@@ -450,8 +498,14 @@ Status WgmmaGemmCheck(const WgmmaGemmArgs& args) {
   if (args.M <= 0 || args.M % kBM || args.N % kBN || args.N <= 0 || args.K % kBK || args.K <= 0)
     return Status::Invalid("WgmmaGemmBf16: M must be a multiple of 128, N of 256, K of 64" +
                            shape);
-  if (args.b_n_major && args.epilogue != WgmmaEpilogue::kPlain)
-    return Status::Invalid("WgmmaGemmBf16: an N-major B takes the plain epilogue only" + shape);
+  const bool swiglu_bwd = args.epilogue == WgmmaEpilogue::kSwiGluBackward;
+  if (args.b_n_major != swiglu_bwd && args.epilogue != WgmmaEpilogue::kPlain)
+    return Status::Invalid(std::string("WgmmaGemmBf16: ") +
+                           (swiglu_bwd ? "the SwiGLU backward needs an N-major B"
+                                       : "an N-major B takes the plain or SwiGLU-backward epilogue") +
+                           shape);
+  if (swiglu_bwd && args.epi.ffn != args.N)
+    return Status::Invalid("WgmmaGemmBf16: the SwiGLU backward needs ffn = N" + shape);
   if (args.epilogue == WgmmaEpilogue::kSwiGlu && args.epi.ffn * 2 != args.N)
     return Status::Invalid("WgmmaGemmBf16: SwiGLU needs ffn = N / 2" + shape);
   if (args.epilogue == WgmmaEpilogue::kRope &&
@@ -466,6 +520,9 @@ Status WgmmaGemmBf16(const WgmmaGemmArgs& args, cudaStream_t stream) {
   FORGE_RETURN_IF_ERROR(WgmmaGemmCheck(args));
   const bool swiglu = args.epilogue == WgmmaEpilogue::kSwiGlu;
   if (swiglu && !args.epi.gu) return Status::Invalid("WgmmaGemmBf16: SwiGLU needs gu");
+  const bool swiglu_bwd = args.epilogue == WgmmaEpilogue::kSwiGluBackward;
+  if (swiglu_bwd && !args.epi.gu_in)
+    return Status::Invalid("WgmmaGemmBf16: the SwiGLU backward needs gu_in");
   if (args.epilogue == WgmmaEpilogue::kRope && !args.epi.rope_sin_cos)
     return Status::Invalid("WgmmaGemmBf16: RoPE needs its (sin, cos) table");
   const int64_t out_n = swiglu ? args.N / 2 : args.N;
@@ -479,7 +536,9 @@ Status WgmmaGemmBf16(const WgmmaGemmArgs& args, cudaStream_t stream) {
     FORGE_RETURN_IF_ERROR(
         SwizzledMap(encode, args.B, args.N, args.K, swiglu ? kBN / 2 : kBN, &map_b));
   }
-  FORGE_RETURN_IF_ERROR(SwizzledMap(encode, args.D, args.M, out_n, 64, &map_d));
+  // D: [M, out_n], or [M, 2 ffn] for the SwiGLU backward (dg and du).
+  FORGE_RETURN_IF_ERROR(
+      SwizzledMap(encode, args.D, args.M, swiglu_bwd ? 2 * args.N : out_n, 64, &map_d));
   map_d2 = map_d;  // kSwiGlu's second output, gu
   if (swiglu) FORGE_RETURN_IF_ERROR(SwizzledMap(encode, args.epi.gu, args.M, args.N, 64, &map_d2));
   // SM count per call (cheap).
@@ -504,6 +563,8 @@ Status WgmmaGemmBf16(const WgmmaGemmArgs& args, cudaStream_t stream) {
       return launch(WgmmaGemmKernel<WgmmaEpilogue::kRope>);
     case WgmmaEpilogue::kSwiGlu:
       return launch(WgmmaGemmKernel<WgmmaEpilogue::kSwiGlu>);
+    case WgmmaEpilogue::kSwiGluBackward:
+      return launch(WgmmaGemmKernel<WgmmaEpilogue::kSwiGluBackward, true>);
   }
   return Status::Internal("WgmmaGemmBf16: unknown epilogue");
 }
