@@ -211,7 +211,8 @@ TEST(GpuWgmmaGemm, SwiGluEpilogueIsGemmThenSwiGluBitForBit) {
 
 // The down projection's input gradient with SwiGLU's backward in the epilogue (N-major B):
 // dgu == SwiGluBackward(the plain N-major GEMM's dh, gu), bit for bit, and close to the CPU's.
-// ffn = 768: three 256-column tiles; K = 320: five K-tiles (more than the pipeline's stages).
+// ffn = 768: three 256-column tiles; K = 320: five K-tiles (more than the pipeline's stages;
+// fewer than the 16 a tile's deferred share needs, so part of it runs after the main loop).
 TEST(GpuWgmmaGemm, SwiGluBackwardEpilogueIsDgradThenSwiGluBackwardBitForBit) {
   SKIP_WITHOUT_SM90();
   const int64_t M = 256, ffn = 768, K = 320;
@@ -236,6 +237,16 @@ TEST(GpuWgmmaGemm, SwiGluBackwardEpilogueIsDgradThenSwiGluBackwardBitForBit) {
   const std::vector<float> got = test::ToFloat(dgu.Download());
   ASSERT_TRUE(AllFinite(got)) << "an output element was not written";
   EXPECT_EQ(Mismatches(Bits(dgu), Bits(dgu_plain)), 0);
+  // Fewer CTAs than tiles: each tile's SwiGLU backward then runs under the next tile's main
+  // loop (deferred), the last one after it.
+  for (const int ctas : {1, 2}) {
+    DeviceBuffer<bf16> dgu_few(size_t(M * 2 * ffn));
+    dgu_few.Poison();
+    WgmmaGemmArgs few = g;
+    few.D = dgu_few.data(), few.ctas = ctas;
+    ASSERT_STATUS_OK(cuda::WgmmaGemmBf16(few, nullptr));
+    EXPECT_EQ(Mismatches(Bits(dgu_few), Bits(dgu_plain)), 0) << ctas << " CTAs";
+  }
 
   // CPU: dh = dy W (W [K, ffn] row-major is the K-major [ffn, K] transposed), rounded to bf16.
   std::vector<float> wt(size_t(ffn * K));
