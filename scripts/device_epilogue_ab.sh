@@ -10,7 +10,7 @@ set -u
 cd "$(dirname "$0")/.."
 source scripts/device_gpu_preamble.sh
 [ -n "${SKIP_SUITE:-}" ] || suite --gtest_brief=1 ${FILTER:+--gtest_filter=$FILTER}
-timeout 120 .device/run forge-wgmma-bench --reps 20 > "$out/wgmma.jsonl" 2>&1
+timeout 120 .device/run forge-wgmma-bench --reps 20 ${WGMMA_ONLY:+--only $WGMMA_ONLY} > "$out/wgmma.jsonl" 2>&1
 cut -c1-200 "$out/wgmma.jsonl"
 for b in ${BS:-16}; do
   for r in ${ROUNDS:-1 2}; do

@@ -44,7 +44,8 @@ constexpr int kStageBytes = kTileBytesA + kTileBytesB;
 constexpr int kOutChunkBytes = 64 * 128;
 constexpr int kOutBytes = kConsumers * 4 * kOutChunkBytes;
 // The swizzled tiles need 1024-byte alignment; the dynamic buffer is aligned by hand.
-constexpr int kSmemBytes = kStages * kStageBytes + kOutBytes + 1024 + 2 * kStages * 8;
+// (+ the SwiGLU backward's dh hand-over barriers, full and empty per consumer warpgroup).
+constexpr int kSmemBytes = kStages * kStageBytes + kOutBytes + 1024 + 2 * kStages * 8 + 4 * 8;
 
 __device__ __forceinline__ uint32_t SmemAddr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -182,6 +183,67 @@ __device__ __forceinline__ uint32_t StagedOffset(int row, int unit, int quad) {
   return uint32_t(row * 128 + ((unit ^ (row % 8)) * 16) + quad * 4);
 }
 
+// kSwiGluBackward's second role for the producer warpgroup's warps 1-3 (t in [0, 96)): for
+// each tile of this CTA and each consumer's half (64 rows x 256 columns of dh staged in that
+// consumer's buffer), 16-byte piece i = t + 96 r is row i / 32, columns 8 (i % 32).. (so a warp
+// takes one row's 512 contiguous bytes); eight pieces' g and u are loaded before any is used.
+constexpr int kBwdWorkers = 96, kBwdInFlight = 8;
+__device__ __forceinline__ void SwiGluBackwardWarps(int t, const WgmmaEpilogueArgs& ea,
+                                                    __nv_bfloat16* dgu, const uint8_t* staged_all,
+                                                    uint64_t* dh_full, uint64_t* dh_empty,
+                                                    int tiles_n, int tiles) {
+  const int64_t ld = 2 * int64_t{ea.ffn};
+  constexpr int kPieces = 64 * 32;
+  int count = 0;
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++count) {
+    const int m0 = (tile / tiles_n) * kBM, n0 = (tile % tiles_n) * kBN;
+    for (int w = 0; w < kConsumers; ++w) {
+      MbarWait(&dh_full[w], count & 1);
+      const uint8_t* staged = staged_all + w * 4 * kOutChunkBytes;
+      for (int first = t; first < kPieces; first += kBwdWorkers * kBwdInFlight) {
+        uint4 g[kBwdInFlight], u[kBwdInFlight];
+#pragma unroll
+        for (int q = 0; q < kBwdInFlight; ++q) {
+          const int i = first + kBwdWorkers * q;
+          if (i < kPieces) {
+            const int64_t off = int64_t(m0 + 64 * w + i / 32) * ld + n0 + 8 * (i % 32);
+            g[q] = __ldg(reinterpret_cast<const uint4*>(ea.gu_in + off));
+            u[q] = __ldg(reinterpret_cast<const uint4*>(ea.gu_in + off + ea.ffn));
+          }
+        }
+#pragma unroll
+        for (int q = 0; q < kBwdInFlight; ++q) {
+          const int i = first + kBwdWorkers * q;
+          if (i < kPieces) {
+            const int row = i / 32, j = i % 32;
+            const int64_t off = int64_t(m0 + 64 * w + row) * ld + n0 + 8 * j;
+            const uint4 dh = *reinterpret_cast<const uint4*>(
+                staged + (j / 8) * kOutChunkBytes + StagedOffset(row, j % 8, 0));
+            const uint32_t gw[4] = {g[q].x, g[q].y, g[q].z, g[q].w};
+            const uint32_t uw[4] = {u[q].x, u[q].y, u[q].z, u[q].w};
+            const uint32_t hw[4] = {dh.x, dh.y, dh.z, dh.w};
+            uint32_t dgw[4], duw[4];
+#pragma unroll
+            for (int p = 0; p < 4; ++p) {  // a bf16 pair at a time: few live registers
+              const float2 gf = UnpackBf16x2(gw[p]), uf = UnpackBf16x2(uw[p]);
+              const float2 hf = UnpackBf16x2(hw[p]);
+              float2 dg, du;
+              SwiGluGrads(gf.x, uf.x, hf.x, &dg.x, &du.x);
+              SwiGluGrads(gf.y, uf.y, hf.y, &dg.y, &du.y);
+              dgw[p] = PackBf16x2(dg.x, dg.y);
+              duw[p] = PackBf16x2(du.x, du.y);
+            }
+            *reinterpret_cast<uint4*>(dgu + off) = make_uint4(dgw[0], dgw[1], dgw[2], dgw[3]);
+            *reinterpret_cast<uint4*>(dgu + off + ea.ffn) =
+                make_uint4(duw[0], duw[1], duw[2], duw[3]);
+          }
+        }
+      }
+      MbarArrive(&dh_empty[w]);
+    }
+  }
+}
+
 // Persistent: CTA b takes tiles b, b + gridDim.x, ... in row-major tile order (N fastest), so
 // the CTAs in flight share a few 128-row bands of A and all of B stays in L2. The producer runs
 // ahead across tile boundaries, so the next tile's first stages load during the epilogue; the
@@ -201,13 +263,17 @@ __device__ __forceinline__ uint32_t StagedOffset(int row, int unit, int quad) {
 //   together), so it is deferred: the epilogue stages and stores gu only, and h is computed from
 //   the staged gu in shares between the next tile's wgmma issues, in place over the gate
 //   values (3 stages + 48 KiB of staging a warpgroup would not fit), then stored.
-// - kSwiGluBackward (N-major B: dh = dy W_down): dh, rounded to bf16 as stored, is staged in
-//   each thread's own fragment slots, and during the next tile's main loop, a few elements per
-//   K-tile, each thread reads g and u of those elements from gu (read-only loads, one share
-//   ahead), forms (dg, du) with swiglu.cu's math and stores them to D = dgu. dh never reaches
-//   memory and the SwiGLU backward's traffic runs beside the tensor cores' work. (A first
-//   version did all of it in the epilogue, dg and du staged and stored by TMA: 306.8 us
-//   against cuBLASLt + SwiGluBackward's 286.9 on gpt350m's shape, H100.)
+// - kSwiGluBackward (N-major B: dh = dy W_down): each consumer stages its dh, rounded to bf16
+//   as stored, and hands it through an mbarrier pair (dh_full / dh_empty) to the producer
+//   warpgroup's three idle warps, which read g and u from gu in coalesced 16-byte pieces (eight
+//   per thread in flight), form (dg, du) with swiglu.cu's math and store them to D = dgu while
+//   the consumers run the next tile's MMAs. dh never reaches memory. No register
+//   reallocation here (those warps need more than the producer's 40); the consumers fit the
+//   kernel's 168. (Tried first: all of it in the consumers' epilogue, dg and du staged and
+//   stored by TMA, 306.8 us; then deferred into the next tile's main loop a few elements a
+//   K-tile, 436.3 us, the loads stalling the MMA issue; cuBLASLt + SwiGluBackward 286.9 us on
+//   gpt350m's shape, H100. A fourth warpgroup does not compile: 512 threads leave 128
+//   registers, fewer than an m64n256 accumulator needs.)
 template <WgmmaEpilogue kEpi, bool kNMajorB = false>
 __global__ void __launch_bounds__(kThreads, 1)
     WgmmaGemmKernel(const __grid_constant__ CUtensorMap map_a,
@@ -221,6 +287,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* out_smem = smem + kStages * kStageBytes;
   uint64_t* full = reinterpret_cast<uint64_t*>(out_smem + kOutBytes);
   uint64_t* empty = full + kStages;
+  uint64_t* dh_full = empty + kStages;  // kSwiGluBackward: [consumer warpgroup]
+  uint64_t* dh_empty = dh_full + 2;
   const int wg = threadIdx.x / 128;
   const int ktiles = k / kBK;
   constexpr bool swiglu = kEpi == WgmmaEpilogue::kSwiGlu;
@@ -232,12 +300,17 @@ __global__ void __launch_bounds__(kThreads, 1)
       MbarInit(&full[s], 1);
       MbarInit(&empty[s], 128 * kConsumers);
     }
+    if (swiglu_bwd) {
+      for (int w = 0; w < kConsumers; ++w) {
+        MbarInit(&dh_full[w], 128), MbarInit(&dh_empty[w], kBwdWorkers);
+      }
+    }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
 
   if (wg == kConsumers) {  // producer: one thread, few registers
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    if constexpr (!swiglu_bwd) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
     if (threadIdx.x == kConsumers * 128) {
       int it = 0;
       for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -262,10 +335,13 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
       }
+    } else if (swiglu_bwd && threadIdx.x >= kConsumers * 128 + 32) {
+      SwiGluBackwardWarps(threadIdx.x - (kConsumers * 128 + 32), ea, d_raw, out_smem, dh_full,
+                          dh_empty, tiles_n, tiles);
     }
   } else {
     // Consumers get the registers the producer gave up (128 accumulators + the epilogue).
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+    if constexpr (!swiglu_bwd) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
     const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32, quad = lane % 4;
     const int row0 = warp * 16 + lane / 4;  // this thread's first row in the warpgroup's 64
     uint8_t* my_out = out_smem + wg * 4 * kOutChunkBytes;
@@ -312,57 +388,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       store(&map_d, 2, [&](int c) { return n0p + 64 * c; }, pending_row);
       pending_row = -1;
     };
-    // kSwiGluBackward: the previous tile's dh, staged as bf16 in this thread's own fragment
-    // slots (no other thread reads them: no barrier), becomes (dg, du) kBwdShare elements
-    // (element e: column group e / 2, row half e % 2) at a time under this tile's MMAs. The
-    // g, u of the next share are loaded before the current one is used, so their latency
-    // overlaps a K-tile's MMAs; dg and du go straight to global memory.
-    constexpr int kBwdShare = 4, kBwdElems = 64;
-    int bwd_row = -1, bwd_n0 = 0, bwd_done = 0;
-    uint32_t bwd_g[kBwdShare], bwd_u[kBwdShare];
-    const int64_t gu_ld = 2 * int64_t{ea.ffn};
-    auto bwd_offset = [&](int e) {  // of element e's pair in gu / dgu
-      return int64_t(bwd_row + row0 + 8 * (e % 2)) * gu_ld + bwd_n0 + 8 * (e / 2) + 2 * quad;
-    };
-    auto bwd_load = [&](int first) {
-#pragma unroll
-      for (int p = 0; p < kBwdShare; ++p) {
-        if (first + p < kBwdElems) {
-          const __nv_bfloat16* src = ea.gu_in + bwd_offset(first + p);
-          bwd_g[p] = __ldg(reinterpret_cast<const unsigned int*>(src));
-          bwd_u[p] = __ldg(reinterpret_cast<const unsigned int*>(src + ea.ffn));
-        }
-      }
-    };
-    // The share at bwd_done (its g, u loaded), after starting the next share's loads.
-    auto bwd_step = [&] {
-      uint32_t g2[kBwdShare], u2[kBwdShare];
-#pragma unroll
-      for (int p = 0; p < kBwdShare; ++p) g2[p] = bwd_g[p], u2[p] = bwd_u[p];
-      const int first = bwd_done;
-      bwd_load(first + kBwdShare);
-#pragma unroll
-      for (int p = 0; p < kBwdShare; ++p) {
-        const int e = first + p;
-        if (e < kBwdElems) {
-          const int j = e / 2, half = e % 2;
-          const float2 dh = UnpackBf16x2(*reinterpret_cast<const uint32_t*>(
-              my_out + (j / 8) * kOutChunkBytes + StagedOffset(row0 + 8 * half, j % 8, quad)));
-          const float2 g = UnpackBf16x2(g2[p]), u = UnpackBf16x2(u2[p]);
-          float2 dg, du;
-          SwiGluGrads(g.x, u.x, dh.x, &dg.x, &du.x);
-          SwiGluGrads(g.y, u.y, dh.y, &dg.y, &du.y);
-          __nv_bfloat16* dst = d_raw + bwd_offset(e);
-          *reinterpret_cast<uint32_t*>(dst) = PackBf16x2(dg.x, dg.y);
-          *reinterpret_cast<uint32_t*>(dst + ea.ffn) = PackBf16x2(du.x, du.y);
-        }
-      }
-      bwd_done = first + kBwdShare;
-    };
-    auto bwd_finish = [&] {
-      while (bwd_done < kBwdElems) bwd_step();
-      bwd_row = -1;
-    };
+    int tile_count = 0;  // kSwiGluBackward: this consumer's tiles so far
     int it = 0;
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
       const int m0 = (tile / tiles_n) * kBM, n0 = (tile % tiles_n) * bn;
@@ -400,7 +426,6 @@ __global__ void __launch_bounds__(kThreads, 1)
           WgmmaM64N256K16<kNMajorB ? 1 : 0>(acc, da + 2 * kk, db + kStepB * kk, 1);
         }
         WgmmaCommit();
-        if (swiglu_bwd && bwd_row >= 0 && bwd_done < kBwdElems) bwd_step();
         if (swiglu && pending_row >= 0) {  // a share of the previous tile's h, under the MMAs
           const int per = (16 + ktiles - 1) / ktiles;
           swiglu_part(min(16, kt * per), min(16, (kt + 1) * per));
@@ -416,7 +441,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
       // Epilogue. Fragment i of lane l in warp w holds row w*16 + l/4 (+8 for i%4 >= 2) and
       // column 8*(i/4) + 2*(l%4) + i%2 of this warpgroup's 64 x 256.
-      await_staging();
+      if constexpr (!swiglu_bwd) await_staging();  // (no TMA store reads its staging)
       if constexpr (swiglu) {
         // Columns 0-127 are gate, 128-255 the same columns of up: gu (bf16, as the GEMM's
         // output), gate into chunks 0-1 and up into 2-3, stored; h follows from these staged
@@ -432,8 +457,9 @@ __global__ void __launch_bounds__(kThreads, 1)
               out_row);
         pending_row = out_row, pending_n0 = n0;  // h: during the next tile's main loop
       } else if constexpr (swiglu_bwd) {
-        if (bwd_row >= 0) bwd_finish();  // what this tile's main loop did not cover
-        // dh as the plain GEMM would store it (bf16), into this thread's own slots.
+        // dh as the plain GEMM would store it (bf16), once the SwiGLU warpgroup has read the
+        // previous tile's out of the staging buffer.
+        if (tile_count > 0) MbarWait(&dh_empty[wg], (tile_count - 1) & 1);
 #pragma unroll
         for (int j = 0; j < 32; ++j) {
 #pragma unroll
@@ -441,8 +467,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             stage(j / 8, j % 8, half, PackBf16x2(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]));
           }
         }
-        bwd_row = out_row, bwd_n0 = n0, bwd_done = 0;
-        bwd_load(0);  // the first share's g, u: in flight when the next main loop starts
+        MbarArrive(&dh_full[wg]);
+        ++tile_count;
       } else {
 #pragma unroll
         for (int j = 0; j < 32; ++j) {
@@ -459,7 +485,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         store(&map_d, 4, [&](int c) { return n0 + 64 * c; }, out_row);
       }
     }
-    if (swiglu_bwd && bwd_row >= 0) bwd_finish();  // the last tile: no main loop left
     if (swiglu && pending_row >= 0) {  // the last tile's h: no main loop left to hide it
       await_staging();
       swiglu_part(0, 16);
