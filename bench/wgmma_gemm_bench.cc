@@ -8,8 +8,7 @@
 // poisoned with NaN first, so an element we fail to write fails the check), then the median
 // time of each over --reps calls rotating over --sets operand sets (L2 holds none of them).
 // Then the fused epilogues against what they replace, on gpt350m B 16's shapes: the QKV GEMM
-// with RoPE vs cuBLASLt + RopeApply, the gate/up GEMM with SwiGLU vs cuBLASLt + SwiGluForward,
-// the down projection's input gradient with SwiGLU's backward vs cuBLASLt + SwiGluBackward:
+// with RoPE vs cuBLASLt + RopeApply, the gate/up GEMM with SwiGLU vs cuBLASLt + SwiGluForward:
 // elements that differ (bitwise) and the times of both.
 #include <cuda_runtime.h>
 
@@ -116,55 +115,6 @@ StatusOr<int64_t> Mismatches(const DevBuf& x, const DevBuf& y) {
   int64_t bad = 0;
   for (size_t i = 0; i < n; ++i) bad += a[i] != b[i];
   return bad;
-}
-
-// gpt350m B 16's down projection backward: dh = dy W_down by cuBLASLt, then SwiGluBackward
-// into dgu, against our GEMM with SwiGLU's backward in its epilogue.
-Status RunFusedBackward(const RandomPool& pool, Timer& timer, int sets, cuda::GemmRunner& lt,
-                        cudaStream_t stream) {
-  const int64_t M = 16384, d = 1024, ffn = 2816;
-  std::vector<DevBuf> dy, w, gu;
-  FORGE_RETURN_IF_ERROR(RandomSets(pool, sets, size_t(M * d), 200, &dy));
-  FORGE_RETURN_IF_ERROR(RandomSets(pool, sets, size_t(d * ffn), 201, &w));
-  FORGE_RETURN_IF_ERROR(RandomSets(pool, sets, size_t(M * 2 * ffn), 202, &gu));
-  DevBuf dh, dgu_ref, dgu;
-  FORGE_RETURN_IF_ERROR(Alloc(&dh, size_t(M * ffn) * 2));
-  FORGE_RETURN_IF_ERROR(Alloc(&dgu_ref, size_t(M * 2 * ffn) * 2));
-  FORGE_RETURN_IF_ERROR(Alloc(&dgu, size_t(M * 2 * ffn) * 2));
-  auto ref = [&](int i) -> Status {
-    cuda::GemmArgs g;
-    g.M = M, g.N = ffn, g.K = d, g.A = dy[size_t(i)].p, g.B = w[size_t(i)].p, g.D = dh.p;
-    g.trans_b = false;
-    FORGE_RETURN_IF_ERROR(lt.Run(g, stream));
-    return cuda::SwiGluBackward(static_cast<cuda::bf16*>(dgu_ref.p),
-                                static_cast<const cuda::bf16*>(dh.p),
-                                static_cast<const cuda::bf16*>(gu[size_t(i)].p), M, int(ffn),
-                                stream);
-  };
-  auto ours = [&](int i) {
-    cuda::WgmmaGemmArgs g;
-    g.M = M, g.N = ffn, g.K = d, g.A = dy[size_t(i)].p, g.B = w[size_t(i)].p, g.D = dgu.p;
-    g.b_n_major = true;
-    g.epilogue = cuda::WgmmaEpilogue::kSwiGluBackward;
-    g.epi.gu_in = static_cast<const __nv_bfloat16*>(gu[size_t(i)].p), g.epi.ffn = int(ffn);
-    return cuda::WgmmaGemmBf16(g, stream);
-  };
-  FORGE_RETURN_IF_ERROR(ref(0));
-  FORGE_CUDA_CHECK(cudaMemset(dgu.p, 0xFF, dgu.bytes));
-  FORGE_RETURN_IF_ERROR(ours(0));
-  FORGE_CUDA_CHECK(cudaStreamSynchronize(stream));
-  FORGE_ASSIGN_OR_RETURN(const int64_t bad, Mismatches(dgu, dgu_ref));
-  FORGE_ASSIGN_OR_RETURN(const float us_ref, timer.Median(ref));
-  FORGE_ASSIGN_OR_RETURN(const float us_ours, timer.Median(ours));
-  nlohmann::ordered_json j;
-  j["fused"] = "down_dgrad_swiglu_backward";
-  j["mismatches"] = bad;
-  j["cublaslt_plus_kernel_us"] = us_ref;
-  j["wgmma_fused_us"] = us_ours;
-  j["ok"] = bad == 0;
-  std::printf("%s\n", j.dump().c_str());
-  std::fflush(stdout);
-  return Status::Ok();
 }
 
 // gpt350m B 16: 16384 tokens, d 1024, 16 heads of 64 (Q, K, V), ffn 2816, T 1024.
@@ -285,10 +235,6 @@ int main(int argc, char** argv) {
     }
   }
   if (only.empty() || only == "fused") {
-    if (Status s = RunFusedBackward(pool, timer, sets, lt, stream); !s.ok()) {
-      std::printf("%s\n", nlohmann::ordered_json{{"fused", "backward"}, {"error", s.ToString()}}.dump().c_str());
-      rc = 1;
-    }
     if (Status s = RunFused(pool, timer, sets, lt, stream); !s.ok()) {
       std::printf("%s\n", nlohmann::ordered_json{{"fused", "all"}, {"error", s.ToString()}}.dump().c_str());
       rc = 1;

@@ -1,11 +1,11 @@
 #!/bin/bash
 # The fused-epilogue GEMMs on one GPU in one device call: the GPU suite (FILTER, default all;
 # SKIP_SUITE=1 leaves it out), forge-wgmma-bench (our GEMM beside cuBLASLt, the fused epilogues
-# beside cuBLASLt + kernel), then forge-bench gpt350m --steps 30 BF16 at each micro-batch of
-# BS (default 16) with FORGE_CUDA_ROPE_GEMM / FORGE_CUDA_SWIGLU_GEMM / FORGE_CUDA_SWIGLU_BWD_GEMM
-# as VARIANTS says (default "0 0 0,1 0 0,1 1 0"; a missing third value is 0), alternated,
-# ROUNDS rounds. JSON lines in $OUT/wgmma.jsonl and $OUT/bench.jsonl (label
-# b<B>-rope<0|1>-swiglu<0|1>-bwd<0|1>), a summary line per run.
+# beside cuBLASLt + kernel; WGMMA_ONLY=S passes --only S), then forge-bench gpt350m --steps 30
+# BF16 at each micro-batch of BS (default 16) with FORGE_CUDA_ROPE_GEMM / FORGE_CUDA_SWIGLU_GEMM
+# as VARIANTS says (default "0 0,1 0,1 1"), alternated, ROUNDS rounds. JSON lines in
+# $OUT/wgmma.jsonl and $OUT/bench.jsonl (label b<B>-rope<0|1>-swiglu<0|1>), a summary line per
+# run.
 set -u
 cd "$(dirname "$0")/.."
 source scripts/device_gpu_preamble.sh
@@ -14,11 +14,11 @@ timeout 120 .device/run forge-wgmma-bench --reps 20 ${WGMMA_ONLY:+--only $WGMMA_
 cut -c1-200 "$out/wgmma.jsonl"
 for b in ${BS:-16}; do
   for r in ${ROUNDS:-1 2}; do
-    IFS=, read -ra variants <<< "${VARIANTS:-0 0 0,1 0 0,1 1 0}"
+    IFS=, read -ra variants <<< "${VARIANTS:-0 0,1 0,1 1}"
     for v in "${variants[@]}"; do
-      set -- $v 0
-      FORGE_CUDA_ROPE_GEMM=$1 FORGE_CUDA_SWIGLU_GEMM=$2 FORGE_CUDA_SWIGLU_BWD_GEMM=$3 B=$b \
-        bench "b$b-rope$1-swiglu$2-bwd$3" forge-bench --precision bf16
+      set -- $v
+      FORGE_CUDA_ROPE_GEMM=$1 FORGE_CUDA_SWIGLU_GEMM=$2 B=$b bench "b$b-rope$1-swiglu$2" \
+        forge-bench --precision bf16
     done
   done
 done

@@ -44,8 +44,7 @@ constexpr int kStageBytes = kTileBytesA + kTileBytesB;
 constexpr int kOutChunkBytes = 64 * 128;
 constexpr int kOutBytes = kConsumers * 4 * kOutChunkBytes;
 // The swizzled tiles need 1024-byte alignment; the dynamic buffer is aligned by hand.
-// (+ the SwiGLU backward's dh hand-over barriers, full and empty per consumer warpgroup).
-constexpr int kSmemBytes = kStages * kStageBytes + kOutBytes + 1024 + 2 * kStages * 8 + 4 * 8;
+constexpr int kSmemBytes = kStages * kStageBytes + kOutBytes + 1024 + 2 * kStages * 8;
 
 __device__ __forceinline__ uint32_t SmemAddr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -183,67 +182,6 @@ __device__ __forceinline__ uint32_t StagedOffset(int row, int unit, int quad) {
   return uint32_t(row * 128 + ((unit ^ (row % 8)) * 16) + quad * 4);
 }
 
-// kSwiGluBackward's second role for the producer warpgroup's warps 1-3 (t in [0, 96)): for
-// each tile of this CTA and each consumer's half (64 rows x 256 columns of dh staged in that
-// consumer's buffer), 16-byte piece i = t + 96 r is row i / 32, columns 8 (i % 32).. (so a warp
-// takes one row's 512 contiguous bytes); eight pieces' g and u are loaded before any is used.
-constexpr int kBwdWorkers = 96, kBwdInFlight = 8;
-__device__ __forceinline__ void SwiGluBackwardWarps(int t, const WgmmaEpilogueArgs& ea,
-                                                    __nv_bfloat16* dgu, const uint8_t* staged_all,
-                                                    uint64_t* dh_full, uint64_t* dh_empty,
-                                                    int tiles_n, int tiles) {
-  const int64_t ld = 2 * int64_t{ea.ffn};
-  constexpr int kPieces = 64 * 32;
-  int count = 0;
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++count) {
-    const int m0 = (tile / tiles_n) * kBM, n0 = (tile % tiles_n) * kBN;
-    for (int w = 0; w < kConsumers; ++w) {
-      MbarWait(&dh_full[w], count & 1);
-      const uint8_t* staged = staged_all + w * 4 * kOutChunkBytes;
-      for (int first = t; first < kPieces; first += kBwdWorkers * kBwdInFlight) {
-        uint4 g[kBwdInFlight], u[kBwdInFlight];
-#pragma unroll
-        for (int q = 0; q < kBwdInFlight; ++q) {
-          const int i = first + kBwdWorkers * q;
-          if (i < kPieces) {
-            const int64_t off = int64_t(m0 + 64 * w + i / 32) * ld + n0 + 8 * (i % 32);
-            g[q] = __ldg(reinterpret_cast<const uint4*>(ea.gu_in + off));
-            u[q] = __ldg(reinterpret_cast<const uint4*>(ea.gu_in + off + ea.ffn));
-          }
-        }
-#pragma unroll
-        for (int q = 0; q < kBwdInFlight; ++q) {
-          const int i = first + kBwdWorkers * q;
-          if (i < kPieces) {
-            const int row = i / 32, j = i % 32;
-            const int64_t off = int64_t(m0 + 64 * w + row) * ld + n0 + 8 * j;
-            const uint4 dh = *reinterpret_cast<const uint4*>(
-                staged + (j / 8) * kOutChunkBytes + StagedOffset(row, j % 8, 0));
-            const uint32_t gw[4] = {g[q].x, g[q].y, g[q].z, g[q].w};
-            const uint32_t uw[4] = {u[q].x, u[q].y, u[q].z, u[q].w};
-            const uint32_t hw[4] = {dh.x, dh.y, dh.z, dh.w};
-            uint32_t dgw[4], duw[4];
-#pragma unroll
-            for (int p = 0; p < 4; ++p) {  // a bf16 pair at a time: few live registers
-              const float2 gf = UnpackBf16x2(gw[p]), uf = UnpackBf16x2(uw[p]);
-              const float2 hf = UnpackBf16x2(hw[p]);
-              float2 dg, du;
-              SwiGluGrads(gf.x, uf.x, hf.x, &dg.x, &du.x);
-              SwiGluGrads(gf.y, uf.y, hf.y, &dg.y, &du.y);
-              dgw[p] = PackBf16x2(dg.x, dg.y);
-              duw[p] = PackBf16x2(du.x, du.y);
-            }
-            *reinterpret_cast<uint4*>(dgu + off) = make_uint4(dgw[0], dgw[1], dgw[2], dgw[3]);
-            *reinterpret_cast<uint4*>(dgu + off + ea.ffn) =
-                make_uint4(duw[0], duw[1], duw[2], duw[3]);
-          }
-        }
-      }
-      MbarArrive(&dh_empty[w]);
-    }
-  }
-}
-
 // Persistent: CTA b takes tiles b, b + gridDim.x, ... in row-major tile order (N fastest), so
 // the CTAs in flight share a few 128-row bands of A and all of B stays in L2. The producer runs
 // ahead across tile boundaries, so the next tile's first stages load during the epilogue; the
@@ -263,36 +201,22 @@ __device__ __forceinline__ void SwiGluBackwardWarps(int t, const WgmmaEpilogueAr
 //   together), so it is deferred: the epilogue stages and stores gu only, and h is computed from
 //   the staged gu in shares between the next tile's wgmma issues, in place over the gate
 //   values (3 stages + 48 KiB of staging a warpgroup would not fit), then stored.
-// - kSwiGluBackward (N-major B: dh = dy W_down): each consumer stages its dh, rounded to bf16
-//   as stored, and hands it through an mbarrier pair (dh_full / dh_empty) to the producer
-//   warpgroup's three idle warps, which read g and u from gu in coalesced 16-byte pieces (eight
-//   per thread in flight), form (dg, du) with swiglu.cu's math and store them to D = dgu while
-//   the consumers run the next tile's MMAs. dh never reaches memory. No register
-//   reallocation here (those warps need more than the producer's 40); the consumers fit the
-//   kernel's 168. (Tried first: all of it in the consumers' epilogue, dg and du staged and
-//   stored by TMA, 306.8 us; then deferred into the next tile's main loop a few elements a
-//   K-tile, 436.3 us, the loads stalling the MMA issue; cuBLASLt + SwiGluBackward 286.9 us on
-//   gpt350m's shape, H100. A fourth warpgroup does not compile: 512 threads leave 128
-//   registers, fewer than an m64n256 accumulator needs.)
 template <WgmmaEpilogue kEpi, bool kNMajorB = false>
 __global__ void __launch_bounds__(kThreads, 1)
     WgmmaGemmKernel(const __grid_constant__ CUtensorMap map_a,
                     const __grid_constant__ CUtensorMap map_b,
                     const __grid_constant__ CUtensorMap map_d,
-                    const __grid_constant__ CUtensorMap map_d2, WgmmaEpilogueArgs ea,
-                    __nv_bfloat16* d_raw, int tiles_n, int tiles, int k) {
+                    const __grid_constant__ CUtensorMap map_d2, WgmmaEpilogueArgs ea, int tiles_n,
+                    int tiles, int k) {
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
                                              ~uintptr_t(1023));
   uint8_t* out_smem = smem + kStages * kStageBytes;
   uint64_t* full = reinterpret_cast<uint64_t*>(out_smem + kOutBytes);
   uint64_t* empty = full + kStages;
-  uint64_t* dh_full = empty + kStages;  // kSwiGluBackward: [consumer warpgroup]
-  uint64_t* dh_empty = dh_full + 2;
   const int wg = threadIdx.x / 128;
   const int ktiles = k / kBK;
   constexpr bool swiglu = kEpi == WgmmaEpilogue::kSwiGlu;
-  constexpr bool swiglu_bwd = kEpi == WgmmaEpilogue::kSwiGluBackward;
   constexpr int bn = swiglu ? kBN / 2 : kBN;  // output columns per tile
 
   if (threadIdx.x == 0) {
@@ -300,17 +224,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       MbarInit(&full[s], 1);
       MbarInit(&empty[s], 128 * kConsumers);
     }
-    if (swiglu_bwd) {
-      for (int w = 0; w < kConsumers; ++w) {
-        MbarInit(&dh_full[w], 128), MbarInit(&dh_empty[w], kBwdWorkers);
-      }
-    }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
 
   if (wg == kConsumers) {  // producer: one thread, few registers
-    if constexpr (!swiglu_bwd) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
     if (threadIdx.x == kConsumers * 128) {
       int it = 0;
       for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -335,13 +254,10 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
       }
-    } else if (swiglu_bwd && threadIdx.x >= kConsumers * 128 + 32) {
-      SwiGluBackwardWarps(threadIdx.x - (kConsumers * 128 + 32), ea, d_raw, out_smem, dh_full,
-                          dh_empty, tiles_n, tiles);
     }
   } else {
     // Consumers get the registers the producer gave up (128 accumulators + the epilogue).
-    if constexpr (!swiglu_bwd) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
     const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32, quad = lane % 4;
     const int row0 = warp * 16 + lane / 4;  // this thread's first row in the warpgroup's 64
     uint8_t* my_out = out_smem + wg * 4 * kOutChunkBytes;
@@ -388,7 +304,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       store(&map_d, 2, [&](int c) { return n0p + 64 * c; }, pending_row);
       pending_row = -1;
     };
-    int tile_count = 0;  // kSwiGluBackward: this consumer's tiles so far
     int it = 0;
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
       const int m0 = (tile / tiles_n) * kBM, n0 = (tile % tiles_n) * bn;
@@ -441,7 +356,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
       // Epilogue. Fragment i of lane l in warp w holds row w*16 + l/4 (+8 for i%4 >= 2) and
       // column 8*(i/4) + 2*(l%4) + i%2 of this warpgroup's 64 x 256.
-      if constexpr (!swiglu_bwd) await_staging();  // (no TMA store reads its staging)
+      await_staging();
       if constexpr (swiglu) {
         // Columns 0-127 are gate, 128-255 the same columns of up: gu (bf16, as the GEMM's
         // output), gate into chunks 0-1 and up into 2-3, stored; h follows from these staged
@@ -456,19 +371,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         store(&map_d2, 4, [&](int c) { return c < 2 ? n0 + 64 * c : ea.ffn + n0 + 64 * (c - 2); },
               out_row);
         pending_row = out_row, pending_n0 = n0;  // h: during the next tile's main loop
-      } else if constexpr (swiglu_bwd) {
-        // dh as the plain GEMM would store it (bf16), once the SwiGLU warpgroup has read the
-        // previous tile's out of the staging buffer.
-        if (tile_count > 0) MbarWait(&dh_empty[wg], (tile_count - 1) & 1);
-#pragma unroll
-        for (int j = 0; j < 32; ++j) {
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            stage(j / 8, j % 8, half, PackBf16x2(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]));
-          }
-        }
-        MbarArrive(&dh_full[wg]);
-        ++tile_count;
       } else {
 #pragma unroll
         for (int j = 0; j < 32; ++j) {
@@ -548,14 +450,8 @@ Status WgmmaGemmCheck(const WgmmaGemmArgs& args) {
   if (args.M <= 0 || args.M % kBM || args.N % kBN || args.N <= 0 || args.K % kBK || args.K <= 0)
     return Status::Invalid("WgmmaGemmBf16: M must be a multiple of 128, N of 256, K of 64" +
                            shape);
-  const bool swiglu_bwd = args.epilogue == WgmmaEpilogue::kSwiGluBackward;
-  if (args.b_n_major != swiglu_bwd && args.epilogue != WgmmaEpilogue::kPlain)
-    return Status::Invalid(std::string("WgmmaGemmBf16: ") +
-                           (swiglu_bwd ? "the SwiGLU backward needs an N-major B"
-                                       : "an N-major B takes the plain or SwiGLU-backward epilogue") +
-                           shape);
-  if (swiglu_bwd && args.epi.ffn != args.N)
-    return Status::Invalid("WgmmaGemmBf16: the SwiGLU backward needs ffn = N" + shape);
+  if (args.b_n_major && args.epilogue != WgmmaEpilogue::kPlain)
+    return Status::Invalid("WgmmaGemmBf16: an N-major B takes the plain epilogue only" + shape);
   if (args.epilogue == WgmmaEpilogue::kSwiGlu && args.epi.ffn * 2 != args.N)
     return Status::Invalid("WgmmaGemmBf16: SwiGLU needs ffn = N / 2" + shape);
   if (args.epilogue == WgmmaEpilogue::kRope &&
@@ -570,9 +466,6 @@ Status WgmmaGemmBf16(const WgmmaGemmArgs& args, cudaStream_t stream) {
   FORGE_RETURN_IF_ERROR(WgmmaGemmCheck(args));
   const bool swiglu = args.epilogue == WgmmaEpilogue::kSwiGlu;
   if (swiglu && !args.epi.gu) return Status::Invalid("WgmmaGemmBf16: SwiGLU needs gu");
-  const bool swiglu_bwd = args.epilogue == WgmmaEpilogue::kSwiGluBackward;
-  if (swiglu_bwd && !args.epi.gu_in)
-    return Status::Invalid("WgmmaGemmBf16: the SwiGLU backward needs gu_in");
   if (args.epilogue == WgmmaEpilogue::kRope && !args.epi.rope_sin_cos)
     return Status::Invalid("WgmmaGemmBf16: RoPE needs its (sin, cos) table");
   const int64_t out_n = swiglu ? args.N / 2 : args.N;
@@ -586,9 +479,7 @@ Status WgmmaGemmBf16(const WgmmaGemmArgs& args, cudaStream_t stream) {
     FORGE_RETURN_IF_ERROR(
         SwizzledMap(encode, args.B, args.N, args.K, swiglu ? kBN / 2 : kBN, &map_b));
   }
-  // D: [M, out_n], or [M, 2 ffn] for the SwiGLU backward (dg and du).
-  FORGE_RETURN_IF_ERROR(
-      SwizzledMap(encode, args.D, args.M, swiglu_bwd ? 2 * args.N : out_n, 64, &map_d));
+  FORGE_RETURN_IF_ERROR(SwizzledMap(encode, args.D, args.M, out_n, 64, &map_d));
   map_d2 = map_d;  // kSwiGlu's second output, gu
   if (swiglu) FORGE_RETURN_IF_ERROR(SwizzledMap(encode, args.epi.gu, args.M, args.N, 64, &map_d2));
   // SM count per call (cheap).
@@ -600,8 +491,7 @@ Status WgmmaGemmBf16(const WgmmaGemmArgs& args, cudaStream_t stream) {
   const int k = int(args.K);
   auto launch = [&](auto kernel) -> Status {
     FORGE_RETURN_IF_ERROR(AllowDynamicSmem(kernel, kSmemBytes));
-    kernel<<<grid, kThreads, kSmemBytes, stream>>>(map_a, map_b, map_d, map_d2, args.epi,
-                                                   static_cast<__nv_bfloat16*>(args.D), tiles_n,
+    kernel<<<grid, kThreads, kSmemBytes, stream>>>(map_a, map_b, map_d, map_d2, args.epi, tiles_n,
                                                    tiles, k);
     FORGE_CUDA_LAUNCH_CHECK();
     return Status::Ok();
@@ -614,8 +504,6 @@ Status WgmmaGemmBf16(const WgmmaGemmArgs& args, cudaStream_t stream) {
       return launch(WgmmaGemmKernel<WgmmaEpilogue::kRope>);
     case WgmmaEpilogue::kSwiGlu:
       return launch(WgmmaGemmKernel<WgmmaEpilogue::kSwiGlu>);
-    case WgmmaEpilogue::kSwiGluBackward:
-      return launch(WgmmaGemmKernel<WgmmaEpilogue::kSwiGluBackward, true>);
   }
   return Status::Internal("WgmmaGemmBf16: unknown epilogue");
 }

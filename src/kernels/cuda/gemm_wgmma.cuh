@@ -14,7 +14,7 @@
 
 namespace forge::cuda {
 
-enum class WgmmaEpilogue : int { kPlain = 0, kRope = 1, kSwiGlu = 2, kSwiGluBackward = 3 };
+enum class WgmmaEpilogue : int { kPlain = 0, kRope = 1, kSwiGlu = 2 };
 
 struct WgmmaEpilogueArgs {
   // kRope: rotate the pairs of columns < rot_cols (whole heads of width hd) by the angle of
@@ -24,18 +24,14 @@ struct WgmmaEpilogueArgs {
   // kSwiGlu: B is [gate; up] ([2*ffn, K]), gu receives A B^T ([M, 2*ffn]) and D silu(g) * u.
   __nv_bfloat16* gu = nullptr;
   int ffn = 0;
-  // kSwiGluBackward (N-major B, N = ffn): A B is dh, the gradient of h = silu(g) * u, and D
-  // ([M, 2*ffn]) receives (dg, du) from it and the forward's gu = [g, u] (read from gu_in):
-  // the down projection's input gradient and SwiGLU's backward in one pass.
-  const __nv_bfloat16* gu_in = nullptr;
 };
 
 struct WgmmaGemmArgs {
   int64_t M = 0, N = 0, K = 0;  // M % 128, N % 256 and K % 64 must be 0
   const void* A = nullptr;      // [M, K] bf16 row-major
   const void* B = nullptr;      // [N, K] bf16 row-major; [K, N] with b_n_major
-  bool b_n_major = false;       // B's N contiguous (kPlain, kSwiGluBackward): D = A * B
-  void* D = nullptr;            // [M, N] bf16 row-major ([M, N/2] kSwiGlu, [M, 2N] kSwiGluBackward)
+  bool b_n_major = false;       // B's N contiguous (kPlain only): D = A * B
+  void* D = nullptr;            // [M, N] bf16 row-major ([M, N/2] for kSwiGlu)
   WgmmaEpilogue epilogue = WgmmaEpilogue::kPlain;
   WgmmaEpilogueArgs epi;
   int ctas = 0;                 // persistent CTAs (0: one per SM, at most one per tile)

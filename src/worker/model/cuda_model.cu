@@ -130,7 +130,7 @@ struct CudaModel::Buffers {
   int64_t* skipped_steps = nullptr;           // device counter (AdamWMultiTensor)
   std::unique_ptr<Fp8Linears> fp8;            // precision fp8 only
   // CudaModelOptions::rope_gemm / swiglu_gemm where the GPU and shapes allow them.
-  bool rope_gemm = false, swiglu_gemm = false, swiglu_bwd_gemm = false;
+  bool rope_gemm = false, swiglu_gemm = false;
   float2* rope_sin_cos = nullptr;             // [T, hd/2] for the RoPE epilogue
 
   std::vector<bf16*> xs;                      // residual stream: block inputs + final, [N, d]
@@ -597,20 +597,15 @@ GemmArgs LinearBackwardWeight(float* dw, const bf16* dy, const bf16* x, int64_t 
 
 bool CudaModel::rope_gemm_active() const { return buf_->rope_gemm; }
 bool CudaModel::swiglu_gemm_active() const { return buf_->swiglu_gemm; }
-bool CudaModel::swiglu_backward_gemm_active() const { return buf_->swiglu_bwd_gemm; }
 
-// Our own GEMM (sm_90 only) takes the QKV and gate/up projections and the down projection's
-// input gradient of BF16 steps where it accepts the shapes (cuda::WgmmaGemmCheck); otherwise
-// (or when the options are off) cuBLASLt and the separate RoPE/SwiGLU kernels run, with the
-// same results.
+// Our own GEMM (sm_90 only) takes the QKV and gate/up projections of BF16 steps where it
+// accepts the shapes (cuda::WgmmaGemmCheck); otherwise (or when the options are off) cuBLASLt
+// and the separate RoPE/SwiGLU kernels run, with the same results.
 Status CudaModel::SetUpEpilogueGemms(const CudaModelOptions& o) {
   Buffers& b = *buf_;
-  const bool here =
-      (o.rope_gemm || o.swiglu_gemm || o.swiglu_backward_gemm) && cuda::WgmmaGemmRunsHere();
+  const bool here = (o.rope_gemm || o.swiglu_gemm) && cuda::WgmmaGemmRunsHere();
   b.rope_gemm = o.rope_gemm && here && cuda::WgmmaGemmCheck(QkvRopeGemm()).ok();
   b.swiglu_gemm = o.swiglu_gemm && here && cuda::WgmmaGemmCheck(GateUpSwiGluGemm()).ok();
-  b.swiglu_bwd_gemm =
-      o.swiglu_backward_gemm && here && cuda::WgmmaGemmCheck(DownSwiGluBackwardGemm()).ok();
   if (!b.rope_gemm) return Status::Ok();
   FORGE_RETURN_IF_ERROR(DeviceAlloc("cuda model", &b.allocations, &allocated_bytes_,
                                     &b.rope_sin_cos, size_t(T_) * (hd_ / 2)));
@@ -634,17 +629,6 @@ cuda::WgmmaGemmArgs CudaModel::GateUpSwiGluGemm() const {
   cuda::WgmmaGemmArgs g;
   g.M = N_, g.N = 2 * int64_t{ffn_}, g.K = d_;
   g.epilogue = cuda::WgmmaEpilogue::kSwiGlu;
-  g.epi.ffn = ffn_;
-  return g;
-}
-
-// dres W_down (W_down [d, ffn]: an N-major B) into dgu with SwiGLU's backward, [N, 2 ffn];
-// BlockBackward sets A, B, D and gu_in per layer.
-cuda::WgmmaGemmArgs CudaModel::DownSwiGluBackwardGemm() const {
-  cuda::WgmmaGemmArgs g;
-  g.M = N_, g.N = ffn_, g.K = d_;
-  g.b_n_major = true;
-  g.epilogue = cuda::WgmmaEpilogue::kSwiGluBackward;
   g.epi.ffn = ffn_;
   return g;
 }
@@ -867,28 +851,15 @@ Status CudaModel::BlockBackward(int layer, int set, const BlockActs& a, const bf
   // block's MLP norm backward writes them for its Out projection (NormBackward).
   const bool fused_dres = f8 != nullptr && f8->fuse_norm_grad();
   // MLP: x_out = x_mid + SwiGLU(h2 Wgu^T) Wdown^T
+  FORGE_RETURN_IF_ERROR(linear_backward(LinearKind::kDown, b.dsw, dres, a.sw, o.w_down, d_, ffn_,
+                                        WgradHazard::kDres, fused_dres));
+  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
+  FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDgu, s));  // block l+1's dWgu reads dgu
   const bool fused = f8 != nullptr && f8->fuse_swiglu();  // writes dgu's FP8 casts directly
-  if (f8 == nullptr && b.swiglu_bwd_gemm) {
-    // dWdown as linear_backward issues it; then dh = dres W_down with SwiGLU's backward in the
-    // GEMM's epilogue, straight into dgu (dsw is not written).
-    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdGemm, s));
-    FORGE_RETURN_IF_ERROR(
-        WgradGemm(LinearBackwardWeight(g + o.w_down, dres, a.sw, N_, d_, ffn_, acc),
-                  WgradHazard::kDres, s));
-    FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDgu, s));  // block l+1's dWgu reads dgu
-    cuda::WgmmaGemmArgs dgu = DownSwiGluBackwardGemm();
-    dgu.A = dres, dgu.B = w + o.w_down, dgu.D = b.dgu, dgu.epi.gu_in = a.gu;
-    FORGE_RETURN_IF_ERROR(cuda::WgmmaGemmBf16(dgu, s));
+  if (fused) {
+    FORGE_RETURN_IF_ERROR(f8->SwiGluBackwardToGrad(layer, b.dsw, a.gu, s));
   } else {
-    FORGE_RETURN_IF_ERROR(linear_backward(LinearKind::kDown, b.dsw, dres, a.sw, o.w_down, d_,
-                                          ffn_, WgradHazard::kDres, fused_dres));
-    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
-    FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDgu, s));  // block l+1's dWgu reads dgu
-    if (fused) {
-      FORGE_RETURN_IF_ERROR(f8->SwiGluBackwardToGrad(layer, b.dsw, a.gu, s));
-    } else {
-      FORGE_RETURN_IF_ERROR(cuda::SwiGluBackward(b.dgu, b.dsw, a.gu, N_, ffn_, s));
-    }
+    FORGE_RETURN_IF_ERROR(cuda::SwiGluBackward(b.dgu, b.dsw, a.gu, N_, ffn_, s));
   }
   FORGE_RETURN_IF_ERROR(linear_backward(LinearKind::kGateUp, b.dh, b.dgu, a.h2, o.w_gate_up,
                                         2 * ffn_, d_, WgradHazard::kDgu, fused));

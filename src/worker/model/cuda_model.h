@@ -70,9 +70,6 @@ struct CudaModelOptions {
   // (head width 64, 128-row token blocks, ...), else the separate path runs.
   bool rope_gemm = true;
   bool swiglu_gemm = false;
-  // ... and the down projection's input gradient with SwiGLU's backward in the epilogue (dgu
-  // straight from the GEMM; dh never reaches memory).
-  bool swiglu_backward_gemm = false;
 };
 
 // Per-unit callbacks for a data-parallel layer, called on the host while the model enqueues a
@@ -165,7 +162,6 @@ class CudaModel {
   // Whether BF16 steps take the RoPE- / SwiGLU-epilogue GEMMs (options, GPU and shapes).
   bool rope_gemm_active() const;
   bool swiglu_gemm_active() const;
-  bool swiglu_backward_gemm_active() const;
 
   // Host <-> device, ordered on `stream` and synchronised before returning. Host buffers must
   // have the layout's unit sizes (Invalid otherwise). UploadParams also refreshes the bf16 copy.
@@ -253,15 +249,12 @@ class CudaModel {
                       const cuda::bf16* dout, const cuda::bf16* x, const cuda::bf16* w,
                       const float* rstd, bool accumulate_dx, bool accumulate_dw,
                       cudaStream_t stream);
-  // Decides Buffers::rope_gemm / swiglu_gemm / swiglu_bwd_gemm and builds the RoPE table
-  // (Init).
+  // Decides Buffers::rope_gemm / swiglu_gemm and builds the RoPE table (Init).
   Status SetUpEpilogueGemms(const CudaModelOptions& o);
-  // Our GEMM's arguments for the QKV projection + RoPE, gate/up + SwiGLU and the down
-  // projection's input gradient + SwiGLU backward, all but the per-layer pointers: what
-  // SetUpEpilogueGemms checks is what BlockForward / BlockBackward run.
+  // Our GEMM's arguments for the QKV projection + RoPE and gate/up + SwiGLU, all but the
+  // per-layer pointers: what SetUpEpilogueGemms checks is what BlockForward runs.
   cuda::WgmmaGemmArgs QkvRopeGemm() const;
   cuda::WgmmaGemmArgs GateUpSwiGluGemm() const;
-  cuda::WgmmaGemmArgs DownSwiGluBackwardGemm() const;
   // FP8: layer l's weights into their FP8 copies (the first forward of a step or an eval).
   Status CastLayerWeights(int layer, cudaStream_t stream);
   // After AdamW: the FP8 scale update (no-op in BF16).

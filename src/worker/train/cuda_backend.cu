@@ -173,7 +173,6 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
   mo.wgrad_stream = options.wgrad_stream;
   mo.rope_gemm = options.rope_gemm;
   mo.swiglu_gemm = options.swiglu_gemm;
-  mo.swiglu_backward_gemm = options.swiglu_backward_gemm;
   mo.wgrad_stream_priority = wgrad_priority;
   mo.fp8 = cfg.precision.compute == Precision::kFp8;
   mo.fp8_config = cfg.precision.fp8;
@@ -594,9 +593,6 @@ CudaBackendOptions CudaBackendOptionsFromEnv() {
   if (EnvIsZero("FORGE_CUDA_WGRAD_STREAM")) o.wgrad_stream = false;
   if (const char* v = std::getenv("FORGE_CUDA_ROPE_GEMM")) o.rope_gemm = std::strcmp(v, "0") != 0;
   if (const char* v = std::getenv("FORGE_CUDA_SWIGLU_GEMM")) o.swiglu_gemm = std::strcmp(v, "0") != 0;
-  if (const char* v = std::getenv("FORGE_CUDA_SWIGLU_BWD_GEMM")) {
-    o.swiglu_backward_gemm = std::strcmp(v, "0") != 0;
-  }
   if (const char* v = std::getenv("FORGE_CUDA_WGRAD_PRIORITY")) {
     if (std::strcmp(v, "low") == 0) o.wgrad_priority = -1;
     else if (std::strcmp(v, "same") == 0) o.wgrad_priority = 0;

@@ -43,13 +43,10 @@ struct CudaBackendOptions {
   // FORGE_GEMM_SM_MARGIN=<n> overrides.
   int gemm_sm_margin = 0;
   // BF16 steps on Hopper: our own GEMM with RoPE / SwiGLU in its epilogue for the QKV / gate-up
-  // projections and with SwiGLU's backward for the down projection's input gradient
-  // (CudaModelOptions::rope_gemm / swiglu_gemm / swiglu_backward_gemm; bitwise the same
-  // results). FORGE_CUDA_ROPE_GEMM, FORGE_CUDA_SWIGLU_GEMM and FORGE_CUDA_SWIGLU_BWD_GEMM=0|1
-  // override.
+  // projections (CudaModelOptions::rope_gemm / swiglu_gemm; bitwise the same results).
+  // FORGE_CUDA_ROPE_GEMM=0|1 and FORGE_CUDA_SWIGLU_GEMM=0|1 override.
   bool rope_gemm = true;
   bool swiglu_gemm = false;
-  bool swiglu_backward_gemm = false;
 };
 
 // Defaults with the environment overrides above applied.
