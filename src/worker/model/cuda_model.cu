@@ -420,11 +420,12 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
     }
   }
   FORGE_RETURN_IF_ERROR(b.sdpa.Init(o.deterministic_attention));
-  if (o.gemm_sm_margin > 0) {
+  if (o.gemm_sm_margin > 0 || o.wgrad_sm_margin > 0) {
     int device = 0, sms = 0;
     FORGE_CUDA_CHECK(cudaGetDevice(&device));
     FORGE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    bwd_sm_count_ = std::max(1, sms - o.gemm_sm_margin);
+    if (o.gemm_sm_margin > 0) bwd_sm_count_ = std::max(1, sms - o.gemm_sm_margin);
+    wgrad_sm_count_ = std::max(1, sms - o.gemm_sm_margin - o.wgrad_sm_margin);
   }
   // The zero-fills and the descriptor upload above ran on the legacy stream, which does not
   // order with the caller's non-blocking stream: finish them here.
@@ -1040,7 +1041,7 @@ Status CudaModel::ForwardImpl(const int32_t* inputs, const int32_t* targets, flo
   FORGE_RETURN_IF_ERROR(GradReady(layout_.final_norm_unit(), s));
   // The blocks' backward overlaps the gradient collectives (data parallelism).
   b.gemm.set_default_sm_count(bwd_sm_count_);
-  b.gemm_w.set_default_sm_count(bwd_sm_count_);
+  b.gemm_w.set_default_sm_count(wgrad_sm_count_);
   for (int l = L - 1; l >= 0; --l) {
     FORGE_RETURN_IF_ERROR(BeforeBackward(layout_.block_unit(l), s));
     // The shared set still holds the last layer from the forward pass. Recomputing layer l

@@ -60,6 +60,9 @@ struct CudaModelOptions {
   // SMs the blocks' backward GEMMs leave free (0: none), for the NCCL kernels of the
   // gradient collectives that overlap them (cuda::GemmArgs::sm_count).
   int gemm_sm_margin = 0;
+  // SMs the weight-gradient GEMMs (wgrad stream) leave to the chain's bandwidth-bound kernels
+  // that run beside them (SwiGLU / RMSNorm / RoPE backward), on top of gemm_sm_margin.
+  int wgrad_sm_margin = 0;
   // precision.compute fp8: the blocks' four linear layers run FP8 GEMMs with per-tensor
   // scaling (worker/model/fp8_linears.h); everything else stays BF16/FP32.
   bool fp8 = false;
@@ -301,6 +304,7 @@ class CudaModel {
   const CudaModelHooks* hooks_ = nullptr;
   CudaParamBuffers pb_;
   int bwd_sm_count_ = 0;                  // from gemm_sm_margin (0: all SMs)
+  int wgrad_sm_count_ = 0;                // from gemm_sm_margin + wgrad_sm_margin
   std::vector<cuda::bf16*> unit_params_;  // per unit, see BindUnit
   std::vector<float*> unit_grads_;
   // Per Forward call: whether this call uses the wgrad stream, whether anything was forked

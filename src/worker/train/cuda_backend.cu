@@ -183,6 +183,7 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
     mo.shard_params = cfg.parallel.mode == ParallelMode::kFsdp;
     mo.gemm_sm_margin = options.gemm_sm_margin;
   }
+  mo.wgrad_sm_margin = options.wgrad_sm_margin;
   FORGE_ASSIGN_OR_RETURN(model_, CudaModel::Create(cfg.model, cfg.optimizer, mo));
   N_ = model_->tokens_per_micro();
   if (world_ > 1) {
@@ -601,6 +602,7 @@ CudaBackendOptions CudaBackendOptionsFromEnv() {
                       v);
   }
   if (const char* v = std::getenv("FORGE_GEMM_SM_MARGIN")) o.gemm_sm_margin = std::atoi(v);
+  if (const char* v = std::getenv("FORGE_WGRAD_SM_MARGIN")) o.wgrad_sm_margin = std::atoi(v);
   if (const char* v = std::getenv("FORGE_CUDA_LM_HEAD_CHUNK")) {
     char* end = nullptr;
     const long rows = std::strtol(v, &end, 10);
