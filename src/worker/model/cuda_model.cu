@@ -420,12 +420,16 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
     }
   }
   FORGE_RETURN_IF_ERROR(b.sdpa.Init(o.deterministic_attention));
-  if (o.gemm_sm_margin > 0 || o.wgrad_sm_margin > 0) {
+  if (o.gemm_sm_margin > 0 || o.wgrad_sm_margin != 0) {
     int device = 0, sms = 0;
     FORGE_CUDA_CHECK(cudaGetDevice(&device));
     FORGE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    if (o.gemm_sm_margin > 0) bwd_sm_count_ = std::max(1, sms - o.gemm_sm_margin);
-    wgrad_sm_count_ = std::max(1, sms - o.gemm_sm_margin - o.wgrad_sm_margin);
+    const int gemm_margin = std::max(0, o.gemm_sm_margin);
+    const int wgrad_margin = o.wgrad_sm_margin < 0 ? (sms / 4) & ~7 : o.wgrad_sm_margin;
+    if (gemm_margin > 0) bwd_sm_count_ = std::max(1, sms - gemm_margin);
+    if (gemm_margin + wgrad_margin > 0) {
+      wgrad_sm_count_ = std::max(1, sms - gemm_margin - wgrad_margin);
+    }
   }
   // The zero-fills and the descriptor upload above ran on the legacy stream, which does not
   // order with the caller's non-blocking stream: finish them here.

@@ -61,8 +61,12 @@ struct CudaModelOptions {
   // gradient collectives that overlap them (cuda::GemmArgs::sm_count).
   int gemm_sm_margin = 0;
   // SMs the weight-gradient GEMMs (wgrad stream) leave to the chain's bandwidth-bound kernels
-  // that run beside them (SwiGLU / RMSNorm / RoPE backward), on top of gemm_sm_margin.
-  int wgrad_sm_margin = 0;
+  // that run beside them (SwiGLU / RMSNorm / RoPE backward, the cross-entropy), on top of
+  // gemm_sm_margin. cuBLASLt's Hopper GEMMs otherwise take every SM, so those kernels wait.
+  // -1: a quarter of the SMs, rounded down to a multiple of 8 (32 on H100/H200: the best of
+  // 0/16/32/48/64/80 measured, docs/benchmarks.md session 9); 0: none. Applied with or without
+  // the wgrad stream, so both orders compute the same bits.
+  int wgrad_sm_margin = -1;
   // precision.compute fp8: the blocks' four linear layers run FP8 GEMMs with per-tensor
   // scaling (worker/model/fp8_linears.h); everything else stays BF16/FP32.
   bool fp8 = false;

@@ -42,8 +42,9 @@ struct CudaBackendOptions {
   // (CudaModelOptions::gemm_sm_margin); matches NcclCommOptions::max_ctas.
   // FORGE_GEMM_SM_MARGIN=<n> overrides.
   int gemm_sm_margin = 0;
-  // CudaModelOptions::wgrad_sm_margin; FORGE_WGRAD_SM_MARGIN=<n> overrides.
-  int wgrad_sm_margin = 0;
+  // SMs the weight-gradient GEMMs leave to the kernels beside them (CudaModelOptions::
+  // wgrad_sm_margin; -1: a quarter of the SMs). FORGE_WGRAD_SM_MARGIN=<n> overrides (0: off).
+  int wgrad_sm_margin = -1;
   // BF16 steps on Hopper: our own GEMM with RoPE / SwiGLU in its epilogue for the QKV / gate-up
   // projections (CudaModelOptions::rope_gemm / swiglu_gemm; bitwise the same results).
   // FORGE_CUDA_ROPE_GEMM=0|1 and FORGE_CUDA_SWIGLU_GEMM=0|1 override.
