@@ -3,7 +3,7 @@
 # BF16, FP8 and FP8 with the LM head in FP8 (gpt350m at micro-batch 8, 16, 24; gpt124m at 16)
 # and the compiled PyTorch anchor for the same shapes, all on the same GPU; then one profiled
 # step of each precision (gpt350m B 16). Expects .device/ with forge_gpu_tests, forge-bench and
-# the anchors. Results: $OUT. SKIP_SUITE=1 leaves the suite out.
+# the anchors. Results: $OUT. SKIP_SUITE=1 leaves the suite out, SKIP_PROFILE=1 the profiles.
 set -u
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/out}
@@ -20,7 +20,7 @@ for mb in gpt350m:8 gpt350m:16 gpt350m:24 gpt124m:16; do
       tee -a "$out/bench.jsonl"
   done
 done
-for p in bf16 fp8; do
+for p in $([ -z "${SKIP_PROFILE:-}" ] && echo bf16 fp8); do  # SKIP_PROFILE=1: none
   .device/run forge-bench --config configs/gpt350m.yaml --micro-batch 16 --precision $p --profile \
     2>&1 | grep '^{' | tee -a "$out/profile.jsonl"
 done
