@@ -420,7 +420,7 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
     }
   }
   FORGE_RETURN_IF_ERROR(b.sdpa.Init(o.deterministic_attention));
-  if (o.gemm_sm_margin > 0 || o.wgrad_sm_margin != 0) {
+  {  // the backward GEMMs' SM counts (0: all SMs)
     int device = 0, sms = 0;
     FORGE_CUDA_CHECK(cudaGetDevice(&device));
     FORGE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
