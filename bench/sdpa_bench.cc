@@ -140,19 +140,12 @@ Status Backward(SdpaRunner& r, const SdpaShape& s, OperandSet& o, bool det,
                     det ? nullptr : o.dq_accum.As<float>(), stream);
 }
 
-// Median ms of call(set) over a.reps calls after a.warmup (bench::Timer with back-to-back
-// events: a call's time runs from the end of the one before). The timed calls start the
-// rotation over the sets at set 0 again (r % sets) where Timer goes on from the warmup
-// ((warmup + r) % sets): the index Timer passes is replaced by this count of the calls.
+// Median ms of call(set) over a.reps calls after a.warmup, sets rotating (bench::Timer with
+// back-to-back events: a call's time runs from the end of the one before).
 StatusOr<double> MedianMs(const Args& a, cudaStream_t stream,
                           const std::function<Status(int)>& call) {
   bench::Timer timer(stream, a.warmup, a.reps, a.sets, bench::Timer::Events::kBackToBack);
-  int n = 0;
-  FORGE_ASSIGN_OR_RETURN(const float ms, timer.MedianMs([&](int) {
-    const int k = n < a.warmup ? n : n - a.warmup;
-    ++n;
-    return call(k % a.sets);
-  }));
+  FORGE_ASSIGN_OR_RETURN(const float ms, timer.MedianMs(call));
   return double(ms);
 }
 
