@@ -2,10 +2,10 @@
 # Issue 5's GPU evidence in one device call on a 4-GPU machine (stops starting new items after
 # ~540 s): multi-GPU tests, forge-dist-bench for every mode on 4 and 2 GPUs beside the PyTorch
 # DDP / FSDP2 anchor on the same GPUs, then `forge train` on 2 GPUs (scripts/device_cli_multi.sh;
-# SKIP_CLI=1 leaves it out), then ddp (NCCL and copy engines)/fsdp and zero1/zero2 on 2 GPUs and PyTorch on one GPU as
-# time allows. ddp runs
-# twice on 4 GPUs: NCCL's all-reduce and the copy engines (parallel.ddp_allreduce), the
-# candidate default for one host if it reaches the 97% NCCL does not (sessions 5-7).
+# SKIP_CLI=1 leaves it out), then ddp (NCCL and copy engines), fsdp, zero1 and zero2 on 2 GPUs
+# and PyTorch on one GPU as time allows. ddp runs twice on 4 GPUs: NCCL's all-reduce and the
+# copy engines (parallel.ddp_allreduce), the candidate default for one host if it reaches the
+# 97% NCCL does not (sessions 5-7).
 # Expects .device/ (forge, forge_gpu_tests, forge-dist-bench, the anchors) and .devdata/.
 set -u
 cd "$(dirname "$0")/.."

@@ -118,8 +118,8 @@ TEST(GpuWgmmaGemm, MatchesCpuReference) {
 
 // An N-major B ([K, N], the backward's dX = dY W) is read as the K-major B^T: the same products
 // summed in the same order, so bit for bit the K-major GEMM on a transposed copy, and close to
-// the CPU. Shapes as above plus gpt350m's down-projection dgrad at 512 rows (K 1024 -> N 2816
-// is not a multiple of 256; its QKV dgrad, 3072 -> 1024, is).
+// the CPU. Shapes as above plus gpt350m's QKV dgrad (K 3072 -> N 1024) at 512 rows (its down
+// projection's dgrad, N 2816, is not a multiple of 256).
 TEST(GpuWgmmaGemm, NMajorBIsTheTransposedKMajorBBitForBit) {
   SKIP_WITHOUT_SM90();
   struct Shape {
