@@ -229,6 +229,7 @@ int Run(int argc, char** argv) {
   out["lm_head_chunk_rows"] = options.lm_head_chunk_rows;
   out["wgrad_stream"] = options.wgrad_stream;
   out["wgrad_priority"] = options.wgrad_stream ? options.wgrad_priority : 0;
+  out["wgrad_sm_margin"] = options.wgrad_sm_margin;  // -1: a quarter of the SMs
   out["loss"] = stats.loss;
 
   if (args.profile) {
