@@ -230,6 +230,7 @@ int Run(int argc, char** argv) {
   out["wgrad_stream"] = options.wgrad_stream;
   out["wgrad_priority"] = options.wgrad_stream ? options.wgrad_priority : 0;
   out["wgrad_sm_margin"] = options.wgrad_sm_margin;  // -1: a quarter of the SMs
+  out["defer_update"] = options.defer_update;
   out["loss"] = stats.loss;
 
   if (args.profile) {

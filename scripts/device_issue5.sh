@@ -5,7 +5,8 @@
 # SKIP_CLI=1 leaves it out), then ddp (NCCL and copy engines), fsdp, zero1 and zero2 on 2 GPUs
 # and PyTorch on one GPU as time allows. ddp runs twice on 4 GPUs: NCCL's all-reduce and the
 # copy engines (parallel.ddp_allreduce), the candidate default for one host if it reaches the
-# 97% NCCL does not (sessions 5-7).
+# 97% NCCL does not (sessions 5-7). DDP_MARGINS="0 48" adds ddp on 4 GPUs with those
+# weight-gradient SM margins.
 # Expects .device/ (forge, forge_gpu_tests, forge-dist-bench, the anchors) and .devdata/.
 set -u
 cd "$(dirname "$0")/.."
@@ -18,6 +19,10 @@ bench() {  # world mode [forge-dist-bench flags]
 }
 torch() { left ${3:-540} && (cd .device && timeout 150 $py -m torch.distributed.run --standalone --nproc_per_node=$1 torch_dist.py $2 $M $B 2>&1 | grep -E '^\{' ); }
 for m in ddp zero1 zero2 fsdp; do bench 4 $m; done
+# DDP_MARGINS: ddp on 4 GPUs again with these weight-gradient SM margins (FORGE_WGRAD_SM_MARGIN).
+for g in ${DDP_MARGINS:-}; do
+  echo "wgrad_sm_margin $g:"; FORGE_WGRAD_SM_MARGIN=$g bench 4 ddp
+done
 bench 4 ddp --ddp-allreduce copy_engine
 torch 4 ddp; torch 4 fsdp
 [ -z "${SKIP_CLI:-}" ] && left 500 &&

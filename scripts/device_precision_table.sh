@@ -3,7 +3,9 @@
 # BF16, FP8 and FP8 with the LM head in FP8 (gpt350m at micro-batch 8, 16, 24; gpt124m at 16)
 # and the compiled PyTorch anchor for the same shapes, all on the same GPU; then one profiled
 # step of each precision (gpt350m B 16). Expects .device/ with forge_gpu_tests, forge-bench and
-# the anchors. Results: $OUT. SKIP_SUITE=1 leaves the suite out, SKIP_PROFILE=1 the profiles.
+# the anchors. Results: $OUT. SKIP_SUITE=1 leaves the suite out, SKIP_PROFILE=1 the profiles,
+# DEFER_OFF=1 adds BF16 with the AdamW update at the step's end (not deferred), SUITE_ONLY=1
+# stops after the suite.
 set -u
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/out}
@@ -12,12 +14,16 @@ nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
 if [ -z "${SKIP_SUITE:-}" ]; then  # SKIP_SUITE=1: the suite already ran on these binaries
   timeout 240 .device/run forge_gpu_tests > "$out/suite.txt" 2>&1
   grep -E "^\[  FAILED|PASSED|SKIPPED \]|Failure" "$out/suite.txt" | head -20
+  echo "suite done at ${SECONDS}s"
+  [ -n "${SUITE_ONLY:-}" ] && exit 0
 fi
 for mb in gpt350m:8 gpt350m:16 gpt350m:24 gpt124m:16; do
-  for p in bf16 fp8 fp8:lm; do  # fp8:lm = FP8 with the LM head's logits GEMM in FP8 too
-    .device/run forge-bench --config configs/${mb%%:*}.yaml --micro-batch ${mb##*:} --steps 30 \
-      --precision ${p%%:*} $([ $p = fp8:lm ] && echo --fp8-lm-head 1) 2>&1 | grep '^{' |
-      tee -a "$out/bench.jsonl"
+  # fp8:lm = FP8 with the LM head's logits GEMM in FP8 too; bf16:off (DEFER_OFF=1) = BF16 with
+  # the AdamW update at the end of the step (FORGE_CUDA_DEFER_UPDATE=0; its JSON says so).
+  for p in bf16 $([ -n "${DEFER_OFF:-}" ] && echo bf16:off) fp8 fp8:lm; do
+    env $([ $p = bf16:off ] && echo FORGE_CUDA_DEFER_UPDATE=0) .device/run forge-bench \
+      --config configs/${mb%%:*}.yaml --micro-batch ${mb##*:} --steps 30 --precision ${p%%:*} \
+      $([ $p = fp8:lm ] && echo --fp8-lm-head 1) 2>&1 | grep '^{' | tee -a "$out/bench.jsonl"
   done
 done
 for p in $([ -z "${SKIP_PROFILE:-}" ] && echo bf16 fp8); do  # SKIP_PROFILE=1: none

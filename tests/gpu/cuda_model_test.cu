@@ -373,6 +373,88 @@ TEST(GpuModel, WgradStreamGraphMatchesSingleStreamEager) {
   ExpectUnitsBitwiseEqual(va, vb, "second moment");
 }
 
+// The deferred AdamW (applied unit by unit during the next forward, CudaModel::defer_update)
+// against the update at the end of each step: bitwise the same losses, norms, weights and
+// moments, with the deferred step in a replayed graph, across re-captures, and with the
+// things that must apply a pending update first between steps: an evaluation pass (runs it
+// overlapped), GetParams / GetMoments (flush, after which the graph's gated update must do
+// nothing), SetMoments (flush, then overwrite) and a profiled step (single-stream).
+TEST(GpuModel, DeferredUpdateMatchesImmediateBitwise) {
+  FORGE_SKIP_WITHOUT_GPU();
+  const NoGemmAutotune fixed_gemms;
+  RunConfig c = TinyConfig();
+  c.batch.global_batch = 8;
+  CudaBackendOptions deferred, immediate;
+  deferred.lm_head_chunk_rows = immediate.lm_head_chunk_rows = 96;
+  deferred.defer_update = true;
+  immediate.defer_update = false;
+  immediate.use_graph = false;
+  auto a = MakeGpu(c, deferred);
+  auto b = MakeGpu(c, immediate);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  const auto batches = MakeBatches(c, 24, 53);
+  const auto eval = MakeBatches(c, 1, 54);
+  const std::vector<int> plan = {1, 1, 1, 1, 2, 2, 1, 1, 1, 1};
+  size_t next = 0;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    SCOPED_TRACE("step " + std::to_string(i));
+    const auto micro = Views(batches, next, plan[i]);
+    next += plan[i];
+    const StepHyper hyper{c.optimizer.lr * (1.0f + 0.1f * i), int64_t(i) + 1};
+    StepStats sa, sb;
+    if (i == 8) {
+      std::vector<std::pair<std::string, double>> phases;
+      ASSERT_STATUS_OK(a->ProfileStep(micro, hyper, &phases));
+      ASSERT_STATUS_OK(a->TrainStep(Views(batches, next, 1), {hyper.lr, hyper.step + 1}, true,
+                                    &sa));
+      ASSERT_STATUS_OK(b->TrainStep(micro, hyper, false, &sb));
+      ASSERT_STATUS_OK(b->TrainStep(Views(batches, next, 1), {hyper.lr, hyper.step + 1}, true,
+                                    &sb));
+      next += 1;
+      ++i;
+    } else {
+      ASSERT_STATUS_OK(a->TrainStep(micro, hyper, true, &sa));
+      ASSERT_STATUS_OK(b->TrainStep(micro, hyper, true, &sb));
+    }
+    EXPECT_EQ(std::memcmp(&sa.loss, &sb.loss, sizeof(float)), 0) << sa.loss << " vs " << sb.loss;
+    EXPECT_EQ(std::memcmp(&sa.grad_norm, &sb.grad_norm, sizeof(float)), 0);
+    EXPECT_EQ(sa.skipped_steps, sb.skipped_steps);
+    if (i == 3 || i == 6) EXPECT_TRUE(a->graph_active()) << "no graph";
+    if (i == 2) {
+      float la = 0.0f, lb = 0.0f;
+      ASSERT_STATUS_OK(a->EvalLoss(Views(eval, 0, 1)[0], &la));
+      ASSERT_STATUS_OK(b->EvalLoss(Views(eval, 0, 1)[0], &lb));
+      EXPECT_EQ(std::memcmp(&la, &lb, sizeof(float)), 0) << la << " vs " << lb;
+    }
+    if (i == 4) {
+      UnitBuffers pa, pb;
+      ASSERT_STATUS_OK(a->GetParams(&pa));
+      ASSERT_STATUS_OK(b->GetParams(&pb));
+      ExpectUnitsBitwiseEqual(pa, pb, "weights mid-run");
+    }
+    if (i == 6) {
+      UnitBuffers m, v;
+      ASSERT_STATUS_OK(b->GetMoments(&m, &v));
+      for (auto* u : {&m, &v}) {
+        for (auto& unit : *u) {
+          for (float& x : unit) x *= 0.5f;
+        }
+      }
+      ASSERT_STATUS_OK(a->SetMoments(m, v));
+      ASSERT_STATUS_OK(b->SetMoments(m, v));
+    }
+  }
+  UnitBuffers pa, pb, ma, mb, va, vb;
+  ASSERT_STATUS_OK(a->GetParams(&pa));
+  ASSERT_STATUS_OK(b->GetParams(&pb));
+  ASSERT_STATUS_OK(a->GetMoments(&ma, &va));
+  ASSERT_STATUS_OK(b->GetMoments(&mb, &vb));
+  ExpectUnitsBitwiseEqual(pa, pb, "weights");
+  ExpectUnitsBitwiseEqual(ma, mb, "first moment");
+  ExpectUnitsBitwiseEqual(va, vb, "second moment");
+}
+
 // ProfileStep runs single-stream on a dual-stream backend and is still a full training step:
 // the same weights as TrainStep on a single-stream backend, and every phase timed.
 TEST(GpuModel, ProfileStepOnWgradStreamBackendIsATrainStep) {

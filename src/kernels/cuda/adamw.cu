@@ -122,7 +122,8 @@ __device__ __forceinline__ void AdamWElement(float& p, float g, float& m, float&
 __global__ void __launch_bounds__(kAdamThreads)
     AdamWKernel(const AdamWTensor* __restrict__ tensors, int num_tensors,
                 const AdamWHyper* __restrict__ hyper, const float* __restrict__ grad_scale,
-                int64_t* __restrict__ skipped_steps) {
+                int64_t* __restrict__ skipped_steps, const int* __restrict__ gate) {
+  if (gate != nullptr && *gate == 0) return;
   // A non-finite clip scale marks a step whose gradients overflowed: nothing is updated
   // (weights, moments and the bf16 copy keep their values), the step is only counted.
   if (grad_scale != nullptr && !isfinite(*grad_scale)) {
@@ -178,6 +179,14 @@ __global__ void __launch_bounds__(kAdamThreads)
       if (T.param_bf16 != nullptr) T.param_bf16[i] = __float2bfloat16_rn(p);
     }
   }
+}
+
+__global__ void MarkUpdatePendingKernel(const float* __restrict__ grad_scale,
+                                        int* __restrict__ gate,
+                                        int64_t* __restrict__ skipped_steps) {
+  const bool finite = isfinite(*grad_scale);
+  *gate = finite ? 1 : 0;
+  if (!finite && skipped_steps != nullptr) ++*skipped_steps;
 }
 
 __global__ void __launch_bounds__(kCastThreads)
@@ -287,14 +296,31 @@ Status ClipScaleFromSumSquares(const float* sumsq, float max_norm, float* clip_s
 }
 
 Status AdamWMultiTensor(const AdamWTensor* tensors, int num_tensors, const AdamWHyper* hyper,
-                        const float* grad_scale, cudaStream_t stream, int64_t* skipped_steps) {
+                        const float* grad_scale, cudaStream_t stream, int64_t* skipped_steps,
+                        const int* gate, int64_t elements) {
   if (num_tensors < 0 || (num_tensors > 0 && tensors == nullptr) || hyper == nullptr) {
     return Status::Invalid("AdamWMultiTensor: bad arguments (" + std::to_string(num_tensors) +
                            " tensors)");
   }
   if (num_tensors == 0) return Status::Ok();
-  AdamWKernel<<<kAdamBlocks, kAdamThreads, 0, stream>>>(tensors, num_tensors, hyper,
-                                                        grad_scale, skipped_steps);
+  // Each thread handles float4s grid-stride; a small list needs no more blocks than that.
+  const int blocks =
+      elements > 0
+          ? static_cast<int>(std::clamp<int64_t>(CeilDiv(elements, 4 * kAdamThreads), 1,
+                                                 kAdamBlocks))
+          : kAdamBlocks;
+  AdamWKernel<<<blocks, kAdamThreads, 0, stream>>>(tensors, num_tensors, hyper, grad_scale,
+                                                   skipped_steps, gate);
+  FORGE_CUDA_LAUNCH_CHECK();
+  return Status::Ok();
+}
+
+Status MarkUpdatePending(const float* grad_scale, int* gate, int64_t* skipped_steps,
+                         cudaStream_t stream) {
+  if (grad_scale == nullptr || gate == nullptr) {
+    return Status::Invalid("MarkUpdatePending: null pointer");
+  }
+  MarkUpdatePendingKernel<<<1, 1, 0, stream>>>(grad_scale, gate, skipped_steps);
   FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }

@@ -60,9 +60,19 @@ struct AdamWHyper {
 // *grad_scale (device pointer, e.g. the clip factor). Matches cpu::AdamWUpdate up to fp32
 // rounding. A non-finite *grad_scale (the clip factor of non-finite gradients) skips the whole
 // update and adds 1 to *skipped_steps (device counter; may be null).
+// gate (device flag, may be null): the launch does nothing unless *gate != 0, so a captured
+// graph can hold an update that runs only when one is pending (see MarkUpdatePending).
+// elements: the tensors' total size, to size the grid for small lists (<= 0: the full grid).
 Status AdamWMultiTensor(const AdamWTensor* tensors, int num_tensors, const AdamWHyper* hyper,
                         const float* grad_scale, cudaStream_t stream,
-                        int64_t* skipped_steps = nullptr);
+                        int64_t* skipped_steps = nullptr, const int* gate = nullptr,
+                        int64_t elements = 0);
+
+// For an update applied later (gated AdamWMultiTensor launches): *gate = 1 when *grad_scale
+// is finite, else 0 and *skipped_steps += 1 (the step is counted as skipped now, when its
+// gradients are known, not when the update would have run).
+Status MarkUpdatePending(const float* grad_scale, int* gate, int64_t* skipped_steps,
+                         cudaStream_t stream);
 
 // bf16 copy of an fp32 buffer (initial upload of weights).
 Status CastFloatToBf16(bf16* out, const float* in, int64_t n, cudaStream_t stream);

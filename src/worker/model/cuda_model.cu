@@ -12,6 +12,7 @@
 #include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/sdpa.cuh"
 #include "kernels/cuda/swiglu.cuh"
+#include "worker/model/deferred_update.h"
 #include "worker/model/device_alloc.h"
 #include "worker/model/fp8_linears.h"
 #include "worker/parallel/shard_layout.h"
@@ -132,6 +133,7 @@ struct CudaModel::Buffers {
   // CudaModelOptions::rope_gemm / swiglu_gemm where the GPU and shapes allow them.
   bool rope_gemm = false, swiglu_gemm = false;
   float2* rope_sin_cos = nullptr;             // [T, hd/2] for the RoPE epilogue
+  std::unique_ptr<DeferredUpdate> update;     // defer_update on one GPU only
 
   std::vector<bf16*> xs;                      // residual stream: block inputs + final, [N, d]
   std::vector<BlockActs> acts;                // L sets, or 1 with recompute
@@ -295,7 +297,9 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
   // sharded, one per piece of a tensor inside this rank's slot (bf16 output at its place in the
   // full compute copy, where the all-gather sends it from).
   std::vector<cuda::AdamWTensor> tensors;
+  std::vector<int> first_tensor;  // unit u's descriptors start here
   for (size_t u = 0; u < U; ++u) {
+    first_tensor.push_back(static_cast<int>(tensors.size()));
     const ShardRange own = o.shard_optimizer ? ShardOf(layout_.units[u].numel, o.shard_rank, W)
                                              : ShardRange{0, layout_.units[u].numel};
     const int64_t state_base = o.shard_optimizer ? pb_.shard_offset[u] - own.begin
@@ -328,6 +332,17 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
                               tensors.size() * sizeof(cuda::AdamWTensor), cudaMemcpyHostToDevice));
   FORGE_RETURN_IF_ERROR(alloc(&b.clip_scale, 1));
   FORGE_RETURN_IF_ERROR(alloc(&b.skipped_steps, 1));
+  if (o.defer_update && W == 1) {
+    first_tensor.push_back(static_cast<int>(tensors.size()));
+    std::vector<int64_t> unit_elements;
+    for (const UnitLayout& u : layout_.units) unit_elements.push_back(u.numel);
+    int least = 0, greatest = 0;  // the update yields to everything else
+    FORGE_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    b.update = std::make_unique<DeferredUpdate>();
+    FORGE_RETURN_IF_ERROR(b.update->Init(b.adam_tensors, std::move(first_tensor),
+                                         std::move(unit_elements), b.clip_scale,
+                                         b.skipped_steps, least));
+  }
 
   // Activations.
   const size_t N = N_, d = d_;
@@ -494,6 +509,7 @@ Status CudaModel::CopySlots(const UnitBuffers& host, float* device, cudaStream_t
 // padding is never written, so it stays zero) to make the full bf16 copy.
 Status CudaModel::UploadParams(const UnitBuffers& master, cudaStream_t stream) {
   Buffers& b = *buf_;
+  FORGE_RETURN_IF_ERROR(FlushUpdate(stream));
   if (o_.shard_params) {  // slots only: fp32 master, and its bf16 values (padding stays 0)
     FORGE_RETURN_IF_ERROR(CheckUnitSizes(layout_, master).Annotate("SetParams"));
     FORGE_RETURN_IF_ERROR(CopySlots(master, b.master, stream));
@@ -527,6 +543,7 @@ Status CudaModel::DownloadGrads(UnitBuffers* grads, cudaStream_t stream) {
 
 Status CudaModel::UploadMoments(const UnitBuffers& m, const UnitBuffers& v,
                                 cudaStream_t stream) {
+  FORGE_RETURN_IF_ERROR(FlushUpdate(stream));
   if (o_.shard_optimizer) {
     FORGE_RETURN_IF_ERROR(CheckUnitSizes(layout_, m).Annotate("SetMoments (m)"));
     FORGE_RETURN_IF_ERROR(CheckUnitSizes(layout_, v).Annotate("SetMoments (v)"));
@@ -550,6 +567,7 @@ Status CudaModel::DownloadMoments(UnitBuffers* m, UnitBuffers* v, cudaStream_t s
 }
 
 Status CudaModel::ZeroMoments(cudaStream_t stream) {
+  FORGE_RETURN_IF_ERROR(FlushUpdate(stream));
   FORGE_CUDA_CHECK(cudaMemsetAsync(buf_->m, 0, buf_->state_flat * sizeof(float), stream));
   FORGE_CUDA_CHECK(cudaMemsetAsync(buf_->v, 0, buf_->state_flat * sizeof(float), stream));
   FORGE_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -995,9 +1013,20 @@ Status CudaModel::Forward(const int32_t* inputs, const int32_t* targets, float d
   wgrad_pending_ = false;
   hazard_recorded_.fill(false);
   if (backward) unit_sumsq_ready_ = false;
-  const Status st = ForwardImpl(inputs, targets, dloss, backward, accumulate_grads, losses, s);
-  // Join even after an error, so no wgrad work is left unordered (or unjoined in a capture).
-  const Status joined = JoinWgrad(s);
+  // The last step's deferred AdamW, before the weights are first read in this step (its first
+  // micro-batch) or in an evaluation pass.
+  const Status st = [&]() -> Status {
+    if (buf_->update && (!backward || !accumulate_grads)) {
+      FORGE_RETURN_IF_ERROR(Mark(StepPhase::kOptimizer, s));
+      FORGE_RETURN_IF_ERROR(buf_->update->Begin(s, /*overlap=*/timeline_ == nullptr));
+    }
+    return ForwardImpl(inputs, targets, dloss, backward, accumulate_grads, losses, s);
+  }();
+  // Join even after an error, so no wgrad or update work is left unordered (or unjoined in
+  // a capture).
+  const Status update_joined = buf_->update ? buf_->update->End(s) : Status::Ok();
+  Status joined = JoinWgrad(s);
+  if (joined.ok()) joined = update_joined;
   dual_ = false;
   // Without hooks every unit's GradReady summed its gradient's squares (UnitSumSquares).
   if (backward && st.ok() && joined.ok()) unit_sumsq_ready_ = hooks_ == nullptr;
@@ -1070,6 +1099,11 @@ Status CudaModel::ForwardImpl(const int32_t* inputs, const int32_t* targets, flo
   return GradReady(layout_.embedding_unit(), s);
 }
 
+Status CudaModel::BeforeForward(int unit, cudaStream_t s) {
+  if (buf_->update) FORGE_RETURN_IF_ERROR(buf_->update->WaitUnit(unit, s));
+  return hooks_ && hooks_->before_forward ? hooks_->before_forward(unit, s) : Status::Ok();
+}
+
 // The events are per unit, and a unit completes once per pass, so a hook may wait on them
 // any time before the next pass's GradReady of the same unit.
 Status CudaModel::GradReady(int unit, cudaStream_t s) {
@@ -1130,9 +1164,17 @@ Status CudaModel::OptimizerStep(const cuda::AdamWHyper* hyper, float* sumsq_out,
                                                sumsq_out, b.clip_scale, b.gradnorm_ws,
                                                b.gradnorm_ws_bytes, s));
   }
-  FORGE_RETURN_IF_ERROR(cuda::AdamWMultiTensor(b.adam_tensors, b.num_tensors, hyper,
-                                               b.clip_scale, s, b.skipped_steps));
+  if (b.update) {
+    FORGE_RETURN_IF_ERROR(b.update->Defer(hyper, s));
+  } else {
+    FORGE_RETURN_IF_ERROR(cuda::AdamWMultiTensor(b.adam_tensors, b.num_tensors, hyper,
+                                                 b.clip_scale, s, b.skipped_steps));
+  }
   return EndStep(s);
+}
+
+Status CudaModel::FlushUpdate(cudaStream_t s) {
+  return buf_->update ? buf_->update->Flush(s) : Status::Ok();
 }
 
 Status CudaModel::GradSumSquares(float* sumsq_out, cudaStream_t s) {

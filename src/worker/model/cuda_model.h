@@ -43,6 +43,10 @@ struct CudaModelOptions {
   // second GEMM workspace and a second logits chunk buffer.
   bool wgrad_stream = true;
   int wgrad_stream_priority = 0;       // CUDA priority of that stream (lower = more urgent)
+  // One GPU (shard_world 1): OptimizerStep only takes the norm and defers AdamW to the next
+  // forward, which applies it unit by unit on a low-priority stream just ahead of its reads
+  // (worker/model/deferred_update.h); bitwise the same weights. FlushUpdate applies it now.
+  bool defer_update = true;
   // Data parallelism (worker/train/cuda_data_parallel.h). Every parameter-shaped buffer stores
   // unit u padded to PaddedSize(numel, shard_world) (shard_layout.h), zero in the padding, so
   // NCCL reduce-scatter / all-gather run in place on a unit. With shard_optimizer the fp32
@@ -197,8 +201,14 @@ class CudaModel {
   Status ForwardLoss(const int32_t* inputs, const int32_t* targets, float* losses,
                      cudaStream_t stream);
   // Global grad norm (sum of squares into *sumsq_out, device) + clipping + AdamW on every
-  // tensor; hyper is a device pointer the caller refreshes before each step.
+  // tensor; hyper is a device pointer the caller refreshes before each step. With
+  // defer_update the AdamW part runs during the next forward (or FlushUpdate); the norm, the
+  // skipped-step count and the FP8 scale update are done here either way.
   Status OptimizerStep(const cuda::AdamWHyper* hyper, float* sumsq_out, cudaStream_t stream);
+  // Applies a deferred update now, ordered on `stream` (the stream the steps run on). Call it
+  // before reading the weights or moments between steps (DownloadParams/DownloadMoments do
+  // not: they may run on another stream); the uploads and ZeroMoments call it themselves.
+  Status FlushUpdate(cudaStream_t stream);
   // The same in two halves, for data parallelism: the sum of squares of the gradient this
   // rank's optimizer applies (its slots with shard_optimizer) into *sumsq_out; then, once the
   // caller summed it over the ranks where needed, clipping by the global norm and AdamW.
@@ -283,10 +293,8 @@ class CudaModel {
   Status ReadUnits(const float* device, UnitBuffers* host, cudaStream_t stream);
   // This rank's slot of every host unit into a sharded buffer (shard_optimizer).
   Status CopySlots(const UnitBuffers& host, float* device, cudaStream_t stream);
-  Status BeforeForward(int unit, cudaStream_t stream) {
-    return hooks_ && hooks_->before_forward ? hooks_->before_forward(unit, stream)
-                                            : Status::Ok();
-  }
+  // The deferred update of the unit (if one is running) and the hook.
+  Status BeforeForward(int unit, cudaStream_t stream);
   Status BeforeBackward(int unit, cudaStream_t stream) {
     return hooks_ && hooks_->before_backward ? hooks_->before_backward(unit, stream)
                                              : Status::Ok();

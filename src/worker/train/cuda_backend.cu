@@ -174,6 +174,7 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
   mo.rope_gemm = options.rope_gemm;
   mo.swiglu_gemm = options.swiglu_gemm;
   mo.wgrad_stream_priority = wgrad_priority;
+  mo.defer_update = options.defer_update;
   mo.fp8 = cfg.precision.compute == Precision::kFp8;
   mo.fp8_config = cfg.precision.fp8;
   if (world_ > 1) {
@@ -487,6 +488,8 @@ Status CudaBackend::SetParams(const UnitBuffers& master) {
 // flight included); the copies then run there and the host waits for that stream only.
 Status CudaBackend::FenceSnapshot() {
   FORGE_CUDA_CHECK(cudaSetDevice(device_));
+  // A deferred AdamW (CudaModel::FlushUpdate) is applied first, on the compute stream.
+  FORGE_RETURN_IF_ERROR(model_->FlushUpdate(compute_stream_));
   FORGE_CUDA_CHECK(cudaEventRecord(snapshot_from_, compute_stream_));
   FORGE_CUDA_CHECK(cudaStreamWaitEvent(snapshot_stream_, snapshot_from_, 0));
   return Status::Ok();
@@ -594,6 +597,7 @@ CudaBackendOptions CudaBackendOptionsFromEnv() {
   if (EnvIsZero("FORGE_CUDA_WGRAD_STREAM")) o.wgrad_stream = false;
   if (const char* v = std::getenv("FORGE_CUDA_ROPE_GEMM")) o.rope_gemm = std::strcmp(v, "0") != 0;
   if (const char* v = std::getenv("FORGE_CUDA_SWIGLU_GEMM")) o.swiglu_gemm = std::strcmp(v, "0") != 0;
+  if (EnvIsZero("FORGE_CUDA_DEFER_UPDATE")) o.defer_update = false;
   if (const char* v = std::getenv("FORGE_CUDA_WGRAD_PRIORITY")) {
     if (std::strcmp(v, "low") == 0) o.wgrad_priority = -1;
     else if (std::strcmp(v, "same") == 0) o.wgrad_priority = 0;
