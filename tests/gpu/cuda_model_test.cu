@@ -294,6 +294,18 @@ void ExpectUnitsBitwiseEqual(const UnitBuffers& got, const UnitBuffers& want,
   }
 }
 
+// Weights and both AdamW moments of two backends, bit for bit.
+void ExpectSameTrainingState(CudaTrainBackend& a, CudaTrainBackend& b) {
+  UnitBuffers pa, pb, ma, mb, va, vb;
+  ASSERT_STATUS_OK(a.GetParams(&pa));
+  ASSERT_STATUS_OK(b.GetParams(&pb));
+  ASSERT_STATUS_OK(a.GetMoments(&ma, &va));
+  ASSERT_STATUS_OK(b.GetMoments(&mb, &vb));
+  ExpectUnitsBitwiseEqual(pa, pb, "weights");
+  ExpectUnitsBitwiseEqual(ma, mb, "first moment");
+  ExpectUnitsBitwiseEqual(va, vb, "second moment");
+}
+
 // Each dW GEMM computes the same sums on either stream, and the GEMMs adding into one tensor
 // keep their order: gradients (two micro-steps, chunked LM head) are bitwise those of the
 // single-stream step, with the wgrad stream below, level with and above the chain in priority
@@ -363,14 +375,7 @@ TEST(GpuModel, WgradStreamGraphMatchesSingleStreamEager) {
     // A failed capture falls back to eager silently: check the graph really runs.
     if (i == 3 || i == 7) EXPECT_TRUE(a->graph_active()) << "step " << i << ": no graph";
   }
-  UnitBuffers pa, pb, ma, mb, va, vb;
-  ASSERT_STATUS_OK(a->GetParams(&pa));
-  ASSERT_STATUS_OK(b->GetParams(&pb));
-  ASSERT_STATUS_OK(a->GetMoments(&ma, &va));
-  ASSERT_STATUS_OK(b->GetMoments(&mb, &vb));
-  ExpectUnitsBitwiseEqual(pa, pb, "weights");
-  ExpectUnitsBitwiseEqual(ma, mb, "first moment");
-  ExpectUnitsBitwiseEqual(va, vb, "second moment");
+  ExpectSameTrainingState(*a, *b);
 }
 
 // The deferred AdamW (applied unit by unit during the next forward, CudaModel::defer_update)
@@ -445,14 +450,7 @@ TEST(GpuModel, DeferredUpdateMatchesImmediateBitwise) {
       ASSERT_STATUS_OK(b->SetMoments(m, v));
     }
   }
-  UnitBuffers pa, pb, ma, mb, va, vb;
-  ASSERT_STATUS_OK(a->GetParams(&pa));
-  ASSERT_STATUS_OK(b->GetParams(&pb));
-  ASSERT_STATUS_OK(a->GetMoments(&ma, &va));
-  ASSERT_STATUS_OK(b->GetMoments(&mb, &vb));
-  ExpectUnitsBitwiseEqual(pa, pb, "weights");
-  ExpectUnitsBitwiseEqual(ma, mb, "first moment");
-  ExpectUnitsBitwiseEqual(va, vb, "second moment");
+  ExpectSameTrainingState(*a, *b);
 }
 
 // ProfileStep runs single-stream on a dual-stream backend and is still a full training step:
