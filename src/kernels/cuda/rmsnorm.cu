@@ -49,7 +49,6 @@ __global__ void __launch_bounds__(kFwdThreads)
   const float inv_d = 1.0f / static_cast<float>(d);
   const float r = RmsNormRstd(ss, inv_d, eps);
   if (lane == 0 && rstd != nullptr) rstd[row] = r;
-  if (out == nullptr) return;  // statistics only (the FP8 path quantises the output itself)
   bf16* outr = out + row * d;
 #pragma unroll
   for (int k = 0; k < V; ++k) {
@@ -70,6 +69,7 @@ __global__ void __launch_bounds__(kFwdThreads)
 Status RmsNormForward(bf16* out, float* rstd, const bf16* x, const bf16* w, int64_t N, int d,
                       float eps, cudaStream_t stream) {
   FORGE_RETURN_IF_ERROR(CheckShape("RmsNormForward", N, d));
+  if (out == nullptr) return Status::Invalid("RmsNormForward: null out");
   if (!IsAligned(out, 16) || !IsAligned(x, 16) || !IsAligned(w, 16)) {
     return Status::Invalid("RmsNormForward: out, x and w must be 16-byte aligned");
   }

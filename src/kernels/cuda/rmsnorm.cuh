@@ -12,7 +12,6 @@
 namespace forge::cuda {
 
 // out = x * rstd * w;  rstd[n] = 1/sqrt(mean(x[n]^2) + eps) saved for backward (fp32).
-// out may be null: rstd only (RmsNormForwardFp8 writes the output in FP8 itself).
 Status RmsNormForward(bf16* out, float* rstd, const bf16* x, const bf16* w, int64_t N, int d,
                       float eps, cudaStream_t stream);
 
