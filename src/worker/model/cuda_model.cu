@@ -632,9 +632,8 @@ Status CudaModel::SetUpEpilogueGemms(const CudaModelOptions& o) {
   if (!b.rope_gemm) return Status::Ok();
   FORGE_RETURN_IF_ERROR(DeviceAlloc("cuda model", &b.allocations, &allocated_bytes_,
                                     &b.rope_sin_cos, size_t(T_) * (hd_ / 2)));
-  FORGE_RETURN_IF_ERROR(cuda::RopeSinCosTable(b.rope_sin_cos, T_, hd_, m_.rope_theta, nullptr));
-  FORGE_CUDA_CHECK(cudaStreamSynchronize(nullptr));
-  return Status::Ok();
+  // On the legacy stream, finished by Init's closing device synchronisation.
+  return cuda::RopeSinCosTable(b.rope_sin_cos, T_, hd_, m_.rope_theta, nullptr);
 }
 
 // h Wqkv^T with RoPE, [N, qkv]; BlockForward sets A, B and D per layer.
