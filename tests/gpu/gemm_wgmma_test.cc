@@ -35,18 +35,12 @@ using test::DeviceBuffer;
     if (!cuda::WgmmaGemmRunsHere()) GTEST_SKIP() << "the wgmma GEMM needs an sm_90 GPU"; \
   } while (0)
 
-// D[M, N] = A[M, K] B[N, K]^T in double.
+// D[M, N] = A[M, K] B[N, K]^T in double (gpu_test_util.h), rounded to float for the CPU
+// epilogue references.
 std::vector<float> CpuGemm(const std::vector<float>& a, const std::vector<float>& b, int64_t M,
                            int64_t N, int64_t K) {
-  std::vector<float> d(size_t(M * N));
-  for (int64_t m = 0; m < M; ++m) {
-    for (int64_t n = 0; n < N; ++n) {
-      double s = 0;
-      for (int64_t k = 0; k < K; ++k) s += double(a[size_t(m * K + k)]) * b[size_t(n * K + k)];
-      d[size_t(m * N + n)] = float(s);
-    }
-  }
-  return d;
+  const std::vector<double> d = test::RefGemm(a, b, M, N, K, /*trans_a=*/false, /*trans_b=*/true);
+  return std::vector<float>(d.begin(), d.end());
 }
 
 std::vector<uint16_t> Bits(const DeviceBuffer<bf16>& d) {
