@@ -8,12 +8,9 @@
 # stops after the suite.
 set -u
 cd "$(dirname "$0")/.."
-out=${OUT:-/tmp/out}
-mkdir -p "$out"
-nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
+source scripts/device_gpu_preamble.sh  # $out, the GPU's line, suite
 if [ -z "${SKIP_SUITE:-}" ]; then  # SKIP_SUITE=1: the suite already ran on these binaries
-  timeout 240 .device/run forge_gpu_tests > "$out/suite.txt" 2>&1
-  grep -E "^\[  FAILED|PASSED|SKIPPED \]|Failure" "$out/suite.txt" | head -20
+  SUITE_S=240 suite
   echo "suite done at ${SECONDS}s"
   [ -n "${SUITE_ONLY:-}" ] && exit 0
 fi
