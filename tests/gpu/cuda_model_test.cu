@@ -67,6 +67,14 @@ TEST(GpuModel, EpilogueGemmsGradientsMatchCpu) {
   ExpectGradientsMatchCpu(c, 1, o);
 }
 
+// The attention backward's softmax_sum from our kernel (CudaModelOptions::attention_own_softmax_sum).
+TEST(GpuModel, OwnSoftmaxSumGradientsMatchCpu) {
+  FORGE_SKIP_WITHOUT_GPU();
+  CudaBackendOptions o;
+  o.attention_own_softmax_sum = true;
+  ExpectGradientsMatchCpu(TinyConfig(), 1, o);
+}
+
 TEST(GpuModel, AccumulatedGradientsMatchCpu) {
   FORGE_SKIP_WITHOUT_GPU();
   RunConfig c = TinyConfig();
@@ -276,11 +284,12 @@ RunConfig WgradRaceConfig() {
   return c;
 }
 
-CudaBackendOptions WgradOptions(bool dual, int priority = -1) {
+CudaBackendOptions WgradOptions(bool dual, int priority = -1, bool norm_dw = false) {
   CudaBackendOptions o;
   o.lm_head_chunk_rows = 640;
   o.wgrad_stream = dual;
   o.wgrad_priority = priority;
+  o.norm_dw_on_wgrad = norm_dw;
   return o;
 }
 
@@ -310,7 +319,8 @@ void ExpectSameTrainingState(CudaTrainBackend& a, CudaTrainBackend& b) {
 // keep their order: gradients (two micro-steps, chunked LM head) are bitwise those of the
 // single-stream step, with the wgrad stream below, level with and above the chain in priority
 // (below lets it fall behind, so the write-after-read waits matter), with saved and with
-// recomputed activations, and again on every repeat (a race would move bits between runs).
+// recomputed activations, with the RMSNorm dw reductions on either stream, and again on every
+// repeat (a race would move bits between runs).
 TEST(GpuModel, WgradStreamGradientsMatchSingleStreamBitwise) {
   FORGE_SKIP_WITHOUT_GPU();
   const NoGemmAutotune fixed_gemms;
@@ -323,10 +333,11 @@ TEST(GpuModel, WgradStreamGradientsMatchSingleStreamBitwise) {
     UnitBuffers want;
     float want_loss = 0.0f;
     ASSERT_STATUS_OK(single->ComputeGradients(Views(batches, 0, 2), &want, &want_loss));
-    for (const int priority : {-1, 0, 1}) {
-      SCOPED_TRACE("recompute=" + std::to_string(recompute) +
-                   " priority=" + std::to_string(priority));
-      auto dual = MakeGpu(c, WgradOptions(true, priority));
+    for (const auto [priority, norm_dw] :
+         {std::pair{-1, false}, {0, false}, {1, false}, {-1, true}, {1, true}}) {
+      SCOPED_TRACE("recompute=" + std::to_string(recompute) + " priority=" +
+                   std::to_string(priority) + " norm_dw_on_wgrad=" + std::to_string(norm_dw));
+      auto dual = MakeGpu(c, WgradOptions(true, priority, norm_dw));
       ASSERT_NE(dual, nullptr);
       EXPECT_GT(dual->allocated_bytes(), single->allocated_bytes())
           << "the dual-stream backend should hold a second logits buffer";
@@ -353,6 +364,7 @@ TEST(GpuModel, WgradStreamGraphMatchesSingleStreamEager) {
   CudaBackendOptions dual_graph, single_eager;
   dual_graph.lm_head_chunk_rows = single_eager.lm_head_chunk_rows = 96;
   dual_graph.wgrad_stream = true;
+  dual_graph.norm_dw_on_wgrad = true;
   dual_graph.use_graph = true;
   single_eager.wgrad_stream = false;
   single_eager.use_graph = false;

@@ -17,6 +17,15 @@ Status RmsNormForward(bf16* out, float* rstd, const bf16* x, const bf16* w, int6
 
 // Scratch for the deterministic dw reduction (bytes).
 size_t RmsNormBackwardWorkspace(int64_t N, int d);
+// Where the backward's second kernel (the dw reduction of the per-block partials in the
+// workspace) runs. Default (fork null): on the dx kernel's stream, right after it. Else on
+// `stream`, ordered after the dx kernel through `fork` (recorded on the dx stream), so the dx
+// chain's next kernel need not wait for it; dw and the workspace are then final / free only
+// once `stream` has run it (the caller orders their next users after it).
+struct RmsNormDwReduce {
+  cudaStream_t stream = nullptr;
+  cudaEvent_t fork = nullptr;
+};
 // dx += d(loss)/dx (bf16; accumulates into the residual-stream gradient; dx may not alias dout)
 // dw += d(loss)/dw (fp32 [d]; deterministic two-pass reduction, no atomics)
 // accumulate_dx / accumulate_dw = false overwrite instead (dx = ..., dw = ...): the old
@@ -24,6 +33,6 @@ size_t RmsNormBackwardWorkspace(int64_t N, int d);
 Status RmsNormBackward(bf16* dx, float* dw, const bf16* dout, const bf16* x, const bf16* w,
                        const float* rstd, int64_t N, int d, void* workspace,
                        size_t workspace_bytes, cudaStream_t stream, bool accumulate_dx = true,
-                       bool accumulate_dw = true);
+                       bool accumulate_dw = true, const RmsNormDwReduce& dw_reduce = {});
 
 }  // namespace forge::cuda

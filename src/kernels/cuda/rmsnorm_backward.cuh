@@ -307,7 +307,7 @@ template <bool FP8, __nv_fp8_interpretation_t F = __NV_E4M3>
 Status LaunchRmsNormBackward(bf16* dx, float* dw, const bf16* dout, const bf16* x, const bf16* w,
                              const float* rstd, int64_t N, int d, float* partial,
                              cudaStream_t stream, bool accumulate_dx, bool accumulate_dw,
-                             const RmsNormBwdFp8Out& q) {
+                             const RmsNormBwdFp8Out& q, const RmsNormDwReduce& dw_reduce) {
   const int blocks = BackwardBlocks(N);
   const int64_t rows_per_block = CeilDiv(N, blocks);
   const size_t smem = RmsNormBackwardSmem(N, d, FP8);
@@ -315,8 +315,14 @@ Status LaunchRmsNormBackward(bf16* dx, float* dw, const bf16* dout, const bf16* 
   const BwdLaunch args{dx, partial, dout, x, w, rstd, N, d, rows_per_block, q, blocks, smem,
                        stream};
   FORGE_RETURN_IF_ERROR((LaunchBwdForWidth<FP8, F>(v, accumulate_dx, args)));
+  cudaStream_t reduce_stream = stream;
+  if (dw_reduce.fork != nullptr) {
+    FORGE_CUDA_CHECK(cudaEventRecord(dw_reduce.fork, stream));
+    FORGE_CUDA_CHECK(cudaStreamWaitEvent(dw_reduce.stream, dw_reduce.fork, 0));
+    reduce_stream = dw_reduce.stream;
+  }
   RmsNormDwReduceKernel<<<static_cast<unsigned>(CeilDiv(d, kDwCols)), dim3(kDwCols, kDwRows), 0,
-                          stream>>>(dw, partial, blocks, d, accumulate_dw);
+                          reduce_stream>>>(dw, partial, blocks, d, accumulate_dw);
   FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }

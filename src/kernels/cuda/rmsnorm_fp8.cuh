@@ -16,6 +16,7 @@
 #include "common/status.h"
 #include "kernels/cuda/bf16.cuh"
 #include "kernels/cuda/gemm.cuh"  // DType
+#include "kernels/cuda/rmsnorm.cuh"  // RmsNormDwReduce
 
 namespace forge::cuda {
 
@@ -38,6 +39,7 @@ Status RmsNormBackwardFp8(bf16* dx, float* dw, const bf16* dout, const bf16* x, 
                           const float* rstd, int64_t N, int d, void* workspace,
                           size_t workspace_bytes, bool accumulate_dx, bool accumulate_dw,
                           void* q, void* q_t, DType format, const float* scale, float* amax,
-                          float* scale_inv, cudaStream_t stream);
+                          float* scale_inv, cudaStream_t stream,
+                          const RmsNormDwReduce& dw_reduce = {});
 
 }  // namespace forge::cuda

@@ -154,7 +154,11 @@ struct CudaModel::Buffers {
   float* softmax_sum = nullptr;  // SDPA backward scratch [B, H, T]
   float* dq_accum = nullptr;     // [B, H, T, hd] (null when deterministic)
 
-  char* norm_ws = nullptr;
+  // The RMSNorm backward's dw partials: two buffers, used by the MLP norms (0) and by the
+  // attention and final norms (1), which alternate in backward, so a dw reduction on the
+  // wgrad stream (CudaModelOptions::norm_dw_on_wgrad) has a whole norm's span to read its
+  // buffer before the next writer waits for it (kNormWs0/1).
+  std::array<char*, 2> norm_ws{};
   size_t norm_ws_bytes = 0;
   char* emb_ws = nullptr;
   size_t emb_ws_bytes = 0;
@@ -413,7 +417,7 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
       o.deterministic_attention ? nullptr : reinterpret_cast<float*>(sdpa_scratch + sum_bytes);
 
   b.norm_ws_bytes = cuda::RmsNormBackwardWorkspace(N_, d_);
-  FORGE_RETURN_IF_ERROR(alloc(&b.norm_ws, b.norm_ws_bytes));
+  for (char*& ws : b.norm_ws) FORGE_RETURN_IF_ERROR(alloc(&ws, b.norm_ws_bytes));
   b.emb_ws_bytes = cuda::EmbeddingBackwardWorkspace(N_, V_);
   FORGE_RETURN_IF_ERROR(alloc(&b.emb_ws, b.emb_ws_bytes));
   b.gradnorm_ws_bytes = cuda::GradNormWorkspace();
@@ -434,7 +438,7 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
       FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     }
   }
-  FORGE_RETURN_IF_ERROR(b.sdpa.Init(o.deterministic_attention));
+  FORGE_RETURN_IF_ERROR(b.sdpa.Init(o.deterministic_attention, o.attention_own_softmax_sum));
   {  // the backward GEMMs' SM counts (0: all SMs)
     int device = 0, sms = 0;
     FORGE_CUDA_CHECK(cudaGetDevice(&device));
@@ -928,12 +932,36 @@ Status CudaModel::NormBackward(int cast_layer, LinearKind k, bf16* dres, float* 
                                const bf16* dout, const bf16* x, const bf16* w, const float* rstd,
                                bool accumulate_dx, bool accumulate_dw, cudaStream_t s) {
   Buffers& b = *buf_;
-  if (cast_layer >= 0 && b.fp8 && b.fp8->fuse_norm_grad()) {
-    return b.fp8->RmsNormBackwardToGrad(cast_layer, k, dres, dw, dout, x, w, rstd, b.norm_ws,
-                                        b.norm_ws_bytes, accumulate_dx, accumulate_dw, s);
+  const int ws = k == LinearKind::kOut ? 0 : 1;
+  cuda::RmsNormDwReduce dw_reduce;
+  if (dual_ && o_.norm_dw_on_wgrad) {
+    // The reduction that last read this buffer (wgrad stream) must be done with it.
+    const WgradHazard h = ws == 0 ? WgradHazard::kNormWs0 : WgradHazard::kNormWs1;
+    FORGE_RETURN_IF_ERROR(WaitWgrad(h, s));
+    dw_reduce = {b.wgrad, b.fork};
+    wgrad_pending_ = true;
+    FORGE_RETURN_IF_ERROR(NormBackwardKernels(cast_layer, k, dres, dw, dout, x, w, rstd,
+                                              accumulate_dx, accumulate_dw, ws, dw_reduce, s));
+    return RecordWgrad(h);
   }
-  return cuda::RmsNormBackward(dres, dw, dout, x, w, rstd, N_, d_, b.norm_ws, b.norm_ws_bytes, s,
-                               accumulate_dx, accumulate_dw);
+  return NormBackwardKernels(cast_layer, k, dres, dw, dout, x, w, rstd, accumulate_dx,
+                             accumulate_dw, ws, dw_reduce, s);
+}
+
+Status CudaModel::NormBackwardKernels(int cast_layer, LinearKind k, bf16* dres, float* dw,
+                                      const bf16* dout, const bf16* x, const bf16* w,
+                                      const float* rstd, bool accumulate_dx, bool accumulate_dw,
+                                      int ws, const cuda::RmsNormDwReduce& dw_reduce,
+                                      cudaStream_t s) {
+  Buffers& b = *buf_;
+  char* work = b.norm_ws[size_t(ws)];
+  if (cast_layer >= 0 && b.fp8 && b.fp8->fuse_norm_grad()) {
+    return b.fp8->RmsNormBackwardToGrad(cast_layer, k, dres, dw, dout, x, w, rstd, work,
+                                        b.norm_ws_bytes, accumulate_dx, accumulate_dw, s,
+                                        dw_reduce);
+  }
+  return cuda::RmsNormBackward(dres, dw, dout, x, w, rstd, N_, d_, work, b.norm_ws_bytes, s,
+                               accumulate_dx, accumulate_dw, dw_reduce);
 }
 
 // Tied LM head + loss over token chunks, so only [chunk, V] bf16 logits buffers exist:

@@ -21,6 +21,7 @@
 #include "common/status.h"
 #include "kernels/cuda/adamw.cuh"
 #include "kernels/cuda/bf16.cuh"
+#include "kernels/cuda/rmsnorm.cuh"
 #include "worker/model/param_layout.h"
 #include "worker/model/unit_buffers.h"
 
@@ -37,11 +38,18 @@ struct CudaModelOptions {
   int micro_batch = 1;                 // sequences per micro-batch: activations are sized for it
   bool activation_recompute = false;   // keep only block inputs; recompute a block in backward
   bool deterministic_attention = true; // bitwise-reproducible SDPA backward (slightly slower)
+  // The attention backward's softmax_sum = rowsum(dO * O) by our kernel, an input of cuDNN's
+  // graph (cuda::SdpaRunner::Init's own_softmax_sum) instead of cuDNN's own reduction.
+  bool attention_own_softmax_sum = false;
   int lm_head_chunk_rows = 4096;       // token rows per LM-head chunk (bounds the logits buffer)
   // Weight-gradient GEMMs (dW += dy^T x, dWte) on a second stream, concurrent with the
   // activation-gradient chain; same GEMMs, same sums, bitwise the same gradients. Costs a
   // second GEMM workspace and a second logits chunk buffer.
   bool wgrad_stream = true;
+  // With wgrad_stream: each RMSNorm backward's dw reduction (its second, latency-bound
+  // kernel) runs on the wgrad stream, off the activation-gradient chain. Same kernel and
+  // order: bitwise the same gradients.
+  bool norm_dw_on_wgrad = false;
   int wgrad_stream_priority = 0;       // CUDA priority of that stream (lower = more urgent)
   // One GPU (shard_world 1): OptimizerStep only takes the norm and defers AdamW to the next
   // forward, which applies it unit by unit on a low-priority stream just ahead of its reads
@@ -248,7 +256,8 @@ class CudaModel {
   // Buffers a weight-gradient GEMM on the wgrad stream reads (or, for dWte, writes) that the
   // compute stream rewrites later in the same backward: one event each, recorded on the wgrad
   // stream after the GEMM, waited on by the compute stream before the rewrite.
-  enum class WgradHazard { kDres, kDgu, kDqkv, kLogits0, kLogits1, kDwte, kCount };
+  enum class WgradHazard {
+    kDres, kDgu, kDqkv, kLogits0, kLogits1, kDwte, kNormWs0, kNormWs1, kCount };
   CudaModel();
 
   Status Init(const ModelConfig& m, const OptimizerConfig& opt, const CudaModelOptions& o);
@@ -266,6 +275,11 @@ class CudaModel {
                       const cuda::bf16* dout, const cuda::bf16* x, const cuda::bf16* w,
                       const float* rstd, bool accumulate_dx, bool accumulate_dw,
                       cudaStream_t stream);
+  // Its kernels, with partials in norm_ws[ws] and the dw reduction where dw_reduce says.
+  Status NormBackwardKernels(int cast_layer, LinearKind k, cuda::bf16* dres, float* dw,
+                             const cuda::bf16* dout, const cuda::bf16* x, const cuda::bf16* w,
+                             const float* rstd, bool accumulate_dx, bool accumulate_dw, int ws,
+                             const cuda::RmsNormDwReduce& dw_reduce, cudaStream_t stream);
   // Decides Buffers::rope_gemm / swiglu_gemm and builds the RoPE table (Init).
   Status SetUpEpilogueGemms(const CudaModelOptions& o);
   // Our GEMM's arguments for the QKV projection + RoPE and gate/up + SwiGLU, all but the

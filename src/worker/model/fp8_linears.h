@@ -52,6 +52,7 @@
 #include "common/status.h"
 #include "kernels/cuda/bf16.cuh"
 #include "kernels/cuda/gemm.cuh"
+#include "kernels/cuda/rmsnorm.cuh"
 
 namespace forge {
 
@@ -125,7 +126,8 @@ class Fp8Linears {
   Status RmsNormBackwardToGrad(int layer, LinearKind k, cuda::bf16* dx, float* dw,
                                const cuda::bf16* dout, const cuda::bf16* x, const cuda::bf16* w,
                                const float* rstd, void* workspace, size_t workspace_bytes,
-                               bool accumulate_dx, bool accumulate_dw, cudaStream_t s);
+                               bool accumulate_dx, bool accumulate_dw, cudaStream_t s,
+                               const cuda::RmsNormDwReduce& dw_reduce = {});
   Status RopeBackwardToGrad(int layer, const cuda::bf16* dqkv, cudaStream_t s);
 
   // The three GEMMs of a linear layer on the cast operands (shapes as in CudaModel).

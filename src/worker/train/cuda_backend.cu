@@ -169,8 +169,10 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
   mo.micro_batch = cfg.batch.micro_batch;
   mo.activation_recompute = cfg.train.activation_recompute;
   mo.deterministic_attention = options.deterministic_attention;
+  mo.attention_own_softmax_sum = options.attention_own_softmax_sum;
   mo.lm_head_chunk_rows = options.lm_head_chunk_rows;
   mo.wgrad_stream = options.wgrad_stream;
+  mo.norm_dw_on_wgrad = options.norm_dw_on_wgrad;
   mo.rope_gemm = options.rope_gemm;
   mo.swiglu_gemm = options.swiglu_gemm;
   mo.wgrad_stream_priority = wgrad_priority;
@@ -594,7 +596,13 @@ CudaBackendOptions CudaBackendOptionsFromEnv() {
   CudaBackendOptions o;
   if (EnvIsZero("FORGE_CUDA_GRAPH")) o.use_graph = false;
   if (EnvIsZero("FORGE_CUDA_DETERMINISTIC")) o.deterministic_attention = false;
+  if (const char* v = std::getenv("FORGE_CUDA_ATTN_OWN_SUM")) {
+    o.attention_own_softmax_sum = std::strcmp(v, "0") != 0;
+  }
   if (EnvIsZero("FORGE_CUDA_WGRAD_STREAM")) o.wgrad_stream = false;
+  if (const char* v = std::getenv("FORGE_CUDA_NORM_DW_WGRAD")) {
+    o.norm_dw_on_wgrad = std::strcmp(v, "0") != 0;
+  }
   if (const char* v = std::getenv("FORGE_CUDA_ROPE_GEMM")) o.rope_gemm = std::strcmp(v, "0") != 0;
   if (const char* v = std::getenv("FORGE_CUDA_SWIGLU_GEMM")) o.swiglu_gemm = std::strcmp(v, "0") != 0;
   if (EnvIsZero("FORGE_CUDA_DEFER_UPDATE")) o.defer_update = false;
