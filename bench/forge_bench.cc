@@ -226,13 +226,13 @@ int Run(int argc, char** argv) {
   out["mfu_basis"] = "dense BF16 peak";
   out["cuda_graph"] = backend->graph_active();
   out["deterministic_attention"] = options.deterministic_attention;
-  out["attention_own_softmax_sum"] = options.attention_own_softmax_sum;
   out["lm_head_chunk_rows"] = options.lm_head_chunk_rows;
   out["wgrad_stream"] = options.wgrad_stream;
   out["norm_dw_on_wgrad"] = options.norm_dw_on_wgrad;
   out["wgrad_priority"] = options.wgrad_stream ? options.wgrad_priority : 0;
   out["wgrad_sm_margin"] = options.wgrad_sm_margin;  // -1: a quarter of the SMs
   out["defer_update"] = options.defer_update;
+  out["embedding_pending_update"] = options.embedding_pending_update;
   out["loss"] = stats.loss;
 
   if (args.profile) {

@@ -14,11 +14,8 @@
 // (shape, kind): first and best engine and time, every engine's time, ||best - first|| /
 // ||first|| of the output (O, or the whole dQKV), and "tuned": what the runner's own tuning
 // picks (a fresh runner on a private temporary plan cache; --no-tune skips it) with the
-// bench's time for that engine. Then "bwd-det-ownsum": the deterministic backward with
-// softmax_sum = rowsum(dO * O) from our SoftmaxSum kernel as the graph's input
-// (SdpaRunner::Init(true, true)) beside cuDNN's own reduction, heuristics' first engines, the
-// kernel's own time, and the dQKV of one against the other. A last line gives per-step totals
-// (x layers, fwd + bwd) for first vs best vs tuned, in both modes, and the own-sum backward's.
+// bench's time for that engine. A last line gives per-step totals (x layers, fwd + bwd) for
+// first vs best vs tuned, in both modes.
 #include <cuda_runtime.h>
 #include <unistd.h>
 
@@ -39,7 +36,6 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/plan_cache.h"
 #include "kernels/cuda/sdpa.cuh"
-#include "kernels/cuda/sdpa_softmax_sum.cuh"
 
 namespace forge {
 namespace {
@@ -259,44 +255,6 @@ void AddTuned(const cuda::SdpaPlanInfo& info, KindResult* r) {
   if (!info.note.empty()) r->line["tuned_note"] = info.note;
 }
 
-// The deterministic backward with our softmax_sum (SdpaRunner::Init(true, true)) beside
-// cuDNN's own, both on heuristics' first engine (the tuner's usual pick for these graphs):
-// times like the others, SoftmaxSum alone, and the two dQKV on the same operands.
-StatusOr<Json> BenchOwnSum(const Args& a, const SdpaShape& s, std::vector<OperandSet>& sets,
-                           size_t n_qkv, cudaStream_t stream) {
-  SdpaRunner theirs, ours;
-  FORGE_RETURN_IF_ERROR(theirs.Init(/*deterministic=*/true));
-  FORGE_RETURN_IF_ERROR(ours.Init(/*deterministic=*/true, /*own_softmax_sum=*/true));
-  theirs.set_plan_cache(cuda::PlanCache());
-  ours.set_plan_cache(cuda::PlanCache());
-  for (int i = 0; i < a.sets; ++i)
-    FORGE_RETURN_IF_ERROR(Forward(theirs, s, sets[size_t(i)], stream));
-  auto theirs_call = [&](int i) { return Backward(theirs, s, sets[size_t(i)], true, stream); };
-  auto ours_call = [&](int i) { return Backward(ours, s, sets[size_t(i)], true, stream); };
-  auto sum_call = [&](int i) {
-    OperandSet& o = sets[size_t(i)];
-    return cuda::SoftmaxSum(o.softmax_sum.As<float>(), o.dout.As<bf16>(), o.out.As<bf16>(), s.B,
-                            s.T, s.H, s.hd, stream);
-  };
-  FORGE_ASSIGN_OR_RETURN(const double theirs_ms, MedianMs(a, stream, theirs_call));
-  FORGE_ASSIGN_OR_RETURN(const double ours_ms, MedianMs(a, stream, ours_call));
-  FORGE_ASSIGN_OR_RETURN(const double sum_ms, MedianMs(a, stream, sum_call));
-  FORGE_RETURN_IF_ERROR(theirs_call(0));
-  FORGE_ASSIGN_OR_RETURN(const std::vector<float> ref, Download(sets[0].dqkv.p, n_qkv));
-  FORGE_RETURN_IF_ERROR(ours_call(0));
-  FORGE_ASSIGN_OR_RETURN(const std::vector<float> got, Download(sets[0].dqkv.p, n_qkv));
-  Json plans = Json::array();
-  for (const cuda::SdpaPlanInfo& info : ours.plan_log()) {
-    plans.push_back(info.key + " -> " + info.engine + " (" + info.source + ")");
-  }
-  return Json{{"cudnn_sum_ms", Round(theirs_ms, 4)},
-              {"own_sum_ms", Round(ours_ms, 4)},
-              {"softmax_sum_kernel_ms", Round(sum_ms, 4)},
-              {"own_sum_speedup", Round(theirs_ms / ours_ms, 3)},
-              {"own_vs_cudnn_rel_diff", bench::RelDiff(got, ref)},
-              {"plans", plans}};
-}
-
 Status BenchModel(const Args& a, const Model& m, cudaStream_t stream, Json* summary) {
   const SdpaShape s{a.batch, a.seq, m.heads, m.heads, 64};
   std::vector<OperandSet> sets(size_t(a.sets));
@@ -360,14 +318,6 @@ Status BenchModel(const Args& a, const Model& m, cudaStream_t stream, Json* summ
         Round(m.layers * (fwd.first_ms + bwd.first_ms - fwd.best_ms - bwd.best_ms), 3);
     totals[mode] = t;
   }
-  FORGE_ASSIGN_OR_RETURN(Json own, BenchOwnSum(a, s, sets, n_qkv, stream));
-  Json line = base("bwd-det-ownsum");
-  line.update(own);
-  std::printf("%s\n", line.dump().c_str());
-  std::fflush(stdout);
-  totals["deterministic_own_sum_bwd_ms"] = Round(m.layers * own["own_sum_ms"].get<double>(), 3);
-  totals["deterministic_cudnn_sum_bwd_first_ms"] =
-      Round(m.layers * own["cudnn_sum_ms"].get<double>(), 3);
   (*summary)[m.name] = totals;
   return Status::Ok();
 }

@@ -67,14 +67,6 @@ TEST(GpuModel, EpilogueGemmsGradientsMatchCpu) {
   ExpectGradientsMatchCpu(c, 1, o);
 }
 
-// The attention backward's softmax_sum from our kernel (CudaModelOptions::attention_own_softmax_sum).
-TEST(GpuModel, OwnSoftmaxSumGradientsMatchCpu) {
-  FORGE_SKIP_WITHOUT_GPU();
-  CudaBackendOptions o;
-  o.attention_own_softmax_sum = true;
-  ExpectGradientsMatchCpu(TinyConfig(), 1, o);
-}
-
 TEST(GpuModel, AccumulatedGradientsMatchCpu) {
   FORGE_SKIP_WITHOUT_GPU();
   RunConfig c = TinyConfig();

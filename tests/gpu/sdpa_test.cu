@@ -25,7 +25,6 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cuda/plan_cache.h"
 #include "kernels/cuda/sdpa.cuh"
-#include "kernels/cuda/sdpa_softmax_sum.cuh"
 
 namespace forge::cuda {
 namespace {
@@ -176,36 +175,15 @@ Status RunBackward(SdpaRunner& runner, const SdpaShape& s, DeviceRun& d, bool de
                          deterministic ? nullptr : d.dq_accum.data(), nullptr);
 }
 
-// softmax_sum[b, h, t] = sum_j dO[b, t, h, j] * O[b, t, h, j] in double, from the given O.
-std::vector<double> RefSoftmaxSum(const std::vector<float>& dout, const std::vector<float>& out,
-                                  int B, int T, int H, int hd) {
-  std::vector<double> sum(size_t(B) * H * T);
-  for (int b = 0; b < B; ++b) {
-    for (int t = 0; t < T; ++t) {
-      for (int h = 0; h < H; ++h) {
-        const size_t e = ((size_t(b) * T + t) * H + h) * hd;
-        double acc = 0.0;
-        for (int j = 0; j < hd; ++j) acc += double(dout[e + j]) * out[e + j];
-        sum[(size_t(b) * H + h) * T + t] = acc;
-      }
-    }
-  }
-  return sum;
-}
-
 // Forward (O, Stats; a second call gives the same O) and backward vs the CPU reference; the
-// backward twice without re-poisoning (a run must not accumulate into its scratch). own_sum:
-// softmax_sum from our kernel (Init's own_softmax_sum), also checked against the reference
-// on the GPU's own O.
-void CheckAgainstCpu(const SdpaShape& s, bool deterministic, uint64_t seed,
-                     bool own_sum = false) {
+// backward twice without re-poisoning (a run must not accumulate into its scratch).
+void CheckAgainstCpu(const SdpaShape& s, bool deterministic, uint64_t seed) {
   SCOPED_TRACE(::testing::Message() << "B=" << s.B << " T=" << s.T << " H=" << s.H
                                     << " KV=" << s.KV << " hd=" << s.hd
-                                    << (deterministic ? " deterministic" : "")
-                                    << (own_sum ? " own softmax_sum" : ""));
+                                    << (deterministic ? " deterministic" : ""));
   const Inputs in = MakeReference(s, seed);
   SdpaRunner runner;
-  ASSERT_STATUS_OK(runner.Init(deterministic, own_sum));
+  ASSERT_STATUS_OK(runner.Init(deterministic));
   DeviceRun d(s, in, deterministic);
 
   ASSERT_STATUS_OK(runner.Forward(s, d.qkv.data(), d.out.data(), d.stats.data(), nullptr));
@@ -218,16 +196,6 @@ void CheckAgainstCpu(const SdpaShape& s, bool deterministic, uint64_t seed,
 
   ASSERT_STATUS_OK(RunBackward(runner, s, d, deterministic));
   ExpectTuned(runner);
-  if (own_sum) {
-    EXPECT_NE(runner.plan_log().back().key.find("-ownsum"), std::string::npos);
-    const std::vector<double> ref =
-        RefSoftmaxSum(in.dout, ToFloat(d.out.Download()), s.B, s.T, s.H, s.hd);
-    const std::vector<float> got = d.softmax_sum.Download();
-    ASSERT_EQ(got.size(), ref.size());
-    for (size_t i = 0; i < got.size(); ++i) {
-      ASSERT_NEAR(got[i], ref[i], 1e-5 * (1.0 + std::abs(ref[i]))) << "softmax_sum " << i;
-    }
-  }
   const std::vector<bf16> dqkv_first = d.dqkv.Download();
   ExpectGradientsMatch(s, ToFloat(dqkv_first), in.dqkv);
 
@@ -280,57 +248,6 @@ TEST_F(GpuSdpaTest, MatchesCpuT1024H12) { CheckAgainstCpu({2, 1024, 12, 12, 64},
 
 TEST_F(GpuSdpaTest, DeterministicMatchesCpuT256) {
   CheckAgainstCpu({2, 256, 4, 4, 64}, true, 400);
-}
-
-// The backward with softmax_sum from our kernel as the graph's input, both backward kinds.
-TEST_F(GpuSdpaTest, OwnSoftmaxSumDeterministicMatchesCpuT256) {
-  CheckAgainstCpu({2, 256, 4, 4, 64}, true, 410, /*own_sum=*/true);
-}
-
-TEST_F(GpuSdpaTest, OwnSoftmaxSumMatchesCpuT1024H12) {
-  CheckAgainstCpu({2, 1024, 12, 12, 64}, false, 310, /*own_sum=*/true);
-}
-
-TEST_F(GpuSdpaTest, OwnSoftmaxSumGroupedQueryMatchesCpu) {
-  CheckAgainstCpu({2, 128, 4, 2, 64}, true, 510, /*own_sum=*/true);
-}
-
-// The kernel alone: every head size it takes, token counts that are not a multiple of its
-// 32-token blocks and batch boundaries inside a block; every element written, twice the same.
-TEST(GpuSoftmaxSum, MatchesCpuForEveryHeadSize) {
-  FORGE_SKIP_WITHOUT_GPU();
-  struct Case {
-    int B, T, H, hd;
-  };
-  for (const Case c : {Case{3, 37, 12, 64}, Case{2, 64, 16, 64}, Case{1, 5, 3, 128},
-                       Case{2, 19, 7, 32}, Case{1, 40, 2, 8}, Case{1, 33, 1, 256}}) {
-    SCOPED_TRACE(::testing::Message() << "B=" << c.B << " T=" << c.T << " H=" << c.H
-                                      << " hd=" << c.hd);
-    const size_t n = size_t(c.B) * c.T * c.H * c.hd;
-    std::vector<float> dout = RandomNormal(n, 1.0f, 900 + c.hd), out = RandomNormal(n, 1.0f, 901);
-    RoundBf16InPlace(dout);
-    RoundBf16InPlace(out);
-    DeviceBuffer<bf16> d_dout(ToBf16(dout)), d_out(ToBf16(out));
-    DeviceBuffer<float> sum(size_t(c.B) * c.H * c.T);
-    sum.Poison();
-    ASSERT_STATUS_OK(
-        SoftmaxSum(sum.data(), d_dout.data(), d_out.data(), c.B, c.T, c.H, c.hd, nullptr));
-    const std::vector<float> got = sum.Download();
-    const std::vector<double> ref = RefSoftmaxSum(dout, out, c.B, c.T, c.H, c.hd);
-    for (size_t i = 0; i < got.size(); ++i) {
-      ASSERT_NEAR(got[i], ref[i], 1e-5 * (1.0 + std::abs(ref[i]))) << "element " << i;
-    }
-    sum.Poison();
-    ASSERT_STATUS_OK(
-        SoftmaxSum(sum.data(), d_dout.data(), d_out.data(), c.B, c.T, c.H, c.hd, nullptr));
-    EXPECT_TRUE(test::BitwiseEqual(sum.Download(), got));
-  }
-  DeviceBuffer<bf16> buf(1024);
-  DeviceBuffer<float> sum(64);
-  EXPECT_EQ(SoftmaxSum(sum.data(), buf.data(), buf.data(), 1, 4, 2, 48, nullptr).code(),
-            Code::kInvalidArgument);  // hd / 8 = 6: not a power of two
-  EXPECT_EQ(SoftmaxSum(sum.data(), buf.data() + 1, buf.data(), 1, 4, 2, 64, nullptr).code(),
-            Code::kInvalidArgument);  // misaligned
 }
 
 // GQA: 2 query heads per kv head; dK/dV summed over the group by the graph.

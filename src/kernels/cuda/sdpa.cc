@@ -16,7 +16,6 @@
 #include "common/checksum.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cudnn_engine.h"
-#include "kernels/cuda/sdpa_softmax_sum.cuh"
 
 namespace forge::cuda {
 
@@ -324,9 +323,7 @@ Status BuildKvGradient(GraphBuilder& gb, const Layout& L, Desc a, Desc b, Desc o
 // Backward, 22 ops (21 deterministic; +2 for GQA):
 //   softmax_sum = rowsum(dO * O) * 1;  P = exp(masked scores - Stats);
 //   dV = P^T dO;  dS = scale * P * (dO V^T - softmax_sum);  dK = dS^T Q;  dQ = dS K.
-// own_sum: softmax_sum is an input the caller computed (SoftmaxSum); the first 3 ops and O
-// are left out.
-Status BuildBackward(GraphBuilder& gb, const Layout& L, bool deterministic, bool own_sum) {
+Status BuildBackward(GraphBuilder& gb, const Layout& L, bool deterministic) {
   Desc q, kt, vt, o, d_o, stats, scale, neg_inf, one, dq, dk, dv, softmax_sum;
   FORGE_RETURN_IF_ERROR(
       gb.Tensor(&q, kQ, CUDNN_DATA_BFLOAT16, L.rows_dims(L.H), L.rows_strides(), false));
@@ -334,17 +331,14 @@ Status BuildBackward(GraphBuilder& gb, const Layout& L, bool deterministic, bool
       gb.Tensor(&kt, kKt, CUDNN_DATA_BFLOAT16, L.cols_dims(), L.cols_strides(), false));
   FORGE_RETURN_IF_ERROR(
       gb.Tensor(&vt, kVt, CUDNN_DATA_BFLOAT16, L.cols_dims(), L.cols_strides(), false));
-  if (!own_sum) {
-    FORGE_RETURN_IF_ERROR(
-        gb.Tensor(&o, kO, CUDNN_DATA_BFLOAT16, L.o_dims(), L.o_strides(), false));
-  }
+  FORGE_RETURN_IF_ERROR(gb.Tensor(&o, kO, CUDNN_DATA_BFLOAT16, L.o_dims(), L.o_strides(), false));
   FORGE_RETURN_IF_ERROR(
       gb.Tensor(&d_o, kDO, CUDNN_DATA_BFLOAT16, L.o_dims(), L.o_strides(), false));
   FORGE_RETURN_IF_ERROR(
       gb.Tensor(&stats, kStats, CUDNN_DATA_FLOAT, L.row_dims(), L.row_strides(), false));
   FORGE_RETURN_IF_ERROR(gb.Scalar(&scale, kScale));
   FORGE_RETURN_IF_ERROR(gb.Scalar(&neg_inf, kNegInf));
-  if (!own_sum) FORGE_RETURN_IF_ERROR(gb.Scalar(&one, kOne));
+  FORGE_RETURN_IF_ERROR(gb.Scalar(&one, kOne));
   FORGE_RETURN_IF_ERROR(
       gb.Tensor(&dq, kDQ, CUDNN_DATA_BFLOAT16, L.rows_dims(L.H), L.rows_strides(), false));
   FORGE_RETURN_IF_ERROR(
@@ -358,16 +352,13 @@ Status BuildBackward(GraphBuilder& gb, const Layout& L, bool deterministic, bool
   const Dims rd = L.row_dims(), rs = L.row_strides();
 
   // softmax_sum (3 ops).
-  if (!own_sum) {
-    Desc do_o, do_o_sum;
-    FORGE_RETURN_IF_ERROR(gb.Virtual(&do_o, CUDNN_DATA_FLOAT, L.o_dims(), L.packed_strides()));
-    FORGE_RETURN_IF_ERROR(
-        gb.Pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, d_o, o, nullptr, do_o));
-    FORGE_RETURN_IF_ERROR(gb.Virtual(&do_o_sum, CUDNN_DATA_FLOAT, rd, rs));
-    FORGE_RETURN_IF_ERROR(gb.Reduction(CUDNN_REDUCE_TENSOR_ADD, do_o, do_o_sum));
-    FORGE_RETURN_IF_ERROR(
-        gb.Pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, do_o_sum, one, nullptr, softmax_sum));
-  }
+  Desc do_o, do_o_sum;
+  FORGE_RETURN_IF_ERROR(gb.Virtual(&do_o, CUDNN_DATA_FLOAT, L.o_dims(), L.packed_strides()));
+  FORGE_RETURN_IF_ERROR(gb.Pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, d_o, o, nullptr, do_o));
+  FORGE_RETURN_IF_ERROR(gb.Virtual(&do_o_sum, CUDNN_DATA_FLOAT, rd, rs));
+  FORGE_RETURN_IF_ERROR(gb.Reduction(CUDNN_REDUCE_TENSOR_ADD, do_o, do_o_sum));
+  FORGE_RETURN_IF_ERROR(
+      gb.Pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, do_o_sum, one, nullptr, softmax_sum));
 
   // P recomputed from Stats (6 + 2 ops).
   Desc masked, shifted, p;
@@ -458,12 +449,10 @@ size_t Align256(size_t n) { return (n + 255) / 256 * 256; }
 // Builds one graph's ops and finalizes them into an operation graph. Every descriptor goes
 // into *owned.
 Status BuildOperationGraph(cudnnHandle_t handle, const SdpaShape& s, bool backward,
-                           bool deterministic, bool own_sum, std::vector<Desc>* owned,
-                           Desc* op_graph) {
+                           bool deterministic, std::vector<Desc>* owned, Desc* op_graph) {
   const Layout L(s);
   GraphBuilder gb(owned);
-  FORGE_RETURN_IF_ERROR(backward ? BuildBackward(gb, L, deterministic, own_sum)
-                                 : BuildForward(gb, L));
+  FORGE_RETURN_IF_ERROR(backward ? BuildBackward(gb, L, deterministic) : BuildForward(gb, L));
   FORGE_RETURN_IF_ERROR(gb.Create(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, op_graph));
   // Deprecated, but the operation graph still wants the handle.
   FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(*op_graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE,
@@ -682,7 +671,7 @@ SdpaRunner::~SdpaRunner() {
   if (handle_) cudnnDestroy(handle_);
 }
 
-Status SdpaRunner::Init(bool deterministic, bool own_softmax_sum) {
+Status SdpaRunner::Init(bool deterministic) {
   if (handle_) return Status::Precondition("SdpaRunner::Init called twice");
   int device = 0;
   FORGE_CUDA_CHECK(cudaGetDevice(&device));
@@ -691,7 +680,6 @@ Status SdpaRunner::Init(bool deterministic, bool own_softmax_sum) {
   device_name_ = prop.name;
   FORGE_CUDNN_CHECK(cudnnCreate(&handle_));
   deterministic_ = deterministic;
-  own_sum_ = own_softmax_sum;
   cache_ = PlanCache::FromEnv();
   return Status::Ok();
 }
@@ -723,13 +711,11 @@ StatusOr<SdpaRunner::Graph*> SdpaRunner::Get(const SdpaShape& s, bool backward) 
   auto g = std::make_unique<Graph>();
   g->scale = 1.0f / std::sqrt(static_cast<float>(s.hd));
   g->kind = !backward ? "fwd" : deterministic_ ? "bwd-det" : "bwd";
-  if (backward && own_sum_) g->kind += "-ownsum";
   // The forward graph is the same in both modes and shares its cache entry: it is held to
   // the deterministic standard in both.
   g->needs_determinism = !backward || deterministic_;
   const Status st =
-      BuildOperationGraph(handle_, s, backward, deterministic_, own_sum_, &g->owned,
-                          &g->op_graph);
+      BuildOperationGraph(handle_, s, backward, deterministic_, &g->owned, &g->op_graph);
   if (!st.ok()) return WithContext(st, s, backward);
   Graph* raw = g.get();
   graphs_.emplace(key, std::move(g));
@@ -1010,27 +996,20 @@ Status SdpaRunner::Backward(const SdpaShape& s, const bf16* qkv, const bf16* out
   FORGE_CUDNN_CHECK(cudnnSetStream(handle_, stream));
 
   const int64_t k_off = int64_t{s.H} * s.hd, v_off = int64_t{s.H + s.KV} * s.hd;
-  const size_t rows = size_t(s.B) * s.H * s.T;
   Call call;
-  call.uids = {kQ,  kKt,    kVt,    kDO,     kStats, kScale,
-               kNegInf, kDQ, kDK, kDV, kSoftmaxSum};
-  call.ptrs = {Mut(qkv),   Mut(qkv + k_off), Mut(qkv + v_off), Mut(dout),
-               Mut(stats), &g->scale,        &g->neg_inf,      dqkv,
-               dqkv + k_off, dqkv + v_off,   softmax_sum};
-  call.outputs = {{dqkv, size_t(s.B) * s.T * (s.H + 2 * s.KV) * s.hd * sizeof(bf16)}};
-  if (own_sum_) {
-    // An input of the graph from here on; the tuner's reruns leave it alone.
-    FORGE_RETURN_IF_ERROR(WithContext(
-        SoftmaxSum(softmax_sum, dout, out, s.B, s.T, s.H, s.hd, stream), s, true));
-  } else {
-    call.uids.insert(call.uids.end(), {kO, kOne});
-    call.ptrs.insert(call.ptrs.end(), {Mut(out), &g->one});
-    call.outputs.push_back({softmax_sum, rows * sizeof(float)});
-  }
+  call.uids = {kQ,     kKt,     kVt,  kO,  kDO, kStats, kScale,
+               kNegInf, kOne,   kDQ,  kDK, kDV, kSoftmaxSum};
+  call.ptrs = {Mut(qkv),       Mut(qkv + k_off), Mut(qkv + v_off), Mut(out),
+               Mut(dout),      Mut(stats),       &g->scale,        &g->neg_inf,
+               &g->one,        dqkv,             dqkv + k_off,     dqkv + v_off,
+               softmax_sum};
   if (!deterministic_) {
     call.uids.push_back(kDQAccum);
     call.ptrs.push_back(dq_accum);
   }
+  const size_t rows = size_t(s.B) * s.H * s.T;
+  call.outputs = {{dqkv, size_t(s.B) * s.T * (s.H + 2 * s.KV) * s.hd * sizeof(bf16)},
+                  {softmax_sum, rows * sizeof(float)}};
   FORGE_RETURN_IF_ERROR(WithContext(ChoosePlan(g, s, call, stream), s, true));
   return WithContext(Run(g, call, stream), s, true);
 }

@@ -89,10 +89,8 @@ class SdpaRunner {
 
   // deterministic: backward writes dQ without an fp32 atomic accumulator, so two runs are
   // bitwise identical (slower, larger workspace). Takes the plan cache from the environment
-  // (PlanCache::FromEnv). own_softmax_sum: Backward computes softmax_sum = rowsum(dO * O)
-  // with our SoftmaxSum kernel and hands it to cuDNN's graph as an input, in place of the
-  // graph's own reduction (its plans are cached under "<kind>-ownsum").
-  Status Init(bool deterministic, bool own_softmax_sum = false);
+  // (PlanCache::FromEnv).
+  Status Init(bool deterministic);
 
   // Replaces the plan cache (before the first call of a shape; e.g. benchmarks and tests).
   void set_plan_cache(PlanCache cache) { cache_ = std::move(cache); }
@@ -136,7 +134,6 @@ class SdpaRunner {
 
   cudnnHandle_t handle_ = nullptr;
   bool deterministic_ = false;
-  bool own_sum_ = false;
   std::map<std::tuple<int, int, int, int, int, bool>, std::unique_ptr<Graph>> graphs_;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;

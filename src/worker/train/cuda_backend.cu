@@ -169,7 +169,6 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
   mo.micro_batch = cfg.batch.micro_batch;
   mo.activation_recompute = cfg.train.activation_recompute;
   mo.deterministic_attention = options.deterministic_attention;
-  mo.attention_own_softmax_sum = options.attention_own_softmax_sum;
   mo.lm_head_chunk_rows = options.lm_head_chunk_rows;
   mo.wgrad_stream = options.wgrad_stream;
   mo.norm_dw_on_wgrad = options.norm_dw_on_wgrad;
@@ -177,6 +176,7 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
   mo.swiglu_gemm = options.swiglu_gemm;
   mo.wgrad_stream_priority = wgrad_priority;
   mo.defer_update = options.defer_update;
+  mo.embedding_pending_update = options.embedding_pending_update;
   mo.fp8 = cfg.precision.compute == Precision::kFp8;
   mo.fp8_config = cfg.precision.fp8;
   if (world_ > 1) {
@@ -596,9 +596,6 @@ CudaBackendOptions CudaBackendOptionsFromEnv() {
   CudaBackendOptions o;
   if (EnvIsZero("FORGE_CUDA_GRAPH")) o.use_graph = false;
   if (EnvIsZero("FORGE_CUDA_DETERMINISTIC")) o.deterministic_attention = false;
-  if (const char* v = std::getenv("FORGE_CUDA_ATTN_OWN_SUM")) {
-    o.attention_own_softmax_sum = std::strcmp(v, "0") != 0;
-  }
   if (EnvIsZero("FORGE_CUDA_WGRAD_STREAM")) o.wgrad_stream = false;
   if (const char* v = std::getenv("FORGE_CUDA_NORM_DW_WGRAD")) {
     o.norm_dw_on_wgrad = std::strcmp(v, "0") != 0;
@@ -606,6 +603,7 @@ CudaBackendOptions CudaBackendOptionsFromEnv() {
   if (const char* v = std::getenv("FORGE_CUDA_ROPE_GEMM")) o.rope_gemm = std::strcmp(v, "0") != 0;
   if (const char* v = std::getenv("FORGE_CUDA_SWIGLU_GEMM")) o.swiglu_gemm = std::strcmp(v, "0") != 0;
   if (EnvIsZero("FORGE_CUDA_DEFER_UPDATE")) o.defer_update = false;
+  if (EnvIsZero("FORGE_CUDA_EMB_PENDING")) o.embedding_pending_update = false;
   if (const char* v = std::getenv("FORGE_CUDA_WGRAD_PRIORITY")) {
     if (std::strcmp(v, "low") == 0) o.wgrad_priority = -1;
     else if (std::strcmp(v, "same") == 0) o.wgrad_priority = 0;

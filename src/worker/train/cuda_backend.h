@@ -26,8 +26,6 @@ struct CudaBackendOptions {
   // Bitwise-reproducible attention backward (DESIGN.md: same seed and data give the same
   // weights). FORGE_CUDA_DETERMINISTIC=0 trades that for ~13% faster attention backward.
   bool deterministic_attention = true;
-  // CudaModelOptions::attention_own_softmax_sum; FORGE_CUDA_ATTN_OWN_SUM=1 turns it on.
-  bool attention_own_softmax_sum = false;
   // Token rows per LM-head chunk (bounds the [chunk, V] bf16 logits buffer). Fewer chunks
   // re-read and re-write the fp32 tied-embedding gradient fewer times (206 MB each for
   // gpt350m). FORGE_CUDA_LM_HEAD_CHUNK=<rows> overrides.
@@ -36,8 +34,8 @@ struct CudaBackendOptions {
   // activation-gradient chain (bitwise the same gradients; +1 logits chunk buffer and +1 GEMM
   // workspace). FORGE_CUDA_WGRAD_STREAM=0 turns it off. ProfileStep always runs single-stream.
   bool wgrad_stream = true;
-  // CudaModelOptions::norm_dw_on_wgrad; FORGE_CUDA_NORM_DW_WGRAD=1 turns it on.
-  bool norm_dw_on_wgrad = false;
+  // CudaModelOptions::norm_dw_on_wgrad; FORGE_CUDA_NORM_DW_WGRAD=0 turns it off.
+  bool norm_dw_on_wgrad = true;
   // Priority of that stream relative to the compute stream: -1 lower (the activation-gradient
   // chain is scheduled first; dW GEMMs fill its gaps), 0 the same, +1 higher.
   // FORGE_CUDA_WGRAD_PRIORITY=low|same|high overrides.
@@ -47,6 +45,8 @@ struct CudaBackendOptions {
   // GetParams/GetMoments apply a pending update first). FORGE_CUDA_DEFER_UPDATE=0 turns it
   // off (the update then ends the step).
   bool defer_update = true;
+  // CudaModelOptions::embedding_pending_update; FORGE_CUDA_EMB_PENDING=0 turns it off.
+  bool embedding_pending_update = true;
   // Data parallelism: SMs the blocks' backward GEMMs leave to the overlapping NCCL kernels
   // (CudaModelOptions::gemm_sm_margin); matches NcclCommOptions::max_ctas.
   // FORGE_GEMM_SM_MARGIN=<n> overrides.
