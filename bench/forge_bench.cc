@@ -232,7 +232,6 @@ int Run(int argc, char** argv) {
   out["wgrad_priority"] = options.wgrad_stream ? options.wgrad_priority : 0;
   out["wgrad_sm_margin"] = options.wgrad_sm_margin;  // -1: a quarter of the SMs
   out["defer_update"] = options.defer_update;
-  out["embedding_pending_update"] = options.embedding_pending_update;
   out["loss"] = stats.loss;
 
   if (args.profile) {

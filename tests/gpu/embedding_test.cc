@@ -5,15 +5,11 @@
 // of any difference.
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <utility>
 #include <vector>
 
 #include "gpu_test_util.h"
 #include "kernels/cpu/embedding.h"
-#include "kernels/cuda/adamw.cuh"
 #include "kernels/cuda/embedding.cuh"
-#include "kernels/cuda/embedding_pending_update.cuh"
 
 namespace forge {
 namespace {
@@ -44,57 +40,6 @@ TEST(GpuEmbeddingForward, RealisticShapeMatchesCpu) {
 TEST(GpuEmbeddingForward, OddWidthScalarPathMatchesCpu) {
   FORGE_SKIP_WITHOUT_GPU();
   CheckForward(37, 100, 53, 12);
-}
-
-// EmbeddingForwardPendingUpdate against the update's own kernels: with a pending update
-// (gate 1, finite scale) the gathered rows are bitwise EmbeddingForward of the bf16 copy that
-// AdamWMultiTensor then writes, and the table's fp32 state is left untouched; without one
-// (gate 0) or on a skipped step (NaN scale) it is EmbeddingForward of the current copy. The
-// vector path (d % 4 == 0) and the scalar one; tokens repeat.
-void CheckPendingUpdate(int64_t N, int d, int V, uint64_t seed) {
-  const size_t n = size_t(V) * d;
-  const std::vector<float> p = test::RandomNormal(n, 0.5f, seed);
-  const std::vector<float> g = test::RandomNormal(n, 1.0f, seed + 1);
-  const std::vector<float> m = test::RandomNormal(n, 0.1f, seed + 2);
-  std::vector<float> v = test::RandomNormal(n, 0.01f, seed + 3);
-  for (float& x : v) x = x * x;
-  std::vector<float> pb = p;
-  test::RoundBf16InPlace(pb);
-  const std::vector<int32_t> tokens = test::RandomInts(N, 0, V, seed + 4);
-  const cuda::AdamWHyper hyper{3e-4f, 0.9f, 0.95f, 1e-8f, 7};
-  DeviceBuffer<cuda::AdamWHyper> d_hyper(std::vector<cuda::AdamWHyper>{hyper});
-  DeviceBuffer<int32_t> d_tok(tokens);
-  for (const auto& [gate, scale] : {std::pair{1, 0.37f}, {0, 0.37f}, {1, NAN}}) {
-    SCOPED_TRACE(::testing::Message() << "gate " << gate << " scale " << scale);
-    DeviceBuffer<float> d_p(p), d_g(g), d_m(m), d_v(v), d_scale(std::vector<float>{scale});
-    DeviceBuffer<bf16> d_pb(test::ToBf16(pb)), d_out(size_t(N) * d), d_want(size_t(N) * d);
-    DeviceBuffer<int> d_gate(std::vector<int>{gate});
-    const cuda::AdamWTensor table{d_p.data(), d_pb.data(), d_g.data(), d_m.data(),
-                                  d_v.data(), int64_t(n), 0.1f};
-    d_out.Poison();
-    ASSERT_STATUS_OK(cuda::EmbeddingForwardPendingUpdate(d_out.data(), d_tok.data(), table, N,
-                                                         d, d_hyper.data(), d_scale.data(),
-                                                         d_gate.data(), nullptr));
-    EXPECT_TRUE(test::BitwiseEqual(d_p.Download(), p)) << "master weights written";
-    EXPECT_TRUE(test::BitwiseEqual(d_m.Download(), m)) << "first moment written";
-    EXPECT_TRUE(test::BitwiseEqual(d_v.Download(), v)) << "second moment written";
-    // The update as the deferred update runs it, then the plain gather.
-    DeviceBuffer<cuda::AdamWTensor> d_desc(std::vector<cuda::AdamWTensor>{table});
-    ASSERT_STATUS_OK(cuda::AdamWMultiTensor(d_desc.data(), 1, d_hyper.data(), d_scale.data(),
-                                            nullptr, nullptr, d_gate.data()));
-    if (gate == 0 || std::isnan(scale)) {
-      EXPECT_TRUE(test::BitwiseEqual(d_p.Download(), p)) << "no update expected";
-    }
-    ASSERT_STATUS_OK(
-        cuda::EmbeddingForward(d_want.data(), d_tok.data(), d_pb.data(), N, d, nullptr));
-    EXPECT_TRUE(test::BitwiseEqual(d_out.Download(), d_want.Download()));
-  }
-}
-
-TEST(GpuEmbeddingPendingUpdate, MatchesUpdateThenGatherBitwise) {
-  FORGE_SKIP_WITHOUT_GPU();
-  CheckPendingUpdate(2048, 64, 97, 31);  // vector path, many repeats
-  CheckPendingUpdate(37, 6, 11, 32);     // scalar path
 }
 
 // Runs the GPU backward on a copy of dwte0 and returns the result.

@@ -17,7 +17,6 @@
 #include <string>
 
 #include "kernels/cuda/adamw.cuh"
-#include "kernels/cuda/adamw_math.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 
@@ -103,6 +102,23 @@ __global__ void ClipScaleKernel(const float* __restrict__ sumsq, float max_norm,
   clip_scale_out[0] = ClipScale(sumsq[0], max_norm);
 }
 
+struct AdamWConsts {
+  float lr, beta1, beta2, one_minus_beta1, one_minus_beta2, eps, bc1, bc2, grad_scale;
+};
+
+// The reference's arithmetic, one rounding per operation, in its order.
+__device__ __forceinline__ void AdamWElement(float& p, float g, float& m, float& v,
+                                             const AdamWConsts& c, float wd) {
+  const float gi = __fmul_rn(g, c.grad_scale);
+  m = __fadd_rn(__fmul_rn(c.beta1, m), __fmul_rn(c.one_minus_beta1, gi));
+  v = __fadd_rn(__fmul_rn(c.beta2, v), __fmul_rn(__fmul_rn(c.one_minus_beta2, gi), gi));
+  const float mhat = __fdiv_rn(m, c.bc1);
+  const float vhat = __fdiv_rn(v, c.bc2);
+  const float step = __fadd_rn(__fdiv_rn(mhat, __fadd_rn(__fsqrt_rn(vhat), c.eps)),
+                               __fmul_rn(wd, p));
+  p = __fsub_rn(p, __fmul_rn(c.lr, step));
+}
+
 __global__ void __launch_bounds__(kAdamThreads)
     AdamWKernel(const AdamWTensor* __restrict__ tensors, int num_tensors,
                 const AdamWHyper* __restrict__ hyper, const float* __restrict__ grad_scale,
@@ -114,7 +130,18 @@ __global__ void __launch_bounds__(kAdamThreads)
     if (skipped_steps != nullptr && blockIdx.x == 0 && threadIdx.x == 0) ++*skipped_steps;
     return;
   }
-  const AdamWConsts c = MakeAdamWConsts(*hyper, grad_scale != nullptr ? *grad_scale : 1.0f);
+  const AdamWHyper h = *hyper;
+  AdamWConsts c;
+  c.lr = h.lr;
+  c.beta1 = h.beta1;
+  c.beta2 = h.beta2;
+  c.one_minus_beta1 = 1.0f - h.beta1;
+  c.one_minus_beta2 = 1.0f - h.beta2;
+  c.eps = h.eps;
+  // Bias corrections in double, as the reference.
+  c.bc1 = static_cast<float>(1.0 - pow(static_cast<double>(h.beta1), static_cast<double>(h.step)));
+  c.bc2 = static_cast<float>(1.0 - pow(static_cast<double>(h.beta2), static_cast<double>(h.step)));
+  c.grad_scale = grad_scale != nullptr ? *grad_scale : 1.0f;
 
   const int64_t tid = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;

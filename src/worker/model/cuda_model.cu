@@ -6,7 +6,6 @@
 #include "kernels/cuda/cross_entropy.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/embedding.cuh"
-#include "kernels/cuda/embedding_pending_update.cuh"
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/gemm_wgmma.cuh"
 #include "kernels/cuda/rmsnorm.cuh"
@@ -135,10 +134,6 @@ struct CudaModel::Buffers {
   bool rope_gemm = false, swiglu_gemm = false;
   float2* rope_sin_cos = nullptr;             // [T, hd/2] for the RoPE epilogue
   std::unique_ptr<DeferredUpdate> update;     // defer_update on one GPU only
-  // With `update` and CudaModelOptions::embedding_pending_update: the embedding table's
-  // optimizer descriptor for the forward's gather (cuda::EmbeddingForwardPendingUpdate).
-  bool gather_update = false;
-  cuda::AdamWTensor emb_table{};
 
   std::vector<bf16*> xs;                      // residual stream: block inputs + final, [N, d]
   std::vector<BlockActs> acts;                // L sets, or 1 with recompute
@@ -348,18 +343,9 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
     int least = 0, greatest = 0;  // the update yields to everything else
     FORGE_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     b.update = std::make_unique<DeferredUpdate>();
-    const int emb = layout_.embedding_unit();
-    const int emb_first = first_tensor[size_t(emb)];
-    // One descriptor covering the whole table (no sharding on one GPU).
-    if (o.embedding_pending_update && first_tensor[size_t(emb) + 1] == emb_first + 1 &&
-        tensors[size_t(emb_first)].n == int64_t{V_} * d_) {
-      b.gather_update = true;
-      b.emb_table = tensors[size_t(emb_first)];
-    }
     FORGE_RETURN_IF_ERROR(b.update->Init(b.adam_tensors, std::move(first_tensor),
                                          std::move(unit_elements), b.clip_scale,
                                          b.skipped_steps, least));
-    if (b.gather_update) b.update->set_gathered_unit(emb);
   }
 
   // Activations.
@@ -1088,19 +1074,9 @@ Status CudaModel::ForwardImpl(const int32_t* inputs, const int32_t* targets, flo
   const bool cast_weights = b.fp8 != nullptr && (!backward || !accumulate_grads);
 
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
-  if (b.gather_update) {
-    // The looked-up rows as the pending update leaves them; the table's own update runs
-    // behind the gather on the update stream, and the LM head waits for it.
-    FORGE_RETURN_IF_ERROR(cuda::EmbeddingForwardPendingUpdate(
-        b.xs[0], inputs, b.emb_table, N_, d_, b.update->hyper(), b.clip_scale,
-        b.update->pending(), s));
-    FORGE_RETURN_IF_ERROR(b.update->Gathered(s));
-  } else {
-    FORGE_RETURN_IF_ERROR(BeforeForward(layout_.embedding_unit(), s));
-    FORGE_RETURN_IF_ERROR(cuda::EmbeddingForward(b.xs[0], inputs,
-                                                 UnitParams(layout_.embedding_unit()), N_, d_,
-                                                 s));
-  }
+  FORGE_RETURN_IF_ERROR(BeforeForward(layout_.embedding_unit(), s));
+  FORGE_RETURN_IF_ERROR(cuda::EmbeddingForward(b.xs[0], inputs,
+                                               UnitParams(layout_.embedding_unit()), N_, d_, s));
   for (int l = 0; l < L; ++l) {
     FORGE_RETURN_IF_ERROR(BeforeForward(layout_.block_unit(l), s));
     if (cast_weights) FORGE_RETURN_IF_ERROR(CastLayerWeights(l, s));
@@ -1110,8 +1086,6 @@ Status CudaModel::ForwardImpl(const int32_t* inputs, const int32_t* targets, flo
   FORGE_RETURN_IF_ERROR(BeforeForward(layout_.final_norm_unit(), s));
   FORGE_RETURN_IF_ERROR(cuda::RmsNormForward(b.hf, b.rstd_f, b.xs[L], UnitParams(fin), N_, d_,
                                              m_.norm_eps, s));
-  // The tied LM head reads the whole table.
-  if (b.gather_update) FORGE_RETURN_IF_ERROR(BeforeForward(layout_.embedding_unit(), s));
   FORGE_RETURN_IF_ERROR(LmHead(targets, dloss, backward, accumulate_grads, losses, s));
   // An evaluation pass must not shape the next step's FP8 scales.
   if (!backward) return b.fp8 ? b.fp8->ResetAmax(s) : Status::Ok();

@@ -48,10 +48,6 @@ struct CudaModelOptions {
   // order: bitwise the same gradients. Measured on one H100 (session 11): -0.2 to -0.3 ms a
   // step at gpt350m B 16, -0.4 at B 24.
   bool norm_dw_on_wgrad = true;
-  // With defer_update: the forward's embedding gather applies the pending update to the rows
-  // it reads (cuda::EmbeddingForwardPendingUpdate), so the first block need not wait for the
-  // whole table's update, which runs last on the update stream. Bitwise the same.
-  bool embedding_pending_update = true;
   int wgrad_stream_priority = 0;       // CUDA priority of that stream (lower = more urgent)
   // One GPU (shard_world 1): OptimizerStep only takes the norm and defers AdamW to the next
   // forward, which applies it unit by unit on a low-priority stream just ahead of its reads

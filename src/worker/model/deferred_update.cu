@@ -13,7 +13,6 @@ DeferredUpdate::~DeferredUpdate() {
   for (cudaEvent_t e : unit_done_) cudaEventDestroy(e);
   if (fork_) cudaEventDestroy(fork_);
   if (done_) cudaEventDestroy(done_);
-  if (gathered_) cudaEventDestroy(gathered_);
   if (stream_) cudaStreamDestroy(stream_);
   if (pending_) cudaFree(pending_);
   if (hyper_) cudaFree(hyper_);
@@ -39,7 +38,6 @@ Status DeferredUpdate::Init(const cuda::AdamWTensor* tensors, std::vector<int> f
   FORGE_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, priority));
   FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
   FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
-  FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&gathered_, cudaEventDisableTiming));
   unit_done_.assign(unit_elements_.size(), nullptr);
   for (cudaEvent_t& e : unit_done_) {
     FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -72,21 +70,8 @@ Status DeferredUpdate::Begin(cudaStream_t s, bool overlap) {
   FORGE_CUDA_CHECK(cudaEventRecord(fork_, s));
   FORGE_CUDA_CHECK(cudaStreamWaitEvent(stream_, fork_, 0));
   open_ = true;
-  finished_ = false;
   const int units = static_cast<int>(unit_elements_.size());
   for (int u = 0; u < units; ++u) {
-    if (u == gathered_unit_) continue;
-    FORGE_RETURN_IF_ERROR(Launch(u, u, stream_).Annotate("deferred update of unit " +
-                                                         std::to_string(u)));
-    FORGE_CUDA_CHECK(cudaEventRecord(unit_done_[size_t(u)], stream_));
-  }
-  return gathered_unit_ < 0 ? Finish() : Status::Ok();
-}
-
-Status DeferredUpdate::Finish() {
-  finished_ = true;
-  if (gathered_unit_ >= 0) {
-    const int u = gathered_unit_;
     FORGE_RETURN_IF_ERROR(Launch(u, u, stream_).Annotate("deferred update of unit " +
                                                          std::to_string(u)));
     FORGE_CUDA_CHECK(cudaEventRecord(unit_done_[size_t(u)], stream_));
@@ -96,22 +81,10 @@ Status DeferredUpdate::Finish() {
   return Status::Ok();
 }
 
-Status DeferredUpdate::Gathered(cudaStream_t s) {
-  if (!open_ || finished_) return Status::Ok();
-  // The gather read the unit's old values (and the flag) before its update may overwrite them.
-  FORGE_CUDA_CHECK(cudaEventRecord(gathered_, s));
-  FORGE_CUDA_CHECK(cudaStreamWaitEvent(stream_, gathered_, 0));
-  return Finish();
-}
-
 Status DeferredUpdate::WaitUnit(int unit, cudaStream_t s) {
   if (!open_) return Status::Ok();
   if (unit < 0 || unit >= static_cast<int>(unit_done_.size())) {
     return Status::Invalid("deferred update: no unit " + std::to_string(unit));
-  }
-  if (unit == gathered_unit_ && !finished_) {
-    return Status::Precondition("deferred update: unit " + std::to_string(unit) +
-                                " waited for before its gather (Gathered)");
   }
   FORGE_CUDA_CHECK(cudaStreamWaitEvent(s, unit_done_[size_t(unit)], 0));
   return Status::Ok();
@@ -119,12 +92,10 @@ Status DeferredUpdate::WaitUnit(int unit, cudaStream_t s) {
 
 Status DeferredUpdate::End(cudaStream_t s) {
   if (!open_) return Status::Ok();
-  // A forward that never gathered (an error on the way) still applies the whole update.
-  const Status finished = finished_ ? Status::Ok() : Finish();
   open_ = false;
   FORGE_CUDA_CHECK(cudaEventRecord(done_, stream_));
   FORGE_CUDA_CHECK(cudaStreamWaitEvent(s, done_, 0));
-  return finished;
+  return Status::Ok();
 }
 
 Status DeferredUpdate::Flush(cudaStream_t s) {

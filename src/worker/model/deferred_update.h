@@ -49,24 +49,11 @@ class DeferredUpdate {
   // Whether Defer was ever called: until then Begin has nothing to do and enqueues nothing.
   bool used() const { return used_; }
 
-  // A unit whose first read in the forward is a gather that applies the pending update
-  // itself (cuda::EmbeddingForwardPendingUpdate: the embedding table). Its update runs last,
-  // once Gathered says the gather has read the old values. Before the first Begin.
-  void set_gathered_unit(int unit) { gathered_unit_ = unit; }
-  // For that gather: the flag (non-zero while an update is pending) and the deferred step's
-  // hyper-parameters (device pointers).
-  const int* pending() const { return pending_; }
-  const cuda::AdamWHyper* hyper() const { return hyper_; }
-
   // Start of a forward on s: fork the update stream and enqueue every unit's (gated) update
-  // there, but the gathered unit's. With overlap false (profiling: single stream) the update
-  // runs on s right here.
+  // there. With overlap false (profiling: single stream) the update runs on s right here.
   Status Begin(cudaStream_t s, bool overlap);
-  // After the gather on s: the gathered unit's update (then the flag's reset) is enqueued on
-  // the update stream behind it. No-op unless a Begin with overlap is open.
-  Status Gathered(cudaStream_t s);
-  // Before the forward reads unit u's weights (units in increasing order; the gathered unit
-  // only after Gathered). No-op unless a Begin with overlap is open.
+  // Before the forward reads unit u's weights (units in increasing order). No-op unless a
+  // Begin with overlap is open.
   Status WaitUnit(int unit, cudaStream_t s);
   // End of the forward: s waits for all of the update stream's work (also after an error, so
   // nothing is left unjoined in a capture).
@@ -77,8 +64,6 @@ class DeferredUpdate {
 
  private:
   Status Launch(int first_unit, int last_unit, cudaStream_t s);
-  // The gathered unit's update and the flag's reset on the update stream.
-  Status Finish();
 
   const cuda::AdamWTensor* tensors_ = nullptr;
   std::vector<int> first_tensor_;     // size units + 1
@@ -90,12 +75,9 @@ class DeferredUpdate {
   cudaStream_t stream_ = nullptr;       // the units' updates during the next forward
   cudaEvent_t fork_ = nullptr;          // compute stream -> update stream
   cudaEvent_t done_ = nullptr;          // update stream -> compute stream (End)
-  cudaEvent_t gathered_ = nullptr;      // compute stream (the gather) -> update stream
   std::vector<cudaEvent_t> unit_done_;  // unit u's weights are updated
   bool used_ = false;
   bool open_ = false;  // a Begin with overlap whose End has not run
-  int gathered_unit_ = -1;
-  bool finished_ = true;  // the open Begin's last updates and the flag's reset are enqueued
 };
 
 }  // namespace forge

@@ -176,7 +176,6 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
   mo.swiglu_gemm = options.swiglu_gemm;
   mo.wgrad_stream_priority = wgrad_priority;
   mo.defer_update = options.defer_update;
-  mo.embedding_pending_update = options.embedding_pending_update;
   mo.fp8 = cfg.precision.compute == Precision::kFp8;
   mo.fp8_config = cfg.precision.fp8;
   if (world_ > 1) {
@@ -603,7 +602,6 @@ CudaBackendOptions CudaBackendOptionsFromEnv() {
   if (const char* v = std::getenv("FORGE_CUDA_ROPE_GEMM")) o.rope_gemm = std::strcmp(v, "0") != 0;
   if (const char* v = std::getenv("FORGE_CUDA_SWIGLU_GEMM")) o.swiglu_gemm = std::strcmp(v, "0") != 0;
   if (EnvIsZero("FORGE_CUDA_DEFER_UPDATE")) o.defer_update = false;
-  if (EnvIsZero("FORGE_CUDA_EMB_PENDING")) o.embedding_pending_update = false;
   if (const char* v = std::getenv("FORGE_CUDA_WGRAD_PRIORITY")) {
     if (std::strcmp(v, "low") == 0) o.wgrad_priority = -1;
     else if (std::strcmp(v, "same") == 0) o.wgrad_priority = 0;

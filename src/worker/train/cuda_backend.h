@@ -45,8 +45,6 @@ struct CudaBackendOptions {
   // GetParams/GetMoments apply a pending update first). FORGE_CUDA_DEFER_UPDATE=0 turns it
   // off (the update then ends the step).
   bool defer_update = true;
-  // CudaModelOptions::embedding_pending_update; FORGE_CUDA_EMB_PENDING=0 turns it off.
-  bool embedding_pending_update = true;
   // Data parallelism: SMs the blocks' backward GEMMs leave to the overlapping NCCL kernels
   // (CudaModelOptions::gemm_sm_margin); matches NcclCommOptions::max_ctas.
   // FORGE_GEMM_SM_MARGIN=<n> overrides.
