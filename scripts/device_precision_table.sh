@@ -4,8 +4,8 @@
 # and the compiled PyTorch anchor for the same shapes, all on the same GPU; then one profiled
 # step of each precision (gpt350m B 16). Expects .device/ with forge_gpu_tests, forge-bench and
 # the anchors. Results: $OUT. SKIP_SUITE=1 leaves the suite out, SKIP_PROFILE=1 the profiles,
-# DEFER_OFF=1 adds BF16 with the AdamW update at the step's end (not deferred), SUITE_ONLY=1
-# stops after the suite.
+# DEFER_OFF=1 adds BF16 with the AdamW update at the step's end (not deferred), NORM_DW_OFF=1
+# BF16 with the RMSNorm dw reductions on the chain's stream, SUITE_ONLY=1 stops after the suite.
 set -u
 cd "$(dirname "$0")/.."
 source scripts/device_gpu_preamble.sh  # $out, the GPU's line, suite
@@ -17,8 +17,11 @@ fi
 for mb in gpt350m:8 gpt350m:16 gpt350m:24 gpt124m:16; do
   # fp8:lm = FP8 with the LM head's logits GEMM in FP8 too; bf16:off (DEFER_OFF=1) = BF16 with
   # the AdamW update at the end of the step (FORGE_CUDA_DEFER_UPDATE=0; its JSON says so).
-  for p in bf16 $([ -n "${DEFER_OFF:-}" ] && echo bf16:off) fp8 fp8:lm; do
-    env $([ $p = bf16:off ] && echo FORGE_CUDA_DEFER_UPDATE=0) .device/run forge-bench \
+  # bf16:dwoff (NORM_DW_OFF=1) = BF16 with the RMSNorm dw reductions on the chain's stream.
+  for p in bf16 $([ -n "${DEFER_OFF:-}" ] && echo bf16:off) \
+      $([ -n "${NORM_DW_OFF:-}" ] && echo bf16:dwoff) fp8 fp8:lm; do
+    env $([ $p = bf16:off ] && echo FORGE_CUDA_DEFER_UPDATE=0) \
+      $([ $p = bf16:dwoff ] && echo FORGE_CUDA_NORM_DW_WGRAD=0) .device/run forge-bench \
       --config configs/${mb%%:*}.yaml --micro-batch ${mb##*:} --steps 30 --precision ${p%%:*} \
       $([ $p = fp8:lm ] && echo --fp8-lm-head 1) 2>&1 | grep '^{' | tee -a "$out/bench.jsonl"
   done
