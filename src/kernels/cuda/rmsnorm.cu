@@ -12,8 +12,6 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/rmsnorm.cuh"
-#include <cstdlib>
-#include <cstring>
 #include "kernels/cuda/rmsnorm_backward.cuh"
 #include "kernels/cuda/rmsnorm_math.cuh"
 
@@ -101,19 +99,9 @@ Status RmsNormForward(bf16* out, float* rstd, const bf16* x, const bf16* w, int6
   return Status::Ok();
 }
 
-// EXPERIMENT (session 11): FORGE_RMS_BWD_SMEM=1 runs the SMEM_DW form of the BF16 kernel.
-bool SmemDwVariant() {
-  static const bool on = [] {
-    const char* v = std::getenv("FORGE_RMS_BWD_SMEM");
-    return v != nullptr && std::strcmp(v, "0") != 0;
-  }();
-  return on;
-}
-
 size_t RmsNormBackwardWorkspace(int64_t N, int d) {
   if (N <= 0 || d <= 0) return 0;
-  return size_t(std::max(BackwardBlocks(N), BackwardBlocks(N, /*smem_dw=*/true))) * size_t(d) *
-         sizeof(float);
+  return size_t(BackwardBlocks(N)) * size_t(d) * sizeof(float);
 }
 
 Status RmsNormBackward(bf16* dx, float* dw, const bf16* dout, const bf16* x, const bf16* w,
@@ -131,8 +119,7 @@ Status RmsNormBackward(bf16* dx, float* dw, const bf16* dout, const bf16* x, con
   }
   return LaunchRmsNormBackward<false>(dx, dw, dout, x, w, rstd, N, d,
                                       static_cast<float*>(workspace), stream, accumulate_dx,
-                                      accumulate_dw, RmsNormBwdFp8Out{}, dw_reduce,
-                                      SmemDwVariant());
+                                      accumulate_dw, RmsNormBwdFp8Out{}, dw_reduce);
 }
 
 }  // namespace forge::cuda

@@ -47,15 +47,11 @@ constexpr int kBwdWarps = kBwdThreads / 32;
 // is spread over 64 rows (512 blocks of 32 rows took 1.94 waves; measured on H100 at gpt350m
 // size: 57.8 -> 52.6 us a call, 48 calls a step).
 constexpr int kMaxBwdBlocks = 256;
-// SMEM_DW (BF16 only): each warp's dw contributions in its own shared-memory row instead of 32
-// registers a thread, so three blocks fit an SM (24 warps, half again the loads in flight).
-constexpr int kMaxBwdBlocksSmemDw = 384;
 constexpr int kBandPad = 4;  // bytes after each FP8 band row (bank spread for the gathers)
 constexpr size_t kMaxBwdSmem = 200 * 1024;
 
-int BackwardBlocks(int64_t N, bool smem_dw = false) {
-  return static_cast<int>(std::clamp<int64_t>(CeilDiv(N, kBwdWarps), 1,
-                                              smem_dw ? kMaxBwdBlocksSmemDw : kMaxBwdBlocks));
+int BackwardBlocks(int64_t N) {
+  return static_cast<int>(std::clamp<int64_t>(CeilDiv(N, kBwdWarps), 1, kMaxBwdBlocks));
 }
 
 Status CheckShape(const char* fn, int64_t N, int d) {
@@ -97,8 +93,8 @@ struct RmsNormBwdFp8Out {
 // Block b handles rows [b * R, min(N, (b + 1) * R)), warp w every kBwdWarps-th row of them.
 // Dynamic shared memory: d floats (the dw merge), then with FP8 the band [R][d + kBandPad].
 // ACC_DX: dx += the row's gradient (else dx = it, and the old dx is not read).
-template <int V, bool ACC_DX, bool FP8, __nv_fp8_interpretation_t F, bool SMEM_DW = false>
-__global__ void __launch_bounds__(kBwdThreads, SMEM_DW ? 3 : 2)
+template <int V, bool ACC_DX, bool FP8, __nv_fp8_interpretation_t F>
+__global__ void __launch_bounds__(kBwdThreads)
     RmsNormBackwardKernel(bf16* __restrict__ dx, float* __restrict__ dw_partial,
                           const bf16* __restrict__ dout, const bf16* __restrict__ x,
                           const bf16* __restrict__ w, const float* __restrict__ rstd, int64_t N,
@@ -117,19 +113,11 @@ __global__ void __launch_bounds__(kBwdThreads, SMEM_DW ? 3 : 2)
     if (q.scale_inv && blockIdx.x == 0 && threadIdx.x == 0) *q.scale_inv = 1.0f / s;
   }
 
-  static_assert(!(SMEM_DW && FP8), "SMEM_DW is BF16 only");
-  // SMEM_DW: this warp's dw row in shared memory ([kBwdWarps][d] from s_dw), else registers.
-  [[maybe_unused]] float* w_dw = s_dw + int64_t{warp} * d;
   float dw_acc[V][8];
-  if constexpr (SMEM_DW) {
-    for (int c = lane * 4; c < d; c += 128) *reinterpret_cast<float4*>(w_dw + c) = float4{};
-    __syncwarp();
-  } else {
 #pragma unroll
-    for (int k = 0; k < V; ++k) {
+  for (int k = 0; k < V; ++k) {
 #pragma unroll
-      for (int j = 0; j < 8; ++j) dw_acc[k][j] = 0.0f;
-    }
+    for (int j = 0; j < 8; ++j) dw_acc[k][j] = 0.0f;
   }
 
   for (int64_t row = begin + warp; row < end; row += kBwdWarps) {
@@ -159,24 +147,10 @@ __global__ void __launch_bounds__(kBwdThreads, SMEM_DW ? 3 : 2)
         UnpackBf16x8(xv[k], xf);
         UnpackBf16x8(gv[k], gf);
         UnpackBf16x8(Load16(w + c), wf);
-        if constexpr (SMEM_DW) {
-          float4* acc = reinterpret_cast<float4*>(w_dw + c);
-          float a[8];
-          *reinterpret_cast<float4*>(a) = acc[0];
-          *reinterpret_cast<float4*>(a + 4) = acc[1];
 #pragma unroll
-          for (int j = 0; j < 8; ++j) {
-            dot += wf[j] * gf[j] * xf[j];
-            a[j] += gf[j] * xf[j] * r;
-          }
-          acc[0] = *reinterpret_cast<float4*>(a);
-          acc[1] = *reinterpret_cast<float4*>(a + 4);
-        } else {
-#pragma unroll
-          for (int j = 0; j < 8; ++j) {
-            dot += wf[j] * gf[j] * xf[j];
-            dw_acc[k][j] += gf[j] * xf[j] * r;
-          }
+        for (int j = 0; j < 8; ++j) {
+          dot += wf[j] * gf[j] * xf[j];
+          dw_acc[k][j] += gf[j] * xf[j] * r;
         }
       }
     }
@@ -212,35 +186,24 @@ __global__ void __launch_bounds__(kBwdThreads, SMEM_DW ? 3 : 2)
     }
   }
 
-  float* part = dw_partial + int64_t{blockIdx.x} * d;
-  if constexpr (SMEM_DW) {
-    // The warps' rows added in warp order, as the register form's turns do.
-    __syncthreads();
-    for (int c = threadIdx.x; c < d; c += kBwdThreads) {
-      float t = s_dw[c];
+  // Warps add their partial dw into the shared row one after another (fixed order).
+  for (int turn = 0; turn < kBwdWarps; ++turn) {
+    if (warp == turn) {
 #pragma unroll
-      for (int w2 = 1; w2 < kBwdWarps; ++w2) t += s_dw[int64_t{w2} * d + c];
-      part[c] = t;
-    }
-  } else {
-    // Warps add their partial dw into the shared row one after another (fixed order).
-    for (int turn = 0; turn < kBwdWarps; ++turn) {
-      if (warp == turn) {
+      for (int k = 0; k < V; ++k) {
+        const int c = (k * 32 + lane) * 8;
+        if (c < d) {
 #pragma unroll
-        for (int k = 0; k < V; ++k) {
-          const int c = (k * 32 + lane) * 8;
-          if (c < d) {
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-              s_dw[c + j] = turn == 0 ? dw_acc[k][j] : s_dw[c + j] + dw_acc[k][j];
-            }
+          for (int j = 0; j < 8; ++j) {
+            s_dw[c + j] = turn == 0 ? dw_acc[k][j] : s_dw[c + j] + dw_acc[k][j];
           }
         }
       }
-      __syncthreads();
     }
-    for (int c = threadIdx.x; c < d; c += kBwdThreads) part[c] = s_dw[c];
+    __syncthreads();
   }
+  float* part = dw_partial + int64_t{blockIdx.x} * d;
+  for (int c = threadIdx.x; c < d; c += kBwdThreads) part[c] = s_dw[c];
 
   if constexpr (FP8) {
     // The band (complete since the merge's barriers) transposed: column c, rows 8g..8g+7 of
@@ -312,14 +275,13 @@ Status LaunchBwdKernel(Kernel kernel, const BwdLaunch& a) {
 }
 
 // The kernel instance for d's vector count v (d <= 8 * 256) and the accumulation mode.
-template <bool FP8, __nv_fp8_interpretation_t F, bool SMEM_DW = false>
+template <bool FP8, __nv_fp8_interpretation_t F>
 Status LaunchBwdForWidth(int v, bool accumulate_dx, const BwdLaunch& args) {
   switch (v) {
-#define FORGE_RMS_BWD(V)                                                                     \
-  case V:                                                                                    \
-    return accumulate_dx                                                                     \
-               ? LaunchBwdKernel(RmsNormBackwardKernel<V, true, FP8, F, SMEM_DW>, args)      \
-               : LaunchBwdKernel(RmsNormBackwardKernel<V, false, FP8, F, SMEM_DW>, args);
+#define FORGE_RMS_BWD(V)                                                                  \
+  case V:                                                                                 \
+    return accumulate_dx ? LaunchBwdKernel(RmsNormBackwardKernel<V, true, FP8, F>, args)  \
+                         : LaunchBwdKernel(RmsNormBackwardKernel<V, false, FP8, F>, args);
     FORGE_RMS_BWD(1)
     FORGE_RMS_BWD(2)
     FORGE_RMS_BWD(3)
@@ -345,25 +307,14 @@ template <bool FP8, __nv_fp8_interpretation_t F = __NV_E4M3>
 Status LaunchRmsNormBackward(bf16* dx, float* dw, const bf16* dout, const bf16* x, const bf16* w,
                              const float* rstd, int64_t N, int d, float* partial,
                              cudaStream_t stream, bool accumulate_dx, bool accumulate_dw,
-                             const RmsNormBwdFp8Out& q, const RmsNormDwReduce& dw_reduce,
-                             bool smem_dw = false) {
-  smem_dw = smem_dw && !FP8;
-  const int blocks = BackwardBlocks(N, smem_dw);
+                             const RmsNormBwdFp8Out& q, const RmsNormDwReduce& dw_reduce) {
+  const int blocks = BackwardBlocks(N);
   const int64_t rows_per_block = CeilDiv(N, blocks);
-  const size_t smem = smem_dw ? size_t(kBwdWarps) * d * sizeof(float)
-                              : RmsNormBackwardSmem(N, d, FP8);
+  const size_t smem = RmsNormBackwardSmem(N, d, FP8);
   const int v = static_cast<int>(CeilDiv(d, 256));
   const BwdLaunch args{dx, partial, dout, x, w, rstd, N, d, rows_per_block, q, blocks, smem,
                        stream};
-  if constexpr (!FP8) {
-    if (smem_dw) {
-      FORGE_RETURN_IF_ERROR((LaunchBwdForWidth<FP8, F, true>(v, accumulate_dx, args)));
-    } else {
-      FORGE_RETURN_IF_ERROR((LaunchBwdForWidth<FP8, F>(v, accumulate_dx, args)));
-    }
-  } else {
-    FORGE_RETURN_IF_ERROR((LaunchBwdForWidth<FP8, F>(v, accumulate_dx, args)));
-  }
+  FORGE_RETURN_IF_ERROR((LaunchBwdForWidth<FP8, F>(v, accumulate_dx, args)));
   cudaStream_t reduce_stream = stream;
   if (dw_reduce.fork != nullptr) {
     FORGE_CUDA_CHECK(cudaEventRecord(dw_reduce.fork, stream));
