@@ -77,7 +77,10 @@ class CeAllReduce {
   Status Signal(cudaStream_t s, int peer, int kind, uint64_t value);
   Status SignalPeers(cudaStream_t s, int kind, uint64_t value);  // Signal to every peer
   // work(p, lane) on every peer's lane, forked from `s` and joined back into it.
-  Status OnLanes(cudaStream_t s, const std::function<Status(int peer, cudaStream_t lane)>& work);
+  // With lanes_per_peer_ > 1 each peer has that many lanes, and work(p, j, lane) moves the
+  // j-th of that many slices of the chunk (more copy engines at once on the same link).
+  Status OnLanes(cudaStream_t s,
+                 const std::function<Status(int peer, int slice, cudaStream_t lane)>& work);
   Status Await(cudaStream_t s, int kind, uint64_t value);
 
   int rank_ = 0, world_ = 1, device_ = 0;
@@ -87,7 +90,8 @@ class CeAllReduce {
   float* scratch_ = nullptr;             // [world][chunk_cap] (this rank's slot unused)
   std::vector<float*> peer_base_;        // CUDA IPC mappings (null until opened); [rank_] base_
   std::vector<uint64_t*> peer_flags_;    // the same for the flags; [rank_] flags_
-  std::vector<cudaStream_t> lanes_;      // one copy-engine lane per peer
+  int lanes_per_peer_ = 1;               // FORGE_CE_LANES (1..4)
+  std::vector<cudaStream_t> lanes_;      // copy-engine lanes: [peer * lanes_per_peer_ + slice]
   std::vector<cudaEvent_t> lane_done_;
   cudaEvent_t fork_ = nullptr;
   cudaStream_t release_ = nullptr;  // Release's writes (the others may be stuck)
