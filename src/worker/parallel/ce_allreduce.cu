@@ -9,7 +9,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
-#include <utility>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
@@ -149,20 +148,12 @@ Status CeAllReduce::Init(int rank, int world, int device, float* base, int64_t c
   FORGE_CUDA_CHECK(cudaDeviceSynchronize());  // the memsets ran on the legacy stream
   int least = 0, greatest = 0;
   FORGE_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-  // EXPERIMENT (session 11): FORGE_CE_LANES=k splits each peer's copy over k lanes.
-  if (const char* v = std::getenv("FORGE_CE_LANES")) {
-    lanes_per_peer_ = std::clamp(std::atoi(v), 1, 4);
-  }
-  const int k = lanes_per_peer_;
-  lanes_.assign(size_t(world) * k, nullptr);
-  lane_done_.assign(size_t(world) * k, nullptr);
+  lanes_.assign(size_t(world), nullptr);
+  lane_done_.assign(size_t(world), nullptr);
   for (int p = 0; p < world; ++p) {
     if (p == rank) continue;
-    for (int j = 0; j < k; ++j) {
-      const size_t i = size_t(p) * k + j;
-      FORGE_CUDA_CHECK(cudaStreamCreateWithPriority(&lanes_[i], cudaStreamNonBlocking, greatest));
-      FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&lane_done_[i], cudaEventDisableTiming));
-    }
+    FORGE_CUDA_CHECK(cudaStreamCreateWithPriority(&lanes_[p], cudaStreamNonBlocking, greatest));
+    FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&lane_done_[p], cudaEventDisableTiming));
   }
   FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
   FORGE_CUDA_CHECK(cudaStreamCreateWithFlags(&release_, cudaStreamNonBlocking));
@@ -276,19 +267,15 @@ Status CeAllReduce::SignalPeers(cudaStream_t s, int kind, uint64_t value) {
   return Status::Ok();
 }
 
-Status CeAllReduce::OnLanes(
-    cudaStream_t s, const std::function<Status(int peer, int slice, cudaStream_t lane)>& work) {
+Status CeAllReduce::OnLanes(cudaStream_t s,
+                            const std::function<Status(int peer, cudaStream_t lane)>& work) {
   FORGE_CUDA_CHECK(cudaEventRecord(fork_, s));
-  const int k = lanes_per_peer_;
   for (int p = 0; p < world_; ++p) {
     if (p == rank_) continue;
-    for (int j = 0; j < k; ++j) {
-      const size_t i = size_t(p) * k + j;
-      FORGE_CUDA_CHECK(cudaStreamWaitEvent(lanes_[i], fork_, 0));
-      FORGE_RETURN_IF_ERROR(work(p, j, lanes_[i]));
-      FORGE_CUDA_CHECK(cudaEventRecord(lane_done_[i], lanes_[i]));
-      FORGE_CUDA_CHECK(cudaStreamWaitEvent(s, lane_done_[i], 0));
-    }
+    FORGE_CUDA_CHECK(cudaStreamWaitEvent(lanes_[p], fork_, 0));
+    FORGE_RETURN_IF_ERROR(work(p, lanes_[p]));
+    FORGE_CUDA_CHECK(cudaEventRecord(lane_done_[p], lanes_[p]));
+    FORGE_CUDA_CHECK(cudaStreamWaitEvent(s, lane_done_[p], 0));
   }
   return Status::Ok();
 }
@@ -322,26 +309,16 @@ Status CeAllReduce::Enqueue(float* buf, int64_t n, cudaStream_t s) {
   const int64_t off = buf - base_;
   const int64_t chunk = ChunkOf(n, world_);
   const int64_t lo = std::min(n, rank_ * chunk), len = std::min(n, lo + chunk) - lo;
+  const size_t bytes = size_t(len) * sizeof(float);
 
   // 1. Ready, both ways.
   FORGE_RETURN_IF_ERROR(SignalPeers(s, kReady, seq));
   FORGE_RETURN_IF_ERROR(Await(s, kReady, seq));
   if (len > 0) {
-    // Slice j of the chunk: [lo + j * piece, ...), pieces of whole 16-byte words.
-    const int k = lanes_per_peer_;
-    const int64_t piece = CeilDiv(CeilDiv(len, k), 4) * 4;
-    auto slice = [&](int j) {
-      const int64_t b = std::min(len, j * piece), e = std::min(len, b + piece);
-      return std::pair<int64_t, size_t>(b, size_t(e - b) * sizeof(float));
-    };
     // 2. Pull this rank's chunk of every peer, one lane each (they run side by side).
-    FORGE_RETURN_IF_ERROR(OnLanes(s, [&](int p, int j, cudaStream_t lane) {
-      const auto [b, nbytes] = slice(j);
-      if (nbytes > 0) {
-        FORGE_CUDA_CHECK(cudaMemcpyAsync(scratch_ + p * chunk_cap_ + b,
-                                         peer_base_[p] + off + lo + b, nbytes,
-                                         cudaMemcpyDeviceToDevice, lane));
-      }
+    FORGE_RETURN_IF_ERROR(OnLanes(s, [&](int p, cudaStream_t lane) {
+      FORGE_CUDA_CHECK(cudaMemcpyAsync(scratch_ + p * chunk_cap_, peer_base_[p] + off + lo,
+                                       bytes, cudaMemcpyDeviceToDevice, lane));
       return Status::Ok();
     }));
     // 3. The sum, in rank order, into this rank's own chunk.
@@ -356,17 +333,9 @@ Status CeAllReduce::Enqueue(float* buf, int64_t n, cudaStream_t s) {
     FORGE_CUDA_CHECK(cudaGetLastError());
     // 4. Push the sum to every peer; each lane then sets its peer's done flag (fenced after
     // the copy). The stream waits for the lanes: the chunk they read is this rank's gradient.
-    FORGE_RETURN_IF_ERROR(OnLanes(s, [&](int p, int j, cudaStream_t lane) {
-      const auto [b, nbytes] = slice(j);
-      if (nbytes > 0) {
-        FORGE_CUDA_CHECK(cudaMemcpyAsync(peer_base_[p] + off + lo + b, buf + lo + b, nbytes,
-                                         cudaMemcpyDeviceToDevice, lane));
-      }
-      if (j + 1 < k) return Status::Ok();
-      // The last slice's lane signals once the peer's other slices have landed too.
-      for (int i = 0; i + 1 < k; ++i) {
-        FORGE_CUDA_CHECK(cudaStreamWaitEvent(lane, lane_done_[size_t(p) * k + i], 0));
-      }
+    FORGE_RETURN_IF_ERROR(OnLanes(s, [&](int p, cudaStream_t lane) {
+      FORGE_CUDA_CHECK(cudaMemcpyAsync(peer_base_[p] + off + lo, buf + lo, bytes,
+                                       cudaMemcpyDeviceToDevice, lane));
       return Signal(lane, p, kDone, seq);
     }));
   } else {

@@ -77,10 +77,7 @@ class CeAllReduce {
   Status Signal(cudaStream_t s, int peer, int kind, uint64_t value);
   Status SignalPeers(cudaStream_t s, int kind, uint64_t value);  // Signal to every peer
   // work(p, lane) on every peer's lane, forked from `s` and joined back into it.
-  // With lanes_per_peer_ > 1 each peer has that many lanes, and work(p, j, lane) moves the
-  // j-th of that many slices of the chunk (more copy engines at once on the same link).
-  Status OnLanes(cudaStream_t s,
-                 const std::function<Status(int peer, int slice, cudaStream_t lane)>& work);
+  Status OnLanes(cudaStream_t s, const std::function<Status(int peer, cudaStream_t lane)>& work);
   Status Await(cudaStream_t s, int kind, uint64_t value);
 
   int rank_ = 0, world_ = 1, device_ = 0;
@@ -90,8 +87,7 @@ class CeAllReduce {
   float* scratch_ = nullptr;             // [world][chunk_cap] (this rank's slot unused)
   std::vector<float*> peer_base_;        // CUDA IPC mappings (null until opened); [rank_] base_
   std::vector<uint64_t*> peer_flags_;    // the same for the flags; [rank_] flags_
-  int lanes_per_peer_ = 1;               // FORGE_CE_LANES (1..4)
-  std::vector<cudaStream_t> lanes_;      // copy-engine lanes: [peer * lanes_per_peer_ + slice]
+  std::vector<cudaStream_t> lanes_;      // one copy-engine lane per peer
   std::vector<cudaEvent_t> lane_done_;
   cudaEvent_t fork_ = nullptr;
   cudaStream_t release_ = nullptr;  // Release's writes (the others may be stuck)
