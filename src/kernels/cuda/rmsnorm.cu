@@ -105,9 +105,9 @@ size_t RmsNormBackwardWorkspace(int64_t N, int d) {
 }
 
 Status RmsNormBackward(bf16* dx, float* dw, const bf16* dout, const bf16* x, const bf16* w,
-                       const float* rstd, int64_t N, int d, void* workspace,
-                       size_t workspace_bytes, cudaStream_t stream, bool accumulate_dx,
-                       bool accumulate_dw, const RmsNormDwReduce& dw_reduce) {
+                       const float* rstd, int64_t N, int d, void* workspace, size_t workspace_bytes,
+                       cudaStream_t stream, bool accumulate_dx, bool accumulate_dw,
+                       const RmsNormDwReduce& dw_reduce) {
   FORGE_RETURN_IF_ERROR(CheckRmsNormBackwardArgs("RmsNormBackward", dx, dout, x, w, N, d,
                                                  workspace, workspace_bytes));
   if (N == 0) {

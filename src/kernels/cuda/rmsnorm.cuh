@@ -31,8 +31,8 @@ struct RmsNormDwReduce {
 // accumulate_dx / accumulate_dw = false overwrite instead (dx = ..., dw = ...): the old
 // contents are never read, so they need no zeroing (first micro-step, first residual grad).
 Status RmsNormBackward(bf16* dx, float* dw, const bf16* dout, const bf16* x, const bf16* w,
-                       const float* rstd, int64_t N, int d, void* workspace,
-                       size_t workspace_bytes, cudaStream_t stream, bool accumulate_dx = true,
-                       bool accumulate_dw = true, const RmsNormDwReduce& dw_reduce = {});
+                       const float* rstd, int64_t N, int d, void* workspace, size_t workspace_bytes,
+                       cudaStream_t stream, bool accumulate_dx = true, bool accumulate_dw = true,
+                       const RmsNormDwReduce& dw_reduce = {});
 
 }  // namespace forge::cuda

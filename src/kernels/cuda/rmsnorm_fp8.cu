@@ -169,10 +169,9 @@ bool RmsNormBackwardFp8Supported(int64_t N, int d, const void* q, const void* q_
 
 Status RmsNormBackwardFp8(bf16* dx, float* dw, const bf16* dout, const bf16* x, const bf16* w,
                           const float* rstd, int64_t N, int d, void* workspace,
-                          size_t workspace_bytes, bool accumulate_dx, bool accumulate_dw,
-                          void* q, void* q_t, DType format, const float* scale, float* amax,
-                          float* scale_inv, cudaStream_t stream,
-                          const RmsNormDwReduce& dw_reduce) {
+                          size_t workspace_bytes, bool accumulate_dx, bool accumulate_dw, void* q,
+                          void* q_t, DType format, const float* scale, float* amax,
+                          float* scale_inv, cudaStream_t stream, const RmsNormDwReduce& dw_reduce) {
   FORGE_RETURN_IF_ERROR(CheckFp8CastArgs("RmsNormBackwardFp8", format, scale, amax, scale_inv));
   FORGE_RETURN_IF_ERROR(CheckRmsNormBackwardArgs("RmsNormBackwardFp8", dx, dout, x, w, N, d,
                                                  workspace, workspace_bytes));
@@ -189,12 +188,11 @@ Status RmsNormBackwardFp8(bf16* dx, float* dw, const bf16* dout, const bf16* x, 
   out.scale_inv = scale_inv;
   auto* partial = static_cast<float*>(workspace);
   if (format == DType::kE4M3) {
-    return LaunchRmsNormBackward<true, __NV_E4M3>(dx, dw, dout, x, w, rstd, N, d, partial,
-                                                   stream, accumulate_dx, accumulate_dw, out,
-                                                   dw_reduce);
+    return LaunchRmsNormBackward<true, __NV_E4M3>(dx, dw, dout, x, w, rstd, N, d, partial, stream,
+                                                  accumulate_dx, accumulate_dw, out, dw_reduce);
   }
   return LaunchRmsNormBackward<true, __NV_E5M2>(dx, dw, dout, x, w, rstd, N, d, partial, stream,
-                                                 accumulate_dx, accumulate_dw, out, dw_reduce);
+                                                accumulate_dx, accumulate_dw, out, dw_reduce);
 }
 
 }  // namespace forge::cuda

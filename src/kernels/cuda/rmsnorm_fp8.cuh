@@ -37,8 +37,8 @@ Status RmsNormForwardFp8(void* out, void* out_t, float* rstd, const bf16* x, con
 bool RmsNormBackwardFp8Supported(int64_t N, int d, const void* q, const void* q_t);
 Status RmsNormBackwardFp8(bf16* dx, float* dw, const bf16* dout, const bf16* x, const bf16* w,
                           const float* rstd, int64_t N, int d, void* workspace,
-                          size_t workspace_bytes, bool accumulate_dx, bool accumulate_dw,
-                          void* q, void* q_t, DType format, const float* scale, float* amax,
+                          size_t workspace_bytes, bool accumulate_dx, bool accumulate_dw, void* q,
+                          void* q_t, DType format, const float* scale, float* amax,
                           float* scale_inv, cudaStream_t stream,
                           const RmsNormDwReduce& dw_reduce = {});
 

@@ -45,8 +45,8 @@ struct CudaModelOptions {
   bool wgrad_stream = true;
   // With wgrad_stream: each RMSNorm backward's dw reduction (its second, latency-bound
   // kernel) runs on the wgrad stream, off the activation-gradient chain. Same kernel and
-  // order: bitwise the same gradients. Measured on one H100 (session 11): -0.2 to -0.3 ms a
-  // step at gpt350m B 16, -0.4 at B 24.
+  // order: bitwise the same gradients. Measured on one H100 (session 11): -0.2 to -0.4 ms a
+  // step at gpt350m B 16, -0.4 to -0.8 at B 24.
   bool norm_dw_on_wgrad = true;
   int wgrad_stream_priority = 0;       // CUDA priority of that stream (lower = more urgent)
   // One GPU (shard_world 1): OptimizerStep only takes the norm and defers AdamW to the next
@@ -255,7 +255,16 @@ class CudaModel {
   // compute stream rewrites later in the same backward: one event each, recorded on the wgrad
   // stream after the GEMM, waited on by the compute stream before the rewrite.
   enum class WgradHazard {
-    kDres, kDgu, kDqkv, kLogits0, kLogits1, kDwte, kNormWs0, kNormWs1, kCount };
+    kDres,
+    kDgu,
+    kDqkv,
+    kLogits0,
+    kLogits1,
+    kDwte,
+    kNormWs0,
+    kNormWs1,
+    kCount
+  };
   CudaModel();
 
   Status Init(const ModelConfig& m, const OptimizerConfig& opt, const CudaModelOptions& o);

@@ -272,19 +272,17 @@ Status Fp8Linears::RmsNormToInput(int layer, LinearKind k, int set, float* rstd,
 
 Status Fp8Linears::RmsNormBackwardToGrad(int layer, LinearKind k, bf16* dx, float* dw,
                                          const bf16* dout, const bf16* x, const bf16* w,
-                                         const float* rstd, void* workspace,
-                                         size_t workspace_bytes, bool accumulate_dx,
-                                         bool accumulate_dw, cudaStream_t s,
+                                         const float* rstd, void* workspace, size_t workspace_bytes,
+                                         bool accumulate_dx, bool accumulate_dw, cudaStream_t s,
                                          const cuda::RmsNormDwReduce& dw_reduce) {
   if (k != LinearKind::kOut && k != LinearKind::kDown) {
     return Status::Invalid("fp8 linears: the norm backward feeds the Out or Down projection");
   }
   const int ki = int(k);
   const SlotPtrs q = SlotOf(e5m2_, GradSlot(layer, ki));
-  return cuda::RmsNormBackwardFp8(dx, dw, dout, x, w, rstd, N_, int(shape_[ki].out), workspace,
-                                  workspace_bytes, accumulate_dx, accumulate_dw, dy8_[ki],
-                                  dy8t_[ki], DType::kE5M2, q.scale, q.amax, q.scale_inv, s,
-                                  dw_reduce);
+  return cuda::RmsNormBackwardFp8(
+      dx, dw, dout, x, w, rstd, N_, int(shape_[ki].out), workspace, workspace_bytes, accumulate_dx,
+      accumulate_dw, dy8_[ki], dy8t_[ki], DType::kE5M2, q.scale, q.amax, q.scale_inv, s, dw_reduce);
 }
 
 Status Fp8Linears::RopeBackwardToGrad(int layer, const bf16* dqkv, cudaStream_t s) {
