@@ -40,7 +40,7 @@ __device__ __forceinline__ void AddSquares(const float* __restrict__ g, int64_t 
     const int64_t n4 = n / 4;
     const float4* g4 = reinterpret_cast<const float4*>(g);
     for (int64_t i = tid; i < n4; i += stride) {
-      const float4 v = __ldcs(g4 + i);  // streaming: read once, beside the backward's work
+      const float4 v = g4[i];
       acc += v.x * v.x;
       acc += v.y * v.y;
       acc += v.z * v.z;
@@ -152,19 +152,17 @@ __global__ void __launch_bounds__(kAdamThreads)
         IsAligned(T.v, 16) && IsAligned(T.param_bf16, 8)) {
       const int64_t n4 = T.n / 4;
       for (int64_t i = tid; i < n4; i += stride) {
-        // Streaming loads and stores (evict-first): each fp32 word is touched once a step, and
-        // the update runs beside the forward, whose weights and activations should keep L2.
-        float4 p = __ldcs(reinterpret_cast<const float4*>(T.param) + i);
-        const float4 g = __ldcs(reinterpret_cast<const float4*>(T.grad) + i);
-        float4 m = __ldcs(reinterpret_cast<const float4*>(T.m) + i);
-        float4 v = __ldcs(reinterpret_cast<const float4*>(T.v) + i);
+        float4 p = reinterpret_cast<const float4*>(T.param)[i];
+        const float4 g = reinterpret_cast<const float4*>(T.grad)[i];
+        float4 m = reinterpret_cast<const float4*>(T.m)[i];
+        float4 v = reinterpret_cast<const float4*>(T.v)[i];
         AdamWElement(p.x, g.x, m.x, v.x, c, T.weight_decay);
         AdamWElement(p.y, g.y, m.y, v.y, c, T.weight_decay);
         AdamWElement(p.z, g.z, m.z, v.z, c, T.weight_decay);
         AdamWElement(p.w, g.w, m.w, v.w, c, T.weight_decay);
-        __stcs(reinterpret_cast<float4*>(T.param) + i, p);
-        __stcs(reinterpret_cast<float4*>(T.m) + i, m);
-        __stcs(reinterpret_cast<float4*>(T.v) + i, v);
+        reinterpret_cast<float4*>(T.param)[i] = p;
+        reinterpret_cast<float4*>(T.m)[i] = m;
+        reinterpret_cast<float4*>(T.v)[i] = v;
         if (T.param_bf16 != nullptr) {
           reinterpret_cast<uint2*>(T.param_bf16)[i] =
               make_uint2(PackBf16x2(p.x, p.y), PackBf16x2(p.z, p.w));
