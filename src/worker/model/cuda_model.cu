@@ -933,35 +933,27 @@ Status CudaModel::NormBackward(int cast_layer, LinearKind k, bf16* dres, float* 
                                bool accumulate_dx, bool accumulate_dw, cudaStream_t s) {
   Buffers& b = *buf_;
   const int ws = k == LinearKind::kOut ? 0 : 1;
+  char* work = b.norm_ws[size_t(ws)];
+  // With norm_dw_on_wgrad the dw reduction runs on the wgrad stream; the reduction that last
+  // read this buffer there must be done with it first.
+  const bool on_wgrad = dual_ && o_.norm_dw_on_wgrad;
+  const WgradHazard h = ws == 0 ? WgradHazard::kNormWs0 : WgradHazard::kNormWs1;
   cuda::RmsNormDwReduce dw_reduce;
-  if (dual_ && o_.norm_dw_on_wgrad) {
-    // The reduction that last read this buffer (wgrad stream) must be done with it.
-    const WgradHazard h = ws == 0 ? WgradHazard::kNormWs0 : WgradHazard::kNormWs1;
+  if (on_wgrad) {
     FORGE_RETURN_IF_ERROR(WaitWgrad(h, s));
     dw_reduce = {b.wgrad, b.fork};
     wgrad_pending_ = true;
-    FORGE_RETURN_IF_ERROR(NormBackwardKernels(cast_layer, k, dres, dw, dout, x, w, rstd,
-                                              accumulate_dx, accumulate_dw, ws, dw_reduce, s));
-    return RecordWgrad(h);
   }
-  return NormBackwardKernels(cast_layer, k, dres, dw, dout, x, w, rstd, accumulate_dx,
-                             accumulate_dw, ws, dw_reduce, s);
-}
-
-Status CudaModel::NormBackwardKernels(int cast_layer, LinearKind k, bf16* dres, float* dw,
-                                      const bf16* dout, const bf16* x, const bf16* w,
-                                      const float* rstd, bool accumulate_dx, bool accumulate_dw,
-                                      int ws, const cuda::RmsNormDwReduce& dw_reduce,
-                                      cudaStream_t s) {
-  Buffers& b = *buf_;
-  char* work = b.norm_ws[size_t(ws)];
   if (cast_layer >= 0 && b.fp8 && b.fp8->fuse_norm_grad()) {
-    return b.fp8->RmsNormBackwardToGrad(cast_layer, k, dres, dw, dout, x, w, rstd, work,
-                                        b.norm_ws_bytes, accumulate_dx, accumulate_dw, s,
-                                        dw_reduce);
+    FORGE_RETURN_IF_ERROR(b.fp8->RmsNormBackwardToGrad(cast_layer, k, dres, dw, dout, x, w, rstd,
+                                                       work, b.norm_ws_bytes, accumulate_dx,
+                                                       accumulate_dw, s, dw_reduce));
+  } else {
+    FORGE_RETURN_IF_ERROR(cuda::RmsNormBackward(dres, dw, dout, x, w, rstd, N_, d_, work,
+                                                b.norm_ws_bytes, s, accumulate_dx, accumulate_dw,
+                                                dw_reduce));
   }
-  return cuda::RmsNormBackward(dres, dw, dout, x, w, rstd, N_, d_, work, b.norm_ws_bytes, s,
-                               accumulate_dx, accumulate_dw, dw_reduce);
+  return on_wgrad ? RecordWgrad(h) : Status::Ok();
 }
 
 // Tied LM head + loss over token chunks, so only [chunk, V] bf16 logits buffers exist:

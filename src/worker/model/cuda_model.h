@@ -282,11 +282,6 @@ class CudaModel {
                       const cuda::bf16* dout, const cuda::bf16* x, const cuda::bf16* w,
                       const float* rstd, bool accumulate_dx, bool accumulate_dw,
                       cudaStream_t stream);
-  // Its kernels, with partials in norm_ws[ws] and the dw reduction where dw_reduce says.
-  Status NormBackwardKernels(int cast_layer, LinearKind k, cuda::bf16* dres, float* dw,
-                             const cuda::bf16* dout, const cuda::bf16* x, const cuda::bf16* w,
-                             const float* rstd, bool accumulate_dx, bool accumulate_dw, int ws,
-                             const cuda::RmsNormDwReduce& dw_reduce, cudaStream_t stream);
   // Decides Buffers::rope_gemm / swiglu_gemm and builds the RoPE table (Init).
   Status SetUpEpilogueGemms(const CudaModelOptions& o);
   // Our GEMM's arguments for the QKV projection + RoPE and gate/up + SwiGLU, all but the

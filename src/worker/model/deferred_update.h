@@ -46,8 +46,6 @@ class DeferredUpdate {
   // the next step) and marks the update pending, or counts the step skipped when the
   // gradients were not finite. Stream-ordered on s (capturable).
   Status Defer(const cuda::AdamWHyper* hyper, cudaStream_t s);
-  // Whether Defer was ever called: until then Begin has nothing to do and enqueues nothing.
-  bool used() const { return used_; }
 
   // Start of a forward on s: fork the update stream and enqueue every unit's (gated) update
   // there. With overlap false (profiling: single stream) the update runs on s right here.
@@ -76,7 +74,7 @@ class DeferredUpdate {
   cudaEvent_t fork_ = nullptr;          // compute stream -> update stream
   cudaEvent_t done_ = nullptr;          // update stream -> compute stream (End)
   std::vector<cudaEvent_t> unit_done_;  // unit u's weights are updated
-  bool used_ = false;
+  bool used_ = false;  // Defer was called: until then Begin and Flush enqueue nothing
   bool open_ = false;  // a Begin with overlap whose End has not run
 };
 
