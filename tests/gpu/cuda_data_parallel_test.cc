@@ -139,8 +139,8 @@ Trajectory RunSingle(const RunConfig& c, const std::vector<std::vector<Tokens>>&
 // `resume_from` it starts from those weights and moments instead of the init.
 void RankSteps(const RunConfig& c, const std::vector<std::vector<Tokens>>& batches, int r,
                NcclComm* comm, int first, int last, const Trajectory* resume_from,
-               Trajectory* out, Errors* e) {
-  auto made = MakeCudaTrainBackend(c, CudaBackendOptions{}, comm);
+               const CudaBackendOptions& options, Trajectory* out, Errors* e) {
+  auto made = MakeCudaTrainBackend(c, options, comm);
   if (!made.ok()) return e->Add(r, "backend: " + made.status().ToString());
   auto& b = *made;
   if (resume_from != nullptr) {  // rank 0's state on every rank, as a checkpoint gives it
@@ -168,13 +168,14 @@ void RankSteps(const RunConfig& c, const std::vector<std::vector<Tokens>>& batch
 
 std::vector<Trajectory> RunParallel(const RunConfig& c, int world,
                                     const std::vector<std::vector<Tokens>>& batches, int first,
-                                    int last, const Trajectory* resume_from) {
+                                    int last, const Trajectory* resume_from,
+                                    const CudaBackendOptions& options = {}) {
   Errors e;
   std::vector<Trajectory> out(world);
   NcclCommOptions o;
   o.timeout_s = 120;
   RunRanks(world, o, &e, [&](int r, NcclComm* comm) {
-    RankSteps(c, batches, r, comm, first, last, resume_from, &out[r], &e);
+    RankSteps(c, batches, r, comm, first, last, resume_from, options, &out[r], &e);
   });
   for (const std::string& m : e.list) ADD_FAILURE() << m;
   return out;
@@ -263,6 +264,34 @@ TEST(CudaDataParallel, CommWindowsChangeNoBits) {
     ASSERT_EQ(windows[0].losses.size(), size_t(kSteps));
     ExpectBitwiseEqual(windows[0], at_once[0], "windows vs at once");
     ExpectBitwiseEqual(windows[1], at_once[1], "windows vs at once, rank 1");
+  }
+}
+
+// ddp defers AdamW into the next forward (CudaModelOptions::defer_update): the same kernel on
+// the same values, so bitwise the trajectory of the update at the step's end, with
+// accumulation (only the first micro-step's forward applies it), in BF16 and in FP8 (whose
+// scale update runs at the step's end either way).
+TEST(CudaDataParallel, DeferredUpdateChangesNoBits) {
+  FORGE_SKIP_WITHOUT_GPU();
+  if (NcclVisibleDevices() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  test::NoGemmAutotune no_autotune;
+  for (const Precision p : {Precision::kBf16, Precision::kFp8}) {
+    SCOPED_TRACE(p == Precision::kFp8 ? "fp8" : "bf16");
+    const RunConfig c = Config(ParallelMode::kDdp, 2, 2, GradReduce::kFp32, p);
+    const auto batches = MakeBatches(c, 4);
+    CudaBackendOptions immediate;
+    immediate.defer_update = false;
+    const std::vector<Trajectory> deferred = RunParallel(c, 2, batches, 0, kSteps, nullptr);
+    const std::vector<Trajectory> at_end =
+        RunParallel(c, 2, batches, 0, kSteps, nullptr, immediate);
+    ASSERT_EQ(deferred.size(), 2u);
+    ASSERT_EQ(at_end.size(), 2u);
+    ASSERT_EQ(deferred[0].losses.size(), size_t(kSteps));
+    for (int r = 0; r < 2; ++r) {
+      ExpectBitwiseEqual(deferred[r], at_end[r], "deferred vs at the end, rank " +
+                                                     std::to_string(r));
+      EXPECT_TRUE(deferred[r].extra == at_end[r].extra) << "rank " << r << ": FP8 state differs";
+    }
   }
 }
 

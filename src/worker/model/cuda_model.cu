@@ -336,7 +336,9 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
                               tensors.size() * sizeof(cuda::AdamWTensor), cudaMemcpyHostToDevice));
   FORGE_RETURN_IF_ERROR(alloc(&b.clip_scale, 1));
   FORGE_RETURN_IF_ERROR(alloc(&b.skipped_steps, 1));
-  if (o.defer_update && W == 1) {
+  // Deferred wherever every rank updates whole units (one GPU, ddp); zero/fsdp update their
+  // slots and all-gather right after, which a deferral would only move into the forward.
+  if (o.defer_update && !o.shard_optimizer) {
     first_tensor.push_back(static_cast<int>(tensors.size()));
     std::vector<int64_t> unit_elements;
     for (const UnitLayout& u : layout_.units) unit_elements.push_back(u.numel);
@@ -1208,8 +1210,12 @@ Status CudaModel::ClipAndUpdate(const cuda::AdamWHyper* hyper, const float* sums
                                 cudaStream_t s) {
   Buffers& b = *buf_;
   FORGE_RETURN_IF_ERROR(cuda::ClipScaleFromSumSquares(sumsq, opt_.grad_clip, b.clip_scale, s));
-  FORGE_RETURN_IF_ERROR(cuda::AdamWMultiTensor(b.adam_tensors, b.num_tensors, hyper,
-                                               b.clip_scale, s, b.skipped_steps));
+  if (b.update) {  // ddp
+    FORGE_RETURN_IF_ERROR(b.update->Defer(hyper, s));
+  } else {
+    FORGE_RETURN_IF_ERROR(cuda::AdamWMultiTensor(b.adam_tensors, b.num_tensors, hyper,
+                                                 b.clip_scale, s, b.skipped_steps));
+  }
   return EndStep(s);
 }
 

@@ -49,9 +49,10 @@ struct CudaModelOptions {
   // step at gpt350m B 16, -0.4 to -0.8 at B 24.
   bool norm_dw_on_wgrad = true;
   int wgrad_stream_priority = 0;       // CUDA priority of that stream (lower = more urgent)
-  // One GPU (shard_world 1): OptimizerStep only takes the norm and defers AdamW to the next
-  // forward, which applies it unit by unit on a low-priority stream just ahead of its reads
-  // (worker/model/deferred_update.h); bitwise the same weights. FlushUpdate applies it now.
+  // One GPU and ddp (no shard_optimizer): OptimizerStep / ClipAndUpdate only take the norm and
+  // defer AdamW to the next forward, which applies it unit by unit on a low-priority stream
+  // just ahead of its reads (worker/model/deferred_update.h); bitwise the same weights.
+  // FlushUpdate applies it now.
   bool defer_update = true;
   // Data parallelism (worker/train/cuda_data_parallel.h). Every parameter-shaped buffer stores
   // unit u padded to PaddedSize(numel, shard_world) (shard_layout.h), zero in the padding, so
@@ -224,6 +225,7 @@ class CudaModel {
   // had its share taken in this step, GradSumSquaresFromUnits adds them up (fixed order).
   Status SumUnitSquares(int unit, cudaStream_t stream);
   Status GradSumSquaresFromUnits(float* sumsq_out, cudaStream_t stream);
+  // (With defer_update, ddp's case, the AdamW part is deferred as in OptimizerStep.)
   Status ClipAndUpdate(const cuda::AdamWHyper* hyper, const float* sumsq, cudaStream_t stream);
   // Device counter of optimizer steps skipped because the gradients were not finite (an
   // overflowed step: AdamW leaves every weight and moment as it was). Read it with a copy

@@ -5,7 +5,10 @@
 //          backward finished (on the step's last micro-step only), overlapped with the
 //          backward of the units before it; the compute stream waits for all of them just
 //          before the optimizer. Gradients are then identical everywhere, so the grad norm
-//          needs no collective; AdamW runs on the full model on every rank.
+//          needs no collective; AdamW runs on the full model on every rank, deferred into
+//          the next forward as on one GPU (CudaModelOptions::defer_update): the embedding's
+//          all-reduce ends the backward, and the update after it would have nothing to hide
+//          behind at the step's end.
 //   zero1  each unit's gradient is reduce-scattered the same way into this rank's fp32 slot;
 //   zero2  the grad norm's sum of squares is all-reduced (one float); AdamW updates this
 //          rank's slots of the master weights and moments and writes their bf16 values into
