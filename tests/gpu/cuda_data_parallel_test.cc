@@ -288,8 +288,8 @@ TEST(CudaDataParallel, DeferredUpdateChangesNoBits) {
     ASSERT_EQ(at_end.size(), 2u);
     ASSERT_EQ(deferred[0].losses.size(), size_t(kSteps));
     for (int r = 0; r < 2; ++r) {
-      ExpectBitwiseEqual(deferred[r], at_end[r], "deferred vs at the end, rank " +
-                                                     std::to_string(r));
+      ExpectBitwiseEqual(deferred[r], at_end[r],
+                         "deferred vs at the end, rank " + std::to_string(r));
       EXPECT_TRUE(deferred[r].extra == at_end[r].extra) << "rank " << r << ": FP8 state differs";
     }
   }

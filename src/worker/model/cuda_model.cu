@@ -1213,8 +1213,8 @@ Status CudaModel::ClipAndUpdate(const cuda::AdamWHyper* hyper, const float* sums
   if (b.update) {  // ddp
     FORGE_RETURN_IF_ERROR(b.update->Defer(hyper, s));
   } else {
-    FORGE_RETURN_IF_ERROR(cuda::AdamWMultiTensor(b.adam_tensors, b.num_tensors, hyper,
-                                                 b.clip_scale, s, b.skipped_steps));
+    FORGE_RETURN_IF_ERROR(cuda::AdamWMultiTensor(b.adam_tensors, b.num_tensors, hyper, b.clip_scale,
+                                                 s, b.skipped_steps));
   }
   return EndStep(s);
 }
