@@ -314,6 +314,11 @@ int RunRank(const Args& a, const RunConfig& cfg, int rank, int port) {
   out["comm_hidden_ms"] = std::max(0.0, comm - exposed);
   out["loss"] = r.loss;
   out["ranks_bitwise_equal"] = same_weights;  // every rank's weights after the timed steps
+  // Hardware queues of this process (the copy engines ask for 32): it applies to the
+  // single-GPU baseline above too, and 32 queues slow a single-GPU step by ~2% (session 12),
+  // so compare a copy-engine line's tokens/s with a default line's baseline.
+  const char* queues = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  out["cuda_device_max_connections"] = queues ? std::atoi(queues) : 8;
   out["host_ms_per_step"] = r.host_ms;  // rank 0's enqueue time (incl. waiting for staging)
   out["gpu"] = prop.name;
   if (a.profile) {  // rank 0's
