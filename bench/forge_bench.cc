@@ -232,9 +232,6 @@ int Run(int argc, char** argv) {
   out["wgrad_priority"] = options.wgrad_stream ? options.wgrad_priority : 0;
   out["wgrad_sm_margin"] = options.wgrad_sm_margin;  // -1: a quarter of the SMs
   out["defer_update"] = options.defer_update;
-  out["unit_sumsq"] = options.unit_sumsq == UnitSumSquaresAt::kSideStream ? "side"
-                      : options.unit_sumsq == UnitSumSquaresAt::kEnd      ? "end"
-                                                                          : "wgrad";
   out["loss"] = stats.loss;
 
   if (args.profile) {

@@ -457,46 +457,6 @@ TEST(GpuModel, DeferredUpdateMatchesImmediateBitwise) {
   ExpectSameTrainingState(*a, *b);
 }
 
-// Where the per-unit shares of the gradient norm run (CudaModelOptions::unit_sumsq): on a side
-// stream they are the same kernels on the same values as on the wgrad stream, so bitwise the
-// same training, in a replayed graph and with accumulation; one pass at the step's end sums in
-// another order, so its norm agrees to float rounding.
-TEST(GpuModel, UnitSumSquaresPlacementChangesNoBits) {
-  FORGE_SKIP_WITHOUT_GPU();
-  const NoGemmAutotune fixed_gemms;
-  RunConfig c = TinyConfig();
-  c.batch.global_batch = 8;
-  CudaBackendOptions wgrad, side, end;
-  wgrad.lm_head_chunk_rows = side.lm_head_chunk_rows = end.lm_head_chunk_rows = 96;
-  side.unit_sumsq = UnitSumSquaresAt::kSideStream;
-  end.unit_sumsq = UnitSumSquaresAt::kEnd;
-  auto a = MakeGpu(c, side);
-  auto b = MakeGpu(c, wgrad);
-  auto e = MakeGpu(c, end);
-  ASSERT_NE(a, nullptr);
-  ASSERT_NE(b, nullptr);
-  ASSERT_NE(e, nullptr);
-  const auto batches = MakeBatches(c, 12, 57);
-  const std::vector<int> plan = {1, 1, 2, 1, 2, 1};
-  size_t next = 0;
-  for (size_t i = 0; i < plan.size(); ++i) {
-    SCOPED_TRACE("step " + std::to_string(i));
-    const auto micro = Views(batches, next, plan[i]);
-    next += plan[i];
-    const StepHyper hyper{c.optimizer.lr, int64_t(i) + 1};
-    StepStats sa, sb, se;
-    ASSERT_STATUS_OK(a->TrainStep(micro, hyper, true, &sa));
-    ASSERT_STATUS_OK(b->TrainStep(micro, hyper, true, &sb));
-    ASSERT_STATUS_OK(e->TrainStep(micro, hyper, true, &se));
-    EXPECT_EQ(std::memcmp(&sa.loss, &sb.loss, sizeof(float)), 0) << sa.loss << " vs " << sb.loss;
-    EXPECT_EQ(std::memcmp(&sa.grad_norm, &sb.grad_norm, sizeof(float)), 0)
-        << sa.grad_norm << " vs " << sb.grad_norm;
-    EXPECT_NEAR(se.grad_norm, sb.grad_norm, 1e-5 * sb.grad_norm);
-    if (i == 3) EXPECT_TRUE(a->graph_active()) << "no graph";
-  }
-  ExpectSameTrainingState(*a, *b);
-}
-
 // ProfileStep runs single-stream on a dual-stream backend and is still a full training step:
 // the same weights as TrainStep on a single-stream backend, and every phase timed.
 TEST(GpuModel, ProfileStepOnWgradStreamBackendIsATrainStep) {

@@ -179,14 +179,10 @@ struct CudaModel::Buffers {
   cudaEvent_t fork = nullptr;  // recorded on the compute stream, waited on by wgrad
   cudaEvent_t join = nullptr;  // recorded on wgrad, waited on by the compute stream
   std::array<cudaEvent_t, static_cast<int>(WgradHazard::kCount)> hazard{};
-  // UnitSumSquaresAt::kSideStream: the per-unit sums of squares, and its join event.
-  cudaStream_t sumsq = nullptr;
-  cudaEvent_t sumsq_join = nullptr;
 
   ~Buffers() {
     // Work still queued on wgrad may use these buffers and gemm_w's workspace.
     if (wgrad) cudaStreamSynchronize(wgrad);
-    if (sumsq) cudaStreamSynchronize(sumsq);
     for (void* p : allocations) cudaFree(p);
     for (cudaEvent_t e : hazard) {
       if (e) cudaEventDestroy(e);
@@ -196,8 +192,6 @@ struct CudaModel::Buffers {
     if (fork) cudaEventDestroy(fork);
     if (join) cudaEventDestroy(join);
     if (wgrad) cudaStreamDestroy(wgrad);
-    if (sumsq_join) cudaEventDestroy(sumsq_join);
-    if (sumsq) cudaStreamDestroy(sumsq);
   }
 };
 
@@ -444,12 +438,6 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
     FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&b.join, cudaEventDisableTiming));
     for (cudaEvent_t& e : b.hazard) {
       FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    }
-    if (o.unit_sumsq == UnitSumSquaresAt::kSideStream) {
-      int least = 0, greatest = 0;  // it yields to everything else
-      FORGE_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-      FORGE_CUDA_CHECK(cudaStreamCreateWithPriority(&b.sumsq, cudaStreamNonBlocking, least));
-      FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&b.sumsq_join, cudaEventDisableTiming));
     }
   }
   FORGE_RETURN_IF_ERROR(b.sdpa.Init(o.deterministic_attention));
@@ -820,14 +808,6 @@ Status CudaModel::WaitWgrad(WgradHazard h, cudaStream_t s) {
   return Status::Ok();
 }
 
-Status CudaModel::JoinSumSquares(cudaStream_t s) {
-  if (!sumsq_pending_) return Status::Ok();
-  FORGE_CUDA_CHECK(cudaEventRecord(buf_->sumsq_join, buf_->sumsq));
-  FORGE_CUDA_CHECK(cudaStreamWaitEvent(s, buf_->sumsq_join, 0));
-  sumsq_pending_ = false;
-  return Status::Ok();
-}
-
 Status CudaModel::JoinWgrad(cudaStream_t s) {
   if (!dual_ || !wgrad_pending_) return Status::Ok();
   FORGE_CUDA_CHECK(cudaEventRecord(buf_->join, buf_->wgrad));
@@ -1066,15 +1046,11 @@ Status CudaModel::Forward(const int32_t* inputs, const int32_t* targets, float d
   // Join even after an error, so no wgrad or update work is left unordered (or unjoined in
   // a capture).
   const Status update_joined = buf_->update ? buf_->update->End(s) : Status::Ok();
-  const Status sumsq_joined = JoinSumSquares(s);
   Status joined = JoinWgrad(s);
   if (joined.ok()) joined = update_joined;
-  if (joined.ok()) joined = sumsq_joined;
   dual_ = false;
   // Without hooks every unit's GradReady summed its gradient's squares (UnitSumSquares).
-  if (backward && st.ok() && joined.ok()) {
-    unit_sumsq_ready_ = hooks_ == nullptr && o_.unit_sumsq != UnitSumSquaresAt::kEnd;
-  }
+  if (backward && st.ok() && joined.ok()) unit_sumsq_ready_ = hooks_ == nullptr;
   return st.ok() ? joined : st;
 }
 
@@ -1165,31 +1141,18 @@ Status CudaModel::GradReady(int unit, cudaStream_t s) {
 }
 
 // World 1: the unit's share of the gradient norm as soon as its gradient is final, so the
-// 1.4 GB read (gpt350m) overlaps the rest of the backward instead of opening the optimizer
-// (CudaModelOptions::unit_sumsq says where). kWgradStream: queued on the wgrad stream after
-// every dW GEMM forked so far (this unit's included) and, through the event, after the
-// chain's writes to the unit. kSideStream: on a stream of its own that waits for both, so the
-// wgrad stream's later work does not queue behind it. Forward's joins order it before the
-// optimizer. Each micro-step recomputes it; the last one counts.
+// 1.4 GB read (gpt350m) overlaps the rest of the backward instead of opening the optimizer.
+// On the wgrad stream when it is in use: queued after every dW GEMM forked so far (this
+// unit's included) and, through the event, after the chain's writes to the unit; Forward's
+// join orders it before the optimizer. Each micro-step recomputes it; the last one counts.
 Status CudaModel::UnitSumSquares(int unit, cudaStream_t s) {
   Buffers& b = *buf_;
-  if (o_.unit_sumsq == UnitSumSquaresAt::kEnd) return Status::Ok();
   cudaStream_t run = s;
   if (dual_) {
     FORGE_CUDA_CHECK(cudaEventRecord(b.grad_ready_compute[unit], s));
-    if (b.sumsq != nullptr) {
-      FORGE_CUDA_CHECK(cudaStreamWaitEvent(b.sumsq, b.grad_ready_compute[unit], 0));
-      if (wgrad_pending_) {
-        FORGE_CUDA_CHECK(cudaEventRecord(b.grad_ready_wgrad[unit], b.wgrad));
-        FORGE_CUDA_CHECK(cudaStreamWaitEvent(b.sumsq, b.grad_ready_wgrad[unit], 0));
-      }
-      sumsq_pending_ = true;
-      run = b.sumsq;
-    } else {
-      FORGE_CUDA_CHECK(cudaStreamWaitEvent(b.wgrad, b.grad_ready_compute[unit], 0));
-      wgrad_pending_ = true;
-      run = b.wgrad;
-    }
+    FORGE_CUDA_CHECK(cudaStreamWaitEvent(b.wgrad, b.grad_ready_compute[unit], 0));
+    wgrad_pending_ = true;
+    run = b.wgrad;
   }
   return SumUnitSquares(unit, run);
 }

@@ -23,7 +23,6 @@
 #include "kernels/cuda/bf16.cuh"
 #include "kernels/cuda/rmsnorm.cuh"
 #include "worker/model/param_layout.h"
-#include "worker/model/unit_sumsq_at.h"
 #include "worker/model/unit_buffers.h"
 
 namespace forge {
@@ -50,9 +49,6 @@ struct CudaModelOptions {
   // step at gpt350m B 16, -0.4 to -0.8 at B 24.
   bool norm_dw_on_wgrad = true;
   int wgrad_stream_priority = 0;       // CUDA priority of that stream (lower = more urgent)
-  // One GPU: see UnitSumSquaresAt (kSideStream and kWgradStream need wgrad_stream; without
-  // it the shares run on the compute stream).
-  UnitSumSquaresAt unit_sumsq = UnitSumSquaresAt::kWgradStream;
   // One GPU and ddp (no shard_optimizer): OptimizerStep / ClipAndUpdate only take the norm and
   // defer AdamW to the next forward, which applies it unit by unit on a low-priority stream
   // just ahead of its reads (worker/model/deferred_update.h); bitwise the same weights.
@@ -308,7 +304,6 @@ class CudaModel {
   Status RecordWgrad(WgradHazard h);
   Status WaitWgrad(WgradHazard h, cudaStream_t stream);
   Status JoinWgrad(cudaStream_t stream);
-  Status JoinSumSquares(cudaStream_t stream);
   Status Mark(StepPhase p, cudaStream_t stream) {
     return timeline_ ? timeline_->Mark(p, stream) : Status::Ok();
   }
@@ -347,7 +342,6 @@ class CudaModel {
   // those may be waited on: a capture cannot wait on an event recorded outside it).
   bool dual_ = false;
   bool wgrad_pending_ = false;
-  bool sumsq_pending_ = false;  // per-unit sums of squares queued on the side stream
   // The last backward summed every unit's gradient squares (no hooks: world 1), so
   // OptimizerStep finishes the norm from those partials instead of reading every gradient.
   bool unit_sumsq_ready_ = false;

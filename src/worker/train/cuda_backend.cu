@@ -172,7 +172,6 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
   mo.lm_head_chunk_rows = options.lm_head_chunk_rows;
   mo.wgrad_stream = options.wgrad_stream;
   mo.norm_dw_on_wgrad = options.norm_dw_on_wgrad;
-  mo.unit_sumsq = options.unit_sumsq;
   mo.rope_gemm = options.rope_gemm;
   mo.swiglu_gemm = options.swiglu_gemm;
   mo.wgrad_stream_priority = wgrad_priority;
@@ -603,12 +602,6 @@ CudaBackendOptions CudaBackendOptionsFromEnv() {
   if (const char* v = std::getenv("FORGE_CUDA_ROPE_GEMM")) o.rope_gemm = std::strcmp(v, "0") != 0;
   if (const char* v = std::getenv("FORGE_CUDA_SWIGLU_GEMM")) o.swiglu_gemm = std::strcmp(v, "0") != 0;
   if (EnvIsZero("FORGE_CUDA_DEFER_UPDATE")) o.defer_update = false;
-  if (const char* v = std::getenv("FORGE_CUDA_UNIT_SUMSQ")) {
-    if (std::strcmp(v, "wgrad") == 0) o.unit_sumsq = UnitSumSquaresAt::kWgradStream;
-    else if (std::strcmp(v, "side") == 0) o.unit_sumsq = UnitSumSquaresAt::kSideStream;
-    else if (std::strcmp(v, "end") == 0) o.unit_sumsq = UnitSumSquaresAt::kEnd;
-    else std::fprintf(stderr, "forge: ignoring FORGE_CUDA_UNIT_SUMSQ='%s' (wgrad|side|end)\n", v);
-  }
   if (const char* v = std::getenv("FORGE_CUDA_WGRAD_PRIORITY")) {
     if (std::strcmp(v, "low") == 0) o.wgrad_priority = -1;
     else if (std::strcmp(v, "same") == 0) o.wgrad_priority = 0;

@@ -14,7 +14,6 @@
 
 #include "common/config.h"
 #include "common/status.h"
-#include "worker/model/unit_sumsq_at.h"
 #include "worker/train/backend.h"
 
 namespace forge {
@@ -37,8 +36,6 @@ struct CudaBackendOptions {
   bool wgrad_stream = true;
   // CudaModelOptions::norm_dw_on_wgrad; FORGE_CUDA_NORM_DW_WGRAD=0 turns it off.
   bool norm_dw_on_wgrad = true;
-  // CudaModelOptions::unit_sumsq; FORGE_CUDA_UNIT_SUMSQ=wgrad|side|end.
-  UnitSumSquaresAt unit_sumsq = UnitSumSquaresAt::kWgradStream;
   // Priority of that stream relative to the compute stream: -1 lower (the activation-gradient
   // chain is scheduled first; dW GEMMs fill its gaps), 0 the same, +1 higher.
   // FORGE_CUDA_WGRAD_PRIORITY=low|same|high overrides.
