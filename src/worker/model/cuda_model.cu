@@ -133,7 +133,7 @@ struct CudaModel::Buffers {
   // CudaModelOptions::rope_gemm / swiglu_gemm where the GPU and shapes allow them.
   bool rope_gemm = false, swiglu_gemm = false;
   float2* rope_sin_cos = nullptr;             // [T, hd/2] for the RoPE epilogue
-  std::unique_ptr<DeferredUpdate> update;     // defer_update on one GPU only
+  std::unique_ptr<DeferredUpdate> update;     // defer_update: one GPU and ddp
 
   std::vector<bf16*> xs;                      // residual stream: block inputs + final, [N, d]
   std::vector<BlockActs> acts;                // L sets, or 1 with recompute

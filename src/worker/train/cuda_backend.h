@@ -40,7 +40,7 @@ struct CudaBackendOptions {
   // chain is scheduled first; dW GEMMs fill its gaps), 0 the same, +1 higher.
   // FORGE_CUDA_WGRAD_PRIORITY=low|same|high overrides.
   int wgrad_priority = -1;
-  // One GPU: the step's AdamW runs during the next step's forward, unit by unit on a
+  // One GPU and ddp: the step's AdamW runs during the next step's forward, unit by unit on a
   // low-priority stream just ahead of the forward's reads (bitwise the same weights;
   // GetParams/GetMoments apply a pending update first). FORGE_CUDA_DEFER_UPDATE=0 turns it
   // off (the update then ends the step).
