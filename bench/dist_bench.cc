@@ -240,6 +240,12 @@ StatusOr<double> TimeCollectives(const RunConfig& cfg, NcclComm* comm, const Arg
   return ms;
 }
 
+// Hardware queues this process's CUDA gets (CUDA_DEVICE_MAX_CONNECTIONS, driver default 8).
+int QueuesFromEnv() {
+  const char* v = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  return v ? std::atoi(v) : 8;
+}
+
 // The single-GPU baseline of one rank: TimeSteps on a world-1 backend.
 struct Baseline {
   double ms = 0, gib = 0, host_ms = 0;
@@ -307,8 +313,7 @@ StatusOr<Baseline> MeasureBaselineInChild(const RunConfig& cfg, const Args& a, i
 int RunRank(const Args& a, const RunConfig& cfg, int rank, int port) {
   // Copy engines: the baseline first, in a child with this process's queues, then 32 queues.
   const bool copy_engine = cfg.parallel.ddp_allreduce == DdpAllReduce::kCopyEngine;
-  const char* env_queues = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
-  const int baseline_queues = env_queues ? std::atoi(env_queues) : 8;
+  const int baseline_queues = QueuesFromEnv();
   StatusOr<Baseline> child_baseline = Baseline{};
   if (copy_engine) {
     child_baseline = MeasureBaselineInChild(cfg, a, rank);
@@ -396,8 +401,7 @@ int RunRank(const Args& a, const RunConfig& cfg, int rank, int port) {
   // Hardware queues of the data-parallel step and of the baseline (the copy engines ask for
   // 32, which slow a single-GPU step ~2%; their baseline runs in a child with the queues the
   // environment gives, the default 8 unless set).
-  const char* queues = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
-  out["cuda_device_max_connections"] = queues ? std::atoi(queues) : 8;
+  out["cuda_device_max_connections"] = QueuesFromEnv();
   out["baseline_cuda_device_max_connections"] = baseline_queues;
   out["host_ms_per_step"] = r.host_ms;  // rank 0's enqueue time (incl. waiting for staging)
   out["gpu"] = prop.name;

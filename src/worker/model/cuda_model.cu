@@ -1185,6 +1185,13 @@ Status CudaModel::OptimizerStep(const cuda::AdamWHyper* hyper, float* sumsq_out,
                                                sumsq_out, b.clip_scale, b.gradnorm_ws,
                                                b.gradnorm_ws_bytes, s));
   }
+  return UpdateOrDefer(hyper, s);
+}
+
+// AdamW by the clip scale just written, now or (defer_update) during the next forward; then
+// the FP8 scale update, at the step's end either way.
+Status CudaModel::UpdateOrDefer(const cuda::AdamWHyper* hyper, cudaStream_t s) {
+  Buffers& b = *buf_;
   if (b.update) {
     FORGE_RETURN_IF_ERROR(b.update->Defer(hyper, s));
   } else {
@@ -1210,13 +1217,7 @@ Status CudaModel::ClipAndUpdate(const cuda::AdamWHyper* hyper, const float* sums
                                 cudaStream_t s) {
   Buffers& b = *buf_;
   FORGE_RETURN_IF_ERROR(cuda::ClipScaleFromSumSquares(sumsq, opt_.grad_clip, b.clip_scale, s));
-  if (b.update) {  // ddp
-    FORGE_RETURN_IF_ERROR(b.update->Defer(hyper, s));
-  } else {
-    FORGE_RETURN_IF_ERROR(cuda::AdamWMultiTensor(b.adam_tensors, b.num_tensors, hyper, b.clip_scale,
-                                                 s, b.skipped_steps));
-  }
-  return EndStep(s);
+  return UpdateOrDefer(hyper, s);
 }
 
 Status CudaModel::EndStep(cudaStream_t s) {

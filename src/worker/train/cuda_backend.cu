@@ -596,9 +596,7 @@ CudaBackendOptions CudaBackendOptionsFromEnv() {
   if (EnvIsZero("FORGE_CUDA_GRAPH")) o.use_graph = false;
   if (EnvIsZero("FORGE_CUDA_DETERMINISTIC")) o.deterministic_attention = false;
   if (EnvIsZero("FORGE_CUDA_WGRAD_STREAM")) o.wgrad_stream = false;
-  if (const char* v = std::getenv("FORGE_CUDA_NORM_DW_WGRAD")) {
-    o.norm_dw_on_wgrad = std::strcmp(v, "0") != 0;
-  }
+  if (EnvIsZero("FORGE_CUDA_NORM_DW_WGRAD")) o.norm_dw_on_wgrad = false;
   if (const char* v = std::getenv("FORGE_CUDA_ROPE_GEMM")) o.rope_gemm = std::strcmp(v, "0") != 0;
   if (const char* v = std::getenv("FORGE_CUDA_SWIGLU_GEMM")) o.swiglu_gemm = std::strcmp(v, "0") != 0;
   if (EnvIsZero("FORGE_CUDA_DEFER_UPDATE")) o.defer_update = false;
