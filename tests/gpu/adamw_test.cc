@@ -260,6 +260,62 @@ TEST(GpuAdamW, NullBf16CopyAndNullScale) {
   for (float x : test::ToFloat(ts[0].d_pb.Download())) ASSERT_TRUE(std::isnan(x));
 }
 
+// ddp with bf16 gradient collectives hands the optimizer bf16 gradients (AdamWTensor::grad16):
+// the norm (whole-list and per-unit partials) and the update must be bitwise those of fp32
+// gradients holding the same values, on the vector and the scalar (unaligned) paths.
+TEST(GpuAdamW, Bf16GradientsAreTheWidenedFp32Ones) {
+  FORGE_SKIP_WITHOUT_GPU();
+  std::vector<Tensor> a = MakeTensors(), b = MakeTensors();
+  std::vector<DeviceBuffer<bf16>> g16;
+  for (size_t i = 0; i < a.size(); ++i) {
+    std::vector<float> g = test::RandomNormal(a[i].n, 0.02f, 990 + i);
+    test::RoundBf16InPlace(g);
+    std::vector<float> padded(size_t(a[i].n + a[i].offset), 0.0f);
+    std::copy(g.begin(), g.end(), padded.begin() + a[i].offset);
+    a[i].d_g.Upload(padded);
+    g16.emplace_back(test::ToBf16(padded));
+  }
+  std::vector<cuda::AdamWTensor> da = Descriptors(a), db = Descriptors(b);
+  for (size_t i = 0; i < db.size(); ++i) {
+    db[i].grad = nullptr;
+    db[i].grad16 = g16[i].data() + b[i].offset;
+  }
+  DeviceBuffer<cuda::AdamWTensor> d_da(da), d_db(db);
+  DeviceBuffer<char> ws(cuda::GradNormWorkspace());
+  DeviceBuffer<float> sa(1), ca(1), sb(1), cb(1);
+  ASSERT_STATUS_OK(cuda::GlobalGradNorm(d_da.data(), int(a.size()), 0.05f, sa.data(), ca.data(),
+                                        ws.data(), ws.bytes(), nullptr));
+  ASSERT_STATUS_OK(cuda::GlobalGradNorm(d_db.data(), int(b.size()), 0.05f, sb.data(), cb.data(),
+                                        ws.data(), ws.bytes(), nullptr));
+  EXPECT_TRUE(test::BitwiseEqual(sa.Download(), sb.Download())) << "global norm";
+  const int64_t P = cuda::SumSquaresPartials();
+  DeviceBuffer<float> pa{size_t(P)}, pb{size_t(P)};
+  for (size_t i = 0; i < a.size(); ++i) {
+    pa.Poison();
+    pb.Poison();
+    ASSERT_STATUS_OK(
+        cuda::SumSquaresPartial(a[i].d_g.data() + a[i].offset, a[i].n, pa.data(), nullptr));
+    ASSERT_STATUS_OK(
+        cuda::SumSquaresPartialBf16(g16[i].data() + b[i].offset, b[i].n, pb.data(), nullptr));
+    EXPECT_TRUE(test::BitwiseEqual(pa.Download(), pb.Download())) << "partials, tensor " << i;
+  }
+  DeviceBuffer<cuda::AdamWHyper> d_hyper(
+      std::vector<cuda::AdamWHyper>{{1e-3f, 0.9f, 0.95f, 1e-8f, 3}});
+  ASSERT_STATUS_OK(
+      cuda::AdamWMultiTensor(d_da.data(), int(a.size()), d_hyper.data(), ca.data(), nullptr));
+  ASSERT_STATUS_OK(
+      cuda::AdamWMultiTensor(d_db.data(), int(b.size()), d_hyper.data(), cb.data(), nullptr));
+  for (size_t i = 0; i < a.size(); ++i) {
+    SCOPED_TRACE("tensor " + std::to_string(i));
+    EXPECT_TRUE(test::BitwiseEqual(a[i].d_p.Download(), b[i].d_p.Download())) << "param";
+    EXPECT_TRUE(test::BitwiseEqual(a[i].d_m.Download(), b[i].d_m.Download())) << "m";
+    EXPECT_TRUE(test::BitwiseEqual(a[i].d_v.Download(), b[i].d_v.Download())) << "v";
+    EXPECT_TRUE(test::BitwiseEqual(test::ToFloat(a[i].d_pb.Download()),
+                                   test::ToFloat(b[i].d_pb.Download())))
+        << "bf16 copy";
+  }
+}
+
 TEST(GpuCast, FloatBf16RoundTripMatchesHostRounding) {
   FORGE_SKIP_WITHOUT_GPU();
   for (int offset : {0, 1}) {

@@ -303,6 +303,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{4, ParallelMode::kZero2, 2}, Case{2, ParallelMode::kFsdp, 1},
                       Case{2, ParallelMode::kFsdp, 2}, Case{4, ParallelMode::kFsdp, 2},
                       Case{2, ParallelMode::kDdp, 1, GradReduce::kBf16},
+                      Case{4, ParallelMode::kDdp, 1, GradReduce::kBf16},
+                      Case{2, ParallelMode::kDdp, 2, GradReduce::kBf16},
                       Case{2, ParallelMode::kZero1, 2, GradReduce::kBf16},
                       Case{2, ParallelMode::kDdp, 2, GradReduce::kFp32, Precision::kFp8},
                       Case{2, ParallelMode::kZero1, 1, GradReduce::kFp32, Precision::kFp8},

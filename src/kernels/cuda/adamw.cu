@@ -51,6 +51,31 @@ __device__ __forceinline__ void AddSquares(const float* __restrict__ g, int64_t 
   for (int64_t i = scalar_begin + tid; i < n; i += stride) acc += g[i] * g[i];
 }
 
+// The same over bf16 values, in the same per-thread order: four values per vector step
+// (8 bytes) where the fp32 version loads a float4, so each thread squares and adds the same
+// elements in the same order (bitwise the fp32 sum of the widened values).
+__device__ __forceinline__ void AddSquares(const bf16* __restrict__ g, int64_t n, int64_t tid,
+                                           int64_t stride, float& acc) {
+  int64_t scalar_begin = 0;
+  if (IsAligned(g, 16)) {
+    const int64_t n4 = n / 4;
+    const uint2* g4 = reinterpret_cast<const uint2*>(g);
+    for (int64_t i = tid; i < n4; i += stride) {
+      const uint2 u = g4[i];
+      const float2 a = UnpackBf16x2(u.x), b = UnpackBf16x2(u.y);
+      acc += a.x * a.x;
+      acc += a.y * a.y;
+      acc += b.x * b.x;
+      acc += b.y * b.y;
+    }
+    scalar_begin = n4 * 4;
+  }
+  for (int64_t i = scalar_begin + tid; i < n; i += stride) {
+    const float x = __bfloat162float(g[i]);
+    acc += x * x;
+  }
+}
+
 __global__ void __launch_bounds__(kNormThreads)
     GradNormPartialKernel(const AdamWTensor* __restrict__ tensors, int num_tensors,
                           float* __restrict__ partial) {
@@ -58,14 +83,21 @@ __global__ void __launch_bounds__(kNormThreads)
   const int64_t tid = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   float acc = 0.0f;
-  for (int t = 0; t < num_tensors; ++t) AddSquares(tensors[t].grad, tensors[t].n, tid, stride, acc);
+  for (int t = 0; t < num_tensors; ++t) {
+    if (tensors[t].grad16 != nullptr) {
+      AddSquares(tensors[t].grad16, tensors[t].n, tid, stride, acc);
+    } else {
+      AddSquares(tensors[t].grad, tensors[t].n, tid, stride, acc);
+    }
+  }
   const float total = BlockSum(acc, scratch);
   if (threadIdx.x == 0) partial[blockIdx.x] = total;
 }
 
 // One contiguous gradient range (a unit's), same grid and order per block as above.
+template <typename T>
 __global__ void __launch_bounds__(kNormThreads)
-    SumSquaresPartialKernel(const float* __restrict__ g, int64_t n, float* __restrict__ partial) {
+    SumSquaresPartialKernel(const T* __restrict__ g, int64_t n, float* __restrict__ partial) {
   __shared__ float scratch[32];
   const int64_t tid = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   float acc = 0.0f;
@@ -148,12 +180,20 @@ __global__ void __launch_bounds__(kAdamThreads)
   for (int t = 0; t < num_tensors; ++t) {
     const AdamWTensor T = tensors[t];
     int64_t scalar_begin = 0;
-    if (IsAligned(T.param, 16) && IsAligned(T.grad, 16) && IsAligned(T.m, 16) &&
-        IsAligned(T.v, 16) && IsAligned(T.param_bf16, 8)) {
+    const bool g16 = T.grad16 != nullptr;
+    if (IsAligned(T.param, 16) && (g16 ? IsAligned(T.grad16, 8) : IsAligned(T.grad, 16)) &&
+        IsAligned(T.m, 16) && IsAligned(T.v, 16) && IsAligned(T.param_bf16, 8)) {
       const int64_t n4 = T.n / 4;
       for (int64_t i = tid; i < n4; i += stride) {
         float4 p = reinterpret_cast<const float4*>(T.param)[i];
-        const float4 g = reinterpret_cast<const float4*>(T.grad)[i];
+        float4 g;
+        if (g16) {
+          const uint2 u = reinterpret_cast<const uint2*>(T.grad16)[i];
+          const float2 a = UnpackBf16x2(u.x), b = UnpackBf16x2(u.y);
+          g = make_float4(a.x, a.y, b.x, b.y);
+        } else {
+          g = reinterpret_cast<const float4*>(T.grad)[i];
+        }
         float4 m = reinterpret_cast<const float4*>(T.m)[i];
         float4 v = reinterpret_cast<const float4*>(T.v)[i];
         AdamWElement(p.x, g.x, m.x, v.x, c, T.weight_decay);
@@ -172,7 +212,7 @@ __global__ void __launch_bounds__(kAdamThreads)
     }
     for (int64_t i = scalar_begin + tid; i < T.n; i += stride) {
       float p = T.param[i], m = T.m[i], v = T.v[i];
-      AdamWElement(p, T.grad[i], m, v, c, T.weight_decay);
+      AdamWElement(p, g16 ? __bfloat162float(T.grad16[i]) : T.grad[i], m, v, c, T.weight_decay);
       T.param[i] = p;
       T.m[i] = m;
       T.v[i] = v;
@@ -268,7 +308,16 @@ Status SumSquaresPartial(const float* g, int64_t n, float* partial, cudaStream_t
   if (n < 0 || (n > 0 && g == nullptr) || partial == nullptr) {
     return Status::Invalid("SumSquaresPartial: bad arguments (n " + std::to_string(n) + ")");
   }
-  SumSquaresPartialKernel<<<kNormBlocks, kNormThreads, 0, stream>>>(g, n, partial);
+  SumSquaresPartialKernel<float><<<kNormBlocks, kNormThreads, 0, stream>>>(g, n, partial);
+  FORGE_CUDA_LAUNCH_CHECK();
+  return Status::Ok();
+}
+
+Status SumSquaresPartialBf16(const bf16* g, int64_t n, float* partial, cudaStream_t stream) {
+  if (n < 0 || (n > 0 && g == nullptr) || partial == nullptr) {
+    return Status::Invalid("SumSquaresPartialBf16: bad arguments (n " + std::to_string(n) + ")");
+  }
+  SumSquaresPartialKernel<bf16><<<kNormBlocks, kNormThreads, 0, stream>>>(g, n, partial);
   FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }

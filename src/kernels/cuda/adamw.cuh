@@ -22,6 +22,10 @@ struct AdamWTensor {
   float* v;
   int64_t n;
   float weight_decay;  // 0 for norms
+  // When set, the gradient is read from here (bf16) instead of `grad`: ddp with bf16 gradient
+  // collectives keeps the summed gradient in bf16 (worker/train/cuda_data_parallel.h), and
+  // widening it to fp32 first would only add a pass (the values are the same).
+  const bf16* grad16 = nullptr;
 };
 
 // Scratch for the grad-norm reduction (bytes).
@@ -42,6 +46,9 @@ Status GlobalGradNorm(const AdamWTensor* tensors, int num_tensors, float max_nor
 // (another summation order).
 int64_t SumSquaresPartials();
 Status SumSquaresPartial(const float* g, int64_t n, float* partial, cudaStream_t stream);
+// The same over bf16 values: bitwise SumSquaresPartial of the widened values (same grid, same
+// element order per thread) when both buffers are 16-byte aligned.
+Status SumSquaresPartialBf16(const bf16* g, int64_t n, float* partial, cudaStream_t stream);
 Status GradNormFromPartials(const float* partial, int64_t count, float max_norm,
                             float* sumsq_out, float* clip_scale_out, cudaStream_t stream);
 

@@ -118,6 +118,7 @@ struct CudaModel::Buffers {
   float* m = nullptr;
   float* v = nullptr;
   float* grad_shard = nullptr;  // shard_optimizer: this rank's summed gradient slots
+  bf16* grads16 = nullptr;      // CudaModelOptions::grads16: the summed gradient in bf16
   int64_t flat = 0;        // elements of params and grads (padded units)
   int64_t state_flat = 0;  // elements of master, m, v (== flat unless shard_optimizer)
   int64_t flat_shard = 0;  // elements of the slot buffers
@@ -277,6 +278,14 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
     FORGE_RETURN_IF_ERROR(alloc(&b.params, flat));
     FORGE_RETURN_IF_ERROR(alloc(&b.grads, flat));
   }
+  if (o.grads16) {
+    if (o.shard_optimizer || W < 2) {
+      return Status::Invalid("cuda model: grads16 is for ddp (shard_world > 1, whole units)");
+    }
+    FORGE_RETURN_IF_ERROR(alloc(&b.grads16, flat));
+    // Padding stays zero: collectives and norms read whole units only, but keep it defined.
+    FORGE_CUDA_CHECK(cudaMemset(b.grads16, 0, size_t(flat) * sizeof(bf16)));
+  }
   FORGE_RETURN_IF_ERROR(alloc(&b.m, state));
   FORGE_RETURN_IF_ERROR(alloc(&b.v, state));
   if (o.shard_optimizer) FORGE_RETURN_IF_ERROR(alloc(&b.grad_shard, flat_shard));
@@ -285,6 +294,7 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
   pb_.master = b.master;
   pb_.params = b.params;
   pb_.grads = b.grads;
+  pb_.grads16 = b.grads16;
   pb_.params_shard = b.params_shard;
   unit_params_.assign(U, nullptr);
   unit_grads_.assign(U, nullptr);
@@ -316,7 +326,8 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
       const int64_t so = state_base + lo;
       bf16* out = o.shard_params ? b.params_shard + so : b.params + pb_.unit_offset[u] + lo;
       tensors.push_back({b.master + so, out, g + so, b.m + so, b.v + so, hi - lo,
-                         t.weight_decay ? opt.weight_decay : 0.0f});
+                         t.weight_decay ? opt.weight_decay : 0.0f,
+                         b.grads16 ? b.grads16 + pb_.unit_offset[u] + lo : nullptr});
     }
   }
   if (tensors.empty()) {
@@ -543,6 +554,9 @@ Status CudaModel::DownloadGrads(UnitBuffers* grads, cudaStream_t stream) {
   if (o_.shard_params) {
     return Status::Precondition("cuda model: fsdp gradients are gathered by the data-parallel "
                                 "layer");
+  }
+  if (buf_->grads16) {  // the summed gradient lives in bf16 (grads16); widening is exact
+    FORGE_RETURN_IF_ERROR(cuda::CastBf16ToFloat(buf_->grads, buf_->grads16, buf_->flat, stream));
   }
   return ReadUnits(buf_->grads, grads, stream);
 }
@@ -860,8 +874,12 @@ Status CudaModel::BlockBackward(int layer, int set, const BlockActs& a, const bf
                              bool cast_done = false) -> Status {
     if (f8 == nullptr) {
       FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdGemm, s));
-      FORGE_RETURN_IF_ERROR(WgradGemm(
-          LinearBackwardWeight(g + weight_offset, dy, x, N_, out, in, acc), reads, s));
+      GemmArgs wg = LinearBackwardWeight(g + weight_offset, dy, x, N_, out, in, acc);
+      if (grads16_direct_) {  // ddp's bf16 collectives read it straight from here
+        wg.D = UnitGrads16(layout_.block_unit(layer)) + weight_offset;
+        wg.d_type = DType::kBf16;
+      }
+      FORGE_RETURN_IF_ERROR(WgradGemm(wg, reads, s));
       return b.gemm.Run(LinearBackwardData(dx, dy, w + weight_offset, N_, out, in), s);
     }
     if (!cast_done) {
@@ -1032,6 +1050,9 @@ Status CudaModel::Forward(const int32_t* inputs, const int32_t* targets, float d
                           bool backward, bool accumulate_grads, float* losses, cudaStream_t s) {
   dual_ = backward && buf_->wgrad != nullptr && timeline_ == nullptr;
   wgrad_pending_ = false;
+  // ddp, bf16 collectives, a step of one micro-step, BF16 GEMMs: see CastUnitGradsToBf16.
+  grads16_direct_ = backward && !accumulate_grads && buf_->grads16 != nullptr &&
+                    buf_->fp8 == nullptr && hooks_ != nullptr && hooks_->grads_to_bf16;
   hazard_recorded_.fill(false);
   if (backward) unit_sumsq_ready_ = false;
   // The last step's deferred AdamW, before the weights are first read in this step (its first
@@ -1161,9 +1182,34 @@ Status CudaModel::SumUnitSquares(int unit, cudaStream_t s) {
   if (unit < 0 || unit >= static_cast<int>(layout_.units.size()) || UnitGrads(unit) == nullptr) {
     return Status::Invalid("cuda model: no full gradient for unit " + std::to_string(unit));
   }
-  return cuda::SumSquaresPartial(UnitGrads(unit), layout_.units[size_t(unit)].numel,
-                                 buf_->unit_sumsq + int64_t{unit} * cuda::SumSquaresPartials(),
-                                 s);
+  float* partial = buf_->unit_sumsq + int64_t{unit} * cuda::SumSquaresPartials();
+  const int64_t n = layout_.units[size_t(unit)].numel;
+  if (buf_->grads16) return cuda::SumSquaresPartialBf16(UnitGrads16(unit), n, partial, s);
+  return cuda::SumSquaresPartial(UnitGrads(unit), n, partial, s);
+}
+
+bf16* CudaModel::UnitGrads16(int unit) const {
+  return buf_->grads16 ? buf_->grads16 + pb_.unit_offset[size_t(unit)] : nullptr;
+}
+
+// The weight GEMMs wrote a block's four matrices in bf16 when grads16_direct_; the rest of a
+// block (its norm weights), and every other unit whole, are cast from the fp32 gradient.
+Status CudaModel::CastUnitGradsToBf16(int unit, cudaStream_t s) {
+  if (buf_->grads16 == nullptr) return Status::Precondition("cuda model: no grads16");
+  const UnitLayout& u = layout_.units[size_t(unit)];
+  const bool block = unit != layout_.embedding_unit() && unit != layout_.final_norm_unit();
+  if (!(grads16_direct_ && block)) {
+    return cuda::CastFloatToBf16(UnitGrads16(unit), UnitGrads(unit), u.numel, s);
+  }
+  const BlockOffsets& o = layout_.block;
+  for (const TensorSlot& t : u.tensors) {
+    if (t.offset == o.wqkv || t.offset == o.wo || t.offset == o.w_gate_up || t.offset == o.w_down) {
+      continue;
+    }
+    FORGE_RETURN_IF_ERROR(cuda::CastFloatToBf16(UnitGrads16(unit) + t.offset,
+                                                UnitGrads(unit) + t.offset, t.numel, s));
+  }
+  return Status::Ok();
 }
 
 Status CudaModel::GradSumSquaresFromUnits(float* sumsq_out, cudaStream_t s) {

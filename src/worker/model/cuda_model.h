@@ -54,6 +54,11 @@ struct CudaModelOptions {
   // just ahead of its reads (worker/model/deferred_update.h); bitwise the same weights.
   // FlushUpdate applies it now.
   bool defer_update = true;
+  // ddp with bf16 gradient collectives (parallel.grad_reduce bf16): the summed gradient lives
+  // in a bf16 copy of the gradient buffer (CudaParamBuffers::grads16), which the collectives
+  // sum in place and the norm and AdamW read, so no pass widens it back to fp32; the BF16
+  // weight-gradient GEMMs of a one-micro-step pass write it directly (no cast either).
+  bool grads16 = false;
   // Data parallelism (worker/train/cuda_data_parallel.h). Every parameter-shaped buffer stores
   // unit u padded to PaddedSize(numel, shard_world) (shard_layout.h), zero in the padding, so
   // NCCL reduce-scatter / all-gather run in place on a unit. With shard_optimizer the fp32
@@ -108,6 +113,9 @@ struct CudaModelHooks {
   // gracefully, where the GEMMs (persistent, one CTA per SM) slow down by far more than the
   // SMs they lose. A moment to start the gradient collectives (enqueued on `stream`).
   std::function<Status(int unit, cudaStream_t stream)> comm_window;
+  // With CudaModelOptions::grads16, on a pass that overwrites the gradient (one micro-step):
+  // the BF16 weight-gradient GEMMs write the blocks' matrices straight into grads16.
+  bool grads_to_bf16 = false;
 };
 
 // Where the parameter-shaped device buffers are, for the data-parallel layer.
@@ -119,6 +127,7 @@ struct CudaParamBuffers {
   float* m = nullptr;           // like master
   float* v = nullptr;
   float* grad_shard = nullptr;  // this rank's summed gradient slots (shard_optimizer only)
+  cuda::bf16* grads16 = nullptr;      // like grads, bf16 (CudaModelOptions::grads16 only)
   std::vector<int64_t> unit_offset;   // of unit u in params / grads (and master, m, v unsharded)
   std::vector<int64_t> shard_offset;  // of unit u's slot in master, m, v, grad_shard (sharded)
   std::vector<int64_t> slot;          // ShardSize(numel_u, shard_world)
@@ -224,6 +233,9 @@ class CudaModel {
   // gradient is final there (e.g. after its all-reduce, on the NCCL stream); after every unit
   // had its share taken in this step, GradSumSquaresFromUnits adds them up (fixed order).
   Status SumUnitSquares(int unit, cudaStream_t stream);
+  // grads16: unit u's gradient into grads16, except what this pass's GEMMs wrote there
+  // (CudaModelHooks::grads_to_bf16); the data-parallel layer then sums it there in bf16.
+  Status CastUnitGradsToBf16(int unit, cudaStream_t stream);
   Status GradSumSquaresFromUnits(float* sumsq_out, cudaStream_t stream);
   // (With defer_update, ddp's case, the AdamW part is deferred as in OptimizerStep.)
   Status ClipAndUpdate(const cuda::AdamWHyper* hyper, const float* sumsq, cudaStream_t stream);
@@ -320,6 +332,7 @@ class CudaModel {
   }
   const cuda::bf16* UnitParams(int unit) const { return unit_params_[unit]; }
   float* UnitGrads(int unit) const { return unit_grads_[unit]; }
+  cuda::bf16* UnitGrads16(int unit) const;
   Status GradReady(int unit, cudaStream_t stream);
   Status UnitSumSquares(int unit, cudaStream_t stream);
 
@@ -343,6 +356,7 @@ class CudaModel {
   // those may be waited on: a capture cannot wait on an event recorded outside it).
   bool dual_ = false;
   bool wgrad_pending_ = false;
+  bool grads16_direct_ = false;  // this pass's BF16 dW GEMMs write grads16 (CastUnitGradsToBf16)
   // The last backward summed every unit's gradient squares (no hooks: world 1), so
   // OptimizerStep finishes the norm from those partials instead of reading every gradient.
   bool unit_sumsq_ready_ = false;

@@ -183,6 +183,8 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
     mo.shard_rank = comm->rank();
     mo.shard_optimizer = cfg.parallel.mode != ParallelMode::kDdp;
     mo.shard_params = cfg.parallel.mode == ParallelMode::kFsdp;
+    mo.grads16 =
+        cfg.parallel.mode == ParallelMode::kDdp && cfg.parallel.grad_reduce == GradReduce::kBf16;
     mo.gemm_sm_margin = options.gemm_sm_margin;
   }
   mo.wgrad_sm_margin = options.wgrad_sm_margin;
@@ -345,7 +347,7 @@ Status CudaBackend::EnqueueCompute(int micro_steps, bool optimizer) {
     // on every one with fsdp (accumulated in the gradient slots). ComputeGradients (no
     // optimizer) all-reduces where gradients are full-size: callers want the whole sum.
     if (dp_) {
-      dp_->BeginMicroStep(i == 0);
+      dp_->BeginMicroStep(i == 0, i + 1 == micro_steps);
       const bool sync = every_micro || i + 1 == micro_steps;
       model_->set_hooks(sync ? dp_->grad_hooks(!optimizer) : dp_->read_hooks());
     }

@@ -85,8 +85,10 @@ Status CudaDataParallel::Init() {
   comm_->SetProducerStream(nullptr);  // ordering is explicit, through the events below
   const size_t U = model_->layout().units.size();
   const CudaParamBuffers& pb = model_->param_buffers();
+  // ddp with bf16 collectives sums in the model's bf16 gradient copy (grads16).
+  const bool ddp_bf16 = !sharded() && grad_reduce_ == GradReduce::kBf16;
   const bool ok = pb.slot.size() == U && (!sharded() || pb.grad_shard != nullptr) &&
-                  (fsdp() == (pb.params_shard != nullptr));
+                  (fsdp() == (pb.params_shard != nullptr)) && (ddp_bf16 == (pb.grads16 != nullptr));
   if (!ok) {
     return Status::Precondition("CudaDataParallel: the model was not created for " +
                                 std::string(ParallelModeName(mode_)) + " over " +
@@ -100,9 +102,9 @@ Status CudaDataParallel::Init() {
     FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   }
   gather_pending_.assign(U, false);
-  if (grad_reduce_ == GradReduce::kBf16) {
-    // ddp sums numel elements of a unit, zero (and ComputeGradients' all-reduce) at most the
-    // padded world * slot.
+  if (grad_reduce_ == GradReduce::kBf16 && sharded()) {
+    // zero's reduce-scatter (and ComputeGradients' all-reduce) casts at most the padded
+    // world * slot.
     int64_t largest = 0;
     for (size_t u = 0; u < U; ++u) {
       largest = std::max({largest, model_->layout().units[u].numel, int64_t{world_} * pb.slot[u]});
@@ -235,8 +237,12 @@ Status CudaDataParallel::IssueGradCollective(int u, cudaEvent_t compute_done,
   if (!sharded()) {
     // ddp: the summed gradient is final on the NCCL stream right after the all-reduce, so
     // its share of the grad norm is taken there, overlapping the rest of the backward.
-    if (grad_reduce_ == GradReduce::kBf16) {
-      FORGE_RETURN_IF_ERROR(ReduceBf16(u, g, all_reduce));
+    if (grad_reduce_ == GradReduce::kBf16) {  // in grads16, where the norm and AdamW read it
+      FORGE_RETURN_IF_ERROR(model_->CastUnitGradsToBf16(u, nccl_stream_));
+      FORGE_RETURN_IF_ERROR(comm_
+                                ->AllReduceSum(pb.grads16 + pb.unit_offset[u], unit.numel,
+                                               DType::kBF16, "grad " + unit.name + " (bf16)")
+                                .status());
     } else {
       FORGE_RETURN_IF_ERROR(
           comm_->AllReduceSum(g, unit.numel, DType::kF32, "grad " + unit.name).status());
@@ -258,7 +264,7 @@ Status CudaDataParallel::ReduceBf16(int u, float* g, bool all_reduce) {
   const CudaParamBuffers& pb = model_->param_buffers();
   const UnitLayout& unit = model_->layout().units[u];
   const std::string what = "grad " + unit.name + " (bf16)";
-  if (all_reduce || !sharded()) {
+  if (all_reduce) {
     FORGE_RETURN_IF_ERROR(cuda::CastFloatToBf16(comm_bf16_, g, unit.numel, nccl_stream_));
     FORGE_RETURN_IF_ERROR(
         comm_->AllReduceSum(comm_bf16_, unit.numel, DType::kBF16, what).status());

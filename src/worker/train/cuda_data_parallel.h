@@ -27,10 +27,14 @@
 //          root module: they are used at both ends of the pass. After AdamW the next step's
 //          root units and first two blocks are gathered at once, overlapping the step's tail.
 //
-// parallel.grad_reduce bf16 (ddp, zero1, zero2) halves the gradient collectives' bytes: on the
-// NCCL stream, each unit's fp32 gradient is rounded to bf16 into one comm buffer (sized for
-// the largest padded unit), all-reduced / reduce-scattered in bf16 (in place) and widened back
-// into the fp32 gradient (ddp) or this rank's fp32 slot (zero). One buffer is enough: cast,
+// parallel.grad_reduce bf16 (ddp, zero1, zero2) halves the gradient collectives' bytes. ddp
+// keeps the summed gradient in bf16: the model's grads16 (CudaModelOptions::grads16), where
+// each unit is all-reduced in place and the norm and AdamW read it (no widening pass); in a
+// step of one micro-step the BF16 weight GEMMs write the blocks' matrices there directly, so
+// only the rest (norm weights, embedding) is cast (CudaModel::CastUnitGradsToBf16). zero: on
+// the NCCL stream, each unit's fp32 gradient is rounded to bf16 into one comm buffer (sized for
+// the largest padded unit), reduce-scattered in bf16 (in place) and widened into this rank's
+// fp32 slot. One buffer is enough: cast,
 // collective and widening of a unit all run in order on the NCCL stream, so the next unit's
 // cast cannot start before the previous unit's widening has read the buffer (no events
 // needed). The sum is NCCL's, computed once per element and copied to every rank, so ranks stay
@@ -87,7 +91,13 @@ class CudaDataParallel {
   bool fsdp() const { return mode_ == ParallelMode::kFsdp; }
   // Before each ForwardBackward of a step: whether it is the step's first micro-step (fsdp
   // reduce-scatters the first into the gradient slots and adds the later ones).
-  void BeginMicroStep(bool first) { first_micro_ = first; }
+  // `last`: the step's last micro-step (a step of one micro-step lets ddp's bf16 collectives
+  // take the weight GEMMs' bf16 output directly, CudaModelHooks::grads_to_bf16).
+  void BeginMicroStep(bool first, bool last) {
+    first_micro_ = first;
+    const bool direct = !sharded() && grad_reduce_ == GradReduce::kBf16 && first && last;
+    grad_hooks_.grads_to_bf16 = allreduce_hooks_.grads_to_bf16 = direct;
+  }
   // The model's parameters were replaced (SetParams): fsdp's gathered copies are stale.
   void ParamsChanged();
 
