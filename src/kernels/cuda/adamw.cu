@@ -32,15 +32,32 @@ constexpr int kCastMaxBlocks = 8192;
 constexpr int kFinishThreads = 1024;
 static_assert(kNormBlocks <= kFinishThreads);
 
+// Four consecutive gradient values (vector index i) and one (index i), from fp32 or bf16
+// gradients (AdamWTensor::grad16): the same elements in the same order either way.
+__device__ __forceinline__ float4 Load4(const float* __restrict__ g, int64_t i) {
+  return reinterpret_cast<const float4*>(g)[i];
+}
+__device__ __forceinline__ float4 Load4(const bf16* __restrict__ g, int64_t i) {
+  const uint2 u = reinterpret_cast<const uint2*>(g)[i];
+  const float2 a = UnpackBf16x2(u.x), b = UnpackBf16x2(u.y);
+  return make_float4(a.x, a.y, b.x, b.y);
+}
+__device__ __forceinline__ float Load1(const float* __restrict__ g, int64_t i) { return g[i]; }
+__device__ __forceinline__ float Load1(const bf16* __restrict__ g, int64_t i) {
+  return __bfloat162float(g[i]);
+}
+
 // Adds this thread's share (grid-stride from tid) of the squares of g[0, n) to acc, in order.
-__device__ __forceinline__ void AddSquares(const float* __restrict__ g, int64_t n, int64_t tid,
+// The vector path is taken on 16-byte alignment for both types, so bf16 values sum bitwise as
+// their fp32 widening does.
+template <typename T>
+__device__ __forceinline__ void AddSquares(const T* __restrict__ g, int64_t n, int64_t tid,
                                            int64_t stride, float& acc) {
   int64_t scalar_begin = 0;
   if (IsAligned(g, 16)) {
     const int64_t n4 = n / 4;
-    const float4* g4 = reinterpret_cast<const float4*>(g);
     for (int64_t i = tid; i < n4; i += stride) {
-      const float4 v = g4[i];
+      const float4 v = Load4(g, i);
       acc += v.x * v.x;
       acc += v.y * v.y;
       acc += v.z * v.z;
@@ -48,30 +65,8 @@ __device__ __forceinline__ void AddSquares(const float* __restrict__ g, int64_t 
     }
     scalar_begin = n4 * 4;
   }
-  for (int64_t i = scalar_begin + tid; i < n; i += stride) acc += g[i] * g[i];
-}
-
-// The same over bf16 values, in the same per-thread order: four values per vector step
-// (8 bytes) where the fp32 version loads a float4, so each thread squares and adds the same
-// elements in the same order (bitwise the fp32 sum of the widened values).
-__device__ __forceinline__ void AddSquares(const bf16* __restrict__ g, int64_t n, int64_t tid,
-                                           int64_t stride, float& acc) {
-  int64_t scalar_begin = 0;
-  if (IsAligned(g, 16)) {
-    const int64_t n4 = n / 4;
-    const uint2* g4 = reinterpret_cast<const uint2*>(g);
-    for (int64_t i = tid; i < n4; i += stride) {
-      const uint2 u = g4[i];
-      const float2 a = UnpackBf16x2(u.x), b = UnpackBf16x2(u.y);
-      acc += a.x * a.x;
-      acc += a.y * a.y;
-      acc += b.x * b.x;
-      acc += b.y * b.y;
-    }
-    scalar_begin = n4 * 4;
-  }
   for (int64_t i = scalar_begin + tid; i < n; i += stride) {
-    const float x = __bfloat162float(g[i]);
+    const float x = Load1(g, i);
     acc += x * x;
   }
 }
@@ -186,14 +181,7 @@ __global__ void __launch_bounds__(kAdamThreads)
       const int64_t n4 = T.n / 4;
       for (int64_t i = tid; i < n4; i += stride) {
         float4 p = reinterpret_cast<const float4*>(T.param)[i];
-        float4 g;
-        if (g16) {
-          const uint2 u = reinterpret_cast<const uint2*>(T.grad16)[i];
-          const float2 a = UnpackBf16x2(u.x), b = UnpackBf16x2(u.y);
-          g = make_float4(a.x, a.y, b.x, b.y);
-        } else {
-          g = reinterpret_cast<const float4*>(T.grad)[i];
-        }
+        const float4 g = g16 ? Load4(T.grad16, i) : Load4(T.grad, i);
         float4 m = reinterpret_cast<const float4*>(T.m)[i];
         float4 v = reinterpret_cast<const float4*>(T.v)[i];
         AdamWElement(p.x, g.x, m.x, v.x, c, T.weight_decay);
@@ -212,7 +200,7 @@ __global__ void __launch_bounds__(kAdamThreads)
     }
     for (int64_t i = scalar_begin + tid; i < T.n; i += stride) {
       float p = T.param[i], m = T.m[i], v = T.v[i];
-      AdamWElement(p, g16 ? __bfloat162float(T.grad16[i]) : T.grad[i], m, v, c, T.weight_decay);
+      AdamWElement(p, g16 ? Load1(T.grad16, i) : Load1(T.grad, i), m, v, c, T.weight_decay);
       T.param[i] = p;
       T.m[i] = m;
       T.v[i] = v;
