@@ -4,11 +4,18 @@
 //   forge-dist-bench --config configs/gpt350m.yaml --world W [--mode ddp|zero1|zero2|fsdp]
 //                    [--grad-reduce fp32|bf16] [--ddp-allreduce nccl|copy_engine]
 //                    [--micro-batch B] [--steps N] [--warmup K]
-//                    [--profile]
+//                    [--profile] [--distinct-batches]
 //
 // Forks W processes, one per GPU (the way users run workers), which meet over NCCL through the
 // TCP rendezvous on loopback. Each rank trains micro-batch B per step (global batch W*B, one
-// micro-step: the PyTorch anchor's setting in ../shared/anchors/torch_dist.py), random tokens.
+// micro-step: the PyTorch anchor's setting in ../shared/anchors/torch_dist.py), random tokens:
+// by default the same micro-batch on every rank and in the single-GPU baseline, as torch_dist.py
+// does, so the data-parallel step and the baseline train the same trajectory (the summed
+// gradient is W times the baseline's). Why: the step is power-limited and its GEMMs' power
+// depends on the values they multiply; a baseline memorising one batch while the ranks train
+// on W different ones ran 0.7-1.4% slower than the ranks with their collectives skipped
+// (sessions 12-13), which flattered the efficiency. --distinct-batches gives each rank its own
+// (seed + rank), the form before session 13.
 // Per rank, in order:
 //   1. the same model alone on its GPU (world 1), timed: the single-GPU baseline of the
 //      scaling efficiency, measured on the same GPUs in the same run;
@@ -72,6 +79,7 @@ struct Args {
   int steps = 20;
   int warmup = 3;
   bool profile = false;  // --profile: per-phase times of the single-GPU and the parallel step
+  bool distinct_batches = false;  // --distinct-batches: rank r trains on seed + r's tokens
 };
 
 int Fail(const std::string& msg) { return bench::FailJson("forge-dist-bench", msg); }
@@ -81,6 +89,10 @@ std::string ParseArgs(int argc, char** argv, Args* a) {
     const std::string flag = argv[i];
     if (flag == "--profile") {
       a->profile = true;
+      continue;
+    }
+    if (flag == "--distinct-batches") {
+      a->distinct_batches = true;
       continue;
     }
     if (i + 1 >= argc) return flag + ": missing value";
@@ -100,7 +112,7 @@ std::string ParseArgs(int argc, char** argv, Args* a) {
   if (a->config.empty()) {
     return "usage: forge-dist-bench --config PATH --world W [--mode ddp|zero1|zero2|fsdp] "
            "[--grad-reduce fp32|bf16] [--ddp-allreduce nccl|copy_engine] [--micro-batch B] "
-           "[--steps N] [--warmup K] [--profile]";
+           "[--steps N] [--warmup K] [--profile] [--distinct-batches]";
   }
   return "";
 }
@@ -142,7 +154,7 @@ StatusOr<double> TimeSteps(const RunConfig& cfg, Comm* comm, const Args& a, doub
                            uint32_t* params_crc = nullptr) {
   FORGE_ASSIGN_OR_RETURN(auto backend, MakeCudaTrainBackend(cfg, CudaBackendOptionsFromEnv(), comm));
   const int64_t n = int64_t{cfg.batch.micro_batch} * cfg.model.seq_len;
-  std::mt19937_64 rng(cfg.seed + (comm ? comm->rank() : 0));
+  std::mt19937_64 rng(cfg.seed + (comm && a.distinct_batches ? comm->rank() : 0));
   std::uniform_int_distribution<int32_t> tok(0, std::min(50257, cfg.model.vocab) - 1);
   std::vector<int32_t> inputs(n), targets(n);
   for (auto& t : inputs) t = tok(rng);
@@ -405,6 +417,7 @@ int RunRank(const Args& a, const RunConfig& cfg, int rank, int port) {
   out["baseline_cuda_device_max_connections"] = baseline_queues;
   out["host_ms_per_step"] = r.host_ms;  // rank 0's enqueue time (incl. waiting for staging)
   out["gpu"] = prop.name;
+  out["batches"] = a.distinct_batches ? "distinct per rank" : "same on every rank";
   if (a.profile) {  // rank 0's
     out["phases_single_ms"] = bench::PhasesJson<Json>(phases_single);
     out["phases_parallel_ms"] = bench::PhasesJson<Json>(phases_dp);
