@@ -6,7 +6,8 @@
 # and PyTorch on one GPU as time allows. ddp runs twice on 4 GPUs: NCCL's all-reduce and the
 # copy engines (parallel.ddp_allreduce), the candidate default for one host if it reaches the
 # 97% NCCL does not (sessions 5-7). DDP_MARGINS="0 48" adds ddp on 4 GPUs with those
-# weight-gradient SM margins.
+# weight-gradient SM margins. SKIP_CE=1 leaves the copy-engine lines out; ddp also runs with
+# bf16 gradient collectives on 4 and 2 GPUs.
 # Expects .device/ (forge, forge_gpu_tests, forge-dist-bench, the anchors) and .devdata/.
 set -u
 cd "$(dirname "$0")/.."
@@ -19,16 +20,19 @@ bench() {  # world mode [forge-dist-bench flags]
 }
 torch() { left ${3:-540} && (cd .device && timeout 150 $py -m torch.distributed.run --standalone --nproc_per_node=$1 torch_dist.py $2 $M $B 2>&1 | grep -E '^\{' ); }
 for m in ddp zero1 zero2 fsdp; do bench 4 $m; done
+# ddp with bf16 gradient collectives (parallel.grad_reduce bf16; report as that).
+bench 4 ddp --grad-reduce bf16
 # DDP_MARGINS: ddp on 4 GPUs again with these weight-gradient SM margins (FORGE_WGRAD_SM_MARGIN).
 for g in ${DDP_MARGINS:-}; do
   echo "wgrad_sm_margin $g:"; FORGE_WGRAD_SM_MARGIN=$g bench 4 ddp
 done
-bench 4 ddp --ddp-allreduce copy_engine
+[ -z "${SKIP_CE:-}" ] && bench 4 ddp --ddp-allreduce copy_engine
 torch 4 ddp; torch 4 fsdp
 [ -z "${SKIP_CLI:-}" ] && left 500 &&
   timeout 120 bash scripts/device_cli_multi.sh 2>&1 | grep -E "identical|DIFFER|resharding|done:|rror"
 for m in ddp fsdp; do bench 2 $m; done
-bench 2 ddp --ddp-allreduce copy_engine
+bench 2 ddp --grad-reduce bf16
+[ -z "${SKIP_CE:-}" ] && bench 2 ddp --ddp-allreduce copy_engine
 torch 2 ddp 420; torch 2 fsdp 420
 for m in zero1 zero2; do bench 2 $m; done
 torch 1 ddp 480
