@@ -2,7 +2,7 @@
 //
 //   forge-bench --config configs/gpt350m.yaml [--micro-batch B] [--steps N] [--warmup W]
 //               [--recompute 0|1] [--precision bf16|fp8] [--fp8-lm-head 0|1]
-//               [--fp8-fast-accum none|fprop|fprop_dgrad] [--profile]
+//               [--fp8-fast-accum none|fprop|fprop_dgrad] [--recipe config|torch] [--profile]
 //
 // One micro-batch per optimizer step (global = micro), random tokens in [0, 50257) like the
 // PyTorch anchor (shared/anchors/torch_baseline.py). The first `warmup` steps (graph warm-up
@@ -15,6 +15,11 @@
 // --precision fp8 runs the blocks' linear layers in FP8 (precision.fp8 of the config); MFU stays
 // counted against the dense BF16 peak so BF16 and FP8 numbers compare. --fp8-lm-head 1 adds
 // the LM head's logits GEMM (precision.fp8.lm_head).
+// --recipe torch trains as the anchor does: PyTorch's default initialisation (model.init torch:
+// embedding ~ N(0, 1), linear weights ~ U(+-1/sqrt(fan_in))) and its AdamW (lr 3e-4, betas 0.9 /
+// 0.999, weight decay 0.01, no clipping). Why: the step is power-limited, and its speed depends
+// on the values it multiplies by ~1.5% (session 13, scripts/device_regime.sh), so a like-for-like
+// comparison trains the same numbers; FLOPs and kernels are the same either way.
 #include <cuda_runtime.h>
 #include <unistd.h>
 
@@ -52,6 +57,7 @@ struct Args {
   std::string precision;  // "": the config's
   int fp8_lm_head = -1;   // -1: the config's
   std::string fp8_fast;   // --fp8-fast-accum; empty: the config's
+  std::string recipe = "config";  // --recipe config|torch
   bool profile = false;
 };
 
@@ -79,6 +85,9 @@ std::string ParseArgs(int argc, char** argv, Args* a) {
       ok = bench::ParseInt(val, &a->fp8_lm_head) && (a->fp8_lm_head == 0 || a->fp8_lm_head == 1);
     } else if (flag == "--fp8-fast-accum") {
       a->fp8_fast = val;
+    } else if (flag == "--recipe") {
+      a->recipe = val;
+      ok = a->recipe == "config" || a->recipe == "torch";
     } else if (flag == "--recompute") ok = bench::ParseInt(val, &a->recompute) && (a->recompute == 0 || a->recompute == 1);
     else return "unknown flag " + flag;
     if (!ok) return flag + ": bad value '" + val + "'";
@@ -86,7 +95,7 @@ std::string ParseArgs(int argc, char** argv, Args* a) {
   if (a->config.empty()) {
     return "usage: forge-bench --config PATH [--micro-batch B] [--steps N] [--warmup W] "
            "[--recompute 0|1] [--precision bf16|fp8] [--fp8-lm-head 0|1] "
-           "[--fp8-fast-accum none|fprop|fprop_dgrad] [--profile]";
+           "[--fp8-fast-accum none|fprop|fprop_dgrad] [--recipe config|torch] [--profile]";
   }
   return "";
 }
@@ -138,6 +147,15 @@ int Run(int argc, char** argv) {
     const Status st =
         Fp8FastAccumFromName(args.fp8_fast, "--fp8-fast-accum", &cfg.precision.fp8.fast_accum);
     if (!st.ok()) return bench::FailJson("forge-bench", st.message());
+  }
+  if (args.recipe == "torch") {  // ../shared/anchors/torch_baseline.py's model and optimizer
+    cfg.model.init = InitScheme::kTorch;
+    cfg.optimizer.lr = 3e-4f;
+    cfg.optimizer.beta1 = 0.9f;
+    cfg.optimizer.beta2 = 0.999f;
+    cfg.optimizer.eps = 1e-8f;
+    cfg.optimizer.weight_decay = 0.01f;
+    cfg.optimizer.grad_clip = 0.0f;
   }
   const ModelConfig& m = cfg.model;
 
@@ -232,6 +250,7 @@ int Run(int argc, char** argv) {
   out["wgrad_priority"] = options.wgrad_stream ? options.wgrad_priority : 0;
   out["wgrad_sm_margin"] = options.wgrad_sm_margin;  // -1: a quarter of the SMs
   out["defer_update"] = options.defer_update;
+  out["recipe"] = args.recipe;
   out["loss"] = stats.loss;
 
   if (args.profile) {

@@ -44,6 +44,8 @@ constexpr std::array<NamedValue<ParallelMode>, 4> kParallelNames{{{"ddp", Parall
                                                                   {"fsdp", ParallelMode::kFsdp}}};
 constexpr std::array<NamedValue<GradReduce>, 2> kGradReduceNames{{
     {"fp32", GradReduce::kFp32}, {"bf16", GradReduce::kBf16}}};
+constexpr std::array<NamedValue<InitScheme>, 2> kInitNames{{{"gpt2", InitScheme::kGpt2},
+                                                             {"torch", InitScheme::kTorch}}};
 constexpr std::array<NamedValue<DdpAllReduce>, 2> kDdpAllReduceNames{{
     {"nccl", DdpAllReduce::kNccl}, {"copy_engine", DdpAllReduce::kCopyEngine}}};
 constexpr std::array<NamedValue<Fp8FastAccum>, 3> kFp8FastAccumNames{{
@@ -588,7 +590,8 @@ const std::vector<std::string_view> kTopKeys = {"name",   "seed",      "model", 
                                                 "metrics"};
 const std::vector<std::string_view> kModelKeys = {"preset",  "n_layer",    "d_model",  "n_head",
                                                   "n_kv_head", "ffn",      "vocab",    "seq_len",
-                                                  "rope_theta", "norm_eps", "qk_norm", "init_std"};
+                                                  "rope_theta", "norm_eps", "qk_norm", "init_std",
+                                                  "init"};
 const std::vector<std::string_view> kModelDimKeys = {"n_layer", "d_model", "n_head",
                                                      "ffn",     "vocab",   "seq_len"};
 
@@ -627,6 +630,7 @@ Status ReadModel(Reader& r, const YAML::Node& node, ModelConfig* m) {
   FORGE_RETURN_IF_ERROR(r.ReadFloat(e, "model", "norm_eps", &m->norm_eps));
   FORGE_RETURN_IF_ERROR(r.ReadBool(e, "model", "qk_norm", &m->qk_norm));
   FORGE_RETURN_IF_ERROR(r.ReadFloat(e, "model", "init_std", &m->init_std));
+  FORGE_RETURN_IF_ERROR(r.ReadEnum(e, "model", "init", kInitNames, &m->init));
   return Status::Ok();
 }
 
@@ -827,6 +831,7 @@ const char* PrecisionName(Precision p) { return NameOf(kPrecisionNames, p); }
 const char* ParallelModeName(ParallelMode m) { return NameOf(kParallelNames, m); }
 const char* GradReduceName(GradReduce g) { return NameOf(kGradReduceNames, g); }
 const char* DdpAllReduceName(DdpAllReduce a) { return NameOf(kDdpAllReduceNames, a); }
+const char* InitSchemeName(InitScheme i) { return NameOf(kInitNames, i); }
 const char* Fp8FastAccumName(Fp8FastAccum f) { return NameOf(kFp8FastAccumNames, f); }
 const char* DecayKindName(DecayKind d) { return NameOf(kDecayNames, d); }
 const char* BackendName(Backend b) { return NameOf(kBackendNames, b); }
@@ -861,7 +866,8 @@ std::string RunConfigToYaml(const RunConfig& c) {
     << "  rope_theta: " << Num(m.rope_theta) << "\n"
     << "  norm_eps: " << Num(m.norm_eps) << "\n"
     << "  qk_norm: " << BoolText(m.qk_norm) << "\n"
-    << "  init_std: " << Num(m.init_std) << "\n";
+    << "  init_std: " << Num(m.init_std) << "\n"
+    << "  init: " << InitSchemeName(m.init) << "\n";
   y << "data:\n"
     << "  dataset_dir: " << Quote(c.data.dataset_dir) << "\n"
     << "  epoch_shuffle: " << c.data.epoch_shuffle << "\n";

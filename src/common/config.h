@@ -16,6 +16,8 @@
 
 namespace forge {
 
+enum class InitScheme { kGpt2, kTorch };
+
 struct ModelConfig {
   std::string preset;   // "tiny", "gpt124m", "gpt350m" or "" (explicit dims)
   int n_layer = 4;
@@ -29,6 +31,11 @@ struct ModelConfig {
   float norm_eps = 1e-5f;
   bool qk_norm = false;
   float init_std = 0.02f;
+  // How fresh weights are drawn (worker/model/init.h): gpt2 (matrices ~ N(0, init_std), the
+  // residual output projections scaled by 1/sqrt(2 n_layer)) or torch (PyTorch's module
+  // defaults, as ../shared/anchors/torch_baseline.py builds the model: embedding ~ N(0, 1),
+  // linear weights ~ U(+-1/sqrt(fan_in)); init_std unused).
+  InitScheme init = InitScheme::kGpt2;
 
   int head_dim() const { return d_model / n_head; }
   // The embedding/LM-head rows, padded to a multiple of 128 for GEMM-friendly shapes.
@@ -178,6 +185,7 @@ const char* PrecisionName(Precision p);
 const char* ParallelModeName(ParallelMode m);
 const char* GradReduceName(GradReduce g);
 const char* DdpAllReduceName(DdpAllReduce a);
+const char* InitSchemeName(InitScheme i);
 const char* Fp8FastAccumName(Fp8FastAccum f);
 const char* DecayKindName(DecayKind d);
 const char* BackendName(Backend b);

@@ -150,6 +150,7 @@ TEST(ConfigParseTest, AbsentKeysKeepTheStructDefaults) {
   EXPECT_EQ(c.model.rope_theta, d.model.rope_theta);
   EXPECT_EQ(c.model.norm_eps, d.model.norm_eps);
   EXPECT_EQ(c.model.init_std, d.model.init_std);
+  EXPECT_EQ(c.model.init, InitScheme::kGpt2);
   EXPECT_FALSE(c.model.qk_norm);
 }
 
@@ -266,6 +267,11 @@ TEST(ConfigParseTest, EnumsReadAndNameEveryValue) {
     EXPECT_EQ(ParseOk(base + "train:\n  backend: " + text + "\n").train.backend, want);
     EXPECT_STREQ(BackendName(want), text);
   }
+  for (auto [text, want] : {std::pair{"gpt2", InitScheme::kGpt2},
+                            std::pair{"torch", InitScheme::kTorch}}) {
+    EXPECT_EQ(ParseOk(base + "  init: " + text + "\n").model.init, want);
+    EXPECT_STREQ(InitSchemeName(want), text);
+  }
   // Quoted enum values are still the same names.
   EXPECT_EQ(ParseOk(base + "parallel:\n  mode: \"zero2\"\n").parallel.mode, ParallelMode::kZero2);
 }
@@ -294,6 +300,7 @@ TEST(ConfigParseTest, YamlRoundTripIsExact) {
   c.optimizer.lr = 0.1f + 0.2f;  // a float with no short decimal spelling
   c.optimizer.eps = 3.3e-9f;
   c.schedule.decay = DecayKind::kConstant;
+  c.model.init = InitScheme::kTorch;
   c.precision.compute = Precision::kFp8;
   c.parallel.mode = ParallelMode::kZero2;
   c.parallel.collective_timeout_s = 1.0 / 3.0;
@@ -311,6 +318,7 @@ TEST(ConfigParseTest, YamlRoundTripIsExact) {
   EXPECT_EQ(back.parallel.collective_timeout_s, c.parallel.collective_timeout_s);
   EXPECT_EQ(back.checkpoint.dir, c.checkpoint.dir);
   EXPECT_EQ(back.schedule.decay, DecayKind::kConstant);
+  EXPECT_EQ(back.model.init, InitScheme::kTorch);
   EXPECT_EQ(back.precision.compute, Precision::kFp8);
   EXPECT_EQ(back.parallel.mode, ParallelMode::kZero2);
   EXPECT_EQ(back.train.backend, Backend::kCuda);
@@ -341,7 +349,7 @@ TEST(ConfigErrorTest, UnknownNestedKey) {
   EXPECT_TRUE(FailsWith(Y({"model:", "  preset: tiny", "  n_heads: 8"}), 3, "model.n_heads",
                         "unknown key (did you mean 'n_head'?); valid keys of model: preset, "
                         "n_layer, d_model, n_head, n_kv_head, ffn, vocab, seq_len, rope_theta, "
-                        "norm_eps, qk_norm, init_std"));
+                        "norm_eps, qk_norm, init_std, init"));
   EXPECT_TRUE(FailsWith(Y({"model:", "  preset: tiny", "optimizer:", "  lr: 1e-3",
                            "  learning_rate: 1e-3"}),
                         5, "optimizer.learning_rate",
@@ -401,6 +409,8 @@ TEST(ConfigErrorTest, BadEnumValue) {
                         "must be one of fp32|bf16|fp8, got BF16"));
   EXPECT_TRUE(FailsWith(base + "parallel:\n  mode: zero3\n", 4, "parallel.mode",
                         "must be one of ddp|zero1|zero2|fsdp, got zero3"));
+  EXPECT_TRUE(FailsWith(base + "  init: normal\n", 3, "model.init",
+                        "must be one of gpt2|torch, got normal"));
   EXPECT_TRUE(FailsWith(base + "train:\n  backend: [cpu]\n", 4, "train.backend",
                         "must be one of auto|cpu|cuda, got a sequence"));
   EXPECT_TRUE(FailsWith(Y({"model:", "  n_layer: 2", "  preset: gpt3"}), 3, "model.preset",

@@ -3,6 +3,7 @@
 // accumulation, determinism and a can-it-learn check.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -252,6 +253,46 @@ TEST(CpuModelInit, LossAtInitIsLogPaddedVocab) {
     const auto in = RandomTokens(N, vocab, 11), tgt = RandomTokens(N, vocab, 12);
     const float loss = model.Forward(p, in.data(), tgt.data(), B);
     EXPECT_NEAR(loss, std::log(double(m.padded_vocab())), 0.05) << "vocab " << vocab;
+  }
+}
+
+// model.init torch: PyTorch's module defaults, as the anchor builds its model.
+TEST(CpuModelInit, TorchSchemeIsPyTorchsModuleDefaults) {
+  ModelConfig m = TinyConfig(true);
+  m.n_layer = 2;
+  m.d_model = 64;
+  m.ffn = 192;
+  m.init = InitScheme::kTorch;
+  const ParamLayout layout = MakeParamLayout(m);
+  UnitBuffers p;
+  InitParams(m, layout, 3, &p);
+  UnitBuffers again;
+  InitParams(m, layout, 3, &again);
+  EXPECT_EQ(p, again);  // counter-based: the same seed, the same weights
+  for (size_t u = 0; u < layout.units.size(); ++u) {
+    for (const TensorSlot& t : layout.units[u].tensors) {
+      const float* x = p[u].data() + t.offset;
+      if (!t.is_matmul) {
+        for (int64_t i = 0; i < t.numel; ++i) ASSERT_EQ(x[i], 1.0f) << t.name;
+        continue;
+      }
+      double s = 0.0, ss = 0.0, big = 0.0;
+      for (int64_t i = 0; i < t.numel; ++i) {
+        s += x[i], ss += double(x[i]) * x[i], big = std::max(big, double(std::fabs(x[i])));
+      }
+      const double mean = s / t.numel, sd = std::sqrt(ss / t.numel - mean * mean);
+      if (t.name == "wte") {  // nn.Embedding: N(0, 1)
+        EXPECT_NEAR(sd, 1.0, 0.03) << t.name;
+        EXPECT_GT(big, 3.0) << t.name;  // a normal's tail, not a bounded uniform
+        continue;
+      }
+      // nn.Linear: U(-b, b), b = 1/sqrt(fan_in), fan_in the inner dimension (d or ffn).
+      const double b = 1.0 / std::sqrt(double(t.shape.back()));
+      EXPECT_LE(big, b) << t.name;
+      EXPECT_GT(big, 0.99 * b) << t.name;
+      EXPECT_NEAR(sd, b / std::sqrt(3.0), 0.03 * b) << t.name;
+      EXPECT_NEAR(mean, 0.0, 5.0 * b / std::sqrt(3.0 * t.numel)) << t.name;
+    }
   }
 }
 

@@ -24,6 +24,12 @@ float NormalAt(uint64_t unit_key, uint64_t element) {
   return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2));
 }
 
+// U[-1, 1) from the same counter.
+float UniformAt(uint64_t unit_key, uint64_t element) {
+  const uint64_t r = SplitMix64(unit_key ^ SplitMix64(element));
+  return static_cast<float>(double(r >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
 }  // namespace
 
 void InitParams(const ModelConfig& m, const ParamLayout& layout, uint64_t seed, UnitBuffers* params) {
@@ -44,11 +50,18 @@ void InitParams(const ModelConfig& m, const ParamLayout& layout, uint64_t seed, 
       }
       const bool residual_out =
           is_block && (t.offset == layout.block.wo || t.offset == layout.block.w_down);
-      const float std = residual_out ? resid_std : m.init_std;
+      // torch: nn.Embedding's N(0, 1) and nn.Linear's kaiming_uniform(a = sqrt(5)), i.e.
+      // U(+-1/sqrt(fan_in)) with fan_in the matrix's inner dimension ([out, in] row-major).
+      const bool torch = m.init == InitScheme::kTorch;
+      const bool uniform = torch && is_block;
+      const float scale = !torch        ? (residual_out ? resid_std : m.init_std)
+                          : uniform     ? 1.0f / std::sqrt(float(t.shape.back()))
+                                        : 1.0f;
       // Keyed by the element's offset in its unit, so chunking cannot change a value.
       cpu::ParallelFor(t.numel, 1 << 16, [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) {
-          p[i] = std * NormalAt(unit_key, static_cast<uint64_t>(t.offset + i));
+          const auto key = static_cast<uint64_t>(t.offset + i);
+          p[i] = scale * (uniform ? UniformAt(unit_key, key) : NormalAt(unit_key, key));
         }
       });
     }
