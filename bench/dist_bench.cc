@@ -20,9 +20,9 @@
 //   1. the same model alone on its GPU (world 1), timed: the single-GPU baseline of the
 //      scaling efficiency, measured on the same GPUs in the same run;
 //   2. the gradient collectives alone (the mode's per-unit all-reduces or reduce-scatters and
-//      parameter all-gathers on the real buffers' sizes; with --grad-reduce bf16 in bf16,
-//      with the fp32 <-> bf16 casts the step runs on the NCCL stream around each), timed: the
-//      communication a step has;
+//      parameter all-gathers on the real buffers' sizes; with --grad-reduce bf16 in bf16: zero
+//      with the fp32 <-> bf16 casts it runs on the NCCL stream around each, ddp without, as it
+//      keeps the gradient in bf16), timed: the communication a step has;
 //   3. the data-parallel step, timed with CUDA events over N steps after K warm-up steps.
 // (With --ddp-allreduce copy_engine, step 1 runs first, in a child process with the default
 // hardware queues, before the rank asks for the copy engines' 32.)
@@ -220,11 +220,12 @@ StatusOr<double> TimeCollectives(const RunConfig& cfg, NcclComm* comm, const Arg
   auto one_step = [&]() -> Status {
     for (int u = int(layout.units.size()) - 1; u >= 0; --u) {
       const int64_t numel = layout.units[u].numel, slot = ShardSize(numel, W), o = offset[u];
-      // bf16 as CudaDataParallel::ReduceBf16: cast, sum in place, widen.
+      // bf16 as the step: zero casts to the bf16 comm buffer, reduce-scatters in place, widens
+      // (CudaDataParallel::ReduceBf16); ddp sums its bf16 gradient twin in place (grads16: the
+      // step casts only the units its weight-gradient GEMMs did not write in bf16).
       cuda::bf16* mine = sharded ? comm16 + comm->rank() * slot : comm16;
-      if (bf16) {
-        FORGE_RETURN_IF_ERROR(
-            cuda::CastFloatToBf16(comm16, grads + o, sharded ? W * slot : numel, stream));
+      if (bf16 && sharded) {
+        FORGE_RETURN_IF_ERROR(cuda::CastFloatToBf16(comm16, grads + o, W * slot, stream));
       }
       StatusOr<CommWorkPtr> w =
           bf16 ? (sharded ? comm->ReduceScatterSum(comm16, mine, slot, DType::kBF16, "bench")
@@ -232,9 +233,8 @@ StatusOr<double> TimeCollectives(const RunConfig& cfg, NcclComm* comm, const Arg
           : sharded ? comm->ReduceScatterSum(grads + o, shard + o, slot, DType::kF32, "bench")
                     : comm->AllReduceSum(grads + o, numel, DType::kF32, "bench");
       if (!w.ok()) return w.status();
-      if (bf16) {
-        FORGE_RETURN_IF_ERROR(cuda::CastBf16ToFloat(sharded ? shard + o : grads + o, mine,
-                                                    sharded ? slot : numel, stream));
+      if (bf16 && sharded) {
+        FORGE_RETURN_IF_ERROR(cuda::CastBf16ToFloat(shard + o, mine, slot, stream));
       }
       // The bf16 parameter all-gathers of the unit: once (zero), or before its forward and
       // again before its backward (fsdp).
