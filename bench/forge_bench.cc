@@ -88,7 +88,8 @@ std::string ParseArgs(int argc, char** argv, Args* a) {
     } else if (flag == "--recipe") {
       a->recipe = val;
       ok = a->recipe == "config" || a->recipe == "torch";
-    } else if (flag == "--recompute") ok = bench::ParseInt(val, &a->recompute) && (a->recompute == 0 || a->recompute == 1);
+    } else if (flag == "--recompute")
+      ok = bench::ParseInt(val, &a->recompute) && (a->recompute == 0 || a->recompute == 1);
     else return "unknown flag " + flag;
     if (!ok) return flag + ": bad value '" + val + "'";
   }

@@ -44,8 +44,8 @@ constexpr std::array<NamedValue<ParallelMode>, 4> kParallelNames{{{"ddp", Parall
                                                                   {"fsdp", ParallelMode::kFsdp}}};
 constexpr std::array<NamedValue<GradReduce>, 2> kGradReduceNames{{
     {"fp32", GradReduce::kFp32}, {"bf16", GradReduce::kBf16}}};
-constexpr std::array<NamedValue<InitScheme>, 2> kInitNames{{{"gpt2", InitScheme::kGpt2},
-                                                             {"torch", InitScheme::kTorch}}};
+constexpr std::array<NamedValue<InitScheme>, 2> kInitNames{
+    {{"gpt2", InitScheme::kGpt2}, {"torch", InitScheme::kTorch}}};
 constexpr std::array<NamedValue<DdpAllReduce>, 2> kDdpAllReduceNames{{
     {"nccl", DdpAllReduce::kNccl}, {"copy_engine", DdpAllReduce::kCopyEngine}}};
 constexpr std::array<NamedValue<Fp8FastAccum>, 3> kFp8FastAccumNames{{
@@ -588,10 +588,9 @@ const std::vector<std::string_view> kTopKeys = {"name",   "seed",      "model", 
                                                 "optimizer", "schedule", "batch",    "precision",
                                                 "parallel",  "checkpoint", "eval",   "train",
                                                 "metrics"};
-const std::vector<std::string_view> kModelKeys = {"preset",  "n_layer",    "d_model",  "n_head",
-                                                  "n_kv_head", "ffn",      "vocab",    "seq_len",
-                                                  "rope_theta", "norm_eps", "qk_norm", "init_std",
-                                                  "init"};
+const std::vector<std::string_view> kModelKeys = {
+    "preset",  "n_layer",    "d_model",  "n_head",  "n_kv_head", "ffn", "vocab",
+    "seq_len", "rope_theta", "norm_eps", "qk_norm", "init_std",  "init"};
 const std::vector<std::string_view> kModelDimKeys = {"n_layer", "d_model", "n_head",
                                                      "ffn",     "vocab",   "seq_len"};
 

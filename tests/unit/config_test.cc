@@ -267,8 +267,8 @@ TEST(ConfigParseTest, EnumsReadAndNameEveryValue) {
     EXPECT_EQ(ParseOk(base + "train:\n  backend: " + text + "\n").train.backend, want);
     EXPECT_STREQ(BackendName(want), text);
   }
-  for (auto [text, want] : {std::pair{"gpt2", InitScheme::kGpt2},
-                            std::pair{"torch", InitScheme::kTorch}}) {
+  for (auto [text, want] :
+       {std::pair{"gpt2", InitScheme::kGpt2}, std::pair{"torch", InitScheme::kTorch}}) {
     EXPECT_EQ(ParseOk(base + "  init: " + text + "\n").model.init, want);
     EXPECT_STREQ(InitSchemeName(want), text);
   }

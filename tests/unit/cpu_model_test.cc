@@ -1,6 +1,8 @@
 // The whole CPU reference model: forward against an independent double-precision loop version
 // of the anchor's architecture, backward against finite differences, plus init, gradient
 // accumulation, determinism and a can-it-learn check.
+#include "worker/model/cpu_model.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,7 +13,6 @@
 #include <vector>
 
 #include "kernels/cpu/adamw.h"
-#include "worker/model/cpu_model.h"
 #include "worker/model/init.h"
 
 namespace forge {

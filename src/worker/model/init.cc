@@ -54,9 +54,9 @@ void InitParams(const ModelConfig& m, const ParamLayout& layout, uint64_t seed, 
       // U(+-1/sqrt(fan_in)) with fan_in the matrix's inner dimension ([out, in] row-major).
       const bool torch = m.init == InitScheme::kTorch;
       const bool uniform = torch && is_block;
-      const float scale = !torch        ? (residual_out ? resid_std : m.init_std)
-                          : uniform     ? 1.0f / std::sqrt(float(t.shape.back()))
-                                        : 1.0f;
+      const float scale = !torch    ? (residual_out ? resid_std : m.init_std)
+                          : uniform ? 1.0f / std::sqrt(float(t.shape.back()))
+                                    : 1.0f;
       // Keyed by the element's offset in its unit, so chunking cannot change a value.
       cpu::ParallelFor(t.numel, 1 << 16, [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) {
