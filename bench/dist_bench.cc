@@ -356,6 +356,7 @@ int RunRank(const Args& a, const RunConfig& cfg, int rank, int port) {
   if (!single.ok()) return Fail("single-GPU baseline: " + single.status().ToString());
   r.single_ms = single->ms;
   const double gib_single = single->gib;
+  const float loss_single = single->loss;
   const bench::PhaseTimes& phases_single = single->phases;
   auto comm_ms = TimeCollectives(cfg, nccl->get(), a);
   if (!comm_ms.ok()) return Fail("collectives: " + comm_ms.status().ToString());
@@ -409,6 +410,9 @@ int RunRank(const Args& a, const RunConfig& cfg, int rank, int port) {
   out["comm_exposed_ms"] = exposed;
   out["comm_hidden_ms"] = std::max(0.0, comm - exposed);
   out["loss"] = r.loss;
+  // rank 0's baseline: with the same batch everywhere the two losses track each other (the
+  // data-parallel step trains the baseline's trajectory), so the efficiency compares like runs.
+  out["single_gpu_loss"] = loss_single;
   out["ranks_bitwise_equal"] = same_weights;  // every rank's weights after the timed steps
   // Hardware queues of the data-parallel step and of the baseline (the copy engines ask for
   // 32, which slow a single-GPU step ~2%; their baseline runs in a child with the queues the
