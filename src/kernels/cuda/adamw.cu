@@ -292,22 +292,25 @@ Status GlobalGradNorm(const AdamWTensor* tensors, int num_tensors, float max_nor
 
 int64_t SumSquaresPartials() { return kNormBlocks; }
 
-Status SumSquaresPartial(const float* g, int64_t n, float* partial, cudaStream_t stream) {
+namespace {
+template <typename T>
+Status LaunchSumSquaresPartial(const char* fn, const T* g, int64_t n, float* partial,
+                               cudaStream_t stream) {
   if (n < 0 || (n > 0 && g == nullptr) || partial == nullptr) {
-    return Status::Invalid("SumSquaresPartial: bad arguments (n " + std::to_string(n) + ")");
+    return Status::Invalid(std::string(fn) + ": bad arguments (n " + std::to_string(n) + ")");
   }
-  SumSquaresPartialKernel<float><<<kNormBlocks, kNormThreads, 0, stream>>>(g, n, partial);
+  SumSquaresPartialKernel<T><<<kNormBlocks, kNormThreads, 0, stream>>>(g, n, partial);
   FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }
+}  // namespace
+
+Status SumSquaresPartial(const float* g, int64_t n, float* partial, cudaStream_t stream) {
+  return LaunchSumSquaresPartial("SumSquaresPartial", g, n, partial, stream);
+}
 
 Status SumSquaresPartialBf16(const bf16* g, int64_t n, float* partial, cudaStream_t stream) {
-  if (n < 0 || (n > 0 && g == nullptr) || partial == nullptr) {
-    return Status::Invalid("SumSquaresPartialBf16: bad arguments (n " + std::to_string(n) + ")");
-  }
-  SumSquaresPartialKernel<bf16><<<kNormBlocks, kNormThreads, 0, stream>>>(g, n, partial);
-  FORGE_CUDA_LAUNCH_CHECK();
-  return Status::Ok();
+  return LaunchSumSquaresPartial("SumSquaresPartialBf16", g, n, partial, stream);
 }
 
 Status GradNormFromPartials(const float* partial, int64_t count, float max_norm,

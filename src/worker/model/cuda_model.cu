@@ -1192,20 +1192,17 @@ bf16* CudaModel::UnitGrads16(int unit) const {
   return buf_->grads16 ? buf_->grads16 + pb_.unit_offset[size_t(unit)] : nullptr;
 }
 
-// The weight GEMMs wrote a block's four matrices in bf16 when grads16_direct_; the rest of a
-// block (its norm weights), and every other unit whole, are cast from the fp32 gradient.
+// The weight GEMMs wrote a block's four matrices (its matmul tensors) in bf16 when
+// grads16_direct_; the rest of a block (its norm weights), and every other unit whole, are
+// cast from the fp32 gradient.
 Status CudaModel::CastUnitGradsToBf16(int unit, cudaStream_t s) {
   if (buf_->grads16 == nullptr) return Status::Precondition("cuda model: no grads16");
   const UnitLayout& u = layout_.units[size_t(unit)];
-  const bool block = unit != layout_.embedding_unit() && unit != layout_.final_norm_unit();
-  if (!(grads16_direct_ && block)) {
+  if (!(grads16_direct_ && layout_.is_block_unit(unit))) {
     return cuda::CastFloatToBf16(UnitGrads16(unit), UnitGrads(unit), u.numel, s);
   }
-  const BlockOffsets& o = layout_.block;
   for (const TensorSlot& t : u.tensors) {
-    if (t.offset == o.wqkv || t.offset == o.wo || t.offset == o.w_gate_up || t.offset == o.w_down) {
-      continue;
-    }
+    if (t.is_matmul) continue;
     FORGE_RETURN_IF_ERROR(cuda::CastFloatToBf16(UnitGrads16(unit) + t.offset,
                                                 UnitGrads(unit) + t.offset, t.numel, s));
   }

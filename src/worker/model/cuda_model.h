@@ -304,8 +304,9 @@ class CudaModel {
   cuda::WgmmaGemmArgs GateUpSwiGluGemm() const;
   // FP8: layer l's weights into their FP8 copies (the first forward of a step or an eval).
   Status CastLayerWeights(int layer, cudaStream_t stream);
-  // After AdamW: the FP8 scale update (no-op in BF16).
+  // AdamW by the clip scale just written, now or (defer_update) in the next forward; then EndStep.
   Status UpdateOrDefer(const cuda::AdamWHyper* hyper, cudaStream_t stream);
+  // After AdamW: the FP8 scale update (no-op in BF16).
   Status EndStep(cudaStream_t stream);
   Status LmHead(const int32_t* targets, float dloss, bool backward, bool accumulate_grads,
                 float* losses, cudaStream_t stream);

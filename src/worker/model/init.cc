@@ -40,8 +40,7 @@ void InitParams(const ModelConfig& m, const ParamLayout& layout, uint64_t seed, 
     std::vector<float>& buf = (*params)[u];
     buf.assign(unit.numel, 0.0f);
     const uint64_t unit_key = SplitMix64(seed ^ SplitMix64(0xF0F0'0000ull + u));
-    const bool is_block = static_cast<int>(u) != layout.embedding_unit() &&
-                          static_cast<int>(u) != layout.final_norm_unit();
+    const bool is_block = layout.is_block_unit(static_cast<int>(u));
     for (const TensorSlot& t : unit.tensors) {
       float* p = buf.data() + t.offset;
       if (!t.is_matmul) {  // norm weights

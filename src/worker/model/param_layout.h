@@ -45,6 +45,7 @@ struct ParamLayout {
   int embedding_unit() const { return 0; }
   int block_unit(int layer) const { return 1 + layer; }
   int final_norm_unit() const { return static_cast<int>(units.size()) - 1; }
+  bool is_block_unit(int unit) const { return unit > embedding_unit() && unit < final_norm_unit(); }
 };
 
 ParamLayout MakeParamLayout(const ModelConfig& m);

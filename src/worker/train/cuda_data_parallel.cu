@@ -85,10 +85,9 @@ Status CudaDataParallel::Init() {
   comm_->SetProducerStream(nullptr);  // ordering is explicit, through the events below
   const size_t U = model_->layout().units.size();
   const CudaParamBuffers& pb = model_->param_buffers();
-  // ddp with bf16 collectives sums in the model's bf16 gradient copy (grads16).
-  const bool ddp_bf16 = !sharded() && grad_reduce_ == GradReduce::kBf16;
   const bool ok = pb.slot.size() == U && (!sharded() || pb.grad_shard != nullptr) &&
-                  (fsdp() == (pb.params_shard != nullptr)) && (ddp_bf16 == (pb.grads16 != nullptr));
+                  (fsdp() == (pb.params_shard != nullptr)) &&
+                  (ddp_bf16() == (pb.grads16 != nullptr));
   if (!ok) {
     return Status::Precondition("CudaDataParallel: the model was not created for " +
                                 std::string(ParallelModeName(mode_)) + " over " +

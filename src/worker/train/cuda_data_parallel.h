@@ -89,13 +89,15 @@ class CudaDataParallel {
   // fsdp: gradients leave the rotating buffers on every micro-step, so every micro-step's
   // backward overwrites them (accumulate_grads false) and runs the grad hooks.
   bool fsdp() const { return mode_ == ParallelMode::kFsdp; }
+  // ddp with bf16 collectives: sums in the model's bf16 gradient copy (CudaModelOptions::grads16).
+  bool ddp_bf16() const { return !sharded() && grad_reduce_ == GradReduce::kBf16; }
   // Before each ForwardBackward of a step: whether it is the step's first micro-step (fsdp
   // reduce-scatters the first into the gradient slots and adds the later ones).
   // `last`: the step's last micro-step (a step of one micro-step lets ddp's bf16 collectives
   // take the weight GEMMs' bf16 output directly, CudaModelHooks::grads_to_bf16).
   void BeginMicroStep(bool first, bool last) {
     first_micro_ = first;
-    const bool direct = !sharded() && grad_reduce_ == GradReduce::kBf16 && first && last;
+    const bool direct = ddp_bf16() && first && last;
     grad_hooks_.grads_to_bf16 = allreduce_hooks_.grads_to_bf16 = direct;
   }
   // The model's parameters were replaced (SetParams): fsdp's gathered copies are stale.
