@@ -176,31 +176,38 @@ TEST(GpuWgmmaGemm, RopeEpilogueIsGemmThenRopeBitForBit) {
 }
 
 // SwiGLU in the epilogue: gu == the plain GEMM's output and h == SwiGluForward(gu), bit for
-// bit; h close to the CPU's.
+// bit; h close to the CPU's. A CTA holds a tile's h in registers until the middle of its next
+// tile's main loop, so also with persistent CTAs walking several tiles (ctas 1 and 4 of 6) and
+// one K-tile (h staged at the first one).
 TEST(GpuWgmmaGemm, SwiGluEpilogueIsGemmThenSwiGluBitForBit) {
   SKIP_WITHOUT_SM90();
-  const int64_t M = 256, ffn = 384, K = 128;
-  const Operands o(M, 2 * ffn, K, 77);
-  DeviceBuffer<bf16> gu_plain(size_t(M * 2 * ffn)), h_plain(size_t(M * ffn));
-  ASSERT_STATUS_OK(cuda::WgmmaGemmBf16(Args(M, 2 * ffn, K, o, gu_plain.data()), nullptr));
-  ASSERT_STATUS_OK(cuda::SwiGluForward(h_plain.data(), gu_plain.data(), M, int(ffn), nullptr));
-  DeviceBuffer<bf16> gu(size_t(M * 2 * ffn)), h(size_t(M * ffn));
-  gu.Poison();
-  h.Poison();
-  WgmmaGemmArgs g = Args(M, 2 * ffn, K, o, h.data());
-  g.epilogue = WgmmaEpilogue::kSwiGlu;
-  g.epi.gu = gu.data(), g.epi.ffn = int(ffn);
-  ASSERT_STATUS_OK(cuda::WgmmaGemmBf16(g, nullptr));
-  EXPECT_EQ(Mismatches(Bits(gu), Bits(gu_plain)), 0) << "gu";
-  EXPECT_EQ(Mismatches(Bits(h), Bits(h_plain)), 0) << "h";
-
-  std::vector<float> ref_gu = CpuGemm(o.a, o.b, M, 2 * ffn, K);
-  test::RoundBf16InPlace(ref_gu);
-  std::vector<float> ref_h(size_t(M * ffn));
-  cpu::SwiGluForward(ref_h.data(), ref_gu.data(), M, int(ffn));
-  const std::vector<float> got = test::ToFloat(h.Download());
-  ASSERT_TRUE(AllFinite(got));
-  EXPECT_LT(test::RelFrobenius(got, ref_h), 1e-2);
+  const int64_t M = 256, ffn = 384;
+  for (const int64_t K : {128, 64}) {
+    const Operands o(M, 2 * ffn, K, 77 + K);
+    DeviceBuffer<bf16> gu_plain(size_t(M * 2 * ffn)), h_plain(size_t(M * ffn));
+    ASSERT_STATUS_OK(cuda::WgmmaGemmBf16(Args(M, 2 * ffn, K, o, gu_plain.data()), nullptr));
+    ASSERT_STATUS_OK(cuda::SwiGluForward(h_plain.data(), gu_plain.data(), M, int(ffn), nullptr));
+    std::vector<float> ref_gu = CpuGemm(o.a, o.b, M, 2 * ffn, K);
+    test::RoundBf16InPlace(ref_gu);
+    std::vector<float> ref_h(size_t(M * ffn));
+    cpu::SwiGluForward(ref_h.data(), ref_gu.data(), M, int(ffn));
+    for (const int ctas : {0, 1, 4}) {
+      SCOPED_TRACE("K " + std::to_string(K) + ", ctas " + std::to_string(ctas));
+      DeviceBuffer<bf16> gu(size_t(M * 2 * ffn)), h(size_t(M * ffn));
+      gu.Poison();
+      h.Poison();
+      WgmmaGemmArgs g = Args(M, 2 * ffn, K, o, h.data());
+      g.epilogue = WgmmaEpilogue::kSwiGlu;
+      g.epi.gu = gu.data(), g.epi.ffn = int(ffn);
+      g.ctas = ctas;
+      ASSERT_STATUS_OK(cuda::WgmmaGemmBf16(g, nullptr));
+      EXPECT_EQ(Mismatches(Bits(gu), Bits(gu_plain)), 0) << "gu";
+      EXPECT_EQ(Mismatches(Bits(h), Bits(h_plain)), 0) << "h";
+      const std::vector<float> got = test::ToFloat(h.Download());
+      ASSERT_TRUE(AllFinite(got));
+      EXPECT_LT(test::RelFrobenius(got, ref_h), 1e-2);
+    }
+  }
 }
 
 TEST(GpuWgmmaGemm, RejectsWhatItCannotTile) {

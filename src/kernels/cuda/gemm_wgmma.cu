@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
@@ -196,11 +197,12 @@ __device__ __forceinline__ uint32_t StagedOffset(int row, int unit, int quad) {
 //   adjacent columns, head width 64, position = row % T, sin/cos from a [T, 32] table).
 // - kSwiGlu: B = [gate; up] (2*ffn rows); tile n covers gate rows n*128.. and the same up rows,
 //   so a thread holds g and u of the same column: gu (bf16, [M, 2*ffn]) is written as the
-//   GEMM's output would be, and D = silu(g) * u ([M, ffn], swiglu.cu's math). The SwiGLU math
-//   would stall the tensor cores if it ran in the epilogue (both warpgroups' epilogues run
-//   together), so it is deferred: the epilogue stages and stores gu only, and h is computed from
-//   the staged gu in shares between the next tile's wgmma issues, in place over the gate
-//   values (3 stages + 48 KiB of staging a warpgroup would not fit), then stored.
+//   GEMM's output would be, and D = silu(g) * u ([M, ffn], swiglu.cu's math). Staging both
+//   (48 KiB a warpgroup) does not fit beside 3 stages, and waiting for gu's store to leave the
+//   staging buffer before staging h stalls the tensor cores (~4 us a tile: session 8's forms
+//   lost all the fusion saved). So h is computed in the epilogue from the accumulators into 32
+//   registers and staged halfway through the next tile's main loop, when gu's store has long
+//   been read out, over gu's gate chunks; the wait then costs nothing.
 template <WgmmaEpilogue kEpi, bool kNMajorB = false>
 __global__ void __launch_bounds__(kThreads, 1)
     WgmmaGemmKernel(const __grid_constant__ CUtensorMap map_a,
@@ -281,34 +283,59 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (t == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
       WarpgroupBarrier(wg);
     };
-    // SwiGLU's h of the previous tile, computed from its staged gu while this tile's MMAs run
-    // (h overwrites the staged gate values in place, once gu's store has read them) and
-    // stored before this tile's epilogue. pending_row < 0: nothing pending.
+    // SwiGLU's h of the previous tile, computed in four shares between this tile's first wgmma
+    // issues from the staged gu (reading it beside gu's TMA store needs no wait) into packed
+    // bf16 pairs (column group j < 16, row half) in registers, then staged over chunks 0-1 once
+    // gu's store has read them, and stored. pending_row < 0: nothing pending.
+    uint32_t h_bits[32];
     int pending_row = -1, pending_n0 = 0;
-    // h of fragment column groups [j0, j1) of the pending tile (both rows of each).
-    auto swiglu_part = [&](int j0, int j1) {
-      for (int j = j0; j < j1; ++j) {
+    auto share_c = [&](auto share) {  // groups 4 share .. 4 share + 3, compile-time indices
+      constexpr int s = decltype(share)::value;
+#pragma unroll
+      for (int j = 4 * s; j < 4 * s + 4; ++j) {
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           const uint32_t off = StagedOffset(row0 + 8 * half, j % 8, quad);
-          uint32_t* gp = reinterpret_cast<uint32_t*>(my_out + (j / 8) * kOutChunkBytes + off);
-          const float2 g = UnpackBf16x2(*gp);
+          const float2 g = UnpackBf16x2(
+              *reinterpret_cast<const uint32_t*>(my_out + (j / 8) * kOutChunkBytes + off));
           const float2 u = UnpackBf16x2(
               *reinterpret_cast<const uint32_t*>(my_out + (j / 8 + 2) * kOutChunkBytes + off));
-          *gp = PackBf16x2(SwiGluOut(g.x, u.x), SwiGluOut(g.y, u.y));
+          h_bits[2 * j + half] = PackBf16x2(SwiGluOut(g.x, u.x), SwiGluOut(g.y, u.y));
         }
       }
     };
-    auto store_pending = [&] {
+    auto share = [&](int s) {
+      switch (s) {
+        case 0: share_c(std::integral_constant<int, 0>{}); break;
+        case 1: share_c(std::integral_constant<int, 1>{}); break;
+        case 2: share_c(std::integral_constant<int, 2>{}); break;
+        default: share_c(std::integral_constant<int, 3>{}); break;
+      }
+    };
+    // The shares from `first` on, then h staged (once gu's store, issued at the last epilogue,
+    // has read its chunks) and stored.
+    auto finish_pending = [&](int first) {
+      for (int r = first; r < 4; ++r) share(r);
+      await_staging();
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) stage(j / 8, j % 8, half, h_bits[2 * j + half]);
+      }
       const int n0p = pending_n0;
       store(&map_d, 2, [&](int c) { return n0p + 64 * c; }, pending_row);
       pending_row = -1;
+    };
+    // At K-tile kt of the next tile: a share at each of the first four K-tiles, the rest and
+    // the store at the fifth (or the last, with fewer).
+    auto pending_step = [&](int kt) {
+      if (kt < 4) share(kt);
+      if (kt == min(4, ktiles - 1)) finish_pending(kt + 1);
     };
     int it = 0;
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
       const int m0 = (tile / tiles_n) * kBM, n0 = (tile % tiles_n) * bn;
       const int out_row = m0 + wg * 64;
-      if (swiglu && pending_row >= 0) await_staging();  // gu's store has read the gate values
       // RoPE: this tile's (sin, cos) loaded before the main loop, so they are in registers by
       // the epilogue. Head width 64: column 8 j + 2 quad is pair 4 (j % 8) + quad of its head,
       // so a thread needs 8 pairs at each of its 2 positions.
@@ -341,10 +368,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           WgmmaM64N256K16<kNMajorB ? 1 : 0>(acc, da + 2 * kk, db + kStepB * kk, 1);
         }
         WgmmaCommit();
-        if (swiglu && pending_row >= 0) {  // a share of the previous tile's h, under the MMAs
-          const int per = (16 + ktiles - 1) / ktiles;
-          swiglu_part(min(16, kt * per), min(16, (kt + 1) * per));
-        }
+        if (swiglu && pending_row >= 0) pending_step(kt);  // the previous tile's h, under the MMAs
         // Keep this K-tile's MMAs in flight; the previous ones are done, so free their stage.
         WgmmaWait<1>();
         if (prev_s >= 0) MbarArrive(&empty[prev_s]);
@@ -352,7 +376,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       WgmmaWait<0>();
       MbarArrive(&empty[prev_s]);
-      if (swiglu && pending_row >= 0) store_pending();
 
       // Epilogue. Fragment i of lane l in warp w holds row w*16 + l/4 (+8 for i%4 >= 2) and
       // column 8*(i/4) + 2*(l%4) + i%2 of this warpgroup's 64 x 256.
@@ -360,7 +383,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if constexpr (swiglu) {
         // Columns 0-127 are gate, 128-255 the same columns of up: gu (bf16, as the GEMM's
         // output), gate into chunks 0-1 and up into 2-3, stored; h follows from these staged
-        // values during the next tile's main loop (swiglu_part).
+        // values during the next tile's main loop (pending_step).
 #pragma unroll
         for (int j = 0; j < 32; ++j) {
 #pragma unroll
@@ -387,11 +410,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         store(&map_d, 4, [&](int c) { return n0 + 64 * c; }, out_row);
       }
     }
-    if (swiglu && pending_row >= 0) {  // the last tile's h: no main loop left to hide it
-      await_staging();
-      swiglu_part(0, 16);
-      store_pending();
-    }
+    if (swiglu && pending_row >= 0) finish_pending(0);  // the last tile's h: no main loop left
     if (t == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
   }
 }
