@@ -23,7 +23,6 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
-#include <type_traits>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
@@ -197,19 +196,19 @@ __device__ __forceinline__ uint32_t StagedOffset(int row, int unit, int quad) {
 //   adjacent columns, head width 64, position = row % T, sin/cos from a [T, 32] table).
 // - kSwiGlu: B = [gate; up] (2*ffn rows); tile n covers gate rows n*128.. and the same up rows,
 //   so a thread holds g and u of the same column: gu (bf16, [M, 2*ffn]) is written as the
-//   GEMM's output would be, and D = silu(g) * u ([M, ffn], swiglu.cu's math). Staging both
-//   (48 KiB a warpgroup) does not fit beside 3 stages, and waiting for gu's store to leave the
-//   staging buffer before staging h stalls the tensor cores (~4 us a tile: session 8's forms
-//   lost all the fusion saved). So h is computed in the epilogue from the accumulators into 32
-//   registers and staged halfway through the next tile's main loop, when gu's store has long
-//   been read out, over gu's gate chunks; the wait then costs nothing.
+//   GEMM's output would be, and D = silu(g) * u ([M, ffn], swiglu.cu's math). The epilogue
+//   stages and stores gu only (both warpgroups' epilogues run together, so any math there
+//   stalls the tensor cores); h is computed from the staged gu in shares between the next
+//   tile's wgmma issues and written straight to global memory (docs/benchmarks.md, sessions 8
+//   and 14: waiting on shared memory for h, or expf and an IEEE reciprocal in the two warps a
+//   scheduler that issue the MMAs, cost more than the separate pass saved).
 template <WgmmaEpilogue kEpi, bool kNMajorB = false>
 __global__ void __launch_bounds__(kThreads, 1)
     WgmmaGemmKernel(const __grid_constant__ CUtensorMap map_a,
                     const __grid_constant__ CUtensorMap map_b,
                     const __grid_constant__ CUtensorMap map_d,
-                    const __grid_constant__ CUtensorMap map_d2, WgmmaEpilogueArgs ea, int tiles_n,
-                    int tiles, int k) {
+                    const __grid_constant__ CUtensorMap map_d2, WgmmaEpilogueArgs ea,
+                    __nv_bfloat16* h_out, int tiles_n, int tiles, int k) {
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
                                              ~uintptr_t(1023));
@@ -283,54 +282,35 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (t == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
       WarpgroupBarrier(wg);
     };
-    // SwiGLU's h of the previous tile, computed in four shares between this tile's first wgmma
-    // issues from the staged gu (reading it beside gu's TMA store needs no wait) into packed
-    // bf16 pairs (column group j < 16, row half) in registers, then staged over chunks 0-1 once
-    // gu's store has read them, and stored. pending_row < 0: nothing pending.
-    uint32_t h_bits[32];
+    // SwiGLU's h of the previous tile, from its staged gu (gu's TMA store reads the same
+    // buffer, so no wait), in four shares between this tile's first wgmma issues: each thread
+    // takes whole 16-byte vectors (8 lanes a 128-byte row of a chunk: no bank conflicts) and
+    // writes h straight to global memory (16 lanes a 256-byte run), so h needs neither
+    // registers across the tile nor staging space. pending_row < 0: nothing pending.
     int pending_row = -1, pending_n0 = 0;
-    auto share_c = [&](auto share) {  // groups 4 share .. 4 share + 3, compile-time indices
-      constexpr int s = decltype(share)::value;
+    auto share = [&](int s) {  // vectors t + 128 v, v in [2 s, 2 s + 2), of the 64 x 128 h
 #pragma unroll
-      for (int j = 4 * s; j < 4 * s + 4; ++j) {
+      for (int v = 0; v < 2; ++v) {
+        const int idx = t + 128 * (2 * s + v), row = idx / 16, chunk = (idx / 8) % 2,
+                  unit = idx % 8;
+        const uint32_t off = uint32_t(row * 128 + ((unit ^ (row % 8)) * 16));
+        float g[8], u[8], h[8];
+        UnpackBf16x8(Load16(my_out + chunk * kOutChunkBytes + off), g);
+        UnpackBf16x8(Load16(my_out + (chunk + 2) * kOutChunkBytes + off), u);
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const uint32_t off = StagedOffset(row0 + 8 * half, j % 8, quad);
-          const float2 g = UnpackBf16x2(
-              *reinterpret_cast<const uint32_t*>(my_out + (j / 8) * kOutChunkBytes + off));
-          const float2 u = UnpackBf16x2(
-              *reinterpret_cast<const uint32_t*>(my_out + (j / 8 + 2) * kOutChunkBytes + off));
-          h_bits[2 * j + half] = PackBf16x2(SwiGluOut(g.x, u.x), SwiGluOut(g.y, u.y));
-        }
+        for (int e = 0; e < 8; ++e) h[e] = SwiGluOut(g[e], u[e]);
+        Store16(h_out + (pending_row + row) * int64_t(ea.ffn) + pending_n0 + chunk * 64 + unit * 8,
+                PackBf16x8(h));
       }
     };
-    auto share = [&](int s) {
-      switch (s) {
-        case 0: share_c(std::integral_constant<int, 0>{}); break;
-        case 1: share_c(std::integral_constant<int, 1>{}); break;
-        case 2: share_c(std::integral_constant<int, 2>{}); break;
-        default: share_c(std::integral_constant<int, 3>{}); break;
-      }
-    };
-    // The shares from `first` on, then h staged (once gu's store, issued at the last epilogue,
-    // has read its chunks) and stored.
-    auto finish_pending = [&](int first) {
-      for (int r = first; r < 4; ++r) share(r);
-      await_staging();
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) stage(j / 8, j % 8, half, h_bits[2 * j + half]);
-      }
-      const int n0p = pending_n0;
-      store(&map_d, 2, [&](int c) { return n0p + 64 * c; }, pending_row);
-      pending_row = -1;
-    };
-    // At K-tile kt of the next tile: a share at each of the first four K-tiles, the rest and
-    // the store at the fifth (or the last, with fewer).
+    // At K-tile kt of the next tile: a share at each of the first four K-tiles (the rest at
+    // the last, with fewer).
     auto pending_step = [&](int kt) {
       if (kt < 4) share(kt);
-      if (kt == min(4, ktiles - 1)) finish_pending(kt + 1);
+      if (kt == ktiles - 1) {
+        for (int r = kt + 1; r < 4; ++r) share(r);
+      }
+      if (kt >= 3 || kt == ktiles - 1) pending_row = -1;
     };
     int it = 0;
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -383,7 +363,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       if constexpr (swiglu) {
         // Columns 0-127 are gate, 128-255 the same columns of up: gu (bf16, as the GEMM's
         // output), gate into chunks 0-1 and up into 2-3, stored; h follows from these staged
-        // values during the next tile's main loop (pending_step).
+        // values during the next tile's main loop (pending_step; `store` made them visible to
+        // the whole warpgroup).
 #pragma unroll
         for (int j = 0; j < 32; ++j) {
 #pragma unroll
@@ -410,7 +391,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         store(&map_d, 4, [&](int c) { return n0 + 64 * c; }, out_row);
       }
     }
-    if (swiglu && pending_row >= 0) finish_pending(0);  // the last tile's h: no main loop left
+    if (swiglu && pending_row >= 0) {  // the last tile's h: no main loop left to hide it
+      for (int r = 0; r < 4; ++r) share(r);
+    }
     if (t == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
   }
 }
@@ -510,7 +493,8 @@ Status WgmmaGemmBf16(const WgmmaGemmArgs& args, cudaStream_t stream) {
   const int k = int(args.K);
   auto launch = [&](auto kernel) -> Status {
     FORGE_RETURN_IF_ERROR(AllowDynamicSmem(kernel, kSmemBytes));
-    kernel<<<grid, kThreads, kSmemBytes, stream>>>(map_a, map_b, map_d, map_d2, args.epi, tiles_n,
+    kernel<<<grid, kThreads, kSmemBytes, stream>>>(map_a, map_b, map_d, map_d2, args.epi,
+                                                   static_cast<__nv_bfloat16*>(args.D), tiles_n,
                                                    tiles, k);
     FORGE_CUDA_LAUNCH_CHECK();
     return Status::Ok();

@@ -6,7 +6,14 @@
 
 namespace forge::cuda {
 
-__device__ __forceinline__ float SwiGluSigmoid(float g) { return __frcp_rn(1.0f + expf(-g)); }
+// The hardware's approximate exp2 and reciprocal (2 MUFU ops; relative error ~1e-7, far under
+// bf16's 4e-3): the GEMM with SwiGLU in its epilogue computes this between its MMA issues, where
+// expf + an IEEE reciprocal (~40 instructions, latency-bound in two warps a scheduler) held the
+// tensor cores back (docs/benchmarks.md, session 14). 1 + exp(-g) above 2^126 gives 0, as it
+// should.
+__device__ __forceinline__ float SwiGluSigmoid(float g) {
+  return __fdividef(1.0f, 1.0f + __expf(-g));
+}
 
 // out = silu(g) * u
 __device__ __forceinline__ float SwiGluOut(float g, float u) { return g * SwiGluSigmoid(g) * u; }

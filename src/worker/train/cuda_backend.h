@@ -56,7 +56,7 @@ struct CudaBackendOptions {
   // projections (CudaModelOptions::rope_gemm / swiglu_gemm; bitwise the same results).
   // FORGE_CUDA_ROPE_GEMM=0|1 and FORGE_CUDA_SWIGLU_GEMM=0|1 override.
   bool rope_gemm = true;
-  bool swiglu_gemm = false;
+  bool swiglu_gemm = true;
 };
 
 // Defaults with the environment overrides above applied.
