@@ -195,6 +195,47 @@ Status RunFused(const RandomPool& pool, Timer& timer, int sets, cuda::GemmRunner
   j["wgmma_fused_us"] = us_gu;
   j["ok"] = bad_gu == 0 && bad_h == 0;
   std::printf("%s\n", j.dump().c_str());
+
+  // SwiGLU's backward in the down projection's dgrad: dh = dy W_down (W_down [d, ffn], N-major),
+  // then dgu from dh and gu; against cuBLASLt's dgrad + SwiGluBackward. gu_ref (the forward's
+  // gate/up output above) is the input, x[i] stands in for dy.
+  std::vector<DevBuf> wdown;
+  FORGE_RETURN_IF_ERROR(RandomSets(pool, sets, size_t(d * ffn), 103, &wdown));
+  DevBuf dh, dgu_ref, dgu;
+  FORGE_RETURN_IF_ERROR(Alloc(&dh, size_t(M * ffn) * 2));
+  FORGE_RETURN_IF_ERROR(Alloc(&dgu_ref, size_t(M * 2 * ffn) * 2));
+  FORGE_RETURN_IF_ERROR(Alloc(&dgu, size_t(M * 2 * ffn) * 2));
+  const auto* gu_in = static_cast<const cuda::bf16*>(gu_ref.p);
+  auto bwd_ref = [&](int i) -> Status {
+    cuda::GemmArgs g;
+    g.M = M, g.N = ffn, g.K = d, g.A = x[size_t(i)].p, g.B = wdown[size_t(i)].p, g.D = dh.p;
+    g.trans_b = false;  // W_down [d, ffn] is [K, N]
+    FORGE_RETURN_IF_ERROR(lt.Run(g, stream));
+    return cuda::SwiGluBackward(static_cast<cuda::bf16*>(dgu_ref.p),
+                                static_cast<const cuda::bf16*>(dh.p), gu_in, M, int(ffn), stream);
+  };
+  auto bwd_ours = [&](int i) {
+    cuda::WgmmaGemmArgs g;
+    g.M = M, g.N = ffn, g.K = d, g.A = x[size_t(i)].p, g.B = wdown[size_t(i)].p, g.D = dgu.p;
+    g.b_n_major = true;
+    g.epilogue = cuda::WgmmaEpilogue::kSwiGluBackward;
+    g.epi.gu = const_cast<cuda::bf16*>(gu_in), g.epi.ffn = int(ffn);
+    return cuda::WgmmaGemmBf16(g, stream);
+  };
+  FORGE_RETURN_IF_ERROR(bwd_ref(0));
+  FORGE_CUDA_CHECK(cudaMemset(dgu.p, 0xFF, dgu.bytes));
+  FORGE_RETURN_IF_ERROR(bwd_ours(0));
+  FORGE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  FORGE_ASSIGN_OR_RETURN(const int64_t bad_dgu, Mismatches(dgu, dgu_ref));
+  FORGE_ASSIGN_OR_RETURN(const float us_bwd_ref, timer.Median(bwd_ref));
+  FORGE_ASSIGN_OR_RETURN(const float us_bwd, timer.Median(bwd_ours));
+  j = nlohmann::ordered_json{};
+  j["fused"] = "down_dgrad_swiglu_bwd";
+  j["mismatches_dgu"] = bad_dgu;
+  j["cublaslt_plus_kernel_us"] = us_bwd_ref;
+  j["wgmma_fused_us"] = us_bwd;
+  j["ok"] = bad_dgu == 0;
+  std::printf("%s\n", j.dump().c_str());
   return Status::Ok();
 }
 

@@ -48,22 +48,24 @@ TEST(GpuModel, GradientsMatchCpu) {
   ExpectGradientsMatchCpu(TinyConfig(), 1);
 }
 
-// d 256: 4 heads of 64, so on an sm_90 GPU the QKV projection takes the RoPE-epilogue GEMM and
-// gate/up the SwiGLU-epilogue one (both asked for here; kernels/cuda/gemm_wgmma.cu).
+// d 256: 4 heads of 64, so on an sm_90 GPU the QKV projection takes the RoPE-epilogue GEMM,
+// gate/up the SwiGLU-epilogue one and the down projection's input gradient the SwiGLU-backward
+// one (all asked for here; kernels/cuda/gemm_wgmma.cu).
 TEST(GpuModel, EpilogueGemmsGradientsMatchCpu) {
   FORGE_SKIP_WITHOUT_GPU();
   RunConfig c = TinyConfig();
   c.model.d_model = 256;
   CudaModelOptions mo;
   mo.micro_batch = c.batch.micro_batch;
-  mo.rope_gemm = mo.swiglu_gemm = true;
+  mo.rope_gemm = mo.swiglu_gemm = mo.swiglu_bwd_gemm = true;
   auto model = CudaModel::Create(c.model, c.optimizer, mo);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   const bool sm90 = cuda::WgmmaGemmRunsHere();
   EXPECT_EQ((*model)->rope_gemm_active(), sm90);
   EXPECT_EQ((*model)->swiglu_gemm_active(), sm90);
+  EXPECT_EQ((*model)->swiglu_bwd_gemm_active(), sm90);
   CudaBackendOptions o;
-  o.rope_gemm = o.swiglu_gemm = true;
+  o.rope_gemm = o.swiglu_gemm = o.swiglu_bwd_gemm = true;
   ExpectGradientsMatchCpu(c, 1, o);
 }
 

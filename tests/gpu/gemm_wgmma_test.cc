@@ -210,6 +210,51 @@ TEST(GpuWgmmaGemm, SwiGluEpilogueIsGemmThenSwiGluBitForBit) {
   }
 }
 
+// SwiGLU's backward in the epilogue of dh = dy W (N-major W): dgu == SwiGluBackward(dh, gu) on
+// the plain GEMM's dh, bit for bit, and close to the CPU's. A CTA computes a tile's dgu during
+// its next tile's main loop (16 vectors a thread, spread over the K-tiles), so also with
+// persistent CTAs walking several tiles, one K-tile (all 16 at once) and 20 (some K-tiles take
+// none).
+TEST(GpuWgmmaGemm, SwiGluBackwardEpilogueIsGemmThenSwiGluBackwardBitForBit) {
+  SKIP_WITHOUT_SM90();
+  const int64_t M = 384, ffn = 512;
+  const std::vector<float> gu_host = test::RandomUniformBf16(size_t(M * 2 * ffn), -3.f, 3.f, 91);
+  const DeviceBuffer<bf16> gu(test::ToBf16(gu_host));
+  for (const int64_t K : {128, 64, 1280}) {
+    const Operands o(M, ffn, K, 31 + K);  // o.b is W^T [ffn, K]; the GEMM reads W [K, ffn]
+    std::vector<float> w(o.b.size());
+    for (int64_t n = 0; n < ffn; ++n) {
+      for (int64_t k = 0; k < K; ++k) w[size_t(k * ffn + n)] = o.b[size_t(n * K + k)];
+    }
+    const DeviceBuffer<bf16> dw(test::ToBf16(w));
+    DeviceBuffer<bf16> dh(size_t(M * ffn)), dgu_plain(size_t(M * 2 * ffn));
+    WgmmaGemmArgs plain = Args(M, ffn, K, o, dh.data());
+    plain.B = dw.data(), plain.b_n_major = true;
+    ASSERT_STATUS_OK(cuda::WgmmaGemmBf16(plain, nullptr));
+    ASSERT_STATUS_OK(
+        cuda::SwiGluBackward(dgu_plain.data(), dh.data(), gu.data(), M, int(ffn), nullptr));
+    std::vector<float> ref_dh = CpuGemm(o.a, o.b, M, ffn, K);
+    test::RoundBf16InPlace(ref_dh);
+    std::vector<float> ref_dgu(size_t(M * 2 * ffn));
+    cpu::SwiGluBackward(ref_dgu.data(), ref_dh.data(), gu_host.data(), M, int(ffn));
+    for (const int ctas : {0, 1, 5}) {
+      SCOPED_TRACE("K " + std::to_string(K) + ", ctas " + std::to_string(ctas));
+      DeviceBuffer<bf16> dgu(size_t(M * 2 * ffn));
+      dgu.Poison();
+      WgmmaGemmArgs g = plain;
+      g.D = dgu.data();
+      g.epilogue = WgmmaEpilogue::kSwiGluBackward;
+      g.epi.gu = const_cast<bf16*>(gu.data()), g.epi.ffn = int(ffn);
+      g.ctas = ctas;
+      ASSERT_STATUS_OK(cuda::WgmmaGemmBf16(g, nullptr));
+      EXPECT_EQ(Mismatches(Bits(dgu), Bits(dgu_plain)), 0);
+      const std::vector<float> got = test::ToFloat(dgu.Download());
+      ASSERT_TRUE(AllFinite(got)) << "an element of dgu was not written";
+      EXPECT_LT(test::RelFrobenius(got, ref_dgu), 1e-2);
+    }
+  }
+}
+
 TEST(GpuWgmmaGemm, RejectsWhatItCannotTile) {
   SKIP_WITHOUT_SM90();
   const Operands o(128, 256, 64, 5);
@@ -225,11 +270,19 @@ TEST(GpuWgmmaGemm, RejectsWhatItCannotTile) {
   WgmmaGemmArgs swiglu = Args(128, 256, 64, o, d.data());
   swiglu.epilogue = WgmmaEpilogue::kSwiGlu;  // no gu
   EXPECT_FALSE(cuda::WgmmaGemmBf16(swiglu, nullptr).ok());
-  WgmmaGemmArgs n_major_rope = rope;  // an N-major B takes the plain epilogue only
+  WgmmaGemmArgs n_major_rope = rope;  // an N-major B takes the plain or SwiGLU-backward epilogue
   n_major_rope.b_n_major = true;
   const Status nm = cuda::WgmmaGemmCheck(n_major_rope);
   EXPECT_FALSE(nm.ok());
   EXPECT_NE(nm.ToString().find("N-major"), std::string::npos) << nm.ToString();
+  WgmmaGemmArgs bwd = Args(128, 256, 64, o, d.data());
+  bwd.epilogue = WgmmaEpilogue::kSwiGluBackward;
+  bwd.epi.gu = d.data(), bwd.epi.ffn = 256;  // K-major B
+  EXPECT_FALSE(cuda::WgmmaGemmCheck(bwd).ok());
+  bwd.b_n_major = true, bwd.epi.ffn = 128;  // ffn != N
+  EXPECT_FALSE(cuda::WgmmaGemmCheck(bwd).ok());
+  bwd.epi.ffn = 256;
+  EXPECT_TRUE(cuda::WgmmaGemmCheck(bwd).ok());
 }
 
 }  // namespace

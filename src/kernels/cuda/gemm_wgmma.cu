@@ -14,7 +14,8 @@
 //   m64n256k16 straight from the swizzled shared memory (4 per K-tile), then they release the
 //   stage through its `empty` mbarrier once the MMAs that read it have completed; the output
 //   tile is staged in shared memory (32 KiB a warpgroup) and stored by TMA.
-// 3 stages x 48 KiB + 64 KiB of staging = 208 KiB of shared memory: one CTA per SM.
+// 3 stages x 48 KiB + 64 KiB of staging = 208 KiB of shared memory (+16 KiB of prefetch slots
+// for kSwiGluBackward): one CTA per SM.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -43,8 +44,11 @@ constexpr int kStageBytes = kTileBytesA + kTileBytesB;
 // four 64-column chunks of 64 rows x 128 bytes in the 128-byte swizzle.
 constexpr int kOutChunkBytes = 64 * 128;
 constexpr int kOutBytes = kConsumers * 4 * kOutChunkBytes;
+// kSwiGluBackward's prefetch slots: 2 slots x 2 warpgroups x (g, u) x 128 threads x 16 bytes.
+constexpr int kPrefetchBytes = 2 * kConsumers * 2 * 128 * 16;
 // The swizzled tiles need 1024-byte alignment; the dynamic buffer is aligned by hand.
 constexpr int kSmemBytes = kStages * kStageBytes + kOutBytes + 1024 + 2 * kStages * 8;
+constexpr int kSmemBytesSwiGluBackward = kSmemBytes + kPrefetchBytes;  // 230,448 of 232,448
 
 __device__ __forceinline__ uint32_t SmemAddr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -202,6 +206,10 @@ __device__ __forceinline__ uint32_t StagedOffset(int row, int unit, int quad) {
 //   tile's wgmma issues and written straight to global memory (docs/benchmarks.md, sessions 8
 //   and 14: waiting on shared memory for h, or expf and an IEEE reciprocal in the two warps a
 //   scheduler that issue the MMAs, cost more than the separate pass saved).
+// - kSwiGluBackward (N-major B): A B is dh, the gradient of SwiGLU's output; it is staged but
+//   never stored, and during the next tile's main loop each thread turns 16 vectors of it into
+//   dg and du (gu read by cp.async two vectors ahead into prefetch slots, results written
+//   straight to global memory): bitwise cuBLASLt's dgrad followed by SwiGluBackward.
 template <WgmmaEpilogue kEpi, bool kNMajorB = false>
 __global__ void __launch_bounds__(kThreads, 1)
     WgmmaGemmKernel(const __grid_constant__ CUtensorMap map_a,
@@ -213,11 +221,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
                                              ~uintptr_t(1023));
   uint8_t* out_smem = smem + kStages * kStageBytes;
-  uint64_t* full = reinterpret_cast<uint64_t*>(out_smem + kOutBytes);
+  constexpr bool swiglu = kEpi == WgmmaEpilogue::kSwiGlu;
+  constexpr bool swiglu_bwd = kEpi == WgmmaEpilogue::kSwiGluBackward;
+  uint8_t* prefetch = out_smem + kOutBytes;  // kSwiGluBackward only
+  uint64_t* full =
+      reinterpret_cast<uint64_t*>(out_smem + kOutBytes + (swiglu_bwd ? kPrefetchBytes : 0));
   uint64_t* empty = full + kStages;
   const int wg = threadIdx.x / 128;
   const int ktiles = k / kBK;
-  constexpr bool swiglu = kEpi == WgmmaEpilogue::kSwiGlu;
   constexpr int bn = swiglu ? kBN / 2 : kBN;  // output columns per tile
 
   if (threadIdx.x == 0) {
@@ -303,6 +314,59 @@ __global__ void __launch_bounds__(kThreads, 1)
                 PackBf16x8(h));
       }
     };
+    // SwiGLU's backward of the previous tile (kSwiGluBackward): its dh is staged like a plain
+    // output but never stored; during this tile's main loop each thread takes 16 of its 16-byte
+    // vectors (v = t + 128 i: a warp covers 512 contiguous bytes of a row), reads g and u from
+    // global memory into its own prefetch slots with cp.async two vectors ahead (so no load
+    // latency lands between two wgmma issues), and writes dg and du straight to global memory.
+    // bwd_next: the next vector; 16 = nothing pending.
+    int bwd_next = 16;
+    const int64_t ld_gu = 2 * int64_t(ea.ffn);
+    auto bwd_vector = [&](int i, int* row, int* col) {
+      const int v = t + 128 * i;
+      *row = v / 32, *col = (v % 32) * 8;
+    };
+    auto bwd_issue = [&](int i) {  // g and u of vector i into slot i % 2, one cp.async group
+      if (i < 16) {
+        int row, col;
+        bwd_vector(i, &row, &col);
+        const __nv_bfloat16* src = ea.gu + (pending_row + row) * ld_gu + pending_n0 + col;
+        uint8_t* slot = prefetch + (i % 2) * (kConsumers * 2 * 128 * 16) + wg * (2 * 128 * 16);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(SmemAddr(slot + t * 16)),
+                     "l"(src)
+                     : "memory");
+        asm volatile(
+            "cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(SmemAddr(slot + 128 * 16 + t * 16)),
+            "l"(src + ea.ffn)
+            : "memory");
+      }
+      asm volatile("cp.async.commit_group;" ::: "memory");
+    };
+    auto bwd_step = [&] {  // vector bwd_next: its loads have landed (one group may be pending)
+      asm volatile("cp.async.wait_group 1;" ::: "memory");
+      const int i = bwd_next;
+      int row, col;
+      bwd_vector(i, &row, &col);
+      const uint8_t* slot = prefetch + (i % 2) * (kConsumers * 2 * 128 * 16) + wg * (2 * 128 * 16);
+      float g[8], u[8], dy[8], dg[8], du[8];
+      UnpackBf16x8(Load16(slot + t * 16), g);
+      UnpackBf16x8(Load16(slot + 128 * 16 + t * 16), u);
+      const int chunk = col / 64, unit = (col % 64) / 8;
+      UnpackBf16x8(Load16(my_out + chunk * kOutChunkBytes + row * 128 + ((unit ^ (row % 8)) * 16)),
+                   dy);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) SwiGluGrads(g[e], u[e], dy[e], &dg[e], &du[e]);
+      __nv_bfloat16* dst = h_out + (pending_row + row) * ld_gu + pending_n0 + col;
+      Store16(dst, PackBf16x8(dg));
+      Store16(dst + ea.ffn, PackBf16x8(du));
+      bwd_issue(i + 2);  // into the slot just read (its values are in registers now)
+      if (++bwd_next == 16) pending_row = -1;
+    };
+    // At K-tile kt: the vectors up to 16 (kt + 1) / ktiles (one a K-tile at K = 1024).
+    auto bwd_pending_step = [&](int kt) {
+      const int until = 16 * (kt + 1) / ktiles;
+      while (bwd_next < until) bwd_step();
+    };
     // At K-tile kt of the next tile: a share at each of the first four K-tiles (the rest at
     // the last, with fewer).
     auto pending_step = [&](int kt) {
@@ -349,6 +413,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         WgmmaCommit();
         if (swiglu && pending_row >= 0) pending_step(kt);  // the previous tile's h, under the MMAs
+        if (swiglu_bwd && pending_row >= 0) bwd_pending_step(kt);
         // Keep this K-tile's MMAs in flight; the previous ones are done, so free their stage.
         WgmmaWait<1>();
         if (prev_s >= 0) MbarArrive(&empty[prev_s]);
@@ -375,6 +440,20 @@ __global__ void __launch_bounds__(kThreads, 1)
         store(&map_d2, 4, [&](int c) { return c < 2 ? n0 + 64 * c : ea.ffn + n0 + 64 * (c - 2); },
               out_row);
         pending_row = out_row, pending_n0 = n0;  // h: during the next tile's main loop
+      } else if constexpr (swiglu_bwd) {
+        // dh (bf16, as the separate GEMM would store it) staged for the next tile's main loop;
+        // the barrier makes every thread's part visible to the warpgroup.
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            stage(j / 8, j % 8, half, PackBf16x2(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]));
+          }
+        }
+        WarpgroupBarrier(wg);
+        pending_row = out_row, pending_n0 = n0, bwd_next = 0;
+        bwd_issue(0);
+        bwd_issue(1);
       } else {
 #pragma unroll
         for (int j = 0; j < 32; ++j) {
@@ -393,6 +472,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     if (swiglu && pending_row >= 0) {  // the last tile's h: no main loop left to hide it
       for (int r = 0; r < 4; ++r) share(r);
+    }
+    if (swiglu_bwd) {  // the last tile's backward, likewise
+      while (pending_row >= 0) bwd_step();
+      asm volatile("cp.async.wait_group 0;" ::: "memory");
     }
     if (t == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
   }
@@ -452,8 +535,15 @@ Status WgmmaGemmCheck(const WgmmaGemmArgs& args) {
   if (args.M <= 0 || args.M % kBM || args.N % kBN || args.N <= 0 || args.K % kBK || args.K <= 0)
     return Status::Invalid("WgmmaGemmBf16: M must be a multiple of 128, N of 256, K of 64" +
                            shape);
-  if (args.b_n_major && args.epilogue != WgmmaEpilogue::kPlain)
-    return Status::Invalid("WgmmaGemmBf16: an N-major B takes the plain epilogue only" + shape);
+  const bool bwd = args.epilogue == WgmmaEpilogue::kSwiGluBackward;
+  if (args.b_n_major && args.epilogue != WgmmaEpilogue::kPlain && !bwd)
+    return Status::Invalid(
+        "WgmmaGemmBf16: an N-major B takes the plain or SwiGLU-backward "
+        "epilogue only" +
+        shape);
+  if (bwd && (!args.b_n_major || args.epi.ffn != args.N))
+    return Status::Invalid("WgmmaGemmBf16: SwiGLU's backward needs an N-major B and ffn = N" +
+                           shape);
   if (args.epilogue == WgmmaEpilogue::kSwiGlu && args.epi.ffn * 2 != args.N)
     return Status::Invalid("WgmmaGemmBf16: SwiGLU needs ffn = N / 2" + shape);
   if (args.epilogue == WgmmaEpilogue::kRope &&
@@ -467,7 +557,9 @@ Status WgmmaGemmCheck(const WgmmaGemmArgs& args) {
 Status WgmmaGemmBf16(const WgmmaGemmArgs& args, cudaStream_t stream) {
   FORGE_RETURN_IF_ERROR(WgmmaGemmCheck(args));
   const bool swiglu = args.epilogue == WgmmaEpilogue::kSwiGlu;
-  if (swiglu && !args.epi.gu) return Status::Invalid("WgmmaGemmBf16: SwiGLU needs gu");
+  const bool swiglu_bwd = args.epilogue == WgmmaEpilogue::kSwiGluBackward;
+  if ((swiglu || swiglu_bwd) && !args.epi.gu)
+    return Status::Invalid("WgmmaGemmBf16: SwiGLU needs gu");
   if (args.epilogue == WgmmaEpilogue::kRope && !args.epi.rope_sin_cos)
     return Status::Invalid("WgmmaGemmBf16: RoPE needs its (sin, cos) table");
   const int64_t out_n = swiglu ? args.N / 2 : args.N;
@@ -481,7 +573,12 @@ Status WgmmaGemmBf16(const WgmmaGemmArgs& args, cudaStream_t stream) {
     FORGE_RETURN_IF_ERROR(
         SwizzledMap(encode, args.B, args.N, args.K, swiglu ? kBN / 2 : kBN, &map_b));
   }
-  FORGE_RETURN_IF_ERROR(SwizzledMap(encode, args.D, args.M, out_n, 64, &map_d));
+  // kSwiGluBackward writes D from registers (no map; A's stands in).
+  if (swiglu_bwd) {
+    map_d = map_a;
+  } else {
+    FORGE_RETURN_IF_ERROR(SwizzledMap(encode, args.D, args.M, out_n, 64, &map_d));
+  }
   map_d2 = map_d;  // kSwiGlu's second output, gu
   if (swiglu) FORGE_RETURN_IF_ERROR(SwizzledMap(encode, args.epi.gu, args.M, args.N, 64, &map_d2));
   // SM count per call (cheap).
@@ -491,11 +588,12 @@ Status WgmmaGemmBf16(const WgmmaGemmArgs& args, cudaStream_t stream) {
   const int tiles_n = int(out_n / (swiglu ? kBN / 2 : kBN)), tiles = int(args.M / kBM) * tiles_n;
   const int grid = args.ctas > 0 ? std::min(args.ctas, tiles) : std::min(tiles, sms);
   const int k = int(args.K);
+  const int smem = swiglu_bwd ? kSmemBytesSwiGluBackward : kSmemBytes;
   auto launch = [&](auto kernel) -> Status {
-    FORGE_RETURN_IF_ERROR(AllowDynamicSmem(kernel, kSmemBytes));
-    kernel<<<grid, kThreads, kSmemBytes, stream>>>(map_a, map_b, map_d, map_d2, args.epi,
-                                                   static_cast<__nv_bfloat16*>(args.D), tiles_n,
-                                                   tiles, k);
+    FORGE_RETURN_IF_ERROR(AllowDynamicSmem(kernel, smem));
+    kernel<<<grid, kThreads, smem, stream>>>(map_a, map_b, map_d, map_d2, args.epi,
+                                             static_cast<__nv_bfloat16*>(args.D), tiles_n, tiles,
+                                             k);
     FORGE_CUDA_LAUNCH_CHECK();
     return Status::Ok();
   };
@@ -507,6 +605,8 @@ Status WgmmaGemmBf16(const WgmmaGemmArgs& args, cudaStream_t stream) {
       return launch(WgmmaGemmKernel<WgmmaEpilogue::kRope>);
     case WgmmaEpilogue::kSwiGlu:
       return launch(WgmmaGemmKernel<WgmmaEpilogue::kSwiGlu>);
+    case WgmmaEpilogue::kSwiGluBackward:
+      return launch(WgmmaGemmKernel<WgmmaEpilogue::kSwiGluBackward, true>);
   }
   return Status::Internal("WgmmaGemmBf16: unknown epilogue");
 }

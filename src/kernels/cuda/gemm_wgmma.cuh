@@ -14,7 +14,7 @@
 
 namespace forge::cuda {
 
-enum class WgmmaEpilogue : int { kPlain = 0, kRope = 1, kSwiGlu = 2 };
+enum class WgmmaEpilogue : int { kPlain = 0, kRope = 1, kSwiGlu = 2, kSwiGluBackward = 3 };
 
 struct WgmmaEpilogueArgs {
   // kRope: rotate the pairs of columns < rot_cols (whole heads of width hd) by the angle of
@@ -22,6 +22,9 @@ struct WgmmaEpilogueArgs {
   const float2* rope_sin_cos = nullptr;
   int T = 0, hd = 0, rot_cols = 0;
   // kSwiGlu: B is [gate; up] ([2*ffn, K]), gu receives A B^T ([M, 2*ffn]) and D silu(g) * u.
+  // kSwiGluBackward (N-major B, N = ffn): A B is the gradient of SwiGLU's output (dh, never
+  // stored); gu is the forward's [M, 2*ffn] input (read) and D receives its gradient dgu
+  // ([M, 2*ffn]), as SwiGluBackward(D, dh, gu) would write it.
   __nv_bfloat16* gu = nullptr;
   int ffn = 0;
 };
@@ -31,7 +34,8 @@ struct WgmmaGemmArgs {
   const void* A = nullptr;      // [M, K] bf16 row-major
   const void* B = nullptr;      // [N, K] bf16 row-major; [K, N] with b_n_major
   bool b_n_major = false;       // B's N contiguous (kPlain only): D = A * B
-  void* D = nullptr;            // [M, N] bf16 row-major ([M, N/2] for kSwiGlu)
+  void* D = nullptr;            // [M, N] bf16 row-major ([M, N/2] for kSwiGlu, [M, 2N] for
+                                // kSwiGluBackward)
   WgmmaEpilogue epilogue = WgmmaEpilogue::kPlain;
   WgmmaEpilogueArgs epi;
   int ctas = 0;                 // persistent CTAs (0: one per SM, at most one per tile)

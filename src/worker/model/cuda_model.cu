@@ -132,7 +132,7 @@ struct CudaModel::Buffers {
   int64_t* skipped_steps = nullptr;           // device counter (AdamWMultiTensor)
   std::unique_ptr<Fp8Linears> fp8;            // precision fp8 only
   // CudaModelOptions::rope_gemm / swiglu_gemm where the GPU and shapes allow them.
-  bool rope_gemm = false, swiglu_gemm = false;
+  bool rope_gemm = false, swiglu_gemm = false, swiglu_bwd_gemm = false;
   float2* rope_sin_cos = nullptr;             // [T, hd/2] for the RoPE epilogue
   std::unique_ptr<DeferredUpdate> update;     // defer_update: one GPU and ddp
 
@@ -640,15 +640,19 @@ GemmArgs LinearBackwardWeight(float* dw, const bf16* dy, const bf16* x, int64_t 
 
 bool CudaModel::rope_gemm_active() const { return buf_->rope_gemm; }
 bool CudaModel::swiglu_gemm_active() const { return buf_->swiglu_gemm; }
+bool CudaModel::swiglu_bwd_gemm_active() const { return buf_->swiglu_bwd_gemm; }
 
 // Our own GEMM (sm_90 only) takes the QKV and gate/up projections of BF16 steps where it
 // accepts the shapes (cuda::WgmmaGemmCheck); otherwise (or when the options are off) cuBLASLt
 // and the separate RoPE/SwiGLU kernels run, with the same results.
 Status CudaModel::SetUpEpilogueGemms(const CudaModelOptions& o) {
   Buffers& b = *buf_;
-  const bool here = (o.rope_gemm || o.swiglu_gemm) && cuda::WgmmaGemmRunsHere();
+  const bool here =
+      (o.rope_gemm || o.swiglu_gemm || o.swiglu_bwd_gemm) && cuda::WgmmaGemmRunsHere();
   b.rope_gemm = o.rope_gemm && here && cuda::WgmmaGemmCheck(QkvRopeGemm()).ok();
   b.swiglu_gemm = o.swiglu_gemm && here && cuda::WgmmaGemmCheck(GateUpSwiGluGemm()).ok();
+  b.swiglu_bwd_gemm =
+      o.swiglu_bwd_gemm && here && cuda::WgmmaGemmCheck(DownSwiGluBackwardGemm()).ok();
   if (!b.rope_gemm) return Status::Ok();
   FORGE_RETURN_IF_ERROR(DeviceAlloc("cuda model", &b.allocations, &allocated_bytes_,
                                     &b.rope_sin_cos, size_t(T_) * (hd_ / 2)));
@@ -663,6 +667,18 @@ cuda::WgmmaGemmArgs CudaModel::QkvRopeGemm() const {
   g.epilogue = cuda::WgmmaEpilogue::kRope;
   g.epi.rope_sin_cos = buf_->rope_sin_cos, g.epi.T = T_, g.epi.hd = hd_;
   g.epi.rot_cols = (H_ + KV_) * hd_;
+  return g;
+}
+
+// dgu from dres W_down (N-major [d, ffn]) and gu, [N, 2 ffn]; the backward sets A, B, D and gu
+// per layer. Leaves the SMs the other backward GEMMs leave (gemm_sm_margin).
+cuda::WgmmaGemmArgs CudaModel::DownSwiGluBackwardGemm() const {
+  cuda::WgmmaGemmArgs g;
+  g.M = N_, g.N = ffn_, g.K = d_;
+  g.b_n_major = true;
+  g.epilogue = cuda::WgmmaEpilogue::kSwiGluBackward;
+  g.epi.ffn = ffn_;
+  g.ctas = bwd_sm_count_;
   return g;
 }
 
@@ -867,19 +883,24 @@ Status CudaModel::BlockBackward(int layer, int set, const BlockActs& a, const bf
   const int Bm = o_.micro_batch;
   const bool acc = accumulate_grads;
   Fp8Linears* f8 = b.fp8.get();
+  // BF16: dW (+)= dy^T x on the wgrad stream.
+  auto weight_grad = [&](const bf16* dy, const bf16* x, int64_t weight_offset, int64_t out,
+                         int64_t in, WgradHazard reads) -> Status {
+    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdGemm, s));
+    GemmArgs wg = LinearBackwardWeight(g + weight_offset, dy, x, N_, out, in, acc);
+    if (grads16_direct_) {  // ddp's bf16 collectives read it straight from here
+      wg.D = UnitGrads16(layout_.block_unit(layer)) + weight_offset;
+      wg.d_type = DType::kBf16;
+    }
+    return WgradGemm(wg, reads, s);
+  };
   // dW (+)= dy^T x on the wgrad stream, then dx = dy W on this one.
   // `cast_done`: dy's FP8 casts were written by its producer (fused SwiGLU backward).
   auto linear_backward = [&](LinearKind k, bf16* dx, const bf16* dy, const bf16* x,
                              int64_t weight_offset, int64_t out, int64_t in, WgradHazard reads,
                              bool cast_done = false) -> Status {
     if (f8 == nullptr) {
-      FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdGemm, s));
-      GemmArgs wg = LinearBackwardWeight(g + weight_offset, dy, x, N_, out, in, acc);
-      if (grads16_direct_) {  // ddp's bf16 collectives read it straight from here
-        wg.D = UnitGrads16(layout_.block_unit(layer)) + weight_offset;
-        wg.d_type = DType::kBf16;
-      }
-      FORGE_RETURN_IF_ERROR(WgradGemm(wg, reads, s));
+      FORGE_RETURN_IF_ERROR(weight_grad(dy, x, weight_offset, out, in, reads));
       return b.gemm.Run(LinearBackwardData(dx, dy, w + weight_offset, N_, out, in), s);
     }
     if (!cast_done) {
@@ -897,15 +918,24 @@ Status CudaModel::BlockBackward(int layer, int set, const BlockActs& a, const bf
   // block's MLP norm backward writes them for its Out projection (NormBackward).
   const bool fused_dres = f8 != nullptr && f8->fuse_norm_grad();
   // MLP: x_out = x_mid + SwiGLU(h2 Wgu^T) Wdown^T
-  FORGE_RETURN_IF_ERROR(linear_backward(LinearKind::kDown, b.dsw, dres, a.sw, o.w_down, d_, ffn_,
-                                        WgradHazard::kDres, fused_dres));
-  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
-  FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDgu, s));  // block l+1's dWgu reads dgu
   const bool fused = f8 != nullptr && f8->fuse_swiglu();  // writes dgu's FP8 casts directly
-  if (fused) {
-    FORGE_RETURN_IF_ERROR(f8->SwiGluBackwardToGrad(layer, b.dsw, a.gu, s));
+  if (f8 == nullptr && b.swiglu_bwd_gemm) {
+    // dh = dres W_down with SwiGLU's backward in the GEMM: dgu comes out, dh is never stored.
+    FORGE_RETURN_IF_ERROR(weight_grad(dres, a.sw, o.w_down, d_, ffn_, WgradHazard::kDres));
+    FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDgu, s));  // block l+1's dWgu reads dgu
+    cuda::WgmmaGemmArgs gb = DownSwiGluBackwardGemm();
+    gb.A = dres, gb.B = w + o.w_down, gb.D = b.dgu, gb.epi.gu = a.gu;
+    FORGE_RETURN_IF_ERROR(cuda::WgmmaGemmBf16(gb, s));
   } else {
-    FORGE_RETURN_IF_ERROR(cuda::SwiGluBackward(b.dgu, b.dsw, a.gu, N_, ffn_, s));
+    FORGE_RETURN_IF_ERROR(linear_backward(LinearKind::kDown, b.dsw, dres, a.sw, o.w_down, d_, ffn_,
+                                          WgradHazard::kDres, fused_dres));
+    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
+    FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDgu, s));  // block l+1's dWgu reads dgu
+    if (fused) {
+      FORGE_RETURN_IF_ERROR(f8->SwiGluBackwardToGrad(layer, b.dsw, a.gu, s));
+    } else {
+      FORGE_RETURN_IF_ERROR(cuda::SwiGluBackward(b.dgu, b.dsw, a.gu, N_, ffn_, s));
+    }
   }
   FORGE_RETURN_IF_ERROR(linear_backward(LinearKind::kGateUp, b.dh, b.dgu, a.h2, o.w_gate_up,
                                         2 * ffn_, d_, WgradHazard::kDgu, fused));

@@ -94,6 +94,9 @@ struct CudaModelOptions {
   // (RoPE since session 8, SwiGLU since session 14: -1.0 to -1.4 ms a step at gpt350m B 16/24).
   bool rope_gemm = true;
   bool swiglu_gemm = true;
+  // BF16 steps on Hopper: SwiGLU's backward rides on the down projection's input-gradient GEMM
+  // (ours, N-major weight): dh is never stored, dgu comes out of it. Bitwise the same.
+  bool swiglu_bwd_gemm = true;
 };
 
 // Per-unit callbacks for a data-parallel layer, called on the host while the model enqueues a
@@ -189,6 +192,7 @@ class CudaModel {
   size_t allocated_bytes() const { return allocated_bytes_; }
   // Whether BF16 steps take the RoPE- / SwiGLU-epilogue GEMMs (options, GPU and shapes).
   bool rope_gemm_active() const;
+  bool swiglu_bwd_gemm_active() const;
   bool swiglu_gemm_active() const;
 
   // Host <-> device, ordered on `stream` and synchronised before returning. Host buffers must
@@ -303,6 +307,7 @@ class CudaModel {
   // per-layer pointers: what SetUpEpilogueGemms checks is what BlockForward runs.
   cuda::WgmmaGemmArgs QkvRopeGemm() const;
   cuda::WgmmaGemmArgs GateUpSwiGluGemm() const;
+  cuda::WgmmaGemmArgs DownSwiGluBackwardGemm() const;
   // FP8: layer l's weights into their FP8 copies (the first forward of a step or an eval).
   Status CastLayerWeights(int layer, cudaStream_t stream);
   // AdamW by the clip scale just written, now or (defer_update) in the next forward; then EndStep.

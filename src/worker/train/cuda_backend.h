@@ -57,6 +57,9 @@ struct CudaBackendOptions {
   // FORGE_CUDA_ROPE_GEMM=0|1 and FORGE_CUDA_SWIGLU_GEMM=0|1 override.
   bool rope_gemm = true;
   bool swiglu_gemm = true;
+  // SwiGLU's backward in the down projection's input-gradient GEMM (CudaModelOptions::
+  // swiglu_bwd_gemm); FORGE_CUDA_SWIGLU_BWD_GEMM=0|1 overrides.
+  bool swiglu_bwd_gemm = true;
 };
 
 // Defaults with the environment overrides above applied.
