@@ -148,7 +148,7 @@ struct CudaModel::Buffers {
   // Backward scratch.
   bf16* dres = nullptr;   // [N, d] residual-stream gradient
   bf16* dh = nullptr;     // [N, d] gradient at a norm output (also dL/dhf)
-  bf16* dsw = nullptr;    // [N, ffn]
+  bf16* dsw = nullptr;    // [N, ffn]; null with swiglu_bwd_gemm
   bf16* dgu = nullptr;    // [N, 2*ffn]
   bf16* datt = nullptr;   // [N, H*hd]
   bf16* dqkv = nullptr;   // [N, qkv]
@@ -410,7 +410,8 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
 
   FORGE_RETURN_IF_ERROR(alloc(&b.dres, N * d));
   FORGE_RETURN_IF_ERROR(alloc(&b.dh, N * d));
-  FORGE_RETURN_IF_ERROR(alloc(&b.dsw, N * ffn_));
+  // dh of the MLP: never stored where SwiGLU's backward rides on its GEMM (BF16 only).
+  if (!b.swiglu_bwd_gemm || o.fp8) FORGE_RETURN_IF_ERROR(alloc(&b.dsw, N * ffn_));
   FORGE_RETURN_IF_ERROR(alloc(&b.dgu, N * 2 * ffn_));
   FORGE_RETURN_IF_ERROR(alloc(&b.datt, N * H_ * hd_));
   FORGE_RETURN_IF_ERROR(alloc(&b.dqkv, N * qkv_dim_));
