@@ -538,9 +538,7 @@ Status WgmmaGemmCheck(const WgmmaGemmArgs& args) {
   const bool bwd = args.epilogue == WgmmaEpilogue::kSwiGluBackward;
   if (args.b_n_major && args.epilogue != WgmmaEpilogue::kPlain && !bwd)
     return Status::Invalid(
-        "WgmmaGemmBf16: an N-major B takes the plain or SwiGLU-backward "
-        "epilogue only" +
-        shape);
+        "WgmmaGemmBf16: an N-major B takes the plain or SwiGLU-backward epilogue only" + shape);
   if (bwd && (!args.b_n_major || args.epi.ffn != args.N))
     return Status::Invalid("WgmmaGemmBf16: SwiGLU's backward needs an N-major B and ffn = N" +
                            shape);
