@@ -4,7 +4,7 @@
 //   forge-dist-bench --config configs/gpt350m.yaml --world W [--mode ddp|zero1|zero2|fsdp]
 //                    [--grad-reduce fp32|bf16] [--ddp-allreduce nccl|copy_engine]
 //                    [--micro-batch B] [--steps N] [--warmup K]
-//                    [--profile] [--distinct-batches]
+//                    [--profile] [--distinct-batches [--accum-check]]
 //
 // Forks W processes, one per GPU (the way users run workers), which meet over NCCL through the
 // TCP rendezvous on loopback. Each rank trains micro-batch B per step (global batch W*B, one
@@ -34,6 +34,13 @@
 // FORGE_GEMM_SM_MARGIN (the backward GEMMs leave that many SMs to NCCL). --ddp-allreduce
 // copy_engine: ddp's all-reduces on the copy engines, in the step and in the collectives-alone
 // timing.
+// After the run every rank evaluates its own batch (rank_eval_losses; the step's "loss" is the
+// ranks' mean) and counts the positions whose input token is its target (rank_input_is_target,
+// ~1/vocab for random tokens). --accum-check then trains one GPU on all W ranks' batches as W
+// accumulated micro-batches, which the data-parallel step must equal to rounding (accum_loss,
+// accum_eval_losses): with --distinct-batches, 4 ranks have ended near loss 2.1 where 2 ranks
+// and one GPU end near 7 (sessions 10-14); this says whether the data or the parallel step
+// does that.
 #include <cuda_runtime.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -80,6 +87,9 @@ struct Args {
   int warmup = 3;
   bool profile = false;  // --profile: per-phase times of the single-GPU and the parallel step
   bool distinct_batches = false;  // --distinct-batches: rank r trains on seed + r's tokens
+  // --accum-check (with --distinct-batches): rank 0 then trains one GPU on all W ranks' batches
+  // as W accumulated micro-batches, the data-parallel step's exact job, and reports its losses.
+  bool accum_check = false;
 };
 
 int Fail(const std::string& msg) { return bench::FailJson("forge-dist-bench", msg); }
@@ -93,6 +103,10 @@ std::string ParseArgs(int argc, char** argv, Args* a) {
     }
     if (flag == "--distinct-batches") {
       a->distinct_batches = true;
+      continue;
+    }
+    if (flag == "--accum-check") {
+      a->accum_check = true;
       continue;
     }
     if (i + 1 >= argc) return flag + ": missing value";
@@ -112,8 +126,9 @@ std::string ParseArgs(int argc, char** argv, Args* a) {
   if (a->config.empty()) {
     return "usage: forge-dist-bench --config PATH --world W [--mode ddp|zero1|zero2|fsdp] "
            "[--grad-reduce fp32|bf16] [--ddp-allreduce nccl|copy_engine] [--micro-batch B] "
-           "[--steps N] [--warmup K] [--profile] [--distinct-batches]";
+           "[--steps N] [--warmup K] [--profile] [--distinct-batches [--accum-check]]";
   }
+  if (a->accum_check && !a->distinct_batches) return "--accum-check needs --distinct-batches";
   return "";
 }
 
@@ -146,20 +161,44 @@ uint32_t ParamsCrc(const UnitBuffers& p) {
   return crc;
 }
 
+// What each rank trained on and how well it fits it after the timed steps (rank 0 reports
+// every rank's): its own batch's loss without the other ranks' (the step's loss is their mean)
+// and the fraction of positions whose input token equals the target (~1/vocab for random
+// tokens). A diagnosis of runs whose mean loss falls far faster than one GPU's.
+struct RankFit {
+  std::vector<float> eval_losses;  // one per micro-batch trained on
+  double input_is_target = 0;      // of the first
+};
+
+// Uniformly random (input, target) tokens of one micro-batch, from `seed`.
+struct Tokens {
+  std::vector<int32_t> inputs, targets;
+};
+Tokens RandomTokens(const RunConfig& cfg, uint64_t seed) {
+  const int64_t n = int64_t{cfg.batch.micro_batch} * cfg.model.seq_len;
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> tok(0, std::min(50257, cfg.model.vocab) - 1);
+  Tokens t{std::vector<int32_t>(size_t(n)), std::vector<int32_t>(size_t(n))};
+  for (auto& x : t.inputs) x = tok(rng);
+  for (auto& x : t.targets) x = tok(rng);
+  return t;
+}
+
 // Step time of `cfg` on a backend (world 1 when comm is null).
 // host_ms: wall time of the TrainStep calls themselves (enqueueing), per step.
 // params_crc (optional): ParamsCrc of the weights after the last step (collective).
+// fit (optional): this rank's RankFit (its EvalLoss is collective under fsdp).
+// seeds: the micro-batches of a step (accumulated); empty: one, this rank's.
 StatusOr<double> TimeSteps(const RunConfig& cfg, Comm* comm, const Args& a, double* peak_gib,
                            float* loss, double* host_ms, bench::PhaseTimes* phases,
-                           uint32_t* params_crc = nullptr) {
+                           uint32_t* params_crc = nullptr, RankFit* fit = nullptr,
+                           std::vector<uint64_t> seeds = {}) {
   FORGE_ASSIGN_OR_RETURN(auto backend, MakeCudaTrainBackend(cfg, CudaBackendOptionsFromEnv(), comm));
-  const int64_t n = int64_t{cfg.batch.micro_batch} * cfg.model.seq_len;
-  std::mt19937_64 rng(cfg.seed + (comm && a.distinct_batches ? comm->rank() : 0));
-  std::uniform_int_distribution<int32_t> tok(0, std::min(50257, cfg.model.vocab) - 1);
-  std::vector<int32_t> inputs(n), targets(n);
-  for (auto& t : inputs) t = tok(rng);
-  for (auto& t : targets) t = tok(rng);
-  const std::vector<MicroBatch> micro = {{inputs.data(), targets.data()}};
+  if (seeds.empty()) seeds = {cfg.seed + (comm && a.distinct_batches ? comm->rank() : 0)};
+  std::vector<Tokens> data;
+  std::vector<MicroBatch> micro;
+  for (uint64_t sd : seeds) data.push_back(RandomTokens(cfg, sd));
+  for (const Tokens& t : data) micro.push_back({t.inputs.data(), t.targets.data()});
   int64_t step = 0;
   auto stream = static_cast<cudaStream_t>(backend->compute_stream());
   double host_s = 0.0;
@@ -178,6 +217,16 @@ StatusOr<double> TimeSteps(const RunConfig& cfg, Comm* comm, const Args& a, doub
     UnitBuffers p;
     FORGE_RETURN_IF_ERROR(backend->GetParams(&p));
     *params_crc = ParamsCrc(p);
+  }
+  if (fit != nullptr) {
+    FORGE_RETURN_IF_ERROR(backend->BeginEval());
+    for (const MicroBatch& m : micro) {
+      FORGE_RETURN_IF_ERROR(backend->EvalLoss(m, &fit->eval_losses.emplace_back()));
+    }
+    const Tokens& t = data[0];
+    int64_t same = 0;
+    for (size_t i = 0; i < t.inputs.size(); ++i) same += t.inputs[i] == t.targets[i];
+    fit->input_is_target = double(same) / double(t.inputs.size());
   }
   if (a.profile) {
     // Eager and single-stream (see ProfileStep); with a comm the collectives still overlap on
@@ -362,15 +411,17 @@ int RunRank(const Args& a, const RunConfig& cfg, int rank, int port) {
   if (!comm_ms.ok()) return Fail("collectives: " + comm_ms.status().ToString());
   r.comm_ms = *comm_ms;
   uint32_t crc = 0;
+  RankFit fit;
   auto step =
-      TimeSteps(cfg, nccl->get(), a, &r.peak_gib, &loss, &r.host_ms, &phases_dp, &crc);
+      TimeSteps(cfg, nccl->get(), a, &r.peak_gib, &loss, &r.host_ms, &phases_dp, &crc, &fit);
   if (!step.ok()) return Fail("data-parallel step: " + step.status().ToString());
   r.step_ms = *step;
   r.loss = loss;
 
   // Every rank's numbers to everyone (rank 0 reports the slowest step and the largest memory).
   // The weights' CRC travels exactly (a 32-bit integer is exact in a double).
-  std::vector<double> mine = {r.single_ms, r.comm_ms, r.step_ms, r.peak_gib, double(crc)};
+  std::vector<double> mine = {r.single_ms, r.comm_ms,          r.step_ms,          r.peak_gib,
+                              double(crc), fit.eval_losses[0], fit.input_is_target};
   const size_t k = mine.size();
   std::vector<double> all(k * a.world);
   auto g = (*host)->AllGather(mine.data(), all.data(), int64_t(k), DType::kF64, "results");
@@ -414,6 +465,26 @@ int RunRank(const Args& a, const RunConfig& cfg, int rank, int port) {
   // data-parallel step trains the baseline's trajectory), so the efficiency compares like runs.
   out["single_gpu_loss"] = loss_single;
   out["ranks_bitwise_equal"] = same_weights;  // every rank's weights after the timed steps
+  Json fits = Json::array(), same_tokens = Json::array();
+  for (int q = 0; q < a.world; ++q) {
+    fits.push_back(all[q * k + 5]);
+    same_tokens.push_back(all[q * k + 6]);
+  }
+  out["rank_eval_losses"] = fits;  // each rank's own batch after the run (RankFit)
+  out["rank_input_is_target"] = same_tokens;
+  if (a.accum_check) {  // one GPU, the ranks' batches accumulated: what the step should equal
+    float accum_loss = 0;
+    double accum_gib = 0, accum_host_ms = 0;
+    bench::PhaseTimes unused;
+    RankFit accum_fit;
+    std::vector<uint64_t> seeds;
+    for (int q = 0; q < a.world; ++q) seeds.push_back(cfg.seed + uint64_t(q));
+    auto acc = TimeSteps(cfg, nullptr, a, &accum_gib, &accum_loss, &accum_host_ms, &unused, nullptr,
+                         &accum_fit, seeds);
+    if (!acc.ok()) return Fail("--accum-check: " + acc.status().ToString());
+    out["accum_loss"] = accum_loss;
+    out["accum_eval_losses"] = accum_fit.eval_losses;
+  }
   // Hardware queues of the data-parallel step and of the baseline (the copy engines ask for
   // 32, which slow a single-GPU step ~2%; their baseline runs in a child with the queues the
   // environment gives, the default 8 unless set).
