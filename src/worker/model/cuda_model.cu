@@ -131,7 +131,7 @@ struct CudaModel::Buffers {
   float* clip_scale = nullptr;                // device scalar
   int64_t* skipped_steps = nullptr;           // device counter (AdamWMultiTensor)
   std::unique_ptr<Fp8Linears> fp8;            // precision fp8 only
-  // CudaModelOptions::rope_gemm / swiglu_gemm where the GPU and shapes allow them.
+  // CudaModelOptions::rope_gemm / swiglu_gemm / swiglu_bwd_gemm where the GPU and shapes allow.
   bool rope_gemm = false, swiglu_gemm = false, swiglu_bwd_gemm = false;
   float2* rope_sin_cos = nullptr;             // [T, hd/2] for the RoPE epilogue
   std::unique_ptr<DeferredUpdate> update;     // defer_update: one GPU and ddp
@@ -643,9 +643,10 @@ bool CudaModel::rope_gemm_active() const { return buf_->rope_gemm; }
 bool CudaModel::swiglu_gemm_active() const { return buf_->swiglu_gemm; }
 bool CudaModel::swiglu_bwd_gemm_active() const { return buf_->swiglu_bwd_gemm; }
 
-// Our own GEMM (sm_90 only) takes the QKV and gate/up projections of BF16 steps where it
-// accepts the shapes (cuda::WgmmaGemmCheck); otherwise (or when the options are off) cuBLASLt
-// and the separate RoPE/SwiGLU kernels run, with the same results.
+// Our own GEMM (sm_90 only) takes the QKV and gate/up projections and the down projection's
+// input gradient of BF16 steps where it accepts the shapes (cuda::WgmmaGemmCheck); otherwise
+// (or when the options are off) cuBLASLt and the separate RoPE/SwiGLU kernels run, with the
+// same results.
 Status CudaModel::SetUpEpilogueGemms(const CudaModelOptions& o) {
   Buffers& b = *buf_;
   const bool here =

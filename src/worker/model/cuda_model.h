@@ -190,10 +190,11 @@ class CudaModel {
   int64_t tokens_per_micro() const { return N_; }  // B*T
   // Bytes this model allocated (buffers and library workspaces it asked for).
   size_t allocated_bytes() const { return allocated_bytes_; }
-  // Whether BF16 steps take the RoPE- / SwiGLU-epilogue GEMMs (options, GPU and shapes).
+  // Whether BF16 steps take the RoPE- / SwiGLU- / SwiGLU-backward-epilogue GEMMs (options, GPU
+  // and shapes).
   bool rope_gemm_active() const;
-  bool swiglu_bwd_gemm_active() const;
   bool swiglu_gemm_active() const;
+  bool swiglu_bwd_gemm_active() const;
 
   // Host <-> device, ordered on `stream` and synchronised before returning. Host buffers must
   // have the layout's unit sizes (Invalid otherwise). UploadParams also refreshes the bf16 copy.
