@@ -423,50 +423,37 @@ __global__ void __launch_bounds__(kThreads, 1)
       MbarArrive(&empty[prev_s]);
 
       // Epilogue. Fragment i of lane l in warp w holds row w*16 + l/4 (+8 for i%4 >= 2) and
-      // column 8*(i/4) + 2*(l%4) + i%2 of this warpgroup's 64 x 256.
+      // column 8*(i/4) + 2*(l%4) + i%2 of this warpgroup's 64 x 256. Every epilogue stages the
+      // tile in bf16 (RoPE rotating the bf16 value, as RopeApply reads the GEMM's output).
       await_staging();
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          float2 v = make_float2(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
+          if (rotate) {
+            v = RopeRotate(UnpackBf16x2(PackBf16x2(v.x, v.y)), sc[half][j % 8].x,
+                           sc[half][j % 8].y);
+          }
+          stage(j / 8, j % 8, half, PackBf16x2(v.x, v.y));
+        }
+      }
       if constexpr (swiglu) {
         // Columns 0-127 are gate, 128-255 the same columns of up: gu (bf16, as the GEMM's
-        // output), gate into chunks 0-1 and up into 2-3, stored; h follows from these staged
+        // output), gate in chunks 0-1 and up in 2-3, stored; h follows from these staged
         // values during the next tile's main loop (pending_step; `store` made them visible to
         // the whole warpgroup).
-#pragma unroll
-        for (int j = 0; j < 32; ++j) {
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            stage(j / 8, j % 8, half, PackBf16x2(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]));
-          }
-        }
         store(&map_d2, 4, [&](int c) { return c < 2 ? n0 + 64 * c : ea.ffn + n0 + 64 * (c - 2); },
               out_row);
-        pending_row = out_row, pending_n0 = n0;  // h: during the next tile's main loop
+        pending_row = out_row, pending_n0 = n0;
       } else if constexpr (swiglu_bwd) {
-        // dh (bf16, as the separate GEMM would store it) staged for the next tile's main loop;
-        // the barrier makes every thread's part visible to the warpgroup.
-#pragma unroll
-        for (int j = 0; j < 32; ++j) {
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            stage(j / 8, j % 8, half, PackBf16x2(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]));
-          }
-        }
+        // dh (bf16, as the separate GEMM would store it) stays staged for the next tile's main
+        // loop; the barrier makes every thread's part visible to the warpgroup.
         WarpgroupBarrier(wg);
         pending_row = out_row, pending_n0 = n0, bwd_next = 0;
         bwd_issue(0);
         bwd_issue(1);
       } else {
-#pragma unroll
-        for (int j = 0; j < 32; ++j) {
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            float2 v = make_float2(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
-            if (rotate) {  // on the bf16 GEMM output, as RopeApply reads it
-              v = RopeRotate(UnpackBf16x2(PackBf16x2(v.x, v.y)), sc[half][j % 8].x,
-                             sc[half][j % 8].y);
-            }
-            stage(j / 8, j % 8, half, PackBf16x2(v.x, v.y));
-          }
-        }
         store(&map_d, 4, [&](int c) { return n0 + 64 * c; }, out_row);
       }
     }
