@@ -410,8 +410,8 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
 
   FORGE_RETURN_IF_ERROR(alloc(&b.dres, N * d));
   FORGE_RETURN_IF_ERROR(alloc(&b.dh, N * d));
-  // dh of the MLP: never stored where SwiGLU's backward rides on its GEMM (BF16 only).
-  if (!b.swiglu_bwd_gemm || o.fp8) FORGE_RETURN_IF_ERROR(alloc(&b.dsw, N * ffn_));
+  // dh of the MLP: never stored where SwiGLU's backward rides on its GEMM.
+  if (!b.swiglu_bwd_gemm) FORGE_RETURN_IF_ERROR(alloc(&b.dsw, N * ffn_));
   FORGE_RETURN_IF_ERROR(alloc(&b.dgu, N * 2 * ffn_));
   FORGE_RETURN_IF_ERROR(alloc(&b.datt, N * H_ * hd_));
   FORGE_RETURN_IF_ERROR(alloc(&b.dqkv, N * qkv_dim_));
@@ -645,12 +645,12 @@ bool CudaModel::swiglu_bwd_gemm_active() const { return buf_->swiglu_bwd_gemm; }
 
 // Our own GEMM (sm_90 only) takes the QKV and gate/up projections and the down projection's
 // input gradient of BF16 steps where it accepts the shapes (cuda::WgmmaGemmCheck); otherwise
-// (or when the options are off) cuBLASLt and the separate RoPE/SwiGLU kernels run, with the
-// same results.
+// (or when the options are off, or the model computes in FP8, whose linears are Fp8Linears')
+// cuBLASLt and the separate RoPE/SwiGLU kernels run, with the same results.
 Status CudaModel::SetUpEpilogueGemms(const CudaModelOptions& o) {
   Buffers& b = *buf_;
-  const bool here =
-      (o.rope_gemm || o.swiglu_gemm || o.swiglu_bwd_gemm) && cuda::WgmmaGemmRunsHere();
+  const bool here = !o.fp8 && (o.rope_gemm || o.swiglu_gemm || o.swiglu_bwd_gemm) &&
+                    cuda::WgmmaGemmRunsHere();
   b.rope_gemm = o.rope_gemm && here && cuda::WgmmaGemmCheck(QkvRopeGemm()).ok();
   b.swiglu_gemm = o.swiglu_gemm && here && cuda::WgmmaGemmCheck(GateUpSwiGluGemm()).ok();
   b.swiglu_bwd_gemm =
@@ -757,7 +757,7 @@ Status CudaModel::BlockForward(int layer, int set, const BlockActs& a, const bf1
     return cuda::WgmmaGemmBf16(g, s);
   };
 
-  if (f8 == nullptr && b.rope_gemm) {
+  if (b.rope_gemm) {
     cuda::WgmmaGemmArgs g = QkvRopeGemm();
     g.B = w + o.wqkv, g.D = a.qkv;
     FORGE_RETURN_IF_ERROR(norm_epilogue_gemm(g, x_in, o.attn_norm, a.h1, a.rstd1));
@@ -777,7 +777,7 @@ Status CudaModel::BlockForward(int layer, int set, const BlockActs& a, const bf1
       linear(LinearKind::kOut, a.x_mid, a.att, o.wo, d_, H_ * hd_, /*residual=*/x_in));
   // FP8 on a delayed step: SwiGLU writes the down projection's FP8 input itself (no bf16 sw).
   const bool fused = f8 != nullptr && f8->fuse_swiglu();
-  if (f8 == nullptr && b.swiglu_gemm) {
+  if (b.swiglu_gemm) {
     cuda::WgmmaGemmArgs g = GateUpSwiGluGemm();
     g.B = w + o.w_gate_up, g.D = a.sw, g.epi.gu = a.gu;
     FORGE_RETURN_IF_ERROR(norm_epilogue_gemm(g, a.x_mid, o.mlp_norm, a.h2, a.rstd2));
@@ -921,7 +921,7 @@ Status CudaModel::BlockBackward(int layer, int set, const BlockActs& a, const bf
   const bool fused_dres = f8 != nullptr && f8->fuse_norm_grad();
   // MLP: x_out = x_mid + SwiGLU(h2 Wgu^T) Wdown^T
   const bool fused = f8 != nullptr && f8->fuse_swiglu();  // writes dgu's FP8 casts directly
-  if (f8 == nullptr && b.swiglu_bwd_gemm) {
+  if (b.swiglu_bwd_gemm) {
     // dh = dres W_down with SwiGLU's backward in the GEMM: dgu comes out, dh is never stored.
     FORGE_RETURN_IF_ERROR(weight_grad(dres, a.sw, o.w_down, d_, ffn_, WgradHazard::kDres));
     FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDgu, s));  // block l+1's dWgu reads dgu

@@ -190,8 +190,8 @@ class CudaModel {
   int64_t tokens_per_micro() const { return N_; }  // B*T
   // Bytes this model allocated (buffers and library workspaces it asked for).
   size_t allocated_bytes() const { return allocated_bytes_; }
-  // Whether BF16 steps take the RoPE- / SwiGLU- / SwiGLU-backward-epilogue GEMMs (options, GPU
-  // and shapes).
+  // Whether the steps take the RoPE- / SwiGLU- / SwiGLU-backward-epilogue GEMMs (BF16 only;
+  // options, GPU and shapes).
   bool rope_gemm_active() const;
   bool swiglu_gemm_active() const;
   bool swiglu_bwd_gemm_active() const;
