@@ -649,8 +649,8 @@ bool CudaModel::swiglu_bwd_gemm_active() const { return buf_->swiglu_bwd_gemm; }
 // cuBLASLt and the separate RoPE/SwiGLU kernels run, with the same results.
 Status CudaModel::SetUpEpilogueGemms(const CudaModelOptions& o) {
   Buffers& b = *buf_;
-  const bool here = !o.fp8 && (o.rope_gemm || o.swiglu_gemm || o.swiglu_bwd_gemm) &&
-                    cuda::WgmmaGemmRunsHere();
+  const bool here =
+      !o.fp8 && (o.rope_gemm || o.swiglu_gemm || o.swiglu_bwd_gemm) && cuda::WgmmaGemmRunsHere();
   b.rope_gemm = o.rope_gemm && here && cuda::WgmmaGemmCheck(QkvRopeGemm()).ok();
   b.swiglu_gemm = o.swiglu_gemm && here && cuda::WgmmaGemmCheck(GateUpSwiGluGemm()).ok();
   b.swiglu_bwd_gemm =
