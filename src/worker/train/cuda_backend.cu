@@ -600,11 +600,9 @@ CudaBackendOptions CudaBackendOptionsFromEnv() {
   if (EnvIsZero("FORGE_CUDA_DETERMINISTIC")) o.deterministic_attention = false;
   if (EnvIsZero("FORGE_CUDA_WGRAD_STREAM")) o.wgrad_stream = false;
   if (EnvIsZero("FORGE_CUDA_NORM_DW_WGRAD")) o.norm_dw_on_wgrad = false;
-  if (const char* v = std::getenv("FORGE_CUDA_ROPE_GEMM")) o.rope_gemm = std::strcmp(v, "0") != 0;
-  if (const char* v = std::getenv("FORGE_CUDA_SWIGLU_GEMM")) o.swiglu_gemm = std::strcmp(v, "0") != 0;
-  if (const char* v = std::getenv("FORGE_CUDA_SWIGLU_BWD_GEMM")) {
-    o.swiglu_bwd_gemm = std::strcmp(v, "0") != 0;
-  }
+  if (EnvIsZero("FORGE_CUDA_ROPE_GEMM")) o.rope_gemm = false;
+  if (EnvIsZero("FORGE_CUDA_SWIGLU_GEMM")) o.swiglu_gemm = false;
+  if (EnvIsZero("FORGE_CUDA_SWIGLU_BWD_GEMM")) o.swiglu_bwd_gemm = false;
   if (EnvIsZero("FORGE_CUDA_DEFER_UPDATE")) o.defer_update = false;
   if (const char* v = std::getenv("FORGE_CUDA_WGRAD_PRIORITY")) {
     if (std::strcmp(v, "low") == 0) o.wgrad_priority = -1;

@@ -54,11 +54,11 @@ struct CudaBackendOptions {
   int wgrad_sm_margin = -1;
   // BF16 steps on Hopper: our own GEMM with RoPE / SwiGLU in its epilogue for the QKV / gate-up
   // projections (CudaModelOptions::rope_gemm / swiglu_gemm; bitwise the same results).
-  // FORGE_CUDA_ROPE_GEMM=0|1 and FORGE_CUDA_SWIGLU_GEMM=0|1 override.
+  // FORGE_CUDA_ROPE_GEMM=0 and FORGE_CUDA_SWIGLU_GEMM=0 turn them off.
   bool rope_gemm = true;
   bool swiglu_gemm = true;
   // SwiGLU's backward in the down projection's input-gradient GEMM (CudaModelOptions::
-  // swiglu_bwd_gemm); FORGE_CUDA_SWIGLU_BWD_GEMM=0|1 overrides.
+  // swiglu_bwd_gemm); FORGE_CUDA_SWIGLU_BWD_GEMM=0 turns it off.
   bool swiglu_bwd_gemm = true;
 };
 
