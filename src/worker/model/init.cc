@@ -15,18 +15,23 @@ uint64_t SplitMix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// N(0, 1) from the counter (unit key, element): one 64-bit hash -> two 32-bit uniforms ->
-// Box-Muller. Depends on nothing else, so any thread or shard computes the same value.
+// The 64 random bits of the counter (unit key, element). Depends on nothing else, so any
+// thread or shard computes the same value.
+uint64_t CounterBits(uint64_t unit_key, uint64_t element) {
+  return SplitMix64(unit_key ^ SplitMix64(element));
+}
+
+// N(0, 1) from the counter: its bits -> two 32-bit uniforms -> Box-Muller.
 float NormalAt(uint64_t unit_key, uint64_t element) {
-  const uint64_t r = SplitMix64(unit_key ^ SplitMix64(element));
+  const uint64_t r = CounterBits(unit_key, element);
   const double u1 = (double(r >> 32) + 1.0) / 4294967296.0;          // (0, 1]
   const double u2 = double(r & 0xFFFFFFFFull) / 4294967296.0;         // [0, 1)
   return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2));
 }
 
-// U[-1, 1) from the same counter.
+// U[-1, 1) from the counter's top 53 bits.
 float UniformAt(uint64_t unit_key, uint64_t element) {
-  const uint64_t r = SplitMix64(unit_key ^ SplitMix64(element));
+  const uint64_t r = CounterBits(unit_key, element);
   return static_cast<float>(double(r >> 11) / 9007199254740992.0 * 2.0 - 1.0);
 }
 
