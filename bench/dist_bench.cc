@@ -150,10 +150,6 @@ StatusOr<double> TimeOnStream(cudaStream_t stream, int warm, int n, Body body) {
   return double(ms) / n;
 }
 
-struct RankResult {
-  double single_ms = 0, comm_ms = 0, step_ms = 0, peak_gib = 0, loss = 0, host_ms = 0;
-};
-
 // CRC-32C over the bytes of every unit's fp32 master weights (common/checksum.h).
 uint32_t ParamsCrc(const UnitBuffers& p) {
   uint32_t crc = 0;
@@ -184,17 +180,29 @@ Tokens RandomTokens(const RunConfig& cfg, uint64_t seed) {
   return t;
 }
 
-// Step time of `cfg` on a backend (world 1 when comm is null).
-// host_ms: wall time of the TrainStep calls themselves (enqueueing), per step.
-// params_crc (optional): ParamsCrc of the weights after the last step (collective).
-// fit (optional): this rank's RankFit (its EvalLoss is collective under fsdp).
+// The tokens' seed of rank `rank`: one batch everywhere unless --distinct-batches.
+uint64_t RankSeed(const RunConfig& cfg, const Args& a, int rank) {
+  return cfg.seed + uint64_t(a.distinct_batches ? rank : 0);
+}
+
+// What TimeSteps measured.
+struct StepRun {
+  double ms = 0;             // per step
+  double gib = 0;            // peak GPU memory
+  double host_ms = 0;        // wall time of the TrainStep calls themselves (enqueueing), per step
+  float loss = 0;            // of the step after the timed ones
+  bench::PhaseTimes phases;  // --profile only
+  uint32_t params_crc = 0;   // kCrc: ParamsCrc of the weights after the run (collective)
+  RankFit fit;               // kFit (its EvalLoss is collective under fsdp)
+};
+enum Extras : unsigned { kNoExtras = 0, kCrc = 1, kFit = 2 };
+
+// Step time of `cfg` on a backend (world 1 when comm is null), and `extras` after the run.
 // seeds: the micro-batches of a step (accumulated); empty: one, this rank's.
-StatusOr<double> TimeSteps(const RunConfig& cfg, Comm* comm, const Args& a, double* peak_gib,
-                           float* loss, double* host_ms, bench::PhaseTimes* phases,
-                           uint32_t* params_crc = nullptr, RankFit* fit = nullptr,
-                           std::vector<uint64_t> seeds = {}) {
+StatusOr<StepRun> TimeSteps(const RunConfig& cfg, Comm* comm, const Args& a,
+                            unsigned extras = kNoExtras, std::vector<uint64_t> seeds = {}) {
   FORGE_ASSIGN_OR_RETURN(auto backend, MakeCudaTrainBackend(cfg, CudaBackendOptionsFromEnv(), comm));
-  if (seeds.empty()) seeds = {cfg.seed + (comm && a.distinct_batches ? comm->rank() : 0)};
+  if (seeds.empty()) seeds = {RankSeed(cfg, a, comm ? comm->rank() : 0)};
   std::vector<Tokens> data;
   std::vector<MicroBatch> micro;
   for (uint64_t sd : seeds) data.push_back(RandomTokens(cfg, sd));
@@ -202,39 +210,41 @@ StatusOr<double> TimeSteps(const RunConfig& cfg, Comm* comm, const Args& a, doub
   int64_t step = 0;
   auto stream = static_cast<cudaStream_t>(backend->compute_stream());
   double host_s = 0.0;
-  FORGE_ASSIGN_OR_RETURN(double ms, TimeOnStream(stream, a.warmup, a.steps, [&] {
+  StepRun run;
+  FORGE_ASSIGN_OR_RETURN(run.ms, TimeOnStream(stream, a.warmup, a.steps, [&] {
     const auto t0 = std::chrono::steady_clock::now();
     const Status st = backend->TrainStep(micro, StepHyper{cfg.optimizer.lr, ++step}, false, nullptr);
     host_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return st;
   }));
-  *host_ms = host_s * 1e3 / (a.warmup + a.steps);
+  run.host_ms = host_s * 1e3 / (a.warmup + a.steps);
   StepStats st;
   FORGE_RETURN_IF_ERROR(backend->TrainStep(micro, StepHyper{cfg.optimizer.lr, ++step}, true, &st));
-  *loss = st.loss;
-  *peak_gib = double(backend->peak_bytes()) / double(1ull << 30);
-  if (params_crc != nullptr) {
+  run.loss = st.loss;
+  run.gib = double(backend->peak_bytes()) / double(1ull << 30);
+  if (extras & kCrc) {
     UnitBuffers p;
     FORGE_RETURN_IF_ERROR(backend->GetParams(&p));
-    *params_crc = ParamsCrc(p);
+    run.params_crc = ParamsCrc(p);
   }
-  if (fit != nullptr) {
+  if (extras & kFit) {
     FORGE_RETURN_IF_ERROR(backend->BeginEval());
     for (const MicroBatch& m : micro) {
-      FORGE_RETURN_IF_ERROR(backend->EvalLoss(m, &fit->eval_losses.emplace_back()));
+      FORGE_RETURN_IF_ERROR(backend->EvalLoss(m, &run.fit.eval_losses.emplace_back()));
     }
     const Tokens& t = data[0];
     int64_t same = 0;
     for (size_t i = 0; i < t.inputs.size(); ++i) same += t.inputs[i] == t.targets[i];
-    fit->input_is_target = double(same) / double(t.inputs.size());
+    run.fit.input_is_target = double(same) / double(t.inputs.size());
   }
   if (a.profile) {
     // Eager and single-stream (see ProfileStep); with a comm the collectives still overlap on
     // their own stream, so the phases that grow against the single GPU's are the ones the
     // collectives slow down.
-    FORGE_ASSIGN_OR_RETURN(*phases, bench::ProfilePhases(*backend, micro, cfg.optimizer.lr, &step));
+    FORGE_ASSIGN_OR_RETURN(run.phases,
+                           bench::ProfilePhases(*backend, micro, cfg.optimizer.lr, &step));
   }
-  return ms;
+  return run;
 }
 
 // The collectives of one step alone, on buffers of the real unit sizes.
@@ -307,25 +317,12 @@ int QueuesFromEnv() {
   return v ? std::atoi(v) : 8;
 }
 
-// The single-GPU baseline of one rank: TimeSteps on a world-1 backend.
-struct Baseline {
-  double ms = 0, gib = 0, host_ms = 0;
-  float loss = 0;
-  bench::PhaseTimes phases;
-};
-
-StatusOr<Baseline> MeasureBaseline(const RunConfig& cfg, const Args& a) {
-  Baseline b;
-  FORGE_ASSIGN_OR_RETURN(b.ms, TimeSteps(cfg, nullptr, a, &b.gib, &b.loss, &b.host_ms, &b.phases));
-  return b;
-}
-
-// The same in a child process that starts CUDA with this process's environment, for a rank
+// The single-GPU baseline of one rank (TimeSteps on a world-1 backend) in a child process that starts CUDA with this process's environment, for a rank
 // that is about to ask for more hardware queues (the copy engines ask for 32, which slow a
 // graph-replayed single-GPU step by ~2%: measured in the rank's own process, the baseline
 // would flatter the scaling efficiency). Call before this process touches CUDA (fork). The
 // result travels as text over a pipe: "ms gib host_ms loss n" and n lines "phase ms".
-StatusOr<Baseline> MeasureBaselineInChild(const RunConfig& cfg, const Args& a, int device) {
+StatusOr<StepRun> MeasureBaselineInChild(const RunConfig& cfg, const Args& a, int device) {
   int fds[2];
   if (pipe(fds) != 0) return Status::Internal("baseline: pipe failed");
   const pid_t pid = fork();
@@ -333,7 +330,7 @@ StatusOr<Baseline> MeasureBaselineInChild(const RunConfig& cfg, const Args& a, i
   if (pid == 0) {
     close(fds[0]);
     cudaSetDevice(device);
-    auto b = MeasureBaseline(cfg, a);
+    auto b = TimeSteps(cfg, nullptr, a);
     int code = 1;
     if (b.ok()) {
       std::string out = std::to_string(b->ms) + " " + std::to_string(b->gib) + " " +
@@ -358,7 +355,7 @@ StatusOr<Baseline> MeasureBaselineInChild(const RunConfig& cfg, const Args& a, i
     return Status::Internal("baseline: the child process failed (its stderr says why)");
   }
   std::istringstream in(text);
-  Baseline b;
+  StepRun b;
   size_t n = 0;
   if (!(in >> b.ms >> b.gib >> b.host_ms >> b.loss >> n)) {
     return Status::Internal("baseline: unreadable result '" + text + "'");
@@ -375,7 +372,7 @@ int RunRank(const Args& a, const RunConfig& cfg, int rank, int port) {
   // Copy engines: the baseline first, in a child with this process's queues, then 32 queues.
   const bool copy_engine = cfg.parallel.ddp_allreduce == DdpAllReduce::kCopyEngine;
   const int baseline_queues = QueuesFromEnv();
-  StatusOr<Baseline> child_baseline = Baseline{};
+  StatusOr<StepRun> child_baseline = StepRun{};
   if (copy_engine) {
     child_baseline = MeasureBaselineInChild(cfg, a, rank);
     if (!child_baseline.ok()) {
@@ -398,30 +395,19 @@ int RunRank(const Args& a, const RunConfig& cfg, int rank, int port) {
   auto host = MakeHostStagedComm(nccl->get());
   if (!host.ok()) return Fail(host.status().ToString());
 
-  RankResult r;
-  float loss = 0;
-  bench::PhaseTimes phases_dp;
-  auto single = copy_engine ? std::move(child_baseline) : MeasureBaseline(cfg, a);
+  auto single = copy_engine ? std::move(child_baseline) : TimeSteps(cfg, nullptr, a);
   if (!single.ok()) return Fail("single-GPU baseline: " + single.status().ToString());
-  r.single_ms = single->ms;
-  const double gib_single = single->gib;
-  const float loss_single = single->loss;
-  const bench::PhaseTimes& phases_single = single->phases;
   auto comm_ms = TimeCollectives(cfg, nccl->get(), a);
   if (!comm_ms.ok()) return Fail("collectives: " + comm_ms.status().ToString());
-  r.comm_ms = *comm_ms;
-  uint32_t crc = 0;
-  RankFit fit;
-  auto step =
-      TimeSteps(cfg, nccl->get(), a, &r.peak_gib, &loss, &r.host_ms, &phases_dp, &crc, &fit);
-  if (!step.ok()) return Fail("data-parallel step: " + step.status().ToString());
-  r.step_ms = *step;
-  r.loss = loss;
+  auto dp = TimeSteps(cfg, nccl->get(), a, kCrc | kFit);
+  if (!dp.ok()) return Fail("data-parallel step: " + dp.status().ToString());
 
   // Every rank's numbers to everyone (rank 0 reports the slowest step and the largest memory).
   // The weights' CRC travels exactly (a 32-bit integer is exact in a double).
-  std::vector<double> mine = {r.single_ms, r.comm_ms,          r.step_ms,          r.peak_gib,
-                              double(crc), fit.eval_losses[0], fit.input_is_target};
+  // clang-format off
+  std::vector<double> mine = {single->ms, *comm_ms, dp->ms, dp->gib, double(dp->params_crc),
+                              dp->fit.eval_losses[0], dp->fit.input_is_target};
+  // clang-format on
   const size_t k = mine.size();
   std::vector<double> all(k * a.world);
   auto g = (*host)->AllGather(mine.data(), all.data(), int64_t(k), DType::kF64, "results");
@@ -456,14 +442,14 @@ int RunRank(const Args& a, const RunConfig& cfg, int rank, int port) {
   out["scaling_efficiency"] = per_gpu / single_tps;
   out["mfu"] = ModelFlopsUtilization(per_gpu, TrainFlopsPerToken(cfg.model), peak_tflops);
   out["peak_mem_gib"] = peak;
-  out["single_gpu_peak_mem_gib"] = gib_single;
+  out["single_gpu_peak_mem_gib"] = single->gib;
   out["comm_ms"] = comm;
   out["comm_exposed_ms"] = exposed;
   out["comm_hidden_ms"] = std::max(0.0, comm - exposed);
-  out["loss"] = r.loss;
+  out["loss"] = dp->loss;
   // rank 0's baseline: with the same batch everywhere the two losses track each other (the
   // data-parallel step trains the baseline's trajectory), so the efficiency compares like runs.
-  out["single_gpu_loss"] = loss_single;
+  out["single_gpu_loss"] = single->loss;
   out["ranks_bitwise_equal"] = same_weights;  // every rank's weights after the timed steps
   Json fits = Json::array(), same_tokens = Json::array();
   for (int q = 0; q < a.world; ++q) {
@@ -473,29 +459,24 @@ int RunRank(const Args& a, const RunConfig& cfg, int rank, int port) {
   out["rank_eval_losses"] = fits;  // each rank's own batch after the run (RankFit)
   out["rank_input_is_target"] = same_tokens;
   if (a.accum_check) {  // one GPU, the ranks' batches accumulated: what the step should equal
-    float accum_loss = 0;
-    double accum_gib = 0, accum_host_ms = 0;
-    bench::PhaseTimes unused;
-    RankFit accum_fit;
     std::vector<uint64_t> seeds;
-    for (int q = 0; q < a.world; ++q) seeds.push_back(cfg.seed + uint64_t(q));
-    auto acc = TimeSteps(cfg, nullptr, a, &accum_gib, &accum_loss, &accum_host_ms, &unused, nullptr,
-                         &accum_fit, seeds);
+    for (int q = 0; q < a.world; ++q) seeds.push_back(RankSeed(cfg, a, q));
+    auto acc = TimeSteps(cfg, nullptr, a, kFit, seeds);
     if (!acc.ok()) return Fail("--accum-check: " + acc.status().ToString());
-    out["accum_loss"] = accum_loss;
-    out["accum_eval_losses"] = accum_fit.eval_losses;
+    out["accum_loss"] = acc->loss;
+    out["accum_eval_losses"] = acc->fit.eval_losses;
   }
   // Hardware queues of the data-parallel step and of the baseline (the copy engines ask for
   // 32, which slow a single-GPU step ~2%; their baseline runs in a child with the queues the
   // environment gives, the default 8 unless set).
   out["cuda_device_max_connections"] = QueuesFromEnv();
   out["baseline_cuda_device_max_connections"] = baseline_queues;
-  out["host_ms_per_step"] = r.host_ms;  // rank 0's enqueue time (incl. waiting for staging)
+  out["host_ms_per_step"] = dp->host_ms;  // rank 0's enqueue time (incl. waiting for staging)
   out["gpu"] = prop.name;
   out["batches"] = a.distinct_batches ? "distinct per rank" : "same on every rank";
   if (a.profile) {  // rank 0's
-    out["phases_single_ms"] = bench::PhasesJson<Json>(phases_single);
-    out["phases_parallel_ms"] = bench::PhasesJson<Json>(phases_dp);
+    out["phases_single_ms"] = bench::PhasesJson<Json>(single->phases);
+    out["phases_parallel_ms"] = bench::PhasesJson<Json>(dp->phases);
   }
   std::printf("%s\n", out.dump().c_str());
   std::fflush(stdout);
