@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -117,6 +118,39 @@ StatusOr<int64_t> Mismatches(const DevBuf& x, const DevBuf& y) {
   return bad;
 }
 
+// One fused GEMM (`ours`) beside cuBLASLt + the kernel it replaces (`ref`): both run once on
+// operand set 0, ours into NaN-poisoned outputs, each output pair compared bit for bit (its
+// mismatch count under `key`), then both timed; one JSON line.
+struct Compared {
+  const char* key;
+  const DevBuf* ours;
+  const DevBuf* ref;
+};
+Status CompareFused(const char* fused, const std::function<Status(int)>& ref,
+                    const std::function<Status(int)>& ours, const std::vector<Compared>& outputs,
+                    Timer& timer, cudaStream_t stream) {
+  FORGE_RETURN_IF_ERROR(ref(0));
+  for (const Compared& c : outputs) FORGE_CUDA_CHECK(cudaMemset(c.ours->p, 0xFF, c.ours->bytes));
+  FORGE_RETURN_IF_ERROR(ours(0));
+  FORGE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  nlohmann::ordered_json j;
+  j["fused"] = fused;
+  bool ok = true;
+  for (const Compared& c : outputs) {
+    FORGE_ASSIGN_OR_RETURN(const int64_t bad, Mismatches(*c.ours, *c.ref));
+    j[c.key] = bad;
+    ok = ok && bad == 0;
+  }
+  FORGE_ASSIGN_OR_RETURN(const float us_ref, timer.Median(ref));
+  FORGE_ASSIGN_OR_RETURN(const float us_ours, timer.Median(ours));
+  j["cublaslt_plus_kernel_us"] = us_ref;
+  j["wgmma_fused_us"] = us_ours;
+  j["ok"] = ok;
+  std::printf("%s\n", j.dump().c_str());
+  std::fflush(stdout);
+  return Status::Ok();
+}
+
 // gpt350m B 16: 16384 tokens, d 1024, 16 heads of 64 (Q, K, V), ffn 2816, T 1024.
 Status RunFused(const RandomPool& pool, Timer& timer, int sets, cuda::GemmRunner& lt,
                 cudaStream_t stream) {
@@ -165,36 +199,11 @@ Status RunFused(const RandomPool& pool, Timer& timer, int sets, cuda::GemmRunner
     g.epi.gu = static_cast<__nv_bfloat16*>(gu.p), g.epi.ffn = int(ffn);
     return cuda::WgmmaGemmBf16(g, stream);
   };
-  FORGE_RETURN_IF_ERROR(qkv_ref(0));
-  FORGE_CUDA_CHECK(cudaMemset(y.p, 0xFF, y.bytes));
-  FORGE_RETURN_IF_ERROR(qkv_ours(0));
-  FORGE_RETURN_IF_ERROR(gu_ref_run(0));
-  FORGE_CUDA_CHECK(cudaMemset(gu.p, 0xFF, gu.bytes));
-  FORGE_CUDA_CHECK(cudaMemset(h.p, 0xFF, h.bytes));
-  FORGE_RETURN_IF_ERROR(gu_ours(0));
-  FORGE_CUDA_CHECK(cudaStreamSynchronize(stream));
-  FORGE_ASSIGN_OR_RETURN(const int64_t bad_qkv, Mismatches(y, y_ref));
-  FORGE_ASSIGN_OR_RETURN(const int64_t bad_gu, Mismatches(gu, gu_ref));
-  FORGE_ASSIGN_OR_RETURN(const int64_t bad_h, Mismatches(h, h_ref));
-  FORGE_ASSIGN_OR_RETURN(const float us_qkv_ref, timer.Median(qkv_ref));
-  FORGE_ASSIGN_OR_RETURN(const float us_qkv, timer.Median(qkv_ours));
-  FORGE_ASSIGN_OR_RETURN(const float us_gu_ref, timer.Median(gu_ref_run));
-  FORGE_ASSIGN_OR_RETURN(const float us_gu, timer.Median(gu_ours));
-  nlohmann::ordered_json j;
-  j["fused"] = "qkv_rope";
-  j["mismatches"] = bad_qkv;
-  j["cublaslt_plus_kernel_us"] = us_qkv_ref;
-  j["wgmma_fused_us"] = us_qkv;
-  j["ok"] = bad_qkv == 0;
-  std::printf("%s\n", j.dump().c_str());
-  j = nlohmann::ordered_json{};
-  j["fused"] = "gate_up_swiglu";
-  j["mismatches_gu"] = bad_gu;
-  j["mismatches_h"] = bad_h;
-  j["cublaslt_plus_kernel_us"] = us_gu_ref;
-  j["wgmma_fused_us"] = us_gu;
-  j["ok"] = bad_gu == 0 && bad_h == 0;
-  std::printf("%s\n", j.dump().c_str());
+  FORGE_RETURN_IF_ERROR(
+      CompareFused("qkv_rope", qkv_ref, qkv_ours, {{"mismatches", &y, &y_ref}}, timer, stream));
+  FORGE_RETURN_IF_ERROR(CompareFused("gate_up_swiglu", gu_ref_run, gu_ours,
+                                     {{"mismatches_gu", &gu, &gu_ref}, {"mismatches_h", &h, &h_ref}},
+                                     timer, stream));
 
   // SwiGLU's backward in the down projection's dgrad: dh = dy W_down (W_down [d, ffn], N-major),
   // then dgu from dh and gu; against cuBLASLt's dgrad + SwiGluBackward. gu_ref (the forward's
@@ -222,21 +231,8 @@ Status RunFused(const RandomPool& pool, Timer& timer, int sets, cuda::GemmRunner
     g.epi.gu = const_cast<cuda::bf16*>(gu_in), g.epi.ffn = int(ffn);
     return cuda::WgmmaGemmBf16(g, stream);
   };
-  FORGE_RETURN_IF_ERROR(bwd_ref(0));
-  FORGE_CUDA_CHECK(cudaMemset(dgu.p, 0xFF, dgu.bytes));
-  FORGE_RETURN_IF_ERROR(bwd_ours(0));
-  FORGE_CUDA_CHECK(cudaStreamSynchronize(stream));
-  FORGE_ASSIGN_OR_RETURN(const int64_t bad_dgu, Mismatches(dgu, dgu_ref));
-  FORGE_ASSIGN_OR_RETURN(const float us_bwd_ref, timer.Median(bwd_ref));
-  FORGE_ASSIGN_OR_RETURN(const float us_bwd, timer.Median(bwd_ours));
-  j = nlohmann::ordered_json{};
-  j["fused"] = "down_dgrad_swiglu_bwd";
-  j["mismatches_dgu"] = bad_dgu;
-  j["cublaslt_plus_kernel_us"] = us_bwd_ref;
-  j["wgmma_fused_us"] = us_bwd;
-  j["ok"] = bad_dgu == 0;
-  std::printf("%s\n", j.dump().c_str());
-  return Status::Ok();
+  return CompareFused("down_dgrad_swiglu_bwd", bwd_ref, bwd_ours,
+                      {{"mismatches_dgu", &dgu, &dgu_ref}}, timer, stream);
 }
 
 }  // namespace
