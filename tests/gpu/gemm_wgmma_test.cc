@@ -75,6 +75,15 @@ struct Operands {
         db(test::ToBf16(b)) {}
 };
 
+// b [N, K] row-major as [K, N]: an N-major operand.
+std::vector<float> Transposed(const std::vector<float>& b, int64_t N, int64_t K) {
+  std::vector<float> bt(b.size());
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t k = 0; k < K; ++k) bt[size_t(k * N + n)] = b[size_t(n * K + k)];
+  }
+  return bt;
+}
+
 WgmmaGemmArgs Args(int64_t M, int64_t N, int64_t K, const Operands& o, void* d) {
   WgmmaGemmArgs g;
   g.M = M, g.N = N, g.K = K, g.A = o.da.data(), g.B = o.db.data(), g.D = d;
@@ -124,11 +133,7 @@ TEST(GpuWgmmaGemm, NMajorBIsTheTransposedKMajorBBitForBit) {
     SCOPED_TRACE("M=" + std::to_string(s.M) + " N=" + std::to_string(s.N) +
                  " K=" + std::to_string(s.K));
     const Operands o(s.M, s.N, s.K, uint64_t(3 * s.M + s.N + s.K));
-    std::vector<float> bt(o.b.size());  // [K, N]
-    for (int64_t n = 0; n < s.N; ++n) {
-      for (int64_t k = 0; k < s.K; ++k) bt[size_t(k * s.N + n)] = o.b[size_t(n * s.K + k)];
-    }
-    const DeviceBuffer<bf16> dbt(test::ToBf16(bt));
+    const DeviceBuffer<bf16> dbt(test::ToBf16(Transposed(o.b, s.N, s.K)));
     DeviceBuffer<bf16> k_major(size_t(s.M * s.N)), n_major(size_t(s.M * s.N));
     ASSERT_STATUS_OK(cuda::WgmmaGemmBf16(Args(s.M, s.N, s.K, o, k_major.data()), nullptr));
     n_major.Poison();
@@ -176,9 +181,9 @@ TEST(GpuWgmmaGemm, RopeEpilogueIsGemmThenRopeBitForBit) {
 }
 
 // SwiGLU in the epilogue: gu == the plain GEMM's output and h == SwiGluForward(gu), bit for
-// bit; h close to the CPU's. A CTA holds a tile's h in registers until the middle of its next
-// tile's main loop, so also with persistent CTAs walking several tiles (ctas 1 and 4 of 6) and
-// one K-tile (h staged at the first one).
+// bit; h close to the CPU's. A CTA computes a tile's h from its staged gu during its next tile's
+// main loop, so also with persistent CTAs walking several tiles (ctas 1 and 4 of 6) and one
+// K-tile (every share of h at the first).
 TEST(GpuWgmmaGemm, SwiGluEpilogueIsGemmThenSwiGluBitForBit) {
   SKIP_WITHOUT_SM90();
   const int64_t M = 256, ffn = 384;
@@ -222,11 +227,7 @@ TEST(GpuWgmmaGemm, SwiGluBackwardEpilogueIsGemmThenSwiGluBackwardBitForBit) {
   const DeviceBuffer<bf16> gu(test::ToBf16(gu_host));
   for (const int64_t K : {128, 64, 1280}) {
     const Operands o(M, ffn, K, 31 + K);  // o.b is W^T [ffn, K]; the GEMM reads W [K, ffn]
-    std::vector<float> w(o.b.size());
-    for (int64_t n = 0; n < ffn; ++n) {
-      for (int64_t k = 0; k < K; ++k) w[size_t(k * ffn + n)] = o.b[size_t(n * K + k)];
-    }
-    const DeviceBuffer<bf16> dw(test::ToBf16(w));
+    const DeviceBuffer<bf16> dw(test::ToBf16(Transposed(o.b, ffn, K)));
     DeviceBuffer<bf16> dh(size_t(M * ffn)), dgu_plain(size_t(M * 2 * ffn));
     WgmmaGemmArgs plain = Args(M, ffn, K, o, dh.data());
     plain.B = dw.data(), plain.b_n_major = true;
