@@ -304,7 +304,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int v = 0; v < 2; ++v) {
         const int idx = t + 128 * (2 * s + v), row = idx / 16, chunk = (idx / 8) % 2,
                   unit = idx % 8;
-        const uint32_t off = StagedOffset(row, unit, 0);
+        const uint32_t off = uint32_t(row * 128 + ((unit ^ (row % 8)) * 16));
         float g[8], u[8], h[8];
         UnpackBf16x8(Load16(my_out + chunk * kOutChunkBytes + off), g);
         UnpackBf16x8(Load16(my_out + (chunk + 2) * kOutChunkBytes + off), u);
@@ -326,21 +326,19 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int v = t + 128 * i;
       *row = v / 32, *col = (v % 32) * 8;
     };
-    // This thread's g (then u, 2 KiB on) in the slot of vector i.
-    auto bwd_slot = [&](int i) {
-      return prefetch + (i % 2) * (kConsumers * 2 * 128 * 16) + wg * (2 * 128 * 16) + t * 16;
-    };
     auto bwd_issue = [&](int i) {  // g and u of vector i into slot i % 2, one cp.async group
       if (i < 16) {
         int row, col;
         bwd_vector(i, &row, &col);
         const __nv_bfloat16* src = ea.gu + (pending_row + row) * ld_gu + pending_n0 + col;
-        uint8_t* slot = bwd_slot(i);
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(SmemAddr(slot)), "l"(src)
+        uint8_t* slot = prefetch + (i % 2) * (kConsumers * 2 * 128 * 16) + wg * (2 * 128 * 16);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(SmemAddr(slot + t * 16)),
+                     "l"(src)
                      : "memory");
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(SmemAddr(slot + 128 * 16)),
-                     "l"(src + ea.ffn)
-                     : "memory");
+        asm volatile(
+            "cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(SmemAddr(slot + 128 * 16 + t * 16)),
+            "l"(src + ea.ffn)
+            : "memory");
       }
       asm volatile("cp.async.commit_group;" ::: "memory");
     };
@@ -349,12 +347,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int i = bwd_next;
       int row, col;
       bwd_vector(i, &row, &col);
-      const uint8_t* slot = bwd_slot(i);
+      const uint8_t* slot = prefetch + (i % 2) * (kConsumers * 2 * 128 * 16) + wg * (2 * 128 * 16);
       float g[8], u[8], dy[8], dg[8], du[8];
-      UnpackBf16x8(Load16(slot), g);
-      UnpackBf16x8(Load16(slot + 128 * 16), u);
+      UnpackBf16x8(Load16(slot + t * 16), g);
+      UnpackBf16x8(Load16(slot + 128 * 16 + t * 16), u);
       const int chunk = col / 64, unit = (col % 64) / 8;
-      UnpackBf16x8(Load16(my_out + chunk * kOutChunkBytes + StagedOffset(row, unit, 0)), dy);
+      UnpackBf16x8(Load16(my_out + chunk * kOutChunkBytes + row * 128 + ((unit ^ (row % 8)) * 16)),
+                   dy);
 #pragma unroll
       for (int e = 0; e < 8; ++e) SwiGluGrads(g[e], u[e], dy[e], &dg[e], &du[e]);
       __nv_bfloat16* dst = h_out + (pending_row + row) * ld_gu + pending_n0 + col;
