@@ -23,6 +23,9 @@
 #include "model_test_util.h"
 #include "no_gemm_autotune.h"
 #include "tiny_gpu_config.h"
+#include "kernels/cuda/gemm_wgmma.cuh"
+#include "worker/model/cuda_model.h"
+#include "worker/model/fp8_linears.h"
 
 namespace forge {
 namespace {
@@ -157,6 +160,52 @@ TEST(GpuFp8Step, GraphReplayMatchesEager) {
     const auto replayed = TenSteps(c, on, &graph);
     EXPECT_TRUE(graph);
     ExpectSameWeights(replayed, TenSteps(c, off, nullptr));
+  }
+}
+
+// precision.fp8.fast_accum fprop on an sm_90 GPU: the gate/up projection runs our GEMM in FP8
+// with SwiGLU and the down projection's input casts in its epilogue (Fp8Linears::
+// fuse_swiglu_gemm, from the second step: the first measures). Deterministic and captured in
+// the graph like every other path; its GEMM sums in another order than cuBLASLt's, so it
+// tracks the separate path (swiglu_gemm off) closely rather than bitwise.
+TEST(GpuFp8Step, SwiGluGemmTrainsLikeTheSeparatePath) {
+  FORGE_SKIP_WITHOUT_GPU();
+  const NoGemmAutotune fixed_gemms;
+  const RunConfig c = Fp8Config(Fp8Recipe::kDelayed, false, Fp8FastAccum::kFprop);
+  for (const Fp8FastAccum fast : {Fp8FastAccum::kFprop, Fp8FastAccum::kNone}) {
+    CudaModelOptions mo;
+    mo.micro_batch = c.batch.micro_batch;
+    mo.fp8 = true;
+    mo.fp8_config = c.precision.fp8;
+    mo.fp8_config.fast_accum = fast;
+    auto model = CudaModel::Create(c.model, c.optimizer, mo);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    EXPECT_EQ((*model)->fp8()->has_swiglu_gemm(),
+              fast != Fp8FastAccum::kNone && cuda::WgmmaGemmRunsHere());
+  }
+  if (!cuda::WgmmaGemmRunsHere()) GTEST_SKIP() << "the FP8 SwiGLU GEMM needs an sm_90 GPU";
+
+  CudaBackendOptions eager;
+  eager.use_graph = false;
+  bool graph = false;
+  const std::vector<UnitBuffers> fused = TenSteps(c, {}, &graph);
+  EXPECT_TRUE(graph);
+  ExpectSameWeights(fused, TenSteps(c, {}, nullptr));
+  ExpectSameWeights(fused, TenSteps(c, eager, nullptr));
+
+  CudaBackendOptions separate;
+  separate.swiglu_gemm = false;
+  auto a = MakeGpu(c, {}), b = MakeGpu(c, separate);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  const auto batches = MakeBatches(c, 10, 43);
+  for (int step = 1; step <= 10; ++step) {
+    StepStats sa, sb;
+    ASSERT_STATUS_OK(a->TrainStep(Views(batches, step - 1, 1), {c.optimizer.lr, step}, true, &sa));
+    ASSERT_STATUS_OK(b->TrainStep(Views(batches, step - 1, 1), {c.optimizer.lr, step}, true, &sb));
+    ASSERT_TRUE(std::isfinite(sa.loss)) << "step " << step;
+    EXPECT_LT(std::fabs(sa.loss - sb.loss), 1e-2 * std::fabs(sb.loss))
+        << "step " << step << ": fused " << sa.loss << " vs separate " << sb.loss;
   }
 }
 

@@ -4,7 +4,9 @@
 //
 // Tolerances against the float reference: BF16 output rounding, ||got - ref|| / ||ref|| < 4e-3
 // for the GEMM (inputs are exact in bf16, so only the output rounding and the summation order
-// differ) and 1e-2 after RoPE/SwiGLU (whose inputs are that rounded output).
+// differ) and 1e-2 after RoPE/SwiGLU (whose inputs are that rounded output). The FP8 form is
+// held to the dequantised product (1e-2: its MMAs accumulate at the tensor cores' own
+// precision, as cuBLASLt's fast accumulation does) and to cuBLASLt's fast-accumulation GEMM.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -14,9 +16,12 @@
 #include <string>
 #include <vector>
 
+#include "fp8_fused_test_util.h"
 #include "gpu_test_util.h"
+#include "kernels/cpu/fp8.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/swiglu.h"
+#include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/gemm_wgmma.cuh"
 #include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/swiglu.cuh"
@@ -254,6 +259,146 @@ TEST(GpuWgmmaGemm, SwiGluBackwardEpilogueIsGemmThenSwiGluBackwardBitForBit) {
       EXPECT_LT(test::RelFrobenius(got, ref_dgu), 1e-2);
     }
   }
+}
+
+// An E4M3 operand: random normal values quantised on the host with `scale` (the cast's
+// convention, q = sat(x * scale)), its bytes on the device, what the GEMM sees of it (q /
+// scale) and the 1 / scale the GEMM dequantises with.
+struct Fp8Operand {
+  std::vector<float> deq;
+  DeviceBuffer<uint8_t> dev;
+  float scale_inv = 0.0f;
+  Fp8Operand(int64_t rows, int64_t cols, float stddev, float scale, uint64_t seed) {
+    const std::vector<float> x = test::RandomNormal(size_t(rows * cols), stddev, seed);
+    std::vector<uint8_t> q(x.size());
+    deq.resize(x.size());
+    scale_inv = 1.0f / scale;
+    for (size_t i = 0; i < x.size(); ++i) {
+      q[i] = cpu::FloatToFp8(x[i] * scale, cpu::Fp8Format::kE4M3);
+      deq[i] = cpu::Fp8ToFloat(q[i], cpu::Fp8Format::kE4M3) * scale_inv;
+    }
+    dev = DeviceBuffer<uint8_t>(q);
+  }
+};
+
+// A [M, K] and B [N, K] in E4M3 with their dequantisation scales on the device (16 bytes
+// apart, as the model's slots are).
+struct Fp8Operands {
+  Fp8Operand a, b;
+  DeviceBuffer<float> scales;
+  Fp8Operands(int64_t M, int64_t N, int64_t K, uint64_t seed)
+      : a(M, K, 1.0f, 100.0f, seed), b(N, K, 0.05f, 3000.0f, seed + 1),
+        scales(std::vector<float>{a.scale_inv, 0, 0, 0, b.scale_inv}) {}
+  WgmmaGemmArgs Args(int64_t M, int64_t N, int64_t K, void* d) const {
+    WgmmaGemmArgs g;
+    g.M = M, g.N = N, g.K = K, g.A = a.dev.data(), g.B = b.dev.data(), g.D = d;
+    g.epi.a_scale = scales.data(), g.epi.b_scale = scales.data() + 4;
+    return g;
+  }
+};
+
+// The FP8 GEMM against the dequantised product and against cuBLASLt's FP8 GEMM with fast
+// accumulation on the same bytes and scales; one persistent CTA gives the same bits.
+TEST(GpuWgmmaGemm, Fp8MatchesDequantisedProductAndCublasLt) {
+  SKIP_WITHOUT_SM90();
+  cuda::GemmRunner runner;
+  ASSERT_STATUS_OK(runner.Init());
+  struct Shape {
+    int64_t M, N, K;
+  };
+  // One tile and one K-tile; more K-tiles than stages; gpt350m's gate/up K.
+  for (const Shape s : {Shape{128, 256, 128}, Shape{384, 512, 512}, Shape{256, 768, 1024}}) {
+    SCOPED_TRACE("M=" + std::to_string(s.M) + " N=" + std::to_string(s.N) +
+                 " K=" + std::to_string(s.K));
+    const Fp8Operands o(s.M, s.N, s.K, uint64_t(s.M + s.N + s.K));
+    DeviceBuffer<bf16> d(size_t(s.M * s.N)), d1(size_t(s.M * s.N)), ref_lt(size_t(s.M * s.N));
+    d.Poison();
+    d1.Poison();
+    ASSERT_STATUS_OK(cuda::WgmmaGemmFp8(o.Args(s.M, s.N, s.K, d.data()), nullptr));
+    const std::vector<float> got = test::ToFloat(d.Download());
+    ASSERT_TRUE(AllFinite(got)) << "an output element was not written";
+    const std::vector<double> ref =
+        test::RefGemm(o.a.deq, o.b.deq, s.M, s.N, s.K, /*trans_a=*/false, /*trans_b=*/true);
+    EXPECT_LT(test::RelFrobenius(got, ref), 1e-2);
+
+    cuda::GemmArgs lt;
+    lt.M = s.M, lt.N = s.N, lt.K = s.K;
+    lt.A = o.a.dev.data(), lt.B = o.b.dev.data(), lt.D = ref_lt.data();
+    lt.trans_a = false, lt.trans_b = true;
+    lt.a_type = cuda::DType::kE4M3, lt.b_type = cuda::DType::kE4M3;
+    lt.d_type = cuda::DType::kBf16;
+    lt.a_scale = o.scales.data(), lt.b_scale = o.scales.data() + 4;
+    lt.fast_accum = true;
+    ASSERT_STATUS_OK(runner.Run(lt, nullptr));
+    EXPECT_LT(test::RelFrobenius(got, test::ToFloat(ref_lt.Download())), 4e-3);
+
+    WgmmaGemmArgs g = o.Args(s.M, s.N, s.K, d1.data());
+    g.ctas = 1;
+    ASSERT_STATUS_OK(cuda::WgmmaGemmFp8(g, nullptr));
+    EXPECT_EQ(Mismatches(Bits(d1), Bits(d)), 0);
+  }
+}
+
+// FP8 with SwiGLU: gu bit for bit the plain FP8 GEMM's, and h's E4M3 bytes (row-major and
+// transposed), amax and scale_inv bit for bit SwiGluForward on that gu followed by
+// CastTransposeToFp8, which is what the model's separate path writes (SwiGluForwardFp8 is
+// tested equal to that pair). K of 1, 2 and 8 K-tiles (the first two take every share of h at
+// the last K-tile), 1/4/all CTAs, a scale that saturates.
+TEST(GpuWgmmaGemm, Fp8SwiGluEpilogueIsGemmThenSwiGluThenCastBitForBit) {
+  SKIP_WITHOUT_SM90();
+  const int64_t M = 256, ffn = 384;
+  for (const int64_t K : {128, 256, 1024}) {
+    const Fp8Operands o(M, 2 * ffn, K, 91 + K);
+    DeviceBuffer<bf16> gu_plain(size_t(M * 2 * ffn)), h_plain(size_t(M * ffn));
+    ASSERT_STATUS_OK(cuda::WgmmaGemmFp8(o.Args(M, 2 * ffn, K, gu_plain.data()), nullptr));
+    ASSERT_STATUS_OK(cuda::SwiGluForward(h_plain.data(), gu_plain.data(), M, int(ffn), nullptr));
+    for (const float scale : {64.0f, 4000.0f}) {
+      for (const int ctas : {0, 1, 4}) {
+        SCOPED_TRACE("K " + std::to_string(K) + ", scale " + std::to_string(scale) + ", ctas " +
+                     std::to_string(ctas));
+        DeviceBuffer<bf16> gu(size_t(M * 2 * ffn));
+        test::Fp8CastOut h(size_t(M * ffn), scale);
+        gu.Poison();
+        h.q.Poison();
+        h.qt.Poison();
+        WgmmaGemmArgs g = o.Args(M, 2 * ffn, K, h.q.data());
+        g.epilogue = WgmmaEpilogue::kSwiGlu;
+        g.epi.gu = gu.data(), g.epi.ffn = int(ffn);
+        g.epi.h_t = h.qt.data(), g.epi.h_scale = h.scale(), g.epi.h_amax = h.amax();
+        g.epi.h_scale_inv = h.scale_inv();
+        g.ctas = ctas;
+        ASSERT_STATUS_OK(cuda::WgmmaGemmFp8(g, nullptr));
+        EXPECT_EQ(Mismatches(Bits(gu), Bits(gu_plain)), 0) << "gu";
+        test::ExpectSameAsCast(h_plain.data(), M, ffn, cuda::DType::kE4M3, scale, h, "h");
+      }
+    }
+  }
+}
+
+TEST(GpuWgmmaGemm, Fp8RejectsWhatItCannotTake) {
+  SKIP_WITHOUT_SM90();
+  const Fp8Operands o(128, 256, 128, 9);
+  DeviceBuffer<bf16> d(size_t(128 * 256));
+  const Status k64 = cuda::WgmmaGemmFp8(o.Args(128, 256, 64, d.data()), nullptr);
+  EXPECT_FALSE(k64.ok());
+  EXPECT_NE(k64.ToString().find("K of 128"), std::string::npos) << k64.ToString();
+  WgmmaGemmArgs no_scales = o.Args(128, 256, 128, d.data());
+  no_scales.epi.b_scale = nullptr;
+  EXPECT_FALSE(cuda::WgmmaGemmFp8(no_scales, nullptr).ok());
+  WgmmaGemmArgs n_major = o.Args(128, 256, 128, d.data());
+  n_major.b_n_major = true;
+  EXPECT_FALSE(cuda::WgmmaGemmCheck(n_major, /*fp8=*/true).ok());
+  WgmmaGemmArgs rope = o.Args(128, 256, 128, d.data());
+  rope.epilogue = WgmmaEpilogue::kRope;
+  rope.epi.T = 128, rope.epi.hd = 64, rope.epi.rot_cols = 256;
+  EXPECT_TRUE(cuda::WgmmaGemmCheck(rope).ok());
+  EXPECT_FALSE(cuda::WgmmaGemmCheck(rope, /*fp8=*/true).ok());
+  WgmmaGemmArgs swiglu = o.Args(128, 256, 128, d.data());
+  swiglu.epilogue = WgmmaEpilogue::kSwiGlu;
+  swiglu.epi.gu = d.data(), swiglu.epi.ffn = 128;  // no h_t or h slots
+  const Status st = cuda::WgmmaGemmFp8(swiglu, nullptr);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.ToString().find("h_t"), std::string::npos) << st.ToString();
 }
 
 TEST(GpuWgmmaGemm, RejectsWhatItCannotTile) {

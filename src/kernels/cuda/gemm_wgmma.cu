@@ -27,6 +27,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/fp8_tile_cast.cuh"
 #include "kernels/cuda/gemm_wgmma.cuh"
 #include "kernels/cuda/rope_math.cuh"
 #include "kernels/cuda/swiglu_math.cuh"
@@ -127,6 +128,42 @@ __device__ __forceinline__ void WgmmaWait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 
+// The 128 accumulator registers of an m64n256 MMA with an FP32 accumulator, as the asm's
+// register list (%0-%127) and its operands; both MMA forms below share them.
+#define FORGE_WGMMA_ACC_REGS \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, " \
+  "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, " \
+  "%34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, " \
+  "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, " \
+  "%66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, " \
+  "%82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, " \
+  "%98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+  "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, " \
+  "%125, %126, %127"
+#define FORGE_WGMMA_ACC_OUTS(d) \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), \
+  "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), \
+  "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), \
+  "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), \
+  "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), \
+  "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), \
+  "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), \
+  "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), \
+  "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), \
+  "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), \
+  "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), \
+  "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), \
+  "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), \
+  "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), \
+  "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), \
+  "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), \
+  "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), \
+  "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), \
+  "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), \
+  "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), \
+  "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), \
+  "+f"(d[127])
+
 // kTransB: B is N-major in shared memory (wgmma's imm-trans-b).
 template <int kTransB>
 __device__ __forceinline__ void WgmmaM64N256K16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
@@ -135,37 +172,30 @@ __device__ __forceinline__ void WgmmaM64N256K16(float (&d)[128], uint64_t desc_a
       ".reg .pred p;\n"
       "setp.ne.b32 p, %130, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
-      "{"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
-      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-      "}, "
+      "{" FORGE_WGMMA_ACC_REGS "}, "
       "%128, %129, p, 1, 1, 0, %131;\n"
       "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : FORGE_WGMMA_ACC_OUTS(d)
       : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransB));
 }
 
+// E4M3 x E4M3, K 32 (32 bytes of a K-major row, as bf16's K 16): both operands K-major, the
+// only layout wgmma takes for 8-bit types.
+__device__ __forceinline__ void WgmmaM64N256K32E4M3(float (&d)[128], uint64_t desc_a,
+                                                    uint64_t desc_b, int scale_d) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 "
+      "{" FORGE_WGMMA_ACC_REGS "}, "
+      "%128, %129, p, 1, 1;\n"
+      "}\n"
+      : FORGE_WGMMA_ACC_OUTS(d)
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+#undef FORGE_WGMMA_ACC_REGS
+#undef FORGE_WGMMA_ACC_OUTS
 
 __device__ __forceinline__ void TmaStore2d(const CUtensorMap* map, const void* src, int x, int y) {
   asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
@@ -184,6 +214,25 @@ __device__ __forceinline__ void WarpgroupBarrier(int wg) {
 // warp's 8 rows x 4 quads then land on 32 different banks).
 __device__ __forceinline__ uint32_t StagedOffset(int row, int unit, int quad) {
   return uint32_t(row * 128 + ((unit ^ (row % 8)) * 16) + quad * 4);
+}
+
+// o[e] = byte e of a, b, c, d (a's in the lowest byte): a 4x4 byte transpose in 8 PRMTs.
+__device__ __forceinline__ void Transpose4x4Bytes(uint32_t a, uint32_t b, uint32_t c, uint32_t d,
+                                                  uint32_t* o0, uint32_t* o1, uint32_t* o2,
+                                                  uint32_t* o3) {
+  const uint32_t ab_lo = __byte_perm(a, b, 0x5140), ab_hi = __byte_perm(a, b, 0x7362);
+  const uint32_t cd_lo = __byte_perm(c, d, 0x5140), cd_hi = __byte_perm(c, d, 0x7362);
+  *o0 = __byte_perm(ab_lo, cd_lo, 0x5410), *o1 = __byte_perm(ab_lo, cd_lo, 0x7632);
+  *o2 = __byte_perm(ab_hi, cd_hi, 0x5410), *o3 = __byte_perm(ab_hi, cd_hi, 0x7632);
+}
+
+// An 8 x 8 byte block, row k in r[k] (byte e of row k = column e): c[e] = column e (row k in
+// byte k).
+__device__ __forceinline__ void Transpose8x8Bytes(const uint2 (&r)[8], uint2 (&c)[8]) {
+  Transpose4x4Bytes(r[0].x, r[1].x, r[2].x, r[3].x, &c[0].x, &c[1].x, &c[2].x, &c[3].x);
+  Transpose4x4Bytes(r[4].x, r[5].x, r[6].x, r[7].x, &c[0].y, &c[1].y, &c[2].y, &c[3].y);
+  Transpose4x4Bytes(r[0].y, r[1].y, r[2].y, r[3].y, &c[4].x, &c[5].x, &c[6].x, &c[7].x);
+  Transpose4x4Bytes(r[4].y, r[5].y, r[6].y, r[7].y, &c[4].y, &c[5].y, &c[6].y, &c[7].y);
 }
 
 // Persistent: CTA b takes tiles b, b + gridDim.x, ... in row-major tile order (N fastest), so
@@ -210,7 +259,15 @@ __device__ __forceinline__ uint32_t StagedOffset(int row, int unit, int quad) {
 //   never stored, and during the next tile's main loop each thread turns 16 vectors of it into
 //   dg and du (gu read by cp.async two vectors ahead into prefetch slots, results written
 //   straight to global memory): bitwise cuBLASLt's dgrad followed by SwiGluBackward.
-template <WgmmaEpilogue kEpi, bool kNMajorB = false>
+//
+// kFp8: E4M3 operands, K-tiles of 128 (the same 128-byte rows, so the same ring, swizzle and
+// descriptors; an m64n256k32 MMA covers what m64n256k16 does in bf16), the accumulator
+// dequantised by a_scale * b_scale before the bf16 rounding. kSwiGlu then quantises h as
+// SwiGluForwardFp8 does: each thread takes 8 rows of one 16-byte column vector (two rows a
+// share), writes their row-major bytes as it goes and, after the fourth share, transposes
+// the 8 x 8 bytes in registers into 8 bytes of each of h_t's 8 columns (no shared memory
+// left for a staged transpose, and none needed).
+template <WgmmaEpilogue kEpi, bool kNMajorB = false, bool kFp8 = false>
 __global__ void __launch_bounds__(kThreads, 1)
     WgmmaGemmKernel(const __grid_constant__ CUtensorMap map_a,
                     const __grid_constant__ CUtensorMap map_b,
@@ -228,7 +285,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       reinterpret_cast<uint64_t*>(out_smem + kOutBytes + (swiglu_bwd ? kPrefetchBytes : 0));
   uint64_t* empty = full + kStages;
   const int wg = threadIdx.x / 128;
-  const int ktiles = k / kBK;
+  constexpr int bk = kFp8 ? 2 * kBK : kBK;  // K per K-tile (128 bytes of a row either way)
+  const int ktiles = k / bk;
   constexpr int bn = swiglu ? kBN / 2 : kBN;  // output columns per tile
 
   if (threadIdx.x == 0) {
@@ -251,10 +309,10 @@ __global__ void __launch_bounds__(kThreads, 1)
           if (it >= kStages) MbarWait(&empty[s], ((it / kStages) + 1) & 1);
           uint8_t* a = smem + s * kStageBytes;
           MbarExpectTx(&full[s], kStageBytes);
-          TmaLoad2d(a, &map_a, &full[s], kt * kBK, m0);
+          TmaLoad2d(a, &map_a, &full[s], kt * bk, m0);
           if constexpr (swiglu) {  // the map's box is 128 rows: gate rows, then the same up rows
-            TmaLoad2d(a + kTileBytesA, &map_b, &full[s], kt * kBK, n0);
-            TmaLoad2d(a + kTileBytesA + kTileBytesB / 2, &map_b, &full[s], kt * kBK,
+            TmaLoad2d(a + kTileBytesA, &map_b, &full[s], kt * bk, n0);
+            TmaLoad2d(a + kTileBytesA + kTileBytesB / 2, &map_b, &full[s], kt * bk,
                       ea.ffn + n0);
           } else if constexpr (kNMajorB) {  // 64 columns x 64 K-rows a box
             for (int c = 0; c < kBN / 64; ++c) {
@@ -262,7 +320,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                         kt * kBK);
             }
           } else {
-            TmaLoad2d(a + kTileBytesA, &map_b, &full[s], kt * kBK, n0);
+            TmaLoad2d(a + kTileBytesA, &map_b, &full[s], kt * bk, n0);
           }
         }
       }
@@ -312,6 +370,54 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int e = 0; e < 8; ++e) h[e] = SwiGluOut(g[e], u[e]);
         Store16(h_out + (pending_row + row) * int64_t(ea.ffn) + pending_n0 + chunk * 64 + unit * 8,
                 PackBf16x8(h));
+      }
+    };
+    // kFp8 (see the kernel's comment): h's E4M3 bytes of rows 8 (t / 16) + k in hq[k], column
+    // vector t % 16; hmax: the largest |h| bits seen.
+    float dq = 1.0f, hs = 0.0f;
+    if constexpr (kFp8) dq = *ea.a_scale * *ea.b_scale;
+    if constexpr (kFp8 && swiglu) hs = *ea.h_scale;
+    uint2 hq[8];
+    uint32_t hmax = 0;
+    auto share_fp8 = [&]<int kShare>() {
+      const int chunk = (t % 16) / 8, unit = t % 8, col = pending_n0 + chunk * 64 + unit * 8;
+      const int row8 = (t / 16) * 8;
+      uint8_t* q = reinterpret_cast<uint8_t*>(h_out);
+#pragma unroll
+      for (int v = 0; v < 2; ++v) {
+        const int row = row8 + 2 * kShare + v;
+        const uint32_t off = uint32_t(row * 128 + ((unit ^ (row % 8)) * 16));
+        float g[8], u[8], h[8];
+        UnpackBf16x8(Load16(my_out + chunk * kOutChunkBytes + off), g);
+        UnpackBf16x8(Load16(my_out + (chunk + 2) * kOutChunkBytes + off), u);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          h[e] = fp8tile::RoundBf16(SwiGluOut(g[e], u[e]));
+          hmax = max(hmax, fp8tile::AbsBits(h[e]));
+        }
+        hq[2 * kShare + v] = fp8tile::QuantizeFp8x8<__NV_E4M3>(h, hs);
+        *reinterpret_cast<uint2*>(q + (pending_row + row) * int64_t(ea.ffn) + col) =
+            hq[2 * kShare + v];
+      }
+      if constexpr (kShare == 3) {
+        uint2 c[8];
+        Transpose8x8Bytes(hq, c);
+        const int64_t m_rows = int64_t(tiles / tiles_n) * kBM;
+        uint8_t* qt = static_cast<uint8_t*>(ea.h_t) + pending_row + row8;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) *reinterpret_cast<uint2*>(qt + (col + e) * m_rows) = c[e];
+      }
+    };
+    auto share_any = [&](int s) {
+      if constexpr (kFp8) {
+        switch (s) {
+          case 0: share_fp8.template operator()<0>(); break;
+          case 1: share_fp8.template operator()<1>(); break;
+          case 2: share_fp8.template operator()<2>(); break;
+          default: share_fp8.template operator()<3>(); break;
+        }
+      } else {
+        share(s);
       }
     };
     // SwiGLU's backward of the previous tile (kSwiGluBackward): its dh is staged like a plain
@@ -370,9 +476,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     // At K-tile kt of the next tile: a share at each of the first four K-tiles (the rest at
     // the last, with fewer).
     auto pending_step = [&](int kt) {
-      if (kt < 4) share(kt);
+      if (kt < 4) share_any(kt);
       if (kt == ktiles - 1) {
-        for (int r = kt + 1; r < 4; ++r) share(r);
+        for (int r = kt + 1; r < 4; ++r) share_any(r);
       }
       if (kt >= 3 || kt == ktiles - 1) pending_row = -1;
     };
@@ -409,7 +515,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         WgmmaFence();
 #pragma unroll
         for (int kk = 0; kk < kBK / 16; ++kk) {
-          WgmmaM64N256K16<kNMajorB ? 1 : 0>(acc, da + 2 * kk, db + kStepB * kk, 1);
+          if constexpr (kFp8) {
+            WgmmaM64N256K32E4M3(acc, da + 2 * kk, db + 2 * kk, 1);
+          } else {
+            WgmmaM64N256K16<kNMajorB ? 1 : 0>(acc, da + 2 * kk, db + kStepB * kk, 1);
+          }
         }
         WgmmaCommit();
         if (swiglu && pending_row >= 0) pending_step(kt);  // the previous tile's h, under the MMAs
@@ -431,6 +541,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           float2 v = make_float2(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
+          if constexpr (kFp8) v = make_float2(v.x * dq, v.y * dq);
           if (rotate) {
             v = RopeRotate(UnpackBf16x2(PackBf16x2(v.x, v.y)), sc[half][j % 8].x,
                            sc[half][j % 8].y);
@@ -458,7 +569,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     if (swiglu && pending_row >= 0) {  // the last tile's h: no main loop left to hide it
-      for (int r = 0; r < 4; ++r) share(r);
+      for (int r = 0; r < 4; ++r) share_any(r);
+    }
+    if constexpr (kFp8 && swiglu) {  // fp8_cast.cuh's amax and scale_inv slots
+      hmax = fp8tile::WarpMaxU32(hmax);
+      if (lane == 0 && hmax != 0u) atomicMax(reinterpret_cast<unsigned int*>(ea.h_amax), hmax);
+      if (blockIdx.x == 0 && threadIdx.x == 0) *ea.h_scale_inv = 1.0f / hs;
     }
     if (swiglu_bwd) {  // the last tile's backward, likewise
       while (pending_row >= 0) bwd_step();
@@ -488,15 +604,17 @@ Status EncodeTiledFunction(EncodeTiledFn* fn) {
   return Status::Ok();
 }
 
-// A [rows, cols] row-major bf16 matrix moved in boxes of box_rows x 64 columns (128 bytes, the
-// 128-byte swizzle's row).
+// A [rows, cols] row-major bf16 (elem_bytes 2) or 8-bit (1) matrix moved in boxes of
+// box_rows x 128 bytes (the 128-byte swizzle's row).
 Status SwizzledMap(EncodeTiledFn encode, const void* base, int64_t rows, int64_t cols,
-                   int box_rows, CUtensorMap* map) {
+                   int box_rows, CUtensorMap* map, int elem_bytes = 2) {
   const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(cols) * 2};
-  const cuuint32_t box[2] = {64, cuuint32_t(box_rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(cols) * elem_bytes};
+  const cuuint32_t box[2] = {cuuint32_t(128 / elem_bytes), cuuint32_t(box_rows)};
   const cuuint32_t elem_strides[2] = {1, 1};
-  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims,
+  const CUtensorMapDataType type =
+      elem_bytes == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const CUresult r = encode(map, type, 2, const_cast<void*>(base), dims,
                             strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
                             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
@@ -516,50 +634,65 @@ bool WgmmaGemmRunsHere() {
          p.major == 9 && p.minor == 0;
 }
 
-Status WgmmaGemmCheck(const WgmmaGemmArgs& args) {
+Status WgmmaGemmCheck(const WgmmaGemmArgs& args, bool fp8) {
   const std::string shape = " (M=" + std::to_string(args.M) + " N=" + std::to_string(args.N) +
                             " K=" + std::to_string(args.K) + ")";
-  if (args.M <= 0 || args.M % kBM || args.N % kBN || args.N <= 0 || args.K % kBK || args.K <= 0)
-    return Status::Invalid("WgmmaGemmBf16: M must be a multiple of 128, N of 256, K of 64" +
-                           shape);
+  const std::string name = fp8 ? "WgmmaGemmFp8: " : "WgmmaGemmBf16: ";
+  const int bk = fp8 ? 2 * kBK : kBK;
+  if (args.M <= 0 || args.M % kBM || args.N % kBN || args.N <= 0 || args.K % bk || args.K <= 0)
+    return Status::Invalid(name + "M must be a multiple of 128, N of 256, K of " +
+                           std::to_string(bk) + shape);
+  if (fp8 && (args.b_n_major || (args.epilogue != WgmmaEpilogue::kPlain &&
+                                 args.epilogue != WgmmaEpilogue::kSwiGlu)))
+    return Status::Invalid(name + "K-major operands and the plain or SwiGLU epilogue "
+                           "only" + shape);
   const bool bwd = args.epilogue == WgmmaEpilogue::kSwiGluBackward;
   if (args.b_n_major && args.epilogue != WgmmaEpilogue::kPlain && !bwd)
     return Status::Invalid(
-        "WgmmaGemmBf16: an N-major B takes the plain or SwiGLU-backward epilogue only" + shape);
+        name + "an N-major B takes the plain or SwiGLU-backward epilogue only" + shape);
   if (bwd && (!args.b_n_major || args.epi.ffn != args.N))
-    return Status::Invalid("WgmmaGemmBf16: SwiGLU's backward needs an N-major B and ffn = N" +
+    return Status::Invalid(name + "SwiGLU's backward needs an N-major B and ffn = N" +
                            shape);
   if (args.epilogue == WgmmaEpilogue::kSwiGlu && args.epi.ffn * 2 != args.N)
-    return Status::Invalid("WgmmaGemmBf16: SwiGLU needs ffn = N / 2" + shape);
+    return Status::Invalid(name + "SwiGLU needs ffn = N / 2" + shape);
   if (args.epilogue == WgmmaEpilogue::kRope &&
       (args.epi.T <= 0 || args.epi.hd != 64 || args.epi.rot_cols % kBN || args.epi.rot_cols < 0 ||
        args.epi.rot_cols > args.N))
-    return Status::Invalid("WgmmaGemmBf16: RoPE needs T > 0, head width 64 and rotated "
+    return Status::Invalid(name + "RoPE needs T > 0, head width 64 and rotated "
                            "columns a multiple of 256" + shape);
   return Status::Ok();
 }
 
-Status WgmmaGemmBf16(const WgmmaGemmArgs& args, cudaStream_t stream) {
-  FORGE_RETURN_IF_ERROR(WgmmaGemmCheck(args));
+namespace {
+
+// Both entry points: the checks, the tensor maps, the launch.
+Status Launch(const WgmmaGemmArgs& args, bool fp8, cudaStream_t stream) {
+  FORGE_RETURN_IF_ERROR(WgmmaGemmCheck(args, fp8));
+  const std::string name = fp8 ? "WgmmaGemmFp8" : "WgmmaGemmBf16";
   const bool swiglu = args.epilogue == WgmmaEpilogue::kSwiGlu;
   const bool swiglu_bwd = args.epilogue == WgmmaEpilogue::kSwiGluBackward;
-  if ((swiglu || swiglu_bwd) && !args.epi.gu)
-    return Status::Invalid("WgmmaGemmBf16: SwiGLU needs gu");
-  if (args.epilogue == WgmmaEpilogue::kRope && !args.epi.rope_sin_cos)
-    return Status::Invalid("WgmmaGemmBf16: RoPE needs its (sin, cos) table");
+  const WgmmaEpilogueArgs& e = args.epi;
+  if ((swiglu || swiglu_bwd) && !e.gu) return Status::Invalid(name + ": SwiGLU needs gu");
+  if (args.epilogue == WgmmaEpilogue::kRope && !e.rope_sin_cos)
+    return Status::Invalid(name + ": RoPE needs its (sin, cos) table");
+  if (fp8 && (!e.a_scale || !e.b_scale))
+    return Status::Invalid(name + ": needs the operands' a_scale and b_scale");
+  if (fp8 && swiglu && (!e.h_t || !e.h_scale || !e.h_amax || !e.h_scale_inv))
+    return Status::Invalid(name + ": SwiGLU needs h_t and h's scale, amax and scale_inv slots");
   const int64_t out_n = swiglu ? args.N / 2 : args.N;
+  const int eb = fp8 ? 1 : 2;  // operand element bytes
   EncodeTiledFn encode = nullptr;
   FORGE_RETURN_IF_ERROR(EncodeTiledFunction(&encode));
   CUtensorMap map_a, map_b, map_d, map_d2;
-  FORGE_RETURN_IF_ERROR(SwizzledMap(encode, args.A, args.M, args.K, kBM, &map_a));
+  FORGE_RETURN_IF_ERROR(SwizzledMap(encode, args.A, args.M, args.K, kBM, &map_a, eb));
   if (args.b_n_major) {  // [K, N]: boxes of 64 K-rows x 64 columns
     FORGE_RETURN_IF_ERROR(SwizzledMap(encode, args.B, args.K, args.N, kBK, &map_b));
   } else {
     FORGE_RETURN_IF_ERROR(
-        SwizzledMap(encode, args.B, args.N, args.K, swiglu ? kBN / 2 : kBN, &map_b));
+        SwizzledMap(encode, args.B, args.N, args.K, swiglu ? kBN / 2 : kBN, &map_b, eb));
   }
-  // kSwiGluBackward writes D from registers (no map; A's stands in).
-  if (swiglu_bwd) {
+  // kSwiGluBackward and FP8's kSwiGlu write D from registers (no map; A's stands in).
+  if (swiglu_bwd || (fp8 && swiglu)) {
     map_d = map_a;
   } else {
     FORGE_RETURN_IF_ERROR(SwizzledMap(encode, args.D, args.M, out_n, 64, &map_d));
@@ -582,6 +715,10 @@ Status WgmmaGemmBf16(const WgmmaGemmArgs& args, cudaStream_t stream) {
     FORGE_CUDA_LAUNCH_CHECK();
     return Status::Ok();
   };
+  if (fp8) {
+    return swiglu ? launch(WgmmaGemmKernel<WgmmaEpilogue::kSwiGlu, false, true>)
+                  : launch(WgmmaGemmKernel<WgmmaEpilogue::kPlain, false, true>);
+  }
   switch (args.epilogue) {
     case WgmmaEpilogue::kPlain:
       return args.b_n_major ? launch(WgmmaGemmKernel<WgmmaEpilogue::kPlain, true>)
@@ -593,7 +730,17 @@ Status WgmmaGemmBf16(const WgmmaGemmArgs& args, cudaStream_t stream) {
     case WgmmaEpilogue::kSwiGluBackward:
       return launch(WgmmaGemmKernel<WgmmaEpilogue::kSwiGluBackward, true>);
   }
-  return Status::Internal("WgmmaGemmBf16: unknown epilogue");
+  return Status::Internal(name + ": unknown epilogue");
+}
+
+}  // namespace
+
+Status WgmmaGemmBf16(const WgmmaGemmArgs& args, cudaStream_t stream) {
+  return Launch(args, /*fp8=*/false, stream);
+}
+
+Status WgmmaGemmFp8(const WgmmaGemmArgs& args, cudaStream_t stream) {
+  return Launch(args, /*fp8=*/true, stream);
 }
 
 }  // namespace forge::cuda

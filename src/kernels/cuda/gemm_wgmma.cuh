@@ -1,8 +1,9 @@
-// A BF16 GEMM of our own on Hopper's warpgroup MMA (gemm_wgmma.cu): D = A * B^T with A K-major
+// A GEMM of our own on Hopper's warpgroup MMA (gemm_wgmma.cu): D = A * B^T with A K-major
 // and B K-major ([N, K], a linear layer's forward) or N-major ([K, N]: a weight W [out, in] read
 // as the backward's dX = dY W), FP32 accumulation, BF16 out, with the epilogues cuBLASLt does
 // not have (RoPE on the QKV projection, SwiGLU on the gate/up projection), so those passes over
-// the output go away.
+// the output go away. BF16 operands (WgmmaGemmBf16), or E4M3 ones (WgmmaGemmFp8: the FP8
+// forward's gate/up projection with SwiGLU writing the down projection's FP8 input).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -27,10 +28,21 @@ struct WgmmaEpilogueArgs {
   // ([M, 2*ffn]), as SwiGluBackward(D, dh, gu) would write it.
   __nv_bfloat16* gu = nullptr;
   int ffn = 0;
+  // WgmmaGemmFp8 only. A and B are E4M3, dequantised by *a_scale * *b_scale (the casts'
+  // scale_inv slots, as cuBLASLt's a_scale / b_scale). kSwiGlu writes h in E4M3 instead of
+  // bf16, as SwiGluForwardFp8 (swiglu_fp8.cuh) would from this gu: D [M, ffn] and h_t
+  // [ffn, M] quantised with *h_scale, |h| max-accumulated into *h_amax, *h_scale_inv = 1 /
+  // *h_scale (fp8_cast.cuh's slots).
+  const float* a_scale = nullptr;
+  const float* b_scale = nullptr;
+  void* h_t = nullptr;
+  const float* h_scale = nullptr;
+  float* h_amax = nullptr;
+  float* h_scale_inv = nullptr;
 };
 
 struct WgmmaGemmArgs {
-  int64_t M = 0, N = 0, K = 0;  // M % 128, N % 256 and K % 64 must be 0
+  int64_t M = 0, N = 0, K = 0;  // M % 128, N % 256 and K % 64 (FP8: 128) must be 0
   const void* A = nullptr;      // [M, K] bf16 row-major
   const void* B = nullptr;      // [N, K] bf16 row-major; [K, N] with b_n_major
   bool b_n_major = false;       // B's N contiguous (kPlain only): D = A * B
@@ -43,11 +55,17 @@ struct WgmmaGemmArgs {
 
 Status WgmmaGemmBf16(const WgmmaGemmArgs& args, cudaStream_t stream);
 
+// E4M3 A [M, K] and B [N, K] (both K-major: Hopper's FP8 MMA reads no other layout), the
+// kPlain or kSwiGlu epilogue (see WgmmaEpilogueArgs' FP8 part). The MMAs accumulate the whole
+// K in their FP32 registers, which is what cuBLASLt's fast accumulation does (no periodic
+// promotion of partial sums): callers use it where that was asked for (precision.fp8.fast_accum).
+Status WgmmaGemmFp8(const WgmmaGemmArgs& args, cudaStream_t stream);
+
 // Whether the kernel can run on the current device (an sm_90 GPU: it is built for sm_90a).
 bool WgmmaGemmRunsHere();
 
-// Whether WgmmaGemmBf16 takes these shapes and epilogue parameters (the pointers aside):
-// the rules callers choose between this GEMM and cuBLASLt by.
-Status WgmmaGemmCheck(const WgmmaGemmArgs& args);
+// Whether WgmmaGemmBf16 (WgmmaGemmFp8 with fp8) takes these shapes and epilogue parameters
+// (the pointers aside): the rules callers choose between this GEMM and cuBLASLt by.
+Status WgmmaGemmCheck(const WgmmaGemmArgs& args, bool fp8 = false);
 
 }  // namespace forge::cuda

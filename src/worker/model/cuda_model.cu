@@ -396,7 +396,8 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
     Fp8LmHeadShape lm_head;
     if (o.fp8_config.lm_head) lm_head = {V_, d_, std::min<int64_t>(N_, o.lm_head_chunk_rows)};
     FORGE_ASSIGN_OR_RETURN(b.fp8, Fp8Linears::Create(o.fp8_config, m.n_layer, shapes, N_,
-                                                     int(b.acts.size()), rope, lm_head));
+                                                     int(b.acts.size()), rope, lm_head,
+                                                     o.swiglu_gemm));
     allocated_bytes_ += b.fp8->allocated_bytes();
   }
   FORGE_RETURN_IF_ERROR(alloc(&b.hf, N * d));
@@ -645,8 +646,9 @@ bool CudaModel::swiglu_bwd_gemm_active() const { return buf_->swiglu_bwd_gemm; }
 
 // Our own GEMM (sm_90 only) takes the QKV and gate/up projections and the down projection's
 // input gradient of BF16 steps where it accepts the shapes (cuda::WgmmaGemmCheck); otherwise
-// (or when the options are off, or the model computes in FP8, whose linears are Fp8Linears')
-// cuBLASLt and the separate RoPE/SwiGLU kernels run, with the same results.
+// (or when the options are off, or the model computes in FP8, whose linears are Fp8Linears':
+// its gate/up GEMM with SwiGLU is Fp8Linears::fuse_swiglu_gemm) cuBLASLt and the separate
+// RoPE/SwiGLU kernels run, with the same results.
 Status CudaModel::SetUpEpilogueGemms(const CudaModelOptions& o) {
   Buffers& b = *buf_;
   const bool here =
@@ -729,14 +731,23 @@ Status CudaModel::BlockForward(int layer, int set, const BlockActs& a, const bf1
     return b.gemm.Run(f8->Forward(layer, k, y, residual), s);
   };
 
-  // RMSNorm of x into h, then h's linear layer; FP8 on a delayed step: the norm writes the
-  // layer's FP8 input itself (no bf16 h).
+  // FP8: RMSNorm of x into linear layer k's FP8 input; on a delayed step the norm writes it
+  // itself (no bf16 h), else through h and the cast.
+  auto norm_to_input = [&](LinearKind k, const bf16* x, int64_t norm_offset, bf16* h,
+                           float* rstd) -> Status {
+    if (f8->fuse_norm())
+      return f8->RmsNormToInput(layer, k, set, rstd, x, w + norm_offset, m_.norm_eps, s);
+    FORGE_RETURN_IF_ERROR(
+        cuda::RmsNormForward(h, rstd, x, w + norm_offset, N_, d_, m_.norm_eps, s));
+    return f8->CastInput(layer, k, set, h, s);
+  };
+
+  // RMSNorm of x into h (FP8: into the layer's input casts), then h's linear layer.
   auto norm_linear = [&](LinearKind k, const bf16* x, int64_t norm_offset, bf16* h, float* rstd,
                          bf16* y, int64_t weight_offset, int64_t out) -> Status {
     FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
-    if (f8 != nullptr && f8->fuse_norm()) {
-      FORGE_RETURN_IF_ERROR(
-          f8->RmsNormToInput(layer, k, set, rstd, x, w + norm_offset, m_.norm_eps, s));
+    if (f8 != nullptr) {
+      FORGE_RETURN_IF_ERROR(norm_to_input(k, x, norm_offset, h, rstd));
       FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdGemm, s));
       return b.gemm.Run(f8->Forward(layer, k, y), s);
     }
@@ -781,6 +792,11 @@ Status CudaModel::BlockForward(int layer, int set, const BlockActs& a, const bf1
     cuda::WgmmaGemmArgs g = GateUpSwiGluGemm();
     g.B = w + o.w_gate_up, g.D = a.sw, g.epi.gu = a.gu;
     FORGE_RETURN_IF_ERROR(norm_epilogue_gemm(g, a.x_mid, o.mlp_norm, a.h2, a.rstd2));
+  } else if (fused && f8->fuse_swiglu_gemm()) {  // FP8: SwiGLU and its casts in our GEMM
+    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
+    FORGE_RETURN_IF_ERROR(norm_to_input(LinearKind::kGateUp, a.x_mid, o.mlp_norm, a.h2, a.rstd2));
+    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdGemm, s));
+    FORGE_RETURN_IF_ERROR(cuda::WgmmaGemmFp8(f8->GateUpSwiGluGemm(layer, set, a.gu), s));
   } else {
     FORGE_RETURN_IF_ERROR(norm_linear(LinearKind::kGateUp, a.x_mid, o.mlp_norm, a.h2, a.rstd2,
                                       a.gu, o.w_gate_up, 2 * ffn_));

@@ -33,9 +33,11 @@ Fp8Linears::~Fp8Linears() {
 
 StatusOr<std::unique_ptr<Fp8Linears>> Fp8Linears::Create(
     const Fp8Config& cfg, int n_layer, const std::array<Fp8LinearShape, kLinearKinds>& shapes,
-    int64_t tokens, int act_sets, const Fp8RopeShape& rope, const Fp8LmHeadShape& lm_head) {
+    int64_t tokens, int act_sets, const Fp8RopeShape& rope, const Fp8LmHeadShape& lm_head,
+    bool swiglu_gemm) {
   std::unique_ptr<Fp8Linears> f(new Fp8Linears());
-  FORGE_RETURN_IF_ERROR(f->Init(cfg, n_layer, shapes, tokens, act_sets, rope, lm_head));
+  FORGE_RETURN_IF_ERROR(
+      f->Init(cfg, n_layer, shapes, tokens, act_sets, rope, lm_head, swiglu_gemm));
   return StatusOr<std::unique_ptr<Fp8Linears>>(std::move(f));
 }
 
@@ -68,7 +70,7 @@ Status Fp8Linears::AllocGroup(Group* g, int64_t n, float fp8_max) {
 Status Fp8Linears::Init(const Fp8Config& cfg, int n_layer,
                         const std::array<Fp8LinearShape, kLinearKinds>& shapes, int64_t tokens,
                         int act_sets, const Fp8RopeShape& rope,
-                        const Fp8LmHeadShape& lm_head) {
+                        const Fp8LmHeadShape& lm_head, bool swiglu_gemm) {
   rope_ = rope;
   cfg_ = cfg;
   L_ = n_layer;
@@ -141,6 +143,10 @@ Status Fp8Linears::Init(const Fp8Config& cfg, int n_layer,
   const int64_t ffn = shapes[int(LinearKind::kDown)].in;
   fuse_swiglu_ = shapes[int(LinearKind::kGateUp)].out == 2 * ffn && ffn <= INT32_MAX &&
                  cuda::SwiGluFp8Supported(N_, int(ffn), x8_, x8_, x8_, x8t_[0]);
+  if (swiglu_gemm && fuse_swiglu_ && cfg.fast_accum != Fp8FastAccum::kNone &&
+      cuda::WgmmaGemmRunsHere() && cuda::WgmmaGemmCheck(GateUpSwiGluGemm(0, 0, nullptr), true).ok()) {
+    FORGE_RETURN_IF_ERROR(Alloc(&h8_, size_t(N_ * ffn)));
+  }
   fuse_norm_ = shapes[int(LinearKind::kQkv)].in == shapes[int(LinearKind::kGateUp)].in &&
                shapes[int(LinearKind::kQkv)].in <= INT32_MAX &&
                cuda::RmsNormFp8Supported(N_, int(shapes[int(LinearKind::kQkv)].in), x8_, x8_,
@@ -234,7 +240,7 @@ Status Fp8Linears::CastLayerWeights(int layer, const std::array<const bf16*, kLi
 
 Status Fp8Linears::CastInput(int layer, LinearKind k, int set, const bf16* x, cudaStream_t s) {
   const int ki = int(k);
-  return Cast(e4m3_, InputSlot(layer, ki), DType::kE4M3, x8_,
+  return Cast(e4m3_, InputSlot(layer, ki), DType::kE4M3, InputScratch(ki),
               x8t_[size_t(kLinearKinds) * set + ki], x, N_, shape_[ki].in, s);
 }
 
@@ -248,9 +254,24 @@ Status Fp8Linears::SwiGluForwardToInput(int layer, int set, const bf16* gate_up,
                                         cudaStream_t s) {
   const int k = int(LinearKind::kDown);
   const SlotPtrs q = SlotOf(e4m3_, InputSlot(layer, k));
-  return cuda::SwiGluForwardFp8(x8_, x8t_[size_t(kLinearKinds) * set + k], gate_up, N_,
+  return cuda::SwiGluForwardFp8(InputScratch(k), x8t_[size_t(kLinearKinds) * set + k], gate_up, N_,
                                 int(shape_[k].in), DType::kE4M3, q.scale, q.amax, q.scale_inv,
                                 s);
+}
+
+cuda::WgmmaGemmArgs Fp8Linears::GateUpSwiGluGemm(int layer, int set, bf16* gu) const {
+  const int k = int(LinearKind::kGateUp), kd = int(LinearKind::kDown);
+  cuda::WgmmaGemmArgs g;
+  g.M = N_, g.N = shape_[k].out, g.K = shape_[k].in;
+  g.A = x8_, g.B = lin_[size_t(LinearIndex(layer, k))].w8, g.D = h8_;
+  g.epilogue = cuda::WgmmaEpilogue::kSwiGlu;
+  g.epi.gu = gu, g.epi.ffn = int(shape_[kd].in);
+  g.epi.a_scale = SlotOf(e4m3_, InputSlot(layer, k)).scale_inv;
+  g.epi.b_scale = SlotOf(e4m3_, WeightSlot(layer, k)).scale_inv;
+  const SlotPtrs h = SlotOf(e4m3_, InputSlot(layer, kd));
+  g.epi.h_t = x8t_[size_t(kLinearKinds) * set + kd];
+  g.epi.h_scale = h.scale, g.epi.h_amax = h.amax, g.epi.h_scale_inv = h.scale_inv;
+  return g;
 }
 
 Status Fp8Linears::SwiGluBackwardToGrad(int layer, const bf16* dout, const bf16* gate_up,
@@ -351,7 +372,7 @@ GemmArgs Fp8Linears::Forward(int layer, LinearKind k, bf16* y, const bf16* resid
   const int ki = int(k);
   GemmArgs g;
   g.M = N_, g.N = shape_[ki].out, g.K = shape_[ki].in;
-  g.A = x8_, g.B = lin_[size_t(LinearIndex(layer, ki))].w8, g.D = y;
+  g.A = InputScratch(ki), g.B = lin_[size_t(LinearIndex(layer, ki))].w8, g.D = y;
   g.trans_a = false, g.trans_b = true;
   g.a_type = DType::kE4M3, g.b_type = DType::kE4M3, g.d_type = DType::kBf16;
   g.a_scale = SlotOf(e4m3_, InputSlot(layer, ki)).scale_inv;

@@ -52,6 +52,7 @@
 #include "common/status.h"
 #include "kernels/cuda/bf16.cuh"
 #include "kernels/cuda/gemm.cuh"
+#include "kernels/cuda/gemm_wgmma.cuh"
 #include "kernels/cuda/rmsnorm.cuh"
 
 namespace forge {
@@ -78,11 +79,12 @@ class Fp8Linears {
  public:
   // shapes by LinearKind; act_sets: how many sets of saved transposed inputs (n_layer, or 1
   // with activation recompute). Every in/out and `tokens` must be a multiple of 16 (FP8 GEMM
-  // alignment). Allocates everything once.
+  // alignment). swiglu_gemm: use GateUpSwiGluGemm where it can run (fuse_swiglu_gemm).
+  // Allocates everything once.
   static StatusOr<std::unique_ptr<Fp8Linears>> Create(
       const Fp8Config& cfg, int n_layer, const std::array<Fp8LinearShape, kLinearKinds>& shapes,
       int64_t tokens, int act_sets, const Fp8RopeShape& rope,
-      const Fp8LmHeadShape& lm_head = {});
+      const Fp8LmHeadShape& lm_head = {}, bool swiglu_gemm = false);
   ~Fp8Linears();
   Fp8Linears(const Fp8Linears&) = delete;
   Fp8Linears& operator=(const Fp8Linears&) = delete;
@@ -107,6 +109,17 @@ class Fp8Linears {
   bool fuse_swiglu() const { return fuse_swiglu_ && !measuring(); }
   // SwiGLU(gate_up) straight into the down projection's input casts (x8, x8t of `set`).
   Status SwiGluForwardToInput(int layer, int set, const cuda::bf16* gate_up, cudaStream_t s);
+  // The gate/up projection with SwiGLU and the down projection's input casts in its epilogue
+  // (our Hopper GEMM, kernels/cuda/gemm_wgmma.cuh: gu and the same x8 / x8t bytes, amax and
+  // scale_inv as the cuBLASLt GEMM followed by SwiGluForwardToInput, up to the GEMM's
+  // summation): on a delayed step (as fuse_swiglu), on sm_90, and only with fast accumulation
+  // in the forward (precision.fp8.fast_accum fprop or fprop_dgrad), which is how its MMAs sum.
+  bool fuse_swiglu_gemm() const { return has_swiglu_gemm() && fuse_swiglu(); }
+  // Whether this model can (sm_90, the option, fast accumulation in the forward, the shapes).
+  bool has_swiglu_gemm() const { return h8_ != nullptr; }
+  // x8 (the gate/up input, cast) W8^T into gu (bf16, [N, 2 ffn], saved for backward) and
+  // SwiGLU(gu) into the down projection's x8 and x8t of `set`.
+  cuda::WgmmaGemmArgs GateUpSwiGluGemm(int layer, int set, cuda::bf16* gu) const;
   // SwiGLU's backward straight into the gate/up projection's gradient casts (dy8, dy8t).
   Status SwiGluBackwardToGrad(int layer, const cuda::bf16* dout, const cuda::bf16* gate_up,
                               cudaStream_t s);
@@ -227,7 +240,8 @@ class Fp8Linears {
   static std::array<std::pair<void*, size_t>, 5> StateParts(const Group& g, int window);
   Status Init(const Fp8Config& cfg, int n_layer,
               const std::array<Fp8LinearShape, kLinearKinds>& shapes, int64_t tokens,
-              int act_sets, const Fp8RopeShape& rope, const Fp8LmHeadShape& lm_head);
+              int act_sets, const Fp8RopeShape& rope, const Fp8LmHeadShape& lm_head,
+              bool swiglu_gemm);
   // Slot i of g: what a cast or a kernel writing FP8 takes (scale read; amax and scale_inv
   // written).
   struct SlotPtrs {
@@ -263,6 +277,12 @@ class Fp8Linears {
   Group e4m3_, e5m2_;
   std::vector<Linear> lin_;                    // [4l + k]
   uint8_t* x8_ = nullptr;                      // [N, max in]
+  // The down projection's forward input [N, ffn] when fuse_swiglu_gemm can run (the gate/up
+  // GEMM writes it while still reading x8), else null and x8 serves: InputScratch.
+  uint8_t* h8_ = nullptr;
+  uint8_t* InputScratch(int ki) const {
+    return ki == int(LinearKind::kDown) && h8_ != nullptr ? h8_ : x8_;
+  }
   std::vector<uint8_t*> x8t_;                  // [set * 4 + k]: [in_k, N]
   std::array<uint8_t*, kLinearKinds> dy8_{};   // [N, out_k]
   std::array<uint8_t*, kLinearKinds> dy8t_{};  // [out_k, N]

@@ -53,7 +53,8 @@ struct CudaBackendOptions {
   // wgrad_sm_margin; -1: a quarter of the SMs). FORGE_WGRAD_SM_MARGIN=<n> overrides (0: off).
   int wgrad_sm_margin = -1;
   // BF16 steps on Hopper: our own GEMM with RoPE / SwiGLU in its epilogue for the QKV / gate-up
-  // projections (CudaModelOptions::rope_gemm / swiglu_gemm; bitwise the same results).
+  // projections (CudaModelOptions::rope_gemm / swiglu_gemm; bitwise the same results), and
+  // the FP8 gate/up GEMM with SwiGLU where fast accumulation covers the forward.
   // FORGE_CUDA_ROPE_GEMM=0 and FORGE_CUDA_SWIGLU_GEMM=0 turn them off.
   bool rope_gemm = true;
   bool swiglu_gemm = true;
