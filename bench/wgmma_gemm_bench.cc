@@ -9,7 +9,10 @@
 // time of each over --reps calls rotating over --sets operand sets (L2 holds none of them).
 // Then the fused epilogues against what they replace, on gpt350m B 16's shapes: the QKV GEMM
 // with RoPE vs cuBLASLt + RopeApply, the gate/up GEMM with SwiGLU vs cuBLASLt + SwiGluForward:
-// elements that differ (bitwise) and the times of both.
+// elements that differ (bitwise) and the times of both. `--only fp8`: the FP8 form (E4M3
+// operands) on the gate/up shape beside cuBLASLt's FP8 GEMM with fast accumulation (how ours
+// sums), plain and with SwiGLU writing h's FP8 casts (vs cuBLASLt + SwiGluForwardFp8): the
+// relative difference of the bf16 output each pair shares (gu), and both times.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -25,10 +28,12 @@
 #include "cuda_bench_util.h"
 #include "common/status.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/fp8_cast.cuh"
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/gemm_wgmma.cuh"
 #include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/swiglu.cuh"
+#include "kernels/cuda/swiglu_fp8.cuh"
 
 namespace forge {
 namespace {
@@ -235,6 +240,108 @@ Status RunFused(const RandomPool& pool, Timer& timer, int sets, cuda::GemmRunner
                       {{"mismatches_dgu", &dgu, &dgu_ref}}, timer, stream);
 }
 
+// `ours` beside `ref` on operand set 0 (the bf16 output they share compared as a relative
+// difference), then both timed; one JSON line.
+Status ComparePair(const char* name, const std::function<Status(int)>& ref,
+                   const std::function<Status(int)>& ours, const DevBuf& out_ref,
+                   const DevBuf& out_ours, Timer& timer, cudaStream_t stream) {
+  const size_t n = out_ref.bytes / 2;
+  FORGE_RETURN_IF_ERROR(ref(0));
+  FORGE_CUDA_CHECK(cudaMemset(out_ours.p, 0xFF, out_ours.bytes));
+  FORGE_RETURN_IF_ERROR(ours(0));
+  FORGE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  FORGE_ASSIGN_OR_RETURN(const std::vector<float> a, DownloadBf16(out_ours.p, n));
+  FORGE_ASSIGN_OR_RETURN(const std::vector<float> b, DownloadBf16(out_ref.p, n));
+  int64_t nonfinite = 0;
+  for (float v : a) nonfinite += !std::isfinite(v);
+  const double rel = bench::RelDiff(a, b);
+  FORGE_ASSIGN_OR_RETURN(const float us_ref, timer.Median(ref));
+  FORGE_ASSIGN_OR_RETURN(const float us_ours, timer.Median(ours));
+  nlohmann::ordered_json j;
+  j["fp8"] = name;
+  j["rel_diff_vs_cublaslt"] = rel;
+  j["nonfinite"] = nonfinite;
+  j["cublaslt_us"] = us_ref;
+  j["wgmma_us"] = us_ours;
+  j["ok"] = nonfinite == 0 && rel < 2e-2;
+  std::printf("%s\n", j.dump().c_str());
+  std::fflush(stdout);
+  return Status::Ok();
+}
+
+// The FP8 rows (see the header comment), gpt350m B 16.
+Status RunFp8(const RandomPool& pool, Timer& timer, int sets, cuda::GemmRunner& lt,
+              cudaStream_t stream) {
+  const int64_t M = 16384, d = 1024, ffn = 2816;
+  // Scale slots, 16 bytes apart: 1 (operands' dequantisation and D's quantisation), then
+  // amax and scale_inv for ours and the reference.
+  std::vector<float> slots(32, 0.0f);
+  slots[0] = 1.0f;
+  DevBuf slot_buf;
+  FORGE_RETURN_IF_ERROR(Alloc(&slot_buf, slots.size() * 4));
+  FORGE_CUDA_CHECK(cudaMemcpy(slot_buf.p, slots.data(), slots.size() * 4, cudaMemcpyHostToDevice));
+  float* one = static_cast<float*>(slot_buf.p);
+  float* amax[2] = {one + 4, one + 8};
+  float* scale_inv[2] = {one + 12, one + 16};
+  // `sets` FP8 buffers of rows x cols: random bf16 cast with scale 1.
+  DevBuf tmp;
+  FORGE_RETURN_IF_ERROR(Alloc(&tmp, size_t(M * 2 * ffn) * 2));
+  auto fp8_sets = [&](int64_t rows, int64_t cols, uint64_t seed,
+                      std::vector<DevBuf>* out) -> Status {
+    for (int i = 0; i < sets; ++i) {
+      out->emplace_back();
+      FORGE_RETURN_IF_ERROR(Alloc(&out->back(), size_t(rows * cols)));
+      FORGE_RETURN_IF_ERROR(pool.Fill(tmp.p, size_t(rows * cols), seed + 3 * uint64_t(i)));
+      FORGE_RETURN_IF_ERROR(cuda::CastToFp8(out->back().p, static_cast<const cuda::bf16*>(tmp.p),
+                                            rows, cols, cuda::DType::kE4M3, one, nullptr,
+                                            nullptr, stream));
+    }
+    return Status::Ok();
+  };
+  std::vector<DevBuf> x, wgu;
+  FORGE_RETURN_IF_ERROR(fp8_sets(M, d, 200, &x));
+  FORGE_RETURN_IF_ERROR(fp8_sets(2 * ffn, d, 201, &wgu));
+  DevBuf gu_ref, gu, q_ref, qt_ref, q, qt;
+  for (DevBuf* b : {&gu_ref, &gu}) FORGE_RETURN_IF_ERROR(Alloc(b, size_t(M * 2 * ffn) * 2));
+  for (DevBuf* b : {&q_ref, &qt_ref, &q, &qt}) FORGE_RETURN_IF_ERROR(Alloc(b, size_t(M * ffn)));
+
+  auto lt_gemm = [&](int i) {
+    cuda::GemmArgs g;
+    g.M = M, g.N = 2 * ffn, g.K = d, g.A = x[size_t(i)].p, g.B = wgu[size_t(i)].p, g.D = gu_ref.p;
+    g.trans_a = false, g.trans_b = true;
+    g.a_type = cuda::DType::kE4M3, g.b_type = cuda::DType::kE4M3, g.d_type = cuda::DType::kBf16;
+    g.a_scale = one, g.b_scale = one;
+    g.fast_accum = true;
+    return lt.Run(g, stream);
+  };
+  auto ours_gemm = [&](int i, void* out) {
+    cuda::WgmmaGemmArgs g;
+    g.M = M, g.N = 2 * ffn, g.K = d, g.A = x[size_t(i)].p, g.B = wgu[size_t(i)].p, g.D = out;
+    g.epi.a_scale = one, g.epi.b_scale = one;
+    return g;
+  };
+  FORGE_RETURN_IF_ERROR(ComparePair(
+      "gate_up_fwd", lt_gemm, [&](int i) { return cuda::WgmmaGemmFp8(ours_gemm(i, gu.p), stream); },
+      gu_ref, gu, timer, stream));
+  return ComparePair(
+      "gate_up_swiglu",
+      [&](int i) -> Status {
+        FORGE_RETURN_IF_ERROR(lt_gemm(i));
+        return cuda::SwiGluForwardFp8(q_ref.p, qt_ref.p, static_cast<const cuda::bf16*>(gu_ref.p),
+                                      M, int(ffn), cuda::DType::kE4M3, one, amax[0], scale_inv[0],
+                                      stream);
+      },
+      [&](int i) {
+        cuda::WgmmaGemmArgs g = ours_gemm(i, q.p);
+        g.epilogue = cuda::WgmmaEpilogue::kSwiGlu;
+        g.epi.gu = static_cast<cuda::bf16*>(gu.p), g.epi.ffn = int(ffn);
+        g.epi.h_t = qt.p, g.epi.h_scale = one, g.epi.h_amax = amax[1];
+        g.epi.h_scale_inv = scale_inv[1];
+        return cuda::WgmmaGemmFp8(g, stream);
+      },
+      gu_ref, gu, timer, stream);
+}
+
 }  // namespace
 }  // namespace forge
 
@@ -268,6 +375,12 @@ int main(int argc, char** argv) {
     if (!only.empty() && std::string(sh.name).find(only) == std::string::npos) continue;
     if (Status s = RunShape(sh, pool, timer, sets, lt, stream); !s.ok()) {
       std::printf("%s\n", nlohmann::ordered_json{{"gemm", sh.name}, {"error", s.ToString()}}.dump().c_str());
+      rc = 1;
+    }
+  }
+  if (only.empty() || only == "fp8") {
+    if (Status s = RunFp8(pool, timer, sets, lt, stream); !s.ok()) {
+      std::printf("%s\n", nlohmann::ordered_json{{"fp8", "all"}, {"error", s.ToString()}}.dump().c_str());
       rc = 1;
     }
   }
