@@ -21,7 +21,7 @@ one() {  # label [forge-dist-bench flags]
   echo " [$label]"
 }
 one distinct --mode ddp --distinct-batches --accum-check
-one same --mode ddp
+[ -n "${SAME:-}" ] && one same --mode ddp
 one ddp-fp32 --mode ddp
 one ddp-bf16 --mode ddp --grad-reduce bf16
 echo "elapsed ${SECONDS}s"
