@@ -59,7 +59,8 @@ struct CudaBackendOptions {
   bool rope_gemm = true;
   bool swiglu_gemm = true;
   // SwiGLU's backward in the down projection's input-gradient GEMM (CudaModelOptions::
-  // swiglu_bwd_gemm); FORGE_CUDA_SWIGLU_BWD_GEMM=0 turns it off.
+  // swiglu_bwd_gemm), one GPU and the sharded modes (ddp leaves it off: it delays the
+  // overlapped all-reduces); FORGE_CUDA_SWIGLU_BWD_GEMM=0 turns it off.
   bool swiglu_bwd_gemm = true;
 };
 
