@@ -19,14 +19,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "bench_util.h"
-#include "cuda_bench_util.h"
 #include "common/status.h"
+#include "cuda_bench_util.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/fp8_cast.cuh"
 #include "kernels/cuda/gemm.cuh"
@@ -293,8 +292,8 @@ Status RunFp8(const RandomPool& pool, Timer& timer, int sets, cuda::GemmRunner& 
       FORGE_RETURN_IF_ERROR(Alloc(&out->back(), size_t(rows * cols)));
       FORGE_RETURN_IF_ERROR(pool.Fill(tmp.p, size_t(rows * cols), seed + 3 * uint64_t(i)));
       FORGE_RETURN_IF_ERROR(cuda::CastToFp8(out->back().p, static_cast<const cuda::bf16*>(tmp.p),
-                                            rows, cols, cuda::DType::kE4M3, one, nullptr,
-                                            nullptr, stream));
+                                            rows, cols, cuda::DType::kE4M3, one, nullptr, nullptr,
+                                            stream));
     }
     return Status::Ok();
   };
@@ -380,7 +379,8 @@ int main(int argc, char** argv) {
   }
   if (only.empty() || only == "fp8") {
     if (Status s = RunFp8(pool, timer, sets, lt, stream); !s.ok()) {
-      std::printf("%s\n", nlohmann::ordered_json{{"fp8", "all"}, {"error", s.ToString()}}.dump().c_str());
+      std::printf("%s\n",
+                  nlohmann::ordered_json{{"fp8", "all"}, {"error", s.ToString()}}.dump().c_str());
       rc = 1;
     }
   }

@@ -20,10 +20,10 @@
 
 #include "../common/skipped_step_check.h"
 #include "gpu_test_util.h"
+#include "kernels/cuda/gemm_wgmma.cuh"
 #include "model_test_util.h"
 #include "no_gemm_autotune.h"
 #include "tiny_gpu_config.h"
-#include "kernels/cuda/gemm_wgmma.cuh"
 #include "worker/model/cuda_model.h"
 #include "worker/model/fp8_linears.h"
 

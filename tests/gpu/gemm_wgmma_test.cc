@@ -7,6 +7,8 @@
 // differ) and 1e-2 after RoPE/SwiGLU (whose inputs are that rounded output). The FP8 form is
 // held to the dequantised product (1e-2: its MMAs accumulate at the tensor cores' own
 // precision, as cuBLASLt's fast accumulation does) and to cuBLASLt's fast-accumulation GEMM.
+#include "kernels/cuda/gemm_wgmma.cuh"
+
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -22,7 +24,6 @@
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/swiglu.h"
 #include "kernels/cuda/gemm.cuh"
-#include "kernels/cuda/gemm_wgmma.cuh"
 #include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/swiglu.cuh"
 
@@ -95,15 +96,18 @@ WgmmaGemmArgs Args(int64_t M, int64_t N, int64_t K, const Operands& o, void* d) 
   return g;
 }
 
+struct Shape {
+  int64_t M, N, K;
+  std::string Name() const {
+    return "M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K);
+  }
+};
+
 TEST(GpuWgmmaGemm, MatchesCpuReference) {
   SKIP_WITHOUT_SM90();
-  struct Shape {
-    int64_t M, N, K;
-  };
   // One tile; several tiles and K-tiles (more K-tiles than pipeline stages); a long K.
   for (const Shape s : {Shape{128, 256, 64}, Shape{384, 512, 192}, Shape{256, 768, 1024}}) {
-    SCOPED_TRACE("M=" + std::to_string(s.M) + " N=" + std::to_string(s.N) +
-                 " K=" + std::to_string(s.K));
+    SCOPED_TRACE(s.Name());
     const Operands o(s.M, s.N, s.K, uint64_t(s.M + s.N + s.K));
     DeviceBuffer<bf16> d(size_t(s.M * s.N));
     d.Poison();
@@ -130,13 +134,9 @@ TEST(GpuWgmmaGemm, MatchesCpuReference) {
 // projection's dgrad, N 2816, is not a multiple of 256).
 TEST(GpuWgmmaGemm, NMajorBIsTheTransposedKMajorBBitForBit) {
   SKIP_WITHOUT_SM90();
-  struct Shape {
-    int64_t M, N, K;
-  };
   for (const Shape s : {Shape{128, 256, 64}, Shape{384, 512, 192}, Shape{256, 768, 1024},
                         Shape{512, 1024, 3072}}) {
-    SCOPED_TRACE("M=" + std::to_string(s.M) + " N=" + std::to_string(s.N) +
-                 " K=" + std::to_string(s.K));
+    SCOPED_TRACE(s.Name());
     const Operands o(s.M, s.N, s.K, uint64_t(3 * s.M + s.N + s.K));
     const DeviceBuffer<bf16> dbt(test::ToBf16(Transposed(o.b, s.N, s.K)));
     DeviceBuffer<bf16> k_major(size_t(s.M * s.N)), n_major(size_t(s.M * s.N));
@@ -287,7 +287,8 @@ struct Fp8Operands {
   Fp8Operand a, b;
   DeviceBuffer<float> scales;
   Fp8Operands(int64_t M, int64_t N, int64_t K, uint64_t seed)
-      : a(M, K, 1.0f, 100.0f, seed), b(N, K, 0.05f, 3000.0f, seed + 1),
+      : a(M, K, 1.0f, 100.0f, seed),
+        b(N, K, 0.05f, 3000.0f, seed + 1),
         scales(std::vector<float>{a.scale_inv, 0, 0, 0, b.scale_inv}) {}
   WgmmaGemmArgs Args(int64_t M, int64_t N, int64_t K, void* d) const {
     WgmmaGemmArgs g;
@@ -303,13 +304,9 @@ TEST(GpuWgmmaGemm, Fp8MatchesDequantisedProductAndCublasLt) {
   SKIP_WITHOUT_SM90();
   cuda::GemmRunner runner;
   ASSERT_STATUS_OK(runner.Init());
-  struct Shape {
-    int64_t M, N, K;
-  };
   // One tile and one K-tile; more K-tiles than stages; gpt350m's gate/up K.
   for (const Shape s : {Shape{128, 256, 128}, Shape{384, 512, 512}, Shape{256, 768, 1024}}) {
-    SCOPED_TRACE("M=" + std::to_string(s.M) + " N=" + std::to_string(s.N) +
-                 " K=" + std::to_string(s.K));
+    SCOPED_TRACE(s.Name());
     const Fp8Operands o(s.M, s.N, s.K, uint64_t(s.M + s.N + s.K));
     DeviceBuffer<bf16> d(size_t(s.M * s.N)), d1(size_t(s.M * s.N)), ref_lt(size_t(s.M * s.N));
     d.Poison();

@@ -130,39 +130,36 @@ __device__ __forceinline__ void WgmmaWait() {
 
 // The 128 accumulator registers of an m64n256 MMA with an FP32 accumulator, as the asm's
 // register list (%0-%127) and its operands; both MMA forms below share them.
-#define FORGE_WGMMA_ACC_REGS \
-  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, " \
-  "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, " \
-  "%34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, " \
-  "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, " \
-  "%66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, " \
-  "%82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, " \
+#define FORGE_WGMMA_ACC_REGS                                                           \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "   \
+  "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, "   \
+  "%34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, "   \
+  "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, "   \
+  "%66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, "   \
+  "%82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, "   \
   "%98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
-  "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, " \
+  "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, "     \
   "%125, %126, %127"
-#define FORGE_WGMMA_ACC_OUTS(d) \
-  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), \
-  "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), \
-  "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), \
-  "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), \
-  "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), \
-  "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), \
-  "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), \
-  "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), \
-  "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), \
-  "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), \
-  "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), \
-  "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), \
-  "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), \
-  "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), \
-  "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), \
-  "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), \
-  "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), \
-  "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), \
-  "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), \
-  "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), \
-  "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), \
-  "+f"(d[127])
+#define FORGE_WGMMA_ACC_OUTS(d)                                                                   \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),    \
+      "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),  \
+      "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),  \
+      "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),  \
+      "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),  \
+      "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),  \
+      "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),  \
+      "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),  \
+      "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]),  \
+      "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]),  \
+      "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]),  \
+      "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]),  \
+      "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]),  \
+      "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]),          \
+      "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]),         \
+      "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]),         \
+      "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]),         \
+      "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
 
 // kTransB: B is N-major in shared memory (wgmma's imm-trans-b).
 template <int kTransB>
@@ -172,7 +169,8 @@ __device__ __forceinline__ void WgmmaM64N256K16(float (&d)[128], uint64_t desc_a
       ".reg .pred p;\n"
       "setp.ne.b32 p, %130, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
-      "{" FORGE_WGMMA_ACC_REGS "}, "
+      "{" FORGE_WGMMA_ACC_REGS
+      "}, "
       "%128, %129, p, 1, 1, 0, %131;\n"
       "}\n"
       : FORGE_WGMMA_ACC_OUTS(d)
@@ -188,7 +186,8 @@ __device__ __forceinline__ void WgmmaM64N256K32E4M3(float (&d)[128], uint64_t de
       ".reg .pred p;\n"
       "setp.ne.b32 p, %130, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 "
-      "{" FORGE_WGMMA_ACC_REGS "}, "
+      "{" FORGE_WGMMA_ACC_REGS
+      "}, "
       "%128, %129, p, 1, 1;\n"
       "}\n"
       : FORGE_WGMMA_ACC_OUTS(d)
@@ -312,8 +311,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           TmaLoad2d(a, &map_a, &full[s], kt * bk, m0);
           if constexpr (swiglu) {  // the map's box is 128 rows: gate rows, then the same up rows
             TmaLoad2d(a + kTileBytesA, &map_b, &full[s], kt * bk, n0);
-            TmaLoad2d(a + kTileBytesA + kTileBytesB / 2, &map_b, &full[s], kt * bk,
-                      ea.ffn + n0);
+            TmaLoad2d(a + kTileBytesA + kTileBytesB / 2, &map_b, &full[s], kt * bk, ea.ffn + n0);
           } else if constexpr (kNMajorB) {  // 64 columns x 64 K-rows a box
             for (int c = 0; c < kBN / 64; ++c) {
               TmaLoad2d(a + kTileBytesA + c * kNMajorChunkBytes, &map_b, &full[s], n0 + 64 * c,
@@ -411,10 +409,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto share_any = [&](int s) {
       if constexpr (kFp8) {
         switch (s) {
-          case 0: share_fp8.template operator()<0>(); break;
-          case 1: share_fp8.template operator()<1>(); break;
-          case 2: share_fp8.template operator()<2>(); break;
-          default: share_fp8.template operator()<3>(); break;
+          case 0:
+            share_fp8.template operator()<0>();
+            break;
+          case 1:
+            share_fp8.template operator()<1>();
+            break;
+          case 2:
+            share_fp8.template operator()<2>();
+            break;
+          default:
+            share_fp8.template operator()<3>();
+            break;
         }
       } else {
         share(s);
@@ -606,18 +612,17 @@ Status EncodeTiledFunction(EncodeTiledFn* fn) {
 
 // A [rows, cols] row-major bf16 (elem_bytes 2) or 8-bit (1) matrix moved in boxes of
 // box_rows x 128 bytes (the 128-byte swizzle's row).
-Status SwizzledMap(EncodeTiledFn encode, const void* base, int64_t rows, int64_t cols,
-                   int box_rows, CUtensorMap* map, int elem_bytes = 2) {
+Status SwizzledMap(EncodeTiledFn encode, const void* base, int64_t rows, int64_t cols, int box_rows,
+                   CUtensorMap* map, int elem_bytes = 2) {
   const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
   const cuuint64_t strides[1] = {cuuint64_t(cols) * elem_bytes};
   const cuuint32_t box[2] = {cuuint32_t(128 / elem_bytes), cuuint32_t(box_rows)};
   const cuuint32_t elem_strides[2] = {1, 1};
   const CUtensorMapDataType type =
       elem_bytes == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  const CUresult r = encode(map, type, 2, const_cast<void*>(base), dims,
-                            strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r = encode(map, type, 2, const_cast<void*>(base), dims, strides, box, elem_strides,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     return Status::Internal("cuTensorMapEncodeTiled failed (" + std::to_string(int(r)) +
                             ") for a " + std::to_string(rows) + "x" + std::to_string(cols) +
@@ -642,24 +647,27 @@ Status WgmmaGemmCheck(const WgmmaGemmArgs& args, bool fp8) {
   if (args.M <= 0 || args.M % kBM || args.N % kBN || args.N <= 0 || args.K % bk || args.K <= 0)
     return Status::Invalid(name + "M must be a multiple of 128, N of 256, K of " +
                            std::to_string(bk) + shape);
-  if (fp8 && (args.b_n_major || (args.epilogue != WgmmaEpilogue::kPlain &&
-                                 args.epilogue != WgmmaEpilogue::kSwiGlu)))
-    return Status::Invalid(name + "K-major operands and the plain or SwiGLU epilogue "
-                           "only" + shape);
+  if (fp8 && (args.b_n_major ||
+              (args.epilogue != WgmmaEpilogue::kPlain && args.epilogue != WgmmaEpilogue::kSwiGlu)))
+    return Status::Invalid(name +
+                           "K-major operands and the plain or SwiGLU epilogue "
+                           "only" +
+                           shape);
   const bool bwd = args.epilogue == WgmmaEpilogue::kSwiGluBackward;
   if (args.b_n_major && args.epilogue != WgmmaEpilogue::kPlain && !bwd)
-    return Status::Invalid(
-        name + "an N-major B takes the plain or SwiGLU-backward epilogue only" + shape);
-  if (bwd && (!args.b_n_major || args.epi.ffn != args.N))
-    return Status::Invalid(name + "SwiGLU's backward needs an N-major B and ffn = N" +
+    return Status::Invalid(name + "an N-major B takes the plain or SwiGLU-backward epilogue only" +
                            shape);
+  if (bwd && (!args.b_n_major || args.epi.ffn != args.N))
+    return Status::Invalid(name + "SwiGLU's backward needs an N-major B and ffn = N" + shape);
   if (args.epilogue == WgmmaEpilogue::kSwiGlu && args.epi.ffn * 2 != args.N)
     return Status::Invalid(name + "SwiGLU needs ffn = N / 2" + shape);
   if (args.epilogue == WgmmaEpilogue::kRope &&
       (args.epi.T <= 0 || args.epi.hd != 64 || args.epi.rot_cols % kBN || args.epi.rot_cols < 0 ||
        args.epi.rot_cols > args.N))
-    return Status::Invalid(name + "RoPE needs T > 0, head width 64 and rotated "
-                           "columns a multiple of 256" + shape);
+    return Status::Invalid(name +
+                           "RoPE needs T > 0, head width 64 and rotated "
+                           "columns a multiple of 256" +
+                           shape);
   return Status::Ok();
 }
 

@@ -395,9 +395,9 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
     const Fp8RopeShape rope{o.micro_batch, T_, H_, KV_, hd_, m.rope_theta};
     Fp8LmHeadShape lm_head;
     if (o.fp8_config.lm_head) lm_head = {V_, d_, std::min<int64_t>(N_, o.lm_head_chunk_rows)};
-    FORGE_ASSIGN_OR_RETURN(b.fp8, Fp8Linears::Create(o.fp8_config, m.n_layer, shapes, N_,
-                                                     int(b.acts.size()), rope, lm_head,
-                                                     o.swiglu_gemm));
+    FORGE_ASSIGN_OR_RETURN(
+        b.fp8, Fp8Linears::Create(o.fp8_config, m.n_layer, shapes, N_, int(b.acts.size()), rope,
+                                  lm_head, o.swiglu_gemm));
     allocated_bytes_ += b.fp8->allocated_bytes();
   }
   FORGE_RETURN_IF_ERROR(alloc(&b.hf, N * d));

@@ -69,8 +69,8 @@ Status Fp8Linears::AllocGroup(Group* g, int64_t n, float fp8_max) {
 
 Status Fp8Linears::Init(const Fp8Config& cfg, int n_layer,
                         const std::array<Fp8LinearShape, kLinearKinds>& shapes, int64_t tokens,
-                        int act_sets, const Fp8RopeShape& rope,
-                        const Fp8LmHeadShape& lm_head, bool swiglu_gemm) {
+                        int act_sets, const Fp8RopeShape& rope, const Fp8LmHeadShape& lm_head,
+                        bool swiglu_gemm) {
   rope_ = rope;
   cfg_ = cfg;
   L_ = n_layer;
@@ -144,7 +144,8 @@ Status Fp8Linears::Init(const Fp8Config& cfg, int n_layer,
   fuse_swiglu_ = shapes[int(LinearKind::kGateUp)].out == 2 * ffn && ffn <= INT32_MAX &&
                  cuda::SwiGluFp8Supported(N_, int(ffn), x8_, x8_, x8_, x8t_[0]);
   if (swiglu_gemm && fuse_swiglu_ && cfg.fast_accum != Fp8FastAccum::kNone &&
-      cuda::WgmmaGemmRunsHere() && cuda::WgmmaGemmCheck(GateUpSwiGluGemm(0, 0, nullptr), true).ok()) {
+      cuda::WgmmaGemmRunsHere() &&
+      cuda::WgmmaGemmCheck(GateUpSwiGluGemm(0, 0, nullptr), true).ok()) {
     FORGE_RETURN_IF_ERROR(Alloc(&h8_, size_t(N_ * ffn)));
   }
   fuse_norm_ = shapes[int(LinearKind::kQkv)].in == shapes[int(LinearKind::kGateUp)].in &&
@@ -255,8 +256,7 @@ Status Fp8Linears::SwiGluForwardToInput(int layer, int set, const bf16* gate_up,
   const int k = int(LinearKind::kDown);
   const SlotPtrs q = SlotOf(e4m3_, InputSlot(layer, k));
   return cuda::SwiGluForwardFp8(InputScratch(k), x8t_[size_t(kLinearKinds) * set + k], gate_up, N_,
-                                int(shape_[k].in), DType::kE4M3, q.scale, q.amax, q.scale_inv,
-                                s);
+                                int(shape_[k].in), DType::kE4M3, q.scale, q.amax, q.scale_inv, s);
 }
 
 cuda::WgmmaGemmArgs Fp8Linears::GateUpSwiGluGemm(int layer, int set, bf16* gu) const {

@@ -83,8 +83,8 @@ class Fp8Linears {
   // Allocates everything once.
   static StatusOr<std::unique_ptr<Fp8Linears>> Create(
       const Fp8Config& cfg, int n_layer, const std::array<Fp8LinearShape, kLinearKinds>& shapes,
-      int64_t tokens, int act_sets, const Fp8RopeShape& rope,
-      const Fp8LmHeadShape& lm_head = {}, bool swiglu_gemm = false);
+      int64_t tokens, int act_sets, const Fp8RopeShape& rope, const Fp8LmHeadShape& lm_head = {},
+      bool swiglu_gemm = false);
   ~Fp8Linears();
   Fp8Linears(const Fp8Linears&) = delete;
   Fp8Linears& operator=(const Fp8Linears&) = delete;
@@ -239,9 +239,8 @@ class Fp8Linears {
   // What SaveState/LoadState move of a group, in blob order: (device pointer, bytes).
   static std::array<std::pair<void*, size_t>, 5> StateParts(const Group& g, int window);
   Status Init(const Fp8Config& cfg, int n_layer,
-              const std::array<Fp8LinearShape, kLinearKinds>& shapes, int64_t tokens,
-              int act_sets, const Fp8RopeShape& rope, const Fp8LmHeadShape& lm_head,
-              bool swiglu_gemm);
+              const std::array<Fp8LinearShape, kLinearKinds>& shapes, int64_t tokens, int act_sets,
+              const Fp8RopeShape& rope, const Fp8LmHeadShape& lm_head, bool swiglu_gemm);
   // Slot i of g: what a cast or a kernel writing FP8 takes (scale read; amax and scale_inv
   // written).
   struct SlotPtrs {

@@ -178,8 +178,8 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
   // the all-reduces overlapping the backward wait for them (4x H200, gpt350m B 16, bf16
   // gradients: 96.6% -> 97.1% of one GPU, 203.9k -> 205.5k tokens/s per GPU without it;
   // docs/benchmarks.md session 15). Bitwise the same gradients either way.
-  mo.swiglu_bwd_gemm = options.swiglu_bwd_gemm &&
-                       !(world_ > 1 && cfg.parallel.mode == ParallelMode::kDdp);
+  mo.swiglu_bwd_gemm =
+      options.swiglu_bwd_gemm && !(world_ > 1 && cfg.parallel.mode == ParallelMode::kDdp);
   mo.wgrad_stream_priority = wgrad_priority;
   mo.defer_update = options.defer_update;
   mo.fp8 = cfg.precision.compute == Precision::kFp8;
