@@ -355,15 +355,19 @@ __global__ void __launch_bounds__(kThreads, 1)
     // writes h straight to global memory (16 lanes a 256-byte run), so h needs neither
     // registers across the tile nor staging space. pending_row < 0: nothing pending.
     int pending_row = -1, pending_n0 = 0;
+    // g and u of the 16-byte vector `unit` of a staged gu row (gate in chunks 0-1, up in 2-3).
+    auto load_staged_gu = [&](int row, int chunk, int unit, float(&g)[8], float(&u)[8]) {
+      const uint32_t off = StagedOffset(row, unit, 0);
+      UnpackBf16x8(Load16(my_out + chunk * kOutChunkBytes + off), g);
+      UnpackBf16x8(Load16(my_out + (chunk + 2) * kOutChunkBytes + off), u);
+    };
     auto share = [&](int s) {  // vectors t + 128 v, v in [2 s, 2 s + 2), of the 64 x 128 h
 #pragma unroll
       for (int v = 0; v < 2; ++v) {
         const int idx = t + 128 * (2 * s + v), row = idx / 16, chunk = (idx / 8) % 2,
                   unit = idx % 8;
-        const uint32_t off = uint32_t(row * 128 + ((unit ^ (row % 8)) * 16));
         float g[8], u[8], h[8];
-        UnpackBf16x8(Load16(my_out + chunk * kOutChunkBytes + off), g);
-        UnpackBf16x8(Load16(my_out + (chunk + 2) * kOutChunkBytes + off), u);
+        load_staged_gu(row, chunk, unit, g, u);
 #pragma unroll
         for (int e = 0; e < 8; ++e) h[e] = SwiGluOut(g[e], u[e]);
         Store16(h_out + (pending_row + row) * int64_t(ea.ffn) + pending_n0 + chunk * 64 + unit * 8,
@@ -384,10 +388,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int v = 0; v < 2; ++v) {
         const int row = row8 + 2 * kShare + v;
-        const uint32_t off = uint32_t(row * 128 + ((unit ^ (row % 8)) * 16));
         float g[8], u[8], h[8];
-        UnpackBf16x8(Load16(my_out + chunk * kOutChunkBytes + off), g);
-        UnpackBf16x8(Load16(my_out + (chunk + 2) * kOutChunkBytes + off), u);
+        load_staged_gu(row, chunk, unit, g, u);
 #pragma unroll
         for (int e = 0; e < 8; ++e) {
           h[e] = fp8tile::RoundBf16(SwiGluOut(g[e], u[e]));
@@ -649,9 +651,7 @@ Status WgmmaGemmCheck(const WgmmaGemmArgs& args, bool fp8) {
                            std::to_string(bk) + shape);
   if (fp8 && (args.b_n_major ||
               (args.epilogue != WgmmaEpilogue::kPlain && args.epilogue != WgmmaEpilogue::kSwiGlu)))
-    return Status::Invalid(name +
-                           "K-major operands and the plain or SwiGLU epilogue "
-                           "only" +
+    return Status::Invalid(name + "K-major operands and the plain or SwiGLU epilogue only" +
                            shape);
   const bool bwd = args.epilogue == WgmmaEpilogue::kSwiGluBackward;
   if (args.b_n_major && args.epilogue != WgmmaEpilogue::kPlain && !bwd)
@@ -664,10 +664,8 @@ Status WgmmaGemmCheck(const WgmmaGemmArgs& args, bool fp8) {
   if (args.epilogue == WgmmaEpilogue::kRope &&
       (args.epi.T <= 0 || args.epi.hd != 64 || args.epi.rot_cols % kBN || args.epi.rot_cols < 0 ||
        args.epi.rot_cols > args.N))
-    return Status::Invalid(name +
-                           "RoPE needs T > 0, head width 64 and rotated "
-                           "columns a multiple of 256" +
-                           shape);
+    return Status::Invalid(
+        name + "RoPE needs T > 0, head width 64 and rotated columns a multiple of 256" + shape);
   return Status::Ok();
 }
 
