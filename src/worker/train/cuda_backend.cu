@@ -174,24 +174,24 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
   mo.norm_dw_on_wgrad = options.norm_dw_on_wgrad;
   mo.rope_gemm = options.rope_gemm;
   mo.swiglu_gemm = options.swiglu_gemm;
-  // Not under ddp: the fused kernel's persistent CTAs hold every SM for ~0.2 ms a layer, and
-  // the all-reduces overlapping the backward wait for them (4x H200, gpt350m B 16, bf16
-  // gradients: 96.6% -> 97.1% of one GPU, 203.9k -> 205.5k tokens/s per GPU without it;
-  // docs/benchmarks.md session 15). Bitwise the same gradients either way.
-  mo.swiglu_bwd_gemm =
-      options.swiglu_bwd_gemm && !(world_ > 1 && cfg.parallel.mode == ParallelMode::kDdp);
+  mo.swiglu_bwd_gemm = options.swiglu_bwd_gemm;
   mo.wgrad_stream_priority = wgrad_priority;
   mo.defer_update = options.defer_update;
   mo.fp8 = cfg.precision.compute == Precision::kFp8;
   mo.fp8_config = cfg.precision.fp8;
   if (world_ > 1) {
+    const bool ddp = cfg.parallel.mode == ParallelMode::kDdp;
     mo.shard_world = world_;
     mo.shard_rank = comm->rank();
-    mo.shard_optimizer = cfg.parallel.mode != ParallelMode::kDdp;
+    mo.shard_optimizer = !ddp;
     mo.shard_params = cfg.parallel.mode == ParallelMode::kFsdp;
-    mo.grads16 =
-        cfg.parallel.mode == ParallelMode::kDdp && cfg.parallel.grad_reduce == GradReduce::kBf16;
+    mo.grads16 = ddp && cfg.parallel.grad_reduce == GradReduce::kBf16;
     mo.gemm_sm_margin = options.gemm_sm_margin;
+    // ddp leaves the SwiGLU-backward GEMM off: its persistent CTAs hold every SM for ~0.2 ms a
+    // layer, and the all-reduces overlapping the backward wait for them (4x H200, gpt350m B 16,
+    // bf16 gradients: 96.6% -> 97.1% of one GPU, 203.9k -> 205.5k tokens/s per GPU without it;
+    // docs/benchmarks.md session 15). Bitwise the same gradients either way.
+    if (ddp) mo.swiglu_bwd_gemm = false;
   }
   mo.wgrad_sm_margin = options.wgrad_sm_margin;
   FORGE_ASSIGN_OR_RETURN(model_, CudaModel::Create(cfg.model, cfg.optimizer, mo));

@@ -236,7 +236,7 @@ Status CudaDataParallel::IssueGradCollective(int u, cudaEvent_t compute_done,
   if (!sharded()) {
     // ddp: the summed gradient is final on the NCCL stream right after the all-reduce, so
     // its share of the grad norm is taken there, overlapping the rest of the backward.
-    if (grad_reduce_ == GradReduce::kBf16) {  // in grads16, where the norm and AdamW read it
+    if (ddp_bf16()) {  // in grads16, where the norm and AdamW read it
       FORGE_RETURN_IF_ERROR(model_->CastUnitGradsToBf16(u, nccl_stream_));
       FORGE_RETURN_IF_ERROR(comm_
                                 ->AllReduceSum(pb.grads16 + pb.unit_offset[u], unit.numel,
