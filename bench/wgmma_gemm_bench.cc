@@ -60,6 +60,32 @@ Status RandomSets(const RandomPool& pool, int sets, size_t n, uint64_t seed,
   return Status::Ok();
 }
 
+// `ref` (cuBLASLt) and `ours` once on operand set 0, ours into a NaN-poisoned output (which
+// may be ref's buffer: ref's is read first), their bf16 outputs compared, then both timed.
+struct PairResult {
+  double rel = 0;         // ||ours - ref|| / ||ref||
+  int64_t nonfinite = 0;  // elements of ours not written (or not finite)
+  float us_ref = 0, us_ours = 0;
+};
+StatusOr<PairResult> RunPair(const std::function<Status(int)>& ref,
+                             const std::function<Status(int)>& ours, const DevBuf& out_ref,
+                             const DevBuf& out_ours, Timer& timer, cudaStream_t stream) {
+  const size_t n = out_ref.bytes / 2;
+  FORGE_RETURN_IF_ERROR(ref(0));
+  FORGE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  FORGE_ASSIGN_OR_RETURN(const std::vector<float> want, DownloadBf16(out_ref.p, n));
+  FORGE_CUDA_CHECK(cudaMemset(out_ours.p, 0xFF, out_ours.bytes));
+  FORGE_RETURN_IF_ERROR(ours(0));
+  FORGE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  FORGE_ASSIGN_OR_RETURN(const std::vector<float> got, DownloadBf16(out_ours.p, n));
+  PairResult r;
+  for (float v : got) r.nonfinite += !std::isfinite(v);
+  r.rel = bench::RelDiff(got, want);
+  FORGE_ASSIGN_OR_RETURN(r.us_ref, timer.Median(ref));
+  FORGE_ASSIGN_OR_RETURN(r.us_ours, timer.Median(ours));
+  return r;
+}
+
 Status RunShape(const Shape& sh, const RandomPool& pool, Timer& timer, int sets,
                 cuda::GemmRunner& lt, cudaStream_t stream) {
   std::vector<DevBuf> a, b, d;
@@ -81,31 +107,19 @@ Status RunShape(const Shape& sh, const RandomPool& pool, Timer& timer, int sets,
     g.trans_b = !sh.n_major;
     return lt.Run(g, stream);
   };
-  const size_t n = size_t(sh.M * sh.N);
-  FORGE_RETURN_IF_ERROR(cublas(0));
-  FORGE_CUDA_CHECK(cudaStreamSynchronize(stream));
-  FORGE_ASSIGN_OR_RETURN(const std::vector<float> ref, DownloadBf16(d[0].p, n));
-  FORGE_CUDA_CHECK(cudaMemset(d[0].p, 0xFF, n * 2));  // NaN poison
-  FORGE_RETURN_IF_ERROR(ours(0));
-  FORGE_CUDA_CHECK(cudaStreamSynchronize(stream));
-  FORGE_ASSIGN_OR_RETURN(const std::vector<float> got, DownloadBf16(d[0].p, n));
-  int64_t nonfinite = 0;
-  for (float v : got) nonfinite += !std::isfinite(v);
-  const double rel = bench::RelDiff(got, ref);
-  FORGE_ASSIGN_OR_RETURN(const float us_lt, timer.Median(cublas));
-  FORGE_ASSIGN_OR_RETURN(const float us_ours, timer.Median(ours));
+  FORGE_ASSIGN_OR_RETURN(const PairResult r, RunPair(cublas, ours, d[0], d[0], timer, stream));
   const double flop = 2.0 * double(sh.M) * double(sh.N) * double(sh.K);
   nlohmann::ordered_json j;
   j["gemm"] = sh.name;
   j["M"] = sh.M, j["N"] = sh.N, j["K"] = sh.K;
   j["b"] = sh.n_major ? "n_major" : "k_major";
-  j["rel_diff_vs_cublaslt"] = rel;
-  j["nonfinite"] = nonfinite;
-  j["cublaslt_us"] = us_lt;
-  j["wgmma_us"] = us_ours;
-  j["cublaslt_tflops"] = flop / (double(us_lt) * 1e6);
-  j["wgmma_tflops"] = flop / (double(us_ours) * 1e6);
-  j["ok"] = nonfinite == 0 && rel < 1e-2;
+  j["rel_diff_vs_cublaslt"] = r.rel;
+  j["nonfinite"] = r.nonfinite;
+  j["cublaslt_us"] = r.us_ref;
+  j["wgmma_us"] = r.us_ours;
+  j["cublaslt_tflops"] = flop / (double(r.us_ref) * 1e6);
+  j["wgmma_tflops"] = flop / (double(r.us_ours) * 1e6);
+  j["ok"] = r.nonfinite == 0 && r.rel < 1e-2;
   std::printf("%s\n", j.dump().c_str());
   std::fflush(stdout);
   return Status::Ok();
@@ -239,30 +253,18 @@ Status RunFused(const RandomPool& pool, Timer& timer, int sets, cuda::GemmRunner
                       {{"mismatches_dgu", &dgu, &dgu_ref}}, timer, stream);
 }
 
-// `ours` beside `ref` on operand set 0 (the bf16 output they share compared as a relative
-// difference), then both timed; one JSON line.
+// One FP8 row: RunPair's numbers as a JSON line.
 Status ComparePair(const char* name, const std::function<Status(int)>& ref,
                    const std::function<Status(int)>& ours, const DevBuf& out_ref,
                    const DevBuf& out_ours, Timer& timer, cudaStream_t stream) {
-  const size_t n = out_ref.bytes / 2;
-  FORGE_RETURN_IF_ERROR(ref(0));
-  FORGE_CUDA_CHECK(cudaMemset(out_ours.p, 0xFF, out_ours.bytes));
-  FORGE_RETURN_IF_ERROR(ours(0));
-  FORGE_CUDA_CHECK(cudaStreamSynchronize(stream));
-  FORGE_ASSIGN_OR_RETURN(const std::vector<float> a, DownloadBf16(out_ours.p, n));
-  FORGE_ASSIGN_OR_RETURN(const std::vector<float> b, DownloadBf16(out_ref.p, n));
-  int64_t nonfinite = 0;
-  for (float v : a) nonfinite += !std::isfinite(v);
-  const double rel = bench::RelDiff(a, b);
-  FORGE_ASSIGN_OR_RETURN(const float us_ref, timer.Median(ref));
-  FORGE_ASSIGN_OR_RETURN(const float us_ours, timer.Median(ours));
+  FORGE_ASSIGN_OR_RETURN(const PairResult r, RunPair(ref, ours, out_ref, out_ours, timer, stream));
   nlohmann::ordered_json j;
   j["fp8"] = name;
-  j["rel_diff_vs_cublaslt"] = rel;
-  j["nonfinite"] = nonfinite;
-  j["cublaslt_us"] = us_ref;
-  j["wgmma_us"] = us_ours;
-  j["ok"] = nonfinite == 0 && rel < 2e-2;
+  j["rel_diff_vs_cublaslt"] = r.rel;
+  j["nonfinite"] = r.nonfinite;
+  j["cublaslt_us"] = r.us_ref;
+  j["wgmma_us"] = r.us_ours;
+  j["ok"] = r.nonfinite == 0 && r.rel < 2e-2;
   std::printf("%s\n", j.dump().c_str());
   std::fflush(stdout);
   return Status::Ok();
