@@ -317,11 +317,12 @@ int QueuesFromEnv() {
   return v ? std::atoi(v) : 8;
 }
 
-// The single-GPU baseline of one rank (TimeSteps on a world-1 backend) in a child process that starts CUDA with this process's environment, for a rank
-// that is about to ask for more hardware queues (the copy engines ask for 32, which slow a
-// graph-replayed single-GPU step by ~2%: measured in the rank's own process, the baseline
-// would flatter the scaling efficiency). Call before this process touches CUDA (fork). The
-// result travels as text over a pipe: "ms gib host_ms loss n" and n lines "phase ms".
+// The single-GPU baseline of one rank (TimeSteps on a world-1 backend) in a child process that
+// starts CUDA with this process's environment, for a rank that is about to ask for more
+// hardware queues (the copy engines ask for 32, which slow a graph-replayed single-GPU step by
+// ~2%: measured in the rank's own process, the baseline would flatter the scaling efficiency).
+// Call before this process touches CUDA (fork). The result travels as text over a pipe:
+// "ms gib host_ms loss n" and n lines "phase ms".
 StatusOr<StepRun> MeasureBaselineInChild(const RunConfig& cfg, const Args& a, int device) {
   int fds[2];
   if (pipe(fds) != 0) return Status::Internal("baseline: pipe failed");
