@@ -10,9 +10,10 @@
 // Then the fused epilogues against what they replace, on gpt350m B 16's shapes: the QKV GEMM
 // with RoPE vs cuBLASLt + RopeApply, the gate/up GEMM with SwiGLU vs cuBLASLt + SwiGluForward:
 // elements that differ (bitwise) and the times of both. `--only fp8`: the FP8 form (E4M3
-// operands) on the gate/up shape beside cuBLASLt's FP8 GEMM with fast accumulation (how ours
-// sums), plain and with SwiGLU writing h's FP8 casts (vs cuBLASLt + SwiGluForwardFp8): the
-// relative difference of the bf16 output each pair shares (gu), and both times.
+// operands) beside cuBLASLt's FP8 GEMM with fast accumulation (how ours sums) on the QKV shape,
+// plain and with RoPE (vs cuBLASLt + RopeApply), and on the gate/up shape, plain and with
+// SwiGLU writing h's FP8 casts (vs cuBLASLt + SwiGluForwardFp8): the relative difference of
+// the bf16 output each pair shares (qkv, gu), and both times.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -299,41 +300,69 @@ Status RunFp8(const RandomPool& pool, Timer& timer, int sets, cuda::GemmRunner& 
     }
     return Status::Ok();
   };
-  std::vector<DevBuf> x, wgu;
+  std::vector<DevBuf> x, wgu, wqkv;
   FORGE_RETURN_IF_ERROR(fp8_sets(M, d, 200, &x));
   FORGE_RETURN_IF_ERROR(fp8_sets(2 * ffn, d, 201, &wgu));
-  DevBuf gu_ref, gu, q_ref, qt_ref, q, qt;
+  FORGE_RETURN_IF_ERROR(fp8_sets(3 * d, d, 202, &wqkv));
+  DevBuf gu_ref, gu, q_ref, qt_ref, q, qt, sin_cos_buf;
   for (DevBuf* b : {&gu_ref, &gu}) FORGE_RETURN_IF_ERROR(Alloc(b, size_t(M * 2 * ffn) * 2));
   for (DevBuf* b : {&q_ref, &qt_ref, &q, &qt}) FORGE_RETURN_IF_ERROR(Alloc(b, size_t(M * ffn)));
+  const int T = 1024, H = 16, hd = 64;
+  FORGE_RETURN_IF_ERROR(Alloc(&sin_cos_buf, size_t(T) * (hd / 2) * sizeof(float2)));
+  const auto* sin_cos = static_cast<const float2*>(sin_cos_buf.p);
+  FORGE_RETURN_IF_ERROR(
+      cuda::RopeSinCosTable(static_cast<float2*>(sin_cos_buf.p), T, hd, 10000.0f, stream));
 
-  auto lt_gemm = [&](int i) {
+  // x W^T for set i with W of `w`'s sets ([n, d]), into `out` (cuBLASLt) or as our GEMM's args.
+  auto lt_gemm = [&](int i, const std::vector<DevBuf>& w, int64_t n, void* out) {
     cuda::GemmArgs g;
-    g.M = M, g.N = 2 * ffn, g.K = d, g.A = x[size_t(i)].p, g.B = wgu[size_t(i)].p, g.D = gu_ref.p;
+    g.M = M, g.N = n, g.K = d, g.A = x[size_t(i)].p, g.B = w[size_t(i)].p, g.D = out;
     g.trans_a = false, g.trans_b = true;
     g.a_type = cuda::DType::kE4M3, g.b_type = cuda::DType::kE4M3, g.d_type = cuda::DType::kBf16;
     g.a_scale = one, g.b_scale = one;
     g.fast_accum = true;
     return lt.Run(g, stream);
   };
-  auto ours_gemm = [&](int i, void* out) {
+  auto ours_gemm = [&](int i, const std::vector<DevBuf>& w, int64_t n, void* out) {
     cuda::WgmmaGemmArgs g;
-    g.M = M, g.N = 2 * ffn, g.K = d, g.A = x[size_t(i)].p, g.B = wgu[size_t(i)].p, g.D = out;
+    g.M = M, g.N = n, g.K = d, g.A = x[size_t(i)].p, g.B = w[size_t(i)].p, g.D = out;
     g.epi.a_scale = one, g.epi.b_scale = one;
     return g;
   };
+  // The QKV projection (M 16384, N 3072, K 1024), plain and with RoPE (vs cuBLASLt +
+  // RopeApply), then the gate/up projection (N 5632) plain and with SwiGLU.
   FORGE_RETURN_IF_ERROR(ComparePair(
-      "gate_up_fwd", lt_gemm, [&](int i) { return cuda::WgmmaGemmFp8(ours_gemm(i, gu.p), stream); },
+      "qkv_fwd", [&](int i) { return lt_gemm(i, wqkv, 3 * d, gu_ref.p); },
+      [&](int i) { return cuda::WgmmaGemmFp8(ours_gemm(i, wqkv, 3 * d, gu.p), stream); }, gu_ref,
+      gu, timer, stream));
+  FORGE_RETURN_IF_ERROR(ComparePair(
+      "qkv_rope",
+      [&](int i) -> Status {
+        FORGE_RETURN_IF_ERROR(lt_gemm(i, wqkv, 3 * d, gu_ref.p));
+        return cuda::RopeApply(static_cast<cuda::bf16*>(gu_ref.p), int(M / T), T, H, H, hd,
+                               10000.0f, /*inverse=*/false, stream);
+      },
+      [&](int i) {
+        cuda::WgmmaGemmArgs g = ours_gemm(i, wqkv, 3 * d, gu.p);
+        g.epilogue = cuda::WgmmaEpilogue::kRope;
+        g.epi.rope_sin_cos = sin_cos, g.epi.T = T, g.epi.hd = hd, g.epi.rot_cols = 2 * H * hd;
+        return cuda::WgmmaGemmFp8(g, stream);
+      },
       gu_ref, gu, timer, stream));
+  FORGE_RETURN_IF_ERROR(ComparePair(
+      "gate_up_fwd", [&](int i) { return lt_gemm(i, wgu, 2 * ffn, gu_ref.p); },
+      [&](int i) { return cuda::WgmmaGemmFp8(ours_gemm(i, wgu, 2 * ffn, gu.p), stream); }, gu_ref,
+      gu, timer, stream));
   return ComparePair(
       "gate_up_swiglu",
       [&](int i) -> Status {
-        FORGE_RETURN_IF_ERROR(lt_gemm(i));
+        FORGE_RETURN_IF_ERROR(lt_gemm(i, wgu, 2 * ffn, gu_ref.p));
         return cuda::SwiGluForwardFp8(q_ref.p, qt_ref.p, static_cast<const cuda::bf16*>(gu_ref.p),
                                       M, int(ffn), cuda::DType::kE4M3, one, amax[0], scale_inv[0],
                                       stream);
       },
       [&](int i) {
-        cuda::WgmmaGemmArgs g = ours_gemm(i, q.p);
+        cuda::WgmmaGemmArgs g = ours_gemm(i, wgu, 2 * ffn, q.p);
         g.epilogue = cuda::WgmmaEpilogue::kSwiGlu;
         g.epi.gu = static_cast<cuda::bf16*>(gu.p), g.epi.ffn = int(ffn);
         g.epi.h_t = qt.p, g.epi.h_scale = one, g.epi.h_amax = amax[1];

@@ -163,15 +163,18 @@ TEST(GpuFp8Step, GraphReplayMatchesEager) {
   }
 }
 
-// precision.fp8.fast_accum fprop on an sm_90 GPU: the gate/up projection runs our GEMM in FP8
-// with SwiGLU and the down projection's input casts in its epilogue (Fp8Linears::
-// fuse_swiglu_gemm, from the second step: the first measures). Deterministic and captured in
-// the graph like every other path; its GEMM sums in another order than cuBLASLt's, so it
-// tracks the separate path (swiglu_gemm off) closely rather than bitwise.
-TEST(GpuFp8Step, SwiGluGemmTrainsLikeTheSeparatePath) {
+// precision.fp8.fast_accum fprop on an sm_90 GPU, d 256 (4 heads of 64): the QKV projection
+// runs our GEMM in FP8 with RoPE in its epilogue (Fp8Linears::has_rope_gemm, every step) and
+// the gate/up projection with SwiGLU and the down projection's input casts in its epilogue
+// (fuse_swiglu_gemm, from the second step: the first measures). Gradients against the CPU
+// reference as every FP8 path; deterministic and captured in the graph like every other path;
+// the GEMMs sum in another order than cuBLASLt's, so training tracks the separate path
+// (rope_gemm and swiglu_gemm off) closely rather than bitwise.
+TEST(GpuFp8Step, EpilogueGemmsTrainLikeTheSeparatePath) {
   FORGE_SKIP_WITHOUT_GPU();
   const NoGemmAutotune fixed_gemms;
-  const RunConfig c = Fp8Config(Fp8Recipe::kDelayed, false, Fp8FastAccum::kFprop);
+  RunConfig c = Fp8Config(Fp8Recipe::kDelayed, false, Fp8FastAccum::kFprop);
+  c.model.d_model = 256;
   for (const Fp8FastAccum fast : {Fp8FastAccum::kFprop, Fp8FastAccum::kNone}) {
     CudaModelOptions mo;
     mo.micro_batch = c.batch.micro_batch;
@@ -180,10 +183,12 @@ TEST(GpuFp8Step, SwiGluGemmTrainsLikeTheSeparatePath) {
     mo.fp8_config.fast_accum = fast;
     auto model = CudaModel::Create(c.model, c.optimizer, mo);
     ASSERT_TRUE(model.ok()) << model.status().ToString();
-    EXPECT_EQ((*model)->fp8()->has_swiglu_gemm(),
-              fast != Fp8FastAccum::kNone && cuda::WgmmaGemmRunsHere());
+    const bool on = fast != Fp8FastAccum::kNone && cuda::WgmmaGemmRunsHere();
+    EXPECT_EQ((*model)->fp8()->has_rope_gemm(), on);
+    EXPECT_EQ((*model)->fp8()->has_swiglu_gemm(), on);
   }
-  if (!cuda::WgmmaGemmRunsHere()) GTEST_SKIP() << "the FP8 SwiGLU GEMM needs an sm_90 GPU";
+  if (!cuda::WgmmaGemmRunsHere()) GTEST_SKIP() << "the FP8 epilogue GEMMs need an sm_90 GPU";
+  test::ExpectGradientsMatchCpu(c, 2, {}, /*loss_tol=*/2e-2, /*grad_tol=*/0.15);
 
   CudaBackendOptions eager;
   eager.use_graph = false;
@@ -194,7 +199,7 @@ TEST(GpuFp8Step, SwiGluGemmTrainsLikeTheSeparatePath) {
   ExpectSameWeights(fused, TenSteps(c, eager, nullptr));
 
   CudaBackendOptions separate;
-  separate.swiglu_gemm = false;
+  separate.rope_gemm = separate.swiglu_gemm = false;
   auto a = MakeGpu(c, {}), b = MakeGpu(c, separate);
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);

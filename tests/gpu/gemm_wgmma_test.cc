@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "fp8_fused_test_util.h"
@@ -372,6 +373,45 @@ TEST(GpuWgmmaGemm, Fp8SwiGluEpilogueIsGemmThenSwiGluThenCastBitForBit) {
   }
 }
 
+// FP8 with RoPE (the FP8 forward's QKV projection): the plain FP8 GEMM followed by RopeApply,
+// bit for bit, with 1 and all CTAs; close to the CPU's dequantised product then RoPE. MHA and
+// GQA, K of one K-tile and of gpt350m's width.
+TEST(GpuWgmmaGemm, Fp8RopeEpilogueIsGemmThenRopeBitForBit) {
+  SKIP_WITHOUT_SM90();
+  const int B = 2, T = 128, hd = 64;
+  const float theta = 10000.0f;
+  const int64_t M = int64_t{B} * T;
+  DeviceBuffer<float2> table(size_t(T) * hd / 2);
+  ASSERT_STATUS_OK(cuda::RopeSinCosTable(table.data(), T, hd, theta, nullptr));
+  for (const auto [H, KV, K] : {std::tuple{4, 4, 128}, std::tuple{8, 4, 1024}}) {
+    SCOPED_TRACE("H=" + std::to_string(H) + " KV=" + std::to_string(KV) +
+                 " K=" + std::to_string(K));
+    const int64_t N = int64_t{H + 2 * KV} * hd;
+    const Fp8Operands o(M, N, K, uint64_t(7 * H + KV + K));
+    DeviceBuffer<bf16> plain(size_t(M * N));
+    ASSERT_STATUS_OK(cuda::WgmmaGemmFp8(o.Args(M, N, K, plain.data()), nullptr));
+    ASSERT_STATUS_OK(cuda::RopeApply(plain.data(), B, T, H, KV, hd, theta, false, nullptr));
+    for (const int ctas : {0, 1}) {
+      SCOPED_TRACE("ctas " + std::to_string(ctas));
+      DeviceBuffer<bf16> fused(size_t(M * N));
+      fused.Poison();
+      WgmmaGemmArgs g = o.Args(M, N, K, fused.data());
+      g.epilogue = WgmmaEpilogue::kRope;
+      g.epi.rope_sin_cos = table.data(), g.epi.T = T, g.epi.hd = hd;
+      g.epi.rot_cols = (H + KV) * hd;
+      g.ctas = ctas;
+      ASSERT_STATUS_OK(cuda::WgmmaGemmFp8(g, nullptr));
+      EXPECT_EQ(Mismatches(Bits(fused), Bits(plain)), 0);
+      std::vector<float> ref = CpuGemm(o.a.deq, o.b.deq, M, N, K);
+      test::RoundBf16InPlace(ref);
+      cpu::RopeApply(ref.data(), B, T, H, KV, hd, theta, false);
+      const std::vector<float> got = test::ToFloat(fused.Download());
+      ASSERT_TRUE(AllFinite(got)) << "an output element was not written";
+      EXPECT_LT(test::RelFrobenius(got, ref), 1e-2);
+    }
+  }
+}
+
 TEST(GpuWgmmaGemm, Fp8RejectsWhatItCannotTake) {
   SKIP_WITHOUT_SM90();
   const Fp8Operands o(128, 256, 128, 9);
@@ -388,8 +428,16 @@ TEST(GpuWgmmaGemm, Fp8RejectsWhatItCannotTake) {
   WgmmaGemmArgs rope = o.Args(128, 256, 128, d.data());
   rope.epilogue = WgmmaEpilogue::kRope;
   rope.epi.T = 128, rope.epi.hd = 64, rope.epi.rot_cols = 256;
-  EXPECT_TRUE(cuda::WgmmaGemmCheck(rope).ok());
+  EXPECT_TRUE(cuda::WgmmaGemmCheck(rope, /*fp8=*/true).ok());
+  rope.epi.hd = 32;
   EXPECT_FALSE(cuda::WgmmaGemmCheck(rope, /*fp8=*/true).ok());
+  rope.epi.hd = 64;  // no (sin, cos) table
+  EXPECT_FALSE(cuda::WgmmaGemmFp8(rope, nullptr).ok());
+  WgmmaGemmArgs bwd = o.Args(128, 256, 128, d.data());
+  bwd.epilogue = WgmmaEpilogue::kSwiGluBackward;
+  bwd.b_n_major = true, bwd.epi.gu = d.data(), bwd.epi.ffn = 256;
+  EXPECT_TRUE(cuda::WgmmaGemmCheck(bwd).ok());
+  EXPECT_FALSE(cuda::WgmmaGemmCheck(bwd, /*fp8=*/true).ok());
   WgmmaGemmArgs swiglu = o.Args(128, 256, 128, d.data());
   swiglu.epilogue = WgmmaEpilogue::kSwiGlu;
   swiglu.epi.gu = d.data(), swiglu.epi.ffn = 128;  // no h_t or h slots

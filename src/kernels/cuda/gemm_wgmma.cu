@@ -261,7 +261,9 @@ __device__ __forceinline__ void Transpose8x8Bytes(const uint2 (&r)[8], uint2 (&c
 //
 // kFp8: E4M3 operands, K-tiles of 128 (the same 128-byte rows, so the same ring, swizzle and
 // descriptors; an m64n256k32 MMA covers what m64n256k16 does in bf16), the accumulator
-// dequantised by a_scale * b_scale before the bf16 rounding. kSwiGlu then quantises h as
+// dequantised by a_scale * b_scale before the bf16 rounding. kRope then rotates the rounded value as
+// in BF16 (the FP8 forward's QKV projection: bitwise cuBLASLt's FP8 GEMM with fast
+// accumulation followed by RopeApply whenever the GEMMs agree). kSwiGlu then quantises h as
 // SwiGluForwardFp8 does: each thread takes 8 rows of one 16-byte column vector (two rows a
 // share), writes their row-major bytes as it goes and, after the fourth share, transposes
 // the 8 x 8 bytes in registers into 8 bytes of each of h_t's 8 columns (no shared memory
@@ -649,9 +651,8 @@ Status WgmmaGemmCheck(const WgmmaGemmArgs& args, bool fp8) {
   if (args.M <= 0 || args.M % kBM || args.N % kBN || args.N <= 0 || args.K % bk || args.K <= 0)
     return Status::Invalid(name + "M must be a multiple of 128, N of 256, K of " +
                            std::to_string(bk) + shape);
-  if (fp8 && (args.b_n_major ||
-              (args.epilogue != WgmmaEpilogue::kPlain && args.epilogue != WgmmaEpilogue::kSwiGlu)))
-    return Status::Invalid(name + "K-major operands and the plain or SwiGLU epilogue only" +
+  if (fp8 && (args.b_n_major || args.epilogue == WgmmaEpilogue::kSwiGluBackward))
+    return Status::Invalid(name + "K-major operands and the plain, RoPE or SwiGLU epilogue only" +
                            shape);
   const bool bwd = args.epilogue == WgmmaEpilogue::kSwiGluBackward;
   if (args.b_n_major && args.epilogue != WgmmaEpilogue::kPlain && !bwd)
@@ -722,8 +723,14 @@ Status Launch(const WgmmaGemmArgs& args, bool fp8, cudaStream_t stream) {
     return Status::Ok();
   };
   if (fp8) {
-    return swiglu ? launch(WgmmaGemmKernel<WgmmaEpilogue::kSwiGlu, false, true>)
-                  : launch(WgmmaGemmKernel<WgmmaEpilogue::kPlain, false, true>);
+    switch (args.epilogue) {
+      case WgmmaEpilogue::kRope:
+        return launch(WgmmaGemmKernel<WgmmaEpilogue::kRope, false, true>);
+      case WgmmaEpilogue::kSwiGlu:
+        return launch(WgmmaGemmKernel<WgmmaEpilogue::kSwiGlu, false, true>);
+      default:
+        return launch(WgmmaGemmKernel<WgmmaEpilogue::kPlain, false, true>);
+    }
   }
   switch (args.epilogue) {
     case WgmmaEpilogue::kPlain:

@@ -3,7 +3,8 @@
 // as the backward's dX = dY W), FP32 accumulation, BF16 out, with the epilogues cuBLASLt does
 // not have (RoPE on the QKV projection, SwiGLU on the gate/up projection), so those passes over
 // the output go away. BF16 operands (WgmmaGemmBf16), or E4M3 ones (WgmmaGemmFp8: the FP8
-// forward's gate/up projection with SwiGLU writing the down projection's FP8 input).
+// forward's QKV projection with RoPE, and its gate/up projection with SwiGLU writing the down
+// projection's FP8 input).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -56,7 +57,7 @@ struct WgmmaGemmArgs {
 Status WgmmaGemmBf16(const WgmmaGemmArgs& args, cudaStream_t stream);
 
 // E4M3 A [M, K] and B [N, K] (both K-major: Hopper's FP8 MMA reads no other layout), the
-// kPlain or kSwiGlu epilogue (see WgmmaEpilogueArgs' FP8 part). The MMAs accumulate the whole
+// kPlain, kRope or kSwiGlu epilogue (see WgmmaEpilogueArgs' FP8 part). The MMAs accumulate the whole
 // K in their FP32 registers, which is what cuBLASLt's fast accumulation does (no periodic
 // promotion of partial sums): callers use it where that was asked for (precision.fp8.fast_accum).
 Status WgmmaGemmFp8(const WgmmaGemmArgs& args, cudaStream_t stream);

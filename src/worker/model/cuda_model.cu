@@ -397,7 +397,7 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
     if (o.fp8_config.lm_head) lm_head = {V_, d_, std::min<int64_t>(N_, o.lm_head_chunk_rows)};
     FORGE_ASSIGN_OR_RETURN(
         b.fp8, Fp8Linears::Create(o.fp8_config, m.n_layer, shapes, N_, int(b.acts.size()), rope,
-                                  lm_head, o.swiglu_gemm));
+                                  lm_head, Fp8EpilogueGemms{o.rope_gemm, o.swiglu_gemm}));
     allocated_bytes_ += b.fp8->allocated_bytes();
   }
   FORGE_RETURN_IF_ERROR(alloc(&b.hf, N * d));
@@ -772,6 +772,11 @@ Status CudaModel::BlockForward(int layer, int set, const BlockActs& a, const bf1
     cuda::WgmmaGemmArgs g = QkvRopeGemm();
     g.B = w + o.wqkv, g.D = a.qkv;
     FORGE_RETURN_IF_ERROR(norm_epilogue_gemm(g, x_in, o.attn_norm, a.h1, a.rstd1));
+  } else if (f8 != nullptr && f8->has_rope_gemm()) {  // FP8: RoPE in our GEMM
+    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
+    FORGE_RETURN_IF_ERROR(norm_to_input(LinearKind::kQkv, x_in, o.attn_norm, a.h1, a.rstd1));
+    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdGemm, s));
+    FORGE_RETURN_IF_ERROR(cuda::WgmmaGemmFp8(f8->QkvRopeGemm(layer, a.qkv), s));
   } else {
     FORGE_RETURN_IF_ERROR(norm_linear(LinearKind::kQkv, x_in, o.attn_norm, a.h1, a.rstd1, a.qkv,
                                       o.wqkv, qkv_dim_));

@@ -92,9 +92,9 @@ struct CudaModelOptions {
   // of cuBLASLt + a separate pass. Bitwise the same results; used only where the shapes fit
   // (head width 64, 128-row token blocks, ...), else the separate path runs. Both on by default
   // (RoPE since session 8, SwiGLU since session 14: -1.0 to -1.4 ms a step at gpt350m B 16/24).
-  // swiglu_gemm also lets FP8 steps run the gate/up GEMM in FP8 with SwiGLU and the down
-  // projection's input casts in its epilogue, where precision.fp8.fast_accum covers the
-  // forward (Fp8Linears::fuse_swiglu_gemm).
+  // FP8 steps take the same two in FP8 where precision.fp8.fast_accum covers the forward:
+  // rope_gemm the QKV GEMM with RoPE (Fp8Linears::has_rope_gemm), swiglu_gemm the gate/up GEMM
+  // with SwiGLU and the down projection's input casts in its epilogue (fuse_swiglu_gemm).
   bool rope_gemm = true;
   bool swiglu_gemm = true;
   // BF16 steps on Hopper: SwiGLU's backward rides on the down projection's input-gradient GEMM

@@ -12,6 +12,7 @@
 #include "kernels/cuda/fp8_cast.cuh"
 #include "kernels/cuda/fp8_scale_update.cuh"
 #include "kernels/cuda/rmsnorm_fp8.cuh"
+#include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/rope_fp8.cuh"
 #include "kernels/cuda/swiglu_fp8.cuh"
 #include "worker/model/device_alloc.h"
@@ -34,10 +35,10 @@ Fp8Linears::~Fp8Linears() {
 StatusOr<std::unique_ptr<Fp8Linears>> Fp8Linears::Create(
     const Fp8Config& cfg, int n_layer, const std::array<Fp8LinearShape, kLinearKinds>& shapes,
     int64_t tokens, int act_sets, const Fp8RopeShape& rope, const Fp8LmHeadShape& lm_head,
-    bool swiglu_gemm) {
+    const Fp8EpilogueGemms& epilogue_gemms) {
   std::unique_ptr<Fp8Linears> f(new Fp8Linears());
   FORGE_RETURN_IF_ERROR(
-      f->Init(cfg, n_layer, shapes, tokens, act_sets, rope, lm_head, swiglu_gemm));
+      f->Init(cfg, n_layer, shapes, tokens, act_sets, rope, lm_head, epilogue_gemms));
   return StatusOr<std::unique_ptr<Fp8Linears>>(std::move(f));
 }
 
@@ -70,7 +71,7 @@ Status Fp8Linears::AllocGroup(Group* g, int64_t n, float fp8_max) {
 Status Fp8Linears::Init(const Fp8Config& cfg, int n_layer,
                         const std::array<Fp8LinearShape, kLinearKinds>& shapes, int64_t tokens,
                         int act_sets, const Fp8RopeShape& rope, const Fp8LmHeadShape& lm_head,
-                        bool swiglu_gemm) {
+                        const Fp8EpilogueGemms& epilogue_gemms) {
   rope_ = rope;
   cfg_ = cfg;
   L_ = n_layer;
@@ -143,10 +144,16 @@ Status Fp8Linears::Init(const Fp8Config& cfg, int n_layer,
   const int64_t ffn = shapes[int(LinearKind::kDown)].in;
   fuse_swiglu_ = shapes[int(LinearKind::kGateUp)].out == 2 * ffn && ffn <= INT32_MAX &&
                  cuda::SwiGluFp8Supported(N_, int(ffn), x8_, x8_, x8_, x8t_[0]);
-  if (swiglu_gemm && fuse_swiglu_ && cfg.fast_accum != Fp8FastAccum::kNone &&
-      cuda::WgmmaGemmRunsHere() &&
+  // Our GEMM sums as fast accumulation does: only where the forward asked for it.
+  const bool wgmma_here = cfg.fast_accum != Fp8FastAccum::kNone && cuda::WgmmaGemmRunsHere();
+  if (epilogue_gemms.swiglu && fuse_swiglu_ && wgmma_here &&
       cuda::WgmmaGemmCheck(GateUpSwiGluGemm(0, 0, nullptr), true).ok()) {
     FORGE_RETURN_IF_ERROR(Alloc(&h8_, size_t(N_ * ffn)));
+  }
+  if (epilogue_gemms.rope && wgmma_here && int64_t{rope.B} * rope.T == N_ &&
+      cuda::WgmmaGemmCheck(QkvRopeGemm(0, nullptr), true).ok()) {
+    FORGE_RETURN_IF_ERROR(Alloc(&rope_sin_cos_, size_t(rope.T) * (rope.hd / 2)));
+    FORGE_RETURN_IF_ERROR(cuda::RopeSinCosTable(rope_sin_cos_, rope.T, rope.hd, rope.theta, nullptr));
   }
   fuse_norm_ = shapes[int(LinearKind::kQkv)].in == shapes[int(LinearKind::kGateUp)].in &&
                shapes[int(LinearKind::kQkv)].in <= INT32_MAX &&
@@ -271,6 +278,19 @@ cuda::WgmmaGemmArgs Fp8Linears::GateUpSwiGluGemm(int layer, int set, bf16* gu) c
   const SlotPtrs h = SlotOf(e4m3_, InputSlot(layer, kd));
   g.epi.h_t = x8t_[size_t(kLinearKinds) * set + kd];
   g.epi.h_scale = h.scale, g.epi.h_amax = h.amax, g.epi.h_scale_inv = h.scale_inv;
+  return g;
+}
+
+cuda::WgmmaGemmArgs Fp8Linears::QkvRopeGemm(int layer, bf16* qkv) const {
+  const int k = int(LinearKind::kQkv);
+  cuda::WgmmaGemmArgs g;
+  g.M = N_, g.N = shape_[k].out, g.K = shape_[k].in;
+  g.A = x8_, g.B = lin_[size_t(LinearIndex(layer, k))].w8, g.D = qkv;
+  g.epilogue = cuda::WgmmaEpilogue::kRope;
+  g.epi.rope_sin_cos = rope_sin_cos_, g.epi.T = rope_.T, g.epi.hd = rope_.hd;
+  g.epi.rot_cols = (rope_.n_head + rope_.n_kv_head) * rope_.hd;
+  g.epi.a_scale = SlotOf(e4m3_, InputSlot(layer, k)).scale_inv;
+  g.epi.b_scale = SlotOf(e4m3_, WeightSlot(layer, k)).scale_inv;
   return g;
 }
 

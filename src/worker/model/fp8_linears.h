@@ -70,6 +70,14 @@ struct Fp8RopeShape {
   float theta = 10000.0f;
 };
 
+// Which projections may run our Hopper GEMM with their epilogue (kernels/cuda/gemm_wgmma.cuh)
+// instead of cuBLASLt and a separate pass, where it can (see Fp8Linears::has_rope_gemm and
+// has_swiglu_gemm): the QKV projection with RoPE, the gate/up projection with SwiGLU.
+struct Fp8EpilogueGemms {
+  bool rope = false;
+  bool swiglu = false;
+};
+
 // The tied LM head's shape (vocab 0: the LM head stays BF16).
 struct Fp8LmHeadShape {
   int64_t vocab = 0, d = 0, chunk_rows = 0;  // Wte [vocab, d]; hf chunks of <= chunk_rows
@@ -79,12 +87,12 @@ class Fp8Linears {
  public:
   // shapes by LinearKind; act_sets: how many sets of saved transposed inputs (n_layer, or 1
   // with activation recompute). Every in/out and `tokens` must be a multiple of 16 (FP8 GEMM
-  // alignment). swiglu_gemm: use GateUpSwiGluGemm where it can run (fuse_swiglu_gemm).
+  // alignment). epilogue_gemms: use QkvRopeGemm / GateUpSwiGluGemm where they can run.
   // Allocates everything once.
   static StatusOr<std::unique_ptr<Fp8Linears>> Create(
       const Fp8Config& cfg, int n_layer, const std::array<Fp8LinearShape, kLinearKinds>& shapes,
       int64_t tokens, int act_sets, const Fp8RopeShape& rope, const Fp8LmHeadShape& lm_head = {},
-      bool swiglu_gemm = false);
+      const Fp8EpilogueGemms& epilogue_gemms = {});
   ~Fp8Linears();
   Fp8Linears(const Fp8Linears&) = delete;
   Fp8Linears& operator=(const Fp8Linears&) = delete;
@@ -120,6 +128,12 @@ class Fp8Linears {
   // x8 (the gate/up input, cast) W8^T into gu (bf16, [N, 2 ffn], saved for backward) and
   // SwiGLU(gu) into the down projection's x8 and x8t of `set`.
   cuda::WgmmaGemmArgs GateUpSwiGluGemm(int layer, int set, cuda::bf16* gu) const;
+  // The QKV projection with RoPE in the epilogue (our Hopper GEMM): qkv [N, qkv] = x8 W8^T
+  // rotated, bit for bit the cuBLASLt GEMM followed by RopeApply up to the GEMM's summation.
+  // On sm_90 with fast accumulation in the forward (as has_swiglu_gemm), the option and shapes
+  // (head width 64, ...); unlike the fused casts it needs no delayed step (it casts nothing).
+  bool has_rope_gemm() const { return rope_sin_cos_ != nullptr; }
+  cuda::WgmmaGemmArgs QkvRopeGemm(int layer, cuda::bf16* qkv) const;
   // SwiGLU's backward straight into the gate/up projection's gradient casts (dy8, dy8t).
   Status SwiGluBackwardToGrad(int layer, const cuda::bf16* dout, const cuda::bf16* gate_up,
                               cudaStream_t s);
@@ -240,7 +254,8 @@ class Fp8Linears {
   static std::array<std::pair<void*, size_t>, 5> StateParts(const Group& g, int window);
   Status Init(const Fp8Config& cfg, int n_layer,
               const std::array<Fp8LinearShape, kLinearKinds>& shapes, int64_t tokens, int act_sets,
-              const Fp8RopeShape& rope, const Fp8LmHeadShape& lm_head, bool swiglu_gemm);
+              const Fp8RopeShape& rope, const Fp8LmHeadShape& lm_head,
+              const Fp8EpilogueGemms& epilogue_gemms);
   // Slot i of g: what a cast or a kernel writing FP8 takes (scale read; amax and scale_inv
   // written).
   struct SlotPtrs {
@@ -271,6 +286,8 @@ class Fp8Linears {
   bool fuse_norm_grad_ = false;
   Fp8RopeShape rope_;
   float* rope_freq_ = nullptr;  // [hd / 2]
+  // RoPE's (sin, cos) [T, hd / 2] for QkvRopeGemm; null when that GEMM cannot run.
+  float2* rope_sin_cos_ = nullptr;
   size_t allocated_ = 0;
   std::vector<void*> allocations_;
   Group e4m3_, e5m2_;

@@ -54,7 +54,7 @@ struct CudaBackendOptions {
   int wgrad_sm_margin = -1;
   // BF16 steps on Hopper: our own GEMM with RoPE / SwiGLU in its epilogue for the QKV / gate-up
   // projections (CudaModelOptions::rope_gemm / swiglu_gemm; bitwise the same results), and
-  // the FP8 gate/up GEMM with SwiGLU where fast accumulation covers the forward.
+  // the same two in FP8 where fast accumulation covers the forward.
   // FORGE_CUDA_ROPE_GEMM=0 and FORGE_CUDA_SWIGLU_GEMM=0 turn them off.
   bool rope_gemm = true;
   bool swiglu_gemm = true;
