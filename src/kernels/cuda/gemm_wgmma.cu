@@ -261,13 +261,13 @@ __device__ __forceinline__ void Transpose8x8Bytes(const uint2 (&r)[8], uint2 (&c
 //
 // kFp8: E4M3 operands, K-tiles of 128 (the same 128-byte rows, so the same ring, swizzle and
 // descriptors; an m64n256k32 MMA covers what m64n256k16 does in bf16), the accumulator
-// dequantised by a_scale * b_scale before the bf16 rounding. kRope then rotates the rounded value as
-// in BF16 (the FP8 forward's QKV projection: bitwise cuBLASLt's FP8 GEMM with fast
-// accumulation followed by RopeApply whenever the GEMMs agree). kSwiGlu then quantises h as
-// SwiGluForwardFp8 does: each thread takes 8 rows of one 16-byte column vector (two rows a
-// share), writes their row-major bytes as it goes and, after the fourth share, transposes
-// the 8 x 8 bytes in registers into 8 bytes of each of h_t's 8 columns (no shared memory
-// left for a staged transpose, and none needed).
+// dequantised by a_scale * b_scale before the bf16 rounding. kRope then rotates the rounded value
+// as in BF16 (the FP8 forward's QKV projection: bitwise cuBLASLt's FP8 GEMM with fast accumulation
+// followed by RopeApply whenever the GEMMs agree). kSwiGlu then quantises h as SwiGluForwardFp8
+// does: each thread takes 8 rows of one 16-byte column vector (two rows a share), writes their
+// row-major bytes as it goes and, after the fourth share, transposes the 8 x 8 bytes in registers
+// into 8 bytes of each of h_t's 8 columns (no shared memory left for a staged transpose, and none
+// needed).
 template <WgmmaEpilogue kEpi, bool kNMajorB = false, bool kFp8 = false>
 __global__ void __launch_bounds__(kThreads, 1)
     WgmmaGemmKernel(const __grid_constant__ CUtensorMap map_a,

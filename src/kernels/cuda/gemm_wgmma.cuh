@@ -57,8 +57,8 @@ struct WgmmaGemmArgs {
 Status WgmmaGemmBf16(const WgmmaGemmArgs& args, cudaStream_t stream);
 
 // E4M3 A [M, K] and B [N, K] (both K-major: Hopper's FP8 MMA reads no other layout), the
-// kPlain, kRope or kSwiGlu epilogue (see WgmmaEpilogueArgs' FP8 part). The MMAs accumulate the whole
-// K in their FP32 registers, which is what cuBLASLt's fast accumulation does (no periodic
+// kPlain, kRope or kSwiGlu epilogue (see WgmmaEpilogueArgs' FP8 part). The MMAs accumulate the
+// whole K in their FP32 registers, which is what cuBLASLt's fast accumulation does (no periodic
 // promotion of partial sums): callers use it where that was asked for (precision.fp8.fast_accum).
 Status WgmmaGemmFp8(const WgmmaGemmArgs& args, cudaStream_t stream);
 

@@ -153,7 +153,8 @@ Status Fp8Linears::Init(const Fp8Config& cfg, int n_layer,
   if (epilogue_gemms.rope && wgmma_here && int64_t{rope.B} * rope.T == N_ &&
       cuda::WgmmaGemmCheck(QkvRopeGemm(0, nullptr), true).ok()) {
     FORGE_RETURN_IF_ERROR(Alloc(&rope_sin_cos_, size_t(rope.T) * (rope.hd / 2)));
-    FORGE_RETURN_IF_ERROR(cuda::RopeSinCosTable(rope_sin_cos_, rope.T, rope.hd, rope.theta, nullptr));
+    FORGE_RETURN_IF_ERROR(
+        cuda::RopeSinCosTable(rope_sin_cos_, rope.T, rope.hd, rope.theta, nullptr));
   }
   fuse_norm_ = shapes[int(LinearKind::kQkv)].in == shapes[int(LinearKind::kGateUp)].in &&
                shapes[int(LinearKind::kQkv)].in <= INT32_MAX &&
