@@ -304,7 +304,8 @@ Status RunFp8(const RandomPool& pool, Timer& timer, int sets, cuda::GemmRunner& 
   FORGE_RETURN_IF_ERROR(fp8_sets(M, d, 200, &x));
   FORGE_RETURN_IF_ERROR(fp8_sets(2 * ffn, d, 201, &wgu));
   FORGE_RETURN_IF_ERROR(fp8_sets(3 * d, d, 202, &wqkv));
-  DevBuf gu_ref, gu, q_ref, qt_ref, q, qt, sin_cos_buf;
+  DevBuf qkv_ref, qkv, gu_ref, gu, q_ref, qt_ref, q, qt, sin_cos_buf;
+  for (DevBuf* b : {&qkv_ref, &qkv}) FORGE_RETURN_IF_ERROR(Alloc(b, size_t(M * 3 * d) * 2));
   for (DevBuf* b : {&gu_ref, &gu}) FORGE_RETURN_IF_ERROR(Alloc(b, size_t(M * 2 * ffn) * 2));
   for (DevBuf* b : {&q_ref, &qt_ref, &q, &qt}) FORGE_RETURN_IF_ERROR(Alloc(b, size_t(M * ffn)));
   const int T = 1024, H = 16, hd = 64;
@@ -332,23 +333,23 @@ Status RunFp8(const RandomPool& pool, Timer& timer, int sets, cuda::GemmRunner& 
   // The QKV projection (M 16384, N 3072, K 1024), plain and with RoPE (vs cuBLASLt +
   // RopeApply), then the gate/up projection (N 5632) plain and with SwiGLU.
   FORGE_RETURN_IF_ERROR(ComparePair(
-      "qkv_fwd", [&](int i) { return lt_gemm(i, wqkv, 3 * d, gu_ref.p); },
-      [&](int i) { return cuda::WgmmaGemmFp8(ours_gemm(i, wqkv, 3 * d, gu.p), stream); }, gu_ref,
-      gu, timer, stream));
+      "qkv_fwd", [&](int i) { return lt_gemm(i, wqkv, 3 * d, qkv_ref.p); },
+      [&](int i) { return cuda::WgmmaGemmFp8(ours_gemm(i, wqkv, 3 * d, qkv.p), stream); }, qkv_ref,
+      qkv, timer, stream));
   FORGE_RETURN_IF_ERROR(ComparePair(
       "qkv_rope",
       [&](int i) -> Status {
-        FORGE_RETURN_IF_ERROR(lt_gemm(i, wqkv, 3 * d, gu_ref.p));
-        return cuda::RopeApply(static_cast<cuda::bf16*>(gu_ref.p), int(M / T), T, H, H, hd,
+        FORGE_RETURN_IF_ERROR(lt_gemm(i, wqkv, 3 * d, qkv_ref.p));
+        return cuda::RopeApply(static_cast<cuda::bf16*>(qkv_ref.p), int(M / T), T, H, H, hd,
                                10000.0f, /*inverse=*/false, stream);
       },
       [&](int i) {
-        cuda::WgmmaGemmArgs g = ours_gemm(i, wqkv, 3 * d, gu.p);
+        cuda::WgmmaGemmArgs g = ours_gemm(i, wqkv, 3 * d, qkv.p);
         g.epilogue = cuda::WgmmaEpilogue::kRope;
         g.epi.rope_sin_cos = sin_cos, g.epi.T = T, g.epi.hd = hd, g.epi.rot_cols = 2 * H * hd;
         return cuda::WgmmaGemmFp8(g, stream);
       },
-      gu_ref, gu, timer, stream));
+      qkv_ref, qkv, timer, stream));
   FORGE_RETURN_IF_ERROR(ComparePair(
       "gate_up_fwd", [&](int i) { return lt_gemm(i, wgu, 2 * ffn, gu_ref.p); },
       [&](int i) { return cuda::WgmmaGemmFp8(ours_gemm(i, wgu, 2 * ffn, gu.p), stream); }, gu_ref,

@@ -37,13 +37,13 @@ void Check(Shape sh, DType format, float scale, uint64_t seed) {
   DeviceBuffer<bf16> in(test::ToBf16(dqkv)), rotated(test::ToBf16(dqkv));
   ASSERT_STATUS_OK(cuda::RopeApply(rotated.data(), sh.B, sh.T, sh.H, sh.KV, sh.hd, theta,
                                    /*inverse=*/true, nullptr));
-  DeviceBuffer<float> freq(size_t(sh.hd / 2));
-  ASSERT_STATUS_OK(cuda::RopeFreqTable(freq.data(), sh.hd, theta, nullptr));
+  DeviceBuffer<float2> sin_cos(size_t(sh.T) * (sh.hd / 2));
+  ASSERT_STATUS_OK(cuda::RopeSinCosTable(sin_cos.data(), sh.T, sh.hd, theta, nullptr));
   Fp8CastOut got(n, scale);
   ASSERT_TRUE(cuda::RopeFp8Supported(rows, sh.H, sh.KV, sh.hd, in.data(), got.q.data(),
                                      got.qt.data()));
-  ASSERT_STATUS_OK(cuda::RopeBackwardFp8(got.q.data(), got.qt.data(), in.data(), sh.B, sh.T,
-                                         sh.H, sh.KV, sh.hd, freq.data(), format, got.scale(),
+  ASSERT_STATUS_OK(cuda::RopeBackwardFp8(got.q.data(), got.qt.data(), in.data(), sh.B, sh.T, sh.H,
+                                         sh.KV, sh.hd, sin_cos.data(), format, got.scale(),
                                          got.amax(), got.scale_inv(), nullptr));
   ExpectSameAsCast(rotated.data(), rows, cols, format, scale, got, "rope backward");
 }

@@ -5,9 +5,10 @@
 // transposed FP8, amax max-accumulated, scale_inv written); V passes through. Bit for bit
 // RopeApply(inverse) followed by the cast, without writing and re-reading the bf16 gradient.
 //
-// `freq` is RopeFreqTable's table for (hd, theta). Needs B*T and (H + 2*KV) * hd multiples of
-// 64, hd a multiple of 8 and <= 512, a 16-byte aligned input and 8-byte aligned outputs
-// (RopeFp8Supported). Test: tests/gpu/rope_fp8_test.cc, against the two kernels it fuses.
+// `sin_cos` is RopeSinCosTable's [T, hd / 2] table for (T, hd, theta) (rope.cuh). Needs B*T
+// and (H + 2*KV) * hd multiples of 64, hd a multiple of 8 and <= 512, a 16-byte aligned input
+// and 8-byte aligned outputs (RopeFp8Supported). Test: tests/gpu/rope_fp8_test.cc, against
+// the two kernels it fuses.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -20,14 +21,11 @@
 
 namespace forge::cuda {
 
-// freq[i] = theta^(-2i/hd) for i < hd/2, as RopeApply computes it (freq: hd/2 floats).
-Status RopeFreqTable(float* freq, int hd, float theta, cudaStream_t stream);
-
 bool RopeFp8Supported(int64_t rows, int n_head, int n_kv_head, int hd, const void* in,
                       const void* out, const void* out_t);
 
 Status RopeBackwardFp8(void* out, void* out_t, const bf16* dqkv, int B, int T, int n_head,
-                       int n_kv_head, int hd, const float* freq, DType format,
+                       int n_kv_head, int hd, const float2* sin_cos, DType format,
                        const float* scale, float* amax, float* scale_inv, cudaStream_t stream);
 
 }  // namespace forge::cuda

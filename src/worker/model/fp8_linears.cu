@@ -150,12 +150,8 @@ Status Fp8Linears::Init(const Fp8Config& cfg, int n_layer,
       cuda::WgmmaGemmCheck(GateUpSwiGluGemm(0, 0, nullptr), true).ok()) {
     FORGE_RETURN_IF_ERROR(Alloc(&h8_, size_t(N_ * ffn)));
   }
-  if (epilogue_gemms.rope && wgmma_here && int64_t{rope.B} * rope.T == N_ &&
-      cuda::WgmmaGemmCheck(QkvRopeGemm(0, nullptr), true).ok()) {
-    FORGE_RETURN_IF_ERROR(Alloc(&rope_sin_cos_, size_t(rope.T) * (rope.hd / 2)));
-    FORGE_RETURN_IF_ERROR(
-        cuda::RopeSinCosTable(rope_sin_cos_, rope.T, rope.hd, rope.theta, nullptr));
-  }
+  rope_gemm_ = epilogue_gemms.rope && wgmma_here && int64_t{rope.B} * rope.T == N_ &&
+               cuda::WgmmaGemmCheck(QkvRopeGemm(0, nullptr), true).ok();
   fuse_norm_ = shapes[int(LinearKind::kQkv)].in == shapes[int(LinearKind::kGateUp)].in &&
                shapes[int(LinearKind::kQkv)].in <= INT32_MAX &&
                cuda::RmsNormFp8Supported(N_, int(shapes[int(LinearKind::kQkv)].in), x8_, x8_,
@@ -175,9 +171,10 @@ Status Fp8Linears::Init(const Fp8Config& cfg, int n_layer,
                                       dy8t_[k]) &&
                int64_t{rope.n_head + 2 * rope.n_kv_head} * rope.hd == shapes[k].out &&
                int64_t{rope.B} * rope.T == N_;
-  if (fuse_rope_) {
-    FORGE_RETURN_IF_ERROR(Alloc(&rope_freq_, size_t(rope.hd / 2)));
-    FORGE_RETURN_IF_ERROR(cuda::RopeFreqTable(rope_freq_, rope.hd, rope.theta, nullptr));
+  if (fuse_rope_ || rope_gemm_) {  // both rotate with RoPE's (sin, cos) table
+    FORGE_RETURN_IF_ERROR(Alloc(&rope_sin_cos_, size_t(rope.T) * (rope.hd / 2)));
+    FORGE_RETURN_IF_ERROR(
+        cuda::RopeSinCosTable(rope_sin_cos_, rope.T, rope.hd, rope.theta, nullptr));
   }
   // The memsets, uploads and the table above ran on the legacy stream.
   FORGE_CUDA_CHECK(cudaDeviceSynchronize());
@@ -331,7 +328,7 @@ Status Fp8Linears::RopeBackwardToGrad(int layer, const bf16* dqkv, cudaStream_t 
   const int k = int(LinearKind::kQkv);
   const SlotPtrs q = SlotOf(e5m2_, GradSlot(layer, k));
   return cuda::RopeBackwardFp8(dy8_[k], dy8t_[k], dqkv, rope_.B, rope_.T, rope_.n_head,
-                               rope_.n_kv_head, rope_.hd, rope_freq_, DType::kE5M2, q.scale,
+                               rope_.n_kv_head, rope_.hd, rope_sin_cos_, DType::kE5M2, q.scale,
                                q.amax, q.scale_inv, s);
 }
 

@@ -132,7 +132,7 @@ class Fp8Linears {
   // rotated, bit for bit the cuBLASLt GEMM followed by RopeApply up to the GEMM's summation.
   // On sm_90 with fast accumulation in the forward (as has_swiglu_gemm), the option and shapes
   // (head width 64, ...); unlike the fused casts it needs no delayed step (it casts nothing).
-  bool has_rope_gemm() const { return rope_sin_cos_ != nullptr; }
+  bool has_rope_gemm() const { return rope_gemm_; }
   cuda::WgmmaGemmArgs QkvRopeGemm(int layer, cuda::bf16* qkv) const;
   // SwiGLU's backward straight into the gate/up projection's gradient casts (dy8, dy8t).
   Status SwiGluBackwardToGrad(int layer, const cuda::bf16* dout, const cuda::bf16* gate_up,
@@ -285,8 +285,9 @@ class Fp8Linears {
   bool fuse_norm_ = false;
   bool fuse_norm_grad_ = false;
   Fp8RopeShape rope_;
-  float* rope_freq_ = nullptr;  // [hd / 2]
-  // RoPE's (sin, cos) [T, hd / 2] for QkvRopeGemm; null when that GEMM cannot run.
+  bool rope_gemm_ = false;
+  // RoPE's (sin, cos) [T, hd / 2] (RopeSinCosTable) for QkvRopeGemm and RopeBackwardToGrad;
+  // null when neither runs.
   float2* rope_sin_cos_ = nullptr;
   size_t allocated_ = 0;
   std::vector<void*> allocations_;
