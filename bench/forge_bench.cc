@@ -239,6 +239,7 @@ int Run(int argc, char** argv) {
   out["recompute"] = cfg.train.activation_recompute;
   out["precision"] = PrecisionName(cfg.precision.compute);
   out["fp8_lm_head"] = cfg.precision.compute == Precision::kFp8 && cfg.precision.fp8.lm_head;
+  out["fp8_lm_head_wgrad"] = out["fp8_lm_head"].get<bool>() && options.fp8_lm_head_wgrad;
   out["fp8_fast_accum"] = cfg.precision.compute == Precision::kFp8
                               ? Fp8FastAccumName(cfg.precision.fp8.fast_accum)
                               : "none";

@@ -102,24 +102,27 @@ void CheckFp8Grad(int64_t n, int V, float scale, uint64_t seed) {
                                                      d_tgt.data(), n, V, dloss, true, nullptr));
   ASSERT_STATUS_OK(cuda::CastToFp8(ref_grad8.data(), ref_logits.data(), n, V, cuda::DType::kE5M2,
                                    d_scale.data(), ref_amax.data(), ref_inv.data(), nullptr));
-  // Fused.
-  DeviceBuffer<bf16> got_logits(test::ToBf16(logits));
-  DeviceBuffer<float> got_loss(n), got_amax(std::vector<float>{0.0f}),
-      got_inv(std::vector<float>{0.0f});
-  DeviceBuffer<uint8_t> got_grad8(size_t(n) * V);
-  ASSERT_TRUE(cuda::CrossEntropyFp8GradSupported(V, got_logits.data(), got_grad8.data()));
-  ASSERT_STATUS_OK(cuda::CrossEntropyForwardBackwardFp8Grad(
-      got_logits.data(), got_loss.data(), d_tgt.data(), n, V, dloss, got_grad8.data(),
-      d_scale.data(), got_amax.data(), got_inv.data(), nullptr));
-  EXPECT_TRUE(test::BitwiseEqual(got_loss.Download(), ref_loss.Download())) << "losses";
-  EXPECT_TRUE(test::BitwiseEqual(test::ToFloat(got_logits.Download()),
-                                 test::ToFloat(ref_logits.Download())))
-      << "bf16 dlogits";
-  EXPECT_EQ(got_grad8.Download(), ref_grad8.Download()) << "E5M2 dlogits";
-  EXPECT_TRUE(test::BitwiseEqual(got_amax.Download(), ref_amax.Download()))
-      << got_amax.Download()[0] << " vs " << ref_amax.Download()[0];
-  EXPECT_GT(got_amax.Download()[0], 0.0f);
-  EXPECT_TRUE(test::BitwiseEqual(got_inv.Download(), ref_inv.Download())) << "scale_inv";
+  // Fused, with and without the bf16 dlogits (without: the logits stay as they were).
+  for (const bool write_bf16 : {true, false}) {
+    SCOPED_TRACE(write_bf16 ? "bf16 and E5M2 dlogits" : "E5M2 dlogits only");
+    DeviceBuffer<bf16> got_logits(test::ToBf16(logits));
+    DeviceBuffer<float> got_loss(n), got_amax(std::vector<float>{0.0f}),
+        got_inv(std::vector<float>{0.0f});
+    DeviceBuffer<uint8_t> got_grad8(size_t(n) * V);
+    ASSERT_TRUE(cuda::CrossEntropyFp8GradSupported(V, got_logits.data(), got_grad8.data()));
+    ASSERT_STATUS_OK(cuda::CrossEntropyForwardBackwardFp8Grad(
+        got_logits.data(), got_loss.data(), d_tgt.data(), n, V, dloss, got_grad8.data(),
+        d_scale.data(), got_amax.data(), got_inv.data(), write_bf16, nullptr));
+    EXPECT_TRUE(test::BitwiseEqual(got_loss.Download(), ref_loss.Download())) << "losses";
+    EXPECT_TRUE(test::BitwiseEqual(test::ToFloat(got_logits.Download()),
+                                   write_bf16 ? test::ToFloat(ref_logits.Download()) : logits))
+        << (write_bf16 ? "bf16 dlogits" : "logits changed");
+    EXPECT_EQ(got_grad8.Download(), ref_grad8.Download()) << "E5M2 dlogits";
+    EXPECT_TRUE(test::BitwiseEqual(got_amax.Download(), ref_amax.Download()))
+        << got_amax.Download()[0] << " vs " << ref_amax.Download()[0];
+    EXPECT_GT(got_amax.Download()[0], 0.0f);
+    EXPECT_TRUE(test::BitwiseEqual(got_inv.Download(), ref_inv.Download())) << "scale_inv";
+  }
 }
 
 TEST(GpuCrossEntropy, Fp8GradIsTheCastOfTheBf16Grad) {

@@ -214,6 +214,22 @@ TEST(GpuFp8Step, EpilogueGemmsTrainLikeTheSeparatePath) {
   }
 }
 
+// precision.fp8.lm_head computes dWte in FP8 as well (dlogits8 transposed into the chunk's
+// logits buffer, hf8t per logits slot) on chunks of a multiple of 64 rows, in BF16 on the bf16
+// dlogits otherwise: chunks of 64 (all FP8), 96 (96 + 96 FP8-less, then 64 in FP8: both kinds
+// adding into one gradient) and the option off, each against the CPU's gradients.
+TEST(GpuFp8Step, LmHeadWeightGradientInFp8MatchesCpu) {
+  FORGE_SKIP_WITHOUT_GPU();
+  const RunConfig c = Fp8Config(Fp8Recipe::kDelayed, /*lm_head=*/true);
+  for (const auto [chunk, fp8_wgrad] : {std::pair{64, true}, {96, true}, {64, false}}) {
+    SCOPED_TRACE("chunk rows " + std::to_string(chunk) + (fp8_wgrad ? "" : ", BF16 dWte"));
+    CudaBackendOptions o;
+    o.lm_head_chunk_rows = chunk;
+    o.fp8_lm_head_wgrad = fp8_wgrad;
+    test::ExpectGradientsMatchCpu(c, 2, o, /*loss_tol=*/2e-2, /*grad_tol=*/0.15);
+  }
+}
+
 // Recompute re-casts the same inputs with the same scales (delayed) or the same measured amax
 // (current): the saved transposed casts are bitwise those of the first forward.
 TEST_P(GpuFp8Model, RecomputeMatchesSavedActivations) {

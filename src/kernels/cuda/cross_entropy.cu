@@ -17,7 +17,9 @@
 // A target outside [0, V) gives loss NaN and no onehot term (no out-of-bounds access).
 // The FP8 variant (kFp8) also writes the gradient as E5M2 into its own buffer in pass 2,
 // quantised from the bf16-rounded value it stores, so it is bitwise CastToFp8 of the bf16
-// dlogits without reading them again (the FP8 LM head's dgrad operand).
+// dlogits without reading them again (the FP8 LM head's dgrad operand); when every GEMM that
+// reads dlogits takes the E5M2 copy, the bf16 store is left out (write_bf16 false: the row is
+// read once and written once in 1 byte a value instead of 3).
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -98,6 +100,7 @@ __device__ __forceinline__ void WriteLoss(float* losses, int64_t row, MaxSum tot
 // The FP8 copy of the gradient (kFp8 only): grad8 [n, V] E5M2, quantised with *scale; the
 // amax of |dlogits| max-accumulated into *amax; *scale_inv = 1 / *scale.
 struct Fp8GradOut {
+  bool write_bf16 = true;  // also store the bf16 dlogits over the logits
   uint8_t* grad8 = nullptr;
   const float* scale = nullptr;
   float* amax = nullptr;
@@ -163,7 +166,7 @@ __global__ void __launch_bounds__(kVecThreads, 2)
       x[j] = exp2f(x[j] * kLog2e - tot.m) * scale;
       if (idx * 8 + j == tgt) x[j] -= dloss;
     }
-    Store16(lr + int64_t{idx} * 8, PackBf16x8(x));
+    if (!kFp8 || f8.write_bf16) Store16(lr + int64_t{idx} * 8, PackBf16x8(x));
     if constexpr (kFp8) {
       float q[8];
 #pragma unroll
@@ -239,7 +242,7 @@ Status CheckShape(const char* what, int64_t n, int V) {
 Status CrossEntropyForwardBackwardFp8Grad(bf16* logits, float* losses, const int32_t* targets,
                                           int64_t n, int V, float dloss, uint8_t* grad8,
                                           const float* scale, float* amax, float* scale_inv,
-                                          cudaStream_t stream) {
+                                          bool write_bf16, cudaStream_t stream) {
   FORGE_RETURN_IF_ERROR(CheckShape("CrossEntropyForwardBackwardFp8Grad", n, V));
   if (!CrossEntropyFp8GradSupported(V, logits, grad8) || scale == nullptr || amax == nullptr) {
     return Status::Invalid("CrossEntropyForwardBackwardFp8Grad: needs V a multiple of 8 (got " +
@@ -248,7 +251,7 @@ Status CrossEntropyForwardBackwardFp8Grad(bf16* logits, float* losses, const int
   }
   if (n == 0) return Status::Ok();
   return LaunchVec<true>(logits, losses, targets, n, V, dloss, /*write_grad=*/true,
-                         Fp8GradOut{grad8, scale, amax, scale_inv}, stream);
+                         Fp8GradOut{write_bf16, grad8, scale, amax, scale_inv}, stream);
 }
 
 bool CrossEntropyFp8GradSupported(int V, const void* logits, const void* grad8) {

@@ -20,13 +20,15 @@ Status CrossEntropyForwardBackward(bf16* logits, float* losses, const int32_t* t
                                    cudaStream_t stream);
 
 // The same with write_grad, also writing dlogits as FP8 E5M2 into grad8 [n, V] (the FP8 LM
-// head's dgrad operand): quantised with *scale from the bf16-rounded gradient, so bitwise
+// head's GEMM operand): quantised with *scale from the bf16-rounded gradient, so bitwise
 // CastToFp8(dlogits, kE5M2) of the bf16 result; amax of |dlogits| max-accumulated into *amax,
-// *scale_inv = 1 / *scale (may be null). Needs CrossEntropyFp8GradSupported.
+// *scale_inv = 1 / *scale (may be null). write_bf16 false leaves the logits as they were (no
+// bf16 dlogits: for a caller whose every dlogits GEMM reads grad8). Needs
+// CrossEntropyFp8GradSupported.
 Status CrossEntropyForwardBackwardFp8Grad(bf16* logits, float* losses, const int32_t* targets,
                                           int64_t n, int V, float dloss, uint8_t* grad8,
                                           const float* scale, float* amax, float* scale_inv,
-                                          cudaStream_t stream);
+                                          bool write_bf16, cudaStream_t stream);
 bool CrossEntropyFp8GradSupported(int V, const void* logits, const void* grad8);
 
 // Deterministic mean of n fp32 values into *out (fixed-order reduction, one block).

@@ -31,6 +31,10 @@ constexpr int64_t kUnitAlign = 128;
 
 int64_t AlignUp(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 
+// The LM head's [chunk, V] logits buffers: two with the wgrad stream (chunk c's dWte reads
+// one while chunk c + 1 writes the other), else one.
+int NumLogitsBuffers(const CudaModelOptions& o) { return o.wgrad_stream ? 2 : 1; }
+
 }  // namespace
 
 // ---- phase timeline ------------------------------------------------------------------------
@@ -394,7 +398,10 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
     shapes[int(LinearKind::kDown)] = {ffn_, d_};
     const Fp8RopeShape rope{o.micro_batch, T_, H_, KV_, hd_, m.rope_theta};
     Fp8LmHeadShape lm_head;
-    if (o.fp8_config.lm_head) lm_head = {V_, d_, std::min<int64_t>(N_, o.lm_head_chunk_rows)};
+    if (o.fp8_config.lm_head) {
+      lm_head = {V_, d_, std::min<int64_t>(N_, o.lm_head_chunk_rows), NumLogitsBuffers(o),
+                 o.fp8_lm_head_wgrad};
+    }
     FORGE_ASSIGN_OR_RETURN(
         b.fp8, Fp8Linears::Create(o.fp8_config, m.n_layer, shapes, N_, int(b.acts.size()), rope,
                                   lm_head, Fp8EpilogueGemms{o.rope_gemm, o.swiglu_gemm}));
@@ -404,7 +411,7 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
   FORGE_RETURN_IF_ERROR(alloc(&b.rstd_f, N));
   FORGE_RETURN_IF_ERROR(SetUpEpilogueGemms(o));
   const int64_t chunk = std::min<int64_t>(N_, o.lm_head_chunk_rows);
-  b.num_logits = o.wgrad_stream ? 2 : 1;
+  b.num_logits = NumLogitsBuffers(o);
   for (int i = 0; i < b.num_logits; ++i) {
     FORGE_RETURN_IF_ERROR(alloc(&b.logits[i], size_t(chunk) * V_));
   }
@@ -1064,7 +1071,7 @@ Status CudaModel::LmHead(const int32_t* targets, float dloss, bool backward,
     FORGE_RETURN_IF_ERROR(WaitWgrad(logits_read, s));  // dWte of chunk c - num_logits
     if (f8 != nullptr) {
       FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
-      FORGE_RETURN_IF_ERROR(f8->CastLmHeadInput(hf, rows, s));
+      FORGE_RETURN_IF_ERROR(f8->CastLmHeadInput(hf, rows, slot, s));
       FORGE_RETURN_IF_ERROR(Mark(StepPhase::kLmHeadGemm, s));
       FORGE_RETURN_IF_ERROR(b.gemm.Run(f8->LmHeadForward(logits, rows), s));
     } else {
@@ -1085,10 +1092,20 @@ Status CudaModel::LmHead(const int32_t* targets, float dloss, bool backward,
       }
     }
     if (!backward) continue;
-    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kLmHeadGemm, s));
     const bool acc = accumulate_grads || r0 > 0;
-    FORGE_RETURN_IF_ERROR(
-        WgradGemm(LinearBackwardWeight(dwte, logits, hf, rows, V_, d_, acc), logits_read, s));
+    if (f8 != nullptr && f8->lm_head_wgrad(rows)) {
+      // FP8 dWte: dlogits8's transposed copy goes into this chunk's logits buffer (no bf16
+      // dlogits were written, or the cast above has read them), guarded like the logits.
+      FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
+      FORGE_RETURN_IF_ERROR(f8->TransposeLmHeadGrad(logits, rows, s));
+      FORGE_RETURN_IF_ERROR(Mark(StepPhase::kLmHeadGemm, s));
+      FORGE_RETURN_IF_ERROR(
+          WgradGemm(f8->LmHeadBackwardWeight(dwte, logits, slot, rows, acc), logits_read, s));
+    } else {
+      FORGE_RETURN_IF_ERROR(Mark(StepPhase::kLmHeadGemm, s));
+      FORGE_RETURN_IF_ERROR(
+          WgradGemm(LinearBackwardWeight(dwte, logits, hf, rows, V_, d_, acc), logits_read, s));
+    }
     FORGE_RETURN_IF_ERROR(b.gemm.Run(
         f8 != nullptr ? f8->LmHeadBackwardData(b.dh + r0 * d_, rows)
                       : LinearBackwardData(b.dh + r0 * d_, logits, wte, rows, V_, d_),

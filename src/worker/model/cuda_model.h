@@ -97,6 +97,9 @@ struct CudaModelOptions {
   // with SwiGLU and the down projection's input casts in its epilogue (fuse_swiglu_gemm).
   bool rope_gemm = true;
   bool swiglu_gemm = true;
+  // precision.fp8.lm_head: dWte in FP8 too, where the chunk shapes allow (Fp8Linears::
+  // lm_head_wgrad); off: the logits and dhf GEMMs in FP8, dWte in BF16.
+  bool fp8_lm_head_wgrad = true;
   // BF16 steps on Hopper: SwiGLU's backward rides on the down projection's input-gradient GEMM
   // (ours, N-major weight): dh is never stored, dgu comes out of it. Bitwise the same.
   bool swiglu_bwd_gemm = true;

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "kernels/cpu/fp8.h"
+#include "kernels/cuda/byte_transpose.cuh"
 #include "kernels/cuda/cross_entropy.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/fp8_cast.cuh"
@@ -140,6 +141,12 @@ Status Fp8Linears::Init(const Fp8Config& cfg, int n_layer,
     FORGE_RETURN_IF_ERROR(Alloc(&lm_w8t_, size_t(lm_.vocab * lm_.d)));
     FORGE_RETURN_IF_ERROR(Alloc(&lm_x8_, size_t(lm_.chunk_rows * lm_.d)));
     FORGE_RETURN_IF_ERROR(Alloc(&lm_dy8_, size_t(lm_.chunk_rows * lm_.vocab)));
+    lm_wgrad_ = lm_.wgrad && lm_.vocab % 64 == 0 && lm_.d % 64 == 0 && lm_.slots >= 1;
+    if (lm_wgrad_) {
+      lm_x8t_.assign(size_t(lm_.slots), nullptr);
+      for (uint8_t*& x8t : lm_x8t_)
+        FORGE_RETURN_IF_ERROR(Alloc(&x8t, size_t(lm_.chunk_rows * lm_.d)));
+    }
   }
   const int64_t ffn = shapes[int(LinearKind::kDown)].in;
   fuse_swiglu_ = shapes[int(LinearKind::kGateUp)].out == 2 * ffn && ffn <= INT32_MAX &&
@@ -337,14 +344,20 @@ Status Fp8Linears::CastLmHeadWeight(const bf16* wte, cudaStream_t s) {
   return Cast(e4m3_, LmWeightSlot(), DType::kE4M3, lm_w8_, lm_w8t_, wte, lm_.vocab, lm_.d, s);
 }
 
-Status Fp8Linears::CastLmHeadInput(const bf16* hf, int64_t rows, cudaStream_t s) {
+Status Fp8Linears::CastLmHeadInput(const bf16* hf, int64_t rows, int slot, cudaStream_t s) {
   if (!lm_head()) return Status::Precondition("fp8 linears: no FP8 LM head");
   if (rows < 0 || rows > lm_.chunk_rows || rows % 16 != 0) {
     return Status::Invalid("fp8 linears: LM head chunk of " + std::to_string(rows) +
                            " rows (at most " + std::to_string(lm_.chunk_rows) +
                            ", a multiple of 16)");
   }
-  return Cast(e4m3_, LmInputSlot(), DType::kE4M3, lm_x8_, nullptr, hf, rows, lm_.d, s);
+  if (!lm_head_wgrad(rows))
+    return Cast(e4m3_, LmInputSlot(), DType::kE4M3, lm_x8_, nullptr, hf, rows, lm_.d, s);
+  if (slot < 0 || slot >= lm_.slots)
+    return Status::Invalid("fp8 linears: LM head slot " + std::to_string(slot) + " of " +
+                           std::to_string(lm_.slots));
+  return Cast(e4m3_, LmInputSlot(), DType::kE4M3, lm_x8_, lm_x8t_[size_t(slot)], hf, rows, lm_.d,
+              s);
 }
 
 Status Fp8Linears::CrossEntropyToGrad(bf16* logits, float* losses, const int32_t* targets,
@@ -355,7 +368,8 @@ Status Fp8Linears::CrossEntropyToGrad(bf16* logits, float* losses, const int32_t
   const SlotPtrs q = SlotOf(e5m2_, LmGradSlot());
   return cuda::CrossEntropyForwardBackwardFp8Grad(logits, losses, targets, rows,
                                                   static_cast<int>(lm_.vocab), dloss, lm_dy8_,
-                                                  q.scale, q.amax, q.scale_inv, s);
+                                                  q.scale, q.amax, q.scale_inv,
+                                                  /*write_bf16=*/!lm_head_wgrad(rows), s);
 }
 
 Status Fp8Linears::CastLmHeadGrad(const bf16* dlogits, int64_t rows, cudaStream_t s) {
@@ -371,6 +385,25 @@ GemmArgs Fp8Linears::LmHeadBackwardData(bf16* dhf, int64_t rows) const {
   g.a_type = DType::kE5M2, g.b_type = DType::kE4M3, g.d_type = DType::kBf16;
   g.a_scale = SlotOf(e5m2_, LmGradSlot()).scale_inv;
   g.b_scale = SlotOf(e4m3_, LmWeightSlot()).scale_inv;
+  return g;
+}
+
+Status Fp8Linears::TransposeLmHeadGrad(void* dlogits8t, int64_t rows, cudaStream_t s) const {
+  if (!lm_head_wgrad(rows))
+    return Status::Precondition("fp8 linears: no FP8 LM-head weight gradient for this chunk");
+  return cuda::TransposeBytes(dlogits8t, lm_dy8_, rows, lm_.vocab, s);
+}
+
+GemmArgs Fp8Linears::LmHeadBackwardWeight(float* dwte, const void* dlogits8t, int slot,
+                                          int64_t rows, bool accumulate) const {
+  GemmArgs g;
+  g.M = lm_.vocab, g.N = lm_.d, g.K = rows;
+  g.A = dlogits8t, g.B = lm_x8t_[size_t(slot)], g.D = dwte;
+  g.trans_a = false, g.trans_b = true;
+  g.a_type = DType::kE5M2, g.b_type = DType::kE4M3, g.d_type = DType::kFp32;
+  g.a_scale = SlotOf(e5m2_, LmGradSlot()).scale_inv;
+  g.b_scale = SlotOf(e4m3_, LmInputSlot()).scale_inv;
+  g.accumulate = accumulate;
   return g;
 }
 

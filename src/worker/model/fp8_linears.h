@@ -28,13 +28,17 @@
 // history does not see it, and the count is in nonfinite().
 //
 // LM head (precision.fp8.lm_head), per token chunk:
-//   logits = hf Wte^T   hf8 [rows, d] (scratch)          Wte8  [V, d]
-//   dhf    = dlogits Wte  dlogits8 [rows, V] (E5M2)       Wte8t [d, V]
+//   logits = hf Wte^T      hf8 [rows, d] (scratch)             Wte8  [V, d]
+//   dhf    = dlogits Wte   dlogits8 [rows, V] (E5M2)            Wte8t [d, V]
+//   dWte  += dlogits^T hf  dlogits8t [V, rows] (caller's)       hf8t [d, rows] (per slot)
 // Wte8/Wte8t are cast once per step like the blocks' weights. dlogits8 is written by the
 // cross-entropy kernel itself on a delayed step (CrossEntropyToGrad: no extra pass over the
-// step's largest tensor), by a cast of the bf16 dlogits when the casts measure first. The
-// weight gradient dWte = dlogits^T hf stays BF16: its operands would need transposed copies
-// of dlogits [V, rows], a pass the cross-entropy kernel's row layout cannot write cheaply.
+// step's largest tensor), by a cast of the bf16 dlogits when the casts measure first. Its
+// transposed copy for dWte comes from a byte transpose of dlogits8 (the kernel's one-row-a-
+// block layout cannot write it) into the chunk's logits buffer, which is dead by then: in FP8
+// the cross-entropy writes no bf16 dlogits (1 byte a value instead of 3), so the transpose
+// costs what that store did, and dWte (the LM head's largest GEMM) runs in FP8. Chunks whose
+// rows are not a multiple of 64 (the transpose's tile) keep dWte in BF16 on bf16 dlogits.
 //
 // Tensor indices: E4M3 (weights and inputs) 2*(4l+k) for W and 2*(4l+k)+1 for x, then the LM
 // head's Wte at 8L and hf at 8L+1; E5M2 4l+k, then the LM head's dlogits at 4L.
@@ -81,6 +85,11 @@ struct Fp8EpilogueGemms {
 // The tied LM head's shape (vocab 0: the LM head stays BF16).
 struct Fp8LmHeadShape {
   int64_t vocab = 0, d = 0, chunk_rows = 0;  // Wte [vocab, d]; hf chunks of <= chunk_rows
+  // How many chunks' weight-gradient operands may be live at once (CudaModel's logits
+  // buffers: the weight gradient of one chunk runs beside the next chunk's work).
+  int slots = 1;
+  // The weight gradient dWte in FP8 too, where the shapes allow (lm_head_wgrad).
+  bool wgrad = true;
 };
 
 class Fp8Linears {
@@ -171,8 +180,12 @@ class Fp8Linears {
   bool lm_head() const { return lm_.vocab > 0; }
   // Wte [vocab, d] (BF16 compute copy) -> its E4M3 copy: once per step, before the first chunk.
   Status CastLmHeadWeight(const cuda::bf16* wte, cudaStream_t s);
-  // A chunk of hf [rows, d] (rows <= chunk_rows) -> its E4M3 copy (scratch for the GEMM).
-  Status CastLmHeadInput(const cuda::bf16* hf, int64_t rows, cudaStream_t s);
+  // A chunk of hf [rows, d] (rows <= chunk_rows) -> its E4M3 copy (scratch for the GEMM), and
+  // its transposed copy in slot `slot` when lm_head_wgrad(rows).
+  Status CastLmHeadInput(const cuda::bf16* hf, int64_t rows, int slot, cudaStream_t s);
+  // Whether a chunk of `rows` computes dWte in FP8 (LmHeadBackwardWeight): then no bf16
+  // dlogits exist; else dWte is the BF16 GEMM on the bf16 dlogits.
+  bool lm_head_wgrad(int64_t rows) const { return lm_wgrad_ && rows % 64 == 0; }
   // logits [rows, vocab] = hf8 Wte8^T (BF16 out).
   cuda::GemmArgs LmHeadForward(cuda::bf16* logits, int64_t rows) const;
   // The cross-entropy of a chunk (kernels/cuda/cross_entropy.cuh, write_grad) that also
@@ -184,6 +197,12 @@ class Fp8Linears {
   Status CastLmHeadGrad(const cuda::bf16* dlogits, int64_t rows, cudaStream_t s);
   // dhf [rows, d] = dlogits8 Wte8 (Wte8t as the K-contiguous operand), BF16 out.
   cuda::GemmArgs LmHeadBackwardData(cuda::bf16* dhf, int64_t rows) const;
+  // dlogits8 -> dlogits8t [vocab, rows] (lm_head_wgrad chunks; 16-byte aligned, may be the
+  // chunk's logits buffer once nothing reads the logits).
+  Status TransposeLmHeadGrad(void* dlogits8t, int64_t rows, cudaStream_t s) const;
+  // dWte [vocab, d] (+)= dlogits8t hf8t^T (fp32), hf8t of `slot`.
+  cuda::GemmArgs LmHeadBackwardWeight(float* dwte, const void* dlogits8t, int slot, int64_t rows,
+                                      bool accumulate) const;
 
   // After the step's last micro-batch: histories, next scales, amaxes reset (delayed update).
   Status EndStep(cudaStream_t s);
@@ -308,6 +327,8 @@ class Fp8Linears {
   uint8_t* lm_w8t_ = nullptr;                  // [d, vocab]
   uint8_t* lm_x8_ = nullptr;                   // [chunk_rows, d]
   uint8_t* lm_dy8_ = nullptr;                  // [chunk_rows, vocab]
+  bool lm_wgrad_ = false;
+  std::vector<uint8_t*> lm_x8t_;  // [slot]: [d, chunk_rows] (lm_wgrad_)
 };
 
 }  // namespace forge

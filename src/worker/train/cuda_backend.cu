@@ -174,6 +174,7 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
   mo.norm_dw_on_wgrad = options.norm_dw_on_wgrad;
   mo.rope_gemm = options.rope_gemm;
   mo.swiglu_gemm = options.swiglu_gemm;
+  mo.fp8_lm_head_wgrad = options.fp8_lm_head_wgrad;
   mo.swiglu_bwd_gemm = options.swiglu_bwd_gemm;
   mo.wgrad_stream_priority = wgrad_priority;
   mo.defer_update = options.defer_update;
@@ -608,6 +609,7 @@ CudaBackendOptions CudaBackendOptionsFromEnv() {
   if (EnvIsZero("FORGE_CUDA_ROPE_GEMM")) o.rope_gemm = false;
   if (EnvIsZero("FORGE_CUDA_SWIGLU_GEMM")) o.swiglu_gemm = false;
   if (EnvIsZero("FORGE_CUDA_SWIGLU_BWD_GEMM")) o.swiglu_bwd_gemm = false;
+  if (EnvIsZero("FORGE_CUDA_FP8_LM_WGRAD")) o.fp8_lm_head_wgrad = false;
   if (EnvIsZero("FORGE_CUDA_DEFER_UPDATE")) o.defer_update = false;
   if (const char* v = std::getenv("FORGE_CUDA_WGRAD_PRIORITY")) {
     if (std::strcmp(v, "low") == 0) o.wgrad_priority = -1;

@@ -62,6 +62,9 @@ struct CudaBackendOptions {
   // swiglu_bwd_gemm), one GPU and the sharded modes (ddp leaves it off: it delays the
   // overlapped all-reduces); FORGE_CUDA_SWIGLU_BWD_GEMM=0 turns it off.
   bool swiglu_bwd_gemm = true;
+  // precision.fp8.lm_head: the LM head's weight gradient in FP8 as well (CudaModelOptions::
+  // fp8_lm_head_wgrad). FORGE_CUDA_FP8_LM_WGRAD=0 keeps it BF16.
+  bool fp8_lm_head_wgrad = true;
 };
 
 // Defaults with the environment overrides above applied.
