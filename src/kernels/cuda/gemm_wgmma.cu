@@ -52,7 +52,14 @@ constexpr int kPrefetchBytes = 2 * kConsumers * 2 * 128 * 16;
 // The swizzled tiles need 1024-byte alignment; the dynamic buffer is aligned by hand.
 constexpr int kSmemBytes =
     kStages * kStageBytes + kOutBytes + 1024 + 2 * kStages * 8 + 2 * kConsumers * 8;
-constexpr int kSmemBytesSwiGluBackward = kSmemBytes + kPrefetchBytes;  // 230,448 of 232,448
+constexpr int kSmemBytesSwiGluBackward = kSmemBytes + kPrefetchBytes;  // 230,480 of 232,448
+// Registers a thread after setmaxnreg: the producer warpgroup gives up what the consumers take
+// (the CTA starts with ptxas's 168 a thread; an .inc the pool cannot cover blocks forever).
+// Plain forms: producer 40, consumers 232; FP8 SwiGLU (epilogue warps in the producer
+// warpgroup): 88 and 208.
+constexpr int kLaunchRegs = 168;
+static_assert((kLaunchRegs - 40) * 128 >= (232 - kLaunchRegs) * 128 * kConsumers);
+static_assert((kLaunchRegs - 88) * 128 >= (208 - kLaunchRegs) * 128 * kConsumers);
 
 __device__ __forceinline__ uint32_t SmemAddr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -337,7 +344,7 @@ __device__ __forceinline__ void EpilogueWarpsSwiGluFp8(const uint8_t* out_smem, 
 // shared memory left for a staged transpose, and none needed). In FP8 the main loop is half as
 // long as BF16's, so the shares between the consumers' MMA issues (BF16's way) cost ~63 us of
 // 219 at gpt350m's gate/up shape (docs/benchmarks.md, session 16); the epilogue warps run beside
-// the MMAs instead, with registers the producer and consumers leave (96 + 2 x 208 a thread).
+// the MMAs instead, with registers the producer and consumers leave (88 + 2 x 208 a thread).
 template <WgmmaEpilogue kEpi, bool kNMajorB = false, bool kFp8 = false>
 __global__ void __launch_bounds__(kThreads, 1)
     WgmmaGemmKernel(const __grid_constant__ CUtensorMap map_a,
@@ -380,7 +387,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (wg == kConsumers) {  // producer: one thread, few registers (the epilogue warps: more)
     if constexpr (epi_warps) {
-      asm volatile("setmaxnreg.dec.sync.aligned.u32 96;\n" ::: "memory");
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 88;\n" ::: "memory");
     } else {
       asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
     }
@@ -753,6 +760,13 @@ Status Launch(const WgmmaGemmArgs& args, bool fp8, cudaStream_t stream) {
   const int smem = swiglu_bwd ? kSmemBytesSwiGluBackward : kSmemBytes;
   auto launch = [&](auto kernel) -> Status {
     FORGE_RETURN_IF_ERROR(AllowDynamicSmem(kernel, smem));
+    // The setmaxnreg split (kLaunchRegs) assumes this allocation; another would hang the .inc.
+    cudaFuncAttributes attr{};
+    FORGE_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+    if (attr.numRegs != kLaunchRegs)
+      return Status::Internal(name + ": built with " + std::to_string(attr.numRegs) +
+                              " registers a thread; its setmaxnreg split assumes " +
+                              std::to_string(kLaunchRegs));
     kernel<<<grid, kThreads, smem, stream>>>(map_a, map_b, map_d, map_d2, args.epi,
                                              static_cast<__nv_bfloat16*>(args.D), tiles_n, tiles,
                                              k);
