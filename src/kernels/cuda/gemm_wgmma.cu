@@ -14,8 +14,6 @@
 //   m64n256k16 straight from the swizzled shared memory (4 per K-tile), then they release the
 //   stage through its `empty` mbarrier once the MMAs that read it have completed; the output
 //   tile is staged in shared memory (32 KiB a warpgroup) and stored by TMA.
-// - the FP8 SwiGLU form also puts the producer warpgroup's other three warps to work: they
-//   turn each staged gu tile into h's FP8 bytes while the consumers run the next main loop.
 // 3 stages x 48 KiB + 64 KiB of staging = 208 KiB of shared memory (+16 KiB of prefetch slots
 // for kSwiGluBackward): one CTA per SM.
 #include <cuda.h>
@@ -50,16 +48,13 @@ constexpr int kOutBytes = kConsumers * 4 * kOutChunkBytes;
 // kSwiGluBackward's prefetch slots: 2 slots x 2 warpgroups x (g, u) x 128 threads x 16 bytes.
 constexpr int kPrefetchBytes = 2 * kConsumers * 2 * 128 * 16;
 // The swizzled tiles need 1024-byte alignment; the dynamic buffer is aligned by hand.
-constexpr int kSmemBytes =
-    kStages * kStageBytes + kOutBytes + 1024 + 2 * kStages * 8 + 2 * kConsumers * 8;
-constexpr int kSmemBytesSwiGluBackward = kSmemBytes + kPrefetchBytes;  // 230,480 of 232,448
-// Registers a thread after setmaxnreg: the producer warpgroup gives up what the consumers take
-// (the CTA starts with ptxas's 168 a thread; an .inc the pool cannot cover blocks forever).
-// Plain forms: producer 40, consumers 232; FP8 SwiGLU (epilogue warps in the producer
-// warpgroup): 88 and 208.
+constexpr int kSmemBytes = kStages * kStageBytes + kOutBytes + 1024 + 2 * kStages * 8;
+constexpr int kSmemBytesSwiGluBackward = kSmemBytes + kPrefetchBytes;  // 230,448 of 232,448
+// Registers a thread after setmaxnreg: the producer warpgroup gives up (40 a thread) what the
+// consumers take (232). The CTA starts with ptxas's allocation, 168 a thread; an .inc the pool
+// cannot cover blocks forever (session 16 hung a form that asked 208 with only 96 given up).
 constexpr int kLaunchRegs = 168;
 static_assert((kLaunchRegs - 40) * 128 >= (232 - kLaunchRegs) * 128 * kConsumers);
-static_assert((kLaunchRegs - 88) * 128 >= (208 - kLaunchRegs) * 128 * kConsumers);
 
 __device__ __forceinline__ uint32_t SmemAddr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -225,15 +220,6 @@ __device__ __forceinline__ uint32_t StagedOffset(int row, int unit, int quad) {
   return uint32_t(row * 128 + ((unit ^ (row % 8)) * 16) + quad * 4);
 }
 
-// g and u of the 16-byte vector `unit` of row `row` of a staged gu tile (`buf`: a consumer's
-// four chunks, gate in chunks 0-1 and up in 2-3; `chunk` 0 or 1).
-__device__ __forceinline__ void LoadStagedGu(const uint8_t* buf, int row, int chunk, int unit,
-                                             float (&g)[8], float (&u)[8]) {
-  const uint32_t off = StagedOffset(row, unit, 0);
-  UnpackBf16x8(Load16(buf + chunk * kOutChunkBytes + off), g);
-  UnpackBf16x8(Load16(buf + (chunk + 2) * kOutChunkBytes + off), u);
-}
-
 // o[e] = byte e of a, b, c, d (a's in the lowest byte): a 4x4 byte transpose in 8 PRMTs.
 __device__ __forceinline__ void Transpose4x4Bytes(uint32_t a, uint32_t b, uint32_t c, uint32_t d,
                                                   uint32_t* o0, uint32_t* o1, uint32_t* o2,
@@ -251,59 +237,6 @@ __device__ __forceinline__ void Transpose8x8Bytes(const uint2 (&r)[8], uint2 (&c
   Transpose4x4Bytes(r[4].x, r[5].x, r[6].x, r[7].x, &c[0].y, &c[1].y, &c[2].y, &c[3].y);
   Transpose4x4Bytes(r[0].y, r[1].y, r[2].y, r[3].y, &c[4].x, &c[5].x, &c[6].x, &c[7].x);
   Transpose4x4Bytes(r[4].y, r[5].y, r[6].y, r[7].y, &c[4].y, &c[5].y, &c[6].y, &c[7].y);
-}
-
-// FP8 SwiGLU's h from the consumers' staged gu tiles (see the kernel's comment), run by the
-// producer warpgroup's epilogue warps: thread e of n takes units e, e + n, ... of each
-// consumer's 64 x 128 h (a unit: 8 rows of one 16-byte column vector, 128 a consumer), for this
-// CTA's tiles in the consumers' order. Writes h (E4M3, [M, ffn]) and h_t ([ffn, M]) straight to
-// global memory, max-accumulates |h| into *h_amax and writes *h_scale_inv; the bytes are
-// SwiGluForwardFp8's on the staged (bf16) gu.
-__device__ __forceinline__ void EpilogueWarpsSwiGluFp8(const uint8_t* out_smem, uint64_t* staged,
-                                                       uint64_t* freed, const WgmmaEpilogueArgs& ea,
-                                                       __nv_bfloat16* h_out, int tiles_n, int tiles,
-                                                       int e, int n) {
-  constexpr int bn = kBN / 2;
-  const float hs = *ea.h_scale;
-  const int64_t m_rows = int64_t(tiles / tiles_n) * kBM;
-  uint8_t* q = reinterpret_cast<uint8_t*>(h_out);
-  uint32_t hmax = 0;
-  int tile_no = 0;
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++tile_no) {
-    const int m0 = (tile / tiles_n) * kBM, n0 = (tile % tiles_n) * bn;
-    for (int w = 0; w < kConsumers; ++w) {
-      MbarWait(&staged[w], tile_no & 1);
-      const uint8_t* buf = out_smem + w * 4 * kOutChunkBytes;
-      for (int unit = e; unit < 128; unit += n) {
-        const int chunk = (unit % 16) / 8, vec = unit % 8, row8 = (unit / 16) * 8;
-        const int col = n0 + chunk * 64 + vec * 8;
-        const int64_t row0 = m0 + w * 64 + row8;
-        uint2 hq[8];
-#pragma unroll
-        for (int k = 0; k < 8; ++k) {
-          float g[8], u[8], h[8];
-          LoadStagedGu(buf, row8 + k, chunk, vec, g, u);
-#pragma unroll
-          for (int j = 0; j < 8; ++j) {
-            h[j] = fp8tile::RoundBf16(SwiGluOut(g[j], u[j]));
-            hmax = max(hmax, fp8tile::AbsBits(h[j]));
-          }
-          hq[k] = fp8tile::QuantizeFp8x8<__NV_E4M3>(h, hs);
-          *reinterpret_cast<uint2*>(q + (row0 + k) * int64_t(ea.ffn) + col) = hq[k];
-        }
-        uint2 c[8];
-        Transpose8x8Bytes(hq, c);
-        uint8_t* qt = static_cast<uint8_t*>(ea.h_t) + row0;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) *reinterpret_cast<uint2*>(qt + (col + j) * m_rows) = c[j];
-      }
-      MbarArrive(&freed[w]);
-    }
-  }
-  // fp8_cast.cuh's amax and scale_inv slots.
-  hmax = fp8tile::WarpMaxU32(hmax);
-  if (e % 32 == 0 && hmax != 0u) atomicMax(reinterpret_cast<unsigned int*>(ea.h_amax), hmax);
-  if (blockIdx.x == 0 && e == 0) *ea.h_scale_inv = 1.0f / hs;
 }
 
 // Persistent: CTA b takes tiles b, b + gridDim.x, ... in row-major tile order (N fastest), so
@@ -336,15 +269,10 @@ __device__ __forceinline__ void EpilogueWarpsSwiGluFp8(const uint8_t* out_smem, 
 // dequantised by a_scale * b_scale before the bf16 rounding. kRope then rotates the rounded value
 // as in BF16 (the FP8 forward's QKV projection: bitwise cuBLASLt's FP8 GEMM with fast accumulation
 // followed by RopeApply whenever the GEMMs agree). kSwiGlu then quantises h as SwiGluForwardFp8
-// does, and not in the consumers: the producer warpgroup's three idle warps (epilogue warps) take
-// each staged gu tile (`staged` mbarrier, one per consumer) while the consumers run the next
-// tile's main loop, and hand the staging buffer back (`freed`) before its next epilogue. Each
-// epilogue thread takes 8 rows of a 16-byte column vector at a time, writes their row-major
-// bytes and transposes the 8 x 8 bytes in registers into 8 bytes of each of h_t's 8 columns (no
-// shared memory left for a staged transpose, and none needed). In FP8 the main loop is half as
-// long as BF16's, so the shares between the consumers' MMA issues (BF16's way) cost ~63 us of
-// 219 at gpt350m's gate/up shape (docs/benchmarks.md, session 16); the epilogue warps run beside
-// the MMAs instead, with registers the producer and consumers leave (88 + 2 x 208 a thread).
+// does: each thread takes 8 rows of one 16-byte column vector (two rows a share), writes their
+// row-major bytes as it goes and, after the fourth share, transposes the 8 x 8 bytes in registers
+// into 8 bytes of each of h_t's 8 columns (no shared memory left for a staged transpose, and none
+// needed).
 template <WgmmaEpilogue kEpi, bool kNMajorB = false, bool kFp8 = false>
 __global__ void __launch_bounds__(kThreads, 1)
     WgmmaGemmKernel(const __grid_constant__ CUtensorMap map_a,
@@ -362,11 +290,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* full =
       reinterpret_cast<uint64_t*>(out_smem + kOutBytes + (swiglu_bwd ? kPrefetchBytes : 0));
   uint64_t* empty = full + kStages;
-  // FP8 SwiGLU: a consumer's staged gu is ready for the epilogue warps / read by them.
-  constexpr bool epi_warps = kFp8 && swiglu;
-  uint64_t* staged = empty + kStages;
-  uint64_t* freed = staged + kConsumers;
-  constexpr int kEpiThreads = 96;  // the producer warpgroup's warps 1-3
   const int wg = threadIdx.x / 128;
   constexpr int bk = kFp8 ? 2 * kBK : kBK;  // K per K-tile (128 bytes of a row either way)
   const int ktiles = k / bk;
@@ -377,24 +300,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       MbarInit(&full[s], 1);
       MbarInit(&empty[s], 128 * kConsumers);
     }
-    for (int w = 0; w < kConsumers; ++w) {
-      MbarInit(&staged[w], 1);
-      MbarInit(&freed[w], kEpiThreads);
-    }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
 
-  if (wg == kConsumers) {  // producer: one thread, few registers (the epilogue warps: more)
-    if constexpr (epi_warps) {
-      asm volatile("setmaxnreg.dec.sync.aligned.u32 88;\n" ::: "memory");
-    } else {
-      asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
-    }
-    if (epi_warps && threadIdx.x >= kConsumers * 128 + 32) {
-      EpilogueWarpsSwiGluFp8(out_smem, staged, freed, ea, h_out, tiles_n, tiles,
-                             threadIdx.x - (kConsumers * 128 + 32), kEpiThreads);
-    } else if (threadIdx.x == kConsumers * 128) {
+  if (wg == kConsumers) {  // producer: one thread, few registers
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    if (threadIdx.x == kConsumers * 128) {
       int it = 0;
       for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         const int m0 = (tile / tiles_n) * kBM, n0 = (tile % tiles_n) * bn;
@@ -420,11 +332,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   } else {
     // Consumers get the registers the producer gave up (128 accumulators + the epilogue).
-    if constexpr (epi_warps) {
-      asm volatile("setmaxnreg.inc.sync.aligned.u32 208;\n" ::: "memory");
-    } else {
-      asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
-    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
     const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32, quad = lane % 4;
     const int row0 = warp * 16 + lane / 4;  // this thread's first row in the warpgroup's 64
     uint8_t* my_out = out_smem + wg * 4 * kOutChunkBytes;
@@ -444,37 +352,89 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     };
     // The staging buffer is free again once the copy engine has read the last stores out.
-    // With epilogue warps, also until they have read this consumer's previous staged tile
-    // (`tile_no`: this CTA's tiles so far).
-    int tile_no = 0;
     auto await_staging = [&] {
-      if (t == 0) {
-        asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-        if (epi_warps && tile_no > 0) MbarWait(&freed[wg], (tile_no - 1) & 1);
-      }
+      if (t == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
       WarpgroupBarrier(wg);
     };
-    // BF16 SwiGLU's h of the previous tile, from its staged gu (gu's TMA store reads the same
+    // SwiGLU's h of the previous tile, from its staged gu (gu's TMA store reads the same
     // buffer, so no wait), in four shares between this tile's first wgmma issues: each thread
     // takes whole 16-byte vectors (8 lanes a 128-byte row of a chunk: no bank conflicts) and
     // writes h straight to global memory (16 lanes a 256-byte run), so h needs neither
     // registers across the tile nor staging space. pending_row < 0: nothing pending.
     int pending_row = -1, pending_n0 = 0;
+    // g and u of the 16-byte vector `unit` of a staged gu row (gate in chunks 0-1, up in 2-3).
+    auto load_staged_gu = [&](int row, int chunk, int unit, float(&g)[8], float(&u)[8]) {
+      const uint32_t off = StagedOffset(row, unit, 0);
+      UnpackBf16x8(Load16(my_out + chunk * kOutChunkBytes + off), g);
+      UnpackBf16x8(Load16(my_out + (chunk + 2) * kOutChunkBytes + off), u);
+    };
     auto share = [&](int s) {  // vectors t + 128 v, v in [2 s, 2 s + 2), of the 64 x 128 h
 #pragma unroll
       for (int v = 0; v < 2; ++v) {
         const int idx = t + 128 * (2 * s + v), row = idx / 16, chunk = (idx / 8) % 2,
                   unit = idx % 8;
         float g[8], u[8], h[8];
-        LoadStagedGu(my_out, row, chunk, unit, g, u);
+        load_staged_gu(row, chunk, unit, g, u);
 #pragma unroll
         for (int e = 0; e < 8; ++e) h[e] = SwiGluOut(g[e], u[e]);
         Store16(h_out + (pending_row + row) * int64_t(ea.ffn) + pending_n0 + chunk * 64 + unit * 8,
                 PackBf16x8(h));
       }
     };
-    float dq = 1.0f;
+    // kFp8 (see the kernel's comment): h's E4M3 bytes of rows 8 (t / 16) + k in hq[k], column
+    // vector t % 16; hmax: the largest |h| bits seen.
+    float dq = 1.0f, hs = 0.0f;
     if constexpr (kFp8) dq = *ea.a_scale * *ea.b_scale;
+    if constexpr (kFp8 && swiglu) hs = *ea.h_scale;
+    uint2 hq[8];
+    uint32_t hmax = 0;
+    auto share_fp8 = [&]<int kShare>() {
+      const int chunk = (t % 16) / 8, unit = t % 8, col = pending_n0 + chunk * 64 + unit * 8;
+      const int row8 = (t / 16) * 8;
+      uint8_t* q = reinterpret_cast<uint8_t*>(h_out);
+#pragma unroll
+      for (int v = 0; v < 2; ++v) {
+        const int row = row8 + 2 * kShare + v;
+        float g[8], u[8], h[8];
+        load_staged_gu(row, chunk, unit, g, u);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          h[e] = fp8tile::RoundBf16(SwiGluOut(g[e], u[e]));
+          hmax = max(hmax, fp8tile::AbsBits(h[e]));
+        }
+        hq[2 * kShare + v] = fp8tile::QuantizeFp8x8<__NV_E4M3>(h, hs);
+        *reinterpret_cast<uint2*>(q + (pending_row + row) * int64_t(ea.ffn) + col) =
+            hq[2 * kShare + v];
+      }
+      if constexpr (kShare == 3) {
+        uint2 c[8];
+        Transpose8x8Bytes(hq, c);
+        const int64_t m_rows = int64_t(tiles / tiles_n) * kBM;
+        uint8_t* qt = static_cast<uint8_t*>(ea.h_t) + pending_row + row8;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) *reinterpret_cast<uint2*>(qt + (col + e) * m_rows) = c[e];
+      }
+    };
+    auto share_any = [&](int s) {
+      if constexpr (kFp8) {
+        switch (s) {
+          case 0:
+            share_fp8.template operator()<0>();
+            break;
+          case 1:
+            share_fp8.template operator()<1>();
+            break;
+          case 2:
+            share_fp8.template operator()<2>();
+            break;
+          default:
+            share_fp8.template operator()<3>();
+            break;
+        }
+      } else {
+        share(s);
+      }
+    };
     // SwiGLU's backward of the previous tile (kSwiGluBackward): its dh is staged like a plain
     // output but never stored; during this tile's main loop each thread takes 16 of its 16-byte
     // vectors (v = t + 128 i: a warp covers 512 contiguous bytes of a row), reads g and u from
@@ -531,14 +491,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     // At K-tile kt of the next tile: a share at each of the first four K-tiles (the rest at
     // the last, with fewer).
     auto pending_step = [&](int kt) {
-      if (kt < 4) share(kt);
+      if (kt < 4) share_any(kt);
       if (kt == ktiles - 1) {
-        for (int r = kt + 1; r < 4; ++r) share(r);
+        for (int r = kt + 1; r < 4; ++r) share_any(r);
       }
       if (kt >= 3 || kt == ktiles - 1) pending_row = -1;
     };
     int it = 0;
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++tile_no) {
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
       const int m0 = (tile / tiles_n) * kBM, n0 = (tile % tiles_n) * bn;
       const int out_row = m0 + wg * 64;
       // RoPE: this tile's (sin, cos) loaded before the main loop, so they are in registers by
@@ -577,7 +537,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
         WgmmaCommit();
-        if (swiglu && !epi_warps && pending_row >= 0) pending_step(kt);  // the last tile's h
+        if (swiglu && pending_row >= 0) pending_step(kt);  // the previous tile's h, under the MMAs
         if (swiglu_bwd && pending_row >= 0) bwd_pending_step(kt);
         // Keep this K-tile's MMAs in flight; the previous ones are done, so free their stage.
         WgmmaWait<1>();
@@ -611,11 +571,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         // the whole warpgroup).
         store(&map_d2, 4, [&](int c) { return c < 2 ? n0 + 64 * c : ea.ffn + n0 + 64 * (c - 2); },
               out_row);
-        if constexpr (epi_warps) {
-          if (t == 0) MbarArrive(&staged[wg]);  // after store's barrier: the whole tile is staged
-        } else {
-          pending_row = out_row, pending_n0 = n0;
-        }
+        pending_row = out_row, pending_n0 = n0;
       } else if constexpr (swiglu_bwd) {
         // dh (bf16, as the separate GEMM would store it) stays staged for the next tile's main
         // loop; the barrier makes every thread's part visible to the warpgroup.
@@ -628,7 +584,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     if (swiglu && pending_row >= 0) {  // the last tile's h: no main loop left to hide it
-      for (int r = 0; r < 4; ++r) share(r);
+      for (int r = 0; r < 4; ++r) share_any(r);
+    }
+    if constexpr (kFp8 && swiglu) {  // fp8_cast.cuh's amax and scale_inv slots
+      hmax = fp8tile::WarpMaxU32(hmax);
+      if (lane == 0 && hmax != 0u) atomicMax(reinterpret_cast<unsigned int*>(ea.h_amax), hmax);
+      if (blockIdx.x == 0 && threadIdx.x == 0) *ea.h_scale_inv = 1.0f / hs;
     }
     if (swiglu_bwd) {  // the last tile's backward, likewise
       while (pending_row >= 0) bwd_step();
