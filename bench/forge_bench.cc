@@ -250,7 +250,7 @@ int Run(int argc, char** argv) {
   out["wgrad_stream"] = options.wgrad_stream;
   out["norm_dw_on_wgrad"] = options.norm_dw_on_wgrad;
   out["wgrad_priority"] = options.wgrad_stream ? options.wgrad_priority : 0;
-  out["wgrad_sm_margin"] = options.wgrad_sm_margin;  // -1: a quarter of the SMs
+  out["wgrad_sm_margin"] = options.wgrad_sm_margin;  // -1: a quarter of the SMs (FP8: 3/8)
   out["defer_update"] = options.defer_update;
   out["recipe"] = args.recipe;
   out["loss"] = stats.loss;

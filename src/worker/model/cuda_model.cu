@@ -466,7 +466,9 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
     FORGE_CUDA_CHECK(cudaGetDevice(&device));
     FORGE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     const int gemm_margin = std::max(0, o.gemm_sm_margin);
-    const int wgrad_margin = o.wgrad_sm_margin < 0 ? (sms / 4) & ~7 : o.wgrad_sm_margin;
+    const int wgrad_margin = o.wgrad_sm_margin >= 0 ? o.wgrad_sm_margin
+                             : o.fp8                ? (sms * 3 / 8) & ~7
+                                                    : (sms / 4) & ~7;
     if (gemm_margin > 0) bwd_sm_count_ = std::max(1, sms - gemm_margin);
     if (gemm_margin + wgrad_margin > 0) {
       wgrad_sm_count_ = std::max(1, sms - gemm_margin - wgrad_margin);

@@ -80,8 +80,10 @@ struct CudaModelOptions {
   // that run beside them (SwiGLU / RMSNorm / RoPE backward, the cross-entropy), on top of
   // gemm_sm_margin. cuBLASLt's Hopper GEMMs otherwise take every SM, so those kernels wait.
   // -1: a quarter of the SMs, rounded down to a multiple of 8 (32 on H100/H200: the best of
-  // 0/16/32/48/64/80 measured, docs/benchmarks.md session 9); 0: none. Applied with or without
-  // the wgrad stream, so both orders compute the same bits.
+  // 0/16/32/48/64/80 measured, docs/benchmarks.md session 9), three eighths (48) in FP8, whose
+  // weight-gradient GEMMs take half the time beside the same kernels (40-56 measured best,
+  // -0.3 ms a step against 32; BF16 loses 1.5 ms at 48: session 16); 0: none. Applied with or
+  // without the wgrad stream, so both orders compute the same bits.
   int wgrad_sm_margin = -1;
   // precision.compute fp8: the blocks' four linear layers run FP8 GEMMs with per-tensor
   // scaling (worker/model/fp8_linears.h); everything else stays BF16/FP32.

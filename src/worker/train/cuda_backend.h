@@ -50,7 +50,8 @@ struct CudaBackendOptions {
   // FORGE_GEMM_SM_MARGIN=<n> overrides.
   int gemm_sm_margin = 0;
   // SMs the weight-gradient GEMMs leave to the kernels beside them (CudaModelOptions::
-  // wgrad_sm_margin; -1: a quarter of the SMs). FORGE_WGRAD_SM_MARGIN=<n> overrides (0: off).
+  // wgrad_sm_margin; -1: a quarter of the SMs, three eighths in FP8). FORGE_WGRAD_SM_MARGIN=<n>
+  // overrides (0: off).
   int wgrad_sm_margin = -1;
   // BF16 steps on Hopper: our own GEMM with RoPE / SwiGLU in its epilogue for the QKV / gate-up
   // projections (CudaModelOptions::rope_gemm / swiglu_gemm; bitwise the same results), and
