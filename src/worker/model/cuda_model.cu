@@ -1058,7 +1058,7 @@ Status CudaModel::LmHead(const int32_t* targets, float dloss, bool backward,
   // FP8 logits and dhf GEMMs (precision.fp8.lm_head): Wte cast as the blocks' weights are,
   // once per step (its first micro-batch) and for every evaluation pass.
   Fp8Linears* f8 = b.fp8 && b.fp8->lm_head() ? b.fp8.get() : nullptr;
-  if (f8 != nullptr && (!backward || !accumulate_grads) && !casts_on_update_) {
+  if (f8 != nullptr && (!backward || !accumulate_grads)) {
     FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
     FORGE_RETURN_IF_ERROR(f8->CastLmHeadWeight(wte, s));
   }
@@ -1130,16 +1130,9 @@ Status CudaModel::Forward(const int32_t* inputs, const int32_t* targets, float d
   // The last step's deferred AdamW, before the weights are first read in this step (its first
   // micro-batch) or in an evaluation pass.
   const Status st = [&]() -> Status {
-    casts_on_update_ = false;
     if (buf_->update && (!backward || !accumulate_grads)) {
       FORGE_RETURN_IF_ERROR(Mark(StepPhase::kOptimizer, s));
-      std::function<Status(int, cudaStream_t)> cast_after_update;
-      if (buf_->fp8 && o_.fp8_casts_on_update) {
-        cast_after_update = [this](int unit, cudaStream_t us) { return CastUnitWeights(unit, us); };
-      }
-      FORGE_RETURN_IF_ERROR(
-          buf_->update->Begin(s, /*overlap=*/timeline_ == nullptr, cast_after_update));
-      casts_on_update_ = cast_after_update && buf_->update->open();
+      FORGE_RETURN_IF_ERROR(buf_->update->Begin(s, /*overlap=*/timeline_ == nullptr));
     }
     return ForwardImpl(inputs, targets, dloss, backward, accumulate_grads, losses, s);
   }();
@@ -1165,9 +1158,7 @@ Status CudaModel::ForwardImpl(const int32_t* inputs, const int32_t* targets, flo
   auto acts = [&](int l) -> const BlockActs& { return b.acts[set(l)]; };
   // FP8 weights are cast once per step (its first micro-batch) and for every evaluation pass
   // (the optimizer changed the weights since).
-  // (On the update stream instead when Forward put them there.)
-  const bool cast_weights =
-      b.fp8 != nullptr && (!backward || !accumulate_grads) && !casts_on_update_;
+  const bool cast_weights = b.fp8 != nullptr && (!backward || !accumulate_grads);
 
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
   FORGE_RETURN_IF_ERROR(BeforeForward(layout_.embedding_unit(), s));
@@ -1351,19 +1342,6 @@ Status CudaModel::EndStep(cudaStream_t s) {
 const int64_t* CudaModel::skipped_steps() const { return buf_->skipped_steps; }
 const Fp8Linears* CudaModel::fp8() const { return buf_->fp8.get(); }
 Fp8Linears* CudaModel::fp8() { return buf_->fp8.get(); }
-
-// Unit `unit`'s FP8 weight copies (a block's four linears; the embedding unit's Wte for the FP8
-// LM head), for Forward's casts on the update stream.
-Status CudaModel::CastUnitWeights(int unit, cudaStream_t s) {
-  if (unit == layout_.embedding_unit()) {
-    Fp8Linears* f8 = buf_->fp8.get();
-    return f8->lm_head() ? f8->CastLmHeadWeight(UnitParams(unit), s) : Status::Ok();
-  }
-  for (int l = 0; l < m_.n_layer; ++l) {
-    if (layout_.block_unit(l) == unit) return CastLayerWeights(l, s);
-  }
-  return Status::Ok();
-}
 
 Status CudaModel::CastLayerWeights(int layer, cudaStream_t s) {
   const BlockOffsets& o = layout_.block;

@@ -54,10 +54,6 @@ struct CudaModelOptions {
   // just ahead of its reads (worker/model/deferred_update.h); bitwise the same weights.
   // FlushUpdate applies it now.
   bool defer_update = true;
-  // FP8 with defer_update: each block's (and the FP8 LM head's) weight casts run on the update
-  // stream right after that unit's AdamW, beside the forward's GEMMs, instead of on the chain
-  // before the layer (bitwise the same casts). Off: the chain casts.
-  bool fp8_casts_on_update = true;
   // ddp with bf16 gradient collectives (parallel.grad_reduce bf16): the summed gradient lives
   // in a bf16 copy of the gradient buffer (CudaParamBuffers::grads16), which the collectives
   // sum in place and the norm and AdamW read, so no pass widens it back to fp32; the BF16
@@ -323,7 +319,6 @@ class CudaModel {
   cuda::WgmmaGemmArgs DownSwiGluBackwardGemm() const;
   // FP8: layer l's weights into their FP8 copies (the first forward of a step or an eval).
   Status CastLayerWeights(int layer, cudaStream_t stream);
-  Status CastUnitWeights(int unit, cudaStream_t stream);
   // AdamW by the clip scale just written, now or (defer_update) in the next forward; then EndStep.
   Status UpdateOrDefer(const cuda::AdamWHyper* hyper, cudaStream_t stream);
   // After AdamW: the FP8 scale update (no-op in BF16).
@@ -376,8 +371,6 @@ class CudaModel {
   // onto it since the last join, and which hazard events were recorded in this call (only
   // those may be waited on: a capture cannot wait on an event recorded outside it).
   bool dual_ = false;
-  // This pass's FP8 weight casts were enqueued on the update stream (fp8_casts_on_update).
-  bool casts_on_update_ = false;
   bool wgrad_pending_ = false;
   bool grads16_direct_ = false;  // this pass's BF16 dW GEMMs write grads16 (CastUnitGradsToBf16)
   // The last backward summed every unit's gradient squares (no hooks: world 1), so

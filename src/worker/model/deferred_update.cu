@@ -64,8 +64,7 @@ Status DeferredUpdate::Launch(int first_unit, int last_unit, cudaStream_t s) {
                                 /*skipped_steps=*/nullptr, pending_, elements);
 }
 
-Status DeferredUpdate::Begin(cudaStream_t s, bool overlap,
-                             const std::function<Status(int unit, cudaStream_t)>& after_unit) {
+Status DeferredUpdate::Begin(cudaStream_t s, bool overlap) {
   if (!used_) return Status::Ok();
   if (!overlap) return Flush(s);
   FORGE_CUDA_CHECK(cudaEventRecord(fork_, s));
@@ -75,7 +74,6 @@ Status DeferredUpdate::Begin(cudaStream_t s, bool overlap,
   for (int u = 0; u < units; ++u) {
     FORGE_RETURN_IF_ERROR(Launch(u, u, stream_).Annotate("deferred update of unit " +
                                                          std::to_string(u)));
-    if (after_unit) FORGE_RETURN_IF_ERROR(after_unit(u, stream_));
     FORGE_CUDA_CHECK(cudaEventRecord(unit_done_[size_t(u)], stream_));
   }
   // Every unit read the flag before this (same stream): the update is applied.

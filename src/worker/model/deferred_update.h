@@ -22,7 +22,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <functional>
 #include <vector>
 
 #include "common/status.h"
@@ -50,14 +49,8 @@ class DeferredUpdate {
   Status Defer(const cuda::AdamWHyper* hyper, cudaStream_t s);
 
   // Start of a forward on s: fork the update stream and enqueue every unit's (gated) update
-  // there, each followed by after_unit(u, update stream) when given (work that must follow the
-  // unit's update and precede its reads, such as FP8 weight casts; it runs whether or not an
-  // update was pending). With overlap false (profiling: single stream) the update runs on s
-  // right here and after_unit is not called; nor before the first Defer. open() tells.
-  Status Begin(cudaStream_t s, bool overlap,
-               const std::function<Status(int unit, cudaStream_t)>& after_unit = {});
-  // Whether a Begin with overlap is open (its after_unit work was enqueued).
-  bool open() const { return open_; }
+  // there. With overlap false (profiling: single stream) the update runs on s right here.
+  Status Begin(cudaStream_t s, bool overlap);
   // Before the forward reads unit u's weights (units in increasing order). No-op unless a
   // Begin with overlap is open.
   Status WaitUnit(int unit, cudaStream_t s);

@@ -175,7 +175,6 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
   mo.rope_gemm = options.rope_gemm;
   mo.swiglu_gemm = options.swiglu_gemm;
   mo.fp8_lm_head_wgrad = options.fp8_lm_head_wgrad;
-  mo.fp8_casts_on_update = options.fp8_casts_on_update;
   mo.swiglu_bwd_gemm = options.swiglu_bwd_gemm;
   mo.wgrad_stream_priority = wgrad_priority;
   mo.defer_update = options.defer_update;
@@ -611,7 +610,6 @@ CudaBackendOptions CudaBackendOptionsFromEnv() {
   if (EnvIsZero("FORGE_CUDA_SWIGLU_GEMM")) o.swiglu_gemm = false;
   if (EnvIsZero("FORGE_CUDA_SWIGLU_BWD_GEMM")) o.swiglu_bwd_gemm = false;
   if (EnvIsZero("FORGE_CUDA_FP8_LM_WGRAD")) o.fp8_lm_head_wgrad = false;
-  if (EnvIsZero("FORGE_CUDA_FP8_CAST_UPDATE")) o.fp8_casts_on_update = false;
   if (EnvIsZero("FORGE_CUDA_DEFER_UPDATE")) o.defer_update = false;
   if (const char* v = std::getenv("FORGE_CUDA_WGRAD_PRIORITY")) {
     if (std::strcmp(v, "low") == 0) o.wgrad_priority = -1;

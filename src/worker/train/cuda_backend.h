@@ -66,9 +66,6 @@ struct CudaBackendOptions {
   // precision.fp8.lm_head: the LM head's weight gradient in FP8 as well (CudaModelOptions::
   // fp8_lm_head_wgrad). FORGE_CUDA_FP8_LM_WGRAD=0 keeps it BF16.
   bool fp8_lm_head_wgrad = true;
-  // FP8 with the deferred AdamW: the weight casts on the update stream (CudaModelOptions::
-  // fp8_casts_on_update). FORGE_CUDA_FP8_CAST_UPDATE=0 keeps them on the chain.
-  bool fp8_casts_on_update = true;
 };
 
 // Defaults with the environment overrides above applied.
