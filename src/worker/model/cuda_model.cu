@@ -1048,7 +1048,9 @@ Status CudaModel::NormBackward(int cast_layer, LinearKind k, bf16* dres, float* 
 // c+1's logits GEMM and cross-entropy. Chunk c's dlogits buffer is rewritten by the logits
 // GEMM of chunk c + num_logits, which waits for that buffer's last dWte (kLogits0/1); with two
 // buffers that is two chunks of chain work later. hf is only read here (rewritten by the next
-// forward, after the join). dh rows are written by the chain only.
+// forward, after the join). dh rows are written by the chain only. The FP8 LM head's dWte
+// (Fp8Linears::lm_head_wgrad) reads the same buffer (holding dlogits8's transposed copy then)
+// and hf8t of the same slot, whose cast comes after that wait too.
 Status CudaModel::LmHead(const int32_t* targets, float dloss, bool backward,
                          bool accumulate_grads, float* losses, cudaStream_t s) {
   Buffers& b = *buf_;
