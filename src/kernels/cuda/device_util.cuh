@@ -1,6 +1,6 @@
 // Device helpers shared by the fused kernels: 16-byte bf16 vectors (8 values) unpacked to
-// fp32, alignment tests, and warp/block reductions whose summation order is fixed (so the
-// kernels built on them are bitwise reproducible for a given launch shape).
+// fp32, a 4x4 byte transpose, alignment tests, and warp/block reductions whose summation order
+// is fixed (so the kernels built on them are bitwise reproducible for a given launch shape).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -29,6 +29,16 @@ __device__ __forceinline__ uint32_t PackBf16x2(float lo, float hi) {
   uint32_t bits;
   memcpy(&bits, &h, 4);
   return bits;
+}
+
+// o[e] = byte e of a, b, c, d (a's in the lowest byte): a 4x4 byte transpose in 8 PRMTs.
+__device__ __forceinline__ void Transpose4x4Bytes(uint32_t a, uint32_t b, uint32_t c, uint32_t d,
+                                                  uint32_t* o0, uint32_t* o1, uint32_t* o2,
+                                                  uint32_t* o3) {
+  const uint32_t ab_lo = __byte_perm(a, b, 0x5140), ab_hi = __byte_perm(a, b, 0x7362);
+  const uint32_t cd_lo = __byte_perm(c, d, 0x5140), cd_hi = __byte_perm(c, d, 0x7362);
+  *o0 = __byte_perm(ab_lo, cd_lo, 0x5410), *o1 = __byte_perm(ab_lo, cd_lo, 0x7632);
+  *o2 = __byte_perm(ab_hi, cd_hi, 0x5410), *o3 = __byte_perm(ab_hi, cd_hi, 0x7632);
 }
 
 __device__ __forceinline__ void UnpackBf16x8(const uint4& u, float (&f)[8]) {

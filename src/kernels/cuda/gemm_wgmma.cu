@@ -220,16 +220,6 @@ __device__ __forceinline__ uint32_t StagedOffset(int row, int unit, int quad) {
   return uint32_t(row * 128 + ((unit ^ (row % 8)) * 16) + quad * 4);
 }
 
-// o[e] = byte e of a, b, c, d (a's in the lowest byte): a 4x4 byte transpose in 8 PRMTs.
-__device__ __forceinline__ void Transpose4x4Bytes(uint32_t a, uint32_t b, uint32_t c, uint32_t d,
-                                                  uint32_t* o0, uint32_t* o1, uint32_t* o2,
-                                                  uint32_t* o3) {
-  const uint32_t ab_lo = __byte_perm(a, b, 0x5140), ab_hi = __byte_perm(a, b, 0x7362);
-  const uint32_t cd_lo = __byte_perm(c, d, 0x5140), cd_hi = __byte_perm(c, d, 0x7362);
-  *o0 = __byte_perm(ab_lo, cd_lo, 0x5410), *o1 = __byte_perm(ab_lo, cd_lo, 0x7632);
-  *o2 = __byte_perm(ab_hi, cd_hi, 0x5410), *o3 = __byte_perm(ab_hi, cd_hi, 0x7632);
-}
-
 // An 8 x 8 byte block, row k in r[k] (byte e of row k = column e): c[e] = column e (row k in
 // byte k).
 __device__ __forceinline__ void Transpose8x8Bytes(const uint2 (&r)[8], uint2 (&c)[8]) {

@@ -1075,7 +1075,7 @@ Status CudaModel::LmHead(const int32_t* targets, float dloss, bool backward,
     FORGE_RETURN_IF_ERROR(WaitWgrad(logits_read, s));  // dWte of chunk c - num_logits
     if (f8 != nullptr) {
       FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
-      FORGE_RETURN_IF_ERROR(f8->CastLmHeadInput(hf, rows, slot, s));
+      FORGE_RETURN_IF_ERROR(f8->CastLmHeadInput(hf, rows, backward ? slot : -1, s));
       FORGE_RETURN_IF_ERROR(Mark(StepPhase::kLmHeadGemm, s));
       FORGE_RETURN_IF_ERROR(b.gemm.Run(f8->LmHeadForward(logits, rows), s));
     } else {

@@ -351,9 +351,9 @@ Status Fp8Linears::CastLmHeadInput(const bf16* hf, int64_t rows, int slot, cudaS
                            " rows (at most " + std::to_string(lm_.chunk_rows) +
                            ", a multiple of 16)");
   }
-  if (!lm_head_wgrad(rows))
+  if (slot < 0 || !lm_head_wgrad(rows))
     return Cast(e4m3_, LmInputSlot(), DType::kE4M3, lm_x8_, nullptr, hf, rows, lm_.d, s);
-  if (slot < 0 || slot >= lm_.slots)
+  if (slot >= lm_.slots)
     return Status::Invalid("fp8 linears: LM head slot " + std::to_string(slot) + " of " +
                            std::to_string(lm_.slots));
   return Cast(e4m3_, LmInputSlot(), DType::kE4M3, lm_x8_, lm_x8t_[size_t(slot)], hf, rows, lm_.d,

@@ -181,7 +181,8 @@ class Fp8Linears {
   // Wte [vocab, d] (BF16 compute copy) -> its E4M3 copy: once per step, before the first chunk.
   Status CastLmHeadWeight(const cuda::bf16* wte, cudaStream_t s);
   // A chunk of hf [rows, d] (rows <= chunk_rows) -> its E4M3 copy (scratch for the GEMM), and
-  // its transposed copy in slot `slot` when lm_head_wgrad(rows).
+  // its transposed copy in slot `slot` when lm_head_wgrad(rows) (slot -1: none, a forward
+  // without backward).
   Status CastLmHeadInput(const cuda::bf16* hf, int64_t rows, int slot, cudaStream_t s);
   // Whether a chunk of `rows` computes dWte in FP8 (LmHeadBackwardWeight): then no bf16
   // dlogits exist; else dWte is the BF16 GEMM on the bf16 dlogits.
