@@ -766,10 +766,16 @@ Status CudaModel::BlockForward(int layer, int set, const BlockActs& a, const bf1
     return linear(k, y, h, weight_offset, out, d_, nullptr);
   };
 
-  // RMSNorm into h, then our own GEMM of h (A) with its epilogue (BF16 steps, see rope_gemm).
-  auto norm_epilogue_gemm = [&](cuda::WgmmaGemmArgs g, const bf16* x, int64_t norm_offset,
-                                bf16* h, float* rstd) -> Status {
+  // RMSNorm of x, then our own GEMM with its epilogue (see rope_gemm): BF16 on h (A), FP8 on
+  // linear layer k's input cast (which g, from Fp8Linears, already reads).
+  auto norm_epilogue_gemm = [&](LinearKind k, cuda::WgmmaGemmArgs g, const bf16* x,
+                                int64_t norm_offset, bf16* h, float* rstd) -> Status {
     FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
+    if (f8 != nullptr) {
+      FORGE_RETURN_IF_ERROR(norm_to_input(k, x, norm_offset, h, rstd));
+      FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdGemm, s));
+      return cuda::WgmmaGemmFp8(g, s);
+    }
     FORGE_RETURN_IF_ERROR(
         cuda::RmsNormForward(h, rstd, x, w + norm_offset, N_, d_, m_.norm_eps, s));
     FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdGemm, s));
@@ -780,12 +786,11 @@ Status CudaModel::BlockForward(int layer, int set, const BlockActs& a, const bf1
   if (b.rope_gemm) {
     cuda::WgmmaGemmArgs g = QkvRopeGemm();
     g.B = w + o.wqkv, g.D = a.qkv;
-    FORGE_RETURN_IF_ERROR(norm_epilogue_gemm(g, x_in, o.attn_norm, a.h1, a.rstd1));
+    FORGE_RETURN_IF_ERROR(
+        norm_epilogue_gemm(LinearKind::kQkv, g, x_in, o.attn_norm, a.h1, a.rstd1));
   } else if (f8 != nullptr && f8->has_rope_gemm()) {  // FP8: RoPE in our GEMM
-    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
-    FORGE_RETURN_IF_ERROR(norm_to_input(LinearKind::kQkv, x_in, o.attn_norm, a.h1, a.rstd1));
-    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdGemm, s));
-    FORGE_RETURN_IF_ERROR(cuda::WgmmaGemmFp8(f8->QkvRopeGemm(layer, a.qkv), s));
+    FORGE_RETURN_IF_ERROR(norm_epilogue_gemm(LinearKind::kQkv, f8->QkvRopeGemm(layer, a.qkv), x_in,
+                                             o.attn_norm, a.h1, a.rstd1));
   } else {
     FORGE_RETURN_IF_ERROR(norm_linear(LinearKind::kQkv, x_in, o.attn_norm, a.h1, a.rstd1, a.qkv,
                                       o.wqkv, qkv_dim_));
@@ -805,12 +810,12 @@ Status CudaModel::BlockForward(int layer, int set, const BlockActs& a, const bf1
   if (b.swiglu_gemm) {
     cuda::WgmmaGemmArgs g = GateUpSwiGluGemm();
     g.B = w + o.w_gate_up, g.D = a.sw, g.epi.gu = a.gu;
-    FORGE_RETURN_IF_ERROR(norm_epilogue_gemm(g, a.x_mid, o.mlp_norm, a.h2, a.rstd2));
+    FORGE_RETURN_IF_ERROR(
+        norm_epilogue_gemm(LinearKind::kGateUp, g, a.x_mid, o.mlp_norm, a.h2, a.rstd2));
   } else if (fused && f8->fuse_swiglu_gemm()) {  // FP8: SwiGLU and its casts in our GEMM
-    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
-    FORGE_RETURN_IF_ERROR(norm_to_input(LinearKind::kGateUp, a.x_mid, o.mlp_norm, a.h2, a.rstd2));
-    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdGemm, s));
-    FORGE_RETURN_IF_ERROR(cuda::WgmmaGemmFp8(f8->GateUpSwiGluGemm(layer, set, a.gu), s));
+    FORGE_RETURN_IF_ERROR(norm_epilogue_gemm(LinearKind::kGateUp,
+                                             f8->GateUpSwiGluGemm(layer, set, a.gu), a.x_mid,
+                                             o.mlp_norm, a.h2, a.rstd2));
   } else {
     FORGE_RETURN_IF_ERROR(norm_linear(LinearKind::kGateUp, a.x_mid, o.mlp_norm, a.h2, a.rstd2,
                                       a.gu, o.w_gate_up, 2 * ffn_));

@@ -271,15 +271,21 @@ Status Fp8Linears::SwiGluForwardToInput(int layer, int set, const bf16* gate_up,
                                 int(shape_[k].in), DType::kE4M3, q.scale, q.amax, q.scale_inv, s);
 }
 
-cuda::WgmmaGemmArgs Fp8Linears::GateUpSwiGluGemm(int layer, int set, bf16* gu) const {
-  const int k = int(LinearKind::kGateUp), kd = int(LinearKind::kDown);
+cuda::WgmmaGemmArgs Fp8Linears::WgmmaForward(int layer, LinearKind k, void* d) const {
+  const int ki = int(k);
   cuda::WgmmaGemmArgs g;
-  g.M = N_, g.N = shape_[k].out, g.K = shape_[k].in;
-  g.A = x8_, g.B = lin_[size_t(LinearIndex(layer, k))].w8, g.D = h8_;
+  g.M = N_, g.N = shape_[ki].out, g.K = shape_[ki].in;
+  g.A = x8_, g.B = lin_[size_t(LinearIndex(layer, ki))].w8, g.D = d;
+  g.epi.a_scale = SlotOf(e4m3_, InputSlot(layer, ki)).scale_inv;
+  g.epi.b_scale = SlotOf(e4m3_, WeightSlot(layer, ki)).scale_inv;
+  return g;
+}
+
+cuda::WgmmaGemmArgs Fp8Linears::GateUpSwiGluGemm(int layer, int set, bf16* gu) const {
+  const int kd = int(LinearKind::kDown);
+  cuda::WgmmaGemmArgs g = WgmmaForward(layer, LinearKind::kGateUp, h8_);
   g.epilogue = cuda::WgmmaEpilogue::kSwiGlu;
   g.epi.gu = gu, g.epi.ffn = int(shape_[kd].in);
-  g.epi.a_scale = SlotOf(e4m3_, InputSlot(layer, k)).scale_inv;
-  g.epi.b_scale = SlotOf(e4m3_, WeightSlot(layer, k)).scale_inv;
   const SlotPtrs h = SlotOf(e4m3_, InputSlot(layer, kd));
   g.epi.h_t = x8t_[size_t(kLinearKinds) * set + kd];
   g.epi.h_scale = h.scale, g.epi.h_amax = h.amax, g.epi.h_scale_inv = h.scale_inv;
@@ -287,15 +293,10 @@ cuda::WgmmaGemmArgs Fp8Linears::GateUpSwiGluGemm(int layer, int set, bf16* gu) c
 }
 
 cuda::WgmmaGemmArgs Fp8Linears::QkvRopeGemm(int layer, bf16* qkv) const {
-  const int k = int(LinearKind::kQkv);
-  cuda::WgmmaGemmArgs g;
-  g.M = N_, g.N = shape_[k].out, g.K = shape_[k].in;
-  g.A = x8_, g.B = lin_[size_t(LinearIndex(layer, k))].w8, g.D = qkv;
+  cuda::WgmmaGemmArgs g = WgmmaForward(layer, LinearKind::kQkv, qkv);
   g.epilogue = cuda::WgmmaEpilogue::kRope;
   g.epi.rope_sin_cos = rope_sin_cos_, g.epi.T = rope_.T, g.epi.hd = rope_.hd;
   g.epi.rot_cols = (rope_.n_head + rope_.n_kv_head) * rope_.hd;
-  g.epi.a_scale = SlotOf(e4m3_, InputSlot(layer, k)).scale_inv;
-  g.epi.b_scale = SlotOf(e4m3_, WeightSlot(layer, k)).scale_inv;
   return g;
 }
 

@@ -284,6 +284,9 @@ class Fp8Linears {
     float* scale_inv;
   };
   static SlotPtrs SlotOf(const Group& g, int64_t i);
+  // Linear k's forward x8 W8^T into d on our Hopper GEMM (kPlain; the callers add their
+  // epilogue): shapes, operands and dequantisation scales.
+  cuda::WgmmaGemmArgs WgmmaForward(int layer, LinearKind k, void* d) const;
   Status AllocGroup(Group* g, int64_t n, float fp8_max);
   template <typename T>
   Status Alloc(T** p, size_t count);
