@@ -23,6 +23,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "kernels/cuda/cuda_check.h"
@@ -667,6 +669,19 @@ Status WgmmaGemmCheck(const WgmmaGemmArgs& args, bool fp8) {
 
 namespace {
 
+// ptxas's registers a thread for `kernel`, asked of the runtime once per kernel (the launches
+// that check it are on the step's path).
+StatusOr<int> KernelRegisters(const void* kernel) {
+  static std::mutex mu;
+  static std::map<const void*, int> known;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = known.find(kernel); it != known.end()) return it->second;
+  cudaFuncAttributes attr{};
+  FORGE_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+  known[kernel] = attr.numRegs;
+  return attr.numRegs;
+}
+
 // Both entry points: the checks, the tensor maps, the launch.
 Status Launch(const WgmmaGemmArgs& args, bool fp8, cudaStream_t stream) {
   FORGE_RETURN_IF_ERROR(WgmmaGemmCheck(args, fp8));
@@ -712,10 +727,9 @@ Status Launch(const WgmmaGemmArgs& args, bool fp8, cudaStream_t stream) {
   auto launch = [&](auto kernel) -> Status {
     FORGE_RETURN_IF_ERROR(AllowDynamicSmem(kernel, smem));
     // The setmaxnreg split (kLaunchRegs) assumes this allocation; another would hang the .inc.
-    cudaFuncAttributes attr{};
-    FORGE_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
-    if (attr.numRegs != kLaunchRegs)
-      return Status::Internal(name + ": built with " + std::to_string(attr.numRegs) +
+    FORGE_ASSIGN_OR_RETURN(const int regs, KernelRegisters(reinterpret_cast<const void*>(kernel)));
+    if (regs != kLaunchRegs)
+      return Status::Internal(name + ": built with " + std::to_string(regs) +
                               " registers a thread; its setmaxnreg split assumes " +
                               std::to_string(kLaunchRegs));
     kernel<<<grid, kThreads, smem, stream>>>(map_a, map_b, map_d, map_d2, args.epi,
