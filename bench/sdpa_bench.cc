@@ -15,7 +15,8 @@
 // ||first|| of the output (O, or the whole dQKV), and "tuned": what the runner's own tuning
 // picks (a fresh runner on a private temporary plan cache; --no-tune skips it) with the
 // bench's time for that engine. A last line gives per-step totals (x layers, fwd + bwd) for
-// first vs best vs tuned, in both modes.
+// first vs best vs tuned, in both modes. A "bwd-flash" line times our own backward
+// (SdpaBackwardKernel::kFlash) on the same O and Stats, against cuDNN's best in both modes.
 #include <cuda_runtime.h>
 #include <unistd.h>
 
@@ -226,7 +227,7 @@ StatusOr<std::vector<cuda::SdpaPlanInfo>> TunedChoices(const SdpaShape& s, bool 
   const std::string path = "/tmp/forge_sdpa_bench_plans_" + std::to_string(getpid()) + ".json";
   std::remove(path.c_str());
   SdpaRunner runner;
-  FORGE_RETURN_IF_ERROR(runner.Init(det));
+  FORGE_RETURN_IF_ERROR(runner.Init(det, cuda::SdpaBackwardKernel::kCudnn));
   runner.set_plan_cache(cuda::PlanCache(path));
   Status st = Forward(runner, s, o, stream);
   if (st.ok()) st = Backward(runner, s, o, det, stream);
@@ -269,10 +270,11 @@ Status BenchModel(const Args& a, const Model& m, cudaStream_t stream, Json* summ
   };
 
   Json totals{{"layers", m.layers}};
-  KindResult fwd;
+  KindResult fwd, bwd_default, bwd_det;
+  std::vector<float> det_out;  // cuDNN's deterministic backward of set 0 (best engine)
   for (bool det : {false, true}) {
     SdpaRunner runner;
-    FORGE_RETURN_IF_ERROR(runner.Init(det));
+    FORGE_RETURN_IF_ERROR(runner.Init(det, cuda::SdpaBackwardKernel::kCudnn));
     runner.set_plan_cache(cuda::PlanCache());  // forced engines only; nothing recorded
     auto fwd_call = [&](int i) { return Forward(runner, s, sets[size_t(i)], stream); };
     if (!det) {
@@ -294,6 +296,11 @@ Status BenchModel(const Args& a, const Model& m, cudaStream_t stream, Json* summ
         AddTuned(log[1], &bwd);
       }
     }
+    if (det) {
+      FORGE_RETURN_IF_ERROR(bwd_call(0));
+      FORGE_ASSIGN_OR_RETURN(det_out, Download(sets[0].dqkv.p, n_qkv));
+    }
+    (det ? bwd_det : bwd_default) = bwd;
     if (!det) {
       Json line = base("fwd");
       line.update(fwd.line);
@@ -317,6 +324,26 @@ Status BenchModel(const Args& a, const Model& m, cudaStream_t stream, Json* summ
     t["gain_best_vs_first_ms"] =
         Round(m.layers * (fwd.first_ms + bwd.first_ms - fwd.best_ms - bwd.best_ms), 3);
     totals[mode] = t;
+  }
+  {  // our own backward (flash_backward.cuh) on the same O and Stats
+    SdpaRunner runner;
+    FORGE_RETURN_IF_ERROR(runner.Init(true, cuda::SdpaBackwardKernel::kFlash));
+    if (!runner.flash_backward(s)) return Status::Invalid("FlashBackward does not take " + m.name);
+    auto call = [&](int i) { return Backward(runner, s, sets[size_t(i)], true, stream); };
+    FORGE_ASSIGN_OR_RETURN(const double ms, MedianMs(a, stream, call));
+    FORGE_RETURN_IF_ERROR(call(0));
+    FORGE_ASSIGN_OR_RETURN(const std::vector<float> got, Download(sets[0].dqkv.p, n_qkv));
+    Json line = base("bwd-flash");
+    line.update(Json{{"ms", Round(ms, 4)},
+                     {"vs_bwd_det_best", Round(bwd_det.best_ms / ms, 3)},
+                     {"vs_bwd_best", Round(bwd_default.best_ms / ms, 3)},
+                     {"rel_diff_vs_bwd_det", bench::RelDiff(got, det_out)}});
+    std::printf("%s\n", line.dump().c_str());
+    std::fflush(stdout);
+    totals["flash"] = Json{{"bwd_ms", Round(m.layers * ms, 3)},
+                           {"best_ms", Round(m.layers * (fwd.best_ms + ms), 3)},
+                           {"gain_vs_deterministic_best_ms",
+                            Round(m.layers * (bwd_det.best_ms - ms), 3)}};
   }
   (*summary)[m.name] = totals;
   return Status::Ok();

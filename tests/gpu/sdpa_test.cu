@@ -211,6 +211,10 @@ class GpuSdpaTest : public ::testing::Test {
  protected:
   void SetUp() override {
     FORGE_SKIP_WITHOUT_GPU();
+    // These tests are about cuDNN's graphs: the backward stays on them (Init(deterministic));
+    // our own backward's tests name it (GpuFlashBackward below).
+    if (const char* old = std::getenv("FORGE_CUDA_ATTN_BWD")) old_bwd_ = old;
+    setenv("FORGE_CUDA_ATTN_BWD", "cudnn", 1);
     if (const char* old = std::getenv("FORGE_PLAN_CACHE")) old_env_ = old;
     cache_path_ = ::testing::TempDir() + "forge_sdpa_plans_" + std::to_string(getpid()) + "_" +
                   ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".json";
@@ -219,6 +223,11 @@ class GpuSdpaTest : public ::testing::Test {
   }
   void TearDown() override {
     if (cache_path_.empty()) return;  // skipped before SetUp chose a file
+    if (old_bwd_) {
+      setenv("FORGE_CUDA_ATTN_BWD", old_bwd_->c_str(), 1);
+    } else {
+      unsetenv("FORGE_CUDA_ATTN_BWD");
+    }
     if (old_env_) {
       setenv("FORGE_PLAN_CACHE", old_env_->c_str(), 1);
     } else {
@@ -237,7 +246,7 @@ class GpuSdpaTest : public ::testing::Test {
   }
 
   std::string cache_path_;
-  std::optional<std::string> old_env_;
+  std::optional<std::string> old_env_, old_bwd_;
 };
 
 TEST_F(GpuSdpaTest, MatchesCpuT128) { CheckAgainstCpu({2, 128, 4, 4, 64}, false, 100); }
@@ -548,6 +557,135 @@ TEST_F(GpuSdpaTest, RejectsBadShapes) {
                 .code(),
             Code::kInvalidArgument);  // misaligned qkv
   EXPECT_EQ(runner.Init(false).code(), Code::kFailedPrecondition);
+}
+
+// Our own backward (flash_backward.cuh), forward from cuDNN: against the CPU reference, every
+// element written, bitwise the same on a re-run, under CUDA-graph replay and from a workspace
+// left dirty; and close to cuDNN's deterministic backward on the same O and Stats.
+using GpuFlashBackward = GpuSdpaTest;
+
+void CheckFlashAgainstCpu(const SdpaShape& s, bool deterministic, uint64_t seed) {
+  SCOPED_TRACE(::testing::Message() << "B=" << s.B << " T=" << s.T << " H=" << s.H
+                                    << " KV=" << s.KV << (deterministic ? " deterministic" : ""));
+  const Inputs in = MakeReference(s, seed);
+  SdpaRunner runner;
+  ASSERT_STATUS_OK(runner.Init(deterministic, SdpaBackwardKernel::kFlash));
+  ASSERT_TRUE(runner.flash_backward(s));
+  DeviceRun d(s, in, deterministic);
+  ASSERT_STATUS_OK(runner.Forward(s, d.qkv.data(), d.out.data(), d.stats.data(), nullptr));
+  ASSERT_STATUS_OK(RunBackward(runner, s, d, deterministic));
+  const std::vector<bf16> first = d.dqkv.Download();
+  for (float v : ToFloat(first)) ASSERT_TRUE(std::isfinite(v)) << "unwritten dqkv element";
+  ExpectGradientsMatch(s, ToFloat(first), in.dqkv);
+
+  d.dqkv.Poison();
+  ASSERT_STATUS_OK(RunBackward(runner, s, d, deterministic));
+  EXPECT_TRUE(test::BitwiseEqual(d.dqkv.Download(), first)) << "re-run";
+
+  // The same bits from a cuDNN-free graph replay (twice: the semaphores and the tile counter
+  // are reset by every call, not left to the previous one).
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  const Status captured = runner.Backward(s, d.qkv.data(), d.out.data(), d.dout.data(),
+                                          d.stats.data(), d.dqkv.data(), d.softmax_sum.data(),
+                                          deterministic ? nullptr : d.dq_accum.data(), stream);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_STATUS_OK(captured);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int r = 0; r < 2; ++r) {
+    d.dqkv.Poison();
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    EXPECT_TRUE(test::BitwiseEqual(d.dqkv.Download(), first)) << "graph replay " << r;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+
+  // cuDNN's deterministic backward on the same O and Stats: the same sums in another order and
+  // rounding, so close (well inside the CPU tolerance), not equal.
+  SdpaRunner cudnn;
+  ASSERT_STATUS_OK(cudnn.Init(true, SdpaBackwardKernel::kCudnn));
+  ASSERT_FALSE(cudnn.flash_backward(s));
+  DeviceBuffer<bf16> ref(in.qkv.size());
+  ASSERT_STATUS_OK(cudnn.Backward(s, d.qkv.data(), d.out.data(), d.dout.data(), d.stats.data(),
+                                  ref.data(), d.softmax_sum.data(), nullptr, nullptr));
+  const std::vector<float> ref_f = ToFloat(ref.Download());
+  const std::vector<float> got_f = ToFloat(first);
+  const int total = s.H + 2 * s.KV;
+  const char* names[3] = {"dQ", "dK", "dV"};
+  const int firsts[3] = {0, s.H, s.H + s.KV}, counts[3] = {s.H, s.KV, s.KV};
+  for (int k = 0; k < 3; ++k) {
+    const double rel = RelFrobenius(SliceHeads(got_f, s, total, firsts[k], counts[k]),
+                                    SliceHeads(ref_f, s, total, firsts[k], counts[k]));
+    std::printf("[flash bwd] B=%d T=%d H=%d KV=%d %s vs cuDNN deterministic: %.3e\n", s.B, s.T,
+                s.H, s.KV, names[k], rel);
+    EXPECT_LT(rel, 5e-3) << names[k] << " vs cuDNN";
+  }
+}
+
+TEST_F(GpuFlashBackward, MatchesCpuT128) { CheckFlashAgainstCpu({2, 128, 4, 4, 64}, true, 800); }
+
+TEST_F(GpuFlashBackward, MatchesCpuT384) { CheckFlashAgainstCpu({1, 384, 2, 2, 64}, true, 810); }
+
+TEST_F(GpuFlashBackward, MatchesCpuT1024H12) {
+  CheckFlashAgainstCpu({2, 1024, 12, 12, 64}, true, 820);
+}
+
+// The non-deterministic mode takes the same (deterministic) kernels.
+TEST_F(GpuFlashBackward, MatchesCpuDefaultMode) {
+  CheckFlashAgainstCpu({2, 256, 4, 4, 64}, false, 830);
+}
+
+// GQA: each kv head's CTAs walk the group's query heads, summing dK and dV.
+TEST_F(GpuFlashBackward, GroupedQueryMatchesCpu) {
+  CheckFlashAgainstCpu({2, 256, 8, 2, 64}, true, 840);
+}
+
+// Many CTAs on one query block's semaphore at once (B x H = 256 heads of T 1024, as gpt350m):
+// two runs give the same bits; a mismatch would mean an addition out of order or unseen.
+TEST_F(GpuFlashBackward, LargeBatchIsBitwiseReproducible) {
+  const SdpaShape s{16, 1024, 16, 16, 64};
+  Inputs in;
+  in.qkv = RandomNormal(size_t(s.B) * s.T * (s.H + 2 * s.KV) * s.hd, 1.0f, 850);
+  in.dout = RandomNormal(size_t(s.B) * s.T * s.H * s.hd, 1.0f, 851);
+  in.out.resize(in.dout.size());
+  SdpaRunner runner, cudnn;
+  ASSERT_STATUS_OK(runner.Init(true, SdpaBackwardKernel::kFlash));
+  ASSERT_STATUS_OK(cudnn.Init(true, SdpaBackwardKernel::kCudnn));
+  DeviceRun d(s, in, true);
+  ASSERT_STATUS_OK(runner.Forward(s, d.qkv.data(), d.out.data(), d.stats.data(), nullptr));
+  DeviceBuffer<bf16> ref(in.qkv.size());
+  ASSERT_STATUS_OK(cudnn.Backward(s, d.qkv.data(), d.out.data(), d.dout.data(), d.stats.data(),
+                                  ref.data(), d.softmax_sum.data(), nullptr, nullptr));
+  const std::vector<float> ref_f = ToFloat(ref.Download());
+  std::vector<bf16> first;
+  for (int run = 0; run < 3; ++run) {
+    d.dqkv.Poison();
+    ASSERT_STATUS_OK(runner.Backward(s, d.qkv.data(), d.out.data(), d.dout.data(),
+                                     d.stats.data(), d.dqkv.data(), nullptr, nullptr, nullptr));
+    std::vector<bf16> got = d.dqkv.Download();
+    if (run == 0) {
+      EXPECT_LT(RelFrobenius(ToFloat(got), ref_f), 5e-3) << "vs cuDNN deterministic";
+      first = std::move(got);
+    } else {
+      EXPECT_TRUE(test::BitwiseEqual(got, first)) << "run " << run;
+    }
+  }
+}
+
+TEST_F(GpuFlashBackward, TakesOnlyWhatItCan) {
+  SdpaRunner runner;
+  ASSERT_STATUS_OK(runner.Init(true, SdpaBackwardKernel::kFlash));
+  EXPECT_TRUE(runner.flash_backward({2, 256, 4, 4, 64}));
+  EXPECT_FALSE(runner.flash_backward({2, 192, 4, 4, 64}));  // T % 128
+  EXPECT_FALSE(runner.flash_backward({2, 256, 4, 4, 128}));  // head width
+  setenv("FORGE_CUDA_ATTN_BWD", "nonsense", 1);
+  SdpaRunner bad;
+  EXPECT_EQ(bad.Init(true).code(), Code::kInvalidArgument);
 }
 
 }  // namespace

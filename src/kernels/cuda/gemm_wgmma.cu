@@ -33,6 +33,8 @@
 #include "kernels/cuda/gemm_wgmma.cuh"
 #include "kernels/cuda/rope_math.cuh"
 #include "kernels/cuda/swiglu_math.cuh"
+#include "kernels/cuda/tma_map.h"
+#include "kernels/cuda/wgmma_util.cuh"
 
 namespace forge::cuda {
 namespace {
@@ -57,83 +59,6 @@ constexpr int kSmemBytesSwiGluBackward = kSmemBytes + kPrefetchBytes;  // 230,44
 // cannot cover blocks forever (session 16 hung a form that asked 208 with only 96 given up).
 constexpr int kLaunchRegs = 168;
 static_assert((kLaunchRegs - 40) * 128 >= (232 - kLaunchRegs) * 128 * kConsumers);
-
-__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void MbarInit(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(SmemAddr(bar)), "r"(count));
-}
-
-__device__ __forceinline__ void MbarExpectTx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(SmemAddr(bar)),
-               "r"(bytes)
-               : "memory");
-}
-
-__device__ __forceinline__ void MbarArrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(SmemAddr(bar)) : "memory");
-}
-
-__device__ __forceinline__ void MbarWait(uint64_t* bar, uint32_t parity) {
-  const uint32_t addr = SmemAddr(bar);
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n"
-        "}\n"
-        : "=r"(done)
-        : "r"(addr), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-
-__device__ __forceinline__ void TmaLoad2d(void* dst, const CUtensorMap* map, uint64_t* bar, int x,
-                                          int y) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%3, %4}], [%2];" ::"r"(SmemAddr(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(SmemAddr(bar)), "r"(x), "r"(y)
-      : "memory");
-}
-
-// Shared-memory matrix descriptor of a K-major tile written by TMA with the 128-byte swizzle:
-// rows of 64 bf16 (128 bytes), 8-row groups 1024 bytes apart (stride byte offset); the leading
-// byte offset is unused for this swizzle.
-__device__ __forceinline__ uint64_t SmemDesc(const void* p) {
-  const uint64_t addr = SmemAddr(p);
-  uint64_t desc = (addr & 0x3FFFF) >> 4;
-  desc |= uint64_t(1) << 16;
-  desc |= uint64_t(1024 >> 4) << 32;
-  desc |= uint64_t(1) << 62;
-  return desc;
-}
-
-// The same for an N-major B tile: four 64-column chunks of 64 K-rows x 128 bytes, 8 KiB apart
-// (leading byte offset: from one 64-column chunk to the next), 8-row groups along K 1024 bytes
-// apart (stride byte offset). Advancing K by 16 rows moves the start by 2048 bytes.
-constexpr int kNMajorChunkBytes = 64 * 128;
-__device__ __forceinline__ uint64_t SmemDescNMajor(const void* p) {
-  const uint64_t addr = SmemAddr(p);
-  uint64_t desc = (addr & 0x3FFFF) >> 4;
-  desc |= uint64_t(kNMajorChunkBytes >> 4) << 16;
-  desc |= uint64_t(1024 >> 4) << 32;
-  desc |= uint64_t(1) << 62;
-  return desc;
-}
-
-__device__ __forceinline__ void WgmmaFence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void WgmmaCommit() {
-  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void WgmmaWait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
-}
 
 // The 128 accumulator registers of an m64n256 MMA with an FP32 accumulator, as the asm's
 // register list (%0-%127) and its operands; both MMA forms below share them.
@@ -202,25 +127,6 @@ __device__ __forceinline__ void WgmmaM64N256K32E4M3(float (&d)[128], uint64_t de
 }
 #undef FORGE_WGMMA_ACC_REGS
 #undef FORGE_WGMMA_ACC_OUTS
-
-__device__ __forceinline__ void TmaStore2d(const CUtensorMap* map, const void* src, int x, int y) {
-  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
-                   reinterpret_cast<uint64_t>(map)),
-               "r"(SmemAddr(src)), "r"(x), "r"(y)
-               : "memory");
-}
-
-// Named barrier over one consumer warpgroup (ids 1 and 2; 0 is __syncthreads).
-__device__ __forceinline__ void WarpgroupBarrier(int wg) {
-  asm volatile("bar.sync %0, 128;" ::"r"(wg + 1) : "memory");
-}
-
-// Byte offset of the bf16 pair at (row, column 8 * unit + 2 * quad) in a staged 64-column chunk
-// (128-byte rows, 128-byte swizzle: the 16-byte unit is XORed with row % 8, as TMA expects; a
-// warp's 8 rows x 4 quads then land on 32 different banks).
-__device__ __forceinline__ uint32_t StagedOffset(int row, int unit, int quad) {
-  return uint32_t(row * 128 + ((unit ^ (row % 8)) * 16) + quad * 4);
-}
 
 // An 8 x 8 byte block, row k in r[k] (byte e of row k = column e): c[e] = column e (row k in
 // byte k).
@@ -591,46 +497,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
-                                   const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
-                                   const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                   CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-Status EncodeTiledFunction(EncodeTiledFn* fn) {
-  static EncodeTiledFn cached = nullptr;
-  if (!cached) {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    FORGE_CUDA_CHECK(
-        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q));
-    if (q != cudaDriverEntryPointSuccess || !p)
-      return Status::Internal("cuTensorMapEncodeTiled: not found in the driver");
-    cached = reinterpret_cast<EncodeTiledFn>(p);
-  }
-  *fn = cached;
-  return Status::Ok();
-}
-
-// A [rows, cols] row-major bf16 (elem_bytes 2) or 8-bit (1) matrix moved in boxes of
-// box_rows x 128 bytes (the 128-byte swizzle's row).
-Status SwizzledMap(EncodeTiledFn encode, const void* base, int64_t rows, int64_t cols, int box_rows,
-                   CUtensorMap* map, int elem_bytes = 2) {
-  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(cols) * elem_bytes};
-  const cuuint32_t box[2] = {cuuint32_t(128 / elem_bytes), cuuint32_t(box_rows)};
-  const cuuint32_t elem_strides[2] = {1, 1};
-  const CUtensorMapDataType type =
-      elem_bytes == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  const CUresult r = encode(map, type, 2, const_cast<void*>(base), dims, strides, box, elem_strides,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS)
-    return Status::Internal("cuTensorMapEncodeTiled failed (" + std::to_string(int(r)) +
-                            ") for a " + std::to_string(rows) + "x" + std::to_string(cols) +
-                            " operand");
-  return Status::Ok();
-}
-
 }  // namespace
 
 bool WgmmaGemmRunsHere() {
@@ -669,19 +535,6 @@ Status WgmmaGemmCheck(const WgmmaGemmArgs& args, bool fp8) {
 
 namespace {
 
-// ptxas's registers a thread for `kernel`, asked of the runtime once per kernel (the launches
-// that check it are on the step's path).
-StatusOr<int> KernelRegisters(const void* kernel) {
-  static std::mutex mu;
-  static std::map<const void*, int> known;
-  std::lock_guard<std::mutex> lock(mu);
-  if (auto it = known.find(kernel); it != known.end()) return it->second;
-  cudaFuncAttributes attr{};
-  FORGE_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
-  known[kernel] = attr.numRegs;
-  return attr.numRegs;
-}
-
 // Both entry points: the checks, the tensor maps, the launch.
 Status Launch(const WgmmaGemmArgs& args, bool fp8, cudaStream_t stream) {
   FORGE_RETURN_IF_ERROR(WgmmaGemmCheck(args, fp8));
@@ -698,24 +551,22 @@ Status Launch(const WgmmaGemmArgs& args, bool fp8, cudaStream_t stream) {
     return Status::Invalid(name + ": SwiGLU needs h_t and h's scale, amax and scale_inv slots");
   const int64_t out_n = swiglu ? args.N / 2 : args.N;
   const int eb = fp8 ? 1 : 2;  // operand element bytes
-  EncodeTiledFn encode = nullptr;
-  FORGE_RETURN_IF_ERROR(EncodeTiledFunction(&encode));
   CUtensorMap map_a, map_b, map_d, map_d2;
-  FORGE_RETURN_IF_ERROR(SwizzledMap(encode, args.A, args.M, args.K, kBM, &map_a, eb));
+  FORGE_RETURN_IF_ERROR(SwizzledMap(args.A, args.M, args.K, kBM, &map_a, eb));
   if (args.b_n_major) {  // [K, N]: boxes of 64 K-rows x 64 columns
-    FORGE_RETURN_IF_ERROR(SwizzledMap(encode, args.B, args.K, args.N, kBK, &map_b));
+    FORGE_RETURN_IF_ERROR(SwizzledMap(args.B, args.K, args.N, kBK, &map_b));
   } else {
     FORGE_RETURN_IF_ERROR(
-        SwizzledMap(encode, args.B, args.N, args.K, swiglu ? kBN / 2 : kBN, &map_b, eb));
+        SwizzledMap(args.B, args.N, args.K, swiglu ? kBN / 2 : kBN, &map_b, eb));
   }
   // kSwiGluBackward and FP8's kSwiGlu write D from registers (no map; A's stands in).
   if (swiglu_bwd || (fp8 && swiglu)) {
     map_d = map_a;
   } else {
-    FORGE_RETURN_IF_ERROR(SwizzledMap(encode, args.D, args.M, out_n, 64, &map_d));
+    FORGE_RETURN_IF_ERROR(SwizzledMap(args.D, args.M, out_n, 64, &map_d));
   }
   map_d2 = map_d;  // kSwiGlu's second output, gu
-  if (swiglu) FORGE_RETURN_IF_ERROR(SwizzledMap(encode, args.epi.gu, args.M, args.N, 64, &map_d2));
+  if (swiglu) FORGE_RETURN_IF_ERROR(SwizzledMap(args.epi.gu, args.M, args.N, 64, &map_d2));
   // SM count per call (cheap).
   int dev = 0, sms = 0;
   FORGE_CUDA_CHECK(cudaGetDevice(&dev));

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <optional>
 #include <string>
@@ -671,7 +672,26 @@ SdpaRunner::~SdpaRunner() {
   if (handle_) cudnnDestroy(handle_);
 }
 
+StatusOr<SdpaBackwardKernel> SdpaBackwardKernelFromEnv() {
+  const char* v = std::getenv("FORGE_CUDA_ATTN_BWD");
+  if (!v || !*v || std::string(v) == "flash") return SdpaBackwardKernel::kFlash;
+  if (std::string(v) == "cudnn") return SdpaBackwardKernel::kCudnn;
+  return Status::Invalid(std::string("FORGE_CUDA_ATTN_BWD: '") + v +
+                         "' is not one of flash, cudnn");
+}
+
 Status SdpaRunner::Init(bool deterministic) {
+  FORGE_ASSIGN_OR_RETURN(const SdpaBackwardKernel backward, SdpaBackwardKernelFromEnv());
+  return Init(deterministic, backward);
+}
+
+bool SdpaRunner::flash_backward(const SdpaShape& s) const {
+  return backward_ == SdpaBackwardKernel::kFlash &&
+         FlashBackwardSupports({s.B, s.T, s.H, s.KV, s.hd}).ok();
+}
+
+Status SdpaRunner::Init(bool deterministic, SdpaBackwardKernel backward) {
+  backward_ = backward;
   if (handle_) return Status::Precondition("SdpaRunner::Init called twice");
   int device = 0;
   FORGE_CUDA_CHECK(cudaGetDevice(&device));
@@ -990,6 +1010,11 @@ Status SdpaRunner::Backward(const SdpaShape& s, const bf16* qkv, const bf16* out
   FORGE_RETURN_IF_ERROR(CheckAligned(dout, "dout"));
   FORGE_RETURN_IF_ERROR(CheckAligned(stats, "stats"));
   FORGE_RETURN_IF_ERROR(CheckAligned(dqkv, "dqkv"));
+  if (flash_backward(s)) {
+    const FlashBackwardShape fs{s.B, s.T, s.H, s.KV, s.hd};
+    FORGE_RETURN_IF_ERROR(EnsureWorkspace(FlashBackwardScratchBytes(fs)));
+    return FlashBackward(fs, qkv, out, dout, stats, dqkv, workspace_, stream);
+  }
   FORGE_RETURN_IF_ERROR(CheckAligned(softmax_sum, "softmax_sum"));
   if (!deterministic_) FORGE_RETURN_IF_ERROR(CheckAligned(dq_accum, "dq_accum"));
   FORGE_ASSIGN_OR_RETURN(Graph * g, Get(s, true));

@@ -50,6 +50,7 @@
 
 #include "common/status.h"
 #include "kernels/cuda/bf16.cuh"
+#include "kernels/cuda/flash_backward.cuh"
 #include "kernels/cuda/plan_cache.h"
 
 namespace forge::cuda {
@@ -80,6 +81,12 @@ struct SdpaEngineCandidate {
   bool runtime_compiled = false;
 };
 
+// Which kernels run the backward. kFlash: our own (flash_backward.cuh; deterministic in both
+// modes, needs no cuDNN plan) where it takes the shape, cuDNN's graph elsewhere; kCudnn: always
+// cuDNN's graph. FORGE_CUDA_ATTN_BWD=flash|cudnn picks (default flash).
+enum class SdpaBackwardKernel { kFlash, kCudnn };
+StatusOr<SdpaBackwardKernel> SdpaBackwardKernelFromEnv();
+
 class SdpaRunner {
  public:
   SdpaRunner();  // out of line: Graph is incomplete here
@@ -89,8 +96,9 @@ class SdpaRunner {
 
   // deterministic: backward writes dQ without an fp32 atomic accumulator, so two runs are
   // bitwise identical (slower, larger workspace). Takes the plan cache from the environment
-  // (PlanCache::FromEnv).
+  // (PlanCache::FromEnv) and the backward's kernels from FORGE_CUDA_ATTN_BWD.
   Status Init(bool deterministic);
+  Status Init(bool deterministic, SdpaBackwardKernel backward);
 
   // Replaces the plan cache (before the first call of a shape; e.g. benchmarks and tests).
   void set_plan_cache(PlanCache cache) { cache_ = std::move(cache); }
@@ -99,7 +107,8 @@ class SdpaRunner {
   Status Forward(const SdpaShape& s, const bf16* qkv, bf16* out, float* stats,
                  cudaStream_t stream);
   // softmax_sum: fp32 [B, H, T] scratch; dq_accum: fp32 [B, H, T, hd] scratch (unused when
-  // deterministic, may be null then). Workspace is owned by the runner.
+  // deterministic, may be null then). Workspace is owned by the runner. Our own backward
+  // (flash_backward()) uses neither scratch: its own lives in the runner's workspace.
   Status Backward(const SdpaShape& s, const bf16* qkv, const bf16* out, const bf16* dout,
                   const float* stats, bf16* dqkv, float* softmax_sum, float* dq_accum,
                   cudaStream_t stream);
@@ -120,6 +129,10 @@ class SdpaRunner {
   // next call on, bypassing tuning and the plan cache.
   Status UseEngine(const SdpaShape& s, bool backward, const std::string& engine);
 
+  // Whether Backward runs our own kernels for shape s (SdpaBackwardKernel::kFlash and a shape
+  // and device FlashBackward takes).
+  bool flash_backward(const SdpaShape& s) const;
+
   // How each graph's plan was chosen, in the order the plans were made.
   const std::vector<SdpaPlanInfo>& plan_log() const { return plan_log_; }
 
@@ -134,6 +147,7 @@ class SdpaRunner {
 
   cudnnHandle_t handle_ = nullptr;
   bool deterministic_ = false;
+  SdpaBackwardKernel backward_ = SdpaBackwardKernel::kFlash;
   std::map<std::tuple<int, int, int, int, int, bool>, std::unique_ptr<Graph>> graphs_;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;

@@ -1,0 +1,543 @@
+// Causal attention backward on Hopper's warpgroup MMAs (see flash_backward.cuh for why).
+//
+// Work split. One CTA tile is (batch b, kv head, kv block j of 128 keys); CTAs are persistent
+// and take tiles in order from a counter (kv block 0 of a head first: it has the most query
+// blocks, and a tile's dQ additions wait only on tiles taken before it, so the wait always ends).
+// The tile walks its query blocks i (64 queries) from the last down to the diagonal, for every
+// query head of the group. Per (i, j), in the transposed orientation of FlashAttention-3 so that
+// P^T and dS^T come out of the MMAs already laid out as the A operand of the next ones:
+//   S^T = K Q^T, dP^T = V dO^T                      (two m64n64 MMAs a warpgroup, K and V's 64
+//                                                    rows of that warpgroup)
+//   P^T = exp2(S^T scale log2 e - Stats log2 e)      (masked above the diagonal)
+//   dS^T = P^T (dP^T - rowsum(dO O))
+//   dV += P^T dO, dK += dS^T Q                       (A from registers, B transposed)
+//   dQ_ij = dS K                                     (dS^T through shared memory; each
+//                                                    warpgroup 32 of the 64 columns)
+// dK and dV stay in registers for the whole tile; dQ_ij goes to shared memory and a writer warp
+// adds it to the fp32 partial sum of query block i in global memory (bulk copy engine) once the
+// block's semaphore says kv block j - 1 has added its share; kv block 0 stores instead of adding
+// and the diagonal kv block (the last) reads the sum, adds its share and writes dQ in bf16. So
+// each element of dQ is a sum in one fixed order: bitwise reproducible, nothing to zero first.
+//
+// Warp roles (384 threads, one CTA an SM): warpgroups 0 and 1 compute (216 registers a thread);
+// warpgroup 2 gives registers up (72): its first thread streams K, V (double-buffered across
+// tiles) and each query block's Q, dO and row statistics (two stages) with TMA, its second warp
+// is the dQ writer.
+#include "kernels/cuda/flash_backward.cuh"
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/tma_map.h"
+#include "kernels/cuda/wgmma_util.cuh"
+
+namespace forge::cuda {
+namespace {
+
+constexpr int kHd = 64;
+constexpr int kBq = 64;    // queries a block
+constexpr int kBkv = 128;  // keys a tile
+constexpr int kThreads = 384;
+constexpr int kLaunchRegs = 168, kProducerRegs = 72, kConsumerRegs = 216;
+static_assert((kLaunchRegs - kProducerRegs) * 128 >= (kConsumerRegs - kLaunchRegs) * 256,
+              "setmaxnreg: the producer must give up what the consumers take");
+
+// Shared memory (offsets from a 1024-byte aligned base; every swizzled tile 1024-aligned).
+constexpr int kTileQ = kBq * kHd * 2;      // 8 KiB: Q or dO of one query block
+constexpr int kTileK = kBkv * kHd * 2;     // 16 KiB: K or V of one tile
+constexpr int kOffKv = 0;                  // 2 buffers x (K, V)
+constexpr int kOffStage = kOffKv + 2 * 2 * kTileK;  // 2 stages x (Q, dO)
+constexpr int kOffDsT = kOffStage + 2 * 2 * kTileQ;  // 2 buffers of dS^T [128 keys][64 q] bf16
+constexpr int kDqBytes = kBq * kHd * 4;    // 16 KiB: one fp32 dQ partial
+constexpr int kOffDq = kOffDsT + 2 * kTileK;  // 2 buffers
+constexpr int kRsBytes = kBq * 8;          // (Stats log2 e, rowsum(dO O)) of 64 rows
+constexpr int kOffRs = kOffDq + 2 * kDqBytes;  // 2 stages
+constexpr int kOffBar = kOffRs + 2 * kRsBytes;
+constexpr int kNumBars = 12;
+constexpr int kOffSlots = kOffBar + kNumBars * 8;  // tile slots (2 ints), jobs (2 int4)
+constexpr int kSmemBytes = kOffSlots + 2 * 4 + 8 + 2 * 16 + 1024;
+
+struct Params {
+  const float2* rowstats;  // [B, H, T]: (Stats log2 e, rowsum(dO O))
+  float* dq_acc;           // [B, H, T / 64] blocks of 64 x 64 fp32 (swizzled, see DqOffset)
+  int* sems;               // [B, H, T / 64]
+  int* counter;            // tiles taken
+  bf16* dqkv;
+  int B, T, H, KV, nq, nkv, tiles, row_elems;  // row_elems = (H + 2 KV) * 64
+  float scale, scale_log2;
+};
+
+// Float offset of (row, col) in a 64 x 64 fp32 dQ block: 16-byte units XORed with row % 8 inside
+// each 128-byte half row, so a warp's float2 stores of 8 rows hit different banks. The global
+// partial sums keep the same layout (the bulk copy moves bytes as they are).
+__device__ __forceinline__ int DqOffset(int row, int col) { return row * 64 + (col ^ ((row & 7) << 2)); }
+
+__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+__device__ __forceinline__ void BulkLoad(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(SmemAddr(dst)),
+      "l"(src), "r"(bytes), "r"(SmemAddr(bar))
+      : "memory");
+}
+
+__device__ __forceinline__ int LoadAcquire(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void StoreRelease(int* p, int v) {
+  asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+// Named barrier over the two compute warpgroups (id 1; 0 is __syncthreads).
+__device__ __forceinline__ void ComputeBarrier() { asm volatile("bar.sync 1, 256;" ::: "memory"); }
+
+// Generic-proxy writes to shared memory (dS^T, dQ) made visible to the async proxy (wgmma, bulk
+// copies) that reads them next.
+__device__ __forceinline__ void FenceProxyAsyncShared() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// D[64 x 64] += A[64 x 16] B[64 x 16]^T, both K-major tiles in shared memory.
+__device__ __forceinline__ void WgmmaSsN64(float (&d)[32], uint64_t desc_a, uint64_t desc_b,
+                                          int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "%32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+// D[64 x 64] += A[64 x 16] B[16 x 64], A from registers (the accumulator layout of an
+// m64n16 slice, packed to bf16 pairs), B N-major in shared memory (transposed).
+__device__ __forceinline__ void WgmmaRsN64TransB(float (&d)[32], const uint32_t (&a)[4],
+                                                uint64_t desc_b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+}
+
+// D[64 x 32] += A[64 x 16] B[16 x 32], both MN-major in shared memory (transposed).
+__device__ __forceinline__ void WgmmaSsN32TransAB(float (&d)[16], uint64_t desc_a,
+                                                 uint64_t desc_b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+      "%16, %17, p, 1, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+// rowstats[b, h, t] = (Stats log2 e, rowsum(dO O)): 8 threads a row of 64, 16-byte loads.
+// Also zeroes the tile counter and the semaphores for the main kernel that follows on the
+// stream (so no state carries over from one call, or an aborted one, to the next).
+__global__ void FlashBackwardPrepKernel(const bf16* out, const bf16* dout, const float* stats,
+                                        float2* rowstats, int* sems, int num_sems, int* counter,
+                                        int64_t rows, int T, int H) {
+  const int64_t gid = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (gid == 0) *counter = 0;
+  if (gid < num_sems) sems[gid] = 0;
+  const int64_t row = gid / 8;  // (b, t, h) in O's layout
+  const int part = int(gid % 8);
+  float sum = 0.0f;
+  if (row < rows) {
+    const uint4 o = *reinterpret_cast<const uint4*>(out + row * kHd + part * 8);
+    const uint4 d = *reinterpret_cast<const uint4*>(dout + row * kHd + part * 8);
+    const __nv_bfloat162* o2 = reinterpret_cast<const __nv_bfloat162*>(&o);
+    const __nv_bfloat162* d2 = reinterpret_cast<const __nv_bfloat162*>(&d);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 of = __bfloat1622float2(o2[k]), df = __bfloat1622float2(d2[k]);
+      sum = fmaf(of.x, df.x, sum);
+      sum = fmaf(of.y, df.y, sum);
+    }
+  }
+  sum += __shfl_xor_sync(0xffffffffu, sum, 4);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  if (row < rows && part == 0) {
+    const int64_t h = row % H, t = (row / H) % T, b = row / (int64_t{H} * T);
+    const int64_t idx = (b * H + h) * T + t;
+    rowstats[idx] = make_float2(stats[idx] * 1.4426950408889634f, sum);
+  }
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    FlashBackwardKernel(const __grid_constant__ CUtensorMap map_q,   // qkv, 64-row boxes
+                        const __grid_constant__ CUtensorMap map_kv,  // qkv, 128-row boxes
+                        const __grid_constant__ CUtensorMap map_do,  // dO, 64-row boxes
+                        const Params p) {
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
+                                             ~uintptr_t(1023));
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + kOffBar);
+  uint64_t* kv_full = bars;       // K, V of a tile landed (tx)
+  uint64_t* kv_empty = bars + 2;  // the compute warpgroups are done with that tile
+  uint64_t* full = bars + 4;      // a stage's Q, dO and row statistics landed (tx)
+  uint64_t* empty = bars + 6;     // the MMAs that read a stage completed
+  uint64_t* dq_full = bars + 8;   // a dQ partial (and its job) is in shared memory
+  uint64_t* dq_empty = bars + 10; // the writer is done reading it
+  int* tile_slot = reinterpret_cast<int*>(smem + kOffSlots);
+  int4* jobs = reinterpret_cast<int4*>(smem + kOffSlots + 16);  // (b H + qh, i, j, b)
+  const int wg = threadIdx.x / 128;
+  const int group = p.H / p.KV;
+
+  if (threadIdx.x == 0) {
+    for (int k = 0; k < 2; ++k) {
+      MbarInit(&kv_full[k], 1);
+      MbarInit(&kv_empty[k], 256);
+      MbarInit(&full[k], 1);
+      MbarInit(&empty[k], 256);
+      MbarInit(&dq_full[k], 256);
+      MbarInit(&dq_empty[k], 1);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  if (wg == 2) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs) : "memory");
+    const int wt = threadIdx.x - 256;
+    if (wt == 0) {  // loader
+      int it = 0;
+      for (int tc = 0;; ++tc) {
+        const int buf = tc & 1;
+        if (tc >= 2) MbarWait(&kv_empty[buf], ((tc >> 1) - 1) & 1);
+        const int tile = atomicAdd(p.counter, 1);
+        tile_slot[buf] = tile;
+        if (tile >= p.tiles) {
+          MbarArrive(&kv_full[buf]);
+          break;
+        }
+        const int j = tile % p.nkv, kvh = (tile / p.nkv) % p.KV, b = tile / (p.nkv * p.KV);
+        uint8_t* kv = smem + kOffKv + buf * 2 * kTileK;
+        MbarExpectTx(&kv_full[buf], 2 * kTileK);
+        TmaLoad2d(kv, &map_kv, &kv_full[buf], (p.H + kvh) * kHd, b * p.T + j * kBkv);
+        TmaLoad2d(kv + kTileK, &map_kv, &kv_full[buf], (p.H + p.KV + kvh) * kHd,
+                  b * p.T + j * kBkv);
+        for (int g = 0; g < group; ++g) {
+          const int qh = kvh * group + g;
+          for (int i = p.nq - 1; i >= 2 * j; --i, ++it) {
+            const int s = it & 1;
+            if (it >= 2) MbarWait(&empty[s], ((it >> 1) - 1) & 1);
+            uint8_t* st = smem + kOffStage + s * 2 * kTileQ;
+            MbarExpectTx(&full[s], 2 * kTileQ + kRsBytes);
+            TmaLoad2d(st, &map_q, &full[s], qh * kHd, b * p.T + i * kBq);
+            TmaLoad2d(st + kTileQ, &map_do, &full[s], qh * kHd, b * p.T + i * kBq);
+            BulkLoad(smem + kOffRs + s * kRsBytes,
+                     p.rowstats + (size_t(b) * p.H + qh) * p.T + size_t(i) * kBq, kRsBytes,
+                     &full[s]);
+          }
+        }
+      }
+    } else if (wt / 32 == 1) {  // dQ writer
+      const int lane = wt % 32;
+      for (int n = 0;; ++n) {
+        const int buf = n & 1;
+        MbarWait(&dq_full[buf], (n >> 1) & 1);
+        const int4 job = jobs[buf];
+        if (job.x < 0) break;
+        const int bhq = job.x, i = job.y, j = job.z, b = job.w, qh = bhq % p.H;
+        int* sem = p.sems + size_t(bhq) * p.nq + i;
+        float* acc = p.dq_acc + (size_t(bhq) * p.nq + i) * (kBq * kHd);
+        const float* part = reinterpret_cast<const float*>(smem + kOffDq + buf * kDqBytes);
+        const bool first = j == 0, last = (i >> 1) == j;
+        if (!first) {
+          if (lane == 0) {
+            while (LoadAcquire(sem) != j) {
+            }
+          }
+          __syncwarp();
+        }
+        if (last) {  // the sum so far + this share, scaled, in bf16 into dQ
+          bf16* dst = p.dqkv + (size_t(b) * p.T + size_t(i) * kBq) * p.row_elems + qh * kHd;
+#pragma unroll 4
+          for (int f = lane; f < kBq * kHd / 4; f += 32) {
+            float4 v = reinterpret_cast<const float4*>(part)[f];
+            if (!first) {
+              const float4 a = __ldcg(reinterpret_cast<const float4*>(acc) + f);
+              v = make_float4(a.x + v.x, a.y + v.y, a.z + v.z, a.w + v.w);
+            }
+            const int row = f / 16, col = ((f % 16) * 4) ^ ((row & 7) << 2);
+            const uint2 o = {PackBf16(v.x * p.scale, v.y * p.scale),
+                             PackBf16(v.z * p.scale, v.w * p.scale)};
+            *reinterpret_cast<uint2*>(dst + size_t(row) * p.row_elems + col) = o;
+          }
+          __syncwarp();
+          if (lane == 0) MbarArrive(&dq_empty[buf]);
+        } else if (lane == 0) {  // store (kv block 0) or add this share with the bulk engine
+          asm volatile("fence.proxy.async.global;" ::: "memory");
+          if (first) {
+            asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(acc),
+                         "r"(SmemAddr(part)), "n"(kDqBytes)
+                         : "memory");
+          } else {
+            asm volatile(
+                "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(
+                    acc),
+                "r"(SmemAddr(part)), "n"(kDqBytes)
+                : "memory");
+          }
+          asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+          asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+          MbarArrive(&dq_empty[buf]);
+          asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+          asm volatile("fence.proxy.async.global;" ::: "memory");
+          __threadfence();
+          StoreRelease(sem, j + 1);
+        }
+        __syncwarp();
+      }
+    }
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs) : "memory");
+  const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32, quad = lane % 4;
+  const int r0 = warp * 16 + lane / 4;  // this thread's first row of the warpgroup's 64
+  int it = 0;
+  for (int tc = 0;; ++tc) {
+    const int buf = tc & 1;
+    MbarWait(&kv_full[buf], (tc >> 1) & 1);
+    const int tile = tile_slot[buf];
+    if (tile >= p.tiles) break;
+    const int j = tile % p.nkv, kvh = (tile / p.nkv) % p.KV, b = tile / (p.nkv * p.KV);
+    const uint8_t* ks = smem + kOffKv + buf * 2 * kTileK;
+    const uint8_t* kw = ks + wg * (kTileK / 2);  // this warpgroup's 64 keys of K and V
+    const uint8_t* vw = kw + kTileK;
+    float dv[32], dk[32];
+#pragma unroll
+    for (int k = 0; k < 32; ++k) dv[k] = dk[k] = 0.0f;
+    for (int g = 0; g < group; ++g) {
+      const int qh = kvh * group + g;
+      for (int i = p.nq - 1; i >= 2 * j; --i, ++it) {
+        const int s = it & 1;
+        MbarWait(&full[s], (it >> 1) & 1);
+        const uint8_t* qs = smem + kOffStage + s * 2 * kTileQ;
+        const uint8_t* dos = qs + kTileQ;
+        const float4* rs = reinterpret_cast<const float4*>(smem + kOffRs + s * kRsBytes);
+        float st[32], dpt[32];
+        WgmmaFence();
+#pragma unroll
+        for (int k = 0; k < 4; ++k) WgmmaSsN64(st, SmemDesc(kw + 32 * k), SmemDesc(qs + 32 * k), k);
+        WgmmaCommit();
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+          WgmmaSsN64(dpt, SmemDesc(vw + 32 * k), SmemDesc(dos + 32 * k), k);
+        WgmmaCommit();
+        // This thread's 16 query columns: 8 nj + 2 quad + {0, 1}.
+        float lse[16], dd[16];
+#pragma unroll
+        for (int nj = 0; nj < 8; ++nj) {
+          const float4 v = rs[4 * nj + quad];
+          lse[2 * nj] = v.x;
+          dd[2 * nj] = v.y;
+          lse[2 * nj + 1] = v.z;
+          dd[2 * nj + 1] = v.w;
+        }
+        WgmmaWait<1>();
+        const bool diag = i < 2 * j + 2;
+        const int key0 = j * kBkv + wg * 64 + r0, q0 = i * kBq + 2 * quad;
+#pragma unroll
+        for (int nj = 0; nj < 8; ++nj) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            float x = exp2f(fmaf(st[4 * nj + e], p.scale_log2, -lse[2 * nj + (e & 1)]));
+            if (diag && key0 + 8 * (e >> 1) > q0 + 8 * nj + (e & 1)) x = 0.0f;
+            st[4 * nj + e] = x;
+          }
+        }
+        WgmmaWait<0>();
+        uint32_t pa[16], da[16];
+#pragma unroll
+        for (int nj = 0; nj < 8; ++nj) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            dpt[4 * nj + e] = st[4 * nj + e] * (dpt[4 * nj + e] - dd[2 * nj + (e & 1)]);
+        }
+#pragma unroll
+        for (int x = 0; x < 16; ++x) {
+          pa[x] = PackBf16(st[2 * x], st[2 * x + 1]);
+          da[x] = PackBf16(dpt[2 * x], dpt[2 * x + 1]);
+        }
+        WgmmaFence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          const uint32_t a[4] = {pa[4 * kk], pa[4 * kk + 1], pa[4 * kk + 2], pa[4 * kk + 3]};
+          WgmmaRsN64TransB(dv, a, SmemDescNMajor(dos + 2048 * kk));
+        }
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          const uint32_t a[4] = {da[4 * kk], da[4 * kk + 1], da[4 * kk + 2], da[4 * kk + 3]};
+          WgmmaRsN64TransB(dk, a, SmemDescNMajor(qs + 2048 * kk));
+        }
+        WgmmaCommit();
+        // dS^T (bf16, [128 keys][64 queries], the 128-byte swizzle) for dQ = dS K.
+        uint8_t* ds_s = smem + kOffDsT + (it & 1) * kTileK;
+#pragma unroll
+        for (int nj = 0; nj < 8; ++nj) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int row = wg * 64 + r0 + 8 * h;
+            *reinterpret_cast<uint32_t*>(ds_s + StagedOffset(row, nj, quad)) = da[2 * nj + h];
+          }
+        }
+        FenceProxyAsyncShared();
+        ComputeBarrier();  // both warpgroups' halves of dS^T written
+        float dq[16];
+        WgmmaFence();
+#pragma unroll
+        for (int kk = 0; kk < 8; ++kk) {
+          WgmmaSsN32TransAB(dq, SmemDescNMajor(ds_s + 2048 * kk),
+                            SmemDescNMajor(ks + 2048 * kk + 64 * wg), kk);
+        }
+        WgmmaCommit();
+        WgmmaWait<0>();
+        MbarArrive(&empty[s]);
+        const int db = it & 1;
+        if (it >= 2) MbarWait(&dq_empty[db], ((it >> 1) - 1) & 1);
+        float* dqs = reinterpret_cast<float*>(smem + kOffDq + db * kDqBytes);
+#pragma unroll
+        for (int nj = 0; nj < 4; ++nj) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int row = r0 + 8 * h, col = wg * 32 + 8 * nj + 2 * quad;
+            *reinterpret_cast<float2*>(dqs + DqOffset(row, col)) =
+                make_float2(dq[4 * nj + 2 * h], dq[4 * nj + 2 * h + 1]);
+          }
+        }
+        if (t == 0 && wg == 0) jobs[db] = make_int4(b * p.H + qh, i, j, b);
+        FenceProxyAsyncShared();
+        MbarArrive(&dq_full[db]);
+      }
+    }
+    MbarArrive(&kv_empty[buf]);  // the tile's last MMAs (that read K) have completed
+    bf16* rows = p.dqkv + (size_t(b) * p.T + size_t(j) * kBkv + wg * 64) * p.row_elems;
+#pragma unroll
+    for (int nj = 0; nj < 8; ++nj) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        bf16* row = rows + size_t(r0 + 8 * h) * p.row_elems + 8 * nj + 2 * quad;
+        *reinterpret_cast<uint32_t*>(row + (p.H + kvh) * kHd) =
+            PackBf16(dk[4 * nj + 2 * h] * p.scale, dk[4 * nj + 2 * h + 1] * p.scale);
+        *reinterpret_cast<uint32_t*>(row + (p.H + p.KV + kvh) * kHd) =
+            PackBf16(dv[4 * nj + 2 * h], dv[4 * nj + 2 * h + 1]);
+      }
+    }
+  }
+  // Tell the writer there is no more.
+  const int db = it & 1;
+  if (it >= 2) MbarWait(&dq_empty[db], ((it >> 1) - 1) & 1);
+  if (t == 0 && wg == 0) jobs[db] = make_int4(-1, 0, 0, 0);
+  MbarArrive(&dq_full[db]);
+}
+
+size_t Align256(size_t n) { return (n + 255) & ~size_t(255); }
+
+struct ScratchLayout {
+  size_t rowstats = 0, dq_acc = 0, sems = 0, counter = 0, total = 0;
+};
+
+ScratchLayout Layout(const FlashBackwardShape& s) {
+  const size_t rows = size_t(s.B) * s.H * s.T;
+  ScratchLayout l;
+  l.rowstats = 0;
+  l.dq_acc = Align256(rows * sizeof(float2));
+  l.sems = l.dq_acc + Align256(rows * kHd * sizeof(float));
+  l.counter = l.sems + Align256(size_t(s.B) * s.H * (s.T / kBq) * sizeof(int));
+  l.total = l.counter + 256;
+  return l;
+}
+
+}  // namespace
+
+Status FlashBackwardSupports(const FlashBackwardShape& s) {
+  if (s.hd != kHd) return Status::Invalid("FlashBackward: head width must be 64");
+  if (s.B <= 0 || s.T <= 0 || s.T % kBkv)
+    return Status::Invalid("FlashBackward: T must be a positive multiple of 128");
+  if (s.H <= 0 || s.KV <= 0 || s.H % s.KV)
+    return Status::Invalid("FlashBackward: H must be a positive multiple of KV");
+  int dev = 0, major = 0, minor = 0;
+  FORGE_CUDA_CHECK(cudaGetDevice(&dev));
+  FORGE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  FORGE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  if (major != 9 || minor != 0)
+    return Status::Invalid("FlashBackward: needs an sm_90 GPU (Hopper), this is sm_" +
+                           std::to_string(major * 10 + minor));
+  return Status::Ok();
+}
+
+size_t FlashBackwardScratchBytes(const FlashBackwardShape& s) { return Layout(s).total; }
+
+Status FlashBackward(const FlashBackwardShape& s, const bf16* qkv, const bf16* out,
+                     const bf16* dout, const float* stats, bf16* dqkv, void* scratch,
+                     cudaStream_t stream) {
+  FORGE_RETURN_IF_ERROR(FlashBackwardSupports(s));
+  const ScratchLayout l = Layout(s);
+  char* base = static_cast<char*>(scratch);
+  Params p{};
+  p.rowstats = reinterpret_cast<const float2*>(base + l.rowstats);
+  p.dq_acc = reinterpret_cast<float*>(base + l.dq_acc);
+  p.sems = reinterpret_cast<int*>(base + l.sems);
+  p.counter = reinterpret_cast<int*>(base + l.counter);
+  p.dqkv = dqkv;
+  p.B = s.B;
+  p.T = s.T;
+  p.H = s.H;
+  p.KV = s.KV;
+  p.nq = s.T / kBq;
+  p.nkv = s.T / kBkv;
+  p.tiles = s.B * s.KV * p.nkv;
+  p.row_elems = (s.H + 2 * s.KV) * kHd;
+  p.scale = 1.0f / 8.0f;  // 1 / sqrt(64)
+  p.scale_log2 = p.scale * 1.4426950408889634f;
+
+  CUtensorMap map_q, map_kv, map_do;
+  const int64_t tokens = int64_t{s.B} * s.T;
+  FORGE_RETURN_IF_ERROR(SwizzledMap(qkv, tokens, p.row_elems, kBq, &map_q));
+  FORGE_RETURN_IF_ERROR(SwizzledMap(qkv, tokens, p.row_elems, kBkv, &map_kv));
+  FORGE_RETURN_IF_ERROR(SwizzledMap(dout, tokens, int64_t{s.H} * kHd, kBq, &map_do));
+
+  const int64_t rows = tokens * s.H;
+  const int64_t prep_threads = std::max(rows * 8, int64_t{s.B} * s.H * p.nq);
+  FlashBackwardPrepKernel<<<unsigned((prep_threads + 255) / 256), 256, 0, stream>>>(
+      out, dout, stats, reinterpret_cast<float2*>(base + l.rowstats), p.sems, s.B * s.H * p.nq,
+      p.counter, rows, s.T, s.H);
+  FORGE_CUDA_LAUNCH_CHECK();
+
+  int dev = 0, sms = 0;
+  FORGE_CUDA_CHECK(cudaGetDevice(&dev));
+  FORGE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const auto kernel = FlashBackwardKernel;
+  FORGE_RETURN_IF_ERROR(AllowDynamicSmem(kernel, kSmemBytes));
+  // The setmaxnreg split assumes ptxas's allocation; another would hang the .inc.
+  FORGE_ASSIGN_OR_RETURN(const int regs, KernelRegisters(reinterpret_cast<const void*>(kernel)));
+  if (regs != kLaunchRegs)
+    return Status::Internal("FlashBackward: built with " + std::to_string(regs) +
+                            " registers a thread; its setmaxnreg split assumes " +
+                            std::to_string(kLaunchRegs));
+  kernel<<<std::min(p.tiles, sms), kThreads, kSmemBytes, stream>>>(map_q, map_kv, map_do, p);
+  FORGE_CUDA_LAUNCH_CHECK();
+  return Status::Ok();
+}
+
+}  // namespace forge::cuda
