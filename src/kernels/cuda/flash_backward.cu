@@ -1,11 +1,11 @@
 // Causal attention backward on Hopper's warpgroup MMAs (see flash_backward.cuh for why).
 //
 // Work split. One CTA tile is (batch b, kv head, kv block j of 128 keys); CTAs are persistent
-// and take tiles in order from a counter (kv block 0 of a head first: it has the most query
-// blocks, and a tile's dQ additions wait only on tiles taken before it, so the wait always ends).
-// The tile walks its query blocks i (64 queries) from the last down to the diagonal, for every
-// query head of the group. Per (i, j), in the transposed orientation of FlashAttention-3 so that
-// P^T and dS^T come out of the MMAs already laid out as the A operand of the next ones:
+// and take tiles in order from a counter, a head's kv blocks from the last to the first (a
+// tile's dQ additions wait only on tiles taken before it, so the waits always end). The tile
+// walks its query blocks i (64 queries) from the diagonal up, for every query head of the
+// group. Per (i, j), in the transposed orientation of FlashAttention-3 so that P^T and dS^T come
+// out of the MMAs already laid out as the A operand of the next ones:
 //   S^T = K Q^T, dP^T = V dO^T                      (two m64n64 MMAs a warpgroup, K and V's 64
 //                                                    rows of that warpgroup)
 //   P^T = exp2(S^T scale log2 e - Stats log2 e)      (masked above the diagonal)
@@ -15,14 +15,16 @@
 //                                                    warpgroup 32 of the 64 columns)
 // dK and dV stay in registers for the whole tile; dQ_ij goes to shared memory and a writer warp
 // adds it to the fp32 partial sum of query block i in global memory (bulk copy engine) once the
-// block's semaphore says kv block j - 1 has added its share; kv block 0 stores instead of adding
-// and the diagonal kv block (the last) reads the sum, adds its share and writes dQ in bf16. So
-// each element of dQ is a sum in one fixed order: bitwise reproducible, nothing to zero first.
+// block's semaphore says the kv block before it in the order has: the diagonal kv block (i / 2)
+// stores, then i / 2 - 1, ..., and kv block 0 reads the sum, adds its share and writes dQ in
+// bf16. Kv block j meets query block i two iterations after kv block j + 1 did, so the chain
+// rarely waits. Each element of dQ is a sum in one fixed order: bitwise reproducible, nothing
+// to zero first.
 //
 // Warp roles (384 threads, one CTA an SM): warpgroups 0 and 1 compute (216 registers a thread);
 // warpgroup 2 gives registers up (72): its first thread streams K, V (double-buffered across
-// tiles) and each query block's Q, dO and row statistics (two stages) with TMA, its second warp
-// is the dQ writer.
+// tiles) and each query block's Q, dO and row statistics (two stages) with TMA; its second and
+// third warps are the dQ writers (one a dQ buffer, so two additions are in flight).
 #include "kernels/cuda/flash_backward.cuh"
 
 #include <cuda.h>
@@ -31,6 +33,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "kernels/cuda/cuda_check.h"
@@ -58,8 +61,9 @@ constexpr int kDqBytes = kBq * kHd * 4;    // 16 KiB: one fp32 dQ partial
 constexpr int kOffDq = kOffDsT + 2 * kTileK;  // 2 buffers
 constexpr int kRsBytes = kBq * 8;          // (Stats log2 e, rowsum(dO O)) of 64 rows
 constexpr int kOffRs = kOffDq + 2 * kDqBytes;  // 2 stages
-constexpr int kOffBar = kOffRs + 2 * kRsBytes;
-constexpr int kNumBars = 12;
+constexpr int kOffAccStage = kOffRs + 2 * kRsBytes;  // 2 writers x the sum so far (fp32)
+constexpr int kOffBar = kOffAccStage + 2 * kDqBytes;
+constexpr int kNumBars = 14;
 constexpr int kOffSlots = kOffBar + kNumBars * 8;  // tile slots (2 ints), jobs (2 int4)
 constexpr int kSmemBytes = kOffSlots + 2 * 4 + 8 + 2 * 16 + 1024;
 
@@ -71,6 +75,7 @@ struct Params {
   bf16* dqkv;
   int B, T, H, KV, nq, nkv, tiles, row_elems;  // row_elems = (H + 2 KV) * 64
   float scale, scale_log2;
+  int dbg;  // TEMP: 1 writer skips semaphore waits, 2 writer does nothing
 };
 
 // Float offset of (row, col) in a 64 x 64 fp32 dQ block: 16-byte units XORed with row % 8 inside
@@ -196,6 +201,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* empty = bars + 6;     // the MMAs that read a stage completed
   uint64_t* dq_full = bars + 8;   // a dQ partial (and its job) is in shared memory
   uint64_t* dq_empty = bars + 10; // the writer is done reading it
+  uint64_t* acc_full = bars + 12; // a writer's load of the sum so far landed (tx)
   int* tile_slot = reinterpret_cast<int*>(smem + kOffSlots);
   int4* jobs = reinterpret_cast<int4*>(smem + kOffSlots + 16);  // (b H + qh, i, j, b)
   const int wg = threadIdx.x / 128;
@@ -209,6 +215,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       MbarInit(&empty[k], 256);
       MbarInit(&dq_full[k], 256);
       MbarInit(&dq_empty[k], 1);
+      MbarInit(&acc_full[k], 1);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -228,7 +235,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           MbarArrive(&kv_full[buf]);
           break;
         }
-        const int j = tile % p.nkv, kvh = (tile / p.nkv) % p.KV, b = tile / (p.nkv * p.KV);
+        const int j = p.nkv - 1 - tile % p.nkv, kvh = (tile / p.nkv) % p.KV,
+                  b = tile / (p.nkv * p.KV);
         uint8_t* kv = smem + kOffKv + buf * 2 * kTileK;
         MbarExpectTx(&kv_full[buf], 2 * kTileK);
         TmaLoad2d(kv, &map_kv, &kv_full[buf], (p.H + kvh) * kHd, b * p.T + j * kBkv);
@@ -236,7 +244,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                   b * p.T + j * kBkv);
         for (int g = 0; g < group; ++g) {
           const int qh = kvh * group + g;
-          for (int i = p.nq - 1; i >= 2 * j; --i, ++it) {
+          for (int i = 2 * j; i < p.nq; ++i, ++it) {
             const int s = it & 1;
             if (it >= 2) MbarWait(&empty[s], ((it >> 1) - 1) & 1);
             uint8_t* st = smem + kOffStage + s * 2 * kTileQ;
@@ -249,32 +257,51 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
       }
-    } else if (wt / 32 == 1) {  // dQ writer
-      const int lane = wt % 32;
+    } else if (wt / 32 == 1 || wt / 32 == 2) {  // dQ writers: warp 1 buffer 0, warp 2 buffer 1
+      const int lane = wt % 32, buf = wt / 32 - 1;
+      uint64_t* acc_bar = &acc_full[buf];
+      float* acc_s = reinterpret_cast<float*>(smem + kOffAccStage + buf * kDqBytes);
+      const float* part = reinterpret_cast<const float*>(smem + kOffDq + buf * kDqBytes);
+      int loads = 0;
       for (int n = 0;; ++n) {
-        const int buf = n & 1;
-        MbarWait(&dq_full[buf], (n >> 1) & 1);
+        MbarWait(&dq_full[buf], n & 1);
         const int4 job = jobs[buf];
         if (job.x < 0) break;
         const int bhq = job.x, i = job.y, j = job.z, b = job.w, qh = bhq % p.H;
         int* sem = p.sems + size_t(bhq) * p.nq + i;
         float* acc = p.dq_acc + (size_t(bhq) * p.nq + i) * (kBq * kHd);
-        const float* part = reinterpret_cast<const float*>(smem + kOffDq + buf * kDqBytes);
-        const bool first = j == 0, last = (i >> 1) == j;
-        if (!first) {
-          if (lane == 0) {
-            while (LoadAcquire(sem) != j) {
+        // Shares are added from the diagonal kv block (i / 2, which stores) down to kv block 0
+        // (which writes dQ): order = i / 2 - j. Kv block j reaches query block i two
+        // iterations after kv block j + 1 did, so the wait is usually over before it starts.
+        const int order = (i >> 1) - j;
+        const bool first = order == 0, last = j == 0;
+        if (p.dbg == 2) {
+          if (lane == 0) MbarArrive(&dq_empty[buf]);
+          __syncwarp();
+          continue;
+        }
+        if (lane == 0 && !first) {
+          if (p.dbg == 0) {
+            while (LoadAcquire(sem) != order) {
             }
           }
-          __syncwarp();
+          asm volatile("fence.proxy.async.global;" ::: "memory");  // the bulk ops come after
         }
         if (last) {  // the sum so far + this share, scaled, in bf16 into dQ
+          if (!first) {
+            if (lane == 0) {
+              MbarExpectTx(acc_bar, kDqBytes);
+              BulkLoad(acc_s, acc, kDqBytes, acc_bar);
+            }
+            MbarWait(acc_bar, loads & 1);
+            ++loads;
+          }
           bf16* dst = p.dqkv + (size_t(b) * p.T + size_t(i) * kBq) * p.row_elems + qh * kHd;
 #pragma unroll 4
           for (int f = lane; f < kBq * kHd / 4; f += 32) {
             float4 v = reinterpret_cast<const float4*>(part)[f];
             if (!first) {
-              const float4 a = __ldcg(reinterpret_cast<const float4*>(acc) + f);
+              const float4 a = reinterpret_cast<const float4*>(acc_s)[f];
               v = make_float4(a.x + v.x, a.y + v.y, a.z + v.z, a.w + v.w);
             }
             const int row = f / 16, col = ((f % 16) * 4) ^ ((row & 7) << 2);
@@ -284,8 +311,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
           __syncwarp();
           if (lane == 0) MbarArrive(&dq_empty[buf]);
-        } else if (lane == 0) {  // store (kv block 0) or add this share with the bulk engine
-          asm volatile("fence.proxy.async.global;" ::: "memory");
+        } else if (lane == 0) {  // store (the first share) or add this one with the bulk engine
           if (first) {
             asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(acc),
                          "r"(SmemAddr(part)), "n"(kDqBytes)
@@ -303,7 +329,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
           asm volatile("fence.proxy.async.global;" ::: "memory");
           __threadfence();
-          StoreRelease(sem, j + 1);
+          StoreRelease(sem, order + 1);
         }
         __syncwarp();
       }
@@ -320,7 +346,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     MbarWait(&kv_full[buf], (tc >> 1) & 1);
     const int tile = tile_slot[buf];
     if (tile >= p.tiles) break;
-    const int j = tile % p.nkv, kvh = (tile / p.nkv) % p.KV, b = tile / (p.nkv * p.KV);
+    const int j = p.nkv - 1 - tile % p.nkv, kvh = (tile / p.nkv) % p.KV,
+                  b = tile / (p.nkv * p.KV);
     const uint8_t* ks = smem + kOffKv + buf * 2 * kTileK;
     const uint8_t* kw = ks + wg * (kTileK / 2);  // this warpgroup's 64 keys of K and V
     const uint8_t* vw = kw + kTileK;
@@ -329,7 +356,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int k = 0; k < 32; ++k) dv[k] = dk[k] = 0.0f;
     for (int g = 0; g < group; ++g) {
       const int qh = kvh * group + g;
-      for (int i = p.nq - 1; i >= 2 * j; --i, ++it) {
+      for (int i = 2 * j; i < p.nq; ++i, ++it) {
         const int s = it & 1;
         MbarWait(&full[s], (it >> 1) & 1);
         const uint8_t* qs = smem + kOffStage + s * 2 * kTileQ;
@@ -444,11 +471,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   }
-  // Tell the writer there is no more.
-  const int db = it & 1;
-  if (it >= 2) MbarWait(&dq_empty[db], ((it >> 1) - 1) & 1);
-  if (t == 0 && wg == 0) jobs[db] = make_int4(-1, 0, 0, 0);
-  MbarArrive(&dq_full[db]);
+  // Tell both writers there is no more.
+  for (int k = it; k < it + 2; ++k) {
+    const int db = k & 1;
+    if (k >= 2) MbarWait(&dq_empty[db], ((k >> 1) - 1) & 1);
+    if (t == 0 && wg == 0) jobs[db] = make_int4(-1, 0, 0, 0);
+    MbarArrive(&dq_full[db]);
+  }
 }
 
 size_t Align256(size_t n) { return (n + 255) & ~size_t(255); }
@@ -510,6 +539,7 @@ Status FlashBackward(const FlashBackwardShape& s, const bf16* qkv, const bf16* o
   p.row_elems = (s.H + 2 * s.KV) * kHd;
   p.scale = 1.0f / 8.0f;  // 1 / sqrt(64)
   p.scale_log2 = p.scale * 1.4426950408889634f;
+  if (const char* d = std::getenv("FORGE_FLASH_DBG")) p.dbg = std::atoi(d);
 
   CUtensorMap map_q, map_kv, map_do;
   const int64_t tokens = int64_t{s.B} * s.T;
