@@ -340,10 +340,10 @@ Status BenchModel(const Args& a, const Model& m, cudaStream_t stream, Json* summ
                      {"rel_diff_vs_bwd_det", bench::RelDiff(got, det_out)}});
     std::printf("%s\n", line.dump().c_str());
     std::fflush(stdout);
-    totals["flash"] = Json{{"bwd_ms", Round(m.layers * ms, 3)},
-                           {"best_ms", Round(m.layers * (fwd.best_ms + ms), 3)},
-                           {"gain_vs_deterministic_best_ms",
-                            Round(m.layers * (bwd_det.best_ms - ms), 3)}};
+    totals["flash"] =
+        Json{{"bwd_ms", Round(m.layers * ms, 3)},
+             {"best_ms", Round(m.layers * (fwd.best_ms + ms), 3)},
+             {"gain_vs_deterministic_best_ms", Round(m.layers * (bwd_det.best_ms - ms), 3)}};
   }
   (*summary)[m.name] = totals;
   return Status::Ok();

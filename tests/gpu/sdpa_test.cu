@@ -562,11 +562,15 @@ TEST_F(GpuSdpaTest, RejectsBadShapes) {
 // Our own backward (flash_backward.cuh), forward from cuDNN: against the CPU reference, every
 // element written, bitwise the same on a re-run, under CUDA-graph replay and from a workspace
 // left dirty; and close to cuDNN's deterministic backward on the same O and Stats.
-using GpuFlashBackward = GpuSdpaTest;
+// Disabled in the suite for now: the kernel hung on the device twice in session 17 (a dQ
+// writer's divergent wait, since changed but not yet run there), and a hang would take the
+// whole suite with it. scripts/device_flash_bwd.sh runs them on their own, under a time limit:
+//   forge_gpu_tests --gtest_also_run_disabled_tests --gtest_filter='*FlashBackward*'
+using DISABLED_GpuFlashBackward = GpuSdpaTest;
 
 void CheckFlashAgainstCpu(const SdpaShape& s, bool deterministic, uint64_t seed) {
-  SCOPED_TRACE(::testing::Message() << "B=" << s.B << " T=" << s.T << " H=" << s.H
-                                    << " KV=" << s.KV << (deterministic ? " deterministic" : ""));
+  SCOPED_TRACE(::testing::Message() << "B=" << s.B << " T=" << s.T << " H=" << s.H << " KV=" << s.KV
+                                    << (deterministic ? " deterministic" : ""));
   const Inputs in = MakeReference(s, seed);
   SdpaRunner runner;
   ASSERT_STATUS_OK(runner.Init(deterministic, SdpaBackwardKernel::kFlash));
@@ -589,9 +593,9 @@ void CheckFlashAgainstCpu(const SdpaShape& s, bool deterministic, uint64_t seed)
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-  const Status captured = runner.Backward(s, d.qkv.data(), d.out.data(), d.dout.data(),
-                                          d.stats.data(), d.dqkv.data(), d.softmax_sum.data(),
-                                          deterministic ? nullptr : d.dq_accum.data(), stream);
+  const Status captured =
+      runner.Backward(s, d.qkv.data(), d.out.data(), d.dout.data(), d.stats.data(), d.dqkv.data(),
+                      d.softmax_sum.data(), deterministic ? nullptr : d.dq_accum.data(), stream);
   ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
   ASSERT_STATUS_OK(captured);
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
@@ -621,33 +625,37 @@ void CheckFlashAgainstCpu(const SdpaShape& s, bool deterministic, uint64_t seed)
   for (int k = 0; k < 3; ++k) {
     const double rel = RelFrobenius(SliceHeads(got_f, s, total, firsts[k], counts[k]),
                                     SliceHeads(ref_f, s, total, firsts[k], counts[k]));
-    std::printf("[flash bwd] B=%d T=%d H=%d KV=%d %s vs cuDNN deterministic: %.3e\n", s.B, s.T,
-                s.H, s.KV, names[k], rel);
+    std::printf("[flash bwd] B=%d T=%d H=%d KV=%d %s vs cuDNN deterministic: %.3e\n", s.B, s.T, s.H,
+                s.KV, names[k], rel);
     EXPECT_LT(rel, 5e-3) << names[k] << " vs cuDNN";
   }
 }
 
-TEST_F(GpuFlashBackward, MatchesCpuT128) { CheckFlashAgainstCpu({2, 128, 4, 4, 64}, true, 800); }
+TEST_F(DISABLED_GpuFlashBackward, MatchesCpuT128) {
+  CheckFlashAgainstCpu({2, 128, 4, 4, 64}, true, 800);
+}
 
-TEST_F(GpuFlashBackward, MatchesCpuT384) { CheckFlashAgainstCpu({1, 384, 2, 2, 64}, true, 810); }
+TEST_F(DISABLED_GpuFlashBackward, MatchesCpuT384) {
+  CheckFlashAgainstCpu({1, 384, 2, 2, 64}, true, 810);
+}
 
-TEST_F(GpuFlashBackward, MatchesCpuT1024H12) {
+TEST_F(DISABLED_GpuFlashBackward, MatchesCpuT1024H12) {
   CheckFlashAgainstCpu({2, 1024, 12, 12, 64}, true, 820);
 }
 
 // The non-deterministic mode takes the same (deterministic) kernels.
-TEST_F(GpuFlashBackward, MatchesCpuDefaultMode) {
+TEST_F(DISABLED_GpuFlashBackward, MatchesCpuDefaultMode) {
   CheckFlashAgainstCpu({2, 256, 4, 4, 64}, false, 830);
 }
 
 // GQA: each kv head's CTAs walk the group's query heads, summing dK and dV.
-TEST_F(GpuFlashBackward, GroupedQueryMatchesCpu) {
+TEST_F(DISABLED_GpuFlashBackward, GroupedQueryMatchesCpu) {
   CheckFlashAgainstCpu({2, 256, 8, 2, 64}, true, 840);
 }
 
 // Many CTAs on one query block's semaphore at once (B x H = 256 heads of T 1024, as gpt350m):
 // two runs give the same bits; a mismatch would mean an addition out of order or unseen.
-TEST_F(GpuFlashBackward, LargeBatchIsBitwiseReproducible) {
+TEST_F(DISABLED_GpuFlashBackward, LargeBatchIsBitwiseReproducible) {
   const SdpaShape s{16, 1024, 16, 16, 64};
   Inputs in;
   in.qkv = RandomNormal(size_t(s.B) * s.T * (s.H + 2 * s.KV) * s.hd, 1.0f, 850);
@@ -665,8 +673,8 @@ TEST_F(GpuFlashBackward, LargeBatchIsBitwiseReproducible) {
   std::vector<bf16> first;
   for (int run = 0; run < 3; ++run) {
     d.dqkv.Poison();
-    ASSERT_STATUS_OK(runner.Backward(s, d.qkv.data(), d.out.data(), d.dout.data(),
-                                     d.stats.data(), d.dqkv.data(), nullptr, nullptr, nullptr));
+    ASSERT_STATUS_OK(runner.Backward(s, d.qkv.data(), d.out.data(), d.dout.data(), d.stats.data(),
+                                     d.dqkv.data(), nullptr, nullptr, nullptr));
     std::vector<bf16> got = d.dqkv.Download();
     if (run == 0) {
       EXPECT_LT(RelFrobenius(ToFloat(got), ref_f), 5e-3) << "vs cuDNN deterministic";
@@ -677,11 +685,11 @@ TEST_F(GpuFlashBackward, LargeBatchIsBitwiseReproducible) {
   }
 }
 
-TEST_F(GpuFlashBackward, TakesOnlyWhatItCan) {
+TEST_F(DISABLED_GpuFlashBackward, TakesOnlyWhatItCan) {
   SdpaRunner runner;
   ASSERT_STATUS_OK(runner.Init(true, SdpaBackwardKernel::kFlash));
   EXPECT_TRUE(runner.flash_backward({2, 256, 4, 4, 64}));
-  EXPECT_FALSE(runner.flash_backward({2, 192, 4, 4, 64}));  // T % 128
+  EXPECT_FALSE(runner.flash_backward({2, 192, 4, 4, 64}));   // T % 128
   EXPECT_FALSE(runner.flash_backward({2, 256, 4, 4, 128}));  // head width
   setenv("FORGE_CUDA_ATTN_BWD", "nonsense", 1);
   SdpaRunner bad;

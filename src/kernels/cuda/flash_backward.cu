@@ -51,15 +51,15 @@ static_assert((kLaunchRegs - kProducerRegs) * 128 >= (kConsumerRegs - kLaunchReg
               "setmaxnreg: the producer must give up what the consumers take");
 
 // Shared memory (offsets from a 1024-byte aligned base; every swizzled tile 1024-aligned).
-constexpr int kTileQ = kBq * kHd * 2;      // 8 KiB: Q or dO of one query block
-constexpr int kTileK = kBkv * kHd * 2;     // 16 KiB: K or V of one tile
-constexpr int kOffKv = 0;                  // 2 buffers x (K, V)
-constexpr int kOffStage = kOffKv + 2 * 2 * kTileK;  // 2 stages x (Q, dO)
+constexpr int kTileQ = kBq * kHd * 2;                // 8 KiB: Q or dO of one query block
+constexpr int kTileK = kBkv * kHd * 2;               // 16 KiB: K or V of one tile
+constexpr int kOffKv = 0;                            // 2 buffers x (K, V)
+constexpr int kOffStage = kOffKv + 2 * 2 * kTileK;   // 2 stages x (Q, dO)
 constexpr int kOffDsT = kOffStage + 2 * 2 * kTileQ;  // 2 buffers of dS^T [128 keys][64 q] bf16
-constexpr int kDqBytes = kBq * kHd * 4;    // 16 KiB: one fp32 dQ partial
-constexpr int kOffDq = kOffDsT + 2 * kTileK;  // 2 buffers
-constexpr int kRsBytes = kBq * 8;          // (Stats log2 e, rowsum(dO O)) of 64 rows
-constexpr int kOffRs = kOffDq + 2 * kDqBytes;  // 2 stages
+constexpr int kDqBytes = kBq * kHd * 4;              // 16 KiB: one fp32 dQ partial
+constexpr int kOffDq = kOffDsT + 2 * kTileK;         // 2 buffers
+constexpr int kRsBytes = kBq * 8;                    // (Stats log2 e, rowsum(dO O)) of 64 rows
+constexpr int kOffRs = kOffDq + 2 * kDqBytes;        // 2 stages
 constexpr int kOffAccStage = kOffRs + 2 * kRsBytes;  // 2 writers x the sum so far (fp32)
 constexpr int kOffBar = kOffAccStage + 2 * kDqBytes;
 constexpr int kNumBars = 14;
@@ -79,14 +79,17 @@ struct Params {
 // Float offset of (row, col) in a 64 x 64 fp32 dQ block: 16-byte units XORed with row % 8 inside
 // each 128-byte half row, so a warp's float2 stores of 8 rows hit different banks. The global
 // partial sums keep the same layout (the bulk copy moves bytes as they are).
-__device__ __forceinline__ int DqOffset(int row, int col) { return row * 64 + (col ^ ((row & 7) << 2)); }
+__device__ __forceinline__ int DqOffset(int row, int col) {
+  return row * 64 + (col ^ ((row & 7) << 2));
+}
 
 __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
-__device__ __forceinline__ void BulkLoad(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+__device__ __forceinline__ void BulkLoad(void* dst, const void* src, uint32_t bytes,
+                                         uint64_t* bar) {
   asm volatile(
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
           "r"(SmemAddr(dst)),
@@ -98,6 +101,18 @@ __device__ __forceinline__ int LoadAcquire(const int* p) {
   int v;
   asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
+}
+
+// Waits for *sem == value. A wait past 10 s can only be a bug (a share is a few microseconds of
+// work): it traps, so the step fails with a launch error instead of hanging the job.
+__device__ __forceinline__ void WaitSemaphore(const int* sem, int value) {
+  if (LoadAcquire(sem) == value) return;
+  uint64_t start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  while (LoadAcquire(sem) != value) {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    if (now - start > 10000000000ull) __trap();
+  }
 }
 
 __device__ __forceinline__ void StoreRelease(int* p, int v) {
@@ -123,38 +138,50 @@ __device__ __forceinline__ void FenceProxyAsyncShared() {
 
 // D[64 x 64] += A[64 x 16] B[64 x 16]^T, both K-major tiles in shared memory.
 __device__ __forceinline__ void WgmmaSsN64(float (&d)[32], uint64_t desc_a, uint64_t desc_b,
-                                          int scale_d) {
+                                           int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
       "%32, %33, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
 // D[64 x 64] += A[64 x 16] B[16 x 64], A from registers (the accumulator layout of an
 // m64n16 slice, packed to bf16 pairs), B N-major in shared memory (transposed).
 __device__ __forceinline__ void WgmmaRsN64TransB(float (&d)[32], const uint32_t (&a)[4],
-                                                uint64_t desc_b) {
+                                                 uint64_t desc_b) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
       "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
 }
 
 // D[64 x 32] += A[64 x 16] B[16 x 32], both MN-major in shared memory (transposed).
-__device__ __forceinline__ void WgmmaSsN32TransAB(float (&d)[16], uint64_t desc_a,
-                                                 uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void WgmmaSsN32TransAB(float (&d)[16], uint64_t desc_a, uint64_t desc_b,
+                                                  int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
       "%16, %17, p, 1, 1, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15])
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
@@ -198,16 +225,16 @@ __global__ void __launch_bounds__(kThreads, 1)
                         const __grid_constant__ CUtensorMap map_do,  // dO, 64-row boxes
                         const Params p) {
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
-                                             ~uintptr_t(1023));
+  uint8_t* smem =
+      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + kOffBar);
-  uint64_t* kv_full = bars;       // K, V of a tile landed (tx)
-  uint64_t* kv_empty = bars + 2;  // the compute warpgroups are done with that tile
-  uint64_t* full = bars + 4;      // a stage's Q, dO and row statistics landed (tx)
-  uint64_t* empty = bars + 6;     // the MMAs that read a stage completed
-  uint64_t* dq_full = bars + 8;   // a dQ partial (and its job) is in shared memory
-  uint64_t* dq_empty = bars + 10; // the writer is done reading it
-  uint64_t* acc_full = bars + 12; // a writer's load of the sum so far landed (tx)
+  uint64_t* kv_full = bars;        // K, V of a tile landed (tx)
+  uint64_t* kv_empty = bars + 2;   // the compute warpgroups are done with that tile
+  uint64_t* full = bars + 4;       // a stage's Q, dO and row statistics landed (tx)
+  uint64_t* empty = bars + 6;      // the MMAs that read a stage completed
+  uint64_t* dq_full = bars + 8;    // a dQ partial (and its job) is in shared memory
+  uint64_t* dq_empty = bars + 10;  // the writer is done reading it
+  uint64_t* acc_full = bars + 12;  // a writer's load of the sum so far landed (tx)
   int* tile_slot = reinterpret_cast<int*>(smem + kOffSlots);
   int4* jobs = reinterpret_cast<int4*>(smem + kOffSlots + 16);  // (b H + qh, i, j, b)
   const int wg = threadIdx.x / 128;
@@ -281,19 +308,25 @@ __global__ void __launch_bounds__(kThreads, 1)
         // iterations after kv block j + 1 did, so the wait is usually over before it starts.
         const int order = (i >> 1) - j;
         const bool first = order == 0, last = j == 0;
-        if (lane == 0 && !first) {
-          while (LoadAcquire(sem) != order) {
+        // Only lane 0 waits (on the semaphore, then on the load), and the warp reconverges
+        // right after each wait: lanes parked in an mbarrier wait while lane 0 spins on a
+        // divergent path can starve it (a form without the __syncwarp hung on the device).
+        if (!first) {
+          if (lane == 0) {
+            WaitSemaphore(sem, order);
+            asm volatile("fence.proxy.async.global;" ::: "memory");  // the bulk ops come after
           }
-          asm volatile("fence.proxy.async.global;" ::: "memory");  // the bulk ops come after
+          __syncwarp();
         }
         if (last) {  // the sum so far + this share, scaled, in bf16 into dQ
           if (!first) {
             if (lane == 0) {
               MbarExpectTx(acc_bar, kDqBytes);
               BulkLoad(acc_s, acc, kDqBytes, acc_bar);
+              MbarWait(acc_bar, loads & 1);
             }
-            MbarWait(acc_bar, loads & 1);
             ++loads;
+            __syncwarp();
           }
           bf16* dst = p.dqkv + (size_t(b) * p.T + size_t(i) * kBq) * p.row_elems + qh * kHd;
 #pragma unroll 4
@@ -345,8 +378,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     MbarWait(&kv_full[buf], (tc >> 1) & 1);
     const int tile = tile_slot[buf];
     if (tile >= p.tiles) break;
-    const int j = p.nkv - 1 - tile % p.nkv, kvh = (tile / p.nkv) % p.KV,
-                  b = tile / (p.nkv * p.KV);
+    const int j = p.nkv - 1 - tile % p.nkv, kvh = (tile / p.nkv) % p.KV, b = tile / (p.nkv * p.KV);
     const uint8_t* ks = smem + kOffKv + buf * 2 * kTileK;
     const uint8_t* kw = ks + wg * (kTileK / 2);  // this warpgroup's 64 keys of K and V
     const uint8_t* vw = kw + kTileK;
@@ -364,15 +396,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         const uint8_t* dos = qs + kTileQ;
         const float4* rs = reinterpret_cast<const float4*>(smem + kOffRs + s * kRsBytes);
         float st[32], dpt[32];
-        WgmmaFence();
-#pragma unroll
         const uint64_t dqd = SmemDesc(qs), ddo = SmemDesc(dos);
+        WgmmaFence();
 #pragma unroll
         for (int k = 0; k < 4; ++k) WgmmaSsN64(st, desc_k + 2 * k, dqd + 2 * k, k);
         WgmmaCommit();
 #pragma unroll
-        for (int k = 0; k < 4; ++k)
-          WgmmaSsN64(dpt, desc_v + 2 * k, ddo + 2 * k, k);
+        for (int k = 0; k < 4; ++k) WgmmaSsN64(dpt, desc_v + 2 * k, ddo + 2 * k, k);
         WgmmaCommit();
         // This thread's 16 query columns: 8 nj + 2 quad + {0, 1}.
         float lse[16], dd[16];

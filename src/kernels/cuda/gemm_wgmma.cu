@@ -23,8 +23,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <map>
-#include <mutex>
 #include <string>
 
 #include "kernels/cuda/cuda_check.h"
@@ -556,8 +554,7 @@ Status Launch(const WgmmaGemmArgs& args, bool fp8, cudaStream_t stream) {
   if (args.b_n_major) {  // [K, N]: boxes of 64 K-rows x 64 columns
     FORGE_RETURN_IF_ERROR(SwizzledMap(args.B, args.K, args.N, kBK, &map_b));
   } else {
-    FORGE_RETURN_IF_ERROR(
-        SwizzledMap(args.B, args.N, args.K, swiglu ? kBN / 2 : kBN, &map_b, eb));
+    FORGE_RETURN_IF_ERROR(SwizzledMap(args.B, args.N, args.K, swiglu ? kBN / 2 : kBN, &map_b, eb));
   }
   // kSwiGluBackward and FP8's kSwiGlu write D from registers (no map; A's stands in).
   if (swiglu_bwd || (fp8 && swiglu)) {

@@ -21,8 +21,8 @@ Status EncodeTiledFunction(EncodeTiledFn* fn) {
   if (!cached) {
     void* p = nullptr;
     cudaDriverEntryPointQueryResult q{};
-    FORGE_CUDA_CHECK(
-        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q));
+    FORGE_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000,
+                                                      cudaEnableDefault, &q));
     if (q != cudaDriverEntryPointSuccess || !p)
       return Status::Internal("cuTensorMapEncodeTiled: not found in the driver");
     cached = reinterpret_cast<EncodeTiledFn>(p);
@@ -63,6 +63,5 @@ StatusOr<int> KernelRegisters(const void* kernel) {
   known[kernel] = attr.numRegs;
   return attr.numRegs;
 }
-
 
 }  // namespace forge::cuda
