@@ -107,6 +107,16 @@ Inputs MakeReference(const SdpaShape& s, uint64_t seed) {
   return in;
 }
 
+// Operands only (bf16-rounded qkv and dout, seeds seed and seed + 1), no CPU reference: for
+// shapes too large for it.
+Inputs RandomInputs(const SdpaShape& s, uint64_t seed) {
+  Inputs in;
+  in.qkv = RandomNormal(size_t(s.B) * s.T * (s.H + 2 * s.KV) * s.hd, 1.0f, seed);
+  in.dout = RandomNormal(size_t(s.B) * s.T * s.H * s.hd, 1.0f, seed + 1);
+  in.out.resize(in.dout.size());
+  return in;
+}
+
 // Device-side state of one forward + backward.
 struct DeviceRun {
   DeviceBuffer<bf16> qkv, out, dout, dqkv;
@@ -265,10 +275,7 @@ TEST_F(GpuSdpaTest, GroupedQueryMatchesCpu) { CheckAgainstCpu({2, 128, 4, 2, 64}
 // Two backward runs in deterministic mode write bitwise-identical dQKV.
 TEST_F(GpuSdpaTest, DeterministicBackwardIsBitwiseReproducible) {
   const SdpaShape s{2, 1024, 12, 12, 64};
-  Inputs in;
-  in.qkv = RandomNormal(size_t(s.B) * s.T * (s.H + 2 * s.KV) * s.hd, 1.0f, 600);
-  in.dout = RandomNormal(size_t(s.B) * s.T * s.H * s.hd, 1.0f, 601);
-  in.out.resize(in.dout.size());
+  const Inputs in = RandomInputs(s, 600);
   SdpaRunner runner;
   ASSERT_STATUS_OK(runner.Init(/*deterministic=*/true));
   DeviceRun d(s, in, true);
@@ -657,10 +664,7 @@ TEST_F(DISABLED_GpuFlashBackward, GroupedQueryMatchesCpu) {
 // two runs give the same bits; a mismatch would mean an addition out of order or unseen.
 TEST_F(DISABLED_GpuFlashBackward, LargeBatchIsBitwiseReproducible) {
   const SdpaShape s{16, 1024, 16, 16, 64};
-  Inputs in;
-  in.qkv = RandomNormal(size_t(s.B) * s.T * (s.H + 2 * s.KV) * s.hd, 1.0f, 850);
-  in.dout = RandomNormal(size_t(s.B) * s.T * s.H * s.hd, 1.0f, 851);
-  in.out.resize(in.dout.size());
+  const Inputs in = RandomInputs(s, 850);
   SdpaRunner runner, cudnn;
   ASSERT_STATUS_OK(runner.Init(true, SdpaBackwardKernel::kFlash));
   ASSERT_STATUS_OK(cudnn.Init(true, SdpaBackwardKernel::kCudnn));
