@@ -103,16 +103,31 @@ __device__ __forceinline__ int LoadAcquire(const int* p) {
   return v;
 }
 
-// Waits for *sem == value. A wait past 10 s can only be a bug (a share is a few microseconds of
-// work): it traps, so the step fails with a launch error instead of hanging the job.
-__device__ __forceinline__ void WaitSemaphore(const int* sem, int value) {
-  if (LoadAcquire(sem) == value) return;
+// The producer warpgroup's waits give up after kHangNs and trap: a wait that long can only be a
+// bug (an iteration takes microseconds), and a trap fails the step with a launch error instead
+// of hanging the job, and the GPU, forever (session 17 saw both). Every cycle of waits in this
+// kernel passes through the loader or a writer, so their bounded waits catch any deadlock; the
+// compute warpgroups keep the plain wait (a timer there costs registers the MMAs need). The
+// timer is read only once the first test has failed.
+constexpr uint64_t kHangNs = 10000000000ull;
+
+template <typename Ready>
+__device__ __forceinline__ void WaitOrTrap(Ready ready) {
+  if (ready()) return;
   uint64_t start, now;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-  while (LoadAcquire(sem) != value) {
+  while (!ready()) {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-    if (now - start > 10000000000ull) __trap();
+    if (now - start > kHangNs) __trap();
   }
+}
+
+__device__ __forceinline__ void WaitBarrier(uint64_t* bar, uint32_t parity) {
+  WaitOrTrap([&] { return MbarTryWait(bar, parity); });
+}
+
+__device__ __forceinline__ void WaitSemaphore(const int* sem, int value) {
+  WaitOrTrap([&] { return LoadAcquire(sem) == value; });
 }
 
 __device__ __forceinline__ void StoreRelease(int* p, int v) {
@@ -264,7 +279,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       int it = 0;
       for (int tc = 0;; ++tc) {
         const int buf = tc & 1;
-        if (tc >= 2) MbarWait(&kv_empty[buf], ((tc >> 1) - 1) & 1);
+        if (tc >= 2) WaitBarrier(&kv_empty[buf], ((tc >> 1) - 1) & 1);
         const int tile = atomicAdd(p.counter, 1);
         tile_slot[buf] = tile;
         if (tile >= p.tiles) {
@@ -282,7 +297,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           const int qh = kvh * group + g;
           for (int i = 2 * j; i < p.nq; ++i, ++it) {
             const int s = it & 1;
-            if (it >= 2) MbarWait(&empty[s], ((it >> 1) - 1) & 1);
+            if (it >= 2) WaitBarrier(&empty[s], ((it >> 1) - 1) & 1);
             uint8_t* st = smem + kOffStage + s * 2 * kTileQ;
             MbarExpectTx(&full[s], 2 * kTileQ + kRsBytes);
             TmaLoad2d(st, &map_q, &full[s], qh * kHd, b * p.T + i * kBq);
@@ -300,7 +315,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const float* part = reinterpret_cast<const float*>(smem + kOffDq + buf * kDqBytes);
       int loads = 0;
       for (int n = 0;; ++n) {
-        MbarWait(&dq_full[buf], n & 1);
+        WaitBarrier(&dq_full[buf], n & 1);
         const int4 job = jobs[buf];
         if (job.x < 0) break;
         const int bhq = job.x, i = job.y, j = job.z, b = job.w, qh = bhq % p.H;
@@ -313,7 +328,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const bool first = order == 0, last = j == 0;
         // Only lane 0 waits (on the semaphore, then on the load), and the warp reconverges
         // right after each wait: lanes parked in an mbarrier wait while lane 0 spins on a
-        // divergent path can starve it (a form without the __syncwarp hung on the device).
+        // divergent path can starve it (the likely cause of session 17's hangs).
         if (!first) {
           if (lane == 0) {
             WaitSemaphore(sem, order);
@@ -326,7 +341,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             if (lane == 0) {
               MbarExpectTx(acc_bar, kDqBytes);
               BulkLoad(acc_s, acc, kDqBytes, acc_bar);
-              MbarWait(acc_bar, loads & 1);
+              WaitBarrier(acc_bar, loads & 1);
             }
             ++loads;
             __syncwarp();

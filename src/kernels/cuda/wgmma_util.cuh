@@ -29,20 +29,25 @@ __device__ __forceinline__ void MbarArrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(SmemAddr(bar)) : "memory");
 }
 
-__device__ __forceinline__ void MbarWait(uint64_t* bar, uint32_t parity) {
-  const uint32_t addr = SmemAddr(bar);
+// One mbarrier.try_wait (the hardware may suspend the thread for a while before it answers):
+// whether the phase of the given parity has completed.
+__device__ __forceinline__ bool MbarTryWait(uint64_t* bar, uint32_t parity) {
   uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n"
-        "}\n"
-        : "=r"(done)
-        : "r"(addr), "r"(parity)
-        : "memory");
-  } while (!done);
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n"
+      "}\n"
+      : "=r"(done)
+      : "r"(SmemAddr(bar)), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+
+__device__ __forceinline__ void MbarWait(uint64_t* bar, uint32_t parity) {
+  while (!MbarTryWait(bar, parity)) {
+  }
 }
 
 __device__ __forceinline__ void TmaLoad2d(void* dst, const CUtensorMap* map, uint64_t* bar, int x,
