@@ -6,9 +6,9 @@
 // reads it back in a separate dQ = dS K matmul (~170 us a layer on an H100); its fast backward
 // sums dQ with unordered fp32 atomics, so two runs differ in the last bits and a resumed run
 // would not follow the uninterrupted one. Here dQ's partial sums are added in a fixed order
-// (kv block 0, 1, 2, ... of each query block, ordered through a per-query-block semaphore),
-// through shared memory and the bulk copy engine, so the result is bitwise reproducible at
-// the cost of the fast path's traffic, not the deterministic path's.
+// (from the diagonal kv block of each query block down to kv block 0, ordered through a
+// per-query-block semaphore), through shared memory and the bulk copy engine, so the result is
+// bitwise reproducible at the cost of the fast path's traffic, not the deterministic path's.
 //
 // Shapes: head width 64, T a multiple of 128, H a multiple of KV (GQA: a kv head's CTA walks
 // its group's query heads, summing dK and dV in registers). Layouts are SdpaRunner's: Q, K, V
