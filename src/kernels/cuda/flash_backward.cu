@@ -36,6 +36,7 @@
 #include <string>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/tma_map.h"
 #include "kernels/cuda/wgmma_util.cuh"
 
@@ -81,11 +82,6 @@ struct Params {
 // partial sums keep the same layout (the bulk copy moves bytes as they are).
 __device__ __forceinline__ int DqOffset(int row, int col) {
   return row * 64 + (col ^ ((row & 7) << 2));
-}
-
-__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
 }
 
 __device__ __forceinline__ void BulkLoad(void* dst, const void* src, uint32_t bytes,
@@ -216,16 +212,11 @@ __global__ void FlashBackwardPrepKernel(const bf16* out, const bf16* dout, const
   const int part = int(gid % 8);
   float sum = 0.0f;
   if (row < rows) {
-    const uint4 o = *reinterpret_cast<const uint4*>(out + row * kHd + part * 8);
-    const uint4 d = *reinterpret_cast<const uint4*>(dout + row * kHd + part * 8);
-    const __nv_bfloat162* o2 = reinterpret_cast<const __nv_bfloat162*>(&o);
-    const __nv_bfloat162* d2 = reinterpret_cast<const __nv_bfloat162*>(&d);
+    float o[8], d[8];
+    LoadVec<8>(out + row * kHd + part * 8, o);
+    LoadVec<8>(dout + row * kHd + part * 8, d);
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const float2 of = __bfloat1622float2(o2[k]), df = __bfloat1622float2(d2[k]);
-      sum = fmaf(of.x, df.x, sum);
-      sum = fmaf(of.y, df.y, sum);
-    }
+    for (int k = 0; k < 8; ++k) sum = fmaf(o[k], d[k], sum);
   }
   sum += __shfl_xor_sync(0xffffffffu, sum, 4);
   sum += __shfl_xor_sync(0xffffffffu, sum, 2);
@@ -355,8 +346,8 @@ __global__ void __launch_bounds__(kThreads, 1)
               v = make_float4(a.x + v.x, a.y + v.y, a.z + v.z, a.w + v.w);
             }
             const int row = f / 16, col = ((f % 16) * 4) ^ ((row & 7) << 2);
-            const uint2 o = {PackBf16(v.x * p.scale, v.y * p.scale),
-                             PackBf16(v.z * p.scale, v.w * p.scale)};
+            const uint2 o = {PackBf16x2(v.x * p.scale, v.y * p.scale),
+                             PackBf16x2(v.z * p.scale, v.w * p.scale)};
             *reinterpret_cast<uint2*>(dst + size_t(row) * p.row_elems + col) = o;
           }
           __syncwarp();
@@ -454,8 +445,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
 #pragma unroll
         for (int x = 0; x < 16; ++x) {
-          pa[x] = PackBf16(st[2 * x], st[2 * x + 1]);
-          da[x] = PackBf16(dpt[2 * x], dpt[2 * x + 1]);
+          pa[x] = PackBf16x2(st[2 * x], st[2 * x + 1]);
+          da[x] = PackBf16x2(dpt[2 * x], dpt[2 * x + 1]);
         }
         WgmmaFence();
 #pragma unroll
@@ -515,9 +506,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int h = 0; h < 2; ++h) {
         bf16* row = rows + size_t(r0 + 8 * h) * p.row_elems + 8 * nj + 2 * quad;
         *reinterpret_cast<uint32_t*>(row + (p.H + kvh) * kHd) =
-            PackBf16(dk[4 * nj + 2 * h] * p.scale, dk[4 * nj + 2 * h + 1] * p.scale);
+            PackBf16x2(dk[4 * nj + 2 * h] * p.scale, dk[4 * nj + 2 * h + 1] * p.scale);
         *reinterpret_cast<uint32_t*>(row + (p.H + p.KV + kvh) * kHd) =
-            PackBf16(dv[4 * nj + 2 * h], dv[4 * nj + 2 * h + 1]);
+            PackBf16x2(dv[4 * nj + 2 * h], dv[4 * nj + 2 * h + 1]);
       }
     }
   }
