@@ -47,9 +47,8 @@ constexpr int kHd = 64;
 constexpr int kBq = 64;    // queries a block
 constexpr int kBkv = 128;  // keys a tile
 constexpr int kThreads = 384;
-constexpr int kLaunchRegs = 168, kProducerRegs = 72, kConsumerRegs = 216;
-static_assert((kLaunchRegs - kProducerRegs) * 128 >= (kConsumerRegs - kLaunchRegs) * 256,
-              "setmaxnreg: the producer must give up what the consumers take");
+constexpr RegisterSplit kRegs{168, 72, 216, 2};
+static_assert(kRegs.fits(), "setmaxnreg: the producer must give up what the consumers take");
 
 // Shared memory (offsets from a 1024-byte aligned base; every swizzled tile 1024-aligned).
 constexpr int kTileQ = kBq * kHd * 2;                // 8 KiB: Q or dO of one query block
@@ -264,7 +263,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
 
   if (wg == 2) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs) : "memory");
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs.producer) : "memory");
     const int wt = threadIdx.x - 256;
     if (wt == 0) {  // loader
       int it = 0;
@@ -378,7 +377,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     return;
   }
 
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs) : "memory");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs.consumer) : "memory");
   const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32, quad = lane % 4;
   const int r0 = warp * 16 + lane / 4;  // this thread's first row of the warpgroup's 64
   int it = 0;
@@ -599,12 +598,8 @@ Status FlashBackward(const FlashBackwardShape& s, const bf16* qkv, const bf16* o
   FORGE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   const auto kernel = FlashBackwardKernel;
   FORGE_RETURN_IF_ERROR(AllowDynamicSmem(kernel, kSmemBytes));
-  // The setmaxnreg split assumes ptxas's allocation; another would hang the .inc.
-  FORGE_ASSIGN_OR_RETURN(const int regs, KernelRegisters(reinterpret_cast<const void*>(kernel)));
-  if (regs != kLaunchRegs)
-    return Status::Internal("FlashBackward: built with " + std::to_string(regs) +
-                            " registers a thread; its setmaxnreg split assumes " +
-                            std::to_string(kLaunchRegs));
+  FORGE_RETURN_IF_ERROR(
+      CheckLaunchRegisters(reinterpret_cast<const void*>(kernel), kRegs.launch, "FlashBackward"));
   kernel<<<std::min(p.tiles, sms), kThreads, kSmemBytes, stream>>>(map_q, map_kv, map_do, p);
   FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();

@@ -52,11 +52,9 @@ constexpr int kPrefetchBytes = 2 * kConsumers * 2 * 128 * 16;
 // The swizzled tiles need 1024-byte alignment; the dynamic buffer is aligned by hand.
 constexpr int kSmemBytes = kStages * kStageBytes + kOutBytes + 1024 + 2 * kStages * 8;
 constexpr int kSmemBytesSwiGluBackward = kSmemBytes + kPrefetchBytes;  // 230,448 of 232,448
-// Registers a thread after setmaxnreg: the producer warpgroup gives up (40 a thread) what the
-// consumers take (232). The CTA starts with ptxas's allocation, 168 a thread; an .inc the pool
-// cannot cover blocks forever (session 16 hung a form that asked 208 with only 96 given up).
-constexpr int kLaunchRegs = 168;
-static_assert((kLaunchRegs - 40) * 128 >= (232 - kLaunchRegs) * 128 * kConsumers);
+// Registers a thread: the producer warpgroup gives up (40) what the consumers take (232).
+constexpr RegisterSplit kRegs{168, 40, 232, kConsumers};
+static_assert(kRegs.fits(), "setmaxnreg: the producer must give up what the consumers take");
 
 // The 128 accumulator registers of an m64n256 MMA with an FP32 accumulator, as the asm's
 // register list (%0-%127) and its operands; both MMA forms below share them.
@@ -201,7 +199,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
 
   if (wg == kConsumers) {  // producer: one thread, few registers
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs.producer) : "memory");
     if (threadIdx.x == kConsumers * 128) {
       int it = 0;
       for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -228,7 +226,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   } else {
     // Consumers get the registers the producer gave up (128 accumulators + the epilogue).
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs.consumer) : "memory");
     const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32, quad = lane % 4;
     const int row0 = warp * 16 + lane / 4;  // this thread's first row in the warpgroup's 64
     uint8_t* my_out = out_smem + wg * 4 * kOutChunkBytes;
@@ -574,12 +572,8 @@ Status Launch(const WgmmaGemmArgs& args, bool fp8, cudaStream_t stream) {
   const int smem = swiglu_bwd ? kSmemBytesSwiGluBackward : kSmemBytes;
   auto launch = [&](auto kernel) -> Status {
     FORGE_RETURN_IF_ERROR(AllowDynamicSmem(kernel, smem));
-    // The setmaxnreg split (kLaunchRegs) assumes this allocation; another would hang the .inc.
-    FORGE_ASSIGN_OR_RETURN(const int regs, KernelRegisters(reinterpret_cast<const void*>(kernel)));
-    if (regs != kLaunchRegs)
-      return Status::Internal(name + ": built with " + std::to_string(regs) +
-                              " registers a thread; its setmaxnreg split assumes " +
-                              std::to_string(kLaunchRegs));
+    FORGE_RETURN_IF_ERROR(
+        CheckLaunchRegisters(reinterpret_cast<const void*>(kernel), kRegs.launch, name));
     kernel<<<grid, kThreads, smem, stream>>>(map_a, map_b, map_d, map_d2, args.epi,
                                              static_cast<__nv_bfloat16*>(args.D), tiles_n, tiles,
                                              k);

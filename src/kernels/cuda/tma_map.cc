@@ -53,15 +53,25 @@ Status SwizzledMap(const void* base, int64_t rows, int64_t cols, int box_rows, C
   return Status::Ok();
 }
 
-StatusOr<int> KernelRegisters(const void* kernel) {
+Status CheckLaunchRegisters(const void* kernel, int launch, const std::string& name) {
   static std::mutex mu;
   static std::map<const void*, int> known;
-  std::lock_guard<std::mutex> lock(mu);
-  if (auto it = known.find(kernel); it != known.end()) return it->second;
-  cudaFuncAttributes attr{};
-  FORGE_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
-  known[kernel] = attr.numRegs;
-  return attr.numRegs;
+  int regs = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = known.find(kernel); it != known.end()) {
+      regs = it->second;
+    } else {
+      cudaFuncAttributes attr{};
+      FORGE_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+      regs = known[kernel] = attr.numRegs;
+    }
+  }
+  if (regs != launch)
+    return Status::Internal(name + ": built with " + std::to_string(regs) +
+                            " registers a thread; its setmaxnreg split assumes " +
+                            std::to_string(launch));
+  return Status::Ok();
 }
 
 }  // namespace forge::cuda

@@ -6,6 +6,7 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <string>
 
 #include "common/status.h"
 
@@ -16,8 +17,9 @@ namespace forge::cuda {
 Status SwizzledMap(const void* base, int64_t rows, int64_t cols, int box_rows, CUtensorMap* map,
                    int elem_bytes = 2);
 
-// ptxas's registers a thread for `kernel`, asked of the runtime once per kernel (the launches
-// that check it are on the step's path).
-StatusOr<int> KernelRegisters(const void* kernel);
+// Ok if ptxas gave `kernel` the `launch` registers a thread its setmaxnreg split assumes
+// (RegisterSplit, wgmma_util.cuh); else an error naming `name` (another allocation would hang
+// the split's .inc). The runtime is asked once per kernel (the launches are on the step's path).
+Status CheckLaunchRegisters(const void* kernel, int launch, const std::string& name);
 
 }  // namespace forge::cuda

@@ -29,6 +29,18 @@ __device__ __forceinline__ void MbarArrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(SmemAddr(bar)) : "memory");
 }
 
+// The register split of a warp-specialised CTA (setmaxnreg): its producer warpgroup shrinks to
+// `producer` registers a thread and its `consumer_wgs` compute warpgroups grow to `consumer`.
+// The CTA starts with ptxas's allocation, `launch` a thread (checked at launch:
+// CheckLaunchRegisters), and an .inc that the pool cannot cover waits forever (session 16 hung a
+// form that asked 208 with only 96 given up): fits() must hold.
+struct RegisterSplit {
+  int launch, producer, consumer, consumer_wgs;
+  constexpr bool fits() const {
+    return (launch - producer) * 128 >= (consumer - launch) * 128 * consumer_wgs;
+  }
+};
+
 // One mbarrier.try_wait (the hardware may suspend the thread for a while before it answers):
 // whether the phase of the given parity has completed.
 __device__ __forceinline__ bool MbarTryWait(uint64_t* bar, uint32_t parity) {
