@@ -575,6 +575,17 @@ TEST_F(GpuSdpaTest, RejectsBadShapes) {
 //   forge_gpu_tests --gtest_also_run_disabled_tests --gtest_filter='*FlashBackward*'
 using DISABLED_GpuFlashBackward = GpuSdpaTest;
 
+// cuDNN's deterministic backward of d's operands (its O and Stats) as floats into *dqkv.
+void CudnnDeterministicDqkv(const SdpaShape& s, DeviceRun& d, std::vector<float>* dqkv) {
+  SdpaRunner cudnn;
+  ASSERT_STATUS_OK(cudnn.Init(true, SdpaBackwardKernel::kCudnn));
+  ASSERT_FALSE(cudnn.flash_backward(s));
+  DeviceBuffer<bf16> ref(d.qkv.size());
+  ASSERT_STATUS_OK(cudnn.Backward(s, d.qkv.data(), d.out.data(), d.dout.data(), d.stats.data(),
+                                  ref.data(), d.softmax_sum.data(), nullptr, nullptr));
+  *dqkv = ToFloat(ref.Download());
+}
+
 void CheckFlashAgainstCpu(const SdpaShape& s, bool deterministic, uint64_t seed) {
   SCOPED_TRACE(::testing::Message() << "B=" << s.B << " T=" << s.T << " H=" << s.H << " KV=" << s.KV
                                     << (deterministic ? " deterministic" : ""));
@@ -596,20 +607,20 @@ void CheckFlashAgainstCpu(const SdpaShape& s, bool deterministic, uint64_t seed)
   // The same bits from a cuDNN-free graph replay (twice: the semaphores and the tile counter
   // are reset by every call, not left to the previous one).
   cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
-  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  ASSERT_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
   const Status captured =
       runner.Backward(s, d.qkv.data(), d.out.data(), d.dout.data(), d.stats.data(), d.dqkv.data(),
                       d.softmax_sum.data(), deterministic ? nullptr : d.dq_accum.data(), stream);
-  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_CUDA_OK(cudaStreamEndCapture(stream, &graph));
   ASSERT_STATUS_OK(captured);
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
   for (int r = 0; r < 2; ++r) {
     d.dqkv.Poison();
-    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    ASSERT_CUDA_OK(cudaGraphLaunch(exec, stream));
+    ASSERT_CUDA_OK(cudaStreamSynchronize(stream));
     EXPECT_TRUE(test::BitwiseEqual(d.dqkv.Download(), first)) << "graph replay " << r;
   }
   cudaGraphExecDestroy(exec);
@@ -618,13 +629,8 @@ void CheckFlashAgainstCpu(const SdpaShape& s, bool deterministic, uint64_t seed)
 
   // cuDNN's deterministic backward on the same O and Stats: the same sums in another order and
   // rounding, so close (well inside the CPU tolerance), not equal.
-  SdpaRunner cudnn;
-  ASSERT_STATUS_OK(cudnn.Init(true, SdpaBackwardKernel::kCudnn));
-  ASSERT_FALSE(cudnn.flash_backward(s));
-  DeviceBuffer<bf16> ref(in.qkv.size());
-  ASSERT_STATUS_OK(cudnn.Backward(s, d.qkv.data(), d.out.data(), d.dout.data(), d.stats.data(),
-                                  ref.data(), d.softmax_sum.data(), nullptr, nullptr));
-  const std::vector<float> ref_f = ToFloat(ref.Download());
+  std::vector<float> ref_f;
+  ASSERT_NO_FATAL_FAILURE(CudnnDeterministicDqkv(s, d, &ref_f));
   const std::vector<float> got_f = ToFloat(first);
   const int total = s.H + 2 * s.KV;
   const char* names[3] = {"dQ", "dK", "dV"};
@@ -665,15 +671,12 @@ TEST_F(DISABLED_GpuFlashBackward, GroupedQueryMatchesCpu) {
 TEST_F(DISABLED_GpuFlashBackward, LargeBatchIsBitwiseReproducible) {
   const SdpaShape s{16, 1024, 16, 16, 64};
   const Inputs in = RandomInputs(s, 850);
-  SdpaRunner runner, cudnn;
+  SdpaRunner runner;
   ASSERT_STATUS_OK(runner.Init(true, SdpaBackwardKernel::kFlash));
-  ASSERT_STATUS_OK(cudnn.Init(true, SdpaBackwardKernel::kCudnn));
   DeviceRun d(s, in, true);
   ASSERT_STATUS_OK(runner.Forward(s, d.qkv.data(), d.out.data(), d.stats.data(), nullptr));
-  DeviceBuffer<bf16> ref(in.qkv.size());
-  ASSERT_STATUS_OK(cudnn.Backward(s, d.qkv.data(), d.out.data(), d.dout.data(), d.stats.data(),
-                                  ref.data(), d.softmax_sum.data(), nullptr, nullptr));
-  const std::vector<float> ref_f = ToFloat(ref.Download());
+  std::vector<float> ref_f;
+  ASSERT_NO_FATAL_FAILURE(CudnnDeterministicDqkv(s, d, &ref_f));
   std::vector<bf16> first;
   for (int run = 0; run < 3; ++run) {
     d.dqkv.Poison();
