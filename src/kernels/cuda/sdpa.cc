@@ -691,8 +691,8 @@ bool SdpaRunner::flash_backward(const SdpaShape& s) const {
 }
 
 Status SdpaRunner::Init(bool deterministic, SdpaBackwardKernel backward) {
-  backward_ = backward;
   if (handle_) return Status::Precondition("SdpaRunner::Init called twice");
+  backward_ = backward;
   int device = 0;
   FORGE_CUDA_CHECK(cudaGetDevice(&device));
   cudaDeviceProp prop{};
