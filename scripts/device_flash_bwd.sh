@@ -5,7 +5,7 @@
 # rest of the call as it did in session 17), forge-sdpa-bench for gpt350m's shape (cuDNN's
 # engines and ours on the same operands), then (AB=1) forge-bench gpt350m with
 # FORGE_CUDA_ATTN_BWD=cudnn and =flash alternated, BF16 and FP8 + FP8 LM head at B 16, ROUNDS
-# rounds; (SUITE=1) the whole suite first. Expects .device/ with forge_gpu_tests,
+# rounds, then (ANCHOR=1) the PyTorch anchor at B 16; (SUITE=1) the whole suite first. Expects .device/ with forge_gpu_tests,
 # forge-sdpa-bench and forge-bench (../shared/device/pack).
 set -u
 cd "$(dirname "$0")/.."
@@ -30,4 +30,5 @@ if [ -n "${AB:-}" ]; then
     done
   done
 fi
+[ -n "${ANCHOR:-}" ] && anchor ${ANCHOR_S:-240} gpt350m:16:c
 echo "elapsed ${SECONDS}s"

@@ -4,7 +4,9 @@
 # and `bench LABEL BINARY [forge-bench flags]`: gpt350m at micro-batch ${B:-16}, 30 steps, with
 # BINARY (forge-bench, or an A/B's forge-bench-base); its JSON line tagged "label" appended to
 # $out/bench.jsonl and a summary line printed (variables set on the call reach forge-bench), and
-# `hard SECONDS COMMAND...` (below).
+# `hard SECONDS COMMAND...` (below), and `anchor SECONDS SHAPE...`: the PyTorch anchor
+# (torch_baseline.py, copied into .device/) on the same GPU, its JSON lines appended to
+# $out/bench.jsonl.
 # (The multi-GPU scripts source device_dp_preamble.sh instead.)
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
@@ -35,4 +37,12 @@ bench() {
     --steps 30 "$@" 2>&1 | grep '^{' | sed "s|^{|{\"label\":\"$label\",|" |
     tee -a "$out/bench.jsonl" |
     sed -E 's/.*"label":"([^"]*)".*"step_ms":([0-9.]+),"tokens_per_s":([0-9.]+).*/\1 step_ms \2 tok\/s \3/'
+}
+anchor() {
+  local s=$1
+  shift
+  local py=python3
+  /opt/torch/.venv/bin/python3 -c 'import torch' 2>/dev/null && py=/opt/torch/.venv/bin/python3
+  (cd .device && PYTHONUNBUFFERED=1 hard "$s" $py torch_baseline.py "$@" 2>&1 |
+     grep '^{' | tee -a "$out/bench.jsonl" | cut -c1-300)
 }

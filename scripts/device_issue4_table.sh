@@ -17,12 +17,9 @@ for b in ${SIZES:-16 24}; do
   B=$b bench "fp8-fprop-b$b" forge-bench --precision fp8 --fp8-lm-head 0
 done
 echo "forge done at ${SECONDS}s"
-py=python3
-/opt/torch/.venv/bin/python3 -c 'import torch' 2>/dev/null && py=/opt/torch/.venv/bin/python3
 shapes=""
 for b in ${SIZES:-16 24}; do shapes="$shapes gpt350m:$b:c"; done
-(cd .device && PYTHONUNBUFFERED=1 timeout $((520 - SECONDS)) $py torch_baseline.py $shapes 2>&1 |
-   grep '^{' | tee -a "$out/bench.jsonl" | cut -c1-300)
+anchor $((520 - SECONDS)) $shapes
 echo "anchor done at ${SECONDS}s"
 if [ "${ACC:-0}" = 1 ] && [ "$SECONDS" -lt 440 ]; then
   source scripts/device_fp8_accuracy.sh
