@@ -1,18 +1,18 @@
 #!/bin/bash
-# Our own attention backward (SdpaBackwardKernel::kFlash, opt-in: FORGE_CUDA_ATTN_BWD=flash) on
-# one GPU in one device call: its GPU tests (disabled in the suite: *FlashBackward*, run REPEAT
-# times under a hard time limit; a hang is killed and the GPU waited on, so it cannot stall the
-# rest of the call as it did in session 17), forge-sdpa-bench for gpt350m's shape (cuDNN's
+# Our own attention backward (SdpaBackwardKernel::kFlash, the default; FORGE_CUDA_ATTN_BWD=cudnn
+# for cuDNN's) on one GPU in one device call: its GPU tests (*FlashBackward*, run REPEAT times
+# under a hard time limit; a hang is killed and the GPU waited on, so it cannot stall the rest
+# of the call as it did in session 17), forge-sdpa-bench for gpt350m's shape (cuDNN's
 # engines and ours on the same operands), then (AB=1) forge-bench gpt350m with
 # FORGE_CUDA_ATTN_BWD=cudnn and =flash alternated, BF16 and FP8 + FP8 LM head at B 16, ROUNDS
-# rounds, then (ANCHOR=1) the PyTorch anchor at B 16; (SUITE=1) the whole suite first. Expects .device/ with forge_gpu_tests,
-# forge-sdpa-bench and forge-bench (../shared/device/pack).
+# rounds, then (ANCHOR=1) the PyTorch anchor at B 16; (SUITE=1) the whole suite first.
+# Expects .device/ with forge_gpu_tests, forge-sdpa-bench and forge-bench (../shared/device/pack).
 set -u
 cd "$(dirname "$0")/.."
 source scripts/device_gpu_preamble.sh
 [ -n "${SUITE:-}" ] && SUITE_S=400 suite
-hard ${FLASH_S:-120} .device/run forge_gpu_tests --gtest_also_run_disabled_tests \
-  --gtest_filter="${FILTER:-*FlashBackward*}" --gtest_repeat=${REPEAT:-3} > "$out/flash.txt" 2>&1
+hard ${FLASH_S:-120} .device/run forge_gpu_tests --gtest_filter="${FILTER:-*FlashBackward*}" \
+  --gtest_repeat=${REPEAT:-3} > "$out/flash.txt" 2>&1
 rc=$?
 echo "flash tests rc $rc"
 [ $rc = 0 ] || { grep -E "^\[ RUN" "$out/flash.txt" | tail -1; echo "stopping: flash tests did not pass"; exit 1; }

@@ -674,8 +674,8 @@ SdpaRunner::~SdpaRunner() {
 
 StatusOr<SdpaBackwardKernel> SdpaBackwardKernelFromEnv() {
   const char* v = std::getenv("FORGE_CUDA_ATTN_BWD");
-  if (!v || !*v || std::string(v) == "cudnn") return SdpaBackwardKernel::kCudnn;
-  if (std::string(v) == "flash") return SdpaBackwardKernel::kFlash;
+  if (!v || !*v || std::string(v) == "flash") return SdpaBackwardKernel::kFlash;
+  if (std::string(v) == "cudnn") return SdpaBackwardKernel::kCudnn;
   return Status::Invalid(std::string("FORGE_CUDA_ATTN_BWD: '") + v +
                          "' is not one of flash, cudnn");
 }
