@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Summarises an ncu --csv --page raw log (scripts/device_kernel_profile.sh) of forge-bench's
-eager steps: the last step (kernels after the second-to-last optimizer kernel), grouped by
+eager steps: the last whole step (from one embedding forward to the next), grouped by
 kernel family, with time, count and share; --top N lists the N longest kernels."""
 import collections, csv, re, sys
 
@@ -21,10 +21,14 @@ def main():
     r = csv.reader(lines); hdr = next(r); next(r)
     ti, ni, gi = hdr.index("gpu__time_duration.sum"), hdr.index("Kernel Name"), hdr.index("Grid Size")
     rows = [(x[ni], float(x[ti].replace(",", "")) / 1e6, x[gi]) for x in r]
-    ends = [i for i, (n, _, _) in enumerate(rows) if "AdamWKernel(" in n]
-    # a step ends with its AdamW kernel; the last step is everything after the one before it
-    start = ends[-2] + 1 if len(ends) >= 2 else 0
-    step = rows[start:ends[-1] + 1]
+    # A step starts with its embedding forward (the deferred AdamW of the step before runs
+    # inside it, unit by unit): the last whole step is between the last two such starts.
+    starts = [i for i, (n, _, _) in enumerate(rows) if "EmbeddingForwardKernel" in n]
+    if len(starts) >= 2:
+        step = rows[starts[-2]:starts[-1]]
+    else:  # no deferred update: a step ends with its AdamW kernel
+        ends = [i for i, (n, _, _) in enumerate(rows) if "AdamWKernel(" in n]
+        step = rows[(ends[-2] + 1 if len(ends) >= 2 else 0):ends[-1] + 1]
     tot = collections.defaultdict(float); cnt = collections.Counter()
     for n, t, _ in step: tot[family(n)] += t; cnt[family(n)] += 1
     all_ms = sum(tot.values())

@@ -52,8 +52,8 @@ TEST(GpuRmsNormFp8, MatchesRmsNormThenCastBitForBit) {
     Check(1024, 768, f, 32.0f, ++seed);  // gpt124m's width; saturating scale
     Check(2048, 1024, f, 0.5f, ++seed);  // gpt350m's width
   }
-  Check(16384, 1024, DType::kE4M3, 1.0f, ++seed);  // gpt350m's B 16 step: 256 row bands
-  Check(64 * 1100, 128, DType::kE5M2, 4.0f, ++seed);  // more tiles than blocks: blocks loop
+  Check(16384, 1024, DType::kE4M3, 1.0f, ++seed);  // gpt350m's B 16 step: 512 row bands
+  Check(64 * 1100, 128, DType::kE5M2, 4.0f, ++seed);  // 2200 bands, 2048 blocks: blocks loop
   Check(128, 2048, DType::kE4M3, 2.0f, ++seed);       // the widest row the kernel takes
 }
 

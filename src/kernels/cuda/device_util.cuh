@@ -41,6 +41,15 @@ __device__ __forceinline__ void Transpose4x4Bytes(uint32_t a, uint32_t b, uint32
   *o2 = __byte_perm(ab_hi, cd_hi, 0x5410), *o3 = __byte_perm(ab_hi, cd_hi, 0x7632);
 }
 
+// An 8 x 8 byte block, row k in r[k] (byte e of row k = column e): c[e] = column e (row k in
+// byte k).
+__device__ __forceinline__ void Transpose8x8Bytes(const uint2 (&r)[8], uint2 (&c)[8]) {
+  Transpose4x4Bytes(r[0].x, r[1].x, r[2].x, r[3].x, &c[0].x, &c[1].x, &c[2].x, &c[3].x);
+  Transpose4x4Bytes(r[4].x, r[5].x, r[6].x, r[7].x, &c[0].y, &c[1].y, &c[2].y, &c[3].y);
+  Transpose4x4Bytes(r[0].y, r[1].y, r[2].y, r[3].y, &c[4].x, &c[5].x, &c[6].x, &c[7].x);
+  Transpose4x4Bytes(r[4].y, r[5].y, r[6].y, r[7].y, &c[4].y, &c[5].y, &c[6].y, &c[7].y);
+}
+
 __device__ __forceinline__ void UnpackBf16x8(const uint4& u, float (&f)[8]) {
   const float2 a = UnpackBf16x2(u.x), b = UnpackBf16x2(u.y), c = UnpackBf16x2(u.z),
                d = UnpackBf16x2(u.w);

@@ -12,116 +12,141 @@
 namespace forge::cuda {
 namespace {
 
-// One pass over x: a block stages a band of kBandRows whole rows in shared memory (16-byte
-// loads, all of them in flight at once), takes each row's statistics from there, then writes
-// the band's FP8 output in 32 x 64 tiles, row-major and (through a small tile) transposed.
-// The two-kernel form it replaces read x twice: a statistics pass (RmsNormForward without an
-// output, 16 us at gpt350m B 16) and the tile cast (26 us), 42 us a call, 48 calls a step. An
-// earlier one-kernel try that read the band's rows for the statistics one dependent row at a
-// time from L2 ran 48 us: here the loads do not wait on each other.
+// One pass over x, the band in registers: a block of 8 warps takes a band of 32 rows, each
+// warp 4 whole rows loaded at once (V 16-byte vectors a lane a row, all in flight together),
+// takes each row's statistics with a warp sum, and writes the row's FP8 bytes row-major
+// straight from registers and into a [32, d] byte tile in shared memory; after one barrier,
+// each thread transposes 8 x 8 byte blocks of the tile in registers (PRMTs) for 8-byte stores
+// of the transposed output (a warp: 8 columns x 32 contiguous bytes, whole sectors).
+// Session 18: the form before staged the bf16 band (64 KiB) in shared memory and wrote 32 x 64
+// tiles with two barriers each, 41.8 us a call at gpt350m B 16 on an H100 (1.5 TB/s, against
+// the BF16 RmsNormForward's 2.8).
 //
-// Bit for bit the two kernels: the sum of squares runs in RmsNormForwardKernel's order (lane
-// `lane` owns columns (k * 32 + lane) * 8 .. +8 for k < V, ss += f * f in that order, then
-// WarpSum), and each output value is RoundBf16(RmsNormScale(x, rstd, w)) quantised by the
-// tile kernel's conversions.
+// Bit for bit the two kernels it fuses (RmsNormForward, then the tile cast): the sum of squares
+// runs in RmsNormForwardKernel's order (lane `lane` owns columns (k * 32 + lane) * 8 .. +8,
+// ss += f * f for k = 0, 1, ..., zeros past d adding nothing, then WarpSum), and each output
+// value is RoundBf16(RmsNormScale(x, rstd, w)) quantised by the tile kernel's conversions.
 constexpr int kBandRows = 32;
-constexpr int kBandThreads = 256;  // 8 warps: 4 rows each for the statistics
-constexpr int kTileCols = 64;
-constexpr int kTileStride = kTileCols + 4;  // bytes between tile rows (bank spread)
-// The tile phase maps 256 threads onto 32 rows x 8 chunks, and back onto 64 columns x 4.
-static_assert(kBandRows * 8 == kBandThreads && kTileCols * 4 == kBandThreads);
+constexpr int kBandThreads = 256;
+constexpr int kWarpRows = kBandRows / (kBandThreads / 32);  // 4
+// Blocks loop over bands beyond this (gpt350m B 48: 1536 bands).
+constexpr int64_t kMaxBandBlocks = 2048;
+static_assert(kWarpRows * (kBandThreads / 32) == kBandRows && kBandThreads / 4 * 4 == kBandThreads);
 
-size_t BandSmemBytes(int d) {
-  return size_t(kBandRows) * d * sizeof(bf16) + kBandRows * sizeof(float) +
-         size_t(kBandRows) * kTileStride;
-}
+// Bytes between the tile's rows: d + 8 puts rows 8 apart 16 banks apart, so a warp's 8-byte
+// reads of 4 row groups take the minimum two wavefronts.
+__host__ __device__ constexpr int TileStride(int d) { return d + 8; }
+// The tile, then w (read from shared memory: registers go to the rows in flight).
+size_t BandSmemBytes(int d) { return size_t(kBandRows) * TileStride(d) + size_t(d) * sizeof(bf16); }
 
-template <__nv_fp8_interpretation_t F>
-__global__ void __launch_bounds__(kBandThreads)
+// Two blocks an SM up to d 1024 (at most 128 registers a thread), so one block's loads overlap
+// the other's stores.
+template <__nv_fp8_interpretation_t F, int V>
+__global__ void __launch_bounds__(kBandThreads, V <= 4 ? 2 : 1)
     RmsNormFp8BandKernel(uint8_t* __restrict__ out, uint8_t* __restrict__ out_t,
                          float* __restrict__ rstd, const bf16* __restrict__ x,
                          const bf16* __restrict__ w, int64_t N, int d, float eps,
                          const float* __restrict__ scale, float* __restrict__ amax,
                          float* __restrict__ scale_inv) {
-  extern __shared__ __align__(16) uint8_t smem[];
-  bf16* band = reinterpret_cast<bf16*>(smem);  // [kBandRows][d]
-  float* s_rstd = reinterpret_cast<float*>(smem + size_t(kBandRows) * d * sizeof(bf16));
-  uint8_t* tile = reinterpret_cast<uint8_t*>(s_rstd + kBandRows);  // [kBandRows][kTileStride]
+  extern __shared__ __align__(16) uint8_t tile[];  // [kBandRows][TileStride(d)], then w
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int stride = TileStride(d);
+  bf16* w_s = reinterpret_cast<bf16*>(tile + kBandRows * stride);  // 16-byte aligned: d % 64 == 0
+  for (int c = tid * 8; c < d; c += kBandThreads * 8) Store16(w_s + c, Load16(w + c));
   const float s = *scale;
   if (scale_inv && blockIdx.x == 0 && tid == 0) *scale_inv = 1.0f / s;
-  const int per_thread = kBandRows * (d / 8) / kBandThreads;  // d / 64
-  const int V = (d + 255) / 256;
   const float inv_d = 1.0f / static_cast<float>(d);
   uint32_t m = 0;
+  __syncthreads();  // w_s
 
   for (int64_t r0 = int64_t{blockIdx.x} * kBandRows; r0 < N;
        r0 += int64_t{gridDim.x} * kBandRows) {
-    // 1. The band into shared memory.
-    // kBandRows * d / 8 vectors, d / 64 per thread; 8 loads in flight before their stores.
-    const uint4* src = reinterpret_cast<const uint4*>(x + r0 * d);
-    uint4* dst = reinterpret_cast<uint4*>(band);
-    for (int base = 0; base < per_thread; base += 8) {
-      uint4 v[8];
+    // 1. This warp's rows, every load issued before the first is used.
+    uint4 xv[kWarpRows][V];
 #pragma unroll
-      for (int u = 0; u < 8; ++u) {
-        if (base + u < per_thread) v[u] = src[tid + (base + u) * kBandThreads];
-      }
+    for (int i = 0; i < kWarpRows; ++i) {
+      const bf16* row = x + (r0 + warp * kWarpRows + i) * d;
 #pragma unroll
-      for (int u = 0; u < 8; ++u) {
-        if (base + u < per_thread) dst[tid + (base + u) * kBandThreads] = v[u];
-      }
-    }
-    __syncthreads();
-
-    // 2. Each row's rstd, in RmsNormForwardKernel's order.
-    for (int rr = warp; rr < kBandRows; rr += kBandThreads / 32) {
-      const bf16* row = band + size_t(rr) * d;
-      float ss = 0.0f;
       for (int k = 0; k < V; ++k) {
         const int c = (k * 32 + lane) * 8;
+        xv[i][k] = c < d ? Load16(row + c) : make_uint4(0, 0, 0, 0);
+      }
+    }
+    // 2. Each row's rstd, then its FP8 bytes to global memory and the tile.
+#pragma unroll
+    for (int i = 0; i < kWarpRows; ++i) {
+      const int rr = warp * kWarpRows + i;
+      float ss = 0.0f;
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
         float f[8];
-        UnpackBf16x8(c < d ? *reinterpret_cast<const uint4*>(row + c) : make_uint4(0, 0, 0, 0),
-                     f);
+        UnpackBf16x8(xv[i][k], f);
 #pragma unroll
         for (int j = 0; j < 8; ++j) ss += f[j] * f[j];
       }
       ss = WarpSum(ss);
       const float r = RmsNormRstd(ss, inv_d, eps);
-      if (lane == 0) {
-        s_rstd[rr] = r;
-        rstd[r0 + rr] = r;
+      if (lane == 0) rstd[r0 + rr] = r;
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const int c = (k * 32 + lane) * 8;
+        if (c >= d) continue;
+        float xf[8], wf[8], v[8];
+        UnpackBf16x8(xv[i][k], xf);
+        UnpackBf16x8(*reinterpret_cast<const uint4*>(w_s + c), wf);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          v[e] = fp8tile::RoundBf16(RmsNormScale(xf[e], r, wf[e]));
+          m = max(m, fp8tile::AbsBits(v[e]));
+        }
+        const uint2 q = fp8tile::QuantizeFp8x8<F>(v, s);
+        *reinterpret_cast<uint2*>(out + (r0 + rr) * d + c) = q;
+        *reinterpret_cast<uint2*>(tile + rr * stride + c) = q;
       }
     }
     __syncthreads();
 
-    // 3. 32 x 64 tiles: thread (row tid / 8, 8 columns at tid % 8 * 8) quantises and stores
-    // row-major; after the barrier thread (column tid / 4, 8 rows at tid % 4 * 8) stores 8
-    // bytes of the transposed output.
-    const int r = tid / 8, c8 = tid % 8 * 8;
-    const int tc = tid / 4, tr8 = tid % 4 * 8;
-    for (int c0 = 0; c0 < d; c0 += kTileCols) {
-      float xf[8], wf[8], v[8];
-      UnpackBf16x8(*reinterpret_cast<const uint4*>(band + size_t(r) * d + c0 + c8), xf);
-      UnpackBf16x8(Load16(w + c0 + c8), wf);
-      const float rr = s_rstd[r];
+    // 3. The transposed output: thread (column group cg, row group g) turns rows 8 g .. 8 g + 7
+    // of columns 8 cg .. 8 cg + 7 into 8 bytes of each of those 8 columns.
+    const int g = tid % 4;
+    for (int cg = tid / 4; cg < d / 8; cg += kBandThreads / 4) {
+      uint2 rows[8], cols[8];
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        v[e] = fp8tile::RoundBf16(RmsNormScale(xf[e], rr, wf[e]));
-        m = max(m, fp8tile::AbsBits(v[e]));
-      }
-      const uint2 q = fp8tile::QuantizeFp8x8<F>(v, s);
-      *reinterpret_cast<uint2*>(out + (r0 + r) * d + c0 + c8) = q;
-      uint32_t* trow = reinterpret_cast<uint32_t*>(tile + r * kTileStride + c8);
-      trow[0] = q.x;
-      trow[1] = q.y;
-      __syncthreads();
-      *reinterpret_cast<uint2*>(out_t + (c0 + tc) * N + r0 + tr8) =
-          fp8tile::GatherColumn8(tile + tr8 * kTileStride + tc, kTileStride);
-      __syncthreads();  // the tile (and, after the last, the band) is rewritten next
+      for (int e = 0; e < 8; ++e)
+        rows[e] = *reinterpret_cast<const uint2*>(tile + (8 * g + e) * stride + 8 * cg);
+      Transpose8x8Bytes(rows, cols);
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        *reinterpret_cast<uint2*>(out_t + (8 * cg + e) * N + r0 + 8 * g) = cols[e];
     }
+    __syncthreads();  // the next band rewrites the tile
   }
   if (amax) fp8tile::BlockAmaxToGlobal(m, amax);
+}
+
+template <__nv_fp8_interpretation_t F, int V>
+Status LaunchBand(uint8_t* out, uint8_t* out_t, float* rstd, const bf16* x, const bf16* w,
+                  int64_t N, int d, float eps, const float* scale, float* amax, float* scale_inv,
+                  cudaStream_t stream) {
+  const size_t smem = BandSmemBytes(d);
+  FORGE_RETURN_IF_ERROR(AllowDynamicSmem(RmsNormFp8BandKernel<F, V>, smem));
+  const int64_t bands = N / kBandRows;  // N is a multiple of 64
+  const int blocks = static_cast<int>(bands < kMaxBandBlocks ? bands : kMaxBandBlocks);
+  RmsNormFp8BandKernel<F, V><<<blocks, kBandThreads, smem, stream>>>(out, out_t, rstd, x, w, N, d,
+                                                                     eps, scale, amax, scale_inv);
+  FORGE_CUDA_LAUNCH_CHECK();
+  return Status::Ok();
+}
+
+// V (vectors a lane a row) rounded up to 1, 2, 4 or 8: lanes past d load and write nothing.
+template <__nv_fp8_interpretation_t F>
+Status LaunchBandFor(int d, uint8_t* out, uint8_t* out_t, float* rstd, const bf16* x,
+                     const bf16* w, int64_t N, float eps, const float* scale, float* amax,
+                     float* scale_inv, cudaStream_t stream) {
+  if (d <= 256) return LaunchBand<F, 1>(out, out_t, rstd, x, w, N, d, eps, scale, amax, scale_inv, stream);
+  if (d <= 512) return LaunchBand<F, 2>(out, out_t, rstd, x, w, N, d, eps, scale, amax, scale_inv, stream);
+  if (d <= 1024) return LaunchBand<F, 4>(out, out_t, rstd, x, w, N, d, eps, scale, amax, scale_inv, stream);
+  return LaunchBand<F, 8>(out, out_t, rstd, x, w, N, d, eps, scale, amax, scale_inv, stream);
 }
 
 }  // namespace
@@ -142,22 +167,12 @@ Status RmsNormForwardFp8(void* out, void* out_t, float* rstd, const bf16* x, con
                            "; needs multiples of 64, d <= 2048, rstd and aligned buffers)");
   }
   if (N == 0) return Status::Ok();
-  const size_t smem = BandSmemBytes(d);
-  const int64_t bands = N / kBandRows;  // N is a multiple of 64
-  const int blocks = static_cast<int>(bands < 65535 ? bands : 65535);
   auto* o = static_cast<uint8_t*>(out);
   auto* ot = static_cast<uint8_t*>(out_t);
   if (format == DType::kE4M3) {
-    FORGE_RETURN_IF_ERROR(AllowDynamicSmem(RmsNormFp8BandKernel<__NV_E4M3>, smem));
-    RmsNormFp8BandKernel<__NV_E4M3><<<blocks, kBandThreads, smem, stream>>>(
-        o, ot, rstd, x, w, N, d, eps, scale, amax, scale_inv);
-  } else {
-    FORGE_RETURN_IF_ERROR(AllowDynamicSmem(RmsNormFp8BandKernel<__NV_E5M2>, smem));
-    RmsNormFp8BandKernel<__NV_E5M2><<<blocks, kBandThreads, smem, stream>>>(
-        o, ot, rstd, x, w, N, d, eps, scale, amax, scale_inv);
+    return LaunchBandFor<__NV_E4M3>(d, o, ot, rstd, x, w, N, eps, scale, amax, scale_inv, stream);
   }
-  FORGE_CUDA_LAUNCH_CHECK();
-  return Status::Ok();
+  return LaunchBandFor<__NV_E5M2>(d, o, ot, rstd, x, w, N, eps, scale, amax, scale_inv, stream);
 }
 
 bool RmsNormBackwardFp8Supported(int64_t N, int d, const void* q, const void* q_t) {
