@@ -52,8 +52,7 @@ TEST(GpuRopeFp8, MatchesRopeThenCastBitForBit) {
   FORGE_SKIP_WITHOUT_GPU();
   uint64_t seed = 900;
   for (DType f : {DType::kE4M3, DType::kE5M2}) {
-    Check({4, 64, 4, 4, 32}, f, 1.0f, ++seed);        // the tiny test model (128-row tiles)
-    Check({3, 64, 4, 4, 32}, f, 2.0f, ++seed);        // 192 rows: 64-row tiles
+    Check({4, 64, 4, 4, 32}, f, 1.0f, ++seed);        // the tiny test model
     Check({2, 256, 8, 2, 64}, f, 64.0f, ++seed);      // GQA; saturating scale
     Check({1, 1024, 16, 16, 64}, f, 0.5f, ++seed);    // gpt350m's heads, T 1024
   }

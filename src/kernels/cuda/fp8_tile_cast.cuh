@@ -12,8 +12,7 @@
 // 4 rows x 128 B of a bf16 input), stores 8 FP8 bytes row-major, and after the barrier gathers
 // 8 bytes down a tile column for one 8-byte transposed store (4 x 64 B per warp). Tile rows
 // are 68 bytes apart in shared memory, so a warp's column gathers (8 row groups, 4 columns)
-// meet at most 2 words per bank. Single-output producers take 128 x 64 tiles where the rows
-// allow (CastTallTile below).
+// meet at most 2 words per bank.
 #pragma once
 
 #include <cuda_fp8.h>
@@ -149,56 +148,6 @@ __device__ __forceinline__ void CastTile(const P& p, uint8_t (&tile)[P::kOut][kT
   }
 }
 
-// A 128 x 64 tile for single-output producers when rows are a multiple of 128 (session 18:
-// the RoPE backward's cast ran at 2.2 TB/s, the attention output's at 1.8, in 64 x 64 tiles):
-// each thread issues the loads of its 4 pieces before it quantises any (twice CastTile's loads
-// in flight), and the transposed output leaves as 8 x 8 byte blocks transposed in registers, a
-// column's 128 bytes one whole line (CastTile: 64 bytes, gathered a byte at a time). The same
-// values, quantisation and amax as CastTile, so the same bytes.
-inline constexpr int kTallRows = 128;
-inline constexpr int kTallStride = kTile + 8;  // rows 8 apart land 16 banks apart
-
-template <__nv_fp8_interpretation_t F, class P>
-__device__ __forceinline__ void CastTallTile(const P& p, uint8_t* tile, uint8_t* out,
-                                             uint8_t* out_t, int64_t r0, int64_t c0, int64_t rows,
-                                             int64_t out_cols, float s, uint32_t& m) {
-  static_assert(P::kOut == 1, "tall tiles take single-output producers");
-  const int tid = threadIdx.x;
-  constexpr int kPieces = kTallRows * kTile / 8 / kThreads;  // 4
-  float f[kPieces][1][8];
-#pragma unroll
-  for (int k = 0; k < kPieces; ++k) {
-    const int chunk = tid + kThreads * k;
-    p.Load(r0 + chunk / 8, c0 + chunk % 8 * 8, f[k]);
-  }
-#pragma unroll
-  for (int k = 0; k < kPieces; ++k) {
-    const int chunk = tid + kThreads * k;
-    const int r = chunk / 8, c8 = chunk % 8 * 8;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) m = max(m, AbsBits(f[k][0][e]));
-    const uint2 q = QuantizeFp8x8<F>(f[k][0], s);
-    if (out) *reinterpret_cast<uint2*>(out + (r0 + r) * out_cols + c0 + c8) = q;
-    *reinterpret_cast<uint2*>(tile + r * kTallStride + c8) = q;
-  }
-  if (!out_t) return;
-  __syncthreads();
-  // Thread b < 128: rows 8 g .. 8 g + 7 of columns 8 cb .. 8 cb + 7 (a warp: 8 column blocks x
-  // 4 row blocks, i.e. 8 columns x 32 contiguous bytes a store).
-  if (tid < (kTallRows / 8) * (kTile / 8)) {
-    const int cb = tid % 8, g = tid / 8;
-    uint2 r8[8], c8[8];
-#pragma unroll
-    for (int e = 0; e < 8; ++e)
-      r8[e] = *reinterpret_cast<const uint2*>(tile + (8 * g + e) * kTallStride + 8 * cb);
-    Transpose8x8Bytes(r8, c8);
-#pragma unroll
-    for (int e = 0; e < 8; ++e)
-      *reinterpret_cast<uint2*>(out_t + (c0 + 8 * cb + e) * rows + r0 + 8 * g) = c8[e];
-  }
-  __syncthreads();  // the tile may be rewritten next
-}
-
 template <__nv_fp8_interpretation_t F, class P>
 __global__ void __launch_bounds__(kThreads)
     TileCastKernel(uint8_t* __restrict__ out, uint8_t* __restrict__ out_t, P p, int64_t rows,
@@ -214,26 +163,6 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
     CastTile<F>(p, tile, out, out_t, t / tiles_c * kTile, t % tiles_c * kTile, rows, out_cols,
                 second_col, s, m);
-  }
-  if (amax) BlockAmaxToGlobal(m, amax);
-}
-
-// TileCastKernel in 128 x 64 tiles (CastTallTile): rows a multiple of 128, one output. Three
-// blocks an SM (85 registers: at 64 the RoPE and SwiGLU producers spill).
-template <__nv_fp8_interpretation_t F, class P>
-__global__ void __launch_bounds__(kThreads, 3)
-    TallTileCastKernel(uint8_t* __restrict__ out, uint8_t* __restrict__ out_t, P p, int64_t rows,
-                       int64_t tile_cols, int64_t out_cols, const float* __restrict__ scale,
-                       float* __restrict__ amax, float* __restrict__ scale_inv) {
-  __shared__ __align__(16) uint8_t tile[kTallRows * kTallStride];
-  const float s = *scale;
-  if (scale_inv && blockIdx.x == 0 && threadIdx.x == 0) *scale_inv = 1.0f / s;
-  const int64_t tiles_c = tile_cols / kTile;
-  const int64_t tiles = rows / kTallRows * tiles_c;
-  uint32_t m = 0;
-  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-    CastTallTile<F>(p, tile, out, out_t, t / tiles_c * kTallRows, t % tiles_c * kTile, rows,
-                    out_cols, s, m);
   }
   if (amax) BlockAmaxToGlobal(m, amax);
 }
@@ -281,25 +210,10 @@ template <class P>
 bool LaunchTileCast(bool e4m3, void* out, void* out_t, const P& p, int64_t rows,
                     int64_t tile_cols, int64_t out_cols, int64_t second_col, const float* scale,
                     float* amax, float* scale_inv, cudaStream_t stream) {
+  const int64_t tiles = rows / kTile * (tile_cols / kTile);
+  const int blocks = static_cast<int>(tiles < 1 ? 1 : tiles > kMaxBlocks ? kMaxBlocks : tiles);
   auto* o = static_cast<uint8_t*>(out);
   auto* ot = static_cast<uint8_t*>(out_t);
-  auto grid = [](int64_t tiles) {
-    return static_cast<int>(tiles < 1 ? 1 : tiles > kMaxBlocks ? kMaxBlocks : tiles);
-  };
-  if constexpr (P::kOut == 1) {
-    if (rows % kTallRows == 0) {
-      const int blocks = grid(rows / kTallRows * (tile_cols / kTile));
-      if (e4m3) {
-        TallTileCastKernel<__NV_E4M3, P><<<blocks, kThreads, 0, stream>>>(
-            o, ot, p, rows, tile_cols, out_cols, scale, amax, scale_inv);
-      } else {
-        TallTileCastKernel<__NV_E5M2, P><<<blocks, kThreads, 0, stream>>>(
-            o, ot, p, rows, tile_cols, out_cols, scale, amax, scale_inv);
-      }
-      return true;
-    }
-  }
-  const int blocks = grid(rows / kTile * (tile_cols / kTile));
   if (e4m3) {
     TileCastKernel<__NV_E4M3, P><<<blocks, kThreads, 0, stream>>>(
         o, ot, p, rows, tile_cols, out_cols, second_col, scale, amax, scale_inv);
