@@ -132,23 +132,23 @@ void ExpectSameWeights(const std::vector<UnitBuffers>& a, const std::vector<Unit
     EXPECT_TRUE(test::BitwiseEqual(a[0][u], b[0][u])) << "weights of unit " << u;
 }
 
-// What a fused FP8 path (one of our epilogue GEMMs, on with the `fused` options) must show:
-// gradients against the CPU's, ten steps bitwise the same twice and under graph replay as
-// eagerly, and a loss within 1% of the `separate` options' (cuBLASLt and the separate kernels)
-// for ten steps (the GEMMs sum in another order, so not bitwise).
-void ExpectFusedTrainsLikeSeparate(const RunConfig& c, const CudaBackendOptions& fused_options,
-                                   const CudaBackendOptions& separate, uint64_t seed) {
-  test::ExpectGradientsMatchCpu(c, 2, fused_options, /*loss_tol=*/2e-2, /*grad_tol=*/0.15);
+// What a fused FP8 path (one of our epilogue GEMMs, on by default) must show: gradients
+// against the CPU's, ten steps bitwise the same twice and under graph replay as eagerly, and a
+// loss within 1% of the `separate` options' (cuBLASLt and the separate kernels) for ten steps
+// (the GEMMs sum in another order, so not bitwise).
+void ExpectFusedTrainsLikeSeparate(const RunConfig& c, const CudaBackendOptions& separate,
+                                   uint64_t seed) {
+  test::ExpectGradientsMatchCpu(c, 2, {}, /*loss_tol=*/2e-2, /*grad_tol=*/0.15);
 
-  CudaBackendOptions eager = fused_options;
+  CudaBackendOptions eager;
   eager.use_graph = false;
   bool graph = false;
-  const std::vector<UnitBuffers> fused = TenSteps(c, fused_options, &graph);
+  const std::vector<UnitBuffers> fused = TenSteps(c, {}, &graph);
   EXPECT_TRUE(graph);
-  ExpectSameWeights(fused, TenSteps(c, fused_options, nullptr));
+  ExpectSameWeights(fused, TenSteps(c, {}, nullptr));
   ExpectSameWeights(fused, TenSteps(c, eager, nullptr));
 
-  auto a = MakeGpu(c, fused_options), b = MakeGpu(c, separate);
+  auto a = MakeGpu(c, {}), b = MakeGpu(c, separate);
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
   const auto batches = MakeBatches(c, 10, seed);
@@ -220,13 +220,12 @@ TEST(GpuFp8Step, EpilogueGemmsTrainLikeTheSeparatePath) {
   if (!cuda::WgmmaGemmRunsHere()) GTEST_SKIP() << "the FP8 epilogue GEMMs need an sm_90 GPU";
   CudaBackendOptions separate;
   separate.rope_gemm = separate.swiglu_gemm = false;
-  ExpectFusedTrainsLikeSeparate(c, {}, separate, 43);
+  ExpectFusedTrainsLikeSeparate(c, separate, 43);
 }
 
-// precision.fp8.fast_accum fprop_dgrad on an sm_90 GPU with fp8_swiglu_bwd_gemm (opt-in): the
-// down projection's dgrad runs our FP8 GEMM (E5M2 x E4M3) with SwiGLU's backward and dgu's E5M2
-// casts in its epilogue (Fp8Linears::fuse_swiglu_bwd_gemm, from the second step). Against the
-// CPU's gradients;
+// precision.fp8.fast_accum fprop_dgrad on an sm_90 GPU: the down projection's dgrad runs our
+// FP8 GEMM (E5M2 x E4M3) with SwiGLU's backward and dgu's E5M2 casts in its epilogue
+// (Fp8Linears::fuse_swiglu_bwd_gemm, from the second step). Against the CPU's gradients;
 // deterministic, graph == eager; close to the separate path (cuBLASLt's dgrad, then
 // SwiGluBackwardFp8) as its GEMM sums in another order.
 TEST(GpuFp8Step, SwiGluBackwardGemmTrainsLikeTheSeparatePath) {
@@ -240,16 +239,15 @@ TEST(GpuFp8Step, SwiGluBackwardGemmTrainsLikeTheSeparatePath) {
     mo.fp8 = true;
     mo.fp8_config = c.precision.fp8;
     mo.fp8_config.fast_accum = fast;
-    mo.fp8_swiglu_bwd_gemm = true;
     auto model = CudaModel::Create(c.model, c.optimizer, mo);
     ASSERT_TRUE(model.ok()) << model.status().ToString();
     EXPECT_EQ((*model)->fp8()->has_swiglu_bwd_gemm(),
               fast == Fp8FastAccum::kFpropDgrad && cuda::WgmmaGemmRunsHere());
   }
   if (!cuda::WgmmaGemmRunsHere()) GTEST_SKIP() << "the FP8 epilogue GEMMs need an sm_90 GPU";
-  CudaBackendOptions fused, separate;
-  fused.fp8_swiglu_bwd_gemm = true;
-  ExpectFusedTrainsLikeSeparate(c, fused, separate, 47);
+  CudaBackendOptions separate;
+  separate.swiglu_bwd_gemm = false;
+  ExpectFusedTrainsLikeSeparate(c, separate, 47);
 }
 
 // precision.fp8.lm_head computes dWte in FP8 as well (dlogits8 transposed into the chunk's

@@ -424,11 +424,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       bwd_issue(i + 2);  // into the slot just read (its values are in registers now)
       if (++bwd_next == 16) pending_row = -1;
     };
-    auto bwd_step = [&] {  // FP8: the slot as a constant, so qg and qu stay in registers
-      if constexpr (!kFp8) {
-        bwd_step_at.template operator()<0>();
-        return;
-      }
+    auto bwd_step = [&] {  // the slot as a constant, so qg and qu stay in registers
       switch (bwd_next % 4) {
         case 0:
           bwd_step_at.template operator()<0>();

@@ -405,8 +405,7 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
     FORGE_ASSIGN_OR_RETURN(
         b.fp8, Fp8Linears::Create(o.fp8_config, m.n_layer, shapes, N_, int(b.acts.size()), rope,
                                   lm_head,
-                                  Fp8EpilogueGemms{o.rope_gemm, o.swiglu_gemm,
-                                                   o.swiglu_bwd_gemm && o.fp8_swiglu_bwd_gemm}));
+                                  Fp8EpilogueGemms{o.rope_gemm, o.swiglu_gemm, o.swiglu_bwd_gemm}));
     allocated_bytes_ += b.fp8->allocated_bytes();
   }
   FORGE_RETURN_IF_ERROR(alloc(&b.hf, N * d));

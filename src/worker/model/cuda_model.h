@@ -103,12 +103,10 @@ struct CudaModelOptions {
   // lm_head_wgrad); off: the logits and dhf GEMMs in FP8, dWte in BF16.
   bool fp8_lm_head_wgrad = true;
   // BF16 steps on Hopper: SwiGLU's backward rides on the down projection's input-gradient GEMM
-  // (ours, N-major weight): dh is never stored, dgu comes out of it. Bitwise the same. With
-  // fp8_swiglu_bwd_gemm (opt-in, not yet run on a GPU), FP8 steps take it in FP8 (dgu's E5M2
-  // casts out of it) where precision.fp8.fast_accum covers the dgrad GEMMs (fprop_dgrad;
-  // Fp8Linears::fuse_swiglu_bwd_gemm).
+  // (ours, N-major weight): dh is never stored, dgu comes out of it. Bitwise the same. FP8 steps
+  // take it in FP8 (dgu's E5M2 casts out of it) where precision.fp8.fast_accum covers the dgrad
+  // GEMMs (fprop_dgrad; Fp8Linears::fuse_swiglu_bwd_gemm).
   bool swiglu_bwd_gemm = true;
-  bool fp8_swiglu_bwd_gemm = false;
 };
 
 // Per-unit callbacks for a data-parallel layer, called on the host while the model enqueues a

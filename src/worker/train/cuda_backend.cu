@@ -176,7 +176,6 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
   mo.swiglu_gemm = options.swiglu_gemm;
   mo.fp8_lm_head_wgrad = options.fp8_lm_head_wgrad;
   mo.swiglu_bwd_gemm = options.swiglu_bwd_gemm;
-  mo.fp8_swiglu_bwd_gemm = options.fp8_swiglu_bwd_gemm;
   mo.wgrad_stream_priority = wgrad_priority;
   mo.defer_update = options.defer_update;
   mo.fp8 = cfg.precision.compute == Precision::kFp8;
@@ -610,8 +609,6 @@ CudaBackendOptions CudaBackendOptionsFromEnv() {
   if (EnvIsZero("FORGE_CUDA_ROPE_GEMM")) o.rope_gemm = false;
   if (EnvIsZero("FORGE_CUDA_SWIGLU_GEMM")) o.swiglu_gemm = false;
   if (EnvIsZero("FORGE_CUDA_SWIGLU_BWD_GEMM")) o.swiglu_bwd_gemm = false;
-  if (const char* v = std::getenv("FORGE_CUDA_FP8_SWIGLU_BWD_GEMM"); v && std::strcmp(v, "1") == 0)
-    o.fp8_swiglu_bwd_gemm = true;
   if (EnvIsZero("FORGE_CUDA_FP8_LM_WGRAD")) o.fp8_lm_head_wgrad = false;
   if (EnvIsZero("FORGE_CUDA_DEFER_UPDATE")) o.defer_update = false;
   if (const char* v = std::getenv("FORGE_CUDA_WGRAD_PRIORITY")) {
