@@ -29,17 +29,6 @@ struct Fp8CastOut {
   float* scale_inv() { return slots.data() + 8; }
 };
 
-// `got` holds the same FP8 bytes (both orientations), scale, amax and scale_inv as `want`.
-inline void ExpectSameFp8(Fp8CastOut& got, Fp8CastOut& want, size_t n, const std::string& what) {
-  const auto a = got.q.Download(), b = want.q.Download();
-  const auto at = got.qt.Download(), bt = want.qt.Download();
-  EXPECT_EQ(std::memcmp(a.data(), b.data(), n), 0) << what << ": row-major FP8 differs";
-  EXPECT_EQ(std::memcmp(at.data(), bt.data(), n), 0) << what << ": transposed FP8 differs";
-  const std::vector<float> got_slots = got.slots.Download(), want_slots = want.slots.Download();
-  EXPECT_EQ(got_slots, want_slots) << what << ": scale / amax / scale_inv";
-  EXPECT_GT(got_slots[4], 0.0f) << what << ": no amax recorded";
-}
-
 // Casts the BF16 kernel's output `ref` [rows, cols] with the same scale and expects `fused`
 // (already written by the fused kernel) to hold the same bytes, amax and scale_inv.
 inline void ExpectSameAsCast(const bf16* ref, int64_t rows, int64_t cols, cuda::DType format,
@@ -48,7 +37,14 @@ inline void ExpectSameAsCast(const bf16* ref, int64_t rows, int64_t cols, cuda::
   ASSERT_STATUS_OK(cuda::CastTransposeToFp8(want.q.data(), want.qt.data(), ref, rows, cols,
                                             format, want.scale(), want.amax(), want.scale_inv(),
                                             nullptr));
-  ExpectSameFp8(fused, want, size_t(rows * cols), what);
+  const size_t n = size_t(rows * cols);
+  const auto a = fused.q.Download(), b = want.q.Download();
+  const auto at = fused.qt.Download(), bt = want.qt.Download();
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), n), 0) << what << ": row-major FP8 differs";
+  EXPECT_EQ(std::memcmp(at.data(), bt.data(), n), 0) << what << ": transposed FP8 differs";
+  const std::vector<float> got = fused.slots.Download(), ref_slots = want.slots.Download();
+  EXPECT_EQ(got, ref_slots) << what << ": scale / amax / scale_inv";
+  EXPECT_GT(got[4], 0.0f) << what << ": no amax recorded";
 }
 
 }  // namespace forge::test

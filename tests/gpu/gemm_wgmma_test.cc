@@ -27,7 +27,6 @@
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/swiglu.cuh"
-#include "kernels/cuda/swiglu_fp8.cuh"
 
 namespace forge {
 namespace {
@@ -263,42 +262,38 @@ TEST(GpuWgmmaGemm, SwiGluBackwardEpilogueIsGemmThenSwiGluBackwardBitForBit) {
   }
 }
 
-// An FP8 operand (E4M3, or E5M2): random normal values quantised on the host with `scale`
-// (the cast's convention, q = sat(x * scale)), its bytes on the device, what the GEMM sees of
-// it (q / scale) and the 1 / scale the GEMM dequantises with.
+// An E4M3 operand: random normal values quantised on the host with `scale` (the cast's
+// convention, q = sat(x * scale)), its bytes on the device, what the GEMM sees of it (q /
+// scale) and the 1 / scale the GEMM dequantises with.
 struct Fp8Operand {
   std::vector<float> deq;
   DeviceBuffer<uint8_t> dev;
   float scale_inv = 0.0f;
-  Fp8Operand(int64_t rows, int64_t cols, float stddev, float scale, uint64_t seed,
-             cpu::Fp8Format format = cpu::Fp8Format::kE4M3) {
+  Fp8Operand(int64_t rows, int64_t cols, float stddev, float scale, uint64_t seed) {
     const std::vector<float> x = test::RandomNormal(size_t(rows * cols), stddev, seed);
     std::vector<uint8_t> q(x.size());
     deq.resize(x.size());
     scale_inv = 1.0f / scale;
     for (size_t i = 0; i < x.size(); ++i) {
-      q[i] = cpu::FloatToFp8(x[i] * scale, format);
-      deq[i] = cpu::Fp8ToFloat(q[i], format) * scale_inv;
+      q[i] = cpu::FloatToFp8(x[i] * scale, cpu::Fp8Format::kE4M3);
+      deq[i] = cpu::Fp8ToFloat(q[i], cpu::Fp8Format::kE4M3) * scale_inv;
     }
     dev = DeviceBuffer<uint8_t>(q);
   }
 };
 
-// A [M, K] (E4M3, or E5M2 with a_e5m2: a gradient) and B [N, K] in E4M3 with their
-// dequantisation scales on the device (16 bytes apart, as the model's slots are).
+// A [M, K] and B [N, K] in E4M3 with their dequantisation scales on the device (16 bytes
+// apart, as the model's slots are).
 struct Fp8Operands {
   Fp8Operand a, b;
   DeviceBuffer<float> scales;
-  bool a_e5m2;
-  Fp8Operands(int64_t M, int64_t N, int64_t K, uint64_t seed, bool a_e5m2 = false)
-      : a(M, K, 1.0f, 100.0f, seed, a_e5m2 ? cpu::Fp8Format::kE5M2 : cpu::Fp8Format::kE4M3),
+  Fp8Operands(int64_t M, int64_t N, int64_t K, uint64_t seed)
+      : a(M, K, 1.0f, 100.0f, seed),
         b(N, K, 0.05f, 3000.0f, seed + 1),
-        scales(std::vector<float>{a.scale_inv, 0, 0, 0, b.scale_inv}),
-        a_e5m2(a_e5m2) {}
+        scales(std::vector<float>{a.scale_inv, 0, 0, 0, b.scale_inv}) {}
   WgmmaGemmArgs Args(int64_t M, int64_t N, int64_t K, void* d) const {
     WgmmaGemmArgs g;
     g.M = M, g.N = N, g.K = K, g.A = a.dev.data(), g.B = b.dev.data(), g.D = d;
-    g.a_e5m2 = a_e5m2;
     g.epi.a_scale = scales.data(), g.epi.b_scale = scales.data() + 4;
     return g;
   }
@@ -378,63 +373,6 @@ TEST(GpuWgmmaGemm, Fp8SwiGluEpilogueIsGemmThenSwiGluThenCastBitForBit) {
   }
 }
 
-// FP8 with SwiGLU's backward (the FP8 down projection's dgrad: E5M2 dy times E4M3 W^T): dgu's
-// E5M2 bytes (row-major and transposed), amax and scale_inv bit for bit the plain E5M2 GEMM's dh
-// followed by SwiGluBackwardFp8, the model's separate path; the plain E5M2 GEMM close to the
-// dequantised product and to cuBLASLt's FP8 GEMM with fast accumulation. K of 1 K-tile (all 16
-// vectors at once), 2 and 8 (gpt350m's); 1, 5 and all CTAs; a scale that saturates.
-TEST(GpuWgmmaGemm, Fp8SwiGluBackwardEpilogueIsGemmThenSwiGluBackwardThenCastBitForBit) {
-  SKIP_WITHOUT_SM90();
-  cuda::GemmRunner runner;
-  ASSERT_STATUS_OK(runner.Init());
-  const int64_t M = 384, ffn = 512;
-  const std::vector<float> gu_host = test::RandomUniformBf16(size_t(M * 2 * ffn), -3.f, 3.f, 95);
-  const DeviceBuffer<bf16> gu(test::ToBf16(gu_host));
-  for (const int64_t K : {128, 256, 1024}) {
-    const Fp8Operands o(M, ffn, K, 57 + K, /*a_e5m2=*/true);
-    DeviceBuffer<bf16> dh(size_t(M * ffn)), dh_lt(size_t(M * ffn));
-    dh.Poison();
-    const WgmmaGemmArgs plain = o.Args(M, ffn, K, dh.data());
-    ASSERT_STATUS_OK(cuda::WgmmaGemmFp8(plain, nullptr));
-    const std::vector<float> got_dh = test::ToFloat(dh.Download());
-    ASSERT_TRUE(AllFinite(got_dh)) << "an element of dh was not written";
-    EXPECT_LT(test::RelFrobenius(got_dh, test::RefGemm(o.a.deq, o.b.deq, M, ffn, K, false, true)),
-              1e-2);
-    cuda::GemmArgs lt;
-    lt.M = M, lt.N = ffn, lt.K = K;
-    lt.A = o.a.dev.data(), lt.B = o.b.dev.data(), lt.D = dh_lt.data();
-    lt.trans_a = false, lt.trans_b = true;
-    lt.a_type = cuda::DType::kE5M2, lt.b_type = cuda::DType::kE4M3;
-    lt.d_type = cuda::DType::kBf16;
-    lt.a_scale = o.scales.data(), lt.b_scale = o.scales.data() + 4;
-    lt.fast_accum = true;
-    ASSERT_STATUS_OK(runner.Run(lt, nullptr));
-    EXPECT_LT(test::RelFrobenius(got_dh, test::ToFloat(dh_lt.Download())), 4e-3);
-    for (const float scale : {1.0f, 3000.0f}) {
-      test::Fp8CastOut want(size_t(M * 2 * ffn), scale);
-      ASSERT_STATUS_OK(cuda::SwiGluBackwardFp8(want.q.data(), want.qt.data(), dh.data(), gu.data(),
-                                               M, int(ffn), cuda::DType::kE5M2, want.scale(),
-                                               want.amax(), want.scale_inv(), nullptr));
-      for (const int ctas : {0, 1, 5}) {
-        SCOPED_TRACE("K " + std::to_string(K) + ", scale " + std::to_string(scale) + ", ctas " +
-                     std::to_string(ctas));
-        test::Fp8CastOut got(size_t(M * 2 * ffn), scale);
-        got.q.Poison();
-        got.qt.Poison();
-        WgmmaGemmArgs g = plain;
-        g.D = got.q.data();
-        g.epilogue = WgmmaEpilogue::kSwiGluBackward;
-        g.epi.gu = const_cast<bf16*>(gu.data()), g.epi.ffn = int(ffn);
-        g.epi.h_t = got.qt.data(), g.epi.h_scale = got.scale(), g.epi.h_amax = got.amax();
-        g.epi.h_scale_inv = got.scale_inv();
-        g.ctas = ctas;
-        ASSERT_STATUS_OK(cuda::WgmmaGemmFp8(g, nullptr));
-        test::ExpectSameFp8(got, want, size_t(M * 2 * ffn), "dgu");
-      }
-    }
-  }
-}
-
 // FP8 with RoPE (the FP8 forward's QKV projection): the plain FP8 GEMM followed by RopeApply,
 // bit for bit, with 1 and all CTAs; close to the CPU's dequantised product then RoPE. MHA and
 // GQA, K of one K-tile and of gpt350m's width.
@@ -499,18 +437,7 @@ TEST(GpuWgmmaGemm, Fp8RejectsWhatItCannotTake) {
   bwd.epilogue = WgmmaEpilogue::kSwiGluBackward;
   bwd.b_n_major = true, bwd.epi.gu = d.data(), bwd.epi.ffn = 256;
   EXPECT_TRUE(cuda::WgmmaGemmCheck(bwd).ok());
-  EXPECT_FALSE(cuda::WgmmaGemmCheck(bwd, /*fp8=*/true).ok());  // N-major B
-  bwd.b_n_major = false;
-  EXPECT_FALSE(cuda::WgmmaGemmCheck(bwd, /*fp8=*/true).ok());  // an E4M3 A
-  bwd.a_e5m2 = true;
-  EXPECT_TRUE(cuda::WgmmaGemmCheck(bwd, /*fp8=*/true).ok());
-  EXPECT_FALSE(cuda::WgmmaGemmCheck(bwd).ok());  // E5M2 in BF16
-  const Status no_slots = cuda::WgmmaGemmFp8(bwd, nullptr);  // no h_t or slots for dgu
-  EXPECT_FALSE(no_slots.ok());
-  EXPECT_NE(no_slots.ToString().find("h_t"), std::string::npos) << no_slots.ToString();
-  WgmmaGemmArgs rope_e5m2 = rope;
-  rope_e5m2.a_e5m2 = true;
-  EXPECT_FALSE(cuda::WgmmaGemmCheck(rope_e5m2, /*fp8=*/true).ok());
+  EXPECT_FALSE(cuda::WgmmaGemmCheck(bwd, /*fp8=*/true).ok());
   WgmmaGemmArgs swiglu = o.Args(128, 256, 128, d.data());
   swiglu.epilogue = WgmmaEpilogue::kSwiGlu;
   swiglu.epi.gu = d.data(), swiglu.epi.ffn = 128;  // no h_t or h slots

@@ -105,37 +105,21 @@ __device__ __forceinline__ void WgmmaM64N256K16(float (&d)[128], uint64_t desc_a
       : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransB));
 }
 
-// FP8, K 32 (32 bytes of a K-major row, as bf16's K 16): both operands K-major, the only
-// layout wgmma takes for 8-bit types. B is E4M3; A is E4M3, or E5M2 (kAE5M2: a gradient, the
-// backward's dgrad).
-template <bool kAE5M2>
-__device__ __forceinline__ void WgmmaM64N256K32Fp8(float (&d)[128], uint64_t desc_a,
-                                                   uint64_t desc_b, int scale_d) {
-  if constexpr (kAE5M2) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %130, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k32.f32.e5m2.e4m3 "
-        "{" FORGE_WGMMA_ACC_REGS
-        "}, "
-        "%128, %129, p, 1, 1;\n"
-        "}\n"
-        : FORGE_WGMMA_ACC_OUTS(d)
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-  } else {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %130, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 "
-        "{" FORGE_WGMMA_ACC_REGS
-        "}, "
-        "%128, %129, p, 1, 1;\n"
-        "}\n"
-        : FORGE_WGMMA_ACC_OUTS(d)
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-  }
+// E4M3 x E4M3, K 32 (32 bytes of a K-major row, as bf16's K 16): both operands K-major, the
+// only layout wgmma takes for 8-bit types.
+__device__ __forceinline__ void WgmmaM64N256K32E4M3(float (&d)[128], uint64_t desc_a,
+                                                    uint64_t desc_b, int scale_d) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 "
+      "{" FORGE_WGMMA_ACC_REGS
+      "}, "
+      "%128, %129, p, 1, 1;\n"
+      "}\n"
+      : FORGE_WGMMA_ACC_OUTS(d)
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 #undef FORGE_WGMMA_ACC_REGS
 #undef FORGE_WGMMA_ACC_OUTS
@@ -174,12 +158,7 @@ __device__ __forceinline__ void WgmmaM64N256K32Fp8(float (&d)[128], uint64_t des
 // row-major bytes as it goes and, after the fourth share, transposes the 8 x 8 bytes in registers
 // into 8 bytes of each of h_t's 8 columns (no shared memory left for a staged transpose, and none
 // needed).
-//
-// kAE5M2 (FP8 only): A is E5M2, a gradient (the FP8 backward's dgrad, dX = dY W with B = W^T
-// K-major). kSwiGluBackward then writes dgu as SwiGluBackwardFp8 would from dh: each thread's 16
-// vectors are 4 rows x 4 row groups of one column vector, so after every fourth it transposes
-// the 4 x 8 bytes of dg and of du in registers into 4 bytes of each of the 8 columns of dgu^T.
-template <WgmmaEpilogue kEpi, bool kNMajorB = false, bool kFp8 = false, bool kAE5M2 = false>
+template <WgmmaEpilogue kEpi, bool kNMajorB = false, bool kFp8 = false>
 __global__ void __launch_bounds__(kThreads, 1)
     WgmmaGemmKernel(const __grid_constant__ CUtensorMap map_a,
                     const __grid_constant__ CUtensorMap map_b,
@@ -291,7 +270,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // vector t % 16; hmax: the largest |h| bits seen.
     float dq = 1.0f, hs = 0.0f;
     if constexpr (kFp8) dq = *ea.a_scale * *ea.b_scale;
-    if constexpr (kFp8 && (swiglu || swiglu_bwd)) hs = *ea.h_scale;
+    if constexpr (kFp8 && swiglu) hs = *ea.h_scale;
     uint2 hq[8];
     uint32_t hmax = 0;
     auto share_fp8 = [&]<int kShare>() {
@@ -350,12 +329,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     int bwd_next = 16;
     const int64_t ld_gu = 2 * int64_t(ea.ffn);
     auto bwd_vector = [&](int i, int* row, int* col) {
-      if constexpr (kFp8) {  // rows 16 (i / 4) + 4 warp + i % 4, column vector `lane`
-        *row = 16 * (i / 4) + 4 * warp + i % 4, *col = lane * 8;
-      } else {
-        const int v = t + 128 * i;
-        *row = v / 32, *col = (v % 32) * 8;
-      }
+      const int v = t + 128 * i;
+      *row = v / 32, *col = (v % 32) * 8;
     };
     auto bwd_issue = [&](int i) {  // g and u of vector i into slot i % 2, one cp.async group
       if (i < 16) {
@@ -373,9 +348,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       asm volatile("cp.async.commit_group;" ::: "memory");
     };
-    // kFp8: the E5M2 bytes of dg and du of the current 4 rows (vector i % 4 in slot i % 4).
-    uint2 qg[4], qu[4];
-    auto bwd_step_at = [&]<int kSlot>() {  // vector bwd_next: its loads have landed
+    auto bwd_step = [&] {  // vector bwd_next: its loads have landed (one group may be pending)
       asm volatile("cp.async.wait_group 1;" ::: "memory");
       const int i = bwd_next;
       int row, col;
@@ -389,56 +362,11 @@ __global__ void __launch_bounds__(kThreads, 1)
                    dy);
 #pragma unroll
       for (int e = 0; e < 8; ++e) SwiGluGrads(g[e], u[e], dy[e], &dg[e], &du[e]);
-      if constexpr (kFp8) {  // as SwiGluBackwardFp8: bf16-rounded, then quantised
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          dg[e] = fp8tile::RoundBf16(dg[e]);
-          du[e] = fp8tile::RoundBf16(du[e]);
-          hmax = max(hmax, max(fp8tile::AbsBits(dg[e]), fp8tile::AbsBits(du[e])));
-        }
-        qg[kSlot] = fp8tile::QuantizeFp8x8<__NV_E5M2>(dg, hs);
-        qu[kSlot] = fp8tile::QuantizeFp8x8<__NV_E5M2>(du, hs);
-        uint8_t* q = reinterpret_cast<uint8_t*>(h_out) + (pending_row + row) * ld_gu + pending_n0 +
-                     col;
-        *reinterpret_cast<uint2*>(q) = qg[kSlot];
-        *reinterpret_cast<uint2*>(q + ea.ffn) = qu[kSlot];
-        if constexpr (kSlot == 3) {  // rows row - 3 .. row: 4 bytes of each of 8 columns
-          const int64_t m_rows = int64_t(tiles / tiles_n) * kBM;
-          uint8_t* qt = static_cast<uint8_t*>(ea.h_t) + pending_row + row - 3;
-          auto put = [&](const uint2(&r)[4], int64_t first_col) {
-            uint32_t c[8];
-            Transpose4x4Bytes(r[0].x, r[1].x, r[2].x, r[3].x, &c[0], &c[1], &c[2], &c[3]);
-            Transpose4x4Bytes(r[0].y, r[1].y, r[2].y, r[3].y, &c[4], &c[5], &c[6], &c[7]);
-#pragma unroll
-            for (int e = 0; e < 8; ++e)
-              *reinterpret_cast<uint32_t*>(qt + (first_col + e) * m_rows) = c[e];
-          };
-          put(qg, pending_n0 + col);
-          put(qu, int64_t(ea.ffn) + pending_n0 + col);
-        }
-      } else {
-        __nv_bfloat16* dst = h_out + (pending_row + row) * ld_gu + pending_n0 + col;
-        Store16(dst, PackBf16x8(dg));
-        Store16(dst + ea.ffn, PackBf16x8(du));
-      }
+      __nv_bfloat16* dst = h_out + (pending_row + row) * ld_gu + pending_n0 + col;
+      Store16(dst, PackBf16x8(dg));
+      Store16(dst + ea.ffn, PackBf16x8(du));
       bwd_issue(i + 2);  // into the slot just read (its values are in registers now)
       if (++bwd_next == 16) pending_row = -1;
-    };
-    auto bwd_step = [&] {  // the slot as a constant, so qg and qu stay in registers
-      switch (bwd_next % 4) {
-        case 0:
-          bwd_step_at.template operator()<0>();
-          break;
-        case 1:
-          bwd_step_at.template operator()<1>();
-          break;
-        case 2:
-          bwd_step_at.template operator()<2>();
-          break;
-        default:
-          bwd_step_at.template operator()<3>();
-          break;
-      }
     };
     // At K-tile kt: the vectors up to 16 (kt + 1) / ktiles (one a K-tile at K = 1024).
     auto bwd_pending_step = [&](int kt) {
@@ -488,7 +416,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int kk = 0; kk < kBK / 16; ++kk) {
           if constexpr (kFp8) {
-            WgmmaM64N256K32Fp8<kAE5M2>(acc, da + 2 * kk, db + 2 * kk, 1);
+            WgmmaM64N256K32E4M3(acc, da + 2 * kk, db + 2 * kk, 1);
           } else {
             WgmmaM64N256K16<kNMajorB ? 1 : 0>(acc, da + 2 * kk, db + kStepB * kk, 1);
           }
@@ -543,14 +471,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (swiglu && pending_row >= 0) {  // the last tile's h: no main loop left to hide it
       for (int r = 0; r < 4; ++r) share_any(r);
     }
-    if (swiglu_bwd) {  // the last tile's backward, likewise
-      while (pending_row >= 0) bwd_step();
-      asm volatile("cp.async.wait_group 0;" ::: "memory");
-    }
-    if constexpr (kFp8 && (swiglu || swiglu_bwd)) {  // fp8_cast.cuh's amax and scale_inv slots
+    if constexpr (kFp8 && swiglu) {  // fp8_cast.cuh's amax and scale_inv slots
       hmax = fp8tile::WarpMaxU32(hmax);
       if (lane == 0 && hmax != 0u) atomicMax(reinterpret_cast<unsigned int*>(ea.h_amax), hmax);
       if (blockIdx.x == 0 && threadIdx.x == 0) *ea.h_scale_inv = 1.0f / hs;
+    }
+    if (swiglu_bwd) {  // the last tile's backward, likewise
+      while (pending_row >= 0) bwd_step();
+      asm volatile("cp.async.wait_group 0;" ::: "memory");
     }
     if (t == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
   }
@@ -573,20 +501,15 @@ Status WgmmaGemmCheck(const WgmmaGemmArgs& args, bool fp8) {
   if (args.M <= 0 || args.M % kBM || args.N % kBN || args.N <= 0 || args.K % bk || args.K <= 0)
     return Status::Invalid(name + "M must be a multiple of 128, N of 256, K of " +
                            std::to_string(bk) + shape);
-  if (fp8 && args.b_n_major) return Status::Invalid(name + "K-major operands only" + shape);
-  if (!fp8 && args.a_e5m2) return Status::Invalid(name + "an E5M2 A is FP8's" + shape);
-  const bool bwd = args.epilogue == WgmmaEpilogue::kSwiGluBackward;
-  if (args.a_e5m2 && args.epilogue != WgmmaEpilogue::kPlain && !bwd)
-    return Status::Invalid(name + "an E5M2 A takes the plain or SwiGLU-backward epilogue only" +
+  if (fp8 && (args.b_n_major || args.epilogue == WgmmaEpilogue::kSwiGluBackward))
+    return Status::Invalid(name + "K-major operands and the plain, RoPE or SwiGLU epilogue only" +
                            shape);
-  if (fp8 && bwd && !args.a_e5m2)
-    return Status::Invalid(name + "SwiGLU's backward takes an E5M2 A (the gradient)" + shape);
+  const bool bwd = args.epilogue == WgmmaEpilogue::kSwiGluBackward;
   if (args.b_n_major && args.epilogue != WgmmaEpilogue::kPlain && !bwd)
     return Status::Invalid(name + "an N-major B takes the plain or SwiGLU-backward epilogue only" +
                            shape);
-  if (bwd && (args.b_n_major == fp8 || args.epi.ffn != args.N))
-    return Status::Invalid(name + "SwiGLU's backward needs ffn = N and B N-major (BF16) or "
-                           "K-major (FP8)" + shape);
+  if (bwd && (!args.b_n_major || args.epi.ffn != args.N))
+    return Status::Invalid(name + "SwiGLU's backward needs an N-major B and ffn = N" + shape);
   if (args.epilogue == WgmmaEpilogue::kSwiGlu && args.epi.ffn * 2 != args.N)
     return Status::Invalid(name + "SwiGLU needs ffn = N / 2" + shape);
   if (args.epilogue == WgmmaEpilogue::kRope &&
@@ -611,7 +534,7 @@ Status Launch(const WgmmaGemmArgs& args, bool fp8, cudaStream_t stream) {
     return Status::Invalid(name + ": RoPE needs its (sin, cos) table");
   if (fp8 && (!e.a_scale || !e.b_scale))
     return Status::Invalid(name + ": needs the operands' a_scale and b_scale");
-  if (fp8 && (swiglu || swiglu_bwd) && (!e.h_t || !e.h_scale || !e.h_amax || !e.h_scale_inv))
+  if (fp8 && swiglu && (!e.h_t || !e.h_scale || !e.h_amax || !e.h_scale_inv))
     return Status::Invalid(name + ": SwiGLU needs h_t and h's scale, amax and scale_inv slots");
   const int64_t out_n = swiglu ? args.N / 2 : args.N;
   const int eb = fp8 ? 1 : 2;  // operand element bytes
@@ -648,10 +571,6 @@ Status Launch(const WgmmaGemmArgs& args, bool fp8, cudaStream_t stream) {
     FORGE_CUDA_LAUNCH_CHECK();
     return Status::Ok();
   };
-  if (fp8 && args.a_e5m2) {
-    return swiglu_bwd ? launch(WgmmaGemmKernel<WgmmaEpilogue::kSwiGluBackward, false, true, true>)
-                      : launch(WgmmaGemmKernel<WgmmaEpilogue::kPlain, false, true, true>);
-  }
   if (fp8) {
     switch (args.epilogue) {
       case WgmmaEpilogue::kRope:

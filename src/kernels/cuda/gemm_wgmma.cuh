@@ -24,15 +24,13 @@ struct WgmmaEpilogueArgs {
   const float2* rope_sin_cos = nullptr;
   int T = 0, hd = 0, rot_cols = 0;
   // kSwiGlu: B is [gate; up] ([2*ffn, K]), gu receives A B^T ([M, 2*ffn]) and D silu(g) * u.
-  // kSwiGluBackward (N = ffn; BF16: N-major B = W [K, ffn]; FP8: K-major B = W^T [ffn, K] and an
-  // E5M2 A): A B is the gradient of SwiGLU's output (dh, never stored); gu is the forward's
-  // [M, 2*ffn] input (read) and D receives its gradient dgu ([M, 2*ffn]), as SwiGluBackward(D,
-  // dh, gu) would write it (FP8: as SwiGluBackwardFp8 would write its E5M2 casts, D row-major
-  // and h_t [2*ffn, M], with the h_* slots below).
+  // kSwiGluBackward (N-major B, N = ffn): A B is the gradient of SwiGLU's output (dh, never
+  // stored); gu is the forward's [M, 2*ffn] input (read) and D receives its gradient dgu
+  // ([M, 2*ffn]), as SwiGluBackward(D, dh, gu) would write it.
   __nv_bfloat16* gu = nullptr;
   int ffn = 0;
-  // WgmmaGemmFp8 only. A (E4M3, or E5M2 with a_e5m2) and B (E4M3) are dequantised by
-  // *a_scale * *b_scale (the casts' scale_inv slots, as cuBLASLt's a_scale / b_scale). kSwiGlu writes h in E4M3 instead of
+  // WgmmaGemmFp8 only. A and B are E4M3, dequantised by *a_scale * *b_scale (the casts'
+  // scale_inv slots, as cuBLASLt's a_scale / b_scale). kSwiGlu writes h in E4M3 instead of
   // bf16, as SwiGluForwardFp8 (swiglu_fp8.cuh) would from this gu: D [M, ffn] and h_t
   // [ffn, M] quantised with *h_scale, |h| max-accumulated into *h_amax, *h_scale_inv = 1 /
   // *h_scale (fp8_cast.cuh's slots).
@@ -48,8 +46,7 @@ struct WgmmaGemmArgs {
   int64_t M = 0, N = 0, K = 0;  // M % 128, N % 256 and K % 64 (FP8: 128) must be 0
   const void* A = nullptr;      // [M, K] bf16 row-major
   const void* B = nullptr;      // [N, K] bf16 row-major; [K, N] with b_n_major
-  bool b_n_major = false;       // B's N contiguous (BF16 kPlain / kSwiGluBackward): D = A * B
-  bool a_e5m2 = false;          // FP8: A is E5M2 (a gradient; kPlain or kSwiGluBackward)
+  bool b_n_major = false;       // B's N contiguous (kPlain only): D = A * B
   void* D = nullptr;            // [M, N] bf16 row-major ([M, N/2] for kSwiGlu, [M, 2N] for
                                 // kSwiGluBackward)
   WgmmaEpilogue epilogue = WgmmaEpilogue::kPlain;
@@ -60,8 +57,7 @@ struct WgmmaGemmArgs {
 Status WgmmaGemmBf16(const WgmmaGemmArgs& args, cudaStream_t stream);
 
 // E4M3 A [M, K] and B [N, K] (both K-major: Hopper's FP8 MMA reads no other layout), the
-// kPlain, kRope or kSwiGlu epilogue (see WgmmaEpilogueArgs' FP8 part); or an E5M2 A (a_e5m2,
-// the backward's dgrad) with kPlain or kSwiGluBackward. The MMAs accumulate the
+// kPlain, kRope or kSwiGlu epilogue (see WgmmaEpilogueArgs' FP8 part). The MMAs accumulate the
 // whole K in their FP32 registers, which is what cuBLASLt's fast accumulation does (no periodic
 // promotion of partial sums): callers use it where that was asked for (precision.fp8.fast_accum).
 Status WgmmaGemmFp8(const WgmmaGemmArgs& args, cudaStream_t stream);

@@ -404,8 +404,7 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
     }
     FORGE_ASSIGN_OR_RETURN(
         b.fp8, Fp8Linears::Create(o.fp8_config, m.n_layer, shapes, N_, int(b.acts.size()), rope,
-                                  lm_head,
-                                  Fp8EpilogueGemms{o.rope_gemm, o.swiglu_gemm, o.swiglu_bwd_gemm}));
+                                  lm_head, Fp8EpilogueGemms{o.rope_gemm, o.swiglu_gemm}));
     allocated_bytes_ += b.fp8->allocated_bytes();
   }
   FORGE_RETURN_IF_ERROR(alloc(&b.hf, N * d));
@@ -964,18 +963,6 @@ Status CudaModel::BlockBackward(int layer, int set, const BlockActs& a, const bf
     cuda::WgmmaGemmArgs gb = DownSwiGluBackwardGemm();
     gb.A = dres, gb.B = w + o.w_down, gb.D = b.dgu, gb.epi.gu = a.gu;
     FORGE_RETURN_IF_ERROR(cuda::WgmmaGemmBf16(gb, s));
-  } else if (fused && f8->fuse_swiglu_bwd_gemm()) {
-    // FP8: the same in our FP8 GEMM, which also writes dgu's E5M2 casts (no bf16 dgu).
-    if (!fused_dres) {
-      FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
-      FORGE_RETURN_IF_ERROR(f8->CastGrad(layer, LinearKind::kDown, dres, s));
-    }
-    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdGemm, s));
-    FORGE_RETURN_IF_ERROR(WgradGemm(
-        f8->BackwardWeight(layer, LinearKind::kDown, set, g + o.w_down, acc), WgradHazard::kDres,
-        s));
-    FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDgu, s));  // block l+1's dWgu reads dgu's casts
-    FORGE_RETURN_IF_ERROR(cuda::WgmmaGemmFp8(f8->DownSwiGluBackwardGemm(layer, a.gu), s));
   } else {
     FORGE_RETURN_IF_ERROR(linear_backward(LinearKind::kDown, b.dsw, dres, a.sw, o.w_down, d_, ffn_,
                                           WgradHazard::kDres, fused_dres));

@@ -103,9 +103,7 @@ struct CudaModelOptions {
   // lm_head_wgrad); off: the logits and dhf GEMMs in FP8, dWte in BF16.
   bool fp8_lm_head_wgrad = true;
   // BF16 steps on Hopper: SwiGLU's backward rides on the down projection's input-gradient GEMM
-  // (ours, N-major weight): dh is never stored, dgu comes out of it. Bitwise the same. FP8 steps
-  // take it in FP8 (dgu's E5M2 casts out of it) where precision.fp8.fast_accum covers the dgrad
-  // GEMMs (fprop_dgrad; Fp8Linears::fuse_swiglu_bwd_gemm).
+  // (ours, N-major weight): dh is never stored, dgu comes out of it. Bitwise the same.
   bool swiglu_bwd_gemm = true;
 };
 

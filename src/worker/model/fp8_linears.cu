@@ -159,9 +159,6 @@ Status Fp8Linears::Init(const Fp8Config& cfg, int n_layer,
   }
   rope_gemm_ = epilogue_gemms.rope && wgmma_here && int64_t{rope.B} * rope.T == N_ &&
                cuda::WgmmaGemmCheck(QkvRopeGemm(0, nullptr), true).ok();
-  swiglu_bwd_gemm_ = epilogue_gemms.swiglu_bwd && fuse_swiglu_ &&
-                     cfg.fast_accum == Fp8FastAccum::kFpropDgrad && cuda::WgmmaGemmRunsHere() &&
-                     cuda::WgmmaGemmCheck(DownSwiGluBackwardGemm(0, nullptr), true).ok();
   fuse_norm_ = shapes[int(LinearKind::kQkv)].in == shapes[int(LinearKind::kGateUp)].in &&
                shapes[int(LinearKind::kQkv)].in <= INT32_MAX &&
                cuda::RmsNormFp8Supported(N_, int(shapes[int(LinearKind::kQkv)].in), x8_, x8_,
@@ -300,22 +297,6 @@ cuda::WgmmaGemmArgs Fp8Linears::QkvRopeGemm(int layer, bf16* qkv) const {
   g.epilogue = cuda::WgmmaEpilogue::kRope;
   g.epi.rope_sin_cos = rope_sin_cos_, g.epi.T = rope_.T, g.epi.hd = rope_.hd;
   g.epi.rot_cols = (rope_.n_head + rope_.n_kv_head) * rope_.hd;
-  return g;
-}
-
-cuda::WgmmaGemmArgs Fp8Linears::DownSwiGluBackwardGemm(int layer, const bf16* gate_up) const {
-  const int kd = int(LinearKind::kDown), kg = int(LinearKind::kGateUp);
-  cuda::WgmmaGemmArgs g;
-  g.M = N_, g.N = shape_[kd].in, g.K = shape_[kd].out;
-  g.A = dy8_[kd], g.B = lin_[size_t(LinearIndex(layer, kd))].w8t, g.D = dy8_[kg];
-  g.a_e5m2 = true;
-  g.epilogue = cuda::WgmmaEpilogue::kSwiGluBackward;
-  g.epi.a_scale = SlotOf(e5m2_, GradSlot(layer, kd)).scale_inv;
-  g.epi.b_scale = SlotOf(e4m3_, WeightSlot(layer, kd)).scale_inv;
-  g.epi.gu = const_cast<bf16*>(gate_up), g.epi.ffn = int(shape_[kd].in);
-  const SlotPtrs q = SlotOf(e5m2_, GradSlot(layer, kg));
-  g.epi.h_t = dy8t_[kg];
-  g.epi.h_scale = q.scale, g.epi.h_amax = q.amax, g.epi.h_scale_inv = q.scale_inv;
   return g;
 }
 

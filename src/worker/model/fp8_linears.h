@@ -80,7 +80,6 @@ struct Fp8RopeShape {
 struct Fp8EpilogueGemms {
   bool rope = false;
   bool swiglu = false;
-  bool swiglu_bwd = false;  // the down projection's dgrad with SwiGLU's backward
 };
 
 // The tied LM head's shape (vocab 0: the LM head stays BF16).
@@ -144,15 +143,6 @@ class Fp8Linears {
   // (head width 64, ...); unlike the fused casts it needs no delayed step (it casts nothing).
   bool has_rope_gemm() const { return rope_gemm_; }
   cuda::WgmmaGemmArgs QkvRopeGemm(int layer, cuda::bf16* qkv) const;
-  // The down projection's dgrad with SwiGLU's backward and the gate/up projection's gradient
-  // casts in its epilogue (our Hopper GEMM, E5M2 dy8 of kDown times its W8t): dh = dy W_down
-  // is never stored, and dy8 / dy8t of kGateUp, their amax and scale_inv are bit for bit an
-  // E5M2 x E4M3 GEMM summed as fast accumulation sums, followed by SwiGluBackwardToGrad. So on
-  // a delayed step (as fuse_swiglu), on sm_90, with fast accumulation in the dgrad GEMMs
-  // (precision.fp8.fast_accum fprop_dgrad), the option and the shapes.
-  bool fuse_swiglu_bwd_gemm() const { return has_swiglu_bwd_gemm() && fuse_swiglu(); }
-  bool has_swiglu_bwd_gemm() const { return swiglu_bwd_gemm_; }
-  cuda::WgmmaGemmArgs DownSwiGluBackwardGemm(int layer, const cuda::bf16* gate_up) const;
   // SwiGLU's backward straight into the gate/up projection's gradient casts (dy8, dy8t).
   Status SwiGluBackwardToGrad(int layer, const cuda::bf16* dout, const cuda::bf16* gate_up,
                               cudaStream_t s);
@@ -319,7 +309,6 @@ class Fp8Linears {
   bool fuse_norm_grad_ = false;
   Fp8RopeShape rope_;
   bool rope_gemm_ = false;
-  bool swiglu_bwd_gemm_ = false;
   // RoPE's (sin, cos) [T, hd / 2] (RopeSinCosTable) for QkvRopeGemm and RopeBackwardToGrad;
   // null when neither runs.
   float2* rope_sin_cos_ = nullptr;

@@ -60,9 +60,8 @@ struct CudaBackendOptions {
   bool rope_gemm = true;
   bool swiglu_gemm = true;
   // SwiGLU's backward in the down projection's input-gradient GEMM (CudaModelOptions::
-  // swiglu_bwd_gemm; FP8 too where fast accumulation covers the dgrad GEMMs), one GPU and the
-  // sharded modes (ddp leaves it off: it delays the overlapped all-reduces);
-  // FORGE_CUDA_SWIGLU_BWD_GEMM=0 turns it off.
+  // swiglu_bwd_gemm), one GPU and the sharded modes (ddp leaves it off: it delays the
+  // overlapped all-reduces); FORGE_CUDA_SWIGLU_BWD_GEMM=0 turns it off.
   bool swiglu_bwd_gemm = true;
   // precision.fp8.lm_head: the LM head's weight gradient in FP8 as well (CudaModelOptions::
   // fp8_lm_head_wgrad). FORGE_CUDA_FP8_LM_WGRAD=0 keeps it BF16.
