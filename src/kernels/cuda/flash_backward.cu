@@ -140,12 +140,6 @@ __device__ __forceinline__ float Exp2Ftz(float x) {
 // Named barrier over the two compute warpgroups (id 1; 0 is __syncthreads).
 __device__ __forceinline__ void ComputeBarrier() { asm volatile("bar.sync 1, 256;" ::: "memory"); }
 
-// Generic-proxy writes to shared memory (dS^T, dQ) made visible to the async proxy (wgmma, bulk
-// copies) that reads them next.
-__device__ __forceinline__ void FenceProxyAsyncShared() {
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
 // The 32 accumulator registers of an m64n64 MMA with an FP32 accumulator, as the asm's register
 // list (%0-%31) and its operands; the m64n64 forms below share them.
 #define FORGE_ACC32_REGS                                                                        \
@@ -363,10 +357,10 @@ __global__ void __launch_bounds__(kThreads, 1)
                 "r"(SmemAddr(part)), "n"(kDqBytes)
                 : "memory");
           }
-          asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-          asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+          BulkCommit();
+          BulkWaitRead();
           MbarArrive(&dq_empty[buf]);
-          asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+          BulkWait();
           asm volatile("fence.proxy.async.global;" ::: "memory");
           __threadfence();
           StoreRelease(sem, order + 1);
@@ -545,14 +539,7 @@ Status FlashBackwardSupports(const FlashBackwardShape& s) {
     return Status::Invalid("FlashBackward: T must be a positive multiple of 128");
   if (s.H <= 0 || s.KV <= 0 || s.H % s.KV)
     return Status::Invalid("FlashBackward: H must be a positive multiple of KV");
-  int dev = 0, major = 0, minor = 0;
-  FORGE_CUDA_CHECK(cudaGetDevice(&dev));
-  FORGE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  FORGE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  if (major != 9 || minor != 0)
-    return Status::Invalid("FlashBackward: needs an sm_90 GPU (Hopper), this is sm_" +
-                           std::to_string(major * 10 + minor));
-  return Status::Ok();
+  return CheckSm90("FlashBackward");
 }
 
 size_t FlashBackwardScratchBytes(const FlashBackwardShape& s) { return Layout(s).total; }
@@ -593,9 +580,7 @@ Status FlashBackward(const FlashBackwardShape& s, const bf16* qkv, const bf16* o
       p.counter, rows, s.T, s.H);
   FORGE_CUDA_LAUNCH_CHECK();
 
-  int dev = 0, sms = 0;
-  FORGE_CUDA_CHECK(cudaGetDevice(&dev));
-  FORGE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  FORGE_ASSIGN_OR_RETURN(const int sms, DeviceSmCount());
   const auto kernel = FlashBackwardKernel;
   FORGE_RETURN_IF_ERROR(AllowDynamicSmem(kernel, kSmemBytes));
   FORGE_RETURN_IF_ERROR(

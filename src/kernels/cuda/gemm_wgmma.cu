@@ -229,16 +229,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     // Publish the staged chunks to the copy engine, then store `count` of them, chunk c to
     // columns x(c) of rows [row, row + 64).
     auto store = [&](const CUtensorMap* map, int count, auto x, int row) {
-      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      FenceProxyAsyncShared();
       WarpgroupBarrier(wg);
       if (t == 0) {
         for (int c = 0; c < count; ++c) TmaStore2d(map, my_out + c * kOutChunkBytes, x(c), row);
-        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+        BulkCommit();
       }
     };
     // The staging buffer is free again once the copy engine has read the last stores out.
     auto await_staging = [&] {
-      if (t == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+      if (t == 0) BulkWaitRead();
       WarpgroupBarrier(wg);
     };
     // SwiGLU's h of the previous tile, from its staged gu (gu's TMA store reads the same
@@ -480,18 +480,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       while (pending_row >= 0) bwd_step();
       asm volatile("cp.async.wait_group 0;" ::: "memory");
     }
-    if (t == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+    if (t == 0) BulkWait();
   }
 }
 
 }  // namespace
 
-bool WgmmaGemmRunsHere() {
-  int dev = 0;
-  cudaDeviceProp p{};
-  return cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&p, dev) == cudaSuccess &&
-         p.major == 9 && p.minor == 0;
-}
+bool WgmmaGemmRunsHere() { return CheckSm90("WgmmaGemm").ok(); }
 
 Status WgmmaGemmCheck(const WgmmaGemmArgs& args, bool fp8) {
   const std::string shape = " (M=" + std::to_string(args.M) + " N=" + std::to_string(args.N) +
@@ -553,10 +548,7 @@ Status Launch(const WgmmaGemmArgs& args, bool fp8, cudaStream_t stream) {
   }
   map_d2 = map_d;  // kSwiGlu's second output, gu
   if (swiglu) FORGE_RETURN_IF_ERROR(SwizzledMap(args.epi.gu, args.M, args.N, 64, &map_d2));
-  // SM count per call (cheap).
-  int dev = 0, sms = 0;
-  FORGE_CUDA_CHECK(cudaGetDevice(&dev));
-  FORGE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  FORGE_ASSIGN_OR_RETURN(const int sms, DeviceSmCount());
   const int tiles_n = int(out_n / (swiglu ? kBN / 2 : kBN)), tiles = int(args.M / kBM) * tiles_n;
   const int grid = args.ctas > 0 ? std::min(args.ctas, tiles) : std::min(tiles, sms);
   const int k = int(args.K);

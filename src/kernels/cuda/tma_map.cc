@@ -74,4 +74,22 @@ Status CheckLaunchRegisters(const void* kernel, int launch, const std::string& n
   return Status::Ok();
 }
 
+Status CheckSm90(const std::string& name) {
+  int dev = 0, major = 0, minor = 0;
+  FORGE_CUDA_CHECK(cudaGetDevice(&dev));
+  FORGE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  FORGE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  if (major != 9 || minor != 0)
+    return Status::Invalid(name + ": needs an sm_90 GPU (Hopper), this is sm_" +
+                           std::to_string(major * 10 + minor));
+  return Status::Ok();
+}
+
+StatusOr<int> DeviceSmCount() {
+  int dev = 0, sms = 0;
+  FORGE_CUDA_CHECK(cudaGetDevice(&dev));
+  FORGE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return sms;
+}
+
 }  // namespace forge::cuda

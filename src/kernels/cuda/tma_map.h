@@ -1,6 +1,7 @@
 // Host side of our warpgroup-MMA kernels (gemm_wgmma.cu, flash_backward.cu): tensor maps for
-// the tensor copy engine (TMA) in the 128-byte swizzle, and ptxas's register allocation of a
-// kernel (a setmaxnreg split is only safe with the allocation it was sized for).
+// the tensor copy engine (TMA) in the 128-byte swizzle, ptxas's register allocation of a
+// kernel (a setmaxnreg split is only safe with the allocation it was sized for), and the
+// device facts both launchers need.
 #pragma once
 
 #include <cuda.h>
@@ -21,5 +22,12 @@ Status SwizzledMap(const void* base, int64_t rows, int64_t cols, int box_rows, C
 // (RegisterSplit, wgmma_util.cuh); else an error naming `name` (another allocation would hang
 // the split's .inc). The runtime is asked once per kernel (the launches are on the step's path).
 Status CheckLaunchRegisters(const void* kernel, int launch, const std::string& name);
+
+// Ok on an sm_90 GPU (Hopper: the kernels are built for sm_90a only); else an error naming
+// `name` and this device's architecture.
+Status CheckSm90(const std::string& name);
+
+// The current device's SM count (the persistent kernels' grid); asked per launch (cheap).
+StatusOr<int> DeviceSmCount();
 
 }  // namespace forge::cuda

@@ -114,6 +114,25 @@ __device__ __forceinline__ void TmaStore2d(const CUtensorMap* map, const void* s
                : "memory");
 }
 
+// Generic-proxy writes to shared memory made visible to the async proxy (wgmma, TMA and bulk
+// copies) that reads them next.
+__device__ __forceinline__ void FenceProxyAsyncShared() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// The bulk copy engine's groups (TMA stores, bulk copies and reductions from shared memory):
+// close the group of the operations issued so far; wait until at most 0 groups are pending,
+// either only their reads of shared memory (the buffer may be rewritten) or their writes too.
+__device__ __forceinline__ void BulkCommit() {
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+__device__ __forceinline__ void BulkWaitRead() {
+  asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+}
+__device__ __forceinline__ void BulkWait() {
+  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
 // Named barrier over one consumer warpgroup (ids 1 and 2; 0 is __syncthreads).
 __device__ __forceinline__ void WarpgroupBarrier(int wg) {
   asm volatile("bar.sync %0, 128;" ::"r"(wg + 1) : "memory");
