@@ -8,7 +8,7 @@
 # BF16 with the RMSNorm dw reductions on the chain's stream, SUITE_ONLY=1 stops after the suite.
 set -u
 cd "$(dirname "$0")/.."
-source scripts/device_gpu_preamble.sh  # $out, the GPU's line, suite
+source scripts/device_gpu_preamble.sh  # $out, the GPU's line, suite, anchor
 if [ -z "${SKIP_SUITE:-}" ]; then  # SKIP_SUITE=1: the suite already ran on these binaries
   SUITE_S=240 suite
   echo "suite done at ${SECONDS}s"
@@ -30,7 +30,4 @@ for p in $([ -z "${SKIP_PROFILE:-}" ] && echo bf16 fp8); do  # SKIP_PROFILE=1: n
   .device/run forge-bench --config configs/gpt350m.yaml --micro-batch 16 --precision $p --profile \
     2>&1 | grep '^{' | tee -a "$out/profile.jsonl"
 done
-py=python3
-/opt/torch/.venv/bin/python3 -c 'import torch' 2>/dev/null && py=/opt/torch/.venv/bin/python3
-(cd .device && PYTHONUNBUFFERED=1 timeout 300 $py torch_baseline.py gpt350m:8:c gpt350m:16:c \
-   gpt350m:24:c gpt124m:16:c 2>&1 | grep '^{' | tee -a "$out/bench.jsonl")
+anchor 300 gpt350m:8:c gpt350m:16:c gpt350m:24:c gpt124m:16:c

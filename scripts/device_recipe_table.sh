@@ -19,8 +19,5 @@ for mb in gpt350m:8 gpt350m:16 gpt350m:24 gpt124m:16 gpt350m:16 gpt350m:24; do
   for rec in config torch; do one $mb $rec; done
 done
 echo "forge done at ${SECONDS}s"
-py=python3
-/opt/torch/.venv/bin/python3 -c 'import torch' 2>/dev/null && py=/opt/torch/.venv/bin/python3
-(cd .device && PYTHONUNBUFFERED=1 timeout 300 $py torch_baseline.py gpt350m:8:c gpt350m:16:c \
-   gpt350m:24:c gpt124m:16:c 2>&1 | grep '^{' | tee -a "$out/bench.jsonl")
+anchor 300 gpt350m:8:c gpt350m:16:c gpt350m:24:c gpt124m:16:c
 echo "elapsed ${SECONDS}s"
