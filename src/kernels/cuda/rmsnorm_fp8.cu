@@ -31,7 +31,8 @@ constexpr int kBandThreads = 256;
 constexpr int kWarpRows = kBandRows / (kBandThreads / 32);  // 4
 // Blocks loop over bands beyond this (gpt350m B 48: 1536 bands).
 constexpr int64_t kMaxBandBlocks = 2048;
-static_assert(kWarpRows * (kBandThreads / 32) == kBandRows && kBandThreads / 4 * 4 == kBandThreads);
+// Whole warps of whole rows; the transposed phase's threads take one of 4 row groups of 8.
+static_assert(kWarpRows * (kBandThreads / 32) == kBandRows && kBandRows == 4 * 8);
 
 // Bytes between the tile's rows: d + 8 puts rows 8 apart 16 banks apart, so a warp's 8-byte
 // reads of 4 row groups take the minimum two wavefronts.
@@ -59,8 +60,7 @@ __global__ void __launch_bounds__(kBandThreads, V <= 4 ? 2 : 1)
   uint32_t m = 0;
   __syncthreads();  // w_s
 
-  for (int64_t r0 = int64_t{blockIdx.x} * kBandRows; r0 < N;
-       r0 += int64_t{gridDim.x} * kBandRows) {
+  for (int64_t r0 = int64_t{blockIdx.x} * kBandRows; r0 < N; r0 += int64_t{gridDim.x} * kBandRows) {
     // 1. This warp's rows, every load issued before the first is used.
     uint4 xv[kWarpRows][V];
 #pragma unroll
@@ -140,12 +140,15 @@ Status LaunchBand(uint8_t* out, uint8_t* out_t, float* rstd, const bf16* x, cons
 
 // V (vectors a lane a row) rounded up to 1, 2, 4 or 8: lanes past d load and write nothing.
 template <__nv_fp8_interpretation_t F>
-Status LaunchBandFor(int d, uint8_t* out, uint8_t* out_t, float* rstd, const bf16* x,
-                     const bf16* w, int64_t N, float eps, const float* scale, float* amax,
-                     float* scale_inv, cudaStream_t stream) {
-  if (d <= 256) return LaunchBand<F, 1>(out, out_t, rstd, x, w, N, d, eps, scale, amax, scale_inv, stream);
-  if (d <= 512) return LaunchBand<F, 2>(out, out_t, rstd, x, w, N, d, eps, scale, amax, scale_inv, stream);
-  if (d <= 1024) return LaunchBand<F, 4>(out, out_t, rstd, x, w, N, d, eps, scale, amax, scale_inv, stream);
+Status LaunchBandFor(int d, uint8_t* out, uint8_t* out_t, float* rstd, const bf16* x, const bf16* w,
+                     int64_t N, float eps, const float* scale, float* amax, float* scale_inv,
+                     cudaStream_t stream) {
+  if (d <= 256)
+    return LaunchBand<F, 1>(out, out_t, rstd, x, w, N, d, eps, scale, amax, scale_inv, stream);
+  if (d <= 512)
+    return LaunchBand<F, 2>(out, out_t, rstd, x, w, N, d, eps, scale, amax, scale_inv, stream);
+  if (d <= 1024)
+    return LaunchBand<F, 4>(out, out_t, rstd, x, w, N, d, eps, scale, amax, scale_inv, stream);
   return LaunchBand<F, 8>(out, out_t, rstd, x, w, N, d, eps, scale, amax, scale_inv, stream);
 }
 
@@ -158,8 +161,8 @@ bool RmsNormFp8Supported(int64_t N, int d, const void* x, const void* w, const v
 }
 
 Status RmsNormForwardFp8(void* out, void* out_t, float* rstd, const bf16* x, const bf16* w,
-                         int64_t N, int d, float eps, DType format, const float* scale,
-                         float* amax, float* scale_inv, cudaStream_t stream) {
+                         int64_t N, int d, float eps, DType format, const float* scale, float* amax,
+                         float* scale_inv, cudaStream_t stream) {
   FORGE_RETURN_IF_ERROR(CheckFp8CastArgs("RmsNormForwardFp8", format, scale, amax, scale_inv));
   if (rstd == nullptr || !RmsNormFp8Supported(N, d, x, w, out, out_t)) {
     return Status::Invalid("RmsNormForwardFp8: unsupported arguments (N " + std::to_string(N) +
