@@ -252,6 +252,8 @@ int Run(int argc, char** argv) {
   out["wgrad_priority"] = options.wgrad_stream ? options.wgrad_priority : 0;
   out["wgrad_sm_margin"] = options.wgrad_sm_margin;  // -1: a quarter of the SMs (FP8: 3/8)
   out["defer_update"] = options.defer_update;
+  out["fp8_attention_rope"] =
+      cfg.precision.compute == Precision::kFp8 && options.fp8_attention_rope;
   out["recipe"] = args.recipe;
   out["loss"] = stats.loss;
 

@@ -36,6 +36,7 @@
 #include "cuda_bench_util.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/plan_cache.h"
+#include "kernels/cuda/rope_fp8.cuh"
 #include "kernels/cuda/sdpa.cuh"
 
 namespace forge {
@@ -340,8 +341,50 @@ Status BenchModel(const Args& a, const Model& m, cudaStream_t stream, Json* summ
                      {"rel_diff_vs_bwd_det", bench::RelDiff(got, det_out)}});
     std::printf("%s\n", line.dump().c_str());
     std::fflush(stdout);
+    // The same with FP8 outputs (FlashBackwardFp8Out: RoPE's inverse and the E5M2 casts of an
+    // FP8 step's QKV gradient; the kernel and the Q columns' cast), into one buffer set.
+    DevBuf f8_out, f8_out_t, table, slots;
+    FORGE_RETURN_IF_ERROR(Alloc(&f8_out, n_qkv));
+    FORGE_RETURN_IF_ERROR(Alloc(&f8_out_t, n_qkv));
+    FORGE_RETURN_IF_ERROR(Alloc(&table, size_t(s.T) * (s.hd / 2) * sizeof(float2)));
+    FORGE_RETURN_IF_ERROR(Alloc(&slots, 16 * sizeof(float)));
+    {
+      std::vector<float2> t(size_t(s.T) * (s.hd / 2));
+      for (size_t k = 0; k < t.size(); ++k)
+        t[k] = make_float2(std::sin(0.01f * float(k)), std::cos(0.01f * float(k)));
+      const float ones[16] = {1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+      FORGE_CUDA_CHECK(cudaMemcpy(table.p, t.data(), t.size() * sizeof(float2),
+                                  cudaMemcpyHostToDevice));
+      FORGE_CUDA_CHECK(cudaMemcpy(slots.p, ones, sizeof(ones), cudaMemcpyHostToDevice));
+    }
+    cuda::FlashBackwardFp8Out f8;
+    f8.out = f8_out.p, f8.out_t = f8_out_t.p, f8.rope_sin_cos = table.As<float2>();
+    f8.scale = slots.As<float>(), f8.amax = slots.As<float>() + 4;
+    f8.scale_inv = slots.As<float>() + 8;
+    auto call8 = [&](int i) {
+      OperandSet& o = sets[size_t(i)];
+      return runner.Backward(s, o.qkv.As<bf16>(), o.out.As<bf16>(), o.dout.As<bf16>(),
+                             o.stats.As<float>(), o.dqkv.As<bf16>(), nullptr, nullptr, stream,
+                             &f8);
+    };
+    FORGE_ASSIGN_OR_RETURN(const double ms8, MedianMs(a, stream, call8));
+    // What it replaces after the bf16 backward: RoPE's inverse and the casts of all columns.
+    auto rope8 = [&](int i) {
+      return cuda::RopeBackwardFp8(f8.out, f8.out_t, sets[size_t(i)].dqkv.As<bf16>(), s.B, s.T,
+                                   s.H, s.KV, s.hd, f8.rope_sin_cos, cuda::DType::kE5M2,
+                                   f8.scale, f8.amax, f8.scale_inv, stream);
+    };
+    FORGE_ASSIGN_OR_RETURN(const double rope_ms, MedianMs(a, stream, rope8));
+    Json line8 = base("bwd-flash-fp8");
+    line8.update(Json{{"ms", Round(ms8, 4)},
+                      {"separate_ms", Round(ms + rope_ms, 4)},
+                      {"rope_cast_ms", Round(rope_ms, 4)},
+                      {"vs_separate", Round((ms + rope_ms) / ms8, 3)}});
+    std::printf("%s\n", line8.dump().c_str());
+    std::fflush(stdout);
     totals["flash"] =
         Json{{"bwd_ms", Round(m.layers * ms, 3)},
+             {"bwd_fp8_ms", Round(m.layers * ms8, 3)},
              {"best_ms", Round(m.layers * (fwd.best_ms + ms), 3)},
              {"gain_vs_deterministic_best_ms", Round(m.layers * (bwd_det.best_ms - ms), 3)}};
   }

@@ -163,6 +163,38 @@ TEST(GpuFp8Step, GraphReplayMatchesEager) {
   }
 }
 
+// Where our attention backward runs (head width 64, T 128, an sm_90 GPU), a delayed-scaling
+// step has it write the QKV projection's E5M2 gradient casts with RoPE's inverse
+// (CudaModelOptions::fp8_attention_rope) instead of a bf16 dqkv and RopeBackwardFp8: the same
+// weights after ten steps, bit for bit, replayed from the graph and eager.
+TEST(GpuFp8Step, RopeInTheAttentionBackwardChangesNoBit) {
+  FORGE_SKIP_WITHOUT_GPU();
+  const NoGemmAutotune fixed_gemms;
+  RunConfig c = Fp8Config(Fp8Recipe::kDelayed, true, Fp8FastAccum::kFprop);
+  c.model.d_model = 256;
+  c.model.seq_len = 128;
+  c.batch.global_batch = 8;
+  for (const bool on : {true, false}) {
+    CudaModelOptions mo;
+    mo.micro_batch = c.batch.micro_batch;
+    mo.fp8 = true;
+    mo.fp8_config = c.precision.fp8;
+    mo.fp8_attention_rope = on;
+    auto model = CudaModel::Create(c.model, c.optimizer, mo);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    EXPECT_EQ((*model)->fp8_attention_rope_active(), on && cuda::WgmmaGemmRunsHere());
+  }
+  if (!cuda::WgmmaGemmRunsHere()) GTEST_SKIP() << "our attention backward needs an sm_90 GPU";
+  CudaBackendOptions off, eager;
+  off.fp8_attention_rope = false;
+  eager.use_graph = false;
+  bool graph = false;
+  const std::vector<UnitBuffers> fused = TenSteps(c, {}, &graph);
+  EXPECT_TRUE(graph);
+  ExpectSameWeights(fused, TenSteps(c, off, nullptr));
+  ExpectSameWeights(fused, TenSteps(c, eager, nullptr));
+}
+
 // precision.fp8.fast_accum fprop on an sm_90 GPU, d 256 (4 heads of 64): the QKV projection
 // runs our GEMM in FP8 with RoPE in its epilogue (Fp8Linears::has_rope_gemm, every step) and
 // the gate/up projection with SwiGLU and the down projection's input casts in its epilogue

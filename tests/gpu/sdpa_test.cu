@@ -21,9 +21,11 @@
 #include <string>
 #include <vector>
 
+#include "fp8_fused_test_util.h"
 #include "gpu_test_util.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cuda/plan_cache.h"
+#include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/sdpa.cuh"
 
 namespace forge::cuda {
@@ -688,6 +690,53 @@ TEST_F(GpuFlashBackward, LargeBatchIsBitwiseReproducible) {
       EXPECT_TRUE(test::BitwiseEqual(got, first)) << "run " << run;
     }
   }
+}
+
+// FP8 outputs (FlashBackwardFp8Out): every byte of both layouts, the amax and scale_inv bit for
+// bit what the bf16 backward, RopeApply's inverse and the FP8 cast(+transpose) give (the path
+// it replaces in an FP8 step, RopeBackwardFp8 being that pair's fusion); again on a re-run over
+// poisoned outputs. cuDNN's backward refuses them.
+void CheckFlashFp8(const SdpaShape& s, float scale, uint64_t seed) {
+  SCOPED_TRACE(::testing::Message() << "B=" << s.B << " T=" << s.T << " H=" << s.H << " KV=" << s.KV
+                                    << " scale " << scale);
+  const Inputs in = RandomInputs(s, seed);
+  SdpaRunner runner;
+  ASSERT_STATUS_OK(runner.Init(true, SdpaBackwardKernel::kFlash));
+  DeviceRun d(s, in, true);
+  ASSERT_STATUS_OK(runner.Forward(s, d.qkv.data(), d.out.data(), d.stats.data(), nullptr));
+  ASSERT_STATUS_OK(RunBackward(runner, s, d, true));
+  const float theta = 10000.0f;
+  ASSERT_STATUS_OK(
+      RopeApply(d.dqkv.data(), s.B, s.T, s.H, s.KV, s.hd, theta, /*inverse=*/true, nullptr));
+  DeviceBuffer<float2> sin_cos(size_t(s.T) * (s.hd / 2));
+  ASSERT_STATUS_OK(RopeSinCosTable(sin_cos.data(), s.T, s.hd, theta, nullptr));
+  const int64_t rows = int64_t{s.B} * s.T, cols = int64_t{s.H + 2 * s.KV} * s.hd;
+  test::Fp8CastOut got(size_t(rows * cols), scale);
+  FlashBackwardFp8Out f8;
+  f8.out = got.q.data(), f8.out_t = got.qt.data(), f8.rope_sin_cos = sin_cos.data();
+  f8.scale = got.scale(), f8.amax = got.amax(), f8.scale_inv = got.scale_inv();
+  DeviceBuffer<bf16> dqkv(d.dqkv.size());  // takes dQ in bf16 on the way
+  for (int run = 0; run < 2; ++run) {
+    got.q.Poison();
+    got.qt.Poison();
+    ASSERT_STATUS_OK(runner.Backward(s, d.qkv.data(), d.out.data(), d.dout.data(), d.stats.data(),
+                                     dqkv.data(), nullptr, nullptr, nullptr, &f8));
+    test::ExpectSameAsCast(d.dqkv.data(), rows, cols, DType::kE5M2, scale, got,
+                           "flash backward FP8, run " + std::to_string(run));
+  }
+  SdpaRunner cudnn;
+  ASSERT_STATUS_OK(cudnn.Init(true, SdpaBackwardKernel::kCudnn));
+  EXPECT_EQ(cudnn
+                .Backward(s, d.qkv.data(), d.out.data(), d.dout.data(), d.stats.data(),
+                          dqkv.data(), d.softmax_sum.data(), nullptr, nullptr, &f8)
+                .code(),
+            Code::kFailedPrecondition);
+}
+
+TEST_F(GpuFlashBackward, Fp8OutputsAreRopeThenCastBitForBit) {
+  CheckFlashFp8({2, 256, 4, 4, 64}, 1.0f, 860);
+  CheckFlashFp8({2, 256, 8, 2, 64}, 64.0f, 861);   // GQA; a scale that saturates
+  CheckFlashFp8({4, 1024, 16, 16, 64}, 0.5f, 862);  // gpt350m's heads, T 1024
 }
 
 TEST_F(GpuFlashBackward, TakesOnlyWhatItCan) {

@@ -37,6 +37,9 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/fp8_tile_cast.cuh"
+#include "kernels/cuda/rope_fp8.cuh"
+#include "kernels/cuda/rope_math.cuh"
 #include "kernels/cuda/tma_map.h"
 #include "kernels/cuda/wgmma_util.cuh"
 
@@ -65,6 +68,14 @@ constexpr int kOffBar = kOffAccStage + 2 * kDqBytes;
 constexpr int kNumBars = 14;
 constexpr int kOffSlots = kOffBar + kNumBars * 8;  // tile slots (2 ints), jobs (2 int4)
 constexpr int kSmemBytes = kOffSlots + 2 * 4 + 8 + 2 * 16 + 1024;
+// The FP8 epilogue's byte tiles (64 rows of 64 bytes, 68 apart as fp8tile's, so the column
+// gathers of the transposed stores meet at most 2 words a bank): dK and dV of each compute
+// warpgroup.
+constexpr int kF8Stride = fp8tile::kStride;
+constexpr int kF8Tile = 64 * kF8Stride;
+constexpr int kOffF8Kv = (kOffSlots + 48 + 127) / 128 * 128;
+constexpr int kSmemBytesFp8 = kOffF8Kv + 2 * 2 * kF8Tile + 1024;
+static_assert(kSmemBytesFp8 <= 227 * 1024, "the FP8 epilogue's tiles must fit");
 
 struct Params {
   const float2* rowstats;  // [B, H, T]: (Stats log2 e, rowsum(dO O))
@@ -74,7 +85,54 @@ struct Params {
   bf16* dqkv;
   int B, T, H, KV, nq, nkv, tiles, row_elems;  // row_elems = (H + 2 KV) * 64
   float scale, scale_log2;
+  // FP8 outputs (FlashBackwardFp8Out), the kernel's kFp8 form only.
+  uint8_t* f8_out;
+  uint8_t* f8_out_t;
+  const float2* sin_cos;
+  const float* f8_scale;
+  float* f8_amax;
+  int64_t tokens;  // B T: the transposed output's row length
 };
+
+// Named barrier over one compute warpgroup (ids 2 and 3; 1 is ComputeBarrier).
+__device__ __forceinline__ void EpilogueBarrier(int wg) {
+  asm volatile("bar.sync %0, 128;" ::"r"(wg + 2) : "memory");
+}
+
+// A bf16-rounded pair (x, y) rotated back by the angle whose (sin, cos) RoPE's table holds and
+// rounded to bf16 again: RopeBackwardFp8's arithmetic on what the bf16 backward would store.
+__device__ __forceinline__ float2 RopeBackPair(float2 v, float2 sin_cos) {
+  v = RopeRotate(v, -sin_cos.x, sin_cos.y);
+  return make_float2(fp8tile::RoundBf16(v.x), fp8tile::RoundBf16(v.y));
+}
+
+__device__ __forceinline__ uint32_t AbsMax2(uint32_t m, float2 v) {
+  return max(m, max(fp8tile::AbsBits(v.x), fp8tile::AbsBits(v.y)));
+}
+
+// Copies a 64 x 64 FP8 byte tile (rows kF8Stride apart) out row-major (rows `row_stride` bytes
+// apart, 4 bytes a thread at a time) and transposed (column c of the tile to out_t + c
+// t_stride, 8 bytes a thread at a time) with `n` threads, `t` this thread's index.
+__device__ __forceinline__ void StoreF8Tile(const uint8_t* tile, uint8_t* out, int64_t row_stride,
+                                            uint8_t* out_t, int64_t t_stride, int t, int n) {
+  for (int w = t; w < 64 * 16; w += n) {
+    const int row = w / 16, c4 = w % 16 * 4;
+    *reinterpret_cast<uint32_t*>(out + row * row_stride + c4) =
+        *reinterpret_cast<const uint32_t*>(tile + row * kF8Stride + c4);
+  }
+  for (int w = t; w < 64 * 8; w += n) {
+    const int c = w / 8, r8 = w % 8 * 8;
+    *reinterpret_cast<uint2*>(out_t + c * t_stride + r8) =
+        fp8tile::GatherColumn8(tile + r8 * kF8Stride + c, kF8Stride);
+  }
+}
+
+// Folds this thread's |value| bits into *amax: warp max, one atomic a warp (fp8tile's order).
+__device__ __forceinline__ void WarpAmaxToGlobal(uint32_t m, float* amax) {
+  m = fp8tile::WarpMaxU32(m);
+  if (amax && (threadIdx.x % 32) == 0 && m != 0u)
+    atomicMax(reinterpret_cast<unsigned int*>(amax), m);
+}
 
 // Float offset of (row, col) in a 64 x 64 fp32 dQ block: 16-byte units XORed with row % 8 inside
 // each 128-byte half row, so a warp's float2 stores of 8 rows hit different banks. The global
@@ -195,11 +253,14 @@ __device__ __forceinline__ void WgmmaSsN32TransAB(float (&d)[16], uint64_t desc_
 // rowstats[b, h, t] = (Stats log2 e, rowsum(dO O)): 8 threads a row of 64, 16-byte loads.
 // Also zeroes the tile counter and the semaphores for the main kernel that follows on the
 // stream (so no state carries over from one call, or an aborted one, to the next).
+// With FP8 outputs it also writes their 1 / scale (fp8_cast.cuh's contract).
 __global__ void FlashBackwardPrepKernel(const bf16* out, const bf16* dout, const float* stats,
                                         float2* rowstats, int* sems, int num_sems, int* counter,
-                                        int64_t rows, int T, int H) {
+                                        int64_t rows, int T, int H, const float* f8_scale,
+                                        float* f8_scale_inv) {
   const int64_t gid = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (gid == 0) *counter = 0;
+  if (gid == 0 && f8_scale_inv) *f8_scale_inv = 1.0f / *f8_scale;
   if (gid < num_sems) sems[gid] = 0;
   const int64_t row = gid / 8;  // (b, t, h) in O's layout
   const int part = int(gid % 8);
@@ -221,6 +282,8 @@ __global__ void FlashBackwardPrepKernel(const bf16* out, const bf16* dout, const
   }
 }
 
+// kFp8: the FP8 epilogue (FlashBackwardFp8Out) instead of the bf16 dQKV stores.
+template <bool kFp8>
 __global__ void __launch_bounds__(kThreads, 1)
     FlashBackwardKernel(const __grid_constant__ CUtensorMap map_q,   // qkv, 64-row boxes
                         const __grid_constant__ CUtensorMap map_kv,  // qkv, 128-row boxes
@@ -241,6 +304,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   int4* jobs = reinterpret_cast<int4*>(smem + kOffSlots + 16);  // (b H + qh, i, j, b)
   const int wg = threadIdx.x / 128;
   const int group = p.H / p.KV;
+  const float f8_scale = kFp8 ? *p.f8_scale : 0.0f;
+  uint32_t f8_amax_bits = 0;  // this thread's max |value| of its FP8 outputs (kFp8)
 
   if (threadIdx.x == 0) {
     for (int k = 0; k < 2; ++k) {
@@ -492,19 +557,52 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     MbarArrive(&kv_empty[buf]);  // the tile's last MMAs (that read K) have completed
-    bf16* rows = p.dqkv + (size_t(b) * p.T + size_t(j) * kBkv + wg * 64) * p.row_elems;
+    const size_t tok = size_t(b) * p.T + size_t(j) * kBkv + wg * 64;
+    if constexpr (kFp8) {
+      // dK rotated back and dV, in E5M2, through this warpgroup's two byte tiles.
+      uint8_t* tk = smem + kOffF8Kv + wg * 2 * kF8Tile;
+      uint8_t* tv = tk + kF8Tile;
+      EpilogueBarrier(wg);  // the previous tile's stores have read both tiles
 #pragma unroll
-    for (int nj = 0; nj < 8; ++nj) {
+      for (int nj = 0; nj < 8; ++nj) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        bf16* row = rows + size_t(r0 + 8 * h) * p.row_elems + 8 * nj + 2 * quad;
-        *reinterpret_cast<uint32_t*>(row + (p.H + kvh) * kHd) =
-            PackBf16x2(dk[4 * nj + 2 * h] * p.scale, dk[4 * nj + 2 * h + 1] * p.scale);
-        *reinterpret_cast<uint32_t*>(row + (p.H + p.KV + kvh) * kHd) =
-            PackBf16x2(dv[4 * nj + 2 * h], dv[4 * nj + 2 * h + 1]);
+        for (int h = 0; h < 2; ++h) {
+          const int row = r0 + 8 * h, col = 8 * nj + 2 * quad;
+          const float2 k2 = RopeBackPair(
+              make_float2(fp8tile::RoundBf16(dk[4 * nj + 2 * h] * p.scale),
+                          fp8tile::RoundBf16(dk[4 * nj + 2 * h + 1] * p.scale)),
+              __ldg(p.sin_cos + (j * kBkv + wg * 64 + row) * (kHd / 2) + col / 2));
+          const float2 v2 = make_float2(fp8tile::RoundBf16(dv[4 * nj + 2 * h]),
+                                        fp8tile::RoundBf16(dv[4 * nj + 2 * h + 1]));
+          f8_amax_bits = AbsMax2(AbsMax2(f8_amax_bits, k2), v2);
+          *reinterpret_cast<uint16_t*>(tk + row * kF8Stride + col) = static_cast<uint16_t>(
+              fp8tile::ToFp8x2<__NV_E5M2>(k2.x * f8_scale, k2.y * f8_scale));
+          *reinterpret_cast<uint16_t*>(tv + row * kF8Stride + col) = static_cast<uint16_t>(
+              fp8tile::ToFp8x2<__NV_E5M2>(v2.x * f8_scale, v2.y * f8_scale));
+        }
+      }
+      EpilogueBarrier(wg);
+      const int64_t ck = int64_t{p.H + kvh} * kHd, cv = int64_t{p.H + p.KV + kvh} * kHd;
+      StoreF8Tile(tk, p.f8_out + tok * p.row_elems + ck, p.row_elems,
+                  p.f8_out_t + ck * p.tokens + tok, p.tokens, t, 128);
+      StoreF8Tile(tv, p.f8_out + tok * p.row_elems + cv, p.row_elems,
+                  p.f8_out_t + cv * p.tokens + tok, p.tokens, t, 128);
+    } else {
+      bf16* rows = p.dqkv + tok * p.row_elems;
+#pragma unroll
+      for (int nj = 0; nj < 8; ++nj) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          bf16* row = rows + size_t(r0 + 8 * h) * p.row_elems + 8 * nj + 2 * quad;
+          *reinterpret_cast<uint32_t*>(row + (p.H + kvh) * kHd) =
+              PackBf16x2(dk[4 * nj + 2 * h] * p.scale, dk[4 * nj + 2 * h + 1] * p.scale);
+          *reinterpret_cast<uint32_t*>(row + (p.H + p.KV + kvh) * kHd) =
+              PackBf16x2(dv[4 * nj + 2 * h], dv[4 * nj + 2 * h + 1]);
+        }
       }
     }
   }
+  if constexpr (kFp8) WarpAmaxToGlobal(f8_amax_bits, p.f8_amax);
   // Tell both writers there is no more.
   for (int k = it; k < it + 2; ++k) {
     const int db = k & 1;
@@ -546,8 +644,19 @@ size_t FlashBackwardScratchBytes(const FlashBackwardShape& s) { return Layout(s)
 
 Status FlashBackward(const FlashBackwardShape& s, const bf16* qkv, const bf16* out,
                      const bf16* dout, const float* stats, bf16* dqkv, void* scratch,
-                     cudaStream_t stream) {
+                     cudaStream_t stream, const FlashBackwardFp8Out* fp8) {
   FORGE_RETURN_IF_ERROR(FlashBackwardSupports(s));
+  if (fp8 != nullptr) {
+    FORGE_RETURN_IF_ERROR(CheckFp8CastArgs("FlashBackward (FP8 outputs)", DType::kE5M2,
+                                           fp8->scale, fp8->amax, fp8->scale_inv));
+    if (!fp8->out || !fp8->out_t || !IsAligned(fp8->out, 16) || !IsAligned(fp8->out_t, 16) ||
+        !fp8->rope_sin_cos) {
+      return Status::Invalid(
+          "FlashBackward (FP8 outputs): out and out_t (16-byte aligned) and RoPE's (sin, cos) "
+          "table are required");
+    }
+  }
+  if (dqkv == nullptr) return Status::Invalid("FlashBackward: no dqkv output");
   const ScratchLayout l = Layout(s);
   char* base = static_cast<char*>(scratch);
   Params p{};
@@ -566,6 +675,14 @@ Status FlashBackward(const FlashBackwardShape& s, const bf16* qkv, const bf16* o
   p.row_elems = (s.H + 2 * s.KV) * kHd;
   p.scale = 1.0f / 8.0f;  // 1 / sqrt(64)
   p.scale_log2 = p.scale * 1.4426950408889634f;
+  p.tokens = int64_t{s.B} * s.T;
+  if (fp8 != nullptr) {
+    p.f8_out = static_cast<uint8_t*>(fp8->out);
+    p.f8_out_t = static_cast<uint8_t*>(fp8->out_t);
+    p.sin_cos = fp8->rope_sin_cos;
+    p.f8_scale = fp8->scale;
+    p.f8_amax = fp8->amax;
+  }
 
   CUtensorMap map_q, map_kv, map_do;
   const int64_t tokens = int64_t{s.B} * s.T;
@@ -577,17 +694,23 @@ Status FlashBackward(const FlashBackwardShape& s, const bf16* qkv, const bf16* o
   const int64_t prep_threads = std::max(rows * 8, int64_t{s.B} * s.H * p.nq);
   FlashBackwardPrepKernel<<<unsigned((prep_threads + 255) / 256), 256, 0, stream>>>(
       out, dout, stats, reinterpret_cast<float2*>(base + l.rowstats), p.sems, s.B * s.H * p.nq,
-      p.counter, rows, s.T, s.H);
+      p.counter, rows, s.T, s.H, fp8 != nullptr ? fp8->scale : nullptr,
+      fp8 != nullptr ? fp8->scale_inv : nullptr);
   FORGE_CUDA_LAUNCH_CHECK();
 
   FORGE_ASSIGN_OR_RETURN(const int sms, DeviceSmCount());
-  const auto kernel = FlashBackwardKernel;
-  FORGE_RETURN_IF_ERROR(AllowDynamicSmem(kernel, kSmemBytes));
+  const auto kernel = fp8 != nullptr ? FlashBackwardKernel<true> : FlashBackwardKernel<false>;
+  const int smem_bytes = fp8 != nullptr ? kSmemBytesFp8 : kSmemBytes;
+  FORGE_RETURN_IF_ERROR(AllowDynamicSmem(kernel, smem_bytes));
   FORGE_RETURN_IF_ERROR(
       CheckLaunchRegisters(reinterpret_cast<const void*>(kernel), kRegs.launch, "FlashBackward"));
-  kernel<<<std::min(p.tiles, sms), kThreads, kSmemBytes, stream>>>(map_q, map_kv, map_do, p);
+  kernel<<<std::min(p.tiles, sms), kThreads, smem_bytes, stream>>>(map_q, map_kv, map_do, p);
   FORGE_CUDA_LAUNCH_CHECK();
-  return Status::Ok();
+  if (fp8 == nullptr) return Status::Ok();
+  // dQ's rotation and casts, from the bf16 dQ the writers left (see flash_backward.cuh).
+  return RopeBackwardFp8(fp8->out, fp8->out_t, dqkv, s.B, s.T, s.H, s.KV, kHd, fp8->rope_sin_cos,
+                         DType::kE5M2, fp8->scale, fp8->amax, fp8->scale_inv, stream,
+                         /*first_heads=*/s.H);
 }
 
 }  // namespace forge::cuda

@@ -37,8 +37,32 @@ Status FlashBackwardSupports(const FlashBackwardShape& s);
 // fp32 dQ partial sums, the query blocks' semaphores and a tile counter.
 size_t FlashBackwardScratchBytes(const FlashBackwardShape& s);
 
+// FP8 outputs for an FP8 QKV projection's backward: RoPE's inverse rotation applied to the Q
+// and K columns (V's pass through), each value quantised to E5M2 with *scale, row-major
+// [B T, H + 2 KV, 64] into `out` and transposed [(H + 2 KV) 64, B T] into `out_t`, |value|
+// max-accumulated into *amax and 1 / *scale written to *scale_inv (the contract of
+// fp8_cast.cuh). Bit for bit what the bf16 backward followed by RopeBackwardFp8 writes (the
+// same bf16 roundings before and after the rotation).
+//
+// Where: dK and dV are in registers at the end of a tile, so the compute warpgroups rotate,
+// cast and store them through two shared-memory byte tiles (their bf16 never reaches memory);
+// the amax is kept per thread over the persistent CTA's tiles and folded into *amax once a warp.
+// dQ still goes out in bf16 (into dqkv's Q columns, which must be given) and RopeBackwardFp8
+// casts those columns after the kernel: done by the dQ writer warp instead (kv block 0's final
+// addition), the rotation and casts made that one warp the kernel's bottleneck (0.58 ms
+// against 0.37 at gpt350m's shape on an H200, docs/benchmarks.md session 19).
+struct FlashBackwardFp8Out {
+  void* out = nullptr;    // E5M2, 16-byte aligned
+  void* out_t = nullptr;  // E5M2, 16-byte aligned
+  const float2* rope_sin_cos = nullptr;  // RopeSinCosTable's [T, 32] (sin, cos) pairs
+  const float* scale = nullptr;
+  float* amax = nullptr;       // may be null
+  float* scale_inv = nullptr;  // may be null
+};
+
+// With fp8, dqkv's K and V columns are not written (its Q columns are).
 Status FlashBackward(const FlashBackwardShape& s, const bf16* qkv, const bf16* out,
                      const bf16* dout, const float* stats, bf16* dqkv, void* scratch,
-                     cudaStream_t stream);
+                     cudaStream_t stream, const FlashBackwardFp8Out* fp8 = nullptr);
 
 }  // namespace forge::cuda

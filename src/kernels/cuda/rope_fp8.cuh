@@ -24,8 +24,11 @@ namespace forge::cuda {
 bool RopeFp8Supported(int64_t rows, int n_head, int n_kv_head, int hd, const void* in,
                       const void* out, const void* out_t);
 
+// first_heads > 0: only the first first_heads heads' columns (the Q heads, when the attention
+// backward has written K's and V's casts itself: flash_backward.cuh), a multiple of 64 columns.
 Status RopeBackwardFp8(void* out, void* out_t, const bf16* dqkv, int B, int T, int n_head,
                        int n_kv_head, int hd, const float2* sin_cos, DType format,
-                       const float* scale, float* amax, float* scale_inv, cudaStream_t stream);
+                       const float* scale, float* amax, float* scale_inv, cudaStream_t stream,
+                       int first_heads = 0);
 
 }  // namespace forge::cuda

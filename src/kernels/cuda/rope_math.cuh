@@ -18,9 +18,13 @@ __device__ __forceinline__ void RopeSinCos(float t, float freq, float sign, floa
   *sn *= sign;
 }
 
-// The pair (x, y) rotated by the angle whose sin/cos are given.
+// The pair (x, y) rotated by the angle whose sin/cos are given. The roundings are spelled out
+// (no contraction left to the compiler): every kernel that rotates (RopeApply, the QKV GEMM's
+// epilogue, the FP8 backward casts, the attention backward's FP8 epilogue) must compute the same
+// bits, and the compiler may fuse a * b - c * d into an FMA differently in each context.
 __device__ __forceinline__ float2 RopeRotate(float2 p, float sn, float cs) {
-  return make_float2(p.x * cs - p.y * sn, p.x * sn + p.y * cs);
+  return make_float2(__fmaf_rn(p.x, cs, -__fmul_rn(p.y, sn)),
+                     __fmaf_rn(p.x, sn, __fmul_rn(p.y, cs)));
 }
 
 }  // namespace forge::cuda

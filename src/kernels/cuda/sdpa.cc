@@ -1002,7 +1002,8 @@ Status SdpaRunner::Forward(const SdpaShape& s, const bf16* qkv, bf16* out, float
 
 Status SdpaRunner::Backward(const SdpaShape& s, const bf16* qkv, const bf16* out,
                             const bf16* dout, const float* stats, bf16* dqkv, float* softmax_sum,
-                            float* dq_accum, cudaStream_t stream) {
+                            float* dq_accum, cudaStream_t stream,
+                            const FlashBackwardFp8Out* fp8) {
   if (!handle_) return Status::Precondition("SdpaRunner::Backward before Init");
   FORGE_RETURN_IF_ERROR(CheckShape(s, true));
   FORGE_RETURN_IF_ERROR(CheckAligned(qkv, "qkv"));
@@ -1013,7 +1014,12 @@ Status SdpaRunner::Backward(const SdpaShape& s, const bf16* qkv, const bf16* out
   if (flash_backward(s)) {
     const FlashBackwardShape fs{s.B, s.T, s.H, s.KV, s.hd};
     FORGE_RETURN_IF_ERROR(EnsureWorkspace(FlashBackwardScratchBytes(fs)));
-    return FlashBackward(fs, qkv, out, dout, stats, dqkv, workspace_, stream);
+    return FlashBackward(fs, qkv, out, dout, stats, dqkv, workspace_, stream, fp8);
+  }
+  if (fp8 != nullptr) {
+    return Status::Precondition(
+        "SdpaRunner::Backward: FP8 outputs need our attention backward (FORGE_CUDA_ATTN_BWD "
+        "flash, an sm_90 GPU, head width 64, T a multiple of 128)");
   }
   FORGE_RETURN_IF_ERROR(CheckAligned(softmax_sum, "softmax_sum"));
   if (!deterministic_) FORGE_RETURN_IF_ERROR(CheckAligned(dq_accum, "dq_accum"));

@@ -109,10 +109,12 @@ class SdpaRunner {
                  cudaStream_t stream);
   // softmax_sum: fp32 [B, H, T] scratch; dq_accum: fp32 [B, H, T, hd] scratch (unused when
   // deterministic, may be null then). Workspace is owned by the runner. Our own backward
-  // (flash_backward()) uses neither scratch: its own lives in the runner's workspace.
+  // (flash_backward()) uses neither scratch: its own lives in the runner's workspace. fp8:
+  // the gradient as FP8 with RoPE's inverse as well (FlashBackwardFp8Out, which says what of
+  // dqkv is still written; our backward only: an error where flash_backward(s) is false).
   Status Backward(const SdpaShape& s, const bf16* qkv, const bf16* out, const bf16* dout,
                   const float* stats, bf16* dqkv, float* softmax_sum, float* dq_accum,
-                  cudaStream_t stream);
+                  cudaStream_t stream, const FlashBackwardFp8Out* fp8 = nullptr);
 
   // Bytes of scratch the caller must provide for one Backward when carving both from one
   // buffer: softmax_sum at offset 0, dq_accum at the next 256-byte boundary.

@@ -137,6 +137,8 @@ struct CudaModel::Buffers {
   std::unique_ptr<Fp8Linears> fp8;            // precision fp8 only
   // CudaModelOptions::rope_gemm / swiglu_gemm / swiglu_bwd_gemm where the GPU and shapes allow.
   bool rope_gemm = false, swiglu_gemm = false, swiglu_bwd_gemm = false;
+  // CudaModelOptions::fp8_attention_rope where the FP8 RoPE cast and our backward both run.
+  bool fp8_attention_rope = false;
   float2* rope_sin_cos = nullptr;             // [T, hd/2] for the RoPE epilogue
   std::unique_ptr<DeferredUpdate> update;     // defer_update: one GPU and ddp
 
@@ -461,6 +463,8 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
     }
   }
   FORGE_RETURN_IF_ERROR(b.sdpa.Init(o.deterministic_attention));
+  b.fp8_attention_rope =
+      b.fp8 != nullptr && o.fp8_attention_rope && b.sdpa.flash_backward(b.sdpa_shape);
   {  // the backward GEMMs' SM counts (0: all SMs)
     int device = 0, sms = 0;
     FORGE_CUDA_CHECK(cudaGetDevice(&device));
@@ -650,6 +654,7 @@ GemmArgs LinearBackwardWeight(float* dw, const bf16* dy, const bf16* x, int64_t 
 // ---- step pieces ---------------------------------------------------------------------------
 
 bool CudaModel::rope_gemm_active() const { return buf_->rope_gemm; }
+bool CudaModel::fp8_attention_rope_active() const { return buf_->fp8_attention_rope; }
 bool CudaModel::swiglu_gemm_active() const { return buf_->swiglu_gemm; }
 bool CudaModel::swiglu_bwd_gemm_active() const { return buf_->swiglu_bwd_gemm; }
 
@@ -990,13 +995,18 @@ Status CudaModel::BlockBackward(int layer, int set, const BlockActs& a, const bf
   if (hooks_ && hooks_->comm_window) {
     FORGE_RETURN_IF_ERROR(hooks_->comm_window(layout_.block_unit(layer), s));
   }
-  FORGE_RETURN_IF_ERROR(b.sdpa.Backward(b.sdpa_shape, a.qkv, a.att, b.datt, a.stats, b.dqkv,
-                                        b.softmax_sum, b.dq_accum, s));
-  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
-  // FP8 on a delayed step: the inverse RoPE writes the QKV gradient's FP8 casts itself.
+  // FP8 on a delayed step: the inverse RoPE writes the QKV gradient's FP8 casts itself, in
+  // our attention backward's epilogue where it runs (fp8_attention_rope), else after it.
   const bool fused_rope = f8 != nullptr && f8->fuse_rope();
+  const bool rope_in_attention = fused_rope && buf_->fp8_attention_rope;
+  const cuda::FlashBackwardFp8Out qkv8 =
+      rope_in_attention ? f8->QkvGradFromAttention(layer) : cuda::FlashBackwardFp8Out{};
+  FORGE_RETURN_IF_ERROR(b.sdpa.Backward(b.sdpa_shape, a.qkv, a.att, b.datt, a.stats, b.dqkv,
+                                        b.softmax_sum, b.dq_accum, s,
+                                        rope_in_attention ? &qkv8 : nullptr));
+  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
   if (fused_rope) {
-    FORGE_RETURN_IF_ERROR(f8->RopeBackwardToGrad(layer, b.dqkv, s));
+    if (!rope_in_attention) FORGE_RETURN_IF_ERROR(f8->RopeBackwardToGrad(layer, b.dqkv, s));
   } else {
     FORGE_RETURN_IF_ERROR(
         cuda::RopeApply(b.dqkv, Bm, T_, H_, KV_, hd_, m_.rope_theta, /*inverse=*/true, s));

@@ -105,6 +105,10 @@ struct CudaModelOptions {
   // BF16 steps on Hopper: SwiGLU's backward rides on the down projection's input-gradient GEMM
   // (ours, N-major weight): dh is never stored, dgu comes out of it. Bitwise the same.
   bool swiglu_bwd_gemm = true;
+  // FP8 steps with delayed scaling: our attention backward writes the QKV projection's E5M2
+  // gradient casts itself, RoPE's inverse applied (FlashBackwardFp8Out), instead of a bf16
+  // dqkv and a separate RoPE + cast pass. Bitwise the same; where our backward runs.
+  bool fp8_attention_rope = true;
 };
 
 // Per-unit callbacks for a data-parallel layer, called on the host while the model enqueues a
@@ -201,6 +205,8 @@ class CudaModel {
   // Whether the steps take the RoPE- / SwiGLU- / SwiGLU-backward-epilogue GEMMs (BF16 only;
   // options, GPU and shapes).
   bool rope_gemm_active() const;
+  // CudaModelOptions::fp8_attention_rope took effect (an FP8 model and our attention backward).
+  bool fp8_attention_rope_active() const;
   bool swiglu_gemm_active() const;
   bool swiglu_bwd_gemm_active() const;
 

@@ -340,6 +340,15 @@ Status Fp8Linears::RopeBackwardToGrad(int layer, const bf16* dqkv, cudaStream_t 
                                q.amax, q.scale_inv, s);
 }
 
+cuda::FlashBackwardFp8Out Fp8Linears::QkvGradFromAttention(int layer) const {
+  const int k = int(LinearKind::kQkv);
+  const SlotPtrs q = SlotOf(e5m2_, GradSlot(layer, k));
+  cuda::FlashBackwardFp8Out f;
+  f.out = dy8_[k], f.out_t = dy8t_[k], f.rope_sin_cos = rope_sin_cos_;
+  f.scale = q.scale, f.amax = q.amax, f.scale_inv = q.scale_inv;
+  return f;
+}
+
 Status Fp8Linears::CastLmHeadWeight(const bf16* wte, cudaStream_t s) {
   if (!lm_head()) return Status::Precondition("fp8 linears: no FP8 LM head");
   return Cast(e4m3_, LmWeightSlot(), DType::kE4M3, lm_w8_, lm_w8t_, wte, lm_.vocab, lm_.d, s);

@@ -55,6 +55,7 @@
 #include "common/config.h"
 #include "common/status.h"
 #include "kernels/cuda/bf16.cuh"
+#include "kernels/cuda/flash_backward.cuh"
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/gemm_wgmma.cuh"
 #include "kernels/cuda/rmsnorm.cuh"
@@ -165,6 +166,9 @@ class Fp8Linears {
                                bool accumulate_dx, bool accumulate_dw, cudaStream_t s,
                                const cuda::RmsNormDwReduce& dw_reduce = {});
   Status RopeBackwardToGrad(int layer, const cuda::bf16* dqkv, cudaStream_t s);
+  // The same outputs written by the attention backward itself (where fuse_rope() holds and our
+  // flash backward runs): what SdpaRunner::Backward takes instead of a bf16 dqkv.
+  cuda::FlashBackwardFp8Out QkvGradFromAttention(int layer) const;
 
   // The three GEMMs of a linear layer on the cast operands (shapes as in CudaModel).
   // y [N, out] = x8 W8^T (+ residual: C, only read).

@@ -66,6 +66,9 @@ struct CudaBackendOptions {
   // precision.fp8.lm_head: the LM head's weight gradient in FP8 as well (CudaModelOptions::
   // fp8_lm_head_wgrad). FORGE_CUDA_FP8_LM_WGRAD=0 keeps it BF16.
   bool fp8_lm_head_wgrad = true;
+  // FP8: the attention backward writes the QKV gradient's casts with RoPE's inverse
+  // (CudaModelOptions::fp8_attention_rope). FORGE_CUDA_FP8_ATTN_ROPE=0 turns it off.
+  bool fp8_attention_rope = true;
 };
 
 // Defaults with the environment overrides above applied.
