@@ -163,6 +163,22 @@ TEST(GpuFp8Step, GraphReplayMatchesEager) {
   }
 }
 
+// The wgrad stream (the dW GEMMs, and the FP8 LM head's dlogits transpose before dWte, off the
+// chain) changes no bit of an FP8 + FP8 LM head step: ten steps against single-stream steps,
+// two LM-head chunks a micro-batch (vocab 512: the FP8 dWte path), so the second chunk's
+// cross-entropy rewrites the E5M2 dlogits the first chunk's transpose reads.
+TEST(GpuFp8Step, WgradStreamChangesNoBit) {
+  FORGE_SKIP_WITHOUT_GPU();
+  const NoGemmAutotune fixed_gemms;
+  RunConfig c = Fp8Config(Fp8Recipe::kDelayed, true, Fp8FastAccum::kFprop);
+  c.model.vocab = 512;
+  c.batch.global_batch = 8;
+  CudaBackendOptions dual, single;
+  dual.lm_head_chunk_rows = single.lm_head_chunk_rows = 128;
+  single.wgrad_stream = false;
+  ExpectSameWeights(TenSteps(c, dual, nullptr), TenSteps(c, single, nullptr));
+}
+
 // Where our attention backward runs (head width 64, T 128, an sm_90 GPU), a delayed-scaling
 // step has it write the QKV projection's E5M2 gradient casts with RoPE's inverse
 // (CudaModelOptions::fp8_attention_rope) instead of a bf16 dqkv and RopeBackwardFp8: the same
