@@ -16,7 +16,10 @@
 // picks (a fresh runner on a private temporary plan cache; --no-tune skips it) with the
 // bench's time for that engine. A last line gives per-step totals (x layers, fwd + bwd) for
 // first vs best vs tuned, in both modes. A "bwd-flash" line times our own backward
-// (SdpaBackwardKernel::kFlash) on the same O and Stats, against cuDNN's best in both modes.
+// (SdpaBackwardKernel::kFlash) on the same O and Stats, against cuDNN's best in both modes,
+// and a "bwd-flash-fp8" line the same with FP8 outputs (FlashBackwardFp8Out: an FP8 step's
+// QKV gradient casts with RoPE's inverse) against the bf16 backward followed by
+// RopeBackwardFp8 over the whole gradient (what it replaces).
 #include <cuda_runtime.h>
 #include <unistd.h>
 
