@@ -356,8 +356,8 @@ Status BenchModel(const Args& a, const Model& m, cudaStream_t stream, Json* summ
       for (size_t k = 0; k < t.size(); ++k)
         t[k] = make_float2(std::sin(0.01f * float(k)), std::cos(0.01f * float(k)));
       const float ones[16] = {1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-      FORGE_CUDA_CHECK(cudaMemcpy(table.p, t.data(), t.size() * sizeof(float2),
-                                  cudaMemcpyHostToDevice));
+      FORGE_CUDA_CHECK(
+          cudaMemcpy(table.p, t.data(), t.size() * sizeof(float2), cudaMemcpyHostToDevice));
       FORGE_CUDA_CHECK(cudaMemcpy(slots.p, ones, sizeof(ones), cudaMemcpyHostToDevice));
     }
     cuda::FlashBackwardFp8Out f8;
@@ -367,15 +367,14 @@ Status BenchModel(const Args& a, const Model& m, cudaStream_t stream, Json* summ
     auto call8 = [&](int i) {
       OperandSet& o = sets[size_t(i)];
       return runner.Backward(s, o.qkv.As<bf16>(), o.out.As<bf16>(), o.dout.As<bf16>(),
-                             o.stats.As<float>(), o.dqkv.As<bf16>(), nullptr, nullptr, stream,
-                             &f8);
+                             o.stats.As<float>(), o.dqkv.As<bf16>(), nullptr, nullptr, stream, &f8);
     };
     FORGE_ASSIGN_OR_RETURN(const double ms8, MedianMs(a, stream, call8));
     // What it replaces after the bf16 backward: RoPE's inverse and the casts of all columns.
     auto rope8 = [&](int i) {
-      return cuda::RopeBackwardFp8(f8.out, f8.out_t, sets[size_t(i)].dqkv.As<bf16>(), s.B, s.T,
-                                   s.H, s.KV, s.hd, f8.rope_sin_cos, cuda::DType::kE5M2,
-                                   f8.scale, f8.amax, f8.scale_inv, stream);
+      return cuda::RopeBackwardFp8(f8.out, f8.out_t, sets[size_t(i)].dqkv.As<bf16>(), s.B, s.T, s.H,
+                                   s.KV, s.hd, f8.rope_sin_cos, cuda::DType::kE5M2, f8.scale,
+                                   f8.amax, f8.scale_inv, stream);
     };
     FORGE_ASSIGN_OR_RETURN(const double rope_ms, MedianMs(a, stream, rope8));
     Json line8 = base("bwd-flash-fp8");

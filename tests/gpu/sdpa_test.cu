@@ -727,15 +727,15 @@ void CheckFlashFp8(const SdpaShape& s, float scale, uint64_t seed) {
   SdpaRunner cudnn;
   ASSERT_STATUS_OK(cudnn.Init(true, SdpaBackwardKernel::kCudnn));
   EXPECT_EQ(cudnn
-                .Backward(s, d.qkv.data(), d.out.data(), d.dout.data(), d.stats.data(),
-                          dqkv.data(), d.softmax_sum.data(), nullptr, nullptr, &f8)
+                .Backward(s, d.qkv.data(), d.out.data(), d.dout.data(), d.stats.data(), dqkv.data(),
+                          d.softmax_sum.data(), nullptr, nullptr, &f8)
                 .code(),
             Code::kFailedPrecondition);
 }
 
 TEST_F(GpuFlashBackward, Fp8OutputsAreRopeThenCastBitForBit) {
   CheckFlashFp8({2, 256, 4, 4, 64}, 1.0f, 860);
-  CheckFlashFp8({2, 256, 8, 2, 64}, 64.0f, 861);   // GQA; a scale that saturates
+  CheckFlashFp8({2, 256, 8, 2, 64}, 64.0f, 861);    // GQA; a scale that saturates
   CheckFlashFp8({4, 1024, 16, 16, 64}, 0.5f, 862);  // gpt350m's heads, T 1024
 }
 

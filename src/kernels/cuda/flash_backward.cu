@@ -568,17 +568,17 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int row = r0 + 8 * h, col = 8 * nj + 2 * quad;
-          const float2 k2 = RopeBackPair(
-              make_float2(fp8tile::RoundBf16(dk[4 * nj + 2 * h] * p.scale),
-                          fp8tile::RoundBf16(dk[4 * nj + 2 * h + 1] * p.scale)),
-              __ldg(p.sin_cos + (j * kBkv + wg * 64 + row) * (kHd / 2) + col / 2));
+          const float2 k2 =
+              RopeBackPair(make_float2(fp8tile::RoundBf16(dk[4 * nj + 2 * h] * p.scale),
+                                       fp8tile::RoundBf16(dk[4 * nj + 2 * h + 1] * p.scale)),
+                           __ldg(p.sin_cos + (j * kBkv + wg * 64 + row) * (kHd / 2) + col / 2));
           const float2 v2 = make_float2(fp8tile::RoundBf16(dv[4 * nj + 2 * h]),
                                         fp8tile::RoundBf16(dv[4 * nj + 2 * h + 1]));
           f8_amax_bits = AbsMax2(AbsMax2(f8_amax_bits, k2), v2);
-          *reinterpret_cast<uint16_t*>(tk + row * kF8Stride + col) = static_cast<uint16_t>(
-              fp8tile::ToFp8x2<__NV_E5M2>(k2.x * f8_scale, k2.y * f8_scale));
-          *reinterpret_cast<uint16_t*>(tv + row * kF8Stride + col) = static_cast<uint16_t>(
-              fp8tile::ToFp8x2<__NV_E5M2>(v2.x * f8_scale, v2.y * f8_scale));
+          *reinterpret_cast<uint16_t*>(tk + row * kF8Stride + col) =
+              static_cast<uint16_t>(fp8tile::ToFp8x2<__NV_E5M2>(k2.x * f8_scale, k2.y * f8_scale));
+          *reinterpret_cast<uint16_t*>(tv + row * kF8Stride + col) =
+              static_cast<uint16_t>(fp8tile::ToFp8x2<__NV_E5M2>(v2.x * f8_scale, v2.y * f8_scale));
         }
       }
       EpilogueBarrier(wg);
@@ -647,8 +647,8 @@ Status FlashBackward(const FlashBackwardShape& s, const bf16* qkv, const bf16* o
                      cudaStream_t stream, const FlashBackwardFp8Out* fp8) {
   FORGE_RETURN_IF_ERROR(FlashBackwardSupports(s));
   if (fp8 != nullptr) {
-    FORGE_RETURN_IF_ERROR(CheckFp8CastArgs("FlashBackward (FP8 outputs)", DType::kE5M2,
-                                           fp8->scale, fp8->amax, fp8->scale_inv));
+    FORGE_RETURN_IF_ERROR(CheckFp8CastArgs("FlashBackward (FP8 outputs)", DType::kE5M2, fp8->scale,
+                                           fp8->amax, fp8->scale_inv));
     if (!fp8->out || !fp8->out_t || !IsAligned(fp8->out, 16) || !IsAligned(fp8->out_t, 16) ||
         !fp8->rope_sin_cos) {
       return Status::Invalid(

@@ -54,8 +54,8 @@ size_t FlashBackwardScratchBytes(const FlashBackwardShape& s);
 // their tile (reading dQ back), 0.467 ms against this form's 0.415 on an H100
 // (docs/benchmarks.md, session 19).
 struct FlashBackwardFp8Out {
-  void* out = nullptr;    // E5M2, 16-byte aligned
-  void* out_t = nullptr;  // E5M2, 16-byte aligned
+  void* out = nullptr;                   // E5M2, 16-byte aligned
+  void* out_t = nullptr;                 // E5M2, 16-byte aligned
   const float2* rope_sin_cos = nullptr;  // RopeSinCosTable's [T, 32] (sin, cos) pairs
   const float* scale = nullptr;
   float* amax = nullptr;       // may be null

@@ -71,17 +71,17 @@ Status RopeBackwardFp8(void* out, void* out_t, const bf16* dqkv, int B, int T, i
   if (B < 0 || T <= 0 || n_head <= 0 || n_kv_head <= 0 || sin_cos == nullptr ||
       !RopeFp8Supported(rows, n_head, n_kv_head, hd, dqkv, out, out_t) ||
       heads > n_head + 2 * n_kv_head || int64_t{heads} * hd % 64 != 0) {
-    return Status::Invalid("RopeBackwardFp8: unsupported arguments (B*T " +
-                           std::to_string(rows) + ", H " + std::to_string(n_head) + ", KV " +
-                           std::to_string(n_kv_head) + ", hd " + std::to_string(hd) +
-                           ", first_heads " + std::to_string(first_heads) +
+    return Status::Invalid("RopeBackwardFp8: unsupported arguments (B*T " + std::to_string(rows) +
+                           ", H " + std::to_string(n_head) + ", KV " + std::to_string(n_kv_head) +
+                           ", hd " + std::to_string(hd) + ", first_heads " +
+                           std::to_string(first_heads) +
                            "; needs multiples of 64, hd % 8 == 0, aligned buffers)");
   }
   if (rows == 0) return Status::Ok();
   const int64_t cols = int64_t{n_head + 2 * n_kv_head} * hd;
   const RopeBackwardSource src{dqkv, sin_cos, cols, int64_t{n_head + n_kv_head} * hd, T, hd};
-  fp8tile::LaunchTileCast(format == DType::kE4M3, out, out_t, src, rows, int64_t{heads} * hd,
-                          cols, 0, scale, amax, scale_inv, stream);
+  fp8tile::LaunchTileCast(format == DType::kE4M3, out, out_t, src, rows, int64_t{heads} * hd, cols,
+                          0, scale, amax, scale_inv, stream);
   FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }

@@ -1000,10 +1000,9 @@ Status SdpaRunner::Forward(const SdpaShape& s, const bf16* qkv, bf16* out, float
   return WithContext(Run(g, call, stream), s, false);
 }
 
-Status SdpaRunner::Backward(const SdpaShape& s, const bf16* qkv, const bf16* out,
-                            const bf16* dout, const float* stats, bf16* dqkv, float* softmax_sum,
-                            float* dq_accum, cudaStream_t stream,
-                            const FlashBackwardFp8Out* fp8) {
+Status SdpaRunner::Backward(const SdpaShape& s, const bf16* qkv, const bf16* out, const bf16* dout,
+                            const float* stats, bf16* dqkv, float* softmax_sum, float* dq_accum,
+                            cudaStream_t stream, const FlashBackwardFp8Out* fp8) {
   if (!handle_) return Status::Precondition("SdpaRunner::Backward before Init");
   FORGE_RETURN_IF_ERROR(CheckShape(s, true));
   FORGE_RETURN_IF_ERROR(CheckAligned(qkv, "qkv"));
