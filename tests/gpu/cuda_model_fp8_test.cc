@@ -163,16 +163,22 @@ TEST(GpuFp8Step, GraphReplayMatchesEager) {
   }
 }
 
-// The wgrad stream (the dW GEMMs, and the FP8 LM head's dlogits transpose before dWte, off the
-// chain) changes no bit of an FP8 + FP8 LM head step: ten steps against single-stream steps,
-// two LM-head chunks a micro-batch (vocab 512: the FP8 dWte path), so the second chunk's
-// cross-entropy rewrites the E5M2 dlogits the first chunk's transpose reads.
+// The default recipe (delayed scaling, fast accumulation in the forward) with the FP8 LM head,
+// two micro-batches a step every third step (TenSteps).
+RunConfig Fp8LmHeadSteps() {
+  RunConfig c = Fp8Config(Fp8Recipe::kDelayed, true, Fp8FastAccum::kFprop);
+  c.batch.global_batch = 8;
+  return c;
+}
+
+// The wgrad stream (the dW GEMMs off the chain, the FP8 dWte included) changes no bit of an
+// FP8 + FP8 LM head step: ten steps against single-stream steps, two LM-head chunks a
+// micro-batch (vocab 512: the FP8 dWte path).
 TEST(GpuFp8Step, WgradStreamChangesNoBit) {
   FORGE_SKIP_WITHOUT_GPU();
   const NoGemmAutotune fixed_gemms;
-  RunConfig c = Fp8Config(Fp8Recipe::kDelayed, true, Fp8FastAccum::kFprop);
+  RunConfig c = Fp8LmHeadSteps();
   c.model.vocab = 512;
-  c.batch.global_batch = 8;
   CudaBackendOptions dual, single;
   dual.lm_head_chunk_rows = single.lm_head_chunk_rows = 128;
   single.wgrad_stream = false;
@@ -186,10 +192,9 @@ TEST(GpuFp8Step, WgradStreamChangesNoBit) {
 TEST(GpuFp8Step, RopeInTheAttentionBackwardChangesNoBit) {
   FORGE_SKIP_WITHOUT_GPU();
   const NoGemmAutotune fixed_gemms;
-  RunConfig c = Fp8Config(Fp8Recipe::kDelayed, true, Fp8FastAccum::kFprop);
+  RunConfig c = Fp8LmHeadSteps();
   c.model.d_model = 256;
   c.model.seq_len = 128;
-  c.batch.global_batch = 8;
   for (const bool on : {true, false}) {
     CudaModelOptions mo;
     mo.micro_batch = c.batch.micro_batch;
