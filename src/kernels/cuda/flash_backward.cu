@@ -96,7 +96,12 @@ struct Params {
 
 // Named barrier over one compute warpgroup (ids 2 and 3; 1 is ComputeBarrier).
 __device__ __forceinline__ void EpilogueBarrier(int wg) {
-  asm volatile("bar.sync %0, 128;" ::"r"(wg + 2) : "memory");
+  // Immediate ids: a barrier id in a register makes ptxas reserve all 16 named barriers.
+  if (wg == 0) {
+    asm volatile("bar.sync 2, 128;" ::: "memory");
+  } else {
+    asm volatile("bar.sync 3, 128;" ::: "memory");
+  }
 }
 
 // A bf16-rounded pair (x, y) rotated back by the angle whose (sin, cos) RoPE's table holds and
