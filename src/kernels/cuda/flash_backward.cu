@@ -104,13 +104,6 @@ __device__ __forceinline__ void EpilogueBarrier(int wg) {
   }
 }
 
-// A bf16-rounded pair (x, y) rotated back by the angle whose (sin, cos) RoPE's table holds and
-// rounded to bf16 again: RopeBackwardFp8's arithmetic on what the bf16 backward would store.
-__device__ __forceinline__ float2 RopeBackPair(float2 v, float2 sin_cos) {
-  v = RopeRotate(v, -sin_cos.x, sin_cos.y);
-  return make_float2(fp8tile::RoundBf16(v.x), fp8tile::RoundBf16(v.y));
-}
-
 __device__ __forceinline__ uint32_t AbsMax2(uint32_t m, float2 v) {
   return max(m, max(fp8tile::AbsBits(v.x), fp8tile::AbsBits(v.y)));
 }
@@ -573,10 +566,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int row = r0 + 8 * h, col = 8 * nj + 2 * quad;
-          const float2 k2 =
-              RopeBackPair(make_float2(fp8tile::RoundBf16(dk[4 * nj + 2 * h] * p.scale),
-                                       fp8tile::RoundBf16(dk[4 * nj + 2 * h + 1] * p.scale)),
-                           __ldg(p.sin_cos + (j * kBkv + wg * 64 + row) * (kHd / 2) + col / 2));
+          const float2 k2 = RopeRotateBackBf16(
+              make_float2(fp8tile::RoundBf16(dk[4 * nj + 2 * h] * p.scale),
+                          fp8tile::RoundBf16(dk[4 * nj + 2 * h + 1] * p.scale)),
+              __ldg(p.sin_cos + (j * kBkv + wg * 64 + row) * (kHd / 2) + col / 2));
           const float2 v2 = make_float2(fp8tile::RoundBf16(dv[4 * nj + 2 * h]),
                                         fp8tile::RoundBf16(dv[4 * nj + 2 * h + 1]));
           f8_amax_bits = AbsMax2(AbsMax2(f8_amax_bits, k2), v2);

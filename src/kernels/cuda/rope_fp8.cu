@@ -6,7 +6,7 @@
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/fp8_cast.cuh"
 #include "kernels/cuda/fp8_tile_cast.cuh"
-#include "kernels/cuda/rope_math.cuh"  // RopeRotate
+#include "kernels/cuda/rope_math.cuh"  // RopeRotateBackBf16
 
 namespace forge::cuda {
 namespace {
@@ -40,11 +40,8 @@ struct RopeBackwardSource {
     for (int q = 0; q < 4; ++q) {
       float2 p = UnpackBf16x2(raw[q]);
       if (rotate) {
-        const float sn = q % 2 == 0 ? sc[q / 2].x : sc[q / 2].z;
-        const float cs = q % 2 == 0 ? sc[q / 2].y : sc[q / 2].w;
-        p = RopeRotate(p, -sn, cs);
-        // RopeApply stores the pair as bf16: the same rounding before quantising.
-        p = make_float2(fp8tile::RoundBf16(p.x), fp8tile::RoundBf16(p.y));
+        p = RopeRotateBackBf16(p, q % 2 == 0 ? make_float2(sc[q / 2].x, sc[q / 2].y)
+                                             : make_float2(sc[q / 2].z, sc[q / 2].w));
       }
       f[0][2 * q] = p.x;
       f[0][2 * q + 1] = p.y;

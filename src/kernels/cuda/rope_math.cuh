@@ -1,7 +1,9 @@
-// RoPE's per-pair math, shared by the in-place kernel (rope.cu) and the backward that writes
-// FP8 directly (rope_fp8.cu), so both compute the same fp32 values before rounding to bf16.
+// RoPE's per-pair math, shared by the in-place kernel (rope.cu) and the kernels that write the
+// backward's FP8 casts directly (rope_fp8.cu, the attention backward's FP8 epilogue), so all
+// compute the same fp32 values before rounding to bf16.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 namespace forge::cuda {
@@ -25,6 +27,15 @@ __device__ __forceinline__ void RopeSinCos(float t, float freq, float sign, floa
 __device__ __forceinline__ float2 RopeRotate(float2 p, float sn, float cs) {
   return make_float2(__fmaf_rn(p.x, cs, -__fmul_rn(p.y, sn)),
                      __fmaf_rn(p.x, sn, __fmul_rn(p.y, cs)));
+}
+
+// A bf16 pair of the backward's gradient rotated back by the angle whose (sin, cos) RoPE's
+// table holds (RopeSinCosTable), rounded to bf16 as RopeApply(inverse) stores it: what the
+// kernels that cast the result to FP8 must quantise to match RopeApply followed by the cast.
+__device__ __forceinline__ float2 RopeRotateBackBf16(float2 p, float2 sin_cos) {
+  p = RopeRotate(p, -sin_cos.x, sin_cos.y);
+  return make_float2(__bfloat162float(__float2bfloat16_rn(p.x)),
+                     __bfloat162float(__float2bfloat16_rn(p.y)));
 }
 
 }  // namespace forge::cuda
