@@ -251,14 +251,11 @@ __device__ __forceinline__ void WgmmaSsN32TransAB(float (&d)[16], uint64_t desc_
 // rowstats[b, h, t] = (Stats log2 e, rowsum(dO O)): 8 threads a row of 64, 16-byte loads.
 // Also zeroes the tile counter and the semaphores for the main kernel that follows on the
 // stream (so no state carries over from one call, or an aborted one, to the next).
-// With FP8 outputs it also writes their 1 / scale (fp8_cast.cuh's contract).
 __global__ void FlashBackwardPrepKernel(const bf16* out, const bf16* dout, const float* stats,
                                         float2* rowstats, int* sems, int num_sems, int* counter,
-                                        int64_t rows, int T, int H, const float* f8_scale,
-                                        float* f8_scale_inv) {
+                                        int64_t rows, int T, int H) {
   const int64_t gid = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (gid == 0) *counter = 0;
-  if (gid == 0 && f8_scale_inv) *f8_scale_inv = 1.0f / *f8_scale;
   if (gid < num_sems) sems[gid] = 0;
   const int64_t row = gid / 8;  // (b, t, h) in O's layout
   const int part = int(gid % 8);
@@ -683,7 +680,7 @@ Status FlashBackward(const FlashBackwardShape& s, const bf16* qkv, const bf16* o
   }
 
   CUtensorMap map_q, map_kv, map_do;
-  const int64_t tokens = int64_t{s.B} * s.T;
+  const int64_t tokens = p.tokens;
   FORGE_RETURN_IF_ERROR(SwizzledMap(qkv, tokens, p.row_elems, kBq, &map_q));
   FORGE_RETURN_IF_ERROR(SwizzledMap(qkv, tokens, p.row_elems, kBkv, &map_kv));
   FORGE_RETURN_IF_ERROR(SwizzledMap(dout, tokens, int64_t{s.H} * kHd, kBq, &map_do));
@@ -692,8 +689,7 @@ Status FlashBackward(const FlashBackwardShape& s, const bf16* qkv, const bf16* o
   const int64_t prep_threads = std::max(rows * 8, int64_t{s.B} * s.H * p.nq);
   FlashBackwardPrepKernel<<<unsigned((prep_threads + 255) / 256), 256, 0, stream>>>(
       out, dout, stats, reinterpret_cast<float2*>(base + l.rowstats), p.sems, s.B * s.H * p.nq,
-      p.counter, rows, s.T, s.H, fp8 != nullptr ? fp8->scale : nullptr,
-      fp8 != nullptr ? fp8->scale_inv : nullptr);
+      p.counter, rows, s.T, s.H);
   FORGE_CUDA_LAUNCH_CHECK();
 
   FORGE_ASSIGN_OR_RETURN(const int sms, DeviceSmCount());
@@ -705,7 +701,8 @@ Status FlashBackward(const FlashBackwardShape& s, const bf16* qkv, const bf16* o
   kernel<<<std::min(p.tiles, sms), kThreads, smem_bytes, stream>>>(map_q, map_kv, map_do, p);
   FORGE_CUDA_LAUNCH_CHECK();
   if (fp8 == nullptr) return Status::Ok();
-  // dQ's rotation and casts, from the bf16 dQ the writers left (see flash_backward.cuh).
+  // dQ's rotation and casts, from the bf16 dQ the writers left (see flash_backward.cuh); this
+  // pass also writes *scale_inv.
   return RopeBackwardFp8(fp8->out, fp8->out_t, dqkv, s.B, s.T, s.H, s.KV, kHd, fp8->rope_sin_cos,
                          DType::kE5M2, fp8->scale, fp8->amax, fp8->scale_inv, stream,
                          /*first_heads=*/s.H);
