@@ -125,13 +125,6 @@ __device__ __forceinline__ void StoreF8Tile(const uint8_t* tile, uint8_t* out, i
   }
 }
 
-// Folds this thread's |value| bits into *amax: warp max, one atomic a warp (fp8tile's order).
-__device__ __forceinline__ void WarpAmaxToGlobal(uint32_t m, float* amax) {
-  m = fp8tile::WarpMaxU32(m);
-  if (amax && (threadIdx.x % 32) == 0 && m != 0u)
-    atomicMax(reinterpret_cast<unsigned int*>(amax), m);
-}
-
 // Float offset of (row, col) in a 64 x 64 fp32 dQ block: 16-byte units XORed with row % 8 inside
 // each 128-byte half row, so a warp's float2 stores of 8 rows hit different banks. The global
 // partial sums keep the same layout (the bulk copy moves bytes as they are).
@@ -597,7 +590,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   }
-  if constexpr (kFp8) WarpAmaxToGlobal(f8_amax_bits, p.f8_amax);
+  if (kFp8 && p.f8_amax) fp8tile::WarpAmaxToGlobal(f8_amax_bits, p.f8_amax, lane);
   // Tell both writers there is no more.
   for (int k = it; k < it + 2; ++k) {
     const int db = k & 1;

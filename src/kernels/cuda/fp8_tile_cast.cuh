@@ -74,10 +74,17 @@ __device__ __forceinline__ uint32_t WarpMaxU32(uint32_t v) {
   return v;
 }
 
-// Folds every thread's `m` (|x| bits) into *amax: warp max, block max over the warps, one
-// atomicMax per block on the float's bits (non-negative floats order like their bits, NaN
-// patterns above Inf's: deterministic, and an overflowed tensor cannot hide). Every thread of
-// the block must call it; the block has a multiple of 32 threads.
+// Folds the warp's `m` (|x| bits) into *amax (non-null): warp max, one atomicMax on the
+// float's bits by lane 0 (non-negative floats order like their bits, NaN patterns above Inf's:
+// deterministic, and an overflowed tensor cannot hide). Every lane of the warp must call it.
+__device__ __forceinline__ void WarpAmaxToGlobal(uint32_t m, float* amax, int lane) {
+  m = WarpMaxU32(m);
+  // 0 cannot raise a zeroed amax: skip the atomic.
+  if (lane == 0 && m != 0u) atomicMax(reinterpret_cast<unsigned int*>(amax), m);
+}
+
+// The same over a block: warp max, block max over the warps, one atomicMax per block. Every
+// thread of the block must call it; the block has a multiple of 32 threads.
 __device__ __forceinline__ void BlockAmaxToGlobal(uint32_t m, float* amax) {
   __shared__ uint32_t warp_max[32];
   const int tid = threadIdx.x + threadIdx.y * blockDim.x;
@@ -86,12 +93,7 @@ __device__ __forceinline__ void BlockAmaxToGlobal(uint32_t m, float* amax) {
   m = WarpMaxU32(m);
   if (lane == 0) warp_max[warp] = m;
   __syncthreads();
-  if (warp == 0) {
-    uint32_t t = lane < n_warps ? warp_max[lane] : 0u;
-    t = WarpMaxU32(t);
-    // 0 cannot raise a zeroed amax: skip the atomic.
-    if (lane == 0 && t != 0u) atomicMax(reinterpret_cast<unsigned int*>(amax), t);
-  }
+  if (warp == 0) WarpAmaxToGlobal(lane < n_warps ? warp_max[lane] : 0u, amax, lane);
 }
 
 // A bf16 tensor [rows, cols] as it is.

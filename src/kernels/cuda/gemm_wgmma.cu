@@ -472,8 +472,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int r = 0; r < 4; ++r) share_any(r);
     }
     if constexpr (kFp8 && swiglu) {  // fp8_cast.cuh's amax and scale_inv slots
-      hmax = fp8tile::WarpMaxU32(hmax);
-      if (lane == 0 && hmax != 0u) atomicMax(reinterpret_cast<unsigned int*>(ea.h_amax), hmax);
+      fp8tile::WarpAmaxToGlobal(hmax, ea.h_amax, lane);
       if (blockIdx.x == 0 && threadIdx.x == 0) *ea.h_scale_inv = 1.0f / hs;
     }
     if (swiglu_bwd) {  // the last tile's backward, likewise
