@@ -108,21 +108,17 @@ __device__ __forceinline__ uint32_t AbsMax2(uint32_t m, float2 v) {
   return max(m, max(fp8tile::AbsBits(v.x), fp8tile::AbsBits(v.y)));
 }
 
-// Copies a 64 x 64 FP8 byte tile (rows kF8Stride apart) out row-major (rows `row_stride` bytes
-// apart, 4 bytes a thread at a time) and transposed (column c of the tile to out_t + c
-// t_stride, 8 bytes a thread at a time) with `n` threads, `t` this thread's index.
+// Copies a 64 x 64 FP8 byte tile (rows kF8Stride apart) out with one warpgroup's threads (t
+// this one): row-major (rows `row_stride` bytes apart, 4 bytes a thread at a time) and
+// transposed (column c of the tile to out_t + c t_stride).
 __device__ __forceinline__ void StoreF8Tile(const uint8_t* tile, uint8_t* out, int64_t row_stride,
-                                            uint8_t* out_t, int64_t t_stride, int t, int n) {
-  for (int w = t; w < 64 * 16; w += n) {
+                                            uint8_t* out_t, int64_t t_stride, int t) {
+  for (int w = t; w < 64 * 16; w += 128) {
     const int row = w / 16, c4 = w % 16 * 4;
     *reinterpret_cast<uint32_t*>(out + row * row_stride + c4) =
         *reinterpret_cast<const uint32_t*>(tile + row * kF8Stride + c4);
   }
-  for (int w = t; w < 64 * 8; w += n) {
-    const int c = w / 8, r8 = w % 8 * 8;
-    *reinterpret_cast<uint2*>(out_t + c * t_stride + r8) =
-        fp8tile::GatherColumn8(tile + r8 * kF8Stride + c, kF8Stride);
-  }
+  fp8tile::StoreTileTransposed<128>(tile, out_t, t_stride, t);
 }
 
 // Float offset of (row, col) in a 64 x 64 fp32 dQ block: 16-byte units XORed with row % 8 inside
@@ -572,9 +568,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       EpilogueBarrier(wg);
       const int64_t ck = int64_t{p.H + kvh} * kHd, cv = int64_t{p.H + p.KV + kvh} * kHd;
       StoreF8Tile(tk, p.f8_out + tok * p.row_elems + ck, p.row_elems,
-                  p.f8_out_t + ck * p.tokens + tok, p.tokens, t, 128);
+                  p.f8_out_t + ck * p.tokens + tok, p.tokens, t);
       StoreF8Tile(tv, p.f8_out + tok * p.row_elems + cv, p.row_elems,
-                  p.f8_out_t + cv * p.tokens + tok, p.tokens, t, 128);
+                  p.f8_out_t + cv * p.tokens + tok, p.tokens, t);
     } else {
       bf16* rows = p.dqkv + tok * p.row_elems;
 #pragma unroll

@@ -96,6 +96,19 @@ __device__ __forceinline__ void BlockAmaxToGlobal(uint32_t m, float* amax) {
   if (warp == 0) WarpAmaxToGlobal(lane < n_warps ? warp_max[lane] : 0u, amax, lane);
 }
 
+// The transposed stores of a 64 x 64 byte tile (rows kStride apart) by kN threads, t this
+// one: column c of the tile to out_t + c t_stride, 8 bytes (8 rows) a thread at a time.
+template <int kN>
+__device__ __forceinline__ void StoreTileTransposed(const uint8_t* tile, uint8_t* out_t,
+                                                    int64_t t_stride, int t) {
+#pragma unroll
+  for (int k = 0; k < kTile * kTile / 8 / kN; ++k) {
+    const int w = t + kN * k, c = w / 8, r8 = w % 8 * 8;
+    *reinterpret_cast<uint2*>(out_t + c * t_stride + r8) =
+        GatherColumn8(tile + r8 * kStride + c, kStride);
+  }
+}
+
 // A bf16 tensor [rows, cols] as it is.
 struct Bf16Source {
   static constexpr int kOut = 1;
@@ -138,13 +151,7 @@ __device__ __forceinline__ void CastTile(const P& p, uint8_t (&tile)[P::kOut][kT
     __syncthreads();
 #pragma unroll
     for (int o = 0; o < P::kOut; ++o) {
-#pragma unroll
-      for (int k = 0; k < kChunks / kThreads; ++k) {
-        const int chunk = tid + kThreads * k;
-        const int c = chunk / 8, r8 = chunk % 8 * 8;
-        *reinterpret_cast<uint2*>(out_t + (c0 + c + o * second_col) * rows + r0 + r8) =
-            GatherColumn8(tile[o] + r8 * kStride + c, kStride);
-      }
+      StoreTileTransposed<kThreads>(tile[o], out_t + (c0 + o * second_col) * rows + r0, rows, tid);
     }
     __syncthreads();  // the tile may be rewritten next
   }
