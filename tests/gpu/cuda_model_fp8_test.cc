@@ -267,6 +267,51 @@ TEST(GpuFp8Step, EpilogueGemmsTrainLikeTheSeparatePath) {
   }
 }
 
+// precision.fp8.fast_accum fprop_dgrad on an sm_90 GPU, d 256: the down projection's input
+// gradient and SwiGLU's backward run as one FP8 kernel (Fp8Linears::fuse_swiglu_bwd_gemm, from
+// the second step). Gradients against the CPU; graph and eager give the same bits; its MMAs
+// sum in another order than cuBLASLt's, so ten steps track the separate path (swiglu_bwd_gemm
+// off) closely rather than bitwise.
+TEST(GpuFp8Step, SwiGluBackwardGemmTrainsLikeTheSeparatePath) {
+  FORGE_SKIP_WITHOUT_GPU();
+  const NoGemmAutotune fixed_gemms;
+  RunConfig c = Fp8Config(Fp8Recipe::kDelayed, false, Fp8FastAccum::kFpropDgrad);
+  c.model.d_model = 256;
+  for (const Fp8FastAccum fast : {Fp8FastAccum::kFpropDgrad, Fp8FastAccum::kFprop}) {
+    CudaModelOptions mo;
+    mo.micro_batch = c.batch.micro_batch;
+    mo.fp8 = true;
+    mo.fp8_config = c.precision.fp8;
+    mo.fp8_config.fast_accum = fast;
+    auto model = CudaModel::Create(c.model, c.optimizer, mo);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    EXPECT_FALSE((*model)->fp8()->fuse_swiglu_bwd_gemm());  // the first step measures
+  }
+  if (!cuda::WgmmaGemmRunsHere()) GTEST_SKIP() << "the fused kernel needs an sm_90 GPU";
+  test::ExpectGradientsMatchCpu(c, 2, {}, /*loss_tol=*/2e-2, /*grad_tol=*/0.15);
+  CudaBackendOptions eager, separate;
+  eager.use_graph = false;
+  separate.swiglu_bwd_gemm = false;
+  const std::vector<UnitBuffers> fused = TenSteps(c, {}, nullptr);
+  ExpectSameWeights(fused, TenSteps(c, eager, nullptr));
+  auto x = MakeGpu(c, {}), y = MakeGpu(c, separate);
+  ASSERT_NE(x, nullptr);
+  ASSERT_NE(y, nullptr);
+  const auto batches = MakeBatches(c, 10, 53);
+  bool differed = false;  // the fused kernel did run (the first step's losses agree bitwise)
+  for (int step = 1; step <= 10; ++step) {
+    StepStats sx, sy;
+    ASSERT_STATUS_OK(x->TrainStep(Views(batches, step - 1, 1), {c.optimizer.lr, step}, true, &sx));
+    ASSERT_STATUS_OK(y->TrainStep(Views(batches, step - 1, 1), {c.optimizer.lr, step}, true, &sy));
+    ASSERT_TRUE(std::isfinite(sx.loss)) << "step " << step;
+    if (step <= 2) EXPECT_EQ(sx.loss, sy.loss) << "step " << step;
+    differed |= sx.loss != sy.loss;
+    EXPECT_LT(std::fabs(sx.loss - sy.loss), 1e-2 * std::fabs(sy.loss))
+        << "step " << step << ": fused " << sx.loss << " vs separate " << sy.loss;
+  }
+  EXPECT_TRUE(differed);
+}
+
 // precision.fp8.lm_head computes dWte in FP8 as well (dlogits8 transposed into the chunk's
 // logits buffer, hf8t per logits slot) on chunks of a multiple of 64 rows, in BF16 on the bf16
 // dlogits otherwise: chunks of 64 (all FP8), 96 (96 + 96 FP8-less, then 64 in FP8: both kinds

@@ -1,6 +1,7 @@
-// What the tests of the fused FP8 producers share (swiglu_fp8, rope_fp8, rmsnorm_fp8): the
-// outputs of a fused kernel (both FP8 orientations and the scale/amax/scale_inv slots) and
-// the check that they are bit for bit what CastTransposeToFp8 makes of the BF16 kernel's output.
+// What the tests of the fused FP8 producers share (swiglu_fp8, rope_fp8, rmsnorm_fp8, the FP8
+// GEMMs): FP8 operands made on the host, the outputs of a fused kernel (both FP8 orientations
+// and the scale/amax/scale_inv slots) and the check that they are bit for bit what
+// CastTransposeToFp8 makes of the BF16 kernel's output.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "gpu_test_util.h"
+#include "kernels/cpu/fp8.h"
 #include "kernels/cuda/fp8_cast.cuh"
 
 namespace forge::test {
@@ -27,6 +29,27 @@ struct Fp8CastOut {
   const float* scale() { return slots.data(); }
   float* amax() { return slots.data() + 4; }
   float* scale_inv() { return slots.data() + 8; }
+};
+
+// An FP8 operand: random normal values quantised on the host with `scale` (the cast's
+// convention, q = sat(x * scale)), its bytes on the device, what a GEMM sees of it (q / scale)
+// and the 1 / scale the GEMM dequantises with.
+struct Fp8Operand {
+  std::vector<float> deq;
+  DeviceBuffer<uint8_t> dev;
+  float scale_inv = 0.0f;
+  Fp8Operand(int64_t rows, int64_t cols, float stddev, float scale, uint64_t seed,
+             cpu::Fp8Format format = cpu::Fp8Format::kE4M3) {
+    const std::vector<float> x = RandomNormal(size_t(rows * cols), stddev, seed);
+    std::vector<uint8_t> q(x.size());
+    deq.resize(x.size());
+    scale_inv = 1.0f / scale;
+    for (size_t i = 0; i < x.size(); ++i) {
+      q[i] = cpu::FloatToFp8(x[i] * scale, format);
+      deq[i] = cpu::Fp8ToFloat(q[i], format) * scale_inv;
+    }
+    dev = DeviceBuffer<uint8_t>(q);
+  }
 };
 
 // Casts the BF16 kernel's output `ref` [rows, cols] with the same scale and expects `fused`

@@ -262,30 +262,10 @@ TEST(GpuWgmmaGemm, SwiGluBackwardEpilogueIsGemmThenSwiGluBackwardBitForBit) {
   }
 }
 
-// An E4M3 operand: random normal values quantised on the host with `scale` (the cast's
-// convention, q = sat(x * scale)), its bytes on the device, what the GEMM sees of it (q /
-// scale) and the 1 / scale the GEMM dequantises with.
-struct Fp8Operand {
-  std::vector<float> deq;
-  DeviceBuffer<uint8_t> dev;
-  float scale_inv = 0.0f;
-  Fp8Operand(int64_t rows, int64_t cols, float stddev, float scale, uint64_t seed) {
-    const std::vector<float> x = test::RandomNormal(size_t(rows * cols), stddev, seed);
-    std::vector<uint8_t> q(x.size());
-    deq.resize(x.size());
-    scale_inv = 1.0f / scale;
-    for (size_t i = 0; i < x.size(); ++i) {
-      q[i] = cpu::FloatToFp8(x[i] * scale, cpu::Fp8Format::kE4M3);
-      deq[i] = cpu::Fp8ToFloat(q[i], cpu::Fp8Format::kE4M3) * scale_inv;
-    }
-    dev = DeviceBuffer<uint8_t>(q);
-  }
-};
-
 // A [M, K] and B [N, K] in E4M3 with their dequantisation scales on the device (16 bytes
 // apart, as the model's slots are).
 struct Fp8Operands {
-  Fp8Operand a, b;
+  test::Fp8Operand a, b;
   DeviceBuffer<float> scales;
   Fp8Operands(int64_t M, int64_t N, int64_t K, uint64_t seed)
       : a(M, K, 1.0f, 100.0f, seed),

@@ -39,13 +39,7 @@ struct SwiGluBackwardSource {
     LoadVec<8>(gp, g);
     LoadVec<8>(gp + ffn, u);
     LoadVec<8>(dout + r * ffn + c, dy);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      float dg, du;
-      SwiGluGrads(g[e], u[e], dy[e], &dg, &du);
-      f[0][e] = RoundBf16(dg);
-      f[1][e] = RoundBf16(du);
-    }
+    SwiGluGradsRounded8(g, u, dy, f);
   }
 };
 

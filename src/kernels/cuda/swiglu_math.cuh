@@ -2,6 +2,7 @@
 // FP8 directly (swiglu_fp8.cu), so both round the same fp32 expressions to the same bf16.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 namespace forge::cuda {
@@ -23,6 +24,19 @@ __device__ __forceinline__ void SwiGluGrads(float g, float u, float dy, float* d
   const float sig = SwiGluSigmoid(g);
   *dg = dy * u * sig * (1.0f + g * (1.0f - sig));
   *du = dy * (g * sig);
+}
+
+// SwiGLU's backward of 8 positions, each rounded to bf16 as SwiGluBackward stores it (what the
+// kernels that quantise it to FP8 start from): dgate in f[0], dup in f[1].
+__device__ __forceinline__ void SwiGluGradsRounded8(const float (&g)[8], const float (&u)[8],
+                                                    const float (&dy)[8], float (&f)[2][8]) {
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    float dg, du;
+    SwiGluGrads(g[e], u[e], dy[e], &dg, &du);
+    f[0][e] = __bfloat162float(__float2bfloat16_rn(dg));
+    f[1][e] = __bfloat162float(__float2bfloat16_rn(du));
+  }
 }
 
 }  // namespace forge::cuda

@@ -406,7 +406,8 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
     }
     FORGE_ASSIGN_OR_RETURN(
         b.fp8, Fp8Linears::Create(o.fp8_config, m.n_layer, shapes, N_, int(b.acts.size()), rope,
-                                  lm_head, Fp8EpilogueGemms{o.rope_gemm, o.swiglu_gemm}));
+                                  lm_head,
+                                  Fp8EpilogueGemms{o.rope_gemm, o.swiglu_gemm, o.swiglu_bwd_gemm}));
     allocated_bytes_ += b.fp8->allocated_bytes();
   }
   FORGE_RETURN_IF_ERROR(alloc(&b.hf, N * d));
@@ -968,6 +969,18 @@ Status CudaModel::BlockBackward(int layer, int set, const BlockActs& a, const bf
     cuda::WgmmaGemmArgs gb = DownSwiGluBackwardGemm();
     gb.A = dres, gb.B = w + o.w_down, gb.D = b.dgu, gb.epi.gu = a.gu;
     FORGE_RETURN_IF_ERROR(cuda::WgmmaGemmBf16(gb, s));
+  } else if (f8 != nullptr && f8->fuse_swiglu_bwd_gemm()) {
+    // FP8: dh = dres8 W_down8 with SwiGLU's backward in one kernel straight into dgu's casts.
+    if (!fused_dres) {
+      FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
+      FORGE_RETURN_IF_ERROR(f8->CastGrad(layer, LinearKind::kDown, dres, s));
+    }
+    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdGemm, s));
+    FORGE_RETURN_IF_ERROR(WgradGemm(
+        f8->BackwardWeight(layer, LinearKind::kDown, set, g + o.w_down, acc), WgradHazard::kDres,
+        s));
+    FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDgu, s));  // block l+1's dWgu reads dgu
+    FORGE_RETURN_IF_ERROR(f8->SwiGluBackwardGemm(layer, a.gu, s));
   } else {
     FORGE_RETURN_IF_ERROR(linear_backward(LinearKind::kDown, b.dsw, dres, a.sw, o.w_down, d_, ffn_,
                                           WgradHazard::kDres, fused_dres));

@@ -103,7 +103,10 @@ struct CudaModelOptions {
   // lm_head_wgrad); off: the logits and dhf GEMMs in FP8, dWte in BF16.
   bool fp8_lm_head_wgrad = true;
   // BF16 steps on Hopper: SwiGLU's backward rides on the down projection's input-gradient GEMM
-  // (ours, N-major weight): dh is never stored, dgu comes out of it. Bitwise the same.
+  // (ours, N-major weight): dh is never stored, dgu comes out of it. Bitwise the same. FP8
+  // steps with precision.fp8.fast_accum fprop_dgrad take the FP8 form (Fp8Linears::
+  // fuse_swiglu_bwd_gemm: SwiGLU's backward on warpgroups of its own beside the MMAs), bitwise
+  // our FP8 GEMM followed by the separate SwiGLU backward.
   bool swiglu_bwd_gemm = true;
   // FP8 steps with delayed scaling: our attention backward writes the QKV projection's E5M2
   // gradient casts itself, RoPE's inverse applied (FlashBackwardFp8Out), instead of a bf16

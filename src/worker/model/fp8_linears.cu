@@ -15,6 +15,7 @@
 #include "kernels/cuda/rmsnorm_fp8.cuh"
 #include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/rope_fp8.cuh"
+#include "kernels/cuda/swiglu_backward_gemm_fp8.cuh"
 #include "kernels/cuda/swiglu_fp8.cuh"
 #include "worker/model/device_alloc.h"
 #include "worker/model/fp8_scaling.h"
@@ -157,6 +158,10 @@ Status Fp8Linears::Init(const Fp8Config& cfg, int n_layer,
       cuda::WgmmaGemmCheck(GateUpSwiGluGemm(0, 0, nullptr), true).ok()) {
     FORGE_RETURN_IF_ERROR(Alloc(&h8_, size_t(N_ * ffn)));
   }
+  swiglu_bwd_gemm_ = epilogue_gemms.swiglu_bwd && fuse_swiglu_ &&
+                     cfg.fast_accum == Fp8FastAccum::kFpropDgrad && cuda::WgmmaGemmRunsHere() &&
+                     cuda::SwiGluBackwardGemmFp8Check(
+                         SwiGluBackwardGemmArgs(0, reinterpret_cast<const bf16*>(x8_))).ok();
   rope_gemm_ = epilogue_gemms.rope && wgmma_here && int64_t{rope.B} * rope.T == N_ &&
                cuda::WgmmaGemmCheck(QkvRopeGemm(0, nullptr), true).ok();
   fuse_norm_ = shapes[int(LinearKind::kQkv)].in == shapes[int(LinearKind::kGateUp)].in &&
@@ -306,6 +311,25 @@ Status Fp8Linears::SwiGluBackwardToGrad(int layer, const bf16* dout, const bf16*
   const SlotPtrs q = SlotOf(e5m2_, GradSlot(layer, k));
   return cuda::SwiGluBackwardFp8(dy8_[k], dy8t_[k], dout, gate_up, N_, int(shape_[k].out / 2),
                                  DType::kE5M2, q.scale, q.amax, q.scale_inv, s);
+}
+
+cuda::SwiGluBackwardGemmFp8Args Fp8Linears::SwiGluBackwardGemmArgs(int layer,
+                                                                   const bf16* gate_up) const {
+  const int kd = int(LinearKind::kDown), kg = int(LinearKind::kGateUp);
+  cuda::SwiGluBackwardGemmFp8Args a;
+  a.M = N_, a.K = shape_[kd].out, a.ffn = int(shape_[kd].in);
+  a.dy = dy8_[kd], a.w_t = lin_[size_t(LinearIndex(layer, kd))].w8t;
+  a.dy_scale_inv = SlotOf(e5m2_, GradSlot(layer, kd)).scale_inv;
+  a.w_scale_inv = SlotOf(e4m3_, WeightSlot(layer, kd)).scale_inv;
+  a.gate_up = gate_up;
+  a.dgate_up = dy8_[kg], a.dgate_up_t = dy8t_[kg];
+  const SlotPtrs q = SlotOf(e5m2_, GradSlot(layer, kg));
+  a.scale = q.scale, a.amax = q.amax, a.scale_inv = q.scale_inv;
+  return a;
+}
+
+Status Fp8Linears::SwiGluBackwardGemm(int layer, const bf16* gate_up, cudaStream_t s) {
+  return cuda::SwiGluBackwardGemmFp8(SwiGluBackwardGemmArgs(layer, gate_up), s);
 }
 
 Status Fp8Linears::RmsNormToInput(int layer, LinearKind k, int set, float* rstd, const bf16* x,

@@ -59,6 +59,7 @@
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/gemm_wgmma.cuh"
 #include "kernels/cuda/rmsnorm.cuh"
+#include "kernels/cuda/swiglu_backward_gemm_fp8.cuh"
 
 namespace forge {
 
@@ -81,6 +82,9 @@ struct Fp8RopeShape {
 struct Fp8EpilogueGemms {
   bool rope = false;
   bool swiglu = false;
+  // The down projection's input gradient with SwiGLU's backward fused (our FP8 kernel,
+  // kernels/cuda/swiglu_backward_gemm_fp8.cuh): see fuse_swiglu_bwd_gemm.
+  bool swiglu_bwd = false;
 };
 
 // The tied LM head's shape (vocab 0: the LM head stays BF16).
@@ -147,6 +151,13 @@ class Fp8Linears {
   // SwiGLU's backward straight into the gate/up projection's gradient casts (dy8, dy8t).
   Status SwiGluBackwardToGrad(int layer, const cuda::bf16* dout, const cuda::bf16* gate_up,
                               cudaStream_t s);
+  // The down projection's input gradient (dy8 W8, never stored) and SwiGLU's backward in one
+  // kernel straight into the gate/up projection's gradient casts: bit for bit our FP8 GEMM
+  // followed by SwiGluBackwardToGrad. On a delayed step (as fuse_swiglu), on sm_90, with the
+  // option, and only with fast accumulation in the input-gradient GEMMs (precision.fp8.
+  // fast_accum fprop_dgrad), which is how its MMAs sum. Reads the Down projection's dy8.
+  bool fuse_swiglu_bwd_gemm() const { return swiglu_bwd_gemm_ && fuse_swiglu(); }
+  Status SwiGluBackwardGemm(int layer, const cuda::bf16* gate_up, cudaStream_t s);
   // RMSNorm straight into the input casts of the linear layer it feeds (kQkv or kGateUp;
   // kernels/cuda/rmsnorm_fp8.cuh); rstd is written as RmsNormForward writes it.
   bool fuse_norm() const { return fuse_norm_ && !measuring(); }
@@ -291,6 +302,8 @@ class Fp8Linears {
   // Linear k's forward x8 W8^T into d on our Hopper GEMM (kPlain; the callers add their
   // epilogue): shapes, operands and dequantisation scales.
   cuda::WgmmaGemmArgs WgmmaForward(int layer, LinearKind k, void* d) const;
+  cuda::SwiGluBackwardGemmFp8Args SwiGluBackwardGemmArgs(int layer,
+                                                         const cuda::bf16* gate_up) const;
   Status AllocGroup(Group* g, int64_t n, float fp8_max);
   template <typename T>
   Status Alloc(T** p, size_t count);
@@ -313,6 +326,7 @@ class Fp8Linears {
   bool fuse_norm_grad_ = false;
   Fp8RopeShape rope_;
   bool rope_gemm_ = false;
+  bool swiglu_bwd_gemm_ = false;
   // RoPE's (sin, cos) [T, hd / 2] (RopeSinCosTable) for QkvRopeGemm and RopeBackwardToGrad;
   // null when neither runs.
   float2* rope_sin_cos_ = nullptr;
