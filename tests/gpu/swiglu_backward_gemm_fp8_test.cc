@@ -69,7 +69,8 @@ struct Problem {
 // one K-tile and of gpt350m's width; a scale that saturates some values.
 TEST(GpuSwiGluBackwardGemmFp8, IsGemmThenSwiGluBackwardBitForBit) {
   SKIP_WITHOUT_SM90();
-  for (const auto [M, K, ffn] : {std::tuple{128, 128, 256}, std::tuple{512, 1024, 512}}) {
+  for (const auto [M, K, ffn] :
+       {std::tuple{128, 128, 256}, std::tuple{192, 256, 384}, std::tuple{512, 1024, 512}}) {
     Problem p(M, K, ffn, cpu::Fp8Format::kE4M3, uint64_t(M + K + ffn));
     // The reference: our plain FP8 GEMM into a bf16 dh, then SwiGLU's backward into E5M2.
     DeviceBuffer<bf16> dh(size_t(M) * ffn);
@@ -102,9 +103,9 @@ TEST(GpuSwiGluBackwardGemmFp8, IsGemmThenSwiGluBackwardBitForBit) {
 }
 
 // The model's form, dy in E5M2: the dequantised outputs against the CPU's dequantised product
-// (rounded to bf16) and SwiGLU backward, within E5M2's rounding (half a step, 2^-3 relative;
-// a whole step where dh's last bit differs from the CPU's sum and the rounding flips, which
-// few elements may).
+// (rounded to bf16) and SwiGLU backward, within E5M2's rounding (half a step, 2^-3 relative)
+// plus what the tensor cores' summation changes of dh (relative to the typical |dh|, for
+// elements whose sum cancels); a whole step where that flips the rounding, which few may.
 TEST(GpuSwiGluBackwardGemmFp8, E5M2GradientMatchesCpu) {
   SKIP_WITHOUT_SM90();
   const int64_t M = 256, K = 512;
@@ -125,6 +126,9 @@ TEST(GpuSwiGluBackwardGemmFp8, E5M2GradientMatchesCpu) {
   Fp8CastOut got(size_t(M) * 2 * ffn, scale);
   ASSERT_STATUS_OK(cuda::SwiGluBackwardGemmFp8(p.Args(got, 0), nullptr));
   const std::vector<uint8_t> q = got.q.Download(), qt = got.qt.Download();
+  double sq = 0.0;
+  for (const float x : ref) sq += double(x) * x;
+  const float rms = float(std::sqrt(sq / double(ref.size())));
   int far = 0;
   std::vector<float> got_deq(q.size());
   for (int64_t r = 0; r < M; ++r) {
@@ -133,9 +137,9 @@ TEST(GpuSwiGluBackwardGemmFp8, E5M2GradientMatchesCpu) {
       ASSERT_EQ(q[i], qt[size_t(c * M + r)]) << "transposed copy at " << r << ", " << c;
       const float v = cpu::Fp8ToFloat(q[i], cpu::Fp8Format::kE5M2) / scale;
       got_deq[i] = v;
-      const float tol = std::fabs(ref[i]) / 8 + 0x1p-16f / scale;
+      const float tol = std::fabs(ref[i]) / 8 + 1e-2f * rms;
       far += std::fabs(v - ref[i]) > tol;
-      ASSERT_LE(std::fabs(v - ref[i]), 2 * tol + 1e-3f * std::fabs(ref[i])) << r << ", " << c;
+      ASSERT_LE(std::fabs(v - ref[i]), 2 * tol) << r << ", " << c << ": " << v << " vs " << ref[i];
     }
   }
   EXPECT_LE(far, int(q.size() / 20));
@@ -150,7 +154,7 @@ TEST(GpuSwiGluBackwardGemmFp8, RefusesWhatItCannotTile) {
   Problem p(128, 128, 256, cpu::Fp8Format::kE5M2, 5);
   Fp8CastOut out(size_t(128) * 2 * 256, 1.0f);
   for (const auto [M, K, ffn] :
-       {std::tuple{96, 128, 256}, std::tuple{128, 64, 256}, std::tuple{128, 128, 128}}) {
+       {std::tuple{96, 128, 256}, std::tuple{128, 64, 256}, std::tuple{128, 128, 64}}) {
     cuda::SwiGluBackwardGemmFp8Args a = p.Args(out, 0);
     a.M = M, a.K = K, a.ffn = ffn;
     const Status st = cuda::SwiGluBackwardGemmFp8(a, nullptr);

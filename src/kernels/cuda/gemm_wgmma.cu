@@ -32,7 +32,7 @@
 #include "kernels/cuda/rope_math.cuh"
 #include "kernels/cuda/swiglu_math.cuh"
 #include "kernels/cuda/tma_map.h"
-#include "kernels/cuda/wgmma_m64n256.cuh"
+#include "kernels/cuda/wgmma_mma.cuh"
 #include "kernels/cuda/wgmma_util.cuh"
 
 namespace forge::cuda {

@@ -2,27 +2,28 @@
 // header for what it computes).
 //
 // Why this shape: the SwiGLU backward is bandwidth work (gate/up in, dgate/dup and their
-// transposes out: ~128 KiB a 64 x 256 tile against ~4.5 us of FP8 MMAs), and every form that ran
+// transposes out: 64 KiB a 64 x 128 tile against ~2.2 us of FP8 MMAs), and every form that ran
 // it in the MMA warpgroups' epilogue (sessions 14, 15, 19: +4 to +6 ms a step) left the tensor
 // cores waiting while it did. Here the MMA warpgroup only stages each finished dh tile (bf16,
-// double-buffered) and goes on with the next tile; an epilogue warpgroup, its gate/up loads
-// issued eight rows ahead (32 KiB in flight an SM), turns the staged tile into the outputs
-// while the next one multiplies. So the kernel's time is the larger of the MMAs and the memory
-// traffic, not their sum.
+// double-buffered) and goes on with the next one, while an epilogue warpgroup turns the staged
+// tile into the outputs from gate/up that the copy engine (TMA) brought into shared memory
+// ahead of it. A first form (session 20) kept gate/up in the epilogue's registers, 8 rows
+// ahead: 32 KiB in flight an SM held HBM to ~1 TB/s and the kernel took 455 us against the
+// separate path's 260; the copy engine keeps a whole tile's 32 KiB in flight per buffer without
+// registers.
 //
-// Per CTA (persistent, one per SM, tiles of 64 rows x 256 columns of dh in row-major tile order):
-// - producer warpgroup: one thread streams K-tiles (128) of dy (64 x 128 bytes) and W_down^T
-//   (256 x 128) into a 3-stage ring by TMA (128-byte swizzle), as gemm_wgmma.cu's producer;
-// - MMA warpgroup: wgmma m64n256k32 from the ring, then dh = acc * dy_scale_inv * w_scale_inv
-//   rounded to bf16 into staging buffer (tile & 1) (rows 528 bytes apart: the fragment's 8 rows
-//   x 4 quads hit 32 different banks), published by the `staged` mbarrier;
-// - the epilogue warpgroup: warp w takes rows 16w..16w+15 of the tile, lane l columns
-//   8l..8l+7, so each row's 256 columns are one warp's 512 contiguous staged bytes and its
-//   gate/up reads and FP8 stores are 16 / 8 contiguous bytes a lane; after each 8 rows a lane
-//   holds an 8 x 8 byte block of dgate and of dup, transposed in registers into the transposed
-//   outputs' 8-byte runs (no shared memory for the transpose). The `freed` mbarrier returns
-//   the buffer. (One warpgroup, not two: ptxas holds every warp to the launch's registers,
-//   168 at 384 threads, and the MMA warpgroup's 128 accumulators need ~154.)
+// Per CTA (persistent, one per SM; tiles of 64 rows x 128 columns of dh in row-major tile
+// order; local tile i of a CTA goes to buffer set i & 1):
+// - producer warp (warpgroup 3): one thread streams K-tiles (128) of dy (64 x 128 bytes) and
+//   W_down^T (128 x 128) into a 4-stage ring, and each tile's gate and up (64 x 128 bf16 each,
+//   as 64-column boxes) into its buffer set's gate/up buffer, all by TMA in the 128-byte swizzle;
+// - MMA warpgroup (2): wgmma m64n128k32 from the ring, then dh = acc * dy_scale_inv *
+//   w_scale_inv rounded to bf16 into the set's staging buffer (rows 272 bytes apart: a
+//   fragment's 8 rows x 4 quads hit 32 different banks), published by `staged_full`;
+// - epilogue warpgroups (0 and 1: set i & 1's tiles): warp w takes rows 16w..16w+15, lanes
+//   0-15 the 8-column vectors 0-15 of rows 16w..16w+7, lanes 16-31 those of 16w+8..16w+15, so
+//   a lane holds an 8 x 8 byte block of dgate and of dup, transposed in registers into the
+//   transposed outputs' 8-byte runs; then it frees the set's buffers (`staged_free`, `gu_free`).
 #include "kernels/cuda/swiglu_backward_gemm_fp8.cuh"
 
 #include <cuda.h>
@@ -40,37 +41,41 @@
 #include "kernels/cuda/fp8_tile_cast.cuh"
 #include "kernels/cuda/swiglu_math.cuh"
 #include "kernels/cuda/tma_map.h"
-#include "kernels/cuda/wgmma_m64n256.cuh"
+#include "kernels/cuda/wgmma_mma.cuh"
 #include "kernels/cuda/wgmma_util.cuh"
 
 namespace forge::cuda {
 namespace {
 
-constexpr int kBM = 64, kBN = 256, kBK = 128, kStages = 3;
+constexpr int kBM = 64, kBN = 128, kBK = 128, kStages = 4;
 constexpr int kTileBytesA = kBM * kBK, kTileBytesB = kBN * kBK;
 constexpr int kStageBytes = kTileBytesA + kTileBytesB;
 constexpr int kStagedRowBytes = kBN * 2 + 16;  // padded: see the fragment writes
 constexpr int kStagedBytes = kBM * kStagedRowBytes;
-constexpr int kMmaWg = 1, kProducerWg = 2;  // warpgroup 0: the epilogue
-constexpr int kThreads = 128 * 3;
-constexpr int kSmemBytes = kStages * kStageBytes + 2 * kStagedBytes + 1024 + (2 * kStages + 4) * 8;
-// Registers a thread: the producer gives up what the MMA and epilogue warpgroups take.
-constexpr RegisterSplit kRegs{168, 40, 232, 2};
-static_assert(kRegs.fits(), "setmaxnreg: the producer must give up what the others take");
+constexpr int kGuBoxBytes = kBM * 128;             // 64 rows x 64 bf16 columns
+constexpr int kGuBytes = 4 * kGuBoxBytes;          // gate 2 boxes, then up 2 boxes
+constexpr int kMmaWg = 2, kProducerWg = 3;
+constexpr int kThreads = 128 * 4;
+constexpr int kSmemBytes =
+    kStages * kStageBytes + 2 * kGuBytes + 2 * kStagedBytes + 1024 + (2 * kStages + 8) * 8;
 
 template <bool kDyE4M3>
 __global__ void __launch_bounds__(kThreads, 1)
     SwiGluBackwardGemmKernel(const __grid_constant__ CUtensorMap map_dy,
                              const __grid_constant__ CUtensorMap map_w,
+                             const __grid_constant__ CUtensorMap map_gu,
                              SwiGluBackwardGemmFp8Args a, int tiles_n, int tiles) {
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
                                              ~uintptr_t(1023));
-  uint8_t* staged = smem + kStages * kStageBytes;  // 2 buffers
+  uint8_t* gu = smem + kStages * kStageBytes;  // [2] (1024-aligned: the swizzle's pattern)
+  uint8_t* staged = gu + 2 * kGuBytes;         // [2]
   uint64_t* full = reinterpret_cast<uint64_t*>(staged + 2 * kStagedBytes);
   uint64_t* empty = full + kStages;
-  uint64_t* staged_full = empty + kStages;  // [2]: a dh tile is staged (MMA warpgroup arrives)
+  uint64_t* staged_full = empty + kStages;  // [2]: a dh tile is staged
   uint64_t* staged_free = staged_full + 2;  // [2]: the epilogue has read it
+  uint64_t* gu_full = staged_free + 2;      // [2]: a tile's gate/up has landed
+  uint64_t* gu_free = gu_full + 2;          // [2]: the epilogue has read it
   const int wg = threadIdx.x / 128;
   const int ktiles = int(a.K / kBK);
 
@@ -82,17 +87,28 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int b = 0; b < 2; ++b) {
       MbarInit(&staged_full[b], 128);
       MbarInit(&staged_free[b], 128);
+      MbarInit(&gu_full[b], 1);
+      MbarInit(&gu_free[b], 128);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
 
   if (wg == kProducerWg) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs.producer) : "memory");
     if (threadIdx.x == kProducerWg * 128) {
-      int it = 0;
-      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      int it = 0, local = 0;
+      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++local) {
         const int m0 = (tile / tiles_n) * kBM, n0 = (tile % tiles_n) * kBN;
+        // This tile's gate/up first: the epilogue needs it only after the MMAs, so it lands
+        // well ahead; the set's buffer is free once the epilogue has read its last tile.
+        const int b = local & 1;
+        if (local >= 2) MbarWait(&gu_free[b], ((local >> 1) + 1) & 1);
+        uint8_t* g = gu + b * kGuBytes;
+        MbarExpectTx(&gu_full[b], kGuBytes);
+        for (int box = 0; box < 4; ++box) {
+          const int col = (box < 2 ? 0 : a.ffn) + n0 + 64 * (box % 2);
+          TmaLoad2d(g + box * kGuBoxBytes, &map_gu, &gu_full[b], col, m0);
+        }
         for (int kt = 0; kt < ktiles; ++kt, ++it) {
           const int s = it % kStages;
           if (it >= kStages) MbarWait(&empty[s], ((it / kStages) + 1) & 1);
@@ -104,15 +120,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   } else if (wg == kMmaWg) {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs.consumer) : "memory");
     const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32, quad = lane % 4;
     const int row0 = warp * 16 + lane / 4;
     const float dq = *a.dy_scale_inv * *a.w_scale_inv;
     int it = 0, local = 0;
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++local) {
-      float acc[128];
+      float acc[64];
 #pragma unroll
-      for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+      for (int i = 0; i < 64; ++i) acc[i] = 0.f;
       int prev_s = -1;
       for (int kt = 0; kt < ktiles; ++kt, ++it) {
         const int s = it % kStages;
@@ -122,7 +137,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         WgmmaFence();
 #pragma unroll
         for (int kk = 0; kk < kBK / 32; ++kk) {
-          WgmmaM64N256K32Fp8<!kDyE4M3>(acc, da + 2 * kk, db + 2 * kk, 1);
+          WgmmaM64N128K32Fp8<!kDyE4M3>(acc, da + 2 * kk, db + 2 * kk, 1);
         }
         WgmmaCommit();
         WgmmaWait<1>();
@@ -131,14 +146,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       WgmmaWait<0>();
       MbarArrive(&empty[prev_s]);
-      // Stage dh (bf16, as the GEMM would store it) once the epilogue has read this buffer's
+      // Stage dh (bf16, as the GEMM would store it) once the epilogue has read this set's
       // previous tile. Fragment i of lane l in warp w: row w*16 + l/4 (+8 for i%4 >= 2),
       // column 8*(i/4) + 2*(l%4) + i%2.
       const int b = local & 1;
       if (local >= 2) MbarWait(&staged_free[b], ((local >> 1) + 1) & 1);
       uint8_t* out = staged + b * kStagedBytes;
 #pragma unroll
-      for (int j = 0; j < 32; ++j) {
+      for (int j = 0; j < 16; ++j) {
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           const float x = acc[4 * j + 2 * half] * dq, y = acc[4 * j + 2 * half + 1] * dq;
@@ -149,72 +164,55 @@ __global__ void __launch_bounds__(kThreads, 1)
       MbarArrive(&staged_full[b]);  // release: the stores above before the epilogue's reads
     }
   } else {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs.consumer) : "memory");
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;  // rows 16 warp.., columns 8 lane..
+    // Epilogue warpgroup b: the CTA's local tiles b, b + 2, ...
+    const int b = wg, t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+    const int v = lane % 16, rows = 16 * warp + 8 * (lane / 16);  // vector v of 8 rows
     const int64_t ffn = a.ffn, ld = 2 * ffn;
     const float s = *a.scale;
     uint8_t* out = static_cast<uint8_t*>(a.dgate_up);
     uint8_t* out_t = static_cast<uint8_t*>(a.dgate_up_t);
+    const uint8_t* g_in = gu + b * kGuBytes + (v / 8) * kGuBoxBytes;
+    const uint8_t* dh_in = staged + b * kStagedBytes + 16 * v;
     uint32_t amax = 0;
-    // Gate and up of 8 rows for this lane: slot k % 8 holds row k of the tile being worked on,
-    // refilled with the row 8 ahead (into the next tile) as soon as it is used.
-    uint4 g_raw[8], u_raw[8];
-    auto load_row = [&](int tile, int k, int slot) {
-      const int64_t m0 = int64_t(tile / tiles_n) * kBM, c = (tile % tiles_n) * kBN + 8 * lane;
-      const bf16* p = a.gate_up + (m0 + 16 * warp + k) * ld + c;
-      g_raw[slot] = __ldcs(reinterpret_cast<const uint4*>(p));
-      u_raw[slot] = __ldcs(reinterpret_cast<const uint4*>(p + ffn));
-    };
-    if (blockIdx.x < tiles) {
+    int local = b;
+    for (int tile = blockIdx.x + b * int(gridDim.x); tile < tiles;
+         tile += 2 * int(gridDim.x), local += 2) {
+      const int64_t r0 = int64_t(tile / tiles_n) * kBM + rows;
+      const int64_t c = (tile % tiles_n) * kBN + 8 * v;
+      const uint32_t parity = (local >> 1) & 1;
+      MbarWait(&gu_full[b], parity);
+      MbarWait(&staged_full[b], parity);
+      uint2 qg[8], qu[8];
 #pragma unroll
-      for (int k = 0; k < 8; ++k) load_row(blockIdx.x, k, k);
-    }
-    int local = 0;
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++local) {
-      const int64_t m0 = int64_t(tile / tiles_n) * kBM, r0 = m0 + 16 * warp;
-      const int64_t c = (tile % tiles_n) * kBN + 8 * lane;
-      const int next = tile + int(gridDim.x);
-      const int b = local & 1;
-      MbarWait(&staged_full[b], (local >> 1) & 1);
-      const uint8_t* in = staged + b * kStagedBytes + (16 * warp) * kStagedRowBytes + 16 * lane;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {  // rows 8h..8h+7 of this warp's 16
-        uint2 qg[8], qu[8];
-#pragma unroll
-        for (int k = 0; k < 8; ++k) {
-          float g[8], u[8], dh[8], f[2][8];
-          UnpackBf16x8(g_raw[k], g);
-          UnpackBf16x8(u_raw[k], u);
-          if (h == 0) {
-            load_row(tile, 8 + k, k);
-          } else if (next < tiles) {
-            load_row(next, k, k);
-          }
-          UnpackBf16x8(Load16(in + (8 * h + k) * kStagedRowBytes), dh);
-          SwiGluGradsRounded8(g, u, dh, f);
-#pragma unroll
-          for (int e = 0; e < 8; ++e) {
-            amax = max(amax, fp8tile::AbsBits(f[0][e]));
-            amax = max(amax, fp8tile::AbsBits(f[1][e]));
-          }
-          qg[k] = fp8tile::QuantizeFp8x8<__NV_E5M2>(f[0], s);
-          qu[k] = fp8tile::QuantizeFp8x8<__NV_E5M2>(f[1], s);
-          uint8_t* o = out + (r0 + 8 * h + k) * ld + c;
-          *reinterpret_cast<uint2*>(o) = qg[k];
-          *reinterpret_cast<uint2*>(o + ffn) = qu[k];
-        }
-        if (h == 1) MbarArrive(&staged_free[b]);  // every read of the buffer is done
-        uint2 col[8];
-        Transpose8x8Bytes(qg, col);
+      for (int k = 0; k < 8; ++k) {
+        const int row = rows + k;
+        const uint32_t off = StagedOffset(row, v % 8, 0);  // the 128-byte swizzle of a box row
+        float g[8], u[8], dh[8], f[2][8];
+        UnpackBf16x8(Load16(g_in + off), g);
+        UnpackBf16x8(Load16(g_in + 2 * kGuBoxBytes + off), u);
+        UnpackBf16x8(Load16(dh_in + row * kStagedRowBytes), dh);
+        SwiGluGradsRounded8(g, u, dh, f);
 #pragma unroll
         for (int e = 0; e < 8; ++e) {
-          *reinterpret_cast<uint2*>(out_t + (c + e) * a.M + r0 + 8 * h) = col[e];
+          amax = max(amax, fp8tile::AbsBits(f[0][e]));
+          amax = max(amax, fp8tile::AbsBits(f[1][e]));
         }
-        Transpose8x8Bytes(qu, col);
+        qg[k] = fp8tile::QuantizeFp8x8<__NV_E5M2>(f[0], s);
+        qu[k] = fp8tile::QuantizeFp8x8<__NV_E5M2>(f[1], s);
+        uint8_t* o = out + (r0 + k) * ld + c;
+        *reinterpret_cast<uint2*>(o) = qg[k];
+        *reinterpret_cast<uint2*>(o + ffn) = qu[k];
+      }
+      MbarArrive(&staged_free[b]);  // every shared-memory read of the set is done
+      MbarArrive(&gu_free[b]);
+      uint2 col[8];
+      Transpose8x8Bytes(qg, col);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          *reinterpret_cast<uint2*>(out_t + (ffn + c + e) * a.M + r0 + 8 * h) = col[e];
-        }
+      for (int e = 0; e < 8; ++e) *reinterpret_cast<uint2*>(out_t + (c + e) * a.M + r0) = col[e];
+      Transpose8x8Bytes(qu, col);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        *reinterpret_cast<uint2*>(out_t + (ffn + c + e) * a.M + r0) = col[e];
       }
     }
     fp8tile::WarpAmaxToGlobal(amax, a.amax, lane);
@@ -229,7 +227,7 @@ Status SwiGluBackwardGemmFp8Check(const SwiGluBackwardGemmFp8Args& a) {
                             " ffn=" + std::to_string(a.ffn) + ")";
   if (a.M <= 0 || a.M % kBM || a.K <= 0 || a.K % kBK || a.ffn <= 0 || a.ffn % kBN)
     return Status::Invalid("SwiGluBackwardGemmFp8: M must be a multiple of 64, K of 128 and ffn "
-                           "of 256" + shape);
+                           "of 128" + shape);
   if (!IsAligned(a.gate_up, 16) || !IsAligned(a.dgate_up, 8) || !IsAligned(a.dgate_up_t, 8) ||
       !IsAligned(a.dy, 16) || !IsAligned(a.w_t, 16))
     return Status::Invalid("SwiGluBackwardGemmFp8: unaligned buffers" + shape);
@@ -249,14 +247,14 @@ Status SwiGluBackwardGemmFp8(const SwiGluBackwardGemmFp8Args& a, cudaStream_t st
   CUtensorMap map_dy, map_w;
   FORGE_RETURN_IF_ERROR(SwizzledMap(a.dy, a.M, a.K, kBM, &map_dy, 1));
   FORGE_RETURN_IF_ERROR(SwizzledMap(a.w_t, a.ffn, a.K, kBN, &map_w, 1));
+  CUtensorMap map_gu;  // [M, 2 ffn] bf16 in boxes of 64 rows x 64 columns
+  FORGE_RETURN_IF_ERROR(SwizzledMap(a.gate_up, a.M, 2 * int64_t{a.ffn}, kBM, &map_gu));
   FORGE_ASSIGN_OR_RETURN(const int sms, DeviceSmCount());
   const int tiles_n = a.ffn / kBN, tiles = int(a.M / kBM) * tiles_n;
   const int grid = a.ctas > 0 ? std::min(a.ctas, tiles) : std::min(tiles, sms);
   const auto kernel = a.dy_e4m3 ? SwiGluBackwardGemmKernel<true> : SwiGluBackwardGemmKernel<false>;
   FORGE_RETURN_IF_ERROR(AllowDynamicSmem(kernel, kSmemBytes));
-  FORGE_RETURN_IF_ERROR(CheckLaunchRegisters(reinterpret_cast<const void*>(kernel), kRegs.launch,
-                                             "SwiGluBackwardGemmFp8"));
-  kernel<<<grid, kThreads, kSmemBytes, stream>>>(map_dy, map_w, a, tiles_n, tiles);
+  kernel<<<grid, kThreads, kSmemBytes, stream>>>(map_dy, map_w, map_gu, a, tiles_n, tiles);
   FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }

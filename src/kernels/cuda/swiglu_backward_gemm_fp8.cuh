@@ -22,7 +22,7 @@ namespace forge::cuda {
 struct SwiGluBackwardGemmFp8Args {
   int64_t M = 0;              // tokens: a multiple of 64
   int64_t K = 0;              // the model width: a multiple of 128
-  int ffn = 0;                // a multiple of 256
+  int ffn = 0;                // a multiple of 128
   const void* dy = nullptr;   // [M, K] E5M2 (E4M3 with dy_e4m3): the down projection's dy8
   bool dy_e4m3 = false;
   const void* w_t = nullptr;  // [ffn, K] E4M3: W_down [K, ffn] transposed (its W8t)

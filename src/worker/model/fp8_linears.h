@@ -157,6 +157,7 @@ class Fp8Linears {
   // option, and only with fast accumulation in the input-gradient GEMMs (precision.fp8.
   // fast_accum fprop_dgrad), which is how its MMAs sum. Reads the Down projection's dy8.
   bool fuse_swiglu_bwd_gemm() const { return swiglu_bwd_gemm_ && fuse_swiglu(); }
+  bool has_swiglu_bwd_gemm() const { return swiglu_bwd_gemm_; }
   Status SwiGluBackwardGemm(int layer, const cuda::bf16* gate_up, cudaStream_t s);
   // RMSNorm straight into the input casts of the linear layer it feeds (kQkv or kGateUp;
   // kernels/cuda/rmsnorm_fp8.cuh); rstd is written as RmsNormForward writes it.

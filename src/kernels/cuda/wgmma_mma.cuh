@@ -1,5 +1,6 @@
-// The m64n256 warpgroup MMAs with an FP32 accumulator (128 registers a thread) that our Hopper
-// GEMMs issue (gemm_wgmma.cu, swiglu_backward_gemm_fp8.cu): BF16, and 8-bit operands.
+// The warpgroup MMAs with an FP32 accumulator that our Hopper GEMMs issue: m64n256 (128
+// registers a thread; gemm_wgmma.cu) in BF16 and with 8-bit operands, and m64n128 (64
+// registers; swiglu_backward_gemm_fp8.cu) with 8-bit operands.
 #pragma once
 
 #include <cstdint>
@@ -89,5 +90,55 @@ __device__ __forceinline__ void WgmmaM64N256K32Fp8(float (&d)[128], uint64_t des
 }
 #undef FORGE_WGMMA_ACC_REGS
 #undef FORGE_WGMMA_ACC_OUTS
+
+// The 64 accumulator registers of an m64n128 MMA, likewise.
+#define FORGE_WGMMA_ACC64_REGS                                                         \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "   \
+  "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, "   \
+  "%34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, "   \
+  "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define FORGE_WGMMA_ACC64_OUTS(d)                                                                 \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),    \
+      "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),  \
+      "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),  \
+      "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),  \
+      "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),  \
+      "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),  \
+      "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),  \
+      "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+
+// m64n128k32 with 8-bit operands (as WgmmaM64N256K32Fp8).
+template <bool kAE5M2 = false>
+__device__ __forceinline__ void WgmmaM64N128K32Fp8(float (&d)[64], uint64_t desc_a,
+                                                   uint64_t desc_b, int scale_d) {
+  if constexpr (kAE5M2) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e5m2.e4m3 "
+        "{" FORGE_WGMMA_ACC64_REGS
+        "}, "
+        "%64, %65, p, 1, 1;\n"
+        "}\n"
+        : FORGE_WGMMA_ACC64_OUTS(d)
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  } else {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
+        "{" FORGE_WGMMA_ACC64_REGS
+        "}, "
+        "%64, %65, p, 1, 1;\n"
+        "}\n"
+        : FORGE_WGMMA_ACC64_OUTS(d)
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+}
+#undef FORGE_WGMMA_ACC64_REGS
+#undef FORGE_WGMMA_ACC64_OUTS
 
 }  // namespace forge::cuda
