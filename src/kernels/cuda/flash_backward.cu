@@ -274,8 +274,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                         const __grid_constant__ CUtensorMap map_do,  // dO, 64-row boxes
                         const Params p) {
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem =
-      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* smem = AlignedDynamicSmem(smem_raw);
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + kOffBar);
   uint64_t* kv_full = bars;        // K, V of a tile landed (tx)
   uint64_t* kv_empty = bars + 2;   // the compute warpgroups are done with that tile

@@ -99,8 +99,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                     const __grid_constant__ CUtensorMap map_d2, WgmmaEpilogueArgs ea,
                     __nv_bfloat16* h_out, int tiles_n, int tiles, int k) {
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
-                                             ~uintptr_t(1023));
+  uint8_t* smem = AlignedDynamicSmem(smem_raw);
   uint8_t* out_smem = smem + kStages * kStageBytes;
   constexpr bool swiglu = kEpi == WgmmaEpilogue::kSwiGlu;
   constexpr bool swiglu_bwd = kEpi == WgmmaEpilogue::kSwiGluBackward;

@@ -66,8 +66,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                              const __grid_constant__ CUtensorMap map_gu,
                              SwiGluBackwardGemmFp8Args a, int tiles_n, int tiles) {
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
-                                             ~uintptr_t(1023));
+  uint8_t* smem = AlignedDynamicSmem(smem_raw);
   uint8_t* gu = smem + kStages * kStageBytes;  // [2] (1024-aligned: the swizzle's pattern)
   uint8_t* staged = gu + 2 * kGuBytes;         // [2]
   uint64_t* full = reinterpret_cast<uint64_t*>(staged + 2 * kStagedBytes);
