@@ -43,7 +43,6 @@ struct Problem {
   std::vector<float> gate_up;
   DeviceBuffer<bf16> d_gate_up;
   DeviceBuffer<float> scales;
-  DeviceBuffer<int> counter{1};
   Problem(int64_t m, int64_t k, int f, cpu::Fp8Format dy_format, uint64_t seed)
       : M(m),
         K(k),
@@ -62,7 +61,6 @@ struct Problem {
     a.dgate_up = out.q.data(), a.dgate_up_t = out.qt.data();
     a.scale = out.scale(), a.amax = out.amax(), a.scale_inv = out.scale_inv();
     a.ctas = ctas;
-    a.tile_counter = counter.data();
     return a;
   }
 };

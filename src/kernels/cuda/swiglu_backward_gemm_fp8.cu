@@ -13,9 +13,7 @@
 // registers.
 //
 // Per CTA (persistent, one per SM; tiles of 64 rows x 128 columns of dh in row-major tile
-// order, taken from a global counter: the kernel often starts beside a weight-gradient GEMM
-// that holds most SMs for a while, and with a fixed share each CTA that had to wait for an SM
-// would finish that much later; local tile i of a CTA goes to buffer set i & 1):
+// order; local tile i of a CTA goes to buffer set i & 1):
 // - producer warp (warpgroup 3): one thread streams K-tiles (128) of dy (64 x 128 bytes) and
 //   W_down^T (128 x 128) into a 4-stage ring, and each tile's gate and up (64 x 128 bf16 each,
 //   as 64-column boxes) into its buffer set's gate/up buffer, all by TMA in the 128-byte swizzle;
@@ -58,8 +56,8 @@ constexpr int kGuBoxBytes = kBM * 128;             // 64 rows x 64 bf16 columns
 constexpr int kGuBytes = 4 * kGuBoxBytes;          // gate 2 boxes, then up 2 boxes
 constexpr int kMmaWg = 2, kProducerWg = 3;
 constexpr int kThreads = 128 * 4;
-constexpr int kSmemBytes = kStages * kStageBytes + 2 * kGuBytes + 2 * kStagedBytes + 1024 +
-                           (2 * kStages + 8) * 8 + (kStages + 2) * 4;
+constexpr int kSmemBytes =
+    kStages * kStageBytes + 2 * kGuBytes + 2 * kStagedBytes + 1024 + (2 * kStages + 8) * 8;
 
 template <bool kDyE4M3>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -77,10 +75,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* staged_free = staged_full + 2;  // [2]: the epilogue has read it
   uint64_t* gu_full = staged_free + 2;      // [2]: a tile's gate/up has landed
   uint64_t* gu_free = gu_full + 2;          // [2]: the epilogue has read it
-  // The tile a ring stage's first K-tile belongs to, and the tile of a gate/up buffer (-1: no
-  // more tiles), written by the producer before the barrier that publishes them.
-  int* stage_tile = reinterpret_cast<int*>(gu_free + 2);  // [kStages]
-  int* set_tile = stage_tile + kStages;                    // [2]
   const int wg = threadIdx.x / 128;
   const int ktiles = int(a.K / kBK);
 
@@ -102,18 +96,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (wg == kProducerWg) {
     if (threadIdx.x == kProducerWg * 128) {
       int it = 0, local = 0;
-      // Waits until set b's buffer is free for local tile `l`, then names its tile.
-      auto claim_set = [&](int l, int tile) {
-        const int b = l & 1;
-        if (l >= 2) MbarWait(&gu_free[b], ((l >> 1) + 1) & 1);
-        set_tile[b] = tile;
-      };
-      for (int tile = blockIdx.x; tile < tiles; ++local) {
+      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++local) {
         const int m0 = (tile / tiles_n) * kBM, n0 = (tile % tiles_n) * kBN;
         // This tile's gate/up first: the epilogue needs it only after the MMAs, so it lands
         // well ahead; the set's buffer is free once the epilogue has read its last tile.
         const int b = local & 1;
-        claim_set(local, tile);
+        if (local >= 2) MbarWait(&gu_free[b], ((local >> 1) + 1) & 1);
         uint8_t* g = gu + b * kGuBytes;
         MbarExpectTx(&gu_full[b], kGuBytes);
         for (int box = 0; box < 4; ++box) {
@@ -123,43 +111,26 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int kt = 0; kt < ktiles; ++kt, ++it) {
           const int s = it % kStages;
           if (it >= kStages) MbarWait(&empty[s], ((it / kStages) + 1) & 1);
-          if (kt == 0) stage_tile[s] = tile;
           uint8_t* st = smem + s * kStageBytes;
           MbarExpectTx(&full[s], kStageBytes);
           TmaLoad2d(st, &map_dy, &full[s], kt * kBK, m0);
           TmaLoad2d(st + kTileBytesA, &map_w, &full[s], kt * kBK, n0);
         }
-        tile = atomicAdd(a.tile_counter, 1) + int(gridDim.x);
-      }
-      // No more tiles: -1 to the MMA warpgroup (the next stage) and to both epilogue
-      // warpgroups (their next buffers), each phase completed by a plain arrive.
-      const int s = it % kStages;
-      if (it >= kStages) MbarWait(&empty[s], ((it / kStages) + 1) & 1);
-      stage_tile[s] = -1;
-      MbarArrive(&full[s]);
-      for (int l = local; l < local + 2; ++l) {
-        claim_set(l, -1);
-        MbarArrive(&gu_full[l & 1]);
       }
     }
   } else if (wg == kMmaWg) {
     const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32, quad = lane % 4;
     const int row0 = warp * 16 + lane / 4;
     const float dq = *a.dy_scale_inv * *a.w_scale_inv;
-    int it = 0;
-    for (int local = 0;; ++local) {
-      {  // the next tile's first stage, or the end
-        const int s = it % kStages;
-        MbarWait(&full[s], (it / kStages) & 1);
-        if (stage_tile[s] < 0) break;
-      }
+    int it = 0, local = 0;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++local) {
       float acc[64];
 #pragma unroll
       for (int i = 0; i < 64; ++i) acc[i] = 0.f;
       int prev_s = -1;
       for (int kt = 0; kt < ktiles; ++kt, ++it) {
         const int s = it % kStages;
-        if (kt > 0) MbarWait(&full[s], (it / kStages) & 1);
+        MbarWait(&full[s], (it / kStages) & 1);
         const uint8_t* st = smem + s * kStageBytes;
         const uint64_t da = SmemDesc(st), db = SmemDesc(st + kTileBytesA);
         WgmmaFence();
@@ -202,13 +173,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint8_t* g_in = gu + b * kGuBytes + (v / 8) * kGuBoxBytes;
     const uint8_t* dh_in = staged + b * kStagedBytes + 16 * v;
     uint32_t amax = 0;
-    for (int local = b;; local += 2) {
-      const uint32_t parity = (local >> 1) & 1;
-      MbarWait(&gu_full[b], parity);
-      const int tile = set_tile[b];
-      if (tile < 0) break;
+    int local = b;
+    for (int tile = blockIdx.x + b * int(gridDim.x); tile < tiles;
+         tile += 2 * int(gridDim.x), local += 2) {
       const int64_t r0 = int64_t(tile / tiles_n) * kBM + rows;
       const int64_t c = (tile % tiles_n) * kBN + 8 * v;
+      const uint32_t parity = (local >> 1) & 1;
+      MbarWait(&gu_full[b], parity);
       MbarWait(&staged_full[b], parity);
       uint2 qg[8], qu[8];
 #pragma unroll
@@ -266,7 +237,7 @@ Status SwiGluBackwardGemmFp8(const SwiGluBackwardGemmFp8Args& a, cudaStream_t st
   FORGE_RETURN_IF_ERROR(CheckSm90("SwiGluBackwardGemmFp8"));
   FORGE_RETURN_IF_ERROR(SwiGluBackwardGemmFp8Check(a));
   if (!a.dy || !a.w_t || !a.gate_up || !a.dgate_up || !a.dgate_up_t || !a.dy_scale_inv ||
-      !a.w_scale_inv || !a.tile_counter)
+      !a.w_scale_inv)
     return Status::Invalid("SwiGluBackwardGemmFp8: missing operand");
   FORGE_RETURN_IF_ERROR(CheckFp8CastArgs("SwiGluBackwardGemmFp8", DType::kE5M2, a.scale, a.amax,
                                          a.scale_inv));
@@ -282,7 +253,6 @@ Status SwiGluBackwardGemmFp8(const SwiGluBackwardGemmFp8Args& a, cudaStream_t st
   const int grid = a.ctas > 0 ? std::min(a.ctas, tiles) : std::min(tiles, sms);
   const auto kernel = a.dy_e4m3 ? SwiGluBackwardGemmKernel<true> : SwiGluBackwardGemmKernel<false>;
   FORGE_RETURN_IF_ERROR(AllowDynamicSmem(kernel, kSmemBytes));
-  FORGE_CUDA_CHECK(cudaMemsetAsync(a.tile_counter, 0, sizeof(int), stream));
   kernel<<<grid, kThreads, kSmemBytes, stream>>>(map_dy, map_w, map_gu, a, tiles_n, tiles);
   FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();

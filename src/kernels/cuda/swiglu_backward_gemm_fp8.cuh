@@ -35,8 +35,6 @@ struct SwiGluBackwardGemmFp8Args {
   float* amax = nullptr;
   float* scale_inv = nullptr;
   int ctas = 0;                   // persistent CTAs (0: one per SM, at most one per tile)
-  int* tile_counter = nullptr;    // a device int of the caller's: the CTAs' tile counter (the
-                                  // launch zeroes it first, on the stream)
 };
 
 // Whether the kernel takes these shapes and pointers (alignment included): the rule callers

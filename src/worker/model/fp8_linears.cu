@@ -158,7 +158,6 @@ Status Fp8Linears::Init(const Fp8Config& cfg, int n_layer,
       cuda::WgmmaGemmCheck(GateUpSwiGluGemm(0, 0, nullptr), true).ok()) {
     FORGE_RETURN_IF_ERROR(Alloc(&h8_, size_t(N_ * ffn)));
   }
-  FORGE_RETURN_IF_ERROR(Alloc(&tile_counter_, 1));
   swiglu_bwd_gemm_ = epilogue_gemms.swiglu_bwd && fuse_swiglu_ &&
                      cfg.fast_accum == Fp8FastAccum::kFpropDgrad && cuda::WgmmaGemmRunsHere() &&
                      cuda::SwiGluBackwardGemmFp8Check(
@@ -326,7 +325,6 @@ cuda::SwiGluBackwardGemmFp8Args Fp8Linears::SwiGluBackwardGemmArgs(int layer,
   a.dgate_up = dy8_[kg], a.dgate_up_t = dy8t_[kg];
   const SlotPtrs q = SlotOf(e5m2_, GradSlot(layer, kg));
   a.scale = q.scale, a.amax = q.amax, a.scale_inv = q.scale_inv;
-  a.tile_counter = tile_counter_;
   return a;
 }
 

@@ -328,7 +328,6 @@ class Fp8Linears {
   Fp8RopeShape rope_;
   bool rope_gemm_ = false;
   bool swiglu_bwd_gemm_ = false;
-  int* tile_counter_ = nullptr;  // SwiGluBackwardGemm's
   // RoPE's (sin, cos) [T, hd / 2] (RopeSinCosTable) for QkvRopeGemm and RopeBackwardToGrad;
   // null when neither runs.
   float2* rope_sin_cos_ = nullptr;
