@@ -47,7 +47,7 @@
 namespace forge::cuda {
 namespace {
 
-constexpr int kBM = 64, kBN = 128, kBK = 128, kStages = 4;
+constexpr int kBM = 64, kBN = 128, kBK = 128, kStages = 5;
 constexpr int kTileBytesA = kBM * kBK, kTileBytesB = kBN * kBK;
 constexpr int kStageBytes = kTileBytesA + kTileBytesB;
 constexpr int kStagedRowBytes = kBN * 2 + 16;  // padded: see the fragment writes
@@ -58,6 +58,12 @@ constexpr int kMmaWg = 2, kProducerWg = 3;
 constexpr int kThreads = 128 * 4;
 constexpr int kSmemBytes =
     kStages * kStageBytes + 2 * kGuBytes + 2 * kStagedBytes + 1024 + (2 * kStages + 8) * 8;
+
+__device__ __forceinline__ uint32_t MaxU16x2(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("max.u16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
 
 template <bool kDyE4M3>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -172,7 +178,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint8_t* out_t = static_cast<uint8_t*>(a.dgate_up_t);
     const uint8_t* g_in = gu + b * kGuBytes + (v / 8) * kGuBoxBytes;
     const uint8_t* dh_in = staged + b * kStagedBytes + 16 * v;
-    uint32_t amax = 0;
+    uint32_t amax2 = 0;  // two bf16 magnitudes' bits
     int local = b;
     for (int tile = blockIdx.x + b * int(gridDim.x); tile < tiles;
          tile += 2 * int(gridDim.x), local += 2) {
@@ -190,11 +196,18 @@ __global__ void __launch_bounds__(kThreads, 1)
         UnpackBf16x8(Load16(g_in + off), g);
         UnpackBf16x8(Load16(g_in + 2 * kGuBoxBytes + off), u);
         UnpackBf16x8(Load16(dh_in + row * kStagedRowBytes), dh);
-        SwiGluGradsRounded8(g, u, dh, f);
+        // SwiGluGradsRounded8's values, rounded two at a time, and their magnitudes' max on
+        // the packed bf16 bits (a float's |x| bits are its bf16's, shifted up 16).
 #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          amax = max(amax, fp8tile::AbsBits(f[0][e]));
-          amax = max(amax, fp8tile::AbsBits(f[1][e]));
+        for (int e = 0; e < 8; e += 2) {
+          float dg0, du0, dg1, du1;
+          SwiGluGrads(g[e], u[e], dh[e], &dg0, &du0);
+          SwiGluGrads(g[e + 1], u[e + 1], dh[e + 1], &dg1, &du1);
+          const uint32_t pg = PackBf16x2(dg0, dg1), pu = PackBf16x2(du0, du1);
+          f[0][e] = __uint_as_float(pg << 16), f[0][e + 1] = __uint_as_float(pg & 0xFFFF0000u);
+          f[1][e] = __uint_as_float(pu << 16), f[1][e + 1] = __uint_as_float(pu & 0xFFFF0000u);
+          amax2 = MaxU16x2(amax2, pg & 0x7FFF7FFFu);
+          amax2 = MaxU16x2(amax2, pu & 0x7FFF7FFFu);
         }
         qg[k] = fp8tile::QuantizeFp8x8<__NV_E5M2>(f[0], s);
         qu[k] = fp8tile::QuantizeFp8x8<__NV_E5M2>(f[1], s);
@@ -214,7 +227,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         *reinterpret_cast<uint2*>(out_t + (ffn + c + e) * a.M + r0) = col[e];
       }
     }
-    fp8tile::WarpAmaxToGlobal(amax, a.amax, lane);
+    fp8tile::WarpAmaxToGlobal(max(amax2 & 0xFFFFu, amax2 >> 16) << 16, a.amax, lane);
     if (blockIdx.x == 0 && threadIdx.x == 0) *a.scale_inv = 1.0f / s;
   }
 }
