@@ -1,7 +1,7 @@
 #!/bin/bash
 # Issue 4's table in ONE device call on one GPU (~8 min): forge-bench gpt350m (--steps 30, CUDA
 # graph replay) at micro-batch SIZES (default "16 24"): BF16, FP8 + FP8 LM head with
-# precision.fp8.fast_accum fprop (the default), fprop_dgrad and none, and FP8 without the LM
+# precision.fp8.fast_accum fprop_dgrad (the default since session 20), fprop and none, and FP8 without the LM
 # head (default fast_accum); then the compiled PyTorch anchor (torch_baseline.py MODEL:B:c) at
 # the same batches on the same GPU; then, with ACC=1 and time left, gpt124m's 2000-step BF16
 # accuracy run (scripts/device_fp8_accuracy.sh) as the same-code reference curve. JSON lines
@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 source scripts/device_gpu_preamble.sh
 for b in ${SIZES:-16 24}; do
   B=$b bench "bf16-b$b" forge-bench --precision bf16
-  for f in fprop fprop_dgrad none; do
+  for f in fprop_dgrad fprop none; do
     B=$b bench "fp8lm-$f-b$b" forge-bench --precision fp8 --fp8-lm-head 1 --fp8-fast-accum $f
   done
   B=$b bench "fp8-fprop-b$b" forge-bench --precision fp8 --fp8-lm-head 0

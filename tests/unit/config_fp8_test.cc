@@ -21,7 +21,7 @@ TEST(ConfigFp8Test, Defaults) {
   EXPECT_EQ(c.precision.fp8.amax_history, 16);
   EXPECT_EQ(c.precision.fp8.margin, 0);
   EXPECT_FALSE(c.precision.fp8.lm_head);
-  EXPECT_EQ(c.precision.fp8.fast_accum, Fp8FastAccum::kFprop);
+  EXPECT_EQ(c.precision.fp8.fast_accum, Fp8FastAccum::kFpropDgrad);
   // An empty fp8 section keeps them too.
   const RunConfig e = ParseOk(kBase + "precision:\n  compute: fp8\n  fp8:\n");
   EXPECT_EQ(e.precision.compute, Precision::kFp8);
