@@ -238,8 +238,8 @@ Status SwiGluBackwardGemmFp8Check(const SwiGluBackwardGemmFp8Args& a) {
   const std::string shape = " (M=" + std::to_string(a.M) + " K=" + std::to_string(a.K) +
                             " ffn=" + std::to_string(a.ffn) + ")";
   if (a.M <= 0 || a.M % kBM || a.K <= 0 || a.K % kBK || a.ffn <= 0 || a.ffn % kBN)
-    return Status::Invalid("SwiGluBackwardGemmFp8: M must be a multiple of 64, K of 128 and ffn "
-                           "of 128" + shape);
+    return Status::Invalid("SwiGluBackwardGemmFp8: M must be a multiple of 64, K and ffn of 128" +
+                           shape);
   if (!IsAligned(a.gate_up, 16) || !IsAligned(a.dgate_up, 8) || !IsAligned(a.dgate_up_t, 8) ||
       !IsAligned(a.dy, 16) || !IsAligned(a.w_t, 16))
     return Status::Invalid("SwiGluBackwardGemmFp8: unaligned buffers" + shape);
