@@ -9,8 +9,8 @@
 
 #include <cmath>
 #include <cstdint>
-#include <tuple>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "fp8_fused_test_util.h"
@@ -29,9 +29,9 @@ using test::DeviceBuffer;
 using test::Fp8CastOut;
 using test::Fp8Operand;
 
-#define SKIP_WITHOUT_SM90()                                                          \
-  do {                                                                               \
-    FORGE_SKIP_WITHOUT_GPU();                                                        \
+#define SKIP_WITHOUT_SM90()                                                        \
+  do {                                                                             \
+    FORGE_SKIP_WITHOUT_GPU();                                                      \
     if (!cuda::WgmmaGemmRunsHere()) GTEST_SKIP() << "needs an sm_90 GPU (Hopper)"; \
   } while (0)
 
@@ -80,10 +80,9 @@ TEST(GpuSwiGluBackwardGemmFp8, IsGemmThenSwiGluBackwardBitForBit) {
     ASSERT_STATUS_OK(cuda::WgmmaGemmFp8(g, nullptr));
     for (const float scale : {2.0f, 4096.0f}) {
       Fp8CastOut want(size_t(M) * 2 * ffn, scale);
-      ASSERT_STATUS_OK(cuda::SwiGluBackwardFp8(want.q.data(), want.qt.data(), dh.data(),
-                                               p.d_gate_up.data(), M, ffn, DType::kE5M2,
-                                               want.scale(), want.amax(), want.scale_inv(),
-                                               nullptr));
+      ASSERT_STATUS_OK(cuda::SwiGluBackwardFp8(
+          want.q.data(), want.qt.data(), dh.data(), p.d_gate_up.data(), M, ffn, DType::kE5M2,
+          want.scale(), want.amax(), want.scale_inv(), nullptr));
       for (const int ctas : {0, 1, 3}) {
         SCOPED_TRACE("M " + std::to_string(M) + " K " + std::to_string(K) + " ffn " +
                      std::to_string(ffn) + " scale " + std::to_string(scale) + " ctas " +

@@ -52,8 +52,8 @@ constexpr int kTileBytesA = kBM * kBK, kTileBytesB = kBN * kBK;
 constexpr int kStageBytes = kTileBytesA + kTileBytesB;
 constexpr int kStagedRowBytes = kBN * 2 + 16;  // padded: see the fragment writes
 constexpr int kStagedBytes = kBM * kStagedRowBytes;
-constexpr int kGuBoxBytes = kBM * 128;             // 64 rows x 64 bf16 columns
-constexpr int kGuBytes = 4 * kGuBoxBytes;          // gate 2 boxes, then up 2 boxes
+constexpr int kGuBoxBytes = kBM * 128;     // 64 rows x 64 bf16 columns
+constexpr int kGuBytes = 4 * kGuBoxBytes;  // gate 2 boxes, then up 2 boxes
 constexpr int kMmaWg = 2, kProducerWg = 3;
 constexpr int kThreads = 128 * 4;
 constexpr int kSmemBytes =
@@ -252,8 +252,8 @@ Status SwiGluBackwardGemmFp8(const SwiGluBackwardGemmFp8Args& a, cudaStream_t st
   if (!a.dy || !a.w_t || !a.gate_up || !a.dgate_up || !a.dgate_up_t || !a.dy_scale_inv ||
       !a.w_scale_inv)
     return Status::Invalid("SwiGluBackwardGemmFp8: missing operand");
-  FORGE_RETURN_IF_ERROR(CheckFp8CastArgs("SwiGluBackwardGemmFp8", DType::kE5M2, a.scale, a.amax,
-                                         a.scale_inv));
+  FORGE_RETURN_IF_ERROR(
+      CheckFp8CastArgs("SwiGluBackwardGemmFp8", DType::kE5M2, a.scale, a.amax, a.scale_inv));
   if (!a.amax || !a.scale_inv)
     return Status::Invalid("SwiGluBackwardGemmFp8: needs the amax and scale_inv slots");
   CUtensorMap map_dy, map_w;

@@ -20,12 +20,12 @@
 namespace forge::cuda {
 
 struct SwiGluBackwardGemmFp8Args {
-  int64_t M = 0;              // tokens: a multiple of 64
-  int64_t K = 0;              // the model width: a multiple of 128
-  int ffn = 0;                // a multiple of 128
-  const void* dy = nullptr;   // [M, K] E5M2 (E4M3 with dy_e4m3): the down projection's dy8
+  int64_t M = 0;             // tokens: a multiple of 64
+  int64_t K = 0;             // the model width: a multiple of 128
+  int ffn = 0;               // a multiple of 128
+  const void* dy = nullptr;  // [M, K] E5M2 (E4M3 with dy_e4m3): the down projection's dy8
   bool dy_e4m3 = false;
-  const void* w_t = nullptr;  // [ffn, K] E4M3: W_down [K, ffn] transposed (its W8t)
+  const void* w_t = nullptr;            // [ffn, K] E4M3: W_down [K, ffn] transposed (its W8t)
   const float* dy_scale_inv = nullptr;  // dequantisation of dy and w_t (their casts' slots)
   const float* w_scale_inv = nullptr;
   const bf16* gate_up = nullptr;  // [M, 2 ffn]: SwiGLU's input, saved by the forward
@@ -34,7 +34,7 @@ struct SwiGluBackwardGemmFp8Args {
   const float* scale = nullptr;   // fp8_cast.cuh's slots of dgate_up
   float* amax = nullptr;
   float* scale_inv = nullptr;
-  int ctas = 0;                   // persistent CTAs (0: one per SM, at most one per tile)
+  int ctas = 0;  // persistent CTAs (0: one per SM, at most one per tile)
 };
 
 // Whether the kernel takes these shapes and pointers (alignment included): the rule callers

@@ -42,7 +42,8 @@ namespace forge::cuda {
 
 // kTransB: B is N-major in shared memory (wgmma's imm-trans-b).
 template <int kTransB>
-__device__ __forceinline__ void WgmmaM64N256K16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void WgmmaM64N256K16(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
+                                                int scale_d) {
   asm volatile(
       "{\n"
       ".reg .pred p;\n"
@@ -92,10 +93,10 @@ __device__ __forceinline__ void WgmmaM64N256K32Fp8(float (&d)[128], uint64_t des
 #undef FORGE_WGMMA_ACC_OUTS
 
 // The 64 accumulator registers of an m64n128 MMA, likewise.
-#define FORGE_WGMMA_ACC64_REGS                                                         \
-  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "   \
-  "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, "   \
-  "%34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, "   \
+#define FORGE_WGMMA_ACC64_REGS                                                       \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, " \
+  "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, " \
+  "%34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, " \
   "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
 #define FORGE_WGMMA_ACC64_OUTS(d)                                                                 \
   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
@@ -110,8 +111,8 @@ __device__ __forceinline__ void WgmmaM64N256K32Fp8(float (&d)[128], uint64_t des
 
 // m64n128k32 with 8-bit operands (as WgmmaM64N256K32Fp8).
 template <bool kAE5M2 = false>
-__device__ __forceinline__ void WgmmaM64N128K32Fp8(float (&d)[64], uint64_t desc_a,
-                                                   uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void WgmmaM64N128K32Fp8(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
+                                                   int scale_d) {
   if constexpr (kAE5M2) {
     asm volatile(
         "{\n"

@@ -405,9 +405,9 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
                  o.fp8_lm_head_wgrad};
     }
     FORGE_ASSIGN_OR_RETURN(
-        b.fp8, Fp8Linears::Create(o.fp8_config, m.n_layer, shapes, N_, int(b.acts.size()), rope,
-                                  lm_head,
-                                  Fp8EpilogueGemms{o.rope_gemm, o.swiglu_gemm, o.swiglu_bwd_gemm}));
+        b.fp8,
+        Fp8Linears::Create(o.fp8_config, m.n_layer, shapes, N_, int(b.acts.size()), rope, lm_head,
+                           Fp8EpilogueGemms{o.rope_gemm, o.swiglu_gemm, o.swiglu_bwd_gemm}));
     allocated_bytes_ += b.fp8->allocated_bytes();
   }
   FORGE_RETURN_IF_ERROR(alloc(&b.hf, N * d));
@@ -976,9 +976,9 @@ Status CudaModel::BlockBackward(int layer, int set, const BlockActs& a, const bf
       FORGE_RETURN_IF_ERROR(f8->CastGrad(layer, LinearKind::kDown, dres, s));
     }
     FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdGemm, s));
-    FORGE_RETURN_IF_ERROR(WgradGemm(
-        f8->BackwardWeight(layer, LinearKind::kDown, set, g + o.w_down, acc), WgradHazard::kDres,
-        s));
+    FORGE_RETURN_IF_ERROR(
+        WgradGemm(f8->BackwardWeight(layer, LinearKind::kDown, set, g + o.w_down, acc),
+                  WgradHazard::kDres, s));
     FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDgu, s));  // block l+1's dWgu reads dgu
     FORGE_RETURN_IF_ERROR(f8->SwiGluBackwardGemm(layer, a.gu, s));
   } else {

@@ -1,5 +1,3 @@
-#include "worker/model/fp8_linears.h"
-
 #include <algorithm>
 #include <climits>
 #include <cstring>
@@ -18,6 +16,7 @@
 #include "kernels/cuda/swiglu_backward_gemm_fp8.cuh"
 #include "kernels/cuda/swiglu_fp8.cuh"
 #include "worker/model/device_alloc.h"
+#include "worker/model/fp8_linears.h"
 #include "worker/model/fp8_scaling.h"
 
 namespace forge {
@@ -161,7 +160,8 @@ Status Fp8Linears::Init(const Fp8Config& cfg, int n_layer,
   swiglu_bwd_gemm_ = epilogue_gemms.swiglu_bwd && fuse_swiglu_ &&
                      cfg.fast_accum == Fp8FastAccum::kFpropDgrad && cuda::WgmmaGemmRunsHere() &&
                      cuda::SwiGluBackwardGemmFp8Check(
-                         SwiGluBackwardGemmArgs(0, reinterpret_cast<const bf16*>(x8_))).ok();
+                         SwiGluBackwardGemmArgs(0, reinterpret_cast<const bf16*>(x8_)))
+                         .ok();
   rope_gemm_ = epilogue_gemms.rope && wgmma_here && int64_t{rope.B} * rope.T == N_ &&
                cuda::WgmmaGemmCheck(QkvRopeGemm(0, nullptr), true).ok();
   fuse_norm_ = shapes[int(LinearKind::kQkv)].in == shapes[int(LinearKind::kGateUp)].in &&
