@@ -15,7 +15,9 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../common/skipped_step_check.h"
@@ -216,6 +218,37 @@ TEST(GpuFp8Step, RopeInTheAttentionBackwardChangesNoBit) {
   ExpectSameWeights(fused, TenSteps(c, eager, nullptr));
 }
 
+// The FP8 model of config c with precision.fp8.fast_accum `fast` (nothing run): what its
+// Fp8Linears chose to run.
+std::unique_ptr<CudaModel> Fp8ModelWith(const RunConfig& c, Fp8FastAccum fast) {
+  CudaModelOptions mo;
+  mo.micro_batch = c.batch.micro_batch;
+  mo.fp8 = true;
+  mo.fp8_config = c.precision.fp8;
+  mo.fp8_config.fast_accum = fast;
+  auto model = CudaModel::Create(c.model, c.optimizer, mo);
+  EXPECT_TRUE(model.ok()) << model.status().ToString();
+  return model.ok() ? std::move(model).value() : nullptr;
+}
+
+// Ten steps of c with options `fused` and `separate` from the same init and batches: every
+// loss finite and within 1% of the other path's.
+void ExpectLossesTrackWithinOnePercent(const RunConfig& c, const CudaBackendOptions& fused,
+                                       const CudaBackendOptions& separate, uint64_t seed) {
+  auto a = MakeGpu(c, fused), b = MakeGpu(c, separate);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  const auto batches = MakeBatches(c, 10, seed);
+  for (int step = 1; step <= 10; ++step) {
+    StepStats sa, sb;
+    ASSERT_STATUS_OK(a->TrainStep(Views(batches, step - 1, 1), {c.optimizer.lr, step}, true, &sa));
+    ASSERT_STATUS_OK(b->TrainStep(Views(batches, step - 1, 1), {c.optimizer.lr, step}, true, &sb));
+    ASSERT_TRUE(std::isfinite(sa.loss)) << "step " << step;
+    EXPECT_LT(std::fabs(sa.loss - sb.loss), 1e-2 * std::fabs(sb.loss))
+        << "step " << step << ": fused " << sa.loss << " vs separate " << sb.loss;
+  }
+}
+
 // precision.fp8.fast_accum fprop on an sm_90 GPU, d 256 (4 heads of 64): the QKV projection
 // runs our GEMM in FP8 with RoPE in its epilogue (Fp8Linears::has_rope_gemm, every step) and
 // the gate/up projection with SwiGLU and the down projection's input casts in its epilogue
@@ -229,16 +262,11 @@ TEST(GpuFp8Step, EpilogueGemmsTrainLikeTheSeparatePath) {
   RunConfig c = Fp8Config(Fp8Recipe::kDelayed, false, Fp8FastAccum::kFprop);
   c.model.d_model = 256;
   for (const Fp8FastAccum fast : {Fp8FastAccum::kFprop, Fp8FastAccum::kNone}) {
-    CudaModelOptions mo;
-    mo.micro_batch = c.batch.micro_batch;
-    mo.fp8 = true;
-    mo.fp8_config = c.precision.fp8;
-    mo.fp8_config.fast_accum = fast;
-    auto model = CudaModel::Create(c.model, c.optimizer, mo);
-    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    const auto model = Fp8ModelWith(c, fast);
+    ASSERT_NE(model, nullptr);
     const bool on = fast != Fp8FastAccum::kNone && cuda::WgmmaGemmRunsHere();
-    EXPECT_EQ((*model)->fp8()->has_rope_gemm(), on);
-    EXPECT_EQ((*model)->fp8()->has_swiglu_gemm(), on);
+    EXPECT_EQ(model->fp8()->has_rope_gemm(), on);
+    EXPECT_EQ(model->fp8()->has_swiglu_gemm(), on);
   }
   if (!cuda::WgmmaGemmRunsHere()) GTEST_SKIP() << "the FP8 epilogue GEMMs need an sm_90 GPU";
   test::ExpectGradientsMatchCpu(c, 2, {}, /*loss_tol=*/2e-2, /*grad_tol=*/0.15);
@@ -253,18 +281,7 @@ TEST(GpuFp8Step, EpilogueGemmsTrainLikeTheSeparatePath) {
 
   CudaBackendOptions separate;
   separate.rope_gemm = separate.swiglu_gemm = false;
-  auto a = MakeGpu(c, {}), b = MakeGpu(c, separate);
-  ASSERT_NE(a, nullptr);
-  ASSERT_NE(b, nullptr);
-  const auto batches = MakeBatches(c, 10, 43);
-  for (int step = 1; step <= 10; ++step) {
-    StepStats sa, sb;
-    ASSERT_STATUS_OK(a->TrainStep(Views(batches, step - 1, 1), {c.optimizer.lr, step}, true, &sa));
-    ASSERT_STATUS_OK(b->TrainStep(Views(batches, step - 1, 1), {c.optimizer.lr, step}, true, &sb));
-    ASSERT_TRUE(std::isfinite(sa.loss)) << "step " << step;
-    EXPECT_LT(std::fabs(sa.loss - sb.loss), 1e-2 * std::fabs(sb.loss))
-        << "step " << step << ": fused " << sa.loss << " vs separate " << sb.loss;
-  }
+  ExpectLossesTrackWithinOnePercent(c, {}, separate, 43);
 }
 
 // precision.fp8.fast_accum fprop_dgrad on an sm_90 GPU, d 256: the down projection's input
@@ -278,36 +295,19 @@ TEST(GpuFp8Step, SwiGluBackwardGemmTrainsLikeTheSeparatePath) {
   RunConfig c = Fp8Config(Fp8Recipe::kDelayed, false, Fp8FastAccum::kFpropDgrad);
   c.model.d_model = 256;
   for (const Fp8FastAccum fast : {Fp8FastAccum::kFpropDgrad, Fp8FastAccum::kFprop}) {
-    CudaModelOptions mo;
-    mo.micro_batch = c.batch.micro_batch;
-    mo.fp8 = true;
-    mo.fp8_config = c.precision.fp8;
-    mo.fp8_config.fast_accum = fast;
-    auto model = CudaModel::Create(c.model, c.optimizer, mo);
-    ASSERT_TRUE(model.ok()) << model.status().ToString();
-    EXPECT_EQ((*model)->fp8()->has_swiglu_bwd_gemm(),
+    const auto model = Fp8ModelWith(c, fast);
+    ASSERT_NE(model, nullptr);
+    EXPECT_EQ(model->fp8()->has_swiglu_bwd_gemm(),
               fast == Fp8FastAccum::kFpropDgrad && cuda::WgmmaGemmRunsHere());
-    EXPECT_FALSE((*model)->fp8()->fuse_swiglu_bwd_gemm());  // the first step measures
+    EXPECT_FALSE(model->fp8()->fuse_swiglu_bwd_gemm());  // the first step measures
   }
   if (!cuda::WgmmaGemmRunsHere()) GTEST_SKIP() << "the fused kernel needs an sm_90 GPU";
   test::ExpectGradientsMatchCpu(c, 2, {}, /*loss_tol=*/2e-2, /*grad_tol=*/0.15);
   CudaBackendOptions eager, separate;
   eager.use_graph = false;
   separate.swiglu_bwd_gemm = false;
-  const std::vector<UnitBuffers> fused = TenSteps(c, {}, nullptr);
-  ExpectSameWeights(fused, TenSteps(c, eager, nullptr));
-  auto x = MakeGpu(c, {}), y = MakeGpu(c, separate);
-  ASSERT_NE(x, nullptr);
-  ASSERT_NE(y, nullptr);
-  const auto batches = MakeBatches(c, 10, 53);
-  for (int step = 1; step <= 10; ++step) {
-    StepStats sx, sy;
-    ASSERT_STATUS_OK(x->TrainStep(Views(batches, step - 1, 1), {c.optimizer.lr, step}, true, &sx));
-    ASSERT_STATUS_OK(y->TrainStep(Views(batches, step - 1, 1), {c.optimizer.lr, step}, true, &sy));
-    ASSERT_TRUE(std::isfinite(sx.loss)) << "step " << step;
-    EXPECT_LT(std::fabs(sx.loss - sy.loss), 1e-2 * std::fabs(sy.loss))
-        << "step " << step << ": fused " << sx.loss << " vs separate " << sy.loss;
-  }
+  ExpectSameWeights(TenSteps(c, {}, nullptr), TenSteps(c, eager, nullptr));
+  ExpectLossesTrackWithinOnePercent(c, {}, separate, 53);
 }
 
 // precision.fp8.lm_head computes dWte in FP8 as well (dlogits8 transposed into the chunk's
