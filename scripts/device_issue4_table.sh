@@ -14,7 +14,7 @@ for b in ${SIZES:-16 24}; do
   for f in fprop_dgrad fprop none; do
     B=$b bench "fp8lm-$f-b$b" forge-bench --precision fp8 --fp8-lm-head 1 --fp8-fast-accum $f
   done
-  B=$b bench "fp8-fprop-b$b" forge-bench --precision fp8 --fp8-lm-head 0
+  B=$b bench "fp8-default-b$b" forge-bench --precision fp8 --fp8-lm-head 0
 done
 echo "forge done at ${SECONDS}s"
 shapes=""
