@@ -10,12 +10,12 @@
 // ahead of it. A first form (session 20) kept gate/up in the epilogue's registers, 8 rows
 // ahead: 32 KiB in flight an SM held HBM to ~1 TB/s and the kernel took 455 us against the
 // separate path's 260; the copy engine keeps a whole tile's 32 KiB in flight per buffer without
-// registers.
+// registers (this form: ~230 us under ncu on an H100 at gpt350m B 16, docs/benchmarks.md).
 //
 // Per CTA (persistent, one per SM; tiles of 64 rows x 128 columns of dh in row-major tile
 // order; local tile i of a CTA goes to buffer set i & 1):
 // - producer warp (warpgroup 3): one thread streams K-tiles (128) of dy (64 x 128 bytes) and
-//   W_down^T (128 x 128) into a 4-stage ring, and each tile's gate and up (64 x 128 bf16 each,
+//   W_down^T (128 x 128) into a 5-stage ring, and each tile's gate and up (64 x 128 bf16 each,
 //   as 64-column boxes) into its buffer set's gate/up buffer, all by TMA in the 128-byte swizzle;
 // - MMA warpgroup (2): wgmma m64n128k32 from the ring, then dh = acc * dy_scale_inv *
 //   w_scale_inv rounded to bf16 into the set's staging buffer (rows 272 bytes apart: a
