@@ -1,3 +1,5 @@
+#include "worker/model/fp8_linears.h"
+
 #include <algorithm>
 #include <climits>
 #include <cstring>
@@ -16,7 +18,6 @@
 #include "kernels/cuda/swiglu_backward_gemm_fp8.cuh"
 #include "kernels/cuda/swiglu_fp8.cuh"
 #include "worker/model/device_alloc.h"
-#include "worker/model/fp8_linears.h"
 #include "worker/model/fp8_scaling.h"
 
 namespace forge {
