@@ -218,38 +218,6 @@ TEST(GpuFp8Step, RopeInTheAttentionBackwardChangesNoBit) {
   ExpectSameWeights(fused, TenSteps(c, eager, nullptr));
 }
 
-// A delayed FP8 step leaves the transposed copies of the attention output and of the norms'
-// outputs to the backward (CudaModelOptions::fp8_defer_input_t, Fp8Linears::InputTransposed):
-// the same weights after ten steps, bit for bit, graph and eager, with and without the wgrad
-// stream, FP8 LM head on and off; activation recompute keeps them in the forward.
-TEST(GpuFp8Step, DeferredInputTransposesChangeNoBit) {
-  FORGE_SKIP_WITHOUT_GPU();
-  const NoGemmAutotune fixed_gemms;
-  for (const bool lm_head : {true, false}) {
-    SCOPED_TRACE(lm_head ? "FP8 LM head" : "BF16 LM head");
-    RunConfig c = lm_head ? Fp8LmHeadSteps() : Fp8Config(Fp8Recipe::kDelayed, false);
-    for (const bool recompute : {false, true}) {
-      CudaModelOptions mo;
-      mo.micro_batch = c.batch.micro_batch;
-      mo.fp8 = true;
-      mo.fp8_config = c.precision.fp8;
-      mo.activation_recompute = recompute;
-      auto model = CudaModel::Create(c.model, c.optimizer, mo);
-      ASSERT_TRUE(model.ok()) << model.status().ToString();
-      EXPECT_EQ((*model)->fp8()->can_defer_input_t(), !recompute);
-      EXPECT_FALSE((*model)->fp8()->defer_input_t());  // the first step measures
-    }
-    CudaBackendOptions off, eager, one_stream;
-    off.fp8_defer_input_t = false;
-    eager.use_graph = false;
-    one_stream.wgrad_stream = false;
-    const std::vector<UnitBuffers> deferred = TenSteps(c, {}, nullptr);
-    ExpectSameWeights(deferred, TenSteps(c, off, nullptr));
-    ExpectSameWeights(deferred, TenSteps(c, eager, nullptr));
-    ExpectSameWeights(deferred, TenSteps(c, one_stream, nullptr));
-  }
-}
-
 // The FP8 model of config c with precision.fp8.fast_accum `fast` (nothing run): what its
 // Fp8Linears chose to run.
 std::unique_ptr<CudaModel> Fp8ModelWith(const RunConfig& c, Fp8FastAccum fast) {

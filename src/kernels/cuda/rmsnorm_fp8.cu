@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(kBandThreads, V <= 4 ? 2 : 1)
       }
       ss = WarpSum(ss);
       const float r = RmsNormRstd(ss, inv_d, eps);
-      if (rstd != nullptr && lane == 0) rstd[r0 + rr] = r;
+      if (lane == 0) rstd[r0 + rr] = r;
 #pragma unroll
       for (int k = 0; k < V; ++k) {
         const int c = (k * 32 + lane) * 8;
@@ -100,11 +100,10 @@ __global__ void __launch_bounds__(kBandThreads, V <= 4 ? 2 : 1)
           m = max(m, fp8tile::AbsBits(v[e]));
         }
         const uint2 q = fp8tile::QuantizeFp8x8<F>(v, s);
-        if (out != nullptr) *reinterpret_cast<uint2*>(out + (r0 + rr) * d + c) = q;
-        if (out_t != nullptr) *reinterpret_cast<uint2*>(tile + rr * stride + c) = q;
+        *reinterpret_cast<uint2*>(out + (r0 + rr) * d + c) = q;
+        *reinterpret_cast<uint2*>(tile + rr * stride + c) = q;
       }
     }
-    if (out_t == nullptr) continue;  // the whole block takes the same branch
     __syncthreads();
 
     // 3. The transposed output: thread (column group cg, row group g) turns rows 8 g .. 8 g + 7
@@ -165,10 +164,10 @@ Status RmsNormForwardFp8(void* out, void* out_t, float* rstd, const bf16* x, con
                          int64_t N, int d, float eps, DType format, const float* scale, float* amax,
                          float* scale_inv, cudaStream_t stream) {
   FORGE_RETURN_IF_ERROR(CheckFp8CastArgs("RmsNormForwardFp8", format, scale, amax, scale_inv));
-  if ((out == nullptr && out_t == nullptr) || !RmsNormFp8Supported(N, d, x, w, out, out_t)) {
+  if (rstd == nullptr || !RmsNormFp8Supported(N, d, x, w, out, out_t)) {
     return Status::Invalid("RmsNormForwardFp8: unsupported arguments (N " + std::to_string(N) +
                            ", d " + std::to_string(d) +
-                           "; needs multiples of 64, d <= 2048, an output and aligned buffers)");
+                           "; needs multiples of 64, d <= 2048, rstd and aligned buffers)");
   }
   if (N == 0) return Status::Ok();
   auto* o = static_cast<uint8_t*>(out);

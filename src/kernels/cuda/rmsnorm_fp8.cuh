@@ -23,8 +23,6 @@ namespace forge::cuda {
 bool RmsNormFp8Supported(int64_t N, int d, const void* x, const void* w, const void* out,
                          const void* out_t);
 
-// out or out_t may be null (not written; not both), and rstd (not written): the FP8 step's
-// backward recomputes the transposed copy alone (Fp8Linears::InputTransposed).
 Status RmsNormForwardFp8(void* out, void* out_t, float* rstd, const bf16* x, const bf16* w,
                          int64_t N, int d, float eps, DType format, const float* scale,
                          float* amax, float* scale_inv, cudaStream_t stream);

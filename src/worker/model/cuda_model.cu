@@ -407,8 +407,7 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
     FORGE_ASSIGN_OR_RETURN(
         b.fp8,
         Fp8Linears::Create(o.fp8_config, m.n_layer, shapes, N_, int(b.acts.size()), rope, lm_head,
-                           Fp8EpilogueGemms{o.rope_gemm, o.swiglu_gemm, o.swiglu_bwd_gemm,
-                                            o.fp8_defer_input_t}));
+                           Fp8EpilogueGemms{o.rope_gemm, o.swiglu_gemm, o.swiglu_bwd_gemm}));
     allocated_bytes_ += b.fp8->allocated_bytes();
   }
   FORGE_RETURN_IF_ERROR(alloc(&b.hf, N * d));
@@ -857,17 +856,12 @@ Status CudaModel::BlockForward(int layer, int set, const BlockActs& a, const bf1
 // ForwardBackward joins the wgrad stream back before it returns, so the next micro-step's
 // forward, the optimizer, host reads and EndCapture all come after every dW GEMM.
 
-Status CudaModel::WgradGemm(const GemmArgs& g, WgradHazard reads, cudaStream_t s,
-                            const std::function<Status(cudaStream_t)>& before) {
+Status CudaModel::WgradGemm(const GemmArgs& g, WgradHazard reads, cudaStream_t s) {
   Buffers& b = *buf_;
-  if (!dual_) {
-    if (before) FORGE_RETURN_IF_ERROR(before(s));
-    return b.gemm_w.Run(g, s);
-  }
+  if (!dual_) return b.gemm_w.Run(g, s);
   FORGE_CUDA_CHECK(cudaEventRecord(b.fork, s));
   FORGE_CUDA_CHECK(cudaStreamWaitEvent(b.wgrad, b.fork, 0));
   wgrad_pending_ = true;  // from here on the wgrad stream must be joined back
-  if (before) FORGE_RETURN_IF_ERROR(before(b.wgrad));
   FORGE_RETURN_IF_ERROR(b.gemm_w.Run(g, b.wgrad));
   return RecordWgrad(reads);
 }
@@ -957,19 +951,8 @@ Status CudaModel::BlockBackward(int layer, int set, const BlockActs& a, const bf
       FORGE_RETURN_IF_ERROR(f8->CastGrad(layer, k, dy, s));
     }
     FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdGemm, s));
-    // The input's transposed copy, where the forward left it to now (defer_input_t): the
-    // attention output's from itself, the norms' by recomputing them from their inputs.
-    std::function<Status(cudaStream_t)> input_t;
-    if (f8->defer_input_t() && k != LinearKind::kDown) {
-      const bf16* src = k == LinearKind::kOut ? a.att : k == LinearKind::kQkv ? x_in : a.x_mid;
-      const bf16* norm_w =
-          w + (k == LinearKind::kQkv ? o.attn_norm : k == LinearKind::kGateUp ? o.mlp_norm : 0);
-      input_t = [=](cudaStream_t ws) {
-        return f8->InputTransposed(layer, k, set, src, norm_w, m_.norm_eps, ws);
-      };
-    }
     FORGE_RETURN_IF_ERROR(
-        WgradGemm(f8->BackwardWeight(layer, k, set, g + weight_offset, acc), reads, s, input_t));
+        WgradGemm(f8->BackwardWeight(layer, k, set, g + weight_offset, acc), reads, s));
     return b.gemm.Run(f8->BackwardData(layer, k, dx), s);
   };
 

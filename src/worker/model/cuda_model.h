@@ -112,11 +112,6 @@ struct CudaModelOptions {
   // gradient casts itself, RoPE's inverse applied (FlashBackwardFp8Out), instead of a bf16
   // dqkv and a separate RoPE + cast pass. Bitwise the same; where our backward runs.
   bool fp8_attention_rope = true;
-  // FP8 steps with delayed scaling and no activation recompute: the transposed input copies
-  // that only the weight gradients read (the attention output's and the two norms') are
-  // written by the backward right before those GEMMs, on their stream (Fp8Linears::
-  // defer_input_t), not by the forward. Bitwise the same.
-  bool fp8_defer_input_t = true;
 };
 
 // Per-unit callbacks for a data-parallel layer, called on the host while the model enqueues a
@@ -343,9 +338,7 @@ class CudaModel {
   // WgradGemm forks (the wgrad stream waits for everything enqueued on `stream` so far), runs
   // the GEMM there and records `reads`; WaitWgrad makes `stream` wait for the last recorded
   // `h` of this call; JoinWgrad makes `stream` wait for all wgrad work so far.
-  // `before` (optional) runs on the stream the GEMM runs on, just before it.
-  Status WgradGemm(const cuda::GemmArgs& g, WgradHazard reads, cudaStream_t stream,
-                   const std::function<Status(cudaStream_t)>& before = {});
+  Status WgradGemm(const cuda::GemmArgs& g, WgradHazard reads, cudaStream_t stream);
   Status RecordWgrad(WgradHazard h);
   Status WaitWgrad(WgradHazard h, cudaStream_t stream);
   Status JoinWgrad(cudaStream_t stream);

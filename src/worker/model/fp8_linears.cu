@@ -169,7 +169,6 @@ Status Fp8Linears::Init(const Fp8Config& cfg, int n_layer,
                shapes[int(LinearKind::kQkv)].in <= INT32_MAX &&
                cuda::RmsNormFp8Supported(N_, int(shapes[int(LinearKind::kQkv)].in), x8_, x8_,
                                          x8_, x8t_[0]);
-  defer_input_t_ = epilogue_gemms.defer_input_t && act_sets == n_layer && fuse_norm_;
   // The residual stream's gradient is the output gradient of the Out and Down projections
   // (out = the model width): the norm backward that produces it writes their E5M2 casts.
   const int64_t width = shapes[int(LinearKind::kOut)].out;
@@ -260,25 +259,8 @@ Status Fp8Linears::CastLayerWeights(int layer, const std::array<const bf16*, kLi
 
 Status Fp8Linears::CastInput(int layer, LinearKind k, int set, const bf16* x, cudaStream_t s) {
   const int ki = int(k);
-  uint8_t* x8t = k == LinearKind::kOut && defer_input_t() ? nullptr
-                                                          : x8t_[size_t(kLinearKinds) * set + ki];
-  return Cast(e4m3_, InputSlot(layer, ki), DType::kE4M3, InputScratch(ki), x8t, x, N_,
-              shape_[ki].in, s);
-}
-
-Status Fp8Linears::InputTransposed(int layer, LinearKind k, int set, const bf16* x,
-                                   const bf16* norm_w, float eps, cudaStream_t s) {
-  const int ki = int(k);
-  uint8_t* x8t = x8t_[size_t(kLinearKinds) * set + ki];
-  const float* scale = SlotOf(e4m3_, InputSlot(layer, ki)).scale;
-  if (k == LinearKind::kOut) {
-    return cuda::CastTransposeToFp8(nullptr, x8t, x, N_, shape_[ki].in, DType::kE4M3, scale,
-                                    nullptr, nullptr, s);
-  }
-  if (k != LinearKind::kQkv && k != LinearKind::kGateUp)
-    return Status::Invalid("Fp8Linears::InputTransposed: no deferred copy for this projection");
-  return cuda::RmsNormForwardFp8(nullptr, x8t, nullptr, x, norm_w, N_, int(shape_[ki].in), eps,
-                                 DType::kE4M3, scale, nullptr, nullptr, s);
+  return Cast(e4m3_, InputSlot(layer, ki), DType::kE4M3, InputScratch(ki),
+              x8t_[size_t(kLinearKinds) * set + ki], x, N_, shape_[ki].in, s);
 }
 
 Status Fp8Linears::CastGrad(int layer, LinearKind k, const bf16* dy, cudaStream_t s) {
@@ -355,9 +337,9 @@ Status Fp8Linears::RmsNormToInput(int layer, LinearKind k, int set, float* rstd,
                                   const bf16* w, float eps, cudaStream_t s) {
   const int ki = int(k);
   const SlotPtrs q = SlotOf(e4m3_, InputSlot(layer, ki));
-  uint8_t* x8t = defer_input_t() ? nullptr : x8t_[size_t(kLinearKinds) * set + ki];
-  return cuda::RmsNormForwardFp8(x8_, x8t, rstd, x, w, N_, int(shape_[ki].in), eps, DType::kE4M3,
-                                 q.scale, q.amax, q.scale_inv, s);
+  return cuda::RmsNormForwardFp8(x8_, x8t_[size_t(kLinearKinds) * set + ki], rstd, x, w, N_,
+                                 int(shape_[ki].in), eps, DType::kE4M3, q.scale, q.amax,
+                                 q.scale_inv, s);
 }
 
 Status Fp8Linears::RmsNormBackwardToGrad(int layer, LinearKind k, bf16* dx, float* dw,

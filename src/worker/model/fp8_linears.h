@@ -85,9 +85,6 @@ struct Fp8EpilogueGemms {
   // The down projection's input gradient with SwiGLU's backward fused (our FP8 kernel,
   // kernels/cuda/swiglu_backward_gemm_fp8.cuh): see fuse_swiglu_bwd_gemm.
   bool swiglu_bwd = false;
-  // The transposed input copies that only the weight gradients read, left to the backward:
-  // see defer_input_t.
-  bool defer_input_t = false;
 };
 
 // The tied LM head's shape (vocab 0: the LM head stays BF16).
@@ -123,22 +120,8 @@ class Fp8Linears {
   // (CastTransposeGroupToFp8, bit for bit the four CastWeight calls), else CastWeight each.
   Status CastLayerWeights(int layer, const std::array<const cuda::bf16*, kLinearKinds>& w,
                           cudaStream_t s);
-  // x [N, in] -> x8 (scratch for the forward GEMM) and x8t of act set `set` (not for kOut
-  // when defer_input_t).
+  // x [N, in] -> x8 (scratch for the forward GEMM) and x8t of act set `set`.
   Status CastInput(int layer, LinearKind k, int set, const cuda::bf16* x, cudaStream_t s);
-  // Whether this step's forward leaves the transposed copies of the attention output (kOut's
-  // input) and of the two norms' outputs (kQkv's, kGateUp's) to the backward, which writes
-  // them with InputTransposed right before the weight-gradient GEMM that reads them (on its
-  // stream): the forward's casts then write 3 bytes an element instead of 4. A delayed step
-  // (the scales stay put all step), without activation recompute (the backward reads the
-  // saved attention output and norm inputs), where the norms run fused (fuse_norm).
-  bool defer_input_t() const { return defer_input_t_ && fuse_norm(); }
-  bool can_defer_input_t() const { return defer_input_t_; }
-  // x8t of (layer, k, set) as the forward would have written it: for kOut from the attention
-  // output x, for kQkv / kGateUp by recomputing RMSNorm of its input x with weight norm_w
-  // (bit for bit the forward's bytes; nothing else is written: no rstd, amax or scale_inv).
-  Status InputTransposed(int layer, LinearKind k, int set, const cuda::bf16* x,
-                         const cuda::bf16* norm_w, float eps, cudaStream_t s);
   // dy [N, out] -> dy8 and dy8t of the kind.
   Status CastGrad(int layer, LinearKind k, const cuda::bf16* dy, cudaStream_t s);
 
@@ -345,7 +328,6 @@ class Fp8Linears {
   Fp8RopeShape rope_;
   bool rope_gemm_ = false;
   bool swiglu_bwd_gemm_ = false;
-  bool defer_input_t_ = false;
   // RoPE's (sin, cos) [T, hd / 2] (RopeSinCosTable) for QkvRopeGemm and RopeBackwardToGrad;
   // null when neither runs.
   float2* rope_sin_cos_ = nullptr;

@@ -177,7 +177,6 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
   mo.fp8_lm_head_wgrad = options.fp8_lm_head_wgrad;
   mo.swiglu_bwd_gemm = options.swiglu_bwd_gemm;
   mo.fp8_attention_rope = options.fp8_attention_rope;
-  mo.fp8_defer_input_t = options.fp8_defer_input_t;
   mo.wgrad_stream_priority = wgrad_priority;
   mo.defer_update = options.defer_update;
   mo.fp8 = cfg.precision.compute == Precision::kFp8;
@@ -613,7 +612,6 @@ CudaBackendOptions CudaBackendOptionsFromEnv() {
   if (EnvIsZero("FORGE_CUDA_SWIGLU_BWD_GEMM")) o.swiglu_bwd_gemm = false;
   if (EnvIsZero("FORGE_CUDA_FP8_LM_WGRAD")) o.fp8_lm_head_wgrad = false;
   if (EnvIsZero("FORGE_CUDA_FP8_ATTN_ROPE")) o.fp8_attention_rope = false;
-  if (EnvIsZero("FORGE_CUDA_FP8_DEFER_T")) o.fp8_defer_input_t = false;
   if (EnvIsZero("FORGE_CUDA_DEFER_UPDATE")) o.defer_update = false;
   if (const char* v = std::getenv("FORGE_CUDA_WGRAD_PRIORITY")) {
     if (std::strcmp(v, "low") == 0) o.wgrad_priority = -1;

@@ -69,8 +69,6 @@ struct CudaBackendOptions {
   // FP8: the attention backward writes the QKV gradient's casts with RoPE's inverse
   // (CudaModelOptions::fp8_attention_rope). FORGE_CUDA_FP8_ATTN_ROPE=0 turns it off.
   bool fp8_attention_rope = true;
-  // CudaModelOptions::fp8_defer_input_t. FORGE_CUDA_FP8_DEFER_T=0 turns it off.
-  bool fp8_defer_input_t = true;
 };
 
 // Defaults with the environment overrides above applied.
