@@ -24,6 +24,12 @@ __device__ __forceinline__ float2 UnpackBf16x2(uint32_t bits) {
   memcpy(&h, &bits, 4);  // a register move; avoids pointer casts that force local memory
   return __bfloat1622float2(h);
 }
+// v rounded to bf16 (to nearest, ties to even) and back: what a bf16 store keeps of it, for
+// the kernels that must compute from exactly that value without storing it.
+__device__ __forceinline__ float RoundBf16(float v) {
+  return __bfloat162float(__float2bfloat16_rn(v));
+}
+
 __device__ __forceinline__ uint32_t PackBf16x2(float lo, float hi) {
   const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
   uint32_t bits;

@@ -62,11 +62,9 @@ __device__ __forceinline__ uint2 GatherColumn8(const uint8_t* p, int stride) {
 
 __device__ __forceinline__ uint32_t AbsBits(float v) { return __float_as_uint(v) & 0x7FFFFFFFu; }
 
-// Rounds like a BF16 kernel's store, back to float for the quantiser: what a producer fused
-// with the cast must do to match the BF16 kernel followed by the cast bit for bit.
-__device__ __forceinline__ float RoundBf16(float v) {
-  return __bfloat162float(__float2bfloat16_rn(v));
-}
+// Rounds like a BF16 kernel's store, back to float for the quantiser (device_util.cuh): what a
+// producer fused with the cast must do to match the BF16 kernel followed by the cast bit for bit.
+using ::forge::cuda::RoundBf16;
 
 __device__ __forceinline__ uint32_t WarpMaxU32(uint32_t v) {
 #pragma unroll

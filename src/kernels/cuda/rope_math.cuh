@@ -3,8 +3,9 @@
 // compute the same fp32 values before rounding to bf16.
 #pragma once
 
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
+
+#include "kernels/cuda/device_util.cuh"  // RoundBf16
 
 namespace forge::cuda {
 
@@ -34,8 +35,7 @@ __device__ __forceinline__ float2 RopeRotate(float2 p, float sn, float cs) {
 // kernels that cast the result to FP8 must quantise to match RopeApply followed by the cast.
 __device__ __forceinline__ float2 RopeRotateBackBf16(float2 p, float2 sin_cos) {
   p = RopeRotate(p, -sin_cos.x, sin_cos.y);
-  return make_float2(__bfloat162float(__float2bfloat16_rn(p.x)),
-                     __bfloat162float(__float2bfloat16_rn(p.y)));
+  return make_float2(RoundBf16(p.x), RoundBf16(p.y));
 }
 
 }  // namespace forge::cuda

@@ -193,21 +193,16 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int row = rows + k;
         const uint32_t off = StagedOffset(row, v % 8, 0);  // the 128-byte swizzle of a box row
         float g[8], u[8], dh[8], f[2][8];
+        uint32_t packed[2][4];
         UnpackBf16x8(Load16(g_in + off), g);
         UnpackBf16x8(Load16(g_in + 2 * kGuBoxBytes + off), u);
         UnpackBf16x8(Load16(dh_in + row * kStagedRowBytes), dh);
-        // SwiGluGradsRounded8's values, rounded two at a time, and their magnitudes' max on
-        // the packed bf16 bits (a float's |x| bits are its bf16's, shifted up 16).
+        SwiGluGradsRounded8(g, u, dh, f, packed);
+        // The magnitudes' max on the packed bf16 pairs: one instruction a pair.
 #pragma unroll
-        for (int e = 0; e < 8; e += 2) {
-          float dg0, du0, dg1, du1;
-          SwiGluGrads(g[e], u[e], dh[e], &dg0, &du0);
-          SwiGluGrads(g[e + 1], u[e + 1], dh[e + 1], &dg1, &du1);
-          const uint32_t pg = PackBf16x2(dg0, dg1), pu = PackBf16x2(du0, du1);
-          f[0][e] = __uint_as_float(pg << 16), f[0][e + 1] = __uint_as_float(pg & 0xFFFF0000u);
-          f[1][e] = __uint_as_float(pu << 16), f[1][e + 1] = __uint_as_float(pu & 0xFFFF0000u);
-          amax2 = MaxU16x2(amax2, pg & 0x7FFF7FFFu);
-          amax2 = MaxU16x2(amax2, pu & 0x7FFF7FFFu);
+        for (int q = 0; q < 4; ++q) {
+          amax2 = MaxU16x2(amax2, packed[0][q] & 0x7FFF7FFFu);
+          amax2 = MaxU16x2(amax2, packed[1][q] & 0x7FFF7FFFu);
         }
         qg[k] = fp8tile::QuantizeFp8x8<__NV_E5M2>(f[0], s);
         qu[k] = fp8tile::QuantizeFp8x8<__NV_E5M2>(f[1], s);

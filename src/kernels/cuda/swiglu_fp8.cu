@@ -39,7 +39,8 @@ struct SwiGluBackwardSource {
     LoadVec<8>(gp, g);
     LoadVec<8>(gp + ffn, u);
     LoadVec<8>(dout + r * ffn + c, dy);
-    SwiGluGradsRounded8(g, u, dy, f);
+    uint32_t packed[2][4];  // unused: the tile kernel takes the amax of f
+    SwiGluGradsRounded8(g, u, dy, f, packed);
   }
 };
 

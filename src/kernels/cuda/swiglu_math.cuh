@@ -2,8 +2,11 @@
 // FP8 directly (swiglu_fp8.cu), so both round the same fp32 expressions to the same bf16.
 #pragma once
 
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/device_util.cuh"  // PackBf16x2
 
 namespace forge::cuda {
 
@@ -27,15 +30,23 @@ __device__ __forceinline__ void SwiGluGrads(float g, float u, float dy, float* d
 }
 
 // SwiGLU's backward of 8 positions, each rounded to bf16 as SwiGluBackward stores it (what the
-// kernels that quantise it to FP8 start from): dgate in f[0], dup in f[1].
+// kernels that quantise it to FP8 start from): dgate in f[0], dup in f[1]; the same values as
+// bf16 pairs in packed[0] / packed[1] (pair q: positions 2q, 2q + 1), which callers that take
+// an amax over them may use (a float's |x| bits are its bf16's, shifted up 16).
 __device__ __forceinline__ void SwiGluGradsRounded8(const float (&g)[8], const float (&u)[8],
-                                                    const float (&dy)[8], float (&f)[2][8]) {
+                                                    const float (&dy)[8], float (&f)[2][8],
+                                                    uint32_t (&packed)[2][4]) {
 #pragma unroll
-  for (int e = 0; e < 8; ++e) {
-    float dg, du;
-    SwiGluGrads(g[e], u[e], dy[e], &dg, &du);
-    f[0][e] = __bfloat162float(__float2bfloat16_rn(dg));
-    f[1][e] = __bfloat162float(__float2bfloat16_rn(du));
+  for (int e = 0; e < 8; e += 2) {
+    float dg0, du0, dg1, du1;
+    SwiGluGrads(g[e], u[e], dy[e], &dg0, &du0);
+    SwiGluGrads(g[e + 1], u[e + 1], dy[e + 1], &dg1, &du1);
+    packed[0][e / 2] = PackBf16x2(dg0, dg1), packed[1][e / 2] = PackBf16x2(du0, du1);
+#pragma unroll
+    for (int o = 0; o < 2; ++o) {
+      f[o][e] = __uint_as_float(packed[o][e / 2] << 16);
+      f[o][e + 1] = __uint_as_float(packed[o][e / 2] & 0xFFFF0000u);
+    }
   }
 }
 
