@@ -937,6 +937,17 @@ Status CudaModel::BlockBackward(int layer, int set, const BlockActs& a, const bf
     }
     return WgradGemm(wg, reads, s);
   };
+  // FP8: dy's casts (unless `cast_done`: its producer wrote them), then dW (+)= dy8t x8t^T on
+  // the wgrad stream.
+  auto fp8_weight_grad = [&](LinearKind k, const bf16* dy, int64_t weight_offset,
+                             WgradHazard reads, bool cast_done) -> Status {
+    if (!cast_done) {
+      FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
+      FORGE_RETURN_IF_ERROR(f8->CastGrad(layer, k, dy, s));
+    }
+    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdGemm, s));
+    return WgradGemm(f8->BackwardWeight(layer, k, set, g + weight_offset, acc), reads, s);
+  };
   // dW (+)= dy^T x on the wgrad stream, then dx = dy W on this one.
   // `cast_done`: dy's FP8 casts were written by its producer (fused SwiGLU backward).
   auto linear_backward = [&](LinearKind k, bf16* dx, const bf16* dy, const bf16* x,
@@ -946,13 +957,7 @@ Status CudaModel::BlockBackward(int layer, int set, const BlockActs& a, const bf
       FORGE_RETURN_IF_ERROR(weight_grad(dy, x, weight_offset, out, in, reads));
       return b.gemm.Run(LinearBackwardData(dx, dy, w + weight_offset, N_, out, in), s);
     }
-    if (!cast_done) {
-      FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
-      FORGE_RETURN_IF_ERROR(f8->CastGrad(layer, k, dy, s));
-    }
-    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdGemm, s));
-    FORGE_RETURN_IF_ERROR(
-        WgradGemm(f8->BackwardWeight(layer, k, set, g + weight_offset, acc), reads, s));
+    FORGE_RETURN_IF_ERROR(fp8_weight_grad(k, dy, weight_offset, reads, cast_done));
     return b.gemm.Run(f8->BackwardData(layer, k, dx), s);
   };
 
@@ -971,14 +976,8 @@ Status CudaModel::BlockBackward(int layer, int set, const BlockActs& a, const bf
     FORGE_RETURN_IF_ERROR(cuda::WgmmaGemmBf16(gb, s));
   } else if (f8 != nullptr && f8->fuse_swiglu_bwd_gemm()) {
     // FP8: dh = dres8 W_down8 with SwiGLU's backward in one kernel straight into dgu's casts.
-    if (!fused_dres) {
-      FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
-      FORGE_RETURN_IF_ERROR(f8->CastGrad(layer, LinearKind::kDown, dres, s));
-    }
-    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdGemm, s));
     FORGE_RETURN_IF_ERROR(
-        WgradGemm(f8->BackwardWeight(layer, LinearKind::kDown, set, g + o.w_down, acc),
-                  WgradHazard::kDres, s));
+        fp8_weight_grad(LinearKind::kDown, dres, o.w_down, WgradHazard::kDres, fused_dres));
     FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDgu, s));  // block l+1's dWgu reads dgu
     FORGE_RETURN_IF_ERROR(f8->SwiGluBackwardGemm(layer, a.gu, s));
   } else {
