@@ -187,6 +187,23 @@ TEST(GpuFp8Step, WgradStreamChangesNoBit) {
   ExpectSameWeights(TenSteps(c, dual, nullptr), TenSteps(c, single, nullptr));
 }
 
+// The FP8 model of config c (nothing run) with options `mo` (its micro-batch and FP8 fields
+// set from c): what it chose to run.
+std::unique_ptr<CudaModel> Fp8ModelWith(const RunConfig& c, CudaModelOptions mo = {}) {
+  mo.micro_batch = c.batch.micro_batch;
+  mo.fp8 = true;
+  mo.fp8_config = c.precision.fp8;
+  auto model = CudaModel::Create(c.model, c.optimizer, mo);
+  EXPECT_TRUE(model.ok()) << model.status().ToString();
+  return model.ok() ? std::move(model).value() : nullptr;
+}
+
+// The same with precision.fp8.fast_accum `fast`.
+std::unique_ptr<CudaModel> Fp8ModelWith(RunConfig c, Fp8FastAccum fast) {
+  c.precision.fp8.fast_accum = fast;
+  return Fp8ModelWith(c);
+}
+
 // Where our attention backward runs (head width 64, T 128, an sm_90 GPU), a delayed-scaling
 // step has it write the QKV projection's E5M2 gradient casts with RoPE's inverse
 // (CudaModelOptions::fp8_attention_rope) instead of a bf16 dqkv and RopeBackwardFp8: the same
@@ -199,13 +216,10 @@ TEST(GpuFp8Step, RopeInTheAttentionBackwardChangesNoBit) {
   c.model.seq_len = 128;
   for (const bool on : {true, false}) {
     CudaModelOptions mo;
-    mo.micro_batch = c.batch.micro_batch;
-    mo.fp8 = true;
-    mo.fp8_config = c.precision.fp8;
     mo.fp8_attention_rope = on;
-    auto model = CudaModel::Create(c.model, c.optimizer, mo);
-    ASSERT_TRUE(model.ok()) << model.status().ToString();
-    EXPECT_EQ((*model)->fp8_attention_rope_active(), on && cuda::WgmmaGemmRunsHere());
+    const auto model = Fp8ModelWith(c, mo);
+    ASSERT_NE(model, nullptr);
+    EXPECT_EQ(model->fp8_attention_rope_active(), on && cuda::WgmmaGemmRunsHere());
   }
   if (!cuda::WgmmaGemmRunsHere()) GTEST_SKIP() << "our attention backward needs an sm_90 GPU";
   CudaBackendOptions off, eager;
@@ -216,19 +230,6 @@ TEST(GpuFp8Step, RopeInTheAttentionBackwardChangesNoBit) {
   EXPECT_TRUE(graph);
   ExpectSameWeights(fused, TenSteps(c, off, nullptr));
   ExpectSameWeights(fused, TenSteps(c, eager, nullptr));
-}
-
-// The FP8 model of config c with precision.fp8.fast_accum `fast` (nothing run): what its
-// Fp8Linears chose to run.
-std::unique_ptr<CudaModel> Fp8ModelWith(const RunConfig& c, Fp8FastAccum fast) {
-  CudaModelOptions mo;
-  mo.micro_batch = c.batch.micro_batch;
-  mo.fp8 = true;
-  mo.fp8_config = c.precision.fp8;
-  mo.fp8_config.fast_accum = fast;
-  auto model = CudaModel::Create(c.model, c.optimizer, mo);
-  EXPECT_TRUE(model.ok()) << model.status().ToString();
-  return model.ok() ? std::move(model).value() : nullptr;
 }
 
 // Ten steps of c with options `fused` and `separate` from the same init and batches: every

@@ -36,12 +36,6 @@ using cuda::WgmmaEpilogue;
 using cuda::WgmmaGemmArgs;
 using test::DeviceBuffer;
 
-#define SKIP_WITHOUT_SM90()                                                         \
-  do {                                                                              \
-    FORGE_SKIP_WITHOUT_GPU();                                                       \
-    if (!cuda::WgmmaGemmRunsHere()) GTEST_SKIP() << "the wgmma GEMM needs an sm_90 GPU"; \
-  } while (0)
-
 // D[M, N] = A[M, K] B[N, K]^T in double (gpu_test_util.h), rounded to float for the CPU
 // epilogue references.
 std::vector<float> CpuGemm(const std::vector<float>& a, const std::vector<float>& b, int64_t M,
@@ -105,7 +99,7 @@ struct Shape {
 };
 
 TEST(GpuWgmmaGemm, MatchesCpuReference) {
-  SKIP_WITHOUT_SM90();
+  FORGE_SKIP_WITHOUT_SM90();
   // One tile; several tiles and K-tiles (more K-tiles than pipeline stages); a long K.
   for (const Shape s : {Shape{128, 256, 64}, Shape{384, 512, 192}, Shape{256, 768, 1024}}) {
     SCOPED_TRACE(s.Name());
@@ -134,7 +128,7 @@ TEST(GpuWgmmaGemm, MatchesCpuReference) {
 // the CPU. Shapes as above plus gpt350m's QKV dgrad (K 3072 -> N 1024) at 512 rows (its down
 // projection's dgrad, N 2816, is not a multiple of 256).
 TEST(GpuWgmmaGemm, NMajorBIsTheTransposedKMajorBBitForBit) {
-  SKIP_WITHOUT_SM90();
+  FORGE_SKIP_WITHOUT_SM90();
   for (const Shape s : {Shape{128, 256, 64}, Shape{384, 512, 192}, Shape{256, 768, 1024},
                         Shape{512, 1024, 3072}}) {
     SCOPED_TRACE(s.Name());
@@ -156,7 +150,7 @@ TEST(GpuWgmmaGemm, NMajorBIsTheTransposedKMajorBBitForBit) {
 // RoPE in the epilogue == plain GEMM then RopeApply, bit for bit, and close to the CPU's GEMM
 // then RoPE. MHA (4 + 4 + 4 heads of 64) and GQA (8 query heads, 4 KV heads).
 TEST(GpuWgmmaGemm, RopeEpilogueIsGemmThenRopeBitForBit) {
-  SKIP_WITHOUT_SM90();
+  FORGE_SKIP_WITHOUT_SM90();
   const int B = 2, T = 128, hd = 64, K = 192;
   const float theta = 10000.0f;
   const int64_t M = int64_t{B} * T;
@@ -191,7 +185,7 @@ TEST(GpuWgmmaGemm, RopeEpilogueIsGemmThenRopeBitForBit) {
 // main loop, so also with persistent CTAs walking several tiles (ctas 1 and 4 of 6) and one
 // K-tile (every share of h at the first).
 TEST(GpuWgmmaGemm, SwiGluEpilogueIsGemmThenSwiGluBitForBit) {
-  SKIP_WITHOUT_SM90();
+  FORGE_SKIP_WITHOUT_SM90();
   const int64_t M = 256, ffn = 384;
   for (const int64_t K : {128, 64}) {
     const Operands o(M, 2 * ffn, K, 77 + K);
@@ -227,7 +221,7 @@ TEST(GpuWgmmaGemm, SwiGluEpilogueIsGemmThenSwiGluBitForBit) {
 // persistent CTAs walking several tiles, one K-tile (all 16 at once) and 20 (some K-tiles take
 // none).
 TEST(GpuWgmmaGemm, SwiGluBackwardEpilogueIsGemmThenSwiGluBackwardBitForBit) {
-  SKIP_WITHOUT_SM90();
+  FORGE_SKIP_WITHOUT_SM90();
   const int64_t M = 384, ffn = 512;
   const std::vector<float> gu_host = test::RandomUniformBf16(size_t(M * 2 * ffn), -3.f, 3.f, 91);
   const DeviceBuffer<bf16> gu(test::ToBf16(gu_host));
@@ -282,7 +276,7 @@ struct Fp8Operands {
 // The FP8 GEMM against the dequantised product and against cuBLASLt's FP8 GEMM with fast
 // accumulation on the same bytes and scales; one persistent CTA gives the same bits.
 TEST(GpuWgmmaGemm, Fp8MatchesDequantisedProductAndCublasLt) {
-  SKIP_WITHOUT_SM90();
+  FORGE_SKIP_WITHOUT_SM90();
   cuda::GemmRunner runner;
   ASSERT_STATUS_OK(runner.Init());
   // One tile and one K-tile; more K-tiles than stages; gpt350m's gate/up K.
@@ -323,7 +317,7 @@ TEST(GpuWgmmaGemm, Fp8MatchesDequantisedProductAndCublasLt) {
 // tested equal to that pair). K of 1, 2 and 8 K-tiles (the first two take every share of h at
 // the last K-tile), 1/4/all CTAs, a scale that saturates.
 TEST(GpuWgmmaGemm, Fp8SwiGluEpilogueIsGemmThenSwiGluThenCastBitForBit) {
-  SKIP_WITHOUT_SM90();
+  FORGE_SKIP_WITHOUT_SM90();
   const int64_t M = 256, ffn = 384;
   for (const int64_t K : {128, 256, 1024}) {
     const Fp8Operands o(M, 2 * ffn, K, 91 + K);
@@ -357,7 +351,7 @@ TEST(GpuWgmmaGemm, Fp8SwiGluEpilogueIsGemmThenSwiGluThenCastBitForBit) {
 // bit for bit, with 1 and all CTAs; close to the CPU's dequantised product then RoPE. MHA and
 // GQA, K of one K-tile and of gpt350m's width.
 TEST(GpuWgmmaGemm, Fp8RopeEpilogueIsGemmThenRopeBitForBit) {
-  SKIP_WITHOUT_SM90();
+  FORGE_SKIP_WITHOUT_SM90();
   const int B = 2, T = 128, hd = 64;
   const float theta = 10000.0f;
   const int64_t M = int64_t{B} * T;
@@ -393,7 +387,7 @@ TEST(GpuWgmmaGemm, Fp8RopeEpilogueIsGemmThenRopeBitForBit) {
 }
 
 TEST(GpuWgmmaGemm, Fp8RejectsWhatItCannotTake) {
-  SKIP_WITHOUT_SM90();
+  FORGE_SKIP_WITHOUT_SM90();
   const Fp8Operands o(128, 256, 128, 9);
   DeviceBuffer<bf16> d(size_t(128 * 256));
   const Status k64 = cuda::WgmmaGemmFp8(o.Args(128, 256, 64, d.data()), nullptr);
@@ -427,7 +421,7 @@ TEST(GpuWgmmaGemm, Fp8RejectsWhatItCannotTake) {
 }
 
 TEST(GpuWgmmaGemm, RejectsWhatItCannotTile) {
-  SKIP_WITHOUT_SM90();
+  FORGE_SKIP_WITHOUT_SM90();
   const Operands o(128, 256, 64, 5);
   DeviceBuffer<bf16> d(size_t(128 * 256));
   const Status rows = cuda::WgmmaGemmBf16(Args(100, 256, 64, o, d.data()), nullptr);

@@ -18,6 +18,7 @@
 
 #include "common/status.h"
 #include "kernels/cuda/bf16.cuh"
+#include "kernels/cuda/tma_map.h"  // CheckSm90
 
 namespace forge::test {
 
@@ -32,6 +33,13 @@ inline bool HasCudaDevice() {
 #define FORGE_SKIP_WITHOUT_GPU()                                            \
   do {                                                                      \
     if (!::forge::test::HasCudaDevice()) GTEST_SKIP() << "no CUDA device"; \
+  } while (0)
+
+// Skips where our Hopper kernels (the wgmma GEMMs, the attention backward) cannot run.
+#define FORGE_SKIP_WITHOUT_SM90()                                                             \
+  do {                                                                                        \
+    FORGE_SKIP_WITHOUT_GPU();                                                                 \
+    if (!::forge::cuda::CheckSm90("test").ok()) GTEST_SKIP() << "needs an sm_90 GPU (Hopper)"; \
   } while (0)
 
 #define ASSERT_CUDA_OK(call)                                                    \

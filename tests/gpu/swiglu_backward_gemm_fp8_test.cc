@@ -29,12 +29,6 @@ using test::DeviceBuffer;
 using test::Fp8CastOut;
 using test::Fp8Operand;
 
-#define SKIP_WITHOUT_SM90()                                                        \
-  do {                                                                             \
-    FORGE_SKIP_WITHOUT_GPU();                                                      \
-    if (!cuda::WgmmaGemmRunsHere()) GTEST_SKIP() << "needs an sm_90 GPU (Hopper)"; \
-  } while (0)
-
 // dy [M, K], W_down^T [ffn, K] and gate/up [M, 2 ffn] of one problem, with the scale slots.
 struct Problem {
   int64_t M, K;
@@ -68,7 +62,7 @@ struct Problem {
 // Several tiles a CTA (both staging buffers reused, their phases wrapping), one CTA, all; K of
 // one K-tile and of gpt350m's width; a scale that saturates some values.
 TEST(GpuSwiGluBackwardGemmFp8, IsGemmThenSwiGluBackwardBitForBit) {
-  SKIP_WITHOUT_SM90();
+  FORGE_SKIP_WITHOUT_SM90();
   for (const auto [M, K, ffn] :
        {std::tuple{128, 128, 256}, std::tuple{384, 256, 256}, std::tuple{512, 1024, 512}}) {
     Problem p(M, K, ffn, cpu::Fp8Format::kE4M3, uint64_t(M + K + ffn));
@@ -106,7 +100,7 @@ TEST(GpuSwiGluBackwardGemmFp8, IsGemmThenSwiGluBackwardBitForBit) {
 // plus what the tensor cores' summation changes of dh (relative to the typical |dh|, for
 // elements whose sum cancels); a whole step where that flips the rounding, which few may.
 TEST(GpuSwiGluBackwardGemmFp8, E5M2GradientMatchesCpu) {
-  SKIP_WITHOUT_SM90();
+  FORGE_SKIP_WITHOUT_SM90();
   const int64_t M = 256, K = 512;
   const int ffn = 256;
   Problem p(M, K, ffn, cpu::Fp8Format::kE5M2, 77);
@@ -149,7 +143,7 @@ TEST(GpuSwiGluBackwardGemmFp8, E5M2GradientMatchesCpu) {
 }
 
 TEST(GpuSwiGluBackwardGemmFp8, RefusesWhatItCannotTile) {
-  SKIP_WITHOUT_SM90();
+  FORGE_SKIP_WITHOUT_SM90();
   Problem p(128, 128, 256, cpu::Fp8Format::kE5M2, 5);
   Fp8CastOut out(size_t(128) * 2 * 256, 1.0f);
   for (const auto [M, K, ffn] :
