@@ -14,8 +14,8 @@
 //   m64n256k16 straight from the swizzled shared memory (4 per K-tile), then they release the
 //   stage through its `empty` mbarrier once the MMAs that read it have completed; the output
 //   tile is staged in shared memory (32 KiB a warpgroup) and stored by TMA.
-// 3 stages x 48 KiB + 64 KiB of staging = 208 KiB of shared memory (+16 KiB of prefetch slots
-// for kSwiGluBackward): one CTA per SM.
+// 3 stages x 48 KiB + 64 KiB of staging = 208 KiB of shared memory (+16 KiB of side buffer for
+// kSwiGluBackward's prefetch slots or FP8 kSwiGlu's transposed h): one CTA per SM.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -48,11 +48,16 @@ constexpr int kStageBytes = kTileBytesA + kTileBytesB;
 // four 64-column chunks of 64 rows x 128 bytes in the 128-byte swizzle.
 constexpr int kOutChunkBytes = 64 * 128;
 constexpr int kOutBytes = kConsumers * 4 * kOutChunkBytes;
-// kSwiGluBackward's prefetch slots: 2 slots x 2 warpgroups x (g, u) x 128 threads x 16 bytes.
+// A side buffer after the staging, for two epilogues: kSwiGluBackward's prefetch slots (2 slots
+// x 2 warpgroups x (g, u) x 128 threads x 16 bytes), or FP8 kSwiGlu's transposed h tiles (2
+// warpgroups x 128 columns x 64 rows of E4M3, in the 64-byte swizzle, stored by TMA).
 constexpr int kPrefetchBytes = 2 * kConsumers * 2 * 128 * 16;
+constexpr int kHtTileBytes = 128 * 64;
+static_assert(kConsumers * kHtTileBytes == kPrefetchBytes);
+constexpr int kSideBytes = kPrefetchBytes;
 // The swizzled tiles need 1024-byte alignment; the dynamic buffer is aligned by hand.
 constexpr int kSmemBytes = kStages * kStageBytes + kOutBytes + 1024 + 2 * kStages * 8;
-constexpr int kSmemBytesSwiGluBackward = kSmemBytes + kPrefetchBytes;  // 230,448 of 232,448
+constexpr int kSmemBytesWithSide = kSmemBytes + kSideBytes;  // 230,448 of 232,448
 // Registers a thread: the producer warpgroup gives up (40) what the consumers take (232).
 constexpr RegisterSplit kRegs{168, 40, 232, kConsumers};
 static_assert(kRegs.fits(), "setmaxnreg: the producer must give up what the consumers take");
@@ -89,8 +94,8 @@ static_assert(kRegs.fits(), "setmaxnreg: the producer must give up what the cons
 // followed by RopeApply whenever the GEMMs agree). kSwiGlu then quantises h as SwiGluForwardFp8
 // does: each thread takes 8 rows of one 16-byte column vector (two rows a share), writes their
 // row-major bytes as it goes and, after the fourth share, transposes the 8 x 8 bytes in registers
-// into 8 bytes of each of h_t's 8 columns (no shared memory left for a staged transpose, and none
-// needed).
+// into 8 bytes of each of h_t's 8 columns, which the warpgroup stages in the side buffer and
+// stores by TMA (16 KiB: what the shared memory had left).
 template <WgmmaEpilogue kEpi, bool kNMajorB = false, bool kFp8 = false>
 __global__ void __launch_bounds__(kThreads, 1)
     WgmmaGemmKernel(const __grid_constant__ CUtensorMap map_a,
@@ -103,9 +108,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* out_smem = smem + kStages * kStageBytes;
   constexpr bool swiglu = kEpi == WgmmaEpilogue::kSwiGlu;
   constexpr bool swiglu_bwd = kEpi == WgmmaEpilogue::kSwiGluBackward;
-  uint8_t* prefetch = out_smem + kOutBytes;  // kSwiGluBackward only
-  uint64_t* full =
-      reinterpret_cast<uint64_t*>(out_smem + kOutBytes + (swiglu_bwd ? kPrefetchBytes : 0));
+  constexpr bool side = swiglu_bwd || (kFp8 && swiglu);
+  uint8_t* prefetch = out_smem + kOutBytes;  // the side buffer (kSwiGluBackward, FP8 kSwiGlu)
+  uint64_t* full = reinterpret_cast<uint64_t*>(out_smem + kOutBytes + (side ? kSideBytes : 0));
   uint64_t* empty = full + kStages;
   const int wg = threadIdx.x / 128;
   constexpr int bk = kFp8 ? 2 * kBK : kBK;  // K per K-tile (128 bytes of a row either way)
@@ -224,12 +229,36 @@ __global__ void __launch_bounds__(kThreads, 1)
             hq[2 * kShare + v];
       }
       if constexpr (kShare == 3) {
+        // h_t's 8 x 8 block: c[e] is column col + e, rows row8 .. + 7. Stored to global memory
+        // directly, each 8 bytes lands in its own row of h_t (M bytes apart): 23 us of the
+        // kernel's 220 at gpt350m B 16 (session 21). So the warpgroup stages its 128 columns x
+        // 64 rows in the 64-byte swizzle (16-byte unit u of row R at u ^ (R / 2 % 4)) and TMA
+        // stores them as whole rows. Thread `unit` starts at column e = unit (its c rotated
+        // by unit), so a warp's 8-byte stores fall on 16 bank pairs instead of one.
         uint2 c[8];
         Transpose8x8Bytes(hq, c);
-        const int64_t m_rows = int64_t(tiles / tiles_n) * kBM;
-        uint8_t* qt = static_cast<uint8_t*>(ea.h_t) + pending_row + row8;
 #pragma unroll
-        for (int e = 0; e < 8; ++e) *reinterpret_cast<uint2*>(qt + (col + e) * m_rows) = c[e];
+        for (int b = 1; b < 8; b <<= 1) {
+          const bool on = (unit & b) != 0;
+          uint2 r[8];
+#pragma unroll
+          for (int e = 0; e < 8; ++e) r[e] = on ? c[(e + b) % 8] : c[e];
+#pragma unroll
+          for (int e = 0; e < 8; ++e) c[e] = r[e];
+        }
+        uint8_t* ht = prefetch + wg * kHtTileBytes;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const int R = chunk * 64 + unit * 8 + (e + unit) % 8;  // the tile's column
+          const int off = R * 64 + ((((row8 >> 4) ^ (R >> 1)) & 3) << 4) + (row8 & 8);
+          *reinterpret_cast<uint2*>(ht + off) = c[e];
+        }
+        FenceProxyAsyncShared();
+        WarpgroupBarrier(wg);
+        if (t == 0) {  // the staging is free again by the next tile's (await_staging)
+          TmaStore2d(&map_d, ht, pending_row, pending_n0);
+          BulkCommit();
+        }
       }
     };
     auto share_any = [&](int s) {
@@ -471,9 +500,12 @@ Status Launch(const WgmmaGemmArgs& args, bool fp8, cudaStream_t stream) {
   } else {
     FORGE_RETURN_IF_ERROR(SwizzledMap(args.B, args.N, args.K, swiglu ? kBN / 2 : kBN, &map_b, eb));
   }
-  // kSwiGluBackward and FP8's kSwiGlu write D from registers (no map; A's stands in).
-  if (swiglu_bwd || (fp8 && swiglu)) {
+  // kSwiGluBackward and FP8's kSwiGlu write D from registers (no map; A's stands in); FP8's
+  // kSwiGlu stores h_t ([ffn, M] bytes) in boxes of 128 rows x 64 bytes with this map.
+  if (swiglu_bwd) {
     map_d = map_a;
+  } else if (fp8 && swiglu) {
+    FORGE_RETURN_IF_ERROR(SwizzledMap(e.h_t, e.ffn, args.M, 128, &map_d, 1, /*row_bytes=*/64));
   } else {
     FORGE_RETURN_IF_ERROR(SwizzledMap(args.D, args.M, out_n, 64, &map_d));
   }
@@ -483,7 +515,7 @@ Status Launch(const WgmmaGemmArgs& args, bool fp8, cudaStream_t stream) {
   const int tiles_n = int(out_n / (swiglu ? kBN / 2 : kBN)), tiles = int(args.M / kBM) * tiles_n;
   const int grid = args.ctas > 0 ? std::min(args.ctas, tiles) : std::min(tiles, sms);
   const int k = int(args.K);
-  const int smem = swiglu_bwd ? kSmemBytesSwiGluBackward : kSmemBytes;
+  const int smem = swiglu_bwd || (fp8 && swiglu) ? kSmemBytesWithSide : kSmemBytes;
   auto launch = [&](auto kernel) -> Status {
     FORGE_RETURN_IF_ERROR(AllowDynamicSmem(kernel, smem));
     FORGE_RETURN_IF_ERROR(

@@ -34,17 +34,21 @@ Status EncodeTiledFunction(EncodeTiledFn* fn) {
 }  // namespace
 
 Status SwizzledMap(const void* base, int64_t rows, int64_t cols, int box_rows, CUtensorMap* map,
-                   int elem_bytes) {
+                   int elem_bytes, int row_bytes) {
+  if (row_bytes != 128 && row_bytes != 64)
+    return Status::Internal("SwizzledMap: rows of 128 or 64 bytes, not " +
+                            std::to_string(row_bytes));
   EncodeTiledFn encode = nullptr;
   FORGE_RETURN_IF_ERROR(EncodeTiledFunction(&encode));
   const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
   const cuuint64_t strides[1] = {cuuint64_t(cols) * elem_bytes};
-  const cuuint32_t box[2] = {cuuint32_t(128 / elem_bytes), cuuint32_t(box_rows)};
+  const cuuint32_t box[2] = {cuuint32_t(row_bytes / elem_bytes), cuuint32_t(box_rows)};
   const cuuint32_t elem_strides[2] = {1, 1};
   const CUtensorMapDataType type =
       elem_bytes == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
   const CUresult r = encode(map, type, 2, const_cast<void*>(base), dims, strides, box, elem_strides,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE,
+                            row_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B,
                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     return Status::Internal("cuTensorMapEncodeTiled failed (" + std::to_string(int(r)) +

@@ -15,8 +15,9 @@ namespace forge::cuda {
 
 // A [rows, cols] row-major bf16 (elem_bytes 2) or 8-bit (1) matrix moved in boxes of
 // box_rows x 128 bytes (the 128-byte swizzle's row); rows are cols * elem_bytes apart.
+// row_bytes 64: boxes of box_rows x 64 bytes in the 64-byte swizzle instead.
 Status SwizzledMap(const void* base, int64_t rows, int64_t cols, int box_rows, CUtensorMap* map,
-                   int elem_bytes = 2);
+                   int elem_bytes = 2, int row_bytes = 128);
 
 // Ok if ptxas gave `kernel` the `launch` registers a thread its setmaxnreg split assumes
 // (RegisterSplit, wgmma_util.cuh); else an error naming `name` (another allocation would hang
