@@ -157,6 +157,12 @@ TEST(GpuSwiGluBackwardGemmFp8, RefusesWhatItCannotTile) {
   cuda::SwiGluBackwardGemmFp8Args a = p.Args(out, 0);
   a.gate_up = nullptr;
   EXPECT_FALSE(cuda::SwiGluBackwardGemmFp8(a, nullptr).ok());
+  // The transposed output leaves by TMA: 16-byte aligned.
+  cuda::SwiGluBackwardGemmFp8Args t = p.Args(out, 0);
+  t.dgate_up_t = static_cast<uint8_t*>(t.dgate_up_t) + 8;
+  const Status st = cuda::SwiGluBackwardGemmFp8(t, nullptr);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.ToString().find("unaligned"), std::string::npos) << st.ToString();
 }
 
 }  // namespace

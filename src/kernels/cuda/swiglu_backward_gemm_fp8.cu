@@ -22,8 +22,10 @@
 //   fragment's 8 rows x 4 quads hit 32 different banks), published by `staged_full`;
 // - epilogue warpgroups (0 and 1: set i & 1's tiles): warp w takes rows 16w..16w+15, lanes
 //   0-15 the 8-column vectors 0-15 of rows 16w..16w+7, lanes 16-31 those of 16w+8..16w+15, so
-//   a lane holds an 8 x 8 byte block of dgate and of dup, transposed in registers into the
-//   transposed outputs' 8-byte runs; then it frees the set's buffers (`staged_free`, `gu_free`).
+//   a lane holds an 8 x 8 byte block of dgate and of dup, transposed in registers and staged
+//   over the set's dh (read by then) as two 128 x 64 byte tiles the copy engine stores into
+//   the transposed output; it frees the set's gate/up buffer (`gu_free`) after its reads and
+//   the staging buffer (`staged_free`) once the copy engine has read the tiles.
 #include "kernels/cuda/swiglu_backward_gemm_fp8.cuh"
 
 #include <cuda.h>
@@ -53,6 +55,9 @@ constexpr int kStageBytes = kTileBytesA + kTileBytesB;
 constexpr int kStagedRowBytes = kBN * 2 + 16;  // padded: see the fragment writes
 constexpr int kStagedBytes = kBM * kStagedRowBytes;
 constexpr int kGuBoxBytes = kBM * 128;     // 64 rows x 64 bf16 columns
+// The epilogue's transposed E5M2 tiles (128 columns x 64 rows each) reuse the staging buffer.
+constexpr int kTransposedTileBytes = kBN * kBM;
+static_assert(2 * kTransposedTileBytes <= kStagedBytes);
 constexpr int kGuBytes = 4 * kGuBoxBytes;  // gate 2 boxes, then up 2 boxes
 constexpr int kMmaWg = 2, kProducerWg = 3;
 constexpr int kThreads = 128 * 4;
@@ -70,6 +75,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     SwiGluBackwardGemmKernel(const __grid_constant__ CUtensorMap map_dy,
                              const __grid_constant__ CUtensorMap map_w,
                              const __grid_constant__ CUtensorMap map_gu,
+                             const __grid_constant__ CUtensorMap map_t,
                              SwiGluBackwardGemmFp8Args a, int tiles_n, int tiles) {
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = AlignedDynamicSmem(smem_raw);
@@ -78,7 +84,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* full = reinterpret_cast<uint64_t*>(staged + 2 * kStagedBytes);
   uint64_t* empty = full + kStages;
   uint64_t* staged_full = empty + kStages;  // [2]: a dh tile is staged
-  uint64_t* staged_free = staged_full + 2;  // [2]: the epilogue has read it
+  uint64_t* staged_free = staged_full + 2;  // [2]: the epilogue is done with it
   uint64_t* gu_full = staged_free + 2;      // [2]: a tile's gate/up has landed
   uint64_t* gu_free = gu_full + 2;          // [2]: the epilogue has read it
   const int wg = threadIdx.x / 128;
@@ -91,7 +97,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     for (int b = 0; b < 2; ++b) {
       MbarInit(&staged_full[b], 128);
-      MbarInit(&staged_free[b], 128);
+      MbarInit(&staged_free[b], 1);
       MbarInit(&gu_full[b], 1);
       MbarInit(&gu_free[b], 128);
     }
@@ -175,15 +181,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int64_t ffn = a.ffn, ld = 2 * ffn;
     const float s = *a.scale;
     uint8_t* out = static_cast<uint8_t*>(a.dgate_up);
-    uint8_t* out_t = static_cast<uint8_t*>(a.dgate_up_t);
     const uint8_t* g_in = gu + b * kGuBytes + (v / 8) * kGuBoxBytes;
-    const uint8_t* dh_in = staged + b * kStagedBytes + 16 * v;
+    uint8_t* set_staged = staged + b * kStagedBytes;
+    const uint8_t* dh_in = set_staged + 16 * v;
     uint32_t amax2 = 0;  // two bf16 magnitudes' bits
     int local = b;
     for (int tile = blockIdx.x + b * int(gridDim.x); tile < tiles;
          tile += 2 * int(gridDim.x), local += 2) {
-      const int64_t r0 = int64_t(tile / tiles_n) * kBM + rows;
-      const int64_t c = (tile % tiles_n) * kBN + 8 * v;
+      const int m0 = (tile / tiles_n) * kBM, n0 = (tile % tiles_n) * kBN;
+      const int64_t r0 = m0 + rows, c = n0 + 8 * v;
       const uint32_t parity = (local >> 1) & 1;
       MbarWait(&gu_full[b], parity);
       MbarWait(&staged_full[b], parity);
@@ -210,18 +216,48 @@ __global__ void __launch_bounds__(kThreads, 1)
         *reinterpret_cast<uint2*>(o) = qg[k];
         *reinterpret_cast<uint2*>(o + ffn) = qu[k];
       }
-      MbarArrive(&staged_free[b]);  // every shared-memory read of the set is done
-      MbarArrive(&gu_free[b]);
-      uint2 col[8];
-      Transpose8x8Bytes(qg, col);
+      MbarArrive(&gu_free[b]);  // every read of the set's gate/up is done
+      // The transposed outputs: each lane's 8 x 8 blocks, transposed in registers, go into the
+      // set's staging buffer (its dh has been read by the whole warpgroup after this barrier)
+      // as two tiles of 128 columns x 64 rows (dgate^T, dup^T) in the 64-byte swizzle (16-byte
+      // unit u of row R at u ^ (R / 2 % 4)), which the copy engine stores as whole rows. Each
+      // 8 bytes stored straight to global memory lands in its own row of dgate_up_t (M bytes
+      // apart), as the forward's h_t did until session 21. Lane v starts at column v % 8 (its
+      // block rotated by v), so a warp's 8-byte stores fall on 16 bank pairs, not one.
+      WarpgroupBarrier(b);
+      uint2 col[2][8];
+      Transpose8x8Bytes(qg, col[0]);
+      Transpose8x8Bytes(qu, col[1]);
 #pragma unroll
-      for (int e = 0; e < 8; ++e) *reinterpret_cast<uint2*>(out_t + (c + e) * a.M + r0) = col[e];
-      Transpose8x8Bytes(qu, col);
+      for (int bit = 1; bit < 8; bit <<= 1) {
+        const bool on = (v & bit) != 0;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          uint2 r[8];
+#pragma unroll
+          for (int e = 0; e < 8; ++e) r[e] = on ? col[h][(e + bit) % 8] : col[h][e];
+#pragma unroll
+          for (int e = 0; e < 8; ++e) col[h][e] = r[e];
+        }
+      }
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
-        *reinterpret_cast<uint2*>(out_t + (ffn + c + e) * a.M + r0) = col[e];
+        const int R = 8 * v + (e + v) % 8;  // the tile's column
+        const int off = R * 64 + ((((rows >> 4) ^ (R >> 1)) & 3) << 4) + (rows & 8);
+        *reinterpret_cast<uint2*>(set_staged + off) = col[0][e];
+        *reinterpret_cast<uint2*>(set_staged + kTransposedTileBytes + off) = col[1][e];
+      }
+      FenceProxyAsyncShared();
+      WarpgroupBarrier(b);
+      if (t == 0) {  // the set is free for the MMA warpgroup once the copy engine has read it
+        TmaStore2d(&map_t, set_staged, m0, n0);
+        TmaStore2d(&map_t, set_staged + kTransposedTileBytes, m0, int(ffn) + n0);
+        BulkCommit();
+        BulkWaitRead();
+        MbarArrive(&staged_free[b]);
       }
     }
+    if (t == 0) BulkWait();
     fp8tile::WarpAmaxToGlobal(max(amax2 & 0xFFFFu, amax2 >> 16) << 16, a.amax, lane);
     if (blockIdx.x == 0 && threadIdx.x == 0) *a.scale_inv = 1.0f / s;
   }
@@ -235,7 +271,7 @@ Status SwiGluBackwardGemmFp8Check(const SwiGluBackwardGemmFp8Args& a) {
   if (a.M <= 0 || a.M % kBM || a.K <= 0 || a.K % kBK || a.ffn <= 0 || a.ffn % kBN)
     return Status::Invalid("SwiGluBackwardGemmFp8: M must be a multiple of 64, K and ffn of 128" +
                            shape);
-  if (!IsAligned(a.gate_up, 16) || !IsAligned(a.dgate_up, 8) || !IsAligned(a.dgate_up_t, 8) ||
+  if (!IsAligned(a.gate_up, 16) || !IsAligned(a.dgate_up, 8) || !IsAligned(a.dgate_up_t, 16) ||
       !IsAligned(a.dy, 16) || !IsAligned(a.w_t, 16))
     return Status::Invalid("SwiGluBackwardGemmFp8: unaligned buffers" + shape);
   return Status::Ok();
@@ -256,12 +292,16 @@ Status SwiGluBackwardGemmFp8(const SwiGluBackwardGemmFp8Args& a, cudaStream_t st
   FORGE_RETURN_IF_ERROR(SwizzledMap(a.w_t, a.ffn, a.K, kBN, &map_w, 1));
   CUtensorMap map_gu;  // [M, 2 ffn] bf16 in boxes of 64 rows x 64 columns
   FORGE_RETURN_IF_ERROR(SwizzledMap(a.gate_up, a.M, 2 * int64_t{a.ffn}, kBM, &map_gu));
+  CUtensorMap map_t;  // [2 ffn, M] E5M2 stored in boxes of 128 rows x 64 bytes
+  FORGE_RETURN_IF_ERROR(
+      SwizzledMap(a.dgate_up_t, 2 * int64_t{a.ffn}, a.M, kBN, &map_t, 1, /*row_bytes=*/64));
   FORGE_ASSIGN_OR_RETURN(const int sms, DeviceSmCount());
   const int tiles_n = a.ffn / kBN, tiles = int(a.M / kBM) * tiles_n;
   const int grid = a.ctas > 0 ? std::min(a.ctas, tiles) : std::min(tiles, sms);
   const auto kernel = a.dy_e4m3 ? SwiGluBackwardGemmKernel<true> : SwiGluBackwardGemmKernel<false>;
   FORGE_RETURN_IF_ERROR(AllowDynamicSmem(kernel, kSmemBytes));
-  kernel<<<grid, kThreads, kSmemBytes, stream>>>(map_dy, map_w, map_gu, a, tiles_n, tiles);
+  kernel<<<grid, kThreads, kSmemBytes, stream>>>(map_dy, map_w, map_gu, map_t, a, tiles_n,
+                                                 tiles);
   FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }
