@@ -152,34 +152,43 @@ __global__ void __launch_bounds__(kVecThreads, 2)
 
   const float scale = __frcp_rn(tot.s) * dloss;  // (1 / sum) * dloss, as the reference
   float s8 = 0.0f;
-  uint32_t m8 = 0;  // |dlogits| bits
+  uint32_t m8 = 0;  // two |dlogits| bf16 magnitudes' bits (AbsMaxBf16x2)
   if constexpr (kFp8) {
     s8 = *f8.scale;
     if (f8.scale_inv && row == 0 && tid == 0) *f8.scale_inv = 1.0f / s8;
   }
+  // The onehot term touches one vector of the row: tested once a vector, not once a value (this
+  // pass is arithmetic-bound in the FP8 form, whose only store is one byte a value).
+  const int tgt_vec = tgt_ok ? tgt / 8 : -1;
   for (int idx = tid; idx < nvec; idx += kVecThreads) {
     const uint4 u = idx < cached ? s_row[idx] : Load16(lr + int64_t{idx} * 8);
     float x[8];
     UnpackBf16x8(u, x);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      x[j] = exp2f(x[j] * kLog2e - tot.m) * scale;
-      if (idx * 8 + j == tgt) x[j] -= dloss;
+    for (int j = 0; j < 8; ++j) x[j] = exp2f(x[j] * kLog2e - tot.m) * scale;
+    if (idx == tgt_vec) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        if (idx * 8 + j == tgt) x[j] -= dloss;
+      }
     }
     if (!kFp8 || f8.write_bf16) Store16(lr + int64_t{idx} * 8, PackBf16x8(x));
     if constexpr (kFp8) {
+      // Rounded to bf16 in pairs (one cvt a pair), the amax taken on the packed pairs.
       float q[8];
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        q[j] = fp8tile::RoundBf16(x[j]);
-        m8 = max(m8, fp8tile::AbsBits(q[j]));
+      for (int j = 0; j < 8; j += 2) {
+        const uint32_t p = PackBf16x2(x[j], x[j + 1]);
+        m8 = fp8tile::AbsMaxBf16x2(m8, p);
+        q[j] = __uint_as_float(p << 16);
+        q[j + 1] = __uint_as_float(p & 0xFFFF0000u);
       }
       constexpr auto F = __NV_E5M2;
       *reinterpret_cast<uint2*>(f8.grad8 + row * V + int64_t{idx} * 8) =
           fp8tile::QuantizeFp8x8<F>(q, s8);
     }
   }
-  if constexpr (kFp8) fp8tile::BlockAmaxToGlobal(m8, f8.amax);
+  if constexpr (kFp8) fp8tile::BlockAmaxToGlobal(fp8tile::Bf16x2AbsBits(m8), f8.amax);
 }
 
 // Any V and alignment: one column per thread per step, the row read twice.

@@ -62,6 +62,18 @@ __device__ __forceinline__ uint2 GatherColumn8(const uint8_t* p, int stride) {
 
 __device__ __forceinline__ uint32_t AbsBits(float v) { return __float_as_uint(v) & 0x7FFFFFFFu; }
 
+// The amax of bf16-rounded values taken on their packed pairs (PackBf16x2): one max.u16x2 a
+// pair into acc (two magnitudes' bits), and at the end the larger as a float's |x| bits, the
+// same bits AbsBits gives on the rounded floats.
+__device__ __forceinline__ uint32_t AbsMaxBf16x2(uint32_t acc, uint32_t packed) {
+  uint32_t d;
+  asm("max.u16x2 %0, %1, %2;" : "=r"(d) : "r"(acc), "r"(packed & 0x7FFF7FFFu));
+  return d;
+}
+__device__ __forceinline__ uint32_t Bf16x2AbsBits(uint32_t acc) {
+  return max(acc & 0xFFFFu, acc >> 16) << 16;
+}
+
 // Rounds like a BF16 kernel's store, back to float for the quantiser (device_util.cuh): what a
 // producer fused with the cast must do to match the BF16 kernel followed by the cast bit for bit.
 using ::forge::cuda::RoundBf16;

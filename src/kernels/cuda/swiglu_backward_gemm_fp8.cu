@@ -64,11 +64,6 @@ constexpr int kThreads = 128 * 4;
 constexpr int kSmemBytes =
     kStages * kStageBytes + 2 * kGuBytes + 2 * kStagedBytes + 1024 + (2 * kStages + 8) * 8;
 
-__device__ __forceinline__ uint32_t MaxU16x2(uint32_t a, uint32_t b) {
-  uint32_t d;
-  asm("max.u16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-  return d;
-}
 
 template <bool kDyE4M3>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -207,8 +202,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         // The magnitudes' max on the packed bf16 pairs: one instruction a pair.
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
-          amax2 = MaxU16x2(amax2, packed[0][q] & 0x7FFF7FFFu);
-          amax2 = MaxU16x2(amax2, packed[1][q] & 0x7FFF7FFFu);
+          amax2 = fp8tile::AbsMaxBf16x2(amax2, packed[0][q]);
+          amax2 = fp8tile::AbsMaxBf16x2(amax2, packed[1][q]);
         }
         qg[k] = fp8tile::QuantizeFp8x8<__NV_E5M2>(f[0], s);
         qu[k] = fp8tile::QuantizeFp8x8<__NV_E5M2>(f[1], s);
@@ -258,7 +253,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     if (t == 0) BulkWait();
-    fp8tile::WarpAmaxToGlobal(max(amax2 & 0xFFFFu, amax2 >> 16) << 16, a.amax, lane);
+    fp8tile::WarpAmaxToGlobal(fp8tile::Bf16x2AbsBits(amax2), a.amax, lane);
     if (blockIdx.x == 0 && threadIdx.x == 0) *a.scale_inv = 1.0f / s;
   }
 }
