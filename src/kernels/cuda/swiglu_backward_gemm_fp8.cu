@@ -64,14 +64,13 @@ constexpr int kThreads = 128 * 4;
 constexpr int kSmemBytes =
     kStages * kStageBytes + 2 * kGuBytes + 2 * kStagedBytes + 1024 + (2 * kStages + 8) * 8;
 
-
 template <bool kDyE4M3>
 __global__ void __launch_bounds__(kThreads, 1)
     SwiGluBackwardGemmKernel(const __grid_constant__ CUtensorMap map_dy,
                              const __grid_constant__ CUtensorMap map_w,
                              const __grid_constant__ CUtensorMap map_gu,
-                             const __grid_constant__ CUtensorMap map_t,
-                             SwiGluBackwardGemmFp8Args a, int tiles_n, int tiles) {
+                             const __grid_constant__ CUtensorMap map_t, SwiGluBackwardGemmFp8Args a,
+                             int tiles_n, int tiles) {
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = AlignedDynamicSmem(smem_raw);
   uint8_t* gu = smem + kStages * kStageBytes;  // [2] (1024-aligned: the swizzle's pattern)
@@ -295,8 +294,7 @@ Status SwiGluBackwardGemmFp8(const SwiGluBackwardGemmFp8Args& a, cudaStream_t st
   const int grid = a.ctas > 0 ? std::min(a.ctas, tiles) : std::min(tiles, sms);
   const auto kernel = a.dy_e4m3 ? SwiGluBackwardGemmKernel<true> : SwiGluBackwardGemmKernel<false>;
   FORGE_RETURN_IF_ERROR(AllowDynamicSmem(kernel, kSmemBytes));
-  kernel<<<grid, kThreads, kSmemBytes, stream>>>(map_dy, map_w, map_gu, map_t, a, tiles_n,
-                                                 tiles);
+  kernel<<<grid, kThreads, kSmemBytes, stream>>>(map_dy, map_w, map_gu, map_t, a, tiles_n, tiles);
   FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }
