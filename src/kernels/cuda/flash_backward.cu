@@ -25,8 +25,6 @@
 // warpgroup 2 gives registers up (72): its first thread streams K, V (double-buffered across
 // tiles) and each query block's Q, dO and row statistics (two stages) with TMA; its second and
 // third warps are the dQ writers (one a dQ buffer, so two additions are in flight).
-#include "kernels/cuda/flash_backward.cuh"
-
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -37,10 +35,12 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/flash_backward.cuh"
 #include "kernels/cuda/fp8_tile_cast.cuh"
 #include "kernels/cuda/rope_fp8.cuh"
 #include "kernels/cuda/rope_math.cuh"
 #include "kernels/cuda/tma_map.h"
+#include "kernels/cuda/wgmma_mma.cuh"
 #include "kernels/cuda/wgmma_util.cuh"
 
 namespace forge::cuda {
@@ -185,26 +185,15 @@ __device__ __forceinline__ float Exp2Ftz(float x) {
 // Named barrier over the two compute warpgroups (id 1; 0 is __syncthreads).
 __device__ __forceinline__ void ComputeBarrier() { asm volatile("bar.sync 1, 256;" ::: "memory"); }
 
-// The 32 accumulator registers of an m64n64 MMA with an FP32 accumulator, as the asm's register
-// list (%0-%31) and its operands; the m64n64 forms below share them.
-#define FORGE_ACC32_REGS                                                                        \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
-  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-#define FORGE_ACC32_OUTS(d)                                                                       \
-  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),    \
-      "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),  \
-      "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),  \
-      "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-
 // D[64 x 64] += A[64 x 16] B[64 x 16]^T, both K-major tiles in shared memory.
 __device__ __forceinline__ void WgmmaSsN64(float (&d)[32], uint64_t desc_a, uint64_t desc_b,
                                            int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FORGE_ACC32_REGS
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" FORGE_WGMMA_REGS_32
+      "}, "
       "%32, %33, p, 1, 1, 0, 0;\n}\n"
-      : FORGE_ACC32_OUTS(d)
+      : FORGE_WGMMA_OUTS_32(d)
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
@@ -214,26 +203,22 @@ __device__ __forceinline__ void WgmmaRsN64TransB(float (&d)[32], const uint32_t 
                                                  uint64_t desc_b) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FORGE_ACC32_REGS
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" FORGE_WGMMA_REGS_32
+      "}, "
       "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
-      : FORGE_ACC32_OUTS(d)
+      : FORGE_WGMMA_OUTS_32(d)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
 }
-
-#undef FORGE_ACC32_REGS
-#undef FORGE_ACC32_OUTS
 
 // D[64 x 32] += A[64 x 16] B[16 x 32], both MN-major in shared memory (transposed).
 __device__ __forceinline__ void WgmmaSsN32TransAB(float (&d)[16], uint64_t desc_a, uint64_t desc_b,
                                                   int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {" FORGE_WGMMA_REGS_16
+      "}, "
       "%16, %17, p, 1, 1, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15])
+      : FORGE_WGMMA_OUTS_16(d)
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
