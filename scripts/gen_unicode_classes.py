@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generates src/worker/data/unicode_classes.cc: the code point ranges of the three classes
+"""Generates src/tokenizer/unicode_classes.cc: the code point ranges of the three classes
 the GPT-2 pre-tokenisation regex uses (\\p{L}, \\p{N}, \\s).
 
 Two sources:
@@ -81,10 +81,10 @@ def expand(ranges):
 def emit(classes, provenance):
     print("// GENERATED FILE: do not edit. Regenerate with")
     print("//   python3 scripts/gen_unicode_classes.py --source node > "
-          "src/worker/data/unicode_classes.cc")
+          "src/tokenizer/unicode_classes.cc")
     for line in provenance:
         print("// " + line)
-    print('#include "worker/data/unicode_classes.h"')
+    print('#include "tokenizer/unicode_classes.h"')
     print()
     print("namespace forge::unicode_tables {")
     print()

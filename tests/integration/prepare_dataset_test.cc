@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "worker/data/dataset.h"
-#include "worker/data/gpt2_bpe.h"
+#include "tokenizer/gpt2_bpe.h"
 #include "worker/data/prepare.h"
 #include "worker/data/sampler.h"
 

@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "worker/data/corpus.h"
-#include "worker/data/gpt2_bpe.h"
-#include "worker/data/unicode_classes.h"
+#include "tokenizer/gpt2_bpe.h"
+#include "tokenizer/unicode_classes.h"
 
 namespace forge {
 namespace {

@@ -140,12 +140,5 @@ TEST(DataCorpusTest, MissingSourceIsAnErrorNamingIt) {
   EXPECT_FALSE(LoadCorpus(CorpusSources{}).ok());  // nothing configured
 }
 
-TEST(DataCorpusTest, SanitizeUtf8) {
-  EXPECT_EQ(SanitizeUtf8("ok é 你 🌍"), "ok é 你 🌍");
-  EXPECT_EQ(SanitizeUtf8("\xc3"), "\xef\xbf\xbd");              // truncated sequence
-  EXPECT_EQ(SanitizeUtf8("\xc0\xaf"), "\xef\xbf\xbd\xef\xbf\xbd");  // overlong
-  EXPECT_EQ(SanitizeUtf8("\xed\xa0\x80"), "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");  // surrogate
-}
-
 }  // namespace
 }  // namespace forge

@@ -269,39 +269,6 @@ CorpusSources DefaultCorpusSources(const std::string& data_dir) {
   return s;
 }
 
-std::string SanitizeUtf8(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  size_t i = 0;
-  const auto* b = reinterpret_cast<const uint8_t*>(s.data());
-  while (i < s.size()) {
-    const uint8_t b0 = b[i];
-    if (b0 < 0x80) {
-      out.push_back(static_cast<char>(b0));
-      ++i;
-      continue;
-    }
-    size_t len = 0;
-    uint32_t cp = 0, min = 0;
-    if ((b0 & 0xE0) == 0xC0) len = 2, cp = b0 & 0x1F, min = 0x80;
-    else if ((b0 & 0xF0) == 0xE0) len = 3, cp = b0 & 0x0F, min = 0x800;
-    else if ((b0 & 0xF8) == 0xF0) len = 4, cp = b0 & 0x07, min = 0x10000;
-    bool ok = len != 0 && i + len <= s.size();
-    for (size_t k = 1; ok && k < len; ++k) {
-      if ((b[i + k] & 0xC0) != 0x80) ok = false;
-      cp = (cp << 6) | (b[i + k] & 0x3F);
-    }
-    ok = ok && cp >= min && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF);
-    if (ok) {
-      out.append(s.substr(i, len));
-      i += len;
-    } else {
-      out.append("\xEF\xBF\xBD");  // U+FFFD for the one bad byte
-      ++i;
-    }
-  }
-  return out;
-}
 
 std::string CleanGcideText(std::string_view raw) {
   const auto& escapes = GcideEscapes();

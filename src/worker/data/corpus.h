@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/utf8.h"
 
 namespace forge {
 
@@ -71,8 +72,5 @@ StatusOr<Corpus> LoadCorpus(const CorpusSources& sources);
 // braces ({Fact} -> Fact), turns the bracketed character escapes into UTF-8 ([=a] -> ā,
 // ['e] -> é, [ae] -> æ, [root] -> √, ...) and removes indentation.
 std::string CleanGcideText(std::string_view raw);
-
-// Replaces invalid UTF-8 sequences by U+FFFD.
-std::string SanitizeUtf8(std::string_view s);
 
 }  // namespace forge

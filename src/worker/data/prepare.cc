@@ -12,7 +12,7 @@
 
 #include "common/checksum.h"
 #include "worker/data/dataset.h"
-#include "worker/data/gpt2_bpe.h"
+#include "tokenizer/gpt2_bpe.h"
 
 namespace fs = std::filesystem;
 

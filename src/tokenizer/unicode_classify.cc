@@ -2,7 +2,7 @@
 #include <array>
 #include <memory>
 
-#include "worker/data/unicode_classes.h"
+#include "tokenizer/unicode_classes.h"
 
 namespace forge {
 namespace {

@@ -1,5 +1,5 @@
 // GPT-2 BPE: vocabulary loading, the merge loop and the per-pre-token cache.
-#include "worker/data/gpt2_bpe.h"
+#include "tokenizer/gpt2_bpe.h"
 
 #include <algorithm>
 #include <array>

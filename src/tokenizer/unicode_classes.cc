@@ -1,11 +1,11 @@
 // GENERATED FILE: do not edit. Regenerate with
-//   python3 scripts/gen_unicode_classes.py --source node > src/worker/data/unicode_classes.cc
+//   python3 scripts/gen_unicode_classes.py --source node > src/tokenizer/unicode_classes.cc
 // Source: node 20.20.2 unicode 17.0 icu 78.2 (/\p{L}/u, /\p{N}/u, /\s/u),
 // the engine the reference encoder (npm gpt-tokenizer) runs in.
 //   vs Python 3.11.7 unicodedata 14.0.0: letter: 13916 code points only in node, 0 only in Python
 //   vs Python 3.11.7 unicodedata 14.0.0: number: 133 code points only in node, 0 only in Python
 //   vs Python 3.11.7 unicodedata 14.0.0: space: 0 code points only in node, 0 only in Python
-#include "worker/data/unicode_classes.h"
+#include "tokenizer/unicode_classes.h"
 
 namespace forge::unicode_tables {
 

@@ -4,8 +4,8 @@
 // The classes of code points come from unicode_classes.h (the same as node's /u regexes).
 #include <cstdint>
 
-#include "worker/data/gpt2_bpe.h"
-#include "worker/data/unicode_classes.h"
+#include "tokenizer/gpt2_bpe.h"
+#include "tokenizer/unicode_classes.h"
 
 namespace forge {
 namespace {

@@ -1,0 +1,249 @@
+#include "common/flags.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+
+#ifndef FORGE_VERSION
+#define FORGE_VERSION "dev"
+#endif
+#ifndef FORGE_GIT_COMMIT
+#define FORGE_GIT_COMMIT "unknown"
+#endif
+
+namespace forge {
+
+std::string VersionString(std::string_view program) {
+  return std::string(program) + " " + FORGE_VERSION + " (commit " + FORGE_GIT_COMMIT + ")";
+}
+
+namespace {
+
+size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+std::string ClosestMatch(std::string_view word, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_d = std::max<size_t>(2, word.size() / 3) + 1;
+  for (const std::string& c : candidates) {
+    const size_t d = EditDistance(word, c);
+    if (d < best_d) best_d = d, best = c;
+  }
+  return best;
+}
+
+FlagParser::FlagParser(std::string program, std::string positional, std::string description)
+    : program_(std::move(program)),
+      positional_desc_(std::move(positional)),
+      description_(std::move(description)) {}
+
+void FlagParser::Add(std::string name, std::string value_name, std::string help, Kind kind) {
+  specs_.push_back({std::move(name), std::move(value_name), std::move(help), kind});
+}
+void FlagParser::Value(std::string name, std::string value_name, std::string help) {
+  Add(std::move(name), std::move(value_name), std::move(help), Kind::kValue);
+}
+void FlagParser::Bool(std::string name, std::string help) {
+  Add(std::move(name), "", std::move(help), Kind::kBool);
+}
+void FlagParser::List(std::string name, std::string value_name, std::string help) {
+  Add(std::move(name), std::move(value_name), std::move(help), Kind::kList);
+}
+void FlagParser::Alias(std::string alias, std::string name) {
+  aliases_.emplace_back(std::move(alias), std::move(name));
+}
+
+const FlagParser::Spec* FlagParser::Find(std::string_view name) const {
+  for (const auto& [alias, target] : aliases_)
+    if (alias == name) name = target;
+  for (const Spec& s : specs_)
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+Status FlagParser::Parse(int argc, char** argv, int first) {
+  bool flags_done = false;
+  for (int i = first; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (flags_done || arg.size() < 2 || arg[0] != '-') {
+      positional_.push_back(arg);
+      continue;
+    }
+    if (arg == "--") {
+      flags_done = true;
+      continue;
+    }
+    if (arg == "--help" || arg == "-h") {
+      help_ = true;
+      continue;
+    }
+    if (arg == "--version") {
+      version_ = true;
+      continue;
+    }
+    std::string inline_value;
+    bool has_inline = false;
+    if (const size_t eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
+      inline_value = arg.substr(eq + 1);
+      arg.resize(eq);
+      has_inline = true;
+    }
+    const Spec* spec = Find(arg);
+    if (spec == nullptr) {
+      std::vector<std::string> names{"--help", "--version"};
+      for (const Spec& s : specs_) names.push_back(s.name);
+      const std::string near = ClosestMatch(arg, names);
+      return Status::Invalid("unknown flag " + arg +
+                             (near.empty() ? "" : " (did you mean " + near + "?)"));
+    }
+    switch (spec->kind) {
+      case Kind::kBool:
+        if (has_inline && inline_value != "true" && inline_value != "false")
+          return Status::Invalid(spec->name + ": takes no value (or =true/=false), got '" +
+                                 inline_value + "'");
+        values_.emplace_back(spec->name, has_inline ? inline_value : "true");
+        break;
+      case Kind::kValue:
+        if (has_inline) {
+          values_.emplace_back(spec->name, inline_value);
+        } else {
+          if (i + 1 >= argc) return Status::Invalid(spec->name + ": expects " + spec->value_name);
+          values_.emplace_back(spec->name, argv[++i]);
+        }
+        break;
+      case Kind::kList: {
+        size_t n = 0;
+        if (has_inline) values_.emplace_back(spec->name, inline_value), ++n;
+        while (i + 1 < argc && argv[i + 1][0] != '-') values_.emplace_back(spec->name, argv[++i]), ++n;
+        if (n == 0) return Status::Invalid(spec->name + ": expects " + spec->value_name);
+        break;
+      }
+    }
+  }
+  if (!help_ && !version_ && max_positional_ >= 0 &&
+      static_cast<int>(positional_.size()) > max_positional_) {
+    return Status::Invalid("unexpected argument '" + positional_[max_positional_] + "'" +
+                           (positional_desc_.empty() ? "" : " (usage: " + program_ + " " +
+                                                                positional_desc_ + " [flags])"));
+  }
+  return Status::Ok();
+}
+
+bool FlagParser::ParseOrExit(int argc, char** argv, int first, int* rc) {
+  const Status s = Parse(argc, argv, first);
+  if (help_) {
+    std::fputs(Usage().c_str(), stdout);
+    *rc = 0;
+    return true;
+  }
+  if (version_) {
+    std::printf("%s\n", VersionString(program_).c_str());
+    *rc = 0;
+    return true;
+  }
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s: %s\n(see '%s --help')\n", program_.c_str(), s.message().c_str(),
+                 program_.c_str());
+    *rc = 2;
+    return true;
+  }
+  return false;
+}
+
+std::string FlagParser::Usage() const {
+  std::string u = "usage: " + program_;
+  if (!positional_desc_.empty()) u += " " + positional_desc_;
+  if (!specs_.empty()) u += " [flags]";
+  u += "\n";
+  if (!description_.empty()) u += "\n" + description_ + "\n";
+  u += "\nflags:\n";
+  std::vector<std::pair<std::string, std::string>> rows;
+  for (const Spec& s : specs_) {
+    std::string left = s.name;
+    for (const auto& [alias, target] : aliases_)
+      if (target == s.name) left = alias + ", " + left;
+    if (!s.value_name.empty()) left += " " + s.value_name;
+    rows.emplace_back(left, s.help);
+  }
+  rows.emplace_back("-h, --help", "print this help and exit");
+  rows.emplace_back("--version", "print the version and exit");
+  size_t width = 0;
+  for (const auto& r : rows) width = std::max(width, r.first.size());
+  width = std::min<size_t>(width, 32);
+  for (const auto& [left, help] : rows) {
+    u += "  " + left;
+    if (left.size() > width) u += "\n" + std::string(width + 2, ' ');
+    else u += std::string(width - left.size(), ' ');
+    u += "  " + help + "\n";
+  }
+  return u;
+}
+
+bool FlagParser::Has(std::string_view name) const {
+  for (const auto& [k, v] : values_)
+    if (k == name) return true;
+  return false;
+}
+
+std::string FlagParser::Get(std::string_view name, std::string def) const {
+  for (auto it = values_.rbegin(); it != values_.rend(); ++it)
+    if (it->first == name) return it->second;
+  return def;
+}
+
+std::vector<std::string> FlagParser::GetAll(std::string_view name) const {
+  std::vector<std::string> out;
+  for (const auto& [k, v] : values_)
+    if (k == name) out.push_back(v);
+  return out;
+}
+
+Status FlagParser::GetInt(std::string_view name, int64_t* out) const {
+  if (!Has(name)) return Status::Ok();
+  const std::string v = Get(name);
+  char* end = nullptr;
+  errno = 0;
+  const long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || errno == ERANGE)
+    return Status::Invalid(std::string(name) + ": expects an integer, got '" + v + "'");
+  *out = x;
+  return Status::Ok();
+}
+
+Status FlagParser::GetInt(std::string_view name, int* out) const {
+  int64_t x = *out;
+  FORGE_RETURN_IF_ERROR(GetInt(name, &x));
+  if (x < INT32_MIN || x > INT32_MAX)
+    return Status::Invalid(std::string(name) + ": out of range, got " + Get(name));
+  *out = static_cast<int>(x);
+  return Status::Ok();
+}
+
+Status FlagParser::GetDouble(std::string_view name, double* out) const {
+  if (!Has(name)) return Status::Ok();
+  const std::string v = Get(name);
+  char* end = nullptr;
+  errno = 0;
+  const double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || errno == ERANGE)
+    return Status::Invalid(std::string(name) + ": expects a number, got '" + v + "'");
+  *out = x;
+  return Status::Ok();
+}
+
+}  // namespace forge
