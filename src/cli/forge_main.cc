@@ -35,12 +35,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/data_commands.h"
 #include "cli/local_launch.h"
 #include "common/config.h"
 #include "metrics/train_metrics.h"
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/data/dataset.h"
-#include "worker/data/prepare.h"
 #include "worker/data/sampler.h"
 #include "worker/parallel/bootstrap.h"
 #include "worker/parallel/comm.h"
@@ -123,30 +123,6 @@ void InstallStopHandlers() {
   std::signal(SIGINT, OnStopSignal);
   std::signal(SIGTERM, OnStopSignal);
   std::signal(SIGUSR1, OnStopSignal);
-}
-
-int DataPrepare(const Args& a) {
-  PrepareOptions opt = DefaultPrepareOptions();
-  if (a.Has("--out")) opt.output_dir = a.Get("--out");
-  if (a.Has("--threads")) opt.threads = std::atoi(a.Get("--threads").c_str());
-  opt.force = a.Has("--force");
-  opt.log = [](const std::string& line) { std::printf("%s\n", line.c_str()); };
-  PrepareSummary summary;
-  Status s = PrepareDataset(opt, &summary);
-  if (!s.ok()) return Fail(s);
-  std::printf("%s\n", summary.ToString().c_str());
-  return 0;
-}
-
-int DataBaseline(const Args& a) {
-  const std::string dir = a.Get("--dataset", DefaultDataDir() + "/dataset");
-  auto ds = TokenDataset::Open(dir);
-  if (!ds.ok()) return Fail(ds.status());
-  UnigramBaseline b = ComputeUnigramBaseline(*ds);
-  std::printf("{\"unigram_val_cross_entropy\":%.4f,\"train_unigram_entropy\":%.4f,"
-              "\"train_tokens\":%ld,\"val_tokens\":%ld}\n",
-              b.val_cross_entropy, b.train_entropy, long(b.train_tokens), long(b.val_tokens));
-  return 0;
 }
 
 // The closing line of `forge train` (rank 0): how the run ended, its losses and metrics file.
@@ -416,12 +392,6 @@ int main(int argc, char** argv) {
     if (!a.ok()) return Fail(a.status());
     return Eval(*a);
   }
-  if (cmd == "data" && argc >= 3) {
-    const std::string sub = argv[2];
-    auto a = ParseArgs(argc, argv, 3, {"--force"});
-    if (!a.ok()) return Fail(a.status());
-    if (sub == "prepare") return DataPrepare(*a);
-    if (sub == "baseline") return DataBaseline(*a);
-  }
+  if (cmd == "data") return RunDataCommand(argc, argv);
   return Usage();
 }
