@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/flags.h"
+
 namespace forge::bench {
 
 // Whole-string base-10 integer that fits T; false otherwise.
@@ -32,6 +34,34 @@ inline int FailJson(const char* program, const std::string& msg) {
   if (program) std::fprintf(stderr, "%s: %s\n", program, msg.c_str());
   std::printf("%s\n", nlohmann::ordered_json{{"error", msg}}.dump().c_str());
   return 1;
+}
+
+// Parses argv with `flags`; true when the program should exit now with *rc: after --help or
+// --version (usage or version on stdout, rc 0) or a bad flag (the JSON error line, rc 1).
+inline bool ParseFlagsOrExit(FlagParser& flags, const char* program, int argc, char** argv,
+                             int* rc) {
+  const Status s = flags.Parse(argc, argv, 1);
+  if (flags.help_requested()) {
+    std::fputs(flags.Usage().c_str(), stdout);
+    *rc = 0;
+    return true;
+  }
+  if (flags.version_requested()) {
+    std::printf("%s\n", VersionString(program).c_str());
+    *rc = 0;
+    return true;
+  }
+  if (!s.ok()) {
+    *rc = FailJson(program, s.message());
+    return true;
+  }
+  return false;
+}
+
+// The value of an integer flag into *out when given; false when it is malformed or out of T.
+template <typename T>
+bool FlagInt(const FlagParser& flags, const char* name, T* out) {
+  return !flags.Has(name) || ParseInt(flags.Get(name).c_str(), out);
 }
 
 }  // namespace forge::bench

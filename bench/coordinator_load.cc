@@ -25,6 +25,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include "common/flags.h"
 #include "forge/v1/runs.grpc.pb.h"
 #include "forge/v1/workers.grpc.pb.h"
 #include "rpc/auth.h"
@@ -78,17 +79,26 @@ struct Worker {
 int main(int argc, char** argv) {
   Options o;
   o.coordinator_bin = (std::filesystem::path(argv[0]).parent_path() / "forge-coordinator").string();
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string f = argv[i], v = argv[i + 1];
-    if (f == "--workers") o.workers = std::atoi(v.c_str());
-    else if (f == "--per-run") o.per_run = std::atoi(v.c_str());
-    else if (f == "--threads") o.threads = std::atoi(v.c_str());
-    else if (f == "--rate-hz") o.rate_hz = std::atof(v.c_str());
-    else if (f == "--seconds") o.seconds = std::atof(v.c_str());
-    else if (f == "--coordinator-bin") o.coordinator_bin = v;
-    else if (f == "--state-dir") o.state_dir = v;
-    else return Die("unknown flag " + f);
-  }
+  forge::FlagParser flags("forge-coordinator-load", "",
+                          "Load test: starts a coordinator and simulated workers that join and "
+                          "heartbeat at a rate; prints JSON latency figures.");
+  flags.Value("--workers", "N", "simulated workers");
+  flags.Value("--per-run", "N", "workers per run");
+  flags.Value("--threads", "N", "client threads");
+  flags.Value("--rate-hz", "HZ", "heartbeats per worker per second");
+  flags.Value("--seconds", "S", "how long to run");
+  flags.Value("--coordinator-bin", "PATH", "the forge-coordinator to start");
+  flags.Value("--state-dir", "DIR", "its state directory (default a fresh /tmp dir)");
+  flags.MaxPositional(0);
+  if (int rc; flags.ParseOrExit(argc, argv, 1, &rc)) return rc;
+  for (const forge::Status& s :
+       {flags.GetInt("--workers", &o.workers), flags.GetInt("--per-run", &o.per_run),
+        flags.GetInt("--threads", &o.threads), flags.GetDouble("--rate-hz", &o.rate_hz),
+        flags.GetDouble("--seconds", &o.seconds)})
+    if (!s.ok()) return Die(s.message());
+  o.coordinator_bin = flags.Get("--coordinator-bin", o.coordinator_bin);
+  o.state_dir = flags.Get("--state-dir", o.state_dir);
+  if (o.workers < 1 || o.per_run < 1) return Die("--workers and --per-run must be >= 1");
   if (o.workers % o.per_run != 0) return Die("--workers must be a multiple of --per-run");
   if (o.state_dir.empty())
     o.state_dir = "/tmp/forge_coordinator_load_" + std::to_string(getpid());

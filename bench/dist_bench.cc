@@ -94,40 +94,42 @@ struct Args {
 
 int Fail(const std::string& msg) { return bench::FailJson("forge-dist-bench", msg); }
 
-std::string ParseArgs(int argc, char** argv, Args* a) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--profile") {
-      a->profile = true;
-      continue;
-    }
-    if (flag == "--distinct-batches") {
-      a->distinct_batches = true;
-      continue;
-    }
-    if (flag == "--accum-check") {
-      a->accum_check = true;
-      continue;
-    }
-    if (i + 1 >= argc) return flag + ": missing value";
-    const char* val = argv[++i];
-    bool ok = true;
-    if (flag == "--config") a->config = val;
-    else if (flag == "--mode") a->mode = val;
-    else if (flag == "--grad-reduce") a->grad_reduce = val;
-    else if (flag == "--ddp-allreduce") a->ddp_allreduce = val;
-    else if (flag == "--world") ok = bench::ParseInt(val, &a->world) && a->world >= 1;
-    else if (flag == "--micro-batch") ok = bench::ParseInt(val, &a->micro_batch) && a->micro_batch > 0;
-    else if (flag == "--steps") ok = bench::ParseInt(val, &a->steps) && a->steps > 0;
-    else if (flag == "--warmup") ok = bench::ParseInt(val, &a->warmup) && a->warmup >= 1;
-    else return "unknown flag " + flag;
-    if (!ok) return flag + ": bad value '" + val + "'";
-  }
-  if (a->config.empty()) {
-    return "usage: forge-dist-bench --config PATH --world W [--mode ddp|zero1|zero2|fsdp] "
-           "[--grad-reduce fp32|bf16] [--ddp-allreduce nccl|copy_engine] [--micro-batch B] "
-           "[--steps N] [--warmup K] [--profile] [--distinct-batches [--accum-check]]";
-  }
+FlagParser MakeFlags() {
+  FlagParser f("forge-dist-bench", "",
+               "Times data-parallel training steps over W GPUs of this host (one thread per "
+               "rank, NCCL) beside one GPU; prints JSON lines.");
+  f.Value("--config", "PATH", "run config (required)");
+  f.Value("--world", "W", "GPUs (default 2)");
+  f.Value("--mode", "ddp|zero1|zero2|fsdp", "parallel mode (default ddp)");
+  f.Value("--grad-reduce", "fp32|bf16", "gradient collective element type (default fp32)");
+  f.Value("--ddp-allreduce", "nccl|copy_engine", "what moves ddp's all-reduces (default nccl)");
+  f.Value("--micro-batch", "B", "sequences per rank per step (default: the config's)");
+  f.Value("--steps", "N", "timed steps (default 20)");
+  f.Value("--warmup", "K", "untimed steps first, >= 1 (default 3)");
+  f.Bool("--profile", "per-phase times of the single-GPU and the parallel step");
+  f.Bool("--distinct-batches", "rank r trains on its own tokens (seed + r)");
+  f.Bool("--accum-check", "with --distinct-batches: one GPU also trains all ranks' batches "
+                          "accumulated and reports its losses");
+  f.MaxPositional(0);
+  return f;
+}
+
+// Reads the parsed flags into *a; returns an error message, or "" when they are fine.
+std::string ReadArgs(const FlagParser& f, Args* a) {
+  a->config = f.Get("--config");
+  a->mode = f.Get("--mode", a->mode);
+  a->grad_reduce = f.Get("--grad-reduce", a->grad_reduce);
+  a->ddp_allreduce = f.Get("--ddp-allreduce", a->ddp_allreduce);
+  a->profile = f.Has("--profile");
+  a->distinct_batches = f.Has("--distinct-batches");
+  a->accum_check = f.Has("--accum-check");
+  auto bad = [&](const char* flag) { return std::string(flag) + ": bad value '" + f.Get(flag) + "'"; };
+  if (!bench::FlagInt(f, "--world", &a->world) || a->world < 1) return bad("--world");
+  if (!bench::FlagInt(f, "--micro-batch", &a->micro_batch) || (f.Has("--micro-batch") && a->micro_batch <= 0))
+    return bad("--micro-batch");
+  if (!bench::FlagInt(f, "--steps", &a->steps) || a->steps <= 0) return bad("--steps");
+  if (!bench::FlagInt(f, "--warmup", &a->warmup) || a->warmup < 1) return bad("--warmup");
+  if (a->config.empty()) return "--config is required (see forge-dist-bench --help)";
   if (a->accum_check && !a->distinct_batches) return "--accum-check needs --distinct-batches";
   return "";
 }
@@ -485,8 +487,10 @@ int RunRank(const Args& a, const RunConfig& cfg, int rank, int port) {
 }
 
 int Run(int argc, char** argv) {
+  FlagParser flags = MakeFlags();
+  if (int rc; bench::ParseFlagsOrExit(flags, "forge-dist-bench", argc, argv, &rc)) return rc;
   Args a;
-  if (std::string err = ParseArgs(argc, argv, &a); !err.empty()) return Fail(err);
+  if (std::string err = ReadArgs(flags, &a); !err.empty()) return Fail(err);
   auto loaded = LoadRunConfig(a.config);
   if (!loaded.ok()) return Fail(loaded.status().ToString());
   RunConfig cfg = *loaded;

@@ -63,41 +63,45 @@ struct Args {
 
 int Fail(const std::string& msg) { return bench::FailJson("forge-bench", msg); }
 
-// Returns an error message, or "" when the arguments are fine.
-std::string ParseArgs(int argc, char** argv, Args* a) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--profile") {
-      a->profile = true;
-      continue;
-    }
-    if (i + 1 >= argc) return flag + ": missing value";
-    const char* val = argv[++i];
-    bool ok = true;
-    if (flag == "--config") a->config = val;
-    else if (flag == "--micro-batch") ok = bench::ParseInt(val, &a->micro_batch) && a->micro_batch > 0;
-    else if (flag == "--steps") ok = bench::ParseInt(val, &a->steps) && a->steps > 0;
-    else if (flag == "--warmup") ok = bench::ParseInt(val, &a->warmup) && a->warmup >= 1;
-    else if (flag == "--precision") {
-      a->precision = val;
-      ok = a->precision == "bf16" || a->precision == "fp8";
-    } else if (flag == "--fp8-lm-head") {
-      ok = bench::ParseInt(val, &a->fp8_lm_head) && (a->fp8_lm_head == 0 || a->fp8_lm_head == 1);
-    } else if (flag == "--fp8-fast-accum") {
-      a->fp8_fast = val;
-    } else if (flag == "--recipe") {
-      a->recipe = val;
-      ok = a->recipe == "config" || a->recipe == "torch";
-    } else if (flag == "--recompute")
-      ok = bench::ParseInt(val, &a->recompute) && (a->recompute == 0 || a->recompute == 1);
-    else return "unknown flag " + flag;
-    if (!ok) return flag + ": bad value '" + val + "'";
-  }
-  if (a->config.empty()) {
-    return "usage: forge-bench --config PATH [--micro-batch B] [--steps N] [--warmup W] "
-           "[--recompute 0|1] [--precision bf16|fp8] [--fp8-lm-head 0|1] "
-           "[--fp8-fast-accum none|fprop|fprop_dgrad] [--recipe config|torch] [--profile]";
-  }
+FlagParser MakeFlags() {
+  FlagParser f("forge-bench", "",
+               "Times training steps of one GPU on synthetic tokens; prints one JSON line.");
+  f.Value("--config", "PATH", "run config (required)");
+  f.Value("--micro-batch", "B", "sequences per step (default: the config's)");
+  f.Value("--steps", "N", "timed steps (default 20)");
+  f.Value("--warmup", "W", "untimed steps first, >= 1 (default 3)");
+  f.Value("--recompute", "0|1", "activation recompute (default: the config's)");
+  f.Value("--precision", "bf16|fp8", "compute precision (default: the config's)");
+  f.Value("--fp8-lm-head", "0|1", "the LM head in FP8 too (default: the config's)");
+  f.Value("--fp8-fast-accum", "none|fprop|fprop_dgrad", "FP8 fast accumulation");
+  f.Value("--recipe", "config|torch", "torch: init and batches as the PyTorch anchor's");
+  f.Bool("--profile", "per-phase timings (forward, backward, optimizer) in the JSON");
+  f.MaxPositional(0);
+  return f;
+}
+
+// Reads the parsed flags into *a; returns an error message, or "" when they are fine.
+std::string ReadArgs(const FlagParser& f, Args* a) {
+  a->config = f.Get("--config");
+  a->profile = f.Has("--profile");
+  a->precision = f.Get("--precision");
+  a->fp8_fast = f.Get("--fp8-fast-accum");
+  a->recipe = f.Get("--recipe", a->recipe);
+  auto bad = [&](const char* flag) { return std::string(flag) + ": bad value '" + f.Get(flag) + "'"; };
+  if (!bench::FlagInt(f, "--micro-batch", &a->micro_batch) || (f.Has("--micro-batch") && a->micro_batch <= 0))
+    return bad("--micro-batch");
+  if (!bench::FlagInt(f, "--steps", &a->steps) || a->steps <= 0) return bad("--steps");
+  if (!bench::FlagInt(f, "--warmup", &a->warmup) || a->warmup < 1) return bad("--warmup");
+  if (!bench::FlagInt(f, "--recompute", &a->recompute) ||
+      (f.Has("--recompute") && a->recompute != 0 && a->recompute != 1))
+    return bad("--recompute");
+  if (!bench::FlagInt(f, "--fp8-lm-head", &a->fp8_lm_head) ||
+      (f.Has("--fp8-lm-head") && a->fp8_lm_head != 0 && a->fp8_lm_head != 1))
+    return bad("--fp8-lm-head");
+  if (!a->precision.empty() && a->precision != "bf16" && a->precision != "fp8")
+    return bad("--precision");
+  if (a->recipe != "config" && a->recipe != "torch") return bad("--recipe");
+  if (a->config.empty()) return "--config is required (see forge-bench --help)";
   return "";
 }
 
@@ -132,8 +136,10 @@ double PeakTflops(const std::string& gpu) {
 int Run(int argc, char** argv) {
   const auto t_main = std::chrono::steady_clock::now();
   const double age_at_main = ProcessAgeSeconds();
+  FlagParser flags = MakeFlags();
+  if (int rc; bench::ParseFlagsOrExit(flags, "forge-bench", argc, argv, &rc)) return rc;
   Args args;
-  if (std::string err = ParseArgs(argc, argv, &args); !err.empty()) return Fail(err);
+  if (std::string err = ReadArgs(flags, &args); !err.empty()) return Fail(err);
 
   StatusOr<RunConfig> loaded = LoadRunConfig(args.config);
   if (!loaded.ok()) return Fail(loaded.status().ToString());

@@ -30,6 +30,8 @@
 #include <string>
 #include <vector>
 
+#include "common/flags.h"
+
 namespace {
 
 constexpr size_t kWorkspaceBytes = size_t{64} << 20;
@@ -250,14 +252,16 @@ bool Probe(cublasLtHandle_t h, const Size& s, const Variant& v, const Buffers& b
 }  // namespace
 
 int main(int argc, char** argv) {
+  forge::FlagParser flags("forge-fp8-probe", "",
+                          "Checks which cuBLASLt FP8 GEMM layouts and sizes run on this GPU; "
+                          "prints JSON lines.");
+  flags.Value("--max-size", "N", "largest square size tried");
+  flags.MaxPositional(0);
+  if (int rc; flags.ParseOrExit(argc, argv, 1, &rc)) return rc;
   int64_t max_size = INT64_MAX;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--max-size") == 0 && i + 1 < argc) {
-      max_size = std::atoll(argv[++i]);
-    } else {
-      std::fprintf(stderr, "usage: forge-fp8-probe [--max-size N]\n");
-      return 2;
-    }
+  if (forge::Status s = flags.GetInt("--max-size", &max_size); !s.ok()) {
+    std::fprintf(stderr, "forge-fp8-probe: %s\n", s.message().c_str());
+    return 2;
   }
 
   int device = 0, runtime = 0, driver = 0;

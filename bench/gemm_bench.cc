@@ -121,40 +121,48 @@ std::vector<Spec> StepGemms(const Args& a) {
 
 int Fail(const std::string& msg) { return bench::FailJson("forge-gemm-bench", msg); }
 
-std::string ParseArgs(int argc, char** argv, Args* a) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--no-sweep") {
-      a->sweep = false;
-      continue;
-    }
-    if (flag == "--all") {
-      a->all = true;
-      continue;
-    }
-    if (i + 1 >= argc) return flag + ": missing value";
-    const char* val = argv[++i];
-    int64_t v = 0;
-    if (flag == "--only") {
-      a->only = val;
-      continue;
-    }
-    if (!bench::ParseInt(val, &v) || v < 0) return flag + ": bad value '" + val + "'";
-    if (flag == "--tokens") a->tokens = v;
-    else if (flag == "--d") a->d = v;
-    else if (flag == "--qkv") a->qkv = v;
-    else if (flag == "--ffn") a->ffn = v;
-    else if (flag == "--layers") a->layers = v;
-    else if (flag == "--vocab") a->vocab = v;
-    else if (flag == "--lm-chunk") a->lm_chunk = v;
-    else if (flag == "--dw-accumulate") a->dw_accumulate = v != 0;
-    else if (flag == "--reps") a->reps = int(v);
-    else if (flag == "--warmup") a->warmup = int(v);
-    else if (flag == "--sets") a->sets = int(v);
-    else if (flag == "--max-candidates") a->max_candidates = int(v);
-    else if (flag == "--workspace-mb") a->workspace_mb = int(v);
-    else return "unknown flag " + flag;
-  }
+FlagParser MakeFlags() {
+  FlagParser f("forge-gemm-bench", "",
+               "Times cuBLASLt's algorithms for the step's GEMM shapes; prints JSON lines.");
+  f.Value("--tokens", "T", "token rows (default 16384)");
+  f.Value("--d", "D", "model width (default 1024)");
+  f.Value("--qkv", "N", "QKV output width (default 3072)");
+  f.Value("--ffn", "F", "SwiGLU hidden width (default 2816)");
+  f.Value("--layers", "L", "blocks (default 24)");
+  f.Value("--vocab", "V", "padded vocabulary (default 50304)");
+  f.Value("--lm-chunk", "R", "LM-head rows per chunk (default 4096)");
+  f.Value("--dw-accumulate", "0|1", "block dW GEMMs accumulate (beta 1)");
+  f.Value("--reps", "N", "timed calls per set (default 20)");
+  f.Value("--warmup", "N", "untimed calls first (default 3)");
+  f.Value("--sets", "N", "timed sets, the best kept (default 3)");
+  f.Value("--max-candidates", "N", "algorithms tried per shape (default 32)");
+  f.Value("--workspace-mb", "MB", "cuBLASLt workspace (default 64)");
+  f.Value("--only", "NAME", "only the shapes whose name contains NAME");
+  f.Bool("--no-sweep", "time the heuristic's choice only");
+  f.Bool("--all", "print every candidate's time");
+  f.MaxPositional(0);
+  return f;
+}
+
+// Reads the parsed flags into *a; returns an error message, or "" when they are fine.
+std::string ReadArgs(const FlagParser& f, Args* a) {
+  a->sweep = !f.Has("--no-sweep");
+  a->all = f.Has("--all");
+  a->only = f.Get("--only");
+  const std::pair<const char*, int64_t*> sizes[] = {
+      {"--tokens", &a->tokens}, {"--d", &a->d},         {"--qkv", &a->qkv},
+      {"--ffn", &a->ffn},       {"--layers", &a->layers}, {"--vocab", &a->vocab},
+      {"--lm-chunk", &a->lm_chunk}};
+  const std::pair<const char*, int*> counts[] = {
+      {"--reps", &a->reps}, {"--warmup", &a->warmup}, {"--sets", &a->sets},
+      {"--max-candidates", &a->max_candidates}, {"--workspace-mb", &a->workspace_mb}};
+  for (const auto& [flag, out] : sizes)
+    if (!bench::FlagInt(f, flag, out) || *out < 0) return std::string(flag) + ": bad value '" + f.Get(flag) + "'";
+  for (const auto& [flag, out] : counts)
+    if (!bench::FlagInt(f, flag, out) || *out < 0) return std::string(flag) + ": bad value '" + f.Get(flag) + "'";
+  int dw = a->dw_accumulate ? 1 : 0;
+  if (!bench::FlagInt(f, "--dw-accumulate", &dw)) return "--dw-accumulate: bad value '" + f.Get("--dw-accumulate") + "'";
+  a->dw_accumulate = dw != 0;
   if (a->tokens < 1 || a->d < 1 || a->qkv < 1 || a->ffn < 1 || a->vocab < 1 || a->lm_chunk < 1 ||
       a->reps < 1 || a->sets < 1 || a->max_candidates < 1) {
     return "sizes, --reps, --sets and --max-candidates must be >= 1";
@@ -383,10 +391,10 @@ Json TotalsJson(const Totals& t) {
 }
 
 int Run(int argc, char** argv) {
+  FlagParser flags = MakeFlags();
+  if (int rc; bench::ParseFlagsOrExit(flags, "forge-gemm-bench", argc, argv, &rc)) return rc;
   Args args;
-  if (std::string err = ParseArgs(argc, argv, &args); !err.empty()) {
-    return Fail(err + " (usage: see the top of bench/gemm_bench.cc)");
-  }
+  if (std::string err = ReadArgs(flags, &args); !err.empty()) return Fail(err);
   int device = 0, sms = 0;
   cudaDeviceProp prop{};
   if (cudaGetDevice(&device) != cudaSuccess || cudaGetDeviceProperties(&prop, device) != cudaSuccess) {

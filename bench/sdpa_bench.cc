@@ -64,30 +64,31 @@ struct Model {
   int heads = 0, layers = 0;
 };
 
-std::string ParseArgs(int argc, char** argv, Args* a) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--no-tune") {
-      a->tune = false;
-      continue;
-    }
-    if (i + 1 >= argc) return flag + ": missing value";
-    const char* val = argv[++i];
-    if (flag == "--only") {
-      a->only = val;
-      continue;
-    }
-    int64_t v = 0;
-    if (!bench::ParseInt(val, &v) || v < 1 || v > (1 << 20)) {
-      return flag + ": bad value '" + val + "'";
-    }
-    if (flag == "--reps") a->reps = int(v);
-    else if (flag == "--warmup") a->warmup = int(v);
-    else if (flag == "--sets") a->sets = int(v);
-    else if (flag == "--batch") a->batch = int(v);
-    else if (flag == "--seq") a->seq = int(v);
-    else return "unknown flag " + flag;
-  }
+FlagParser MakeFlags() {
+  FlagParser f("forge-sdpa-bench", "",
+               "Times causal flash attention forward and backward (cuDNN and ours) at the "
+               "models' shapes; prints JSON lines.");
+  f.Value("--reps", "N", "timed calls per set (default 20)");
+  f.Value("--warmup", "N", "untimed calls first (default 3)");
+  f.Value("--sets", "N", "timed sets, the best kept (default 3)");
+  f.Value("--batch", "B", "sequences (default 16)");
+  f.Value("--seq", "T", "sequence length (default 1024)");
+  f.Value("--only", "NAME", "only the models whose name contains NAME");
+  f.Bool("--no-tune", "the heuristic's engine only");
+  f.MaxPositional(0);
+  return f;
+}
+
+// Reads the parsed flags into *a; returns an error message, or "" when they are fine.
+std::string ReadArgs(const FlagParser& f, Args* a) {
+  a->tune = !f.Has("--no-tune");
+  a->only = f.Get("--only");
+  const std::pair<const char*, int*> counts[] = {{"--reps", &a->reps}, {"--warmup", &a->warmup},
+                                                 {"--sets", &a->sets}, {"--batch", &a->batch},
+                                                 {"--seq", &a->seq}};
+  for (const auto& [flag, out] : counts)
+    if (!bench::FlagInt(f, flag, out) || *out < 1 || *out > (1 << 20))
+      return std::string(flag) + ": bad value '" + f.Get(flag) + "'";
   return "";
 }
 
@@ -397,10 +398,10 @@ Status BenchModel(const Args& a, const Model& m, cudaStream_t stream, Json* summ
 int Fail(const std::string& msg) { return bench::FailJson(nullptr, msg); }
 
 int Run(int argc, char** argv) {
+  FlagParser flags = MakeFlags();
+  if (int rc; bench::ParseFlagsOrExit(flags, "forge-sdpa-bench", argc, argv, &rc)) return rc;
   Args args;
-  if (std::string err = ParseArgs(argc, argv, &args); !err.empty()) {
-    return Fail(err + " (usage: see the top of bench/sdpa_bench.cc)");
-  }
+  if (std::string err = ReadArgs(flags, &args); !err.empty()) return Fail(err);
   int device = 0;
   cudaDeviceProp prop{};
   if (cudaGetDevice(&device) != cudaSuccess ||

@@ -378,16 +378,20 @@ Status RunFp8(const RandomPool& pool, Timer& timer, int sets, cuda::GemmRunner& 
 
 int main(int argc, char** argv) {
   using namespace forge;
+  FlagParser flags("forge-wgmma-bench", "",
+                   "Times our Hopper wgmma GEMMs (BF16, FP8, fused epilogues) beside cuBLASLt; "
+                   "prints JSON lines.");
+  flags.Value("--reps", "N", "timed calls per set (default 30)");
+  flags.Value("--sets", "N", "timed sets, the best kept (default 3)");
+  flags.Value("--only", "NAME", "one shape, or fp8 / fused");
+  flags.MaxPositional(0);
+  if (int rc; bench::ParseFlagsOrExit(flags, "forge-wgmma-bench", argc, argv, &rc)) return rc;
   int reps = 30, sets = 3;
-  std::string only;
-  for (int i = 1; i < argc; ++i) {
-    const std::string f = argv[i];
-    const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
-    if (f == "--reps" && v && bench::ParseInt(v, &reps) && reps > 0) ++i;
-    else if (f == "--sets" && v && bench::ParseInt(v, &sets) && sets > 0) ++i;
-    else if (f == "--only" && v) only = v, ++i;
-    else return bench::FailJson("forge-wgmma-bench", "bad flag or value: " + f);
-  }
+  if (!bench::FlagInt(flags, "--reps", &reps) || reps < 1)
+    return bench::FailJson("forge-wgmma-bench", "--reps: bad value '" + flags.Get("--reps") + "'");
+  if (!bench::FlagInt(flags, "--sets", &sets) || sets < 1)
+    return bench::FailJson("forge-wgmma-bench", "--sets: bad value '" + flags.Get("--sets") + "'");
+  const std::string only = flags.Get("--only");
   const Shape shapes[] = {{"small", 256, 512, 128},        {"qkv_fwd", 16384, 3072, 1024},
                           {"out_fwd", 16384, 1024, 1024},  {"gate_up_fwd", 16384, 5632, 1024},
                           {"down_fwd", 16384, 1024, 2816}, {"square8192", 8192, 8192, 8192},
