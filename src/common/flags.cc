@@ -186,10 +186,10 @@ std::string FlagParser::Usage() const {
   for (const auto& r : rows) width = std::max(width, r.first.size());
   width = std::min<size_t>(width, 32);
   for (const auto& [left, help] : rows) {
-    u += "  " + left;
-    if (left.size() > width) u += "\n" + std::string(width + 2, ' ');
-    else u += std::string(width - left.size(), ' ');
-    u += "  " + help + "\n";
+    u.append("  ").append(left);
+    if (left.size() > width) u.append("\n").append(width + 2, ' ');
+    else u.append(width - left.size(), ' ');
+    u.append("  ").append(help).append("\n");
   }
   return u;
 }
