@@ -13,9 +13,9 @@
 // does, so the data-parallel step and the baseline train the same trajectory (the summed
 // gradient is W times the baseline's). Why: the step is power-limited and its GEMMs' power
 // depends on the values they multiply; a baseline memorising one batch while the ranks train
-// on W different ones ran 0.7-1.4% slower than the ranks with their collectives skipped
-// (sessions 12-13), which flattered the efficiency. --distinct-batches gives each rank its own
-// (seed + rank), the form before session 13.
+// on W different ones runs 0.7-1.4% slower than the ranks with their collectives skipped,
+// which flatters the efficiency (docs/performance.md). --distinct-batches gives each rank its
+// own (seed + rank).
 // Per rank, in order:
 //   1. the same model alone on its GPU (world 1), timed: the single-GPU baseline of the
 //      scaling efficiency, measured on the same GPUs in the same run;
@@ -38,9 +38,9 @@
 // ranks' mean) and counts the positions whose input token is its target (rank_input_is_target,
 // ~1/vocab for random tokens). --accum-check then trains one GPU on all W ranks' batches as W
 // accumulated micro-batches, which the data-parallel step must equal to rounding (accum_loss,
-// accum_eval_losses): with --distinct-batches, 4 ranks have ended near loss 2.1 where 2 ranks
-// and one GPU end near 7 (sessions 10-14); this says whether the data or the parallel step
-// does that.
+// accum_eval_losses): with --distinct-batches, 4 ranks end near loss 2.2 where 2 ranks and
+// one GPU end near 7; this says whether the data or the parallel step does that (the data:
+// one GPU accumulating the same four batches ends at the same loss).
 #include <cuda_runtime.h>
 #include <sys/wait.h>
 #include <unistd.h>

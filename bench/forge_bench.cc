@@ -18,8 +18,8 @@
 // --recipe torch trains as the anchor does: PyTorch's default initialisation (model.init torch:
 // embedding ~ N(0, 1), linear weights ~ U(+-1/sqrt(fan_in))) and its AdamW (lr 3e-4, betas 0.9 /
 // 0.999, weight decay 0.01, no clipping). Why: the step is power-limited, and its speed depends
-// on the values it multiplies by ~1.5% (session 13, scripts/device_regime.sh), so a like-for-like
-// comparison trains the same numbers; FLOPs and kernels are the same either way.
+// on the values it multiplies by ~1.5% (docs/performance.md), so a like-for-like comparison
+// trains the same numbers; FLOPs and kernels are the same either way.
 #include <cuda_runtime.h>
 #include <unistd.h>
 

@@ -6,9 +6,9 @@
 //   forward  y  = x W^T      A = x  [M, K]   B = W   [N, K]
 //   dgrad    dx = dy W       A = dy [M, N]   B = W^T [K, N]   (transposed weight copy)
 //   wgrad    dW = dy^T x     A = dy^T [N, M] B = x^T [K, M]   (transposed copies)
-// Each is compared with a BF16 GEMM of the dequantised inputs (issue 4's check) and with a
-// double-precision product of them; the references read the row-major FP8 copies in the
-// untransposed layouts, so a wrong transposed copy cannot match its own reference.
+// Each is compared with a BF16 GEMM of the dequantised inputs and with a double-precision
+// product of them; the references read the row-major FP8 copies in the untransposed layouts,
+// so a wrong transposed copy cannot match its own reference.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -571,8 +571,8 @@ TEST_F(GpuSdpaTest, RejectsBadShapes) {
 // Our own backward (flash_backward.cuh), forward from cuDNN: against the CPU reference, every
 // element written, bitwise the same on a re-run, under CUDA-graph replay and from a workspace
 // left dirty; and close to cuDNN's deterministic backward on the same O and Stats.
-// (scripts/device_flash_bwd.sh runs them on their own REPEAT times under a time limit: a hang
-// in session 17, a dQ writer's divergent wait since mended, is why.)
+// (The kernel's waits trap after 10 s, flash_backward.cu, so a deadlock fails these tests
+// instead of hanging the suite.)
 using GpuFlashBackward = GpuSdpaTest;
 
 // cuDNN's deterministic backward of d's operands (its O and Stats) as floats into *dqkv.

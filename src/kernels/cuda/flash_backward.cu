@@ -145,8 +145,8 @@ __device__ __forceinline__ int LoadAcquire(const int* p) {
 
 // The producer warpgroup's waits give up after kHangNs and trap: a wait that long can only be a
 // bug (an iteration takes microseconds), and a trap fails the step with a launch error instead
-// of hanging the job, and the GPU, forever (session 17 saw both). Every cycle of waits in this
-// kernel passes through the loader or a writer, so their bounded waits catch any deadlock; the
+// of hanging the job, and the GPU, forever. Every cycle of waits in this kernel passes through
+// the loader or a writer, so their bounded waits catch any deadlock; the
 // compute warpgroups keep the plain wait (a timer there costs registers the MMAs need). The
 // timer is read only once the first test has failed.
 constexpr uint64_t kHangNs = 10000000000ull;
@@ -345,7 +345,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const bool first = order == 0, last = j == 0;
         // Only lane 0 waits (on the semaphore, then on the load), and the warp reconverges
         // right after each wait: lanes parked in an mbarrier wait while lane 0 spins on a
-        // divergent path can starve it (the likely cause of session 17's hangs).
+        // divergent path can starve it and hang the kernel.
         if (!first) {
           if (lane == 0) {
             WaitSemaphore(sem, order);

@@ -52,7 +52,7 @@ size_t FlashBackwardScratchBytes(const FlashBackwardShape& s);
 // addition), the rotation and casts made that one warp the kernel's bottleneck (0.58 ms
 // against 0.37 at gpt350m's shape on an H200); done by kv block 0's compute warpgroups after
 // their tile (reading dQ back), 0.467 ms against this form's 0.403-0.415 on an H100
-// (docs/benchmarks.md, session 19).
+// (docs/performance.md).
 struct FlashBackwardFp8Out {
   void* out = nullptr;                   // E5M2, 16-byte aligned
   void* out_t = nullptr;                 // E5M2, 16-byte aligned

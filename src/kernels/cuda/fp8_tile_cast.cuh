@@ -190,8 +190,7 @@ __global__ void __launch_bounds__(kThreads)
 // tile b of the concatenated tile lists (one tile a block, so each block's amax goes to its own
 // tensor's slot), with CastTile, so each tensor's outputs, amax and scale_inv are bit for bit
 // what a TileCastKernel launch of its own writes. One launch of ~3k tiles fills the GPU where
-// four launches of 256-1408 tiles each did not (weights at 0.8-2.1 TB/s in session 7's
-// profile).
+// four launches of 256-1408 tiles each do not (those ran at 0.8-2.1 TB/s under ncu).
 inline constexpr int kMaxGroupJobs = 4;
 struct GroupJob {
   Fp8CastJob job;          // fp8_cast.cuh's description of one tensor

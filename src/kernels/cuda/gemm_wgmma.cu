@@ -2,7 +2,7 @@
 // the layout of a linear layer's forward, Y = X W^T), FP32 accumulation, BF16 out.
 //
 // Why a GEMM of our own at all: cuBLASLt has no epilogue for SwiGLU or RoPE, so those run as
-// separate passes over the GEMM's output (docs/benchmarks.md). This kernel is the base such
+// separate passes over the GEMM's output (docs/performance.md). This kernel is the base such
 // epilogues are fused into; it only pays if its main loop keeps up with cuBLASLt's.
 //
 // Shape of the kernel (persistent: one CTA per SM walking 128x256 output tiles):
@@ -79,9 +79,9 @@ static_assert(kRegs.fits(), "setmaxnreg: the producer must give up what the cons
 //   GEMM's output would be, and D = silu(g) * u ([M, ffn], swiglu.cu's math). The epilogue
 //   stages and stores gu only (both warpgroups' epilogues run together, so any math there
 //   stalls the tensor cores); h is computed from the staged gu in shares between the next
-//   tile's wgmma issues and written straight to global memory (docs/benchmarks.md, sessions 8
-//   and 14: waiting on shared memory for h, or expf and an IEEE reciprocal in the two warps a
-//   scheduler that issue the MMAs, cost more than the separate pass saved).
+//   tile's wgmma issues and written straight to global memory (waiting on shared memory for h,
+//   or expf and an IEEE reciprocal in the two warps a scheduler that issue the MMAs, cost more
+//   than the separate pass saves: docs/performance.md).
 // - kSwiGluBackward (N-major B): A B is dh, the gradient of SwiGLU's output; it is staged but
 //   never stored, and during the next tile's main loop each thread turns 16 vectors of it into
 //   dg and du (gu read by cp.async two vectors ahead into prefetch slots, results written
@@ -231,7 +231,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if constexpr (kShare == 3) {
         // h_t's 8 x 8 block: c[e] is column col + e, rows row8 .. + 7. Stored to global memory
         // directly, each 8 bytes lands in its own row of h_t (M bytes apart): 23 us of the
-        // kernel's 220 at gpt350m B 16 (session 21). So the warpgroup stages its 128 columns x
+        // kernel's 220 at gpt350m B 16 on an H100. So the warpgroup stages its 128 columns x
         // 64 rows in the 64-byte swizzle (16-byte unit u of row R at u ^ (R / 2 % 4)) and TMA
         // stores them as whole rows. Thread `unit` starts at column e = unit (its c rotated
         // by unit), so a warp's 8-byte stores fall on 16 bank pairs instead of one.

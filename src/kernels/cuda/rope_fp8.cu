@@ -18,7 +18,7 @@ constexpr int kMaxHd = 512;  // as RopeApply
 // (sin, cos) come from RopeSinCosTable's [T, hd / 2] table (bitwise RopeApply's sincosf, the
 // sine negated for the inverse rotation, exactly as RopeSinCos's sign does): computing them
 // here (four full-precision sincosf per 8 values) made this pass slower than its traffic
-// (74.5 us at gpt350m B 16 on an H200, docs/benchmarks.md session 16).
+// (74.5 us at gpt350m B 16 on an H200).
 struct RopeBackwardSource {
   static constexpr int kOut = 1;
   const bf16* dqkv;

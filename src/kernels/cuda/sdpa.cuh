@@ -83,8 +83,9 @@ struct SdpaEngineCandidate {
 
 // Which kernels run the backward. kCudnn: cuDNN's graph. kFlash: our own (flash_backward.cuh;
 // deterministic in both modes, needs no cuDNN plan) where it takes the shape, cuDNN's graph
-// elsewhere. FORGE_CUDA_ATTN_BWD=flash|cudnn picks; the default is flash (docs/benchmarks.md,
-// session 18: 0.37 ms against cuDNN's 0.44 deterministic at gpt350m's shape, no dS in memory).
+// elsewhere. FORGE_CUDA_ATTN_BWD=flash|cudnn picks; the default is flash (0.37 ms a layer
+// against cuDNN's 0.44 deterministic at gpt350m's shape on an H100, no dS in memory:
+// docs/performance.md).
 enum class SdpaBackwardKernel { kFlash, kCudnn };
 StatusOr<SdpaBackwardKernel> SdpaBackwardKernelFromEnv();
 

@@ -3,14 +3,14 @@
 //
 // Why this shape: the SwiGLU backward is bandwidth work (gate/up in, dgate/dup and their
 // transposes out: 64 KiB a 64 x 128 tile against ~2.2 us of FP8 MMAs), and every form that ran
-// it in the MMA warpgroups' epilogue (sessions 14, 15, 19: +4 to +6 ms a step) left the tensor
-// cores waiting while it did. Here the MMA warpgroup only stages each finished dh tile (bf16,
+// it in the MMA warpgroups' epilogue (+4 to +6 ms a step at gpt350m B 16) left the tensor cores
+// waiting while it did. Here the MMA warpgroup only stages each finished dh tile (bf16,
 // double-buffered) and goes on with the next one, while an epilogue warpgroup turns the staged
 // tile into the outputs from gate/up that the copy engine (TMA) brought into shared memory
-// ahead of it. A first form (session 20) kept gate/up in the epilogue's registers, 8 rows
-// ahead: 32 KiB in flight an SM held HBM to ~1 TB/s and the kernel took 455 us against the
-// separate path's 260; the copy engine keeps a whole tile's 32 KiB in flight per buffer without
-// registers (this form: ~230 us under ncu on an H100 at gpt350m B 16, docs/benchmarks.md).
+// ahead of it. Keeping gate/up in the epilogue's registers instead, 8 rows ahead, holds 32 KiB
+// in flight an SM, HBM at ~1 TB/s, and the kernel at 455 us against the separate path's 260;
+// the copy engine keeps a whole tile's 32 KiB in flight per buffer without registers (this
+// form: ~205 us under ncu on an H100 at gpt350m B 16, docs/performance.md).
 //
 // Per CTA (persistent, one per SM; tiles of 64 rows x 128 columns of dh in row-major tile
 // order; local tile i of a CTA goes to buffer set i & 1):
@@ -216,7 +216,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // as two tiles of 128 columns x 64 rows (dgate^T, dup^T) in the 64-byte swizzle (16-byte
       // unit u of row R at u ^ (R / 2 % 4)), which the copy engine stores as whole rows. Each
       // 8 bytes stored straight to global memory lands in its own row of dgate_up_t (M bytes
-      // apart), as the forward's h_t did until session 21. Lane v starts at column v % 8 (its
+      // apart), which costs ~23 us a layer. Lane v starts at column v % 8 (its
       // block rotated by v), so a warp's 8-byte stores fall on 16 bank pairs, not one.
       WarpgroupBarrier(b);
       uint2 col[2][8];

@@ -45,8 +45,8 @@ struct CudaModelOptions {
   bool wgrad_stream = true;
   // With wgrad_stream: each RMSNorm backward's dw reduction (its second, latency-bound
   // kernel) runs on the wgrad stream, off the activation-gradient chain. Same kernel and
-  // order: bitwise the same gradients. Measured on one H100 (session 11): -0.2 to -0.4 ms a
-  // step at gpt350m B 16, -0.4 to -0.8 at B 24.
+  // order: bitwise the same gradients. -0.2 to -0.4 ms a step at gpt350m B 16, -0.4 to -0.8
+  // at B 24 on an H100 (docs/performance.md).
   bool norm_dw_on_wgrad = true;
   int wgrad_stream_priority = 0;       // CUDA priority of that stream (lower = more urgent)
   // One GPU and ddp (no shard_optimizer): OptimizerStep / ClipAndUpdate only take the norm and
@@ -80,10 +80,10 @@ struct CudaModelOptions {
   // that run beside them (SwiGLU / RMSNorm / RoPE backward, the cross-entropy), on top of
   // gemm_sm_margin. cuBLASLt's Hopper GEMMs otherwise take every SM, so those kernels wait.
   // -1: a quarter of the SMs, rounded down to a multiple of 8 (32 on H100/H200: the best of
-  // 0/16/32/48/64/80 measured, docs/benchmarks.md session 9), three eighths (48) in FP8, whose
-  // weight-gradient GEMMs take half the time beside the same kernels (40-56 measured best,
-  // -0.3 ms a step against 32; BF16 loses 1.5 ms at 48: session 16); 0: none. Applied with or
-  // without the wgrad stream, so both orders compute the same bits.
+  // 0/16/32/48/64/80 measured), three eighths (48) in FP8, whose weight-gradient GEMMs take
+  // half the time beside the same kernels (40-56 measured best, -0.3 ms a step against 32;
+  // BF16 loses 1.5 ms at 48; docs/performance.md); 0: none. Applied with or without the wgrad
+  // stream, so both orders compute the same bits.
   int wgrad_sm_margin = -1;
   // precision.compute fp8: the blocks' four linear layers run FP8 GEMMs with per-tensor
   // scaling (worker/model/fp8_linears.h); everything else stays BF16/FP32.
@@ -93,7 +93,7 @@ struct CudaModelOptions {
   // with RoPE in its epilogue, and the gate/up projection with SwiGLU in its epilogue, instead
   // of cuBLASLt + a separate pass. Bitwise the same results; used only where the shapes fit
   // (head width 64, 128-row token blocks, ...), else the separate path runs. Both on by default
-  // (RoPE since session 8, SwiGLU since session 14: -1.0 to -1.4 ms a step at gpt350m B 16/24).
+  // (RoPE -0.6 ms, SwiGLU -1.0 to -1.4 ms a step at gpt350m B 16/24: docs/performance.md).
   // FP8 steps take the same two in FP8 where precision.fp8.fast_accum covers the forward:
   // rope_gemm the QKV GEMM with RoPE (Fp8Linears::has_rope_gemm), swiglu_gemm the gate/up GEMM
   // with SwiGLU and the down projection's input casts in its epilogue (fuse_swiglu_gemm).

@@ -215,11 +215,11 @@ Status CeAllReduce::MapPeers(const std::vector<uint8_t>& blobs, size_t blob_byte
       return Status::Invalid(who + " registered " + std::to_string(b.count) +
                              " floats, this rank " + std::to_string(count_));
     }
-    // CUDA IPC opens only other processes' memory. Threads of one process as ranks (tried in
-    // sessions 6 and 7 with peer access, then with host flags and peer copies) hung
-    // intermittently in their first all-reduce, cause not found (no debugger on the GPU
-    // machines; suspected: the driver's staging of same-process peer copies). Workers are
-    // processes, so that path was dropped rather than kept untrusted.
+    // CUDA IPC opens only other processes' memory. Threads of one process as ranks (with peer
+    // access, or with host flags and peer copies) hang intermittently in their first
+    // all-reduce on H100 pairs, cause not found (suspected: the driver's staging of
+    // same-process peer copies). Workers are processes, so that path is refused rather than
+    // kept untrusted.
     if (b.pid == me.pid) {
       return Status::Unavailable(who + " is a thread of this process (pid " +
                                  std::to_string(me.pid) +

@@ -192,7 +192,7 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
     // ddp leaves the SwiGLU-backward GEMM off: its persistent CTAs hold every SM for ~0.2 ms a
     // layer, and the all-reduces overlapping the backward wait for them (4x H200, gpt350m B 16,
     // bf16 gradients: 96.6% -> 97.1% of one GPU, 203.9k -> 205.5k tokens/s per GPU without it;
-    // docs/benchmarks.md session 15). Bitwise the same gradients either way.
+    // docs/performance.md). Bitwise the same gradients either way.
     if (ddp) mo.swiglu_bwd_gemm = false;
   }
   mo.wgrad_sm_margin = options.wgrad_sm_margin;
