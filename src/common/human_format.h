@@ -11,7 +11,7 @@ namespace forge {
 std::string FormatRate(double per_second);
 // "1h05m" from an hour up, else "3m07s" (rounded to the second).
 std::string FormatDuration(double seconds);
-// "2026-11-26 08:49:05Z" for milliseconds since the Unix epoch; "-" for <= 0 (unknown).
+// "2025-01-31 08:49:05Z" for milliseconds since the Unix epoch; "-" for <= 0 (unknown).
 std::string FormatUtcTime(int64_t unix_ms);
 
 }  // namespace forge

@@ -4,8 +4,9 @@
 // Why: ddp's per-unit gradient all-reduces overlap the backward, and NCCL's kernels hold SMs
 // for as long as they run (~7 ms a step for gpt350m, ~16-24 SMs). Copy engines move bytes over
 // NVLink without SMs; what is left on the SMs is one short elementwise sum per unit. On 2x
-// H100 ddp reaches 96.5% of one GPU with it against NCCL's 95.8%; the attention backward
-// still runs ~10% slower while copies are in flight (the traffic itself; docs/performance.md).
+// H100 ddp reaches 97.8% of one GPU with it against NCCL's 97.0% (4x H100: 95.5% against
+// 95.4%); the attention backward still runs ~10% slower while copies are in flight (the
+// traffic itself; docs/performance.md).
 //
 // A unit of n floats is cut into `world` chunks (chunk c: rank c's); rank r, on the stream it
 // is given (the NCCL stream: events, watchdog and ordering stay NcclComm's):
