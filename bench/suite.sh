@@ -1,0 +1,320 @@
+#!/bin/bash
+# The benchmark harness: runs one named suite on the GPU machine, prints its results as JSON
+# lines (one per run, each tagged "suite" and "label"), then a markdown table made from them
+# (bench/suite_table.py). docs/performance.md's tables come from these suites.
+#
+#   bench/suite.sh [--dry-run] [--out DIR] [--base] [--no-anchor] [--world N] [--as-shipped]
+#                  [--filter GTEST_FILTER] [--data TAR_OR_DIR] [--deadline SECONDS]
+#                  [--only REGEX] SUITE
+#   bench/suite.sh --list
+#
+# Suites (each sized for one device call of at most 10 minutes):
+#   single-gpu    forge-bench gpt350m B 16 and 24 and gpt124m B 16 in BF16, gpt350m in FP8 and
+#                 FP8 with the FP8 LM head (--steps 30, CUDA graph replay), then the compiled
+#                 PyTorch anchor (torch_baseline.py) for the same shapes on the same GPU
+#   multi-gpu     forge-dist-bench gpt350m B 16 per GPU on N GPUs: ddp (fp32 and bf16 gradient
+#                 collectives), zero1, fsdp, and ddp with distinct batches and the one-GPU
+#                 accumulation check; then torch_dist.py ddp and fsdp on the same GPUs
+#   fp8-accuracy  gpt124m on the real corpus from the same init and data, BF16 and FP8 + FP8 LM
+#                 head: 2000 steps, global batch 16, validation every 100 steps (--as-shipped:
+#                 the config's global batch 32 and validation every 250); two GPUs side by side
+#                 where there are two
+#   gpu-tests     the GPU test binary (forge_gpu_tests; multi-GPU cases run where there are GPUs)
+#   profile       where gpt350m B 16's step goes, BF16 and FP8 + FP8 LM head: forge-bench
+#                 --profile (phases of an eager single-stream step), ncu of one eager step
+#                 (kernel times by family, the longest kernels), and power and SM clock under
+#                 nvidia-smi dmon during 200 graph-replayed steps
+#
+# Exit status: 0 when every run gave its lines (and every test passed), 1 otherwise, 2 on a
+# usage error.
+#
+# Options: --dry-run prints the commands instead of running them (no GPU needed); --out DIR:
+# where SUITE.jsonl, SUITE.md and SUITE-logs.tar.gz (every run's log and files) go (default
+# $OUT, else /tmp/forge-suite); --base also runs the previous build's benchmark
+# (bin/forge-bench-base, bin/forge-dist-bench-base: copy them there after packing) right
+# before the new one on every row; --no-anchor leaves the PyTorch runs out; --world N: GPUs
+# for multi-gpu (default: all); --filter: a gtest filter for gpu-tests; --data: the prepared
+# dataset for fp8-accuracy, a directory holding dataset/ or a .tar.xz of it (default
+# .devdata/full.tar.xz); --deadline: no run starts after this many seconds (default 560, so a
+# suite ends inside one 10-minute device call; a skipped run leaves an error line); --only:
+# only the runs whose label (the JSON lines' "label"; --dry-run shows them) matches the bash
+# regex, e.g. to split a suite over two calls.
+#
+# Environment (paths only): FORGE_DEVICE_DIR, the packed binaries (bin/, run: the wrapper
+# ../shared/device/pack writes) and the anchors copied beside them (default .device).
+set -u -o pipefail
+cd "$(dirname "$0")/.." || exit 2
+
+suites="single-gpu multi-gpu fp8-accuracy gpu-tests profile"
+header() { sed -n '2,/^[^#]/p' "$0" | sed -n 's/^# \{0,1\}//p'; }
+usage() {
+  echo "usage:" >&2
+  header | sed -n '/^  *bench\/suite.sh/,/--list/p' >&2
+  echo "suites: $suites" >&2
+  exit 2
+}
+
+dry=false base=false anchor=true shipped=false world="" filter="" only="" deadline=560
+data=.devdata/full.tar.xz out=${OUT:-/tmp/forge-suite} suite=""
+while [ $# -gt 0 ]; do
+  case $1 in
+    --dry-run) dry=true ;;
+    --base) base=true ;;
+    --no-anchor) anchor=false ;;
+    --as-shipped) shipped=true ;;
+    --out) out=${2:?--out needs a directory}; shift ;;
+    --world) world=${2:?--world needs a number}; shift ;;
+    --filter) filter=${2:?--filter needs a gtest filter}; shift ;;
+    --data) data=${2:?--data needs a path}; shift ;;
+    --deadline) deadline=${2:?--deadline needs seconds}; shift ;;
+    --only) only=${2:?--only needs a regex}; shift ;;
+    --list) echo "$suites"; exit 0 ;;
+    -h|--help) header; exit 0 ;;
+    -*) echo "suite.sh: unknown option $1" >&2; usage ;;
+    *) [ -z "$suite" ] || { echo "suite.sh: one suite at a time" >&2; usage; }; suite=$1 ;;
+  esac
+  shift
+done
+[ -n "$suite" ] || usage
+case " $suites " in *" $suite "*) ;; *) echo "suite.sh: unknown suite '$suite'" >&2; usage ;; esac
+[[ $world =~ ^[0-9]*$ ]] || { echo "suite.sh: --world takes a GPU count" >&2; exit 2; }
+[[ $deadline =~ ^[0-9]+$ ]] || { echo "suite.sh: --deadline takes seconds" >&2; exit 2; }
+
+dev=${FORGE_DEVICE_DIR:-.device}
+run=$dev/run
+py=python3
+[ -x /opt/torch/.venv/bin/python3 ] && /opt/torch/.venv/bin/python3 -c 'import torch' 2>/dev/null &&
+  py=/opt/torch/.venv/bin/python3
+lines="python3 bench/suite_lines.py"
+# $out keeps SUITE.jsonl, SUITE.md and SUITE-logs.tar.gz (made from $work at the end: each run's
+# log, the configs, training runs, ncu and dmon files); three files, so they all come back from
+# a device call.
+work=$out/$suite-logs
+mkdir -p "$out"
+$dry || { rm -rf "$work" && mkdir -p "$work"; }
+jsonl=$out/$suite.jsonl
+$dry || : > "$jsonl"
+
+# Appends JSON lines from stdin to the suite's file and prints them.
+keep() { tee -a "$jsonl"; }
+# Tags a program's JSON lines with the suite and LABEL.
+tag() { sed -n "s|^{|{\"suite\":\"$suite\",\"label\":\"$1\",|p"; }
+note() { echo "{\"suite\":\"$suite\",\"label\":\"$1\",\"error\":\"$2\"}" | keep; }
+# The command as one shell line: words with spaces or shell characters in single quotes.
+show() {
+  local a line=""
+  for a in "$@"; do
+    if [[ $a =~ ^[A-Za-z0-9_./:=,@%+-]+$ ]]; then line+=" $a"; else line+=" '${a//\'/\'\\\'\'}'"; fi
+  done
+  echo "${line# }"
+}
+
+# hard SECONDS COMMAND...: the command under a time limit, killed outright when it runs over;
+# then waits (up to 60 s) until no process is left on the GPU, so a hung kernel cannot stall
+# the runs after it.
+hard() {
+  local s=$1
+  shift
+  timeout -s KILL "$s" "$@"
+  local rc=$?
+  for _ in $(seq 60); do
+    [ -z "$(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null)" ] && break
+    sleep 1
+  done
+  return $rc
+}
+
+# step LABEL SECONDS COMMAND...: one run. Its output goes to $work/LABEL.log, its JSON lines
+# (tagged) to stdout and the suite's file; a run that fails or times out leaves an error line.
+# With --dry-run: the command only. Runs after the deadline are skipped (an error line too).
+step() {
+  local label=$1 secs=$2
+  shift 2
+  [ -z "$only" ] || [[ $label =~ $only ]] || return 0
+  if $dry; then echo "# $label"; show "$@"; return 0; fi
+  if [ "$SECONDS" -ge "$deadline" ]; then
+    note "$label" "skipped: the call's time is spent"
+    return 1
+  fi
+  echo "suite.sh: $label" >&2
+  hard "$secs" "$@" > "$work/$label.log" 2>&1
+  local rc=$?
+  grep '^{' "$work/$label.log" | tag "$label" | keep
+  [ $rc = 0 ] || note "$label" "exit $rc$([ $rc = 137 ] && echo ": killed at the ${secs} s limit")"
+  return $rc
+}
+
+gpu_line() {
+  # shellcheck disable=SC2054  # commas inside the flags, not between elements
+  local q=(--query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader,nounits)
+  $dry && { show nvidia-smi "${q[@]}"; return; }
+  nvidia-smi "${q[@]}" |
+    $lines gpus --suite "$suite" | keep
+}
+
+# forge-bench with BIN (forge-bench or forge-bench-base) on CONFIG at micro-batch B.
+bench_row() {  # LABEL BIN MODEL B [flags]
+  local label=$1 bin=$2 model=$3 b=$4
+  shift 4
+  step "$label" 120 "$run" "$bin" --config "configs/$model.yaml" --micro-batch "$b" --steps 30 "$@"
+}
+
+single_gpu() {
+  gpu_line
+  local rows=(
+    "gpt350m 16 bf16 --precision bf16"
+    "gpt350m 24 bf16 --precision bf16"
+    "gpt124m 16 bf16 --precision bf16"
+    "gpt350m 16 fp8 --precision fp8 --fp8-lm-head 0"
+    "gpt350m 16 fp8lm --precision fp8 --fp8-lm-head 1"
+    "gpt350m 24 fp8lm --precision fp8 --fp8-lm-head 1"
+  )
+  local r model b p
+  for r in "${rows[@]}"; do
+    # shellcheck disable=SC2086
+    set -- $r
+    model=$1 b=$2 p=$3
+    shift 3
+    if $base; then bench_row "$model-b$b-$p-base" forge-bench-base "$model" "$b" "$@"; fi
+    bench_row "$model-b$b-$p" forge-bench "$model" "$b" "$@"
+  done
+  $anchor && step torch $((deadline - SECONDS > 60 ? deadline - SECONDS : 60)) \
+    env PYTHONUNBUFFERED=1 "$py" "$dev/torch_baseline.py" gpt350m:16:c gpt350m:24:c gpt124m:16:c
+}
+
+multi_gpu() {
+  local w=$world
+  if [ -z "$w" ]; then
+    if $dry; then w=4; else w=$(nvidia-smi -L | wc -l); fi
+  fi
+  [ "$w" -ge 2 ] || { echo "suite.sh: multi-gpu needs 2 or more GPUs (found $w)" >&2; exit 1; }
+  gpu_line
+  local rows=(
+    "ddp --mode ddp"
+    "ddp-bf16 --mode ddp --grad-reduce bf16"
+    "zero1 --mode zero1"
+    "fsdp --mode fsdp"
+    "ddp-accum-check --mode ddp --distinct-batches --accum-check"
+  )
+  local r label
+  for r in "${rows[@]}"; do
+    # shellcheck disable=SC2086
+    set -- $r
+    label=$1
+    shift
+    local args=(--config configs/gpt350m.yaml --world "$w" --micro-batch 16 --steps 20 "$@")
+    if $base; then step "$label-w$w-base" 150 "$run" forge-dist-bench-base "${args[@]}"; fi
+    step "$label-w$w" 150 "$run" forge-dist-bench "${args[@]}"
+  done
+  if $anchor; then
+    local m
+    for m in ddp fsdp; do
+      # NVLink multicast off, as .device/run has it for Forge (required on shared hosts).
+      step "torch-$m-w$w" 200 env NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 \
+        PYTHONUNBUFFERED=1 "$py" -m torch.distributed.run --standalone \
+        --nproc_per_node="$w" "$dev/torch_dist.py" "$m" gpt350m 16
+    done
+  fi
+}
+
+fp8_accuracy() {
+  local fd=/tmp/forge-suite-data
+  if $dry; then
+    show tar -xJf "$data" -C "$fd"
+  elif [ -d "$data/dataset" ]; then
+    fd=$data
+  else
+    [ -f "$data" ] || { echo "suite.sh: no dataset at $data (docs/performance.md)" >&2; exit 1; }
+    mkdir -p "$fd" && tar -xJf "$data" -C "$fd"
+  fi
+  gpu_line
+  # The shipped gpt124m config with only its precision changed (and, unless --as-shipped, the
+  # global batch 16 and validation every 100 steps of the accuracy record).
+  local sets=() name
+  $shipped ||
+    sets=(-e "s/global_batch: 32/global_batch: 16/" -e "s/every_steps: 250/every_steps: 100/")
+  for name in bf16 fp8lm; do
+    local compute=bf16 lm=false
+    [ $name = fp8lm ] && compute=fp8 lm=true
+    local cfg=$work/acc_$name.yaml
+    if $dry; then
+      echo "$(show sed -e "s/compute: bf16/compute: $compute\\n  fp8:\\n    lm_head: $lm/" \
+        "${sets[@]}" configs/gpt124m.yaml) > $cfg"
+    else
+      sed -e "s/compute: bf16/compute: $compute\n  fp8:\n    lm_head: $lm/" "${sets[@]}" \
+        configs/gpt124m.yaml > "$cfg"
+    fi
+  done
+  local ngpu=1
+  $dry || ngpu=$(nvidia-smi -L | wc -l)
+  acc_run() {  # NAME GPU
+    local dir=$work/acc_$1
+    $dry || rm -rf "$dir"
+    step "acc-$1" 420 env FORGE_DATA_DIR="$fd" CUDA_VISIBLE_DEVICES="$2" "$run" forge train \
+      "$work/acc_$1.yaml" --direct --checkpoint-every 0 --run-dir "$dir"
+    $dry && return 0
+    $lines train "$dir/metrics.jsonl" "$work/acc-$1.log" --suite "$suite" --label "$1" | keep
+  }
+  if [ "$ngpu" -ge 2 ] && ! $dry; then
+    acc_run bf16 0 > "$work/acc_bf16.lines" &
+    acc_run fp8lm 1
+    wait
+    cat "$work/acc_bf16.lines"
+  else
+    acc_run bf16 0
+    acc_run fp8lm 0
+  fi
+}
+
+gpu_tests() {
+  gpu_line
+  local args=()
+  [ -n "$filter" ] && args+=(--gtest_filter="$filter")
+  step gpu-tests-run 540 "$run" forge_gpu_tests "${args[@]}"
+  $dry || $lines gtest "$work/gpu-tests-run.log" --suite "$suite" --label gpu-tests | keep
+}
+
+profile() {
+  gpu_line
+  local p flags
+  for p in bf16 fp8lm; do
+    flags=(--precision bf16)
+    [ $p = fp8lm ] && flags=(--precision fp8 --fp8-lm-head 1)
+    step "phases-$p" 120 "$run" forge-bench --config configs/gpt350m.yaml --micro-batch 16 \
+      --profile "${flags[@]}"
+    # Every kernel of one eager step (no graph, one stream), clocks and caches left alone.
+    step "ncu-$p" 240 env FORGE_CUDA_GRAPH=0 "$run" ncu --clock-control none --cache-control none \
+      --metrics gpu__time_duration.sum --csv --page raw --log-file "$work/ncu-$p.csv" \
+      forge-bench --config configs/gpt350m.yaml --micro-batch 16 --warmup 1 --steps 1 "${flags[@]}"
+    $dry || $lines ncu "$work/ncu-$p.csv" --top 15 --suite "$suite" --label "ncu-$p" | keep
+    # Power and SM clock once a second while the step runs graph-replayed.
+    if $dry; then
+      show nvidia-smi dmon -s pc -d 1
+    else
+      nvidia-smi dmon -s pc -d 1 > "$work/dmon-$p.txt" 2>&1 &
+      local mon=$!
+    fi
+    step "power-$p" 120 "$run" forge-bench --config configs/gpt350m.yaml --micro-batch 16 \
+      --steps 200 "${flags[@]}"
+    if ! $dry; then
+      kill "$mon" 2>/dev/null
+      wait "$mon" 2>/dev/null
+      $lines dmon "$work/dmon-$p.txt" --suite "$suite" --label "power-$p" | keep
+    fi
+  done
+}
+
+case $suite in
+  single-gpu) single_gpu ;;
+  multi-gpu) multi_gpu ;;
+  fp8-accuracy) fp8_accuracy ;;
+  gpu-tests) gpu_tests ;;
+  profile) profile ;;
+esac
+$dry && exit 0
+echo
+python3 bench/suite_table.py "$jsonl" | tee "$out/$suite.md"
+tar czf "$out/$suite-logs.tar.gz" -C "$out" "$suite-logs" && rm -rf "$work"
+echo "suite.sh: $suite done in ${SECONDS}s: $jsonl, $out/$suite.md, $out/$suite-logs.tar.gz" >&2
+# A run that failed, timed out or was skipped, or a test that did not pass: exit 1.
+! grep -q -E '"error":|"status": "(failed|unfinished)"' "$jsonl"

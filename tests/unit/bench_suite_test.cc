@@ -1,0 +1,356 @@
+// The benchmark harness without a GPU: bench/suite_table.py turns a fixture of every suite's
+// JSON lines into the expected markdown (and its ratios agree with ones computed here from the
+// same lines), bench/suite_lines.py reads real tool outputs (a GoogleTest log, ncu's CSV,
+// nvidia-smi dmon, a `forge train` run), and bench/suite.sh --dry-run prints each suite's
+// commands with the measurement settings docs/performance.md records.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace {
+
+const std::string kRoot = FORGE_SOURCE_DIR;
+const std::string kData = kRoot + "/tests/unit/testdata/bench_suite/";
+
+struct Ran {
+  int code = -1;
+  std::string out;
+};
+
+// The command's exit code and standard output (standard error to /dev/null unless redirected).
+Ran Shell(const std::string& cmd) {
+  Ran r;
+  FILE* p = ::popen(("cd " + kRoot + " && " + cmd).c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int status = ::pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::vector<nlohmann::json> JsonLines(const std::string& text) {
+  std::vector<nlohmann::json> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line[0] == '{') lines.push_back(nlohmann::json::parse(line));
+  }
+  return lines;
+}
+
+// The markdown row whose first cells are `a | b | c`.
+std::string Row(const std::string& md, const std::string& start) {
+  std::istringstream in(md);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("| " + start + " |", 0) == 0) return line;
+  }
+  return "";
+}
+
+std::string Ratio(double a, double b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3fx", a / b);
+  return buf;
+}
+
+class BenchSuiteTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (Shell("python3 -c 'import csv, json, re' >/dev/null 2>&1").code != 0) {
+      GTEST_SKIP() << "python3 not available";
+    }
+  }
+};
+
+TEST_F(BenchSuiteTest, TableOfEverySuiteFromItsLines) {
+  const Ran r = Shell("python3 bench/suite_table.py " + kData + "lines.jsonl");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out, ReadFile(kData + "expected.md"));
+
+  // Ratios computed here from the same lines: each Forge run against PyTorch's same shape, FP8
+  // against Forge BF16, data-parallel runs against PyTorch's same mode and world size.
+  std::map<std::string, double> torch, bf16;
+  const auto lines = JsonLines(ReadFile(kData + "lines.jsonl"));
+  for (const auto& l : lines) {
+    if (l["suite"] != "single-gpu") continue;
+    if (l.contains("compile")) torch[l["model"].get<std::string>()] = l["tokens_per_s"];
+    if (l.value("precision", "") == "bf16") bf16[l["model"].get<std::string>()] = l["tokens_per_s"];
+  }
+  int checked = 0;
+  for (const auto& l : lines) {
+    if (l["suite"] != "single-gpu" || !l.contains("precision")) continue;
+    const std::string model = l["model"];
+    const double tps = l["tokens_per_s"];
+    const std::string run = l["precision"] == "bf16" ? "Forge BF16"
+                            : l["fp8_lm_head"]      ? "Forge FP8 + FP8 LM head"
+                                                    : "Forge FP8";
+    const std::string row = Row(r.out, model + " | " + std::to_string(l["B"].get<int>()) +
+                                           " | " + run);
+    ASSERT_FALSE(row.empty()) << model << " " << run;
+    EXPECT_NE(row.find("| " + Ratio(tps, torch.at(model)) + " |"), std::string::npos) << row;
+    EXPECT_NE(row.find("| " + Ratio(tps, bf16.at(model)) + " |"), std::string::npos) << row;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 4);
+  EXPECT_NE(Row(r.out, "ddp, bf16 gradients | 4").find("| 96.06% |"), std::string::npos);
+  EXPECT_NE(Row(r.out, "ddp, bf16 gradients | 4").find(Ratio(204772, 169550)),
+            std::string::npos);
+  EXPECT_NE(Row(r.out, "fsdp | 4").find(Ratio(197721, 142090)), std::string::npos);
+  // PyTorch trains one batch everywhere: a distinct-batch run gets no ratio to it.
+  EXPECT_NE(Row(r.out, "ddp, distinct batches | 4").find("| yes |  |  |"), std::string::npos);
+  // A run that failed is listed by its label, not dropped.
+  EXPECT_NE(r.out.find("- gpt350m-b24-bf16: exit 137"), std::string::npos);
+}
+
+TEST_F(BenchSuiteTest, BadLineIsNamed) {
+  const Ran r = Shell("printf '{\"suite\": \"x\"}\\n{oops\\n' | python3 bench/suite_table.py 2>&1");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("line 2"), std::string::npos) << r.out;
+}
+
+TEST_F(BenchSuiteTest, GtestLogBecomesOneLineATest) {
+  const Ran r = Shell("python3 bench/suite_lines.py gtest " + kData +
+                    "gtest.log --suite gpu-tests --label gpu-tests");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto lines = JsonLines(r.out);
+  ASSERT_EQ(lines.size(), 5u) << r.out;
+  EXPECT_EQ(lines[0]["test"], "GpuModel.Trains");
+  EXPECT_EQ(lines[0]["status"], "passed");
+  EXPECT_EQ(lines[0]["ms"], 1520);
+  EXPECT_EQ(lines[1]["status"], "skipped");
+  // The failure's ", where GetParam() = ..." is not part of the name; the summary at the log's
+  // end (the same name without a time) does not count it twice.
+  EXPECT_EQ(lines[2]["test"],
+            "Modes/CudaDataParallelTest.MatchesOneGpuAndIsDeterministic/ddp_2gpus_accum2_fp8");
+  EXPECT_EQ(lines[2]["status"], "failed");
+  // Started and never ended: the binary was killed at its time limit.
+  EXPECT_EQ(lines[3]["test"], "GpuFlashBackward.LargeBatch");
+  EXPECT_EQ(lines[3]["status"], "unfinished");
+  EXPECT_EQ(lines[4]["tests"], 4);
+  EXPECT_EQ(lines[4]["passed"], 1);
+  EXPECT_EQ(lines[4]["failed"], 1);
+  EXPECT_EQ(lines[4]["skipped"], 1);
+  EXPECT_EQ(lines[4]["unfinished"], 1);
+  for (const auto& l : lines) EXPECT_EQ(l["suite"], "gpu-tests");
+}
+
+TEST_F(BenchSuiteTest, NcuLogSummedOverTheLastWholeStep) {
+  const Ran r = Shell("python3 bench/suite_lines.py ncu " + kData +
+                    "ncu.csv --top 1 --suite profile --label ncu-bf16");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto lines = JsonLines(r.out);
+  ASSERT_EQ(lines.size(), 6u) << r.out;
+  // Rows 3-7 of the fixture lie between the last two embedding forwards: 0.06 + 2 + 2 + 0.5 +
+  // 1.5 ms (ncu's nanoseconds, with thousands separators).
+  EXPECT_EQ(lines[0]["kernels"], 5);
+  EXPECT_DOUBLE_EQ(lines[0]["ms"].get<double>(), 6.06);
+  EXPECT_EQ(lines[1]["family"], "gemm");
+  EXPECT_DOUBLE_EQ(lines[1]["ms"].get<double>(), 4.0);
+  EXPECT_EQ(lines[1]["kernels"], 2);
+  EXPECT_EQ(lines[2]["family"], "optimizer");
+  EXPECT_EQ(lines[3]["family"], "rmsnorm");
+  EXPECT_EQ(lines[4]["family"], "embedding");
+  EXPECT_EQ(lines[5]["kernel"], "nvjet_tst_128x256_64x4");
+  EXPECT_EQ(lines[5]["calls"], 2);
+}
+
+TEST_F(BenchSuiteTest, DmonRangeWhileLoaded) {
+  const Ran r = Shell("python3 bench/suite_lines.py dmon " + kData +
+                    "dmon.txt --suite profile --label power-bf16");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto lines = JsonLines(r.out);
+  ASSERT_EQ(lines.size(), 1u) << r.out;
+  // The idle first sample (120 W) and the one without a power reading are left out.
+  EXPECT_EQ(lines[0]["samples"], 2);
+  EXPECT_EQ(lines[0]["power_w_min"], 685.0);
+  EXPECT_EQ(lines[0]["power_w_max"], 693.0);
+  EXPECT_EQ(lines[0]["sm_mhz_min"], 1605.0);
+  EXPECT_EQ(lines[0]["sm_mhz_max"], 1755.0);
+}
+
+TEST_F(BenchSuiteTest, TrainRunGivesValidationLossesAndSummary) {
+  const Ran r = Shell("python3 bench/suite_lines.py train " + kData + "metrics_fp8lm.jsonl " +
+                    kData + "train_fp8lm.log --suite fp8-accuracy --label fp8lm");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto lines = JsonLines(r.out);
+  ASSERT_EQ(lines.size(), 3u) << r.out;
+  EXPECT_EQ(lines[0]["step"], 100);
+  EXPECT_DOUBLE_EQ(lines[0]["val_loss"].get<double>(), 7.1244);
+  EXPECT_EQ(lines[1]["step"], 2000);
+  EXPECT_EQ(lines[2]["summary"], true);
+  EXPECT_EQ(lines[2]["steps"], 2000);
+  EXPECT_DOUBLE_EQ(lines[2]["seconds"].get<double>(), 48.8);
+  EXPECT_DOUBLE_EQ(lines[2]["final_val_loss"].get<double>(), 5.0595);
+  EXPECT_EQ(lines[2]["skipped_steps"], 0);
+
+  const Ran missing = Shell("python3 bench/suite_lines.py train /nonexistent/metrics.jsonl " +
+                          kData + "train_fp8lm.log --suite fp8-accuracy --label fp8lm");
+  const auto err = JsonLines(missing.out);
+  ASSERT_EQ(err.size(), 1u) << missing.out;
+  EXPECT_NE(err[0]["error"].get<std::string>().find("/nonexistent/metrics.jsonl"),
+            std::string::npos);
+}
+
+// The commands of each suite, as the device call would run them.
+TEST_F(BenchSuiteTest, DryRunPrintsEachSuitesCommands) {
+  const Ran single = Shell("bash bench/suite.sh --dry-run single-gpu");
+  ASSERT_EQ(single.code, 0) << single.out;
+  for (const char* line : {
+           ".device/run forge-bench --config configs/gpt350m.yaml --micro-batch 16 --steps 30 "
+           "--precision bf16\n",
+           ".device/run forge-bench --config configs/gpt350m.yaml --micro-batch 24 --steps 30 "
+           "--precision bf16\n",
+           ".device/run forge-bench --config configs/gpt124m.yaml --micro-batch 16 --steps 30 "
+           "--precision bf16\n",
+           ".device/run forge-bench --config configs/gpt350m.yaml --micro-batch 16 --steps 30 "
+           "--precision fp8 --fp8-lm-head 0\n",
+           ".device/run forge-bench --config configs/gpt350m.yaml --micro-batch 16 --steps 30 "
+           "--precision fp8 --fp8-lm-head 1\n",
+           ".device/run forge-bench --config configs/gpt350m.yaml --micro-batch 24 --steps 30 "
+           "--precision fp8 --fp8-lm-head 1\n",
+           "python3 .device/torch_baseline.py gpt350m:16:c gpt350m:24:c gpt124m:16:c\n"}) {
+    EXPECT_NE(single.out.find(line), std::string::npos) << line << "in:\n" << single.out;
+  }
+  EXPECT_EQ(single.out.find("forge-bench-base"), std::string::npos);
+  // --base: the previous build's binary right before the new one, on every row.
+  const Ran base = Shell("bash bench/suite.sh --dry-run --base --no-anchor single-gpu");
+  ASSERT_EQ(base.code, 0);
+  EXPECT_NE(base.out.find("# gpt350m-b16-bf16-base\n.device/run forge-bench-base --config "
+                          "configs/gpt350m.yaml --micro-batch 16 --steps 30 --precision bf16\n"
+                          "# gpt350m-b16-bf16\n.device/run forge-bench --config "
+                          "configs/gpt350m.yaml --micro-batch 16 --steps 30 --precision bf16\n"),
+            std::string::npos)
+      << base.out;
+  // --only: the runs whose label matches, e.g. half a suite per call.
+  const Ran only = Shell("bash bench/suite.sh --dry-run --only 'fp8lm$' single-gpu");
+  ASSERT_EQ(only.code, 0);
+  EXPECT_EQ(only.out.find("--precision bf16"), std::string::npos) << only.out;
+  EXPECT_EQ(only.out.find("--fp8-lm-head 0"), std::string::npos) << only.out;
+  EXPECT_NE(only.out.find("# gpt350m-b24-fp8lm\n"), std::string::npos) << only.out;
+  EXPECT_EQ(only.out.find("torch_baseline"), std::string::npos) << only.out;
+  EXPECT_EQ(base.out.find("torch_baseline"), std::string::npos);
+
+  const Ran multi = Shell("bash bench/suite.sh --dry-run --world 2 multi-gpu");
+  ASSERT_EQ(multi.code, 0);
+  for (const char* flags :
+       {"--mode ddp\n", "--mode ddp --grad-reduce bf16\n", "--mode zero1\n", "--mode fsdp\n",
+        "--mode ddp --distinct-batches --accum-check\n"}) {
+    EXPECT_NE(multi.out.find(std::string(".device/run forge-dist-bench --config "
+                                         "configs/gpt350m.yaml --world 2 --micro-batch 16 "
+                                         "--steps 20 ") +
+                             flags),
+              std::string::npos)
+        << flags << "in:\n" << multi.out;
+  }
+  EXPECT_NE(multi.out.find("--nproc_per_node=2 .device/torch_dist.py ddp gpt350m 16\n"),
+            std::string::npos);
+  EXPECT_NE(multi.out.find("--nproc_per_node=2 .device/torch_dist.py fsdp gpt350m 16\n"),
+            std::string::npos);
+  EXPECT_NE(multi.out.find("NCCL_NVLS_ENABLE=0"), std::string::npos);
+
+  const Ran acc = Shell("bash bench/suite.sh --dry-run --out /tmp/acc fp8-accuracy");
+  ASSERT_EQ(acc.code, 0);
+  EXPECT_NE(acc.out.find("'s/compute: bf16/compute: fp8\\n  fp8:\\n    lm_head: true/' -e "
+                         "'s/global_batch: 32/global_batch: 16/' -e "
+                         "'s/every_steps: 250/every_steps: 100/' configs/gpt124m.yaml > "
+                         "/tmp/acc/fp8-accuracy-logs/acc_fp8lm.yaml\n"),
+            std::string::npos)
+      << acc.out;
+  EXPECT_NE(acc.out.find(".device/run forge train /tmp/acc/fp8-accuracy-logs/acc_bf16.yaml "
+                         "--direct --checkpoint-every 0 --run-dir "
+                         "/tmp/acc/fp8-accuracy-logs/acc_bf16\n"),
+            std::string::npos)
+      << acc.out;
+  const Ran shipped = Shell("bash bench/suite.sh --dry-run --as-shipped fp8-accuracy");
+  EXPECT_EQ(shipped.out.find("global_batch: 16"), std::string::npos) << shipped.out;
+
+  const Ran tests = Shell("bash bench/suite.sh --dry-run --filter 'Gpu*' gpu-tests");
+  ASSERT_EQ(tests.code, 0);
+  EXPECT_NE(tests.out.find(".device/run forge_gpu_tests '--gtest_filter=Gpu*'\n"),
+            std::string::npos)
+      << tests.out;
+
+  const Ran profile = Shell("bash bench/suite.sh --dry-run --out /tmp/p profile");
+  ASSERT_EQ(profile.code, 0);
+  EXPECT_NE(profile.out.find("env FORGE_CUDA_GRAPH=0 .device/run ncu --clock-control none "
+                             "--cache-control none --metrics gpu__time_duration.sum --csv "
+                             "--page raw --log-file /tmp/p/profile-logs/ncu-fp8lm.csv forge-bench --config "
+                             "configs/gpt350m.yaml --micro-batch 16 --warmup 1 --steps 1 "
+                             "--precision fp8 --fp8-lm-head 1\n"),
+            std::string::npos)
+      << profile.out;
+}
+
+// The suites run for real against stand-ins for the packed binaries, nvidia-smi and the
+// anchor (testdata/bench_suite/fake_device: fixed JSON lines, one B 24 FP8 run that fails, a
+// test binary with one failed test): the lines are tagged and kept, the table made from them,
+// the failures listed and the exit status 1.
+TEST_F(BenchSuiteTest, SuiteRunsOnStandInsAndTablesTheirLines) {
+  const std::string fake = kData + "fake_device";
+  const std::string out = ::testing::TempDir() + "/bench_suite_out";
+  const std::string env = "PATH=" + fake + "/bin:$PATH FORGE_DEVICE_DIR=" + fake + " ";
+  Shell("rm -rf " + out);
+  const Ran single = Shell(env + "bash bench/suite.sh --out " + out + " single-gpu 2>/dev/null");
+  EXPECT_EQ(single.code, 1) << single.out;
+  const auto lines = JsonLines(single.out);
+  ASSERT_EQ(lines.size(), 10u) << single.out;  // the GPU, 5 runs, 1 error, 3 anchor shapes
+  for (const auto& l : lines) EXPECT_EQ(l["suite"], "single-gpu");
+  EXPECT_EQ(lines[1]["label"], "gpt350m-b16-bf16");
+  EXPECT_EQ(lines[1]["tokens_per_s"], 204800.0);
+  EXPECT_EQ(lines[6]["label"], "gpt350m-b24-fp8lm");
+  EXPECT_EQ(lines[6]["error"], "exit 1");
+  EXPECT_NE(single.out.find("| gpt350m | 16 | Forge FP8 | 60.00 | 273,066 | 50.0% | 20.00 | 3.0 | "
+                            "1.333x | 1.667x |"),
+            std::string::npos)
+      << single.out;
+  EXPECT_NE(single.out.find("- gpt350m-b24-fp8lm: exit 1"), std::string::npos);
+  EXPECT_EQ(ReadFile(out + "/single-gpu.md"),
+            single.out.substr(single.out.find("### single-gpu")));
+  EXPECT_EQ(JsonLines(ReadFile(out + "/single-gpu.jsonl")).size(), lines.size());
+  // The logs come back as one file: each run's output, by its label.
+  const Ran log = Shell("tar xzf " + out + "/single-gpu-logs.tar.gz -O "
+                        "single-gpu-logs/gpt350m-b24-fp8lm.log");
+  EXPECT_NE(log.out.find("out of memory"), std::string::npos) << log.out;
+  EXPECT_EQ(Shell("ls " + out).out,
+            "single-gpu-logs.tar.gz\nsingle-gpu.jsonl\nsingle-gpu.md\n");
+
+  const Ran tests = Shell(env + "bash bench/suite.sh --out " + out + " gpu-tests 2>/dev/null");
+  EXPECT_EQ(tests.code, 1);
+  EXPECT_NE(tests.out.find("| 4 | 1 | 1 | 1 | 1 | 3.8 |"), std::string::npos) << tests.out;
+  EXPECT_NE(tests.out.find("| GpuFlashBackward.LargeBatch | unfinished | 0 |"),
+            std::string::npos);
+}
+
+TEST_F(BenchSuiteTest, UnknownSuiteOrOptionIsAnError) {
+  const Ran list = Shell("bash bench/suite.sh --list");
+  EXPECT_EQ(list.code, 0);
+  EXPECT_EQ(list.out, "single-gpu multi-gpu fp8-accuracy gpu-tests profile\n");
+  const Ran help = Shell("bash bench/suite.sh --help");
+  EXPECT_EQ(help.code, 0);
+  EXPECT_NE(help.out.find("bench/suite.sh [--dry-run]"), std::string::npos);
+  const Ran bad = Shell("bash bench/suite.sh --dry-run single-gpuu 2>&1");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.out.find("unknown suite 'single-gpuu'"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("suites: single-gpu multi-gpu"), std::string::npos) << bad.out;
+  const Ran opt = Shell("bash bench/suite.sh --dry --run single-gpu 2>&1");
+  EXPECT_EQ(opt.code, 2);
+  EXPECT_NE(opt.out.find("unknown option --dry"), std::string::npos) << opt.out;
+}
+
+}  // namespace
