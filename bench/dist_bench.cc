@@ -30,8 +30,9 @@
 // (clamped at 0): how much of it the backward overlapped. ranks_bitwise_equal: every rank's
 // weights after the data-parallel steps have the same CRC-32C (they must, in every mode).
 // MFU counts model FLOPs per GPU against the dense BF16 peak (common/peak_flops.h).
-// Knobs (environment): FORGE_NCCL_MAX_CTAS, FORGE_NCCL_CTA_POLICY (NcclCommOptions),
-// FORGE_GEMM_SM_MARGIN (the backward GEMMs leave that many SMs to NCCL). --ddp-allreduce
+// Knobs for measuring NCCL's SM use: --nccl-max-ctas, --nccl-cta-policy (NcclCommOptions),
+// --gemm-sm-margin (the backward GEMMs leave that many SMs to NCCL). The config's `engine:`
+// keys apply. --ddp-allreduce
 // copy_engine: ddp's all-reduces on the copy engines, in the step and in the collectives-alone
 // timing.
 // After the run every rank evaluates its own batch (rank_eval_losses; the step's "loss" is the
@@ -90,6 +91,9 @@ struct Args {
   // --accum-check (with --distinct-batches): rank 0 then trains one GPU on all W ranks' batches
   // as W accumulated micro-batches, the data-parallel step's exact job, and reports its losses.
   bool accum_check = false;
+  int nccl_max_ctas = 0;     // --nccl-max-ctas; 0: NCCL's default
+  int nccl_cta_policy = -1;  // --nccl-cta-policy; -1: NCCL's default
+  int gemm_sm_margin = 0;    // --gemm-sm-margin
 };
 
 int Fail(const std::string& msg) { return bench::FailJson("forge-dist-bench", msg); }
@@ -106,6 +110,9 @@ FlagParser MakeFlags() {
   f.Value("--micro-batch", "B", "sequences per rank per step (default: the config's)");
   f.Value("--steps", "N", "timed steps (default 20)");
   f.Value("--warmup", "K", "untimed steps first, >= 1 (default 3)");
+  f.Value("--nccl-max-ctas", "N", "cap on NCCL's CTAs per collective (default NCCL's)");
+  f.Value("--nccl-cta-policy", "P", "NCCL's CTA policy (default NCCL's)");
+  f.Value("--gemm-sm-margin", "N", "SMs the backward GEMMs leave to NCCL (default 0)");
   f.Bool("--profile", "per-phase times of the single-GPU and the parallel step");
   f.Bool("--distinct-batches", "rank r trains on its own tokens (seed + r)");
   f.Bool("--accum-check", "with --distinct-batches: one GPU also trains all ranks' batches "
@@ -129,6 +136,11 @@ std::string ReadArgs(const FlagParser& f, Args* a) {
     return bad("--micro-batch");
   if (!bench::FlagInt(f, "--steps", &a->steps) || a->steps <= 0) return bad("--steps");
   if (!bench::FlagInt(f, "--warmup", &a->warmup) || a->warmup < 1) return bad("--warmup");
+  if (!bench::FlagInt(f, "--nccl-max-ctas", &a->nccl_max_ctas) || a->nccl_max_ctas < 0)
+    return bad("--nccl-max-ctas");
+  if (!bench::FlagInt(f, "--nccl-cta-policy", &a->nccl_cta_policy)) return bad("--nccl-cta-policy");
+  if (!bench::FlagInt(f, "--gemm-sm-margin", &a->gemm_sm_margin) || a->gemm_sm_margin < 0)
+    return bad("--gemm-sm-margin");
   if (a->config.empty()) return "--config is required (see forge-dist-bench --help)";
   if (a->accum_check && !a->distinct_batches) return "--accum-check needs --distinct-batches";
   return "";
@@ -203,7 +215,9 @@ enum Extras : unsigned { kNoExtras = 0, kCrc = 1, kFit = 2 };
 // seeds: the micro-batches of a step (accumulated); empty: one, this rank's.
 StatusOr<StepRun> TimeSteps(const RunConfig& cfg, Comm* comm, const Args& a,
                             unsigned extras = kNoExtras, std::vector<uint64_t> seeds = {}) {
-  FORGE_ASSIGN_OR_RETURN(auto backend, MakeCudaTrainBackend(cfg, CudaBackendOptionsFromEnv(), comm));
+  CudaBackendOptions options = CudaBackendOptionsFromConfig(cfg.engine);
+  options.gemm_sm_margin = a.gemm_sm_margin;
+  FORGE_ASSIGN_OR_RETURN(auto backend, MakeCudaTrainBackend(cfg, options, comm));
   if (seeds.empty()) seeds = {RankSeed(cfg, a, comm ? comm->rank() : 0)};
   std::vector<Tokens> data;
   std::vector<MicroBatch> micro;
@@ -391,8 +405,8 @@ int RunRank(const Args& a, const RunConfig& cfg, int rank, int port) {
   NcclCommOptions no;
   no.device = rank;
   no.timeout_s = 600;
-  if (const char* v = std::getenv("FORGE_NCCL_MAX_CTAS")) no.max_ctas = std::atoi(v);
-  if (const char* v = std::getenv("FORGE_NCCL_CTA_POLICY")) no.cta_policy = std::atoi(v);
+  if (a.nccl_max_ctas > 0) no.max_ctas = a.nccl_max_ctas;
+  if (a.nccl_cta_policy >= 0) no.cta_policy = a.nccl_cta_policy;
   auto nccl = MakeNcclComm(rank, a.world, rdv.get(), no);
   if (!nccl.ok()) return Fail("rank " + std::to_string(rank) + ": " + nccl.status().ToString());
   auto host = MakeHostStagedComm(nccl->get());

@@ -8,7 +8,8 @@
 // PyTorch anchor (shared/anchors/torch_baseline.py). The first `warmup` steps (graph warm-up
 // and capture included) are not timed; the next `steps` are timed with CUDA events on the
 // backend's stream. MFU = tokens/s * TrainFlopsPerToken / dense BF16 peak of the detected GPU
-// (FORGE_PEAK_TFLOPS overrides, in TFLOP/s). --profile adds a per-phase breakdown of one eager
+// (--peak-tflops, or the config's metrics.peak_tflops, overrides). The config's `engine:` keys
+// apply. --profile adds a per-phase breakdown of one eager
 // step (events around GEMMs, attention, elementwise kernels, the LM-head GEMMs and the
 // cross-entropy kernel separately, optimizer; no graph; single-stream even when the step runs
 // its weight-gradient GEMMs on a second stream, so phases add up serially).
@@ -59,6 +60,7 @@ struct Args {
   std::string fp8_fast;   // --fp8-fast-accum; empty: the config's
   std::string recipe = "config";  // --recipe config|torch
   bool profile = false;
+  double peak_tflops = 0.0;  // --peak-tflops; 0: the config's or the device's
 };
 
 int Fail(const std::string& msg) { return bench::FailJson("forge-bench", msg); }
@@ -75,6 +77,7 @@ FlagParser MakeFlags() {
   f.Value("--fp8-lm-head", "0|1", "the LM head in FP8 too (default: the config's)");
   f.Value("--fp8-fast-accum", "none|fprop|fprop_dgrad", "FP8 fast accumulation");
   f.Value("--recipe", "config|torch", "torch: init and batches as the PyTorch anchor's");
+  f.Value("--peak-tflops", "T", "MFU denominator (default: metrics.peak_tflops or the GPU's)");
   f.Bool("--profile", "per-phase timings (forward, backward, optimizer) in the JSON");
   f.MaxPositional(0);
   return f;
@@ -101,6 +104,8 @@ std::string ReadArgs(const FlagParser& f, Args* a) {
   if (!a->precision.empty() && a->precision != "bf16" && a->precision != "fp8")
     return bad("--precision");
   if (a->recipe != "config" && a->recipe != "torch") return bad("--recipe");
+  if (!f.GetDouble("--peak-tflops", &a->peak_tflops).ok() || a->peak_tflops < 0.0)
+    return bad("--peak-tflops");
   if (a->config.empty()) return "--config is required (see forge-bench --help)";
   return "";
 }
@@ -127,10 +132,10 @@ double ProcessAgeSeconds() {
   return 0.0;
 }
 
-// Dense BF16 tensor-core peak of the GPU (TFLOP/s; common/peak_flops.h); 0 when unknown.
-double PeakTflops(const std::string& gpu) {
-  if (const char* env = std::getenv("FORGE_PEAK_TFLOPS")) return std::strtod(env, nullptr);
-  return DenseBf16PeakTflops(gpu);
+// Dense BF16 tensor-core peak of the GPU (TFLOP/s): the given one when > 0, else the GPU's
+// entry in common/peak_flops.h (0 when unknown).
+double PeakTflops(const std::string& gpu, double given) {
+  return given > 0.0 ? given : DenseBf16PeakTflops(gpu);
 }
 
 int Run(int argc, char** argv) {
@@ -174,7 +179,7 @@ int Run(int argc, char** argv) {
   }
   const std::string gpu = prop.name;
 
-  const CudaBackendOptions options = CudaBackendOptionsFromEnv();
+  const CudaBackendOptions options = CudaBackendOptionsFromConfig(cfg.engine);
   auto made = MakeCudaTrainBackend(cfg, options);
   if (!made.ok()) return Fail(made.status().ToString());
   std::unique_ptr<CudaTrainBackend> backend = std::move(made).value();
@@ -225,7 +230,8 @@ int Run(int argc, char** argv) {
 
   const double step_ms = total_ms / args.steps;
   const double tokens_per_s = static_cast<double>(n) / (step_ms * 1e-3);
-  const double peak_tflops = PeakTflops(gpu);
+  const double peak_tflops =
+      PeakTflops(gpu, args.peak_tflops > 0.0 ? args.peak_tflops : cfg.metrics.peak_tflops);
   const ParamLayout layout = MakeParamLayout(m);
 
   Json out;

@@ -11,8 +11,8 @@
 // LinearBackwardWeight):
 // - "heuristic": a GemmRunner with the split-K rule and autotuning off (the heuristic's
 //   first choice, what the step ran before the rule);
-// - "default": a GemmRunner as Init configures it from the environment (FORGE_GEMM_SPLITK,
-//   FORGE_GEMM_AUTOTUNE), i.e. what the step runs now, with the split-K rule's note;
+// - "default": a GemmRunner as Init configures it (split-K rule on, autotuning off), i.e. what
+//   the step runs, with the split-K rule's note;
 // - "best": the fastest of a sweep over every heuristic candidate (up to --max-candidates)
 //   x split-K {as returned, 1, 2, 3, 4, 6, 8} with the fp32 workspace reduction, skipping
 //   what cublasLtMatmulAlgoCheck rejects or needs more than the workspace;
@@ -416,14 +416,10 @@ int Run(int argc, char** argv) {
     return Fail("cudaStreamCreate failed");
   }
 
-  const char* env_split = std::getenv("FORGE_GEMM_SPLITK");
-  const char* env_tune = std::getenv("FORGE_GEMM_AUTOTUNE");
   Json header{{"device", prop.name},
               {"sms", sms},
               {"l2_mb", prop.l2CacheSize >> 20},
               {"cublaslt_version", cublasLtGetVersion()},
-              {"FORGE_GEMM_SPLITK", env_split ? env_split : ""},
-              {"FORGE_GEMM_AUTOTUNE", env_tune ? env_tune : ""},
               {"default_splitk_rule", deflt.splitk()},
               {"default_autotune", deflt.autotune()},
               {"tokens", args.tokens},

@@ -62,7 +62,7 @@ int Usage() {
                "usage:\n"
                "  forge train CONFIG [--steps N] [--backend auto|cpu|cuda] [--run-dir DIR]\n"
                "                     [--resume latest|step_N|PATH] [--checkpoint-every N]"
-               " [--direct]\n"
+               " [--direct] [--print-config]\n"
                "  forge export --checkpoint PATH|latest [--run-dir DIR] -o FILE"
                " [--dtype f32|bf16]\n"
                "  forge eval --checkpoint PATH|latest|step_N [--run-dir DIR] [--config CONFIG]\n"
@@ -174,6 +174,10 @@ int Train(const Args& a, ProcessGroup* group) {
     if (n.empty() || *end != '\0' || every < 0)
       return Fail(Status::Invalid("--checkpoint-every: expected a step count >= 0, got " + n));
     cfg.checkpoint.every_steps = every;
+  }
+  if (a.Has("--print-config")) {  // the resolved config, as the run would use it
+    std::fputs(RunConfigToYaml(cfg).c_str(), stdout);
+    return 0;
   }
   TrainOptions opt;
   opt.stop_requested = &g_stop_requested;
@@ -371,7 +375,7 @@ int main(int argc, char** argv) {
     return gpu ? 0 : 1;
   }
   if (cmd == "train") {
-    auto a = ParseArgs(argc, argv, 2, {"--direct"});
+    auto a = ParseArgs(argc, argv, 2, {"--direct", "--print-config"});
     if (!a.ok()) return Fail(a.status());
     ProcessGroup group;
     const int rc = Train(*a, &group);

@@ -54,6 +54,8 @@ constexpr std::array<NamedValue<Fp8FastAccum>, 3> kFp8FastAccumNames{{
     {"fprop_dgrad", Fp8FastAccum::kFpropDgrad}}};
 constexpr std::array<NamedValue<Fp8Recipe>, 2> kFp8RecipeNames{{
     {"delayed", Fp8Recipe::kDelayed}, {"current", Fp8Recipe::kCurrent}}};
+constexpr std::array<NamedValue<AttentionBackward>, 2> kAttentionBackwardNames{{
+    {"flash", AttentionBackward::kFlash}, {"cudnn", AttentionBackward::kCudnn}}};
 constexpr std::array<NamedValue<Backend>, 3> kBackendNames{{
     {"auto", Backend::kAuto}, {"cpu", Backend::kCpu}, {"cuda", Backend::kCuda}}};
 
@@ -298,6 +300,9 @@ MaybeProblem CheckRunConfig(const RunConfig& c) {
   FORGE_RULE(AtLeast("train.workers", c.train.workers, 1));
   FORGE_RULE(AtLeast("train.max_restarts", c.train.max_restarts, 0));
   if (c.train.run_dir.empty()) return Problem{"train.run_dir", "must not be empty", {}};
+
+  FORGE_RULE(InRange("engine.lm_head_chunk", c.engine.lm_head_chunk, 1, 1 << 30));
+  FORGE_RULE(InRange("engine.wgrad_sm_margin", c.engine.wgrad_sm_margin, -1, 1024));
 
   FORGE_RULE(InRange("metrics.port", c.metrics.port, 0, 65535));
   if (c.metrics.bind_address.empty())
@@ -587,7 +592,7 @@ class Reader {
 const std::vector<std::string_view> kTopKeys = {"name",   "seed",      "model",      "data",
                                                 "optimizer", "schedule", "batch",    "precision",
                                                 "parallel",  "checkpoint", "eval",   "train",
-                                                "metrics"};
+                                                "engine",    "metrics"};
 const std::vector<std::string_view> kModelKeys = {
     "preset",  "n_layer",    "d_model",  "n_head",  "n_kv_head", "ffn", "vocab",
     "seq_len", "rope_theta", "norm_eps", "qk_norm", "init_std",  "init"};
@@ -729,6 +734,23 @@ Status ReadSections(Reader& r, const Entries& top, RunConfig* c) {
   FORGE_RETURN_IF_ERROR(r.ReadInt(e, "train", "workers", &t.workers));
   FORGE_RETURN_IF_ERROR(r.ReadInt(e, "train", "max_restarts", &t.max_restarts));
 
+  EngineConfig& g = c->engine;
+  FORGE_RETURN_IF_ERROR(r.ReadMap(section("engine"), "engine",
+                                  {"cuda_graph", "deterministic_attention", "attention_backward",
+                                   "lm_head_chunk", "wgrad_stream", "wgrad_sm_margin",
+                                   "fused_epilogues", "gemm_autotune"},
+                                  &e));
+  FORGE_RETURN_IF_ERROR(r.ReadBool(e, "engine", "cuda_graph", &g.cuda_graph));
+  FORGE_RETURN_IF_ERROR(
+      r.ReadBool(e, "engine", "deterministic_attention", &g.deterministic_attention));
+  FORGE_RETURN_IF_ERROR(r.ReadEnum(e, "engine", "attention_backward", kAttentionBackwardNames,
+                                   &g.attention_backward));
+  FORGE_RETURN_IF_ERROR(r.ReadInt(e, "engine", "lm_head_chunk", &g.lm_head_chunk));
+  FORGE_RETURN_IF_ERROR(r.ReadBool(e, "engine", "wgrad_stream", &g.wgrad_stream));
+  FORGE_RETURN_IF_ERROR(r.ReadInt(e, "engine", "wgrad_sm_margin", &g.wgrad_sm_margin));
+  FORGE_RETURN_IF_ERROR(r.ReadBool(e, "engine", "fused_epilogues", &g.fused_epilogues));
+  FORGE_RETURN_IF_ERROR(r.ReadBool(e, "engine", "gemm_autotune", &g.gemm_autotune));
+
   MetricsConfig& mc = c->metrics;
   FORGE_RETURN_IF_ERROR(
       r.ReadMap(section("metrics"), "metrics", {"port", "bind_address", "peak_tflops"}, &e));
@@ -835,6 +857,9 @@ const char* Fp8FastAccumName(Fp8FastAccum f) { return NameOf(kFp8FastAccumNames,
 const char* DecayKindName(DecayKind d) { return NameOf(kDecayNames, d); }
 const char* BackendName(Backend b) { return NameOf(kBackendNames, b); }
 const char* Fp8RecipeName(Fp8Recipe r) { return NameOf(kFp8RecipeNames, r); }
+const char* AttentionBackwardName(AttentionBackward a) {
+  return NameOf(kAttentionBackwardNames, a);
+}
 Status ParallelModeFromName(std::string_view name, const std::string& what, ParallelMode* out) {
   return ValueOf(kParallelNames, name, what, out);
 }
@@ -919,6 +944,16 @@ std::string RunConfigToYaml(const RunConfig& c) {
     << "  run_dir: " << Quote(t.run_dir) << "\n"
     << "  workers: " << t.workers << "\n"
     << "  max_restarts: " << t.max_restarts << "\n";
+  const EngineConfig& g = c.engine;
+  y << "engine:\n"
+    << "  cuda_graph: " << BoolText(g.cuda_graph) << "\n"
+    << "  deterministic_attention: " << BoolText(g.deterministic_attention) << "\n"
+    << "  attention_backward: " << AttentionBackwardName(g.attention_backward) << "\n"
+    << "  lm_head_chunk: " << g.lm_head_chunk << "\n"
+    << "  wgrad_stream: " << BoolText(g.wgrad_stream) << "\n"
+    << "  wgrad_sm_margin: " << g.wgrad_sm_margin << "\n"
+    << "  fused_epilogues: " << BoolText(g.fused_epilogues) << "\n"
+    << "  gemm_autotune: " << BoolText(g.gemm_autotune) << "\n";
   y << "metrics:\n"
     << "  port: " << c.metrics.port << "\n"
     << "  bind_address: " << Quote(c.metrics.bind_address) << "\n"

@@ -154,6 +154,37 @@ struct TrainConfig {
   int max_restarts = 3;
 };
 
+// `engine:` how the CUDA step runs (the CPU backend ignores it). Every default is the fastest
+// setting measured (docs/performance.md); the keys exist to trade speed for memory or
+// reproducibility and to isolate a fault. Scheduling choices that give bitwise the same result
+// either way are not keys (worker/train/cuda_backend.h has them, for tests and benchmarks).
+enum class AttentionBackward { kFlash, kCudnn };
+
+struct EngineConfig {
+  // Capture the step in a CUDA graph after one eager warm-up step and replay it.
+  bool cuda_graph = true;
+  // Bitwise-reproducible attention backward. Ours (flash) is deterministic at no cost; cuDNN's
+  // default backward is not, and its deterministic form is ~13% slower.
+  bool deterministic_attention = true;
+  // flash: our Hopper attention backward where the shape allows (else cuDNN's); cudnn: always
+  // cuDNN's.
+  AttentionBackward attention_backward = AttentionBackward::kFlash;
+  // Token rows per LM-head chunk: bounds the [rows, vocab] bf16 logits buffer.
+  int lm_head_chunk = 4096;
+  // The backward's weight-gradient GEMMs on a second stream beside the activation-gradient
+  // chain (bitwise the same gradients; one more logits buffer and GEMM workspace).
+  bool wgrad_stream = true;
+  // SMs those GEMMs leave to the kernels beside them; -1: a quarter of the SMs (three eighths
+  // in FP8), 0: none.
+  int wgrad_sm_margin = -1;
+  // Our Hopper GEMMs with RoPE / SwiGLU (and, in FP8, SwiGLU's backward) in their epilogue,
+  // where the shapes fit; bitwise the same results as cuBLASLt plus a separate pass.
+  bool fused_epilogues = true;
+  // Time cuBLASLt's candidate algorithms once per GEMM shape instead of taking its heuristic's
+  // first (no gain measured at gpt350m; the choice then depends on timing).
+  bool gemm_autotune = false;
+};
+
 // /metrics (src/metrics/): off unless a port is given. A worker serves on port + its local
 // rank, so the ranks of one node do not collide.
 struct MetricsConfig {
@@ -177,6 +208,7 @@ struct RunConfig {
   CheckpointConfig checkpoint;
   EvalConfig eval;
   TrainConfig train;
+  EngineConfig engine;
   MetricsConfig metrics;
 };
 
@@ -195,6 +227,7 @@ const char* Fp8FastAccumName(Fp8FastAccum f);
 const char* DecayKindName(DecayKind d);
 const char* BackendName(Backend b);
 const char* Fp8RecipeName(Fp8Recipe r);
+const char* AttentionBackwardName(AttentionBackward a);
 // The value a name spells (the config's spelling), for command-line flags: Invalid
 // "<what>: must be one of a|b|..., got <name>" otherwise.
 Status ParallelModeFromName(std::string_view name, const std::string& what, ParallelMode* out);

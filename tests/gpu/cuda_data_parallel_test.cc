@@ -30,7 +30,6 @@
 
 #include "gpu_test_util.h"
 #include "nccl_test_util.h"
-#include "no_gemm_autotune.h"
 #include "tiny_gpu_config.h"
 #include "worker/model/init.h"
 #include "worker/model/param_layout.h"
@@ -203,7 +202,6 @@ TEST_P(CudaDataParallelTest, MatchesOneGpuAndIsDeterministic) {
   FORGE_SKIP_WITHOUT_GPU();
   const Case k = GetParam();
   if (NcclVisibleDevices() < k.world) GTEST_SKIP() << "needs " << k.world << " GPUs";
-  test::NoGemmAutotune no_autotune;
   RunConfig c = Config(k.mode, k.world, k.accum, k.grad_reduce, k.precision, k.fp8_lm_head);
   const Tolerances tol = TolerancesFor(k.grad_reduce, k.precision);
   const auto batches = MakeBatches(c, k.world * k.accum);
@@ -250,15 +248,15 @@ TEST_P(CudaDataParallelTest, MatchesOneGpuAndIsDeterministic) {
 TEST(CudaDataParallel, CommWindowsChangeNoBits) {
   FORGE_SKIP_WITHOUT_GPU();
   if (NcclVisibleDevices() < 2) GTEST_SKIP() << "needs 2 GPUs";
-  test::NoGemmAutotune no_autotune;
   for (const ParallelMode mode : {ParallelMode::kDdp, ParallelMode::kZero1}) {
     SCOPED_TRACE(ParallelModeName(mode));
     const RunConfig c = Config(mode, 2, 2, GradReduce::kFp32, Precision::kBf16);
     const auto batches = MakeBatches(c, 4);
     const std::vector<Trajectory> windows = RunParallel(c, 2, batches, 0, kSteps, nullptr);
-    setenv("FORGE_DP_COMM_WINDOW", "0", 1);
-    const std::vector<Trajectory> at_once = RunParallel(c, 2, batches, 0, kSteps, nullptr);
-    unsetenv("FORGE_DP_COMM_WINDOW");
+    CudaBackendOptions no_windows;
+    no_windows.comm_windows = false;
+    const std::vector<Trajectory> at_once =
+        RunParallel(c, 2, batches, 0, kSteps, nullptr, no_windows);
     ASSERT_EQ(windows.size(), 2u);
     ASSERT_EQ(at_once.size(), 2u);
     ASSERT_EQ(windows[0].losses.size(), size_t(kSteps));
@@ -274,7 +272,6 @@ TEST(CudaDataParallel, CommWindowsChangeNoBits) {
 TEST(CudaDataParallel, DeferredUpdateChangesNoBits) {
   FORGE_SKIP_WITHOUT_GPU();
   if (NcclVisibleDevices() < 2) GTEST_SKIP() << "needs 2 GPUs";
-  test::NoGemmAutotune no_autotune;
   for (const Precision p : {Precision::kBf16, Precision::kFp8}) {
     SCOPED_TRACE(p == Precision::kFp8 ? "fp8" : "bf16");
     const RunConfig c = Config(ParallelMode::kDdp, 2, 2, GradReduce::kFp32, p);

@@ -24,7 +24,6 @@
 #include "gpu_test_util.h"
 #include "kernels/cuda/gemm_wgmma.cuh"
 #include "model_test_util.h"
-#include "no_gemm_autotune.h"
 #include "tiny_gpu_config.h"
 #include "worker/model/cuda_model.h"
 #include "worker/model/fp8_linears.h"
@@ -34,7 +33,6 @@ namespace {
 
 using test::MakeBatches;
 using test::MakeGpu;
-using test::NoGemmAutotune;
 using test::Views;
 
 RunConfig Fp8Config(Fp8Recipe recipe = Fp8Recipe::kDelayed, bool lm_head = false,
@@ -136,7 +134,6 @@ void ExpectSameWeights(const std::vector<UnitBuffers>& a, const std::vector<Unit
 
 TEST(GpuFp8Step, SameSeedIsBitwiseDeterministic) {
   FORGE_SKIP_WITHOUT_GPU();
-  const NoGemmAutotune fixed_gemms;
   for (const bool lm_head : {false, true}) {
     SCOPED_TRACE(lm_head ? "fp8 lm head" : "bf16 lm head");
     RunConfig c = Fp8Config(Fp8Recipe::kDelayed, lm_head);
@@ -149,7 +146,6 @@ TEST(GpuFp8Step, SameSeedIsBitwiseDeterministic) {
 // the graph captured at the second step must compute what eager launches do.
 TEST(GpuFp8Step, GraphReplayMatchesEager) {
   FORGE_SKIP_WITHOUT_GPU();
-  const NoGemmAutotune fixed_gemms;
   for (const bool lm_head : {false, true}) {
     SCOPED_TRACE(lm_head ? "fp8 lm head" : "bf16 lm head");
     RunConfig c = Fp8Config(Fp8Recipe::kDelayed, lm_head);
@@ -178,7 +174,6 @@ RunConfig Fp8LmHeadSteps() {
 // micro-batch (vocab 512: the FP8 dWte path).
 TEST(GpuFp8Step, WgradStreamChangesNoBit) {
   FORGE_SKIP_WITHOUT_GPU();
-  const NoGemmAutotune fixed_gemms;
   RunConfig c = Fp8LmHeadSteps();
   c.model.vocab = 512;
   CudaBackendOptions dual, single;
@@ -210,7 +205,6 @@ std::unique_ptr<CudaModel> Fp8ModelWith(RunConfig c, Fp8FastAccum fast) {
 // weights after ten steps, bit for bit, replayed from the graph and eager.
 TEST(GpuFp8Step, RopeInTheAttentionBackwardChangesNoBit) {
   FORGE_SKIP_WITHOUT_GPU();
-  const NoGemmAutotune fixed_gemms;
   RunConfig c = Fp8LmHeadSteps();
   c.model.d_model = 256;
   c.model.seq_len = 128;
@@ -259,7 +253,6 @@ void ExpectLossesTrackWithinOnePercent(const RunConfig& c, const CudaBackendOpti
 // (rope_gemm and swiglu_gemm off) closely rather than bitwise.
 TEST(GpuFp8Step, EpilogueGemmsTrainLikeTheSeparatePath) {
   FORGE_SKIP_WITHOUT_GPU();
-  const NoGemmAutotune fixed_gemms;
   RunConfig c = Fp8Config(Fp8Recipe::kDelayed, false, Fp8FastAccum::kFprop);
   c.model.d_model = 256;
   for (const Fp8FastAccum fast : {Fp8FastAccum::kFprop, Fp8FastAccum::kNone}) {
@@ -292,7 +285,6 @@ TEST(GpuFp8Step, EpilogueGemmsTrainLikeTheSeparatePath) {
 // our MMAs do, or not).
 TEST(GpuFp8Step, SwiGluBackwardGemmTrainsLikeTheSeparatePath) {
   FORGE_SKIP_WITHOUT_GPU();
-  const NoGemmAutotune fixed_gemms;
   RunConfig c = Fp8Config(Fp8Recipe::kDelayed, false, Fp8FastAccum::kFpropDgrad);
   c.model.d_model = 256;
   for (const Fp8FastAccum fast : {Fp8FastAccum::kFpropDgrad, Fp8FastAccum::kFprop}) {
@@ -331,7 +323,6 @@ TEST(GpuFp8Step, LmHeadWeightGradientInFp8MatchesCpu) {
 // (current): the saved transposed casts are bitwise those of the first forward.
 TEST_P(GpuFp8Model, RecomputeMatchesSavedActivations) {
   FORGE_SKIP_WITHOUT_GPU();
-  const NoGemmAutotune fixed_gemms;
   RunConfig c = Fp8Config(GetParam().recipe, GetParam().lm_head, GetParam().fast_accum);
   c.batch.global_batch = 8;
   RunConfig r = c;
@@ -361,7 +352,6 @@ TEST(GpuFp8Step, RejectsWhatItCannotRun) {
 // window refuses it, naming the key, and keeps its own state.
 TEST(GpuFp8Step, ScalingStateMovesBetweenBackends) {
   FORGE_SKIP_WITHOUT_GPU();
-  const NoGemmAutotune fixed_gemms;
   const RunConfig c = Fp8Config();
   const auto batches = MakeBatches(c, 6, 61);
   auto a = MakeGpu(c);

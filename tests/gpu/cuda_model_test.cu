@@ -19,7 +19,6 @@
 
 #include "gpu_test_util.h"
 #include "model_test_util.h"
-#include "no_gemm_autotune.h"
 #include "tiny_gpu_config.h"
 #include "kernels/cuda/gemm_wgmma.cuh"
 #include "worker/model/cuda_model.h"
@@ -39,7 +38,6 @@ using test::MakeBatches;
 using test::MakeGpu;
 using test::MarkovTokens;
 using test::Views;
-using test::NoGemmAutotune;
 
 using test::ExpectGradientsMatchCpu;
 
@@ -91,7 +89,6 @@ TEST(GpuModel, ChunkedLmHeadGradientsMatchCpu) {
 // after another batch's are bitwise those of a fresh backend, for one and for two micro-steps.
 TEST(GpuModel, GradientsDoNotCarryOverBetweenSteps) {
   FORGE_SKIP_WITHOUT_GPU();
-  const NoGemmAutotune fixed_gemms;
   RunConfig c = TinyConfig();
   c.batch.global_batch = 8;
   CudaBackendOptions o;
@@ -168,7 +165,6 @@ TEST(GpuModel, TrainingMatchesCpu) {
 // DESIGN.md: same seed and data give bitwise-identical weights.
 TEST(GpuModel, SameSeedIsBitwiseDeterministic) {
   FORGE_SKIP_WITHOUT_GPU();
-  const NoGemmAutotune fixed_gemms;
   const RunConfig c = TinyConfig();
   const auto batches = MakeBatches(c, 10, 31);
   UnitBuffers p[2], m[2], v[2];
@@ -198,7 +194,6 @@ TEST(GpuModel, SameSeedIsBitwiseDeterministic) {
 // the micro-step count changes (new token buffers, re-capture).
 TEST(GpuModel, GraphReplayMatchesEager) {
   FORGE_SKIP_WITHOUT_GPU();
-  const NoGemmAutotune fixed_gemms;
   RunConfig c = TinyConfig();
   c.batch.global_batch = 8;
   const auto batches = MakeBatches(c, 16, 41);
@@ -235,7 +230,6 @@ TEST(GpuModel, GraphReplayMatchesEager) {
 // so gradients are bitwise those of saved activations.
 TEST(GpuModel, RecomputeMatchesSavedActivations) {
   FORGE_SKIP_WITHOUT_GPU();
-  const NoGemmAutotune fixed_gemms;
   RunConfig c = TinyConfig();
   c.batch.global_batch = 8;
   RunConfig r = c;
@@ -317,7 +311,6 @@ void ExpectSameTrainingState(CudaTrainBackend& a, CudaTrainBackend& b) {
 // repeat (a race would move bits between runs).
 TEST(GpuModel, WgradStreamGradientsMatchSingleStreamBitwise) {
   FORGE_SKIP_WITHOUT_GPU();
-  const NoGemmAutotune fixed_gemms;
   for (const bool recompute : {false, true}) {
     RunConfig c = WgradRaceConfig();
     c.train.activation_recompute = recompute;
@@ -352,7 +345,6 @@ TEST(GpuModel, WgradStreamGradientsMatchSingleStreamBitwise) {
 // micro-step count (re-capture).
 TEST(GpuModel, WgradStreamGraphMatchesSingleStreamEager) {
   FORGE_SKIP_WITHOUT_GPU();
-  const NoGemmAutotune fixed_gemms;
   RunConfig c = TinyConfig();
   c.batch.global_batch = 8;
   CudaBackendOptions dual_graph, single_eager;
@@ -392,7 +384,6 @@ TEST(GpuModel, WgradStreamGraphMatchesSingleStreamEager) {
 // nothing), SetMoments (flush, then overwrite) and a profiled step (single-stream).
 TEST(GpuModel, DeferredUpdateMatchesImmediateBitwise) {
   FORGE_SKIP_WITHOUT_GPU();
-  const NoGemmAutotune fixed_gemms;
   RunConfig c = TinyConfig();
   c.batch.global_batch = 8;
   CudaBackendOptions deferred, immediate;
@@ -463,7 +454,6 @@ TEST(GpuModel, DeferredUpdateMatchesImmediateBitwise) {
 // the same weights as TrainStep on a single-stream backend, and every phase timed.
 TEST(GpuModel, ProfileStepOnWgradStreamBackendIsATrainStep) {
   FORGE_SKIP_WITHOUT_GPU();
-  const NoGemmAutotune fixed_gemms;
   const RunConfig c = TinyConfig();
   auto a = MakeGpu(c, WgradOptions(true));
   auto b = MakeGpu(c, WgradOptions(false));

@@ -195,7 +195,7 @@ void CheckAgainstCpu(const SdpaShape& s, bool deterministic, uint64_t seed) {
                                     << (deterministic ? " deterministic" : ""));
   const Inputs in = MakeReference(s, seed);
   SdpaRunner runner;
-  ASSERT_STATUS_OK(runner.Init(deterministic));
+  ASSERT_STATUS_OK(runner.Init(deterministic, SdpaBackwardKernel::kCudnn));
   DeviceRun d(s, in, deterministic);
 
   ASSERT_STATUS_OK(runner.Forward(s, d.qkv.data(), d.out.data(), d.stats.data(), nullptr));
@@ -223,10 +223,8 @@ class GpuSdpaTest : public ::testing::Test {
  protected:
   void SetUp() override {
     FORGE_SKIP_WITHOUT_GPU();
-    // These tests are about cuDNN's graphs: the backward stays on them (Init(deterministic));
-    // our own backward's tests name it (GpuFlashBackward below).
-    if (const char* old = std::getenv("FORGE_CUDA_ATTN_BWD")) old_bwd_ = old;
-    setenv("FORGE_CUDA_ATTN_BWD", "cudnn", 1);
+    // These tests are about cuDNN's graphs: their runners name SdpaBackwardKernel::kCudnn; our
+    // own backward's tests name kFlash (GpuFlashBackward below).
     if (const char* old = std::getenv("FORGE_PLAN_CACHE")) old_env_ = old;
     cache_path_ = ::testing::TempDir() + "forge_sdpa_plans_" + std::to_string(getpid()) + "_" +
                   ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".json";
@@ -235,11 +233,6 @@ class GpuSdpaTest : public ::testing::Test {
   }
   void TearDown() override {
     if (cache_path_.empty()) return;  // skipped before SetUp chose a file
-    if (old_bwd_) {
-      setenv("FORGE_CUDA_ATTN_BWD", old_bwd_->c_str(), 1);
-    } else {
-      unsetenv("FORGE_CUDA_ATTN_BWD");
-    }
     if (old_env_) {
       setenv("FORGE_PLAN_CACHE", old_env_->c_str(), 1);
     } else {
@@ -258,7 +251,7 @@ class GpuSdpaTest : public ::testing::Test {
   }
 
   std::string cache_path_;
-  std::optional<std::string> old_env_, old_bwd_;
+  std::optional<std::string> old_env_;
 };
 
 TEST_F(GpuSdpaTest, MatchesCpuT128) { CheckAgainstCpu({2, 128, 4, 4, 64}, false, 100); }
@@ -279,7 +272,7 @@ TEST_F(GpuSdpaTest, DeterministicBackwardIsBitwiseReproducible) {
   const SdpaShape s{2, 1024, 12, 12, 64};
   const Inputs in = RandomInputs(s, 600);
   SdpaRunner runner;
-  ASSERT_STATUS_OK(runner.Init(/*deterministic=*/true));
+  ASSERT_STATUS_OK(runner.Init(/*deterministic=*/true, SdpaBackwardKernel::kCudnn));
   DeviceRun d(s, in, true);
   ASSERT_STATUS_OK(runner.Forward(s, d.qkv.data(), d.out.data(), d.stats.data(), nullptr));
   std::vector<bf16> first;
@@ -304,7 +297,7 @@ TEST_F(GpuSdpaTest, DeterministicBackwardIsBitwiseReproducible) {
 void CheckEveryEngine(const SdpaShape& s, bool deterministic, uint64_t seed) {
   const Inputs in = MakeReference(s, seed);
   SdpaRunner runner;
-  ASSERT_STATUS_OK(runner.Init(deterministic));
+  ASSERT_STATUS_OK(runner.Init(deterministic, SdpaBackwardKernel::kCudnn));
   DeviceRun d(s, in, deterministic);
 
   auto fwd = runner.EngineCandidates(s, false);
@@ -360,7 +353,7 @@ void CheckCacheRoundTrip(const SdpaShape& s, bool deterministic, uint64_t seed,
   std::vector<float> stats[2];
   for (int r = 0; r < 2; ++r) {
     SdpaRunner runner;
-    ASSERT_STATUS_OK(runner.Init(deterministic));
+    ASSERT_STATUS_OK(runner.Init(deterministic, SdpaBackwardKernel::kCudnn));
     EXPECT_EQ(runner.plan_cache().path(), cache_path);
     DeviceRun d(s, in, deterministic);
     ASSERT_STATUS_OK(runner.Forward(s, d.qkv.data(), d.out.data(), d.stats.data(), nullptr));
@@ -410,7 +403,7 @@ TEST_F(GpuSdpaTest, RecordedChoiceIsUsed) {
   std::string keys[2], forced[2];
   {
     SdpaRunner probe;
-    ASSERT_STATUS_OK(probe.Init(false));
+    ASSERT_STATUS_OK(probe.Init(false, SdpaBackwardKernel::kCudnn));
     DeviceRun d(s, in, false);
     ASSERT_STATUS_OK(probe.Forward(s, d.qkv.data(), d.out.data(), d.stats.data(), nullptr));
     ASSERT_STATUS_OK(RunBackward(probe, s, d, false));
@@ -426,7 +419,7 @@ TEST_F(GpuSdpaTest, RecordedChoiceIsUsed) {
     }
   }
   SdpaRunner runner;
-  ASSERT_STATUS_OK(runner.Init(false));
+  ASSERT_STATUS_OK(runner.Init(false, SdpaBackwardKernel::kCudnn));
   DeviceRun d(s, in, false);
   ASSERT_STATUS_OK(runner.Forward(s, d.qkv.data(), d.out.data(), d.stats.data(), nullptr));
   ASSERT_STATUS_OK(RunBackward(runner, s, d, false));
@@ -447,7 +440,7 @@ TEST_F(GpuSdpaTest, UnusableRecordedChoiceIsRetunedAndReplaced) {
   std::string keys[2];
   {
     SdpaRunner probe;
-    ASSERT_STATUS_OK(probe.Init(false));
+    ASSERT_STATUS_OK(probe.Init(false, SdpaBackwardKernel::kCudnn));
     DeviceRun d(s, in, false);
     ASSERT_STATUS_OK(probe.Forward(s, d.qkv.data(), d.out.data(), d.stats.data(), nullptr));
     ASSERT_STATUS_OK(RunBackward(probe, s, d, false));
@@ -459,7 +452,7 @@ TEST_F(GpuSdpaTest, UnusableRecordedChoiceIsRetunedAndReplaced) {
   for (int g = 0; g < 2; ++g) ASSERT_STATUS_OK(PlanCache(cache_path_).Put(keys[g], bogus[g]));
 
   SdpaRunner runner;
-  ASSERT_STATUS_OK(runner.Init(false));
+  ASSERT_STATUS_OK(runner.Init(false, SdpaBackwardKernel::kCudnn));
   DeviceRun d(s, in, false);
   ASSERT_STATUS_OK(runner.Forward(s, d.qkv.data(), d.out.data(), d.stats.data(), nullptr));
   ASSERT_STATUS_OK(RunBackward(runner, s, d, false));
@@ -482,7 +475,7 @@ TEST_F(GpuSdpaTest, CacheOffTakesHeuristicsFirst) {
   const SdpaShape s{2, 128, 4, 4, 64};
   const Inputs in = MakeReference(s, 1100);
   SdpaRunner runner;
-  ASSERT_STATUS_OK(runner.Init(false));
+  ASSERT_STATUS_OK(runner.Init(false, SdpaBackwardKernel::kCudnn));
   EXPECT_FALSE(runner.plan_cache().enabled());
   DeviceRun d(s, in, false);
   ASSERT_STATUS_OK(runner.Forward(s, d.qkv.data(), d.out.data(), d.stats.data(), nullptr));
@@ -503,7 +496,7 @@ TEST_F(GpuSdpaTest, FirstCallUnderCaptureIsNotTimed) {
   const SdpaShape s{2, 128, 4, 4, 64};
   const Inputs in = MakeReference(s, 1200);
   SdpaRunner runner;
-  ASSERT_STATUS_OK(runner.Init(false));
+  ASSERT_STATUS_OK(runner.Init(false, SdpaBackwardKernel::kCudnn));
   DeviceRun d(s, in, false);
   cudaStream_t stream = nullptr;
   ASSERT_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -534,7 +527,7 @@ TEST_F(GpuSdpaTest, UnderAProfilerNothingIsTimedOrRecorded) {
   const SdpaShape s{2, 128, 4, 4, 64};
   const Inputs in = MakeReference(s, 1300);
   SdpaRunner runner;
-  const Status init = runner.Init(false);
+  const Status init = runner.Init(false, SdpaBackwardKernel::kCudnn);
   DeviceRun d(s, in, false);
   const Status fwd =
       init.ok() ? runner.Forward(s, d.qkv.data(), d.out.data(), d.stats.data(), nullptr) : init;
@@ -553,7 +546,7 @@ TEST_F(GpuSdpaTest, UnderAProfilerNothingIsTimedOrRecorded) {
 
 TEST_F(GpuSdpaTest, RejectsBadShapes) {
   SdpaRunner runner;
-  ASSERT_STATUS_OK(runner.Init(false));
+  ASSERT_STATUS_OK(runner.Init(false, SdpaBackwardKernel::kCudnn));
   DeviceBuffer<bf16> buf(1 << 16);
   DeviceBuffer<float> stats(1 << 10);
   auto forward = [&](SdpaShape s) {
@@ -565,7 +558,7 @@ TEST_F(GpuSdpaTest, RejectsBadShapes) {
   EXPECT_EQ(runner.Forward({1, 16, 4, 4, 64}, buf.data() + 1, buf.data(), stats.data(), nullptr)
                 .code(),
             Code::kInvalidArgument);  // misaligned qkv
-  EXPECT_EQ(runner.Init(false).code(), Code::kFailedPrecondition);
+  EXPECT_EQ(runner.Init(false, SdpaBackwardKernel::kCudnn).code(), Code::kFailedPrecondition);
 }
 
 // Our own backward (flash_backward.cuh), forward from cuDNN: against the CPU reference, every
@@ -745,9 +738,6 @@ TEST_F(GpuFlashBackward, TakesOnlyWhatItCan) {
   EXPECT_TRUE(runner.flash_backward({2, 256, 4, 4, 64}));
   EXPECT_FALSE(runner.flash_backward({2, 192, 4, 4, 64}));   // T % 128
   EXPECT_FALSE(runner.flash_backward({2, 256, 4, 4, 128}));  // head width
-  setenv("FORGE_CUDA_ATTN_BWD", "nonsense", 1);
-  SdpaRunner bad;
-  EXPECT_EQ(bad.Init(true).code(), Code::kInvalidArgument);
 }
 
 }  // namespace

@@ -19,7 +19,6 @@
 #include "../common/tiny_fixtures.h"
 #include "gpu_test_util.h"
 #include "nccl_test_util.h"
-#include "no_gemm_autotune.h"
 #include "tiny_gpu_config.h"
 #include "worker/parallel/host_staged_comm.h"
 #include "worker/train/cuda_backend.h"
@@ -83,7 +82,6 @@ class GpuDataParallelResume : public ::testing::TestWithParam<ParallelMode> {};
 TEST_P(GpuDataParallelResume, ResumesBitwiseAndReshardsToOneGpu) {
   FORGE_SKIP_WITHOUT_GPU();
   if (NcclVisibleDevices() < kWorld) GTEST_SKIP() << "needs 2 GPUs";
-  const test::NoGemmAutotune fixed_gemms;
   const std::string dir = ::testing::TempDir() + "/forge_gpu_dp_resume_" +
                           std::to_string(::getpid()) + "/" + ParallelModeName(GetParam());
   fs::remove_all(dir);

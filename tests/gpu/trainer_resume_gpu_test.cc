@@ -16,7 +16,6 @@
 
 #include "../common/tiny_fixtures.h"
 #include "gpu_test_util.h"
-#include "no_gemm_autotune.h"
 #include "tiny_gpu_config.h"
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/train/cuda_backend.h"
@@ -48,7 +47,6 @@ RunConfig TinyConfig(Precision precision) {
 // data cursor alone decides what a step sees).
 BatchProvider Data(const RunConfig& c) { return test::HashedTokenData(c, 977u, 1000000); }
 
-using test::NoGemmAutotune;
 using test::RunOutcome;
 
 RunOutcome Train(const RunConfig& c) {
@@ -81,7 +79,6 @@ class GpuTrainerResume : public ::testing::TestWithParam<Precision> {};
 
 TEST_P(GpuTrainerResume, ResumedRunIsBitwiseTheUninterruptedOne) {
   FORGE_SKIP_WITHOUT_GPU();
-  const NoGemmAutotune fixed_gemms;
   const std::string dir = TempDir(std::string("run_") + PrecisionName(GetParam()));
 
   RunConfig c = TinyConfig(GetParam());

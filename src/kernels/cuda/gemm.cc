@@ -516,15 +516,6 @@ Status GemmRunner::Init(size_t workspace_bytes) {
   FORGE_CUBLAS_CHECK(cublasLtCreate(&handle_));
   if (workspace_bytes > 0) FORGE_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes));
   workspace_bytes_ = workspace_bytes;
-  // Off by default: measured on an H200 (gpt350m B=16), tuning gave no step-time gain
-  // (79.8 ms tuned vs 79.6 ms heuristic) and would make cross-process bitwise reproducibility
-  // depend on timing. FORGE_GEMM_AUTOTUNE=1 turns it on.
-  const char* env = std::getenv("FORGE_GEMM_AUTOTUNE");
-  autotune_ = env && std::string(env) == "1";
-  // On unless FORGE_GEMM_SPLITK=0: deterministic, and aimed at the weight-gradient GEMMs'
-  // partial last waves (to be confirmed by forge-gemm-bench and the step bench).
-  const char* split_env = std::getenv("FORGE_GEMM_SPLITK");
-  splitk_ = !(split_env && std::string(split_env) == "0");
   int device = 0;
   FORGE_CUDA_CHECK(cudaGetDevice(&device));
   FORGE_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));

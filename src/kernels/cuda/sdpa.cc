@@ -672,19 +672,6 @@ SdpaRunner::~SdpaRunner() {
   if (handle_) cudnnDestroy(handle_);
 }
 
-StatusOr<SdpaBackwardKernel> SdpaBackwardKernelFromEnv() {
-  const char* v = std::getenv("FORGE_CUDA_ATTN_BWD");
-  if (!v || !*v || std::string(v) == "flash") return SdpaBackwardKernel::kFlash;
-  if (std::string(v) == "cudnn") return SdpaBackwardKernel::kCudnn;
-  return Status::Invalid(std::string("FORGE_CUDA_ATTN_BWD: '") + v +
-                         "' is not one of flash, cudnn");
-}
-
-Status SdpaRunner::Init(bool deterministic) {
-  FORGE_ASSIGN_OR_RETURN(const SdpaBackwardKernel backward, SdpaBackwardKernelFromEnv());
-  return Init(deterministic, backward);
-}
-
 bool SdpaRunner::flash_backward(const SdpaShape& s) const {
   return backward_ == SdpaBackwardKernel::kFlash &&
          FlashBackwardSupports({s.B, s.T, s.H, s.KV, s.hd}).ok();

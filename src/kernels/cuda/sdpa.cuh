@@ -83,11 +83,10 @@ struct SdpaEngineCandidate {
 
 // Which kernels run the backward. kCudnn: cuDNN's graph. kFlash: our own (flash_backward.cuh;
 // deterministic in both modes, needs no cuDNN plan) where it takes the shape, cuDNN's graph
-// elsewhere. FORGE_CUDA_ATTN_BWD=flash|cudnn picks; the default is flash (0.37 ms a layer
-// against cuDNN's 0.44 deterministic at gpt350m's shape on an H100, no dS in memory:
-// docs/performance.md).
+// elsewhere; kCudnn always takes cuDNN's (engine.attention_backward). Flash is the default
+// (0.37 ms a layer against cuDNN's 0.44 deterministic at gpt350m's shape on an H100, no dS in
+// memory: docs/performance.md).
 enum class SdpaBackwardKernel { kFlash, kCudnn };
-StatusOr<SdpaBackwardKernel> SdpaBackwardKernelFromEnv();
 
 class SdpaRunner {
  public:
@@ -98,9 +97,8 @@ class SdpaRunner {
 
   // deterministic: backward writes dQ without an fp32 atomic accumulator, so two runs are
   // bitwise identical (slower, larger workspace). Takes the plan cache from the environment
-  // (PlanCache::FromEnv) and the backward's kernels from FORGE_CUDA_ATTN_BWD.
-  Status Init(bool deterministic);
-  Status Init(bool deterministic, SdpaBackwardKernel backward);
+  // (PlanCache::FromEnv).
+  Status Init(bool deterministic, SdpaBackwardKernel backward = SdpaBackwardKernel::kFlash);
 
   // Replaces the plan cache (before the first call of a shape; e.g. benchmarks and tests).
   void set_plan_cache(PlanCache cache) { cache_ = std::move(cache); }

@@ -453,6 +453,8 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
   constexpr size_t kGemmWorkspace = 64ull << 20;
   FORGE_RETURN_IF_ERROR(b.gemm.Init(kGemmWorkspace));
   FORGE_RETURN_IF_ERROR(b.gemm_w.Init(kGemmWorkspace));
+  b.gemm.set_autotune(o.gemm_autotune);
+  b.gemm_w.set_autotune(o.gemm_autotune);
   allocated_bytes_ += 2 * kGemmWorkspace;
   if (o.wgrad_stream) {
     FORGE_CUDA_CHECK(cudaStreamCreateWithPriority(&b.wgrad, cudaStreamNonBlocking,
@@ -463,7 +465,9 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
       FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     }
   }
-  FORGE_RETURN_IF_ERROR(b.sdpa.Init(o.deterministic_attention));
+  FORGE_RETURN_IF_ERROR(b.sdpa.Init(o.deterministic_attention,
+                                    o.cudnn_attention_backward ? cuda::SdpaBackwardKernel::kCudnn
+                                                               : cuda::SdpaBackwardKernel::kFlash));
   b.fp8_attention_rope =
       b.fp8 != nullptr && o.fp8_attention_rope && b.sdpa.flash_backward(b.sdpa_shape);
   {  // the backward GEMMs' SM counts (0: all SMs)

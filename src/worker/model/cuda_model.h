@@ -38,6 +38,8 @@ struct CudaModelOptions {
   int micro_batch = 1;                 // sequences per micro-batch: activations are sized for it
   bool activation_recompute = false;   // keep only block inputs; recompute a block in backward
   bool deterministic_attention = true; // bitwise-reproducible SDPA backward (slightly slower)
+  bool cudnn_attention_backward = false;  // cuDNN's attention backward even where ours runs
+  bool gemm_autotune = false;          // GemmRunner::set_autotune for the model's GEMMs
   int lm_head_chunk_rows = 4096;       // token rows per LM-head chunk (bounds the logits buffer)
   // Weight-gradient GEMMs (dW += dy^T x, dWte) on a second stream, concurrent with the
   // activation-gradient chain; same GEMMs, same sums, bitwise the same gradients. Costs a

@@ -38,11 +38,6 @@
 namespace forge {
 namespace {
 
-bool EnvIsZero(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr && std::strcmp(v, "0") == 0;
-}
-
 class CudaBackend final : public CudaTrainBackend {
  public:
   CudaBackend() = default;
@@ -169,6 +164,8 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
   mo.micro_batch = cfg.batch.micro_batch;
   mo.activation_recompute = cfg.train.activation_recompute;
   mo.deterministic_attention = options.deterministic_attention;
+  mo.cudnn_attention_backward = options.cudnn_attention_backward;
+  mo.gemm_autotune = options.gemm_autotune;
   mo.lm_head_chunk_rows = options.lm_head_chunk_rows;
   mo.wgrad_stream = options.wgrad_stream;
   mo.norm_dw_on_wgrad = options.norm_dw_on_wgrad;
@@ -201,7 +198,8 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
   if (world_ > 1) {
     FORGE_ASSIGN_OR_RETURN(dp_, CudaDataParallel::Create(comm, cfg.parallel.mode, model_.get(),
                                                          cfg.parallel.grad_reduce,
-                                                         cfg.parallel.ddp_allreduce));
+                                                         cfg.parallel.ddp_allreduce,
+                                                         options.comm_windows));
     model_->set_hooks(dp_->read_hooks());
   }
 
@@ -601,36 +599,16 @@ Status CudaBackend::ProfileStep(const std::vector<MicroBatch>& micro, const Step
 
 }  // namespace
 
-CudaBackendOptions CudaBackendOptionsFromEnv() {
+CudaBackendOptions CudaBackendOptionsFromConfig(const EngineConfig& engine) {
   CudaBackendOptions o;
-  if (EnvIsZero("FORGE_CUDA_GRAPH")) o.use_graph = false;
-  if (EnvIsZero("FORGE_CUDA_DETERMINISTIC")) o.deterministic_attention = false;
-  if (EnvIsZero("FORGE_CUDA_WGRAD_STREAM")) o.wgrad_stream = false;
-  if (EnvIsZero("FORGE_CUDA_NORM_DW_WGRAD")) o.norm_dw_on_wgrad = false;
-  if (EnvIsZero("FORGE_CUDA_ROPE_GEMM")) o.rope_gemm = false;
-  if (EnvIsZero("FORGE_CUDA_SWIGLU_GEMM")) o.swiglu_gemm = false;
-  if (EnvIsZero("FORGE_CUDA_SWIGLU_BWD_GEMM")) o.swiglu_bwd_gemm = false;
-  if (EnvIsZero("FORGE_CUDA_FP8_LM_WGRAD")) o.fp8_lm_head_wgrad = false;
-  if (EnvIsZero("FORGE_CUDA_FP8_ATTN_ROPE")) o.fp8_attention_rope = false;
-  if (EnvIsZero("FORGE_CUDA_DEFER_UPDATE")) o.defer_update = false;
-  if (const char* v = std::getenv("FORGE_CUDA_WGRAD_PRIORITY")) {
-    if (std::strcmp(v, "low") == 0) o.wgrad_priority = -1;
-    else if (std::strcmp(v, "same") == 0) o.wgrad_priority = 0;
-    else if (std::strcmp(v, "high") == 0) o.wgrad_priority = 1;
-    else std::fprintf(stderr, "forge: ignoring FORGE_CUDA_WGRAD_PRIORITY='%s' (low|same|high)\n",
-                      v);
-  }
-  if (const char* v = std::getenv("FORGE_GEMM_SM_MARGIN")) o.gemm_sm_margin = std::atoi(v);
-  if (const char* v = std::getenv("FORGE_WGRAD_SM_MARGIN")) o.wgrad_sm_margin = std::atoi(v);
-  if (const char* v = std::getenv("FORGE_CUDA_LM_HEAD_CHUNK")) {
-    char* end = nullptr;
-    const long rows = std::strtol(v, &end, 10);
-    if (end != v && *end == '\0' && rows > 0 && rows <= (1L << 30)) {
-      o.lm_head_chunk_rows = static_cast<int>(rows);
-    } else {
-      std::fprintf(stderr, "forge: ignoring FORGE_CUDA_LM_HEAD_CHUNK='%s' (want rows > 0)\n", v);
-    }
-  }
+  o.use_graph = engine.cuda_graph;
+  o.deterministic_attention = engine.deterministic_attention;
+  o.cudnn_attention_backward = engine.attention_backward == AttentionBackward::kCudnn;
+  o.lm_head_chunk_rows = engine.lm_head_chunk;
+  o.wgrad_stream = engine.wgrad_stream;
+  o.wgrad_sm_margin = engine.wgrad_sm_margin;
+  o.rope_gemm = o.swiglu_gemm = o.swiglu_bwd_gemm = engine.fused_epilogues;
+  o.gemm_autotune = engine.gemm_autotune;
   return o;
 }
 
@@ -652,7 +630,7 @@ StatusOr<std::unique_ptr<CudaTrainBackend>> MakeCudaTrainBackend(
 }
 
 StatusOr<std::unique_ptr<TrainBackend>> MakeCudaBackend(const RunConfig& cfg, Comm* comm) {
-  auto made = MakeCudaTrainBackend(cfg, CudaBackendOptionsFromEnv(), comm);
+  auto made = MakeCudaTrainBackend(cfg, CudaBackendOptionsFromConfig(cfg.engine), comm);
   if (!made.ok()) return made.status();
   return std::unique_ptr<TrainBackend>(std::move(made).value());
 }

@@ -18,61 +18,67 @@
 
 namespace forge {
 
+// How the step runs. The config's `engine:` keys set the first group
+// (CudaBackendOptionsFromConfig); the rest are scheduling choices that give bitwise the same
+// results either way, settled by measurement (docs/performance.md), which tests and benchmarks
+// turn off to prove that or to measure them.
 struct CudaBackendOptions {
-  // Capture the step's device work (zero grads, forward, backward, loss, optimizer) in a CUDA
-  // graph after one eager warm-up step and replay it; the token/lr copies stay ordinary stream
-  // operations before it. FORGE_CUDA_GRAPH=0 turns it off (to isolate faults).
+  // engine.cuda_graph: capture the step's device work (zero grads, forward, backward, loss,
+  // optimizer) in a CUDA graph after one eager warm-up step and replay it; the token/lr copies
+  // stay ordinary stream operations before it.
   bool use_graph = true;
-  // Bitwise-reproducible attention backward (DESIGN.md: same seed and data give the same
-  // weights). FORGE_CUDA_DETERMINISTIC=0 trades that for ~13% faster attention backward.
+  // engine.deterministic_attention: bitwise-reproducible attention backward (DESIGN.md: same
+  // seed and data give the same weights).
   bool deterministic_attention = true;
-  // Token rows per LM-head chunk (bounds the [chunk, V] bf16 logits buffer). Fewer chunks
-  // re-read and re-write the fp32 tied-embedding gradient fewer times (206 MB each for
-  // gpt350m). FORGE_CUDA_LM_HEAD_CHUNK=<rows> overrides.
+  // engine.attention_backward cudnn: cuDNN's attention backward even where ours runs.
+  bool cudnn_attention_backward = false;
+  // engine.lm_head_chunk: token rows per LM-head chunk (bounds the [chunk, V] bf16 logits
+  // buffer). Fewer chunks re-read and re-write the fp32 tied-embedding gradient fewer times
+  // (206 MB each for gpt350m).
   int lm_head_chunk_rows = 4096;
-  // Run the backward's weight-gradient GEMMs on a second stream, concurrent with the
-  // activation-gradient chain (bitwise the same gradients; +1 logits chunk buffer and +1 GEMM
-  // workspace). FORGE_CUDA_WGRAD_STREAM=0 turns it off. ProfileStep always runs single-stream.
+  // engine.wgrad_stream: the backward's weight-gradient GEMMs on a second stream, concurrent
+  // with the activation-gradient chain (bitwise the same gradients; +1 logits chunk buffer and
+  // +1 GEMM workspace). ProfileStep always runs single-stream.
   bool wgrad_stream = true;
-  // CudaModelOptions::norm_dw_on_wgrad; FORGE_CUDA_NORM_DW_WGRAD=0 turns it off.
+  // engine.wgrad_sm_margin: SMs the weight-gradient GEMMs leave to the kernels beside them
+  // (CudaModelOptions::wgrad_sm_margin; -1: a quarter of the SMs, three eighths in FP8; 0: off).
+  int wgrad_sm_margin = -1;
+  // engine.fused_epilogues: on Hopper, our own GEMM with RoPE / SwiGLU in its epilogue for the
+  // QKV / gate-up projections (CudaModelOptions::rope_gemm / swiglu_gemm; bitwise the same
+  // results), the same two in FP8 where fast accumulation covers the forward, and SwiGLU's
+  // backward in the down projection's input-gradient GEMM (swiglu_bwd_gemm: one GPU and the
+  // sharded modes; ddp leaves it off, as it delays the overlapped all-reduces).
+  bool rope_gemm = true;
+  bool swiglu_gemm = true;
+  bool swiglu_bwd_gemm = true;
+  // engine.gemm_autotune (cuda::GemmRunner::set_autotune).
+  bool gemm_autotune = false;
+
+  // CudaModelOptions::norm_dw_on_wgrad.
   bool norm_dw_on_wgrad = true;
-  // Priority of that stream relative to the compute stream: -1 lower (the activation-gradient
-  // chain is scheduled first; dW GEMMs fill its gaps), 0 the same, +1 higher.
-  // FORGE_CUDA_WGRAD_PRIORITY=low|same|high overrides.
+  // Priority of the weight-gradient stream relative to the compute stream: -1 lower (the
+  // activation-gradient chain is scheduled first; dW GEMMs fill its gaps), 0 the same, +1 higher.
   int wgrad_priority = -1;
   // One GPU and ddp: the step's AdamW runs during the next step's forward, unit by unit on a
   // low-priority stream just ahead of the forward's reads (bitwise the same weights;
-  // GetParams/GetMoments apply a pending update first). FORGE_CUDA_DEFER_UPDATE=0 turns it
-  // off (the update then ends the step).
+  // GetParams/GetMoments apply a pending update first); off, the update ends the step.
   bool defer_update = true;
   // Data parallelism: SMs the blocks' backward GEMMs leave to the overlapping NCCL kernels
-  // (CudaModelOptions::gemm_sm_margin); matches NcclCommOptions::max_ctas.
-  // FORGE_GEMM_SM_MARGIN=<n> overrides.
+  // (CudaModelOptions::gemm_sm_margin; pairs with NcclCommOptions::max_ctas).
   int gemm_sm_margin = 0;
-  // SMs the weight-gradient GEMMs leave to the kernels beside them (CudaModelOptions::
-  // wgrad_sm_margin; -1: a quarter of the SMs, three eighths in FP8). FORGE_WGRAD_SM_MARGIN=<n>
-  // overrides (0: off).
-  int wgrad_sm_margin = -1;
-  // BF16 steps on Hopper: our own GEMM with RoPE / SwiGLU in its epilogue for the QKV / gate-up
-  // projections (CudaModelOptions::rope_gemm / swiglu_gemm; bitwise the same results), and
-  // the same two in FP8 where fast accumulation covers the forward.
-  // FORGE_CUDA_ROPE_GEMM=0 and FORGE_CUDA_SWIGLU_GEMM=0 turn them off.
-  bool rope_gemm = true;
-  bool swiglu_gemm = true;
-  // SwiGLU's backward in the down projection's input-gradient GEMM (CudaModelOptions::
-  // swiglu_bwd_gemm), one GPU and the sharded modes (ddp leaves it off: it delays the
-  // overlapped all-reduces); FORGE_CUDA_SWIGLU_BWD_GEMM=0 turns it off.
-  bool swiglu_bwd_gemm = true;
   // precision.fp8.lm_head: the LM head's weight gradient in FP8 as well (CudaModelOptions::
-  // fp8_lm_head_wgrad). FORGE_CUDA_FP8_LM_WGRAD=0 keeps it BF16.
+  // fp8_lm_head_wgrad); off keeps it BF16.
   bool fp8_lm_head_wgrad = true;
   // FP8: the attention backward writes the QKV gradient's casts with RoPE's inverse
-  // (CudaModelOptions::fp8_attention_rope). FORGE_CUDA_FP8_ATTN_ROPE=0 turns it off.
+  // (CudaModelOptions::fp8_attention_rope).
   bool fp8_attention_rope = true;
+  // ddp / zero1 / zero2: gradient collectives start in the comm windows the backward opens
+  // (worker/train/cuda_data_parallel.h); off, each starts as soon as its unit is reduced.
+  bool comm_windows = true;
 };
 
-// Defaults with the environment overrides above applied.
-CudaBackendOptions CudaBackendOptionsFromEnv();
+// The defaults with the config's `engine:` keys applied.
+CudaBackendOptions CudaBackendOptionsFromConfig(const EngineConfig& engine);
 
 // A page-locked host range (cudaHostRegister), unregistered when this is destroyed. It must be
 // destroyed before the memory it covers is freed (a registration outliving its memory would

@@ -47,7 +47,8 @@ StatusOr<std::unique_ptr<CudaDataParallel>> CudaDataParallel::Create(NcclComm* c
                                                                      ParallelMode mode,
                                                                      CudaModel* model,
                                                                      GradReduce grad_reduce,
-                                                                     DdpAllReduce ddp_allreduce) {
+                                                                     DdpAllReduce ddp_allreduce,
+                                                                     bool comm_windows) {
   if (comm == nullptr || model == nullptr) return Status::Invalid("CudaDataParallel: null comm/model");
   if (grad_reduce == GradReduce::kBf16 && mode == ParallelMode::kFsdp) {
     return Status::Invalid("CudaDataParallel: parallel.grad_reduce bf16 is not supported with "
@@ -60,6 +61,7 @@ StatusOr<std::unique_ptr<CudaDataParallel>> CudaDataParallel::Create(NcclComm* c
   }
   std::unique_ptr<CudaDataParallel> dp(
       new CudaDataParallel(comm, mode, model, grad_reduce, ddp_allreduce));
+  dp->comm_windows_ = comm_windows && mode != ParallelMode::kFsdp;
   FORGE_RETURN_IF_ERROR(dp->Init());
   return StatusOr<std::unique_ptr<CudaDataParallel>>(std::move(dp));
 }
@@ -112,10 +114,6 @@ Status CudaDataParallel::Init() {
                                       size_t(largest) * sizeof(cuda::bf16)));
   }
   if (ddp_allreduce_ == DdpAllReduce::kCopyEngine) FORGE_RETURN_IF_ERROR(EnableCopyEngine());
-  // Diagnostic only (the training is wrong with it): the gradient collectives are skipped, so
-  // a benchmark measures what data parallelism costs besides communication.
-  skip_grad_comm_ = std::getenv("FORGE_DP_DIAG_SKIP_GRAD_COMM") != nullptr;
-  if (skip_grad_comm_) std::fprintf(stderr, "forge: FORGE_DP_DIAG_SKIP_GRAD_COMM: gradients are NOT synchronised\n");
 
   if (fsdp()) {
     FORGE_RETURN_IF_ERROR(InitFsdp());
@@ -137,9 +135,8 @@ Status CudaDataParallel::Init() {
   allreduce_hooks_.grad_ready = [this](int u, cudaEvent_t c, cudaEvent_t w) {
     return OnGradReady(u, c, w, /*all_reduce=*/!fsdp());
   };
-  // fsdp's reduce-scatters free rotating buffers the next blocks need: they start at once.
-  const char* window_env = std::getenv("FORGE_DP_COMM_WINDOW");
-  comm_windows_ = !fsdp() && !(window_env != nullptr && std::string(window_env) == "0");
+  // fsdp's reduce-scatters free rotating buffers the next blocks need: they start at once
+  // (Create leaves comm_windows_ off for it).
   if (comm_windows_) {
     auto window = [this](int u, cudaStream_t s) { return OnCommWindow(u, s); };
     grad_hooks_.comm_window = window;
@@ -225,7 +222,6 @@ Status CudaDataParallel::IssueGradCollective(int u, cudaEvent_t compute_done,
   if (wgrad_done != nullptr) FORGE_RETURN_IF_ERROR(CommWaits(wgrad_done));
   const CudaParamBuffers& pb = model_->param_buffers();
   const UnitLayout& unit = model_->layout().units[u];
-  if (skip_grad_comm_) return Status::Ok();
   if (fsdp()) {
     const int l = block_of(u);
     const float* g = l >= 0 ? block_grads_[l % 2]
@@ -294,8 +290,8 @@ Status CudaDataParallel::SumLoss(float* stats, cudaStream_t compute) {
 Status CudaDataParallel::Optimize(const cuda::AdamWHyper* hyper, float* stats,
                                   cudaStream_t compute) {
   // ddp took every unit's share of the norm after its all-reduce (every backward completes
-  // every unit, and JoinComm ordered them), unless the diagnosis skipped the collectives.
-  const bool from_units = !sharded() && !skip_grad_comm_;
+  // every unit, and JoinComm ordered them).
+  const bool from_units = !sharded();
   FORGE_RETURN_IF_ERROR(from_units ? model_->GradSumSquaresFromUnits(stats + 1, compute)
                                    : model_->GradSumSquares(stats + 1, compute));
   if (model_->fp8() != nullptr) FORGE_RETURN_IF_ERROR(ShareFp8Amax(compute));

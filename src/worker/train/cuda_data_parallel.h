@@ -81,7 +81,7 @@ class CudaDataParallel {
   static StatusOr<std::unique_ptr<CudaDataParallel>> Create(
       NcclComm* comm, ParallelMode mode, CudaModel* model,
       GradReduce grad_reduce = GradReduce::kFp32,
-      DdpAllReduce ddp_allreduce = DdpAllReduce::kNccl);
+      DdpAllReduce ddp_allreduce = DdpAllReduce::kNccl, bool comm_windows = true);
   ~CudaDataParallel();
 
   int world() const { return world_; }
@@ -170,14 +170,13 @@ class CudaDataParallel {
   std::vector<bool> gather_pending_;
   CudaModelHooks read_hooks_, grad_hooks_, allreduce_hooks_;
   cudaEvent_t comm_point_ = nullptr;  // NCCL-stream point the compute stream waits for
-  bool skip_grad_comm_ = false;       // FORGE_DP_DIAG_SKIP_GRAD_COMM (benchmark diagnosis)
   // Gradient collectives held for the next comm window (ddp, zero1, zero2).
   struct WaitingUnit {
     int unit;
     cudaEvent_t compute_done, wgrad_done;
     bool all_reduce;
   };
-  bool comm_windows_ = false;  // on unless FORGE_DP_COMM_WINDOW=0 (and never for fsdp)
+  bool comm_windows_ = false;  // CudaBackendOptions::comm_windows (never for fsdp)
   std::vector<WaitingUnit> waiting_;
 
   // fsdp state (see the file comment).
