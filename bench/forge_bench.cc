@@ -55,6 +55,7 @@ struct Args {
   int steps = 20;
   int warmup = 3;
   int recompute = -1;   // -1: the config's
+  int cuda_graph = -1;  // --cuda-graph; -1: the config's engine.cuda_graph
   std::string precision;  // "": the config's
   int fp8_lm_head = -1;   // -1: the config's
   std::string fp8_fast;   // --fp8-fast-accum; empty: the config's
@@ -73,6 +74,7 @@ FlagParser MakeFlags() {
   f.Value("--steps", "N", "timed steps (default 20)");
   f.Value("--warmup", "W", "untimed steps first, >= 1 (default 3)");
   f.Value("--recompute", "0|1", "activation recompute (default: the config's)");
+  f.Value("--cuda-graph", "0|1", "replay the step as a CUDA graph (default: engine.cuda_graph)");
   f.Value("--precision", "bf16|fp8", "compute precision (default: the config's)");
   f.Value("--fp8-lm-head", "0|1", "the LM head in FP8 too (default: the config's)");
   f.Value("--fp8-fast-accum", "none|fprop|fprop_dgrad", "FP8 fast accumulation");
@@ -98,6 +100,9 @@ std::string ReadArgs(const FlagParser& f, Args* a) {
   if (!bench::FlagInt(f, "--recompute", &a->recompute) ||
       (f.Has("--recompute") && a->recompute != 0 && a->recompute != 1))
     return bad("--recompute");
+  if (!bench::FlagInt(f, "--cuda-graph", &a->cuda_graph) ||
+      (f.Has("--cuda-graph") && a->cuda_graph != 0 && a->cuda_graph != 1))
+    return bad("--cuda-graph");
   if (!bench::FlagInt(f, "--fp8-lm-head", &a->fp8_lm_head) ||
       (f.Has("--fp8-lm-head") && a->fp8_lm_head != 0 && a->fp8_lm_head != 1))
     return bad("--fp8-lm-head");
@@ -179,6 +184,7 @@ int Run(int argc, char** argv) {
   }
   const std::string gpu = prop.name;
 
+  if (args.cuda_graph >= 0) cfg.engine.cuda_graph = args.cuda_graph == 1;
   const CudaBackendOptions options = CudaBackendOptionsFromConfig(cfg.engine);
   auto made = MakeCudaTrainBackend(cfg, options);
   if (!made.ok()) return Fail(made.status().ToString());

@@ -283,9 +283,10 @@ profile() {
     step "phases-$p" 120 "$run" forge-bench --config configs/gpt350m.yaml --micro-batch 16 \
       --profile "${flags[@]}"
     # Every kernel of one eager step (no graph, one stream), clocks and caches left alone.
-    step "ncu-$p" 240 env FORGE_CUDA_GRAPH=0 "$run" ncu --clock-control none --cache-control none \
+    step "ncu-$p" 240 "$run" ncu --clock-control none --cache-control none \
       --metrics gpu__time_duration.sum --csv --page raw --log-file "$work/ncu-$p.csv" \
-      forge-bench --config configs/gpt350m.yaml --micro-batch 16 --warmup 1 --steps 1 "${flags[@]}"
+      forge-bench --config configs/gpt350m.yaml --micro-batch 16 --warmup 1 --steps 1 \
+      --cuda-graph 0 "${flags[@]}"
     $dry || $lines ncu "$work/ncu-$p.csv" --top 15 --suite "$suite" --label "ncu-$p" | keep
     # Power and SM clock once a second while the step runs graph-replayed.
     if $dry; then

@@ -288,11 +288,11 @@ TEST_F(BenchSuiteTest, DryRunPrintsEachSuitesCommands) {
 
   const Ran profile = Shell("bash bench/suite.sh --dry-run --out /tmp/p profile");
   ASSERT_EQ(profile.code, 0);
-  EXPECT_NE(profile.out.find("env FORGE_CUDA_GRAPH=0 .device/run ncu --clock-control none "
+  EXPECT_NE(profile.out.find(".device/run ncu --clock-control none "
                              "--cache-control none --metrics gpu__time_duration.sum --csv "
                              "--page raw --log-file /tmp/p/profile-logs/ncu-fp8lm.csv forge-bench --config "
                              "configs/gpt350m.yaml --micro-batch 16 --warmup 1 --steps 1 "
-                             "--precision fp8 --fp8-lm-head 1\n"),
+                             "--cuda-graph 0 --precision fp8 --fp8-lm-head 1\n"),
             std::string::npos)
       << profile.out;
 }

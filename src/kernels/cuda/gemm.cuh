@@ -12,7 +12,7 @@
 // an optional amax-of-output, accumulate (beta = 1) for residual adds and gradient
 // accumulation, in place (C = D) or from a separate C.
 //
-// Autotuning (default off; FORGE_GEMM_AUTOTUNE=1 turns it on at Init): when a plan is made
+// Autotuning (default off; set_autotune, engine.gemm_autotune in a run): when a plan is made
 // for a new key outside stream capture, up to kMaxCandidates algorithms from the heuristic
 // are timed on the call's own operands (an accumulating call is timed into a scratch copy,
 // so the caller's D is never touched twice) and the fastest is kept, but only if it beats
@@ -27,7 +27,7 @@
 // rare (only near-ties flip, and near-ties stay on the heuristic's deterministic first
 // choice). Hence off by default: the heuristic's first choice is the same in every process.
 //
-// Split-K rule (FORGE_GEMM_SPLITK, default on; no timing, so the same choice in every process
+// Split-K rule (default on, set_splitk; no timing, so the same choice in every process
 // on the same GPU model): a GEMM whose output tiles fill few waves of the SMs while K is long
 // (the weight gradients: small [out, in] output, K = tokens) leaves SMs idle in its last
 // wave. When the heuristic's first algorithm has no split of its own and fills fewer than
@@ -178,9 +178,8 @@ class GemmRunner {
   GemmRunner(const GemmRunner&) = delete;
   GemmRunner& operator=(const GemmRunner&) = delete;
 
-  // Creates the handle and a workspace of `workspace_bytes` on the current device; reads
-  // FORGE_GEMM_AUTOTUNE ("1" enables autotuning) and FORGE_GEMM_SPLITK ("0" disables the
-  // split-K rule).
+  // Creates the handle and a workspace of `workspace_bytes` on the current device (autotuning
+  // off, the split-K rule on).
   Status Init(size_t workspace_bytes = 64ull << 20);
   Status Run(const GemmArgs& args, cudaStream_t stream);
   // GemmArgs::sm_count for calls that leave it 0 (0: all SMs), e.g. for a stretch of a step

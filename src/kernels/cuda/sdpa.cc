@@ -1004,7 +1004,7 @@ Status SdpaRunner::Backward(const SdpaShape& s, const bf16* qkv, const bf16* out
   }
   if (fp8 != nullptr) {
     return Status::Precondition(
-        "SdpaRunner::Backward: FP8 outputs need our attention backward (FORGE_CUDA_ATTN_BWD "
+        "SdpaRunner::Backward: FP8 outputs need our attention backward (engine.attention_backward "
         "flash, an sm_90 GPU, head width 64, T a multiple of 128)");
   }
   FORGE_RETURN_IF_ERROR(CheckAligned(softmax_sum, "softmax_sum"));

@@ -51,7 +51,7 @@
 // so it overlaps kernels of many short CTAs instead of the GEMMs: cuBLASLt's persistent GEMMs
 // launch one CTA per SM, and the CTAs that find their SM held by the collective's kernel run
 // only after the others finish, which made the backward GEMMs ~17% slower under ddp. Block 0
-// and the embedding (no window after them) start at once. FORGE_DP_COMM_WINDOW=0: at once, always.
+// and the embedding (no window after them) start at once. CudaBackendOptions::comm_windows off: at once, always.
 //
 // The loss of a step is the mean over ranks of each rank's mean (equal token counts), summed
 // by one all-reduce of a float; callers divide by the world size. Gradients use
