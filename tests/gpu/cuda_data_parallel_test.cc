@@ -20,7 +20,9 @@
 //     bitwise like the uninterrupted one.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstdint>
 #include <map>
@@ -110,13 +112,26 @@ struct Trajectory {
 
 StepHyper Hyper(int step) { return StepHyper{2e-3f * (1.0f - 0.05f * step), step + 1}; }
 
+// The one-GPU reference runs the kernels the data-parallel run runs. ddp leaves the down
+// projection's SwiGLU-backward GEMM off (cuda_backend.cu: it would delay the overlapped
+// all-reduces), so its reference does too. In BF16 that changes no bits, but in FP8 the fused
+// kernel and the unfused path (FP8 dgrad GEMM, then SwiGLU's backward) are different GEMMs whose
+// sums round differently; each such difference can flip an E4M3/E5M2 rounding (2^-3 / 2^-2 of
+// an element), which is what moved block 0's first moment past its bound when a ddp FP8 run was
+// compared with a one-GPU run that used the fused kernel.
+CudaBackendOptions ReferenceOptions(ParallelMode mode) {
+  CudaBackendOptions o;
+  if (mode == ParallelMode::kDdp) o.swiglu_bwd_gemm = false;
+  return o;
+}
+
 // One GPU, every global micro-step of a step in order.
 Trajectory RunSingle(const RunConfig& c, const std::vector<std::vector<Tokens>>& batches) {
   Trajectory t;
   cudaSetDevice(0);
   RunConfig one = c;
   one.parallel.mode = ParallelMode::kDdp;
-  auto made = MakeCudaTrainBackend(one, CudaBackendOptions{});
+  auto made = MakeCudaTrainBackend(one, ReferenceOptions(c.parallel.mode));
   EXPECT_TRUE(made.ok()) << made.status().ToString();
   if (!made.ok()) return t;
   auto& b = *made;
@@ -226,11 +241,18 @@ TEST_P(CudaDataParallelTest, MatchesOneGpuAndIsDeterministic) {
   EXPECT_LT(dp.losses.back(), dp.losses.front()) << "the model did not learn";
   const ParamLayout layout = MakeParamLayout(c.model);
   ASSERT_EQ(dp.params.size(), layout.units.size());
+  double worst[3] = {0, 0, 0};  // params, m, v: printed so the margin to the bounds shows
   for (size_t u = 0; u < layout.units.size(); ++u) {
-    EXPECT_LT(RelFrobenius(dp.params[u], single.params[u]), tol.params) << layout.units[u].name;
-    EXPECT_LT(RelFrobenius(dp.m[u], single.m[u]), tol.m) << layout.units[u].name << " (m)";
-    EXPECT_LT(RelFrobenius(dp.v[u], single.v[u]), tol.v) << layout.units[u].name << " (v)";
+    const double e[3] = {RelFrobenius(dp.params[u], single.params[u]),
+                         RelFrobenius(dp.m[u], single.m[u]), RelFrobenius(dp.v[u], single.v[u])};
+    for (int i = 0; i < 3; ++i) worst[i] = std::max(worst[i], e[i]);
+    EXPECT_LT(e[0], tol.params) << layout.units[u].name;
+    EXPECT_LT(e[1], tol.m) << layout.units[u].name << " (m)";
+    EXPECT_LT(e[2], tol.v) << layout.units[u].name << " (v)";
   }
+  std::printf("[ against one GPU ] worst relative Frobenius: params %.3g (bound %.3g), m %.3g "
+              "(%.3g), v %.3g (%.3g)\n",
+              worst[0], tol.params, worst[1], tol.m, worst[2], tol.v);
 
   // Determinism, and a restart from the state after step 3 on fresh backends.
   const std::vector<Trajectory> again = RunParallel(c, k.world, batches, 0, kSteps, nullptr);
