@@ -38,6 +38,7 @@
 #include "cli/data_commands.h"
 #include "cli/local_launch.h"
 #include "common/config.h"
+#include "common/flags.h"
 #include "metrics/train_metrics.h"
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/data/dataset.h"
@@ -57,9 +58,8 @@ int Fail(const Status& s) {
   return 1;
 }
 
-int Usage() {
-  std::fprintf(stderr,
-               "usage:\n"
+const char* UsageText() {
+  return "usage:\n"
                "  forge train CONFIG [--steps N] [--backend auto|cpu|cuda] [--run-dir DIR]\n"
                "                     [--resume latest|step_N|PATH] [--checkpoint-every N]"
                " [--direct] [--print-config]\n"
@@ -69,7 +69,11 @@ int Usage() {
                "             [--dataset DIR] [--batches N] [--dump-tokens FILE]\n"
                "  forge data prepare [--out DIR] [--threads N] [--force]\n"
                "  forge data baseline [--dataset DIR]\n"
-               "  forge has-gpu\n");
+               "  forge has-gpu\n";
+}
+
+int Usage() {
+  std::fputs(UsageText(), stderr);
   return 2;
 }
 
@@ -153,9 +157,27 @@ int ReportTrain(const ProcessRunResult& run, bool leader) {
   return 0;
 }
 
-int Train(const Args& a, ProcessGroup* group) {
-  if (a.positional.size() != 1) return Usage();
-  auto loaded = LoadRunConfig(a.positional[0]);
+FlagParser TrainFlags() {
+  FlagParser f("forge train", "CONFIG",
+               "Trains the model CONFIG describes: alone, through an in-process coordinator and a "
+               "local worker;\nunder mpirun/srun (or with --direct), directly in these processes.");
+  f.Value("--steps", "N", "stop after N optimizer steps (the schedule keeps schedule.total_steps)");
+  f.Value("--backend", "auto|cpu|cuda", "overrides train.backend");
+  f.Value("--run-dir", "DIR", "overrides train.run_dir");
+  f.Value("--resume", "latest|step_N|PATH", "overrides checkpoint.resume");
+  f.Value("--checkpoint-every", "N", "overrides checkpoint.every_steps");
+  f.Bool("--direct", "train in this process, without a coordinator");
+  f.Bool("--print-config", "print the resolved config (YAML) and exit");
+  f.MaxPositional(1);
+  return f;
+}
+
+int Train(const FlagParser& a, ProcessGroup* group) {
+  if (a.positional().size() != 1) {
+    std::fprintf(stderr, "forge train: expects one CONFIG (see 'forge train --help')\n");
+    return 2;
+  }
+  auto loaded = LoadRunConfig(a.positional()[0]);
   if (!loaded.ok()) return Fail(loaded.status());
   RunConfig cfg = std::move(loaded).value();
   if (a.Has("--backend")) {
@@ -181,7 +203,7 @@ int Train(const Args& a, ProcessGroup* group) {
   }
   TrainOptions opt;
   opt.stop_requested = &g_stop_requested;
-  if (a.Has("--steps")) opt.max_steps = std::atoll(a.Get("--steps").c_str());
+  if (Status s = a.GetInt("--steps", &opt.max_steps); !s.ok()) return Fail(s);
 
   // Launched alone (no mpirun / srun / torchrun variables): through an in-process coordinator
   // and a local worker (cli/local_launch.h), as on a cluster. --direct trains right here.
@@ -369,16 +391,24 @@ int main(int argc, char** argv) {
   using namespace forge;
   if (argc < 2) return Usage();
   const std::string cmd = argv[1];
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+    std::fputs(UsageText(), stdout);
+    return 0;
+  }
+  if (cmd == "--version") {
+    std::printf("%s\n", VersionString("forge").c_str());
+    return 0;
+  }
   if (cmd == "has-gpu") {
     const bool gpu = CudaDeviceAvailable();
     std::printf("%s\n", gpu ? "yes" : "no");
     return gpu ? 0 : 1;
   }
   if (cmd == "train") {
-    auto a = ParseArgs(argc, argv, 2, {"--direct", "--print-config"});
-    if (!a.ok()) return Fail(a.status());
+    FlagParser flags = TrainFlags();
+    if (int rc; flags.ParseOrExit(argc, argv, 2, &rc)) return rc;
     ProcessGroup group;
-    const int rc = Train(*a, &group);
+    const int rc = Train(flags, &group);
     // A rank that failed alone would leave the others blocked in their next collective.
     if (rc != 0 && group.comm && group.world() > 1)
       group.comm->Abort(Status::Internal("rank " + std::to_string(group.rank()) + " failed"));
