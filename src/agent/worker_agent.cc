@@ -149,6 +149,14 @@ class Placement {
       if (o_.on_step) o_.on_step(r);
     };
     topt.report_shard = [this](const ShardReport& r) { return ReportShard(r); };
+    if (a_.has_data_plan() && a_.data_plan().sources_size() > 0) {
+      DataPlan plan;
+      plan.origin = a_.data_plan().origin();
+      for (const v1::DataSource& s : a_.data_plan().sources())
+        plan.sources.push_back({s.dir(), s.weight(), s.stream(), s.base()});
+      topt.data_plan = std::move(plan);
+      topt.data_plan_checkpoint = a_.data_plan().checkpoint();
+    }
 
     // /metrics on metrics.port + local rank, as `forge train` serves it, labelled with the
     // coordinator's run id (the run-level series of the coordinator use the same id). A port

@@ -339,7 +339,8 @@ int Eval(const Args& a) {
   if (cfg.eval.batches <= 0)
     return Fail(Status::Invalid("--batches: expected a count > 0, got " + a.Get("--batches")));
 
-  const std::string dataset_dir = a.Get("--dataset", DatasetDir(cfg));
+  // The trainer validates on its first data source.
+  const std::string dataset_dir = a.Get("--dataset", DataSources(cfg).front().dir);
   auto ds = TokenDataset::Open(dataset_dir);
   if (!ds.ok()) return Fail(ds.status().Annotate("opening dataset " + dataset_dir));
   if (ds->manifest().vocab_size > cfg.model.vocab)

@@ -8,6 +8,8 @@
 //     list [--active]                   every run, one line each
 //     watch RUN [--history]             live progress line until the run ends
 //     checkpoints RUN                   committed checkpoints
+//     data RUN                          the data plan at the latest checkpoint: per source its
+//                                       weight, sequences and tokens consumed, and epoch
 //     export RUN [--checkpoint step_N] [-o NAME] [--bf16]
 //                                       one safetensors file under <run_dir>/exports
 //     report RUN [-o FILE]              self-contained HTML page of the run's recorded history
@@ -73,6 +75,7 @@ int Usage() {
                "  list [--active]\n"
                "  watch RUN [--history]\n"
                "  checkpoints RUN\n"
+               "  data RUN\n"
                "  export RUN [--checkpoint step_N] [-o NAME] [--bf16]\n"
                "  report RUN [-o FILE]\n");
   return 2;
@@ -151,6 +154,32 @@ int PrintRun(const Global& g, const v1::Run& r, const char* verb) {
   else if (verb) std::printf("%s %s (%s)\n", verb, r.id().c_str(), StateName(r.state()));
   else PrintRunDetail(r);
   return 0;
+}
+
+// One line per source: what it has given the run by the plan's checkpoint.
+void PrintDataPlan(const v1::DataPlan& plan) {
+  if (plan.step() > 0)
+    std::printf("run %s: data at checkpoint step_%ld, %ld sequences consumed\n",
+                plan.run_id().c_str(), long(plan.step()), long(plan.cursor()));
+  else
+    std::printf("run %s: data at the start of the run (no checkpoint yet)\n",
+                plan.run_id().c_str());
+  double total_weight = 0;
+  for (const v1::DataSource& s : plan.sources()) total_weight += s.weight();
+  std::printf("%-6s %8s %7s %12s %14s %6s %12s  %s\n", "SOURCE", "WEIGHT", "SHARE", "SEQUENCES",
+              "TOKENS", "EPOCH", "EPOCH_SEQS", "DIR");
+  for (int i = 0; i < plan.sources_size(); ++i) {
+    const v1::DataSource& s = plan.sources(i);
+    const std::string epoch_seqs =
+        s.epoch_sequences() > 0 ? std::to_string(s.epoch_sequences()) : "-";
+    std::printf("%-6d %8g %6.1f%% %12ld %14ld %6ld %12s  %s\n", i, s.weight(),
+                100.0 * s.weight() / total_weight, long(s.sequences()), long(s.tokens()),
+                long(s.epoch()), epoch_seqs.c_str(),
+                s.dir().empty() ? "(the worker's default dataset)" : s.dir().c_str());
+  }
+  if (plan.origin() > 0)
+    std::printf("(these weights apportion the stream from global sequence %ld on)\n",
+                long(plan.origin()));
 }
 
 bool Terminal(v1::RunState s) {
@@ -295,6 +324,19 @@ int Dispatch(const Global& g, const Cmd& cmd, Client* c) {
                     k.dir().c_str());
       if (resp.checkpoints().empty()) std::printf("no checkpoints\n");
     }
+    return 0;
+  }
+  if (cmd.name == "data") {
+    if (!need(1)) return Usage();
+    v1::GetDataPlanRequest req;
+    req.set_run_id(p[0]);
+    v1::DataPlan plan;
+    if (auto s = c->Call(&v1::RunService::Stub::GetDataPlan, req, &plan); !s.ok()) return Fail(s);
+    if (g.json) {
+      std::printf("%s\n", Json(plan).c_str());
+      return 0;
+    }
+    PrintDataPlan(plan);
     return 0;
   }
   if (cmd.name == "export") {

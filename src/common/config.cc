@@ -239,6 +239,29 @@ MaybeProblem CheckRunConfig(const RunConfig& c) {
   FORGE_RULE(CheckModel(c.model));
 
   FORGE_RULE(InRange("data.epoch_shuffle", c.data.epoch_shuffle, 0, 1));
+  if (!c.data.sources.empty() && !c.data.dataset_dir.empty()) {
+    return Problem{"data.sources",
+                   "data.dataset_dir and data.sources are both given: list every dataset under "
+                   "data.sources (data.dataset_dir is the one-source shorthand)",
+                   {"data.dataset_dir"}};
+  }
+  for (size_t i = 0; i < c.data.sources.size(); ++i) {
+    const DataSourceConfig& src = c.data.sources[i];
+    const std::string key = "data.sources[" + Num(int64_t(i)) + "]";
+    if (src.dir.empty()) return Problem{key + ".dir", "must not be empty", {key}};
+    if (!(src.weight > 0.0) || !std::isfinite(src.weight)) {
+      return Problem{key + ".weight", "must be a finite number > 0, got " + Num(src.weight),
+                     {key}};
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (c.data.sources[j].dir == src.dir) {
+        return Problem{key + ".dir",
+                       "names the same dataset as data.sources[" + Num(int64_t(j)) + "] (" +
+                           src.dir + "); give each dataset once, with the sum of the weights",
+                       {key}};
+      }
+    }
+  }
 
   const OptimizerConfig& o = c.optimizer;
   FORGE_RULE(Positive("optimizer.lr", o.lr));
@@ -638,6 +661,34 @@ Status ReadModel(Reader& r, const YAML::Node& node, ModelConfig* m) {
   return Status::Ok();
 }
 
+// data.sources: a non-empty list of {dir, weight} mappings, both keys required.
+Status ReadDataSources(Reader& r, const YAML::Node& node, DataConfig* d) {
+  if (!node.IsSequence() || node.size() == 0) {
+    return r.Error("data.sources",
+                   "must be a non-empty list of {dir: PATH, weight: W}, got " + Describe(node));
+  }
+  for (size_t i = 0; i < node.size(); ++i) {
+    const std::string path = "data.sources[" + std::to_string(i) + "]";
+    const YAML::Node item = node[i];
+    if (!item.IsMap()) {
+      return r.ErrorAt(item.Mark().line + 1, path,
+                       "must be a mapping {dir: PATH, weight: W}, got " + Describe(item));
+    }
+    Entries e;
+    FORGE_RETURN_IF_ERROR(r.ReadMap(item, path, {"dir", "weight"}, &e));
+    for (const char* key : {"dir", "weight"}) {
+      if (!e.count(key)) {
+        return r.ErrorAt(item.Mark().line + 1, path + "." + key, "is required");
+      }
+    }
+    DataSourceConfig src;
+    FORGE_RETURN_IF_ERROR(r.ReadString(e, path, "dir", &src.dir));
+    FORGE_RETURN_IF_ERROR(r.ReadDouble(e, path, "weight", &src.weight));
+    d->sources.push_back(std::move(src));
+  }
+  return Status::Ok();
+}
+
 Status ReadSections(Reader& r, const Entries& top, RunConfig* c) {
   FORGE_RETURN_IF_ERROR(r.ReadString(top, "", "name", &c->name));
   FORGE_RETURN_IF_ERROR(r.ReadUint64(top, "", "seed", &c->seed));
@@ -652,9 +703,11 @@ Status ReadSections(Reader& r, const Entries& top, RunConfig* c) {
   auto section = [&](const char* name) { return top.count(name) ? top.at(name) : YAML::Node(); };
   Entries e;
 
-  FORGE_RETURN_IF_ERROR(r.ReadMap(section("data"), "data", {"dataset_dir", "epoch_shuffle"}, &e));
+  FORGE_RETURN_IF_ERROR(
+      r.ReadMap(section("data"), "data", {"dataset_dir", "sources", "epoch_shuffle"}, &e));
   FORGE_RETURN_IF_ERROR(r.ReadString(e, "data", "dataset_dir", &c->data.dataset_dir));
   FORGE_RETURN_IF_ERROR(r.ReadInt(e, "data", "epoch_shuffle", &c->data.epoch_shuffle));
+  if (e.count("sources")) FORGE_RETURN_IF_ERROR(ReadDataSources(r, e.at("sources"), &c->data));
 
   OptimizerConfig& o = c->optimizer;
   FORGE_RETURN_IF_ERROR(r.ReadMap(section("optimizer"), "optimizer",
@@ -893,8 +946,13 @@ std::string RunConfigToYaml(const RunConfig& c) {
     << "  init_std: " << Num(m.init_std) << "\n"
     << "  init: " << InitSchemeName(m.init) << "\n";
   y << "data:\n"
-    << "  dataset_dir: " << Quote(c.data.dataset_dir) << "\n"
-    << "  epoch_shuffle: " << c.data.epoch_shuffle << "\n";
+    << "  dataset_dir: " << Quote(c.data.dataset_dir) << "\n";
+  if (!c.data.sources.empty()) {
+    y << "  sources:\n";
+    for (const DataSourceConfig& src : c.data.sources)
+      y << "    - {dir: " << Quote(src.dir) << ", weight: " << Num(src.weight) << "}\n";
+  }
+  y << "  epoch_shuffle: " << c.data.epoch_shuffle << "\n";
   const OptimizerConfig& o = c.optimizer;
   y << "optimizer:\n"
     << "  lr: " << Num(o.lr) << "\n"

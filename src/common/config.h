@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 
@@ -46,9 +47,19 @@ struct ModelConfig {
 // Sets preset, n_layer, d_model, n_head, n_kv_head, ffn, vocab and seq_len; leaves the rest.
 Status ApplyModelPreset(const std::string& name, ModelConfig* m);
 
+// One dataset of a mixture: each global batch draws from the sources in proportion to their
+// weights (worker/data/mixture.h).
+struct DataSourceConfig {
+  std::string dir;      // a prepared dataset (manifest.json + shards)
+  double weight = 1.0;  // > 0, relative to the other sources' weights
+};
+
 struct DataConfig {
-  std::string dataset_dir;   // holds manifest.json + shards written by `forge data prepare`
-  int epoch_shuffle = 1;     // 1: shuffle sequence order per epoch from (seed, epoch)
+  // One source (the shorthand): holds manifest.json + shards written by `forge data prepare`;
+  // "" with no `sources` means $FORGE_DATA_DIR/dataset. Not given together with `sources`.
+  std::string dataset_dir;
+  std::vector<DataSourceConfig> sources;  // a mixture; empty: dataset_dir alone
+  int epoch_shuffle = 1;     // 1: shuffle each source's sequence order per epoch from the seed
 };
 
 struct OptimizerConfig {

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <random>
 
 #include "common/config.h"
+#include "coordinator/data_plans.h"
 #include "coordinator/run_paths.h"
 #include "coordinator/scheduler.h"
 #include "metrics/run_aggregates.h"
@@ -343,6 +345,17 @@ void Coordinator::FillAssignment(const RunRecord& run, const WorkerRecord& w,
   a->set_resume_step(step);
   a->set_comm_id_from_coordinator(run.workers > 1 && (w.group_size <= 1 || w.group_id.empty()));
   a->set_heartbeat_interval_ms(opt_.heartbeat_interval_ms);
+  // The data plan: the resumed checkpoint's recorded one, else the spec's start. A checkpoint
+  // the store does not know (one the worker resolves itself) gets the start plan, which the
+  // worker then rebases from the checkpoint's own record.
+  StatusOr<v1::DataPlan> plan = StartPlan(run.id, run.spec_yaml);
+  if (!a->resume_checkpoint().empty()) {
+    auto cks = store_->Checkpoints(run.id);
+    if (cks.ok())
+      for (const CheckpointRecord& c : *cks)
+        if (c.dir == a->resume_checkpoint()) plan = CheckpointPlan(run.id, run.spec_yaml, c);
+  }
+  if (plan.ok()) *a->mutable_data_plan() = std::move(plan).value();
 }
 
 Status Coordinator::LoseRun(RunRecord* run, const std::string& why) {
@@ -580,6 +593,19 @@ grpc::Status Coordinator::ListCheckpoints(const v1::ListCheckpointsRequest& req,
     p->set_bytes(c.bytes);
     p->set_committed_unix_ms(c.committed_ms);
   }
+  return grpc::Status::OK;
+}
+
+grpc::Status Coordinator::GetDataPlan(const v1::GetDataPlanRequest& req, v1::DataPlan* out) {
+  std::lock_guard<std::mutex> l(mu_);
+  RunRecord* run = FindRun(req.run_id());
+  if (run == nullptr) return NotFoundRun(req.run_id());
+  auto cks = store_->Checkpoints(run->id);
+  if (!cks.ok()) return ToGrpc(cks.status());
+  auto plan = cks->empty() ? StartPlan(run->id, run->spec_yaml)
+                           : CheckpointPlan(run->id, run->spec_yaml, cks->back());
+  if (!plan.ok()) return ToGrpc(plan.status());
+  *out = std::move(plan).value();
   return grpc::Status::OK;
 }
 
@@ -893,9 +919,11 @@ grpc::Status Coordinator::CommitCheckpoint(const v1::CommitCheckpointRequest& re
   const std::string root = CheckpointRoot(*cfg);
   const std::string dir = StepDir(root, req.step());
   auto existing = ReadManifest(dir);  // a retried last report after a crash: already written
+  std::optional<DataUsage> data = existing.ok() ? existing->data : std::nullopt;
   if (!existing.ok() || existing->step != req.step()) {
     auto m = forge::CommitCheckpoint(dir, *cfg, MakeParamLayout(cfg->model), reports);
     if (!m.ok()) return ToGrpc(m.status().Annotate("committing " + dir));
+    data = m->data;
   }
   CheckpointRecord c;
   c.run_id = run->id;
@@ -904,6 +932,7 @@ grpc::Status Coordinator::CommitCheckpoint(const v1::CommitCheckpointRequest& re
   c.world = run->workers;
   c.bytes = bytes;
   c.committed_ms = NowMs();
+  if (data) c.data = EncodeDataUsage(*data);
   if (Status s = store_->PutCheckpoint(c); !s.ok()) return ToGrpc(s);
   (void)store_->DeleteShardReports(run->id, req.step());
   std::string removed_note;

@@ -77,6 +77,8 @@ class Coordinator {
                                 v1::ExportCheckpointResponse* out);
   // Everything stored about the run (step records, events, checkpoints); NOT_FOUND if unknown.
   grpc::Status GetRunHistory(const v1::GetRunHistoryRequest& req, v1::RunHistory* out);
+  // The data plan at the latest committed checkpoint (data_plans.h); NOT_FOUND if unknown.
+  grpc::Status GetDataPlan(const v1::GetDataPlanRequest& req, v1::DataPlan* out);
   // Sends updates through `send` (false: the client went away) until the run ends or
   // `cancelled` turns true.
   grpc::Status WatchRun(const v1::WatchRunRequest& req,

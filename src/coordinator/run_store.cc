@@ -25,7 +25,7 @@ CREATE TABLE IF NOT EXISTS step_metrics (
   UNIQUE(run_id, step));
 CREATE TABLE IF NOT EXISTS checkpoints (
   run_id TEXT, step INTEGER, dir TEXT, world INTEGER, bytes INTEGER, committed_ms INTEGER,
-  PRIMARY KEY(run_id, step));
+  data TEXT DEFAULT '', PRIMARY KEY(run_id, step));
 CREATE TABLE IF NOT EXISTS shard_reports (
   run_id TEXT, attempt INTEGER, step INTEGER, rank INTEGER, report TEXT,
   PRIMARY KEY(run_id, attempt, step, rank));
@@ -175,6 +175,8 @@ StatusOr<std::unique_ptr<RunStore>> RunStore::Open(const std::string& path) {
   // Stores written before workers.done_phase existed gain the column (fails harmlessly when it
   // is already there).
   (void)Exec(db, "ALTER TABLE workers ADD COLUMN done_phase INTEGER DEFAULT 0");
+  // Likewise checkpoints.data (older rows read '': no data record).
+  (void)Exec(db, "ALTER TABLE checkpoints ADD COLUMN data TEXT DEFAULT ''");
   // Likewise the memory columns of step_metrics (older rows read 0: not measured).
   for (const char* col : {"gpu_allocated_bytes", "gpu_reserved_bytes", "gpu_peak_bytes"})
     (void)Exec(db, (std::string("ALTER TABLE step_metrics ADD COLUMN ") + col +
@@ -314,17 +316,18 @@ StatusOr<std::optional<MetricRecord>> RunStore::LatestMetrics(const std::string&
 Status RunStore::PutCheckpoint(const CheckpointRecord& c) {
   std::lock_guard<std::mutex> l(mu_);
   Stmt s(db_,
-         "INSERT OR REPLACE INTO checkpoints (run_id, step, dir, world, bytes, committed_ms) "
-         "VALUES (?,?,?,?,?,?)");
+         "INSERT OR REPLACE INTO checkpoints (run_id, step, dir, world, bytes, committed_ms, "
+         "data) VALUES (?,?,?,?,?,?,?)");
   FORGE_RETURN_IF_ERROR(s.Bind({c.run_id, c.step, c.dir, int64_t(c.world), int64_t(c.bytes),
-                                c.committed_ms}));
+                                c.committed_ms, c.data}));
   return s.Run();
 }
 
 StatusOr<std::vector<CheckpointRecord>> RunStore::Checkpoints(const std::string& run_id) {
   std::lock_guard<std::mutex> l(mu_);
   Stmt s(db_,
-         "SELECT run_id, step, dir, world, bytes, committed_ms FROM checkpoints WHERE run_id=? "
+         "SELECT run_id, step, dir, world, bytes, committed_ms, data FROM checkpoints "
+         "WHERE run_id=? "
          "ORDER BY step");
   FORGE_RETURN_IF_ERROR(s.Bind({run_id}));
   std::vector<CheckpointRecord> out;
@@ -338,6 +341,7 @@ StatusOr<std::vector<CheckpointRecord>> RunStore::Checkpoints(const std::string&
     c.world = int(s.Int(3));
     c.bytes = uint64_t(s.Int(4));
     c.committed_ms = s.Int(5);
+    c.data = s.Text(6);
     out.push_back(std::move(c));
   }
   return out;

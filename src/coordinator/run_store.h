@@ -3,7 +3,8 @@
 //   run_events    state changes and notable events, in order (WatchRun, `forgectl status`)
 //   step_metrics  rank 0's logged steps (loss, tokens/s, MFU, step time, GPU memory); a step redone
 //                 after a restart replaces its row
-//   checkpoints   committed checkpoints (the manifest is written)
+//   checkpoints   committed checkpoints (the manifest is written), each with its data record:
+//                 what every data source had given at its cursor (JSON, as in the manifest)
 //   shard_reports ranks' reports of a checkpoint not yet committed (survive a restart)
 //   workers       the pool and who is placed where (re-adopted after a coordinator restart)
 // Every write is its own transaction; with WAL + synchronous=NORMAL a killed coordinator
@@ -79,6 +80,7 @@ struct CheckpointRecord {
   int world = 1;
   uint64_t bytes = 0;
   int64_t committed_ms = 0;
+  std::string data;  // EncodeDataUsage (worker/data/data_plan.h); "" when it has none
 };
 
 struct WorkerRecord {

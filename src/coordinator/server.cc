@@ -26,6 +26,7 @@ class RunServiceImpl final : public v1::RunService::Service {
   FORGE_USER_RPC(ListCheckpoints, ListCheckpointsRequest, ListCheckpointsResponse)
   FORGE_USER_RPC(ExportCheckpoint, ExportCheckpointRequest, ExportCheckpointResponse)
   FORGE_USER_RPC(GetRunHistory, GetRunHistoryRequest, RunHistory)
+  FORGE_USER_RPC(GetDataPlan, GetDataPlanRequest, DataPlan)
 #undef FORGE_USER_RPC
 
   grpc::Status WatchRun(grpc::ServerContext* ctx, const v1::WatchRunRequest* req,

@@ -18,6 +18,7 @@
 
 #include "counting_dataset.h"
 #include "mpi_launch.h"
+#include "train_records.h"
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/data/dataset.h"
 #include "worker/data/shard.h"
@@ -28,7 +29,9 @@ namespace {
 namespace fs = std::filesystem;
 
 using test::Bin;
+using test::Forge;
 using test::Mpirun;
+using test::Records;
 using test::Shell;
 using test::ShellResult;
 
@@ -129,30 +132,6 @@ std::string WriteConfig(const std::string& dir, const std::string& mode, int tot
     << "eval: {every_steps: 3, batches: 3}\n"
        "train: {backend: cpu, log_every: 1}\n";
   return path;
-}
-
-// The metrics records without the fields that differ run to run (timings, and when a
-// checkpoint's commit was reported).
-std::vector<std::string> Records(const std::string& path) {
-  std::vector<std::string> out;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    for (const char* key : {",\"tokens_per_s\":", ",\"step_seconds\":"}) {
-      const size_t a = line.find(key);
-      if (a == std::string::npos) continue;
-      const size_t b = line.find_first_of(",}", a + 1);
-      line.erase(a, b - a);
-    }
-    const size_t c = line.find(",\"checkpoint_step\":");
-    if (c != std::string::npos) line.erase(c, line.size() - 1 - c);
-    out.push_back(line);
-  }
-  return out;
-}
-
-std::string Forge(const std::string& args) {
-  return "OPENBLAS_NUM_THREADS=1 timeout 120 " + Bin("forge") + " " + args;
 }
 
 TEST(CheckpointMpi, ForgeTrainResumesOnAnotherWorldSizeAndExports) {

@@ -5,8 +5,11 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "worker/data/data_plan.h"
 
 namespace forge {
 
@@ -15,6 +18,9 @@ struct TrainerState {
   int64_t data_cursor = 0;   // global sequence index of the next batch
   std::string rng;           // opaque RNG state of this rank
   std::map<std::string, std::string> extra;  // opaque named blobs of this rank (e.g. "fp8")
+  // What each data source has given at data_cursor (the same on every rank). It travels in the
+  // shard report to the manifest, not in the shard file.
+  std::optional<DataUsage> data;
 };
 
 // One unit's slice [begin, end) of its flat buffer (param_layout.h). The three vectors hold

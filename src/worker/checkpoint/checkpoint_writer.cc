@@ -97,6 +97,7 @@ StatusOr<ShardReport> WriteShard(const std::string& step_dir, const ShardState& 
   rep.world = state.world;
   rep.step = state.trainer.step;
   rep.data_cursor = state.trainer.data_cursor;
+  rep.data = state.trainer.data;
   rep.file = ShardFileName(state.rank, state.world);
   const std::string path = (fs::path(step_dir) / rep.file).string();
   const std::string tmp = path + ".tmp";
@@ -118,10 +119,11 @@ StatusOr<ShardReport> WriteShard(const std::string& step_dir, const ShardState& 
 std::string EncodeShardReport(const ShardReport& r) {
   json ranges = json::array();
   for (const ShardRange& x : r.ranges) ranges.push_back({x.begin, x.end});
-  return json{{"rank", r.rank},   {"world", r.world}, {"step", r.step},
-              {"data_cursor", r.data_cursor}, {"file", r.file}, {"size", r.size},
-              {"crc32c", r.crc32c}, {"ranges", ranges}}
-      .dump();
+  json j{{"rank", r.rank},   {"world", r.world}, {"step", r.step},
+         {"data_cursor", r.data_cursor}, {"file", r.file}, {"size", r.size},
+         {"crc32c", r.crc32c}, {"ranges", ranges}};
+  if (r.data) j["data"] = json::parse(EncodeDataUsage(*r.data));
+  return j.dump();
 }
 
 StatusOr<ShardReport> DecodeShardReport(const std::string& text) {
@@ -140,6 +142,9 @@ StatusOr<ShardReport> DecodeShardReport(const std::string& text) {
       if (v.size() != 2) return Status::Invalid("shard report: a range is not [begin, end]");
       r.ranges.push_back({v[0], v[1]});
     }
+    if (j.contains("data")) {
+      FORGE_ASSIGN_OR_RETURN(r.data, DecodeDataUsage(j.at("data").dump(), "shard report"));
+    }
   } catch (const json::exception& e) {
     return Status::Invalid(std::string("malformed shard report: ") + e.what());
   }
@@ -155,6 +160,7 @@ StatusOr<Manifest> CommitCheckpoint(const std::string& step_dir, const RunConfig
   m.world_size = reports[0].world;
   m.step = reports[0].step;
   m.data_cursor = reports[0].data_cursor;
+  m.data = reports[0].data;
   m.parallel_mode = ParallelModeName(cfg.parallel.mode);
   m.created = UtcNow();
   m.units = layout.units;
@@ -176,6 +182,11 @@ StatusOr<Manifest> CommitCheckpoint(const std::string& step_dir, const RunConfig
                              std::to_string(r.data_cursor) + " differ from rank " +
                              std::to_string(reports[0].rank) + "'s " + std::to_string(m.step) +
                              "/" + std::to_string(m.data_cursor));
+    }
+    const std::string data = r.data ? EncodeDataUsage(*r.data) : "";
+    if (data != (m.data ? EncodeDataUsage(*m.data) : "")) {
+      return Status::Invalid(who + ": its data record differs from rank " +
+                             std::to_string(reports[0].rank) + "'s");
     }
     if (r.ranges.size() != layout.units.size()) {
       return Status::Invalid(who + ": " + std::to_string(r.ranges.size()) +

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,7 @@ struct ShardReport {
   uint64_t size = 0;
   uint32_t crc32c = 0;     // whole file
   std::vector<ShardRange> ranges;  // per unit
+  std::optional<DataUsage> data;   // the trainer's data record at data_cursor, if it keeps one
 };
 
 // Writes this rank's shard durably (see above). FailedPrecondition when step_dir already
@@ -65,7 +67,8 @@ StatusOr<ShardReport> WriteShard(const std::string& step_dir, const ShardState& 
 std::string EncodeShardReport(const ShardReport& r);
 StatusOr<ShardReport> DecodeShardReport(const std::string& text);
 
-// Writes manifest.json after checking: one report per rank 0..W-1, same step and cursor,
+// Writes manifest.json after checking: one report per rank 0..W-1, same step, cursor and data
+// record (which goes into the manifest),
 // units matching `layout`, ranges tiling every unit, each file present with its reported size.
 // Then removes leftovers in step_dir that the manifest does not list (temp files, shards of
 // an earlier attempt with another world size). Returns the manifest written.

@@ -66,6 +66,7 @@ std::string ManifestToJson(const Manifest& m) {
   j["parallel_mode"] = m.parallel_mode;
   j["created"] = m.created;
   j["trainer"] = {{"step", m.step}, {"data_cursor", m.data_cursor}};
+  if (m.data) j["data"] = json::parse(EncodeDataUsage(*m.data));
   json units = json::array();
   for (const UnitLayout& u : m.units) {
     json tensors = json::array();
@@ -110,6 +111,12 @@ StatusOr<Manifest> ParseManifest(const std::string& text, const std::string& sou
       return Bad(source, "trainer.step differs from step");
     }
     m.config_yaml = j.value("config_yaml", "");
+    if (j.contains("data")) {
+      auto data = DecodeDataUsage(j.at("data").dump(), source);
+      if (!data.ok()) return data.status();
+      if (data->cursor != m.data_cursor) return Bad(source, "data.cursor differs from trainer.data_cursor");
+      m.data = std::move(data).value();
+    }
     for (const json& ju : j.at("units")) {
       UnitLayout u;
       u.name = ju.at("name").get<std::string>();

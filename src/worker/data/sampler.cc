@@ -1,52 +1,10 @@
-// Sampling plan: per-epoch permutations and batch filling (layout documented in sampler.h).
+// Sampling plan: per-epoch orders and batch filling (layout documented in sampler.h).
 #include "worker/data/sampler.h"
 
 #include <string>
 
 namespace forge {
 namespace {
-
-uint64_t SplitMix64(uint64_t* state) {
-  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-inline uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-// xoshiro256** (Blackman & Vigna): small, fast, good statistical quality.
-struct Xoshiro256 {
-  uint64_t s[4];
-  Xoshiro256(uint64_t seed, uint64_t stream) {
-    uint64_t sm = seed ^ (0xD1B54A32D192ED03ull * (stream + 1));
-    for (uint64_t& w : s) w = SplitMix64(&sm);
-  }
-  uint64_t Next() {
-    const uint64_t result = Rotl(s[1] * 5, 7) * 9;
-    const uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = Rotl(s[3], 45);
-    return result;
-  }
-  // Uniform in [0, bound) by Lemire's multiply-shift with rejection (no modulo bias).
-  uint64_t Below(uint64_t bound) {
-    unsigned __int128 m = static_cast<unsigned __int128>(Next()) * bound;
-    uint64_t low = static_cast<uint64_t>(m);
-    if (low < bound) {
-      const uint64_t threshold = (0 - bound) % bound;
-      while (low < threshold) {
-        m = static_cast<unsigned __int128>(Next()) * bound;
-        low = static_cast<uint64_t>(m);
-      }
-    }
-    return static_cast<uint64_t>(m >> 64);
-  }
-};
 
 Status CheckSlice(int rank, int world, int micro_batch, int micro_step) {
   if (world < 1 || rank < 0 || rank >= world || micro_batch < 1 || micro_step < 0) {
@@ -70,26 +28,22 @@ Status FillSequence(const TokenStream& ts, int64_t seq, int64_t seq_len, int32_t
 
 }  // namespace
 
+Status ReadSequence(const TokenStream& ts, int64_t seq, int64_t seq_len, int32_t* inputs,
+                    int32_t* targets) {
+  std::vector<int32_t> scratch(static_cast<size_t>(seq_len + 1));
+  return FillSequence(ts, seq, seq_len, scratch.data(), inputs, targets);
+}
+
 int64_t NumSequences(int64_t num_tokens, int64_t seq_len) {
   if (seq_len <= 0 || num_tokens < 1) return 0;
   return (num_tokens - 1) / seq_len;
 }
 
-std::vector<uint32_t> EpochPermutation(int64_t n, uint64_t seed, int64_t epoch) {
-  std::vector<uint32_t> perm(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) perm[static_cast<size_t>(i)] = static_cast<uint32_t>(i);
-  Xoshiro256 rng(seed, static_cast<uint64_t>(epoch));
-  for (int64_t i = n - 1; i > 0; --i) {
-    const uint64_t j = rng.Below(static_cast<uint64_t>(i) + 1);
-    std::swap(perm[static_cast<size_t>(i)], perm[j]);
-  }
-  return perm;
-}
-
-SamplingPlan::SamplingPlan(int64_t num_tokens, int64_t seq_len, uint64_t seed, bool shuffle)
+SamplingPlan::SamplingPlan(int64_t num_tokens, int64_t seq_len, uint64_t seed, bool shuffle,
+                           int64_t stream)
     : seq_len_(seq_len),
       num_sequences_(NumSequences(num_tokens, seq_len)),
-      seed_(seed),
+      seed_(StreamSeed(seed, stream)),
       shuffle_(shuffle),
       cache_(std::make_shared<Cache>()) {}
 
@@ -111,6 +65,8 @@ int64_t SamplingPlan::SequenceAt(int64_t cursor) const {
   const int64_t epoch = cursor / num_sequences_;
   const int64_t pos = cursor % num_sequences_;
   if (!shuffle_) return pos;
+  if (num_sequences_ > kShuffleTableMaxSequences)
+    return FeistelPermutation(num_sequences_, seed_, epoch)(pos);
   return (*Permutation(epoch))[static_cast<size_t>(pos)];
 }
 

@@ -7,6 +7,7 @@
 #include "worker/data/corpus.h"
 #include "worker/data/dataset.h"
 #include "worker/data/sampler.h"
+#include "worker/data/train_mixture.h"
 #include "worker/model/param_layout.h"
 #include "worker/parallel/host_staged_comm.h"
 #include "worker/parallel/mpi_comm.h"
@@ -103,6 +104,40 @@ std::string DatasetDir(const RunConfig& cfg) {
   return cfg.data.dataset_dir.empty() ? DefaultDataDir() + "/dataset" : cfg.data.dataset_dir;
 }
 
+std::vector<DataSourceConfig> DataSources(const RunConfig& cfg) {
+  if (!cfg.data.sources.empty()) return cfg.data.sources;
+  return {{DatasetDir(cfg), 1.0}};
+}
+
+namespace {
+
+bool SameCheckpoint(const std::string& a, const std::string& b) {
+  if (a.empty() || b.empty()) return a.empty() && b.empty();
+  std::error_code ec1, ec2;
+  const auto ca = std::filesystem::weakly_canonical(a, ec1);
+  const auto cb = std::filesystem::weakly_canonical(b, ec2);
+  return !ec1 && !ec2 && ca == cb;
+}
+
+// The coordinator's plan for the point the run starts from must be the checkpoint's own.
+Status CheckScheduledPlan(const DataPlan& scheduled, const DataUsage& saved,
+                          const std::string& dir) {
+  if (PlanOf(saved) == scheduled) return Status::Ok();
+  std::string want, have;
+  for (const DataPlanSource& s : scheduled.sources)
+    want += " " + s.dir + "(stream " + std::to_string(s.stream) + ", base " +
+            std::to_string(s.base) + ")";
+  for (const SourceUsage& s : saved.sources)
+    have += " " + s.source.dir + "(stream " + std::to_string(s.source.stream) + ", base " +
+            std::to_string(s.source.base) + ")";
+  return Status::Invalid("the coordinator's data plan (origin " +
+                         std::to_string(scheduled.origin) + ":" + want + ") is not the one " +
+                         dir + " recorded (origin " + std::to_string(saved.origin) + ":" + have +
+                         ")");
+}
+
+}  // namespace
+
 StatusOr<ProcessRunResult> TrainInProcessGroup(const RunConfig& cfg, ProcessGroup* group,
                                                TrainOptions opt) {
   const int rank = group->rank(), world = group->world();
@@ -110,28 +145,40 @@ StatusOr<ProcessRunResult> TrainInProcessGroup(const RunConfig& cfg, ProcessGrou
   opt.comm = group->comm.get();
   ProcessRunResult out;
 
-  const std::string dataset_dir = DatasetDir(cfg);
-  auto ds = TokenDataset::Open(dataset_dir);
-  if (!ds.ok())
-    return ds.status().Annotate("opening dataset " + dataset_dir +
-                                " (run `forge data prepare` first)");
-  if (ds->manifest().vocab_size > cfg.model.vocab)
+  std::vector<DataSourceConfig> sources = DataSources(cfg);
+  if (opt.data_plan) {  // the coordinator's; "" names this worker's default dataset
+    for (DataPlanSource& s : opt.data_plan->sources)
+      if (s.dir.empty()) s.dir = DatasetDir(cfg);
+    sources = PlanSources(*opt.data_plan);
+  }
+  auto mix = TrainMixture::Open(sources, cfg.model.seq_len, cfg.seed, cfg.data.epoch_shuffle != 0);
+  if (!mix.ok()) return mix.status();
+  const TokenDataset& first = mix->dataset(0);  // every source has its vocabulary
+  const std::string dataset_dir = first.dir();
+  if (first.manifest().vocab_size > cfg.model.vocab)
     return Status::Invalid("model.vocab (" + std::to_string(cfg.model.vocab) +
                            ") is smaller than the dataset's vocabulary (" +
-                           std::to_string(ds->manifest().vocab_size) + ")");
-  const TokenStream& train = ds->split(Split::kTrain);
-  const TokenStream& val = ds->split(Split::kVal);
-  SamplingPlan plan(train.size(), cfg.model.seq_len, cfg.seed, cfg.data.epoch_shuffle != 0);
-  if (plan.num_sequences() == 0) return Status::Invalid("train split is too short");
+                           std::to_string(first.manifest().vocab_size) + ")");
+  const TokenStream& val = first.split(Split::kVal);
 
   BatchProvider data;
   const int mb = cfg.batch.micro_batch;
   data.train = [&](int64_t cursor, int k, int32_t* in, int32_t* tgt) {
-    return FillTrainBatch(train, plan, cursor, rank, world, mb, k, in, tgt);
+    return mix->FillTrainBatch(cursor, rank, world, mb, k, in, tgt);
   };
   data.val = [&](int64_t i, int32_t* in, int32_t* tgt) {
     return FillEvalBatch(val, cfg.model.seq_len, i, mb, in, tgt);
   };
+  data.start = [&](const std::string& resumed, const DataUsage* saved, int64_t cursor,
+                   std::vector<std::string>* notes) -> Status {
+    if (opt.data_plan && SameCheckpoint(opt.data_plan_checkpoint, resumed)) {
+      if (saved) FORGE_RETURN_IF_ERROR(CheckScheduledPlan(*opt.data_plan, *saved, resumed));
+      return mix->SetPlan(*opt.data_plan);
+    }
+    FORGE_ASSIGN_OR_RETURN(DataPlan plan, PlanForResume(sources, saved, cursor, notes));
+    return mix->SetPlan(plan);
+  };
+  data.usage = [&](int64_t cursor) { return mix->UsageAt(cursor); };
 
   Backend want = cfg.train.backend;
   if (want == Backend::kAuto) want = CudaDeviceAvailable() ? Backend::kCuda : Backend::kCpu;
@@ -157,7 +204,7 @@ StatusOr<ProcessRunResult> TrainInProcessGroup(const RunConfig& cfg, ProcessGrou
     out.metrics_path = opt.metrics_path;
   }
 
-  const UnigramBaseline base = ComputeUnigramBaseline(*ds);
+  const UnigramBaseline base = ComputeUnigramBaseline(first);
   out.unigram_baseline = base.val_cross_entropy;
   const ParamLayout layout = MakeParamLayout(cfg.model);
   if (leader && opt.print_progress) {
@@ -170,8 +217,18 @@ StatusOr<ProcessRunResult> TrainInProcessGroup(const RunConfig& cfg, ProcessGrou
         std::printf(" (%s scaling)", Fp8RecipeName(cfg.precision.fp8.recipe));
     }
     if (world > 1) std::printf(" x %d ranks (%s)", world, ParallelModeName(cfg.parallel.mode));
-    std::printf(" | dataset %s: %.1fM train / %.2fM val tokens | unigram baseline %.4f\n",
-                dataset_dir.c_str(), train.size() / 1e6, val.size() / 1e6, base.val_cross_entropy);
+    if (mix->size() == 1) {
+      std::printf(" | dataset %s: %.1fM train / %.2fM val tokens | unigram baseline %.4f\n",
+                  dataset_dir.c_str(), first.split(Split::kTrain).size() / 1e6,
+                  val.size() / 1e6, base.val_cross_entropy);
+    } else {
+      std::printf(" | %d data sources | val on %s: %.2fM tokens | unigram baseline %.4f\n",
+                  mix->size(), dataset_dir.c_str(), val.size() / 1e6, base.val_cross_entropy);
+      for (int s = 0; s < mix->size(); ++s)
+        std::printf("forge:   source %d: %s, weight %g, %.1fM train tokens\n", s,
+                    mix->dataset(s).dir().c_str(), sources[size_t(s)].weight,
+                    mix->dataset(s).split(Split::kTrain).size() / 1e6);
+    }
     std::fflush(stdout);
   }
   FORGE_ASSIGN_OR_RETURN(out.train, RunTraining(cfg, backend.get(), data, opt));

@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/config.h"
 #include "common/status.h"
@@ -47,6 +48,8 @@ StatusOr<ProcessGroup> JoinPlacedGroup(const RunConfig& cfg, const LaunchInfo& p
 
 // cfg.data.dataset_dir, or $FORGE_DATA_DIR/dataset (the output of `forge data prepare`).
 std::string DatasetDir(const RunConfig& cfg);
+// The run's data sources, dirs resolved: data.sources, or DatasetDir with weight 1.
+std::vector<DataSourceConfig> DataSources(const RunConfig& cfg);
 
 struct ProcessRunResult {
   TrainResult train;
@@ -55,7 +58,9 @@ struct ProcessRunResult {
 };
 
 // Trains cfg on `group` (its comm goes into opt.comm). Rank 0 creates the run dir, writes
-// metrics.jsonl and prints. opt.stop_requested, on_step etc. are the caller's.
+// metrics.jsonl and prints. opt.stop_requested, on_step etc. are the caller's. The batches come
+// from a TrainMixture over the run's sources (or opt.data_plan's), its plan fixed at start
+// (BatchProvider::start) and recorded in every checkpoint (BatchProvider::usage).
 StatusOr<ProcessRunResult> TrainInProcessGroup(const RunConfig& cfg, ProcessGroup* group,
                                                TrainOptions opt);
 

@@ -160,6 +160,17 @@ StatusOr<TrainResult> RunTraining(const RunConfig& cfg, TrainBackend* backend,
                 start.source_world == 1 ? "" : "s", start.source_mode.c_str());
   }
 
+  if (data.start) {
+    std::vector<std::string> notes;
+    FORGE_RETURN_IF_ERROR(data.start(start.dir, start.data ? &*start.data : nullptr,
+                                     start.data_cursor, &notes)
+                              .Annotate("data plan"));
+    for (const std::string& n : notes) {
+      result.warnings.push_back(n);
+      if (leader) std::fprintf(stderr, "forge: warning: %s\n", n.c_str());
+    }
+  }
+
   std::vector<std::vector<int32_t>> inputs(accum, std::vector<int32_t>(tokens_per_micro));
   std::vector<std::vector<int32_t>> targets(accum, std::vector<int32_t>(tokens_per_micro));
   std::vector<MicroBatch> micro(accum);
@@ -277,7 +288,9 @@ StatusOr<TrainResult> RunTraining(const RunConfig& cfg, TrainBackend* backend,
       window_seconds += agree_s;
       if (ckpt->pending() && written) FORGE_RETURN_IF_ERROR(ckpt->Commit());
       if (stop || save_now || (every > 0 && (step % every == 0 || last))) {
-        FORGE_RETURN_IF_ERROR(ckpt->Save(step, cursor));
+        std::optional<DataUsage> usage;
+        if (data.usage) usage = data.usage(cursor);
+        FORGE_RETURN_IF_ERROR(ckpt->Save(step, cursor, std::move(usage)));
         if (stop || last) FORGE_RETURN_IF_ERROR(ckpt->Commit());  // nothing left to overlap
       }
       for (CheckpointCommit& c : ckpt->TakeCommits()) {

@@ -14,11 +14,13 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/config.h"
 #include "common/status.h"
+#include "worker/data/data_plan.h"
 #include "worker/train/backend.h"
 
 namespace forge {
@@ -32,6 +34,15 @@ struct BatchProvider {
   std::function<Status(int64_t cursor, int micro_step, int32_t* inputs, int32_t* targets)> train;
   // The i-th validation micro-batch (fixed order).
   std::function<Status(int64_t index, int32_t* inputs, int32_t* targets)> val;
+  // Optional (data mixtures, data_plan.h). Called on every rank once before the first step,
+  // after any resume, with the checkpoint resumed ("" for a fresh start), its data record (null
+  // for a fresh start or a checkpoint that has none) and the global cursor: it fixes the data
+  // plan `train` draws by. What it says into `notes` rank 0 prints as warnings.
+  std::function<Status(const std::string& resumed_dir, const DataUsage* saved, int64_t cursor,
+                       std::vector<std::string>* notes)>
+      start;
+  // Optional: what each source has given at a global cursor; every checkpoint records it.
+  std::function<DataUsage(int64_t cursor)> usage;
 };
 
 struct StepRecord {
@@ -86,6 +97,12 @@ struct TrainOptions {
   // rank has reported. The hook returns once this rank's report is recorded; the ranks then
   // agree on the outcome, so when a commit returns the manifest is written.
   std::function<Status(const ShardReport&)> report_shard;
+  // Under a coordinator: the data plan it scheduled for this placement, and the checkpoint
+  // whose cursors it holds ("" = the start of the run). TrainInProcessGroup trains by it when
+  // the run starts from that point (checking it against the checkpoint's own data record), and
+  // derives the plan from the checkpoint when the worker resumed another one itself.
+  std::optional<DataPlan> data_plan;
+  std::string data_plan_checkpoint;
 };
 
 struct TrainResult {

@@ -157,6 +157,7 @@ StatusOr<ResumePoint> ResumeTraining(const RunConfig& cfg, const ParamLayout& la
   }
   rp.step = full->trainer.step;
   rp.data_cursor = full->trainer.data_cursor;
+  rp.data = full->manifest.data;
   rp.source_world = full->manifest.world_size;
   rp.source_mode = full->manifest.parallel_mode;
   return rp;
@@ -239,7 +240,8 @@ uint64_t TrainCheckpointer::pinned_bytes() const {
 
 bool TrainCheckpointer::writing() const { return !async_->Done(); }
 
-Status TrainCheckpointer::Save(int64_t step, int64_t data_cursor) {
+Status TrainCheckpointer::Save(int64_t step, int64_t data_cursor,
+                               std::optional<DataUsage> data) {
   const auto t0 = std::chrono::steady_clock::now();
   if (pending()) FORGE_RETURN_IF_ERROR(Commit());
   UnitBuffers master, m, v;
@@ -274,6 +276,7 @@ Status TrainCheckpointer::Save(int64_t step, int64_t data_cursor) {
   TrainerState trainer;
   trainer.step = step;
   trainer.data_cursor = data_cursor;
+  trainer.data = std::move(data);
   FORGE_RETURN_IF_ERROR(
       backend_->GetExtraState(&trainer.extra).Annotate("checkpoint: backend state"));
   state = ShardStateFromFull(layout_, comm_->rank(), comm_->world(), std::move(master),

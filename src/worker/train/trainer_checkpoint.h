@@ -26,11 +26,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/config.h"
 #include "common/status.h"
+#include "worker/data/data_plan.h"
 #include "worker/model/param_layout.h"
 #include "worker/train/backend.h"
 
@@ -49,6 +51,7 @@ using ShardReportHook = std::function<Status(const ShardReport&)>;
 struct ResumePoint {
   std::string dir;  // the checkpoint loaded; empty: a fresh start
   int64_t step = 0, data_cursor = 0;
+  std::optional<DataUsage> data;  // the checkpoint's data record, if it has one
   int source_world = 0;     // the world size and parallel mode that saved it
   std::string source_mode;
   std::vector<std::string> warnings;  // on rank 0: damaged checkpoints skipped, dirs moved aside
@@ -93,7 +96,8 @@ class TrainCheckpointer {
 
   // Collective: starts saving the state after `step`. A pending save is committed first
   // (waiting for its write counts as stall). Returns once the shard is handed to the writer.
-  Status Save(int64_t step, int64_t data_cursor);
+  // `data`: the data record at data_cursor (into the manifest), if the run keeps one.
+  Status Save(int64_t step, int64_t data_cursor, std::optional<DataUsage> data = std::nullopt);
   // Collective: waits for this rank's write, gathers the reports and commits (see above).
   Status Commit();
   // Commits since the last call, oldest first.
