@@ -102,24 +102,26 @@ TEST(DataMixtureTest, FeistelIsAPermutationForSmallSizes) {
 TEST(DataMixtureTest, FeistelLookupsAtABillionSequencesAreFast) {
   const int64_t n = 1'000'000'007;  // a prime just above 2^29.9
   const FeistelPermutation p(n, 1234, 3);
+  const int lookups = 1000000;
+  std::vector<int64_t> out(static_cast<size_t>(lookups));
   const auto t0 = std::chrono::steady_clock::now();
-  std::set<int64_t> out;
-  const int lookups = 200000;
-  for (int i = 0; i < lookups; ++i) {
-    const int64_t y = p(int64_t(i) * 4999 + 17);
-    ASSERT_GE(y, 0);
-    ASSERT_LT(y, n);
-    out.insert(y);
-  }
+  for (int i = 0; i < lookups; ++i) out[size_t(i)] = p(int64_t(i) * 997 + 17);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_EQ(out.size(), size_t(lookups));  // distinct inputs, distinct outputs
   std::printf("[ %d Feistel lookups at S = %ld: %.1f ns each ]\n", lookups, long(n),
               s / lookups * 1e9);
-  EXPECT_LT(s, 2.0);
+  EXPECT_LT(s, 2.0);  // ~30 ns each on an idle core; generous for a loaded CI machine
+  for (int64_t y : out) {
+    ASSERT_GE(y, 0);
+    ASSERT_LT(y, n);
+  }
+  std::vector<int64_t> sorted = out;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(std::adjacent_find(sorted.begin(), sorted.end()), sorted.end())
+      << "distinct inputs gave equal outputs";
   // Spread: the outputs fill [0, n) roughly evenly (each tenth holds ~10%).
   std::vector<int> tenths(10, 0);
   for (int64_t y : out) ++tenths[size_t(y / (n / 10 + 1))];
-  for (int t : tenths) EXPECT_NEAR(t, lookups / 10, lookups / 50);
+  for (int t : tenths) EXPECT_NEAR(t, lookups / 10, lookups / 100);
 }
 
 TEST(DataMixtureTest, SamplingPlanUsesTheTableUpToTheThresholdAndFeistelAbove) {
@@ -425,7 +427,7 @@ TEST(DataMixtureTest, ConfigReadsValidatesAndRoundTripsSources) {
   EXPECT_EQ(back.data.sources[0].weight, 0.7);
 
   EXPECT_TRUE(test::FailsWith(base + "data:\n  dataset_dir: /x\n  sources: [{dir: /y, weight: 1}]\n",
-                              3, "data.sources", "data.dataset_dir and data.sources are both given"));
+                              4, "data.sources", "data.dataset_dir and data.sources are both given"));
   EXPECT_TRUE(test::FailsWith(base + "data:\n  sources: [{dir: /y, weight: 0}]\n", 3,
                               "data.sources[0].weight", "must be a finite number > 0, got 0"));
   EXPECT_TRUE(test::FailsWith(base + "data:\n  sources:\n    - {dir: /y, weight: 1}\n"
