@@ -1,7 +1,10 @@
-// The coordinator's pieces that need no network: the SQLite run store (survives reopening),
-// placement, path confinement and the constant-time token compare.
+// The coordinator's pieces that need no network: the SQLite run store (survives reopening; a
+// store of an older schema gains the new columns), placement, path confinement and the
+// constant-time token compare.
 #include <gtest/gtest.h>
 #include <unistd.h>
+
+#include <sqlite3.h>
 
 #include <filesystem>
 
@@ -47,6 +50,7 @@ TEST(RunStore, EverythingSurvivesReopening) {
     m.loss = 2.25f;  // the same step again (a restart redid it): replaces
     ASSERT_TRUE((*store)->PutMetrics(&m).ok());
     ASSERT_TRUE((*store)->PutCheckpoint({"a-1", 4, "/x/step_4", 2, 100, 9}).ok());
+    ASSERT_TRUE((*store)->PutCheckpoint({"a-1", 8, "/x/step_8", 2, 100, 10, "{\"cursor\":64}"}).ok());
     ASSERT_TRUE((*store)->PutShardReport("a-1", 1, 8, 0, "{r0}").ok());
     WorkerRecord w;
     w.id = "w0";
@@ -74,8 +78,10 @@ TEST(RunStore, EverythingSurvivesReopening) {
   EXPECT_EQ((*metrics)[0].loss, 2.25f);
   auto cks = (*store)->Checkpoints("a-1");
   ASSERT_TRUE(cks.ok());
-  ASSERT_EQ(cks->size(), 1u);
+  ASSERT_EQ(cks->size(), 2u);
   EXPECT_EQ((*cks)[0].dir, "/x/step_4");
+  EXPECT_EQ((*cks)[0].data, "");  // no data record
+  EXPECT_EQ((*cks)[1].data, "{\"cursor\":64}");
   auto reports = (*store)->ShardReports("a-1", 1, 8);
   ASSERT_TRUE(reports.ok());
   ASSERT_EQ(reports->size(), 1u);
@@ -85,6 +91,31 @@ TEST(RunStore, EverythingSurvivesReopening) {
   ASSERT_EQ(workers->size(), 1u);
   EXPECT_EQ((*workers)[0].run_id, "a-1");
   EXPECT_FALSE((*store)->GetRun("nope")->has_value());
+}
+
+// A store written before checkpoints had data records gains the column; old rows read "".
+TEST(RunStore, OldCheckpointsTableGainsTheDataColumn) {
+  const std::string path = TempDb("old_checkpoints");
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db,
+                           "CREATE TABLE checkpoints (run_id TEXT, step INTEGER, dir TEXT, "
+                           "world INTEGER, bytes INTEGER, committed_ms INTEGER, "
+                           "PRIMARY KEY(run_id, step));"
+                           "INSERT INTO checkpoints VALUES ('o-1', 2, '/o/step_2', 1, 5, 6);",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(db);
+  }
+  auto store = RunStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  ASSERT_TRUE((*store)->PutCheckpoint({"o-1", 4, "/o/step_4", 1, 5, 7, "{}"}).ok());
+  auto cks = (*store)->Checkpoints("o-1");
+  ASSERT_TRUE(cks.ok()) << cks.status().ToString();
+  ASSERT_EQ(cks->size(), 2u);
+  EXPECT_EQ((*cks)[0].data, "");
+  EXPECT_EQ((*cks)[1].data, "{}");
 }
 
 TEST(Scheduler, LaunchGroupsArePlacedWholeAndInRankOrder) {
