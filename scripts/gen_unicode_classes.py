@@ -1,54 +1,34 @@
 #!/usr/bin/env python3
-"""Generates src/tokenizer/unicode_classes.cc: the code point ranges of the three classes
-the GPT-2 pre-tokenisation regex uses (\\p{L}, \\p{N}, \\s).
+"""Generates src/tokenizer/unicode_classes.cc: the Unicode categories that the pre-tokenizer
+patterns use (\\p{L} split into Lu+Lt / Ll / Lm+Lo, \\p{M}, \\p{N}, and whitespace), in two
+versions, each taken from the regex engine that a reference implementation runs:
 
-Two sources:
-  python: Python's unicodedata (General Category L* / N*; \\s as defined by ECMAScript).
-  node:   node's own regex engine, /\\p{L}/u, /\\p{N}/u and /\\s/u tested on every code point.
-The reference encoder we check against (npm gpt-tokenizer) runs in node, so `--source node`
-(the default) makes our classes identical to its, code point for code point. The script
-always prints, on stderr, how the two sources differ, so a version skew is visible.
+  node:        node's own regex engine (ICU), /\\p{Lu}/u ... tested on every code point. The
+               JavaScript references (@huggingface/tokenizers, llama3-tokenizer-js) run there.
+  regex crate: the Rust regex crate's tables as compiled into npm tiktoken's WASM build
+               (tiktoken_bg.wasm), the engine tiktoken itself runs. The crate stores each
+               class as sorted (first, last) pairs of 32-bit code points; the script finds each
+               class by its first ranges as node gives them and keeps the candidate table
+               closest to node's. It prints how the two versions differ (new code points of a
+               later Unicode version, recategorised ones), so a mismatch is visible.
 
-Usage: python3 scripts/gen_unicode_classes.py [--source node|python] [--node NODE] > OUT.cc
+Whitespace: both JavaScript's \\s and the Unicode White_Space property (\\p{White_Space},
+which is \\s for the Rust regex crate) are recorded; they differ only at U+0085 and U+FEFF.
+
+Usage: python3 scripts/gen_unicode_classes.py --wasm .../tiktoken/tiktoken_bg.wasm > OUT.cc
 """
 import argparse
 import json
+import struct
 import subprocess
 import sys
-import unicodedata
 
-MAX_CP = 0x10FFFF
-
-# ECMAScript \s: WhiteSpace (TAB VT FF SP NBSP ZWNBSP + category Zs) and LineTerminator.
-JS_EXTRA_SPACE = {0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0xFEFF, 0x2028, 0x2029}
-
-
-def ranges_of(pred):
-    out, start = [], None
-    for cp in range(MAX_CP + 2):
-        inside = cp <= MAX_CP and pred(cp)
-        if inside and start is None:
-            start = cp
-        elif not inside and start is not None:
-            out.append((start, cp - 1))
-            start = None
-    return out
-
-
-def python_classes():
-    def cat(cp):
-        return unicodedata.category(chr(cp))
-    return {
-        "letter": ranges_of(lambda cp: cat(cp).startswith("L")),
-        "number": ranges_of(lambda cp: cat(cp).startswith("N")),
-        "space": ranges_of(lambda cp: cp in JS_EXTRA_SPACE or cat(cp) == "Zs"),
-    }
-
+CLASSES = ["Lu", "Lt", "Ll", "Lm", "Lo", "M", "N"]
 
 NODE_SCRIPT = r"""
-const classes = {letter: /\p{L}/u, number: /\p{N}/u, space: /\s/u};
+const names = ['Lu', 'Lt', 'Ll', 'Lm', 'Lo', 'M', 'N', 'White_Space'];
 const out = {};
-for (const [name, re] of Object.entries(classes)) {
+const ranges = (re) => {
   const r = []; let start = -1;
   for (let cp = 0; cp <= 0x110000; cp++) {
     const inside = cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF) &&
@@ -56,19 +36,18 @@ for (const [name, re] of Object.entries(classes)) {
     if (inside && start < 0) start = cp;
     else if (!inside && start >= 0) { r.push([start, cp - 1]); start = -1; }
   }
-  out[name] = r;
-}
-out.version = process.versions.node + " unicode " + process.versions.unicode +
-              " icu " + process.versions.icu;
+  return r;
+};
+for (const n of names) out[n] = ranges(new RegExp('\\p{' + n + '}', 'u'));
+out.js_space = ranges(/\s/u);
+out.version = process.versions.node + ' unicode ' + process.versions.unicode +
+              ' icu ' + process.versions.icu;
 process.stdout.write(JSON.stringify(out));
 """
 
-
-def node_classes(node):
-    raw = subprocess.run([node, "-e", NODE_SCRIPT], check=True, capture_output=True).stdout
-    data = json.loads(raw)
-    version = data.pop("version")
-    return {k: [tuple(r) for r in v] for k, v in data.items()}, version
+# Category numbers: must match enum class UnicodeCategory in unicode_classes.h.
+CAT = {"other": 0, "upper": 1, "lower": 2, "other_letter": 3, "mark": 4, "number": 5,
+       "space": 6, "white_space_only": 7, "js_space_only": 8}
 
 
 def expand(ranges):
@@ -78,69 +57,121 @@ def expand(ranges):
     return s
 
 
-def emit(classes, provenance):
-    print("// GENERATED FILE: do not edit. Regenerate with")
-    print("//   python3 scripts/gen_unicode_classes.py --source node > "
-          "src/tokenizer/unicode_classes.cc")
-    for line in provenance:
-        print("// " + line)
-    print('#include "tokenizer/unicode_classes.h"')
+def wasm_tables(path, node):
+    data = open(path, "rb").read()
+
+    def read_table(off):
+        out, prev = [], -1
+        while off + 8 <= len(data):
+            a, b = struct.unpack_from("<2I", data, off)
+            if a <= prev or b < a or b > 0x10FFFF:
+                break
+            out.append((a, b))
+            prev, off = b, off + 8
+        return out
+
+    tables = {}
+    for name in CLASSES:
+        want = node[name]
+        probe = b"".join(struct.pack("<2I", a, b) for a, b in want[:2])
+        best = None
+        at = data.find(probe)
+        while at >= 0:
+            got = expand(read_table(at))
+            diff = len(got ^ expand(want))
+            if best is None or diff < best[0]:
+                best = (diff, got)
+            at = data.find(probe, at + 1)
+        if best is None:
+            sys.exit(f"{path}: no table for \\p{{{name}}} found")
+        if best[0] > len(expand(want)) // 5 + 100:
+            sys.exit(f"{path}: the closest table for \\p{{{name}}} differs from node's in "
+                     f"{best[0]} code points: not the regex crate's table")
+        tables[name] = best[1]
+    return tables
+
+
+def categories(sets, white_space, js_space):
+    cat = {}
+    for name, c in (("Lu", "upper"), ("Lt", "upper"), ("Ll", "lower"), ("Lm", "other_letter"),
+                    ("Lo", "other_letter"), ("M", "mark"), ("N", "number")):
+        for cp in sets[name]:
+            if cp in cat:
+                sys.exit(f"U+{cp:04X} in two categories")
+            cat[cp] = CAT[c]
+    for cp in white_space | js_space:
+        if cp in cat:
+            sys.exit(f"U+{cp:04X} is whitespace and {cat[cp]}")
+        cat[cp] = CAT["space"] if cp in white_space and cp in js_space else (
+            CAT["white_space_only"] if cp in white_space else CAT["js_space_only"])
+    return cat
+
+
+def runs(cat):
+    out, start, cur = [], None, None
+    for cp in range(0x110001):
+        c = cat.get(cp) if cp <= 0x10FFFF else None
+        if c != cur:
+            if cur is not None:
+                out.append((start, cp - 1, cur))
+            start, cur = cp, c
+    return out
+
+
+def emit_table(name, rs):
+    print(f"const UnicodeRange {name}[] = {{")
+    line = " "
+    for a, b, c in rs:
+        item = f" {{0x{a:X}, 0x{b:X}, {c}}},"
+        if len(line) + len(item) > 96:
+            print(line)
+            line = " "
+        line += item
+    print(line)
+    print("};")
+    print(f"const int {name[:-6]}RangeCount = {len(rs)};")
     print()
-    print("namespace forge::unicode_tables {")
-    print()
-    for name in ("letter", "number", "space"):
-        rs = classes[name]
-        print(f"// {name}: {len(rs)} ranges, {sum(b - a + 1 for a, b in rs)} code points")
-        print(f"const CodePointRange k{name.capitalize()}Ranges[] = {{")
-        line = " "
-        for a, b in rs:
-            item = f" {{0x{a:X}, 0x{b:X}}},"
-            if len(line) + len(item) > 96:
-                print(line)
-                line = " "
-            line += item
-        print(line)
-        print("};")
-        print(f"const int k{name.capitalize()}RangeCount = {len(rs)};")
-        print()
-    print("}  // namespace forge::unicode_tables")
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--source", choices=["node", "python"], default="node")
+    ap.add_argument("--wasm", required=True, help="npm tiktoken's tiktoken_bg.wasm")
     ap.add_argument("--node", default="node")
     args = ap.parse_args()
 
-    py = python_classes()
-    py_version = f"Python {sys.version.split()[0]} unicodedata {unicodedata.unidata_version}"
-    provenance = []
-    try:
-        nd, node_version = node_classes(args.node)
-    except (OSError, subprocess.CalledProcessError) as e:
-        if args.source == "node":
-            sys.exit(f"node is needed for --source node: {e}")
-        nd, node_version = None, None
+    raw = subprocess.run([args.node, "-e", NODE_SCRIPT], check=True, capture_output=True).stdout
+    node = json.loads(raw)
+    version = node.pop("version")
+    white_space, js_space = expand(node["White_Space"]), expand(node["js_space"])
+    node_sets = {n: expand(node[n]) for n in CLASSES}
+    crate_sets = wasm_tables(args.wasm, node)
 
-    if nd is not None:
-        for name in ("letter", "number", "space"):
-            a, b = expand(py[name]), expand(nd[name])
-            only_node, only_py = sorted(b - a), sorted(a - b)
-            msg = (f"{name}: {len(only_node)} code points only in node, "
-                   f"{len(only_py)} only in Python")
-            print(msg, file=sys.stderr)
-            if only_py:
-                print(f"  only in Python: {[hex(c) for c in only_py[:20]]}", file=sys.stderr)
-            provenance.append("  vs " + py_version + ": " + msg)
+    notes = []
+    for n in CLASSES:
+        only_node, only_crate = node_sets[n] - crate_sets[n], crate_sets[n] - node_sets[n]
+        msg = f"\\p{{{n}}}: {len(only_node)} code points only in node, {len(only_crate)} only in the regex crate"
+        if only_crate:
+            msg += " (" + " ".join(f"U+{c:04X}" for c in sorted(only_crate)[:8]) + ")"
+        print(msg, file=sys.stderr)
+        notes.append(msg)
 
-    if args.source == "node":
-        classes = nd
-        provenance.insert(0, f"Source: node {node_version} (/\\p{{L}}/u, /\\p{{N}}/u, /\\s/u),")
-        provenance.insert(1, "the engine the reference encoder (npm gpt-tokenizer) runs in.")
-    else:
-        classes = py
-        provenance.insert(0, f"Source: {py_version} (categories L*, N*; ECMAScript \\s).")
-    emit(classes, provenance)
+    node_runs = runs(categories(node_sets, white_space, js_space))
+    crate_runs = runs(categories(crate_sets, white_space, js_space))
+    print("// GENERATED FILE: do not edit. Regenerate with")
+    print("//   python3 scripts/gen_unicode_classes.py")
+    print("//     --wasm $FORGE_DATA_DIR/npm/node_modules/tiktoken/tiktoken_bg.wasm")
+    print("//     > src/tokenizer/unicode_classes.cc")
+    print(f"// node: node {version}, its regex engine asked about every code point.")
+    print("// regex crate: the Rust regex crate's tables inside npm tiktoken's WASM build.")
+    for n in notes:
+        print("//   " + n)
+    print('#include "tokenizer/unicode_classes.h"')
+    print()
+    print("namespace forge::unicode_tables {")
+    print()
+    emit_table("kNodeRanges", node_runs)
+    emit_table("kRegexCrateRanges", crate_runs)
+    print("}  // namespace forge::unicode_tables")
 
 
 if __name__ == "__main__":

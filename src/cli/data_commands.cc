@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <string>
 
+#include "cli/tokenize_command.h"
 #include "common/flags.h"
 #include "worker/data/dataset.h"
 #include "worker/data/prepare.h"
@@ -57,11 +58,13 @@ int RunDataCommand(int argc, char** argv) {
   const std::string sub = argc >= 3 ? argv[2] : "";
   if (sub == "prepare") return DataPrepare(argc, argv);
   if (sub == "baseline") return DataBaseline(argc, argv);
+  if (sub == "tokenize") return RunDataTokenize(argc, argv);
   const bool help = sub == "--help" || sub == "-h";
   std::fprintf(help ? stdout : stderr,
                "usage: forge data COMMAND [flags]   (forge data COMMAND --help for its flags)\n"
                "  prepare    tokenize text into a dataset\n"
-               "  baseline   unigram cross-entropy of a dataset's validation split\n");
+               "  baseline   unigram cross-entropy of a dataset's validation split\n"
+               "  tokenize   text to token ids and back, with any tokenizer\n");
   if (!help && !sub.empty()) std::fprintf(stderr, "forge data: unknown command '%s'\n", sub.c_str());
   return help ? 0 : 2;
 }

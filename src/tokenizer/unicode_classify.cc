@@ -1,58 +1,65 @@
-// ClassifyCodePoint: O(1) for the BMP through a table built once from the generated ranges.
-#include <array>
-#include <memory>
+// CategoryTable: the generated ranges expanded into a two-level table, once per combination.
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
 
 #include "tokenizer/unicode_classes.h"
 
 namespace forge {
 namespace {
 
-using unicode_tables::kLetterRangeCount;
-using unicode_tables::kLetterRanges;
-using unicode_tables::kNumberRangeCount;
-using unicode_tables::kNumberRanges;
-using unicode_tables::kSpaceRangeCount;
-using unicode_tables::kSpaceRanges;
+constexpr uint32_t kCodePoints = 0x110000;
+constexpr uint32_t kBlock = 128;
 
-bool InRanges(const CodePointRange* ranges, int count, uint32_t cp) {
-  int lo = 0, hi = count - 1;
-  while (lo <= hi) {
-    const int mid = (lo + hi) / 2;
-    if (cp < ranges[mid].first) {
-      hi = mid - 1;
-    } else if (cp > ranges[mid].last) {
-      lo = mid + 1;
-    } else {
-      return true;
+struct Storage {
+  std::vector<uint16_t> index;
+  std::vector<uint8_t> blocks;
+};
+
+Storage Build(UnicodeTables tables, SpaceDefinition space) {
+  const UnicodeRange* ranges = tables == UnicodeTables::kNode ? unicode_tables::kNodeRanges
+                                                              : unicode_tables::kRegexCrateRanges;
+  const int count = tables == UnicodeTables::kNode ? unicode_tables::kNodeRangeCount
+                                                   : unicode_tables::kRegexCrateRangeCount;
+  std::vector<uint8_t> cat(kCodePoints, static_cast<uint8_t>(UnicodeCategory::kOther));
+  for (int i = 0; i < count; ++i) {
+    auto c = static_cast<UnicodeCategory>(ranges[i].category);
+    if (c == UnicodeCategory::kWhiteSpaceOnly) {
+      c = space == SpaceDefinition::kWhiteSpace ? UnicodeCategory::kSpace : UnicodeCategory::kOther;
+    } else if (c == UnicodeCategory::kJsSpaceOnly) {
+      c = space == SpaceDefinition::kEcmaScript ? UnicodeCategory::kSpace : UnicodeCategory::kOther;
     }
+    for (uint32_t cp = ranges[i].first; cp <= ranges[i].last; ++cp) cat[cp] = static_cast<uint8_t>(c);
   }
-  return false;
-}
-
-CharClass ClassifySlow(uint32_t cp) {
-  if (InRanges(kLetterRanges, kLetterRangeCount, cp)) return CharClass::kLetter;
-  if (InRanges(kNumberRanges, kNumberRangeCount, cp)) return CharClass::kNumber;
-  if (InRanges(kSpaceRanges, kSpaceRangeCount, cp)) return CharClass::kSpace;
-  return CharClass::kOther;
-}
-
-constexpr uint32_t kBmpSize = 0x10000;
-
-const std::array<CharClass, kBmpSize>& BmpTable() {
-  // Function-local static: thread-safe one-time initialisation.
-  static const std::unique_ptr<std::array<CharClass, kBmpSize>> table = [] {
-    auto t = std::make_unique<std::array<CharClass, kBmpSize>>();
-    for (uint32_t cp = 0; cp < kBmpSize; ++cp) (*t)[cp] = ClassifySlow(cp);
-    return t;
-  }();
-  return *table;
+  Storage s;
+  std::map<std::string, uint16_t> seen;
+  s.index.resize(kCodePoints / kBlock);
+  for (uint32_t b = 0; b < kCodePoints / kBlock; ++b) {
+    std::string key(reinterpret_cast<const char*>(cat.data() + b * kBlock), kBlock);
+    auto [it, added] = seen.emplace(key, static_cast<uint16_t>(seen.size()));
+    if (added) s.blocks.insert(s.blocks.end(), key.begin(), key.end());
+    s.index[b] = it->second;
+  }
+  return s;
 }
 
 }  // namespace
 
-CharClass ClassifyCodePoint(uint32_t cp) {
-  if (cp < kBmpSize) return BmpTable()[cp];
-  return ClassifySlow(cp);
+const CategoryTable& CategoryTable::Get(UnicodeTables tables, SpaceDefinition space) {
+  static std::mutex mu;
+  static CategoryTable built[2][2];
+  static Storage storage[2][2];
+  static bool ready[2][2] = {};
+  const int t = static_cast<int>(tables), s = static_cast<int>(space);
+  std::lock_guard<std::mutex> lock(mu);
+  if (!ready[t][s]) {
+    storage[t][s] = Build(tables, space);
+    built[t][s].index_ = storage[t][s].index.data();
+    built[t][s].blocks_ = storage[t][s].blocks.data();
+    ready[t][s] = true;
+  }
+  return built[t][s];
 }
 
 }  // namespace forge
