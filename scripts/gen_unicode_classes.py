@@ -16,6 +16,7 @@ Whitespace: both JavaScript's \\s and the Unicode White_Space property (\\p{Whit
 which is \\s for the Rust regex crate) are recorded; they differ only at U+0085 and U+FEFF.
 
 Usage: python3 scripts/gen_unicode_classes.py --wasm .../tiktoken/tiktoken_bg.wasm > OUT.cc
+       python3 scripts/gen_unicode_classes.py --wasm ... --dump OUT.bin   (for the tests)
 """
 import argparse
 import json
@@ -137,6 +138,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--wasm", required=True, help="npm tiktoken's tiktoken_bg.wasm")
     ap.add_argument("--node", default="node")
+    ap.add_argument("--dump", help="instead of C++, write one category byte per code point, "
+                                   "node's then the regex crate's (for the tests)")
     args = ap.parse_args()
 
     raw = subprocess.run([args.node, "-e", NODE_SCRIPT], check=True, capture_output=True).stdout
@@ -155,8 +158,18 @@ def main():
         print(msg, file=sys.stderr)
         notes.append(msg)
 
-    node_runs = runs(categories(node_sets, white_space, js_space))
-    crate_runs = runs(categories(crate_sets, white_space, js_space))
+    node_cat = categories(node_sets, white_space, js_space)
+    crate_cat = categories(crate_sets, white_space, js_space)
+    if args.dump:
+        out = bytearray(2 * 0x110000)
+        for cp, c in node_cat.items():
+            out[cp] = c
+        for cp, c in crate_cat.items():
+            out[0x110000 + cp] = c
+        open(args.dump, "wb").write(out)
+        return
+    node_runs = runs(node_cat)
+    crate_runs = runs(crate_cat)
     print("// GENERATED FILE: do not edit. Regenerate with")
     print("//   python3 scripts/gen_unicode_classes.py")
     print("//     --wasm $FORGE_DATA_DIR/npm/node_modules/tiktoken/tiktoken_bg.wasm")

@@ -52,7 +52,7 @@ StatusOr<std::unique_ptr<BpeModel>> BpeModel::Build(std::vector<Token> tokens,
   }
   for (; next < m->offsets_.size(); ++next) m->offsets_[next] = m->bytes_.size();
 
-  m->find_slots_.assign(PowerOfTwoAtLeast(tokens.size() * 2), -1);
+  m->find_slots_.assign(PowerOfTwoAtLeast(tokens.size() * 2), FindSlot{-1, 0});
   const size_t mask = m->find_slots_.size() - 1;
   for (const Token& t : tokens) {
     const auto* p = reinterpret_cast<const uint8_t*>(t.bytes.data());
@@ -61,9 +61,10 @@ StatusOr<std::unique_ptr<BpeModel>> BpeModel::Build(std::vector<Token> tokens,
                               std::to_string(m->Find(p, t.bytes.size())) + " and " +
                               std::to_string(t.id) + ")");
     }
-    size_t slot = HashBytes(p, t.bytes.size(), PackHead(p, t.bytes.size())) & mask;
-    while (m->find_slots_[slot] >= 0) slot = (slot + 1) & mask;
-    m->find_slots_[slot] = t.id;
+    const uint64_t h = HashBytes(p, t.bytes.size(), PackHead(p, t.bytes.size()));
+    size_t slot = h & mask;
+    while (m->find_slots_[slot].id >= 0) slot = (slot + 1) & mask;
+    m->find_slots_[slot] = FindSlot{t.id, static_cast<uint32_t>(h >> 32)};
   }
   for (int b = 0; b < 256; ++b) {
     const auto byte = static_cast<uint8_t>(b);
@@ -81,11 +82,14 @@ StatusOr<std::unique_ptr<BpeModel>> BpeModel::Build(std::vector<Token> tokens,
 int32_t BpeModel::Find(const uint8_t* p, size_t n) const {
   if (find_slots_.empty()) return -1;
   const size_t mask = find_slots_.size() - 1;
-  for (size_t slot = HashBytes(p, n, PackHead(p, n)) & mask;; slot = (slot + 1) & mask) {
-    const int32_t id = find_slots_[slot];
-    if (id < 0) return -1;
-    if (offsets_[id + 1] - offsets_[id] == n && std::memcmp(bytes_.data() + offsets_[id], p, n) == 0) {
-      return id;
+  const uint64_t h = HashBytes(p, n, PackHead(p, n));
+  const auto check = static_cast<uint32_t>(h >> 32);
+  for (size_t slot = h & mask;; slot = (slot + 1) & mask) {
+    const FindSlot s = find_slots_[slot];
+    if (s.id < 0) return -1;
+    if (s.check == check && offsets_[s.id + 1] - offsets_[s.id] == n &&
+        std::memcmp(bytes_.data() + offsets_[s.id], p, n) == 0) {
+      return s.id;
     }
   }
 }

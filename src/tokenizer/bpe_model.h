@@ -91,7 +91,11 @@ class BpeModel {
   std::string bytes_;              // ordinary tokens' bytes, by id
   std::vector<uint32_t> offsets_;  // id -> [offsets_[id], offsets_[id + 1]) in bytes_
   std::vector<bool> present_;
-  std::vector<int32_t> find_slots_;  // open addressing over ids, by the hash of their bytes
+  struct FindSlot {
+    int32_t id;      // -1 when unused
+    uint32_t check;  // high bits of the hash, compared before the bytes
+  };
+  std::vector<FindSlot> find_slots_;  // open addressing over ids, by the hash of their bytes
   std::array<int32_t, 256> byte_id_{};
   std::vector<PairSlot> pairs_;  // open addressing, power-of-two size
   size_t pair_count_ = 0;

@@ -74,6 +74,8 @@ class BpeTokenizer final : public Tokenizer {
   std::unique_ptr<Tokenizer> Clone() const override {
     return std::make_unique<BpeTokenizer>(shared_);
   }
+  const BpeModel& model() const { return model_; }
+  const Pretokenizer& pretokenizer() const { return pre_; }
 
  private:
   void EncodeText(std::string_view text, std::vector<int32_t>* out) {
@@ -96,6 +98,16 @@ class BpeTokenizer final : public Tokenizer {
 };
 
 }  // namespace
+
+const BpeModel* BpeModelOf(const Tokenizer& t) {
+  const auto* b = dynamic_cast<const BpeTokenizer*>(&t);
+  return b == nullptr ? nullptr : &b->model();
+}
+
+const Pretokenizer* PretokenizerOf(const Tokenizer& t) {
+  const auto* b = dynamic_cast<const BpeTokenizer*>(&t);
+  return b == nullptr ? nullptr : &b->pretokenizer();
+}
 
 StatusOr<std::unique_ptr<Tokenizer>> MakeBpeTokenizer(BpeTokenizerSpec spec) {
   if (spec.model == nullptr) return Status::Invalid(spec.name + ": no BPE model");

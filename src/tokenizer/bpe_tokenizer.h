@@ -31,4 +31,9 @@ struct BpeTokenizerSpec {
 // Checks the spec (special ids unique and not ordinary tokens, eot present) and builds it.
 StatusOr<std::unique_ptr<Tokenizer>> MakeBpeTokenizer(BpeTokenizerSpec spec);
 
+// The BPE model and pre-tokenizer under a tokenizer MakeBpeTokenizer built (tests, benchmarks);
+// nullptr for any other.
+const BpeModel* BpeModelOf(const Tokenizer& t);
+const Pretokenizer* PretokenizerOf(const Tokenizer& t);
+
 }  // namespace forge
