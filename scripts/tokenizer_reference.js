@@ -14,7 +14,8 @@
 //   uint32 count and that many uint32 ids. Exit status 2 when a package cannot be loaded.
 //
 //   node scripts/tokenizer_reference.js nfd IN OUT     OUT = IN in Unicode NFD (String.normalize)
-//   node scripts/tokenizer_reference.js nfc IN OUT     OUT = IN in Unicode NFC
+//   node scripts/tokenizer_reference.js nfc IN OUT     IN holds records (uint32 length + UTF-8);
+//                                                      OUT the records in NFC (String.normalize)
 //   node scripts/tokenizer_reference.js utf8 IN OUT    IN holds records (uint32 length + bytes);
 //                                                      OUT the same records decoded by TextDecoder
 'use strict';
@@ -62,19 +63,21 @@ function load(nodeModules, kind, arg) {
 }
 
 const [mode, ...rest] = process.argv.slice(2);
-if (mode === 'nfd' || mode === 'nfc') {
+if (mode === 'nfd') {
   const [inp, out] = rest;
-  fs.writeFileSync(out, fs.readFileSync(inp, 'utf8').normalize(mode.toUpperCase()));
+  fs.writeFileSync(out, fs.readFileSync(inp, 'utf8').normalize('NFD'));
   process.exit(0);
 }
-if (mode === 'utf8') {
+if (mode === 'utf8' || mode === 'nfc') {
   const [inp, out] = rest;
   const data = fs.readFileSync(inp);
   const dec = new TextDecoder('utf-8');
   const chunks = [];
   for (let off = 0; off < data.length;) {
     const n = data.readUInt32LE(off);
-    const s = Buffer.from(dec.decode(data.subarray(off + 4, off + 4 + n)), 'utf8');
+    let text = dec.decode(data.subarray(off + 4, off + 4 + n));
+    if (mode === 'nfc') text = text.normalize('NFC');
+    const s = Buffer.from(text, 'utf8');
     const len = Buffer.alloc(4);
     len.writeUInt32LE(s.length, 0);
     chunks.push(len, s);

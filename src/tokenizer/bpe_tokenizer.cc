@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "tokenizer/nfc.h"
 #include "tokenizer/piece_cache.h"
 
 namespace forge {
@@ -29,6 +30,11 @@ class BpeTokenizer final : public Tokenizer {
   int32_t vocab_size() const override { return shared_->vocab_size; }
 
   void EncodeOrdinary(std::string_view text, std::vector<int32_t>* out) override {
+    if (shared_->spec.normalization == Normalization::kNfc && !IsNfcQuick(text)) {
+      NfcNormalize(text, &normalized_);
+      EncodeText(normalized_, out);
+      return;
+    }
     EncodeText(text, out);
   }
 
@@ -95,6 +101,7 @@ class BpeTokenizer final : public Tokenizer {
   const BpeModel& model_;
   Pretokenizer pre_;
   PieceCache cache_;
+  std::string normalized_;
 };
 
 }  // namespace
@@ -111,9 +118,6 @@ const Pretokenizer* PretokenizerOf(const Tokenizer& t) {
 
 StatusOr<std::unique_ptr<Tokenizer>> MakeBpeTokenizer(BpeTokenizerSpec spec) {
   if (spec.model == nullptr) return Status::Invalid(spec.name + ": no BPE model");
-  if (spec.normalization != Normalization::kNone) {
-    return Status::Invalid(spec.name + ": NFC normalisation is not implemented");
-  }
   auto shared = std::make_shared<Shared>();
   shared->spec = std::move(spec);
   const BpeTokenizerSpec& s = shared->spec;

