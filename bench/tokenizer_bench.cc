@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -34,6 +35,17 @@ double CpuSeconds() {
   timespec ts{};
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
+}
+
+// $FORGE_DATA_DIR, else the nearest .forge-data from the working directory up.
+std::string DataDir() {
+  if (const char* env = std::getenv("FORGE_DATA_DIR"); env != nullptr && *env != '\0') return env;
+  std::error_code ec;
+  for (std::filesystem::path p = std::filesystem::current_path(ec); !ec && !p.empty(); p = p.parent_path()) {
+    if (std::filesystem::is_directory(p / ".forge-data", ec)) return (p / ".forge-data").string();
+    if (p == p.parent_path()) break;
+  }
+  return ".forge-data";
 }
 
 std::vector<std::string> SplitList(const std::string& s) {
@@ -90,8 +102,7 @@ int Main(int argc, char** argv) {
     if (!bench::ParseInt(t.c_str(), &n) || n < 1) return bench::FailJson(prog, "--threads: bad count '" + t + "'");
     threads.push_back(n);
   }
-  const char* env = std::getenv("FORGE_DATA_DIR");
-  const std::string data_dir = flags.Get("--data-dir", env != nullptr && *env ? env : ".forge-data");
+  std::string data_dir = flags.Get("--data-dir", DataDir());
 
   for (const std::string& spec : SplitList(flags.Get("--tokenizer", "cl100k_base"))) {
     auto tok = LoadTokenizer(spec, data_dir);
