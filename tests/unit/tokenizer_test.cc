@@ -324,6 +324,13 @@ TEST_F(TokenizerFileErrorTest, TokenizerJson) {
   EXPECT_EQ((*ok)->Encode("ab a"), (Ids{256, 32, 97}));
   EXPECT_EQ((*ok)->eot_id(), 257);
   EXPECT_EQ((*ok)->bos_id(), -1);
+  // Merges as ["a", "b"] pairs (newer files) mean the same.
+  std::string pairs = HfJson("null", gpt2_pre, "");
+  pairs.replace(pairs.find("[\"a b\"]"), 7, "[[\"a\",\"b\"]]");
+  Write("pairs/tokenizer_config.json", cfg);
+  auto pair_form = LoadTokenizer(Write("pairs/tokenizer.json", pairs), dir_.string());
+  ASSERT_TRUE(pair_form.ok()) << pair_form.status().ToString();
+  EXPECT_EQ((*pair_form)->Encode("ab a"), (Ids{256, 32, 97}));
   struct Case {
     std::string normalizer, pre, model_extra, expect;
   };

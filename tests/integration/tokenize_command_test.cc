@@ -1,0 +1,88 @@
+// `forge data tokenize` as a user runs it: text -> ids in each format and back, the same ids
+// as the library, and clear errors for bad ids and unknown tokenizers.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "tokenizer/tokenizer.h"
+
+namespace forge {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string DataDir() {
+  const char* env = std::getenv("FORGE_DATA_DIR");
+  return env != nullptr && *env != '\0' ? env : std::string(FORGE_SOURCE_DIR) + "/.forge-data";
+}
+
+std::string ReadFile(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+// Runs the command; returns its exit status and stdout+stderr in *out.
+int Run(const std::string& cmd, std::string* out) {
+  out->clear();
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (p == nullptr) return -1;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out->append(buf, n);
+  const int rc = pclose(p);
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+TEST(TokenizeCommandTest, EncodesDecodesAndExplainsErrors) {
+  auto lib = LoadTokenizer("o200k_base", DataDir());
+  if (!lib.ok()) GTEST_SKIP() << "o200k_base not installed: " << lib.status().ToString();
+  const fs::path dir = fs::path(::testing::TempDir()) / ("forge_tokenize_cmd_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string forge = "FORGE_DATA_DIR='" + DataDir() + "' " + std::string(FORGE_BINARY_DIR) +
+                            "/bin/forge data tokenize --tokenizer o200k_base ";
+  const std::string text = "Grüße aus Köln! 東京 2024 — it's <|endoftext|> here.\n\xff bad byte\n";
+  std::ofstream(dir / "in.txt", std::ios::binary) << text;
+  std::string out;
+
+  // u32 file, then back to text: the repaired input (U+FFFD for the bad byte).
+  ASSERT_EQ(Run(forge + "--input '" + (dir / "in.txt").string() + "' --format u32 --out '" +
+                    (dir / "ids.bin").string() + "'", &out), 0) << out;
+  const std::string raw = ReadFile(dir / "ids.bin");
+  std::vector<int32_t> ids(raw.size() / 4);
+  std::memcpy(ids.data(), raw.data(), raw.size());
+  std::string repaired = text;
+  repaired.replace(repaired.find('\xff'), 1, "\xEF\xBF\xBD");
+  EXPECT_EQ(ids, (*lib)->Encode(repaired));
+  ASSERT_EQ(Run(forge + "--decode --format u32 --input '" + (dir / "ids.bin").string() + "'", &out), 0);
+  EXPECT_EQ(out, repaired);
+
+  // JSON and text formats; --specials turns the literal marker into its id.
+  ASSERT_EQ(Run("printf 'a<|endoftext|>b' | " + forge + "--format json", &out), 0) << out;
+  EXPECT_EQ(out, "[64,27,91,419,1440,919,91,29,65]\n");
+  ASSERT_EQ(Run("printf 'a<|endoftext|>b' | " + forge + "--specials", &out), 0) << out;
+  EXPECT_EQ(out, "64 199999 65\n");
+  ASSERT_EQ(Run("echo '64 199999 65' | " + forge + "--decode", &out), 0) << out;
+  EXPECT_EQ(out, "a<|endoftext|>b");
+
+  // Errors name what is wrong.
+  EXPECT_EQ(Run("echo '64 999999' | " + forge + "--decode", &out), 1);
+  EXPECT_NE(out.find("999999"), std::string::npos) << out;
+  EXPECT_EQ(Run("echo '64 x' | " + forge + "--decode", &out), 1);
+  EXPECT_NE(out.find("<stdin>:1: expected a token id, found 'x"), std::string::npos) << out;
+  EXPECT_EQ(Run(forge + "--strict-utf8 --input '" + (dir / "in.txt").string() + "'", &out), 1);
+  EXPECT_NE(out.find("invalid UTF-8 at byte"), std::string::npos) << out;
+  EXPECT_NE(Run(std::string(FORGE_BINARY_DIR) + "/bin/forge data tokenize --tokenizer nope </dev/null", &out), 0);
+  EXPECT_NE(out.find("'nope' is neither a known name"), std::string::npos) << out;
+  EXPECT_EQ(Run(forge + "--format xml </dev/null", &out), 1);
+  EXPECT_NE(out.find("--format must be text, json or u32"), std::string::npos) << out;
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace forge
