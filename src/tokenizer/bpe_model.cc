@@ -79,6 +79,16 @@ StatusOr<std::unique_ptr<BpeModel>> BpeModel::Build(std::vector<Token> tokens,
   return m;
 }
 
+void BpeModel::BuildBytePairs() {
+  byte_pairs_.resize(1 << 16);
+  for (int a = 0; a < 256; ++a) {
+    for (int b = 0; b < 256; ++b) byte_pairs_[(a << 8) | b] = Lookup(byte_id_[a], byte_id_[b]);
+  }
+  for (size_t id = 0; id + 1 < offsets_.size(); ++id) {
+    max_token_bytes_ = std::max<size_t>(max_token_bytes_, offsets_[id + 1] - offsets_[id]);
+  }
+}
+
 int32_t BpeModel::Find(const uint8_t* p, size_t n) const {
   if (find_slots_.empty()) return -1;
   const size_t mask = find_slots_.size() - 1;
@@ -138,6 +148,7 @@ StatusOr<std::shared_ptr<const BpeModel>> BpeModel::FromRanks(std::vector<Token>
     m->AddPair(static_cast<int32_t>(key >> 32), static_cast<int32_t>(key & 0xffffffffu), id, id);
   }
   m->whole_piece_lookup_ = true;
+  m->BuildBytePairs();
   return std::shared_ptr<const BpeModel>(std::move(m));
 }
 
@@ -164,14 +175,18 @@ StatusOr<std::shared_ptr<const BpeModel>> BpeModel::FromMerges(std::vector<Token
     m->AddPair(mg.left, mg.right, static_cast<int32_t>(i), merged);
   }
   m->whole_piece_lookup_ = whole_piece_lookup;
+  m->BuildBytePairs();
   return std::shared_ptr<const BpeModel>(std::move(m));
 }
 
 // tiktoken's loop: the priority of each adjacent pair is kept, so a merge costs a scan for the
 // minimum and two lookups for the new neighbours. Quadratic in the piece length.
-size_t BpeModel::MergeShortArrays(int32_t* sym, size_t n, int32_t* rk, int32_t* mg) const {
+size_t BpeModel::MergeShortArrays(int32_t* sym, size_t n, int32_t* rk, int32_t* mg,
+                                  bool pairs_ready) const {
   if (n < 2) return n;
-  for (size_t i = 0; i + 1 < n; ++i) std::tie(rk[i], mg[i]) = Lookup(sym[i], sym[i + 1]);
+  if (!pairs_ready) {
+    for (size_t i = 0; i + 1 < n; ++i) std::tie(rk[i], mg[i]) = Lookup(sym[i], sym[i + 1]);
+  }
   while (n > 1) {
     int32_t best = INT32_MAX;
     size_t bi = 0;
@@ -191,7 +206,7 @@ size_t BpeModel::MergeShortArrays(int32_t* sym, size_t n, int32_t* rk, int32_t* 
 
 void BpeModel::MergeShort(std::vector<int32_t>* sym) const {
   std::vector<int32_t> rk(sym->size()), mg(sym->size());
-  sym->resize(MergeShortArrays(sym->data(), sym->size(), rk.data(), mg.data()));
+  sym->resize(MergeShortArrays(sym->data(), sym->size(), rk.data(), mg.data(), false));
 }
 
 // The same result in O(n log n): a heap of candidate pairs ordered by (priority, position)
@@ -256,7 +271,7 @@ void BpeModel::EncodePiece(const uint8_t* p, size_t n, std::vector<int32_t>* out
     out->push_back(byte_id_[p[0]]);
     return;
   }
-  if (whole_piece_lookup_) {
+  if (whole_piece_lookup_ && n <= max_token_bytes_) {
     const int32_t id = Find(p, n);
     if (id >= 0) {
       out->push_back(id);
@@ -266,7 +281,8 @@ void BpeModel::EncodePiece(const uint8_t* p, size_t n, std::vector<int32_t>* out
   if (n <= kLongPiece) {
     int32_t sym[kLongPiece], rk[kLongPiece], mg[kLongPiece];
     for (size_t i = 0; i < n; ++i) sym[i] = byte_id_[p[i]];
-    const size_t m = MergeShortArrays(sym, n, rk, mg);
+    for (size_t i = 0; i + 1 < n; ++i) std::tie(rk[i], mg[i]) = byte_pairs_[(p[i] << 8) | p[i + 1]];
+    const size_t m = MergeShortArrays(sym, n, rk, mg, true);
     out->insert(out->end(), sym, sym + m);
     return;
   }

@@ -83,8 +83,10 @@ class BpeModel {
   void ReservePairs(size_t n);
   // Priority and merged id of (left, right), or priority INT32_MAX when they do not merge.
   std::pair<int32_t, int32_t> Lookup(int32_t left, int32_t right) const;
-  // Merges sym[0, n) in place (rk, mg: scratch of n entries); returns the new length.
-  size_t MergeShortArrays(int32_t* sym, size_t n, int32_t* rk, int32_t* mg) const;
+  // Merges sym[0, n) in place (rk, mg: scratch of n entries, holding the pairs' priorities
+  // and merged ids when `pairs_ready`); returns the new length.
+  size_t MergeShortArrays(int32_t* sym, size_t n, int32_t* rk, int32_t* mg, bool pairs_ready) const;
+  void BuildBytePairs();
   void MergeShort(std::vector<int32_t>* sym) const;
   void MergeLong(std::vector<int32_t>* sym) const;
 
@@ -98,6 +100,10 @@ class BpeModel {
   std::vector<FindSlot> find_slots_;  // open addressing over ids, by the hash of their bytes
   std::array<int32_t, 256> byte_id_{};
   std::vector<PairSlot> pairs_;  // open addressing, power-of-two size
+  // (priority, merged) of the pair of single-byte tokens (b1, b2) at b1 << 8 | b2: the first
+  // merges of every piece without a probe of the large table.
+  std::vector<std::pair<int32_t, int32_t>> byte_pairs_;
+  size_t max_token_bytes_ = 0;
   size_t pair_count_ = 0;
   bool whole_piece_lookup_ = false;
 };
