@@ -32,8 +32,8 @@ class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
 
-  // The short name ("gpt2", "cl100k_base", "o200k_base", "llama3", or the tokenizer.json's
-  // directory name for Hugging Face files).
+  // The short name ("gpt2", "cl100k_base", "o200k_base", "llama3", or for a file given by
+  // path the name of the directory holding it).
   virtual const std::string& name() const = 0;
   // Name plus a hash of the files that define it ("cl100k_base:crc32c=0x..."): datasets record
   // it, and training refuses a dataset whose identity differs from the model's tokenizer.

@@ -28,7 +28,7 @@ std::string ReadFile(const fs::path& p) {
 }
 
 // Runs the command; returns its exit status and stdout+stderr in *out.
-int Run(const std::string& cmd, std::string* out) {
+int RunCmd(const std::string& cmd, std::string* out) {
   out->clear();
   FILE* p = popen((cmd + " 2>&1").c_str(), "r");
   if (p == nullptr) return -1;
@@ -51,7 +51,7 @@ TEST(TokenizeCommandTest, EncodesDecodesAndExplainsErrors) {
   std::string out;
 
   // u32 file, then back to text: the repaired input (U+FFFD for the bad byte).
-  ASSERT_EQ(Run(forge + "--input '" + (dir / "in.txt").string() + "' --format u32 --out '" +
+  ASSERT_EQ(RunCmd(forge + "--input '" + (dir / "in.txt").string() + "' --format u32 --out '" +
                     (dir / "ids.bin").string() + "'", &out), 0) << out;
   const std::string raw = ReadFile(dir / "ids.bin");
   std::vector<int32_t> ids(raw.size() / 4);
@@ -59,27 +59,27 @@ TEST(TokenizeCommandTest, EncodesDecodesAndExplainsErrors) {
   std::string repaired = text;
   repaired.replace(repaired.find('\xff'), 1, "\xEF\xBF\xBD");
   EXPECT_EQ(ids, (*lib)->Encode(repaired));
-  ASSERT_EQ(Run(forge + "--decode --format u32 --input '" + (dir / "ids.bin").string() + "'", &out), 0);
+  ASSERT_EQ(RunCmd(forge + "--decode --format u32 --input '" + (dir / "ids.bin").string() + "'", &out), 0);
   EXPECT_EQ(out, repaired);
 
   // JSON and text formats; --specials turns the literal marker into its id.
-  ASSERT_EQ(Run("printf 'a<|endoftext|>b' | " + forge + "--format json", &out), 0) << out;
+  ASSERT_EQ(RunCmd("printf 'a<|endoftext|>b' | " + forge + "--format json", &out), 0) << out;
   EXPECT_EQ(out, "[64,27,91,419,1440,919,91,29,65]\n");
-  ASSERT_EQ(Run("printf 'a<|endoftext|>b' | " + forge + "--specials", &out), 0) << out;
+  ASSERT_EQ(RunCmd("printf 'a<|endoftext|>b' | " + forge + "--specials", &out), 0) << out;
   EXPECT_EQ(out, "64 199999 65\n");
-  ASSERT_EQ(Run("echo '64 199999 65' | " + forge + "--decode", &out), 0) << out;
+  ASSERT_EQ(RunCmd("echo '64 199999 65' | " + forge + "--decode", &out), 0) << out;
   EXPECT_EQ(out, "a<|endoftext|>b");
 
   // Errors name what is wrong.
-  EXPECT_EQ(Run("echo '64 999999' | " + forge + "--decode", &out), 1);
+  EXPECT_EQ(RunCmd("echo '64 999999' | " + forge + "--decode", &out), 1);
   EXPECT_NE(out.find("999999"), std::string::npos) << out;
-  EXPECT_EQ(Run("echo '64 x' | " + forge + "--decode", &out), 1);
+  EXPECT_EQ(RunCmd("echo '64 x' | " + forge + "--decode", &out), 1);
   EXPECT_NE(out.find("<stdin>:1: expected a token id, found 'x"), std::string::npos) << out;
-  EXPECT_EQ(Run(forge + "--strict-utf8 --input '" + (dir / "in.txt").string() + "'", &out), 1);
+  EXPECT_EQ(RunCmd(forge + "--strict-utf8 --input '" + (dir / "in.txt").string() + "'", &out), 1);
   EXPECT_NE(out.find("invalid UTF-8 at byte"), std::string::npos) << out;
-  EXPECT_NE(Run(std::string(FORGE_BINARY_DIR) + "/bin/forge data tokenize --tokenizer nope </dev/null", &out), 0);
+  EXPECT_NE(RunCmd(std::string(FORGE_BINARY_DIR) + "/bin/forge data tokenize --tokenizer nope </dev/null", &out), 0);
   EXPECT_NE(out.find("'nope' is neither a known name"), std::string::npos) << out;
-  EXPECT_EQ(Run(forge + "--format xml </dev/null", &out), 1);
+  EXPECT_EQ(RunCmd(forge + "--format xml </dev/null", &out), 1);
   EXPECT_NE(out.find("--format must be text, json or u32"), std::string::npos) << out;
   fs::remove_all(dir);
 }
