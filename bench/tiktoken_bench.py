@@ -7,9 +7,13 @@ the same JSON lines: tiktoken.get_encoding(name).encode_ordinary_batch(docs, num
 Documents: the file's lines grouped in order until each holds at least --doc-bytes bytes,
 decoded as UTF-8 with ill-formed bytes replaced (as forge-tokenizer-bench does). The best of
 --repeat runs is reported; building the encoding is not timed. A tiktoken-format rank file
-can be named as llama3=PATH (Llama 3's pattern and special tokens).
+can be named as llama3=PATH (Llama 3's pattern and special tokens). Named encodings are
+built from npm tiktoken's encoders/<name>.json when --encoders DIR (default
+$FORGE_DATA_DIR/npm/node_modules/tiktoken/encoders) has them -- the same ranks Forge reads, and
+no download -- else by tiktoken.get_encoding.
 """
 import argparse
+import base64
 import json
 import os
 import time
@@ -42,7 +46,25 @@ def _lines(raw):
         pos = eol
 
 
-def encoding(spec):
+def ranks_from_npm_json(path):
+    """pat_str, special tokens and ranks of an npm tiktoken encoders/<name>.json, whose
+    bpe_ranks lines are "<base64> <rank>" or "! <first rank> <base64> <base64> ..."."""
+    d = json.load(open(path))
+    ranks = {}
+    for line in d["bpe_ranks"].split("\n"):
+        f = line.split()
+        if not f:
+            continue
+        if f[0] == "!":
+            first = int(f[1])
+            for i, tok in enumerate(f[2:]):
+                ranks[base64.b64decode(tok)] = first + i
+        else:
+            ranks[base64.b64decode(f[0])] = int(f[1])
+    return d["pat_str"], d["special_tokens"], ranks, d.get("explicit_n_vocab")
+
+
+def encoding(spec, encoders):
     if spec.startswith("llama3="):
         ranks = load_tiktoken_bpe(spec[len("llama3="):])
         names = ["<|begin_of_text|>", "<|end_of_text|>"] + [
@@ -52,6 +74,11 @@ def encoding(spec):
         specials = {n: len(ranks) + i for i, n in enumerate(names)}
         return "llama3", tiktoken.Encoding("llama3", pat_str=LLAMA3_PATTERN,
                                            mergeable_ranks=ranks, special_tokens=specials)
+    path = os.path.join(encoders, spec + ".json") if encoders else ""
+    if path and os.path.exists(path):
+        pat, specials, ranks, n_vocab = ranks_from_npm_json(path)
+        return spec, tiktoken.Encoding(spec, pat_str=pat, mergeable_ranks=ranks,
+                                       special_tokens=specials, explicit_n_vocab=n_vocab)
     return spec, tiktoken.get_encoding(spec)
 
 
@@ -62,12 +89,14 @@ def main():
     ap.add_argument("--threads", default=f"1,{os.cpu_count()}")
     ap.add_argument("--doc-bytes", type=int, default=4096)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--encoders", default=os.path.join(
+        os.environ.get("FORGE_DATA_DIR", ".forge-data"), "npm/node_modules/tiktoken/encoders"))
     args = ap.parse_args()
     raw = open(args.input, "rb").read()
     docs = documents(raw, args.doc_bytes)
     nbytes = sum(len(d.encode("utf-8")) for d in docs)
     for spec in [s for s in args.tokenizer.split(",") if s]:
-        name, enc = encoding(spec)
+        name, enc = encoding(spec, args.encoders)
         for threads in [int(t) for t in args.threads.split(",") if t]:
             best, tokens = float("inf"), 0
             for _ in range(args.repeat):
