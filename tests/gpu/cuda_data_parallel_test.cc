@@ -112,26 +112,13 @@ struct Trajectory {
 
 StepHyper Hyper(int step) { return StepHyper{2e-3f * (1.0f - 0.05f * step), step + 1}; }
 
-// The one-GPU reference runs the kernels the data-parallel run runs. ddp leaves the down
-// projection's SwiGLU-backward GEMM off (cuda_backend.cu: it would delay the overlapped
-// all-reduces), so its reference does too. In BF16 that changes no bits, but in FP8 the fused
-// kernel and the unfused path (FP8 dgrad GEMM, then SwiGLU's backward) are different GEMMs whose
-// sums round differently; each such difference can flip an E4M3/E5M2 rounding (2^-3 / 2^-2 of
-// an element), which is what moved block 0's first moment past its bound when a ddp FP8 run was
-// compared with a one-GPU run that used the fused kernel.
-CudaBackendOptions ReferenceOptions(ParallelMode mode) {
-  CudaBackendOptions o;
-  if (mode == ParallelMode::kDdp) o.swiglu_bwd_gemm = false;
-  return o;
-}
-
 // One GPU, every global micro-step of a step in order.
 Trajectory RunSingle(const RunConfig& c, const std::vector<std::vector<Tokens>>& batches) {
   Trajectory t;
   cudaSetDevice(0);
   RunConfig one = c;
   one.parallel.mode = ParallelMode::kDdp;
-  auto made = MakeCudaTrainBackend(one, ReferenceOptions(c.parallel.mode));
+  auto made = MakeCudaTrainBackend(one, CudaBackendOptions{});
   EXPECT_TRUE(made.ok()) << made.status().ToString();
   if (!made.ok()) return t;
   auto& b = *made;
