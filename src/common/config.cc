@@ -4,6 +4,8 @@
 // failing rule is reported at the line of the key it names.
 #include "common/config.h"
 
+#include "common/closest_match.h"
+
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -350,29 +352,9 @@ std::string Join(const std::vector<std::string_view>& names) {
   return out;
 }
 
-size_t EditDistance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
-
 // " (did you mean 'x'?)" for a near miss, else "".
 std::string Suggestion(std::string_view key, const std::vector<std::string_view>& valid) {
-  std::string_view best;
-  size_t best_d = std::max<size_t>(2, key.size() / 3) + 1;  // only suggest near misses
-  for (auto v : valid) {
-    const size_t d = EditDistance(key, v);
-    if (d < best_d) best_d = d, best = v;
-  }
+  const std::string_view best = ClosestMatch(key, valid);
   return best.empty() ? "" : " (did you mean '" + std::string(best) + "'?)";
 }
 

@@ -1,5 +1,7 @@
 #include "common/flags.h"
 
+#include "common/closest_match.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -16,35 +18,6 @@ namespace forge {
 
 std::string VersionString(std::string_view program) {
   return std::string(program) + " " + FORGE_VERSION + " (commit " + FORGE_GIT_COMMIT + ")";
-}
-
-namespace {
-
-size_t EditDistance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
-
-}  // namespace
-
-std::string ClosestMatch(std::string_view word, const std::vector<std::string>& candidates) {
-  std::string best;
-  size_t best_d = std::max<size_t>(2, word.size() / 3) + 1;
-  for (const std::string& c : candidates) {
-    const size_t d = EditDistance(word, c);
-    if (d < best_d) best_d = d, best = c;
-  }
-  return best;
 }
 
 FlagParser::FlagParser(std::string program, std::string positional, std::string description)
@@ -105,9 +78,9 @@ Status FlagParser::Parse(int argc, char** argv, int first) {
     }
     const Spec* spec = Find(arg);
     if (spec == nullptr) {
-      std::vector<std::string> names{"--help", "--version"};
+      std::vector<std::string_view> names{"--help", "--version"};
       for (const Spec& s : specs_) names.push_back(s.name);
-      const std::string near = ClosestMatch(arg, names);
+      const std::string near(ClosestMatch(arg, names));
       return Status::Invalid("unknown flag " + arg +
                              (near.empty() ? "" : " (did you mean " + near + "?)"));
     }

@@ -81,8 +81,4 @@ class FlagParser {
   bool help_ = false, version_ = false;
 };
 
-// The candidate closest to `word` by edit distance, or "" when none is close (distance more
-// than a third of the word's length, at least 2).
-std::string ClosestMatch(std::string_view word, const std::vector<std::string>& candidates);
-
 }  // namespace forge

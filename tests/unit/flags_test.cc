@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "common/closest_match.h"
 #include "common/flags.h"
 
 namespace forge {
