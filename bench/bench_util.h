@@ -58,6 +58,11 @@ inline bool ParseFlagsOrExit(FlagParser& flags, const char* program, int argc, c
   return false;
 }
 
+// "--flag: bad value 'v'", the error of a flag whose value a benchmark refuses.
+inline std::string BadValue(const FlagParser& flags, const char* flag) {
+  return std::string(flag) + ": bad value '" + flags.Get(flag) + "'";
+}
+
 // The value of an integer flag into *out when given; false when it is malformed or out of T.
 template <typename T>
 bool FlagInt(const FlagParser& flags, const char* name, T* out) {

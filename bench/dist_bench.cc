@@ -130,7 +130,7 @@ std::string ReadArgs(const FlagParser& f, Args* a) {
   a->profile = f.Has("--profile");
   a->distinct_batches = f.Has("--distinct-batches");
   a->accum_check = f.Has("--accum-check");
-  auto bad = [&](const char* flag) { return std::string(flag) + ": bad value '" + f.Get(flag) + "'"; };
+  auto bad = [&](const char* flag) { return bench::BadValue(f, flag); };
   if (!bench::FlagInt(f, "--world", &a->world) || a->world < 1) return bad("--world");
   if (!bench::FlagInt(f, "--micro-batch", &a->micro_batch) || (f.Has("--micro-batch") && a->micro_batch <= 0))
     return bad("--micro-batch");

@@ -92,7 +92,7 @@ std::string ReadArgs(const FlagParser& f, Args* a) {
   a->precision = f.Get("--precision");
   a->fp8_fast = f.Get("--fp8-fast-accum");
   a->recipe = f.Get("--recipe", a->recipe);
-  auto bad = [&](const char* flag) { return std::string(flag) + ": bad value '" + f.Get(flag) + "'"; };
+  auto bad = [&](const char* flag) { return bench::BadValue(f, flag); };
   if (!bench::FlagInt(f, "--micro-batch", &a->micro_batch) || (f.Has("--micro-batch") && a->micro_batch <= 0))
     return bad("--micro-batch");
   if (!bench::FlagInt(f, "--steps", &a->steps) || a->steps <= 0) return bad("--steps");

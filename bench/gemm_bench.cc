@@ -157,11 +157,11 @@ std::string ReadArgs(const FlagParser& f, Args* a) {
       {"--reps", &a->reps}, {"--warmup", &a->warmup}, {"--sets", &a->sets},
       {"--max-candidates", &a->max_candidates}, {"--workspace-mb", &a->workspace_mb}};
   for (const auto& [flag, out] : sizes)
-    if (!bench::FlagInt(f, flag, out) || *out < 0) return std::string(flag) + ": bad value '" + f.Get(flag) + "'";
+    if (!bench::FlagInt(f, flag, out) || *out < 0) return bench::BadValue(f, flag);
   for (const auto& [flag, out] : counts)
-    if (!bench::FlagInt(f, flag, out) || *out < 0) return std::string(flag) + ": bad value '" + f.Get(flag) + "'";
+    if (!bench::FlagInt(f, flag, out) || *out < 0) return bench::BadValue(f, flag);
   int dw = a->dw_accumulate ? 1 : 0;
-  if (!bench::FlagInt(f, "--dw-accumulate", &dw)) return "--dw-accumulate: bad value '" + f.Get("--dw-accumulate") + "'";
+  if (!bench::FlagInt(f, "--dw-accumulate", &dw)) return bench::BadValue(f, "--dw-accumulate");
   a->dw_accumulate = dw != 0;
   if (a->tokens < 1 || a->d < 1 || a->qkv < 1 || a->ffn < 1 || a->vocab < 1 || a->lm_chunk < 1 ||
       a->reps < 1 || a->sets < 1 || a->max_candidates < 1) {

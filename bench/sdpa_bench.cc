@@ -88,7 +88,7 @@ std::string ReadArgs(const FlagParser& f, Args* a) {
                                                  {"--seq", &a->seq}};
   for (const auto& [flag, out] : counts)
     if (!bench::FlagInt(f, flag, out) || *out < 1 || *out > (1 << 20))
-      return std::string(flag) + ": bad value '" + f.Get(flag) + "'";
+      return bench::BadValue(f, flag);
   return "";
 }
 

@@ -388,9 +388,9 @@ int main(int argc, char** argv) {
   if (int rc; bench::ParseFlagsOrExit(flags, "forge-wgmma-bench", argc, argv, &rc)) return rc;
   int reps = 30, sets = 3;
   if (!bench::FlagInt(flags, "--reps", &reps) || reps < 1)
-    return bench::FailJson("forge-wgmma-bench", "--reps: bad value '" + flags.Get("--reps") + "'");
+    return bench::FailJson("forge-wgmma-bench", bench::BadValue(flags, "--reps"));
   if (!bench::FlagInt(flags, "--sets", &sets) || sets < 1)
-    return bench::FailJson("forge-wgmma-bench", "--sets: bad value '" + flags.Get("--sets") + "'");
+    return bench::FailJson("forge-wgmma-bench", bench::BadValue(flags, "--sets"));
   const std::string only = flags.Get("--only");
   const Shape shapes[] = {{"small", 256, 512, 128},        {"qkv_fwd", 16384, 3072, 1024},
                           {"out_fwd", 16384, 1024, 1024},  {"gate_up_fwd", 16384, 5632, 1024},
