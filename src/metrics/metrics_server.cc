@@ -8,25 +8,14 @@
 
 #include <prometheus/text_serializer.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <list>
 
 namespace forge {
 namespace {
-
-// Writes all of `s` (a peer that stops reading just loses its response).
-void WriteAll(int fd, const std::string& s) {
-  size_t off = 0;
-  while (off < s.size()) {
-    const ssize_t n = ::send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
-    if (n <= 0) {
-      if (n < 0 && errno == EINTR) continue;
-      return;
-    }
-    off += size_t(n);
-  }
-}
 
 std::string Response(const char* status, const char* type, const std::string& body) {
   return std::string("HTTP/1.1 ") + status + "\r\nContent-Type: " + type +
@@ -59,7 +48,8 @@ StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string&
       return Status::Invalid("metrics.bind_address: not an IPv4 address: " + bind_address);
     len = sizeof(sockaddr_in);
   }
-  const int fd = ::socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  // Non-blocking: Serve() accepts until nothing is pending.
+  const int fd = ::socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return Status::Unavailable("cannot serve /metrics on " + shown + ": socket: " + std::strerror(errno));
   const int one = 1;
   ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -91,45 +81,102 @@ void MetricsServer::Register(const std::shared_ptr<prometheus::Collectable>& c) 
   collectables_.push_back(c);
 }
 
+struct MetricsServer::Connection {
+  using Clock = std::chrono::steady_clock;
+  int fd = -1;
+  Clock::time_point opened;
+  std::string in;   // the request head so far
+  std::string out;  // the reply; empty while reading
+  size_t sent = 0;
+  bool finished = false;  // replied, refused or failed: close it
+  bool replying() const { return !out.empty(); }
+};
+
 // Polls so that the destructor's stop flag is seen within 100 ms.
 void MetricsServer::Serve() {
+  using Clock = Connection::Clock;
+  std::list<Connection> conns;  // oldest first
+  auto close_conn = [&](std::list<Connection>::iterator it) {
+    ::close(it->fd);
+    return conns.erase(it);
+  };
+  std::vector<pollfd> fds;
+  std::vector<std::list<Connection>::iterator> which;
   while (!stop_.load()) {
-    pollfd p{listen_fd_, POLLIN, 0};
-    if (::poll(&p, 1, 100) <= 0) continue;
-    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    Handle(fd);
-    ::close(fd);
+    fds.clear();
+    which.clear();
+    fds.push_back({listen_fd_, POLLIN, 0});
+    for (auto it = conns.begin(); it != conns.end(); ++it) {
+      fds.push_back({it->fd, short(it->replying() ? POLLOUT : POLLIN), 0});
+      which.push_back(it);
+    }
+    if (::poll(fds.data(), fds.size(), 100) < 0 && errno != EINTR) continue;
+    const auto now = Clock::now();
+    for (size_t i = 1; i < fds.size(); ++i) {
+      Connection& c = *which[i - 1];
+      if (fds[i].revents & (POLLERR | POLLNVAL)) {
+        c.finished = true;
+      } else if (c.replying() && (fds[i].revents & (POLLOUT | POLLHUP))) {
+        const ssize_t n = ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL);
+        if (n > 0) c.sent += size_t(n);
+        c.finished = c.sent >= c.out.size() || (n < 0 && errno != EAGAIN && errno != EINTR);
+      } else if (!c.replying() && (fds[i].revents & (POLLIN | POLLHUP))) {
+        char buf[2048];
+        const ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
+        if (n > 0) {
+          c.in.append(buf, size_t(n));
+          const size_t end = c.in.find("\r\n\r\n");
+          if (end != std::string::npos) c.out = Answer(c.in.substr(0, end + 4));
+          else c.finished = c.in.size() >= 8192;  // a head that long is no scrape
+        } else {
+          c.finished = n == 0 || (errno != EAGAIN && errno != EINTR);
+        }
+      }
+    }
+    // Finished, or out of time.
+    for (auto it = conns.begin(); it != conns.end();) {
+      const auto age = std::chrono::duration_cast<std::chrono::milliseconds>(now - it->opened);
+      const bool late = age.count() >= (it->replying() ? kConnectionTimeoutMs : kHeadTimeoutMs);
+      it = it->finished || late ? close_conn(it) : std::next(it);
+    }
+    if (!(fds[0].revents & POLLIN)) continue;
+    for (;;) {
+      const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0) break;
+      if (int(conns.size()) >= kMaxConnections) {
+        // Full: the oldest connection still waiting for its head makes room; when every one
+        // is replying, the new one is turned away.
+        auto idle = std::find_if(conns.begin(), conns.end(),
+                                 [](const Connection& c) { return !c.replying(); });
+        if (idle == conns.end()) {
+          ::close(fd);
+          continue;
+        }
+        close_conn(idle);
+      }
+      Connection c;
+      c.fd = fd;
+      c.opened = Clock::now();
+      conns.push_back(std::move(c));
+    }
   }
+  for (auto it = conns.begin(); it != conns.end();) it = close_conn(it);
 }
 
-// One request: read the head (2 s, 8 KiB at most), answer GET /metrics, else 404/405.
-void MetricsServer::Handle(int fd) {
-  std::string head;
-  char buf[2048];
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-  while (head.find("\r\n\r\n") == std::string::npos && head.size() < 8192) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now()).count();
-    pollfd p{fd, POLLIN, 0};
-    if (left <= 0 || ::poll(&p, 1, int(left)) <= 0) return;
-    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) return;
-    head.append(buf, size_t(n));
-  }
+// Answers GET /metrics (HEAD too), else 404/405; an unreadable request line gets 400.
+std::string MetricsServer::Answer(const std::string& head) {
   const size_t sp1 = head.find(' '), sp2 = head.find(' ', sp1 + 1);
-  if (sp1 == std::string::npos || sp2 == std::string::npos) return;
+  if (sp1 == std::string::npos || sp2 == std::string::npos)
+    return Response("400 Bad Request", "text/plain", "GET /metrics\n");
   const std::string method = head.substr(0, sp1), target = head.substr(sp1 + 1, sp2 - sp1 - 1);
   const std::string path = target.substr(0, target.find('?'));
-  if (method != "GET" && method != "HEAD") {
-    WriteAll(fd, Response("405 Method Not Allowed", "text/plain", "GET /metrics\n"));
-  } else if (path != "/metrics" && path != "/metrics/") {
-    WriteAll(fd, Response("404 Not Found", "text/plain", "see /metrics\n"));
-  } else {
-    std::string r = Response("200 OK", "text/plain; version=0.0.4; charset=utf-8", Scrape());
-    if (method == "HEAD") r.resize(r.find("\r\n\r\n") + 4);
-    WriteAll(fd, r);
-  }
+  if (method != "GET" && method != "HEAD")
+    return Response("405 Method Not Allowed", "text/plain", "GET /metrics\n");
+  if (path != "/metrics" && path != "/metrics/")
+    return Response("404 Not Found", "text/plain", "see /metrics\n");
+  std::string r = Response("200 OK", "text/plain; version=0.0.4; charset=utf-8", Scrape());
+  if (method == "HEAD") r.resize(r.find("\r\n\r\n") + 4);
+  return r;
 }
 
 std::string MetricsServer::Scrape() {

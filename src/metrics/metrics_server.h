@@ -2,11 +2,16 @@
 // GpuHealthCollector) in Prometheus text format. Workers listen on metrics.port + local rank,
 // the coordinator on its own port.
 //
-// Our own small HTTP/1.1 server (one thread, one request per connection) rather than
-// prometheus-cpp's Exposer: CivetWeb starts its threads with a fixed small stack, which glibc
+// Our own small HTTP/1.1 server rather than prometheus-cpp's Exposer: CivetWeb starts its threads with a fixed small stack, which glibc
 // refuses once a library with a large static TLS block is loaded (libcublasLt: 94 KB), so in
 // every CUDA build the Exposer failed with "null context when constructing CivetServer". A
 // scrape endpoint needs none of CivetWeb's features.
+//
+// One thread serves every connection at once with non-blocking sockets and poll(): one request
+// per connection, whose head must arrive within kHeadTimeoutMs and whose whole exchange ends
+// within kConnectionTimeoutMs (a peer that stops reading loses its reply). At most
+// kMaxConnections are open; a new one beyond that closes the oldest still waiting for its
+// head, so idle or slow clients never keep a scraper out.
 #pragma once
 
 #include <prometheus/collectable.h>
@@ -34,10 +39,16 @@ class MetricsServer {
   int port() const { return port_; }
   const std::string& bind_address() const { return bind_; }
 
+  static constexpr int kMaxConnections = 64;
+  static constexpr int kHeadTimeoutMs = 2000;
+  static constexpr int kConnectionTimeoutMs = 10000;
+
  private:
+  struct Connection;
   MetricsServer() = default;
   void Serve();
-  void Handle(int fd);
+  // The reply to a complete request head (its bytes up to the blank line).
+  std::string Answer(const std::string& head);
   std::string Scrape();
 
   std::string bind_;
