@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -866,6 +867,21 @@ StatusOr<RunConfig> ParseRunConfig(const std::string& yaml_text, const std::stri
 }
 
 StatusOr<RunConfig> LoadRunConfig(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    // A directory opens and reads as nothing, which would pass for an empty config.
+    std::vector<std::string> yaml;
+    for (const auto& entry : std::filesystem::directory_iterator(path, ec)) {
+      const std::string ext = entry.path().extension().string();
+      if (ext == ".yaml" || ext == ".yml") yaml.push_back(entry.path().filename().string());
+    }
+    std::sort(yaml.begin(), yaml.end());
+    std::string hint;
+    for (size_t i = 0; i < yaml.size() && i < 5; ++i) hint += (i ? ", " : "") + yaml[i];
+    if (yaml.size() > 5) hint += ", ...";
+    return Status::Invalid(path + ": is a directory, not a config file" +
+                           (hint.empty() ? "" : " (config files in it: " + hint + ")"));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return Status::NotFound(path + ": cannot open config file: " + std::strerror(errno));

@@ -616,5 +616,22 @@ TEST(ConfigFilesTest, LoadReportsMissingFilesAndNamesThePathInErrors) {
   std::filesystem::remove(path);
 }
 
+// A directory reads as nothing: it must be named as a directory, not called an empty config.
+TEST(ConfigFilesTest, ADirectoryIsNamedAsOne) {
+  StatusOr<RunConfig> r = LoadRunConfig(FORGE_SOURCE_DIR "/configs");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  const std::string& m = r.status().message();
+  EXPECT_NE(m.find(FORGE_SOURCE_DIR "/configs: is a directory, not a config file"),
+            std::string::npos) << m;
+  EXPECT_NE(m.find("tiny.yaml"), std::string::npos) << m;  // what the user may have meant
+  EXPECT_EQ(m.find("empty"), std::string::npos) << m;
+  const std::string empty_dir = ::testing::TempDir() + "/forge_config_test_dir";
+  std::filesystem::create_directories(empty_dir);
+  r = LoadRunConfig(empty_dir);
+  EXPECT_EQ(r.status().message(), empty_dir + ": is a directory, not a config file");
+  std::filesystem::remove_all(empty_dir);
+}
+
 }  // namespace
 }  // namespace forge

@@ -99,5 +99,7 @@ std::unique_ptr<TrainBackend> MakeCpuBackend(const RunConfig& cfg, Comm* comm = 
 StatusOr<std::unique_ptr<TrainBackend>> MakeCudaBackend(const RunConfig& cfg,
                                                         Comm* comm = nullptr);
 bool CudaDeviceAvailable();
+// Free memory of the current CUDA device in bytes; < 0 without CUDA or when it cannot be read.
+double CudaFreeDeviceMemoryBytes();
 
 }  // namespace forge

@@ -640,4 +640,10 @@ bool CudaDeviceAvailable() {
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
+double CudaFreeDeviceMemoryBytes() {
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return -1;
+  return double(free_b);
+}
+
 }  // namespace forge

@@ -1,4 +1,4 @@
-// MakeCudaBackend / CudaDeviceAvailable in builds without CUDA (FORGE_CUDA=OFF or no nvcc). The
+// MakeCudaBackend / CudaDeviceAvailable / CudaFreeDeviceMemoryBytes in builds without CUDA (FORGE_CUDA=OFF or no nvcc). The
 // CMake glob always compiles this file; in CUDA builds FORGE_HAVE_CUDA is defined and
 // cuda_backend.cu provides the real definitions, so this compiles to nothing.
 #ifndef FORGE_HAVE_CUDA
@@ -13,6 +13,8 @@ StatusOr<std::unique_ptr<TrainBackend>> MakeCudaBackend(const RunConfig& /*cfg*/
 }
 
 bool CudaDeviceAvailable() { return false; }
+
+double CudaFreeDeviceMemoryBytes() { return -1; }
 
 }  // namespace forge
 

@@ -13,6 +13,7 @@
 #include "worker/parallel/mpi_comm.h"
 #include "worker/parallel/nccl_comm.h"
 #include "worker/train/backend.h"
+#include "worker/train/memory_estimate.h"
 #include "worker/train/train_device.h"
 
 namespace forge {
@@ -145,6 +146,17 @@ StatusOr<ProcessRunResult> TrainInProcessGroup(const RunConfig& cfg, ProcessGrou
   opt.comm = group->comm.get();
   ProcessRunResult out;
 
+  Backend want = cfg.train.backend;
+  if (want == Backend::kAuto) want = CudaDeviceAvailable() ? Backend::kCuda : Backend::kCpu;
+  if (world > 1 && group->nccl != nullptr) want = Backend::kCuda;
+  // A model too large for this machine is refused here, before anything is allocated for it.
+  if (want == Backend::kCuda)
+    FORGE_RETURN_IF_ERROR(CheckTrainingMemory(cfg, want, world, CudaFreeDeviceMemoryBytes(),
+                                              "the GPU's free memory"));
+  else
+    FORGE_RETURN_IF_ERROR(CheckTrainingMemory(cfg, want, world, HostAvailableMemoryBytes(),
+                                              "this host's available memory"));
+
   std::vector<DataSourceConfig> sources = DataSources(cfg);
   if (opt.data_plan) {  // the coordinator's; "" names this worker's default dataset
     for (DataPlanSource& s : opt.data_plan->sources)
@@ -180,8 +192,6 @@ StatusOr<ProcessRunResult> TrainInProcessGroup(const RunConfig& cfg, ProcessGrou
   };
   data.usage = [&](int64_t cursor) { return mix->UsageAt(cursor); };
 
-  Backend want = cfg.train.backend;
-  if (want == Backend::kAuto) want = CudaDeviceAvailable() ? Backend::kCuda : Backend::kCpu;
   std::unique_ptr<TrainBackend> backend;
   if (world > 1 && group->nccl != nullptr) {
     FORGE_ASSIGN_OR_RETURN(backend, MakeCudaBackend(cfg, group->nccl.get()));
