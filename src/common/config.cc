@@ -25,6 +25,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/text_excerpt.h"
+
 namespace forge {
 namespace {
 
@@ -200,7 +202,8 @@ MaybeProblem CheckModel(const ModelConfig& m) {
     bool known = false;
     for (const auto& p : kPresets) known = known || m.preset == p.name;
     if (!known) {
-      return Problem{"model.preset", "must be one of " + PresetNames() + ", got '" + m.preset + "'", {}};
+      return Problem{"model.preset",
+                     "must be one of " + PresetNames() + ", got '" + TextExcerpt(m.preset) + "'", {}};
     }
   }
   FORGE_RULE(AtLeast("model.n_layer", m.n_layer, 1));
@@ -236,7 +239,10 @@ MaybeProblem CheckRunConfig(const RunConfig& c) {
   if (c.name.empty()) return Problem{"name", "must not be empty", {}};
   for (char ch : c.name) {
     if (!IsNameChar(ch)) {
-      return Problem{"name", "may hold only letters, digits, '.', '_' and '-', got '" + c.name + "'", {}};
+      return Problem{"name",
+                     "may hold only letters, digits, '.', '_' and '-', got '" + TextExcerpt(c.name) +
+                         "'",
+                     {}};
     }
   }
   FORGE_RULE(CheckModel(c.model));
@@ -361,7 +367,8 @@ std::string Suggestion(std::string_view key, const std::vector<std::string_view>
 
 bool IsQuoted(const YAML::Node& n) { return n.Tag() == "!" || n.Tag() == "tag:yaml.org,2002:str"; }
 
-// How a value reads in a message: the text as written, a quoted string, or its kind.
+// How a value reads in a message: the text as written (a bounded excerpt), a quoted string, or
+// its kind.
 std::string Describe(const YAML::Node& n) {
   switch (n.Type()) {
     case YAML::NodeType::Null:
@@ -371,7 +378,7 @@ std::string Describe(const YAML::Node& n) {
     case YAML::NodeType::Map:
       return "a mapping";
     case YAML::NodeType::Scalar:
-      return IsQuoted(n) ? "\"" + n.Scalar() + "\"" : n.Scalar();
+      return IsQuoted(n) ? "\"" + TextExcerpt(n.Scalar()) + "\"" : TextExcerpt(n.Scalar());
     default:
       return "nothing";
   }
@@ -475,11 +482,12 @@ class Reader {
       bool known = false;
       for (auto v : valid) known = known || v == key;
       if (!known) {
+        const std::string shown = (path.empty() ? "" : path + ".") + TextExcerpt(key);
         if (path.empty()) {
-          return ErrorAt(line, full, "unknown top-level key" + Suggestion(key, valid) +
+          return ErrorAt(line, shown, "unknown top-level key" + Suggestion(key, valid) +
                                          "; valid top-level keys: " + Join(valid));
         }
-        return ErrorAt(line, full, "unknown key" + Suggestion(key, valid) + "; valid keys of " +
+        return ErrorAt(line, shown, "unknown key" + Suggestion(key, valid) + "; valid keys of " +
                                        path + ": " + Join(valid));
       }
       if (out->count(key)) {
@@ -536,7 +544,7 @@ class Reader {
     double v = *out;
     FORGE_RETURN_IF_ERROR(ReadDouble(e, sec, key, &v));
     if (std::isfinite(v) && std::fabs(v) > std::numeric_limits<float>::max()) {
-      return Error(Path(sec, key), "is out of float range, got " + Find(e, key)->Scalar());
+      return Error(Path(sec, key), "is out of float range, got " + TextExcerpt(Find(e, key)->Scalar()));
     }
     *out = static_cast<float>(v);
     return Status::Ok();
@@ -836,6 +844,9 @@ Status ApplyModelPreset(const std::string& name, ModelConfig* m) {
 
 StatusOr<RunConfig> ParseRunConfig(const std::string& yaml_text, const std::string& source) {
   Reader r(source);
+  // YAML is Unicode text; a spec that is not arrives here from files and requests alike.
+  if (auto bad = LocateInvalidUtf8(yaml_text))
+    return r.ErrorAt(bad->line, "", "not valid UTF-8 text: " + DescribeUtf8Error(*bad));
   std::vector<YAML::Node> docs;
   try {
     docs = YAML::LoadAll(yaml_text);

@@ -505,6 +505,38 @@ TEST(ConfigErrorTest, SyntaxEmptyAndShape) {
                         "holds 2 YAML documents (the second starts here); expected one"));
 }
 
+// YAML is Unicode text: a byte that is not UTF-8 is named with its line and column.
+TEST(ConfigErrorTest, NotUtf8IsNamedWithLineAndColumn) {
+  EXPECT_TRUE(FailsWith(Y({"model:", "  preset: tiny", "name: caf\xe9"}), 3, "",
+                        "not valid UTF-8 text: column 10 (byte offset 31): ill-formed UTF-8 at "
+                        "byte 0xe9"));
+  // An overlong '/' (C0 AF) and a lone continuation byte; well-formed UTF-8 passes.
+  EXPECT_TRUE(FailsWith(Y({"# \xc0\xaf", "model: {preset: tiny}"}), 1, "", "column 3"));
+  EXPECT_TRUE(FailsWith(Y({"model: {preset: tiny}", "# \x80"}), 2, "", "byte 0x80"));
+  EXPECT_EQ(ParseOk(Y({"model: {preset: tiny}", "data: {dataset_dir: /d/caf\xc3\xa9}"}))
+                .data.dataset_dir,
+            "/d/caf\xc3\xa9");
+}
+
+// A value quoted in an error is a bounded excerpt, whatever its size.
+TEST(ConfigErrorTest, HugeValuesAreQuotedAsShortExcerpts) {
+  const std::string huge(100000, 'x');
+  const std::string model = "model: {preset: tiny}\n";
+  for (const std::string& yaml :
+       {model + "optimizer: {lr: " + huge + "}\n",
+        // (YAML takes keys of at most 1024 characters: longer ones are a syntax error)
+        model + "optimizer: {" + huge.substr(0, 1000) + ": 1}\n",
+        model + "name: \"" + huge + " y\"\n", "model: {preset: " + huge + "}\n",
+        model + "train: {backend: " + huge + "}\n"}) {
+    StatusOr<RunConfig> r = ParseRunConfig(yaml, "t.yaml");
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+    EXPECT_LT(r.status().message().size(), 600u) << r.status().message().substr(0, 600);
+    EXPECT_NE(r.status().message().find("xxx... (1000"), std::string::npos)  // 1000 or 100000
+        << r.status().message().substr(0, 600);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 
 TEST(ConfigValidateTest, DefaultsAreValid) {
