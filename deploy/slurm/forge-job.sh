@@ -24,6 +24,9 @@
 #                      the coordinator target of deploy/prometheus/prometheus.yml; 0: none)
 #   FORGE_WORKER_ARGS  extra forge-worker flags (e.g. --throttle-ms 20)
 #   FORGE_HEARTBEAT_TIMEOUT_MS  the started coordinator's worker heartbeat timeout (10000)
+#   FORGE_DATA_ROOT    where the started coordinator lets CONFIG's data.dataset_dir point
+#                      (--data-root; default /: the job's coordinator serves only the job's
+#                      owner, who may read any of their own files)
 #   FORGE_RESUME       direct mode: latest (default), step_N or a path
 #
 # Stopping (what Slurm sends, and what happens):
@@ -114,7 +117,7 @@ run_coordinator() {
     "$(bin forge-coordinator)" --state-dir "$state" \
       --listen "${FORGE_COORDINATOR_LISTEN:-0.0.0.0}:$1" --address-file "$addr_file" \
       --token-file "$state/secrets/token" --join-secret-file "$state/secrets/join-secret" \
-      --heartbeat-timeout-ms "$timeout_ms" \
+      --heartbeat-timeout-ms "$timeout_ms" --data-root "${FORGE_DATA_ROOT:-/}" \
       --metrics-port "${FORGE_COORDINATOR_METRICS_PORT:-9400}" &
     coord_pid=$!
     for _ in $(seq 300); do [ -s "$addr_file" ] && break; sleep 0.1; done

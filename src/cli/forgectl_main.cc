@@ -6,7 +6,10 @@
 //     checkpoint RUN                    save a checkpoint now, keep training
 //     status RUN                        one run in detail
 //     list [--active]                   every run, one line each
-//     watch RUN [--history]             live progress line until the run ends
+//     watch RUN [--history] [--reconnect-for S]
+//                                       live progress line until the run ends; a coordinator
+//                                       that goes away is reconnected to (stderr says so) for
+//                                       up to S seconds (default 600)
 //     checkpoints RUN                   committed checkpoints
 //     data RUN                          the data plan at the latest checkpoint: per source its
 //                                       weight, sequences and tokens consumed, and epoch
@@ -22,6 +25,7 @@
 #include <google/protobuf/util/json_util.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -67,13 +71,13 @@ int Usage() {
   std::fprintf(stderr,
                "usage: forgectl [--coordinator HOST:PORT] [--token-file FILE] [--tls-ca FILE] "
                "[--json] COMMAND\n"
-               "  submit SPEC.yaml [--watch]\n"
+               "  submit SPEC.yaml [--watch [--reconnect-for S]]\n"
                "  stop RUN [--now]\n"
                "  resume RUN [--checkpoint step_N] [--workers N]\n"
                "  checkpoint RUN\n"
                "  status RUN\n"
                "  list [--active]\n"
-               "  watch RUN [--history]\n"
+               "  watch RUN [--history] [--reconnect-for S]\n"
                "  checkpoints RUN\n"
                "  data RUN\n"
                "  export RUN [--checkpoint step_N] [-o NAME] [--bf16]\n"
@@ -186,22 +190,46 @@ bool Terminal(v1::RunState s) {
   return s == v1::STOPPED || s == v1::COMPLETED || s == v1::FAILED;
 }
 
-// Follows the run until it ends; reopens the stream when the coordinator restarts.
-int Watch(const Global& g, Client* c, const std::string& run_id, bool history) {
+// Follows the run until it ends. When the coordinator goes away (killed, restarted, a network
+// break) the stream is reopened with backoff, saying so on stderr, for up to `reconnect_s`
+// seconds without reaching it (20 s, as other commands, when it was never reached); events
+// already printed are not printed again.
+int Watch(const Global& g, Client* c, const std::string& run_id, bool history,
+          double reconnect_s) {
+  using Clock = std::chrono::steady_clock;
   const bool tty = !g.json && isatty(STDOUT_FILENO);
   bool printed_line = false;
   v1::Run last;
-  for (int reconnects = 0;; ++reconnects) {
+  int64_t last_event = 0;  // ids grow over the coordinator's life, restarts included
+  bool first = true;
+  double backoff_s = 0.25;
+  Clock::time_point lost_at{};  // when the coordinator was last reached (while lost)
+  Clock::time_point told_at{};  // when stderr last said so
+  bool lost = false;
+  bool reached = false;
+  auto end_line = [&] {
+    if (tty && printed_line) std::printf("\n");
+    std::fflush(stdout);
+    printed_line = false;
+  };
+  for (;;) {
     v1::WatchRunRequest req;
     req.set_run_id(run_id);
-    req.set_history(history && reconnects == 0);
+    req.set_history(history && first);
     grpc::ClientContext ctx;
     rpc::AddBearer(&ctx, c->token());
     auto reader = c->stub()->WatchRun(&ctx, req);
     v1::RunUpdate u;
-    bool got_any = false;
     while (reader->Read(&u)) {
-      got_any = true;
+      if (lost) {
+        end_line();
+        std::fprintf(stderr, "forgectl: reconnected to the coordinator after %.1f s\n",
+                     std::chrono::duration<double>(Clock::now() - lost_at).count());
+        lost = false;
+      }
+      first = false;
+      reached = true;
+      backoff_s = 0.25;
       last = u.run();
       if (g.json) {
         std::printf("%s\n", Json(u).c_str());
@@ -209,6 +237,8 @@ int Watch(const Global& g, Client* c, const std::string& run_id, bool history) {
         continue;
       }
       for (const v1::RunEvent& e : u.events()) {
+        if (e.id() <= last_event) continue;  // seen before the coordinator went away
+        last_event = e.id();
         if (tty && printed_line) std::printf("\r\033[K");
         std::printf("%s\n", EventLine(e).c_str());
         printed_line = false;
@@ -225,17 +255,50 @@ int Watch(const Global& g, Client* c, const std::string& run_id, bool history) {
     if (s.ok() || Terminal(last.state())) break;
     // A graceful shutdown ends open streams with CANCELLED (under Slurm scancel's SIGTERM
     // reaches the coordinator before forge-job.sh restarts it): reconnect, as after kill -9.
-    if (!rpc::IsTransient(s.error_code()) || (!got_any && reconnects > 60)) {
-      if (tty && printed_line) std::printf("\n");
+    if (!rpc::IsTransient(s.error_code())) {
+      end_line();
       return Fail(s);
     }
-    if (!got_any) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    const auto now = Clock::now();
+    if (!lost) {
+      lost = true;
+      lost_at = told_at = now;
+      end_line();
+      std::fprintf(stderr, "forgectl: %s the coordinator (%s: %s); %s\n",
+                   reached ? "lost" : "cannot reach", rpc::GrpcCodeName(s.error_code()),
+                   s.error_message().c_str(), reached ? "reconnecting" : "retrying");
+    }
+    const double away = std::chrono::duration<double>(now - lost_at).count();
+    if (away > (reached ? reconnect_s : std::min(reconnect_s, 20.0))) {
+      end_line();
+      return Fail(std::string("gave up ") + (reached ? "reconnecting" : "trying") +
+                  " to reach the coordinator after " +
+                  std::to_string(int(away)) + " s (" + rpc::GrpcCodeName(s.error_code()) +
+                  ": " + s.error_message() + ")");
+    }
+    if (std::chrono::duration<double>(now - told_at).count() >= 30) {
+      told_at = now;
+      std::fprintf(stderr, "forgectl: still reconnecting (%d s so far)\n", int(away));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(int(backoff_s * 1000)));
+    backoff_s = std::min(5.0, backoff_s * 2);
   }
-  if (tty && printed_line) std::printf("\n");
+  end_line();
   if (!g.json && last.state() == v1::FAILED)
     std::fprintf(stderr, "forgectl: run %s FAILED: %s\n", run_id.c_str(),
                  last.state_reason().c_str());
   return last.state() == v1::FAILED ? 1 : 0;
+}
+
+// --reconnect-for S (default 600): how long watch keeps trying to reach a coordinator that
+// went away; Invalid text for a bad value.
+bool ReconnectSeconds(const Cmd& cmd, double* out) {
+  *out = 600;
+  if (!cmd.Has("--reconnect-for")) return true;
+  const std::string v = cmd.Get("--reconnect-for");
+  char* end = nullptr;
+  *out = std::strtod(v.c_str(), &end);
+  return !v.empty() && *end == '\0' && *out >= 0;
 }
 
 int Dispatch(const Global& g, const Cmd& cmd, Client* c) {
@@ -253,7 +316,9 @@ int Dispatch(const Global& g, const Cmd& cmd, Client* c) {
     if (g.json) std::printf("%s\n", Json(run).c_str());
     else std::printf("submitted %s (%s)\n", run.id().c_str(), StateName(run.state()));
     std::fflush(stdout);
-    return cmd.Has("--watch") ? Watch(g, c, run.id(), true) : 0;
+    double reconnect_s = 0;
+    if (!ReconnectSeconds(cmd, &reconnect_s)) return Usage();
+    return cmd.Has("--watch") ? Watch(g, c, run.id(), true, reconnect_s) : 0;
   }
   if (cmd.name == "stop") {
     if (!need(1)) return Usage();
@@ -306,7 +371,9 @@ int Dispatch(const Global& g, const Cmd& cmd, Client* c) {
   }
   if (cmd.name == "watch") {
     if (!need(1)) return Usage();
-    return Watch(g, c, p[0], cmd.Has("--history"));
+    double reconnect_s = 0;
+    if (!ReconnectSeconds(cmd, &reconnect_s)) return Usage();
+    return Watch(g, c, p[0], cmd.Has("--history"), reconnect_s);
   }
   if (cmd.name == "checkpoints") {
     if (!need(1)) return Usage();

@@ -1,11 +1,18 @@
 #include "coordinator/coordinator.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <random>
 
+#include <sqlite3.h>
+
 #include "common/config.h"
+#include "common/peak_flops.h"
+#include "common/text_excerpt.h"
 #include "coordinator/data_plans.h"
 #include "coordinator/run_paths.h"
 #include "coordinator/scheduler.h"
@@ -24,10 +31,24 @@ int64_t NowMs() {
       .count();
 }
 
+// Whether an I/O error says the storage is full (or a file-size limit was hit): file_io's
+// messages end with strerror's text, the run store's with SQLite's.
+bool OutOfSpace(const std::string& message) {
+  for (int e : {ENOSPC, EDQUOT, EFBIG})
+    if (message.find(std::strerror(e)) != std::string::npos) return true;
+  return message.find(sqlite3_errstr(SQLITE_FULL)) != std::string::npos;
+}
+
 grpc::Status ToGrpc(const Status& s) {
   if (s.ok()) return grpc::Status::OK;
   grpc::StatusCode code = grpc::StatusCode::INTERNAL;
   switch (s.code()) {
+    // The coordinator's storage failed (a manifest, a run dir): not a bug of its own, and not
+    // worth retrying in a loop; the message names the path.
+    case Code::kIoError:
+      code = OutOfSpace(s.message()) ? grpc::StatusCode::RESOURCE_EXHAUSTED
+                                     : grpc::StatusCode::FAILED_PRECONDITION;
+      break;
     case Code::kInvalidArgument: code = grpc::StatusCode::INVALID_ARGUMENT; break;
     case Code::kNotFound: code = grpc::StatusCode::NOT_FOUND; break;
     case Code::kFailedPrecondition: code = grpc::StatusCode::FAILED_PRECONDITION; break;
@@ -39,7 +60,7 @@ grpc::Status ToGrpc(const Status& s) {
 }
 
 grpc::Status NotFoundRun(const std::string& id) {
-  return {grpc::StatusCode::NOT_FOUND, "no run with id '" + id + "'"};
+  return {grpc::StatusCode::NOT_FOUND, "no run with id '" + TextExcerpt(id) + "'"};
 }
 
 bool Active(RunState s) { return s == RunState::kRunning || s == RunState::kCheckpointing; }
@@ -56,11 +77,23 @@ std::string NewRunId(const std::string& name) {
   return base + "-" + hex;
 }
 
-// The spec as the coordinator runs it: parsed strictly, paths confined to the run dir.
+// The spec as the coordinator runs it: parsed strictly, outputs confined to the run dir,
+// input data to the data roots.
 StatusOr<RunConfig> ParseSpec(const std::string& yaml, const std::string& source,
-                              const std::string& run_dir, bool trust_paths) {
+                              const std::string& run_dir, const CoordinatorOptions& opt) {
   FORGE_ASSIGN_OR_RETURN(RunConfig cfg, ParseRunConfig(yaml, source));
-  if (trust_paths) return cfg;
+  if (opt.local_process) return cfg;
+  if (!cfg.data.dataset_dir.empty()) {
+    FORGE_ASSIGN_OR_RETURN(cfg.data.dataset_dir,
+                           ResolveUnderRoots(opt.data_roots, cfg.data.dataset_dir,
+                                             source + ": data.dataset_dir"));
+  }
+  for (size_t i = 0; i < cfg.data.sources.size(); ++i) {
+    FORGE_ASSIGN_OR_RETURN(
+        cfg.data.sources[i].dir,
+        ResolveUnderRoots(opt.data_roots, cfg.data.sources[i].dir,
+                          source + ": data.sources[" + std::to_string(i) + "].dir"));
+  }
   cfg.train.run_dir = run_dir;
   if (!cfg.checkpoint.dir.empty()) {
     FORGE_ASSIGN_OR_RETURN(cfg.checkpoint.dir,
@@ -142,6 +175,13 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorOption
   c->opt_.runs_dir = fs::absolute(c->opt_.runs_dir).lexically_normal().string();
   fs::create_directories(c->opt_.runs_dir, ec);
   if (ec) return Status::IoError("cannot create runs dir " + c->opt_.runs_dir + ": " + ec.message());
+  for (std::string& root : c->opt_.data_roots) {
+    fs::path p = fs::weakly_canonical(fs::absolute(root), ec);
+    if (ec || root.empty())
+      return Status::Invalid("coordinator: --data-root '" + root + "': cannot be resolved");
+    if (!p.has_filename() && p != p.root_path()) p = p.parent_path();  // no trailing '/'
+    root = p.string();
+  }
   FORGE_ASSIGN_OR_RETURN(c->store_, RunStore::Open(c->opt_.state_dir + "/coordinator.db"));
   FORGE_RETURN_IF_ERROR(c->Load());
   c->monitor_ = std::thread([p = c.get()] { p->MonitorLoop(); });
@@ -434,10 +474,10 @@ void Coordinator::FillRun(const RunRecord& r, v1::Run* out) {
 // User API
 
 grpc::Status Coordinator::SubmitRun(const v1::SubmitRunRequest& req, v1::Run* out) {
-  const std::string source = req.source().empty() ? "<spec>" : req.source();
+  const std::string source = req.source().empty() ? "<spec>" : TextExcerpt(req.source(), 256);
   std::lock_guard<std::mutex> l(mu_);
   // Validate with a placeholder run dir first: the id depends on the spec's name.
-  auto probe = ParseSpec(req.spec_yaml(), source, opt_.runs_dir + "/probe", opt_.local_process);
+  auto probe = ParseSpec(req.spec_yaml(), source, opt_.runs_dir + "/probe", opt_);
   if (!probe.ok()) return ToGrpc(probe.status());
   std::string id;
   do id = NewRunId(probe->name);
@@ -446,7 +486,7 @@ grpc::Status Coordinator::SubmitRun(const v1::SubmitRunRequest& req, v1::Run* ou
   r.id = id;
   r.name = probe->name;
   r.run_dir = opt_.runs_dir + "/" + id;
-  auto cfg = ParseSpec(req.spec_yaml(), source, r.run_dir, opt_.local_process);
+  auto cfg = ParseSpec(req.spec_yaml(), source, r.run_dir, opt_);
   if (!cfg.ok()) return ToGrpc(cfg.status());
   r.run_dir = cfg->train.run_dir;
   r.spec_yaml = RunConfigToYaml(*cfg);
@@ -983,14 +1023,47 @@ grpc::Status Coordinator::ExchangeCommId(const v1::ExchangeCommIdRequest& req,
 
 // ---------------------------------------------------------------------------------------------
 
+std::chrono::milliseconds Coordinator::MonitorPeriod() const {
+  return std::chrono::milliseconds(std::clamp(opt_.heartbeat_timeout_ms / 4, 20, 500));
+}
+
+void Coordinator::ExcuseOwnAbsence(Clock::duration late) {
+  if (late <= MonitorPeriod()) return;
+  // The monitor woke more than a tick late: the whole process was not running (SIGSTOP, a VM
+  // freeze, swapping) or could not take the lock. The heartbeats workers sent meanwhile are
+  // still queued behind it, so the silence it would measure now is its own: that time does
+  // not count against any worker (a worker silent before the gap keeps what it had used).
+  const auto now = Clock::now();
+  for (auto& [id, w] : workers_) w.last_seen = std::min(now, w.last_seen + late);
+  // Said where it would have cost a worker (scheduling hiccups of a busy machine are not news).
+  if (late < std::chrono::milliseconds(opt_.heartbeat_timeout_ms / 2)) return;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.1f", std::chrono::duration<double>(late).count());
+  const std::string what = std::string("the coordinator did not run for ") + buf +
+                           " s (paused or starved); heartbeat deadlines moved by as much";
+  std::fprintf(stderr, "forge-coordinator: %s\n", what.c_str());
+  for (auto& [id, run] : runs_) {
+    if (!Active(run.state)) continue;
+    EventRecord e;
+    e.run_id = id;
+    e.time_ms = NowMs();
+    e.state = run.state;
+    e.message = what;
+    (void)store_->AppendEvent(e);
+  }
+  changed_.notify_all();
+}
+
 void Coordinator::MonitorLoop() {
-  const auto period =
-      std::chrono::milliseconds(std::clamp(opt_.heartbeat_timeout_ms / 4, 20, 500));
+  const auto period = MonitorPeriod();
   std::unique_lock<std::mutex> l(mu_);
+  auto last_tick = Clock::now();
   while (!shutdown_) {
     changed_.wait_for(l, period);
     if (shutdown_) break;
     const auto now = Clock::now();
+    ExcuseOwnAbsence(now - last_tick - period);
+    last_tick = now;
     const auto timeout = std::chrono::milliseconds(opt_.heartbeat_timeout_ms);
     std::vector<std::pair<std::string, std::string>> lost;  // run, why
     std::vector<std::string> gone;                          // idle workers

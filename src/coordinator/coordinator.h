@@ -11,7 +11,9 @@
 //   StopRun        -> CHECKPOINTING (workers get STOP: save, then end) -> STOPPED
 //   StopRun(immediate), or stop while not placed -> STOPPED (placed workers get ABORT)
 //   every rank reports DONE_COMPLETED -> COMPLETED
-//   a worker misses heartbeats or reports DONE_FAILED -> RESTARTING (its workers leave the pool;
+//   a worker misses heartbeats (for heartbeat_timeout_ms of the coordinator's own running
+//   time: a paused or starved coordinator does not count its absence) or reports DONE_FAILED
+//   -> RESTARTING (its workers leave the pool;
 //   the others get ABORT) and placed again from the latest committed checkpoint; beyond
 //   train.max_restarts -> FAILED with the reason
 //   ResumeRun (STOPPED/FAILED) -> PENDING
@@ -44,13 +46,18 @@ namespace forge::coord {
 struct CoordinatorOptions {
   std::string state_dir;           // holds coordinator.db
   std::string runs_dir;            // "" = <state_dir>/runs; every run's directory is inside
+                                   // (and so every checkpoint: checkpoint.dir is relative)
+  // Where specs may point data.dataset_dir and data.sources (absolute, or relative to the
+  // first root); none: a spec may not name one (its workers read their own
+  // $FORGE_DATA_DIR/dataset).
+  std::vector<std::string> data_roots;
   int heartbeat_interval_ms = 1000;
   int heartbeat_timeout_ms = 10000;  // a placed worker silent this long is lost
   int join_retry_ms = 500;         // idle workers poll Join this often
   // `forge train`'s in-process coordinator only (its user is the machine's owner, its workers
-  // live and die with its process): the spec's train.run_dir, checkpoint.dir and
-  // checkpoint.resume are used as written, and workers and active runs left in the store by
-  // an earlier process are dropped at start.
+  // live and die with its process): the spec's train.run_dir, checkpoint.dir,
+  // checkpoint.resume and data.dataset_dir are used as written, and workers and active runs
+  // left in the store by an earlier process are dropped at start.
   bool local_process = false;
   // Run-level metrics (--metrics-port): fed from heartbeats and state changes; null = none.
   // Must outlive the coordinator.
@@ -106,6 +113,10 @@ class Coordinator {
   explicit Coordinator(const CoordinatorOptions& options);
   Status Load();
   void MonitorLoop();
+  std::chrono::milliseconds MonitorPeriod() const;  // how often the monitor checks heartbeats
+  // The monitor's tick came `late` after it was due: beyond a tick's length the coordinator
+  // itself was away, and every worker's heartbeat deadline moves by that much. mu_ held.
+  void ExcuseOwnAbsence(Clock::duration late);
 
   // All below: with mu_ held.
   Status SetState(RunRecord* run, RunState state, const std::string& reason,

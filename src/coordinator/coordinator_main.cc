@@ -1,14 +1,18 @@
 // forge-coordinator: owns runs, places them on workers, commits checkpoints.
-//   forge-coordinator --state-dir DIR [--listen HOST:PORT] [--runs-dir DIR]
+//   forge-coordinator --state-dir DIR [--listen HOST:PORT] [--runs-dir DIR] [--data-root DIR]...
 //                     [--token-file FILE] [--join-secret-file FILE]
 //                     [--tls-cert FILE --tls-key FILE]
 //                     [--heartbeat-interval-ms N] [--heartbeat-timeout-ms N]
 //                     [--address-file FILE] [--metrics-port N] [--metrics-bind ADDR]
 // The user token comes from --token-file or FORGE_TOKEN, the workers' join secret from
 // --join-secret-file or FORGE_JOIN_SECRET. --address-file receives "host:port" once listening
-// (useful with port 0). --metrics-port serves /metrics (run-level aggregates from the workers'
-// heartbeats: total tokens/s, mean MFU, slowest rank's step time, worker up, run state) on
-// --metrics-bind (default 0.0.0.0); 0 or absent: no /metrics. SIGTERM/SIGINT stop it; kill -9
+// (useful with port 0). Runs, and so their checkpoints, live under --runs-dir (default
+// <state-dir>/runs); a spec's data.dataset_dir and data.sources dirs must lie under one of the
+// --data-root dirs (repeatable; a relative one is taken under the first), and without one a
+// spec may not name a dataset (workers read their own $FORGE_DATA_DIR/dataset). --metrics-port
+// serves /metrics (run-level aggregates from the workers' heartbeats: total tokens/s, mean
+// MFU, slowest rank's step time, worker up, run state) on --metrics-bind (default 0.0.0.0);
+// 0 or absent: no /metrics. SIGTERM/SIGINT stop it; kill -9
 // loses nothing (state in SQLite).
 #include <pthread.h>
 
@@ -37,6 +41,7 @@ int Fail(const forge::Status& s) {
 int Usage() {
   std::fprintf(stderr,
                "usage: forge-coordinator --state-dir DIR [--listen HOST:PORT] [--runs-dir DIR]\n"
+               "         [--data-root DIR]...\n"
                "         [--token-file FILE] [--join-secret-file FILE] [--tls-cert FILE "
                "--tls-key FILE]\n"
                "         [--heartbeat-interval-ms N] [--heartbeat-timeout-ms N] "
@@ -68,6 +73,7 @@ int main(int argc, char** argv) {
     const std::string v = argv[++i];
     if (flag == "--state-dir") copt.state_dir = v;
     else if (flag == "--runs-dir") copt.runs_dir = v;
+    else if (flag == "--data-root") copt.data_roots.push_back(v);
     else if (flag == "--listen") sopt.listen = v;
     else if (flag == "--token-file") token_file = v;
     else if (flag == "--join-secret-file") secret_file = v;

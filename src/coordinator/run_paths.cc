@@ -1,12 +1,15 @@
 #include "coordinator/run_paths.h"
 
 #include <cctype>
+#include <filesystem>
+
+#include "common/text_excerpt.h"
 
 namespace forge::coord {
 
 StatusOr<std::string> ResolveInside(const std::string& root, std::string_view relative,
                                     std::string_view what) {
-  const std::string shown = std::string(what) + " '" + std::string(relative) + "'";
+  const std::string shown = std::string(what) + " '" + TextExcerpt(relative) + "'";
   if (relative.empty()) return Status::Invalid(shown + ": must not be empty");
   if (relative.front() == '/')
     return Status::Invalid(shown + ": must be a path relative to the run directory");
@@ -26,6 +29,33 @@ StatusOr<std::string> ResolveInside(const std::string& root, std::string_view re
   return root + "/" + std::string(relative);
 }
 
+StatusOr<std::string> ResolveUnderRoots(const std::vector<std::string>& roots,
+                                        std::string_view path, std::string_view what) {
+  namespace fs = std::filesystem;
+  const std::string shown = std::string(what) + " '" + TextExcerpt(path) + "'";
+  std::string allowed;
+  for (const std::string& r : roots) allowed += (allowed.empty() ? "" : ", ") + r;
+  if (roots.empty())
+    return Status::Invalid(shown + ": this coordinator takes no input paths (it was started "
+                                   "without --data-root); leave it empty for the workers' own "
+                                   "dataset ($FORGE_DATA_DIR/dataset)");
+  if (path.empty() || path.find('\0') != std::string_view::npos)
+    return Status::Invalid(shown + ": must be a path under " + allowed);
+  std::error_code ec;
+  fs::path p(path);
+  if (p.is_relative()) p = fs::path(roots.front()) / p;
+  const fs::path resolved = fs::weakly_canonical(p, ec);
+  if (ec) return Status::Invalid(shown + ": cannot be resolved: " + ec.message());
+  for (const std::string& r : roots) {
+    const fs::path root = fs::weakly_canonical(r, ec);
+    if (ec) continue;
+    const fs::path rel = resolved.lexically_relative(root);
+    if (!rel.empty() && *rel.begin() != "..") return resolved.string();
+  }
+  return Status::Invalid(shown + ": resolves to " + TextExcerpt(resolved.string(), 200) +
+                         ", outside the data roots of this coordinator (" + allowed + ")");
+}
+
 StatusOr<int64_t> ParseCheckpointName(std::string_view name, std::string_view what) {
   if (name.empty() || name == "latest") return int64_t{-1};
   constexpr std::string_view kPrefix = "step_";
@@ -39,7 +69,7 @@ StatusOr<int64_t> ParseCheckpointName(std::string_view name, std::string_view wh
     }
     if (digits) return step;
   }
-  return Status::Invalid(std::string(what) + " '" + std::string(name) +
+  return Status::Invalid(std::string(what) + " '" + TextExcerpt(name) +
                          "': expected latest or step_<N> (checkpoint paths are not accepted)");
 }
 

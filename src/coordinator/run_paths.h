@@ -1,10 +1,12 @@
 // Paths that come in requests (spec keys, checkpoint names, export file names) are resolved
 // here and must stay inside the directory they are relative to: no absolute paths, no ".."
-// components, no empty components.
+// components, no empty components. Input data may live anywhere under the roots the
+// coordinator was given (--data-root).
 #pragma once
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 
@@ -14,6 +16,12 @@ namespace forge::coord {
 // "..", "." or empty component.
 StatusOr<std::string> ResolveInside(const std::string& root, std::string_view relative,
                                     std::string_view what);
+
+// `path` (absolute, or relative to roots[0]) with "..", "." and the symbolic links of its
+// existing part resolved, when that lies inside one of `roots` (themselves resolved the same
+// way); InvalidArgument naming `what` and the roots otherwise, and when there are none.
+StatusOr<std::string> ResolveUnderRoots(const std::vector<std::string>& roots,
+                                        std::string_view path, std::string_view what);
 
 // "" and "latest" (-> -1) or "step_<N>" (-> N); anything else is InvalidArgument.
 StatusOr<int64_t> ParseCheckpointName(std::string_view name, std::string_view what);

@@ -103,14 +103,15 @@ class ControlPlane {
   const std::string& dir() const { return dir_; }
   const std::string& address() const { return address_; }
 
-  // Starts forge-coordinator (port 0 the first time, the same port on a restart); `extra`:
-  // more flags (e.g. --metrics-port).
+  // Starts forge-coordinator (port 0 the first time, the same port on a restart; specs may
+  // read data under this test's dir); `extra`: more flags (e.g. --metrics-port).
   void StartCoordinator(int heartbeat_timeout_ms = 2000, const std::string& extra = "") {
     const std::string port = address_.empty() ? "0" : address_.substr(address_.rfind(':') + 1);
     std::filesystem::remove(dir_ + "/address");
     coordinator_ = Spawn(Bin("forge-coordinator") + " --state-dir " + dir_ + "/state" +
                              " --listen 127.0.0.1:" + port + " --token-file " + dir_ + "/token" +
-                             " --join-secret-file " + dir_ + "/secret" + " --address-file " +
+                             " --join-secret-file " + dir_ + "/secret" + " --data-root " + dir_ +
+                             " --address-file " +
                              dir_ + "/address --heartbeat-interval-ms 200" +
                              " --heartbeat-timeout-ms " + std::to_string(heartbeat_timeout_ms) +
                              " " + extra,
@@ -123,6 +124,8 @@ class ControlPlane {
   }
   // kill -9 by default; SIGTERM/SIGINT shut it down gracefully.
   void KillCoordinator(int sig = SIGKILL) { coordinator_.Kill(sig); }
+  // A signal that does not end it (SIGSTOP, SIGCONT): nothing is reaped.
+  void SignalCoordinator(int sig) { ::kill(-coordinator_.pid, sig); }
 
   // `ranks` forge-worker processes under mpirun (one launch group).
   Process& StartWorkers(int ranks, int throttle_ms, const std::string& extra = "") {
