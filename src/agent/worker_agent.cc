@@ -15,9 +15,8 @@
 
 #include "agent/coordinator_rendezvous.h"
 #include "common/config.h"
-#include "common/peak_flops.h"
+#include "metrics/gpu_health.h"
 #include "metrics/train_metrics.h"
-#include "worker/model/param_layout.h"
 #include "worker/checkpoint/checkpoint_writer.h"
 #include "worker/parallel/bootstrap.h"
 #include "worker/parallel/mpi_comm.h"
@@ -50,6 +49,7 @@ std::string RandomHex(int n) {
 struct Identity {
   LaunchInfo launch;
   std::string worker_id, host, device;
+  std::string device_name;  // the GPU's product name ("" on cpu): the coordinator's MFU peak
   v1::LaunchGroup group;
 };
 
@@ -61,6 +61,7 @@ StatusOr<Identity> Identify(const AgentOptions& o) {
   id.device = o.device;
   if (id.device.empty())
     id.device = CudaDeviceAvailable() ? "cuda:" + std::to_string(id.launch.local_rank) : "cpu";
+  if (id.device.rfind("cuda", 0) == 0) id.device_name = GpuProductName(DeviceIndex(id.device));
   id.group.set_size(1);
   if (id.launch.kind == LaunchKind::kMpi) {
     FORGE_RETURN_IF_ERROR(InitMpi());
@@ -119,8 +120,6 @@ class Placement {
                                     std::to_string(id_.group.rank()) + " of " +
                                     std::to_string(id_.group.size())),
                     message);
-    flops_per_token_ = TrainFlopsPerToken(cfg->model);
-    peak_tflops_ = HeartbeatPeakTflops(*cfg, id_.device);
 
     ProcessGroup group;
     if (id_.launch.kind == LaunchKind::kMpi) {
@@ -242,10 +241,7 @@ class Placement {
       m.set_val_loss(r.val_loss);
       m.set_grad_norm(r.grad_norm);
       m.set_lr(r.lr);
-      m.set_tokens_per_second(r.tokens_per_s);
-      // The record's throughput is the run's; MFU is per GPU (this rank's share over its peak).
-      m.set_mfu(ModelFlopsUtilization(r.tokens_per_s / std::max(1, a_.world()), flops_per_token_,
-                                      peak_tflops_));
+      m.set_tokens_per_second(r.tokens_per_s);  // the run's: MFU is the coordinator's to compute
       m.set_gpu_allocated_bytes(r.gpu_allocated_bytes);
       m.set_gpu_reserved_bytes(r.gpu_reserved_bytes);
       m.set_gpu_peak_bytes(r.gpu_peak_bytes);
@@ -314,16 +310,9 @@ class Placement {
   std::atomic<bool>* stop_ = o_.stop_flag ? o_.stop_flag : &own_stop_;
   StatusOr<ProcessRunResult> result_ = Status::Internal("placement not run");
   Progress progress_;
-  double flops_per_token_ = 0, peak_tflops_ = 0;
 };
 
 }  // namespace
-
-double HeartbeatPeakTflops(const RunConfig& cfg, const std::string& device) {
-  if (cfg.metrics.peak_tflops > 0) return cfg.metrics.peak_tflops;
-  if (device.rfind("cuda", 0) == 0) return DenseBf16PeakTflops("NVIDIA H100 80GB HBM3");
-  return 0.0;
-}
 
 int RunWorkerAgent(const AgentOptions& o) {
   auto id = Identify(o);
@@ -344,6 +333,7 @@ int RunWorkerAgent(const AgentOptions& o) {
     join.set_worker_id(id->worker_id);
     join.set_host(id->host);
     join.set_device(id->device);
+    join.set_device_name(id->device_name);
     *join.mutable_group() = id->group;
     v1::JoinResponse resp;
     if (Status s = (*link)->Join(join, &resp); !s.ok()) {

@@ -49,9 +49,4 @@ struct AgentOptions {
 // Runs until max_placements, quit, or an unrecoverable error. Returns the process exit code.
 int RunWorkerAgent(const AgentOptions& options);
 
-// The MFU denominator a worker reports with its heartbeats: metrics.peak_tflops when set, else
-// for a CUDA device the H100 SXM dense BF16 peak (the fleet Forge targets; common/peak_flops.h),
-// else 0 (CPU: no MFU).
-double HeartbeatPeakTflops(const RunConfig& cfg, const std::string& device);
-
 }  // namespace forge::agent

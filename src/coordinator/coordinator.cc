@@ -259,15 +259,38 @@ Status Coordinator::SetState(RunRecord* run, RunState state, const std::string& 
   return Status::Ok();
 }
 
-void Coordinator::ReportRankMetrics(const RunRecord& run, int rank, const v1::StepMetrics& m) {
+double Coordinator::RankMfu(const RunRecord& run, const WorkerRecord& w,
+                            double run_tokens_per_s) {
+  auto it = mfu_basis_.find(run.id);
+  if (it == mfu_basis_.end()) {
+    MfuBasis b;
+    auto cfg = ParseRunConfig(run.spec_yaml, run.id + " spec");
+    if (cfg.ok()) {
+      b.flops_per_token = TrainFlopsPerToken(cfg->model);
+      b.peak_tflops = cfg->metrics.peak_tflops;
+      b.cpu = cfg->train.backend == Backend::kCpu;
+    }
+    it = mfu_basis_.emplace(run.id, b).first;
+  }
+  const MfuBasis& b = it->second;
+  double peak = b.peak_tflops;
+  if (peak <= 0 && !b.cpu && w.device.rfind("cuda", 0) == 0)
+    peak = DenseBf16PeakTflops(w.device_name);
+  if (peak <= 0 || b.flops_per_token <= 0) return -1.0;
+  // Every rank of a data-parallel run sees the same global record (rank_sample.h): its GPU's
+  // share of the throughput is 1/world.
+  return ModelFlopsUtilization(run_tokens_per_s / std::max(1, run.workers), b.flops_per_token,
+                               peak);
+}
+
+void Coordinator::ReportRankMetrics(const RunRecord& run, const WorkerRecord& w, int rank,
+                                    const v1::StepMetrics& m) {
   if (opt_.aggregates == nullptr) return;
-  // Every rank of a data-parallel run sees the same global record (rank_sample.h): its share
-  // of the throughput is 1/world. The worker reports MFU per GPU already; 0 means unknown.
   RankStepSample s;
   s.step = m.step();
   s.tokens_per_s = m.tokens_per_second() / std::max(1, run.workers);
   s.step_seconds = m.step_seconds();
-  s.mfu = m.mfu() > 0 ? m.mfu() : -1.0;
+  s.mfu = RankMfu(run, w, m.tokens_per_second());
   opt_.aggregates->ReportRank(run.id, rank, s);
 }
 
@@ -780,6 +803,7 @@ grpc::Status Coordinator::Join(const v1::JoinRequest& req, v1::JoinResponse* out
     w.rec.id = req.worker_id();
     w.rec.host = req.host();
     w.rec.device = req.device().empty() ? "cpu" : req.device();
+    w.rec.device_name = req.device_name();
     w.rec.group_id = req.group().id();
     w.rec.group_rank = req.group().rank();
     w.rec.group_size = std::max(1, req.group().size());
@@ -789,6 +813,10 @@ grpc::Status Coordinator::Join(const v1::JoinRequest& req, v1::JoinResponse* out
     it = workers_.emplace(w.rec.id, std::move(w)).first;
   }
   it->second.last_seen = Clock::now();
+  if (!req.device_name().empty() && req.device_name() != it->second.rec.device_name) {
+    it->second.rec.device_name = req.device_name();  // e.g. a store from before it was kept
+    if (Status s = PersistWorker(it->second.rec); !s.ok()) return ToGrpc(s);
+  }
   if (it->second.rec.run_id.empty()) Schedule();
   // Idempotent: a worker whose answer got lost asks again and gets the same placement.
   const WorkerRecord& w = it->second.rec;
@@ -850,7 +878,7 @@ grpc::Status Coordinator::Heartbeat(const v1::HeartbeatRequest& req, v1::Heartbe
   }
   MarkWorkerUp(run->id, req.rank(), req.phase() != v1::DONE_FAILED);
   if (req.has_metrics() && req.metrics().step() > 0)
-    ReportRankMetrics(*run, req.rank(), req.metrics());
+    ReportRankMetrics(*run, worker->rec, req.rank(), req.metrics());
   // Rank 0's records are the run's history: the ones logged since its last report, then the
   // newest.
   std::vector<const v1::StepMetrics*> records;
@@ -870,7 +898,7 @@ grpc::Status Coordinator::Heartbeat(const v1::HeartbeatRequest& req, v1::Heartbe
     m.grad_norm = rec.grad_norm();
     m.lr = rec.lr();
     m.tokens_per_s = rec.tokens_per_second();
-    m.mfu = rec.mfu();
+    m.mfu = std::max(0.0, RankMfu(*run, worker->rec, rec.tokens_per_second()));
     m.step_seconds = rec.step_seconds();
     m.gpu_allocated_bytes = rec.gpu_allocated_bytes();
     m.gpu_reserved_bytes = rec.gpu_reserved_bytes();

@@ -131,7 +131,12 @@ class Coordinator {
   bool Placed(const RunRecord& run) const;
   Status FinishIfDone(RunRecord* run);
   // Heartbeat -> opt_.aggregates (no-ops without it).
-  void ReportRankMetrics(const RunRecord& run, int rank, const v1::StepMetrics& m);
+  void ReportRankMetrics(const RunRecord& run, const WorkerRecord& w, int rank,
+                         const v1::StepMetrics& m);
+  // The MFU of worker w's GPU for a step record of the run at run_tokens_per_s: the run's
+  // FLOPs per token over the peak of the device w reported (metrics.peak_tflops when the spec
+  // sets it); < 0 when no peak is known (cpu backend or device, a name not in the table).
+  double RankMfu(const RunRecord& run, const WorkerRecord& w, double run_tokens_per_s);
   void MarkWorkerUp(const std::string& run_id, int rank, bool up);
   void FillRun(const RunRecord& r, v1::Run* out);
   void FillAssignment(const RunRecord& run, const WorkerRecord& w, v1::Assignment* a) const;
@@ -153,6 +158,11 @@ class Coordinator {
   std::map<std::string, std::string> comm_ids_;                 // "<run>#<attempt>" -> id
   std::map<std::string, std::set<int>> checkpoint_asks_;  // run -> ranks not yet told CHECKPOINT
   std::map<std::string, MetricRecord> latest_metrics_;
+  struct MfuBasis {  // what RankMfu needs from a run's spec, parsed once
+    double flops_per_token = 0, peak_tflops = 0;
+    bool cpu = false;
+  };
+  std::map<std::string, MfuBasis> mfu_basis_;
   bool shutdown_ = false;
   std::thread monitor_;
 };

@@ -32,7 +32,7 @@ CREATE TABLE IF NOT EXISTS shard_reports (
 CREATE TABLE IF NOT EXISTS workers (
   id TEXT PRIMARY KEY, host TEXT, device TEXT, group_id TEXT, group_rank INTEGER,
   group_size INTEGER, run_id TEXT, attempt INTEGER, rank INTEGER, joined_ms INTEGER,
-  done_phase INTEGER);
+  done_phase INTEGER, device_name TEXT DEFAULT '');
 )sql";
 
 using Value = std::variant<int64_t, double, std::string>;
@@ -172,9 +172,10 @@ StatusOr<std::unique_ptr<RunStore>> RunStore::Open(const std::string& path) {
   FORGE_RETURN_IF_ERROR(Exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;")
                             .Annotate("run store " + path));
   FORGE_RETURN_IF_ERROR(Exec(db, kSchema).Annotate("run store " + path));
-  // Stores written before workers.done_phase existed gain the column (fails harmlessly when it
-  // is already there).
+  // Stores written before workers.done_phase and device_name existed gain the columns (fails
+  // harmlessly when they are already there).
   (void)Exec(db, "ALTER TABLE workers ADD COLUMN done_phase INTEGER DEFAULT 0");
+  (void)Exec(db, "ALTER TABLE workers ADD COLUMN device_name TEXT DEFAULT ''");
   // Likewise checkpoints.data (older rows read '': no data record).
   (void)Exec(db, "ALTER TABLE checkpoints ADD COLUMN data TEXT DEFAULT ''");
   // Likewise the memory columns of step_metrics (older rows read 0: not measured).
@@ -391,10 +392,12 @@ Status RunStore::PutWorker(const WorkerRecord& w) {
   std::lock_guard<std::mutex> l(mu_);
   Stmt s(db_,
          "INSERT OR REPLACE INTO workers (id, host, device, group_id, group_rank, group_size, "
-         "run_id, attempt, rank, joined_ms, done_phase) VALUES (?,?,?,?,?,?,?,?,?,?,?)");
+         "run_id, attempt, rank, joined_ms, done_phase, device_name) "
+         "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)");
   FORGE_RETURN_IF_ERROR(s.Bind({w.id, w.host, w.device, w.group_id, int64_t(w.group_rank),
                                 int64_t(w.group_size), w.run_id, int64_t(w.attempt),
-                                int64_t(w.rank), w.joined_ms, int64_t(w.done_phase)}));
+                                int64_t(w.rank), w.joined_ms, int64_t(w.done_phase),
+                                w.device_name}));
   return s.Run();
 }
 
@@ -409,7 +412,7 @@ StatusOr<std::vector<WorkerRecord>> RunStore::Workers() {
   std::lock_guard<std::mutex> l(mu_);
   Stmt s(db_,
          "SELECT id, host, device, group_id, group_rank, group_size, run_id, attempt, rank, "
-         "joined_ms, done_phase FROM workers ORDER BY joined_ms, id");
+         "joined_ms, done_phase, device_name FROM workers ORDER BY joined_ms, id");
   FORGE_RETURN_IF_ERROR(s.Bind({}));
   std::vector<WorkerRecord> out;
   for (;;) {
@@ -427,6 +430,7 @@ StatusOr<std::vector<WorkerRecord>> RunStore::Workers() {
     w.rank = int(s.Int(8));
     w.joined_ms = s.Int(9);
     w.done_phase = int(s.Int(10));
+    w.device_name = s.Text(11);
     out.push_back(std::move(w));
   }
   return out;

@@ -85,6 +85,7 @@ struct CheckpointRecord {
 
 struct WorkerRecord {
   std::string id, host, device;
+  std::string device_name;   // the GPU's product name (JoinRequest.device_name); "" if none
   std::string group_id;
   int group_rank = 0, group_size = 1;
   std::string run_id;        // "" when idle

@@ -67,6 +67,17 @@ std::optional<unsigned> TrainingGpu(const std::vector<unsigned>& visible, int lo
   return visible[size_t(TrainingDeviceOrdinal(local_rank, world, int(visible.size())))];
 }
 
+std::string GpuProductName(int ordinal, const std::string& library) {
+  auto nvml = Nvml::Load(library);
+  if (!nvml.ok() || ordinal < 0) return "";
+  const std::vector<unsigned> visible =
+      (*nvml)->VisibleDevices(std::getenv("CUDA_VISIBLE_DEVICES"));
+  if (visible.empty()) return "";
+  // Modulo the visible devices, as TrainingDeviceOrdinal places ranks (one GPU per task).
+  auto name = (*nvml)->DeviceName(visible[size_t(ordinal) % visible.size()]);
+  return name.ok() ? *name : "";
+}
+
 std::shared_ptr<GpuHealthCollector> GpuHealthCollector::Make(const std::string& run_id, int rank,
                                                              int local_rank, int world,
                                                              std::string* why,

@@ -21,6 +21,13 @@ namespace forge {
 // when nothing is visible.
 std::optional<unsigned> TrainingGpu(const std::vector<unsigned>& visible, int local_rank, int world);
 
+// The product name ("NVIDIA H100 80GB HBM3") of the GPU that CUDA numbers `ordinal` in this
+// process (CUDA_VISIBLE_DEVICES applied, as TrainingGpu reads it; an ordinal past the visible
+// devices wraps, as ranks are placed under srun --gpus-per-task=1); "" where NVML cannot be
+// loaded or sees no visible device. A worker reports it to the coordinator, which
+// takes the rank's MFU peak from it.
+std::string GpuProductName(int ordinal, const std::string& library = "libnvidia-ml.so.1");
+
 class GpuHealthCollector : public prometheus::Collectable {
  public:
   // The GPU this rank trains on (TrainingGpu of CUDA_VISIBLE_DEVICES, all devices when unset),

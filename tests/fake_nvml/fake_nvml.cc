@@ -1,7 +1,8 @@
 // A stand-in libnvidia-ml for the GPU health tests on machines without an NVIDIA driver (this
 // one and CI): the subset Nvml::Load requires, over $FORGE_FAKE_NVML_DEVICES devices (default
-// 4). Device i is "NVIDIA H100 80GB HBM3" with UUID GPU-00000000-0000-0000-0000-00000000000<i>
-// and i GiB of its 80 GiB used, so a test can tell from a sample which device it came from.
+// 4). Device i is "NVIDIA H100 80GB HBM3" ($FORGE_FAKE_NVML_NAME when set) with UUID
+// GPU-00000000-0000-0000-0000-00000000000<i> and i GiB of its 80 GiB used, so a test can tell
+// from a sample which device it came from.
 // The optional entry points (utilisation, power, ...) are left out, as an old driver might.
 #include <cstdio>
 #include <cstdlib>
@@ -43,7 +44,8 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t* dev
 }
 
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t, char* name, unsigned int length) {
-  std::snprintf(name, length, "NVIDIA H100 80GB HBM3");
+  const char* given = std::getenv("FORGE_FAKE_NVML_NAME");
+  std::snprintf(name, length, "%s", given != nullptr ? given : "NVIDIA H100 80GB HBM3");
   return kSuccess;
 }
 

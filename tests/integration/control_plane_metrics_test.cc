@@ -5,11 +5,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "../common/http_get.h"
 #include "../unit/metrics_test_util.h"
+#include "common/config.h"
 #include "control_plane_harness.h"
+#include "worker/model/param_layout.h"
 
 namespace forge::test {
 namespace {
@@ -103,6 +107,64 @@ TEST(ControlPlaneMetrics, CoordinatorAndWorkersServeRunSeriesDuringARun) {
       << coord;
   EXPECT_EQ(SeriesValue(coord, "forge_run_state", {{"run_id", run}, {"state", "running"}}), 0.0);
   EXPECT_FALSE(SeriesValue(coord, "forge_worker_up", of_run).has_value()) << coord;
+}
+
+// The run's MFU uses the peak of the GPU the worker reports, not a fixed H100's: a worker
+// whose NVML (the stand-in library, naming an A100) reports an A100 gets MFU against 312
+// TFLOP/s. The worker trains on the CPU here (no CUDA); only its reported device matters.
+TEST(ControlPlaneMetrics, RunMfuUsesThePeakOfTheDeviceTheWorkerReports) {
+  ControlPlane cp("mfu_device");
+  const int coord_port = FreeLoopbackPort();
+  ASSERT_GT(coord_port, 0);
+  cp.StartCoordinator(3000, "--metrics-bind 127.0.0.1 --metrics-port " +
+                                std::to_string(coord_port));
+  std::string text = ReadFile(cp.WriteSpec("mfu", 400, 1000));
+  text.replace(text.find("backend: cpu"), 12, "backend: auto");
+  text.replace(text.find("workers: 2"), 10, "workers: 1");
+  const std::string spec = cp.dir() + "/mfu_auto.yaml";
+  std::ofstream(spec) << text;
+
+  // NVML for the worker: the stand-in under the driver's file name.
+  const std::string nvml_dir = cp.dir() + "/nvml";
+  std::filesystem::create_directories(nvml_dir);
+  std::filesystem::create_symlink(FORGE_FAKE_NVML, nvml_dir + "/libnvidia-ml.so.1");
+  Process worker = Spawn("env -u CUDA_VISIBLE_DEVICES LD_LIBRARY_PATH=" + nvml_dir +
+                             " FORGE_FAKE_NVML_NAME='NVIDIA A100-SXM4-80GB'"
+                             " OPENBLAS_NUM_THREADS=1 timeout 120 " + Bin("forge-worker") +
+                             " --coordinator " + cp.address() + " --join-secret-file " +
+                             cp.dir() + "/secret --device cuda:0 --throttle-ms 20",
+                         cp.dir() + "/worker.log");
+  const ShellResult sub = cp.Ctl("submit " + spec);
+  ASSERT_EQ(sub.exit_code, 0) << sub.output;
+  const std::string run = ControlPlane::RunId(sub);
+  const std::map<std::string, std::string> of_run{{"run_id", run}};
+
+  auto cfg = ParseRunConfig(text, "mfu");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  const double flops_per_token = TrainFlopsPerToken(cfg->model);
+  std::string coord;
+  ASSERT_TRUE(WaitFor(40, [&] {
+    coord = Scrape(coord_port);
+    return SeriesValue(coord, "forge_run_mfu_ratio", of_run).has_value() &&
+           SeriesValue(coord, "forge_run_step", of_run).value_or(0) >= 3;
+  })) << coord << "\n" << ReadFile(cp.dir() + "/worker.log");
+  const double mfu = *SeriesValue(coord, "forge_run_mfu_ratio", of_run);
+  const double tokens = *SeriesValue(coord, "forge_run_tokens_per_second", of_run);
+  ASSERT_GT(tokens, 0.0);
+  // The peak the coordinator divided by, recovered from its own numbers: an A100's.
+  EXPECT_NEAR(tokens * flops_per_token / mfu / 1e12, 312.0, 312.0 * 1e-6) << coord;
+  // The stored step records (GetRun's last_metrics, both numbers from one answer) agree.
+  const std::string status = cp.Ctl("--json status " + run).output;
+  auto number = [&](const std::string& key) {
+    const size_t at = status.find("\"" + key + "\":");
+    return at == std::string::npos ? 0.0 : std::atof(status.c_str() + at + key.size() + 3);
+  };
+  const double stored_mfu = number("mfu"), stored_tokens = number("tokens_per_second");
+  ASSERT_GT(stored_mfu, 0.0) << status;
+  EXPECT_NEAR(stored_tokens * flops_per_token / stored_mfu / 1e12, 312.0, 312.0 * 1e-5)
+      << status;
+  cp.Ctl("stop --now " + run);
+  worker.Kill();
 }
 
 }  // namespace

@@ -6,9 +6,11 @@
 
 #include <filesystem>
 
+#include "common/config.h"
 #include "coordinator/coordinator.h"
 #include "metrics/run_aggregates.h"
 #include "metrics_test_util.h"
+#include "worker/model/param_layout.h"
 
 namespace forge::coord {
 namespace {
@@ -30,10 +32,15 @@ constexpr const char* kSpec =
     "batch: {micro_batch: 2, global_batch: 4}\n"
     "train: {workers: 2, max_restarts: 1}\n";
 
-v1::Assignment Join(Coordinator* c, const std::string& id, int rank) {
+// device / device_name: what the worker reports (JoinRequest), e.g. "cuda:0" and its GPU's name.
+v1::Assignment Join(Coordinator* c, const std::string& id, int rank,
+                    const std::string& device = "", const std::string& device_name = "",
+                    const std::string& group = "grp") {
   v1::JoinRequest j;
   j.set_worker_id(id);
-  j.mutable_group()->set_id("grp");
+  j.set_device(device);
+  j.set_device_name(device_name);
+  j.mutable_group()->set_id(group);
   j.mutable_group()->set_rank(rank);
   j.mutable_group()->set_size(2);
   v1::JoinResponse r;
@@ -81,27 +88,29 @@ TEST(CoordinatorHistory, HeartbeatsFeedRunAggregatesUntilTheRunEnds) {
                         {{"run_id", run.id()}, {"state", "pending"}}),
             1.0);
 
-  Join(c->get(), "w0", 0);
-  const v1::Assignment a1 = Join(c->get(), "w1", 1);
+  // Two GPUs of different kinds: each rank's MFU is against its own device's peak.
+  Join(c->get(), "w0", 0, "cuda:0", "NVIDIA H100 80GB HBM3");
+  const v1::Assignment a1 = Join(c->get(), "w1", 1, "cuda:0", "NVIDIA A100-SXM4-80GB");
   const v1::Assignment a0 = Join(c->get(), "w0", 0);
   ASSERT_EQ(a0.rank(), 0);
   ASSERT_EQ(a1.rank(), 1);
-  // Every rank reports the run's global throughput; rank 1 is the slower one.
+  // Every rank reports the run's global throughput; rank 1 is the slower one. The MFU a
+  // worker sends is not used (the coordinator computes it).
   Beat(c->get(), "w0", a0, v1::TRAINING, 3, 1000.0, 0.2, 0.30);
   Beat(c->get(), "w1", a1, v1::TRAINING, 3, 1000.0, 0.5, 0.40);
   std::string text = Exposition(registry);
   EXPECT_EQ(SeriesValue(text, "forge_run_state", {{"run_id", run.id()}, {"state", "running"}}), 1.0);
   EXPECT_DOUBLE_EQ(SeriesValue(text, "forge_run_tokens_per_second", of_run).value_or(-1), 1000.0);
-  EXPECT_DOUBLE_EQ(SeriesValue(text, "forge_run_mfu_ratio", of_run).value_or(-1), 0.35);
+  auto cfg = ParseRunConfig(kSpec, "spec");
+  ASSERT_TRUE(cfg.ok());
+  const double flops = TrainFlopsPerToken(cfg->model);
+  const double h100 = 500.0 * flops / 989.4e12, a100 = 500.0 * flops / 312.0e12;
+  EXPECT_NEAR(SeriesValue(text, "forge_run_mfu_ratio", of_run).value_or(-1), (h100 + a100) / 2,
+              1e-9 * a100);
   EXPECT_DOUBLE_EQ(SeriesValue(text, "forge_run_slowest_step_seconds", of_run).value_or(-1), 0.5);
   EXPECT_EQ(SeriesValue(text, "forge_run_slowest_rank", of_run), 1.0);
   EXPECT_EQ(SeriesValue(text, "forge_run_ranks_reporting", of_run), 2.0);
   EXPECT_EQ(SeriesValue(text, "forge_worker_up", {{"run_id", run.id()}, {"rank", "1"}}), 1.0);
-
-  // A CPU worker reports MFU 0 (unknown): no MFU series rather than a 0.
-  Beat(c->get(), "w0", a0, v1::TRAINING, 4, 1000.0, 0.2, 0.0);
-  Beat(c->get(), "w1", a1, v1::TRAINING, 4, 1000.0, 0.2, 0.0);
-  EXPECT_FALSE(SeriesValue(Exposition(registry), "forge_run_mfu_ratio", of_run).has_value());
 
   Beat(c->get(), "w0", a0, v1::DONE_COMPLETED, 10, 1000.0, 0.2, 0.0);
   Beat(c->get(), "w1", a1, v1::DONE_COMPLETED, 10, 1000.0, 0.2, 0.0);
@@ -111,6 +120,41 @@ TEST(CoordinatorHistory, HeartbeatsFeedRunAggregatesUntilTheRunEnds) {
   EXPECT_FALSE(SeriesValue(text, "forge_worker_up", of_run).has_value()) << text;
   EXPECT_FALSE(SeriesValue(text, "forge_run_tokens_per_second", of_run).has_value()) << text;
   (*c)->Shutdown();
+}
+
+// No peak is known for a CPU worker or a GPU missing from the table: no MFU series rather than
+// a 0, whatever the worker sent; metrics.peak_tflops in the spec gives one to any device.
+TEST(CoordinatorHistory, MfuOnlyWhereAPeakIsKnown) {
+  for (const bool peak_in_spec : {false, true}) {
+    prometheus::Registry registry;
+    RunAggregates agg(registry);
+    CoordinatorOptions o;
+    o.state_dir = StateDir(peak_in_spec ? "mfu_spec_peak" : "mfu_unknown");
+    o.aggregates = &agg;
+    auto c = Coordinator::Open(o);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    v1::SubmitRunRequest s;
+    s.set_spec_yaml(std::string(kSpec) + (peak_in_spec ? "metrics: {peak_tflops: 100}\n" : ""));
+    v1::Run run;
+    ASSERT_TRUE((*c)->SubmitRun(s, &run).ok());
+    const std::string w0 = peak_in_spec ? "p0" : "u0", w1 = peak_in_spec ? "p1" : "u1";
+    Join(c->get(), w0, 0, "cpu", "", w0);
+    const v1::Assignment a1 = Join(c->get(), w1, 1, "cuda:0", "NVIDIA Unknown 9000", w0);
+    const v1::Assignment a0 = Join(c->get(), w0, 0, "", "", w0);
+    ASSERT_EQ(a0.run_id(), run.id());
+    Beat(c->get(), w0, a0, v1::TRAINING, 3, 1000.0, 0.2, 0.30);
+    Beat(c->get(), w1, a1, v1::TRAINING, 3, 1000.0, 0.2, 0.30);
+    const auto mfu = SeriesValue(Exposition(registry), "forge_run_mfu_ratio",
+                                 {{"run_id", run.id()}});
+    if (!peak_in_spec) {
+      EXPECT_FALSE(mfu.has_value());
+    } else {
+      auto cfg = ParseRunConfig(kSpec, "spec");
+      ASSERT_TRUE(cfg.ok());
+      EXPECT_NEAR(mfu.value_or(-1), 500.0 * TrainFlopsPerToken(cfg->model) / 100e12, 1e-12);
+    }
+    (*c)->Shutdown();
+  }
 }
 
 TEST(CoordinatorHistory, GetRunHistoryReturnsStepsEventsAndMemory) {
