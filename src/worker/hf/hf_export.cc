@@ -77,7 +77,7 @@ StatusOr<HfExportSummary> ExportHfDirectory(const ModelConfig& m, const UnitBuff
   LlamaConfig cfg = map.config();
   cfg.dtype = opt.dtype == SafetensorsDtype::kBF16 ? "bfloat16" : "float32";
   if (!opt.tokenizer.empty()) {
-    auto ids = WriteHfTokenizerFiles(opt.tokenizer, opt.data_dir, m.seq_len, tmp);
+    auto ids = WriteHfTokenizerFiles(opt.tokenizer, opt.data_dir, m.vocab, m.seq_len, tmp);
     if (!ids.ok()) return fail(ids.status().Annotate("tokenizer"));
     cfg.bos_token_id = ids->bos;
     cfg.eos_token_ids = ids->eos;

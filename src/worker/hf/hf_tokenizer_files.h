@@ -26,9 +26,11 @@ struct HfTokenizerIds {
 };
 
 // Writes <out_dir>/tokenizer.json and <out_dir>/tokenizer_config.json for `spec`.
-// model_max_length goes into tokenizer_config.json when Forge writes it.
+// model_max_length goes into tokenizer_config.json when Forge writes it. A tokenizer with an
+// id at or past model_vocab (the model's real vocabulary) is an InvalidArgument: the model
+// could not read its tokens.
 StatusOr<HfTokenizerIds> WriteHfTokenizerFiles(const std::string& spec,
-                                               const std::string& data_dir,
+                                               const std::string& data_dir, int model_vocab,
                                                int model_max_length, const std::string& out_dir);
 
 // tokenizer.json text of GPT-2's BPE from its two files.
