@@ -354,7 +354,7 @@ int RunEvalCommand(int argc, char** argv) {
   flags.Value("--checkpoint", "SPEC", kCheckpointHelp);
   flags.Value("--run-dir", "DIR", "the run whose checkpoints latest / step_N name");
   flags.Value("--config", "CONFIG", "evaluate with this config's batch settings (its model must match)");
-  flags.Value("--dataset", "DIR", "a prepared dataset (default: the run's)");
+  flags.Value("--dataset", "DIR", "a prepared dataset (default: the run's, its first source's)");
   flags.Value("--split", "val|train", "which split (default val)");
   flags.Value("--batches", "N|all", "micro-batches to evaluate (default eval.batches)");
   flags.Value("--micro-batch", "N", "sequences per micro-batch (default the run's)");
@@ -424,7 +424,7 @@ int RunEvalCommand(int argc, char** argv) {
     cfg.batch.micro_batch = opt.micro_batch;
     cfg.batch.global_batch = opt.micro_batch;
 
-    const std::string dataset_dir = flags.Get("--dataset", DatasetDir(cfg));
+    const std::string dataset_dir = flags.Get("--dataset", DataSources(cfg).front().dir);
     auto ds = TokenDataset::Open(dataset_dir);
     if (!ds.ok()) return Fail(ds.status().Annotate("opening dataset " + dataset_dir));
     if (ds->manifest().vocab_size > cfg.model.vocab)

@@ -45,7 +45,8 @@ std::string DatasetTokenizerSpec(const std::string& dataset_dir) {
   auto m = ReadDatasetManifest(dataset_dir);
   if (!m.ok()) return "";
   if (m->tokenizer == "gpt2-bpe") return "gpt2";
-  return m->tokenizer;
+  // An identity "name:crc32c=..." names its tokenizer before the colon.
+  return m->tokenizer.substr(0, m->tokenizer.find(':'));
 }
 
 StatusOr<LoadedModel> LoadModel(const std::string& spec, const std::string& run_dir) {
@@ -76,7 +77,7 @@ StatusOr<LoadedModel> LoadModel(const std::string& spec, const std::string& run_
   const fs::path run = step.parent_path().parent_path();
   std::error_code ec;
   if (fs::exists(run / "tokenizer" / "tokenizer.json", ec)) out.tokenizer = (run / "tokenizer").string();
-  else out.tokenizer = DatasetTokenizerSpec(DatasetDir(cfg));
+  else out.tokenizer = DatasetTokenizerSpec(DataSources(cfg).front().dir);  // every source's
   out.run = std::move(cfg);
   return out;
 }

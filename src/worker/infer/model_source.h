@@ -25,7 +25,8 @@ struct LoadedModel {
   std::optional<RunConfig> run;    // a Forge checkpoint's config
   // The tokenizer found for it ("" when none): for an HF directory the directory itself when
   // it holds tokenizer.json; for a checkpoint <run_dir>/tokenizer/ (written by `forge import`)
-  // when present, else the tokenizer its dataset manifest names ("gpt2" for GPT-2 datasets).
+  // when present, else the tokenizer its (first) dataset's manifest names ("gpt2" for GPT-2
+  // datasets; the sources of a mixture share one tokenizer).
   std::string tokenizer;
   std::vector<std::string> warnings;  // damaged checkpoints skipped by "latest"
 };
@@ -42,8 +43,8 @@ StatusOr<hf::HfExportSummary> ExportModelHf(const std::string& spec, const std::
                                             SafetensorsDtype dtype, const std::string& tokenizer,
                                             const std::string& run_dir = "");
 
-// The tokenizer spec a prepared dataset names ("gpt2-bpe" is "gpt2"), "" when the dataset
-// cannot be read.
+// The tokenizer spec a prepared dataset names ("gpt2-bpe" is "gpt2"; of an identity
+// "name:hash", the name), "" when the dataset cannot be read.
 std::string DatasetTokenizerSpec(const std::string& dataset_dir);
 
 }  // namespace forge
