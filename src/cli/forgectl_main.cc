@@ -13,8 +13,9 @@
 //     checkpoints RUN                   committed checkpoints
 //     data RUN                          the data plan at the latest checkpoint: per source its
 //                                       weight, sequences and tokens consumed, and epoch
-//     export RUN [--checkpoint step_N] [-o NAME] [--bf16]
-//                                       one safetensors file under <run_dir>/exports
+//     export RUN [--checkpoint step_N] [-o NAME] [--bf16] [--format forge|hf]
+//                                       one safetensors file (forge) or a Hugging Face Llama
+//                                       directory (hf) under <run_dir>/exports
 //     report RUN [-o FILE]              self-contained HTML page of the run's recorded history
 //                                       (charts of loss, throughput, MFU, memory, step time;
 //                                       default FILE: RUN.html)
@@ -80,7 +81,7 @@ int Usage() {
                "  watch RUN [--history] [--reconnect-for S]\n"
                "  checkpoints RUN\n"
                "  data RUN\n"
-               "  export RUN [--checkpoint step_N] [-o NAME] [--bf16]\n"
+               "  export RUN [--checkpoint step_N] [-o NAME] [--bf16] [--format forge|hf]\n"
                "  report RUN [-o FILE]\n");
   return 2;
 }
@@ -413,6 +414,7 @@ int Dispatch(const Global& g, const Cmd& cmd, Client* c) {
     req.set_checkpoint(cmd.Get("--checkpoint"));
     req.set_output(cmd.Get("-o"));
     req.set_bf16(cmd.Has("--bf16"));
+    req.set_format(cmd.Get("--format"));
     v1::ExportCheckpointResponse resp;
     if (auto s = c->Call(&v1::RunService::Stub::ExportCheckpoint, req, &resp); !s.ok())
       return Fail(s);

@@ -609,7 +609,7 @@ const std::vector<std::string_view> kTopKeys = {"name",   "seed",      "model", 
                                                 "engine",    "metrics"};
 const std::vector<std::string_view> kModelKeys = {
     "preset",  "n_layer",    "d_model",  "n_head",  "n_kv_head", "ffn", "vocab",
-    "seq_len", "rope_theta", "norm_eps", "qk_norm", "init_std",  "init"};
+    "seq_len", "rope_theta", "norm_eps", "qk_norm", "init_std",  "init", "init_from"};
 const std::vector<std::string_view> kModelDimKeys = {"n_layer", "d_model", "n_head",
                                                      "ffn",     "vocab",   "seq_len"};
 
@@ -649,6 +649,7 @@ Status ReadModel(Reader& r, const YAML::Node& node, ModelConfig* m) {
   FORGE_RETURN_IF_ERROR(r.ReadBool(e, "model", "qk_norm", &m->qk_norm));
   FORGE_RETURN_IF_ERROR(r.ReadFloat(e, "model", "init_std", &m->init_std));
   FORGE_RETURN_IF_ERROR(r.ReadEnum(e, "model", "init", kInitNames, &m->init));
+  FORGE_RETURN_IF_ERROR(r.ReadString(e, "model", "init_from", &m->init_from));
   return Status::Ok();
 }
 
@@ -954,6 +955,7 @@ std::string RunConfigToYaml(const RunConfig& c) {
     << "  qk_norm: " << BoolText(m.qk_norm) << "\n"
     << "  init_std: " << Num(m.init_std) << "\n"
     << "  init: " << InitSchemeName(m.init) << "\n";
+  if (!m.init_from.empty()) y << "  init_from: " << Quote(m.init_from) << "\n";
   y << "data:\n"
     << "  dataset_dir: " << Quote(c.data.dataset_dir) << "\n";
   if (!c.data.sources.empty()) {

@@ -37,6 +37,11 @@ struct ModelConfig {
   // defaults, as ../shared/anchors/torch_baseline.py builds the model: embedding ~ N(0, 1),
   // linear weights ~ U(+-1/sqrt(fan_in)); init_std unused).
   InitScheme init = InitScheme::kGpt2;
+  // A Hugging Face Llama directory (config.json + safetensors) whose weights a fresh run starts
+  // from instead of drawing them (worker/hf/hf_import.h); "" draws them. Its config.json must
+  // describe this model (the run checks every dimension at start and names what differs). A
+  // resumed run ignores it.
+  std::string init_from;
 
   int head_dim() const { return d_model / n_head; }
   // The embedding/LM-head rows, padded to a multiple of 128 for GEMM-friendly shapes.

@@ -18,6 +18,7 @@
 #include "coordinator/scheduler.h"
 #include "metrics/run_aggregates.h"
 #include "worker/checkpoint/checkpoint.h"
+#include "worker/infer/model_source.h"
 #include "worker/model/param_layout.h"
 
 namespace forge::coord {
@@ -698,8 +699,12 @@ grpc::Status Coordinator::ExportCheckpoint(const v1::ExportCheckpointRequest& re
       return {grpc::StatusCode::NOT_FOUND,
               "run " + run->id + " has no committed checkpoint " +
                   (*want < 0 ? std::string("yet") : "step_" + std::to_string(*want))};
+    if (!req.format().empty() && req.format() != "forge" && req.format() != "hf")
+      return ToGrpc(Status::Invalid("format: expected forge or hf, got " + req.format()));
     const std::string name =
-        req.output().empty() ? "step_" + std::to_string(step) + ".safetensors" : req.output();
+        !req.output().empty() ? req.output()
+        : req.format() == "hf" ? "step_" + std::to_string(step) + "-hf"
+                               : "step_" + std::to_string(step) + ".safetensors";
     auto resolved = ResolveInside(run->run_dir + "/exports", name, "output");
     if (!resolved.ok()) return ToGrpc(resolved.status());
     path = *resolved;
@@ -708,12 +713,18 @@ grpc::Status Coordinator::ExportCheckpoint(const v1::ExportCheckpointRequest& re
   std::error_code ec;
   fs::create_directories(fs::path(path).parent_path(), ec);
   if (ec) return ToGrpc(Status::IoError("cannot create " + fs::path(path).parent_path().string()));
-  Status s = ExportCheckpointSafetensors(
-      dir, path, req.bf16() ? SafetensorsDtype::kBF16 : SafetensorsDtype::kF32);
-  if (!s.ok()) return ToGrpc(s);
+  const SafetensorsDtype dtype = req.bf16() ? SafetensorsDtype::kBF16 : SafetensorsDtype::kF32;
+  if (req.format() == "hf") {
+    auto sum = ExportModelHf(dir, path, dtype, "");
+    if (!sum.ok()) return ToGrpc(sum.status());
+    out->set_bytes(sum->tensor_bytes);
+  } else {
+    Status s = ExportCheckpointSafetensors(dir, path, dtype);
+    if (!s.ok()) return ToGrpc(s);
+    out->set_bytes(fs::file_size(path, ec));
+  }
   out->set_path(path);
   out->set_step(step);
-  out->set_bytes(fs::file_size(path, ec));
   return grpc::Status::OK;
 }
 

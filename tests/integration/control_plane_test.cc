@@ -67,6 +67,11 @@ TEST(ControlPlane, SubmitWatchStopResume) {
   ShellResult exp = cp.Ctl("export " + run);
   EXPECT_EQ(exp.exit_code, 0) << exp.output;
   EXPECT_TRUE(Contains(exp.output, "step_40.safetensors")) << exp.output;
+  // The Hugging Face form goes through the same request; this run's model (vocabulary 256)
+  // cannot carry its dataset's GPT-2 tokenizer, which the export names.
+  ShellResult hf = cp.Ctl("export " + run + " --format hf");
+  EXPECT_NE(hf.exit_code, 0) << hf.output;
+  EXPECT_TRUE(Contains(hf.output, "past the model's vocabulary of 256")) << hf.output;
   ShellResult list = cp.Ctl("list");
   EXPECT_TRUE(Contains(list.output, run) && Contains(list.output, "COMPLETED")) << list.output;
 }

@@ -3,6 +3,8 @@
 //   y[2i]   = x[2i] cos - x[2i+1] sin
 //   y[2i+1] = x[2i] sin + x[2i+1] cos
 #pragma once
+
+#include <cstdint>
 #include <cstdint>
 
 namespace forge::cpu {
@@ -12,5 +14,11 @@ namespace forge::cpu {
 // backward pass (the rotation is orthogonal).
 void RopeApply(float* qkv, int B, int T, int n_head, int n_kv_head, int hd, float theta,
                bool inverse);
+
+// The forward rotation of N rows of a fused qkv buffer [N, (H + 2*KV) * hd], row n at position
+// positions[n] (incremental decoding: each row continues its own sequence). The same angles, in
+// the same arithmetic, as RopeApply at those positions.
+void RopeApplyAtPositions(float* qkv, const int32_t* positions, int64_t N, int n_head,
+                          int n_kv_head, int hd, float theta);
 
 }  // namespace forge::cpu

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <sstream>
 
@@ -79,32 +80,28 @@ std::map<std::string, std::string> ExportMetadata(const RunConfig& cfg) {
           {"qk_norm", m.qk_norm ? "true" : "false"}};
 }
 
-Status ExportSafetensors(const UnitBuffers& params, const ParamLayout& layout,
-                         const std::string& path, const ExportOptions& opt) {
-  if (params.size() != layout.units.size()) {
-    return Status::Invalid(path + ": " + std::to_string(params.size()) + " buffers for " +
-                           std::to_string(layout.units.size()) + " units");
-  }
-  const bool bf16 = opt.dtype == SafetensorsDtype::kBF16;
-  const size_t width = bf16 ? 2 : 4;
+uint64_t SafetensorsBytes(SafetensorsDtype dtype, int64_t numel) {
+  return (dtype == SafetensorsDtype::kBF16 ? 2 : 4) * static_cast<uint64_t>(numel);
+}
+
+Status WriteSafetensors(const std::string& path, const std::vector<SafetensorsOut>& tensors,
+                        const std::map<std::string, std::string>& metadata) {
   json header = json::object();
   uint64_t offset = 0;
-  for (size_t u = 0; u < layout.units.size(); ++u) {
-    if (static_cast<int64_t>(params[u].size()) != layout.units[u].numel) {
-      return Status::Invalid(path + ": unit " + layout.units[u].name + " buffer holds " +
-                             std::to_string(params[u].size()) + " floats, expected " +
-                             std::to_string(layout.units[u].numel));
-    }
-    for (const TensorSlot& t : layout.units[u].tensors) {
-      FORGE_ASSIGN_OR_RETURN(std::string name, SafetensorsTensorName(t.name));
-      const uint64_t bytes = width * static_cast<uint64_t>(t.numel);
-      header[name] = {{"dtype", bf16 ? "BF16" : "F32"},
-                      {"shape", t.shape},
-                      {"data_offsets", {offset, offset + bytes}}};
-      offset += bytes;
-    }
+  for (const SafetensorsOut& t : tensors) {
+    int64_t numel = 1;
+    for (int64_t d : t.shape) numel *= d;
+    if (t.dtype == SafetensorsDtype::kI32 ? int64_t(t.ints.size()) != numel : !t.fill)
+      return Status::Invalid(path + ": tensor " + t.name + " has no data of its shape");
+    if (header.contains(t.name)) return Status::Invalid(path + ": tensor " + t.name + " twice");
+    const uint64_t bytes = SafetensorsBytes(t.dtype, numel);
+    const char* dtype = t.dtype == SafetensorsDtype::kBF16  ? "BF16"
+                        : t.dtype == SafetensorsDtype::kI32 ? "I32"
+                                                            : "F32";
+    header[t.name] = {{"dtype", dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
   }
-  if (!opt.metadata.empty()) header["__metadata__"] = opt.metadata;
+  if (!metadata.empty()) header["__metadata__"] = metadata;
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
   uint8_t len[8];
@@ -116,28 +113,54 @@ Status ExportSafetensors(const UnitBuffers& params, const ParamLayout& layout,
   if (!w.ok()) return w.status();
   Status st = w->Write(len, 8);
   if (st.ok()) st = w->Write(text.data(), text.size());
-  std::vector<uint16_t> chunk;
-  for (size_t u = 0; st.ok() && u < layout.units.size(); ++u) {
-    for (const TensorSlot& t : layout.units[u].tensors) {
-      const float* src = params[u].data() + t.offset;
-      if (!bf16) {
-        st = w->Write(src, 4 * static_cast<size_t>(t.numel));
-      } else {
-        constexpr int64_t kChunk = 1 << 20;
-        for (int64_t i = 0; st.ok() && i < t.numel; i += kChunk) {
-          const int64_t k = std::min(kChunk, t.numel - i);
-          chunk.resize(static_cast<size_t>(k));
-          for (int64_t j = 0; j < k; ++j) chunk[j] = FloatToBf16(src[i + j]);
-          st = w->Write(chunk.data(), 2 * static_cast<size_t>(k));
-        }
-      }
-      if (!st.ok()) break;
+  std::vector<float> values;
+  std::vector<uint16_t> halves;
+  for (const SafetensorsOut& t : tensors) {
+    if (!st.ok()) break;
+    if (t.dtype == SafetensorsDtype::kI32) {
+      st = w->Write(t.ints.data(), 4 * t.ints.size());
+      continue;
+    }
+    int64_t numel = 1;
+    for (int64_t d : t.shape) numel *= d;
+    values.assign(static_cast<size_t>(numel), 0.0f);
+    t.fill(values.data());
+    if (t.dtype == SafetensorsDtype::kF32) {
+      st = w->Write(values.data(), 4 * values.size());
+    } else {
+      halves.resize(values.size());
+      for (size_t i = 0; i < values.size(); ++i) halves[i] = FloatToBf16(values[i]);
+      st = w->Write(halves.data(), 2 * halves.size());
     }
   }
   if (st.ok()) st = w->Close();
   if (st.ok()) st = CommitRename(tmp, path);
   if (!st.ok()) ::unlink(tmp.c_str());
   return st;
+}
+
+Status ExportSafetensors(const UnitBuffers& params, const ParamLayout& layout,
+                         const std::string& path, const ExportOptions& opt) {
+  if (params.size() != layout.units.size()) {
+    return Status::Invalid(path + ": " + std::to_string(params.size()) + " buffers for " +
+                           std::to_string(layout.units.size()) + " units");
+  }
+  std::vector<SafetensorsOut> out;
+  for (size_t u = 0; u < layout.units.size(); ++u) {
+    if (static_cast<int64_t>(params[u].size()) != layout.units[u].numel) {
+      return Status::Invalid(path + ": unit " + layout.units[u].name + " buffer holds " +
+                             std::to_string(params[u].size()) + " floats, expected " +
+                             std::to_string(layout.units[u].numel));
+    }
+    for (const TensorSlot& t : layout.units[u].tensors) {
+      FORGE_ASSIGN_OR_RETURN(std::string name, SafetensorsTensorName(t.name));
+      const float* src = params[u].data() + t.offset;
+      const int64_t numel = t.numel;
+      out.push_back({name, t.shape, opt.dtype,
+                     [src, numel](float* dst) { std::copy(src, src + numel, dst); }, {}});
+    }
+  }
+  return WriteSafetensors(path, out, opt.metadata);
 }
 
 Status ExportCheckpointSafetensors(const std::string& checkpoint_path, const std::string& path,
@@ -157,33 +180,45 @@ Status ExportCheckpointSafetensors(const std::string& checkpoint_path, const std
   return ExportSafetensors(ck.master, layout, path, opt);
 }
 
-StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
-  FORGE_ASSIGN_OR_RETURN(MappedFile f, MappedFile::Open(path));
-  if (f.size() < 8) return Status::DataLoss(path + ": shorter than the header length");
+namespace {
+
+struct HeaderEntry {
+  std::string name, dtype;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0;
+};
+
+// Parses and checks the header of a file mapped at [data, data + size): the tensors' byte
+// ranges must tile the data section exactly.
+Status ParseHeader(const uint8_t* data, size_t size, const std::string& path,
+                   std::vector<HeaderEntry>* entries, std::map<std::string, std::string>* meta,
+                   uint64_t* data_start) {
+  if (size < 8) return Status::DataLoss(path + ": shorter than the header length");
   uint64_t n = 0;
-  std::memcpy(&n, f.data(), 8);
-  if (n > f.size() - 8) return Status::DataLoss(path + ": header length past the end");
-  const uint8_t* data = f.data() + 8 + n;
-  const uint64_t data_size = f.size() - 8 - n;
-  SafetensorsFile out;
+  std::memcpy(&n, data, 8);
+  if (n > size - 8) return Status::DataLoss(path + ": header length past the end");
+  *data_start = 8 + n;
+  const uint64_t data_size = size - 8 - n;
   try {
-    const json h = json::parse(f.data() + 8, f.data() + 8 + n);
+    const json h = json::parse(data + 8, data + 8 + n);
     std::vector<std::pair<uint64_t, uint64_t>> spans;
     for (const auto& [name, v] : h.items()) {
       if (name == "__metadata__") {
-        out.metadata = v.get<std::map<std::string, std::string>>();
+        *meta = v.get<std::map<std::string, std::string>>();
         continue;
       }
-      SafetensorsTensor t;
-      t.dtype = v.at("dtype").get<std::string>();
-      t.shape = v.at("shape").get<std::vector<int64_t>>();
+      HeaderEntry e;
+      e.name = name;
+      e.dtype = v.at("dtype").get<std::string>();
+      e.shape = v.at("shape").get<std::vector<int64_t>>();
       const auto off = v.at("data_offsets").get<std::vector<uint64_t>>();
       if (off.size() != 2 || off[0] > off[1] || off[1] > data_size) {
         return Status::DataLoss(path + ": tensor " + name + ": bad data_offsets");
       }
+      e.begin = off[0];
+      e.end = off[1];
       spans.emplace_back(off[0], off[1]);
-      t.bytes.assign(reinterpret_cast<const char*>(data + off[0]), off[1] - off[0]);
-      out.tensors[name] = std::move(t);
+      entries->push_back(std::move(e));
     }
     // Safetensors requires the tensors to tile the data section exactly.
     std::sort(spans.begin(), spans.end());
@@ -195,6 +230,109 @@ StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
     if (next != data_size) return Status::DataLoss(path + ": trailing bytes after the tensors");
   } catch (const json::exception& e) {
     return Status::DataLoss(path + ": bad header: " + e.what());
+  }
+  return Status::Ok();
+}
+
+int DtypeWidth(const std::string& dtype) {
+  if (dtype == "F64" || dtype == "I64" || dtype == "U64") return 8;
+  if (dtype == "F32" || dtype == "I32" || dtype == "U32") return 4;
+  if (dtype == "F16" || dtype == "BF16" || dtype == "I16" || dtype == "U16") return 2;
+  if (dtype == "I8" || dtype == "U8" || dtype == "BOOL" || dtype == "F8_E4M3" || dtype == "F8_E5M2")
+    return 1;
+  return 0;
+}
+
+}  // namespace
+
+float Bf16ToFloat(uint16_t x) {
+  const uint32_t bits = uint32_t{x} << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+float F16ToFloat(uint16_t h) {
+  const uint32_t sign = uint32_t(h >> 15) << 31;
+  const int exp = (h >> 10) & 0x1f;
+  const uint32_t mant = h & 0x3ff;
+  float f;
+  if (exp == 0) {
+    f = std::ldexp(static_cast<float>(mant), -24);  // zero and subnormals
+    if (sign) f = -f;
+    return f;
+  }
+  uint32_t bits;
+  if (exp == 31) bits = sign | 0x7f800000u | (mant << 13);  // Inf, NaN
+  else bits = sign | (uint32_t(exp - 15 + 127) << 23) | (mant << 13);
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+int64_t SafetensorsMap::Entry::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+StatusOr<SafetensorsMap> SafetensorsMap::Open(const std::string& path) {
+  SafetensorsMap m;
+  FORGE_ASSIGN_OR_RETURN(m.file_, MappedFile::Open(path, MapAdvice::kNormal));
+  std::vector<HeaderEntry> entries;
+  uint64_t start = 0;
+  FORGE_RETURN_IF_ERROR(
+      ParseHeader(m.file_.data(), m.file_.size(), path, &entries, &m.metadata_, &start));
+  for (HeaderEntry& e : entries) {
+    Entry t;
+    t.dtype = e.dtype;
+    t.shape = e.shape;
+    t.data = m.file_.data() + start + e.begin;
+    t.bytes = e.end - e.begin;
+    const int width = DtypeWidth(t.dtype);
+    if (width == 0) return Status::DataLoss(path + ": tensor " + e.name + ": unknown dtype " + t.dtype);
+    for (int64_t d : t.shape)
+      if (d < 0) return Status::DataLoss(path + ": tensor " + e.name + ": negative dimension");
+    if (uint64_t(t.numel()) * uint64_t(width) != t.bytes)
+      return Status::DataLoss(path + ": tensor " + e.name + ": " + std::to_string(t.bytes) +
+                              " bytes do not hold its shape of " + t.dtype);
+    m.tensors_[e.name] = std::move(t);
+  }
+  return m;
+}
+
+Status SafetensorsMap::ToFloat(const std::string& name, float* out) const {
+  const auto it = tensors_.find(name);
+  if (it == tensors_.end()) return Status::NotFound(path() + ": no tensor " + name);
+  const Entry& e = it->second;
+  const int64_t n = e.numel();
+  if (e.dtype == "F32") {
+    std::memcpy(out, e.data, 4 * size_t(n));
+  } else if (e.dtype == "BF16" || e.dtype == "F16") {
+    const bool bf = e.dtype == "BF16";
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t h;
+      std::memcpy(&h, e.data + 2 * i, 2);
+      out[i] = bf ? Bf16ToFloat(h) : F16ToFloat(h);
+    }
+  } else {
+    return Status::Invalid(path() + ": tensor " + name + " is " + e.dtype +
+                           ": expected F32, BF16 or F16");
+  }
+  return Status::Ok();
+}
+
+StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
+  FORGE_ASSIGN_OR_RETURN(MappedFile f, MappedFile::Open(path));
+  SafetensorsFile out;
+  std::vector<HeaderEntry> entries;
+  uint64_t start = 0;
+  FORGE_RETURN_IF_ERROR(ParseHeader(f.data(), f.size(), path, &entries, &out.metadata, &start));
+  for (HeaderEntry& e : entries) {
+    SafetensorsTensor t;
+    t.dtype = e.dtype;
+    t.shape = e.shape;
+    t.bytes.assign(reinterpret_cast<const char*>(f.data() + start + e.begin), e.end - e.begin);
+    out.tensors[e.name] = std::move(t);
   }
   return out;
 }

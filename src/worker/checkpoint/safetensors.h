@@ -21,18 +21,20 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "common/config.h"
+#include "common/file_io.h"
 #include "common/status.h"
 #include "worker/model/param_layout.h"
 #include "worker/model/unit_buffers.h"
 
 namespace forge {
 
-enum class SafetensorsDtype { kF32, kBF16 };
+enum class SafetensorsDtype { kF32, kBF16, kI32 };
 
 struct ExportOptions {
   SafetensorsDtype dtype = SafetensorsDtype::kF32;  // BF16: round to nearest even
@@ -56,6 +58,50 @@ Status ExportSafetensors(const UnitBuffers& params, const ParamLayout& layout,
 Status ExportCheckpointSafetensors(const std::string& checkpoint_path, const std::string& path,
                                    SafetensorsDtype dtype);
 
+// One tensor of a file being written: float tensors come from `fill` (numel floats, converted to
+// the tensor's dtype: BF16 rounds to nearest even), I32 tensors from `ints`.
+struct SafetensorsOut {
+  std::string name;
+  std::vector<int64_t> shape;
+  SafetensorsDtype dtype = SafetensorsDtype::kF32;
+  std::function<void(float* out)> fill;
+  std::vector<int32_t> ints;
+};
+
+// The header's tensor table and data bytes of `tensors` (data in the given order, header keys
+// sorted), written atomically (temp + fsync + rename). Tensors are filled one at a time, so
+// memory stays at one tensor whatever the file's size.
+Status WriteSafetensors(const std::string& path, const std::vector<SafetensorsOut>& tensors,
+                        const std::map<std::string, std::string>& metadata);
+// Bytes a tensor of `numel` elements takes in the file.
+uint64_t SafetensorsBytes(SafetensorsDtype dtype, int64_t numel);
+
+// A memory-mapped file, for reading large checkpoints without copying them: the header is
+// checked as ReadSafetensors checks it, the data is read in place.
+class SafetensorsMap {
+ public:
+  struct Entry {
+    std::string dtype;  // "F32", "BF16", "F16", "I32", ...
+    std::vector<int64_t> shape;
+    const uint8_t* data = nullptr;
+    uint64_t bytes = 0;
+    int64_t numel() const;
+  };
+  static StatusOr<SafetensorsMap> Open(const std::string& path);
+
+  const std::string& path() const { return file_.path(); }
+  const std::map<std::string, Entry>& tensors() const { return tensors_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // The values of an F32, BF16 or F16 tensor as floats (exact: each widens to float);
+  // `out` holds numel() floats. Another dtype is an InvalidArgument naming the tensor.
+  Status ToFloat(const std::string& name, float* out) const;
+
+ private:
+  MappedFile file_;
+  std::map<std::string, Entry> tensors_;
+  std::map<std::string, std::string> metadata_;
+};
+
 // A small reader (tests, tooling): every tensor's raw little-endian bytes.
 struct SafetensorsTensor {
   std::string dtype;  // "F32", "BF16", ...
@@ -69,5 +115,7 @@ struct SafetensorsFile {
 StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path);
 
 uint16_t FloatToBf16(float x);
+float Bf16ToFloat(uint16_t x);
+float F16ToFloat(uint16_t x);
 
 }  // namespace forge

@@ -93,6 +93,9 @@ struct CpuModel::Impl {
     }
   }
 
+  // Embedding through the final norm (h_f) over inputs [B, T], keeping the activations.
+  void ForwardHidden(const UnitBuffers& params, const int32_t* inputs, int B);
+
   void EnsureProbs(int layer) {
     if (probs_layer == layer) return;
     cpu::AttentionForward(att_scratch.data(), probs.data(), blocks[layer].qkv.data(), B, T, H, KV,
@@ -160,6 +163,32 @@ const ParamLayout& CpuModel::layout() const { return impl_->layout; }
 float CpuModel::Forward(const UnitBuffers& params, const int32_t* inputs, const int32_t* targets,
                         int B) {
   Impl& s = *impl_;
+  for (int64_t n = 0; n < int64_t{B} * s.T; ++n)
+    Check(targets[n] >= 0 && targets[n] < s.V, "token id outside the padded vocabulary");
+  s.ForwardHidden(params, inputs, B);
+  const int64_t N = s.N();
+  const float* wte = s.Tensor(params, s.layout.embedding_unit(), 0);
+  // Tied LM head over the padded vocabulary; the padded rows take part in the softmax.
+  cpu::MatmulForward(s.dlogits.data(), s.h_f.data(), wte, N, s.d, s.V);
+  // Softmax - onehot in place (dloss = 1): Backward scales it, so it can run more than once.
+  cpu::CrossEntropyForwardBackward(s.losses.data(), s.dlogits.data(), s.dlogits.data(), targets, N,
+                                   s.V, 1.0f);
+  double sum = 0.0;
+  for (int64_t n = 0; n < N; ++n) sum += s.losses[n];
+  return static_cast<float>(sum / N);
+}
+
+void CpuModel::ForwardLogits(const UnitBuffers& params, const int32_t* inputs, int B,
+                             float* logits) {
+  Impl& s = *impl_;
+  s.ForwardHidden(params, inputs, B);
+  cpu::MatmulForward(logits, s.h_f.data(), s.Tensor(params, s.layout.embedding_unit(), 0), s.N(),
+                     s.d, s.V);
+  s.B = 0;  // the activations are kept, but dlogits is not this forward's: no Backward
+}
+
+void CpuModel::Impl::ForwardHidden(const UnitBuffers& params, const int32_t* inputs, int B) {
+  Impl& s = *this;
   Check(B >= 1 && B <= s.max_batch, "batch size out of range");
   Check(params.size() == s.layout.units.size(), "params: wrong number of units");
   for (size_t u = 0; u < params.size(); ++u) {
@@ -169,10 +198,8 @@ float CpuModel::Forward(const UnitBuffers& params, const int32_t* inputs, const 
   const int64_t N = s.N();
   const int d = s.d, HD = s.H * s.hd;
   const BlockOffsets& o = s.layout.block;
-  for (int64_t n = 0; n < N; ++n) {
-    Check(inputs[n] >= 0 && inputs[n] < s.V && targets[n] >= 0 && targets[n] < s.V,
-          "token id outside the padded vocabulary");
-  }
+  for (int64_t n = 0; n < N; ++n)
+    Check(inputs[n] >= 0 && inputs[n] < s.V, "token id outside the padded vocabulary");
   std::copy(inputs, inputs + N, s.inputs.begin());
 
   const float* wte = s.Tensor(params, s.layout.embedding_unit(), 0);
@@ -213,14 +240,6 @@ float CpuModel::Forward(const UnitBuffers& params, const int32_t* inputs, const 
 
   cpu::RmsNormForward(s.h_f.data(), s.rstd_f.data(), s.x_final.data(),
                       s.Tensor(params, s.layout.final_norm_unit(), 0), N, d, s.m.norm_eps);
-  // Tied LM head over the padded vocabulary; the padded rows take part in the softmax.
-  cpu::MatmulForward(s.dlogits.data(), s.h_f.data(), wte, N, d, s.V);
-  // Softmax - onehot in place (dloss = 1): Backward scales it, so it can run more than once.
-  cpu::CrossEntropyForwardBackward(s.losses.data(), s.dlogits.data(), s.dlogits.data(), targets, N,
-                                   s.V, 1.0f);
-  double sum = 0.0;
-  for (int64_t n = 0; n < N; ++n) sum += s.losses[n];
-  return static_cast<float>(sum / N);
 }
 
 void CpuModel::Backward(const UnitBuffers& params, float dloss, UnitBuffers* grads) {

@@ -24,6 +24,11 @@ class CpuModel {
   // over the B*T tokens and keeps the activations for Backward.
   float Forward(const UnitBuffers& params, const int32_t* inputs, const int32_t* targets, int B);
 
+  // The same forward without a loss: logits [B, T, padded_vocab] of every position (T =
+  // seq_len), for evaluation and as the reference the generation backends are tested against.
+  // Leaves nothing for Backward.
+  void ForwardLogits(const UnitBuffers& params, const int32_t* inputs, int B, float* logits);
+
   // Backward of the last Forward: grads += d(dloss * mean_loss)/d(params). Accumulating lets
   // gradient accumulation sum micro-steps; pass dloss = 1/accum_steps.
   void Backward(const UnitBuffers& params, float dloss, UnitBuffers* grads);

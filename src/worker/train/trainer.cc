@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "common/human_format.h"
+#include "worker/hf/hf_import.h"
 #include "worker/model/init.h"
 #include "worker/optim/lr_schedule.h"
 #include "common/human_format.h"
@@ -152,7 +153,13 @@ StatusOr<TrainResult> RunTraining(const RunConfig& cfg, TrainBackend* backend,
     if (leader) std::fprintf(stderr, "forge: warning: %s\n", w.c_str());
   if (start.dir.empty()) {
     UnitBuffers params;  // freed at once: a sharded backend keeps only its slice
-    InitParams(cfg.model, layout, cfg.seed, &params);
+    if (cfg.model.init_from.empty()) {
+      InitParams(cfg.model, layout, cfg.seed, &params);
+    } else {
+      auto loaded = hf::LoadHfWeightsFor(cfg.model, cfg.model.init_from);
+      if (!loaded.ok()) return loaded.status().Annotate("model.init_from " + cfg.model.init_from);
+      params = std::move(loaded).value();
+    }
     FORGE_RETURN_IF_ERROR(backend->SetParams(params));
   } else if (leader && opt.print_progress) {
     std::printf("resumed from %s: step %ld, data cursor %ld (saved by %d rank%s, %s)\n",
