@@ -20,7 +20,7 @@ APT_PACKAGES=(
   build-essential cmake pkg-config git ca-certificates
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libyaml-cpp-dev prometheus-cpp-dev libopenmpi-dev openmpi-bin
-  libgtest-dev libgmock-dev libsqlite3-dev libopenblas-dev nlohmann-json3-dev zlib1g-dev
+  libgtest-dev libgmock-dev libsqlite3-dev libopenblas-dev nlohmann-json3-dev zlib1g-dev libzstd-dev
   dict-gcide linux-doc-6.1 python3.11-doc
   slurm-wlm munge  # a one-node Slurm on loopback for the deploy/slurm tests
   prometheus  # promtool and a real server for the metrics tests (deploy/prometheus/)

@@ -16,6 +16,7 @@
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/data/corpus.h"
 #include "worker/data/dataset.h"
+#include "worker/data/dataset_check.h"
 #include "worker/hf/hf_export.h"
 #include "worker/hf/hf_import.h"
 #include "worker/infer/dataset_eval.h"
@@ -427,10 +428,10 @@ int RunEvalCommand(int argc, char** argv) {
     const std::string dataset_dir = flags.Get("--dataset", DataSources(cfg).front().dir);
     auto ds = TokenDataset::Open(dataset_dir);
     if (!ds.ok()) return Fail(ds.status().Annotate("opening dataset " + dataset_dir));
-    if (ds->manifest().vocab_size > cfg.model.vocab)
-      return Fail(Status::Invalid("the dataset's vocabulary (" +
-                                  std::to_string(ds->manifest().vocab_size) +
-                                  ") exceeds the model's (" + std::to_string(cfg.model.vocab) + ")"));
+    if (Status st = CheckDatasetForRun(ds->manifest(), dataset_dir, cfg.model.vocab,
+                                       cfg.data.tokenizer, DefaultDataDir());
+        !st.ok())
+      return Fail(st);
     // Bits per byte decode with the dataset's own tokenizer.
     std::unique_ptr<Tokenizer> ds_tok;
     const std::string ds_spec = DatasetTokenizerSpec(dataset_dir);

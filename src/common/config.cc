@@ -271,6 +271,13 @@ MaybeProblem CheckRunConfig(const RunConfig& c) {
       }
     }
   }
+  if (const std::string& t = c.data.tokenizer;
+      !t.empty() && t.find('/') == std::string::npos && t != "gpt2" && t != "cl100k_base" &&
+      t != "o200k_base" && t != "llama3") {
+    return Problem{"data.tokenizer",
+                   "expected gpt2, cl100k_base, o200k_base, llama3 or a path to a tokenizer "
+                   "file (with a '/'), got '" + t + "'", {}};
+  }
 
   const OptimizerConfig& o = c.optimizer;
   FORGE_RULE(Positive("optimizer.lr", o.lr));
@@ -696,9 +703,11 @@ Status ReadSections(Reader& r, const Entries& top, RunConfig* c) {
   Entries e;
 
   FORGE_RETURN_IF_ERROR(
-      r.ReadMap(section("data"), "data", {"dataset_dir", "sources", "epoch_shuffle"}, &e));
+      r.ReadMap(section("data"), "data", {"dataset_dir", "sources", "epoch_shuffle", "tokenizer"},
+                &e));
   FORGE_RETURN_IF_ERROR(r.ReadString(e, "data", "dataset_dir", &c->data.dataset_dir));
   FORGE_RETURN_IF_ERROR(r.ReadInt(e, "data", "epoch_shuffle", &c->data.epoch_shuffle));
+  FORGE_RETURN_IF_ERROR(r.ReadString(e, "data", "tokenizer", &c->data.tokenizer));
   if (e.count("sources")) FORGE_RETURN_IF_ERROR(ReadDataSources(r, e.at("sources"), &c->data));
 
   OptimizerConfig& o = c->optimizer;
@@ -964,6 +973,7 @@ std::string RunConfigToYaml(const RunConfig& c) {
       y << "    - {dir: " << Quote(src.dir) << ", weight: " << Num(src.weight) << "}\n";
   }
   y << "  epoch_shuffle: " << c.data.epoch_shuffle << "\n";
+  y << "  tokenizer: " << Quote(c.data.tokenizer) << "\n";
   const OptimizerConfig& o = c.optimizer;
   y << "optimizer:\n"
     << "  lr: " << Num(o.lr) << "\n"

@@ -65,6 +65,11 @@ struct DataConfig {
   std::string dataset_dir;
   std::vector<DataSourceConfig> sources;  // a mixture; empty: dataset_dir alone
   int epoch_shuffle = 1;     // 1: shuffle each source's sequence order per epoch from the seed
+  // The tokenizer the model is trained for: a name (gpt2, cl100k_base, o200k_base, llama3)
+  // or a path to a tokenizer file. When set, a dataset (every source) made with another
+  // tokenizer (another name or other files) is an error at start-up; "" checks only the
+  // vocabulary size.
+  std::string tokenizer;
 };
 
 struct OptimizerConfig {

@@ -65,6 +65,23 @@ Status FileWriter::Write(const void* data, size_t size) {
   return Status::Ok();
 }
 
+Status FileWriter::WriteAt(uint64_t offset, const void* data, size_t size) {
+  if (fd_ < 0) return Status::Internal(path_ + ": write after close");
+  const auto* p = static_cast<const uint8_t*>(data);
+  while (size > 0) {
+    const ssize_t n = ::pwrite(fd_, p, std::min<size_t>(size, size_t{1} << 30),
+                               static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Status::IoError(path_ + ": write failed: " + Errno());
+    }
+    p += n;
+    offset += static_cast<uint64_t>(n);
+    size -= static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
 Status FileWriter::Close() {
   if (fd_ < 0) return Status::Internal(path_ + ": closed twice");
   Status st;

@@ -26,6 +26,9 @@ class FileWriter {
   ~FileWriter();  // closes without fsync if Close() was not called (error paths)
 
   Status Write(const void* data, size_t size);
+  // Overwrites bytes already written (e.g. a header filled in last); the file position and
+  // bytes_written() do not move.
+  Status WriteAt(uint64_t offset, const void* data, size_t size);
   Status Close();  // fsync + close
   uint64_t bytes_written() const { return bytes_; }
   const std::string& path() const { return path_; }

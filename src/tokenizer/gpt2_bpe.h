@@ -1,5 +1,6 @@
-// Gpt2Bpe: GPT-2 through the older value-type interface that `forge data prepare` still uses;
-// a thin adapter over the Tokenizer that LoadGpt2Tokenizer builds (one BPE engine for all).
+// Gpt2Bpe: GPT-2 through the older value-type interface (tests still use it; programs load
+// tokenizers through tokenizer.h). A thin adapter over the Tokenizer that LoadGpt2Tokenizer
+// builds (one BPE engine for all).
 // New code uses tokenizer.h.
 //
 // Thread safety: an instance is not thread-safe (its cache mutates). Copies share the

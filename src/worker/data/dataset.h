@@ -1,83 +1,78 @@
-// A prepared dataset on disk: <dir>/manifest.json + token shards, and its loader.
+// A prepared dataset on disk (dataset_manifest.h) and its loader.
 //
-// manifest.json (written last, by temp + fsync + rename: no manifest, no dataset):
-//   {"format": "forge-dataset", "version": 1,
-//    "tokenizer": "gpt2-bpe", "vocab_size": 50257, "eot_token": 50256, "dtype": "uint16",
-//    "options_hash": "0x...",                       // what PrepareDataset was asked to do
-//    "splits": {"train": {"tokens": N, "docs": D, "text_bytes": B,
-//                         "shards": [{"file": "train_00000.tok", "tokens": n,
-//                                     "crc32c": "0x..."}, ...]},
-//               "val": {...}},
-//    "sources": {"sotu": {"train_docs": .., "val_docs": .., "train_bytes": .., "val_bytes": ..},
-//                ...},
-//    "created": {"unix_time": t, "seconds": s, "threads": k}}
-// Each split is the concatenation of its documents' tokens, each document followed by
-// <|endoftext|>; its shards, in order, form one logical token stream.
+// Each split is the concatenation of its documents' tokens ([BOS] ids... EOT per document);
+// its shards, in table order, form one logical token stream.
+//
+// Opening reads manifest.json and the shards table only: no shard is opened, mapped or
+// checksummed, so start-up costs the same for 10 MB and 10 TB. A shard is opened on first
+// access (TokenStream::Read), mapped, and its header checked: magic, version, dtype, header
+// checksum, file size against the token count, and the header's payload CRC against the
+// table's. A rank therefore maps only the shards it reads. The payload checksum (every byte)
+// is not recomputed there: `forge data inspect --verify` does that for a whole dataset, and
+// VerifyShards here.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
-#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
 #include "worker/data/corpus.h"
+#include "worker/data/dataset_manifest.h"
 #include "worker/data/shard.h"
 
 namespace forge {
 
-struct ShardEntry {
-  std::string file;  // relative to the dataset directory
-  int64_t tokens = 0;
-  uint32_t crc32c = 0;
-};
-
-struct SplitManifest {
-  int64_t tokens = 0;
-  int64_t docs = 0;
-  int64_t text_bytes = 0;
-  std::vector<ShardEntry> shards;
-};
-
-struct DatasetManifest {
-  int version = 1;
-  std::string tokenizer = "gpt2-bpe";
-  int32_t vocab_size = 0;
-  int32_t eot_token = -1;
-  TokenDtype dtype = TokenDtype::kUint16;
-  std::string options_hash;
-  SplitManifest splits[2];                     // by Split
-  std::map<std::string, SourceStats> sources;  // by source name
-  int64_t created_unix_time = 0;
-  double created_seconds = 0;  // how long preparing took
-  int created_threads = 0;
-};
-
-inline constexpr const char* kManifestFile = "manifest.json";
-
-Status WriteDatasetManifest(const std::string& dir, const DatasetManifest& m);
-StatusOr<DatasetManifest> ReadDatasetManifest(const std::string& dir);
-
-// One split as a single stream of tokens over its memory-mapped shards.
+// One split as a single stream of tokens over its shards, each mapped on first use.
+// Thread-safe: concurrent readers share one mapping per shard.
 class TokenStream {
  public:
+  TokenStream() = default;
+  TokenStream(TokenStream&&) noexcept = default;
+  TokenStream& operator=(TokenStream&&) noexcept = default;
+
   int64_t size() const { return total_; }
-  // Copies tokens [start, start + count) into out; InvalidArgument if out of range.
+  // Copies tokens [start, start + count) into out; InvalidArgument if out of range, DataLoss
+  // naming the shard when one it needs fails its check.
   Status Read(int64_t start, int64_t count, int32_t* out) const;
-  uint32_t At(int64_t i) const;  // i must be in [0, size())
+  // Token i (in [0, size())), for tests and tools: a shard that fails its check is fatal here
+  // (the message names it); training reads through Read.
+  uint32_t At(int64_t i) const;
+
+  int num_shards() const { return static_cast<int>(shards_.size()); }
+  // How many shards have been opened so far.
+  int opened_shards() const;
+  // Opens shard k now (if not yet) and checks its payload checksum too.
+  Status VerifyShard(int k) const;
+  const std::string& shard_path(int k) const { return shards_[static_cast<size_t>(k)]->path; }
 
  private:
   friend class TokenDataset;
-  std::vector<ShardReader> shards_;
+  struct Slot {
+    std::string path;
+    int64_t tokens = 0;
+    uint32_t crc32c = 0;
+    TokenDtype dtype = TokenDtype::kUint16;
+    std::once_flag once;
+    std::atomic<bool> opened{false};
+    Status status;
+    ShardReader reader;
+  };
+  // The slot's reader, opened and header-checked on first use.
+  StatusOr<const ShardReader*> Get(size_t k) const;
+  size_t ShardOf(int64_t i) const;
+
+  std::vector<std::unique_ptr<Slot>> shards_;
   std::vector<int64_t> starts_;  // first token index of each shard
   int64_t total_ = 0;
 };
 
 class TokenDataset {
  public:
-  // Reads the manifest and maps every shard of both splits. Any disagreement between the
-  // manifest and a shard (missing file, token count, checksum, dtype) is an error naming
-  // the shard; shard corruption is DataLoss from ShardReader.
+  // Reads the manifest and the shards table (see above): no shard is touched.
   static StatusOr<TokenDataset> Open(const std::string& dir);
 
   const std::string& dir() const { return dir_; }
@@ -100,6 +95,11 @@ struct UnigramBaseline {
   int64_t train_tokens = 0;
   int64_t val_tokens = 0;
 };
+// From the dataset's unigram table when it has one (no token is read), else by counting
+// every token (datasets written before the table existed).
 UnigramBaseline ComputeUnigramBaseline(const TokenDataset& ds);
+// The same from counts by id for each split.
+UnigramBaseline UnigramBaselineFromCounts(const std::vector<uint64_t>& train,
+                                          const std::vector<uint64_t>& val);
 
 }  // namespace forge

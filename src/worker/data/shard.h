@@ -10,9 +10,10 @@
 //       32   32 zero
 //       64      payload
 //
-// Writers write to "<path>.tmp", fsync, then rename (WriteFileAtomic): a shard either
-// exists whole or not at all. Readers mmap the file and check magic, version, dtype, size
-// against N (truncation) and both checksums before handing out a single token; every
+// Writers write to "<path>.tmp", fsync, then rename: a shard either exists whole or not at
+// all. Readers mmap the file and check magic, version, dtype and size against N (truncation)
+// and the header checksum before handing out a single token; the payload checksum is checked
+// when asked for (ShardCheck::kPayload, VerifyPayload), since that reads every byte. Every
 // failure is DataLoss naming the file.
 #pragma once
 
@@ -20,6 +21,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "common/file_io.h"
 #include "common/status.h"
@@ -44,11 +46,47 @@ struct ShardInfo {
 StatusOr<ShardInfo> WriteShard(const std::string& path, std::span<const int32_t> tokens,
                                TokenDtype dtype);
 
+// Writes a shard as tokens arrive, in bounded memory: the payload streams to "<path>.tmp"
+// behind a placeholder header, Finish() writes the real header, fsyncs and renames.
+// Abandoning a writer (destruction without Finish) removes the temporary.
+class ShardWriter {
+ public:
+  static StatusOr<ShardWriter> Create(const std::string& path, TokenDtype dtype);
+
+  ShardWriter() = default;
+  ShardWriter(ShardWriter&&) noexcept;
+  ShardWriter& operator=(ShardWriter&&) noexcept;
+  ~ShardWriter();
+
+  // Every token must fit the dtype (InvalidArgument naming the file otherwise).
+  Status Append(std::span<const int32_t> tokens);
+  uint64_t tokens() const { return tokens_; }
+  // Header, fsync, rename; the directory is not fsynced (the caller syncs it once for many).
+  StatusOr<ShardInfo> Finish();
+
+ private:
+  Status Flush();
+  std::string path_;
+  FileWriter file_;
+  TokenDtype dtype_ = TokenDtype::kUint16;
+  uint64_t tokens_ = 0;
+  uint32_t crc_ = 0;
+  std::vector<uint8_t> buf_;
+  bool open_ = false;
+};
+
+enum class ShardCheck {
+  kHeader,   // magic, version, dtype, header checksum, file size: reads one page
+  kPayload,  // and the payload checksum: reads every byte
+};
+
 // A read-only memory-mapped shard. Move-only; unmaps on destruction.
 class ShardReader {
  public:
-  // Maps and verifies the file (header, size, checksums).
-  static StatusOr<ShardReader> Open(const std::string& path);
+  static StatusOr<ShardReader> Open(const std::string& path,
+                                    ShardCheck check = ShardCheck::kPayload);
+  // The payload's CRC32C against the header's (DataLoss naming the file on a mismatch).
+  Status VerifyPayload() const;
 
   ShardReader() = default;
   ShardReader(ShardReader&& other) noexcept;

@@ -44,9 +44,9 @@ StatusOr<hf::HfExportSummary> ExportModelHf(const std::string& spec, const std::
 std::string DatasetTokenizerSpec(const std::string& dataset_dir) {
   auto m = ReadDatasetManifest(dataset_dir);
   if (!m.ok()) return "";
-  if (m->tokenizer == "gpt2-bpe") return "gpt2";
-  // An identity "name:crc32c=..." names its tokenizer before the colon.
-  return m->tokenizer.substr(0, m->tokenizer.find(':'));
+  // How prepare named the tokenizer (a name, or the path it was given); version 1 datasets
+  // were GPT-2's.
+  return m->tokenizer_spec.empty() ? m->tokenizer : m->tokenizer_spec;
 }
 
 StatusOr<LoadedModel> LoadModel(const std::string& spec, const std::string& run_dir) {

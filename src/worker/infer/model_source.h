@@ -43,8 +43,8 @@ StatusOr<hf::HfExportSummary> ExportModelHf(const std::string& spec, const std::
                                             SafetensorsDtype dtype, const std::string& tokenizer,
                                             const std::string& run_dir = "");
 
-// The tokenizer spec a prepared dataset names ("gpt2-bpe" is "gpt2"; of an identity
-// "name:hash", the name), "" when the dataset cannot be read.
+// The tokenizer spec a prepared dataset names (what `forge data prepare --tokenizer` was given;
+// "gpt2" for version 1 datasets), "" when the dataset cannot be read.
 std::string DatasetTokenizerSpec(const std::string& dataset_dir);
 
 }  // namespace forge

@@ -6,6 +6,7 @@
 
 #include "worker/data/corpus.h"
 #include "worker/data/dataset.h"
+#include "worker/data/dataset_check.h"
 #include "worker/data/sampler.h"
 #include "worker/data/train_mixture.h"
 #include "worker/model/param_layout.h"
@@ -167,10 +168,13 @@ StatusOr<ProcessRunResult> TrainInProcessGroup(const RunConfig& cfg, ProcessGrou
   if (!mix.ok()) return mix.status();
   const TokenDataset& first = mix->dataset(0);  // every source has its vocabulary
   const std::string dataset_dir = first.dir();
-  if (first.manifest().vocab_size > cfg.model.vocab)
-    return Status::Invalid("model.vocab (" + std::to_string(cfg.model.vocab) +
-                           ") is smaller than the dataset's vocabulary (" +
-                           std::to_string(first.manifest().vocab_size) + ")");
+  {
+    std::vector<DatasetForRun> check;
+    for (int s = 0; s < mix->size(); ++s)
+      check.push_back({&mix->dataset(s).manifest(), mix->dataset(s).dir()});
+    FORGE_RETURN_IF_ERROR(
+        CheckDatasetsForRun(check, cfg.model.vocab, cfg.data.tokenizer, DefaultDataDir()));
+  }
   const TokenStream& val = first.split(Split::kVal);
 
   BatchProvider data;
