@@ -437,6 +437,56 @@ TEST_F(DataPrepareUserTest, BadInputNamesFileAndLineAndLeavesNoManifest) {
       << fmt.err;
 }
 
+// Llama 3 begins every document with <|begin_of_text|>; o200k_base's 200k ids need uint32.
+TEST_F(DataPrepareUserTest, BeginOfTextAndUint32Tokenizers) {
+  const auto files = JsonlFiles(Paragraphs(150'000), 10000);
+  WriteFile(dir_ + "/corpus/a.jsonl", files[0]);
+  std::vector<std::string> texts;  // the documents, in file order
+  for (size_t pos = 0; pos < files[0].size();) {
+    const size_t eol = files[0].find('\n', pos);
+    texts.push_back(nlohmann::json::parse(files[0].substr(pos, eol - pos))["text"]);
+    pos = eol + 1;
+  }
+  for (const std::string& name : {std::string("llama3"), std::string("o200k_base")}) {
+    auto tok = LoadTokenizer(name, DataDir());
+    if (!tok.ok()) {
+      std::printf("[ skip ] %s: %s\n", name.c_str(), tok.status().ToString().c_str());
+      continue;
+    }
+    const std::string out = dir_ + "/" + name;
+    const ShellResult r = Shell(Forge("data prepare --input " + dir_ + "/corpus --out " + out +
+                                      " --tokenizer " + name + " --val-fraction 0 --quiet"),
+                                dir_);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    auto ds = TokenDataset::Open(out);
+    ASSERT_TRUE(ds.ok());
+    const DatasetManifest& m = ds->manifest();
+    EXPECT_EQ(m.tokenizer_identity, (*tok)->identity());
+    EXPECT_EQ(m.bos_token, (*tok)->bos_id());
+    EXPECT_EQ(m.dtype, (*tok)->vocab_size() > 65536 ? TokenDtype::kUint32 : TokenDtype::kUint16);
+    const TokenStream& ts = ds->split(Split::kTrain);
+    std::vector<int32_t> all(static_cast<size_t>(ts.size()));
+    ASSERT_TRUE(ts.Read(0, ts.size(), all.data()).ok());
+    // Documents in order: [BOS] ids EOT, each decoding to its text.
+    size_t at = 0;
+    for (const std::string& text : texts) {
+      if ((*tok)->bos_id() >= 0) {
+        ASSERT_EQ(all[at], (*tok)->bos_id()) << name;
+        ++at;
+      }
+      const std::vector<int32_t> ids = (*tok)->Encode(text);
+      ASSERT_TRUE(std::equal(ids.begin(), ids.end(), all.begin() + static_cast<long>(at))) << name;
+      at += ids.size();
+      ASSERT_EQ(all[at], (*tok)->eot_id()) << name;
+      ++at;
+    }
+    EXPECT_EQ(at, all.size());
+    if (m.dtype == TokenDtype::kUint32) {
+      EXPECT_GT(*std::max_element(all.begin(), all.end()), 65535);
+    }
+  }
+}
+
 TEST_F(DataPrepareUserTest, TrainsOnThePreparedDirectory) {
   const auto files = JsonlFiles(Paragraphs(300'000), 200);
   for (size_t i = 0; i < files.size(); ++i) {

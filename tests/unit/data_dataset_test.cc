@@ -259,7 +259,7 @@ TEST(DataDatasetTest, Version1ManifestStillReads) {
   ASSERT_TRUE(ds.ok()) << ds.status().ToString();
   const DatasetManifest& m = ds->manifest();
   EXPECT_EQ(m.version, 1);
-  EXPECT_EQ(m.tokenizer, "gpt2-bpe");
+  EXPECT_EQ(m.tokenizer, "gpt2");  // "gpt2-bpe" in the file
   EXPECT_EQ(m.tokenizer_identity, "");
   EXPECT_EQ(m.options_hash, "0x0123456789abcdef");
   EXPECT_EQ(m.splits[0].docs, 3);

@@ -28,9 +28,9 @@ Status CheckDatasetsForRun(const std::vector<DatasetForRun>& datasets, int model
   }
   for (const DatasetForRun& d : datasets) {
     const DatasetManifest& m = *d.manifest;
-    // Datasets written before identities were recorded were all GPT-2 ("gpt2-bpe").
+    // Datasets written before identities were recorded were all GPT-2.
     const bool same = m.tokenizer_identity.empty()
-                          ? (m.tokenizer == "gpt2-bpe" && t.name() == "gpt2" &&
+                          ? (m.tokenizer == "gpt2" && t.name() == "gpt2" &&
                              t.vocab_size() == m.vocab_size)
                           : m.tokenizer_identity == t.identity();
     if (!same) {

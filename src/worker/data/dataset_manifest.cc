@@ -129,8 +129,10 @@ Status CheckSplitSums(const std::string& path, const DatasetManifest& m) {
 
 // Version 1: everything inline.
 Status ReadVersion1(const json& j, const std::string& path, DatasetManifest* m) {
+  // Version 1 datasets were all GPT-2 ("gpt2-bpe"), made before identities were recorded.
   m->tokenizer = j.at("tokenizer").get<std::string>();
-  m->tokenizer_spec = m->tokenizer == "gpt2-bpe" ? "gpt2" : m->tokenizer;
+  if (m->tokenizer == "gpt2-bpe") m->tokenizer = "gpt2";
+  m->tokenizer_spec = m->tokenizer;
   m->vocab_size = j.at("vocab_size").get<int32_t>();
   m->eot_token = j.at("eot_token").get<int32_t>();
   auto dtype = ParseTokenDtype(j.at("dtype").get<std::string>());

@@ -81,8 +81,8 @@ struct DatasetSettings {
 
 struct DatasetManifest {
   int version = 2;
-  std::string tokenizer = "gpt2-bpe";  // name ("gpt2-bpe" in version 1 datasets)
-  std::string tokenizer_identity;      // name + file hash; "" for version 1 datasets
+  std::string tokenizer = "gpt2";    // name (version 1 datasets: "gpt2-bpe", read as "gpt2")
+  std::string tokenizer_identity;    // name + file hash; "" for version 1 datasets
   std::string tokenizer_spec;          // how prepare named it (a name or a path)
   int32_t vocab_size = 0;
   int32_t eot_token = -1;
