@@ -700,7 +700,8 @@ grpc::Status Coordinator::ExportCheckpoint(const v1::ExportCheckpointRequest& re
               "run " + run->id + " has no committed checkpoint " +
                   (*want < 0 ? std::string("yet") : "step_" + std::to_string(*want))};
     if (!req.format().empty() && req.format() != "forge" && req.format() != "hf")
-      return ToGrpc(Status::Invalid("format: expected forge or hf, got " + req.format()));
+      return ToGrpc(
+          Status::Invalid("format: expected forge or hf, got " + TextExcerpt(req.format())));
     const std::string name =
         !req.output().empty() ? req.output()
         : req.format() == "hf" ? "step_" + std::to_string(step) + "-hf"

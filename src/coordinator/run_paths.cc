@@ -50,7 +50,10 @@ StatusOr<std::string> ResolveUnderRoots(const std::vector<std::string>& roots,
     const fs::path root = fs::weakly_canonical(r, ec);
     if (ec) continue;
     const fs::path rel = resolved.lexically_relative(root);
-    if (!rel.empty() && *rel.begin() != "..") return resolved.string();
+    // Inside: an absolute path is kept as written (workers and data records name it so), a
+    // relative one becomes the root's.
+    if (!rel.empty() && *rel.begin() != "..")
+      return fs::path(path).is_absolute() ? std::string(path) : p.lexically_normal().string();
   }
   return Status::Invalid(shown + ": resolves to " + TextExcerpt(resolved.string(), 200) +
                          ", outside the data roots of this coordinator (" + allowed + ")");

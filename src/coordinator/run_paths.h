@@ -17,9 +17,10 @@ namespace forge::coord {
 StatusOr<std::string> ResolveInside(const std::string& root, std::string_view relative,
                                     std::string_view what);
 
-// `path` (absolute, or relative to roots[0]) with "..", "." and the symbolic links of its
-// existing part resolved, when that lies inside one of `roots` (themselves resolved the same
-// way); InvalidArgument naming `what` and the roots otherwise, and when there are none.
+// `path` when, with "..", "." and the symbolic links of its existing part resolved, it lies
+// inside one of `roots` (themselves resolved the same way): as written when absolute, under
+// roots[0] when relative; InvalidArgument naming `what` and the roots otherwise, and when
+// there are none.
 StatusOr<std::string> ResolveUnderRoots(const std::vector<std::string>& roots,
                                         std::string_view path, std::string_view what);
 

@@ -171,7 +171,7 @@ TEST(ControlPlaneFaults, DataPathsStayUnderTheDataRoots) {
               Contains(mix.output, "outside the data roots"))
       << mix.output;
 
-  // Relative to the root: accepted, stored resolved.
+  // Relative to the root: accepted, stored under it.
   Write(cp.dir() + "/rel.yaml", WithValue(base, "dataset_dir", "data"));
   ShellResult ok = cp.Ctl("submit " + cp.dir() + "/rel.yaml");
   ASSERT_EQ(ok.exit_code, 0) << ok.output;
