@@ -5,7 +5,8 @@
 //                          library's JavaScript port (@huggingface/tokenizers) reads and that
 //                          encodes real text to Forge's own GPT-2 ids
 //   import + export     -> the same directory, byte for byte
-//   generate            -> the same greedy tokens from the checkpoint and from its HF export,
+//   generate            -> the same greedy tokens from the checkpoint and from its HF export
+//                          (prompts encoded by Forge's reader of the exported tokenizer.json),
 //                          its dump agreeing with scripts/hf_llama_numpy.py; sampling
 //                          reproducible from --seed
 //   eval                -> loss / perplexity / bits per byte, and --tasks accuracy
@@ -217,7 +218,7 @@ TEST_F(ModelCommands, GenerateFromTheCheckpointAndItsExportAgree) {
   Shell a = Sh(Forge("generate --checkpoint latest --run-dir " + d + "/run" + common + " --dump " + d + "/gen.safetensors"), d);
   ASSERT_EQ(a.rc, 0) << a.err;
   EXPECT_NE(a.err.find("tokens/s"), std::string::npos) << a.err;
-  Shell b = Sh(Forge("generate --checkpoint " + d + "/hf --tokenizer gpt2" + common), d);
+  Shell b = Sh(Forge("generate --checkpoint " + d + "/hf" + common), d);
   ASSERT_EQ(b.rc, 0) << b.err;
   const auto ja = JsonLines(a.out), jb = JsonLines(b.out);
   ASSERT_EQ(ja.size(), 3u);
@@ -282,10 +283,10 @@ TEST_F(ModelCommands, EvalReportsPerplexityBitsPerByteAndTaskAccuracy) {
   EXPECT_GE(jt["tasks"]["acc"].get<double>(), 0.0);
   EXPECT_EQ(jt["tasks"]["per_example"].size(), 32u);
   EXPECT_FALSE(jt.contains("loss"));  // --tasks alone: no dataset evaluation
-  // The same from the HF export (its own tokenizer given by name).
+  // The same from the HF export, tokenized by its own tokenizer.json.
   if (!fs::exists(d + "/hf/config.json"))
     ASSERT_EQ(Sh(Forge("export --checkpoint latest --run-dir " + d + "/run --format hf -o " + d + "/hf"), d).rc, 0);
-  Shell h = Sh(Forge("eval --checkpoint " + d + "/hf --tokenizer gpt2 --tasks " + tasks), d);
+  Shell h = Sh(Forge("eval --checkpoint " + d + "/hf --tasks " + tasks), d);
   ASSERT_EQ(h.rc, 0) << h.err;
   EXPECT_EQ(json::parse(h.out)["tasks"]["per_example"], jt["tasks"]["per_example"]);
 }
