@@ -21,6 +21,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -112,8 +113,10 @@ struct Trajectory {
 
 StepHyper Hyper(int step) { return StepHyper{2e-3f * (1.0f - 0.05f * step), step + 1}; }
 
-// One GPU, every global micro-step of a step in order.
-Trajectory RunSingle(const RunConfig& c, const std::vector<std::vector<Tokens>>& batches) {
+// One GPU, every global micro-step of a step in order (reversed: last first, the same
+// gradients summed in another fp32 order).
+Trajectory RunSingle(const RunConfig& c, const std::vector<std::vector<Tokens>>& batches,
+                     bool reversed = false) {
   Trajectory t;
   cudaSetDevice(0);
   RunConfig one = c;
@@ -125,6 +128,7 @@ Trajectory RunSingle(const RunConfig& c, const std::vector<std::vector<Tokens>>&
   for (int s = 0; s < kSteps; ++s) {
     std::vector<MicroBatch> micro;
     for (const Tokens& k : batches[s]) micro.push_back({k.inputs.data(), k.targets.data()});
+    if (reversed) std::reverse(micro.begin(), micro.end());
     StepStats st;
     const Status ok = b->TrainStep(micro, Hyper(s), true, &st);
     EXPECT_TRUE(ok.ok()) << ok.ToString();
@@ -228,18 +232,42 @@ TEST_P(CudaDataParallelTest, MatchesOneGpuAndIsDeterministic) {
   EXPECT_LT(dp.losses.back(), dp.losses.front()) << "the model did not learn";
   const ParamLayout layout = MakeParamLayout(c.model);
   ASSERT_EQ(dp.params.size(), layout.units.size());
+  auto errors = [&](const Trajectory& t, size_t u) {
+    return std::array<double, 3>{RelFrobenius(t.params[u], single.params[u]),
+                                 RelFrobenius(t.m[u], single.m[u]),
+                                 RelFrobenius(t.v[u], single.v[u])};
+  };
+  // The yardstick of summation order: the one GPU against itself with each step's micro-batches
+  // reversed, the same gradients summed in another fp32 order, as the ranks sum them in yet
+  // another. In FP8 a cast whose input sits next to a rounding boundary rounds the other way
+  // under such a 1e-7 change and moves that element by 2^-3 (E4M3) or 2^-2 (E5M2) of itself;
+  // the layers below carry it on, so the first blocks' moments spread by more than the BF16
+  // bounds (where the BF16 LM head's dWte/dhf sums are not exact in fp32; with the FP8 LM head
+  // nearly every sum is, and the runs agree to ~1e-7). The data-parallel run is one more draw
+  // of that spread: it must stay within 3x of the reversed run's or within the fixed bound,
+  // whichever is larger. A wrong or raced comm buffer moves weights by O(lr * steps / init_std)
+  // ~ 0.5, and the printed spread shows the margin.
+  const Trajectory reordered = RunSingle(c, batches, /*reversed=*/true);
+  ASSERT_EQ(reordered.params.size(), layout.units.size());
+  double order[3] = {0, 0, 0};
+  for (size_t u = 0; u < layout.units.size(); ++u) {
+    const std::array<double, 3> e = errors(reordered, u);
+    for (int i = 0; i < 3; ++i) order[i] = std::max(order[i], e[i]);
+  }
+  const double bound[3] = {std::max(tol.params, 3 * order[0]), std::max(tol.m, 3 * order[1]),
+                           std::max(tol.v, 3 * order[2])};
   double worst[3] = {0, 0, 0};  // params, m, v: printed so the margin to the bounds shows
   for (size_t u = 0; u < layout.units.size(); ++u) {
-    const double e[3] = {RelFrobenius(dp.params[u], single.params[u]),
-                         RelFrobenius(dp.m[u], single.m[u]), RelFrobenius(dp.v[u], single.v[u])};
+    const std::array<double, 3> e = errors(dp, u);
     for (int i = 0; i < 3; ++i) worst[i] = std::max(worst[i], e[i]);
-    EXPECT_LT(e[0], tol.params) << layout.units[u].name;
-    EXPECT_LT(e[1], tol.m) << layout.units[u].name << " (m)";
-    EXPECT_LT(e[2], tol.v) << layout.units[u].name << " (v)";
+    EXPECT_LT(e[0], bound[0]) << layout.units[u].name;
+    EXPECT_LT(e[1], bound[1]) << layout.units[u].name << " (m)";
+    EXPECT_LT(e[2], bound[2]) << layout.units[u].name << " (v)";
   }
   std::printf("[ against one GPU ] worst relative Frobenius: params %.3g (bound %.3g), m %.3g "
-              "(%.3g), v %.3g (%.3g)\n",
-              worst[0], tol.params, worst[1], tol.m, worst[2], tol.v);
+              "(%.3g), v %.3g (%.3g); one GPU reversed: %.3g, %.3g, %.3g\n",
+              worst[0], bound[0], worst[1], bound[1], worst[2], bound[2], order[0], order[1],
+              order[2]);
 
   // Determinism, and a restart from the state after step 3 on fresh backends.
   const std::vector<Trajectory> again = RunParallel(c, k.world, batches, 0, kSteps, nullptr);
