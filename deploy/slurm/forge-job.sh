@@ -6,8 +6,10 @@
 #
 # Two ways to launch (FORGE_LAUNCH):
 #   coordinator (default)  start forge-coordinator on the first node (or use FORGE_COORDINATOR),
-#       `srun --mpi=pmix forge-worker` one per GPU, then submit CONFIG with forgectl, or resume
-#       the run this CONFIG started before (its id is kept in FORGE_STATE_DIR), and watch it.
+#       submit CONFIG with forgectl, or resume the run this CONFIG started before (its id is
+#       kept in FORGE_STATE_DIR), `srun --mpi=pmix forge-worker` one per GPU, and watch the run.
+#       A worker step that fails while the run goes on (a worker killed, crashed or hung) is
+#       launched again in the same allocation, with backoff, up to train.max_restarts times.
 #   direct  every rank is `forge train CONFIG [flags]` (no coordinator); extra arguments go to
 #       forge train, and `--resume $FORGE_RESUME` (default latest) continues from the last
 #       checkpoint under the config's run_dir.
@@ -149,13 +151,6 @@ run_coordinator() {
   log "coordinator $FORGE_COORDINATOR, state $state"
   ctl() { "$(bin forgectl)" "$@"; }
 
-  # The workers ignore SIGTERM too: they stop when the coordinator says so, after saving.
-  # --max-placements 1: they exit when this job's run ends.
-  # shellcheck disable=SC2086
-  srun "${srun_flags[@]}" bash -c 'trap "" TERM; exec "$0" "$@"' "$(bin forge-worker)" \
-    --max-placements 1 ${FORGE_WORKER_ARGS:-} &
-  workers_pid=$!
-
   # The run this config started in an earlier job (resubmitted or requeued), else a new one.
   local id_file=$state/slurm/$(basename "$config").run json st
   if [ -s "$id_file" ]; then
@@ -180,6 +175,46 @@ run_coordinator() {
     fi
   fi
 
+  # The worker step, relaunched in this allocation while the run goes on: a lost worker (killed,
+  # crashed, or aborted by the coordinator after a hang) ends the whole step (--kill-on-bad-exit),
+  # the coordinator restarts the run from its last committed checkpoint, and a fresh step joins
+  # after a backoff (1 s, doubling to 30 s), at most the run's train.max_restarts times.
+  # The workers ignore SIGTERM too: they stop when the coordinator says so, after saving.
+  # --max-placements 1: they exit when this job's run ends. SIGUSR2 (below) ends the step and
+  # the relaunching (an asynchronous subshell cannot trap SIGINT).
+  run_workers() {
+    trap '' TERM
+    local step_pid="" stopping=0 relaunches=0 delay=1 json st max
+    trap 'stopping=1; if [ -n "$step_pid" ]; then kill -INT "$step_pid" 2>/dev/null; sleep 0.2; kill -INT "$step_pid" 2>/dev/null; fi' USR2
+    while true; do
+      # shellcheck disable=SC2086
+      srun "${srun_flags[@]}" bash -c 'trap "" TERM; exec "$0" "$@"' "$(bin forge-worker)" \
+        --max-placements 1 ${FORGE_WORKER_ARGS:-} &
+      step_pid=$!
+      wait_for "$step_pid"
+      step_pid=""
+      [ "$rc" = 0 ] || [ "$stopping" = 1 ] && return "$rc"
+      json=$(ctl --json status "$run") || return "$rc"
+      st=$(json_field state <<<"$json")
+      max=$(json_field max_restarts <<<"$json")
+      case "$st" in
+        PENDING|RUNNING|RESTARTING) ;;
+        *) return "$rc" ;;  # ended, or stopping with a checkpoint
+      esac
+      if [ "$relaunches" -ge "${max:-0}" ]; then
+        log "worker step failed (exit $rc); not relaunched: $relaunches relaunch(es) made (train.max_restarts ${max:-0})"
+        return "$rc"
+      fi
+      relaunches=$((relaunches + 1))
+      log "worker step failed (exit $rc), run $run $st: relaunching it in $delay s ($relaunches of ${max:-0})"
+      sleep "$delay" & wait $! 2>/dev/null
+      [ "$stopping" = 1 ] && return "$rc"
+      delay=$((delay * 2 > 30 ? 30 : delay * 2))
+    done
+  }
+  run_workers &
+  workers_pid=$!
+
   request_stop() {
     # scancel's SIGTERM also reached the coordinator we started (it cannot ignore it): it is
     # going down. Its state is durable, so replace it on the same port (the workers reconnect)
@@ -202,12 +237,10 @@ run_coordinator() {
   st=$(json_field state <<<"$json")
   log "run $run: $st at step $(json_field step <<<"$json") (checkpoint step $(json_field latest_checkpoint_step <<<"$json"))"
 
-  # Workers end with their placement; ones never placed (the run had ended) are let go.
+  # Workers end with their placement; ones never placed (the run had ended) are let go:
+  # on SIGUSR2 run_workers sends srun two SIGINTs (two within a second end its step).
   for _ in $(seq 100); do kill -0 "$workers_pid" 2>/dev/null || break; sleep 0.1; done
-  if kill -0 "$workers_pid" 2>/dev/null; then
-    # Two SIGINTs within a second make srun end its step.
-    kill -INT "$workers_pid" 2>/dev/null; sleep 0.2; kill -INT "$workers_pid" 2>/dev/null
-  fi
+  if kill -0 "$workers_pid" 2>/dev/null; then kill -USR2 "$workers_pid" 2>/dev/null; fi
   wait_for "$workers_pid"
   if [ -n "$coord_pid" ]; then kill -INT "$coord_pid" 2>/dev/null; wait_for "$coord_pid"; fi
   case "$st" in

@@ -142,6 +142,7 @@ class Placement {
     topt.print_progress = o_.print_progress && a_.rank() == 0;
     topt.stop_requested = stop_;
     topt.checkpoint_requested = &checkpoint_;
+    topt.step_done = &step_done_;
     topt.max_steps = o_.max_steps;
     topt.on_step = [this](const StepRecord& r) {
       OnStep(r);
@@ -223,6 +224,7 @@ class Placement {
     req.set_run_id(a_.run_id());
     req.set_attempt(a_.attempt());
     req.set_rank(a_.rank());
+    req.set_step_done(step_done_.load());
     return req;
   }
 
@@ -272,6 +274,7 @@ class Placement {
         std::unique_lock<std::mutex> l(progress_.mu);
         progress_.wake.wait_for(l, interval, [&] { return progress_.done; });
         if (progress_.done) return;
+        req.set_step_done(step_done_.load());  // as of now, not of the wait's start
         if (progress_.have_new) *req.mutable_metrics() = progress_.latest;
         for (const v1::StepMetrics& m : progress_.backlog) *req.add_earlier_metrics() = m;
         progress_.backlog.clear();
@@ -307,6 +310,7 @@ class Placement {
   v1::Assignment a_;
   const AgentOptions& o_;
   std::atomic<bool> own_stop_{false}, checkpoint_{false};
+  std::atomic<int64_t> step_done_{0};
   std::atomic<bool>* stop_ = o_.stop_flag ? o_.stop_flag : &own_stop_;
   StatusOr<ProcessRunResult> result_ = Status::Internal("placement not run");
   Progress progress_;

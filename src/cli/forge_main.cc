@@ -107,8 +107,10 @@ int ReportTrain(const ProcessRunResult& run, bool leader) {
                   r->final_train_loss);
     std::printf(" | val loss ");
     if (r->initial_val_loss >= 0) std::printf("%.4f -> ", r->initial_val_loss);
-    std::printf("%.4f (unigram baseline %.4f) | metrics %s\n", r->final_val_loss,
-                base.val_cross_entropy, metrics_path.c_str());
+    std::printf("%.4f", r->final_val_loss);
+    // (Not known where the workers trained in processes of their own.)
+    if (base.val_cross_entropy > 0) std::printf(" (unigram baseline %.4f)", base.val_cross_entropy);
+    std::printf(" | metrics %s\n", metrics_path.c_str());
   }
   return 0;
 }

@@ -9,8 +9,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -107,6 +109,273 @@ void ReapWorkers(const std::vector<pid_t>& pids, double grace_s) {
   }
 }
 
+
+bool Terminal(v1::RunState s) {
+  return s == v1::COMPLETED || s == v1::STOPPED || s == v1::FAILED;
+}
+
+v1::Run GetRunNow(coord::Coordinator* coordinator, const std::string& id) {
+  v1::GetRunRequest get;
+  get.set_run_id(id);
+  v1::Run now;
+  (void)coordinator->GetRun(get, &now);
+  return now;
+}
+
+// Environment of the worker processes: ours, with the join secret.
+std::vector<std::string> WorkerEnvironment(const std::string& secret) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e)
+    if (std::string(*e).rfind("FORGE_JOIN_SECRET=", 0) != 0) env.push_back(*e);
+  env.push_back("FORGE_JOIN_SECRET=" + secret);
+  return env;
+}
+
+// One launch of a CPU run's workers: `mpirun -np N` forge-worker ranks (one launch group, MPI
+// between them), in a process group of their own. Each rank runs under /bin/sh, which appends
+// "<rank> <exit status>" to exit_file when its forge-worker ends, however it ends (kill -9
+// included): mpirun then takes the group down, and the first line names the rank that was lost.
+struct CpuWorkerGroup {
+  pid_t pid = -1;  // mpirun, leader of the process group
+  std::string exit_file;
+};
+
+StatusOr<CpuWorkerGroup> SpawnCpuWorkerGroup(int n, const std::string& address,
+                                             const std::string& secret, int64_t max_steps,
+                                             const std::string& exit_file) {
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  const std::string bin = (self.parent_path() / "forge-worker").string();
+  if (ec || !std::filesystem::exists(bin))
+    return Status::NotFound("forge-worker not found next to forge (" + bin + ")");
+  // mpirun from PATH unless FORGE_MPIRUN names one.
+  const char* mpirun_env = std::getenv("FORGE_MPIRUN");
+  const std::string mpirun = mpirun_env && *mpirun_env ? mpirun_env : "mpirun";
+  std::filesystem::remove(exit_file, ec);
+  std::vector<std::string> args = {mpirun};
+  if (::geteuid() == 0) args.push_back("--allow-run-as-root");  // the user already is root
+  for (const char* a : {"--oversubscribe", "-np"}) args.push_back(a);
+  args.push_back(std::to_string(n));
+  for (const char* a : {"/bin/sh", "-c",
+                        "f=$1; shift; \"$@\"; s=$?; "
+                        "echo \"${OMPI_COMM_WORLD_RANK:-?} $s\" >> \"$f\"; exit $s",
+                        "forge-rank"})
+    args.push_back(a);
+  for (const std::string& a : {exit_file, bin, std::string("--coordinator"), address,
+                               std::string("--max-placements"), std::string("1"),
+                               std::string("--give-up-after-s"), std::string("30")})
+    args.push_back(a);
+  if (max_steps >= 0) {
+    args.push_back("--max-steps");
+    args.push_back(std::to_string(max_steps));
+  }
+  // More forge-worker flags, split at white space, as forge-job.sh takes them (e.g.
+  // "--throttle-ms 50" to watch a tiny run).
+  if (const char* extra = std::getenv("FORGE_WORKER_ARGS")) {
+    std::istringstream words(extra);
+    for (std::string w; words >> w;) args.push_back(w);
+  }
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env = WorkerEnvironment(secret);
+  std::vector<char*> envp;
+  for (std::string& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attr, 0);
+  CpuWorkerGroup g;
+  g.exit_file = exit_file;
+  const int rc = posix_spawnp(&g.pid, mpirun.c_str(), nullptr, &attr, argv.data(), envp.data());
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0)
+    return Status::Unavailable("cannot start " + mpirun + " (CPU runs of several workers train "
+                               "over MPI; FORGE_MPIRUN names another mpirun): " +
+                               std::strerror(rc));
+  return g;
+}
+
+std::string KilledText(int signal) {
+  return "was killed by signal " + std::to_string(signal) + " (" + strsignal(signal) + ")";
+}
+
+// "exited with status 3", "was killed by signal 9 (Killed)", from a shell's $? (128 + the
+// signal for a process a signal ended).
+std::string ShellExitText(int status) {
+  if (status > 128) return KilledText(status - 128);
+  return "exited with status " + std::to_string(status);
+}
+
+// How a group ended: the first rank that ended (its status) and mpirun's own status.
+std::string DescribeGroupEnd(const CpuWorkerGroup& g, int wait_status) {
+  std::string first;
+  if (std::FILE* f = std::fopen(g.exit_file.c_str(), "r")) {
+    char rank[32] = {};
+    int code = 0;
+    if (std::fscanf(f, "%31s %d", rank, &code) == 2)
+      first = std::string("rank ") + rank + " " + ShellExitText(code) + ", then ";
+    std::fclose(f);
+  }
+  const std::string how =
+      WIFSIGNALED(wait_status)
+          ? KilledText(WTERMSIG(wait_status))
+          : "exited with status " + std::to_string(WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : -1);
+  return first + "mpirun (pid " + std::to_string(g.pid) + ") " + how;
+}
+
+void KillGroup(CpuWorkerGroup* g) {
+  if (g->pid <= 0) return;
+  ::kill(-g->pid, SIGKILL);  // a stopped rank too (SIGKILL needs no SIGCONT)
+  ::waitpid(g->pid, nullptr, 0);
+  g->pid = -1;
+}
+
+// Sleeps up to `s` seconds, less once `stop` turns true.
+void SleepUnlessStopped(double s, const std::atomic<bool>* stop) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(int(s * 1000));
+  while (std::chrono::steady_clock::now() < end && !(stop && stop->load()))
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+}
+
+// What the run did, for the closing line: from the coordinator's records (the workers trained
+// in other processes).
+ProcessRunResult SummaryFromCoordinator(coord::Coordinator* coordinator, const std::string& id,
+                                        const RunConfig& cfg) {
+  ProcessRunResult out;
+  v1::GetRunHistoryRequest req;
+  req.set_run_id(id);
+  v1::RunHistory h;
+  (void)coordinator->GetRunHistory(req, &h);
+  TrainResult& t = out.train;
+  t.steps = h.run().step();
+  t.stopped = h.run().state() == v1::STOPPED;
+  t.initial_val_loss = -1.0f;  // not known here
+  for (const v1::StepMetrics& m : h.steps()) {
+    t.final_train_loss = m.loss();
+    if (m.val_loss() > 0) t.final_val_loss = m.val_loss();
+    t.tokens_per_s = m.tokens_per_second();
+  }
+  for (const v1::Checkpoint& c : h.checkpoints()) t.checkpoints.push_back(c.step());
+  if (h.run().updated_unix_ms() > h.run().created_unix_ms())
+    t.seconds = (h.run().updated_unix_ms() - h.run().created_unix_ms()) / 1000.0;
+  out.metrics_path = cfg.train.run_dir + "/metrics.jsonl";
+  return out;
+}
+
+// A CPU run of several workers: this process only coordinates and supervises. Each launch is
+// one mpirun group; when its processes end while the run is still placed on them (a rank
+// killed or crashed), the coordinator hears it at once and restarts the run from its last
+// committed checkpoint, and a fresh group is launched after a backoff (1 s, doubling, at most
+// 30 s). When the coordinator restarts the run itself (a hang, a heartbeat timeout) the group
+// is killed and replaced the same way. The coordinator bounds the restarts by
+// train.max_restarts; a group that ends before the run is ever placed on it counts against
+// the same bound here.
+StatusOr<ProcessRunResult> SuperviseCpuRun(coord::Coordinator* coordinator, const RunConfig& spec,
+                                           const std::string& run_id, const std::string& address,
+                                           const std::string& secret, const TrainOptions& opt,
+                                           const std::string& state_dir) {
+  double backoff_s = 1.0;
+  int unplaced_failures = 0;
+  std::string last_end;  // how the last group ended
+  bool stop_sent = false;
+  auto stop_if_asked = [&] {
+    if (stop_sent || !opt.stop_requested || !opt.stop_requested->load()) return;
+    stop_sent = true;
+    v1::StopRunRequest stop;
+    stop.set_run_id(run_id);
+    v1::Run ignored;
+    (void)coordinator->StopRun(stop, &ignored);  // the workers save and end
+  };
+  for (int launch = 1;; ++launch) {
+    stop_if_asked();
+    v1::Run run = GetRunNow(coordinator, run_id);
+    if (Terminal(run.state())) break;
+    const int attempt_before = run.attempt();
+    auto spawned = SpawnCpuWorkerGroup(spec.train.workers, address, secret, opt.max_steps,
+                                       state_dir + "/workers.exit");
+    if (!spawned.ok()) {
+      v1::StopRunRequest stop;
+      stop.set_run_id(run_id);
+      stop.set_immediate(true);
+      v1::Run ignored;
+      (void)coordinator->StopRun(stop, &ignored);
+      return spawned.status();
+    }
+    CpuWorkerGroup group = std::move(spawned).value();
+    if (launch > 1)
+      std::fprintf(stderr, "forge: launched %d worker(s) again (mpirun pid %d)\n",
+                   spec.train.workers, int(group.pid));
+    bool exited = false;
+    int wait_status = 0;
+    for (;;) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      stop_if_asked();
+      if (::waitpid(group.pid, &wait_status, WNOHANG) == group.pid) {
+        exited = true;
+        break;
+      }
+      const v1::Run now = GetRunNow(coordinator, run_id);
+      if (now.state() == v1::FAILED) {
+        KillGroup(&group);
+        break;
+      }
+      if (Terminal(now.state())) {
+        ReapWorkers({group.pid}, 30.0);  // they report their end and exit
+        group.pid = -1;
+        break;
+      }
+      // The coordinator gave up this placement (hang, heartbeat timeout): the ranks it told
+      // to abort exit, but a stopped or blocked one may never; start over.
+      if (now.attempt() > attempt_before &&
+          (now.state() == v1::RESTARTING || now.state() == v1::PENDING ||
+           now.attempt() > attempt_before + 1)) {
+        KillGroup(&group);
+        last_end = "killed the workers of attempt " + std::to_string(attempt_before + 1) +
+                   " after the coordinator restarted it";
+        break;
+      }
+    }
+    if (exited) {
+      last_end = DescribeGroupEnd(group, wait_status);
+      group.pid = -1;
+      const v1::Run now = GetRunNow(coordinator, run_id);
+      if (Terminal(now.state())) break;
+      if (now.attempt() > attempt_before) {
+        std::fprintf(stderr, "forge: workers of %s attempt %d ended: %s\n", run_id.c_str(),
+                     now.attempt(), last_end.c_str());
+        if (Status s = coordinator->WorkersExited(run_id, now.attempt(),
+                                                  "its worker processes ended: " + last_end);
+            !s.ok())
+          return s;
+      } else if (++unplaced_failures > spec.train.max_restarts) {
+        v1::StopRunRequest stop;
+        stop.set_run_id(run_id);
+        stop.set_immediate(true);
+        v1::Run ignored;
+        (void)coordinator->StopRun(stop, &ignored);
+        return Status::Unavailable("the workers ended before run " + run_id + " was placed on "
+                                   "them, " + std::to_string(unplaced_failures) + " time(s) "
+                                   "(train.max_restarts " +
+                                   std::to_string(spec.train.max_restarts) + "): " + last_end);
+      }
+    }
+    const v1::Run after = GetRunNow(coordinator, run_id);
+    if (Terminal(after.state())) break;
+    SleepUnlessStopped(backoff_s, opt.stop_requested);
+    backoff_s = std::min(backoff_s * 2, 30.0);
+  }
+  const v1::Run end = GetRunNow(coordinator, run_id);
+  if (end.state() == v1::FAILED)
+    return Status::Unavailable(
+        "run " + run_id + " failed: " + end.state_reason() +
+        (last_end.empty() || end.state_reason().find(last_end) != std::string::npos
+             ? ""
+             : " (last workers: " + last_end + ")"));
+  return SummaryFromCoordinator(coordinator, run_id, spec);
+}
+
 }  // namespace
 
 StatusOr<ProcessRunResult> TrainWithLocalCoordinator(const RunConfig& cfg,
@@ -131,15 +400,31 @@ StatusOr<ProcessRunResult> TrainWithLocalCoordinator(const RunConfig& cfg,
   ::chmod((state_dir + "/token").c_str(), 0600);
   FORGE_RETURN_IF_ERROR(WriteFileAtomic(state_dir + "/address", address + "\n"));
 
+  // Several CPU workers: all in processes of their own under this one's supervision, which
+  // relaunches them when they are lost. Otherwise one worker in this process, plus one
+  // forge-worker per other GPU; a lost one is not brought back (this process holds rank 0).
+  const bool cuda = cfg.train.backend == Backend::kCuda ||
+                    (cfg.train.backend == Backend::kAuto && CudaDeviceAvailable());
+  const bool supervised = !cuda && cfg.train.workers > 1;
   RunConfig spec = cfg;
-  spec.train.workers = LocalWorkers(cfg);
-  spec.train.max_restarts = 0;  // nobody would bring a lost local worker back
+  if (!supervised) {
+    spec.train.workers = LocalWorkers(cfg);
+    spec.train.max_restarts = 0;  // nobody would bring a lost in-process worker back
+  }
   v1::SubmitRunRequest submit;
   submit.set_spec_yaml(RunConfigToYaml(spec));
   submit.set_source(cfg.source_path.empty() ? "<config>" : cfg.source_path);
   v1::Run run;
   if (grpc::Status s = coordinator->SubmitRun(submit, &run); !s.ok())
     return Status::Invalid(s.error_message());
+
+  if (supervised) {
+    auto supervised_result =
+        SuperviseCpuRun(coordinator.get(), spec, run.id(), address, so.join_secret, opt, state_dir);
+    server->Shutdown();
+    coordinator->Shutdown();
+    return supervised_result;
+  }
 
   agent::AgentOptions ao;
   ao.link.channel.address = address;

@@ -5,8 +5,13 @@
 // run, and a local worker in this process joins it over gRPC and trains it with the engine.
 // With the CUDA backend and several visible GPUs (and a global batch that splits over them)
 // the run is placed on one worker per GPU: this process (GPU 0, rank 0) plus a forge-worker
-// process per other GPU, NCCL ids relayed by the coordinator. Otherwise one worker: the GPU
-// where one is visible, else the CPU.
+// process per other GPU, NCCL ids relayed by the coordinator. Otherwise, on the CPU with
+// train.workers > 1, every rank is a forge-worker process of one `mpirun` launch group ($PATH's,
+// or FORGE_MPIRUN) that this process supervises: when a rank is lost (killed, crashed) or the
+// coordinator restarts the run (hang, heartbeat timeout) the group is replaced after a backoff
+// (1 s doubling to 30 s) and the run resumes from its last committed checkpoint, at most
+// train.max_restarts times; then it fails naming the rank and how it ended. Otherwise one
+// worker in this process: the GPU where one is visible, else the CPU.
 #pragma once
 
 #include <atomic>

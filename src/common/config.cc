@@ -338,6 +338,7 @@ MaybeProblem CheckRunConfig(const RunConfig& c) {
   FORGE_RULE(AtLeast("train.log_every", c.train.log_every, 1));
   FORGE_RULE(AtLeast("train.workers", c.train.workers, 1));
   FORGE_RULE(AtLeast("train.max_restarts", c.train.max_restarts, 0));
+  FORGE_RULE(NonNegative("train.hang_timeout_s", c.train.hang_timeout_s));
   if (c.train.run_dir.empty()) return Problem{"train.run_dir", "must not be empty", {}};
 
   FORGE_RULE(InRange("engine.lm_head_chunk", c.engine.lm_head_chunk, 1, 1 << 30));
@@ -779,7 +780,7 @@ Status ReadSections(Reader& r, const Entries& top, RunConfig* c) {
   TrainConfig& t = c->train;
   FORGE_RETURN_IF_ERROR(r.ReadMap(section("train"), "train",
                                   {"backend", "activation_recompute", "log_every", "run_dir",
-                                   "workers", "max_restarts"},
+                                   "workers", "max_restarts", "hang_timeout_s"},
                                   &e));
   FORGE_RETURN_IF_ERROR(r.ReadEnum(e, "train", "backend", kBackendNames, &t.backend));
   FORGE_RETURN_IF_ERROR(r.ReadBool(e, "train", "activation_recompute", &t.activation_recompute));
@@ -787,6 +788,7 @@ Status ReadSections(Reader& r, const Entries& top, RunConfig* c) {
   FORGE_RETURN_IF_ERROR(r.ReadString(e, "train", "run_dir", &t.run_dir));
   FORGE_RETURN_IF_ERROR(r.ReadInt(e, "train", "workers", &t.workers));
   FORGE_RETURN_IF_ERROR(r.ReadInt(e, "train", "max_restarts", &t.max_restarts));
+  FORGE_RETURN_IF_ERROR(r.ReadDouble(e, "train", "hang_timeout_s", &t.hang_timeout_s));
 
   EngineConfig& g = c->engine;
   FORGE_RETURN_IF_ERROR(r.ReadMap(section("engine"), "engine",
@@ -1022,7 +1024,8 @@ std::string RunConfigToYaml(const RunConfig& c) {
     << "  log_every: " << t.log_every << "\n"
     << "  run_dir: " << Quote(t.run_dir) << "\n"
     << "  workers: " << t.workers << "\n"
-    << "  max_restarts: " << t.max_restarts << "\n";
+    << "  max_restarts: " << t.max_restarts << "\n"
+    << "  hang_timeout_s: " << Num(t.hang_timeout_s) << "\n";
   const EngineConfig& g = c.engine;
   y << "engine:\n"
     << "  cuda_graph: " << BoolText(g.cuda_graph) << "\n"

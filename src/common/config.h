@@ -169,10 +169,17 @@ struct TrainConfig {
   int log_every = 10;
   std::string run_dir = "runs/default";
   // Under a coordinator (forge-coordinator, `forge train`): how many workers the run is placed
-  // on, and how many restarts after a lost worker before it FAILS. A direct `mpirun ... forge
-  // train` takes its world size from MPI and ignores both.
+  // on, and how many restarts after a lost or hung worker before it FAILS (`forge train` and
+  // the Slurm job script relaunch lost worker processes as often). A direct `mpirun ... forge
+  // train` takes its world size from MPI and ignores these keys.
   int workers = 1;
   int max_restarts = 3;
+  // A placed rank whose step has not advanced for this long (counted from its placement, so it
+  // covers start-up, checkpoint loads and saves, evaluation and the slowest step) is hung: the
+  // coordinator names it in an event, counts it (forge_hangs_total) and restarts the run from
+  // its last committed checkpoint. Catches a stopped process (SIGSTOP) and a rank blocked in a
+  // collective or a data read while its heartbeats go on. 0: off.
+  double hang_timeout_s = 300.0;
 };
 
 // `engine:` how the CUDA step runs (the CPU backend ignores it). Every default is the fastest

@@ -384,6 +384,8 @@ Status Coordinator::Place(RunRecord* run, const std::vector<std::string>& worker
     w.rec.rank = int(r);
     w.rec.done_phase = 0;
     w.last_seen = Clock::now();  // its heartbeat clock starts now
+    w.progress_step = 0;
+    w.progress_at = w.last_seen;  // and its hang clock
     FORGE_RETURN_IF_ERROR(PersistWorker(w.rec));
     names += (r ? ", " : "") + worker_ids[r];
   }
@@ -889,6 +891,11 @@ grpc::Status Coordinator::Heartbeat(const v1::HeartbeatRequest& req, v1::Heartbe
     return grpc::Status::OK;
   }
   MarkWorkerUp(run->id, req.rank(), req.phase() != v1::DONE_FAILED);
+  const int64_t progress = std::max<int64_t>(req.step_done(), req.metrics().step());
+  if (progress > worker->progress_step) {
+    worker->progress_step = progress;
+    worker->progress_at = Clock::now();
+  }
   if (req.has_metrics() && req.metrics().step() > 0)
     ReportRankMetrics(*run, worker->rec, req.rank(), req.metrics());
   // Rank 0's records are the run's history: the ones logged since its last report, then the
@@ -1063,6 +1070,71 @@ grpc::Status Coordinator::ExchangeCommId(const v1::ExchangeCommIdRequest& req,
 
 // ---------------------------------------------------------------------------------------------
 
+double Coordinator::HangTimeout(const RunRecord& run) {
+  auto it = hang_timeout_s_.find(run.id);
+  if (it != hang_timeout_s_.end()) return it->second;
+  auto cfg = ParseRunConfig(run.spec_yaml, run.id + " spec");
+  const double t = cfg.ok() ? cfg->train.hang_timeout_s : RunConfig{}.train.hang_timeout_s;
+  hang_timeout_s_[run.id] = t;
+  return t;
+}
+
+void Coordinator::DetectHangs(Clock::time_point now) {
+  std::vector<std::pair<std::string, std::string>> hung;  // run, why
+  for (auto& [id, run] : runs_) {
+    if (!Active(run.state)) continue;
+    const double limit = HangTimeout(run);
+    if (limit <= 0) continue;
+    const auto timeout = std::chrono::duration<double>(limit);
+    // The stalled ranks of the placement (those that reported their end are not waiting).
+    std::vector<const LiveWorker*> stalled;
+    for (const auto& [wid, w] : workers_)
+      if (w.rec.run_id == id && w.rec.attempt == run.attempt && w.rec.done_phase == 0 &&
+          now - w.progress_at > timeout)
+        stalled.push_back(&w);
+    if (stalled.empty()) continue;
+    // Name the likeliest culprit: the longest silent (a stopped process sends no heartbeats,
+    // its peers blocked in a collective still do), then the one furthest behind.
+    const LiveWorker* w = *std::min_element(
+        stalled.begin(), stalled.end(), [](const LiveWorker* a, const LiveWorker* b) {
+          if (a->last_seen != b->last_seen) return a->last_seen < b->last_seen;
+          if (a->progress_step != b->progress_step) return a->progress_step < b->progress_step;
+          return a->rec.rank < b->rec.rank;
+        });
+    auto secs = [](Clock::duration d) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.1f", std::chrono::duration<double>(d).count());
+      return std::string(buf);
+    };
+    char limit_text[32];
+    std::snprintf(limit_text, sizeof limit_text, "%g", limit);
+    std::string why = "hang: run " + id + " rank " + std::to_string(w->rec.rank) + " (worker " +
+                      w->rec.id + ") made no step progress for " + secs(now - w->progress_at) +
+                      " s after step " + std::to_string(w->progress_step) +
+                      " (train.hang_timeout_s " + limit_text + ")";
+    if (now - w->last_seen > std::chrono::seconds(1))
+      why += ", no heartbeat for " + secs(now - w->last_seen) + " s";
+    if (stalled.size() > 1)
+      why += "; " + std::to_string(stalled.size() - 1) + " other rank(s) stalled with it";
+    hung.emplace_back(id, why);
+  }
+  for (const auto& [run_id, why] : hung) {
+    RunRecord* run = FindRun(run_id);
+    if (run == nullptr || !Active(run->state)) continue;
+    std::fprintf(stderr, "forge-coordinator: %s\n", why.c_str());
+    if (opt_.aggregates) opt_.aggregates->CountHang(run_id);
+    (void)LoseRun(run, why);
+  }
+}
+
+Status Coordinator::WorkersExited(const std::string& run_id, int attempt, const std::string& why) {
+  std::lock_guard<std::mutex> l(mu_);
+  RunRecord* run = FindRun(run_id);
+  if (run == nullptr) return Status::NotFound("run " + run_id);
+  if (!Active(run->state) || run->attempt != attempt) return Status::Ok();
+  return LoseRun(run, why);
+}
+
 std::chrono::milliseconds Coordinator::MonitorPeriod() const {
   return std::chrono::milliseconds(std::clamp(opt_.heartbeat_timeout_ms / 4, 20, 500));
 }
@@ -1074,7 +1146,10 @@ void Coordinator::ExcuseOwnAbsence(Clock::duration late) {
   // still queued behind it, so the silence it would measure now is its own: that time does
   // not count against any worker (a worker silent before the gap keeps what it had used).
   const auto now = Clock::now();
-  for (auto& [id, w] : workers_) w.last_seen = std::min(now, w.last_seen + late);
+  for (auto& [id, w] : workers_) {
+    w.last_seen = std::min(now, w.last_seen + late);
+    w.progress_at = std::min(now, w.progress_at + late);
+  }
   // Said where it would have cost a worker (scheduling hiccups of a busy machine are not news).
   if (late < std::chrono::milliseconds(opt_.heartbeat_timeout_ms / 2)) return;
   char buf[64];
@@ -1129,6 +1204,7 @@ void Coordinator::MonitorLoop() {
       RunRecord* run = FindRun(run_id);
       if (run != nullptr && Active(run->state)) (void)LoseRun(run, why);
     }
+    DetectHangs(now);
     Schedule();
   }
 }

@@ -12,8 +12,9 @@
 //   StopRun(immediate), or stop while not placed -> STOPPED (placed workers get ABORT)
 //   every rank reports DONE_COMPLETED -> COMPLETED
 //   a worker misses heartbeats (for heartbeat_timeout_ms of the coordinator's own running
-//   time: a paused or starved coordinator does not count its absence) or reports DONE_FAILED
-//   -> RESTARTING (its workers leave the pool;
+//   time: a paused or starved coordinator does not count its absence), reports DONE_FAILED,
+//   makes no step progress for the spec's train.hang_timeout_s (hung: stopped, or blocked in a
+//   collective or a data read) or its launcher reports its processes gone -> RESTARTING (its workers leave the pool;
 //   the others get ABORT) and placed again from the latest committed checkpoint; beyond
 //   train.max_restarts -> FAILED with the reason
 //   ResumeRun (STOPPED/FAILED) -> PENDING
@@ -100,6 +101,11 @@ class Coordinator {
   grpc::Status ExchangeCommId(const v1::ExchangeCommIdRequest& req,
                               v1::ExchangeCommIdResponse* out);
 
+  // The launcher that started the processes of the run's attempt saw them end (`forge train`
+  // supervising its workers): the run restarts or fails as after a heartbeat timeout, without
+  // waiting for one. OK and no change when the run is not running that attempt any more.
+  Status WorkersExited(const std::string& run_id, int attempt, const std::string& why);
+
   // Stops the monitor thread and wakes watchers (they end their streams).
   void Shutdown();
 
@@ -108,6 +114,10 @@ class Coordinator {
   struct LiveWorker {
     WorkerRecord rec;
     Clock::time_point last_seen;
+    // Hang detection: the highest step its placement's heartbeats reported, and when it last
+    // advanced (or the placement began, or this coordinator learnt of it).
+    int64_t progress_step = 0;
+    Clock::time_point progress_at = Clock::now();
   };
 
   explicit Coordinator(const CoordinatorOptions& options);
@@ -127,6 +137,11 @@ class Coordinator {
   // pending); every worker of the placement leaves the pool.
   Status LoseRun(RunRecord* run, const std::string& why);
   void ReleaseWorkers(const std::string& run_id);
+  // train.hang_timeout_s of the run's spec, in seconds (0: off), parsed once.
+  double HangTimeout(const RunRecord& run);
+  // Runs whose placed ranks made no step progress for their hang timeout: each gets an event
+  // naming the rank and worker, forge_hangs_total + 1, and a restart.
+  void DetectHangs(Clock::time_point now);
   std::vector<std::string> PlacedWorkers(const RunRecord& run) const;  // by rank
   bool Placed(const RunRecord& run) const;
   Status FinishIfDone(RunRecord* run);
@@ -163,6 +178,7 @@ class Coordinator {
     bool cpu = false;
   };
   std::map<std::string, MfuBasis> mfu_basis_;
+  std::map<std::string, double> hang_timeout_s_;  // run -> train.hang_timeout_s
   bool shutdown_ = false;
   std::thread monitor_;
 };

@@ -70,6 +70,10 @@ const std::vector<MetricInfo>& MetricCatalog() {
       {"forge_run_step", T::kGauge, S::kCoordinator, {"run_id"}, "Lowest step any rank reported."},
       {"forge_run_ranks_reporting", T::kGauge, S::kCoordinator, {"run_id"},
        "Ranks whose step samples the aggregates cover."},
+      {"forge_hangs_total", T::kCounter, S::kCoordinator, {"run_id"},
+       "Hangs detected: a placed rank whose step did not advance for train.hang_timeout_s "
+       "(stopped, or blocked in a collective or a data read); each restarted the run from its "
+       "last committed checkpoint."},
   };
   return kCatalog;
 }

@@ -46,6 +46,14 @@ RunAggregates::RunAggregates(prometheus::Registry& r) {
   ranks_ = &GaugeFamily(r, "forge_run_ranks_reporting");
   worker_up_ = &GaugeFamily(r, "forge_worker_up");
   run_state_ = &GaugeFamily(r, "forge_run_state");
+  hangs_ = &CounterFamily(r, "forge_hangs_total");
+}
+
+void RunAggregates::CountHang(const std::string& run_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  prometheus::Counter*& c = hang_counts_[run_id];
+  if (c == nullptr) c = &hangs_->Add({{"run_id", run_id}});
+  c->Increment();
 }
 
 void RunAggregates::PublishLocked(const std::string& run_id) {
@@ -109,6 +117,10 @@ void RunAggregates::ForgetRun(const std::string& run_id) {
       RemoveIfPresent(worker_up_, l);
     }
     up_.erase(u);
+  }
+  if (auto h = hang_counts_.find(run_id); h != hang_counts_.end()) {
+    hangs_->Remove(h->second);
+    hang_counts_.erase(h);
   }
   if (state_.erase(run_id) > 0) {
     for (std::string_view s : RunStateNames()) {

@@ -3,7 +3,8 @@
 // mknod'ed devices). Coordinator launch (the default): the job starts forge-coordinator, 4
 // forge-workers under srun and submits the config with forgectl; the run completes; scancel
 // leaves a committed checkpoint and resubmitting resumes the same run from it; the time-limit
-// warning stops the run with a checkpoint and requeues the job, which finishes the run. Direct
+// warning stops the run with a checkpoint and requeues the job, which finishes the run; kill -9
+// of a worker fails the worker step, which the job launches again in its allocation. Direct
 // launch (FORGE_LAUNCH=direct: `srun forge train`): scancel checkpoints and a resubmission
 // resumes. Skips when not root or when slurm-wlm/munge are not installed.
 #include <gtest/gtest.h>
@@ -250,6 +251,40 @@ TEST_F(SlurmJob, CoordinatorAndFourWorkersTrainToCompletion) {
   const auto ckpts = ListCheckpoints(CoordinatorRunDir("complete") + "/checkpoints");
   ASSERT_FALSE(ckpts.empty()) << log;
   EXPECT_EQ(ckpts.back().step, 6);
+}
+
+// kill -9 of one worker ends the whole worker step (--kill-on-bad-exit); the job launches the
+// step again in its allocation and the coordinator resumes the run on the new workers from the
+// last committed checkpoint.
+TEST_F(SlurmJob, CoordinatorRelaunchesAWorkerStepThatFailed) {
+  // 60 steps of >= 50 ms (3 s): the run is far from done when a worker is killed.
+  ::setenv("FORGE_WORKER_ARGS", "--throttle-ms 50", 1);
+  const std::string cfg = WriteConfig("relaunch", 60, 5);
+  const std::string job = Submit(cfg);
+  ASSERT_FALSE(job.empty());
+  ASSERT_TRUE(WaitFor(60, [&] { return !RunIdOf("relaunch").empty(); })) << JobLog(job);
+  const std::string run = RunIdOf("relaunch");
+  const std::string run_dir = CoordinatorRunDir("relaunch");
+  ASSERT_TRUE(WaitFor(60, [&] { return !ListCheckpoints(run_dir + "/checkpoints").empty(); }))
+      << JobSummary(job) << JobLog(job);
+  ASSERT_LT(ListCheckpoints(run_dir + "/checkpoints").back().step, 60);
+  // One of this job's forge-worker processes.
+  long victim = 0;
+  std::istringstream pids(Run("pgrep -x forge-worker"));
+  for (long pid; victim == 0 && pids >> pid;) {
+    const std::string env = ReadFile("/proc/" + std::to_string(pid) + "/environ");
+    if (Contains(env, std::string("SLURM_JOB_ID=") + job + '\0')) victim = pid;
+  }
+  ASSERT_NE(victim, 0) << Run("ps -ef");
+  Log("$ kill -9 %ld   # a forge-worker of job %s\n", victim, job.c_str());
+  Run("kill -9 " + std::to_string(victim));
+  const auto [state, log] = AwaitJob(job);
+  ASSERT_EQ(state, "COMPLETED") << log;
+  EXPECT_TRUE(Contains(log, "worker step failed (exit ")) << log;
+  EXPECT_TRUE(Contains(log, "relaunching it in 1 s (1 of 3)")) << log;
+  EXPECT_TRUE(Contains(log, "[RESTARTING]")) << log;
+  EXPECT_TRUE(Contains(log, "run " + run + ": COMPLETED at step 60")) << log;
+  EXPECT_EQ(ListCheckpoints(run_dir + "/checkpoints").back().step, 60);
 }
 
 TEST_F(SlurmJob, CoordinatorScancelCheckpointsAndResubmittingResumes) {

@@ -204,6 +204,9 @@ TEST(ConfigParseTest, EveryKeyIsRead) {
       "  activation_recompute: true",
       "  log_every: 1",
       "  run_dir: 'runs/x y'",
+      "  workers: 4",
+      "  max_restarts: 0",
+      "  hang_timeout_s: 42.5",
   }));
   EXPECT_EQ(c.name, "exp-7.b_c");
   EXPECT_EQ(c.seed, 18446744073709551615ull);
@@ -241,6 +244,9 @@ TEST(ConfigParseTest, EveryKeyIsRead) {
   EXPECT_TRUE(c.train.activation_recompute);
   EXPECT_EQ(c.train.log_every, 1);
   EXPECT_EQ(c.train.run_dir, "runs/x y");
+  EXPECT_EQ(c.train.workers, 4);
+  EXPECT_EQ(c.train.max_restarts, 0);
+  EXPECT_EQ(c.train.hang_timeout_s, 42.5);
 }
 
 TEST(ConfigParseTest, EnumsReadAndNameEveryValue) {
@@ -307,6 +313,7 @@ TEST(ConfigParseTest, YamlRoundTripIsExact) {
   c.train.backend = Backend::kCuda;
   c.checkpoint.dir = "we\"ird: \\path #x";
   c.data.dataset_dir = "";
+  c.train.hang_timeout_s = 0.1 + 0.2;
   const std::string yaml = RunConfigToYaml(c);
   RunConfig back = ParseOk(yaml);
   EXPECT_EQ(RunConfigToYaml(back), yaml);
@@ -323,6 +330,7 @@ TEST(ConfigParseTest, YamlRoundTripIsExact) {
   EXPECT_EQ(back.parallel.mode, ParallelMode::kZero2);
   EXPECT_EQ(back.train.backend, Backend::kCuda);
   EXPECT_EQ(back.seed, 7u);
+  EXPECT_EQ(back.train.hang_timeout_s, c.train.hang_timeout_s);
 
   // Without a preset every dim is written, so it reads back as explicit dims.
   c.model.preset = "";
@@ -451,6 +459,10 @@ TEST(ConfigErrorTest, OutOfRange) {
   EXPECT_TRUE(FailsWith(base + "eval:\n  batches: 0\n", 4, "eval.batches", "must be >= 1, got 0"));
   EXPECT_TRUE(FailsWith(base + "train:\n  log_every: 0\n", 4, "train.log_every",
                         "must be >= 1, got 0"));
+  EXPECT_TRUE(FailsWith(base + "train:\n  hang_timeout_s: -1\n", 4, "train.hang_timeout_s",
+                        "must be >= 0, got -1"));
+  EXPECT_TRUE(FailsWith(base + "train:\n  max_restarts: -1\n", 4, "train.max_restarts",
+                        "must be >= 0, got -1"));
   EXPECT_TRUE(FailsWith(base + "name: a/b\n", 3, "name",
                         "may hold only letters, digits, '.', '_' and '-', got 'a/b'"));
   EXPECT_TRUE(FailsWith(base + "name: ''\n", 3, "name", "must not be empty"));

@@ -176,7 +176,8 @@ TEST(DashboardQueries, AlertRulesNameOnlyExportedMetrics) {
   for (const auto& r : rules) names.insert(r.where);
   EXPECT_EQ(names, (std::set<std::string>{"ForgeWorkerDown", "ForgeRunStalled", "ForgeMfuDrop",
                                           "ForgeNonFiniteLoss", "ForgeStepsSkipped",
-                                          "ForgeCheckpointOverdue", "ForgeGpuThrottling"}));
+                                          "ForgeCheckpointOverdue", "ForgeGpuThrottling",
+                                          "ForgeRunHung"}));
   ExpectClean(rules);
 }
 

@@ -254,6 +254,7 @@ StatusOr<TrainResult> RunTraining(const RunConfig& cfg, TrainBackend* backend,
     train_seconds += dt;
     window_seconds += dt;
     ++window_steps;
+    if (opt.step_done) opt.step_done->store(step);
 
     StepRecord rec;
     rec.step = step;

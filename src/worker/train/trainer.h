@@ -79,6 +79,9 @@ struct TrainOptions {
   // keeps the records up to the step it resumes from and appends.
   std::string metrics_path;
   std::function<void(const StepRecord&)> on_step;  // called for every logged step
+  // Set to each optimizer step as it finishes, logged or not (the worker agent's heartbeats
+  // carry it: the coordinator's hang detection watches every rank's step advance).
+  std::atomic<int64_t>* step_done = nullptr;
   // Data-parallel group (null: one process). The backend must train over the same Comm and
   // `data.train` must return this rank's slice (FillTrainBatch with rank/world). Each rank
   // then runs global_batch / (micro_batch * world) micro-steps; losses are global, so every

@@ -1,0 +1,207 @@
+// Recovery without a human, with real processes:
+//   - `forge train` alone on the CPU with 2 workers supervises one mpirun group of forge-worker
+//     processes: kill -9 one and it relaunches the group, the run resumes from its last
+//     committed checkpoint and ends with the same weights as an unfailed run resumed from that
+//     checkpoint; with train.max_restarts 0 it fails naming the rank and how it ended; a
+//     SIGSTOPped worker is caught as hung (train.hang_timeout_s) and replaced.
+//   - a forge-coordinator with --metrics-port names a SIGSTOPped rank in the run's events,
+//     counts it in forge_hangs_total and restarts the run on fresh workers.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cstring>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "../common/http_get.h"
+#include "../unit/metrics_test_util.h"
+#include "control_plane_harness.h"
+#include "worker/checkpoint/checkpoint.h"
+
+namespace forge {
+namespace {
+
+using test::Contains;
+using test::ControlPlane;
+using test::Process;
+using test::ReadFile;
+using test::ShellResult;
+using test::WaitFor;
+
+// Weights of a committed checkpoint, every unit concatenated.
+std::vector<float> Weights(const std::string& dir) {
+  auto ck = LoadFullCheckpoint(dir);
+  EXPECT_TRUE(ck.ok()) << ck.status().ToString();
+  std::vector<float> all;
+  if (!ck.ok()) return all;
+  for (const auto& u : ck->master) all.insert(all.end(), u.begin(), u.end());
+  return all;
+}
+
+// The forge-worker processes below `root` (through mpirun and the per-rank shells).
+std::vector<pid_t> WorkersUnder(pid_t root) {
+  std::vector<pid_t> out, todo = {root};
+  while (!todo.empty()) {
+    const pid_t p = todo.back();
+    todo.pop_back();
+    const ShellResult kids = test::Shell("pgrep -P " + std::to_string(p));
+    std::istringstream in(kids.output);
+    for (long k; in >> k;) {
+      todo.push_back(pid_t(k));
+      std::string comm = ReadFile("/proc/" + std::to_string(k) + "/comm");
+      if (comm == "forge-worker\n") out.push_back(pid_t(k));
+    }
+  }
+  return out;
+}
+
+bool Committed(const std::string& run_dir, int step) {
+  return std::filesystem::exists(run_dir + "/checkpoints/step_" + std::to_string(step) +
+                                 "/manifest.json");
+}
+
+// `forge train SPEC` alone, throttled workers, in the background.
+Process StartLocal(const ControlPlane& cp, const std::string& spec, const std::string& run_dir,
+                   const std::string& log) {
+  return test::Spawn("env OPENBLAS_NUM_THREADS=1 FORGE_WORKER_ARGS='--throttle-ms 60' timeout 170 " +
+                         test::Bin("forge") + " train " + spec + " --run-dir " + run_dir,
+                     log);
+}
+
+std::string WithTrainKeys(const std::string& spec, const std::string& keys) {
+  std::string text = ReadFile(spec);
+  const std::string at = "max_restarts: 2";
+  text.replace(text.find(at), at.size(), keys);
+  std::ofstream(spec) << text;
+  return spec;
+}
+
+TEST(LocalRelaunch, KilledWorkerIsRelaunchedAndTheRunMatchesAResume) {
+  REQUIRE_MPIRUN();
+  ControlPlane cp("local_kill");
+  const std::string spec = cp.WriteSpec("lk", 40, 4);
+  const std::string run_dir = cp.dir() + "/run";
+  Process forge = StartLocal(cp, spec, run_dir, cp.dir() + "/forge.log");
+  ASSERT_TRUE(WaitFor(90, [&] { return Committed(run_dir, 8); })) << ReadFile(forge.log);
+  std::vector<pid_t> workers = WorkersUnder(forge.pid);
+  ASSERT_EQ(workers.size(), 2u) << ReadFile(forge.log);
+  ASSERT_FALSE(Committed(run_dir, 40)) << "the run ended before a worker could be killed";
+  ::kill(workers.back(), SIGKILL);
+
+  const int rc = forge.Wait(150);
+  const std::string log = ReadFile(forge.log);
+  ASSERT_EQ(rc, 0) << log;
+  EXPECT_TRUE(Contains(log, "was killed by signal 9")) << log;
+  EXPECT_TRUE(Contains(log, "launched 2 worker(s) again")) << log;
+  EXPECT_TRUE(Contains(log, "forge: done: 40 steps")) << log;
+
+  // Which checkpoint attempt 2 resumed.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(log, m, std::regex("attempt 2: rank 0 of 2, resuming (\\S+)")))
+      << log;
+  const std::string resumed = m[1].str();
+  EXPECT_TRUE(Contains(resumed, run_dir + "/checkpoints/step_")) << resumed;
+
+  // The unfailed reference: `forge train` on 2 ranks, resumed from that same checkpoint.
+  const std::string ref_dir = cp.dir() + "/reference";
+  ShellResult ref = test::Shell(test::Mpirun(2) + test::Bin("forge") + " train " + spec +
+                                " --run-dir " + ref_dir + " --resume " + resumed);
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  const std::vector<float> got = Weights(run_dir + "/checkpoints/step_40");
+  const std::vector<float> want = Weights(ref_dir + "/checkpoints/step_40");
+  ASSERT_EQ(got.size(), want.size());
+  ASSERT_FALSE(got.empty());
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+      << "relaunched run's final weights differ from the reference resumed at " << resumed;
+}
+
+TEST(LocalRelaunch, GivesUpAfterMaxRestartsNamingTheRankAndHowItEnded) {
+  REQUIRE_MPIRUN();
+  ControlPlane cp("local_give_up");
+  const std::string spec = WithTrainKeys(cp.WriteSpec("lg", 40, 4), "max_restarts: 0");
+  const std::string run_dir = cp.dir() + "/run";
+  Process forge = StartLocal(cp, spec, run_dir, cp.dir() + "/forge.log");
+  ASSERT_TRUE(WaitFor(90, [&] { return Committed(run_dir, 4); })) << ReadFile(forge.log);
+  std::vector<pid_t> workers = WorkersUnder(forge.pid);
+  ASSERT_EQ(workers.size(), 2u) << ReadFile(forge.log);
+  // Which rank it is: the MPI rank in its environment.
+  const std::string env = ReadFile("/proc/" + std::to_string(workers.back()) + "/environ");
+  const size_t at = env.find("OMPI_COMM_WORLD_RANK=");
+  ASSERT_NE(at, std::string::npos);
+  const std::string rank = env.substr(at + 21, env.find('\0', at) - at - 21);
+  ::kill(workers.back(), SIGKILL);
+
+  const int rc = forge.Wait(60);
+  const std::string log = ReadFile(forge.log);
+  EXPECT_EQ(rc, 1) << log;
+  EXPECT_TRUE(Contains(log, "rank " + rank + " was killed by signal 9")) << log;
+  EXPECT_TRUE(Contains(log, "gave up after 0 restart(s) (train.max_restarts 0)")) << log;
+  EXPECT_FALSE(Contains(log, "launched 2 worker(s) again")) << log;
+  EXPECT_TRUE(WorkersUnder(forge.pid).empty());
+}
+
+TEST(LocalRelaunch, StoppedWorkerIsCaughtAsHungAndReplaced) {
+  REQUIRE_MPIRUN();
+  ControlPlane cp("local_hang");
+  const std::string spec =
+      WithTrainKeys(cp.WriteSpec("lh", 40, 4), "max_restarts: 2, hang_timeout_s: 3");
+  const std::string run_dir = cp.dir() + "/run";
+  Process forge = StartLocal(cp, spec, run_dir, cp.dir() + "/forge.log");
+  ASSERT_TRUE(WaitFor(90, [&] { return Committed(run_dir, 4); })) << ReadFile(forge.log);
+  std::vector<pid_t> workers = WorkersUnder(forge.pid);
+  ASSERT_EQ(workers.size(), 2u) << ReadFile(forge.log);
+  ASSERT_FALSE(Committed(run_dir, 40)) << "the run ended before a worker could be stopped";
+  ::kill(workers.back(), SIGSTOP);
+
+  const int rc = forge.Wait(150);
+  const std::string log = ReadFile(forge.log);
+  ASSERT_EQ(rc, 0) << log;
+  EXPECT_TRUE(Contains(log, "made no step progress")) << log;
+  EXPECT_TRUE(Contains(log, "(train.hang_timeout_s 3)")) << log;
+  EXPECT_TRUE(Contains(log, "launched 2 worker(s) again")) << log;
+  EXPECT_TRUE(Contains(log, "forge: done: 40 steps")) << log;
+  EXPECT_NE(::kill(workers.back(), 0), 0) << "the stopped worker was left behind";
+}
+
+TEST(ControlPlaneHang, StoppedRankIsNamedCountedAndTheRunRestarts) {
+  REQUIRE_MPIRUN();
+  ControlPlane cp("hang");
+  const int metrics_port = test::FreeLoopbackPort();
+  ASSERT_GT(metrics_port, 0);
+  // Heartbeat timeout 60 s: only the hang timeout (3 s) can catch the stopped rank here.
+  cp.StartCoordinator(60000, "--metrics-bind 127.0.0.1 --metrics-port " +
+                                 std::to_string(metrics_port));
+  Process& first = cp.StartWorkers(2, /*throttle_ms=*/60);
+  const std::string spec =
+      WithTrainKeys(cp.WriteSpec("hg", 40, 4), "max_restarts: 2, hang_timeout_s: 3");
+  ShellResult sub = cp.Ctl("submit " + spec);
+  ASSERT_EQ(sub.exit_code, 0) << sub.output;
+  const std::string run = ControlPlane::RunId(sub);
+  ASSERT_TRUE(WaitFor(60, [&] {
+    return std::atoll(cp.StatusField(run, "latest_checkpoint_step").c_str()) >= 4;
+  })) << cp.Ctl("status " + run).output;
+  std::vector<pid_t> ranks = WorkersUnder(first.pid);
+  ASSERT_EQ(ranks.size(), 2u);
+  ::kill(ranks.back(), SIGSTOP);
+
+  ASSERT_TRUE(WaitFor(30, [&] { return cp.StatusField(run, "state") == "RESTARTING"; }))
+      << cp.Ctl("status " + run).output;
+  const std::string reason = cp.StatusField(run, "state_reason");
+  EXPECT_TRUE(Contains(reason, "hang: run " + run + " rank ")) << reason;
+  EXPECT_TRUE(Contains(reason, "(worker ")) << reason;
+  EXPECT_TRUE(Contains(reason, "made no step progress")) << reason;
+  const std::string body = test::HttpGet(metrics_port, "/metrics").body;
+  EXPECT_EQ(test::SeriesValue(body, "forge_hangs_total", {{"run_id", run}}), 1.0) << body;
+
+  first.Kill();  // the stopped rank and whatever is left of its group
+  cp.StartWorkers(2, /*throttle_ms=*/0);
+  ShellResult watch = cp.Ctl("watch --history " + run);
+  EXPECT_EQ(watch.exit_code, 0) << watch.output;
+  EXPECT_TRUE(Contains(watch.output, "hang: run " + run)) << watch.output;
+  EXPECT_TRUE(Contains(watch.output, "[COMPLETED]")) << watch.output;
+  EXPECT_EQ(cp.StatusField(run, "restarts"), "1");
+}
+
+}  // namespace
+}  // namespace forge
