@@ -47,6 +47,15 @@ int LocalWorkers(const RunConfig& cfg) {
   return gpus;
 }
 
+// Environment of the worker processes: ours, with the join secret.
+std::vector<std::string> WorkerEnvironment(const std::string& secret) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e)
+    if (std::string(*e).rfind("FORGE_JOIN_SECRET=", 0) != 0) env.push_back(*e);
+  env.push_back("FORGE_JOIN_SECRET=" + secret);
+  return env;
+}
+
 // forge-worker processes for GPUs 1..n-1, in their own process group (a Ctrl-C reaches only
 // `forge`, whose rank stops the run for all through the trainer's agreement).
 StatusOr<std::vector<pid_t>> SpawnGpuWorkers(int n, const std::string& address,
@@ -56,10 +65,7 @@ StatusOr<std::vector<pid_t>> SpawnGpuWorkers(int n, const std::string& address,
   const std::string bin = (self.parent_path() / "forge-worker").string();
   if (ec || !std::filesystem::exists(bin))
     return Status::NotFound("forge-worker not found next to forge (" + bin + ")");
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e != nullptr; ++e)
-    if (std::string(*e).rfind("FORGE_JOIN_SECRET=", 0) != 0) env_strings.push_back(*e);
-  env_strings.push_back("FORGE_JOIN_SECRET=" + secret);
+  std::vector<std::string> env_strings = WorkerEnvironment(secret);
   std::vector<char*> envp;
   for (std::string& e : env_strings) envp.push_back(e.data());
   envp.push_back(nullptr);
@@ -120,15 +126,6 @@ v1::Run GetRunNow(coord::Coordinator* coordinator, const std::string& id) {
   v1::Run now;
   (void)coordinator->GetRun(get, &now);
   return now;
-}
-
-// Environment of the worker processes: ours, with the join secret.
-std::vector<std::string> WorkerEnvironment(const std::string& secret) {
-  std::vector<std::string> env;
-  for (char** e = environ; *e != nullptr; ++e)
-    if (std::string(*e).rfind("FORGE_JOIN_SECRET=", 0) != 0) env.push_back(*e);
-  env.push_back("FORGE_JOIN_SECRET=" + secret);
-  return env;
 }
 
 // One launch of a CPU run's workers: `mpirun -np N` forge-worker ranks (one launch group, MPI

@@ -3,7 +3,8 @@
 //     processes: kill -9 one and it relaunches the group, the run resumes from its last
 //     committed checkpoint and ends with the same weights as an unfailed run resumed from that
 //     checkpoint; with train.max_restarts 0 it fails naming the rank and how it ended; a
-//     SIGSTOPped worker is caught as hung (train.hang_timeout_s) and replaced.
+//     SIGSTOPped worker is caught as hung (train.hang_timeout_s) and replaced; SIGINT stops
+//     the run with a checkpoint.
 //   - a forge-coordinator with --metrics-port names a SIGSTOPped rank in the run's events,
 //     counts it in forge_hangs_total and restarts the run on fresh workers.
 #include <gtest/gtest.h>
@@ -162,6 +163,31 @@ TEST(LocalRelaunch, StoppedWorkerIsCaughtAsHungAndReplaced) {
   EXPECT_TRUE(Contains(log, "launched 2 worker(s) again")) << log;
   EXPECT_TRUE(Contains(log, "forge: done: 40 steps")) << log;
   EXPECT_NE(::kill(workers.back(), 0), 0) << "the stopped worker was left behind";
+}
+
+// Ctrl-C reaches only `forge` (the workers have a process group of their own): the run stops
+// with a checkpoint through the coordinator, as a signal stops `forge train` anywhere.
+TEST(LocalRelaunch, InterruptStopsTheSupervisedRunWithACheckpoint) {
+  REQUIRE_MPIRUN();
+  ControlPlane cp("local_stop");
+  const std::string spec = cp.WriteSpec("ls", 400, 0);  // only the stop saves
+  const std::string run_dir = cp.dir() + "/run";
+  Process forge = StartLocal(cp, spec, run_dir, cp.dir() + "/forge.log");
+  ASSERT_TRUE(WaitFor(90, [&] {
+    return Contains(ReadFile(forge.log), "step 3/400");
+  })) << ReadFile(forge.log);
+  ::kill(forge.pid, SIGINT);
+  const int rc = forge.Wait(60);
+  const std::string log = ReadFile(forge.log);
+  ASSERT_EQ(rc, 0) << log;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(log, m, std::regex("stopped on a signal after step ([0-9]+) "
+                                                   "\\(checkpoint step_([0-9]+)\\)")))
+      << log;
+  EXPECT_EQ(m[1].str(), m[2].str()) << log;
+  EXPECT_TRUE(Committed(run_dir, std::atoi(m[1].str().c_str()))) << log;
+  EXPECT_FALSE(Contains(log, "launched 2 worker(s) again")) << log;
+  EXPECT_TRUE(WorkersUnder(forge.pid).empty());
 }
 
 TEST(ControlPlaneHang, StoppedRankIsNamedCountedAndTheRunRestarts) {
