@@ -84,4 +84,7 @@ if(EXISTS ${CMAKE_SOURCE_DIR}/bench/coordinator_load.cc)
   add_executable(forge-coordinator-load bench/coordinator_load.cc)
   target_link_libraries(forge-coordinator-load PRIVATE forge_rpc)
   target_compile_options(forge-coordinator-load PRIVATE ${FORGE_WARNINGS})
+  if(TARGET forge_integration_tests)  # ProgramFlags runs every program's --help
+    add_dependencies(forge_integration_tests forge-coordinator-load)
+  endif()
 endif()

@@ -10,37 +10,57 @@
 #include <string>
 
 #include "agent/worker_agent.h"
+#include "common/flags.h"
 #include "rpc/auth.h"
+
+namespace {
+
+forge::FlagParser MakeFlags() {
+  forge::FlagParser f(
+      "forge-worker", "",
+      "Joins a coordinator's pool and trains the runs placed on it. Under `mpirun -np N` the N "
+      "processes\njoin as one launch group and train CPU data-parallel over MPI. The join secret "
+      "comes from\n--join-secret-file or FORGE_JOIN_SECRET.");
+  f.Value("--coordinator", "HOST:PORT", "the coordinator (default $FORGE_COORDINATOR)");
+  f.Value("--join-secret-file", "FILE", "the join secret (default $FORGE_JOIN_SECRET)");
+  f.Value("--tls-ca", "FILE", "talk TLS to the coordinator, trusting this CA certificate");
+  f.Value("--device", "cpu|cuda:N", "where to train (default cuda:<local rank> with a GPU, else cpu)");
+  f.Value("--max-placements", "N", "exit after N placements ended (default: never)");
+  f.Value("--throttle-ms", "N", "sleep N ms after each logged step (demos, tests of tiny runs)");
+  f.Value("--give-up-after-s", "S",
+          "how long a call keeps retrying an unreachable coordinator (default 300)");
+  f.Value("--max-steps", "N", "stop each placement after N steps (default: the run's)");
+  f.MaxPositional(0);
+  return f;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace forge;
+  FlagParser flags = MakeFlags();
+  if (int rc; flags.ParseOrExit(argc, argv, 1, &rc)) return rc;
   agent::AgentOptions o;
-  std::string secret_file;
   if (const char* a = std::getenv("FORGE_COORDINATOR")) o.link.channel.address = a;
-  auto usage = [] {
-    std::fprintf(stderr,
-                 "usage: forge-worker --coordinator HOST:PORT [--join-secret-file FILE] "
-                 "[--tls-ca FILE]\n"
-                 "         [--device cpu|cuda:N] [--max-placements N] [--throttle-ms N] "
-                 "[--give-up-after-s S] [--max-steps N]\n");
-    return 2;
-  };
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (i + 1 >= argc) return usage();
-    const std::string v = argv[++i];
-    if (flag == "--coordinator") o.link.channel.address = v;
-    else if (flag == "--join-secret-file") secret_file = v;
-    else if (flag == "--tls-ca") o.link.channel.tls_ca_file = v;
-    else if (flag == "--device") o.device = v;
-    else if (flag == "--max-placements") o.max_placements = std::atoi(v.c_str());
-    else if (flag == "--throttle-ms") o.throttle_ms = std::atoi(v.c_str());
-    else if (flag == "--max-steps") o.max_steps = std::atoll(v.c_str());
-    else if (flag == "--give-up-after-s") o.link.give_up_after_s = std::atof(v.c_str());
-    else return usage();
+  o.link.channel.address = flags.Get("--coordinator", o.link.channel.address);
+  o.link.channel.tls_ca_file = flags.Get("--tls-ca");
+  o.device = flags.Get("--device");
+  for (Status s : {flags.GetInt("--max-placements", &o.max_placements),
+                   flags.GetInt("--throttle-ms", &o.throttle_ms),
+                   flags.GetInt("--max-steps", &o.max_steps),
+                   flags.GetDouble("--give-up-after-s", &o.link.give_up_after_s)}) {
+    if (!s.ok()) {
+      std::fprintf(stderr, "forge-worker: %s\n(see 'forge-worker --help')\n", s.message().c_str());
+      return 2;
+    }
   }
-  if (o.link.channel.address.empty()) return usage();
-  auto secret = rpc::LoadSecret(secret_file, "FORGE_JOIN_SECRET", "join secret");
+  if (o.link.channel.address.empty()) {
+    std::fprintf(stderr, "forge-worker: no coordinator address: pass --coordinator or set "
+                         "FORGE_COORDINATOR\n");
+    return 2;
+  }
+  auto secret = rpc::LoadSecret(flags.Get("--join-secret-file"), "FORGE_JOIN_SECRET",
+                                "join secret");
   if (!secret.ok()) {
     std::fprintf(stderr, "forge-worker: %s\n", secret.status().ToString().c_str());
     return 1;

@@ -187,15 +187,22 @@ int RunDataCommand(int argc, char** argv) {
   if (sub == "baseline") return DataBaseline(argc, argv);
   if (sub == "tokenize") return RunDataTokenize(argc, argv);
   if (sub == "inspect") return DataInspect(argc, argv);
-  const bool help = sub == "--help" || sub == "-h";
-  std::fprintf(help ? stdout : stderr,
-               "usage: forge data COMMAND [flags]   (forge data COMMAND --help for its flags)\n"
-               "  prepare    tokenize text into a dataset\n"
-               "  inspect    what a dataset holds, with decoded samples (--verify: check it)\n"
-               "  baseline   unigram cross-entropy of a dataset's validation split\n"
-               "  tokenize   text to token ids and back, with any tokenizer\n");
-  if (!help && !sub.empty()) std::fprintf(stderr, "forge data: unknown command '%s'\n", sub.c_str());
-  return help ? 0 : 2;
+  FlagParser flags("forge data", "COMMAND",
+                   "commands (forge data COMMAND --help for each one's flags):\n"
+                   "  prepare    tokenize text into a dataset\n"
+                   "  inspect    what a dataset holds, with decoded samples (--verify: check it)\n"
+                   "  baseline   unigram cross-entropy of a dataset's validation split\n"
+                   "  tokenize   text to token ids and back, with any tokenizer");
+  if (sub.empty()) {
+    std::fputs(flags.Usage().c_str(), stderr);
+    return 2;
+  }
+  if (sub[0] == '-') {  // forge data --help, --version
+    if (int rc; flags.ParseOrExit(3, argv, 2, &rc)) return rc;
+  }
+  const Status unknown = UnknownCommand(sub, {"prepare", "inspect", "baseline", "tokenize"});
+  std::fprintf(stderr, "forge data: %s\n(see 'forge data --help')\n", unknown.message().c_str());
+  return 2;
 }
 
 }  // namespace forge

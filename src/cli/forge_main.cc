@@ -12,9 +12,10 @@
 //     mpirun with SIGUSR1 (which it forwards): on SIGTERM/SIGINT mpirun kills them itself.
 //   forge export | import | generate | eval ...
 //     What one does with a trained model (cli/model_commands.h; each command's --help).
-//   forge data prepare [--out DIR] [--threads N] [--force]
-//   forge data baseline [--dataset DIR]
+//   forge data prepare | baseline | tokenize ...
 //   forge has-gpu
+// Every command's flags are declared with common/flags.h: `forge --help` lists the commands,
+// `forge COMMAND --help` a command's flags; --version anywhere prints the version.
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -46,28 +47,28 @@ int Fail(const Status& s) {
   return 1;
 }
 
-const char* UsageText() {
-  return "usage:\n"
-               "  forge train CONFIG [--steps N] [--backend auto|cpu|cuda] [--run-dir DIR]\n"
-               "                     [--resume latest|step_N|PATH] [--checkpoint-every N]"
-               " [--direct] [--print-config]\n"
-               "  forge export --checkpoint SPEC [--run-dir DIR] -o OUT [--format forge|hf]"
-               " [--dtype f32|bf16]\n"
-               "  forge import HF_DIR --run-dir DIR\n"
-               "  forge generate --checkpoint SPEC (--prompt TEXT | --prompt-file F)"
-               " [--max-new-tokens N]\n"
-               "                 [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
-               "  forge eval --checkpoint SPEC [--dataset DIR] [--batches N|all]"
-               " [--tasks FILE.jsonl]\n"
-               "  forge data prepare [--out DIR] [--threads N] [--force]\n"
-               "  forge data baseline [--dataset DIR]\n"
-               "  forge has-gpu\n"
-               "  (forge COMMAND --help for every flag)\n";
+// `forge` itself: its commands, --help and --version.
+FlagParser TopFlags() {
+  return FlagParser(
+      "forge", "COMMAND",
+      "commands (forge COMMAND --help for each one's flags):\n"
+      "  train CONFIG     train the model CONFIG describes\n"
+      "  export           a checkpoint as safetensors or a Hugging Face Llama directory\n"
+      "  import HF_DIR    a Hugging Face Llama directory as a Forge checkpoint\n"
+      "  generate         complete prompts with a model\n"
+      "  eval             loss, perplexity, bits per byte, multiple-choice accuracy\n"
+      "  data COMMAND     prepare, baseline, tokenize\n"
+      "  has-gpu          yes (exit 0) when a CUDA device is usable, no (exit 1) otherwise");
 }
 
-int Usage() {
-  std::fputs(UsageText(), stderr);
-  return 2;
+int HasGpu(int argc, char** argv) {
+  FlagParser flags("forge has-gpu", "",
+                   "Prints yes (exit 0) when a CUDA device is usable, no (exit 1) otherwise.");
+  flags.MaxPositional(0);
+  if (int rc; flags.ParseOrExit(argc, argv, 2, &rc)) return rc;
+  const bool gpu = CudaDeviceAvailable();
+  std::printf("%s\n", gpu ? "yes" : "no");
+  return gpu ? 0 : 1;
 }
 
 // Set by SIGINT/SIGTERM/SIGUSR1; the trainer checkpoints at the next step boundary and returns. The
@@ -203,21 +204,16 @@ int Train(const FlagParser& a, ProcessGroup* group) {
 
 int main(int argc, char** argv) {
   using namespace forge;
-  if (argc < 2) return Usage();
-  const std::string cmd = argv[1];
-  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
-    std::fputs(UsageText(), stdout);
-    return 0;
+  const std::string cmd = argc >= 2 ? argv[1] : "";
+  if (cmd.empty() || cmd == "help") {
+    std::fputs(TopFlags().Usage().c_str(), cmd.empty() ? stderr : stdout);
+    return cmd.empty() ? 2 : 0;
   }
-  if (cmd == "--version") {
-    std::printf("%s\n", VersionString("forge").c_str());
-    return 0;
+  if (cmd[0] == '-') {  // forge --help, forge --version
+    FlagParser top = TopFlags();
+    if (int rc; top.ParseOrExit(2, argv, 1, &rc)) return rc;
   }
-  if (cmd == "has-gpu") {
-    const bool gpu = CudaDeviceAvailable();
-    std::printf("%s\n", gpu ? "yes" : "no");
-    return gpu ? 0 : 1;
-  }
+  if (cmd == "has-gpu") return HasGpu(argc, argv);
   if (cmd == "train") {
     FlagParser flags = TrainFlags();
     if (int rc; flags.ParseOrExit(argc, argv, 2, &rc)) return rc;
@@ -235,5 +231,8 @@ int main(int argc, char** argv) {
   if (cmd == "generate") return RunGenerateCommand(argc, argv);
   if (cmd == "eval") return RunEvalCommand(argc, argv);
   if (cmd == "data") return RunDataCommand(argc, argv);
-  return Usage();
+  const Status unknown = UnknownCommand(
+      cmd, {"train", "export", "import", "generate", "eval", "data", "has-gpu"});
+  std::fprintf(stderr, "forge: %s\n(see 'forge --help')\n", unknown.message().c_str());
+  return 2;
 }

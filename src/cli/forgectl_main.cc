@@ -19,10 +19,13 @@
 //     report RUN [-o FILE]              self-contained HTML page of the run's recorded history
 //                                       (charts of loss, throughput, MFU, memory, step time;
 //                                       default FILE: RUN.html)
-// The address comes from --coordinator or FORGE_COORDINATOR, the token from --token-file or
-// FORGE_TOKEN. Errors are one line on stderr ("forgectl: NOT_FOUND: no run with id 'x'") and
-// exit code 1; bad usage exits 2. `watch` exits 0 when the run COMPLETED or STOPPED, 1 when it
-// FAILED.
+// Each command's flags are declared once (kCommands, common/flags.h): `forgectl --help` lists
+// the commands, `forgectl COMMAND --help` one command's flags; the global flags may come before
+// or after the command's name. The address comes from --coordinator or FORGE_COORDINATOR, the
+// token from --token-file or FORGE_TOKEN. Errors are one line on stderr ("forgectl: NOT_FOUND:
+// no run with id 'x'") and exit code 1; bad usage (an unknown flag or command, a malformed
+// value) exits 2 before anything is sent. `watch` exits 0 when the run COMPLETED or STOPPED, 1
+// when it FAILED.
 #include <google/protobuf/util/json_util.h>
 #include <unistd.h>
 
@@ -40,6 +43,7 @@
 #include "cli/progress_line.h"
 #include "cli/report_html.h"
 #include "common/file_io.h"
+#include "common/flags.h"
 #include "forge/v1/runs.grpc.pb.h"
 #include "rpc/auth.h"
 #include "rpc/channel.h"
@@ -52,38 +56,107 @@ struct Global {
   bool json = false;
 };
 
-struct Cmd {
-  std::string name;
-  std::vector<std::string> positional;
-  std::vector<std::pair<std::string, std::string>> flags;
-  bool Has(const std::string& f) const {
-    for (const auto& [k, v] : flags)
-      if (k == f) return true;
-    return false;
-  }
-  std::string Get(const std::string& f) const {
-    for (const auto& [k, v] : flags)
-      if (k == f) return v;
-    return "";
-  }
+// The flags every command takes, before or after its name.
+void AddGlobalFlags(FlagParser* f) {
+  f->Value("--coordinator", "HOST:PORT", "the coordinator (default $FORGE_COORDINATOR)");
+  f->Value("--token-file", "FILE", "the user token (default $FORGE_TOKEN)");
+  f->Value("--tls-ca", "FILE", "talk TLS to the coordinator, trusting this CA certificate");
+  f->Bool("--json", "print the API's messages as JSON instead of text");
+}
+
+struct Command {
+  const char* name;
+  const char* positional;  // for the usage line: "RUN", "SPEC.yaml" or ""
+  const char* summary;      // its line in `forgectl --help`
+  const char* description;  // its `forgectl COMMAND --help`
+  void (*add_flags)(FlagParser*);  // the command's own flags
 };
 
-int Usage() {
-  std::fprintf(stderr,
-               "usage: forgectl [--coordinator HOST:PORT] [--token-file FILE] [--tls-ca FILE] "
-               "[--json] COMMAND\n"
-               "  submit SPEC.yaml [--watch [--reconnect-for S]]\n"
-               "  stop RUN [--now]\n"
-               "  resume RUN [--checkpoint step_N] [--workers N]\n"
-               "  checkpoint RUN\n"
-               "  status RUN\n"
-               "  list [--active]\n"
-               "  watch RUN [--history] [--reconnect-for S]\n"
-               "  checkpoints RUN\n"
-               "  data RUN\n"
-               "  export RUN [--checkpoint step_N] [-o NAME] [--bf16] [--format forge|hf]\n"
-               "  report RUN [-o FILE]\n");
-  return 2;
+void AddReconnectFlag(FlagParser* f) {
+  f->Value("--reconnect-for", "S",
+           "keep reconnecting to a coordinator that went away for S seconds (default 600)");
+}
+
+const Command kCommands[] = {
+    {"submit", "SPEC.yaml", "queue a run; prints its id",
+     "Queues a run (the spec is a run config); prints its id.",
+     [](FlagParser* f) {
+       f->Bool("--watch", "then follow it as `watch` does, until it ends");
+       AddReconnectFlag(f);
+     }},
+    {"stop", "RUN", "checkpoint, then stop (--now: abort without saving)",
+     "Checkpoints the run, then stops it.",
+     [](FlagParser* f) { f->Bool("--now", "abort at once, without saving a checkpoint"); }},
+    {"resume", "RUN", "restart a stopped or failed run from a checkpoint",
+     "Restarts a stopped or failed run from a checkpoint.",
+     [](FlagParser* f) {
+       f->Value("--checkpoint", "step_N", "the checkpoint to resume (default the latest)");
+       f->Value("--workers", "N", "the world size to resume with (default the run's)");
+     }},
+    {"checkpoint", "RUN", "save a checkpoint now, keep training",
+     "Saves a checkpoint now; the run keeps training.", [](FlagParser*) {}},
+    {"status", "RUN", "one run in detail", "One run in detail.", [](FlagParser*) {}},
+    {"list", "", "every run, one line each", "Every run, one line each.",
+     [](FlagParser* f) { f->Bool("--active", "only runs that have not ended"); }},
+    {"watch", "RUN", "a live progress line until the run ends",
+     "A live progress line until the run ends (exit 0 when it COMPLETED or STOPPED, 1 when it "
+     "FAILED);\na coordinator that goes away is reconnected to, saying so on stderr.",
+     [](FlagParser* f) {
+       f->Bool("--history", "first print the events so far");
+       AddReconnectFlag(f);
+     }},
+    {"checkpoints", "RUN", "committed checkpoints",
+     "The run's committed checkpoints.", [](FlagParser*) {}},
+    {"data", "RUN", "per data source: weight, sequences and tokens consumed, epoch",
+     "The data plan at the latest checkpoint: per source its weight, sequences and tokens "
+     "consumed, and epoch.",
+     [](FlagParser*) {}},
+    {"export", "RUN", "a checkpoint as safetensors or a Hugging Face directory",
+     "Writes a checkpoint as one safetensors file (forge) or a Hugging Face Llama directory "
+     "(hf)\nunder <run_dir>/exports, on the coordinator's machine.",
+     [](FlagParser* f) {
+       f->Value("--checkpoint", "step_N", "the checkpoint to export (default the latest)");
+       f->Value("--out", "NAME", "the name under <run_dir>/exports");
+       f->Alias("-o", "--out");
+       f->Bool("--bf16", "bf16 tensors (default f32)");
+       f->Value("--format", "forge|hf", "what to write (default forge)");
+     }},
+    {"report", "RUN", "an HTML page of the run's recorded history",
+     "A self-contained HTML page of the run's recorded history (charts of loss, throughput, "
+     "MFU,\nmemory, step time).",
+     [](FlagParser* f) {
+       f->Value("--out", "FILE", "where to write it (default RUN.html)");
+       f->Alias("-o", "--out");
+     }},
+};
+
+const Command* FindCommand(std::string_view name) {
+  for (const Command& c : kCommands)
+    if (name == c.name) return &c;
+  return nullptr;
+}
+
+// `forgectl` without a command: the global flags and the list of commands.
+FlagParser TopFlags() {
+  std::string text = "commands (forgectl COMMAND --help for each one's flags):\n";
+  for (const Command& c : kCommands) {
+    std::string left = std::string(c.name) + " " + c.positional;
+    left.resize(std::max<size_t>(left.size(), 18), ' ');
+    text += "  " + left + c.summary + "\n";
+  }
+  text += "\nThe address comes from --coordinator or FORGE_COORDINATOR, the token from "
+          "--token-file or FORGE_TOKEN.";
+  FlagParser f("forgectl", "COMMAND ...", text);
+  AddGlobalFlags(&f);
+  return f;
+}
+
+FlagParser CommandFlags(const Command& c) {
+  FlagParser f(std::string("forgectl ") + c.name, c.positional, c.description);
+  c.add_flags(&f);
+  AddGlobalFlags(&f);
+  f.MaxPositional(c.positional[0] == '\0' ? 0 : 1);
+  return f;
 }
 
 int Fail(const std::string& line) {
@@ -292,21 +365,18 @@ int Watch(const Global& g, Client* c, const std::string& run_id, bool history,
 }
 
 // --reconnect-for S (default 600): how long watch keeps trying to reach a coordinator that
-// went away; Invalid text for a bad value.
-bool ReconnectSeconds(const Cmd& cmd, double* out) {
+// went away.
+Status ReconnectSeconds(const FlagParser& flags, double* out) {
   *out = 600;
-  if (!cmd.Has("--reconnect-for")) return true;
-  const std::string v = cmd.Get("--reconnect-for");
-  char* end = nullptr;
-  *out = std::strtod(v.c_str(), &end);
-  return !v.empty() && *end == '\0' && *out >= 0;
+  FORGE_RETURN_IF_ERROR(flags.GetDouble("--reconnect-for", out));
+  if (*out < 0) return Status::Invalid("--reconnect-for: must be >= 0, got " + flags.Get("--reconnect-for"));
+  return Status::Ok();
 }
 
-int Dispatch(const Global& g, const Cmd& cmd, Client* c) {
-  const auto& p = cmd.positional;
-  auto need = [&](size_t n) { return p.size() == n; };
-  if (cmd.name == "submit") {
-    if (!need(1)) return Usage();
+// Runs a command whose flags and positional arguments were checked already.
+int Dispatch(const Global& g, const std::string& name, const FlagParser& cmd, Client* c) {
+  const std::vector<std::string>& p = cmd.positional();
+  if (name == "submit") {
     auto text = ReadSmallFile(p[0]);
     if (!text.ok()) return Fail(text.status().ToString());
     v1::SubmitRunRequest req;
@@ -318,11 +388,10 @@ int Dispatch(const Global& g, const Cmd& cmd, Client* c) {
     else std::printf("submitted %s (%s)\n", run.id().c_str(), StateName(run.state()));
     std::fflush(stdout);
     double reconnect_s = 0;
-    if (!ReconnectSeconds(cmd, &reconnect_s)) return Usage();
+    (void)ReconnectSeconds(cmd, &reconnect_s);  // checked before connecting
     return cmd.Has("--watch") ? Watch(g, c, run.id(), true, reconnect_s) : 0;
   }
-  if (cmd.name == "stop") {
-    if (!need(1)) return Usage();
+  if (name == "stop") {
     v1::StopRunRequest req;
     req.set_run_id(p[0]);
     req.set_immediate(cmd.Has("--now"));
@@ -330,34 +399,32 @@ int Dispatch(const Global& g, const Cmd& cmd, Client* c) {
     if (auto s = c->Call(&v1::RunService::Stub::StopRun, req, &run); !s.ok()) return Fail(s);
     return PrintRun(g, run, "stopping");
   }
-  if (cmd.name == "resume") {
-    if (!need(1)) return Usage();
+  if (name == "resume") {
     v1::ResumeRunRequest req;
     req.set_run_id(p[0]);
     req.set_checkpoint(cmd.Get("--checkpoint"));
-    if (cmd.Has("--workers")) req.set_workers(std::atoi(cmd.Get("--workers").c_str()));
+    int workers = 0;
+    (void)cmd.GetInt("--workers", &workers);  // checked before connecting
+    req.set_workers(workers);
     v1::Run run;
     if (auto s = c->Call(&v1::RunService::Stub::ResumeRun, req, &run); !s.ok()) return Fail(s);
     return PrintRun(g, run, "resumed");
   }
-  if (cmd.name == "checkpoint") {
-    if (!need(1)) return Usage();
+  if (name == "checkpoint") {
     v1::CheckpointRunRequest req;
     req.set_run_id(p[0]);
     v1::Run run;
     if (auto s = c->Call(&v1::RunService::Stub::CheckpointRun, req, &run); !s.ok()) return Fail(s);
     return PrintRun(g, run, "checkpoint requested for");
   }
-  if (cmd.name == "status") {
-    if (!need(1)) return Usage();
+  if (name == "status") {
     v1::GetRunRequest req;
     req.set_run_id(p[0]);
     v1::Run run;
     if (auto s = c->Call(&v1::RunService::Stub::GetRun, req, &run); !s.ok()) return Fail(s);
     return PrintRun(g, run, nullptr);
   }
-  if (cmd.name == "list") {
-    if (!need(0)) return Usage();
+  if (name == "list") {
     v1::ListRunsRequest req;
     req.set_active_only(cmd.Has("--active"));
     v1::ListRunsResponse resp;
@@ -370,14 +437,12 @@ int Dispatch(const Global& g, const Cmd& cmd, Client* c) {
     }
     return 0;
   }
-  if (cmd.name == "watch") {
-    if (!need(1)) return Usage();
+  if (name == "watch") {
     double reconnect_s = 0;
-    if (!ReconnectSeconds(cmd, &reconnect_s)) return Usage();
+    (void)ReconnectSeconds(cmd, &reconnect_s);  // checked before connecting
     return Watch(g, c, p[0], cmd.Has("--history"), reconnect_s);
   }
-  if (cmd.name == "checkpoints") {
-    if (!need(1)) return Usage();
+  if (name == "checkpoints") {
     v1::ListCheckpointsRequest req;
     req.set_run_id(p[0]);
     v1::ListCheckpointsResponse resp;
@@ -394,8 +459,7 @@ int Dispatch(const Global& g, const Cmd& cmd, Client* c) {
     }
     return 0;
   }
-  if (cmd.name == "data") {
-    if (!need(1)) return Usage();
+  if (name == "data") {
     v1::GetDataPlanRequest req;
     req.set_run_id(p[0]);
     v1::DataPlan plan;
@@ -407,12 +471,11 @@ int Dispatch(const Global& g, const Cmd& cmd, Client* c) {
     PrintDataPlan(plan);
     return 0;
   }
-  if (cmd.name == "export") {
-    if (!need(1)) return Usage();
+  if (name == "export") {
     v1::ExportCheckpointRequest req;
     req.set_run_id(p[0]);
     req.set_checkpoint(cmd.Get("--checkpoint"));
-    req.set_output(cmd.Get("-o"));
+    req.set_output(cmd.Get("--out"));
     req.set_bf16(cmd.Has("--bf16"));
     req.set_format(cmd.Get("--format"));
     v1::ExportCheckpointResponse resp;
@@ -424,21 +487,30 @@ int Dispatch(const Global& g, const Cmd& cmd, Client* c) {
                   double(resp.bytes()) / 1e6);
     return 0;
   }
-  if (cmd.name == "report") {
-    if (!need(1)) return Usage();
+  if (name == "report") {
     v1::GetRunHistoryRequest req;
     req.set_run_id(p[0]);
     v1::RunHistory history;
     if (auto s = c->Call(&v1::RunService::Stub::GetRunHistory, req, &history); !s.ok())
       return Fail(s);
-    const std::string path = cmd.Has("-o") ? cmd.Get("-o") : p[0] + ".html";
+    const std::string path = cmd.Get("--out", p[0] + ".html");
     if (Status s = WriteFileAtomic(path, RenderRunReportHtml(history)); !s.ok())
       return Fail(s.ToString());
     std::printf("wrote %s: run %s, %d step records, %d events\n", path.c_str(), p[0].c_str(),
                 history.steps_size(), history.events_size());
     return 0;
   }
-  return Usage();
+  return Fail("no command " + name);  // kCommands names only commands handled above
+}
+
+// The values Dispatch reads, checked before anything is sent.
+Status CheckValues(const FlagParser& cmd) {
+  double reconnect_s = 0;
+  FORGE_RETURN_IF_ERROR(ReconnectSeconds(cmd, &reconnect_s));
+  int workers = 0;
+  FORGE_RETURN_IF_ERROR(cmd.GetInt("--workers", &workers));
+  if (workers < 0) return Status::Invalid("--workers: must be >= 0, got " + cmd.Get("--workers"));
+  return Status::Ok();
 }
 
 }  // namespace
@@ -447,38 +519,54 @@ int Dispatch(const Global& g, const Cmd& cmd, Client* c) {
 int main(int argc, char** argv) {
   using namespace forge;
   using namespace forge::cli;
+  // The command is the first argument that is neither a flag nor a global flag's value.
+  int at = 0;
+  for (int i = 1; i < argc && at == 0; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "--coordinator" || a == "--token-file" || a == "--tls-ca") ++i;
+    else if (a.size() < 2 || a[0] != '-') at = i;
+  }
+  if (at == 0) {  // forgectl, forgectl --help, forgectl --version
+    FlagParser top = TopFlags();
+    if (int rc; top.ParseOrExit(argc, argv, 1, &rc)) return rc;
+    std::fputs(top.Usage().c_str(), stderr);
+    return 2;
+  }
+  const Command* command = FindCommand(argv[at]);
+  if (command == nullptr) {
+    std::vector<std::string_view> names;
+    for (const Command& c : kCommands) names.push_back(c.name);
+    std::fprintf(stderr, "forgectl: %s\n(see 'forgectl --help')\n",
+                 UnknownCommand(argv[at], names).message().c_str());
+    return 2;
+  }
+  // Every argument but the command's name, global flags included.
+  std::vector<char*> args(argv, argv + argc);
+  args.erase(args.begin() + at);
+  FlagParser flags = CommandFlags(*command);
+  if (int rc; flags.ParseOrExit(int(args.size()), args.data(), 1, &rc)) return rc;
+  const std::string usage_hint = std::string("(see 'forgectl ") + command->name + " --help')";
+  if (flags.positional().size() != (command->positional[0] == '\0' ? 0u : 1u)) {
+    std::fprintf(stderr, "forgectl %s: expects %s\n%s\n", command->name, command->positional,
+                 usage_hint.c_str());
+    return 2;
+  }
+  if (Status s = CheckValues(flags); !s.ok()) {
+    std::fprintf(stderr, "forgectl %s: %s\n%s\n", command->name, s.message().c_str(),
+                 usage_hint.c_str());
+    return 2;
+  }
   Global g;
   if (const char* a = std::getenv("FORGE_COORDINATOR")) g.address = a;
-  Cmd cmd;
-  const std::vector<std::string> boolean = {"--json", "--watch", "--now", "--active", "--history",
-                                            "--bf16"};
-  for (int i = 1; i < argc; ++i) {
-    const std::string s = argv[i];
-    const bool is_flag = s.size() >= 2 && s[0] == '-';
-    if (!is_flag) {
-      if (cmd.name.empty()) cmd.name = s;
-      else cmd.positional.push_back(s);
-      continue;
-    }
-    bool is_bool = false;
-    for (const auto& b : boolean) is_bool |= b == s;
-    std::string v = "1";
-    if (!is_bool) {
-      if (i + 1 >= argc) return Usage();
-      v = argv[++i];
-    }
-    if (s == "--coordinator") g.address = v;
-    else if (s == "--token-file") g.token_file = v;
-    else if (s == "--tls-ca") g.tls_ca = v;
-    else if (s == "--json") g.json = true;
-    else cmd.flags.emplace_back(s, v);
-  }
-  if (cmd.name.empty()) return Usage();
+  g.address = flags.Get("--coordinator", g.address);
+  g.token_file = flags.Get("--token-file");
+  g.tls_ca = flags.Get("--tls-ca");
+  g.json = flags.Has("--json");
   if (g.address.empty()) return Fail("no coordinator address: pass --coordinator or set FORGE_COORDINATOR");
   auto token = rpc::LoadSecret(g.token_file, "FORGE_TOKEN", "user token");
   if (!token.ok()) return Fail(token.status().ToString());
   auto channel = rpc::MakeChannel({g.address, g.tls_ca});
   if (!channel.ok()) return Fail(channel.status().ToString());
   Client client(*channel, *token);
-  return Dispatch(g, cmd, &client);
+  return Dispatch(g, command->name, flags, &client);
 }

@@ -8,7 +8,8 @@
 
 namespace forge {
 
-// Levenshtein distance (insertions, deletions, substitutions).
+// Edit distance: insertions, deletions, substitutions and swaps of two neighbouring
+// characters (the commonest typo: --stpes), each one edit.
 size_t EditDistance(std::string_view a, std::string_view b);
 
 // The candidate closest to `word`, or "" when none is near: a distance of at most a third of

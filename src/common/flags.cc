@@ -20,6 +20,12 @@ std::string VersionString(std::string_view program) {
   return std::string(program) + " " + FORGE_VERSION + " (commit " + FORGE_GIT_COMMIT + ")";
 }
 
+Status UnknownCommand(std::string_view command, const std::vector<std::string_view>& known) {
+  const std::string_view near = ClosestMatch(command, known);
+  return Status::Invalid("unknown command '" + std::string(command) + "'" +
+                         (near.empty() ? "" : " (did you mean '" + std::string(near) + "'?)"));
+}
+
 FlagParser::FlagParser(std::string program, std::string positional, std::string description)
     : program_(std::move(program)),
       positional_desc_(std::move(positional)),
@@ -47,6 +53,31 @@ const FlagParser::Spec* FlagParser::Find(std::string_view name) const {
   for (const Spec& s : specs_)
     if (s.name == name) return &s;
   return nullptr;
+}
+
+std::string FlagParser::Suggest(std::string_view name) const {
+  std::vector<std::string_view> names{"--help", "--version"};
+  for (const Spec& s : specs_) names.push_back(s.name);
+  if (const std::string_view near = ClosestMatch(name, names); !near.empty())
+    return std::string(near);
+  // A flag that mistypes (or leaves out the rest of) one word of a longer name: --port or
+  // --prot for --metrics-port. Only a near miss of one word (at most one edit, three letters
+  // or more) names exactly one flag; otherwise nothing is suggested.
+  const std::string_view word = name.substr(std::min(name.find_first_not_of('-'), name.size()));
+  if (word.size() < 3 || word.find('-') != std::string_view::npos) return "";
+  const Spec* found = nullptr;
+  size_t best = 2;
+  for (const Spec& s : specs_) {
+    std::string_view rest = std::string_view(s.name).substr(2);
+    while (!rest.empty()) {
+      const size_t dash = rest.find('-');
+      const size_t d = EditDistance(word, rest.substr(0, dash));
+      if (d < best) best = d, found = &s;
+      else if (d == best && found != &s) found = nullptr;  // two flags as near: say nothing
+      rest = dash == std::string_view::npos ? "" : rest.substr(dash + 1);
+    }
+  }
+  return found != nullptr ? found->name : "";
 }
 
 Status FlagParser::Parse(int argc, char** argv, int first) {
@@ -78,9 +109,7 @@ Status FlagParser::Parse(int argc, char** argv, int first) {
     }
     const Spec* spec = Find(arg);
     if (spec == nullptr) {
-      std::vector<std::string_view> names{"--help", "--version"};
-      for (const Spec& s : specs_) names.push_back(s.name);
-      const std::string near(ClosestMatch(arg, names));
+      const std::string near = Suggest(arg);
       return Status::Invalid("unknown flag " + arg +
                              (near.empty() ? "" : " (did you mean " + near + "?)"));
     }
@@ -89,7 +118,9 @@ Status FlagParser::Parse(int argc, char** argv, int first) {
         if (has_inline && inline_value != "true" && inline_value != "false")
           return Status::Invalid(spec->name + ": takes no value (or =true/=false), got '" +
                                  inline_value + "'");
-        values_.emplace_back(spec->name, has_inline ? inline_value : "true");
+        // --flag=false is as if the flag were not given (Has() is false), whatever came before.
+        std::erase_if(values_, [&](const auto& v) { return v.first == spec->name; });
+        if (!has_inline || inline_value == "true") values_.emplace_back(spec->name, "true");
         break;
       case Kind::kValue:
         if (has_inline) {
@@ -125,7 +156,8 @@ bool FlagParser::ParseOrExit(int argc, char** argv, int first, int* rc) {
     return true;
   }
   if (version_) {
-    std::printf("%s\n", VersionString(program_).c_str());
+    // "forge train --version" answers as "forge --version" does.
+    std::printf("%s\n", VersionString(program_.substr(0, program_.find(' '))).c_str());
     *rc = 0;
     return true;
   }

@@ -1,7 +1,10 @@
 // Command-line flags for every Forge program: one declaration per flag gives parsing, checking
 // and the --help text. `--help` prints the usage on standard output (exit 0), `--version`
-// the version; an unknown flag is an error that names it and the closest known one
-// ("unknown flag --stpes (did you mean --steps?)"); a missing or malformed value names the flag.
+// the version of the program ("forgectl 0.4.0 (commit 1234abcd)"; a subcommand answers with its
+// program's); an unknown flag is an error that names it and the closest known one
+// ("unknown flag --stpes (did you mean --steps?)", "unknown flag --prot (did you mean
+// --metrics-port?)"); a missing or malformed value names the flag. Programs of subcommands name
+// an unknown command alike (UnknownCommand).
 //
 //   FlagParser flags("forge train", "CONFIG", "Trains the model CONFIG describes.");
 //   flags.Value("--steps", "N", "stop after N optimizer steps");
@@ -26,6 +29,9 @@ namespace forge {
 
 // "forge 0.4.0 (commit 1234abcd)".
 std::string VersionString(std::string_view program);
+
+// "unknown command 'stauts' (did you mean 'status'?)": for a program of subcommands.
+Status UnknownCommand(std::string_view command, const std::vector<std::string_view>& known);
 
 class FlagParser {
  public:
@@ -70,6 +76,8 @@ class FlagParser {
     Kind kind;
   };
   const Spec* Find(std::string_view name) const;
+  // The known flag a mistyped one most likely meant, or "".
+  std::string Suggest(std::string_view name) const;
   void Add(std::string name, std::string value_name, std::string help, Kind kind);
 
   std::string program_, positional_desc_, description_;

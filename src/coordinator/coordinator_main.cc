@@ -12,8 +12,9 @@
 // spec may not name a dataset (workers read their own $FORGE_DATA_DIR/dataset). --metrics-port
 // serves /metrics (run-level aggregates from the workers' heartbeats: total tokens/s, mean
 // MFU, slowest rank's step time, worker up, run state) on --metrics-bind (default 0.0.0.0);
-// 0 or absent: no /metrics. SIGTERM/SIGINT stop it; kill -9
-// loses nothing (state in SQLite).
+// 0 or absent: no /metrics. SIGTERM/SIGINT stop it; kill -9 loses nothing (state in SQLite).
+// The flags are declared once (common/flags.h), which gives --help, --version and an error
+// naming an unknown flag.
 #include <pthread.h>
 
 #include <prometheus/registry.h>
@@ -23,8 +24,10 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "common/file_io.h"
+#include "common/flags.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/server.h"
 #include "metrics/metrics_server.h"
@@ -38,61 +41,79 @@ int Fail(const forge::Status& s) {
   return 1;
 }
 
-int Usage() {
-  std::fprintf(stderr,
-               "usage: forge-coordinator --state-dir DIR [--listen HOST:PORT] [--runs-dir DIR]\n"
-               "         [--data-root DIR]...\n"
-               "         [--token-file FILE] [--join-secret-file FILE] [--tls-cert FILE "
-               "--tls-key FILE]\n"
-               "         [--heartbeat-interval-ms N] [--heartbeat-timeout-ms N] "
-               "[--address-file FILE]\n"
-               "         [--metrics-port N] [--metrics-bind ADDR]\n");
-  return 2;
+forge::FlagParser MakeFlags() {
+  forge::FlagParser f(
+      "forge-coordinator", "",
+      "Owns runs, places them on workers and commits their checkpoints; its state lives in "
+      "SQLite\nunder --state-dir (kill -9 loses nothing). SIGTERM or SIGINT stop it. The user "
+      "token comes\nfrom --token-file or FORGE_TOKEN, the workers' join secret from "
+      "--join-secret-file or\nFORGE_JOIN_SECRET.");
+  f.Value("--state-dir", "DIR", "where the coordinator keeps its state (required)");
+  f.Value("--listen", "HOST:PORT", "where to serve (default 127.0.0.1:7070; port 0: any free one)");
+  f.Value("--runs-dir", "DIR", "where runs and their checkpoints live (default <state-dir>/runs)");
+  f.Value("--data-root", "DIR",
+          "specs' datasets must lie under one (repeatable; without: specs name none)");
+  f.Value("--token-file", "FILE", "the user token (default $FORGE_TOKEN)");
+  f.Value("--join-secret-file", "FILE", "the workers' join secret (default $FORGE_JOIN_SECRET)");
+  f.Value("--tls-cert", "FILE", "serve TLS with this certificate (with --tls-key)");
+  f.Value("--tls-key", "FILE", "the private key of --tls-cert");
+  f.Value("--heartbeat-interval-ms", "N", "how often workers send heartbeats (default 1000)");
+  f.Value("--heartbeat-timeout-ms", "N", "a worker silent this long is lost (default 10000)");
+  f.Value("--address-file", "FILE", "write host:port here once listening (useful with port 0)");
+  f.Value("--metrics-port", "N",
+          "serve /metrics (run aggregates) on this port (default 0: none)");
+  f.Value("--metrics-bind", "ADDR", "the address /metrics binds (default 0.0.0.0)");
+  f.MaxPositional(0);
+  return f;
 }
 
-bool ParseInt(const std::string& s, int* out) {
-  char* end = nullptr;
-  const long v = std::strtol(s.c_str(), &end, 10);
-  if (s.empty() || *end != '\0' || v <= 0 || v > 1 << 30) return false;
-  *out = int(v);
-  return true;
+// `flag`'s value into *out when given: an integer in [lo, hi].
+forge::Status GetIntIn(const forge::FlagParser& f, std::string_view flag, int lo, int hi,
+                       int* out) {
+  int v = *out;
+  FORGE_RETURN_IF_ERROR(f.GetInt(flag, &v));
+  if (v < lo || v > hi)
+    return forge::Status::Invalid(std::string(flag) + ": expects an integer in [" +
+                                  std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
+                                  f.Get(flag));
+  *out = v;
+  return forge::Status::Ok();
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace forge;
+  FlagParser flags = MakeFlags();
+  if (int rc; flags.ParseOrExit(argc, argv, 1, &rc)) return rc;
   coord::CoordinatorOptions copt;
   coord::ServerOptions sopt;
-  std::string token_file, secret_file, address_file;
-  std::string metrics_bind = "0.0.0.0";
+  copt.state_dir = flags.Get("--state-dir");
+  copt.runs_dir = flags.Get("--runs-dir");
+  copt.data_roots = flags.GetAll("--data-root");
+  sopt.listen = flags.Get("--listen", sopt.listen);
+  sopt.tls_cert_file = flags.Get("--tls-cert");
+  sopt.tls_key_file = flags.Get("--tls-key");
+  const std::string token_file = flags.Get("--token-file");
+  const std::string secret_file = flags.Get("--join-secret-file");
+  const std::string address_file = flags.Get("--address-file");
+  const std::string metrics_bind = flags.Get("--metrics-bind", "0.0.0.0");
   int metrics_port = 0;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (i + 1 >= argc) return Usage();
-    const std::string v = argv[++i];
-    if (flag == "--state-dir") copt.state_dir = v;
-    else if (flag == "--runs-dir") copt.runs_dir = v;
-    else if (flag == "--data-root") copt.data_roots.push_back(v);
-    else if (flag == "--listen") sopt.listen = v;
-    else if (flag == "--token-file") token_file = v;
-    else if (flag == "--join-secret-file") secret_file = v;
-    else if (flag == "--tls-cert") sopt.tls_cert_file = v;
-    else if (flag == "--tls-key") sopt.tls_key_file = v;
-    else if (flag == "--address-file") address_file = v;
-    else if (flag == "--metrics-bind") metrics_bind = v;
-    else if (flag == "--metrics-port") {
-      if (v != "0" && (!ParseInt(v, &metrics_port) || metrics_port > 65535)) return Usage();
-    }
-    else if (flag == "--heartbeat-interval-ms") {
-      if (!ParseInt(v, &copt.heartbeat_interval_ms)) return Usage();
-    } else if (flag == "--heartbeat-timeout-ms") {
-      if (!ParseInt(v, &copt.heartbeat_timeout_ms)) return Usage();
-    } else {
-      return Usage();
+  for (Status s : {GetIntIn(flags, "--metrics-port", 0, 65535, &metrics_port),
+                   GetIntIn(flags, "--heartbeat-interval-ms", 1, 1 << 30,
+                            &copt.heartbeat_interval_ms),
+                   GetIntIn(flags, "--heartbeat-timeout-ms", 1, 1 << 30,
+                            &copt.heartbeat_timeout_ms)}) {
+    if (!s.ok()) {
+      std::fprintf(stderr, "forge-coordinator: %s\n", s.message().c_str());
+      return 2;
     }
   }
-  if (copt.state_dir.empty()) return Usage();
+  if (copt.state_dir.empty()) {
+    std::fprintf(stderr, "forge-coordinator: --state-dir is required\n(see 'forge-coordinator "
+                         "--help')\n");
+    return 2;
+  }
   auto token = rpc::LoadSecret(token_file, "FORGE_TOKEN", "user token");
   if (!token.ok()) return Fail(token.status());
   auto secret = rpc::LoadSecret(secret_file, "FORGE_JOIN_SECRET", "join secret");

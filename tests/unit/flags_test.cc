@@ -84,13 +84,78 @@ TEST(FlagsTest, HelpAndVersionExitZero) {
   Argv b({"forge", "train", "--version"});
   testing::internal::CaptureStdout();
   EXPECT_TRUE(g.ParseOrExit(b.argc(), b.argv(), 2, &rc));
-  EXPECT_EQ(testing::internal::GetCapturedStdout().rfind("forge train ", 0), 0u);
+  // A subcommand answers with its program's version.
+  EXPECT_EQ(testing::internal::GetCapturedStdout(), VersionString("forge") + "\n");
   EXPECT_EQ(rc, 0);
 }
 
 TEST(FlagsTest, ClosestMatch) {
   EXPECT_EQ(ClosestMatch("--chekpoint", {"--checkpoint", "--config"}), "--checkpoint");
   EXPECT_EQ(ClosestMatch("--zzzzzz", {"--checkpoint", "--config"}), "");
+}
+
+TEST(FlagsTest, EditDistanceCountsASwapOfNeighboursAsOneEdit) {
+  EXPECT_EQ(EditDistance("--stpes", "--steps"), 1u);
+  EXPECT_EQ(EditDistance("prot", "port"), 1u);
+  EXPECT_EQ(EditDistance("ab", "ba"), 1u);
+  EXPECT_EQ(EditDistance("kitten", "sitting"), 3u);
+  EXPECT_EQ(EditDistance("", "abc"), 3u);
+  EXPECT_EQ(EditDistance("abc", ""), 3u);
+  EXPECT_EQ(EditDistance("ca", "abc"), 3u);  // no edit of a swapped pair again
+}
+
+FlagParser CoordinatorFlags() {
+  FlagParser f("forge-coordinator", "", "");
+  f.Value("--state-dir", "DIR", "");
+  f.Value("--data-root", "DIR", "");
+  f.Value("--metrics-port", "N", "");
+  f.Value("--metrics-bind", "ADDR", "");
+  f.Value("--tls-cert", "FILE", "");
+  f.Value("--tls-key", "FILE", "");
+  return f;
+}
+
+std::string ParseError(FlagParser f, std::vector<std::string> words) {
+  Argv a(std::move(words));
+  return f.Parse(a.argc(), a.argv(), 1).message();
+}
+
+TEST(FlagsTest, AMistypedWordOfALongerFlagNamesThatFlag) {
+  EXPECT_EQ(ParseError(CoordinatorFlags(), {"c", "--prot", "1"}),
+            "unknown flag --prot (did you mean --metrics-port?)");
+  EXPECT_EQ(ParseError(CoordinatorFlags(), {"c", "--port", "1"}),
+            "unknown flag --port (did you mean --metrics-port?)");
+  EXPECT_EQ(ParseError(CoordinatorFlags(), {"c", "--root", "d"}),
+            "unknown flag --root (did you mean --data-root?)");
+  // Two flags share the word, or the word is too short to tell: no guess.
+  EXPECT_EQ(ParseError(CoordinatorFlags(), {"c", "--metrics", "1"}), "unknown flag --metrics");
+  EXPECT_EQ(ParseError(CoordinatorFlags(), {"c", "--tls", "f"}), "unknown flag --tls");
+  EXPECT_EQ(ParseError(CoordinatorFlags(), {"c", "--ky", "f"}), "unknown flag --ky");
+  // A near miss of the whole name wins over a word.
+  EXPECT_EQ(ParseError(CoordinatorFlags(), {"c", "--stat-dir", "d"}),
+            "unknown flag --stat-dir (did you mean --state-dir?)");
+}
+
+TEST(FlagsTest, ABoolFlagSetToFalseIsNotGiven) {
+  FlagParser f = TrainFlags();
+  Argv a({"forge", "train", "--direct", "--direct=false"});
+  ASSERT_TRUE(f.Parse(a.argc(), a.argv(), 2).ok());
+  EXPECT_FALSE(f.Has("--direct"));
+  FlagParser g = TrainFlags();
+  Argv b({"forge", "train", "--direct=true"});
+  ASSERT_TRUE(g.Parse(b.argc(), b.argv(), 2).ok());
+  EXPECT_TRUE(g.Has("--direct"));
+  FlagParser h = TrainFlags();
+  Argv c({"forge", "train", "--direct=yes"});
+  EXPECT_EQ(h.Parse(c.argc(), c.argv(), 2).message(),
+            "--direct: takes no value (or =true/=false), got 'yes'");
+}
+
+TEST(FlagsTest, UnknownCommandNamesTheClosestOne) {
+  EXPECT_EQ(UnknownCommand("stauts", {"submit", "status", "stop"}).message(),
+            "unknown command 'stauts' (did you mean 'status'?)");
+  EXPECT_EQ(UnknownCommand("frobnicate", {"submit", "status"}).message(),
+            "unknown command 'frobnicate'");
 }
 
 }  // namespace
