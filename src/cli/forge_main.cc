@@ -12,7 +12,7 @@
 //     mpirun with SIGUSR1 (which it forwards): on SIGTERM/SIGINT mpirun kills them itself.
 //   forge export | import | generate | eval ...
 //     What one does with a trained model (cli/model_commands.h; each command's --help).
-//   forge data prepare | baseline | tokenize ...
+//   forge data prepare | inspect | baseline | tokenize ...
 //   forge has-gpu
 // Every command's flags are declared with common/flags.h: `forge --help` lists the commands,
 // `forge COMMAND --help` a command's flags; --version anywhere prints the version.
@@ -57,7 +57,7 @@ FlagParser TopFlags() {
       "  import HF_DIR    a Hugging Face Llama directory as a Forge checkpoint\n"
       "  generate         complete prompts with a model\n"
       "  eval             loss, perplexity, bits per byte, multiple-choice accuracy\n"
-      "  data COMMAND     prepare, baseline, tokenize\n"
+      "  data COMMAND     prepare, inspect, baseline, tokenize\n"
       "  has-gpu          yes (exit 0) when a CUDA device is usable, no (exit 1) otherwise");
 }
 

@@ -71,7 +71,8 @@ std::vector<Program> Programs() {
       {"forge", ""},           {"forge", "train"},          {"forge", "export"},
       {"forge", "import"},     {"forge", "generate"},       {"forge", "eval"},
       {"forge", "data"},       {"forge", "data prepare"},   {"forge", "data baseline"},
-      {"forge", "data tokenize"}, {"forge", "has-gpu"},     {"forgectl", ""},
+      {"forge", "data tokenize"}, {"forge", "data inspect"}, {"forge", "has-gpu"},
+      {"forgectl", ""},
       {"forge-coordinator", ""}, {"forge-worker", ""},      {"forge-tokenizer-bench", ""},
       {"forge-coordinator-load", ""},
   };
@@ -151,6 +152,8 @@ TEST_F(ProgramFlags, AMisspelledFlagIsRefusedNamingItAndTheClosestOne) {
        "forge data baseline: unknown flag --datset (did you mean --dataset?)"},
       {"forge", "data tokenize --tokeniser gpt2",
        "forge data tokenize: unknown flag --tokeniser (did you mean --tokenizer?)"},
+      {"forge", "data inspect " + d + "/ds --verfy",
+       "forge data inspect: unknown flag --verfy (did you mean --verify?)"},
       {"forge", "has-gpu --verbose", "forge has-gpu: unknown flag --verbose"},
       {"forge", "--verison", "forge: unknown flag --verison (did you mean --version?)"},
       {"forgectl", "submit " + d + "/tiny.yaml --watc",
