@@ -17,9 +17,9 @@ and the prompt texts in its metadata.
 3. model.generate(greedy, as many new tokens as Forge made) must give Forge's tokens.
 4. Unless --no-numpy: scripts/hf_llama_numpy.py (the NumPy Llama the CPU tests use) against
    transformers on the same directory and on small random LlamaForCausalLM models that
-   transformers builds with what Forge's model does not have yet (head_dim independent of
-   hidden_size / heads, an untied lm_head, Llama 3.1 rope_scaling), so the reference itself is
-   checked against transformers for those too.
+   transformers builds itself with the architecture knobs (head_dim independent of
+   hidden_size / heads, an untied lm_head, Llama 3.1 rope_scaling), so the reference is checked
+   against transformers for those apart from Forge's own exports.
 Prints one JSON object; exits 1 when a check fails.
 """
 import argparse

@@ -61,6 +61,8 @@ constexpr std::array<NamedValue<Fp8Recipe>, 2> kFp8RecipeNames{{
     {"delayed", Fp8Recipe::kDelayed}, {"current", Fp8Recipe::kCurrent}}};
 constexpr std::array<NamedValue<AttentionBackward>, 2> kAttentionBackwardNames{{
     {"flash", AttentionBackward::kFlash}, {"cudnn", AttentionBackward::kCudnn}}};
+constexpr std::array<NamedValue<RopeScalingType>, 2> kRopeScalingNames{{
+    {"none", RopeScalingType::kNone}, {"llama3", RopeScalingType::kLlama3}}};
 constexpr std::array<NamedValue<Backend>, 3> kBackendNames{{
     {"auto", Backend::kAuto}, {"cpu", Backend::kCpu}, {"cuda", Backend::kCuda}}};
 
@@ -107,12 +109,22 @@ Status ValueOf(const std::array<NamedValue<E>, N>& table, std::string_view name,
 struct Preset {
   const char* name;
   int n_layer, d_model, n_head, n_kv_head, ffn, vocab, seq_len;
+  // Set by the llama3 presets only (rope_theta 0: the preset leaves RoPE and the head alone).
+  float rope_theta = 0.0f;
+  float rope_factor = 0.0f;  // llama3 scaling's factor; 0: no scaling
+  bool tie_embeddings = true;
 };
 
-constexpr std::array<Preset, 3> kPresets{{
+// The llama3 presets are the published Llama 3.2 1B / 3B and Llama 3.1 8B shapes (head_dim 64,
+// 128, 128 = d_model / n_head; rope_theta 500000 with llama3 scaling of factor 32, 32, 8 over
+// 8192 original positions; the 8B's head untied), at seq_len 8192.
+constexpr std::array<Preset, 6> kPresets{{
     {"tiny", 4, 128, 4, 4, 384, 50257, 128},
     {"gpt124m", 12, 768, 12, 12, 2048, 50257, 1024},
     {"gpt350m", 24, 1024, 16, 16, 2816, 50257, 1024},
+    {"llama3-1b", 16, 2048, 32, 8, 8192, 128256, 8192, 500000.0f, 32.0f, true},
+    {"llama3-3b", 28, 3072, 24, 8, 8192, 128256, 8192, 500000.0f, 32.0f, true},
+    {"llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192, 500000.0f, 8.0f, false},
 }};
 
 std::string PresetNames() {
@@ -210,12 +222,17 @@ MaybeProblem CheckModel(const ModelConfig& m) {
   FORGE_RULE(AtLeast("model.d_model", m.d_model, 1));
   FORGE_RULE(AtLeast("model.n_head", m.n_head, 1));
   FORGE_RULE(AtLeast("model.n_kv_head", m.n_kv_head, 1));
-  if (m.d_model % m.n_head != 0) {
+  if (m.explicit_head_dim != 0) {
+    FORGE_RULE(AtLeast("model.head_dim", m.explicit_head_dim, 2));
+    if (m.explicit_head_dim % 2 != 0) {
+      return Problem{"model.head_dim", "must be even for RoPE, got " + Num(m.explicit_head_dim), {}};
+    }
+  } else if (m.d_model % m.n_head != 0) {
     return Problem{"model.n_head",
-                   "must divide model.d_model (" + Num(m.d_model) + "), got " + Num(m.n_head),
+                   "must divide model.d_model (" + Num(m.d_model) + "), got " + Num(m.n_head) +
+                       " (or give model.head_dim)",
                    {"model.d_model"}};
-  }
-  if (m.head_dim() % 2 != 0) {
+  } else if (m.head_dim() % 2 != 0) {
     return Problem{"model.n_head",
                    "head_dim = model.d_model / model.n_head must be even for RoPE, got " +
                        Num(m.d_model) + " / " + Num(m.n_head) + " = " + Num(m.head_dim()),
@@ -230,6 +247,22 @@ MaybeProblem CheckModel(const ModelConfig& m) {
   FORGE_RULE(InRange("model.vocab", m.vocab, 2, kMaxVocab));
   FORGE_RULE(AtLeast("model.seq_len", m.seq_len, 2));
   FORGE_RULE(Positive("model.rope_theta", m.rope_theta));
+  if (m.rope_scaling.type == RopeScalingType::kLlama3) {
+    const RopeScalingConfig& r = m.rope_scaling;
+    if (!(std::isfinite(r.factor) && r.factor >= 1)) {
+      return Problem{"model.rope_scaling.factor", "must be >= 1, got " + Num(r.factor), {}};
+    }
+    FORGE_RULE(Positive("model.rope_scaling.low_freq_factor", r.low_freq_factor));
+    FORGE_RULE(Positive("model.rope_scaling.high_freq_factor", r.high_freq_factor));
+    if (!(r.high_freq_factor > r.low_freq_factor)) {
+      return Problem{"model.rope_scaling.high_freq_factor",
+                     "must be > model.rope_scaling.low_freq_factor (" + Num(r.low_freq_factor) +
+                         "), got " + Num(r.high_freq_factor),
+                     {"model.rope_scaling"}};
+    }
+    FORGE_RULE(AtLeast("model.rope_scaling.original_max_position_embeddings",
+                       r.original_max_position_embeddings, 1));
+  }
   FORGE_RULE(Positive("model.norm_eps", m.norm_eps));
   FORGE_RULE(Positive("model.init_std", m.init_std));
   return std::nullopt;
@@ -616,8 +649,11 @@ const std::vector<std::string_view> kTopKeys = {"name",   "seed",      "model", 
                                                 "parallel",  "checkpoint", "eval",   "train",
                                                 "engine",    "metrics"};
 const std::vector<std::string_view> kModelKeys = {
-    "preset",  "n_layer",    "d_model",  "n_head",  "n_kv_head", "ffn", "vocab",
-    "seq_len", "rope_theta", "norm_eps", "qk_norm", "init_std",  "init", "init_from"};
+    "preset",     "n_layer",      "d_model",  "n_head",  "n_kv_head",      "head_dim",
+    "ffn",        "vocab",        "seq_len",  "rope_theta", "rope_scaling", "norm_eps",
+    "qk_norm",    "tie_embeddings", "init_std", "init",   "init_from"};
+const std::vector<std::string_view> kRopeScalingKeys = {
+    "type", "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"};
 const std::vector<std::string_view> kModelDimKeys = {"n_layer", "d_model", "n_head",
                                                      "ffn",     "vocab",   "seq_len"};
 
@@ -646,15 +682,31 @@ Status ReadModel(Reader& r, const YAML::Node& node, ModelConfig* m) {
   FORGE_RETURN_IF_ERROR(r.ReadInt(e, "model", "n_layer", &m->n_layer));
   FORGE_RETURN_IF_ERROR(r.ReadInt(e, "model", "d_model", &m->d_model));
   FORGE_RETURN_IF_ERROR(r.ReadInt(e, "model", "n_head", &m->n_head));
-  // An unstated n_kv_head follows n_head: overriding heads alone must not silently make GQA.
-  if (!e.count("n_kv_head")) m->n_kv_head = m->n_head;
+  // An unstated n_kv_head follows a stated n_head: overriding heads alone must not silently
+  // make GQA (a preset's own n_kv_head stands when neither is given).
+  if (e.count("n_head") && !e.count("n_kv_head")) m->n_kv_head = m->n_head;
   FORGE_RETURN_IF_ERROR(r.ReadInt(e, "model", "n_kv_head", &m->n_kv_head));
+  FORGE_RETURN_IF_ERROR(r.ReadInt(e, "model", "head_dim", &m->explicit_head_dim));
   FORGE_RETURN_IF_ERROR(r.ReadInt(e, "model", "ffn", &m->ffn));
   FORGE_RETURN_IF_ERROR(r.ReadInt(e, "model", "vocab", &m->vocab));
   FORGE_RETURN_IF_ERROR(r.ReadInt(e, "model", "seq_len", &m->seq_len));
   FORGE_RETURN_IF_ERROR(r.ReadFloat(e, "model", "rope_theta", &m->rope_theta));
+  if (e.count("rope_scaling")) {
+    Entries rs;
+    FORGE_RETURN_IF_ERROR(r.ReadMap(e.at("rope_scaling"), "model.rope_scaling", kRopeScalingKeys, &rs));
+    RopeScalingConfig& s = m->rope_scaling;
+    FORGE_RETURN_IF_ERROR(r.ReadEnum(rs, "model.rope_scaling", "type", kRopeScalingNames, &s.type));
+    FORGE_RETURN_IF_ERROR(r.ReadFloat(rs, "model.rope_scaling", "factor", &s.factor));
+    FORGE_RETURN_IF_ERROR(
+        r.ReadFloat(rs, "model.rope_scaling", "low_freq_factor", &s.low_freq_factor));
+    FORGE_RETURN_IF_ERROR(
+        r.ReadFloat(rs, "model.rope_scaling", "high_freq_factor", &s.high_freq_factor));
+    FORGE_RETURN_IF_ERROR(r.ReadInt(rs, "model.rope_scaling", "original_max_position_embeddings",
+                                    &s.original_max_position_embeddings));
+  }
   FORGE_RETURN_IF_ERROR(r.ReadFloat(e, "model", "norm_eps", &m->norm_eps));
   FORGE_RETURN_IF_ERROR(r.ReadBool(e, "model", "qk_norm", &m->qk_norm));
+  FORGE_RETURN_IF_ERROR(r.ReadBool(e, "model", "tie_embeddings", &m->tie_embeddings));
   FORGE_RETURN_IF_ERROR(r.ReadFloat(e, "model", "init_std", &m->init_std));
   FORGE_RETURN_IF_ERROR(r.ReadEnum(e, "model", "init", kInitNames, &m->init));
   FORGE_RETURN_IF_ERROR(r.ReadString(e, "model", "init_from", &m->init_from));
@@ -846,9 +898,19 @@ Status ApplyModelPreset(const std::string& name, ModelConfig* m) {
     m->d_model = p.d_model;
     m->n_head = p.n_head;
     m->n_kv_head = p.n_kv_head;
+    m->explicit_head_dim = 0;
     m->ffn = p.ffn;
     m->vocab = p.vocab;
     m->seq_len = p.seq_len;
+    if (p.rope_theta > 0) {
+      m->rope_theta = p.rope_theta;
+      m->rope_scaling = RopeScalingConfig{};
+      if (p.rope_factor > 0) {
+        m->rope_scaling.type = RopeScalingType::kLlama3;
+        m->rope_scaling.factor = p.rope_factor;
+      }
+      m->tie_embeddings = p.tie_embeddings;
+    }
     return Status::Ok();
   }
   return Status::Invalid("unknown model preset '" + name + "' (valid: " + PresetNames() + ")");
@@ -934,6 +996,7 @@ const char* Fp8RecipeName(Fp8Recipe r) { return NameOf(kFp8RecipeNames, r); }
 const char* AttentionBackwardName(AttentionBackward a) {
   return NameOf(kAttentionBackwardNames, a);
 }
+const char* RopeScalingTypeName(RopeScalingType t) { return NameOf(kRopeScalingNames, t); }
 Status ParallelModeFromName(std::string_view name, const std::string& what, ParallelMode* out) {
   return ValueOf(kParallelNames, name, what, out);
 }
@@ -958,12 +1021,21 @@ std::string RunConfigToYaml(const RunConfig& c) {
     << "  d_model: " << m.d_model << "\n"
     << "  n_head: " << m.n_head << "\n"
     << "  n_kv_head: " << m.n_kv_head << "\n"
+    << "  head_dim: " << m.head_dim() << "\n"
     << "  ffn: " << m.ffn << "\n"
     << "  vocab: " << m.vocab << "\n"
     << "  seq_len: " << m.seq_len << "\n"
-    << "  rope_theta: " << Num(m.rope_theta) << "\n"
-    << "  norm_eps: " << Num(m.norm_eps) << "\n"
+    << "  rope_theta: " << Num(m.rope_theta) << "\n";
+  y << "  rope_scaling:\n"
+    << "    type: " << RopeScalingTypeName(m.rope_scaling.type) << "\n"
+    << "    factor: " << Num(m.rope_scaling.factor) << "\n"
+    << "    low_freq_factor: " << Num(m.rope_scaling.low_freq_factor) << "\n"
+    << "    high_freq_factor: " << Num(m.rope_scaling.high_freq_factor) << "\n"
+    << "    original_max_position_embeddings: "
+    << m.rope_scaling.original_max_position_embeddings << "\n";
+  y << "  norm_eps: " << Num(m.norm_eps) << "\n"
     << "  qk_norm: " << BoolText(m.qk_norm) << "\n"
+    << "  tie_embeddings: " << BoolText(m.tie_embeddings) << "\n"
     << "  init_std: " << Num(m.init_std) << "\n"
     << "  init: " << InitSchemeName(m.init) << "\n";
   if (!m.init_from.empty()) y << "  init_from: " << Quote(m.init_from) << "\n";

@@ -3,9 +3,10 @@
 // ("configs/x.yaml:12: optimizer.beta2: must be in [0, 1), got 1.5").
 //
 // YAML keys are the field names below; enums are lower-case strings. The `model` section is
-// required and holds either `preset: tiny|gpt124m|gpt350m` (then any field overrides the
-// preset) or all of n_layer, d_model, n_head, ffn, vocab, seq_len. An n_kv_head that is not
-// given follows n_head (plain multi-head attention). Every other section and key is optional.
+// required and holds either `preset: tiny|gpt124m|gpt350m|llama3-1b|llama3-3b|llama3-8b` (then
+// any field overrides the preset) or all of n_layer, d_model, n_head, ffn, vocab, seq_len. An
+// n_kv_head that is not given follows n_head (plain multi-head attention); a head_dim that is
+// not given is d_model / n_head. Every other section and key is optional.
 #pragma once
 
 #include <cstdint>
@@ -19,16 +20,41 @@ namespace forge {
 
 enum class InitScheme { kGpt2, kTorch };
 
+enum class RopeScalingType { kNone, kLlama3 };
+
+// `model.rope_scaling`: RoPE frequency scaling. llama3 is Llama 3.1's (transformers'
+// rope_type "llama3"): with wavelength 2 pi / f of a pair's frequency f, pairs whose wavelength
+// is above original_max_position_embeddings / low_freq_factor take f / factor, those below
+// original_max_position_embeddings / high_freq_factor keep f, and those between are blended
+// linearly in original_max_position_embeddings / wavelength. The numbers are read only with
+// type llama3 (the defaults are Llama 3.1 8B's).
+struct RopeScalingConfig {
+  RopeScalingType type = RopeScalingType::kNone;
+  float factor = 8.0f;
+  float low_freq_factor = 1.0f;
+  float high_freq_factor = 4.0f;
+  int original_max_position_embeddings = 8192;
+};
+
 struct ModelConfig {
-  std::string preset;   // "tiny", "gpt124m", "gpt350m" or "" (explicit dims)
+  std::string preset;   // a preset's name (ApplyModelPreset) or "" (explicit dims)
   int n_layer = 4;
   int d_model = 128;
   int n_head = 4;
   int n_kv_head = 4;    // GQA: n_head % n_kv_head == 0
+  // `model.head_dim`: the width of one attention head; 0 (or not given) means d_model /
+  // n_head. Q/K/V project d_model to (n_head + 2 n_kv_head) * head_dim and the output
+  // projection n_head * head_dim back to d_model, so the attention width may differ from
+  // d_model. head_dim() is the value in effect.
+  int explicit_head_dim = 0;
   int ffn = 384;        // SwiGLU hidden width
   int vocab = 50257;    // real vocabulary (GPT-2 BPE)
   int seq_len = 128;
   float rope_theta = 10000.0f;
+  RopeScalingConfig rope_scaling;
+  // true: the LM head is the embedding matrix; false: a separate lm_head [padded_vocab,
+  // d_model] in the embedding unit (worker/model/param_layout.h).
+  bool tie_embeddings = true;
   float norm_eps = 1e-5f;
   bool qk_norm = false;
   float init_std = 0.02f;
@@ -43,13 +69,15 @@ struct ModelConfig {
   // resumed run ignores it.
   std::string init_from;
 
-  int head_dim() const { return d_model / n_head; }
+  int head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : d_model / n_head; }
   // The embedding/LM-head rows, padded to a multiple of 128 for GEMM-friendly shapes.
   int padded_vocab() const { return (vocab + 127) / 128 * 128; }
 };
 
 // Fills dims from a preset name; unknown name -> InvalidArgument.
-// Sets preset, n_layer, d_model, n_head, n_kv_head, ffn, vocab and seq_len; leaves the rest.
+// Sets preset, n_layer, d_model, n_head, n_kv_head, ffn, vocab and seq_len, and head_dim back
+// to d_model / n_head; the llama3 presets also set rope_theta, rope_scaling and
+// tie_embeddings (Llama 3.2 1B and 3B, Llama 3.1 8B). Leaves the rest.
 Status ApplyModelPreset(const std::string& name, ModelConfig* m);
 
 // One dataset of a mixture: each global batch draws from the sources in proportion to their
@@ -256,6 +284,7 @@ const char* DecayKindName(DecayKind d);
 const char* BackendName(Backend b);
 const char* Fp8RecipeName(Fp8Recipe r);
 const char* AttentionBackwardName(AttentionBackward a);
+const char* RopeScalingTypeName(RopeScalingType t);
 // The value a name spells (the config's spelling), for command-line flags: Invalid
 // "<what>: must be one of a|b|..., got <name>" otherwise.
 Status ParallelModeFromName(std::string_view name, const std::string& what, ParallelMode* out);

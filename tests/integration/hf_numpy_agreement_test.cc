@@ -2,8 +2,9 @@
 // Llama written from transformers' conventions: rotate-half RoPE from config.json, repeat_kv,
 // float32 RMSNorm, safetensors parsed by hand) reads the directory and must reproduce the
 // logits of the training model (CpuModel::ForwardLogits) and the greedy tokens of the KV-cache
-// generator, for the tiny config (head_dim 32), a GQA config and a head_dim-64 config, in F32
-// and in BF16. Needs python3 with numpy (python3-numpy); skips without it.
+// generator, for the tiny config (head_dim 32), a GQA config, a head_dim-64 config, an untied
+// LM head, Llama 3.1 RoPE scaling, a head_dim apart from d_model / n_head, and all of those at
+// once, in F32 and in BF16. Needs python3 with numpy (python3-numpy); skips without it.
 //
 // FORGE_HF_BIG=1 adds gpt350m- and llama3-1b-shaped models (random weights; minutes and ~15 GB
 // of memory, not for CI).
@@ -162,13 +163,41 @@ ModelConfig Tiny() {
   return m;
 }
 
+ModelConfig Untied(ModelConfig m) {
+  m.tie_embeddings = false;
+  return m;
+}
+
+ModelConfig HeadDim(ModelConfig m, int hd) {
+  m.explicit_head_dim = hd;
+  return m;
+}
+
+// Llama 3.1 scaling over 16 original positions, so the prompts (up to 23 positions) reach past
+// it: pair 0 (wavelength 2 pi) is blended, every other pair divided by the factor.
+ModelConfig Llama3Scaling(ModelConfig m) {
+  m.rope_theta = 500000.0f;
+  m.rope_scaling.type = RopeScalingType::kLlama3;
+  m.rope_scaling.factor = 8.0f;
+  m.rope_scaling.low_freq_factor = 1.0f;
+  m.rope_scaling.high_freq_factor = 4.0f;
+  m.rope_scaling.original_max_position_embeddings = 16;
+  return m;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Models, HfNumpyAgreement,
     ::testing::Values(Case{"tiny", Tiny()},
                       Case{"tiny_bf16", Tiny(), SafetensorsDtype::kBF16, 5e-2},
                       Case{"gqa4to1", Model(2, 256, 8, 2, 512, 4096, 64)},
                       Case{"hd64", Model(2, 256, 4, 4, 640, 4096, 64)},
-                      Case{"hd64_gqa", Model(2, 512, 8, 2, 1024, 4096, 64), SafetensorsDtype::kBF16, 5e-2}),
+                      Case{"hd64_gqa", Model(2, 512, 8, 2, 1024, 4096, 64), SafetensorsDtype::kBF16, 5e-2},
+                      Case{"untied", Untied(Model(2, 128, 4, 2, 256, 1000, 64))},
+                      Case{"llama3_rope", Llama3Scaling(Model(2, 256, 4, 2, 512, 1000, 64))},
+                      Case{"hd48_over_d128", HeadDim(Model(2, 128, 4, 2, 256, 1000, 64), 48)},
+                      Case{"all_knobs",
+                           Llama3Scaling(Untied(HeadDim(Model(2, 96, 6, 2, 256, 1000, 64), 64))),
+                           SafetensorsDtype::kBF16, 5e-2}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // gpt350m- and llama3-1b-shaped models, by hand: FORGE_HF_BIG=1.
@@ -179,10 +208,11 @@ TEST(HfNumpyAgreementBig, PublishedShapes) {
   if (python.empty()) GTEST_SKIP() << "no python3 with numpy";
   ModelConfig gpt350m;
   ASSERT_TRUE(ApplyModelPreset("gpt350m", &gpt350m).ok());
-  // Llama 3.2 1B's shape as Forge can hold it today: 16 x 2048, 32 heads over 8 KV heads
-  // (head_dim 64), ffn 8192, vocab 128256, tied, rope_theta 500000 (no rope scaling).
-  ModelConfig llama = Model(16, 2048, 32, 8, 8192, 128256, 2048);
-  llama.rope_theta = 500000.0f;
+  // Llama 3.2 1B (the llama3-1b preset): 16 x 2048, 32 heads over 8 KV heads (head_dim 64),
+  // ffn 8192, vocab 128256, tied, rope_theta 500000 with llama3 scaling (factor 32).
+  ModelConfig llama;
+  ASSERT_TRUE(ApplyModelPreset("llama3-1b", &llama).ok());
+  llama.seq_len = 2048;
   for (const Case& c : {Case{"gpt350m", gpt350m, SafetensorsDtype::kF32, 1e-4, {9, 23}, 4},
                         Case{"llama3-1b", llama, SafetensorsDtype::kBF16, 5e-2, {9, 23}, 4}}) {
     const nlohmann::json j = Compare(c, true, python);

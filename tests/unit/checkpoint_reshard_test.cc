@@ -9,9 +9,15 @@ namespace {
 
 using namespace ckpt_test;
 
-void ExpectReshard(int from, int to) {
-  const std::string root = FreshDir("reshard_" + std::to_string(from) + "_" + std::to_string(to));
+void ExpectReshard(int from, int to, bool knobs = false) {
+  const std::string root = FreshDir("reshard_" + std::to_string(from) + "_" + std::to_string(to) +
+                                    (knobs ? "_knobs" : ""));
   RunConfig cfg = SmallConfig();
+  if (knobs) {  // an untied LM head (a tensor of the embedding unit), head_dim, RoPE scaling
+    cfg.model.tie_embeddings = false;
+    cfg.model.explicit_head_dim = 2 * cfg.model.head_dim();
+    cfg.model.rope_scaling.type = RopeScalingType::kLlama3;
+  }
   cfg.parallel.mode = ParallelMode::kDdp;
   const ParamLayout layout = MakeParamLayout(cfg.model);
   const FullState full = MakeState(layout, 100 * from + to);
@@ -47,6 +53,7 @@ TEST(CheckpointReshardTest, TwoToFour) { ExpectReshard(2, 4); }
 TEST(CheckpointReshardTest, ThreeToOne) { ExpectReshard(3, 1); }
 TEST(CheckpointReshardTest, OneToThree) { ExpectReshard(1, 3); }
 TEST(CheckpointReshardTest, FiveToThree) { ExpectReshard(5, 3); }
+TEST(CheckpointReshardTest, ArchitectureKnobsThreeToTwo) { ExpectReshard(3, 2, /*knobs=*/true); }
 
 // The layout a DDP run writes (full replicas, each rank writing its slice) equals the one a
 // ZeRO/FSDP run writes from the slices it owns: the same files byte for byte, except the mode

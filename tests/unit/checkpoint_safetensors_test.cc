@@ -28,7 +28,8 @@ TEST(CheckpointSafetensorsTest, TensorNames) {
       {"blocks.23.mlp_norm", "transformer.h.23.ln_2.weight"},
       {"blocks.23.mlp.w_gate_up", "transformer.h.23.mlp.c_fc.weight"},
       {"blocks.23.mlp.w_down", "transformer.h.23.mlp.c_proj.weight"},
-      {"final_norm", "transformer.ln_f.weight"}};
+      {"final_norm", "transformer.ln_f.weight"},
+      {"lm_head", "lm_head.weight"}};  // an untied head
   for (const auto& [forge_name, st_name] : want) {
     auto n = SafetensorsTensorName(forge_name);
     ASSERT_TRUE(n.ok()) << forge_name;
@@ -36,7 +37,7 @@ TEST(CheckpointSafetensorsTest, TensorNames) {
   }
   EXPECT_FALSE(SafetensorsTensorName("blocks.x.attn.wo").ok());
   EXPECT_FALSE(SafetensorsTensorName("blocks.1.attn.bias").ok());
-  EXPECT_FALSE(SafetensorsTensorName("lm_head").ok());
+  EXPECT_FALSE(SafetensorsTensorName("lm_head.weight").ok());
 }
 
 TEST(CheckpointSafetensorsTest, Bf16RoundsToNearestEven) {

@@ -356,8 +356,9 @@ TEST(ConfigErrorTest, UnknownTopLevelKey) {
 TEST(ConfigErrorTest, UnknownNestedKey) {
   EXPECT_TRUE(FailsWith(Y({"model:", "  preset: tiny", "  n_heads: 8"}), 3, "model.n_heads",
                         "unknown key (did you mean 'n_head'?); valid keys of model: preset, "
-                        "n_layer, d_model, n_head, n_kv_head, ffn, vocab, seq_len, rope_theta, "
-                        "norm_eps, qk_norm, init_std, init"));
+                        "n_layer, d_model, n_head, n_kv_head, head_dim, ffn, vocab, seq_len, "
+                        "rope_theta, rope_scaling, norm_eps, qk_norm, tie_embeddings, init_std, "
+                        "init"));
   EXPECT_TRUE(FailsWith(Y({"model:", "  preset: tiny", "optimizer:", "  lr: 1e-3",
                            "  learning_rate: 1e-3"}),
                         5, "optimizer.learning_rate",
@@ -422,7 +423,7 @@ TEST(ConfigErrorTest, BadEnumValue) {
   EXPECT_TRUE(FailsWith(base + "train:\n  backend: [cpu]\n", 4, "train.backend",
                         "must be one of auto|cpu|cuda, got a sequence"));
   EXPECT_TRUE(FailsWith(Y({"model:", "  n_layer: 2", "  preset: gpt3"}), 3, "model.preset",
-                        "must be one of tiny|gpt124m|gpt350m, got gpt3"));
+                        "must be one of tiny|gpt124m|gpt350m|llama3-1b|llama3-3b|llama3-8b, got gpt3"));
 }
 
 TEST(ConfigErrorTest, OutOfRange) {
@@ -498,7 +499,7 @@ TEST(ConfigErrorTest, CrossField) {
 TEST(ConfigErrorTest, ModelSectionRequiredAndComplete) {
   EXPECT_TRUE(FailsWith(Y({"name: x"}), 0, "model", "required section is missing"));
   EXPECT_TRUE(FailsWith(Y({"name: x", "model:", "  n_layer: 2", "  d_model: 64", "  n_head: 4"}), 2,
-                        "model", "give either preset (tiny|gpt124m|gpt350m) or all of n_layer, "
+                        "model", "give either preset (tiny|gpt124m|gpt350m|llama3-1b|llama3-3b|llama3-8b) or all of n_layer, "
                                  "d_model, n_head, ffn, vocab, seq_len; missing: ffn, vocab, seq_len"));
   EXPECT_TRUE(FailsWith(Y({"model:"}), 1, "model", "missing: n_layer, d_model"));
 }
@@ -668,7 +669,7 @@ TEST(ConfigFilesTest, ADirectoryIsNamedAsOne) {
   const std::string& m = r.status().message();
   EXPECT_NE(m.find(FORGE_SOURCE_DIR "/configs: is a directory, not a config file"),
             std::string::npos) << m;
-  EXPECT_NE(m.find("tiny.yaml"), std::string::npos) << m;  // what the user may have meant
+  EXPECT_NE(m.find("gpt124m.yaml"), std::string::npos) << m;  // what the user may have meant
   EXPECT_EQ(m.find("empty"), std::string::npos) << m;
   const std::string empty_dir = ::testing::TempDir() + "/forge_config_test_dir";
   std::filesystem::create_directories(empty_dir);

@@ -1,6 +1,8 @@
 // The whole CPU reference model: forward against an independent double-precision loop version
-// of the anchor's architecture, backward against finite differences, plus init, gradient
-// accumulation, determinism and a can-it-learn check.
+// of the anchor's architecture, backward against finite differences (for each architecture
+// knob: QK-norm, head_dim apart from d_model / n_head, GQA 4:1, an untied LM head, Llama 3.1
+// RoPE scaling, and all of them at once), plus init, gradient accumulation, determinism and a
+// can-it-learn check.
 #include "worker/model/cpu_model.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <numbers>
 #include <random>
 #include <string>
 #include <vector>
@@ -28,6 +31,45 @@ ModelConfig TinyConfig(bool qk_norm) {
   m.vocab = 256;
   m.seq_len = 16;
   m.qk_norm = qk_norm;
+  return m;
+}
+
+// One architecture the model tests run: TinyConfig with some knobs changed.
+struct Arch {
+  const char* name;
+  bool qk_norm = false;
+  int head_dim = 0;  // 0: d_model / n_head (8)
+  int n_head = 4, n_kv_head = 2;
+  bool tied = true;
+  bool rope_scaling = false;
+};
+
+const Arch kArchs[] = {
+    {"Plain"},
+    {"QkNorm", true},
+    {"HeadDim", false, 16},                        // attention width 64 over d_model 32
+    {"Gqa4to1", false, 0, 8, 2},                   // head_dim 4 = 32 / 8
+    {"Untied", false, 0, 4, 2, false},
+    {"RopeScaling", false, 0, 4, 2, true, true},
+    {"All", true, 12, 8, 2, false, true},          // attention width 96
+};
+
+ModelConfig ArchConfig(const Arch& a) {
+  ModelConfig m = TinyConfig(a.qk_norm);
+  m.explicit_head_dim = a.head_dim;
+  m.n_head = a.n_head;
+  m.n_kv_head = a.n_kv_head;
+  m.tie_embeddings = a.tied;
+  if (a.rope_scaling) {
+    // Thresholds at wavelengths 16 / 1 and 16 / 4 over seq_len 16, theta 100: pair 0 (wavelength
+    // 2 pi) is blended, the others are divided by the factor.
+    m.rope_theta = 100.0f;
+    m.rope_scaling.type = RopeScalingType::kLlama3;
+    m.rope_scaling.factor = 4.0f;
+    m.rope_scaling.low_freq_factor = 1.0f;
+    m.rope_scaling.high_freq_factor = 4.0f;
+    m.rope_scaling.original_max_position_embeddings = 16;
+  }
   return m;
 }
 
@@ -83,6 +125,23 @@ Mat Linear(const Mat& x, int rows, int in, const float* w, int out) {  // x W^T
   return y;
 }
 
+// RoPE's frequency of pair i, with Llama 3.1's scaling written as transformers writes it
+// (wavelength thresholds, then the blend of the middle band).
+double RopeFrequency(const ModelConfig& m, int i) {
+  const int hd = m.head_dim();
+  const double f = std::pow(double(m.rope_theta), -2.0 * i / hd);
+  if (m.rope_scaling.type == RopeScalingType::kNone) return f;
+  const RopeScalingConfig& r = m.rope_scaling;
+  const double old_len = r.original_max_position_embeddings;
+  const double wavelen = 2.0 * std::numbers::pi / f;
+  const double low_wavelen = old_len / r.low_freq_factor, high_wavelen = old_len / r.high_freq_factor;
+  const double scaled = wavelen > low_wavelen ? f / r.factor : f;
+  const double smooth = (old_len / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+  const double smoothed = (1 - smooth) * scaled / r.factor + smooth * scaled;
+  const bool medium = !(wavelen < high_wavelen) && !(wavelen > low_wavelen);
+  return medium ? smoothed : scaled;
+}
+
 double ReferenceLoss(const ModelConfig& m, const ParamLayout& layout, const UnitBuffers& p,
                      const std::vector<int32_t>& in, const std::vector<int32_t>& tgt, int B) {
   const int T = m.seq_len, d = m.d_model, H = m.n_head, KV = m.n_kv_head, hd = m.head_dim();
@@ -107,7 +166,7 @@ double ReferenceLoss(const ModelConfig& m, const ParamLayout& layout, const Unit
           std::copy(one.begin(), one.end(), v);
         }
         for (int i = 0; i < hd / 2; ++i) {
-          const double a = t * std::pow(double(m.rope_theta), -2.0 * i / hd);
+          const double a = t * RopeFrequency(m, i);
           const double x0 = v[2 * i], x1 = v[2 * i + 1];
           v[2 * i] = x0 * std::cos(a) - x1 * std::sin(a);
           v[2 * i + 1] = x0 * std::sin(a) + x1 * std::cos(a);
@@ -144,7 +203,12 @@ double ReferenceLoss(const ModelConfig& m, const ParamLayout& layout, const Unit
     Mat down = Linear(sw, N, m.ffn, w + o.w_down, d);
     for (size_t i = 0; i < x.size(); ++i) x[i] += down[i];
   }
-  Mat logits = Linear(RmsNorm(x, N, d, p[layout.final_norm_unit()].data(), m.norm_eps), N, d, wte, V);
+  // The LM head: the embedding when tied, else the lm_head tensor (found by name).
+  const float* head = wte;
+  for (const TensorSlot& t : layout.units[0].tensors)
+    if (t.name == "lm_head") head = p[0].data() + t.offset;
+  EXPECT_EQ(head == wte, m.tie_embeddings);
+  Mat logits = Linear(RmsNorm(x, N, d, p[layout.final_norm_unit()].data(), m.norm_eps), N, d, head, V);
   double loss = 0.0;
   for (int n = 0; n < N; ++n) {
     double mx = -1e300, sum = 0.0;
@@ -155,10 +219,10 @@ double ReferenceLoss(const ModelConfig& m, const ParamLayout& layout, const Unit
   return loss / N;
 }
 
-class CpuModelArch : public ::testing::TestWithParam<bool> {};
+class CpuModelArch : public ::testing::TestWithParam<Arch> {};
 
 TEST_P(CpuModelArch, ForwardMatchesDoubleReference) {
-  const ModelConfig m = TinyConfig(GetParam());
+  const ModelConfig m = ArchConfig(GetParam());
   const int B = 2, N = B * m.seq_len;
   CpuModel model(m, B);
   const UnitBuffers p = RandomParams(model.layout(), 0.3f, 1);
@@ -173,7 +237,7 @@ TEST_P(CpuModelArch, ForwardMatchesDoubleReference) {
 // unit. The loss is a float (ulp ~5e-7 near ln 256), so eps is large and the tolerance has an
 // absolute floor of a few loss-ulps / (2 eps).
 TEST_P(CpuModelArch, GradientsMatchFiniteDifferences) {
-  const ModelConfig m = TinyConfig(GetParam());
+  const ModelConfig m = ArchConfig(GetParam());
   const int B = 2, N = B * m.seq_len;
   CpuModel model(m, B);
   const ParamLayout& layout = model.layout();
@@ -214,7 +278,7 @@ TEST_P(CpuModelArch, GradientsMatchFiniteDifferences) {
 }
 
 TEST_P(CpuModelArch, GradientAccumulationSumsMicroSteps) {
-  const ModelConfig m = TinyConfig(GetParam());
+  const ModelConfig m = ArchConfig(GetParam());
   const int B = 2, N = B * m.seq_len;
   CpuModel model(m, B);
   UnitBuffers p = RandomParams(model.layout(), 0.2f, 8);
@@ -240,8 +304,8 @@ TEST_P(CpuModelArch, GradientAccumulationSumsMicroSteps) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(CpuModel, CpuModelArch, ::testing::Bool(),
-                         [](const auto& info) { return info.param ? "QkNorm" : "Plain"; });
+INSTANTIATE_TEST_SUITE_P(CpuModel, CpuModelArch, ::testing::ValuesIn(kArchs),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 TEST(CpuModelInit, LossAtInitIsLogPaddedVocab) {
   for (int vocab : {256, 200}) {  // 200 pads to 256: the padded rows share the softmax

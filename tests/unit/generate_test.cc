@@ -109,11 +109,25 @@ ModelConfig WithQkNorm(ModelConfig m) {
   return m;
 }
 
+// head_dim 24 over d_model 64 / 4 heads, an untied LM head and Llama 3.1 RoPE scaling (over 8
+// original positions, so the sequences reach past it).
+ModelConfig WithLlamaKnobs(ModelConfig m) {
+  m.explicit_head_dim = 24;
+  m.tie_embeddings = false;
+  m.rope_theta = 500000.0f;
+  m.rope_scaling.type = RopeScalingType::kLlama3;
+  m.rope_scaling.factor = 8.0f;
+  m.rope_scaling.original_max_position_embeddings = 8;
+  return m;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Models, KvCacheDecode,
     ::testing::Values(DecodeCase{"mha_hd32", Model(2, 64, 2, 2, 96, 500, 24)},
                       DecodeCase{"gqa_hd16", Model(2, 64, 4, 2, 96, 500, 24)},
-                      DecodeCase{"gqa_hd64_qknorm", WithQkNorm(Model(2, 128, 2, 1, 160, 300, 20))}),
+                      DecodeCase{"gqa_hd64_qknorm", WithQkNorm(Model(2, 128, 2, 1, 160, 300, 20))},
+                      DecodeCase{"hd24_untied_llama3_rope",
+                                 WithLlamaKnobs(Model(2, 64, 4, 2, 96, 500, 24))}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(GenerateTest, BatchingDoesNotChangeAPromptsTokens) {

@@ -137,10 +137,59 @@ TEST(HfLlamaTest, ReadsTransformers5RopeParametersAndLlama3Scaling) {
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   ASSERT_TRUE(c->rope_scaling.has_value());
   EXPECT_EQ(c->rope_scaling->factor, 32.0);
-  // Forge's model has no RoPE scaling yet: the model conversion names the field.
   auto m = hf::ModelFromLlamaConfig(*c, "c.json");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->rope_theta, 500000.0f);
+  EXPECT_EQ(m->rope_scaling.type, RopeScalingType::kLlama3);
+  EXPECT_EQ(m->rope_scaling.factor, 32.0f);
+  EXPECT_EQ(m->rope_scaling.low_freq_factor, 1.0f);
+  EXPECT_EQ(m->rope_scaling.high_freq_factor, 4.0f);
+  EXPECT_EQ(m->rope_scaling.original_max_position_embeddings, 8192);
+  // Scaling Forge's formula is not defined for is named.
+  c->rope_scaling->high_freq_factor = 1.0;
+  m = hf::ModelFromLlamaConfig(*c, "c.json");
   ASSERT_FALSE(m.ok());
-  EXPECT_NE(m.status().message().find("rope_scaling"), std::string::npos) << m.status().ToString();
+  EXPECT_NE(m.status().message().find("rope_scaling.high_freq_factor"), std::string::npos)
+      << m.status().ToString();
+}
+
+TEST(HfLlamaTest, ConfigJsonCarriesTheArchitectureKnobs) {
+  ModelConfig m = Model(2, 96, 6, 2, 200, 1000, 64);
+  m.explicit_head_dim = 32;  // attention width 192 over hidden 96
+  m.tie_embeddings = false;
+  m.rope_theta = 500000.0f;
+  m.rope_scaling.type = RopeScalingType::kLlama3;
+  m.rope_scaling.factor = 32.0f;
+  m.rope_scaling.low_freq_factor = 1.5f;
+  m.rope_scaling.high_freq_factor = 4.0f;
+  m.rope_scaling.original_max_position_embeddings = 32;
+  const json j = json::parse(hf::LlamaConfigJson(hf::LlamaConfigFromModel(m)));
+  EXPECT_EQ(j["head_dim"], 32);
+  EXPECT_EQ(j["tie_word_embeddings"], false);
+  EXPECT_EQ(j["rope_theta"], 500000.0);
+  EXPECT_EQ(j["rope_scaling"], json({{"rope_type", "llama3"},
+                                     {"factor", 32.0},
+                                     {"low_freq_factor", 1.5},
+                                     {"high_freq_factor", 4.0},
+                                     {"original_max_position_embeddings", 32}}));
+  auto back = hf::ParseLlamaConfigJson(j.dump(), "config.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  auto m2 = hf::ModelFromLlamaConfig(*back, "config.json");
+  ASSERT_TRUE(m2.ok()) << m2.status().ToString();
+  EXPECT_EQ(m2->explicit_head_dim, 32);
+  EXPECT_FALSE(m2->tie_embeddings);
+  EXPECT_EQ(m2->rope_scaling.type, RopeScalingType::kLlama3);
+  EXPECT_EQ(m2->rope_scaling.factor, 32.0f);
+  EXPECT_EQ(m2->rope_scaling.low_freq_factor, 1.5f);
+  EXPECT_EQ(m2->rope_scaling.high_freq_factor, 4.0f);
+  EXPECT_EQ(m2->rope_scaling.original_max_position_embeddings, 32);
+  // A head_dim equal to hidden_size / num_attention_heads reads as the default.
+  json k = j;
+  k["head_dim"] = 16;
+  auto m3 = hf::ModelFromLlamaConfig(*hf::ParseLlamaConfigJson(k.dump(), "c.json"), "c.json");
+  ASSERT_TRUE(m3.ok()) << m3.status().ToString();
+  EXPECT_EQ(m3->explicit_head_dim, 0);
+  EXPECT_EQ(m3->head_dim(), 16);
 }
 
 TEST(HfLlamaTest, StrictConfigNamesWhatForgeCannotRepresent) {
@@ -171,9 +220,8 @@ TEST(HfLlamaTest, StrictConfigNamesWhatForgeCannotRepresent) {
     EXPECT_NE(r.status().message().find(c.expect), std::string::npos) << r.status().ToString();
     EXPECT_NE(r.status().message().find("dir/config.json"), std::string::npos);
   }
-  // Fields the parser accepts but Forge's model cannot hold yet, named by the conversion.
-  for (const auto& [key, value] : std::vector<std::pair<std::string, json>>{
-           {"tie_word_embeddings", false}, {"head_dim", 32}}) {
+  // Fields the parser accepts but Forge's model cannot hold, named by the conversion.
+  for (const auto& [key, value] : std::vector<std::pair<std::string, json>>{{"head_dim", 33}}) {
     json j = base;
     j[key] = value;
     auto r = hf::ParseLlamaConfigJson(j.dump(), "c.json");
@@ -245,13 +293,22 @@ struct RoundTripCase {
   const char* name;
   SafetensorsDtype dtype;
   uint64_t shard_bytes;
+  bool knobs = false;  // head_dim 24 over d_model 64 / 4 heads, untied head, llama3 RoPE scaling
 };
 
 class HfRoundTrip : public ::testing::TestWithParam<RoundTripCase> {};
 
 TEST_P(HfRoundTrip, ExportOfTheImportIsTheExportByteForByte) {
   const RoundTripCase& c = GetParam();
-  const ModelConfig m = Model(2, 64, 4, 2, 96, 300, 16);
+  ModelConfig m = Model(2, 64, 4, 2, 96, 300, 16);
+  if (c.knobs) {
+    m.explicit_head_dim = 24;
+    m.tie_embeddings = false;
+    m.rope_theta = 500000.0f;
+    m.rope_scaling.type = RopeScalingType::kLlama3;
+    m.rope_scaling.factor = 8.0f;
+    m.rope_scaling.original_max_position_embeddings = 16;
+  }
   const UnitBuffers p = Params(m, 11);
   const std::string dir = TempDir(std::string("roundtrip_") + c.name);
   hf::HfExportOptions opt;
@@ -262,6 +319,13 @@ TEST_P(HfRoundTrip, ExportOfTheImportIsTheExportByteForByte) {
   auto in = hf::ReadHfModel(dir + "/a");
   ASSERT_TRUE(in.ok()) << in.status().ToString();
   EXPECT_EQ(in->model.d_model, 64);
+  EXPECT_EQ(in->model.head_dim(), m.head_dim());
+  EXPECT_EQ(in->model.tie_embeddings, m.tie_embeddings);
+  EXPECT_EQ(in->model.rope_scaling.type, m.rope_scaling.type);
+  EXPECT_EQ(in->model.rope_scaling.factor, m.rope_scaling.factor);
+  EXPECT_EQ(in->model.rope_scaling.original_max_position_embeddings,
+            m.rope_scaling.original_max_position_embeddings);
+  EXPECT_EQ(MakeParamLayout(in->model).total, MakeParamLayout(m).total);
   auto b = hf::ExportHfDirectory(in->model, in->params, dir + "/b", opt);
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   const auto fa = Files(dir + "/a"), fb = Files(dir + "/b");
@@ -272,9 +336,10 @@ TEST_P(HfRoundTrip, ExportOfTheImportIsTheExportByteForByte) {
   }
   // Imported values: the export's (bf16-rounded where bf16), zero padding rows.
   const ParamLayout layout = MakeParamLayout(m);
+  const int64_t table = int64_t(m.padded_vocab()) * m.d_model;  // wte, then lm_head if untied
   for (size_t u = 0; u < layout.units.size(); ++u) {
     for (int64_t i = 0; i < layout.units[u].numel; ++i) {
-      const bool padding = u == 0 && i >= int64_t(m.vocab) * m.d_model;
+      const bool padding = u == 0 && i % table >= int64_t(m.vocab) * m.d_model;
       const float want = padding ? 0.0f
                          : c.dtype == SafetensorsDtype::kBF16 ? Bf16ToFloat(FloatToBf16(p[u][i]))
                                                               : p[u][i];
@@ -317,7 +382,11 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, HfRoundTrip,
                                            RoundTripCase{"f32_sharded", SafetensorsDtype::kF32,
                                                          40000},
                                            RoundTripCase{"bf16_sharded", SafetensorsDtype::kBF16,
-                                                         20000}),
+                                                         20000},
+                                           RoundTripCase{"f32_knobs", SafetensorsDtype::kF32,
+                                                         hf::kDefaultMaxShardBytes, true},
+                                           RoundTripCase{"bf16_knobs_sharded",
+                                                         SafetensorsDtype::kBF16, 20000, true}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // Rewrites <dir>/model.safetensors with `edit` applied to its tensor list.
@@ -412,6 +481,35 @@ TEST(HfLlamaTest, InitFromChecksEveryDimension) {
   ASSERT_FALSE(w.ok());
   EXPECT_NE(w.status().message().find("model.ffn is 80"), std::string::npos) << w.status().ToString();
   EXPECT_NE(w.status().message().find("intermediate_size 64"), std::string::npos);
+  // The architecture knobs are dimensions too.
+  other = m;
+  other.explicit_head_dim = 32;
+  w = hf::LoadHfWeightsFor(other, dir + "/x");
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.status().message().find("model.head_dim is 32"), std::string::npos)
+      << w.status().ToString();
+  other = m;
+  other.tie_embeddings = false;
+  w = hf::LoadHfWeightsFor(other, dir + "/x");
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.status().message().find("model.tie_embeddings is false"), std::string::npos)
+      << w.status().ToString();
+  other = m;
+  other.rope_scaling.type = RopeScalingType::kLlama3;
+  w = hf::LoadHfWeightsFor(other, dir + "/x");
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.status().message().find("model.rope_scaling is llama3"), std::string::npos)
+      << w.status().ToString();
+  ModelConfig scaled = m;
+  scaled.rope_scaling.type = RopeScalingType::kLlama3;
+  ASSERT_TRUE(hf::ExportHfDirectory(scaled, p, dir + "/s", {}).ok());
+  other = scaled;
+  other.rope_scaling.factor = 16.0f;
+  w = hf::LoadHfWeightsFor(other, dir + "/s");
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.status().message().find("model.rope_scaling.factor is 16"), std::string::npos)
+      << w.status().ToString();
+  EXPECT_TRUE(hf::LoadHfWeightsFor(scaled, dir + "/s").ok());
   fs::remove_all(dir);
 }
 

@@ -14,7 +14,9 @@
 namespace forge {
 namespace {
 
-RunConfig Tiny(ParallelMode mode) {
+// knobs: head_dim 12 (attention width 48 over d_model 32), an untied LM head (a second tensor in
+// the embedding unit, sharded with it) and Llama 3.1 RoPE scaling.
+RunConfig Tiny(ParallelMode mode, bool knobs = false) {
   RunConfig c;
   c.seed = 11;
   c.model.n_layer = 2;
@@ -28,6 +30,12 @@ RunConfig Tiny(ParallelMode mode) {
   c.batch.global_batch = 8;
   c.optimizer.grad_clip = 0.5f;
   c.parallel.mode = mode;
+  if (knobs) {
+    c.model.explicit_head_dim = 12;
+    c.model.tie_embeddings = false;
+    c.model.rope_scaling.type = RopeScalingType::kLlama3;
+    c.model.rope_scaling.original_max_position_embeddings = 4;
+  }
   return c;
 }
 
@@ -65,12 +73,12 @@ bool SameBits(const UnitBuffers& a, const UnitBuffers& b) {
   return true;
 }
 
-TEST(CpuBackendParallel, EveryModeTrainsLikeDdpInOneProcess) {
+void ExpectEveryModeTrainsLikeDdp(bool knobs) {
   UnitBuffers ref_p, ref_m, ref_v;
   std::vector<float> ref_losses;
   for (ParallelMode mode :
        {ParallelMode::kDdp, ParallelMode::kZero1, ParallelMode::kZero2, ParallelMode::kFsdp}) {
-    const RunConfig c = Tiny(mode);
+    const RunConfig c = Tiny(mode, knobs);
     auto b = Backend(c);
     std::vector<float> losses;
     for (int step = 1; step <= 3; ++step) {
@@ -95,6 +103,12 @@ TEST(CpuBackendParallel, EveryModeTrainsLikeDdpInOneProcess) {
     EXPECT_TRUE(SameBits(m, ref_m)) << ParallelModeName(mode);
     EXPECT_TRUE(SameBits(v, ref_v)) << ParallelModeName(mode);
   }
+}
+
+TEST(CpuBackendParallel, EveryModeTrainsLikeDdpInOneProcess) { ExpectEveryModeTrainsLikeDdp(false); }
+
+TEST(CpuBackendParallel, EveryModeTrainsLikeDdpWithTheLlamaKnobs) {
+  ExpectEveryModeTrainsLikeDdp(true);
 }
 
 TEST(CpuBackendParallel, AccumulationFollowsTheCanonicalOrder) {

@@ -1,18 +1,17 @@
 #include "kernels/cpu/rope.h"
 
 #include <cmath>
+#include <numbers>
 #include <vector>
 
 namespace forge::cpu {
 
 namespace {
 
-// cos and sin of position t's angles for pairs i < hd/2. Angles in double: the reference should
-// carry no error of its own at long positions.
-void Angles(int64_t t, int hd, float theta, bool inverse, float* c, float* s) {
+// cos and sin of position t's angles for pairs i < hd/2.
+void Angles(int64_t t, int hd, const double* inv_freq, bool inverse, float* c, float* s) {
   for (int i = 0; i < hd / 2; ++i) {
-    const double inv_freq = std::pow(double(theta), -2.0 * i / hd);
-    const double a = double(t) * inv_freq;
+    const double a = double(t) * inv_freq[i];
     c[i] = static_cast<float>(std::cos(a));
     s[i] = static_cast<float>(inverse ? -std::sin(a) : std::sin(a));
   }
@@ -32,12 +31,34 @@ void RotateRow(float* r, int rotated_heads, int hd, const float* c, const float*
 
 }  // namespace
 
-void RopeApply(float* qkv, int B, int T, int n_head, int n_kv_head, int hd, float theta,
-               bool inverse) {
+std::vector<double> RopeInverseFrequencies(int hd, double theta,
+                                           const Llama3RopeScaling* scaling) {
+  std::vector<double> f(hd / 2);
+  for (int i = 0; i < hd / 2; ++i) f[i] = std::pow(theta, -2.0 * i / hd);
+  if (scaling == nullptr) return f;
+  const Llama3RopeScaling& s = *scaling;
+  const double low_wavelen = s.original_max_positions / s.low_freq_factor;
+  const double high_wavelen = s.original_max_positions / s.high_freq_factor;
+  for (double& x : f) {
+    const double wavelen = 2.0 * std::numbers::pi / x;
+    if (wavelen > low_wavelen) {
+      x /= s.factor;
+    } else if (wavelen >= high_wavelen) {
+      const double smooth = (s.original_max_positions / wavelen - s.low_freq_factor) /
+                            (s.high_freq_factor - s.low_freq_factor);
+      x = (1.0 - smooth) * x / s.factor + smooth * x;
+    }
+  }
+  return f;
+}
+
+void RopeApply(float* qkv, int B, int T, int n_head, int n_kv_head, int hd,
+               const double* inv_freq, bool inverse) {
   const int half = hd / 2;
   std::vector<float> cos_t(size_t(T) * half), sin_t(size_t(T) * half);
   for (int t = 0; t < T; ++t)
-    Angles(t, hd, theta, inverse, cos_t.data() + size_t(t) * half, sin_t.data() + size_t(t) * half);
+    Angles(t, hd, inv_freq, inverse, cos_t.data() + size_t(t) * half,
+           sin_t.data() + size_t(t) * half);
   const int64_t row = int64_t{n_head + 2 * n_kv_head} * hd;
   for (int64_t b = 0; b < B; ++b) {
     for (int t = 0; t < T; ++t) {
@@ -47,14 +68,26 @@ void RopeApply(float* qkv, int B, int T, int n_head, int n_kv_head, int hd, floa
   }
 }
 
+void RopeApply(float* qkv, int B, int T, int n_head, int n_kv_head, int hd, float theta,
+               bool inverse) {
+  const std::vector<double> f = RopeInverseFrequencies(hd, theta, nullptr);
+  RopeApply(qkv, B, T, n_head, n_kv_head, hd, f.data(), inverse);
+}
+
 void RopeApplyAtPositions(float* qkv, const int32_t* positions, int64_t N, int n_head,
-                          int n_kv_head, int hd, float theta) {
+                          int n_kv_head, int hd, const double* inv_freq) {
   std::vector<float> c(hd / 2), s(hd / 2);
   const int64_t row = int64_t{n_head + 2 * n_kv_head} * hd;
   for (int64_t n = 0; n < N; ++n) {
-    Angles(positions[n], hd, theta, /*inverse=*/false, c.data(), s.data());
+    Angles(positions[n], hd, inv_freq, /*inverse=*/false, c.data(), s.data());
     RotateRow(qkv + n * row, n_head + n_kv_head, hd, c.data(), s.data());
   }
+}
+
+void RopeApplyAtPositions(float* qkv, const int32_t* positions, int64_t N, int n_head,
+                          int n_kv_head, int hd, float theta) {
+  const std::vector<double> f = RopeInverseFrequencies(hd, theta, nullptr);
+  RopeApplyAtPositions(qkv, positions, N, n_head, n_kv_head, hd, f.data());
 }
 
 }  // namespace forge::cpu

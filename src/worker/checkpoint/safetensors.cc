@@ -48,6 +48,7 @@ uint16_t FloatToBf16(float x) {
 
 StatusOr<std::string> SafetensorsTensorName(const std::string& n) {
   if (n == "wte") return std::string("transformer.wte.weight");
+  if (n == "lm_head") return std::string("lm_head.weight");
   if (n == "final_norm") return std::string("transformer.ln_f.weight");
   static const std::map<std::string, std::string> kBlock = {
       {"attn_norm", "ln_1"},           {"attn.q_norm", "attn.q_norm"},
@@ -68,14 +69,16 @@ std::map<std::string, std::string> ExportMetadata(const RunConfig& cfg) {
           {"forge_config", RunConfigToYaml(cfg)},
           {"vocab", std::to_string(m.vocab)},
           {"padded_vocab", std::to_string(m.padded_vocab())},
-          {"tied_embeddings", "true"},
+          {"tied_embeddings", m.tie_embeddings ? "true" : "false"},
           {"n_layer", std::to_string(m.n_layer)},
           {"d_model", std::to_string(m.d_model)},
           {"n_head", std::to_string(m.n_head)},
           {"n_kv_head", std::to_string(m.n_kv_head)},
+          {"head_dim", std::to_string(m.head_dim())},
           {"ffn", std::to_string(m.ffn)},
           {"seq_len", std::to_string(m.seq_len)},
           {"rope_theta", FloatText(m.rope_theta)},
+          {"rope_scaling", RopeScalingTypeName(m.rope_scaling.type)},
           {"norm_eps", FloatText(m.norm_eps)},
           {"qk_norm", m.qk_norm ? "true" : "false"}};
 }

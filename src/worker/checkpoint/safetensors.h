@@ -5,8 +5,10 @@
 //
 // Tensor names (GPT-2 style; shapes are PyTorch nn.Linear [out, in], not HF GPT-2's transposed
 // Conv1D [in, out]):
-//   wte                    -> transformer.wte.weight            [padded_vocab, d] (tied LM head;
-//                                                                rows >= vocab are padding)
+//   wte                    -> transformer.wte.weight            [padded_vocab, d] (the LM head
+//                                                                when tied; rows >= vocab are
+//                                                                padding)
+//   lm_head                -> lm_head.weight                    [padded_vocab, d] (untied only)
 //   blocks.i.attn_norm     -> transformer.h.i.ln_1.weight        [d]           (RMSNorm gain)
 //   blocks.i.attn.q_norm   -> transformer.h.i.attn.q_norm.weight [head_dim]    (qk_norm only)
 //   blocks.i.attn.k_norm   -> transformer.h.i.attn.k_norm.weight [head_dim]    (qk_norm only)
@@ -45,8 +47,8 @@ struct ExportOptions {
 StatusOr<std::string> SafetensorsTensorName(const std::string& forge_name);
 
 // __metadata__ for a run: format=pt, forge_config (the YAML), vocab, padded_vocab,
-// tied_embeddings=true, n_layer, d_model, n_head, n_kv_head, ffn, seq_len, rope_theta, norm_eps,
-// qk_norm.
+// tied_embeddings, n_layer, d_model, n_head, n_kv_head, head_dim, ffn, seq_len, rope_theta,
+// rope_scaling (none | llama3; its numbers are in forge_config), norm_eps, qk_norm.
 std::map<std::string, std::string> ExportMetadata(const RunConfig& cfg);
 
 // `params`: the full FP32 master weights, one buffer per unit of `layout`.

@@ -160,6 +160,23 @@ StatusOr<UnitBuffers> LoadHfWeightsFor(const ModelConfig& m, const std::string& 
   if (c.rope_scaling.has_value() != want.rope_scaling.has_value())
     return differ("rope_scaling", want.rope_scaling ? "llama3" : "none", "rope_scaling",
                   c.rope_scaling ? "llama3" : "null");
+  if (c.rope_scaling && want.rope_scaling) {
+    const Llama3RopeScaling &have = *c.rope_scaling, &w = *want.rope_scaling;
+    auto same = [](double hf, double forge) { return ShortestDecimal(float(hf)) == forge; };
+    if (!same(have.factor, w.factor))
+      return differ("rope_scaling.factor", num(w.factor), "rope_scaling.factor", num(have.factor));
+    if (!same(have.low_freq_factor, w.low_freq_factor))
+      return differ("rope_scaling.low_freq_factor", num(w.low_freq_factor),
+                    "rope_scaling.low_freq_factor", num(have.low_freq_factor));
+    if (!same(have.high_freq_factor, w.high_freq_factor))
+      return differ("rope_scaling.high_freq_factor", num(w.high_freq_factor),
+                    "rope_scaling.high_freq_factor", num(have.high_freq_factor));
+    if (have.original_max_position_embeddings != w.original_max_position_embeddings)
+      return differ("rope_scaling.original_max_position_embeddings",
+                    std::to_string(w.original_max_position_embeddings),
+                    "rope_scaling.original_max_position_embeddings",
+                    std::to_string(have.original_max_position_embeddings));
+  }
   if (m.qk_norm) return Status::Invalid("model.qk_norm: a Llama directory has no QK-norm weights");
   FORGE_ASSIGN_OR_RETURN(HfModel hf, ReadHfModel(dir));
   return std::move(hf.params);

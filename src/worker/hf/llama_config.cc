@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -51,9 +52,16 @@ LlamaConfig LlamaConfigFromModel(const ModelConfig& m) {
   c.vocab_size = m.vocab;
   c.max_position_embeddings = m.seq_len;
   c.rope_theta = ShortestDecimal(m.rope_theta);
-  c.rope_scaling = std::nullopt;    // Forge's RoPE has no frequency scaling
+  if (m.rope_scaling.type == RopeScalingType::kLlama3) {
+    Llama3RopeScaling s;
+    s.factor = ShortestDecimal(m.rope_scaling.factor);
+    s.low_freq_factor = ShortestDecimal(m.rope_scaling.low_freq_factor);
+    s.high_freq_factor = ShortestDecimal(m.rope_scaling.high_freq_factor);
+    s.original_max_position_embeddings = m.rope_scaling.original_max_position_embeddings;
+    c.rope_scaling = s;
+  }
   c.rms_norm_eps = ShortestDecimal(m.norm_eps);
-  c.tie_word_embeddings = true;     // Forge's LM head is the embedding
+  c.tie_word_embeddings = m.tie_embeddings;
   return c;
 }
 
@@ -61,19 +69,35 @@ StatusOr<ModelConfig> ModelFromLlamaConfig(const LlamaConfig& c, const std::stri
   auto unsupported = [&](const std::string& field, const std::string& why) {
     return Status::Invalid(source + ": " + field + ": " + why);
   };
-  if (c.num_attention_heads <= 0 || c.hidden_size % c.num_attention_heads != 0 ||
-      c.head_dim != c.hidden_size / c.num_attention_heads)
-    return unsupported("head_dim", std::to_string(c.head_dim) +
-                                       " is not hidden_size / num_attention_heads (" +
-                                       std::to_string(c.hidden_size) + " / " +
-                                       std::to_string(c.num_attention_heads) +
-                                       "): Forge's model has head_dim = d_model / n_head");
-  if (!c.tie_word_embeddings)
-    return unsupported("tie_word_embeddings",
-                       "false (a separate lm_head): Forge's LM head is the embedding (tied)");
-  if (c.rope_scaling.has_value())
-    return unsupported("rope_scaling", "llama3 frequency scaling: Forge's RoPE has no scaling");
+  if (c.num_attention_heads <= 0)
+    return unsupported("num_attention_heads", std::to_string(c.num_attention_heads));
+  if (c.head_dim < 2 || c.head_dim % 2 != 0)
+    return unsupported("head_dim", std::to_string(c.head_dim) + ": RoPE needs pairs");
   ModelConfig m;
+  // head_dim is written only where it is not hidden_size / num_attention_heads.
+  const bool default_head_dim = c.hidden_size % c.num_attention_heads == 0 &&
+                                c.head_dim == c.hidden_size / c.num_attention_heads;
+  m.explicit_head_dim = default_head_dim ? 0 : c.head_dim;
+  m.tie_embeddings = c.tie_word_embeddings;
+  if (c.rope_scaling.has_value()) {
+    const Llama3RopeScaling& s = *c.rope_scaling;
+    if (!(s.factor >= 1))
+      return unsupported("rope_scaling.factor", "must be >= 1, got " + std::to_string(s.factor));
+    if (!(s.high_freq_factor > s.low_freq_factor))
+      return unsupported("rope_scaling.high_freq_factor",
+                         "must be > low_freq_factor (" + std::to_string(s.low_freq_factor) +
+                             "), got " + std::to_string(s.high_freq_factor));
+    if (s.original_max_position_embeddings < 1 ||
+        s.original_max_position_embeddings > std::numeric_limits<int>::max())
+      return unsupported("rope_scaling.original_max_position_embeddings",
+                         "out of range: " + std::to_string(s.original_max_position_embeddings));
+    m.rope_scaling.type = RopeScalingType::kLlama3;
+    m.rope_scaling.factor = static_cast<float>(s.factor);
+    m.rope_scaling.low_freq_factor = static_cast<float>(s.low_freq_factor);
+    m.rope_scaling.high_freq_factor = static_cast<float>(s.high_freq_factor);
+    m.rope_scaling.original_max_position_embeddings =
+        static_cast<int>(s.original_max_position_embeddings);
+  }
   m.preset = "";
   m.n_layer = c.num_hidden_layers;
   m.d_model = c.hidden_size;
@@ -89,8 +113,6 @@ StatusOr<ModelConfig> ModelFromLlamaConfig(const LlamaConfig& c, const std::stri
     return unsupported("num_key_value_heads",
                        std::to_string(m.n_kv_head) + " does not divide num_attention_heads " +
                            std::to_string(m.n_head));
-  if (m.head_dim() % 2 != 0)
-    return unsupported("head_dim", std::to_string(m.head_dim()) + " is odd: RoPE needs pairs");
   if (m.n_layer < 1 || m.d_model < 1 || m.ffn < 1 || m.vocab < 2 || m.seq_len < 2)
     return Status::Invalid(source + ": a dimension is out of range (num_hidden_layers " +
                            std::to_string(m.n_layer) + ", hidden_size " +

@@ -1,11 +1,12 @@
 // A Hugging Face Llama model's config.json (transformers' LlamaConfig) and its correspondence
 // with Forge's ModelConfig.
 //
-// LlamaConfigFromModel is the one place that reads Forge's model knobs for export: head_dim,
-// the tied LM head and RoPE frequency scaling are a field each here, filled from ModelConfig
-// where it has them and from Forge's fixed architecture otherwise (head_dim = d_model / n_head,
-// tied, no scaling). ModelFromLlamaConfig is its inverse and refuses, naming the field, what
-// Forge's model cannot represent.
+// LlamaConfigFromModel is the one place that reads Forge's model knobs for export: head_dim
+// (model.head_dim), the LM head (model.tie_embeddings -> tie_word_embeddings) and RoPE frequency
+// scaling (model.rope_scaling -> rope_scaling {rope_type: llama3, ...}) are a field each here.
+// ModelFromLlamaConfig is its inverse (model.head_dim set only where head_dim is not
+// hidden_size / num_attention_heads) and refuses, naming the field, what Forge's model cannot
+// represent.
 //
 // ParseLlamaConfigJson is strict: a model other than LlamaForCausalLM, a field whose value
 // changes the computation in a way Forge does not implement (attention or MLP biases, an

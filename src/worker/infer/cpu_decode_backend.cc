@@ -16,6 +16,7 @@
 #include "kernels/cpu/swiglu.h"
 #include "worker/infer/decode_backend.h"
 #include "worker/model/param_layout.h"
+#include "worker/model/rope_frequencies.h"
 
 namespace forge {
 namespace {
@@ -32,6 +33,7 @@ class CpuDecodeBackend final : public DecodeBackend {
     hd_ = m.head_dim();
     V_ = m.padded_vocab();
     qkv_dim_ = (H_ + 2 * KV_) * hd_;
+    rope_freq_ = RopeFrequencies(m);
   }
 
   const ModelConfig& model() const override { return m_; }
@@ -72,6 +74,7 @@ class CpuDecodeBackend final : public DecodeBackend {
   ParamLayout layout_;
   UnitBuffers params_;
   int d_ = 0, H_ = 0, KV_ = 0, hd_ = 0, V_ = 0, qkv_dim_ = 0;
+  std::vector<double> rope_freq_;  // hd/2 RoPE inverse frequencies
   int batch_ = 0, max_len_ = 0;
   std::vector<int> lengths_;
   std::vector<Vec> k_cache_, v_cache_;  // per layer: [batch, max_len, KV * hd]
@@ -141,7 +144,7 @@ Status CpuDecodeBackend::Append(std::span<const int> seqs,
                             Tensor(u, o.k_norm), KV, hd, m_.norm_eps);
       }
     }
-    cpu::RopeApplyAtPositions(qkv_.data(), pos.data(), N, H, KV, hd, m_.rope_theta);
+    cpu::RopeApplyAtPositions(qkv_.data(), pos.data(), N, H, KV, hd, rope_freq_.data());
     for (int64_t n = 0; n < N; ++n) {
       const float* r = qkv_.data() + n * qkv_dim_;
       std::memcpy(KRow(l, row_seq[n], pos[n]), r + int64_t{H} * hd, sizeof(float) * KV * hd);
@@ -205,7 +208,8 @@ Status CpuDecodeBackend::Append(std::span<const int> seqs,
   cpu::RmsNormForward(hf_.data(), nullptr, hf_.data(), Tensor(layout_.final_norm_unit(), 0), R, d,
                       m_.norm_eps);
   logits->resize(size_t(R) * V_);
-  cpu::MatmulForward(logits->data(), hf_.data(), wte, R, d, V_);
+  cpu::MatmulForward(logits->data(), hf_.data(), Tensor(layout_.embedding_unit(), layout_.lm_head),
+                     R, d, V_);
 
   for (size_t k = 0; k < seqs.size(); ++k) lengths_[seqs[k]] += int(tokens[k].size());
   return Status::Ok();

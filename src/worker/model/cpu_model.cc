@@ -13,6 +13,7 @@
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/swiglu.h"
+#include "worker/model/rope_frequencies.h"
 
 namespace forge {
 namespace {
@@ -51,6 +52,7 @@ struct CpuModel::Impl {
   ParamLayout layout;
   int max_batch = 0;
   int d = 0, H = 0, KV = 0, hd = 0, ffn = 0, V = 0, T = 0, qkv_dim = 0;
+  std::vector<double> rope_freq;  // hd/2 inverse frequencies (rope_theta, rope_scaling)
 
   // Forward state.
   int B = 0;
@@ -117,6 +119,7 @@ CpuModel::CpuModel(const ModelConfig& m, int max_batch) : impl_(std::make_unique
   s.V = m.padded_vocab();
   s.T = m.seq_len;
   s.qkv_dim = (s.H + 2 * s.KV) * s.hd;
+  s.rope_freq = RopeFrequencies(m);
   Check(s.H % s.KV == 0 && s.hd % 2 == 0, "n_head must be a multiple of n_kv_head, head_dim even");
 
   const size_t N = size_t(max_batch) * s.T, d = s.d;
@@ -167,9 +170,10 @@ float CpuModel::Forward(const UnitBuffers& params, const int32_t* inputs, const 
     Check(targets[n] >= 0 && targets[n] < s.V, "token id outside the padded vocabulary");
   s.ForwardHidden(params, inputs, B);
   const int64_t N = s.N();
-  const float* wte = s.Tensor(params, s.layout.embedding_unit(), 0);
-  // Tied LM head over the padded vocabulary; the padded rows take part in the softmax.
-  cpu::MatmulForward(s.dlogits.data(), s.h_f.data(), wte, N, s.d, s.V);
+  const float* head = s.Tensor(params, s.layout.embedding_unit(), s.layout.lm_head);
+  // LM head (wte when tied) over the padded vocabulary; the padded rows take part in the
+  // softmax.
+  cpu::MatmulForward(s.dlogits.data(), s.h_f.data(), head, N, s.d, s.V);
   // Softmax - onehot in place (dloss = 1): Backward scales it, so it can run more than once.
   cpu::CrossEntropyForwardBackward(s.losses.data(), s.dlogits.data(), s.dlogits.data(), targets, N,
                                    s.V, 1.0f);
@@ -182,8 +186,9 @@ void CpuModel::ForwardLogits(const UnitBuffers& params, const int32_t* inputs, i
                              float* logits) {
   Impl& s = *impl_;
   s.ForwardHidden(params, inputs, B);
-  cpu::MatmulForward(logits, s.h_f.data(), s.Tensor(params, s.layout.embedding_unit(), 0), s.N(),
-                     s.d, s.V);
+  cpu::MatmulForward(logits, s.h_f.data(),
+                     s.Tensor(params, s.layout.embedding_unit(), s.layout.lm_head), s.N(), s.d,
+                     s.V);
   s.B = 0;  // the activations are kept, but dlogits is not this forward's: no Backward
 }
 
@@ -220,7 +225,7 @@ void CpuModel::Impl::ForwardHidden(const UnitBuffers& params, const int32_t* inp
       s.QkNormForward(a.qkv.data(), a.rstd_k.data(), a.qkv_raw.data(),
                       s.Tensor(params, u, o.k_norm), s.H, s.KV);
     }
-    cpu::RopeApply(a.qkv.data(), B, s.T, s.H, s.KV, s.hd, s.m.rope_theta, /*inverse=*/false);
+    cpu::RopeApply(a.qkv.data(), B, s.T, s.H, s.KV, s.hd, s.rope_freq.data(), /*inverse=*/false);
     cpu::AttentionForward(a.att.data(), s.probs.data(), a.qkv.data(), B, s.T, s.H, s.KV, s.hd);
     s.probs_layer = l;
 
@@ -254,13 +259,14 @@ void CpuModel::Backward(const UnitBuffers& params, float dloss, UnitBuffers* gra
   const BlockOffsets& o = s.layout.block;
   const float scale = dloss / static_cast<float>(N);  // d(mean loss)/d(token loss)
   const int emb = s.layout.embedding_unit(), fin = s.layout.final_norm_unit();
-  const float* wte = s.Tensor(params, emb, 0);
+  const int64_t head = s.layout.lm_head;
 
   // LM head: dlogits holds the unscaled (softmax - onehot), so `scale` is applied to the
-  // small [N, d] operands instead: dwte += dlogits^T (scale h_f), dh = scale (dlogits wte).
+  // small [N, d] operands instead: dW += dlogits^T (scale h_f), dh = scale (dlogits W), W the
+  // head (wte when tied).
   for (int64_t i = 0; i < N * d; ++i) s.h_scaled[i] = s.h_f[i] * scale;
-  cpu::MatmulBackward(s.dh.data(), s.Tensor(grads, emb, 0), s.dlogits.data(), s.h_scaled.data(),
-                      wte, N, d, s.V);
+  cpu::MatmulBackward(s.dh.data(), s.Tensor(grads, emb, head), s.dlogits.data(),
+                      s.h_scaled.data(), s.Tensor(params, emb, head), N, d, s.V);
   for (int64_t i = 0; i < N * d; ++i) s.dh[i] *= scale;
   std::fill(s.dx.begin(), s.dx.begin() + N * d, 0.0f);
   cpu::RmsNormBackward(s.dx.data(), s.Tensor(grads, fin, 0), s.dh.data(), s.x_final.data(),
@@ -283,7 +289,7 @@ void CpuModel::Backward(const UnitBuffers& params, float dloss, UnitBuffers* gra
     s.EnsureProbs(l);
     cpu::AttentionBackward(s.dqkv.data(), s.datt.data(), a.qkv.data(), s.probs.data(), s.B, s.T,
                            s.H, s.KV, s.hd);
-    cpu::RopeApply(s.dqkv.data(), s.B, s.T, s.H, s.KV, s.hd, s.m.rope_theta, /*inverse=*/true);
+    cpu::RopeApply(s.dqkv.data(), s.B, s.T, s.H, s.KV, s.hd, s.rope_freq.data(), /*inverse=*/true);
     const float* dproj = s.dqkv.data();
     if (s.m.qk_norm) {
       // V heads pass straight through; Q/K heads go back through their RMSNorm (dx += ...).
@@ -307,7 +313,8 @@ void CpuModel::Backward(const UnitBuffers& params, float dloss, UnitBuffers* gra
                          s.Tensor(params, u, o.attn_norm), a.rstd1.data(), N, d);
   }
 
-  // The residual stream's gradient lands in the looked-up rows, on top of the tied LM head's.
+  // The residual stream's gradient lands in the looked-up rows (on top of the LM head's when
+  // tied).
   cpu::EmbeddingBackward(s.Tensor(grads, emb, 0), s.dx.data(), s.inputs.data(), N, d);
 }
 

@@ -55,9 +55,10 @@ void InitParams(const ModelConfig& m, const ParamLayout& layout, uint64_t seed, 
       const bool residual_out =
           is_block && (t.offset == layout.block.wo || t.offset == layout.block.w_down);
       // torch: nn.Embedding's N(0, 1) and nn.Linear's kaiming_uniform(a = sqrt(5)), i.e.
-      // U(+-1/sqrt(fan_in)) with fan_in the matrix's inner dimension ([out, in] row-major).
+      // U(+-1/sqrt(fan_in)) with fan_in the matrix's inner dimension ([out, in] row-major); an
+      // untied LM head is an nn.Linear.
       const bool torch = m.init == InitScheme::kTorch;
-      const bool uniform = torch && is_block;
+      const bool uniform = torch && (is_block || t.name == "lm_head");
       const float scale = !torch    ? (residual_out ? resid_std : m.init_std)
                           : uniform ? 1.0f / std::sqrt(float(t.shape.back()))
                                     : 1.0f;

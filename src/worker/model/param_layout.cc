@@ -27,6 +27,7 @@ ParamLayout MakeParamLayout(const ModelConfig& m) {
   UnitLayout emb;
   emb.name = "embedding";
   Add(&emb, "wte", {V, d}, true);
+  if (!m.tie_embeddings) p.lm_head = Add(&emb, "lm_head", {V, d}, true);
   p.units.push_back(emb);
 
   for (int l = 0; l < m.n_layer; ++l) {
@@ -61,13 +62,14 @@ int64_t MatmulParamCount(const ModelConfig& m) {
   int64_t n = 0;
   for (const auto& u : MakeParamLayout(m).units)
     for (const auto& t : u.tensors)
-      if (t.is_matmul) n += t.numel;
+      if (t.is_matmul && !(t.name == "wte" && !m.tie_embeddings)) n += t.numel;
   return n;
 }
 
 double TrainFlopsPerToken(const ModelConfig& m) {
+  // The attention term counts the attention width n_head * head_dim (d_model by default).
   return 6.0 * static_cast<double>(MatmulParamCount(m)) +
-         12.0 * m.n_layer * m.d_model * static_cast<double>(m.seq_len);
+         12.0 * m.n_layer * (double(m.n_head) * m.head_dim()) * static_cast<double>(m.seq_len);
 }
 
 }  // namespace forge

@@ -3,6 +3,8 @@
 // ZeRO/FSDP shards and checkpoint tensors, so this table is shared by every backend.
 //
 // Weight matrices are stored [out, in] row-major (y = x W^T), as PyTorch's nn.Linear does.
+// Embedding unit: wte[padded_vocab, d], then lm_head[padded_vocab, d] when the head is untied
+// (model.tie_embeddings false; tied, the LM head is wte).
 // Block tensor order: attn_norm[d], (q_norm[hd], k_norm[hd] if qk_norm), wqkv[(H+2KV)*hd, d]
 // (rows: all Q heads, then K heads, then V heads), wo[d, H*hd], mlp_norm[d],
 // w_gate_up[2*ffn, d] (rows: gate then up), w_down[d, ffn].
@@ -40,6 +42,7 @@ struct BlockOffsets {
 struct ParamLayout {
   std::vector<UnitLayout> units;  // [0] embedding, [1..L] blocks, [L+1] final norm
   BlockOffsets block;             // identical for every block
+  int64_t lm_head = 0;            // offset of the LM head in the embedding unit (0: wte)
   int64_t total = 0;
 
   int embedding_unit() const { return 0; }
@@ -50,9 +53,11 @@ struct ParamLayout {
 
 ParamLayout MakeParamLayout(const ModelConfig& m);
 
-// Matmul parameters as used by the FLOPs formula (tied LM head counted once, as a matmul).
+// Matmul parameters as used by the FLOPs formula: the LM head counted once, as a matmul (tied:
+// wte; untied: lm_head, wte being a lookup).
 int64_t MatmulParamCount(const ModelConfig& m);
-// FLOPs per token of one training step: 6*N_matmul + 12*L*d*T (DESIGN.md).
+// FLOPs per token of one training step: 6*N_matmul + 12*L*(H*hd)*T (DESIGN.md's 12*L*d*T
+// with the attention width, d unless model.head_dim sets another).
 double TrainFlopsPerToken(const ModelConfig& m);
 
 }  // namespace forge

@@ -12,7 +12,7 @@ namespace {
 
 // Parameter counts by part, as MakeParamLayout lays them out (in doubles: no overflow).
 struct ParamCounts {
-  double embedding = 0;  // padded vocab x d (tied LM head)
+  double embedding = 0;  // padded vocab x d (and the LM head's as many when untied)
   double attention = 0;  // all layers: wqkv + wo (+ norms)
   double mlp = 0;        // all layers: w_gate_up + w_down
   double total() const { return embedding + attention + mlp; }
@@ -22,7 +22,7 @@ ParamCounts CountParams(const ModelConfig& m) {
   const double d = m.d_model, L = m.n_layer, hd = m.head_dim(), ffn = m.ffn;
   const double qkv = (double(m.n_head) + 2.0 * m.n_kv_head) * hd;
   ParamCounts p;
-  p.embedding = double(m.padded_vocab()) * d + d;  // + final norm
+  p.embedding = double(m.padded_vocab()) * d * (m.tie_embeddings ? 1 : 2) + d;  // + final norm
   p.attention = L * (qkv * d + d * m.n_head * hd + 2 * d + (m.qk_norm ? 2 * hd : 0));
   p.mlp = L * 3 * d * ffn;
   return p;
