@@ -703,6 +703,15 @@ Status ReadModel(Reader& r, const YAML::Node& node, ModelConfig* m) {
         r.ReadFloat(rs, "model.rope_scaling", "high_freq_factor", &s.high_freq_factor));
     FORGE_RETURN_IF_ERROR(r.ReadInt(rs, "model.rope_scaling", "original_max_position_embeddings",
                                     &s.original_max_position_embeddings));
+    // The numbers mean something only with a scaling type: given without one, they are an
+    // error rather than silently unused.
+    if (s.type == RopeScalingType::kNone) {
+      for (auto key : kRopeScalingKeys) {
+        if (key != "type" && rs.count(std::string(key)))
+          return r.Error("model.rope_scaling." + std::string(key),
+                         "given with rope_scaling type none (set type: llama3 to scale RoPE)");
+      }
+    }
   }
   FORGE_RETURN_IF_ERROR(r.ReadFloat(e, "model", "norm_eps", &m->norm_eps));
   FORGE_RETURN_IF_ERROR(r.ReadBool(e, "model", "qk_norm", &m->qk_norm));
@@ -1027,12 +1036,14 @@ std::string RunConfigToYaml(const RunConfig& c) {
     << "  seq_len: " << m.seq_len << "\n"
     << "  rope_theta: " << Num(m.rope_theta) << "\n";
   y << "  rope_scaling:\n"
-    << "    type: " << RopeScalingTypeName(m.rope_scaling.type) << "\n"
-    << "    factor: " << Num(m.rope_scaling.factor) << "\n"
-    << "    low_freq_factor: " << Num(m.rope_scaling.low_freq_factor) << "\n"
-    << "    high_freq_factor: " << Num(m.rope_scaling.high_freq_factor) << "\n"
-    << "    original_max_position_embeddings: "
-    << m.rope_scaling.original_max_position_embeddings << "\n";
+    << "    type: " << RopeScalingTypeName(m.rope_scaling.type) << "\n";
+  if (m.rope_scaling.type != RopeScalingType::kNone) {
+    y << "    factor: " << Num(m.rope_scaling.factor) << "\n"
+      << "    low_freq_factor: " << Num(m.rope_scaling.low_freq_factor) << "\n"
+      << "    high_freq_factor: " << Num(m.rope_scaling.high_freq_factor) << "\n"
+      << "    original_max_position_embeddings: "
+      << m.rope_scaling.original_max_position_embeddings << "\n";
+  }
   y << "  norm_eps: " << Num(m.norm_eps) << "\n"
     << "  qk_norm: " << BoolText(m.qk_norm) << "\n"
     << "  tie_embeddings: " << BoolText(m.tie_embeddings) << "\n"

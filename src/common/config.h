@@ -26,8 +26,8 @@ enum class RopeScalingType { kNone, kLlama3 };
 // rope_type "llama3"): with wavelength 2 pi / f of a pair's frequency f, pairs whose wavelength
 // is above original_max_position_embeddings / low_freq_factor take f / factor, those below
 // original_max_position_embeddings / high_freq_factor keep f, and those between are blended
-// linearly in original_max_position_embeddings / wavelength. The numbers are read only with
-// type llama3 (the defaults are Llama 3.1 8B's).
+// linearly in original_max_position_embeddings / wavelength. The numbers belong to type llama3
+// (the defaults are Llama 3.1 8B's); given with type none they are an error.
 struct RopeScalingConfig {
   RopeScalingType type = RopeScalingType::kNone;
   float factor = 8.0f;

@@ -96,6 +96,11 @@ TEST(ConfigModelArch, RopeScalingErrorsNameTheKey) {
                         "model.rope_scaling.original_max_position_embeddings",
                         "must be >= 1, got 0"));
   EXPECT_TRUE(FailsWith(kTiny + "  rope_scaling: llama3\n", 3, "model.rope_scaling", "mapping"));
+  // Numbers without a scaling type would be silently unused.
+  EXPECT_TRUE(FailsWith(rs + "    factor: 32\n", 4, "model.rope_scaling.factor",
+                        "given with rope_scaling type none (set type: llama3 to scale RoPE)"));
+  EXPECT_TRUE(FailsWith(rs + "    type: none\n    low_freq_factor: 2\n", 5,
+                        "model.rope_scaling.low_freq_factor", "given with rope_scaling type none"));
 }
 
 TEST(ConfigModelArch, Llama3PresetsHaveThePublishedShapes) {
@@ -152,7 +157,7 @@ TEST(ConfigModelArch, YamlRoundTripKeepsEveryKnob) {
   // The defaults print too (what --print-config shows), and read back to the same model.
   const std::string tiny = RunConfigToYaml(ParseOk(kTiny));
   EXPECT_NE(tiny.find("  head_dim: 32\n"), std::string::npos) << tiny;
-  EXPECT_NE(tiny.find("    type: none\n"), std::string::npos) << tiny;
+  EXPECT_NE(tiny.find("  rope_scaling:\n    type: none\n  norm_eps:"), std::string::npos) << tiny;
   EXPECT_NE(tiny.find("  tie_embeddings: true\n"), std::string::npos) << tiny;
   EXPECT_EQ(RunConfigToYaml(ParseOk(tiny)), tiny);
 }
