@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -23,5 +24,8 @@ std::string SanitizeUtf8(std::string_view s);
 // (then MaximalSubpartLength says how many bytes one U+FFFD replaces).
 size_t Utf8CharLength(std::string_view s, size_t pos);
 size_t Utf8MaximalSubpartLength(std::string_view s, size_t pos);
+
+// Appends code point `cp` (at most U+10FFFF) to `out` as UTF-8.
+void AppendUtf8(uint32_t cp, std::string* out);
 
 }  // namespace forge

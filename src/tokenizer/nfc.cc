@@ -5,6 +5,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/utf8.h"
+
 namespace forge {
 namespace {
 
@@ -84,23 +86,12 @@ uint32_t Compose(const Tables& t, uint32_t first, uint32_t second) {
   return it == t.composition.end() ? 0 : it->second;
 }
 
-void AppendUtf8(uint32_t cp, std::string* out) {
+// A code point, or a raw byte (kRawByte + byte) passed through as it was.
+void AppendCodePoint(uint32_t cp, std::string* out) {
   if (cp >= kRawByte) {
     out->push_back(static_cast<char>(cp - kRawByte));
-  } else if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
   } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    AppendUtf8(cp, out);
   }
 }
 
@@ -200,7 +191,7 @@ void NfcNormalize(std::string_view text, std::string* out) {
   }
   out->clear();
   out->reserve(text.size());
-  for (size_t i = 0; i < w; ++i) AppendUtf8(cps[i], out);
+  for (size_t i = 0; i < w; ++i) AppendCodePoint(cps[i], out);
 }
 
 }  // namespace forge

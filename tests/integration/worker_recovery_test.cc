@@ -65,7 +65,10 @@ bool Committed(const std::string& run_dir, int step) {
 // `forge train SPEC` alone, throttled workers, in the background.
 Process StartLocal(const ControlPlane& cp, const std::string& spec, const std::string& run_dir,
                    const std::string& log) {
-  return test::Spawn("env OPENBLAS_NUM_THREADS=1 FORGE_WORKER_ARGS='--throttle-ms 60' timeout 170 " +
+  // --foreground: timeout passes a signal on to forge once (without it, also to its whole
+  // process group, so forge would see a SIGINT twice: the second ends it at once by design).
+  return test::Spawn("env OPENBLAS_NUM_THREADS=1 FORGE_WORKER_ARGS='--throttle-ms 60' "
+                     "timeout --foreground 170 " +
                          test::Bin("forge") + " train " + spec + " --run-dir " + run_dir,
                      log);
 }

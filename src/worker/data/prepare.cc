@@ -188,6 +188,18 @@ FileEntry NewFileEntry(const InputFile& f) {
   return e;
 }
 
+// The dataset's totals as the summary reports them.
+void SummarizeManifest(const DatasetManifest& m, PrepareSummary* sum) {
+  sum->files_total = m.files;
+  for (int s = 0; s < 2; ++s) {
+    sum->tokens[s] = m.splits[s].tokens;
+    sum->docs[s] = m.splits[s].docs;
+    sum->text_bytes[s] = m.splits[s].text_bytes;
+    sum->shards += static_cast<int>(m.splits[s].shards.size());
+  }
+  sum->dtype = TokenDtypeName(m.dtype);
+}
+
 // Units (by id) -> the manifest, its tables and the summary.
 Status Finalize(Run& run, const std::vector<UnitRecord>& records,
                 std::vector<uint64_t> counts[2], double seconds, PrepareSummary* sum) {
@@ -275,14 +287,7 @@ Status Finalize(Run& run, const std::vector<UnitRecord>& records,
   FORGE_RETURN_IF_ERROR(WriteUnigramTable(o.output_dir, m.generation, counts, &m.unigram_table));
   FORGE_RETURN_IF_ERROR(WriteDatasetManifest(o.output_dir, m));  // the dataset exists from here
 
-  sum->files_total = m.files;
-  for (int s = 0; s < 2; ++s) {
-    sum->tokens[s] = m.splits[s].tokens;
-    sum->docs[s] = m.splits[s].docs;
-    sum->text_bytes[s] = m.splits[s].text_bytes;
-    sum->shards += static_cast<int>(m.splits[s].shards.size());
-  }
-  sum->dtype = TokenDtypeName(m.dtype);
+  SummarizeManifest(m, sum);
   return Status::Ok();
 }
 
@@ -425,14 +430,7 @@ bool BundledUpToDate(const PrepareOptions& o, const std::string& hash) {
 
 void SummarizeExisting(const DatasetManifest& m, PrepareSummary* sum) {
   sum->reused = true;
-  sum->files_total = m.files;
-  for (int s = 0; s < 2; ++s) {
-    sum->tokens[s] = m.splits[s].tokens;
-    sum->docs[s] = m.splits[s].docs;
-    sum->text_bytes[s] = m.splits[s].text_bytes;
-    sum->shards += static_cast<int>(m.splits[s].shards.size());
-  }
-  sum->dtype = TokenDtypeName(m.dtype);
+  SummarizeManifest(m, sum);
 }
 
 Status PrepareBundled(const PrepareOptions& o, PrepareSummary* sum,
