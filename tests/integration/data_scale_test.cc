@@ -23,16 +23,14 @@
 #include <vector>
 
 #include "worker/data/dataset.h"
+#include "../common/data_dir.h"
 
 namespace forge {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string DataDir() {
-  const char* env = std::getenv("FORGE_DATA_DIR");
-  return env != nullptr && *env != '\0' ? env : std::string(FORGE_SOURCE_DIR) + "/.forge-data";
-}
+using test::DataDir;
 
 double Seconds(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

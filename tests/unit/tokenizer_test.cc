@@ -19,6 +19,7 @@
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/tiktoken_loader.h"
 #include "tokenizer/tokenizer.h"
+#include "../common/data_dir.h"
 
 namespace forge {
 namespace {
@@ -27,10 +28,7 @@ namespace fs = std::filesystem;
 using Strs = std::vector<std::string>;
 using Ids = std::vector<int32_t>;
 
-std::string DataDir() {
-  const char* env = std::getenv("FORGE_DATA_DIR");
-  return env != nullptr && *env != '\0' ? env : std::string(FORGE_SOURCE_DIR) + "/.forge-data";
-}
+using test::DataDir;
 
 Strs Pieces(PretokenPattern p, RegexFlavor f, std::string_view text) {
   Strs out;
