@@ -246,8 +246,8 @@ TEST_P(CudaDataParallelTest, MatchesOneGpuAndIsDeterministic) {
   // spread: it must stay within 3x of the reversed run's or within the fixed bound, whichever
   // is larger. A wrong or raced comm buffer moves weights by O(lr * steps / init_std) ~ 0.5,
   // and the printed spread shows the margin. Measured on two H200s: ddp accum 2 in FP8 (BF16
-  // LM head) moves block.0's first moment by 0.052 against one GPU, the reversed one GPU by
-  // 0.028 (fsdp accum 2 FP8: 0.028 and 0.028); in BF16 both stay under 3e-3.
+  // LM head) moves the worst unit's first moment by 0.052 against one GPU, the reversed one
+  // GPU by 0.028 (fsdp accum 2 FP8: 0.028 and 0.028); in BF16 both stay under 3e-3.
   const Trajectory reordered = RunSingle(c, batches, /*reversed=*/true);
   ASSERT_EQ(reordered.params.size(), layout.units.size());
   double order[3] = {0, 0, 0};
