@@ -19,6 +19,10 @@
 #                 head: 2000 steps, global batch 16, validation every 100 steps (--as-shipped:
 #                 the config's global batch 32 and validation every 250); two GPUs side by side
 #                 where there are two
+#   generation    forge-generate-bench: greedy generation tokens/s at gpt350m and llama3-1b
+#                 shapes, batch 1 and 32 (prompt 128, 128 new tokens); then the transformers
+#                 anchor (bench/hf_generate_anchor.py: generate with a static KV cache) on the
+#                 same shapes
 #   gpu-tests     the GPU test binary (forge_gpu_tests; multi-GPU cases run where there are GPUs)
 #   profile       where gpt350m B 16's step goes, BF16 and FP8 + FP8 LM head: forge-bench
 #                 --profile (phases of an eager single-stream step), ncu of one eager step
@@ -45,7 +49,7 @@
 set -u -o pipefail
 cd "$(dirname "$0")/.." || exit 2
 
-suites="single-gpu multi-gpu fp8-accuracy gpu-tests profile"
+suites="single-gpu multi-gpu fp8-accuracy generation gpu-tests profile"
 header() { sed -n '2,/^[^#]/p' "$0" | sed -n 's/^# \{0,1\}//p'; }
 usage() {
   echo "usage:" >&2
@@ -266,6 +270,21 @@ fp8_accuracy() {
   fi
 }
 
+generation() {
+  gpu_line
+  local m
+  for m in gpt350m llama3-1b; do
+    step "generate-$m" 150 "$run" forge-generate-bench --model "$m" --batch 1,32 \
+      --prompt-len 128 --new-tokens 128
+  done
+  if $anchor; then
+    for m in gpt350m llama3-1b; do
+      step "transformers-$m" 240 env PYTHONUNBUFFERED=1 "$py" bench/hf_generate_anchor.py \
+        --model "$m" --batch 1,32 --prompt-len 128 --new-tokens 128
+    done
+  fi
+}
+
 gpu_tests() {
   gpu_line
   local args=()
@@ -309,6 +328,7 @@ case $suite in
   single-gpu) single_gpu ;;
   multi-gpu) multi_gpu ;;
   fp8-accuracy) fp8_accuracy ;;
+  generation) generation ;;
   gpu-tests) gpu_tests ;;
   profile) profile ;;
 esac

@@ -10,6 +10,8 @@ tables, in the order the suites first appear:
   multi-gpu     forge-dist-bench and torch_dist.py lines: one row a run, the ratio of ddp and
                 fsdp to PyTorch's DDP and FSDP2 at the same world size; the accumulation check
   fp8-accuracy  validation losses by step, one column a run, each against the first run
+  generation    forge-generate-bench and hf_generate_anchor.py lines: one row a run, with the
+                decode tokens/s ratio to transformers (same model and batch)
   gpu-tests     counts, and every test that did not pass
   profile       forge-bench --profile phases, ncu families and longest kernels, power
 Lines with "error" are listed under their suite's table.
@@ -170,6 +172,22 @@ def fp8_accuracy(lines):
     return out
 
 
+def generation(lines):
+    runs = [l for l in lines if l.get("bench") == "generate"]
+    hf = {(l["model"], l["B"]): l for l in runs if l["backend"].startswith("transformers")}
+    rows = []
+    for l in runs:
+        t = hf.get((l["model"], l["B"]))
+        rows.append([l["model"], str(l["B"]), l["backend"], fmt(l["prompt_len"]),
+                     fmt(l["new_tokens"]), fmt(1e3 * l["prefill_s"]),
+                     fmt(l["decode_ms_per_step"]), fmt(l["decode_tokens_per_s"], 0),
+                     fmt(l["tokens_per_s"], 0),
+                     "" if t is None or t is l else ratio(l["decode_tokens_per_s"],
+                                                         t["decode_tokens_per_s"])])
+    return [table(["model", "B", "run", "prompt", "new", "prefill ms", "ms / step",
+                   "decode tokens/s", "tokens/s overall", "decode vs transformers"], rows)]
+
+
 def gpu_tests(lines):
     out = []
     for s in (l for l in lines if l.get("summary")):
@@ -218,7 +236,7 @@ def profile(lines):
 
 
 SUITES = {"single-gpu": single_gpu, "multi-gpu": multi_gpu, "fp8-accuracy": fp8_accuracy,
-          "gpu-tests": gpu_tests, "profile": profile}
+          "generation": generation, "gpu-tests": gpu_tests, "profile": profile}
 
 
 def render(lines):

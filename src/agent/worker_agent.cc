@@ -248,6 +248,12 @@ class Placement {
       m.set_gpu_reserved_bytes(r.gpu_reserved_bytes);
       m.set_gpu_peak_bytes(r.gpu_peak_bytes);
       m.set_step_seconds(r.step_seconds);
+      m.clear_samples();
+      for (const EvalSample& e : r.samples) {
+        v1::EvalSample* p = m.add_samples();
+        p->set_prompt(e.prompt);
+        p->set_completion(e.completion);
+      }
       progress_.have_new = true;
     }
     if (o_.throttle_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o_.throttle_ms));

@@ -46,12 +46,14 @@ const char* kCheckpointHelp =
     "latest, step_N (under --run-dir), a checkpoint directory, or a Hugging Face Llama "
     "directory";
 
-// --backend for the inference commands: cpu, or cuda (not implemented yet), auto = cpu.
+// --backend for the inference commands: auto (default: the GPU when one is visible, as
+// training chooses), cpu or cuda.
 StatusOr<Backend> BackendFlag(const FlagParser& flags) {
-  const std::string b = flags.Get("--backend", "cpu");
-  if (b == "cpu" || b == "auto") return Backend::kCpu;
+  const std::string b = flags.Get("--backend", "auto");
+  if (b == "auto") return Backend::kAuto;
+  if (b == "cpu") return Backend::kCpu;
   if (b == "cuda") return Backend::kCuda;
-  return Status::Invalid("--backend: expected cpu or cuda, got " + b);
+  return Status::Invalid("--backend: expected auto, cpu or cuda, got " + b);
 }
 
 // The tokenizer for a model: --tokenizer, else the one found with the model.
@@ -213,7 +215,8 @@ int RunImportCommand(int argc, char** argv) {
 
 int RunGenerateCommand(int argc, char** argv) {
   FlagParser flags("forge generate", "",
-                   "Completes prompts with a model (KV-cache decoding on the CPU): greedy by "
+                   "Completes prompts with a model (KV-cache decoding, batched, on the GPU when "
+                   "one is visible, else on the CPU): greedy by "
                    "default, sampling with --temperature > 0. Each prompt starts with the "
                    "tokenizer's begin-of-text token (its end-of-text where it has none); "
                    "generation stops at the end-of-text token.");
@@ -226,7 +229,8 @@ int RunGenerateCommand(int argc, char** argv) {
   flags.Value("--top-k", "K", "sample among the K most likely tokens (0: all)");
   flags.Value("--top-p", "P", "sample among the most likely tokens of total probability P");
   flags.Value("--seed", "S", "sampling seed (default 0): the same seed gives the same text");
-  flags.Value("--backend", "cpu|cuda", "where to run (cuda: not implemented yet)");
+  flags.Value("--backend", "auto|cpu|cuda",
+              "where to run (auto, the default: cuda when a GPU is visible, else cpu)");
   flags.Value("--tokenizer", "NAME|PATH", "the tokenizer (default: the model's own)");
   flags.Bool("--json", "one JSON object per prompt instead of text");
   flags.Value("--dump", "FILE",
@@ -319,7 +323,8 @@ int RunGenerateCommand(int argc, char** argv) {
                "(%.1f tokens/s), %s backend\n",
                gens->size(), gens->size() == 1 ? "" : "s", long(stats.prompt_tokens),
                stats.prefill_seconds, long(stats.new_tokens), stats.decode_seconds,
-               stats.decode_seconds > 0 ? stats.new_tokens / stats.decode_seconds : 0.0, "cpu");
+               stats.decode_seconds > 0 ? stats.new_tokens / stats.decode_seconds : 0.0,
+               (*backend)->name());
   return 0;
 }
 
@@ -348,7 +353,9 @@ Status WriteTokenDump(const std::string& path, int64_t batches, int micro_batch,
 
 int RunEvalCommand(int argc, char** argv) {
   FlagParser flags("forge eval", "",
-                   "Evaluates a model on the CPU (fp32): loss, perplexity and bits per byte over "
+                   "Evaluates a model on the GPU (BF16 weights, the KV-cache forward of forge "
+                   "generate) when one is visible, else on the CPU (fp32, the trainer's own "
+                   "evaluation): loss, perplexity and bits per byte over "
                    "a prepared dataset's split (the first N micro-batches, as the trainer "
                    "evaluates), and with --tasks multiple-choice accuracy (acc, acc_norm). "
                    "Prints one JSON line.");
@@ -361,7 +368,8 @@ int RunEvalCommand(int argc, char** argv) {
   flags.Value("--micro-batch", "N", "sequences per micro-batch (default the run's)");
   flags.Value("--tasks", "FILE.jsonl", "multiple-choice tasks (HellaSwag / ARC JSONL form)");
   flags.Value("--tokenizer", "NAME|PATH", "the tokenizer (default: the model's own)");
-  flags.Value("--backend", "cpu|cuda", "where to run (cuda: not implemented yet)");
+  flags.Value("--backend", "auto|cpu|cuda",
+              "where to run (auto, the default: cuda when a GPU is visible, else cpu)");
   flags.Value("--dump-tokens", "FILE", "write the evaluated batches (int32)");
   flags.MaxPositional(0);
   if (int rc; flags.ParseOrExit(argc, argv, 2, &rc)) return rc;
@@ -369,9 +377,8 @@ int RunEvalCommand(int argc, char** argv) {
     return Fail(Status::Invalid("--checkpoint is required (see --help)"));
   auto backend_kind = BackendFlag(flags);
   if (!backend_kind.ok()) return Fail(backend_kind.status());
-  if (*backend_kind == Backend::kCuda)
-    return Fail(Status::Precondition("evaluation on the GPU (--backend cuda) is not implemented "
-                                     "yet; use --backend cpu"));
+  const bool gpu = *backend_kind == Backend::kCuda ||
+                   (*backend_kind == Backend::kAuto && CudaDeviceAvailable());
 
   auto model = LoadModel(flags.Get("--checkpoint"), flags.Get("--run-dir"));
   if (!model.ok()) return Fail(model.status());
@@ -394,8 +401,15 @@ int RunEvalCommand(int argc, char** argv) {
     cfg.batch.global_batch = 1;
   }
   cfg.train.backend = Backend::kCpu;
-  json out = {{"checkpoint", model->source}};
+  json out = {{"checkpoint", model->source}, {"backend", gpu ? "cuda" : "cpu"}};
   if (model->step >= 0) out["step"] = model->step;
+  // The GPU's forward serves both the dataset and the tasks.
+  std::unique_ptr<DecodeBackend> gpu_backend;
+  if (gpu) {
+    auto b = MakeCudaDecodeBackend(model->model, model->params);
+    if (!b.ok()) return Fail(b.status());
+    gpu_backend = std::move(b).value();
+  }
 
   const bool tasks = flags.Has("--tasks");
   std::unique_ptr<Tokenizer> tok;
@@ -439,9 +453,14 @@ int RunEvalCommand(int argc, char** argv) {
       auto t = LoadTokenizer(ds_spec, DefaultDataDir());
       if (t.ok()) ds_tok = std::move(t).value();
     }
-    std::unique_ptr<TrainBackend> backend = MakeCpuBackend(cfg);
-    if (Status st = backend->SetParams(model->params); !st.ok()) return Fail(st);
-    auto r = EvaluateDataset(backend.get(), *ds, opt, ds_tok.get());
+    StatusOr<DatasetEvalResult> r = Status::Internal("not evaluated");
+    if (gpu_backend) {
+      r = EvaluateDataset(gpu_backend.get(), *ds, opt, ds_tok.get());
+    } else {
+      std::unique_ptr<TrainBackend> backend = MakeCpuBackend(cfg);
+      if (Status st = backend->SetParams(model->params); !st.ok()) return Fail(st);
+      r = EvaluateDataset(backend.get(), *ds, opt, ds_tok.get());
+    }
     if (!r.ok()) return Fail(r.status());
     if (flags.Has("--dump-tokens")) {
       Status st = WriteTokenDump(flags.Get("--dump-tokens"), r->batches, opt.micro_batch,
@@ -466,9 +485,10 @@ int RunEvalCommand(int argc, char** argv) {
   if (tasks) {
     auto examples = ReadMcTasks(flags.Get("--tasks"));
     if (!examples.ok()) return Fail(examples.status());
-    auto backend = MakeDecodeBackend(Backend::kCpu, model->model, model->params);
-    if (!backend.ok()) return Fail(backend.status());
-    auto r = ScoreMcTasks(backend->get(), tok.get(), *examples);
+    std::unique_ptr<DecodeBackend> cpu_backend;
+    if (!gpu_backend) cpu_backend = MakeCpuDecodeBackend(model->model, model->params);
+    auto r = ScoreMcTasks(gpu_backend ? gpu_backend.get() : cpu_backend.get(), tok.get(),
+                          *examples);
     if (!r.ok()) return Fail(r.status());
     json per = json::array();
     for (const McScore& s : r->scores)

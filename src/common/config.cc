@@ -367,6 +367,7 @@ MaybeProblem CheckRunConfig(const RunConfig& c) {
 
   FORGE_RULE(AtLeast("eval.every_steps", c.eval.every_steps, 0));
   FORGE_RULE(AtLeast("eval.batches", c.eval.batches, 1));
+  FORGE_RULE(InRange("eval.sample_tokens", c.eval.sample_tokens, 1, 4096));
 
   FORGE_RULE(AtLeast("train.log_every", c.train.log_every, 1));
   FORGE_RULE(AtLeast("train.workers", c.train.workers, 1));
@@ -750,6 +751,26 @@ Status ReadDataSources(Reader& r, const YAML::Node& node, DataConfig* d) {
   return Status::Ok();
 }
 
+// eval.samples: a list of non-empty prompt strings (an empty list or null: none).
+Status ReadEvalSamples(Reader& r, const Entries& e, EvalConfig* ev) {
+  auto it = e.find("samples");
+  if (it == e.end() || it->second.IsNull()) return Status::Ok();
+  const YAML::Node& node = it->second;
+  if (!node.IsSequence())
+    return r.Error("eval.samples", "must be a list of prompt strings, got " + Describe(node));
+  ev->samples.clear();
+  for (size_t i = 0; i < node.size(); ++i) {
+    const std::string path = "eval.samples[" + std::to_string(i) + "]";
+    const YAML::Node item = node[i];
+    if (!item.IsScalar())
+      return r.ErrorAt(item.Mark().line + 1, path, "must be a prompt string, got " + Describe(item));
+    if (item.Scalar().empty())
+      return r.ErrorAt(item.Mark().line + 1, path, "is an empty prompt");
+    ev->samples.push_back(item.Scalar());
+  }
+  return Status::Ok();
+}
+
 Status ReadSections(Reader& r, const Entries& top, RunConfig* c) {
   FORGE_RETURN_IF_ERROR(r.ReadString(top, "", "name", &c->name));
   FORGE_RETURN_IF_ERROR(r.ReadUint64(top, "", "seed", &c->seed));
@@ -834,9 +855,12 @@ Status ReadSections(Reader& r, const Entries& top, RunConfig* c) {
   FORGE_RETURN_IF_ERROR(r.ReadInt64(e, "checkpoint", "keep_every", &k.keep_every));
   FORGE_RETURN_IF_ERROR(r.ReadString(e, "checkpoint", "resume", &k.resume));
 
-  FORGE_RETURN_IF_ERROR(r.ReadMap(section("eval"), "eval", {"every_steps", "batches"}, &e));
+  FORGE_RETURN_IF_ERROR(r.ReadMap(section("eval"), "eval",
+                                  {"every_steps", "batches", "samples", "sample_tokens"}, &e));
   FORGE_RETURN_IF_ERROR(r.ReadInt64(e, "eval", "every_steps", &c->eval.every_steps));
   FORGE_RETURN_IF_ERROR(r.ReadInt(e, "eval", "batches", &c->eval.batches));
+  FORGE_RETURN_IF_ERROR(ReadEvalSamples(r, e, &c->eval));
+  FORGE_RETURN_IF_ERROR(r.ReadInt(e, "eval", "sample_tokens", &c->eval.sample_tokens));
 
   TrainConfig& t = c->train;
   FORGE_RETURN_IF_ERROR(r.ReadMap(section("train"), "train",
@@ -1100,6 +1124,13 @@ std::string RunConfigToYaml(const RunConfig& c) {
   y << "eval:\n"
     << "  every_steps: " << c.eval.every_steps << "\n"
     << "  batches: " << c.eval.batches << "\n";
+  if (c.eval.samples.empty()) {
+    y << "  samples: []\n";
+  } else {
+    y << "  samples:\n";
+    for (const std::string& p : c.eval.samples) y << "    - " << Quote(p) << "\n";
+  }
+  y << "  sample_tokens: " << c.eval.sample_tokens << "\n";
   const TrainConfig& t = c.train;
   y << "train:\n"
     << "  backend: " << BackendName(t.backend) << "\n"

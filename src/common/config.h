@@ -189,6 +189,10 @@ struct CheckpointConfig {
 struct EvalConfig {
   int64_t every_steps = 100;   // 0 disables periodic eval (final eval still runs)
   int batches = 8;             // micro-batches of validation data per eval
+  // Prompts completed greedily at every eval (metrics.jsonl's "samples", the run's events),
+  // each with up to sample_tokens new tokens.
+  std::vector<std::string> samples;
+  int sample_tokens = 32;
 };
 
 struct TrainConfig {

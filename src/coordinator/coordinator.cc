@@ -8,6 +8,7 @@
 #include <optional>
 #include <random>
 
+#include <nlohmann/json.hpp>
 #include <sqlite3.h>
 
 #include "common/config.h"
@@ -151,6 +152,17 @@ const char* StateLabel(RunState s) {
     case RunState::kRestarting: return "restarting";
   }
   return "failed";
+}
+
+// The run event of an eval.samples completion: the step, then prompt and completion as JSON
+// strings (one line whatever the text, quotes and newlines escaped).
+std::string SampleEventText(int64_t step, const std::string& prompt,
+                            const std::string& completion) {
+  auto quoted = [](const std::string& s) {
+    return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  };
+  return "sample at step " + std::to_string(step) + ": " + quoted(prompt) + " -> " +
+         quoted(completion);
 }
 
 v1::RunEvent ToProto(const EventRecord& e) {
@@ -930,6 +942,14 @@ grpc::Status Coordinator::Heartbeat(const v1::HeartbeatRequest& req, v1::Heartbe
       run->step = m.step;
       run->updated_ms = m.time_ms;
       stored = true;
+      for (const v1::EvalSample& sample : rec.samples()) {
+        EventRecord e;
+        e.run_id = run->id;
+        e.time_ms = m.time_ms;
+        e.state = run->state;
+        e.message = SampleEventText(m.step, sample.prompt(), sample.completion());
+        if (Status s = store_->AppendEvent(e).status(); !s.ok()) return ToGrpc(s);
+      }
     }
   }
   if (stored) {

@@ -47,9 +47,11 @@ ShellResult Shell(const std::string& cmd, const std::string& dir) {
   return r;
 }
 
+// The CPU backend throughout: these tests compare with the CPU trainer bit for bit (the default
+// would pick the GPU where there is one).
 std::string Forge(const std::string& args) {
   return "OPENBLAS_NUM_THREADS=1 timeout 120 " + std::string(FORGE_BINARY_DIR) + "/bin/forge " +
-         args;
+         args + " --backend cpu";
 }
 
 std::string TempDir(const std::string& name) {

@@ -214,7 +214,8 @@ TEST_F(ModelCommands, GenerateFromTheCheckpointAndItsExportAgree) {
   const std::string& d = *dir_;
   if (!fs::exists(d + "/hf/config.json"))
     ASSERT_EQ(Sh(Forge("export --checkpoint latest --run-dir " + d + "/run --format hf -o " + d + "/hf"), d).rc, 0);
-  const std::string common = " --prompt-file " + d + "/prompts.txt --max-new-tokens 8 --json";
+  // The CPU reference (the default picks the GPU where there is one).
+  const std::string common = " --prompt-file " + d + "/prompts.txt --max-new-tokens 8 --json --backend cpu";
   Shell a = Sh(Forge("generate --checkpoint latest --run-dir " + d + "/run" + common + " --dump " + d + "/gen.safetensors"), d);
   ASSERT_EQ(a.rc, 0) << a.err;
   EXPECT_NE(a.err.find("tokens/s"), std::string::npos) << a.err;
@@ -245,7 +246,7 @@ TEST_F(ModelCommands, GenerateFromTheCheckpointAndItsExportAgree) {
   }
 
   // Sampling: the same seed, the same text; a prompt's text does not depend on the batch.
-  const std::string s = " --prompt-file " + d + "/prompts.txt --max-new-tokens 6 --json --temperature 0.9 --top-k 40 --top-p 0.95";
+  const std::string s = " --prompt-file " + d + "/prompts.txt --max-new-tokens 6 --json --temperature 0.9 --top-k 40 --top-p 0.95 --backend cpu";
   Shell s1 = Sh(Forge("generate --checkpoint latest --run-dir " + d + "/run" + s + " --seed 5"), d);
   Shell s2 = Sh(Forge("generate --checkpoint latest --run-dir " + d + "/run" + s + " --seed 5"), d);
   Shell s3 = Sh(Forge("generate --checkpoint latest --run-dir " + d + "/run" + s + " --seed 6"), d);
@@ -253,17 +254,26 @@ TEST_F(ModelCommands, GenerateFromTheCheckpointAndItsExportAgree) {
   EXPECT_EQ(s1.out, s2.out);
   EXPECT_NE(s1.out, s3.out);
   // One prompt alone; the CLI's text output.
-  Shell one = Sh(Forge("generate --checkpoint latest --run-dir " + d + "/run --prompt 'Call me Ishmael.' --max-new-tokens 8"), d);
+  Shell one = Sh(Forge("generate --checkpoint latest --run-dir " + d + "/run --prompt 'Call me Ishmael.' --max-new-tokens 8 --backend cpu"), d);
   ASSERT_EQ(one.rc, 0) << one.err;
   EXPECT_EQ(one.out.rfind("Call me Ishmael.", 0), 0u) << one.out;
+  // --backend cuda: the GPU's tokens where there is one (tests/gpu/cuda_decode_test.cc checks
+  // them against the CPU), else a clear refusal.
   Shell cuda = Sh(Forge("generate --checkpoint latest --run-dir " + d + "/run --prompt x --backend cuda"), d);
-  EXPECT_NE(cuda.rc, 0);
-  EXPECT_NE(cuda.err.find("not implemented yet"), std::string::npos) << cuda.err;
+  if (CudaDeviceAvailable()) {
+    EXPECT_EQ(cuda.rc, 0) << cuda.err;
+    EXPECT_NE(cuda.err.find("cuda backend"), std::string::npos) << cuda.err;
+  } else {
+    EXPECT_NE(cuda.rc, 0);
+    EXPECT_TRUE(cuda.err.find("no CUDA device") != std::string::npos ||
+                cuda.err.find("built without CUDA") != std::string::npos)
+        << cuda.err;
+  }
 }
 
 TEST_F(ModelCommands, EvalReportsPerplexityBitsPerByteAndTaskAccuracy) {
   const std::string& d = *dir_;
-  Shell a = Sh(Forge("eval --checkpoint latest --run-dir " + d + "/run --batches all"), d);
+  Shell a = Sh(Forge("eval --checkpoint latest --run-dir " + d + "/run --batches all --backend cpu"), d);
   ASSERT_EQ(a.rc, 0) << a.err;
   const json j = json::parse(a.out);
   const double loss = j["loss"].get<double>();
@@ -275,7 +285,7 @@ TEST_F(ModelCommands, EvalReportsPerplexityBitsPerByteAndTaskAccuracy) {
   EXPECT_NEAR(j["bits_per_byte"].get<double>(), loss / std::log(2.0), 1e-6);
 
   const std::string tasks = std::string(FORGE_SOURCE_DIR) + "/tests/data/mc_easy.jsonl";
-  Shell t = Sh(Forge("eval --checkpoint latest --run-dir " + d + "/run --tasks " + tasks), d);
+  Shell t = Sh(Forge("eval --checkpoint latest --run-dir " + d + "/run --tasks " + tasks + " --backend cpu"), d);
   ASSERT_EQ(t.rc, 0) << t.err;
   const json jt = json::parse(t.out);
   EXPECT_EQ(jt["tasks"]["examples"], 32);
@@ -286,7 +296,7 @@ TEST_F(ModelCommands, EvalReportsPerplexityBitsPerByteAndTaskAccuracy) {
   // The same from the HF export, tokenized by its own tokenizer.json.
   if (!fs::exists(d + "/hf/config.json"))
     ASSERT_EQ(Sh(Forge("export --checkpoint latest --run-dir " + d + "/run --format hf -o " + d + "/hf"), d).rc, 0);
-  Shell h = Sh(Forge("eval --checkpoint " + d + "/hf --tasks " + tasks), d);
+  Shell h = Sh(Forge("eval --checkpoint " + d + "/hf --tasks " + tasks + " --backend cpu"), d);
   ASSERT_EQ(h.rc, 0) << h.err;
   EXPECT_EQ(json::parse(h.out)["tasks"]["per_example"], jt["tasks"]["per_example"]);
 }

@@ -199,6 +199,8 @@ TEST(ConfigParseTest, EveryKeyIsRead) {
       "eval:",
       "  every_steps: 0",
       "  batches: 2",
+      "  samples: [\"Once upon a time\", 'The capital of France is']",
+      "  sample_tokens: 12",
       "train:",
       "  backend: cpu",
       "  activation_recompute: true",
@@ -240,6 +242,9 @@ TEST(ConfigParseTest, EveryKeyIsRead) {
   EXPECT_EQ(c.checkpoint.resume, "latest");
   EXPECT_EQ(c.eval.every_steps, 0);
   EXPECT_EQ(c.eval.batches, 2);
+  EXPECT_EQ(c.eval.samples,
+            (std::vector<std::string>{"Once upon a time", "The capital of France is"}));
+  EXPECT_EQ(c.eval.sample_tokens, 12);
   EXPECT_EQ(c.train.backend, Backend::kCpu);
   EXPECT_TRUE(c.train.activation_recompute);
   EXPECT_EQ(c.train.log_every, 1);
@@ -314,6 +319,8 @@ TEST(ConfigParseTest, YamlRoundTripIsExact) {
   c.checkpoint.dir = "we\"ird: \\path #x";
   c.data.dataset_dir = "";
   c.train.hang_timeout_s = 0.1 + 0.2;
+  c.eval.samples = {"a \"quoted\" prompt: #1", "line\nbreak", "caf\xc3\xa9"};
+  c.eval.sample_tokens = 7;
   const std::string yaml = RunConfigToYaml(c);
   RunConfig back = ParseOk(yaml);
   EXPECT_EQ(RunConfigToYaml(back), yaml);
@@ -331,6 +338,11 @@ TEST(ConfigParseTest, YamlRoundTripIsExact) {
   EXPECT_EQ(back.train.backend, Backend::kCuda);
   EXPECT_EQ(back.seed, 7u);
   EXPECT_EQ(back.train.hang_timeout_s, c.train.hang_timeout_s);
+  EXPECT_EQ(back.eval.samples, c.eval.samples);
+  EXPECT_EQ(back.eval.sample_tokens, 7);
+  // No samples print as an empty list, which reads back as none.
+  c.eval.samples.clear();
+  EXPECT_TRUE(ParseOk(RunConfigToYaml(c)).eval.samples.empty());
 
   // Without a preset every dim is written, so it reads back as explicit dims.
   c.model.preset = "";
@@ -341,6 +353,18 @@ TEST(ConfigParseTest, YamlRoundTripIsExact) {
 
 // ---------------------------------------------------------------------------------------------
 // Errors: each names the source, the 1-based line and the key path.
+
+TEST(ConfigErrorTest, EvalSamplesMustBePromptStrings) {
+  const std::string base = Y({"model:", "  preset: tiny"});
+  EXPECT_TRUE(FailsWith(base + "eval:\n  samples: hello\n", 4, "eval.samples",
+                        "must be a list of prompt strings"));
+  EXPECT_TRUE(FailsWith(base + "eval:\n  samples:\n    - ok\n    - [a, b]\n", 6,
+                        "eval.samples[1]", "must be a prompt string"));
+  EXPECT_TRUE(FailsWith(base + "eval:\n  samples:\n    - ''\n", 5, "eval.samples[0]",
+                        "is an empty prompt"));
+  EXPECT_TRUE(FailsWith(base + "eval:\n  sample_tokens: 0\n", 4, "eval.sample_tokens",
+                        "must be in [1, 4096], got 0"));
+}
 
 TEST(ConfigErrorTest, UnknownTopLevelKey) {
   EXPECT_TRUE(FailsWith(Y({"model:", "  preset: tiny", "optimiser:", "  lr: 1e-3"}), 3, "optimiser",

@@ -11,6 +11,7 @@
 #include "worker/infer/decode_backend.h"
 #include "worker/infer/generate.h"
 #include "worker/model/cpu_model.h"
+#include "worker/train/backend.h"
 
 namespace forge {
 namespace {
@@ -212,6 +213,56 @@ TEST(GenerateTest, SamplingFollowsTheDistributionAndTheSeed) {
   // Greedy: the lowest id among equal maxima.
   const float tie[3] = {1.0f, 2.0f, 2.0f};
   EXPECT_EQ(SampleToken(tie, 3, SamplingOptions{}, 0, 0), 1);
+}
+
+// AppendLosses (what `forge eval --backend cuda` averages; here the CPU backend's default over
+// Append's logits) against the training backend's EvalLoss on the same micro-batch: the mean
+// of the per-token losses is the batch loss. Greedy AppendGreedy is Append's argmax.
+TEST(GenerateTest, AppendLossesAverageToTheTrainersEvalLoss) {
+  RunConfig cfg;
+  cfg.model = Model(2, 64, 4, 2, 96, 300, 12);
+  cfg.batch.micro_batch = 3;
+  cfg.batch.global_batch = 3;
+  const UnitBuffers p = Params(cfg.model, 17);
+  const int T = cfg.model.seq_len, mb = cfg.batch.micro_batch;
+  std::vector<int32_t> in = Tokens(mb * T, cfg.model.vocab, 3), tgt = Tokens(mb * T, cfg.model.vocab, 4);
+  auto train = MakeCpuBackend(cfg);
+  ASSERT_TRUE(train->SetParams(p).ok());
+  float want = 0;
+  ASSERT_TRUE(train->EvalLoss({in.data(), tgt.data()}, &want).ok());
+
+  auto dec = MakeCpuDecodeBackend(cfg.model, p);
+  ASSERT_TRUE(dec->Reset(mb, T).ok());
+  std::vector<int> seqs = {0, 1, 2};
+  std::vector<std::vector<int32_t>> ti, tt;
+  for (int b = 0; b < mb; ++b) {
+    ti.emplace_back(in.begin() + b * T, in.begin() + (b + 1) * T);
+    tt.emplace_back(tgt.begin() + b * T, tgt.begin() + (b + 1) * T);
+  }
+  std::vector<float> losses;
+  ASSERT_TRUE(dec->AppendLosses(seqs, ti, tt, &losses).ok());
+  ASSERT_EQ(losses.size(), size_t(mb * T));
+  double sum = 0;
+  for (float l : losses) sum += l;
+  EXPECT_NEAR(sum / losses.size(), want, 1e-5 * want);
+
+  // Targets must match the tokens one for one and lie in the padded vocabulary.
+  tt[1].pop_back();
+  EXPECT_FALSE(dec->AppendLosses(seqs, ti, tt, &losses).ok());
+  tt[1].push_back(cfg.model.padded_vocab());
+  EXPECT_FALSE(dec->AppendLosses(seqs, ti, tt, &losses).ok());
+
+  // AppendGreedy: the argmax of Append's last rows over the real vocabulary.
+  auto a = MakeCpuDecodeBackend(cfg.model, p), b = MakeCpuDecodeBackend(cfg.model, p);
+  ASSERT_TRUE(a->Reset(mb, T).ok() && b->Reset(mb, T).ok());
+  std::vector<float> logits;
+  std::vector<int32_t> next;
+  ASSERT_TRUE(a->Append(seqs, ti, false, &logits).ok());
+  ASSERT_TRUE(b->AppendGreedy(seqs, ti, &next).ok());
+  for (int k = 0; k < mb; ++k) {
+    const float* r = logits.data() + size_t(k) * cfg.model.padded_vocab();
+    EXPECT_EQ(next[k], int32_t(std::max_element(r, r + cfg.model.vocab) - r));
+  }
 }
 
 }  // namespace

@@ -6,6 +6,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "../common/skipped_step_check.h"
 
@@ -115,6 +118,64 @@ TEST(Trainer, RejectsIndivisibleGlobalBatch) {
   auto r = RunTraining(c, backend.get(), PatternData(c), opt);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("global_batch"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace forge
+
+namespace forge {
+namespace {
+
+// eval.samples' plumbing: the hook runs at every eval step (not between), its samples land in
+// that step's record and in metrics.jsonl (JSON-escaped), and the weights it reads are the
+// trainer's current ones.
+TEST(Trainer, EvalSamplesGoIntoTheEvalStepsRecords) {
+  RunConfig c = TinyConfig();
+  c.schedule.total_steps = 6;
+  c.eval.every_steps = 3;
+  c.train.log_every = 1;
+  auto backend = MakeCpuBackend(c);
+  TrainOptions opt;
+  opt.print_progress = false;
+  opt.metrics_path = ::testing::TempDir() + "/trainer_samples_metrics.jsonl";
+  int calls = 0;
+  std::vector<float> first_weights;
+  opt.eval_samples = [&](TrainBackend* b) -> StatusOr<std::vector<EvalSample>> {
+    UnitBuffers p;
+    FORGE_RETURN_IF_ERROR(b->GetParams(&p));
+    if (calls == 0) first_weights = p[1];
+    else EXPECT_NE(p[1], first_weights);  // trained in between
+    ++calls;
+    return std::vector<EvalSample>{{"a \"prompt\"", "line\nbreak " + std::to_string(calls)}};
+  };
+  std::vector<StepRecord> recs;
+  opt.on_step = [&](const StepRecord& r) { recs.push_back(r); };
+  auto r = RunTraining(c, backend.get(), PatternData(c), opt);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(calls, 2);  // steps 3 and 6
+  ASSERT_EQ(recs.size(), 6u);
+  for (const StepRecord& rec : recs) {
+    SCOPED_TRACE(rec.step);
+    if (rec.step % 3 == 0) {
+      ASSERT_EQ(rec.samples.size(), 1u);
+      EXPECT_EQ(rec.samples[0].prompt, "a \"prompt\"");
+      EXPECT_EQ(rec.samples[0].completion, "line\nbreak " + std::to_string(rec.step / 3));
+    } else {
+      EXPECT_TRUE(rec.samples.empty());
+    }
+  }
+  std::ifstream in(opt.metrics_path);
+  std::string line;
+  int with_samples = 0;
+  while (std::getline(in, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (!j.contains("samples")) continue;
+    ++with_samples;
+    EXPECT_EQ(j["step"].get<int>() % 3, 0);
+    EXPECT_EQ(j["samples"][0]["prompt"], "a \"prompt\"");
+    EXPECT_EQ(j["samples"][0]["completion"], "line\nbreak " + std::to_string(j["step"].get<int>() / 3));
+  }
+  EXPECT_EQ(with_samples, 2);
 }
 
 }  // namespace

@@ -37,6 +37,7 @@ class CpuDecodeBackend final : public DecodeBackend {
   }
 
   const ModelConfig& model() const override { return m_; }
+  const char* name() const override { return "cpu"; }
 
   Status Reset(int batch, int max_len) override {
     if (batch < 1 || max_len < 1)
@@ -219,14 +220,6 @@ Status CpuDecodeBackend::Append(std::span<const int> seqs,
 
 std::unique_ptr<DecodeBackend> MakeCpuDecodeBackend(const ModelConfig& m, UnitBuffers params) {
   return std::make_unique<CpuDecodeBackend>(m, std::move(params));
-}
-
-StatusOr<std::unique_ptr<DecodeBackend>> MakeDecodeBackend(Backend kind, const ModelConfig& m,
-                                                           UnitBuffers params) {
-  if (kind == Backend::kCuda)
-    return Status::Precondition("generation on the GPU (--backend cuda) is not implemented yet; "
-                                "use --backend cpu");
-  return MakeCpuDecodeBackend(m, std::move(params));
 }
 
 }  // namespace forge

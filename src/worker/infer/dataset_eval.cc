@@ -1,6 +1,7 @@
 #include "worker/infer/dataset_eval.h"
 
 #include <cmath>
+#include <functional>
 
 #include "worker/data/sampler.h"
 
@@ -20,8 +21,12 @@ StatusOr<std::vector<int32_t>> TokenByteLengths(Tokenizer* tok, int vocab) {
   return len;
 }
 
-StatusOr<DatasetEvalResult> EvaluateDataset(TrainBackend* backend, const TokenDataset& ds,
-                                            const DatasetEvalOptions& opt, Tokenizer* tok) {
+namespace {
+
+using BatchLoss = std::function<Status(const MicroBatch&, float*)>;
+
+StatusOr<DatasetEvalResult> Evaluate(const BatchLoss& batch_loss, const TokenDataset& ds,
+                                     const DatasetEvalOptions& opt, Tokenizer* tok) {
   const TokenStream& stream = ds.split(opt.split);
   const SplitManifest& sm = ds.manifest().splits[static_cast<int>(opt.split)];
   const int T = opt.seq_len, mb = opt.micro_batch;
@@ -32,7 +37,6 @@ StatusOr<DatasetEvalResult> EvaluateDataset(TrainBackend* backend, const TokenDa
                                 " tokens hold no sequence of " + std::to_string(T + 1));
   DatasetEvalResult r;
   r.batches = opt.batches > 0 ? opt.batches : std::max<int64_t>(1, S / mb);
-  FORGE_RETURN_IF_ERROR(backend->BeginEval());
   const size_t per = size_t(mb) * size_t(T);
   r.inputs.resize(per * size_t(r.batches));
   r.targets.resize(per * size_t(r.batches));
@@ -42,7 +46,7 @@ StatusOr<DatasetEvalResult> EvaluateDataset(TrainBackend* backend, const TokenDa
     int32_t* in = r.inputs.data() + per * size_t(i);
     int32_t* tgt = r.targets.data() + per * size_t(i);
     Status st = FillEvalBatch(stream, T, i, mb, in, tgt);
-    if (st.ok()) st = backend->EvalLoss({in, tgt}, &r.per_batch[size_t(i)]);
+    if (st.ok()) st = batch_loss({in, tgt}, &r.per_batch[size_t(i)]);
     if (!st.ok()) return st.Annotate("eval batch " + std::to_string(i));
     total += r.per_batch[size_t(i)];
   }
@@ -65,6 +69,37 @@ StatusOr<DatasetEvalResult> EvaluateDataset(TrainBackend* backend, const TokenDa
   }
   if (r.bytes > 0) r.bits_per_byte = r.loss * double(r.tokens) / std::log(2.0) / double(r.bytes);
   return r;
+}
+
+}  // namespace
+
+StatusOr<DatasetEvalResult> EvaluateDataset(TrainBackend* backend, const TokenDataset& ds,
+                                            const DatasetEvalOptions& opt, Tokenizer* tok) {
+  FORGE_RETURN_IF_ERROR(backend->BeginEval());
+  return Evaluate([backend](const MicroBatch& b, float* loss) { return backend->EvalLoss(b, loss); },
+                  ds, opt, tok);
+}
+
+StatusOr<DatasetEvalResult> EvaluateDataset(DecodeBackend* backend, const TokenDataset& ds,
+                                            const DatasetEvalOptions& opt, Tokenizer* tok) {
+  const int T = opt.seq_len, mb = opt.micro_batch;
+  std::vector<int> seqs(size_t(std::max(mb, 0)));
+  for (int i = 0; i < mb; ++i) seqs[size_t(i)] = i;
+  std::vector<std::vector<int32_t>> in(seqs.size()), tgt(seqs.size());
+  std::vector<float> losses;
+  auto batch_loss = [&](const MicroBatch& b, float* loss) -> Status {
+    FORGE_RETURN_IF_ERROR(backend->Reset(mb, T));
+    for (int i = 0; i < mb; ++i) {
+      in[size_t(i)].assign(b.inputs + int64_t(i) * T, b.inputs + int64_t(i + 1) * T);
+      tgt[size_t(i)].assign(b.targets + int64_t(i) * T, b.targets + int64_t(i + 1) * T);
+    }
+    FORGE_RETURN_IF_ERROR(backend->AppendLosses(seqs, in, tgt, &losses));
+    double sum = 0.0;
+    for (float l : losses) sum += l;
+    *loss = float(sum / double(losses.size()));
+    return Status::Ok();
+  };
+  return Evaluate(batch_loss, ds, opt, tok);
 }
 
 }  // namespace forge

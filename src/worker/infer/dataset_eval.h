@@ -16,6 +16,7 @@
 #include "common/status.h"
 #include "tokenizer/tokenizer.h"
 #include "worker/data/dataset.h"
+#include "worker/infer/decode_backend.h"
 #include "worker/train/backend.h"
 
 namespace forge {
@@ -41,6 +42,10 @@ struct DatasetEvalResult {
 
 // `tok` may be null (bytes from the manifest's ratio).
 StatusOr<DatasetEvalResult> EvaluateDataset(TrainBackend* backend, const TokenDataset& ds,
+                                            const DatasetEvalOptions& opt, Tokenizer* tok);
+// The same over the KV-cache forward (`forge eval --backend cuda`): each micro-batch's
+// sequences are one DecodeBackend::AppendLosses call, their mean loss the batch's.
+StatusOr<DatasetEvalResult> EvaluateDataset(DecodeBackend* backend, const TokenDataset& ds,
                                             const DatasetEvalOptions& opt, Tokenizer* tok);
 
 // Each id's byte length under `tok` (special tokens 0), for ids [0, vocab).

@@ -10,8 +10,8 @@
 // every call. Logits are over the padded vocabulary (ModelConfig::padded_vocab); callers use
 // the first model().vocab of each row.
 //
-// Implementations: the CPU one (cpu_decode_backend.h, float32, the reference); a CUDA one
-// plugs in behind the same calls (MakeDecodeBackend says "not yet" for now).
+// Implementations: the CPU one (cpu_decode_backend.cc, float32, the reference) and the CUDA one
+// (cuda_decode_backend.cu: BF16 weights and KV cache, fp32 residual stream).
 #pragma once
 
 #include <cstdint>
@@ -30,6 +30,8 @@ class DecodeBackend {
   virtual ~DecodeBackend() = default;
 
   virtual const ModelConfig& model() const = 0;
+  // "cpu" or "cuda".
+  virtual const char* name() const = 0;
 
   // Forgets every sequence; makes room for `batch` sequences of up to max_len tokens each.
   virtual Status Reset(int batch, int max_len) = 0;
@@ -42,14 +44,38 @@ class DecodeBackend {
                         std::span<const std::vector<int32_t>> tokens, bool all_positions,
                         std::vector<float>* logits) = 0;
 
+  // Append for greedy decoding: instead of the logits, each sequence's next token, the argmax
+  // of its last row's logits over the real vocabulary (the lowest id on a tie). The default
+  // takes Append's logits; the CUDA backend computes it on the GPU (only the ids travel).
+  virtual Status AppendGreedy(std::span<const int> seqs,
+                              std::span<const std::vector<int32_t>> tokens,
+                              std::vector<int32_t>* next);
+
+  // Append for evaluation: for every appended token (sequence by sequence, as all_positions
+  // orders them) the loss of predicting targets[k][i] from it, -log softmax over the padded
+  // vocabulary (the padding columns take part, as in training). The default takes Append's
+  // logits; the CUDA backend computes the losses on the GPU.
+  virtual Status AppendLosses(std::span<const int> seqs,
+                              std::span<const std::vector<int32_t>> tokens,
+                              std::span<const std::vector<int32_t>> targets,
+                              std::vector<float>* losses);
+
   // Tokens sequence `seq` holds.
   virtual int length(int seq) const = 0;
 };
 
+// AppendLosses' targets: one per token, each below padded_vocab (Invalid otherwise).
+Status CheckTargets(std::span<const std::vector<int32_t>> tokens,
+                    std::span<const std::vector<int32_t>> targets, int padded_vocab);
+
 std::unique_ptr<DecodeBackend> MakeCpuDecodeBackend(const ModelConfig& m, UnitBuffers params);
 
-// The backend `kind` names (kAuto: CPU until a GPU one exists). CUDA: FailedPrecondition, not
-// implemented yet.
+// Unavailable without a CUDA device or in a build without CUDA.
+StatusOr<std::unique_ptr<DecodeBackend>> MakeCudaDecodeBackend(const ModelConfig& m,
+                                                               const UnitBuffers& params);
+
+// The backend `kind` names; kAuto: CUDA when a device is visible (as training chooses), else
+// the CPU.
 StatusOr<std::unique_ptr<DecodeBackend>> MakeDecodeBackend(Backend kind, const ModelConfig& m,
                                                            UnitBuffers params);
 

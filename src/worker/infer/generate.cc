@@ -101,10 +101,18 @@ StatusOr<std::vector<Generation>> Generate(DecodeBackend* backend,
   GenerateStats st;
   const auto t0 = std::chrono::steady_clock::now();
 
+  // Greedy decoding without prompt logits asks the backend for the argmax only
+  // (AppendGreedy: on the GPU, the vocabulary rows never leave the device).
+  const bool greedy = opt.sampling.temperature <= 0.0 && prompt_logits == nullptr;
   std::vector<int> seqs(B);
   std::iota(seqs.begin(), seqs.end(), 0);
   std::vector<float> logits;
-  FORGE_RETURN_IF_ERROR(backend->Append(seqs, prompts, prompt_logits != nullptr, &logits));
+  std::vector<int32_t> next;
+  if (greedy) {
+    FORGE_RETURN_IF_ERROR(backend->AppendGreedy(seqs, prompts, &next));
+  } else {
+    FORGE_RETURN_IF_ERROR(backend->Append(seqs, prompts, prompt_logits != nullptr, &logits));
+  }
   // Each sequence's next-token logits: its last row.
   std::vector<const float*> last(B);
   if (prompt_logits) {
@@ -117,21 +125,21 @@ StatusOr<std::vector<Generation>> Generate(DecodeBackend* backend,
       }
       last[i] = logits.data() + (row - 1) * padded;
     }
-  } else {
+  } else if (!greedy) {
     for (int i = 0; i < B; ++i) last[i] = logits.data() + int64_t(i) * padded;
   }
   for (int i = 0; i < B; ++i) st.prompt_tokens += int64_t(prompts[i].size());
   const auto t1 = std::chrono::steady_clock::now();
   st.prefill_seconds = Seconds(t0, t1);
 
-  // Each sequence samples from its latest logits, then goes on (appends that token) unless it
-  // chose a stop token, has max_new_tokens, or fills the context.
+  // Each sequence takes its next token (sampled from its latest logits, or the backend's
+  // argmax), then goes on (appends that token) unless it chose a stop token, has
+  // max_new_tokens, or fills the context.
   std::vector<bool> done(B, opt.max_new_tokens == 0);
   for (int i = 0; i < B; ++i)
     if (done[i]) out[i].stop = "max_new_tokens";
-  auto choose = [&](int i, const float* row) {
+  auto take = [&](int i, int32_t t) {
     Generation& g = out[i];
-    const int32_t t = SampleToken(row, vocab, opt.sampling, uint64_t(i), g.tokens.size());
     g.tokens.push_back(t);
     ++st.new_tokens;
     if (std::find(opt.stop_ids.begin(), opt.stop_ids.end(), t) != opt.stop_ids.end()) {
@@ -145,8 +153,11 @@ StatusOr<std::vector<Generation>> Generate(DecodeBackend* backend,
       g.stop = "context";
     }
   };
+  auto choose = [&](int i, const float* row) {
+    take(i, SampleToken(row, vocab, opt.sampling, uint64_t(i), out[i].tokens.size()));
+  };
   for (int i = 0; i < B; ++i)
-    if (!done[i]) choose(i, last[i]);
+    if (!done[i]) greedy ? take(i, next[i]) : choose(i, last[i]);
   std::vector<std::vector<int32_t>> step_tokens;
   for (;;) {
     seqs.clear();
@@ -157,8 +168,14 @@ StatusOr<std::vector<Generation>> Generate(DecodeBackend* backend,
       step_tokens.push_back({out[i].tokens.back()});
     }
     if (seqs.empty()) break;
-    FORGE_RETURN_IF_ERROR(backend->Append(seqs, step_tokens, false, &logits));
-    for (size_t k = 0; k < seqs.size(); ++k) choose(seqs[k], logits.data() + int64_t(k) * padded);
+    if (greedy) {
+      FORGE_RETURN_IF_ERROR(backend->AppendGreedy(seqs, step_tokens, &next));
+      for (size_t k = 0; k < seqs.size(); ++k) take(seqs[k], next[k]);
+    } else {
+      FORGE_RETURN_IF_ERROR(backend->Append(seqs, step_tokens, false, &logits));
+      for (size_t k = 0; k < seqs.size(); ++k)
+        choose(seqs[k], logits.data() + int64_t(k) * padded);
+    }
   }
   st.decode_seconds = Seconds(t1, std::chrono::steady_clock::now());
   if (stats) *stats = st;

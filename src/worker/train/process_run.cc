@@ -9,6 +9,8 @@
 #include "worker/data/dataset_check.h"
 #include "worker/data/sampler.h"
 #include "worker/data/train_mixture.h"
+#include "worker/infer/complete_text.h"
+#include "worker/infer/model_source.h"
 #include "worker/model/param_layout.h"
 #include "worker/parallel/host_staged_comm.h"
 #include "worker/parallel/mpi_comm.h"
@@ -219,6 +221,52 @@ StatusOr<ProcessRunResult> TrainInProcessGroup(const RunConfig& cfg, ProcessGrou
     if (ec) return Status::IoError("cannot create run dir " + cfg.train.run_dir + ": " + ec.message());
     opt.metrics_path = cfg.train.run_dir + "/metrics.jsonl";  // the trainer truncates or trims
     out.metrics_path = opt.metrics_path;
+  }
+
+  // eval.samples: the run's tokenizer (data.tokenizer, else the dataset's), loaded now so a
+  // missing one is an error before training rather than at the first eval.
+  std::unique_ptr<Tokenizer> sample_tok;
+  if (!cfg.eval.samples.empty()) {
+    const std::string spec =
+        cfg.data.tokenizer.empty() ? DatasetTokenizerSpec(dataset_dir) : cfg.data.tokenizer;
+    if (spec.empty())
+      return Status::Invalid("eval.samples: the dataset " + dataset_dir +
+                             " names no tokenizer to encode the prompts with (set data.tokenizer)");
+    auto t = LoadTokenizer(spec, DefaultDataDir());
+    if (!t.ok()) return t.status().Annotate("eval.samples: loading the tokenizer " + spec);
+    sample_tok = std::move(t).value();
+    // Every id a prompt becomes must be the model's: checked now, not at the first eval.
+    for (size_t i = 0; i < cfg.eval.samples.size(); ++i) {
+      std::vector<int32_t> ids = {sample_tok->bos_id() >= 0 ? sample_tok->bos_id()
+                                                            : sample_tok->eot_id()};
+      sample_tok->EncodeOrdinary(cfg.eval.samples[i], &ids);
+      for (int32_t id : ids)
+        if (id < 0 || id >= cfg.model.vocab)
+          return Status::Invalid("eval.samples[" + std::to_string(i) + "]: the tokenizer " + spec +
+                                 " gives token id " + std::to_string(id) +
+                                 ", outside the model's vocabulary of " +
+                                 std::to_string(cfg.model.vocab));
+    }
+    const bool on_gpu = std::string_view(backend->name()) != "cpu";
+    opt.eval_samples = [&cfg, &sample_tok, leader,
+                        on_gpu](TrainBackend* b) -> StatusOr<std::vector<EvalSample>> {
+      UnitBuffers params;
+      FORGE_RETURN_IF_ERROR(b->GetParams(&params));  // collective where the weights are sharded
+      if (!leader) return std::vector<EvalSample>{};
+      std::unique_ptr<DecodeBackend> decoder;
+      if (on_gpu) {
+        FORGE_ASSIGN_OR_RETURN(decoder, MakeCudaDecodeBackend(cfg.model, params));
+      } else {
+        decoder = MakeCpuDecodeBackend(cfg.model, std::move(params));
+      }
+      GenerateOptions g;
+      g.max_new_tokens = cfg.eval.sample_tokens;
+      FORGE_ASSIGN_OR_RETURN(std::vector<TextCompletion> done,
+                             CompleteTexts(decoder.get(), sample_tok.get(), cfg.eval.samples, g));
+      std::vector<EvalSample> out;
+      for (TextCompletion& c : done) out.push_back({std::move(c.prompt), std::move(c.completion)});
+      return out;
+    };
   }
 
   const UnigramBaseline base = ComputeUnigramBaseline(first);

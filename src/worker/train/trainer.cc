@@ -1,5 +1,7 @@
 #include "worker/train/trainer.h"
 
+#include <nlohmann/json.hpp>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -26,6 +28,12 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
+// `s` as a JSON string literal; bytes that are not UTF-8 (model output may split a character)
+// become U+FFFD.
+std::string JsonText(const std::string& s) {
+  return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 void WriteRecord(std::ofstream* out, const StepRecord& r) {
   if (!out || !out->is_open()) return;
   char buf[256];
@@ -42,6 +50,14 @@ void WriteRecord(std::ofstream* out, const StepRecord& r) {
   if (r.skipped_steps > 0) {
     n = std::snprintf(buf, sizeof buf, ",\"skipped_steps\":%ld", long(r.skipped_steps));
     *out << std::string(buf, n);
+  }
+  if (!r.samples.empty()) {
+    nlohmann::json samples = nlohmann::json::array();
+    for (const EvalSample& e : r.samples)
+      samples.push_back({{"prompt", e.prompt}, {"completion", e.completion}});
+    // Completions are model output: bytes that are not UTF-8 are replaced, not refused.
+    *out << ",\"samples\":"
+         << samples.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   }
   if (r.checkpoint_step >= 0) {
     n = std::snprintf(buf, sizeof buf,
@@ -282,6 +298,11 @@ StatusOr<TrainResult> RunTraining(const RunConfig& cfg, TrainBackend* backend,
     if (eval) {
       FORGE_ASSIGN_OR_RETURN(rec.val_loss, Evaluate(cfg, backend, data, opt.comm));
       result.final_val_loss = rec.val_loss;
+      if (opt.eval_samples) {
+        auto samples = opt.eval_samples(backend);
+        if (!samples.ok()) return samples.status().Annotate("eval.samples at step " + std::to_string(step));
+        if (leader) rec.samples = std::move(samples).value();
+      }
     }
 
     bool stop = false;
@@ -360,6 +381,9 @@ StatusOr<TrainResult> RunTraining(const RunConfig& cfg, TrainBackend* backend,
                     FormatDuration(eta).c_str());
         if (rec.val_loss >= 0.0f) std::printf(" | val loss %.4f", rec.val_loss);
         std::printf("\n");
+        for (const EvalSample& e : rec.samples)  // JSON strings: one line each, whatever the text
+          std::printf("sample | %s -> %s\n", JsonText(e.prompt).c_str(),
+                      JsonText(e.completion).c_str());
         std::fflush(stdout);
       }
     }

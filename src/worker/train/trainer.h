@@ -45,6 +45,11 @@ struct BatchProvider {
   std::function<DataUsage(int64_t cursor)> usage;
 };
 
+// One eval.samples prompt and the model's greedy completion at an eval step.
+struct EvalSample {
+  std::string prompt, completion;
+};
+
 struct StepRecord {
   int64_t step = 0;
   float loss = 0.0f, grad_norm = 0.0f, lr = 0.0f;
@@ -70,6 +75,8 @@ struct StepRecord {
   int64_t gpu_allocated_bytes = 0, gpu_reserved_bytes = 0, gpu_peak_bytes = 0;
   // Optimizer steps skipped so far in this process (non-finite loss or gradients).
   int64_t skipped_steps = 0;
+  // At eval steps of a run with eval.samples (rank 0): the prompts' completions.
+  std::vector<EvalSample> samples;
 };
 
 struct TrainOptions {
@@ -79,6 +86,10 @@ struct TrainOptions {
   // keeps the records up to the step it resumes from and appends.
   std::string metrics_path;
   std::function<void(const StepRecord&)> on_step;  // called for every logged step
+  // Optional (eval.samples): called on every rank at each eval step with the backend, after
+  // the validation loss; completes the prompts from the current weights (rank 0's answer goes
+  // into the record; the others may return nothing). Reading the weights may be collective.
+  std::function<StatusOr<std::vector<EvalSample>>(TrainBackend*)> eval_samples;
   // Set to each optimizer step as it finishes, logged or not (the worker agent's heartbeats
   // carry it: the coordinator's hang detection watches every rank's step advance).
   std::atomic<int64_t>* step_done = nullptr;

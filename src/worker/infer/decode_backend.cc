@@ -1,0 +1,72 @@
+#include "worker/infer/decode_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "worker/train/backend.h"  // CudaDeviceAvailable
+
+namespace forge {
+
+Status DecodeBackend::AppendGreedy(std::span<const int> seqs,
+                                   std::span<const std::vector<int32_t>> tokens,
+                                   std::vector<int32_t>* next) {
+  std::vector<float> logits;
+  FORGE_RETURN_IF_ERROR(Append(seqs, tokens, false, &logits));
+  const int vocab = model().vocab, padded = model().padded_vocab();
+  next->resize(seqs.size());
+  for (size_t k = 0; k < seqs.size(); ++k) {
+    const float* row = logits.data() + k * size_t(padded);
+    (*next)[k] = int32_t(std::max_element(row, row + vocab) - row);
+  }
+  return Status::Ok();
+}
+
+Status CheckTargets(std::span<const std::vector<int32_t>> tokens,
+                    std::span<const std::vector<int32_t>> targets, int padded_vocab) {
+  if (targets.size() != tokens.size())
+    return Status::Invalid("decode: " + std::to_string(targets.size()) + " target lists for " +
+                           std::to_string(tokens.size()) + " sequences");
+  for (size_t k = 0; k < tokens.size(); ++k) {
+    if (targets[k].size() != tokens[k].size())
+      return Status::Invalid("decode: sequence " + std::to_string(k) + " has " +
+                             std::to_string(tokens[k].size()) + " tokens but " +
+                             std::to_string(targets[k].size()) + " targets");
+    for (int32_t t : targets[k])
+      if (t < 0 || t >= padded_vocab)
+        return Status::Invalid("decode: target id " + std::to_string(t) +
+                               " outside the padded vocabulary of " +
+                               std::to_string(padded_vocab));
+  }
+  return Status::Ok();
+}
+
+Status DecodeBackend::AppendLosses(std::span<const int> seqs,
+                                   std::span<const std::vector<int32_t>> tokens,
+                                   std::span<const std::vector<int32_t>> targets,
+                                   std::vector<float>* losses) {
+  const int padded = model().padded_vocab();
+  FORGE_RETURN_IF_ERROR(CheckTargets(tokens, targets, padded));
+  std::vector<float> logits;
+  FORGE_RETURN_IF_ERROR(Append(seqs, tokens, true, &logits));
+  losses->clear();
+  size_t row = 0;
+  for (size_t k = 0; k < tokens.size(); ++k)
+    for (size_t i = 0; i < tokens[k].size(); ++i, ++row) {
+      const float* r = logits.data() + row * size_t(padded);
+      const double mx = *std::max_element(r, r + padded);
+      double sum = 0.0;
+      for (int v = 0; v < padded; ++v) sum += std::exp(double(r[v]) - mx);
+      losses->push_back(float(mx + std::log(sum) - double(r[targets[k][i]])));
+    }
+  return Status::Ok();
+}
+
+StatusOr<std::unique_ptr<DecodeBackend>> MakeDecodeBackend(Backend kind, const ModelConfig& m,
+                                                           UnitBuffers params) {
+  if (kind == Backend::kCuda || (kind == Backend::kAuto && CudaDeviceAvailable()))
+    return MakeCudaDecodeBackend(m, params);
+  return MakeCpuDecodeBackend(m, std::move(params));
+}
+
+}  // namespace forge
