@@ -365,10 +365,15 @@ TEST(ControlPlane, TlsCoordinatorServesOnlyTls) {
 // holds the run, which a forge-coordinator started later on that dir still lists.
 TEST(ControlPlane, ForgeTrainAloneRunsThroughALocalCoordinator) {
   ControlPlane cp("local");
-  const std::string spec = cp.WriteSpec("local", 6, 3);
+  // eval.samples at steps 3 and 6: the model takes GPT-2's vocabulary (the dataset's tokenizer)
+  // so the prompts' ids are its own.
+  const std::string spec = cp.WriteSpec("local", 6, 3, "eval: {every_steps: 3, batches: 2, "
+                                        "samples: [\"Call me\"], sample_tokens: 4}\n");
   {  // one worker: this process's own (several CPU workers are worker_recovery_test's)
     std::string text = ReadFile(spec);
     text.replace(text.find("workers: 2"), 10, "workers: 1");
+    text.replace(text.find("vocab: 256"), 10, "vocab: 50257");
+    text.erase(text.find("eval: {every_steps: 0, batches: 2}\n"), 35);
     std::ofstream(spec) << text;
   }
   const std::string run_dir = cp.dir() + "/run";
@@ -390,12 +395,21 @@ TEST(ControlPlane, ForgeTrainAloneRunsThroughALocalCoordinator) {
   ASSERT_TRUE(WaitFor(20, [&] { return std::filesystem::exists(cp.dir() + "/local_address"); }));
   std::string address = ReadFile(cp.dir() + "/local_address");
   address.pop_back();
-  ShellResult list = test::Shell("timeout 60 " + test::Bin("forgectl") + " --coordinator " +
-                                 address + " --token-file " + state + "/token list");
-  coordinator.Kill();
+  const std::string ctl = "timeout 60 " + test::Bin("forgectl") + " --coordinator " + address +
+                          " --token-file " + state + "/token ";
+  ShellResult list = test::Shell(ctl + "list");
   EXPECT_EQ(list.exit_code, 0) << list.output;
   EXPECT_TRUE(Contains(list.output, "COMPLETED")) << list.output;
   EXPECT_TRUE(Contains(list.output, "6/6")) << list.output;
+  // The samples are run events: watch --history prints them.
+  const size_t at = list.output.find("local-");
+  ASSERT_NE(at, std::string::npos) << list.output;
+  const std::string run = list.output.substr(at, list.output.find_first_of(" \t\n", at) - at);
+  ShellResult watch = test::Shell(ctl + "watch --history " + run);
+  coordinator.Kill();
+  EXPECT_TRUE(Contains(watch.output, "sample at step 3: \"Call me\" -> \"")) << watch.output;
+  EXPECT_TRUE(Contains(watch.output, "sample at step 6: \"Call me\" -> \"")) << watch.output;
+  EXPECT_TRUE(Contains(train.output, "sample | \"Call me\" -> ")) << train.output;
 }
 
 }  // namespace

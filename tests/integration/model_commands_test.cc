@@ -271,6 +271,43 @@ TEST_F(ModelCommands, GenerateFromTheCheckpointAndItsExportAgree) {
   }
 }
 
+// eval.samples in a CPU run: each eval step's record in metrics.jsonl holds the prompts'
+// completions, stdout shows them, and the last one is what `forge generate` (greedy, the
+// same number of new tokens) writes from the checkpoint saved at that step.
+TEST_F(ModelCommands, TrainingCompletesEvalSamplesAtEveryEval) {
+  const std::string& d = *dir_;
+  RunConfig c = *cfg_;
+  c.name = "samples";
+  c.eval.every_steps = 2;
+  c.eval.samples = {"Call me Ishmael.", "The \"whale\""};
+  c.eval.sample_tokens = 5;
+  c.train.run_dir = d + "/samples_run";
+  c.train.log_every = 1;
+  std::ofstream(d + "/samples.yaml") << RunConfigToYaml(c);
+  Shell t = Sh(Forge("train " + d + "/samples.yaml --direct --backend cpu"), d);
+  ASSERT_EQ(t.rc, 0) << t.out << t.err;
+  EXPECT_NE(t.out.find("sample | \"Call me Ishmael.\" -> "), std::string::npos) << t.out;
+  std::ifstream in(c.train.run_dir + "/metrics.jsonl");
+  std::vector<json> with;
+  for (std::string line; std::getline(in, line);) {
+    json j = json::parse(line);
+    if (j.contains("samples")) with.push_back(std::move(j));
+  }
+  ASSERT_EQ(with.size(), 2u);
+  EXPECT_EQ(with[0]["step"], 2);
+  EXPECT_EQ(with[1]["step"], 4);
+  ASSERT_EQ(with[1]["samples"].size(), 2u);
+  EXPECT_EQ(with[1]["samples"][1]["prompt"], "The \"whale\"");
+  for (int i = 0; i < 2; ++i) {
+    Shell g = Sh(Forge("generate --checkpoint latest --run-dir " + c.train.run_dir +
+                       " --backend cpu --json --max-new-tokens 5 --prompt " +
+                       (i == 0 ? "'Call me Ishmael.'" : "'The \"whale\"'")),
+                 d);
+    ASSERT_EQ(g.rc, 0) << g.err;
+    EXPECT_EQ(json::parse(g.out)["completion"], with[1]["samples"][i]["completion"]) << i;
+  }
+}
+
 TEST_F(ModelCommands, EvalReportsPerplexityBitsPerByteAndTaskAccuracy) {
   const std::string& d = *dir_;
   Shell a = Sh(Forge("eval --checkpoint latest --run-dir " + d + "/run --batches all --backend cpu"), d);
