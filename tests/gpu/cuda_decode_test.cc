@@ -25,9 +25,11 @@
 #include <cmath>
 #include <cstdio>
 
+#include "../integration/counting_dataset.h"
 #include "../unit/hf_test_util.h"
 #include "gpu_test_util.h"
 #include "worker/checkpoint/safetensors.h"
+#include "worker/infer/dataset_eval.h"
 #include "worker/infer/decode_backend.h"
 #include "worker/infer/generate.h"
 #include "worker/train/backend.h"
@@ -327,6 +329,53 @@ TEST(CudaDecodeTest, LossesAgreeWithTheCpuReference) {
     ASSERT_LE(std::fabs(lg[r] - lc[r]), tol) << "row " << r;
   }
   std::printf("losses: worst |gpu - cpu| is %.2f of the tolerance\n", worst);
+}
+
+// `forge eval --backend cuda` over a dataset: the same batches as the trainer's evaluation on
+// the CPU (EvaluateDataset with the CPU training backend), each batch's mean loss within
+// 2 x kTolFraction of the largest |logit| seen there (the per-token bound above, averaged).
+TEST(CudaDecodeTest, DatasetEvalAgreesWithTheCpuTrainersEvaluation) {
+  FORGE_SKIP_WITHOUT_GPU();
+  const std::string dir = hf_test::TempDir("cuda_dataset_eval");
+  test::WriteCountingDataset(dir, 9u, 4000, 2000);
+  auto ds = TokenDataset::Open(dir);
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  RunConfig cfg;
+  cfg.model = Model(2, 128, 4, 2, 256, 256, 32);
+  cfg.batch.micro_batch = 4;
+  cfg.batch.global_batch = 4;
+  const UnitBuffers p = RoundedToBf16(Params(cfg.model, 6));
+  DatasetEvalOptions opt;
+  opt.seq_len = cfg.model.seq_len;
+  opt.micro_batch = 4;
+  opt.batches = 5;
+  auto cpu = MakeCpuBackend(cfg);
+  ASSERT_STATUS_OK(cpu->SetParams(p));
+  auto want = EvaluateDataset(cpu.get(), *ds, opt, nullptr);
+  ASSERT_TRUE(want.ok()) << want.status().ToString();
+  auto gpu = MakeDecodeBackend(Backend::kCuda, cfg.model, p);
+  ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
+  auto got = EvaluateDataset(gpu->get(), *ds, opt, nullptr);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  // The largest |logit| over the evaluated inputs, from the CPU decoder.
+  auto dec = MakeCpuDecodeBackend(cfg.model, p);
+  double scale = 0;
+  for (int64_t b = 0; b < opt.batches; ++b) {
+    std::vector<std::vector<int32_t>> seqs;
+    for (int i = 0; i < opt.micro_batch; ++i) {
+      const int32_t* in = want->inputs.data() + (b * opt.micro_batch + i) * opt.seq_len;
+      seqs.emplace_back(in, in + opt.seq_len);
+    }
+    for (const auto& row : AllLogits(dec.get(), seqs, opt.seq_len))
+      for (float v : row) scale = std::max(scale, double(std::fabs(v)));
+  }
+  ASSERT_EQ(got->per_batch.size(), want->per_batch.size());
+  EXPECT_EQ(got->inputs, want->inputs);
+  for (size_t b = 0; b < want->per_batch.size(); ++b)
+    EXPECT_NEAR(got->per_batch[b], want->per_batch[b], 2 * kTolFraction * scale) << "batch " << b;
+  std::printf("dataset eval: cpu loss %.5f, gpu %.5f (bound %.3g)\n", want->loss, got->loss,
+              2 * kTolFraction * scale);
+  EXPECT_NEAR(got->perplexity, std::exp(got->loss), 1e-9 * got->perplexity);
 }
 
 TEST(CudaDecodeTest, RefusesWhatItCannotHold) {
