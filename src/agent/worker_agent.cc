@@ -10,12 +10,14 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <string_view>
 #include <thread>
 #include <vector>
 
 #include "agent/coordinator_rendezvous.h"
 #include "common/config.h"
 #include "metrics/gpu_health.h"
+#include "metrics/timed_comm.h"
 #include "metrics/train_metrics.h"
 #include "worker/checkpoint/checkpoint_writer.h"
 #include "worker/parallel/bootstrap.h"
@@ -97,6 +99,7 @@ struct Progress {
   bool have_new = false;
   v1::StepMetrics latest;
   std::vector<v1::StepMetrics> backlog;  // rank 0: logged before `latest`, not yet sent
+  std::vector<std::string> events;        // rank 0: trainer events not yet sent
   bool done = false;
 };
 
@@ -172,9 +175,13 @@ class Placement {
       else
         metrics = std::move(m).value();
     }
+    // Every rank reports its own wait in collectives per step (the coordinator's straggler
+    // watch); a device communicator (NCCL) is not timed on the host.
     if (metrics) {
-      group.comm = metrics->TimeCollectives(std::move(group.comm));
+      group.comm = metrics->TimeCollectives(std::move(group.comm), &comm_wait_);
       topt.on_step = metrics->StepCallback(std::move(topt.on_step));
+    } else if (group.comm && std::string_view(group.comm->name()) != "nccl") {
+      group.comm = MakeTimedComm(std::move(group.comm), nullptr, &comm_wait_);
     }
 
     std::thread beat([this] { HeartbeatLoop(); });
@@ -208,6 +215,8 @@ class Placement {
     if (progress_.latest.step() > 0) *req.mutable_metrics() = progress_.latest;
     for (const v1::StepMetrics& m : progress_.backlog) *req.add_earlier_metrics() = m;
     progress_.backlog.clear();
+    for (const std::string& e : progress_.events) req.add_events(e);
+    progress_.events.clear();
     return req;
   }
 
@@ -254,7 +263,17 @@ class Placement {
         p->set_prompt(e.prompt);
         p->set_completion(e.completion);
       }
+      // This rank's own wait in collectives per step since its previous record.
+      const double waited = comm_wait_.seconds();
+      m.set_comm_wait_seconds((waited - comm_wait_reported_) /
+                              double(std::max<int64_t>(1, r.window_steps)));
+      comm_wait_reported_ = waited;
       progress_.have_new = true;
+      if (a_.rank() == 0) {
+        progress_.events.insert(progress_.events.end(), r.events.begin(), r.events.end());
+        while (progress_.events.size() > kMaxBacklog)
+          progress_.events.erase(progress_.events.begin());
+      }
     }
     if (o_.throttle_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o_.throttle_ms));
   }
@@ -284,6 +303,8 @@ class Placement {
         if (progress_.have_new) *req.mutable_metrics() = progress_.latest;
         for (const v1::StepMetrics& m : progress_.backlog) *req.add_earlier_metrics() = m;
         progress_.backlog.clear();
+        for (const std::string& e : progress_.events) req.add_events(e);
+        progress_.events.clear();
         progress_.have_new = false;
       }
       v1::HeartbeatResponse resp;
@@ -296,6 +317,8 @@ class Placement {
                                  req.earlier_metrics().end());
         while (progress_.backlog.size() > kMaxBacklog)
           progress_.backlog.erase(progress_.backlog.begin());
+        progress_.events.insert(progress_.events.begin(), req.events().begin(),
+                                req.events().end());
         continue;
       }
       switch (resp.command()) {
@@ -317,6 +340,8 @@ class Placement {
   const AgentOptions& o_;
   std::atomic<bool> own_stop_{false}, checkpoint_{false};
   std::atomic<int64_t> step_done_{0};
+  CommWaitClock comm_wait_;          // this rank's waits in collectives (timed_comm.h)
+  double comm_wait_reported_ = 0.0;  // its value at the previous step record
   std::atomic<bool>* stop_ = o_.stop_flag ? o_.stop_flag : &own_stop_;
   StatusOr<ProcessRunResult> result_ = Status::Internal("placement not run");
   Progress progress_;

@@ -111,6 +111,9 @@ int ReportTrain(const ProcessRunResult& run, bool leader) {
     std::printf("%.4f", r->final_val_loss);
     // (Not known where the workers trained in processes of their own.)
     if (base.val_cross_entropy > 0) std::printf(" (unigram baseline %.4f)", base.val_cross_entropy);
+    if (r->loss_spikes > 0)
+      std::printf(" | %ld loss spike(s) skipped, %ld rollback(s)", long(r->loss_spikes),
+                  long(r->spike_rollbacks));
     std::printf(" | metrics %s\n", metrics_path.c_str());
   }
   return 0;

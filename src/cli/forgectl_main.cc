@@ -222,6 +222,7 @@ void PrintRunDetail(const v1::Run& r) {
     std::printf("checkpoint step_%ld\n", long(r.latest_checkpoint_step()));
   else
     std::printf("checkpoint none\n");
+  for (const std::string& w : r.warnings()) std::printf("warning    %s\n", w.c_str());
   std::printf("run dir    %s\n", r.run_dir().c_str());
   std::printf("created    %s, updated %s\n", FormatUtcTime(r.created_unix_ms()).c_str(),
               FormatUtcTime(r.updated_unix_ms()).c_str());

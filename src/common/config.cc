@@ -373,6 +373,16 @@ MaybeProblem CheckRunConfig(const RunConfig& c) {
   FORGE_RULE(AtLeast("train.workers", c.train.workers, 1));
   FORGE_RULE(AtLeast("train.max_restarts", c.train.max_restarts, 0));
   FORGE_RULE(NonNegative("train.hang_timeout_s", c.train.hang_timeout_s));
+  FORGE_RULE(NonNegative("train.spike_sigma", c.train.spike_sigma));
+  FORGE_RULE(InRange("train.spike_window", c.train.spike_window, 2, 100000));
+  FORGE_RULE(InRange("train.spike_max_in_row", c.train.spike_max_in_row, 1, 100000));
+  if (c.train.straggler_threshold != 0.0 &&
+      !(std::isfinite(c.train.straggler_threshold) && c.train.straggler_threshold > 1.0))
+    return Problem{"train.straggler_threshold",
+                   "must be > 1 (a ratio to the other ranks' median) or 0 (off), got " +
+                       Num(c.train.straggler_threshold),
+                   {}};
+  FORGE_RULE(InRange("train.straggler_reports", c.train.straggler_reports, 1, 100000));
   if (c.train.run_dir.empty()) return Problem{"train.run_dir", "must not be empty", {}};
 
   FORGE_RULE(InRange("engine.lm_head_chunk", c.engine.lm_head_chunk, 1, 1 << 30));
@@ -865,7 +875,9 @@ Status ReadSections(Reader& r, const Entries& top, RunConfig* c) {
   TrainConfig& t = c->train;
   FORGE_RETURN_IF_ERROR(r.ReadMap(section("train"), "train",
                                   {"backend", "activation_recompute", "log_every", "run_dir",
-                                   "workers", "max_restarts", "hang_timeout_s"},
+                                   "workers", "max_restarts", "hang_timeout_s", "spike_sigma",
+                                   "spike_window", "spike_max_in_row", "straggler_threshold",
+                                   "straggler_reports"},
                                   &e));
   FORGE_RETURN_IF_ERROR(r.ReadEnum(e, "train", "backend", kBackendNames, &t.backend));
   FORGE_RETURN_IF_ERROR(r.ReadBool(e, "train", "activation_recompute", &t.activation_recompute));
@@ -874,6 +886,12 @@ Status ReadSections(Reader& r, const Entries& top, RunConfig* c) {
   FORGE_RETURN_IF_ERROR(r.ReadInt(e, "train", "workers", &t.workers));
   FORGE_RETURN_IF_ERROR(r.ReadInt(e, "train", "max_restarts", &t.max_restarts));
   FORGE_RETURN_IF_ERROR(r.ReadDouble(e, "train", "hang_timeout_s", &t.hang_timeout_s));
+  FORGE_RETURN_IF_ERROR(r.ReadDouble(e, "train", "spike_sigma", &t.spike_sigma));
+  FORGE_RETURN_IF_ERROR(r.ReadInt(e, "train", "spike_window", &t.spike_window));
+  FORGE_RETURN_IF_ERROR(r.ReadInt(e, "train", "spike_max_in_row", &t.spike_max_in_row));
+  FORGE_RETURN_IF_ERROR(
+      r.ReadDouble(e, "train", "straggler_threshold", &t.straggler_threshold));
+  FORGE_RETURN_IF_ERROR(r.ReadInt(e, "train", "straggler_reports", &t.straggler_reports));
 
   EngineConfig& g = c->engine;
   FORGE_RETURN_IF_ERROR(r.ReadMap(section("engine"), "engine",
@@ -1139,7 +1157,12 @@ std::string RunConfigToYaml(const RunConfig& c) {
     << "  run_dir: " << Quote(t.run_dir) << "\n"
     << "  workers: " << t.workers << "\n"
     << "  max_restarts: " << t.max_restarts << "\n"
-    << "  hang_timeout_s: " << Num(t.hang_timeout_s) << "\n";
+    << "  hang_timeout_s: " << Num(t.hang_timeout_s) << "\n"
+    << "  spike_sigma: " << Num(t.spike_sigma) << "\n"
+    << "  spike_window: " << t.spike_window << "\n"
+    << "  spike_max_in_row: " << t.spike_max_in_row << "\n"
+    << "  straggler_threshold: " << Num(t.straggler_threshold) << "\n"
+    << "  straggler_reports: " << t.straggler_reports << "\n";
   const EngineConfig& g = c.engine;
   y << "engine:\n"
     << "  cuda_graph: " << BoolText(g.cuda_graph) << "\n"

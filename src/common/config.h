@@ -212,6 +212,20 @@ struct TrainConfig {
   // its last committed checkpoint. Catches a stopped process (SIGSTOP) and a rank blocked in a
   // collective or a data read while its heartbeats go on. 0: off.
   double hang_timeout_s = 300.0;
+  // Loss spikes (worker/train/spike_guard.h). A step whose global loss or gradient norm is
+  // more than spike_sigma standard deviations above the mean of the last spike_window accepted
+  // steps is skipped like a non-finite one (weights and moments unchanged) and counted; no
+  // step is judged before the window is full. spike_max_in_row such skips in a row roll the
+  // run back to its last committed checkpoint and skip the data those steps read. 0: off.
+  double spike_sigma = 6.0;
+  int spike_window = 100;
+  int spike_max_in_row = 3;
+  // Stragglers (coordinator/straggler_watch.h): a rank whose busy time per step (step time
+  // less its wait in collectives) exceeds straggler_threshold times the median of the other
+  // ranks' for straggler_reports step reports in a row is reported (an event, the
+  // forge_straggler gauge) until as many reports in a row say it is not. 0: off.
+  double straggler_threshold = 1.5;
+  int straggler_reports = 5;
 };
 
 // `engine:` how the CUDA step runs (the CPU backend ignores it). Every default is the fastest

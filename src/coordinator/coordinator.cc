@@ -262,6 +262,15 @@ Status Coordinator::SetState(RunRecord* run, RunState state, const std::string& 
   e.state = state;
   e.message = event.empty() ? reason : event;
   FORGE_RETURN_IF_ERROR(store_->AppendEvent(e).status());
+  // Early warnings belong to a placement: stragglers end with it (its ranks start over), the
+  // newest spike rollback is kept until the next placement starts.
+  if (state != RunState::kRunning) {
+    for (int r : stragglers_.Straggling(run->id))
+      if (opt_.aggregates) opt_.aggregates->SetStraggler(run->id, r, false);
+    stragglers_.ForgetRun(run->id);
+  } else {
+    spike_warning_.erase(run->id);
+  }
   if (opt_.aggregates) {
     (void)opt_.aggregates->SetRunState(run->id, StateLabel(state));
     // An ended run has no workers: its per-rank series go (a 0 would read as a worker down).
@@ -309,6 +318,50 @@ void Coordinator::ReportRankMetrics(const RunRecord& run, const WorkerRecord& w,
 
 void Coordinator::MarkWorkerUp(const std::string& run_id, int rank, bool up) {
   if (opt_.aggregates) opt_.aggregates->SetWorkerUp(run_id, rank, up);
+}
+
+Status Coordinator::AppendRunEvent(RunRecord* run, const std::string& message) {
+  EventRecord e;
+  e.run_id = run->id;
+  e.time_ms = NowMs();
+  e.state = run->state;
+  e.message = message;
+  FORGE_RETURN_IF_ERROR(store_->AppendEvent(e).status());
+  changed_.notify_all();
+  return Status::Ok();
+}
+
+Status Coordinator::WatchStragglers(RunRecord* run, const WorkerRecord& w, int rank,
+                                    const v1::StepMetrics& m) {
+  auto it = straggler_cfg_.find(run->id);
+  if (it == straggler_cfg_.end()) {
+    StragglerConfig c;
+    if (auto cfg = ParseRunConfig(run->spec_yaml, run->id + " spec"); cfg.ok()) {
+      c.threshold = cfg->train.straggler_threshold;
+      c.reports = cfg->train.straggler_reports;
+    }
+    it = straggler_cfg_.emplace(run->id, c).first;
+  }
+  const StragglerConfig& c = it->second;
+  for (const StragglerChange& ch :
+       stragglers_.Report(run->id, rank, m.step(), m.step_seconds(), m.comm_wait_seconds(),
+                          c.threshold, c.reports)) {
+    if (opt_.aggregates) opt_.aggregates->SetStraggler(run->id, ch.rank, ch.straggling);
+    std::string msg = ch.message;
+    if (ch.rank == rank) msg += " (worker " + w.id + ")";
+    FORGE_RETURN_IF_ERROR(AppendRunEvent(run, msg));
+  }
+  return Status::Ok();
+}
+
+Status Coordinator::RecordWorkerEvents(RunRecord* run, const v1::HeartbeatRequest& req) {
+  if (req.rank() != 0) return Status::Ok();
+  for (const std::string& e : req.events()) {
+    FORGE_RETURN_IF_ERROR(AppendRunEvent(run, e));
+    // The trainer's rollback lines say "N loss spikes in a row (steps A-B): ..."
+    if (e.find("loss spikes in a row") != std::string::npos) spike_warning_[run->id] = e;
+  }
+  return Status::Ok();
 }
 
 std::vector<std::string> Coordinator::PlacedWorkers(const RunRecord& run) const {
@@ -506,6 +559,9 @@ void Coordinator::FillRun(const RunRecord& r, v1::Run* out) {
   out->set_updated_unix_ms(r.updated_ms);
   if (Active(r.state))
     for (const std::string& id : PlacedWorkers(r)) out->add_worker_ids(id);
+  for (const std::string& w : stragglers_.Warnings(r.id)) out->add_warnings(w);
+  if (auto it = spike_warning_.find(r.id); it != spike_warning_.end())
+    out->add_warnings(it->second);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -908,8 +964,12 @@ grpc::Status Coordinator::Heartbeat(const v1::HeartbeatRequest& req, v1::Heartbe
     worker->progress_step = progress;
     worker->progress_at = Clock::now();
   }
-  if (req.has_metrics() && req.metrics().step() > 0)
+  if (req.has_metrics() && req.metrics().step() > 0) {
     ReportRankMetrics(*run, worker->rec, req.rank(), req.metrics());
+    if (Status s = WatchStragglers(run, worker->rec, req.rank(), req.metrics()); !s.ok())
+      return ToGrpc(s);
+  }
+  if (Status s = RecordWorkerEvents(run, req); !s.ok()) return ToGrpc(s);
   // Rank 0's records are the run's history: the ones logged since its last report, then the
   // newest.
   std::vector<const v1::StepMetrics*> records;

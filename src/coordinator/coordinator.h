@@ -35,6 +35,7 @@
 
 #include "common/status.h"
 #include "coordinator/run_store.h"
+#include "coordinator/straggler_watch.h"
 #include "forge/v1/runs.pb.h"
 #include "forge/v1/workers.pb.h"
 
@@ -153,6 +154,13 @@ class Coordinator {
   // sets it); < 0 when no peak is known (cpu backend or device, a name not in the table).
   double RankMfu(const RunRecord& run, const WorkerRecord& w, double run_tokens_per_s);
   void MarkWorkerUp(const std::string& run_id, int rank, bool up);
+  // A rank's step record -> the straggler watch (the spec's train.straggler_threshold and
+  // straggler_reports, parsed once): a change is a run event and forge_straggler.
+  Status WatchStragglers(RunRecord* run, const WorkerRecord& w, int rank,
+                         const v1::StepMetrics& m);
+  // Rank 0's trainer events (loss spikes, rollbacks) -> run events.
+  Status RecordWorkerEvents(RunRecord* run, const v1::HeartbeatRequest& req);
+  Status AppendRunEvent(RunRecord* run, const std::string& message);
   void FillRun(const RunRecord& r, v1::Run* out);
   void FillAssignment(const RunRecord& run, const WorkerRecord& w, v1::Assignment* a) const;
   RunRecord* FindRun(const std::string& id);
@@ -179,6 +187,14 @@ class Coordinator {
   };
   std::map<std::string, MfuBasis> mfu_basis_;
   std::map<std::string, double> hang_timeout_s_;  // run -> train.hang_timeout_s
+  struct StragglerConfig {
+    double threshold = 0;  // train.straggler_threshold (0: off)
+    int reports = 1;       // train.straggler_reports
+  };
+  std::map<std::string, StragglerConfig> straggler_cfg_;
+  StragglerWatch stragglers_;  // of the current placements
+  // run -> its placement's newest loss-spike rollback, for Run.warnings
+  std::map<std::string, std::string> spike_warning_;
   bool shutdown_ = false;
   std::thread monitor_;
 };

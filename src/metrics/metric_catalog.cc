@@ -43,7 +43,14 @@ const std::vector<MetricInfo>& MetricCatalog() {
       {"forge_checkpoints_total", T::kCounter, S::kWorker, {"run_id", "rank"},
        "Checkpoints committed by this process."},
       {"forge_skipped_steps_total", T::kCounter, S::kWorker, {"run_id", "rank"},
-       "Optimizer steps whose update was skipped (non-finite loss or gradients)."},
+       "Optimizer steps whose update was skipped (non-finite loss or gradients, or a loss "
+       "spike)."},
+      {"forge_loss_spikes_total", T::kCounter, S::kWorker, {"run_id", "rank"},
+       "Steps skipped as loss spikes: loss or gradient norm more than train.spike_sigma "
+       "standard deviations above the last train.spike_window steps."},
+      {"forge_spike_rollbacks_total", T::kCounter, S::kWorker, {"run_id", "rank"},
+       "Rollbacks to the last committed checkpoint after train.spike_max_in_row loss spikes in "
+       "a row (the data they read is left out)."},
       {"forge_worker_up", T::kGauge, S::kWorker, {"run_id", "rank"},
        "1 while the worker serves a run (from the coordinator: 0 once its heartbeats stop)."},
       {"forge_run_state", T::kGauge, S::kWorker, {"run_id", "rank", "state"},
@@ -70,6 +77,10 @@ const std::vector<MetricInfo>& MetricCatalog() {
       {"forge_run_step", T::kGauge, S::kCoordinator, {"run_id"}, "Lowest step any rank reported."},
       {"forge_run_ranks_reporting", T::kGauge, S::kCoordinator, {"run_id"},
        "Ranks whose step samples the aggregates cover."},
+      {"forge_straggler", T::kGauge, S::kCoordinator, {"run_id", "rank"},
+       "1 while the rank straggles: its busy time per step (step time less its wait in "
+       "collectives) above train.straggler_threshold times the other ranks' median for "
+       "train.straggler_reports step reports in a row; else 0."},
       {"forge_hangs_total", T::kCounter, S::kCoordinator, {"run_id"},
        "Hangs detected: a placed rank whose step did not advance for train.hang_timeout_s "
        "(stopped, or blocked in a collective or a data read); each restarted the run from its "

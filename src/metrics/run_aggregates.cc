@@ -47,6 +47,14 @@ RunAggregates::RunAggregates(prometheus::Registry& r) {
   worker_up_ = &GaugeFamily(r, "forge_worker_up");
   run_state_ = &GaugeFamily(r, "forge_run_state");
   hangs_ = &CounterFamily(r, "forge_hangs_total");
+  straggler_ = &GaugeFamily(r, "forge_straggler");
+}
+
+void RunAggregates::SetStraggler(const std::string& run_id, int rank, bool straggling) {
+  std::lock_guard<std::mutex> lock(mu_);
+  straggling_[run_id][rank] = straggling;
+  straggler_->Add({{"run_id", run_id}, {"rank", std::to_string(rank)}})
+      .Set(straggling ? 1.0 : 0.0);
 }
 
 void RunAggregates::CountHang(const std::string& run_id) {
@@ -78,6 +86,8 @@ void RunAggregates::ReportRank(const std::string& run_id, int rank, const RankSt
   std::lock_guard<std::mutex> lock(mu_);
   runs_[run_id][rank] = sample;
   PublishLocked(run_id);
+  if (straggling_[run_id].emplace(rank, false).second)  // a reporting rank's series, at 0
+    straggler_->Add({{"run_id", run_id}, {"rank", std::to_string(rank)}}).Set(0.0);
 }
 
 void RunAggregates::SetWorkerUp(const std::string& run_id, int rank, bool up) {
@@ -103,7 +113,9 @@ void RunAggregates::ForgetRank(const std::string& run_id, int rank) {
   if (it != runs_.end()) it->second.erase(rank);
   const prometheus::Labels l{{"run_id", run_id}, {"rank", std::to_string(rank)}};
   RemoveIfPresent(worker_up_, l);
+  RemoveIfPresent(straggler_, l);
   if (auto u = up_.find(run_id); u != up_.end()) u->second.erase(rank);
+  if (auto g = straggling_.find(run_id); g != straggling_.end()) g->second.erase(rank);
   PublishLocked(run_id);
 }
 
@@ -117,6 +129,11 @@ void RunAggregates::ForgetRun(const std::string& run_id) {
       RemoveIfPresent(worker_up_, l);
     }
     up_.erase(u);
+  }
+  if (auto g = straggling_.find(run_id); g != straggling_.end()) {
+    for (const auto& [rank, on] : g->second)
+      RemoveIfPresent(straggler_, {{"run_id", run_id}, {"rank", std::to_string(rank)}});
+    straggling_.erase(g);
   }
   if (auto h = hang_counts_.find(run_id); h != hang_counts_.end()) {
     hangs_->Remove(h->second);

@@ -13,6 +13,8 @@
 //   agg.SetWorkerUp(run_id, rank, false);     // heartbeat timeout: the WorkerDown alert fires
 //   agg.SetRunState(run_id, "restarting");    // on every state change (RunStateNames())
 //   agg.CountHang(run_id);                    // a rank made no step progress (hang timeout)
+//   agg.SetStraggler(run_id, rank, true);     // forge_straggler (straggler_watch.h); every
+//                                             // reporting rank has the series, 0 by default
 //   agg.ForgetRank(run_id, rank);             // the run was re-placed without that rank
 //   agg.ForgetRun(run_id);                    // the run is deleted: its series disappear
 // A rank's latest sample replaces its previous one; the aggregates cover the ranks that have
@@ -56,6 +58,8 @@ class RunAggregates {
   Status SetRunState(const std::string& run_id, std::string_view state);
   // forge_hangs_total{run_id} + 1.
   void CountHang(const std::string& run_id);
+  // forge_straggler{run_id,rank}: 1 while the rank straggles, else 0.
+  void SetStraggler(const std::string& run_id, int rank, bool straggling);
   void ForgetRank(const std::string& run_id, int rank);
   void ForgetRun(const std::string& run_id);
 
@@ -67,11 +71,12 @@ class RunAggregates {
   void RemoveRunSeriesLocked(const std::string& run_id);
 
   prometheus::Family<prometheus::Gauge> *tokens_per_s_, *mfu_, *slowest_step_, *slowest_rank_,
-      *step_, *ranks_, *worker_up_, *run_state_;
+      *step_, *ranks_, *worker_up_, *run_state_, *straggler_;
   prometheus::Family<prometheus::Counter>* hangs_;
   mutable std::mutex mu_;
   std::map<std::string, std::map<int, RankStepSample>> runs_;  // run_id -> rank -> latest
   std::map<std::string, std::map<int, bool>> up_;              // series we created, to remove
+  std::map<std::string, std::map<int, bool>> straggling_;      // likewise, forge_straggler
   std::map<std::string, std::string> state_;
   std::map<std::string, prometheus::Counter*> hang_counts_;
 };

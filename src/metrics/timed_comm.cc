@@ -12,32 +12,39 @@ using Clock = std::chrono::steady_clock;
 
 class TimedWork : public CommWork {
  public:
-  TimedWork(CommWorkPtr inner, CollectiveOp op, WorkerMetrics* metrics)
-      : inner_(std::move(inner)), op_(op), metrics_(metrics) {}
+  TimedWork(CommWorkPtr inner, CollectiveOp op, WorkerMetrics* metrics, CommWaitClock* clock)
+      : inner_(std::move(inner)), op_(op), metrics_(metrics), clock_(clock) {}
   Status Wait() override {
     const auto t0 = Clock::now();
     Status s = inner_->Wait();
-    metrics_->AddCommSeconds(op_, std::chrono::duration<double>(Clock::now() - t0).count());
+    Count(t0);
     return s;
   }
   bool Ready() override { return inner_->Ready(); }
   Status WaitOnStream(void* stream) override {
     const auto t0 = Clock::now();
     Status s = inner_->WaitOnStream(stream);
-    metrics_->AddCommSeconds(op_, std::chrono::duration<double>(Clock::now() - t0).count());
+    Count(t0);
     return s;
   }
 
  private:
+  void Count(Clock::time_point t0) {
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (metrics_) metrics_->AddCommSeconds(op_, s);
+    if (clock_) clock_->Add(s);
+  }
+
   CommWorkPtr inner_;
   CollectiveOp op_;
   WorkerMetrics* metrics_;
+  CommWaitClock* clock_;
 };
 
 class TimedComm : public Comm {
  public:
-  TimedComm(std::unique_ptr<Comm> inner, WorkerMetrics* metrics)
-      : inner_(std::move(inner)), metrics_(metrics) {}
+  TimedComm(std::unique_ptr<Comm> inner, WorkerMetrics* metrics, CommWaitClock* clock)
+      : inner_(std::move(inner)), metrics_(metrics), clock_(clock) {}
   const char* name() const override { return inner_->name(); }
   int rank() const override { return inner_->rank(); }
   int world() const override { return inner_->world(); }
@@ -70,18 +77,20 @@ class TimedComm : public Comm {
  private:
   StatusOr<CommWorkPtr> Wrap(StatusOr<CommWorkPtr> work, CollectiveOp op) {
     if (!work.ok()) return work.status();
-    return CommWorkPtr(std::make_unique<TimedWork>(std::move(work).value(), op, metrics_));
+    return CommWorkPtr(std::make_unique<TimedWork>(std::move(work).value(), op, metrics_, clock_));
   }
 
   std::unique_ptr<Comm> inner_;
   WorkerMetrics* metrics_;
+  CommWaitClock* clock_;
 };
 
 }  // namespace
 
-std::unique_ptr<Comm> MakeTimedComm(std::unique_ptr<Comm> inner, WorkerMetrics* metrics) {
+std::unique_ptr<Comm> MakeTimedComm(std::unique_ptr<Comm> inner, WorkerMetrics* metrics,
+                                    CommWaitClock* clock) {
   if (!inner) return nullptr;
-  return std::make_unique<TimedComm>(std::move(inner), metrics);
+  return std::make_unique<TimedComm>(std::move(inner), metrics, clock);
 }
 
 }  // namespace forge

@@ -61,9 +61,10 @@ StatusOr<std::unique_ptr<TrainMetrics>> TrainMetrics::Start(const RunConfig& cfg
   return m;
 }
 
-std::unique_ptr<Comm> TrainMetrics::TimeCollectives(std::unique_ptr<Comm> comm) {
+std::unique_ptr<Comm> TrainMetrics::TimeCollectives(std::unique_ptr<Comm> comm,
+                                                    CommWaitClock* clock) {
   if (!comm || std::strcmp(comm->name(), "nccl") == 0) return comm;
-  return MakeTimedComm(std::move(comm), worker_.get());
+  return MakeTimedComm(std::move(comm), worker_.get(), clock);
 }
 
 std::function<void(const StepRecord&)> TrainMetrics::StepCallback(

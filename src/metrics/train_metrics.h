@@ -28,6 +28,7 @@
 #include "common/status.h"
 #include "metrics/gpu_health.h"
 #include "metrics/metrics_server.h"
+#include "metrics/timed_comm.h"
 #include "metrics/worker_metrics.h"
 #include "worker/parallel/comm.h"
 
@@ -42,9 +43,10 @@ class TrainMetrics {
                                                        const std::string& run_id, int rank,
                                                        int local_rank, int world);
 
-  // Wraps a host communicator (MPI, local) so its waits are counted; a device communicator
-  // (NCCL: its waits are stream-ordered, not host time) and null come back unchanged.
-  std::unique_ptr<Comm> TimeCollectives(std::unique_ptr<Comm> comm);
+  // Wraps a host communicator (MPI, local) so its waits are counted (and added to `clock`, if
+  // given); a device communicator (NCCL: its waits are stream-ordered, not host time) and null
+  // come back unchanged.
+  std::unique_ptr<Comm> TimeCollectives(std::unique_ptr<Comm> comm, CommWaitClock* clock = nullptr);
   // Observes every record, then calls `next` (if any).
   std::function<void(const StepRecord&)> StepCallback(
       std::function<void(const StepRecord&)> next = {});

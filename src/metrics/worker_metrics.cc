@@ -30,6 +30,8 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& r, WorkerMetricsOptions optio
   data_wait_ = &CounterFamily(r, "forge_data_wait_seconds_total").Add(Labels());
   checkpoints_ = &CounterFamily(r, "forge_checkpoints_total").Add(Labels());
   skipped_ = &CounterFamily(r, "forge_skipped_steps_total").Add(Labels());
+  spikes_ = &CounterFamily(r, "forge_loss_spikes_total").Add(Labels());
+  rollbacks_ = &CounterFamily(r, "forge_spike_rollbacks_total").Add(Labels());
   step_seconds_ = &HistogramFamily(r, "forge_step_seconds").Add(Labels(), StepSecondsBuckets());
   for (CollectiveOp op : {CollectiveOp::kAllReduce, CollectiveOp::kReduceScatter,
                           CollectiveOp::kAllGather, CollectiveOp::kBroadcast,
@@ -63,12 +65,17 @@ void WorkerMetrics::ObserveStep(const StepRecord& rec) {
     }
     seen_record_ = true;
     last_ = s;
-    // The record carries the process's running total of skipped steps (non-finite
-    // gradients); the counter takes what is new since the last record.
-    if (rec.skipped_steps > skipped_seen_) {
-      skipped_->Increment(double(rec.skipped_steps - skipped_seen_));
-      skipped_seen_ = rec.skipped_steps;
-    }
+    // The record carries the process's running totals of skipped steps (non-finite or loss
+    // spikes), spikes and rollbacks; the counters take what is new since the last record.
+    auto take = [](prometheus::Counter* c, int64_t total, int64_t* seen) {
+      if (total > *seen) {
+        c->Increment(double(total - *seen));
+        *seen = total;
+      }
+    };
+    take(skipped_, rec.skipped_steps, &skipped_seen_);
+    take(spikes_, rec.loss_spikes, &spikes_seen_);
+    take(rollbacks_, rec.spike_rollbacks, &rollbacks_seen_);
   }
   Set(step_, double(rec.step));
   Set(tokens_per_s_, s.tokens_per_s);

@@ -42,7 +42,8 @@ class WorkerMetrics {
   WorkerMetrics(prometheus::Registry& registry, WorkerMetricsOptions options);
 
   // One trainer record: step, loss, lr, grad norm, throughput, MFU, step-time histogram (the
-  // record's mean counted once per step it covers), data wait, device memory, checkpoints.
+  // record's mean counted once per step it covers), data wait, device memory, checkpoints,
+  // skipped steps, loss spikes and spike rollbacks.
   void ObserveStep(const StepRecord& r);
   // One of RunStateNames(); anything else is InvalidArgument and changes nothing.
   Status SetRunState(std::string_view state);
@@ -65,7 +66,7 @@ class WorkerMetrics {
   prometheus::Family<prometheus::Gauge> *step_, *tokens_per_s_, *mfu_, *loss_, *val_loss_,
       *grad_norm_, *lr_, *gpu_memory_, *ckpt_seconds_, *ckpt_bytes_, *ckpt_last_step_,
       *ckpt_every_, *up_, *run_state_;
-  prometheus::Counter *data_wait_, *checkpoints_, *skipped_;
+  prometheus::Counter *data_wait_, *checkpoints_, *skipped_, *spikes_, *rollbacks_;
   prometheus::Family<prometheus::Counter>* comm_;
   prometheus::Histogram* step_seconds_;
 
@@ -73,6 +74,7 @@ class WorkerMetrics {
   bool seen_record_ = false;
   RankStepSample last_;
   int64_t skipped_seen_ = 0;  // StepRecord::skipped_steps already counted
+  int64_t spikes_seen_ = 0, rollbacks_seen_ = 0;  // loss_spikes, spike_rollbacks alike
 };
 
 }  // namespace forge

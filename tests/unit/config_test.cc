@@ -209,6 +209,11 @@ TEST(ConfigParseTest, EveryKeyIsRead) {
       "  workers: 4",
       "  max_restarts: 0",
       "  hang_timeout_s: 42.5",
+      "  spike_sigma: 4.5",
+      "  spike_window: 20",
+      "  spike_max_in_row: 2",
+      "  straggler_threshold: 1.25",
+      "  straggler_reports: 7",
   }));
   EXPECT_EQ(c.name, "exp-7.b_c");
   EXPECT_EQ(c.seed, 18446744073709551615ull);
@@ -252,6 +257,11 @@ TEST(ConfigParseTest, EveryKeyIsRead) {
   EXPECT_EQ(c.train.workers, 4);
   EXPECT_EQ(c.train.max_restarts, 0);
   EXPECT_EQ(c.train.hang_timeout_s, 42.5);
+  EXPECT_EQ(c.train.spike_sigma, 4.5);
+  EXPECT_EQ(c.train.spike_window, 20);
+  EXPECT_EQ(c.train.spike_max_in_row, 2);
+  EXPECT_EQ(c.train.straggler_threshold, 1.25);
+  EXPECT_EQ(c.train.straggler_reports, 7);
 }
 
 TEST(ConfigParseTest, EnumsReadAndNameEveryValue) {
@@ -321,6 +331,8 @@ TEST(ConfigParseTest, YamlRoundTripIsExact) {
   c.train.hang_timeout_s = 0.1 + 0.2;
   c.eval.samples = {"a \"quoted\" prompt: #1", "line\nbreak", "caf\xc3\xa9"};
   c.eval.sample_tokens = 7;
+  c.train.spike_sigma = 0.0;
+  c.train.straggler_threshold = 1.0 + 1.0 / 3.0;
   const std::string yaml = RunConfigToYaml(c);
   RunConfig back = ParseOk(yaml);
   EXPECT_EQ(RunConfigToYaml(back), yaml);
@@ -343,6 +355,8 @@ TEST(ConfigParseTest, YamlRoundTripIsExact) {
   // No samples print as an empty list, which reads back as none.
   c.eval.samples.clear();
   EXPECT_TRUE(ParseOk(RunConfigToYaml(c)).eval.samples.empty());
+  EXPECT_EQ(back.train.spike_sigma, 0.0);
+  EXPECT_EQ(back.train.straggler_threshold, c.train.straggler_threshold);
 
   // Without a preset every dim is written, so it reads back as explicit dims.
   c.model.preset = "";
@@ -488,6 +502,17 @@ TEST(ConfigErrorTest, OutOfRange) {
                         "must be >= 0, got -1"));
   EXPECT_TRUE(FailsWith(base + "train:\n  max_restarts: -1\n", 4, "train.max_restarts",
                         "must be >= 0, got -1"));
+  EXPECT_TRUE(FailsWith(base + "train:\n  spike_sigma: -2\n", 4, "train.spike_sigma",
+                        "must be >= 0, got -2"));
+  EXPECT_TRUE(FailsWith(base + "train:\n  spike_window: 1\n", 4, "train.spike_window",
+                        "must be in [2, 100000], got 1"));
+  EXPECT_TRUE(FailsWith(base + "train:\n  spike_max_in_row: 0\n", 4, "train.spike_max_in_row",
+                        "must be in [1, 100000], got 0"));
+  EXPECT_TRUE(FailsWith(base + "train:\n  straggler_threshold: 0.9\n", 4,
+                        "train.straggler_threshold",
+                        "must be > 1 (a ratio to the other ranks' median) or 0 (off), got 0.9"));
+  EXPECT_TRUE(FailsWith(base + "train:\n  straggler_reports: 0\n", 4,
+                        "train.straggler_reports", "must be in [1, 100000], got 0"));
   EXPECT_TRUE(FailsWith(base + "name: a/b\n", 3, "name",
                         "may hold only letters, digits, '.', '_' and '-', got 'a/b'"));
   EXPECT_TRUE(FailsWith(base + "name: ''\n", 3, "name", "must not be empty"));

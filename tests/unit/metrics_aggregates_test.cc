@@ -77,6 +77,27 @@ TEST(RunAggregates, WorkerUpStateAndForgetting) {
   EXPECT_EQ(agg.Summary("a").status().code(), Code::kNotFound);
 }
 
+// forge_straggler{run_id,rank}: 0 for every reporting rank, 1 while one straggles, gone with
+// the rank or the run.
+TEST(RunAggregates, StragglerGaugePerRank) {
+  prometheus::Registry reg;
+  RunAggregates agg(reg);
+  agg.ReportRank("a", 0, Sample(10, 100, -1, 0.5));
+  agg.ReportRank("a", 1, Sample(10, 100, -1, 0.5));
+  EXPECT_EQ(SeriesValue(Exposition(reg), "forge_straggler", {{"run_id", "a"}, {"rank", "1"}}),
+            0.0);
+  agg.SetStraggler("a", 1, true);
+  agg.ReportRank("a", 1, Sample(11, 100, -1, 0.5));  // a new sample keeps the value
+  EXPECT_EQ(SeriesValue(Exposition(reg), "forge_straggler", {{"run_id", "a"}, {"rank", "1"}}),
+            1.0);
+  EXPECT_EQ(SeriesValue(Exposition(reg), "forge_straggler", {{"run_id", "a"}, {"rank", "0"}}),
+            0.0);
+  agg.ForgetRank("a", 1);
+  EXPECT_FALSE(SeriesValue(Exposition(reg), "forge_straggler", {{"run_id", "a"}, {"rank", "1"}}));
+  agg.ForgetRun("a");
+  EXPECT_FALSE(SeriesValue(Exposition(reg), "forge_straggler", {{"run_id", "a"}, {"rank", "0"}}));
+}
+
 TEST(RankSample, IsTheRanksShareOfTheGlobalRecord) {
   StepRecord r;
   r.step = 42;

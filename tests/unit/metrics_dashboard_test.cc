@@ -166,6 +166,7 @@ TEST(DashboardQueries, DashboardHasThePanelsAskedFor) {
     titles.insert(q.where);
   for (const char* t : {"Throughput", "MFU", "Loss", "Learning rate", "Step time (heatmap)",
                         "Per-rank step time", "Memory", "Comm vs compute", "Checkpoints",
+                        "Stragglers", "Loss spikes",
                         "GPU utilisation", "GPU temperature", "Throttle reasons", "template run_id"})
     EXPECT_TRUE(titles.count(t)) << t;
 }
@@ -177,7 +178,8 @@ TEST(DashboardQueries, AlertRulesNameOnlyExportedMetrics) {
   EXPECT_EQ(names, (std::set<std::string>{"ForgeWorkerDown", "ForgeRunStalled", "ForgeMfuDrop",
                                           "ForgeNonFiniteLoss", "ForgeStepsSkipped",
                                           "ForgeCheckpointOverdue", "ForgeGpuThrottling",
-                                          "ForgeRunHung"}));
+                                          "ForgeRunHung", "ForgeSpikeRollback",
+                                          "ForgeStraggler"}));
   ExpectClean(rules);
 }
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <utility>
 
 #include "../common/http_get.h"
 #include "metrics/metric_catalog.h"
@@ -114,6 +115,25 @@ TEST(WorkerMetrics, SkippedStepsCountOnce) {
     m.ObserveStep(r);
   }
   EXPECT_EQ(SeriesValue(Exposition(reg), "forge_skipped_steps_total"), 5.0);
+}
+
+// Loss spikes and spike rollbacks: running totals in the records, counted once each.
+TEST(WorkerMetrics, LossSpikesAndRollbacksCountOnce) {
+  prometheus::Registry reg;
+  WorkerMetrics m(reg, Options());
+  EXPECT_EQ(SeriesValue(Exposition(reg), "forge_loss_spikes_total"), 0.0);
+  EXPECT_EQ(SeriesValue(Exposition(reg), "forge_spike_rollbacks_total"), 0.0);
+  for (auto [spikes, rollbacks] : {std::pair{1, 0}, std::pair{1, 0}, std::pair{3, 1},
+                                   std::pair{3, 1}, std::pair{4, 1}}) {
+    StepRecord r = Record(10 + spikes, 10, 3.0f);
+    r.loss_spikes = spikes;
+    r.spike_rollbacks = rollbacks;
+    r.skipped_steps = spikes;
+    m.ObserveStep(r);
+  }
+  EXPECT_EQ(SeriesValue(Exposition(reg), "forge_loss_spikes_total"), 4.0);
+  EXPECT_EQ(SeriesValue(Exposition(reg), "forge_spike_rollbacks_total"), 1.0);
+  EXPECT_EQ(SeriesValue(Exposition(reg), "forge_skipped_steps_total"), 4.0);
 }
 
 TEST(WorkerMetrics, NoPeakNoMfuAndStatesAreChecked) {

@@ -3,7 +3,9 @@
 // A backend owns the parameters (master weights), AdamW moments and its activations.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -24,9 +26,26 @@ struct MicroBatch {
   const int32_t* targets = nullptr;
 };
 
+// Loss-spike limits for one step (worker/train/spike_guard.h); infinite: none.
+struct SpikeLimits {
+  float loss = std::numeric_limits<float>::infinity();
+  float grad_norm = std::numeric_limits<float>::infinity();
+  bool any() const { return std::isfinite(loss) || std::isfinite(grad_norm); }
+  // The backend's and the trainer's one test: a finite step above either limit.
+  bool Exceeded(float step_loss, float step_grad_norm) const {
+    return step_loss > loss || step_grad_norm > grad_norm;
+  }
+};
+
 struct StepHyper {
+  StepHyper() = default;
+  StepHyper(float lr_, int64_t step_) : lr(lr_), step(step_) {}
   float lr = 0.0f;
   int64_t step = 1;  // 1-based optimizer step (AdamW bias correction)
+  // A backend whose SkipsAboveLimits() is true skips the update of a step whose global loss
+  // or gradient norm exceeds these, as it skips a non-finite one (and counts it in
+  // StepStats::skipped_steps).
+  SpikeLimits skip_above;
 };
 
 struct StepStats {
@@ -69,6 +88,10 @@ class TrainBackend {
     (void)blobs;
     return Status::Ok();
   }
+
+  // Whether TrainStep honours StepHyper::skip_above (it then needs no more than the step's
+  // own global loss and gradient norm, which it has before the update).
+  virtual bool SkipsAboveLimits() const { return false; }
 
   // Mean loss of one micro-batch, no gradients.
   virtual Status EvalLoss(const MicroBatch& batch, float* loss) = 0;

@@ -219,9 +219,10 @@ class CpuBackend final : public TrainBackend {
     const float scale = (clip > 0.0f && norm > clip) ? clip / (norm + 1e-6f) : 1.0f;
 
     // AdamW on what this rank owns: the full unit (ddp) or its shard, split at tensor
-    // boundaries (weight decay is per tensor). Non-finite gradients (the norm is global, so
-    // every rank agrees) skip the update, as on the GPU.
-    const bool skip = !std::isfinite(norm);
+    // boundaries (weight decay is per tensor). Non-finite gradients skip the update, as on the
+    // GPU, and so does a loss spike (a loss or norm above the trainer's limits); the loss and
+    // the norm are global, so every rank agrees.
+    const bool skip = !std::isfinite(norm) || hyper.skip_above.Exceeded(loss, norm);
     if (skip) ++skipped_steps_;
     for (int u = 0; u < U && !skip; ++u) {
       // Element e of the unit lives at p[e - off] etc.: full buffers have off = 0, slots
@@ -269,6 +270,8 @@ class CpuBackend final : public TrainBackend {
     }
     return Status::Ok();
   }
+
+  bool SkipsAboveLimits() const override { return true; }
 
   Status EvalLoss(const MicroBatch& batch, float* loss) override {
     if (!params_ready_)

@@ -14,9 +14,9 @@
 #include "worker/hf/hf_import.h"
 #include "worker/model/init.h"
 #include "worker/optim/lr_schedule.h"
-#include "common/human_format.h"
 #include "worker/parallel/comm.h"
 #include "worker/train/cuda_backend.h"
+#include "worker/train/spike_guard.h"
 #include "worker/train/trainer_checkpoint.h"
 
 namespace forge {
@@ -58,6 +58,23 @@ void WriteRecord(std::ofstream* out, const StepRecord& r) {
     // Completions are model output: bytes that are not UTF-8 are replaced, not refused.
     *out << ",\"samples\":"
          << samples.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
+  if (r.loss_spikes > 0) {
+    n = std::snprintf(buf, sizeof buf, ",\"loss_spikes\":%ld", long(r.loss_spikes));
+    *out << std::string(buf, n);
+  }
+  if (r.loss_spike) {
+    n = std::snprintf(buf, sizeof buf, ",\"loss_spike\":true,\"data_cursor\":%ld",
+                      long(r.data_cursor));
+    *out << std::string(buf, n);
+  }
+  if (r.rollback) {
+    n = std::snprintf(buf, sizeof buf,
+                      ",\"spike_rollbacks\":%ld,\"rollback_to_step\":%ld,\"skip_from\":%ld,"
+                      "\"skip_to\":%ld",
+                      long(r.spike_rollbacks), long(r.rollback_to_step), long(r.skip_from),
+                      long(r.skip_to));
+    *out << std::string(buf, n);
   }
   if (r.checkpoint_step >= 0) {
     n = std::snprintf(buf, sizeof buf,
@@ -249,52 +266,193 @@ StatusOr<TrainResult> RunTraining(const RunConfig& cfg, TrainBackend* backend,
   int64_t window_steps = 0;
   double window_data_wait = 0.0;
   CudaTrainBackend* const cuda = dynamic_cast<CudaTrainBackend*>(backend);  // memory in records
+  // Loss spikes (spike_guard.h): the guard's window and the data windows left out come back
+  // with the checkpoint, so a resumed run decides and reads as the uninterrupted one.
+  SpikeGuard guard(cfg.train);
+  DataSkips skips;
+  if (auto it = start.extra.find(kSpikeGuardBlob); it != start.extra.end()) {
+    if (Status s = DecodeSpikeState(it->second, &guard, &skips); !s.ok()) {
+      const std::string w = "resume from " + start.dir + ": " + s.ToString() +
+                            "; spike statistics start afresh";
+      result.warnings.push_back(w);
+      if (leader) std::fprintf(stderr, "forge: warning: %s\n", w.c_str());
+    }
+  }
+  bool guard_on = guard.enabled();
+  if (guard_on && !backend->SkipsAboveLimits()) {
+    guard_on = false;
+    if (leader)
+      std::fprintf(stderr,
+                   "forge: note: the %s backend cannot skip a step before its update on a loss "
+                   "spike; spike detection (train.spike_sigma) is off for this run\n",
+                   backend->name());
+  }
+  auto spike_blobs = [&]() {
+    std::map<std::string, std::string> b;
+    b[kSpikeGuardBlob] = EncodeSpikeState(guard, skips);
+    return b;
+  };
+  int64_t progress = start.step;  // TrainOptions::step_done
+  int64_t non_finite_reported = 0;  // non-finite skipped steps already warned about
   int64_t cursor = start.data_cursor;  // global sequence index of the next global batch
   // Committed, not yet in a record (folded when more than one commits between two records).
   std::optional<CheckpointCommit> unreported;
   int unreported_count = 0;
+  auto take_commits = [&]() {
+    for (CheckpointCommit& c : ckpt->TakeCommits()) {
+      result.checkpoints.push_back(c.step);
+      result.checkpoint_blocked_s += c.blocked_s;
+      for (const std::string& w : c.warnings) {
+        result.warnings.push_back(w);
+        if (leader) std::fprintf(stderr, "forge: warning: %s\n", w.c_str());
+      }
+      if (leader && opt.print_progress) {
+        std::printf("checkpoint step_%ld: %s, training blocked %.3f s, written in %.3f s "
+                    "(%s/s)%s\n",
+                    long(c.step), FormatBytes(double(c.bytes)).c_str(), c.blocked_s, c.write_s,
+                    FormatBytes(c.bytes_per_s()).c_str(),
+                    c.removed.empty()
+                        ? ""
+                        : (", removed " + std::to_string(c.removed.size()) + " old").c_str());
+        std::fflush(stdout);
+      }
+      if (unreported) {  // fold: the record reports the newest step and the summed costs
+        c.blocked_s += unreported->blocked_s;
+        c.write_s += unreported->write_s;
+        c.bytes += unreported->bytes;
+      }
+      unreported = std::move(c);
+      ++unreported_count;
+    }
+  };
   for (int64_t step = start.step + 1; step <= total_steps; ++step) {
     const auto t0 = Clock::now();
+    cursor = skips.Apply(cursor);
+    const int64_t step_cursor = cursor;
     for (int k = 0; k < accum; ++k)
       FORGE_RETURN_IF_ERROR(data.train(cursor, k, inputs[k].data(), targets[k].data())
                                 .Annotate("training batch at cursor " + std::to_string(cursor)));
     window_data_wait += Seconds(t0, Clock::now());
-    const float lr = LearningRate(cfg.optimizer, cfg.schedule, step);
+    StepHyper hyper;
+    hyper.lr = LearningRate(cfg.optimizer, cfg.schedule, step);
+    hyper.step = step;
+    if (guard_on) hyper.skip_above = guard.Limits();
+    const float lr = hyper.lr;
     const bool last = step == total_steps;
-    const bool log = last || step == 1 || (cfg.train.log_every > 0 && step % cfg.train.log_every == 0);
+    bool log = last || step == 1 || (cfg.train.log_every > 0 && step % cfg.train.log_every == 0);
     StepStats stats;
-    FORGE_RETURN_IF_ERROR(
-        backend->TrainStep(micro, {lr, step}, log, &stats).Annotate("step " + std::to_string(step)));
+    // The guard judges every step, so with it on every step reports its loss and norm.
+    FORGE_RETURN_IF_ERROR(backend->TrainStep(micro, hyper, log || guard_on, &stats)
+                              .Annotate("step " + std::to_string(step)));
     cursor += cfg.batch.global_batch;
     const double dt = Seconds(t0, Clock::now());
     train_seconds += dt;
     window_seconds += dt;
     ++window_steps;
-    if (opt.step_done) opt.step_done->store(step);
+    if (opt.step_done) opt.step_done->store(++progress);
 
     StepRecord rec;
     rec.step = step;
     rec.lr = lr;
+    rec.data_cursor = step_cursor;
+    bool rollback = false, rolled_back = false;
     if (stats.valid) {
       rec.loss = stats.loss;
       rec.grad_norm = stats.grad_norm;
       if (step == 1) result.first_loss = stats.loss;
       result.final_train_loss = stats.loss;
-      // Skipped steps (non-finite gradients) are counted by the backend; say so once per
-      // logged window that had any, never silently.
-      if (stats.skipped_steps > result.skipped_steps) {
+      if (guard_on && guard.Observe(stats.loss, stats.grad_norm, hyper.skip_above, step,
+                                    step_cursor) == StepVerdict::kSpike) {
+        ++result.loss_spikes;
+        rec.loss_spike = true;
+        log = true;  // every spike gets a record
+        char buf[320];
+        std::snprintf(buf, sizeof buf,
+                      "loss spike at step %ld (data cursor %ld): loss %.4f, grad norm %.4g above "
+                      "the limits %.4f / %.4g (mean + %g sigma over the last %d steps); update "
+                      "skipped, %d in a row",
+                      long(step), long(step_cursor), stats.loss, stats.grad_norm,
+                      hyper.skip_above.loss, hyper.skip_above.grad_norm, guard.sigma(),
+                      guard.window(), guard.in_row());
+        rec.events.push_back(buf);
+        if (leader) std::fprintf(stderr, "forge: warning: %s\n", buf);
+        rollback = guard.RollbackDue();
+      }
+      // Skipped steps the guard did not call spikes had non-finite loss or gradients (counted
+      // by the backend); say so once per logged window that had any, never silently.
+      const int64_t non_finite = stats.skipped_steps - result.loss_spikes;
+      if (non_finite > non_finite_reported) {
         if (leader) {
           std::fprintf(stderr,
                        "forge: warning: step %ld: %ld optimizer step(s) skipped since the last "
                        "log (loss or gradients not finite; weights left unchanged), %ld in all\n",
-                       long(step), long(stats.skipped_steps - result.skipped_steps),
-                       long(stats.skipped_steps));
+                       long(step), long(non_finite - non_finite_reported), long(non_finite));
         }
-        result.skipped_steps = stats.skipped_steps;
+        non_finite_reported = non_finite;
       }
+      result.skipped_steps = stats.skipped_steps;
     }
     rec.skipped_steps = result.skipped_steps;
-    const bool eval = last || (cfg.eval.every_steps > 0 && step % cfg.eval.every_steps == 0);
+    rec.loss_spikes = result.loss_spikes;
+
+    if (rollback) {
+      // spike_max_in_row spikes in a row: back to the last committed checkpoint (a save in
+      // flight commits first), leaving out the data the spikes read. Every rank decides
+      // alike (global loss and norm), so all of them get here at the same step.
+      const int64_t from_step = step, first_step = guard.row_first_step();
+      skips.Add(guard.row_from_cursor(), cursor);
+      rec.rollback = true;
+      rec.skip_from = guard.row_from_cursor();
+      rec.skip_to = cursor;
+      int64_t to_step = -1;
+      std::string to_dir;
+      if (ckpt) {
+        if (ckpt->pending()) FORGE_RETURN_IF_ERROR(ckpt->Commit());
+        take_commits();
+        RunConfig latest = cfg;
+        latest.checkpoint.resume = "latest";
+        FORGE_ASSIGN_OR_RETURN(ResumePoint rp,
+                               ResumeTraining(latest, layout, backend, opt.comm, true));
+        if (!rp.dir.empty()) {
+          for (const std::string& w : rp.warnings) {  // damaged checkpoints passed over
+            result.warnings.push_back(w);
+            if (leader) std::fprintf(stderr, "forge: warning: %s\n", w.c_str());
+          }
+          rolled_back = true;
+          to_step = rp.step;
+          to_dir = rp.dir;
+          step = rp.step;  // the loop's ++step makes it the checkpoint's next step
+          cursor = rp.data_cursor;
+          // The statistics as of that checkpoint; the data windows left out are this run's.
+          if (auto it = rp.extra.find(kSpikeGuardBlob); it != rp.extra.end()) {
+            DataSkips theirs;
+            (void)DecodeSpikeState(it->second, &guard, &theirs);
+          }
+        }
+      }
+      guard.ClearRow();
+      ++result.spike_rollbacks;
+      rec.spike_rollbacks = result.spike_rollbacks;
+      rec.rollback_to_step = to_step;
+      char buf[400];
+      if (to_step >= 0)
+        std::snprintf(buf, sizeof buf,
+                      "%d loss spikes in a row (steps %ld-%ld): rolled back to checkpoint "
+                      "step_%ld, leaving out data cursors [%ld, %ld)",
+                      guard.max_in_row(), long(first_step), long(from_step),
+                      long(to_step), long(rec.skip_from), long(rec.skip_to));
+      else
+        std::snprintf(buf, sizeof buf,
+                      "%d loss spikes in a row (steps %ld-%ld): no committed checkpoint to roll "
+                      "back to; going on past data cursors [%ld, %ld)",
+                      guard.max_in_row(), long(first_step), long(from_step),
+                      long(rec.skip_from), long(rec.skip_to));
+      rec.events.push_back(buf);
+      if (leader) std::fprintf(stderr, "forge: warning: %s\n", buf);
+    }
+
+    const bool eval = !rolled_back &&
+                      (last || (cfg.eval.every_steps > 0 && step % cfg.eval.every_steps == 0));
     if (eval) {
       FORGE_ASSIGN_OR_RETURN(rec.val_loss, Evaluate(cfg, backend, data, opt.comm));
       result.final_val_loss = rec.val_loss;
@@ -306,7 +464,7 @@ StatusOr<TrainResult> RunTraining(const RunConfig& cfg, TrainBackend* backend,
     }
 
     bool stop = false;
-    if (ckpt) {
+    if (ckpt && !rolled_back) {  // a rollback's step boundary is the checkpoint it loaded
       bool written = false;
       // Part of the step's time: with a device backend this small collective is where the
       // host meets the other ranks (and may wait for its own GPU).
@@ -319,34 +477,10 @@ StatusOr<TrainResult> RunTraining(const RunConfig& cfg, TrainBackend* backend,
       if (stop || save_now || (every > 0 && (step % every == 0 || last))) {
         std::optional<DataUsage> usage;
         if (data.usage) usage = data.usage(cursor);
-        FORGE_RETURN_IF_ERROR(ckpt->Save(step, cursor, std::move(usage)));
+        FORGE_RETURN_IF_ERROR(ckpt->Save(step, cursor, std::move(usage), spike_blobs()));
         if (stop || last) FORGE_RETURN_IF_ERROR(ckpt->Commit());  // nothing left to overlap
       }
-      for (CheckpointCommit& c : ckpt->TakeCommits()) {
-        result.checkpoints.push_back(c.step);
-        result.checkpoint_blocked_s += c.blocked_s;
-        for (const std::string& w : c.warnings) {
-          result.warnings.push_back(w);
-          if (leader) std::fprintf(stderr, "forge: warning: %s\n", w.c_str());
-        }
-        if (leader && opt.print_progress) {
-          std::printf("checkpoint step_%ld: %s, training blocked %.3f s, written in %.3f s "
-                      "(%s/s)%s\n",
-                      long(c.step), FormatBytes(double(c.bytes)).c_str(), c.blocked_s, c.write_s,
-                      FormatBytes(c.bytes_per_s()).c_str(),
-                      c.removed.empty()
-                          ? ""
-                          : (", removed " + std::to_string(c.removed.size()) + " old").c_str());
-          std::fflush(stdout);
-        }
-        if (unreported) {  // fold: the record reports the newest step and the summed costs
-          c.blocked_s += unreported->blocked_s;
-          c.write_s += unreported->write_s;
-          c.bytes += unreported->bytes;
-        }
-        unreported = std::move(c);
-        ++unreported_count;
-      }
+      take_commits();
     }
 
     if (log || eval || (stop && unreported && stats.valid)) {
@@ -371,15 +505,17 @@ StatusOr<TrainResult> RunTraining(const RunConfig& cfg, TrainBackend* backend,
         unreported.reset();
         unreported_count = 0;
       }
+      rec.spike_rollbacks = result.spike_rollbacks;
       WriteRecord(&metrics, rec);
       if (opt.on_step) opt.on_step(rec);
       if (leader && opt.print_progress) {
-        const double eta =
-            train_seconds / double(step - start.step) * double(total_steps - step);
-        std::printf("step %ld/%ld | loss %.4f | lr %.2e | %s tok/s | ETA %s", long(step),
+        const double eta = train_seconds / double(progress - start.step) *
+                           double(std::max<int64_t>(0, total_steps - rec.step));
+        std::printf("step %ld/%ld | loss %.4f | lr %.2e | %s tok/s | ETA %s", long(rec.step),
                     long(total_steps), rec.loss, rec.lr, FormatRate(rec.tokens_per_s).c_str(),
                     FormatDuration(eta).c_str());
         if (rec.val_loss >= 0.0f) std::printf(" | val loss %.4f", rec.val_loss);
+        if (rec.loss_spike) std::printf(" | spike skipped");
         std::printf("\n");
         for (const EvalSample& e : rec.samples)  // JSON strings: one line each, whatever the text
           std::printf("sample | %s -> %s\n", JsonText(e.prompt).c_str(),
@@ -394,7 +530,7 @@ StatusOr<TrainResult> RunTraining(const RunConfig& cfg, TrainBackend* backend,
     }
   }
   result.seconds = train_seconds;
-  const int64_t trained = result.steps - start.step;
+  const int64_t trained = progress - start.step;  // replayed steps count too
   if (trained == 0 && !result.stopped) {
     // Resumed a run that had already finished: still report where it stands, so running the
     // same command twice is harmless and says what the first one reached.

@@ -73,10 +73,24 @@ struct StepRecord {
   // buffers (allocated; reserved is the same number, as it keeps no caching allocator) and the
   // high-water mark of the device memory it uses, library workspaces included (peak).
   int64_t gpu_allocated_bytes = 0, gpu_reserved_bytes = 0, gpu_peak_bytes = 0;
-  // Optimizer steps skipped so far in this process (non-finite loss or gradients).
+  // Optimizer steps skipped so far in this process (non-finite loss or gradients, and loss
+  // spikes).
   int64_t skipped_steps = 0;
   // At eval steps of a run with eval.samples (rank 0): the prompts' completions.
   std::vector<EvalSample> samples;
+  // Loss spikes (spike_guard.h): this step's update was skipped as one; the spikes and the
+  // rollbacks so far in this process; the global data cursor the step read at.
+  bool loss_spike = false;
+  int64_t loss_spikes = 0, spike_rollbacks = 0;
+  int64_t data_cursor = 0;
+  // Set when this step's spike was the spike_max_in_row-th in a row: the run went back to the
+  // checkpoint of rollback_to_step (its own state when there was none to load: -1) and leaves
+  // out the data cursors [skip_from, skip_to). The next record is of step rollback_to_step + 1.
+  bool rollback = false;
+  int64_t rollback_to_step = -1, skip_from = 0, skip_to = 0;
+  // What happened, in words, when the step was a spike (and then a rollback): rank 0
+  // forwards each line to the coordinator as a run event. Empty otherwise.
+  std::vector<std::string> events;
 };
 
 struct TrainOptions {
@@ -90,8 +104,10 @@ struct TrainOptions {
   // the validation loss; completes the prompts from the current weights (rank 0's answer goes
   // into the record; the others may return nothing). Reading the weights may be collective.
   std::function<StatusOr<std::vector<EvalSample>>(TrainBackend*)> eval_samples;
-  // Set to each optimizer step as it finishes, logged or not (the worker agent's heartbeats
-  // carry it: the coordinator's hang detection watches every rank's step advance).
+  // Advances by one as each optimizer step finishes, logged or not, from the step the run
+  // started at: the last step finished, unless a spike rollback replayed steps, after which it
+  // keeps counting up (the worker agent's heartbeats carry it: the coordinator's hang
+  // detection watches every rank's progress advance).
   std::atomic<int64_t>* step_done = nullptr;
   // Data-parallel group (null: one process). The backend must train over the same Comm and
   // `data.train` must return this rank's slice (FillTrainBatch with rank/world). Each rank
@@ -132,7 +148,9 @@ struct TrainResult {
   std::vector<int64_t> checkpoints;     // steps committed by this run
   double checkpoint_blocked_s = 0.0;    // summed over its saves (slowest rank each)
   std::vector<std::string> warnings;    // rank 0: resume fallbacks, retention failures
-  int64_t skipped_steps = 0;           // optimizer steps skipped (non-finite gradients)
+  int64_t skipped_steps = 0;           // optimizer steps skipped (non-finite or spikes)
+  int64_t loss_spikes = 0;             // of those, loss spikes (spike_guard.h)
+  int64_t spike_rollbacks = 0;         // rollbacks after spike_max_in_row spikes in a row
 };
 
 // Initialises the parameters from cfg.seed (or resumes, see above) and trains for the

@@ -158,6 +158,7 @@ StatusOr<ResumePoint> ResumeTraining(const RunConfig& cfg, const ParamLayout& la
   rp.step = full->trainer.step;
   rp.data_cursor = full->trainer.data_cursor;
   rp.data = full->manifest.data;
+  rp.extra = full->trainer.extra;
   rp.source_world = full->manifest.world_size;
   rp.source_mode = full->manifest.parallel_mode;
   return rp;
@@ -240,8 +241,8 @@ uint64_t TrainCheckpointer::pinned_bytes() const {
 
 bool TrainCheckpointer::writing() const { return !async_->Done(); }
 
-Status TrainCheckpointer::Save(int64_t step, int64_t data_cursor,
-                               std::optional<DataUsage> data) {
+Status TrainCheckpointer::Save(int64_t step, int64_t data_cursor, std::optional<DataUsage> data,
+                               std::map<std::string, std::string> trainer_blobs) {
   const auto t0 = std::chrono::steady_clock::now();
   if (pending()) FORGE_RETURN_IF_ERROR(Commit());
   UnitBuffers master, m, v;
@@ -279,6 +280,7 @@ Status TrainCheckpointer::Save(int64_t step, int64_t data_cursor,
   trainer.data = std::move(data);
   FORGE_RETURN_IF_ERROR(
       backend_->GetExtraState(&trainer.extra).Annotate("checkpoint: backend state"));
+  for (auto& [name, blob] : trainer_blobs) trainer.extra[name] = std::move(blob);
   state = ShardStateFromFull(layout_, comm_->rank(), comm_->world(), std::move(master),
                              std::move(m), std::move(v), std::move(trainer));
   FORGE_RETURN_IF_ERROR(async_->Save(StepDir(root_, step), std::move(state)));

@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -52,6 +53,8 @@ struct ResumePoint {
   std::string dir;  // the checkpoint loaded; empty: a fresh start
   int64_t step = 0, data_cursor = 0;
   std::optional<DataUsage> data;  // the checkpoint's data record, if it has one
+  // Its trainer-state blobs (the backend's and the trainer's own, e.g. kSpikeGuardBlob).
+  std::map<std::string, std::string> extra;
   int source_world = 0;     // the world size and parallel mode that saved it
   std::string source_mode;
   std::vector<std::string> warnings;  // on rank 0: damaged checkpoints skipped, dirs moved aside
@@ -97,7 +100,9 @@ class TrainCheckpointer {
   // Collective: starts saving the state after `step`. A pending save is committed first
   // (waiting for its write counts as stall). Returns once the shard is handed to the writer.
   // `data`: the data record at data_cursor (into the manifest), if the run keeps one.
-  Status Save(int64_t step, int64_t data_cursor, std::optional<DataUsage> data = std::nullopt);
+  // `trainer_blobs`: the trainer's own state blobs, saved beside the backend's.
+  Status Save(int64_t step, int64_t data_cursor, std::optional<DataUsage> data = std::nullopt,
+              std::map<std::string, std::string> trainer_blobs = {});
   // Collective: waits for this rank's write, gathers the reports and commits (see above).
   Status Commit();
   // Commits since the last call, oldest first.
