@@ -1,11 +1,11 @@
 // forge-bench: throughput of the CUDA training step for a model config, as one JSON line.
 //
 //   forge-bench --config configs/gpt350m.yaml [--micro-batch B] [--steps N] [--warmup W]
-//               [--recompute 0|1] [--precision bf16|fp8] [--fp8-lm-head 0|1]
+//               [--recompute none|selective|full] [--precision bf16|fp8] [--fp8-lm-head 0|1]
 //               [--fp8-fast-accum none|fprop|fprop_dgrad] [--recipe config|torch] [--profile]
 //
-// One micro-batch per optimizer step (global = micro), random tokens in [0, 50257) like the
-// PyTorch anchor (shared/anchors/torch_baseline.py). The first `warmup` steps (graph warm-up
+// One micro-batch per optimizer step (global = micro), random tokens in [0, vocab) like the
+// PyTorch anchors (shared/anchors/torch_baseline.py, torch_llama.py). The first `warmup` steps (graph warm-up
 // and capture included) are not timed; the next `steps` are timed with CUDA events on the
 // backend's stream. MFU = tokens/s * TrainFlopsPerToken / dense BF16 peak of the detected GPU
 // (--peak-tflops, or the config's metrics.peak_tflops, overrides). The config's `engine:` keys
@@ -54,7 +54,7 @@ struct Args {
   int micro_batch = 0;  // 0: the config's
   int steps = 20;
   int warmup = 3;
-  int recompute = -1;   // -1: the config's
+  std::string recompute;  // none|selective|full; empty: the config's
   int cuda_graph = -1;  // --cuda-graph; -1: the config's engine.cuda_graph
   std::string precision;  // "": the config's
   int fp8_lm_head = -1;   // -1: the config's
@@ -73,7 +73,7 @@ FlagParser MakeFlags() {
   f.Value("--micro-batch", "B", "sequences per step (default: the config's)");
   f.Value("--steps", "N", "timed steps (default 20)");
   f.Value("--warmup", "W", "untimed steps first, >= 1 (default 3)");
-  f.Value("--recompute", "0|1", "activation recompute (default: the config's)");
+  f.Value("--recompute", "none|selective|full", "activation recompute (default: the config's)");
   f.Value("--cuda-graph", "0|1", "replay the step as a CUDA graph (default: engine.cuda_graph)");
   f.Value("--precision", "bf16|fp8", "compute precision (default: the config's)");
   f.Value("--fp8-lm-head", "0|1", "the LM head in FP8 too (default: the config's)");
@@ -97,8 +97,9 @@ std::string ReadArgs(const FlagParser& f, Args* a) {
     return bad("--micro-batch");
   if (!bench::FlagInt(f, "--steps", &a->steps) || a->steps <= 0) return bad("--steps");
   if (!bench::FlagInt(f, "--warmup", &a->warmup) || a->warmup < 1) return bad("--warmup");
-  if (!bench::FlagInt(f, "--recompute", &a->recompute) ||
-      (f.Has("--recompute") && a->recompute != 0 && a->recompute != 1))
+  a->recompute = f.Get("--recompute");
+  if (!a->recompute.empty() && a->recompute != "none" && a->recompute != "selective" &&
+      a->recompute != "full")
     return bad("--recompute");
   if (!bench::FlagInt(f, "--cuda-graph", &a->cuda_graph) ||
       (f.Has("--cuda-graph") && a->cuda_graph != 0 && a->cuda_graph != 1))
@@ -156,7 +157,11 @@ int Run(int argc, char** argv) {
   RunConfig cfg = loaded.value();
   if (args.micro_batch > 0) cfg.batch.micro_batch = args.micro_batch;
   cfg.batch.global_batch = cfg.batch.micro_batch;
-  if (args.recompute >= 0) cfg.train.activation_recompute = args.recompute == 1;
+  if (!args.recompute.empty()) {
+    cfg.train.activation_recompute = args.recompute == "full"        ? Recompute::kFull
+                                     : args.recompute == "selective" ? Recompute::kSelective
+                                                                     : Recompute::kNone;
+  }
   if (args.precision == "bf16") cfg.precision.compute = Precision::kBf16;
   if (args.precision == "fp8") cfg.precision.compute = Precision::kFp8;
   if (args.fp8_lm_head >= 0) cfg.precision.fp8.lm_head = args.fp8_lm_head == 1;
@@ -190,10 +195,11 @@ int Run(int argc, char** argv) {
   if (!made.ok()) return Fail(made.status().ToString());
   std::unique_ptr<CudaTrainBackend> backend = std::move(made).value();
 
-  // Random tokens like the anchor (torch.randint(0, 50257)), clamped to the model's vocabulary.
+  // Random tokens over the model's vocabulary, as the anchors draw them (torch.randint(0, V):
+  // 50257 for the GPT presets, 128256 for the Llama ones).
   const int64_t n = int64_t{cfg.batch.micro_batch} * m.seq_len;
   std::mt19937_64 rng(cfg.seed);
-  std::uniform_int_distribution<int32_t> tok(0, std::min(50257, m.vocab) - 1);
+  std::uniform_int_distribution<int32_t> tok(0, m.vocab - 1);
   std::vector<int32_t> inputs(n), targets(n);
   for (auto& t : inputs) t = tok(rng);
   for (auto& t : targets) t = tok(rng);
@@ -254,7 +260,7 @@ int Run(int argc, char** argv) {
   out["first_step_s"] = first_step_s;
   out["gpu"] = gpu;
   out["peak_tflops"] = peak_tflops;
-  out["recompute"] = cfg.train.activation_recompute;
+  out["recompute"] = RecomputeName(cfg.train.activation_recompute);
   out["precision"] = PrecisionName(cfg.precision.compute);
   out["fp8_lm_head"] = cfg.precision.compute == Precision::kFp8 && cfg.precision.fp8.lm_head;
   out["fp8_lm_head_wgrad"] = out["fp8_lm_head"].get<bool>() && options.fp8_lm_head_wgrad;

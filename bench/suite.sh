@@ -12,6 +12,10 @@
 #   single-gpu    forge-bench gpt350m B 16 and 24 and gpt124m B 16 in BF16, gpt350m in FP8 and
 #                 FP8 with the FP8 LM head (--steps 30, CUDA graph replay), then the compiled
 #                 PyTorch anchor (torch_baseline.py) for the same shapes on the same GPU
+#   llama         forge-bench llama3-1b (T 8192) B 2 on one GPU in BF16 with activation recompute
+#                 none, selective and full, and in FP8 (--steps 10); then torch_llama.py (FSDP2
+#                 recipe: per-block compile, flash SDPA with GQA) llama1b B 2 with checkpointing
+#                 none and full on the same GPU
 #   multi-gpu     forge-dist-bench gpt350m B 16 per GPU on N GPUs: ddp (fp32 and bf16 gradient
 #                 collectives), zero1, fsdp, and ddp with distinct batches and the one-GPU
 #                 accumulation check; then torch_dist.py ddp and fsdp on the same GPUs
@@ -49,7 +53,7 @@
 set -u -o pipefail
 cd "$(dirname "$0")/.." || exit 2
 
-suites="single-gpu multi-gpu fp8-accuracy generation gpu-tests profile"
+suites="single-gpu llama multi-gpu fp8-accuracy generation gpu-tests profile"
 header() { sed -n '2,/^[^#]/p' "$0" | sed -n 's/^# \{0,1\}//p'; }
 usage() {
   echo "usage:" >&2
@@ -184,6 +188,24 @@ single_gpu() {
   done
   $anchor && step torch $((deadline - SECONDS > 60 ? deadline - SECONDS : 60)) \
     env PYTHONUNBUFFERED=1 "$py" "$dev/torch_baseline.py" gpt350m:16:c gpt350m:24:c gpt124m:16:c
+}
+
+llama() {
+  gpu_line
+  local r
+  for r in none selective full; do
+    step "llama3-1b-b2-bf16-$r" 150 "$run" forge-bench --config configs/llama3-1b.yaml \
+      --micro-batch 2 --steps 10 --precision bf16 --recompute "$r"
+  done
+  step "llama3-1b-b2-fp8-none" 150 "$run" forge-bench --config configs/llama3-1b.yaml \
+    --micro-batch 2 --steps 10 --precision fp8 --recompute none
+  if $anchor; then
+    for r in none full; do
+      step "torch-llama1b-b2-$r" 240 env STEPS=10 PYTHONUNBUFFERED=1 "$py" -m \
+        torch.distributed.run --standalone --nproc_per_node=1 "$dev/torch_llama.py" llama1b 2 8192 \
+        "ac=$r"
+    done
+  fi
 }
 
 multi_gpu() {
@@ -326,6 +348,7 @@ profile() {
 
 case $suite in
   single-gpu) single_gpu ;;
+  llama) llama ;;
   multi-gpu) multi_gpu ;;
   fp8-accuracy) fp8_accuracy ;;
   generation) generation ;;

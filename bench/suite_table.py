@@ -7,6 +7,9 @@ Each line is one object tagged "suite" and "label". Lines of each suite become t
 tables, in the order the suites first appear:
   single-gpu    forge-bench and torch_baseline.py lines: one row a run, with the ratio to Forge
                 BF16 (same model, micro-batch and build) and to PyTorch (same model and batch)
+  llama         forge-bench and torch_llama.py lines: one row a run, with the ratio to the
+                PyTorch recipe's fastest run (no checkpointing) and to its run at the same
+                recompute setting (full: full checkpointing)
   multi-gpu     forge-dist-bench and torch_dist.py lines: one row a run, the ratio of ddp and
                 fsdp to PyTorch's DDP and FSDP2 at the same world size; the accumulation check
   fp8-accuracy  validation losses by step, one column a run, each against the first run
@@ -91,6 +94,33 @@ def single_gpu(lines):
                     [fmt(t["step_ms"]), fmt(round(t["tokens_per_s"])), pct(t.get("mfu")),
                      fmt(t.get("peak_mem_gib")), fmt(t.get("warm_s"), 1), "", "1.000x"])
     rows.sort(key=lambda r: (r[0], int(r[1])))
+    return [table(header, rows)]
+
+
+# torch_llama.py's model names for the Llama presets.
+TORCH_LLAMA = {"llama1b": "llama3-1b", "llama3b": "llama3-3b", "llama8b": "llama3-8b"}
+
+
+def llama(lines):
+    forge = [l for l in lines if "tokens_per_s" in l and "recompute" in l]
+    torch = {(TORCH_LLAMA.get(l["model"], l["model"]), l["B"], l["ac"]): l for l in lines
+             if "tokens_per_s_per_gpu" in l and "ac" in l}
+    header = ["model", "B", "run", "recompute", "step ms", "tokens/s", "MFU", "peak GiB",
+              "vs PyTorch (none)", "vs PyTorch (same recompute)"]
+    rows = []
+    for l in forge:
+        key = (l["model"], l["B"])
+        fastest, same = torch.get(key + ("none",)), torch.get(key + (l["recompute"],))
+        rows.append([l["model"], str(l["B"]), "Forge " + PRECISION.get(
+                         (l["precision"], bool(l.get("fp8_lm_head"))), l["precision"]),
+                     l["recompute"], fmt(l["step_ms"]), fmt(round(l["tokens_per_s"])),
+                     pct(l.get("mfu")), fmt(l.get("peak_mem_gib")),
+                     ratio(l["tokens_per_s"], fastest and fastest["tokens_per_s_per_gpu"]),
+                     ratio(l["tokens_per_s"], same and same["tokens_per_s_per_gpu"])])
+    for (model, b, ac), t in torch.items():
+        rows.append([model, str(b), "PyTorch FSDP2 recipe BF16", ac, fmt(t["step_ms"]),
+                     fmt(round(t["tokens_per_s_per_gpu"])), pct(t.get("mfu")),
+                     fmt(t.get("peak_mem_gib")), "", ""])
     return [table(header, rows)]
 
 
@@ -235,7 +265,7 @@ def profile(lines):
     return out
 
 
-SUITES = {"single-gpu": single_gpu, "multi-gpu": multi_gpu, "fp8-accuracy": fp8_accuracy,
+SUITES = {"single-gpu": single_gpu, "llama": llama, "multi-gpu": multi_gpu, "fp8-accuracy": fp8_accuracy,
           "generation": generation, "gpu-tests": gpu_tests, "profile": profile}
 
 

@@ -179,7 +179,7 @@ Status RunFused(const RandomPool& pool, Timer& timer, int sets, cuda::GemmRunner
   FORGE_RETURN_IF_ERROR(RandomSets(pool, sets, size_t(M * d), 100, &x));
   FORGE_RETURN_IF_ERROR(RandomSets(pool, sets, size_t(qkv * d), 101, &wq));
   FORGE_RETURN_IF_ERROR(RandomSets(pool, sets, size_t(2 * ffn * d), 102, &wgu));
-  DevBuf y_ref, y, gu_ref, gu, h_ref, h, table;
+  DevBuf y_ref, y, gu_ref, gu, h_ref, h, table, freq;
   FORGE_RETURN_IF_ERROR(Alloc(&y_ref, size_t(M * qkv) * 2));
   FORGE_RETURN_IF_ERROR(Alloc(&y, size_t(M * qkv) * 2));
   FORGE_RETURN_IF_ERROR(Alloc(&gu_ref, size_t(M * 2 * ffn) * 2));
@@ -188,13 +188,17 @@ Status RunFused(const RandomPool& pool, Timer& timer, int sets, cuda::GemmRunner
   FORGE_RETURN_IF_ERROR(Alloc(&h, size_t(M * ffn) * 2));
   FORGE_RETURN_IF_ERROR(Alloc(&table, size_t(T * hd / 2) * sizeof(float2)));
   auto* sin_cos = static_cast<float2*>(table.p);
-  FORGE_RETURN_IF_ERROR(cuda::RopeSinCosTable(sin_cos, T, hd, 10000.0f, stream));
+  FORGE_RETURN_IF_ERROR(Alloc(&freq, size_t(hd / 2) * sizeof(float)));
+  const auto* inv_freq = static_cast<const float*>(freq.p);
+  FORGE_RETURN_IF_ERROR(
+      cuda::RopePlainInverseFrequencies(static_cast<float*>(freq.p), hd, 10000.0f, stream));
+  FORGE_RETURN_IF_ERROR(cuda::RopeSinCosTable(sin_cos, T, hd, inv_freq, stream));
 
   auto qkv_ref = [&](int i) -> Status {
     cuda::GemmArgs g;
     g.M = M, g.N = qkv, g.K = d, g.A = x[size_t(i)].p, g.B = wq[size_t(i)].p, g.D = y_ref.p;
     FORGE_RETURN_IF_ERROR(lt.Run(g, stream));
-    return cuda::RopeApply(static_cast<cuda::bf16*>(y_ref.p), int(M / T), T, H, H, hd, 10000.0f,
+    return cuda::RopeApply(static_cast<cuda::bf16*>(y_ref.p), int(M / T), T, H, H, hd, inv_freq,
                            false, stream);
   };
   auto qkv_ours = [&](int i) {
@@ -304,15 +308,19 @@ Status RunFp8(const RandomPool& pool, Timer& timer, int sets, cuda::GemmRunner& 
   FORGE_RETURN_IF_ERROR(fp8_sets(M, d, 200, &x));
   FORGE_RETURN_IF_ERROR(fp8_sets(2 * ffn, d, 201, &wgu));
   FORGE_RETURN_IF_ERROR(fp8_sets(3 * d, d, 202, &wqkv));
-  DevBuf qkv_ref, qkv, gu_ref, gu, q_ref, qt_ref, q, qt, sin_cos_buf;
+  DevBuf qkv_ref, qkv, gu_ref, gu, q_ref, qt_ref, q, qt, sin_cos_buf, freq;
   for (DevBuf* b : {&qkv_ref, &qkv}) FORGE_RETURN_IF_ERROR(Alloc(b, size_t(M * 3 * d) * 2));
   for (DevBuf* b : {&gu_ref, &gu}) FORGE_RETURN_IF_ERROR(Alloc(b, size_t(M * 2 * ffn) * 2));
   for (DevBuf* b : {&q_ref, &qt_ref, &q, &qt}) FORGE_RETURN_IF_ERROR(Alloc(b, size_t(M * ffn)));
   const int T = 1024, H = 16, hd = 64;
   FORGE_RETURN_IF_ERROR(Alloc(&sin_cos_buf, size_t(T) * (hd / 2) * sizeof(float2)));
   const auto* sin_cos = static_cast<const float2*>(sin_cos_buf.p);
+  FORGE_RETURN_IF_ERROR(Alloc(&freq, size_t(hd / 2) * sizeof(float)));
+  const auto* inv_freq = static_cast<const float*>(freq.p);
   FORGE_RETURN_IF_ERROR(
-      cuda::RopeSinCosTable(static_cast<float2*>(sin_cos_buf.p), T, hd, 10000.0f, stream));
+      cuda::RopePlainInverseFrequencies(static_cast<float*>(freq.p), hd, 10000.0f, stream));
+  FORGE_RETURN_IF_ERROR(
+      cuda::RopeSinCosTable(static_cast<float2*>(sin_cos_buf.p), T, hd, inv_freq, stream));
 
   // x W^T for set i with W of `w`'s sets ([n, d]), into `out` (cuBLASLt) or as our GEMM's args.
   auto lt_gemm = [&](int i, const std::vector<DevBuf>& w, int64_t n, void* out) {
@@ -341,7 +349,7 @@ Status RunFp8(const RandomPool& pool, Timer& timer, int sets, cuda::GemmRunner& 
       [&](int i) -> Status {
         FORGE_RETURN_IF_ERROR(lt_gemm(i, wqkv, 3 * d, qkv_ref.p));
         return cuda::RopeApply(static_cast<cuda::bf16*>(qkv_ref.p), int(M / T), T, H, H, hd,
-                               10000.0f, /*inverse=*/false, stream);
+                               inv_freq, /*inverse=*/false, stream);
       },
       [&](int i) {
         cuda::WgmmaGemmArgs g = ours_gemm(i, wqkv, 3 * d, qkv.p);

@@ -63,6 +63,12 @@ constexpr std::array<NamedValue<AttentionBackward>, 2> kAttentionBackwardNames{{
     {"flash", AttentionBackward::kFlash}, {"cudnn", AttentionBackward::kCudnn}}};
 constexpr std::array<NamedValue<RopeScalingType>, 2> kRopeScalingNames{{
     {"none", RopeScalingType::kNone}, {"llama3", RopeScalingType::kLlama3}}};
+// The first name of a value is the one printed.
+constexpr std::array<NamedValue<Recompute>, 5> kRecomputeNames{{{"none", Recompute::kNone},
+                                                                {"selective", Recompute::kSelective},
+                                                                {"full", Recompute::kFull},
+                                                                {"true", Recompute::kFull},
+                                                                {"false", Recompute::kNone}}};
 constexpr std::array<NamedValue<Backend>, 3> kBackendNames{{
     {"auto", Backend::kAuto}, {"cpu", Backend::kCpu}, {"cuda", Backend::kCuda}}};
 
@@ -880,7 +886,8 @@ Status ReadSections(Reader& r, const Entries& top, RunConfig* c) {
                                    "straggler_reports"},
                                   &e));
   FORGE_RETURN_IF_ERROR(r.ReadEnum(e, "train", "backend", kBackendNames, &t.backend));
-  FORGE_RETURN_IF_ERROR(r.ReadBool(e, "train", "activation_recompute", &t.activation_recompute));
+  FORGE_RETURN_IF_ERROR(
+      r.ReadEnum(e, "train", "activation_recompute", kRecomputeNames, &t.activation_recompute));
   FORGE_RETURN_IF_ERROR(r.ReadInt(e, "train", "log_every", &t.log_every));
   FORGE_RETURN_IF_ERROR(r.ReadString(e, "train", "run_dir", &t.run_dir));
   FORGE_RETURN_IF_ERROR(r.ReadInt(e, "train", "workers", &t.workers));
@@ -1043,6 +1050,7 @@ const char* InitSchemeName(InitScheme i) { return NameOf(kInitNames, i); }
 const char* Fp8FastAccumName(Fp8FastAccum f) { return NameOf(kFp8FastAccumNames, f); }
 const char* DecayKindName(DecayKind d) { return NameOf(kDecayNames, d); }
 const char* BackendName(Backend b) { return NameOf(kBackendNames, b); }
+const char* RecomputeName(Recompute r) { return NameOf(kRecomputeNames, r); }
 const char* Fp8RecipeName(Fp8Recipe r) { return NameOf(kFp8RecipeNames, r); }
 const char* AttentionBackwardName(AttentionBackward a) {
   return NameOf(kAttentionBackwardNames, a);
@@ -1152,7 +1160,7 @@ std::string RunConfigToYaml(const RunConfig& c) {
   const TrainConfig& t = c.train;
   y << "train:\n"
     << "  backend: " << BackendName(t.backend) << "\n"
-    << "  activation_recompute: " << BoolText(t.activation_recompute) << "\n"
+    << "  activation_recompute: " << RecomputeName(t.activation_recompute) << "\n"
     << "  log_every: " << t.log_every << "\n"
     << "  run_dir: " << Quote(t.run_dir) << "\n"
     << "  workers: " << t.workers << "\n"

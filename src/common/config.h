@@ -127,6 +127,14 @@ struct BatchConfig {
 enum class Precision { kFp32, kBf16, kFp8 };
 enum class Backend { kAuto, kCpu, kCuda };
 
+// `train.activation_recompute`: what the backward pass recomputes rather than keeps (cuda
+// backend; the CPU reference keeps everything). none: every block's activations are kept.
+// selective: the GEMM and attention outputs are kept, the RMSNorm and SwiGLU outputs (inputs of
+// the weight-gradient GEMMs) are recomputed from them, saving (2 d_model + ffn) x 2 bytes a
+// token and block. full: only each block's input is kept; the block runs forward again.
+// true and false read as full and none.
+enum class Recompute { kNone, kSelective, kFull };
+
 // FP8 per-tensor scaling (`precision.fp8`, used when compute is fp8; worker/model/fp8_scaling.h
 // implements the recipes): scale = fp8_max / amax / 2^margin, where amax is the max over the
 // last `amax_history` steps' amaxes (delayed) or this step's amax of the tensor (current).
@@ -197,7 +205,7 @@ struct EvalConfig {
 
 struct TrainConfig {
   Backend backend = Backend::kAuto;
-  bool activation_recompute = false;
+  Recompute activation_recompute = Recompute::kNone;
   int log_every = 10;
   std::string run_dir = "runs/default";
   // Under a coordinator (forge-coordinator, `forge train`): how many workers the run is placed
@@ -300,6 +308,7 @@ const char* InitSchemeName(InitScheme i);
 const char* Fp8FastAccumName(Fp8FastAccum f);
 const char* DecayKindName(DecayKind d);
 const char* BackendName(Backend b);
+const char* RecomputeName(Recompute r);
 const char* Fp8RecipeName(Fp8Recipe r);
 const char* AttentionBackwardName(AttentionBackward a);
 const char* RopeScalingTypeName(RopeScalingType t);

@@ -46,8 +46,17 @@ using test::RelFrobenius;
 constexpr int kSteps = 6;
 
 RunConfig Config(ParallelMode mode, int world, int accum, GradReduce grad_reduce,
-                 Precision precision, bool fp8_lm_head = false) {
+                 Precision precision, bool fp8_lm_head = false, bool llama = false) {
   RunConfig c = test::TinyGpuConfig("gpu-data-parallel-test");
+  if (llama) {  // the Llama knobs: heads of 64 (width 256 over d 128), GQA 2:1, untied head,
+                // RoPE scaling, QK-norm
+    c.model.explicit_head_dim = 64, c.model.n_kv_head = 2;
+    c.model.tie_embeddings = false;
+    c.model.rope_theta = 500000.0f;
+    c.model.rope_scaling.type = RopeScalingType::kLlama3;
+    c.model.rope_scaling.original_max_position_embeddings = 16;
+    c.model.qk_norm = true;
+  }
   c.precision.compute = precision;
   c.precision.fp8.lm_head = fp8_lm_head;
   c.batch.global_batch = c.batch.micro_batch * world * accum;
@@ -200,6 +209,7 @@ struct Case {
   GradReduce grad_reduce = GradReduce::kFp32;
   Precision precision = Precision::kBf16;
   bool fp8_lm_head = false;  // precision.fp8.lm_head: its scaling slots are shared too
+  bool llama = false;        // the Llama architecture knobs (Config)
 };
 
 class CudaDataParallelTest : public ::testing::TestWithParam<Case> {};
@@ -208,7 +218,8 @@ TEST_P(CudaDataParallelTest, MatchesOneGpuAndIsDeterministic) {
   FORGE_SKIP_WITHOUT_GPU();
   const Case k = GetParam();
   if (NcclVisibleDevices() < k.world) GTEST_SKIP() << "needs " << k.world << " GPUs";
-  RunConfig c = Config(k.mode, k.world, k.accum, k.grad_reduce, k.precision, k.fp8_lm_head);
+  RunConfig c =
+      Config(k.mode, k.world, k.accum, k.grad_reduce, k.precision, k.fp8_lm_head, k.llama);
   const Tolerances tol = TolerancesFor(k.grad_reduce, k.precision);
   const auto batches = MakeBatches(c, k.world * k.accum);
 
@@ -345,13 +356,22 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{2, ParallelMode::kZero1, 1, GradReduce::kFp32, Precision::kFp8},
                       Case{2, ParallelMode::kFsdp, 2, GradReduce::kFp32, Precision::kFp8},
                       Case{2, ParallelMode::kDdp, 2, GradReduce::kFp32, Precision::kFp8, true},
-                      Case{2, ParallelMode::kFsdp, 1, GradReduce::kFp32, Precision::kFp8, true}),
+                      Case{2, ParallelMode::kFsdp, 1, GradReduce::kFp32, Precision::kFp8, true},
+                      Case{2, ParallelMode::kDdp, 2, GradReduce::kFp32, Precision::kBf16, false,
+                           true},
+                      Case{2, ParallelMode::kFsdp, 2, GradReduce::kFp32, Precision::kBf16, false,
+                           true},
+                      Case{4, ParallelMode::kFsdp, 1, GradReduce::kFp32, Precision::kBf16, false,
+                           true},
+                      Case{2, ParallelMode::kZero2, 1, GradReduce::kFp32, Precision::kFp8, true,
+                           true}),
     [](const ::testing::TestParamInfo<Case>& i) {
       const bool bf16 = i.param.grad_reduce == GradReduce::kBf16;
       const bool fp8 = i.param.precision == Precision::kFp8;
       return std::string(ParallelModeName(i.param.mode)) + "_" + std::to_string(i.param.world) +
              "gpus_accum" + std::to_string(i.param.accum) + (bf16 ? "_bf16grads" : "") +
-             (fp8 ? "_fp8" : "") + (i.param.fp8_lm_head ? "_lmhead" : "");
+             (fp8 ? "_fp8" : "") + (i.param.fp8_lm_head ? "_lmhead" : "") +
+             (i.param.llama ? "_llama" : "");
     });
 
 }  // namespace

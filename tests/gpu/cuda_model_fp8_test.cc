@@ -319,6 +319,36 @@ TEST(GpuFp8Step, LmHeadWeightGradientInFp8MatchesCpu) {
   }
 }
 
+// The Llama knobs in FP8: an attention width other than d_model (GQA 2:1, heads of 64), an
+// untied LM head (its GEMMs in FP8 too), Llama 3.1's RoPE scaling, and QK-norm (which keeps
+// RoPE out of the FP8 GEMM epilogue and casts), against the CPU's gradients and trajectory.
+TEST(GpuFp8Step, LlamaKnobsMatchCpu) {
+  FORGE_SKIP_WITHOUT_GPU();
+  for (const bool qk_norm : {false, true}) {
+    SCOPED_TRACE(qk_norm ? "qk_norm" : "no qk_norm");
+    RunConfig c = Fp8Config(Fp8Recipe::kDelayed, /*lm_head=*/true, Fp8FastAccum::kFpropDgrad);
+    c.model.explicit_head_dim = 64, c.model.n_kv_head = 2;
+    c.model.tie_embeddings = false;
+    c.model.rope_theta = 500000.0f;
+    c.model.rope_scaling.type = RopeScalingType::kLlama3;
+    c.model.rope_scaling.original_max_position_embeddings = 16;
+    c.model.qk_norm = qk_norm;
+    CudaBackendOptions o;
+    o.lm_head_chunk_rows = 64;
+    test::ExpectGradientsMatchCpu(c, 2, o, /*loss_tol=*/2e-2, /*grad_tol=*/0.15);
+    auto [cpu, gpu] = test::MakeCpuAndGpu(c);
+    ASSERT_NE(gpu, nullptr);
+    const auto batches = MakeBatches(c, 30, 23);
+    for (int step = 1; step <= 30; ++step) {
+      const StepHyper hyper{c.optimizer.lr, step};
+      StepStats s_cpu, s_gpu;
+      ASSERT_STATUS_OK(cpu->TrainStep(Views(batches, step - 1, 1), hyper, true, &s_cpu));
+      ASSERT_STATUS_OK(gpu->TrainStep(Views(batches, step - 1, 1), hyper, true, &s_gpu));
+      EXPECT_NEAR(s_gpu.loss, s_cpu.loss, 5e-2 * std::fabs(s_cpu.loss)) << "step " << step;
+    }
+  }
+}
+
 // Recompute re-casts the same inputs with the same scales (delayed) or the same measured amax
 // (current): the saved transposed casts are bitwise those of the first forward.
 TEST_P(GpuFp8Model, RecomputeMatchesSavedActivations) {
@@ -326,7 +356,7 @@ TEST_P(GpuFp8Model, RecomputeMatchesSavedActivations) {
   RunConfig c = Fp8Config(GetParam().recipe, GetParam().lm_head, GetParam().fast_accum);
   c.batch.global_batch = 8;
   RunConfig r = c;
-  r.train.activation_recompute = true;
+  r.train.activation_recompute = Recompute::kFull;
   ExpectSameWeights(TenSteps(c, {}, nullptr), TenSteps(r, {}, nullptr));
 }
 

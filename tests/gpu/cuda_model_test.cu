@@ -226,30 +226,42 @@ TEST(GpuModel, GraphReplayMatchesEager) {
   }
 }
 
-// Recomputing each block's forward inside backward reruns the same kernels on the same inputs,
-// so gradients are bitwise those of saved activations.
+// Recomputing inside backward reruns the same kernels on the same inputs (full: each block's
+// forward; selective: its norms and SwiGLU, with and without the epilogue GEMMs that write them
+// in the forward), so gradients are bitwise those of saved activations, in less memory.
 TEST(GpuModel, RecomputeMatchesSavedActivations) {
   FORGE_SKIP_WITHOUT_GPU();
-  RunConfig c = TinyConfig();
-  c.batch.global_batch = 8;
-  RunConfig r = c;
-  r.train.activation_recompute = true;
-  auto saved = MakeGpu(c);
-  auto recompute = MakeGpu(r);
-  ASSERT_NE(saved, nullptr);
-  ASSERT_NE(recompute, nullptr);
-  const auto batches = MakeBatches(c, 2, 51);
-  UnitBuffers ga, gb;
-  float la = 0.0f, lb = 0.0f;
-  ASSERT_STATUS_OK(saved->ComputeGradients(Views(batches, 0, 2), &ga, &la));
-  ASSERT_STATUS_OK(recompute->ComputeGradients(Views(batches, 0, 2), &gb, &lb));
-  EXPECT_EQ(la, lb);
-  for (size_t u = 0; u < ga.size(); ++u) {
-    EXPECT_TRUE(test::BitwiseEqual(ga[u], gb[u]))
-        << "gradient of unit " << u << " (max rel err "
-        << RelFrobenius(gb[u], ga[u]) << ")";
+  for (const int d : {128, 256}) {  // d 256: heads of 64, the RoPE / SwiGLU epilogue GEMMs
+    RunConfig c = TinyConfig();
+    c.model.d_model = d;
+    c.model.n_layer = 4;
+    c.batch.global_batch = 8;
+    auto saved = MakeGpu(c);
+    ASSERT_NE(saved, nullptr);
+    const auto batches = MakeBatches(c, 2, 51);
+    UnitBuffers ga;
+    float la = 0.0f;
+    ASSERT_STATUS_OK(saved->ComputeGradients(Views(batches, 0, 2), &ga, &la));
+    size_t full_bytes = 0, selective_bytes = 0;
+    for (const Recompute mode : {Recompute::kSelective, Recompute::kFull}) {
+      SCOPED_TRACE(std::string("d ") + std::to_string(d) + " " + RecomputeName(mode));
+      RunConfig r = c;
+      r.train.activation_recompute = mode;
+      auto recompute = MakeGpu(r);
+      ASSERT_NE(recompute, nullptr);
+      UnitBuffers gb;
+      float lb = 0.0f;
+      ASSERT_STATUS_OK(recompute->ComputeGradients(Views(batches, 0, 2), &gb, &lb));
+      EXPECT_EQ(la, lb);
+      for (size_t u = 0; u < ga.size(); ++u) {
+        EXPECT_TRUE(test::BitwiseEqual(ga[u], gb[u]))
+            << "gradient of unit " << u << " (max rel err " << RelFrobenius(gb[u], ga[u]) << ")";
+      }
+      EXPECT_LT(recompute->allocated_bytes(), saved->allocated_bytes());
+      (mode == Recompute::kFull ? full_bytes : selective_bytes) = recompute->allocated_bytes();
+    }
+    EXPECT_LT(full_bytes, selective_bytes);
   }
-  EXPECT_LT(recompute->allocated_bytes(), saved->allocated_bytes());
 }
 
 // ---- weight-gradient GEMMs on a second stream ----------------------------------------------
@@ -311,7 +323,7 @@ void ExpectSameTrainingState(CudaTrainBackend& a, CudaTrainBackend& b) {
 // repeat (a race would move bits between runs).
 TEST(GpuModel, WgradStreamGradientsMatchSingleStreamBitwise) {
   FORGE_SKIP_WITHOUT_GPU();
-  for (const bool recompute : {false, true}) {
+  for (const Recompute recompute : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
     RunConfig c = WgradRaceConfig();
     c.train.activation_recompute = recompute;
     const auto batches = MakeBatches(c, 2, 91);
@@ -322,7 +334,7 @@ TEST(GpuModel, WgradStreamGradientsMatchSingleStreamBitwise) {
     ASSERT_STATUS_OK(single->ComputeGradients(Views(batches, 0, 2), &want, &want_loss));
     for (const auto [priority, norm_dw] :
          {std::pair{-1, false}, {0, false}, {1, false}, {-1, true}, {1, true}}) {
-      SCOPED_TRACE("recompute=" + std::to_string(recompute) + " priority=" +
+      SCOPED_TRACE(std::string("recompute=") + RecomputeName(recompute) + " priority=" +
                    std::to_string(priority) + " norm_dw_on_wgrad=" + std::to_string(norm_dw));
       auto dual = MakeGpu(c, WgradOptions(true, priority, norm_dw));
       ASSERT_NE(dual, nullptr);
@@ -544,8 +556,11 @@ TEST(GpuModel, RejectsBadInput) {
 
   RunConfig q = c;
   q.model.qk_norm = true;
+  q.model.explicit_head_dim = 40;  // QK-norm's kernels take heads of 32, 64, 128 or 256
   const auto qk = MakeCudaTrainBackend(q, {});
   EXPECT_EQ(qk.status().code(), Code::kInvalidArgument) << qk.status().ToString();
+  EXPECT_NE(qk.status().message().find("model.qk_norm"), std::string::npos)
+      << qk.status().ToString();
   RunConfig big_head = c;
   big_head.model.n_head = 1;  // head_dim 128 is fine; 256 is not
   big_head.model.n_kv_head = 1;

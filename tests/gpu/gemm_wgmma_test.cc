@@ -153,16 +153,17 @@ TEST(GpuWgmmaGemm, RopeEpilogueIsGemmThenRopeBitForBit) {
   FORGE_SKIP_WITHOUT_SM90();
   const int B = 2, T = 128, hd = 64, K = 192;
   const float theta = 10000.0f;
+  const test::DeviceBuffer<float> freqs = test::RopeFreqs(hd, theta);
   const int64_t M = int64_t{B} * T;
   DeviceBuffer<float2> table(size_t(T) * hd / 2);
-  ASSERT_STATUS_OK(cuda::RopeSinCosTable(table.data(), T, hd, theta, nullptr));
+  ASSERT_STATUS_OK(cuda::RopeSinCosTable(table.data(), T, hd, freqs.data(), nullptr));
   for (const auto [H, KV] : {std::pair{4, 4}, std::pair{8, 4}}) {
     SCOPED_TRACE("H=" + std::to_string(H) + " KV=" + std::to_string(KV));
     const int64_t N = int64_t{H + 2 * KV} * hd;
     const Operands o(M, N, K, uint64_t(10 * H + KV));
     DeviceBuffer<bf16> plain(size_t(M * N)), fused(size_t(M * N));
     ASSERT_STATUS_OK(cuda::WgmmaGemmBf16(Args(M, N, K, o, plain.data()), nullptr));
-    ASSERT_STATUS_OK(cuda::RopeApply(plain.data(), B, T, H, KV, hd, theta, false, nullptr));
+    ASSERT_STATUS_OK(cuda::RopeApply(plain.data(), B, T, H, KV, hd, freqs.data(), false, nullptr));
     fused.Poison();
     WgmmaGemmArgs g = Args(M, N, K, o, fused.data());
     g.epilogue = WgmmaEpilogue::kRope;
@@ -354,9 +355,10 @@ TEST(GpuWgmmaGemm, Fp8RopeEpilogueIsGemmThenRopeBitForBit) {
   FORGE_SKIP_WITHOUT_SM90();
   const int B = 2, T = 128, hd = 64;
   const float theta = 10000.0f;
+  const test::DeviceBuffer<float> freqs = test::RopeFreqs(hd, theta);
   const int64_t M = int64_t{B} * T;
   DeviceBuffer<float2> table(size_t(T) * hd / 2);
-  ASSERT_STATUS_OK(cuda::RopeSinCosTable(table.data(), T, hd, theta, nullptr));
+  ASSERT_STATUS_OK(cuda::RopeSinCosTable(table.data(), T, hd, freqs.data(), nullptr));
   for (const auto [H, KV, K] : {std::tuple{4, 4, 128}, std::tuple{8, 4, 1024}}) {
     SCOPED_TRACE("H=" + std::to_string(H) + " KV=" + std::to_string(KV) +
                  " K=" + std::to_string(K));
@@ -364,7 +366,7 @@ TEST(GpuWgmmaGemm, Fp8RopeEpilogueIsGemmThenRopeBitForBit) {
     const Fp8Operands o(M, N, K, uint64_t(7 * H + KV + K));
     DeviceBuffer<bf16> plain(size_t(M * N));
     ASSERT_STATUS_OK(cuda::WgmmaGemmFp8(o.Args(M, N, K, plain.data()), nullptr));
-    ASSERT_STATUS_OK(cuda::RopeApply(plain.data(), B, T, H, KV, hd, theta, false, nullptr));
+    ASSERT_STATUS_OK(cuda::RopeApply(plain.data(), B, T, H, KV, hd, freqs.data(), false, nullptr));
     for (const int ctas : {0, 1}) {
       SCOPED_TRACE("ctas " + std::to_string(ctas));
       DeviceBuffer<bf16> fused(size_t(M * N));

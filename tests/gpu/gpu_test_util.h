@@ -18,6 +18,7 @@
 
 #include "common/status.h"
 #include "kernels/cuda/bf16.cuh"
+#include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/tma_map.h"  // CheckSm90
 
 namespace forge::test {
@@ -129,6 +130,14 @@ class DeviceBuffer {
 };
 
 // ---- bf16 on the host (round to nearest even, as __float2bfloat16_rn) ---------------------
+
+// Plain RoPE's inverse frequencies of theta on the device (rope.cuh's inv_freq), hd / 2 floats.
+inline DeviceBuffer<float> RopeFreqs(int hd, float theta) {
+  DeviceBuffer<float> f(size_t(hd / 2));
+  const Status st = cuda::RopePlainInverseFrequencies(f.data(), hd, theta, nullptr);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return f;
+}
 
 inline uint16_t FloatToBf16Bits(float f) {
   uint32_t u;

@@ -49,7 +49,8 @@ struct State {
         gate_up(test::ToBf16(in.gate_up)), dsw(test::ToBf16(in.dsw)), sw(kN * kFfn),
         dgu(kN * 2 * kFfn), logits(test::ToBf16(in.logits)), losses(kN), mean(1),
         param(in.param), param_bf16(kV * kD), m(in.zeros), v(in.zeros),
-        norm_partial(cuda::GradNormWorkspace()), sumsq(1), clip(1), hyper(1), desc(1) {
+        norm_partial(cuda::GradNormWorkspace()), sumsq(1), clip(1), hyper(1), desc(1),
+        rope_freq(test::RopeFreqs(kHd, 1e4f)) {
     hyper.Upload({cuda::AdamWHyper{1e-3f, 0.9f, 0.95f, 1e-8f, 1}});
     // The embedding gradient is the optimizer's gradient.
     desc.Upload({cuda::AdamWTensor{param.data(), param_bf16.data(), dwte.data(), m.data(),
@@ -64,7 +65,7 @@ struct State {
     FORGE_RETURN_IF_ERROR(cuda::RmsNormBackward(dx.data(), dw.data(), dout.data(), x.data(),
                                                 w.data(), rstd.data(), kN, kD, norm_ws.data(),
                                                 norm_ws.bytes(), s));
-    FORGE_RETURN_IF_ERROR(cuda::RopeApply(qkv.data(), kB, kT, kH, kKV, kHd, 1e4f, false, s));
+    FORGE_RETURN_IF_ERROR(cuda::RopeApply(qkv.data(), kB, kT, kH, kKV, kHd, rope_freq.data(), false, s));
     FORGE_RETURN_IF_ERROR(cuda::SwiGluForward(sw.data(), gate_up.data(), kN, kFfn, s));
     FORGE_RETURN_IF_ERROR(cuda::SwiGluBackward(dgu.data(), dsw.data(), gate_up.data(), kN, kFfn,
                                                s));
@@ -94,6 +95,7 @@ struct State {
   DeviceBuffer<float> sumsq, clip;
   DeviceBuffer<cuda::AdamWHyper> hyper;
   DeviceBuffer<cuda::AdamWTensor> desc;
+  DeviceBuffer<float> rope_freq;
 };
 
 template <typename T>

@@ -102,8 +102,18 @@ TEST(GpuRmsNorm, SmallAndPartialWarpShapesMatchCpu) {
   FORGE_SKIP_WITHOUT_GPU();
   CheckRmsNorm(37, 64, 103);    // head-dim norm: 8 of 32 lanes active
   CheckRmsNorm(5, 136, 104);    // 17 vectors: the warp's last lanes idle
-  CheckRmsNorm(3, 2048, 105);   // widest supported row; fewer rows than warps in a block
+  CheckRmsNorm(3, 2048, 105);   // widest row of the register kernels; fewer rows than warps
   CheckRmsNorm(1000, 128, 106); // tiny config
+}
+
+// Rows wider than 2048 (the streaming kernels): Llama 3 3B's and 8B's widths, the widest
+// supported, and a width that leaves part of the last 256-column round idle.
+TEST(GpuRmsNorm, WideRowsMatchCpu) {
+  FORGE_SKIP_WITHOUT_GPU();
+  CheckRmsNorm(2 * 1024, 3072, 130);
+  CheckRmsNorm(2 * 1024, 4096, 131);
+  CheckRmsNorm(300, 8192, 132);
+  CheckRmsNorm(5, 2056, 133);
 }
 
 // Overwrite modes (accumulate_dx / accumulate_dw = false): the outputs start poisoned (NaN),
@@ -145,6 +155,7 @@ TEST(GpuRmsNorm, OverwriteModesMatchCpu) {
     const bool acc_dx = mode == 1, acc_dw = mode == 2;  // (F,F), (T,F), (F,T)
     CheckOverwrite(4 * 1024, 1024, acc_dx, acc_dw, 110 + mode);
     CheckOverwrite(37, 136, acc_dx, acc_dw, 120 + mode);
+    CheckOverwrite(1000, 4096, acc_dx, acc_dw, 140 + mode);
   }
 }
 
@@ -168,8 +179,8 @@ TEST(GpuRmsNorm, RejectsUnsupportedWidth) {
                                  nullptr)
                 .code(),
             Code::kInvalidArgument);
-  DeviceBuffer<bf16> x2(4 * 4096), out2(4 * 4096), w2(4096);
-  EXPECT_EQ(cuda::RmsNormForward(out2.data(), rstd.data(), x2.data(), w2.data(), 4, 4096, kEps,
+  DeviceBuffer<bf16> x2(4 * 8200), out2(4 * 8200), w2(8200);
+  EXPECT_EQ(cuda::RmsNormForward(out2.data(), rstd.data(), x2.data(), w2.data(), 4, 8200, kEps,
                                  nullptr)
                 .code(),
             Code::kInvalidArgument);

@@ -32,13 +32,13 @@ void Check(Shape sh, DType format, float scale, uint64_t seed) {
                std::to_string(sh.hd) + (format == DType::kE4M3 ? " e4m3" : " e5m2"));
   const int64_t rows = int64_t{sh.B} * sh.T, cols = int64_t{sh.H + 2 * sh.KV} * sh.hd;
   const size_t n = size_t(rows * cols);
-  const float theta = 10000.0f;
+  const test::DeviceBuffer<float> freqs = test::RopeFreqs(sh.hd, 10000.0f);
   const std::vector<float> dqkv = test::RandomNormalBf16(n, 1.0f, seed);
   DeviceBuffer<bf16> in(test::ToBf16(dqkv)), rotated(test::ToBf16(dqkv));
-  ASSERT_STATUS_OK(cuda::RopeApply(rotated.data(), sh.B, sh.T, sh.H, sh.KV, sh.hd, theta,
+  ASSERT_STATUS_OK(cuda::RopeApply(rotated.data(), sh.B, sh.T, sh.H, sh.KV, sh.hd, freqs.data(),
                                    /*inverse=*/true, nullptr));
   DeviceBuffer<float2> sin_cos(size_t(sh.T) * (sh.hd / 2));
-  ASSERT_STATUS_OK(cuda::RopeSinCosTable(sin_cos.data(), sh.T, sh.hd, theta, nullptr));
+  ASSERT_STATUS_OK(cuda::RopeSinCosTable(sin_cos.data(), sh.T, sh.hd, freqs.data(), nullptr));
   Fp8CastOut got(n, scale);
   ASSERT_TRUE(cuda::RopeFp8Supported(rows, sh.H, sh.KV, sh.hd, in.data(), got.q.data(),
                                      got.qt.data()));

@@ -1,6 +1,6 @@
 // GPU RoPE (in place on the fused qkv buffer) vs the float32 CPU reference on the same bf16
-// inputs. Tolerance: bf16 output, max |got - ref| / max |ref| < 1e-2 per rotated part; the V
-// part must be left bitwise untouched.
+// inputs, plain and with Llama 3.1's frequency scaling. Tolerance: bf16 output, max |got - ref|
+// / max |ref| < 1e-2 per rotated part; the V part must be left bitwise untouched.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -32,15 +32,19 @@ void Split(const std::vector<float>& qkv, const Shape& s, std::vector<float>* qk
   }
 }
 
-std::vector<float> GpuRope(const std::vector<float>& qkv, const Shape& s, float theta,
+std::vector<float> GpuRope(const std::vector<float>& qkv, const Shape& s, const float* inv_freq,
                            bool inverse) {
   DeviceBuffer<bf16> d(test::ToBf16(qkv));
-  Status st = cuda::RopeApply(d.data(), s.B, s.T, s.H, s.KV, s.hd, theta, inverse, nullptr);
+  Status st = cuda::RopeApply(d.data(), s.B, s.T, s.H, s.KV, s.hd, inv_freq, inverse, nullptr);
   EXPECT_TRUE(st.ok()) << st.ToString();
   return test::ToFloat(d.Download());
 }
 
-void CheckRope(const Shape& s, float theta, uint64_t seed) {
+// The kernel reads the CPU reference's inverse frequencies, rounded to fp32.
+void CheckRope(const Shape& s, float theta, uint64_t seed,
+               const cpu::Llama3RopeScaling* scaling = nullptr) {
+  const std::vector<double> freq = cpu::RopeInverseFrequencies(s.hd, theta, scaling);
+  const DeviceBuffer<float> dfreq(std::vector<float>(freq.begin(), freq.end()));
   SCOPED_TRACE("B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) +
                " H=" + std::to_string(s.H) + " KV=" + std::to_string(s.KV) +
                " hd=" + std::to_string(s.hd));
@@ -51,9 +55,9 @@ void CheckRope(const Shape& s, float theta, uint64_t seed) {
 
   for (bool inverse : {false, true}) {
     SCOPED_TRACE(inverse ? "inverse" : "forward");
-    const std::vector<float> got = GpuRope(qkv, s, theta, inverse);
+    const std::vector<float> got = GpuRope(qkv, s, dfreq.data(), inverse);
     std::vector<float> ref = qkv;
-    cpu::RopeApply(ref.data(), s.B, s.T, s.H, s.KV, s.hd, theta, inverse);
+    cpu::RopeApply(ref.data(), s.B, s.T, s.H, s.KV, s.hd, freq.data(), inverse);
     std::vector<float> got_qk, got_v, ref_qk, ref_v;
     Split(got, s, &got_qk, &got_v);
     Split(ref, s, &ref_qk, &ref_v);
@@ -65,8 +69,10 @@ void CheckRope(const Shape& s, float theta, uint64_t seed) {
 
   // Forward then inverse on the GPU gives back the input (up to two bf16 roundings).
   DeviceBuffer<bf16> d(test::ToBf16(qkv));
-  ASSERT_STATUS_OK(cuda::RopeApply(d.data(), s.B, s.T, s.H, s.KV, s.hd, theta, false, nullptr));
-  ASSERT_STATUS_OK(cuda::RopeApply(d.data(), s.B, s.T, s.H, s.KV, s.hd, theta, true, nullptr));
+  ASSERT_STATUS_OK(
+      cuda::RopeApply(d.data(), s.B, s.T, s.H, s.KV, s.hd, dfreq.data(), false, nullptr));
+  ASSERT_STATUS_OK(
+      cuda::RopeApply(d.data(), s.B, s.T, s.H, s.KV, s.hd, dfreq.data(), true, nullptr));
   EXPECT_TRUE(test::MaxRelClose(test::ToFloat(d.Download()), qkv, 2e-2));
 }
 
@@ -78,6 +84,26 @@ TEST(GpuRope, Gpt124mShapeMatchesCpu) {
 TEST(GpuRope, GqaShapeMatchesCpu) {
   FORGE_SKIP_WITHOUT_GPU();
   CheckRope({2, 512, 16, 4, 128}, 500000.0f, 202);
+}
+
+// Llama 3.1's scaling as the llama3 presets use it (theta 500000, factor 32 over 8192 original
+// positions), at head width 128 and 64, out to position 8191.
+TEST(GpuRope, Llama3ScaledMatchesCpu) {
+  FORGE_SKIP_WITHOUT_GPU();
+  cpu::Llama3RopeScaling scaling;
+  scaling.factor = 32.0;
+  CheckRope({1, 8192, 4, 1, 128}, 500000.0f, 208, &scaling);
+  CheckRope({1, 8192, 4, 2, 64}, 500000.0f, 209, &scaling);
+}
+
+// The plain table the kernels' own tests use equals the CPU reference's, rounded to fp32.
+TEST(GpuRope, PlainFrequenciesEqualTheCpuReference) {
+  FORGE_SKIP_WITHOUT_GPU();
+  DeviceBuffer<float> f(64);
+  ASSERT_STATUS_OK(cuda::RopePlainInverseFrequencies(f.data(), 128, 500000.0f, nullptr));
+  const std::vector<float> got = f.Download();
+  const std::vector<double> ref = cpu::RopeInverseFrequencies(128, 500000.0, nullptr);
+  for (int i = 0; i < 64; ++i) EXPECT_EQ(got[i], static_cast<float>(ref[i])) << "pair " << i;
 }
 
 TEST(GpuRope, Gpt350mShapeMatchesCpu) {
@@ -102,7 +128,10 @@ TEST(GpuRope, OddHeadDimScalarPathMatchesCpu) {
 TEST(GpuRope, RejectsOddHeadDim) {
   FORGE_SKIP_WITHOUT_GPU();
   DeviceBuffer<bf16> d(2 * 3 * 5);
-  EXPECT_EQ(cuda::RopeApply(d.data(), 1, 2, 1, 1, 5, 10000.0f, false, nullptr).code(),
+  DeviceBuffer<float> f(3);
+  EXPECT_EQ(cuda::RopeApply(d.data(), 1, 2, 1, 1, 5, f.data(), false, nullptr).code(),
+            Code::kInvalidArgument);
+  EXPECT_EQ(cuda::RopeApply(d.data(), 1, 2, 1, 1, 6, nullptr, false, nullptr).code(),
             Code::kInvalidArgument);
 }
 

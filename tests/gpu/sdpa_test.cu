@@ -698,11 +698,11 @@ void CheckFlashFp8(const SdpaShape& s, float scale, uint64_t seed) {
   DeviceRun d(s, in, true);
   ASSERT_STATUS_OK(runner.Forward(s, d.qkv.data(), d.out.data(), d.stats.data(), nullptr));
   ASSERT_STATUS_OK(RunBackward(runner, s, d, true));
-  const float theta = 10000.0f;
-  ASSERT_STATUS_OK(
-      RopeApply(d.dqkv.data(), s.B, s.T, s.H, s.KV, s.hd, theta, /*inverse=*/true, nullptr));
+  const test::DeviceBuffer<float> freqs = test::RopeFreqs(s.hd, 10000.0f);
+  ASSERT_STATUS_OK(RopeApply(d.dqkv.data(), s.B, s.T, s.H, s.KV, s.hd, freqs.data(),
+                             /*inverse=*/true, nullptr));
   DeviceBuffer<float2> sin_cos(size_t(s.T) * (s.hd / 2));
-  ASSERT_STATUS_OK(RopeSinCosTable(sin_cos.data(), s.T, s.hd, theta, nullptr));
+  ASSERT_STATUS_OK(RopeSinCosTable(sin_cos.data(), s.T, s.hd, freqs.data(), nullptr));
   const int64_t rows = int64_t{s.B} * s.T, cols = int64_t{s.H + 2 * s.KV} * s.hd;
   test::Fp8CastOut got(size_t(rows * cols), scale);
   FlashBackwardFp8Out f8;

@@ -116,6 +116,34 @@ TEST_F(BenchSuiteTest, TableOfEverySuiteFromItsLines) {
   EXPECT_NE(Row(r.out, "ddp, distinct batches | 4").find("| yes |  |  |"), std::string::npos);
   // A run that failed is listed by its label, not dropped.
   EXPECT_NE(r.out.find("- gpt350m-b24-bf16: exit 137"), std::string::npos);
+  // llama: each Forge run against torch_llama.py's run without checkpointing (its llama1b is
+  // the llama3-1b preset) and against its run at the same recompute setting where there is one.
+  EXPECT_NE(Row(r.out, "llama3-1b | 2 | Forge BF16 | none").find(Ratio(56421.2, 50893.3)),
+            std::string::npos);
+  const std::string full = Row(r.out, "llama3-1b | 2 | Forge BF16 | full");
+  EXPECT_NE(full.find("| " + Ratio(46941.0, 50893.3) + " | " + Ratio(46941.0, 42720.7) + " |"),
+            std::string::npos)
+      << full;
+  EXPECT_NE(Row(r.out, "llama3-1b | 2 | Forge BF16 | selective").find(" |  |"),
+            std::string::npos);
+}
+
+TEST_F(BenchSuiteTest, LlamaSuiteRunsTheRecomputeSettingsBesideTheRecipe) {
+  const Ran r = Shell("bash bench/suite.sh --dry-run llama");
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const char* mode : {"none", "selective", "full"}) {
+    EXPECT_NE(r.out.find("forge-bench --config configs/llama3-1b.yaml --micro-batch 2 --steps 10 "
+                         "--precision bf16 --recompute " + std::string(mode) + "\n"),
+              std::string::npos)
+        << r.out;
+  }
+  EXPECT_NE(r.out.find("--precision fp8 --recompute none\n"), std::string::npos) << r.out;
+  for (const char* ac : {"none", "full"}) {
+    EXPECT_NE(r.out.find("--nproc_per_node=1 .device/torch_llama.py llama1b 2 8192 ac=" +
+                         std::string(ac) + "\n"),
+              std::string::npos)
+        << r.out;
+  }
 }
 
 TEST_F(BenchSuiteTest, BadLineIsNamed) {

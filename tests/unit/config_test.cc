@@ -251,7 +251,7 @@ TEST(ConfigParseTest, EveryKeyIsRead) {
             (std::vector<std::string>{"Once upon a time", "The capital of France is"}));
   EXPECT_EQ(c.eval.sample_tokens, 12);
   EXPECT_EQ(c.train.backend, Backend::kCpu);
-  EXPECT_TRUE(c.train.activation_recompute);
+  EXPECT_EQ(c.train.activation_recompute, Recompute::kFull);
   EXPECT_EQ(c.train.log_every, 1);
   EXPECT_EQ(c.train.run_dir, "runs/x y");
   EXPECT_EQ(c.train.workers, 4);
@@ -293,6 +293,19 @@ TEST(ConfigParseTest, EnumsReadAndNameEveryValue) {
     EXPECT_EQ(ParseOk(base + "  init: " + text + "\n").model.init, want);
     EXPECT_STREQ(InitSchemeName(want), text);
   }
+  for (auto [text, want] : {std::pair{"none", Recompute::kNone},
+                            std::pair{"selective", Recompute::kSelective},
+                            std::pair{"full", Recompute::kFull}}) {
+    EXPECT_EQ(ParseOk(base + "train:\n  activation_recompute: " + text + "\n")
+                  .train.activation_recompute,
+              want);
+    EXPECT_STREQ(RecomputeName(want), text);
+  }
+  // The boolean spellings of activation_recompute: true is full, false none.
+  EXPECT_EQ(ParseOk(base + "train:\n  activation_recompute: true\n").train.activation_recompute,
+            Recompute::kFull);
+  EXPECT_EQ(ParseOk(base + "train:\n  activation_recompute: false\n").train.activation_recompute,
+            Recompute::kNone);
   // Quoted enum values are still the same names.
   EXPECT_EQ(ParseOk(base + "parallel:\n  mode: \"zero2\"\n").parallel.mode, ParallelMode::kZero2);
 }
@@ -437,7 +450,8 @@ TEST(ConfigErrorTest, WrongType) {
                         "must be a mapping of keys, got a sequence"));
   EXPECT_TRUE(FailsWith(base + "model_x: 1\n", 3, "model_x", "unknown top-level key"));
   EXPECT_TRUE(FailsWith(base + "train:\n  activation_recompute: yes\n", 4,
-                        "train.activation_recompute", "must be true or false, got yes"));
+                        "train.activation_recompute",
+                        "must be one of none|selective|full|true|false, got yes"));
   EXPECT_TRUE(FailsWith(base + "name: {a: 1}\n", 3, "name", "must be a string, got a mapping"));
   EXPECT_TRUE(FailsWith(base + "seed: -1\n", 3, "seed", "must be an integer in [0, 2^64), got -1"));
   EXPECT_TRUE(FailsWith(Y({"model:", "  preset: tiny", "  vocab: 3000000000"}), 3, "model.vocab",

@@ -1,5 +1,5 @@
 // RMSNorm forward/backward on the GPU (bf16 activations, fp32 statistics and weight grads).
-// Requires d % 8 == 0, d <= 2048 and 16-byte aligned buffers (Status::Invalid otherwise).
+// Requires d % 8 == 0, d <= 8192 and 16-byte aligned buffers (Status::Invalid otherwise).
 #pragma once
 
 #include <cuda_runtime.h>

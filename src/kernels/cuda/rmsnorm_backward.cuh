@@ -248,6 +248,22 @@ __global__ void __launch_bounds__(kDwCols * kDwRows)
   }
 }
 
+// The dw reduction of `blocks` partial rows, on `stream` or (dw_reduce.fork) on dw_reduce.stream
+// ordered after what `stream` has enqueued.
+inline Status LaunchDwReduce(float* dw, const float* partial, int blocks, int d, bool accumulate,
+                             cudaStream_t stream, const RmsNormDwReduce& dw_reduce) {
+  cudaStream_t reduce_stream = stream;
+  if (dw_reduce.fork != nullptr) {
+    FORGE_CUDA_CHECK(cudaEventRecord(dw_reduce.fork, stream));
+    FORGE_CUDA_CHECK(cudaStreamWaitEvent(dw_reduce.stream, dw_reduce.fork, 0));
+    reduce_stream = dw_reduce.stream;
+  }
+  RmsNormDwReduceKernel<<<static_cast<unsigned>(CeilDiv(d, kDwCols)), dim3(kDwCols, kDwRows), 0,
+                          reduce_stream>>>(dw, partial, blocks, d, accumulate);
+  FORGE_CUDA_LAUNCH_CHECK();
+  return Status::Ok();
+}
+
 // One launch of a backward kernel instance (the switch below picks V and ACC_DX).
 struct BwdLaunch {
   bf16* dx;
@@ -315,16 +331,7 @@ Status LaunchRmsNormBackward(bf16* dx, float* dw, const bf16* dout, const bf16* 
   const BwdLaunch args{dx, partial, dout, x, w, rstd, N, d, rows_per_block, q, blocks, smem,
                        stream};
   FORGE_RETURN_IF_ERROR((LaunchBwdForWidth<FP8, F>(v, accumulate_dx, args)));
-  cudaStream_t reduce_stream = stream;
-  if (dw_reduce.fork != nullptr) {
-    FORGE_CUDA_CHECK(cudaEventRecord(dw_reduce.fork, stream));
-    FORGE_CUDA_CHECK(cudaStreamWaitEvent(dw_reduce.stream, dw_reduce.fork, 0));
-    reduce_stream = dw_reduce.stream;
-  }
-  RmsNormDwReduceKernel<<<static_cast<unsigned>(CeilDiv(d, kDwCols)), dim3(kDwCols, kDwRows), 0,
-                          reduce_stream>>>(dw, partial, blocks, d, accumulate_dw);
-  FORGE_CUDA_LAUNCH_CHECK();
-  return Status::Ok();
+  return LaunchDwReduce(dw, partial, blocks, d, accumulate_dw, stream, dw_reduce);
 }
 
 }  // namespace

@@ -7,8 +7,8 @@
 // across the heads (full-precision sincosf is ~40 instructions; once per vector it made the
 // kernel issue-bound rather than memory-bound). The heads' loads are all issued before the
 // first use. Threads of a warp take consecutive vectors of a row, so each head's row segment
-// (hd*2 bytes) is read and written whole. The per-pair frequencies theta^(-2i/hd) are
-// computed once per block in double (as the CPU reference does) into shared memory; the
+// (hd*2 bytes) is read and written whole. The per-pair inverse frequencies (the caller's table:
+// theta^(-2i/hd), scaled as the model asks) are loaded once per block into shared memory; the
 // angle t * freq and its sin/cos are fp32 (full-precision sincosf: angles reach T radians).
 // Requirements: hd even and hd <= 512 (Status::Invalid otherwise); the vector path needs
 // hd % 8 == 0 and a 16-byte aligned qkv, else a pair-per-thread path runs.
@@ -32,11 +32,11 @@ constexpr int kHeadsPerThread = 8;  // sin/cos reuse vs threads in flight (grid.
 template <int VEC>
 __global__ void __launch_bounds__(kThreads, 4)
     RopeKernel(bf16* __restrict__ qkv, int64_t rows, int T, int rot_heads, int64_t row_stride,
-               int hd, float theta, float sign) {
+               int hd, const float* __restrict__ inv_freq, float sign) {
   __shared__ float s_freq[kMaxHd / 2];
   const int half = hd / 2;
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    s_freq[i] = RopeFreq(i, hd, theta);
+    s_freq[i] = inv_freq[i];
   }
   __syncthreads();
 
@@ -95,21 +95,27 @@ __global__ void __launch_bounds__(kThreads, 4)
 }
 
 // One (sin, cos) a thread: position i / (hd/2), pair i % (hd/2), with RopeKernel's functions.
-__global__ void RopeSinCosKernel(float2* __restrict__ out, int T, int hd, float theta) {
+__global__ void RopeSinCosKernel(float2* __restrict__ out, int T, int hd,
+                                 const float* __restrict__ inv_freq) {
   const int half = hd / 2;
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= T * half) return;
   float sn, cs;
-  RopeSinCos(static_cast<float>(i / half), RopeFreq(i % half, hd, theta), 1.0f, &sn, &cs);
+  RopeSinCos(static_cast<float>(i / half), inv_freq[i % half], 1.0f, &sn, &cs);
   out[i] = make_float2(sn, cs);
+}
+
+__global__ void RopePlainFrequencyKernel(float* __restrict__ out, int hd, float theta) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < hd / 2) out[i] = static_cast<float>(pow(static_cast<double>(theta), -2.0 * i / hd));
 }
 
 }  // namespace
 
-Status RopeApply(bf16* qkv, int B, int T, int n_head, int n_kv_head, int hd, float theta,
-                 bool inverse, cudaStream_t stream) {
+Status RopeApply(bf16* qkv, int B, int T, int n_head, int n_kv_head, int hd,
+                 const float* inv_freq, bool inverse, cudaStream_t stream) {
   if (B < 0 || T <= 0 || n_head <= 0 || n_kv_head <= 0 || hd <= 0 || hd % 2 != 0 ||
-      hd > kMaxHd || !(theta > 0.0f)) {
+      hd > kMaxHd || inv_freq == nullptr) {
     return Status::Invalid("RopeApply: bad shape B=" + std::to_string(B) +
                            " T=" + std::to_string(T) + " H=" + std::to_string(n_head) +
                            " KV=" + std::to_string(n_kv_head) + " hd=" + std::to_string(hd) +
@@ -125,22 +131,31 @@ Status RopeApply(bf16* qkv, int B, int T, int n_head, int n_kv_head, int hd, flo
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>(CeilDiv(items, kThreads), 1 << 20)),
                   static_cast<unsigned>(CeilDiv(rot_heads, kHeadsPerThread)));
   if (vec) {
-    RopeKernel<8><<<grid, kThreads, 0, stream>>>(qkv, rows, T, rot_heads, row_stride, hd, theta,
-                                                 sign);
+    RopeKernel<8><<<grid, kThreads, 0, stream>>>(qkv, rows, T, rot_heads, row_stride, hd,
+                                                 inv_freq, sign);
   } else {
-    RopeKernel<2><<<grid, kThreads, 0, stream>>>(qkv, rows, T, rot_heads, row_stride, hd, theta,
-                                                 sign);
+    RopeKernel<2><<<grid, kThreads, 0, stream>>>(qkv, rows, T, rot_heads, row_stride, hd,
+                                                 inv_freq, sign);
   }
   FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }
 
-Status RopeSinCosTable(float2* out, int T, int hd, float theta, cudaStream_t stream) {
-  if (T <= 0 || hd <= 0 || hd % 2)
+Status RopeSinCosTable(float2* out, int T, int hd, const float* inv_freq, cudaStream_t stream) {
+  if (T <= 0 || hd <= 0 || hd % 2 || inv_freq == nullptr)
     return Status::Invalid("RopeSinCosTable: bad shape T=" + std::to_string(T) +
                            " hd=" + std::to_string(hd));
   const int n = T * (hd / 2);
-  RopeSinCosKernel<<<(n + kThreads - 1) / kThreads, kThreads, 0, stream>>>(out, T, hd, theta);
+  RopeSinCosKernel<<<(n + kThreads - 1) / kThreads, kThreads, 0, stream>>>(out, T, hd, inv_freq);
+  FORGE_CUDA_LAUNCH_CHECK();
+  return Status::Ok();
+}
+
+Status RopePlainInverseFrequencies(float* out, int hd, float theta, cudaStream_t stream) {
+  if (hd <= 0 || hd % 2 || hd > kMaxHd || !(theta > 0.0f) || out == nullptr)
+    return Status::Invalid("RopePlainInverseFrequencies: bad hd=" + std::to_string(hd) +
+                           " or theta");
+  RopePlainFrequencyKernel<<<1, kMaxHd / 2, 0, stream>>>(out, hd, theta);
   FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }

@@ -9,11 +9,6 @@
 
 namespace forge::cuda {
 
-// theta^(-2i/hd) in double, as the CPU reference computes it, then fp32.
-__device__ __forceinline__ float RopeFreq(int i, int hd, float theta) {
-  return static_cast<float>(pow(static_cast<double>(theta), -2.0 * i / hd));
-}
-
 // sin/cos of the angle t * freq (full-precision sincosf: angles reach T radians); the sine
 // takes the direction's sign (-1: the inverse rotation of the backward pass).
 __device__ __forceinline__ void RopeSinCos(float t, float freq, float sign, float* sn, float* cs) {

@@ -6,8 +6,10 @@
 #include "kernels/cuda/cross_entropy.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/embedding.cuh"
+#include "kernels/cuda/flash_backward.cuh"
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/gemm_wgmma.cuh"
+#include "kernels/cuda/head_rmsnorm.cuh"
 #include "kernels/cuda/rmsnorm.cuh"
 #include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/sdpa.cuh"
@@ -15,6 +17,7 @@
 #include "worker/model/deferred_update.h"
 #include "worker/model/device_alloc.h"
 #include "worker/model/fp8_linears.h"
+#include "worker/model/rope_frequencies.h"
 #include "worker/parallel/shard_layout.h"
 
 namespace forge {
@@ -95,10 +98,10 @@ Status PhaseTimeline::Totals(std::array<double, static_cast<int>(StepPhase::kCou
 // ---- buffers -------------------------------------------------------------------------------
 
 // Device pointers of what one block keeps for backward. Without recompute every layer has its
-// own set; with recompute all layers share one set that backward refills by re-running the
-// block's forward. The block input itself lives in the residual list xs[] (always saved).
-// h1/h2/sw are saved rather than recomputed: they are written by the forward anyway and
-// memory is not the constraint at these sizes (activation_recompute is the memory knob).
+// own set; with full recompute all layers share one set that backward refills by re-running
+// the block's forward; with selective recompute every layer keeps its own set but h1, h2 and sw
+// live in two sets (layer l uses l % 2) that backward refills from the kept rstd/x_mid/gu. The
+// block input itself lives in the residual list xs[] (always saved).
 struct CudaModel::BlockActs {
   bf16* h1 = nullptr;     // [N, d]  attn_norm output
   float* rstd1 = nullptr; // [N]
@@ -110,6 +113,10 @@ struct CudaModel::BlockActs {
   float* rstd2 = nullptr; // [N]
   bf16* gu = nullptr;     // [N, 2*ffn]
   bf16* sw = nullptr;     // [N, ffn] SwiGLU output
+  // model.qk_norm: the Q and K heads before their RMSNorm [N, (H+KV)*hd], and its rstd
+  // [N, H+KV].
+  bf16* qk_raw = nullptr;
+  float* rstd_qk = nullptr;
 };
 
 struct CudaModel::Buffers {
@@ -139,6 +146,7 @@ struct CudaModel::Buffers {
   bool rope_gemm = false, swiglu_gemm = false, swiglu_bwd_gemm = false;
   // CudaModelOptions::fp8_attention_rope where the FP8 RoPE cast and our backward both run.
   bool fp8_attention_rope = false;
+  float* rope_freq = nullptr;                 // [hd/2] inverse frequencies (rope.cuh)
   float2* rope_sin_cos = nullptr;             // [T, hd/2] for the RoPE epilogue
   std::unique_ptr<DeferredUpdate> update;     // defer_update: one GPU and ddp
 
@@ -167,6 +175,9 @@ struct CudaModel::Buffers {
   // buffer before the next writer waits for it (kNormWs0/1).
   std::array<char*, 2> norm_ws{};
   size_t norm_ws_bytes = 0;
+  cuda::HeadNormShape qk_norm;  // model.qk_norm only (N 0 otherwise)
+  char* qk_norm_ws = nullptr;   // its backward's dw partials
+  size_t qk_norm_ws_bytes = 0;
   char* emb_ws = nullptr;
   size_t emb_ws_bytes = 0;
   char* gradnorm_ws = nullptr;
@@ -220,15 +231,20 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
   m_ = m;
   opt_ = opt;
   o_ = o;
-  if (m.qk_norm) return Status::Invalid("model.qk_norm: not supported on cuda yet");
   if (m.n_layer < 0 || m.d_model <= 0 || m.n_head <= 0 || m.n_kv_head <= 0 ||
-      m.d_model % m.n_head != 0 || m.n_head % m.n_kv_head != 0) {
-    return Status::Invalid("model: n_head must divide d_model and n_kv_head divide n_head");
+      (m.explicit_head_dim == 0 && m.d_model % m.n_head != 0) || m.n_head % m.n_kv_head != 0) {
+    return Status::Invalid(
+        "model: n_kv_head must divide n_head, and n_head d_model unless head_dim is given");
   }
   if (m.head_dim() % 8 != 0 || m.head_dim() > 128) {
     return Status::Invalid("model: head_dim " + std::to_string(m.head_dim()) +
                            " unsupported on cuda (cuDNN flash attention needs a multiple of 8, "
                            "at most 128)");
+  }
+  if (m.qk_norm) {
+    const Status st =
+        cuda::HeadRmsNormSupports({1, m.n_head, m.n_kv_head, m.head_dim(), m.norm_eps});
+    if (!st.ok()) return Status::Invalid("model.qk_norm: " + st.message());
   }
   if (m.d_model % 8 != 0 || m.ffn % 8 != 0) {
     // 16-byte aligned rows for cuBLASLt and the vectorised kernels.
@@ -367,18 +383,31 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
                                          b.skipped_steps, least));
   }
 
+  {  // RoPE's inverse frequencies (model.rope_theta, model.rope_scaling), as the kernels read them
+    const std::vector<double> f = RopeFrequencies(m);
+    const std::vector<float> f32(f.begin(), f.end());
+    FORGE_RETURN_IF_ERROR(alloc(&b.rope_freq, f32.size()));
+    FORGE_CUDA_CHECK(cudaMemcpy(b.rope_freq, f32.data(), f32.size() * sizeof(float),
+                                cudaMemcpyHostToDevice));
+  }
+
   // Activations.
   const size_t N = N_, d = d_;
   const size_t stats_n = size_t(o.micro_batch) * H_ * T_;
   b.xs.assign(m.n_layer + 1, nullptr);
   for (bf16*& x : b.xs) FORGE_RETURN_IF_ERROR(alloc(&x, N * d));
-  b.acts.assign(o.activation_recompute ? std::min(m.n_layer, 1) : m.n_layer, BlockActs{});
+  b.acts.assign(o.recompute == Recompute::kFull ? std::min(m.n_layer, 1) : m.n_layer,
+                BlockActs{});
+  // Sets of h1, h2 and sw: FP8's backward reads their FP8 transposed copies, so the BF16 ones
+  // are forward scratch, one set shared by every layer; selective recompute alternates two.
+  const size_t own_h = o.fp8                                 ? 1
+                       : o.recompute == Recompute::kSelective ? 2
+                                                              : b.acts.size();
   for (size_t i = 0; i < b.acts.size(); ++i) {
     BlockActs& a = b.acts[i];
-    // FP8: the backward reads the FP8 transposed copies of h1, h2 and sw, so the BF16 ones are
-    // forward scratch, one set shared by every layer.
-    if (o.fp8 && i > 0) {
-      a.h1 = b.acts[0].h1, a.h2 = b.acts[0].h2, a.sw = b.acts[0].sw;
+    if (i >= own_h) {
+      const BlockActs& shared = b.acts[i % own_h];
+      a.h1 = shared.h1, a.h2 = shared.h2, a.sw = shared.sw;
     } else {
       FORGE_RETURN_IF_ERROR(alloc(&a.h1, N * d));
       FORGE_RETURN_IF_ERROR(alloc(&a.h2, N * d));
@@ -386,6 +415,10 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
     }
     FORGE_RETURN_IF_ERROR(alloc(&a.rstd1, N));
     FORGE_RETURN_IF_ERROR(alloc(&a.qkv, N * qkv_dim_));
+    if (m.qk_norm) {
+      FORGE_RETURN_IF_ERROR(alloc(&a.qk_raw, N * size_t(H_ + KV_) * hd_));
+      FORGE_RETURN_IF_ERROR(alloc(&a.rstd_qk, N * size_t(H_ + KV_)));
+    }
     FORGE_RETURN_IF_ERROR(alloc(&a.att, N * H_ * hd_));
     FORGE_RETURN_IF_ERROR(alloc(&a.stats, stats_n));
     FORGE_RETURN_IF_ERROR(alloc(&a.x_mid, N * d));
@@ -398,7 +431,7 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
     shapes[int(LinearKind::kOut)] = {int64_t{H_} * hd_, d_};
     shapes[int(LinearKind::kGateUp)] = {d_, 2 * int64_t{ffn_}};
     shapes[int(LinearKind::kDown)] = {ffn_, d_};
-    const Fp8RopeShape rope{o.micro_batch, T_, H_, KV_, hd_, m.rope_theta};
+    const Fp8RopeShape rope{o.micro_batch, T_, H_, KV_, hd_, b.rope_freq, !m.qk_norm};
     Fp8LmHeadShape lm_head;
     if (o.fp8_config.lm_head) {
       lm_head = {V_, d_, std::min<int64_t>(N_, o.lm_head_chunk_rows), NumLogitsBuffers(o),
@@ -441,6 +474,11 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
   b.dq_accum =
       o.deterministic_attention ? nullptr : reinterpret_cast<float*>(sdpa_scratch + sum_bytes);
 
+  if (m.qk_norm) {
+    b.qk_norm = cuda::HeadNormShape{N_, H_, KV_, hd_, m.norm_eps};
+    b.qk_norm_ws_bytes = cuda::HeadRmsNormBackwardWorkspace(b.qk_norm);
+    FORGE_RETURN_IF_ERROR(alloc(&b.qk_norm_ws, b.qk_norm_ws_bytes));
+  }
   b.norm_ws_bytes = cuda::RmsNormBackwardWorkspace(N_, d_);
   for (char*& ws : b.norm_ws) FORGE_RETURN_IF_ERROR(alloc(&ws, b.norm_ws_bytes));
   b.emb_ws_bytes = cuda::EmbeddingBackwardWorkspace(N_, V_);
@@ -470,6 +508,7 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
                                                                : cuda::SdpaBackwardKernel::kFlash));
   b.fp8_attention_rope =
       b.fp8 != nullptr && o.fp8_attention_rope && b.sdpa.flash_backward(b.sdpa_shape);
+  NoteFallbacks(o);
   {  // the backward GEMMs' SM counts (0: all SMs)
     int device = 0, sms = 0;
     FORGE_CUDA_CHECK(cudaGetDevice(&device));
@@ -487,6 +526,29 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
   // order with the caller's non-blocking stream: finish them here.
   FORGE_CUDA_CHECK(cudaDeviceSynchronize());
   return Status::Ok();
+}
+
+// The faster paths the options asked for that this model's shapes (or GPU) leave out, with the
+// kernels' own reasons.
+void CudaModel::NoteFallbacks(const CudaModelOptions& o) {
+  const Buffers& b = *buf_;
+  fallbacks_.clear();
+  if (!o.cudnn_attention_backward && !b.sdpa.flash_backward(b.sdpa_shape)) {
+    const Status why = cuda::FlashBackwardSupports(
+        {b.sdpa_shape.B, b.sdpa_shape.T, b.sdpa_shape.H, b.sdpa_shape.KV, b.sdpa_shape.hd});
+    fallbacks_.push_back("attention backward: cuDNN's instead of ours (" + why.message() + ")");
+  }
+  if (o.fp8 || !cuda::WgmmaGemmRunsHere()) return;
+  if (o.rope_gemm && !b.rope_gemm) {
+    fallbacks_.push_back("QKV projection: cuBLASLt, then RoPE apart (" +
+                         (m_.qk_norm ? std::string("QK-norm runs between them")
+                                     : cuda::WgmmaGemmCheck(QkvRopeGemm()).message()) +
+                         ")");
+  }
+  if (o.swiglu_gemm && !b.swiglu_gemm) {
+    fallbacks_.push_back("gate/up projection: cuBLASLt, then SwiGLU apart (" +
+                         cuda::WgmmaGemmCheck(GateUpSwiGluGemm()).message() + ")");
+  }
 }
 
 // ---- host <-> device -----------------------------------------------------------------------
@@ -672,7 +734,9 @@ Status CudaModel::SetUpEpilogueGemms(const CudaModelOptions& o) {
   Buffers& b = *buf_;
   const bool here =
       !o.fp8 && (o.rope_gemm || o.swiglu_gemm || o.swiglu_bwd_gemm) && cuda::WgmmaGemmRunsHere();
-  b.rope_gemm = o.rope_gemm && here && cuda::WgmmaGemmCheck(QkvRopeGemm()).ok();
+  // QK-norm sits between the QKV projection and RoPE.
+  b.rope_gemm =
+      o.rope_gemm && here && !m_.qk_norm && cuda::WgmmaGemmCheck(QkvRopeGemm()).ok();
   b.swiglu_gemm = o.swiglu_gemm && here && cuda::WgmmaGemmCheck(GateUpSwiGluGemm()).ok();
   b.swiglu_bwd_gemm =
       o.swiglu_bwd_gemm && here && cuda::WgmmaGemmCheck(DownSwiGluBackwardGemm()).ok();
@@ -680,7 +744,7 @@ Status CudaModel::SetUpEpilogueGemms(const CudaModelOptions& o) {
   FORGE_RETURN_IF_ERROR(DeviceAlloc("cuda model", &b.allocations, &allocated_bytes_,
                                     &b.rope_sin_cos, size_t(T_) * (hd_ / 2)));
   // On the legacy stream, finished by Init's closing device synchronisation.
-  return cuda::RopeSinCosTable(b.rope_sin_cos, T_, hd_, m_.rope_theta, nullptr);
+  return cuda::RopeSinCosTable(b.rope_sin_cos, T_, hd_, b.rope_freq, nullptr);
 }
 
 // h Wqkv^T with RoPE, [N, qkv]; BlockForward sets A, B and D per layer.
@@ -805,8 +869,12 @@ Status CudaModel::BlockForward(int layer, int set, const BlockActs& a, const bf1
     FORGE_RETURN_IF_ERROR(norm_linear(LinearKind::kQkv, x_in, o.attn_norm, a.h1, a.rstd1, a.qkv,
                                       o.wqkv, qkv_dim_));
     FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
+    if (m_.qk_norm) {
+      FORGE_RETURN_IF_ERROR(cuda::HeadRmsNormForward(a.qkv, a.qk_raw, a.rstd_qk, w + o.q_norm,
+                                                     w + o.k_norm, b.qk_norm, s));
+    }
     FORGE_RETURN_IF_ERROR(
-        cuda::RopeApply(a.qkv, Bm, T_, H_, KV_, hd_, m_.rope_theta, /*inverse=*/false, s));
+        cuda::RopeApply(a.qkv, Bm, T_, H_, KV_, hd_, b.rope_freq, /*inverse=*/false, s));
   }
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdAttention, s));
   FORGE_RETURN_IF_ERROR(b.sdpa.Forward(b.sdpa_shape, a.qkv, a.att, a.stats, s));
@@ -910,7 +978,9 @@ Status CudaModel::JoinWgrad(cudaStream_t s) {
 //   likewise a block later.
 // - activations (h1, att, h2, sw): per-layer sets are never rewritten in backward; the shared
 //   recompute set is, by block l-1's recompute: Forward waits for kDqkv there (dWqkv is the
-//   block's last dW GEMM, and the wgrad stream runs in order).
+//   block's last dW GEMM, and the wgrad stream runs in order). Selective recompute's two sets
+//   of h1/h2/sw: block l's refill follows block l+1's kDqkv wait, which covers block l+2's
+//   dW GEMMs, the last readers of that set.
 // The norm weight gradients are written by the chain (RmsNormBackward), disjoint from the dW
 // tensors.
 //
@@ -1025,7 +1095,12 @@ Status CudaModel::BlockBackward(int layer, int set, const BlockActs& a, const bf
     if (!rope_in_attention) FORGE_RETURN_IF_ERROR(f8->RopeBackwardToGrad(layer, b.dqkv, s));
   } else {
     FORGE_RETURN_IF_ERROR(
-        cuda::RopeApply(b.dqkv, Bm, T_, H_, KV_, hd_, m_.rope_theta, /*inverse=*/true, s));
+        cuda::RopeApply(b.dqkv, Bm, T_, H_, KV_, hd_, b.rope_freq, /*inverse=*/true, s));
+    if (m_.qk_norm) {  // RoPE's FP8 fusions are off with it (Fp8RopeShape::fuse)
+      FORGE_RETURN_IF_ERROR(cuda::HeadRmsNormBackward(
+          b.dqkv, g + o.q_norm, g + o.k_norm, a.qk_raw, w + o.q_norm, w + o.k_norm, a.rstd_qk,
+          b.qk_norm, acc, b.qk_norm_ws, b.qk_norm_ws_bytes, s));
+    }
   }
   FORGE_RETURN_IF_ERROR(linear_backward(LinearKind::kQkv, b.dh, b.dqkv, a.h1, o.wqkv, qkv_dim_,
                                         d_, WgradHazard::kDqkv, fused_rope));
@@ -1034,6 +1109,22 @@ Status CudaModel::BlockBackward(int layer, int set, const BlockActs& a, const bf
   // dres is now block l-1's output gradient: the casts for its Down projection.
   return NormBackward(layer - 1, LinearKind::kDown, dres, g + o.attn_norm, b.dh, x_in,
                       w + o.attn_norm, a.rstd1, /*accumulate_dx=*/true, acc, s);
+}
+
+// Selective recompute: block `layer`'s h1, h2 and sw again, with the forward's kernels on the
+// kept x_in, x_mid and gu (the epilogue GEMMs round before their math, so these are their
+// bits too; the rstd rewritten are the same values). Their set (layer % 2) was last read by
+// block layer+2's dW GEMMs, which the chain waited for (kDqkv) in block layer+1's backward.
+Status CudaModel::RecomputeNormAndSwiGlu(int layer, const BlockActs& a, const bf16* x_in,
+                                         cudaStream_t s) {
+  const BlockOffsets& o = layout_.block;
+  const bf16* w = UnitParams(layout_.block_unit(layer));
+  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
+  FORGE_RETURN_IF_ERROR(
+      cuda::RmsNormForward(a.h1, a.rstd1, x_in, w + o.attn_norm, N_, d_, m_.norm_eps, s));
+  FORGE_RETURN_IF_ERROR(
+      cuda::RmsNormForward(a.h2, a.rstd2, a.x_mid, w + o.mlp_norm, N_, d_, m_.norm_eps, s));
+  return cuda::SwiGluForward(a.sw, a.gu, N_, ffn_, s);
 }
 
 // RMSNorm backward into the residual stream's gradient dres, which is the output gradient of
@@ -1085,8 +1176,9 @@ Status CudaModel::NormBackward(int cast_layer, LinearKind k, bf16* dres, float* 
 Status CudaModel::LmHead(const int32_t* targets, float dloss, bool backward,
                          bool accumulate_grads, float* losses, cudaStream_t s) {
   Buffers& b = *buf_;
-  const bf16* wte = UnitParams(layout_.embedding_unit());
-  float* dwte = UnitGrads(layout_.embedding_unit());
+  // The head's weight: wte itself when tied, else the embedding unit's lm_head tensor.
+  const bf16* wte = UnitParams(layout_.embedding_unit()) + layout_.lm_head;
+  float* dwte = UnitGrads(layout_.embedding_unit()) + layout_.lm_head;
   const int64_t chunk = std::min<int64_t>(N_, o_.lm_head_chunk_rows);
   // FP8 logits and dhf GEMMs (precision.fp8.lm_head): Wte cast as the blocks' weights are,
   // once per step (its first micro-batch) and for every evaluation pass.
@@ -1186,7 +1278,9 @@ Status CudaModel::ForwardImpl(const int32_t* inputs, const int32_t* targets, flo
   Buffers& b = *buf_;
   const int L = m_.n_layer;
   const int fin = layout_.final_norm_unit();
-  const bool recompute = o_.activation_recompute;
+  const bool recompute = o_.recompute == Recompute::kFull;
+  // Selective: the two sets of h1/h2/sw still hold blocks L-1 and L-2 from the forward.
+  const bool selective = o_.recompute == Recompute::kSelective && b.fp8 == nullptr;
   auto set = [&](int l) { return recompute ? 0 : l; };
   auto acts = [&](int l) -> const BlockActs& { return b.acts[set(l)]; };
   // FP8 weights are cast once per step (its first micro-batch) and for every evaluation pass
@@ -1230,6 +1324,9 @@ Status CudaModel::ForwardImpl(const int32_t* inputs, const int32_t* targets, flo
       FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDqkv, s));
       FORGE_RETURN_IF_ERROR(BlockForward(l, set(l), acts(l), b.xs[l], nullptr, s));
     }
+    if (selective && l < L - 2) {
+      FORGE_RETURN_IF_ERROR(RecomputeNormAndSwiGlu(l, acts(l), b.xs[l], s));
+    }
     FORGE_RETURN_IF_ERROR(
         BlockBackward(l, set(l), acts(l), b.xs[l], b.dres, accumulate_grads, s));
     FORGE_RETURN_IF_ERROR(GradReady(layout_.block_unit(l), s));
@@ -1237,9 +1334,14 @@ Status CudaModel::ForwardImpl(const int32_t* inputs, const int32_t* targets, flo
   b.gemm.set_default_sm_count(0);
   b.gemm_w.set_default_sm_count(0);
   // Always adds: the LM head above already wrote this step's part of the tied gradient, and
-  // its last dWte chunk (wgrad stream) must have landed first.
+  // its last dWte chunk (wgrad stream) must have landed first. Untied, the head's gradient is
+  // its own tensor and wte's starts from zero on a pass that overwrites the gradients.
   FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
   FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDwte, s));
+  if (layout_.lm_head != 0 && !accumulate_grads) {
+    FORGE_CUDA_CHECK(cudaMemsetAsync(UnitGrads(layout_.embedding_unit()), 0,
+                                     size_t(layout_.lm_head) * sizeof(float), s));
+  }
   FORGE_RETURN_IF_ERROR(cuda::EmbeddingBackward(UnitGrads(layout_.embedding_unit()),
                                                 b.dres, inputs, N_, d_, V_, b.emb_ws,
                                                 b.emb_ws_bytes, s));

@@ -6,7 +6,8 @@
 // GEMMs onto a second, model-owned stream and joins it back into the caller's stream before
 // ForwardBackward returns (fork/join through events, so a capture pulls that stream in and
 // gets it back before EndCapture). Semantics match CpuModel (worker/model/cpu_model.h) up to BF16
-// rounding: same layout, tied LM head over the padded vocabulary, mean token loss.
+// rounding: same layout and model knobs (head_dim, GQA, tied or untied LM head over the padded
+// vocabulary, RoPE theta and scaling, QK-norm), mean token loss.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common/config.h"
@@ -36,7 +38,11 @@ enum class LinearKind;  // fp8_linears.h
 
 struct CudaModelOptions {
   int micro_batch = 1;                 // sequences per micro-batch: activations are sized for it
-  bool activation_recompute = false;   // keep only block inputs; recompute a block in backward
+  // train.activation_recompute (common/config.h). full: keep only block inputs and run each
+  // block forward again in backward; selective: keep the GEMM and attention outputs, recompute
+  // the norms' and SwiGLU's outputs (the dW GEMMs' inputs) into two shared sets (FP8 keeps
+  // only its casts of those already, so selective is none there). Bitwise the same gradients.
+  Recompute recompute = Recompute::kNone;
   bool deterministic_attention = true; // bitwise-reproducible SDPA backward (slightly slower)
   bool cudnn_attention_backward = false;  // cuDNN's attention backward even where ours runs
   bool gemm_autotune = false;          // GemmRunner::set_autotune for the model's GEMMs
@@ -193,8 +199,8 @@ class PhaseTimeline {
 
 class CudaModel {
  public:
-  // Validates the shape (head_dim a multiple of 8 and <= 128, d_model and ffn multiples of 8;
-  // qk_norm is not supported yet), allocates everything once and uploads nothing: call
+  // Validates the shape (head_dim a multiple of 8 and <= 128, and 32, 64 or 128 with qk_norm;
+  // d_model and ffn multiples of 8), allocates everything once and uploads nothing: call
   // UploadParams before the first step.
   static StatusOr<std::unique_ptr<CudaModel>> Create(const ModelConfig& m,
                                                      const OptimizerConfig& opt,
@@ -214,6 +220,10 @@ class CudaModel {
   bool fp8_attention_rope_active() const;
   bool swiglu_gemm_active() const;
   bool swiglu_bwd_gemm_active() const;
+  // Where this model's shapes keep a faster kernel its options asked for from running, one
+  // line each naming the path taken instead and why (e.g. head width 128: cuDNN's attention
+  // backward). The backend logs them at start-up.
+  const std::vector<std::string>& fallbacks() const { return fallbacks_; }
 
   // Host <-> device, ordered on `stream` and synchronised before returning. Host buffers must
   // have the layout's unit sizes (Invalid otherwise). UploadParams also refreshes the bf16 copy.
@@ -323,6 +333,9 @@ class CudaModel {
                       cudaStream_t stream);
   // Decides Buffers::rope_gemm / swiglu_gemm and builds the RoPE table (Init).
   Status SetUpEpilogueGemms(const CudaModelOptions& o);
+  void NoteFallbacks(const CudaModelOptions& o);
+  Status RecomputeNormAndSwiGlu(int layer, const BlockActs& a, const cuda::bf16* x_in,
+                                cudaStream_t s);
   // Our GEMM's arguments for the QKV projection + RoPE and gate/up + SwiGLU, all but the
   // per-layer pointers: what SetUpEpilogueGemms checks is what BlockForward runs.
   cuda::WgmmaGemmArgs QkvRopeGemm() const;
@@ -370,6 +383,7 @@ class CudaModel {
   int64_t N_ = 0;               // tokens per micro-batch
   int d_ = 0, H_ = 0, KV_ = 0, hd_ = 0, ffn_ = 0, V_ = 0, T_ = 0, qkv_dim_ = 0;
   size_t allocated_bytes_ = 0;
+  std::vector<std::string> fallbacks_;
   std::unique_ptr<Buffers> buf_;
   PhaseTimeline* timeline_ = nullptr;
   const CudaModelHooks* hooks_ = nullptr;

@@ -163,7 +163,7 @@ Status Fp8Linears::Init(const Fp8Config& cfg, int n_layer,
                      cuda::SwiGluBackwardGemmFp8Check(
                          SwiGluBackwardGemmArgs(0, reinterpret_cast<const bf16*>(x8_)))
                          .ok();
-  rope_gemm_ = epilogue_gemms.rope && wgmma_here && int64_t{rope.B} * rope.T == N_ &&
+  rope_gemm_ = rope.fuse && epilogue_gemms.rope && wgmma_here && int64_t{rope.B} * rope.T == N_ &&
                cuda::WgmmaGemmCheck(QkvRopeGemm(0, nullptr), true).ok();
   fuse_norm_ = shapes[int(LinearKind::kQkv)].in == shapes[int(LinearKind::kGateUp)].in &&
                shapes[int(LinearKind::kQkv)].in <= INT32_MAX &&
@@ -180,14 +180,14 @@ Status Fp8Linears::Init(const Fp8Config& cfg, int n_layer,
                                                       dy8_[int(LinearKind::kDown)],
                                                       dy8t_[int(LinearKind::kDown)]);
   const int k = int(LinearKind::kQkv);
-  fuse_rope_ = cuda::RopeFp8Supported(N_, rope.n_head, rope.n_kv_head, rope.hd, x8_, dy8_[k],
+  fuse_rope_ = rope.fuse && cuda::RopeFp8Supported(N_, rope.n_head, rope.n_kv_head, rope.hd, x8_, dy8_[k],
                                       dy8t_[k]) &&
                int64_t{rope.n_head + 2 * rope.n_kv_head} * rope.hd == shapes[k].out &&
                int64_t{rope.B} * rope.T == N_;
   if (fuse_rope_ || rope_gemm_) {  // both rotate with RoPE's (sin, cos) table
     FORGE_RETURN_IF_ERROR(Alloc(&rope_sin_cos_, size_t(rope.T) * (rope.hd / 2)));
     FORGE_RETURN_IF_ERROR(
-        cuda::RopeSinCosTable(rope_sin_cos_, rope.T, rope.hd, rope.theta, nullptr));
+        cuda::RopeSinCosTable(rope_sin_cos_, rope.T, rope.hd, rope.inv_freq, nullptr));
   }
   // The memsets, uploads and the table above ran on the legacy stream.
   FORGE_CUDA_CHECK(cudaDeviceSynchronize());

@@ -73,7 +73,10 @@ struct Fp8LinearShape {
 // The attention shape, for the RoPE backward that writes the QKV gradient's FP8 casts itself.
 struct Fp8RopeShape {
   int B = 0, T = 0, n_head = 0, n_kv_head = 0, hd = 0;
-  float theta = 10000.0f;
+  const float* inv_freq = nullptr;  // device, hd / 2 (rope.cuh); read while Create runs
+  // false: RoPE stays a pass of its own in both directions (no RoPE GEMM epilogue, no FP8
+  // casts fused into its backward): QK-norm runs between it and the QKV projection.
+  bool fuse = true;
 };
 
 // Which projections may run our Hopper GEMM with their epilogue (kernels/cuda/gemm_wgmma.cuh)

@@ -162,7 +162,7 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
 
   CudaModelOptions mo;
   mo.micro_batch = cfg.batch.micro_batch;
-  mo.activation_recompute = cfg.train.activation_recompute;
+  mo.recompute = cfg.train.activation_recompute;
   mo.deterministic_attention = options.deterministic_attention;
   mo.cudnn_attention_backward = options.cudnn_attention_backward;
   mo.gemm_autotune = options.gemm_autotune;
@@ -194,6 +194,11 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
   }
   mo.wgrad_sm_margin = options.wgrad_sm_margin;
   FORGE_ASSIGN_OR_RETURN(model_, CudaModel::Create(cfg.model, cfg.optimizer, mo));
+  if (comm == nullptr || comm->rank() == 0) {
+    for (const std::string& f : model_->fallbacks()) {
+      std::fprintf(stderr, "forge: cuda backend: %s\n", f.c_str());
+    }
+  }
   N_ = model_->tokens_per_micro();
   if (world_ > 1) {
     FORGE_ASSIGN_OR_RETURN(dp_, CudaDataParallel::Create(comm, cfg.parallel.mode, model_.get(),

@@ -44,15 +44,24 @@ double CpuActivations(const ModelConfig& m, int micro_batch, double* probs) {
   return (N * (m.n_layer * per_layer + global)) * 4 + *probs;
 }
 
-// Activations the CUDA model allocates (cuda_model.cu), bf16: the layer inputs, each saved
-// layer's tensors (one layer with activation_recompute), the final norm's output.
+// Activations the CUDA model allocates (cuda_model.cu), bf16: the layer inputs, the blocks'
+// saved tensors (train.activation_recompute: all of every block's; selective: every block's
+// GEMM and attention outputs, two sets of the recomputed norm and SwiGLU outputs; full: one
+// block's), the final norm's output.
 double CudaActivations(const RunConfig& cfg) {
   const ModelConfig& m = cfg.model;
   const double N = double(cfg.batch.micro_batch) * m.seq_len, d = m.d_model, ffn = m.ffn;
+  const double L = m.n_layer;
   const double qkv = (double(m.n_head) + 2.0 * m.n_kv_head) * m.head_dim();
-  const double saved = cfg.train.activation_recompute ? std::min(m.n_layer, 1) : m.n_layer;
-  const double per_saved = qkv + double(m.n_head) * m.head_dim() + d + 2 * ffn;
-  return 2 * N * ((m.n_layer + 1) * d + saved * per_saved + d);
+  double kept = qkv + double(m.n_head) * m.head_dim() + d + 2 * ffn;  // qkv att x_mid gu
+  if (m.qk_norm) kept += (double(m.n_head) + m.n_kv_head) * m.head_dim();  // Q, K before it
+  const double recomputable = 2 * d + ffn;                                    // h1 h2 sw
+  double blocks = L * (kept + recomputable);
+  if (cfg.train.activation_recompute == Recompute::kSelective)
+    blocks = L * kept + std::min(L, 2.0) * recomputable;
+  if (cfg.train.activation_recompute == Recompute::kFull)
+    blocks = std::min(L, 1.0) * (kept + recomputable);
+  return 2 * N * ((L + 1) * d + blocks + d);
 }
 
 std::string Bytes(double b) {
@@ -80,8 +89,8 @@ std::string Culprits(const RunConfig& cfg, Backend backend, const MemoryEstimate
              " (the attention probabilities: micro_batch x n_head x seq_len^2)";
     std::string keys = Key("batch.micro_batch", cfg.batch.micro_batch) + ", " +
                        Key("model.seq_len", m.seq_len) + " or " + Key("model.n_layer", m.n_layer);
-    if (backend == Backend::kCuda && !cfg.train.activation_recompute)
-      keys += ", or set train.activation_recompute: true";
+    if (backend == Backend::kCuda && cfg.train.activation_recompute != Recompute::kFull)
+      keys += ", or set train.activation_recompute: selective or full";
     return keys;
   }
   const ParamCounts p = CountParams(m);

@@ -16,7 +16,6 @@
 #include "worker/parallel/mpi_comm.h"
 #include "worker/parallel/nccl_comm.h"
 #include "worker/train/backend.h"
-#include "worker/train/cuda_model_support.h"
 #include "worker/train/memory_estimate.h"
 #include "worker/train/train_device.h"
 
@@ -153,8 +152,6 @@ StatusOr<ProcessRunResult> TrainInProcessGroup(const RunConfig& cfg, ProcessGrou
   Backend want = cfg.train.backend;
   if (want == Backend::kAuto) want = CudaDeviceAvailable() ? Backend::kCuda : Backend::kCpu;
   if (world > 1 && group->nccl != nullptr) want = Backend::kCuda;
-  // A model knob the CUDA model lacks is refused before anything is loaded or allocated.
-  if (want == Backend::kCuda) FORGE_RETURN_IF_ERROR(CheckCudaSupportsModel(cfg.model));
   // A model too large for this machine is refused here, before anything is allocated for it.
   if (want == Backend::kCuda)
     FORGE_RETURN_IF_ERROR(CheckTrainingMemory(cfg, want, world, CudaFreeDeviceMemoryBytes(),
