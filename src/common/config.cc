@@ -389,6 +389,9 @@ MaybeProblem CheckRunConfig(const RunConfig& c) {
                        Num(c.train.straggler_threshold),
                    {}};
   FORGE_RULE(InRange("train.straggler_reports", c.train.straggler_reports, 1, 100000));
+  if (c.train.min_workers != 0)  // 0: the same as train.workers
+    FORGE_RULE(InRange("train.min_workers", c.train.min_workers, 1, c.train.workers));
+  FORGE_RULE(NonNegative("train.elastic_grace_s", c.train.elastic_grace_s));
   if (c.train.run_dir.empty()) return Problem{"train.run_dir", "must not be empty", {}};
 
   FORGE_RULE(InRange("engine.lm_head_chunk", c.engine.lm_head_chunk, 1, 1 << 30));
@@ -883,7 +886,8 @@ Status ReadSections(Reader& r, const Entries& top, RunConfig* c) {
                                   {"backend", "activation_recompute", "log_every", "run_dir",
                                    "workers", "max_restarts", "hang_timeout_s", "spike_sigma",
                                    "spike_window", "spike_max_in_row", "straggler_threshold",
-                                   "straggler_reports"},
+                                   "straggler_reports", "min_workers",
+                                   "elastic_grace_s"},
                                   &e));
   FORGE_RETURN_IF_ERROR(r.ReadEnum(e, "train", "backend", kBackendNames, &t.backend));
   FORGE_RETURN_IF_ERROR(
@@ -899,6 +903,8 @@ Status ReadSections(Reader& r, const Entries& top, RunConfig* c) {
   FORGE_RETURN_IF_ERROR(
       r.ReadDouble(e, "train", "straggler_threshold", &t.straggler_threshold));
   FORGE_RETURN_IF_ERROR(r.ReadInt(e, "train", "straggler_reports", &t.straggler_reports));
+  FORGE_RETURN_IF_ERROR(r.ReadInt(e, "train", "min_workers", &t.min_workers));
+  FORGE_RETURN_IF_ERROR(r.ReadDouble(e, "train", "elastic_grace_s", &t.elastic_grace_s));
 
   EngineConfig& g = c->engine;
   FORGE_RETURN_IF_ERROR(r.ReadMap(section("engine"), "engine",
@@ -1170,7 +1176,9 @@ std::string RunConfigToYaml(const RunConfig& c) {
     << "  spike_window: " << t.spike_window << "\n"
     << "  spike_max_in_row: " << t.spike_max_in_row << "\n"
     << "  straggler_threshold: " << Num(t.straggler_threshold) << "\n"
-    << "  straggler_reports: " << t.straggler_reports << "\n";
+    << "  straggler_reports: " << t.straggler_reports << "\n"
+    << "  min_workers: " << t.min_workers << "\n"
+    << "  elastic_grace_s: " << Num(t.elastic_grace_s) << "\n";
   const EngineConfig& g = c.engine;
   y << "engine:\n"
     << "  cuda_graph: " << BoolText(g.cuda_graph) << "\n"
@@ -1187,5 +1195,7 @@ std::string RunConfigToYaml(const RunConfig& c) {
     << "  peak_tflops: " << Num(c.metrics.peak_tflops) << "\n";
   return y.str();
 }
+
+int MinWorkers(const TrainConfig& t) { return t.min_workers > 0 ? t.min_workers : t.workers; }
 
 }  // namespace forge

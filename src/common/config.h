@@ -203,6 +203,9 @@ struct EvalConfig {
   int sample_tokens = 32;
 };
 
+struct TrainConfig;
+int MinWorkers(const TrainConfig& t);  // train.min_workers, 0 resolved to train.workers
+
 struct TrainConfig {
   Backend backend = Backend::kAuto;
   Recompute activation_recompute = Recompute::kNone;
@@ -214,6 +217,15 @@ struct TrainConfig {
   // train` takes its world size from MPI and ignores these keys.
   int workers = 1;
   int max_restarts = 3;
+  // Elastic continue (coordinator runs): after a lost worker, when the full `workers` cannot be
+  // placed again within elastic_grace_s of the loss, the run resumes its last committed
+  // checkpoint on as many workers as are available, down to min_workers (the same global batch
+  // with more accumulation steps per rank, the same sample order), and grows back to `workers`
+  // at a checkpoint once they are available again. A world w is used only when
+  // batch.global_batch is a multiple of batch.micro_batch * w. 0 (the default): the same as
+  // `workers`, not elastic (MinWorkers()).
+  int min_workers = 0;
+  double elastic_grace_s = 30.0;
   // A placed rank whose step has not advanced for this long (counted from its placement, so it
   // covers start-up, checkpoint loads and saves, evaluation and the slowest step) is hung: the
   // coordinator names it in an event, counts it (forge_hangs_total) and restarts the run from

@@ -61,6 +61,12 @@ grpc::Status ToGrpc(const Status& s) {
   return {code, s.message()};
 }
 
+std::string ShortNum(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
 grpc::Status NotFoundRun(const std::string& id) {
   return {grpc::StatusCode::NOT_FOUND, "no run with id '" + TextExcerpt(id) + "'"};
 }
@@ -110,6 +116,14 @@ StatusOr<RunConfig> ParseSpec(const std::string& yaml, const std::string& source
     return Status::Invalid(source + ": batch.global_batch: must be a multiple of "
                            "batch.micro_batch * train.workers (" + std::to_string(per_step) +
                            "), got " + std::to_string(cfg.batch.global_batch));
+  const int64_t per_min_step = int64_t{cfg.batch.micro_batch} * MinWorkers(cfg.train);
+  if (cfg.batch.global_batch % per_min_step != 0)
+    return Status::Invalid(source + ": train.min_workers: " +
+                           std::to_string(MinWorkers(cfg.train)) +
+                           " workers cannot keep the global batch: batch.global_batch (" +
+                           std::to_string(cfg.batch.global_batch) +
+                           ") must be a multiple of batch.micro_batch * train.min_workers (" +
+                           std::to_string(per_min_step) + ")");
   return cfg;
 }
 
@@ -406,14 +420,36 @@ void Coordinator::Schedule() {
     for (const LiveWorker* w : idle)
       pool.push_back({w->rec.id, w->rec.device, w->rec.group_id, w->rec.group_rank,
                       w->rec.group_size});
-    Placement p = PlaceRun(pool, run.workers);
+    const ElasticBasis& e = Elastic(run);
+    Placement p = PlaceRun(pool, e.requested);
+    std::string elastic_note;
+    if (p.worker_ids.empty() && run.state == RunState::kRestarting && e.min < e.requested) {
+      // After a loss the full world gets elastic_grace_s to come back; then the run goes on
+      // with the largest world down to min_workers that keeps the global batch whole.
+      auto since = short_since_.try_emplace(id, Clock::now()).first->second;
+      if (Clock::now() - since < std::chrono::duration<double>(e.grace_s)) continue;
+      for (int w = e.requested - 1; w >= e.min && p.worker_ids.empty(); --w)
+        if (e.global_batch % (int64_t{e.micro_batch} * w) == 0) p = PlaceRun(pool, w);
+      if (!p.worker_ids.empty()) {
+        const int w = int(p.worker_ids.size());
+        elastic_note = "elastic: " + std::to_string(e.requested) + " requested, " +
+                       std::to_string(w) + " available past train.elastic_grace_s (" +
+                       ShortNum(e.grace_s) + " s), train.min_workers " + std::to_string(e.min) +
+                       "; global batch " + std::to_string(e.global_batch) + " kept as " +
+                       std::to_string(e.global_batch / (int64_t{e.micro_batch} * w)) +
+                       " accumulation step(s) of " + std::to_string(e.micro_batch) +
+                       " per rank";
+      }
+    }
     if (p.worker_ids.empty()) continue;
-    if (Status s = Place(&run, p.worker_ids); !s.ok())
+    short_since_.erase(id);
+    if (Status s = Place(&run, p.worker_ids, elastic_note); !s.ok())
       (void)SetState(&run, RunState::kFailed, "placement failed: " + s.ToString(), "");
   }
 }
 
-Status Coordinator::Place(RunRecord* run, const std::vector<std::string>& worker_ids) {
+Status Coordinator::Place(RunRecord* run, const std::vector<std::string>& worker_ids,
+                          const std::string& note) {
   // Resolve where this attempt starts.
   std::string from = "a fresh start";
   if (!run->resume.empty() && run->resume.front() != '/') {
@@ -436,6 +472,9 @@ Status Coordinator::Place(RunRecord* run, const std::vector<std::string>& worker
   } else if (!run->resume.empty()) {
     from = run->resume;
   }
+  const int before = run->workers;
+  run->workers = int(worker_ids.size());
+  run->grow_to = 0;
   run->attempt += 1;
   done_.erase(run->id);
   checkpoint_asks_.erase(run->id);
@@ -454,10 +493,68 @@ Status Coordinator::Place(RunRecord* run, const std::vector<std::string>& worker
     FORGE_RETURN_IF_ERROR(PersistWorker(w.rec));
     names += (r ? ", " : "") + worker_ids[r];
   }
-  return SetState(run, RunState::kRunning, "",
-                  "attempt " + std::to_string(run->attempt) + " placed on " +
+  std::string event = "attempt " + std::to_string(run->attempt) + " placed on " +
                       std::to_string(worker_ids.size()) + " worker(s) [" + names + "] from " +
-                      from);
+                      from;
+  if (before != run->workers)
+    event += " (world " + std::to_string(before) + " -> " + std::to_string(run->workers) +
+             (note.empty() ? std::string() : "; " + note) + ")";
+  return SetState(run, RunState::kRunning, "", event);
+}
+
+const Coordinator::ElasticBasis& Coordinator::Elastic(const RunRecord& run) {
+  auto it = elastic_.find(run.id);
+  if (it != elastic_.end()) return it->second;
+  ElasticBasis b;
+  b.requested = b.min = run.workers;
+  auto cfg = ParseRunConfig(run.spec_yaml, run.id + " spec");
+  if (cfg.ok()) {
+    b.requested = cfg->train.workers;
+    b.min = std::min(MinWorkers(cfg->train), b.requested);
+    b.micro_batch = std::max(1, cfg->batch.micro_batch);
+    b.global_batch = cfg->batch.global_batch;
+    b.grace_s = cfg->train.elastic_grace_s;
+  }
+  return elastic_.emplace(run.id, b).first->second;
+}
+
+void Coordinator::GrowBack() {
+  std::vector<PoolWorker> pool;
+  {
+    std::vector<const LiveWorker*> idle;
+    for (const auto& [wid, w] : workers_)
+      if (w.rec.run_id.empty()) idle.push_back(&w);
+    std::sort(idle.begin(), idle.end(), [](const LiveWorker* a, const LiveWorker* b) {
+      return a->rec.joined_ms != b->rec.joined_ms ? a->rec.joined_ms < b->rec.joined_ms
+                                                  : a->rec.id < b->rec.id;
+    });
+    for (const LiveWorker* w : idle)
+      pool.push_back({w->rec.id, w->rec.device, w->rec.group_id, w->rec.group_rank,
+                      w->rec.group_size});
+  }
+  for (const std::string& id : run_order_) {
+    RunRecord& run = runs_[id];
+    if (run.state != RunState::kRunning || run.grow_to > 0 || !Placed(run)) continue;
+    const ElasticBasis& e = Elastic(run);
+    if (run.workers >= e.requested) continue;
+    if (PlaceRun(pool, e.requested).worker_ids.empty()) continue;
+    // The full world is back: the shrunk placement saves a checkpoint and ends (STOP), then
+    // the run is placed on the full world from it (FinishIfDone).
+    run.grow_to = e.requested;
+    run.updated_ms = NowMs();
+    if (!store_->UpdateRun(run).ok()) continue;
+    EventRecord ev;
+    ev.run_id = id;
+    ev.time_ms = run.updated_ms;
+    ev.state = run.state;
+    ev.message = std::to_string(e.requested) + " workers available again: world " +
+                 std::to_string(run.workers) + " (at step " + std::to_string(run.step) +
+                 ") saves a checkpoint and stops to grow back to " +
+                 std::to_string(e.requested);
+    (void)store_->AppendEvent(ev);
+    changed_.notify_all();
+    return;  // one at a time: the pool it saw is spoken for
+  }
 }
 
 void Coordinator::FillAssignment(const RunRecord& run, const WorkerRecord& w,
@@ -491,6 +588,8 @@ void Coordinator::FillAssignment(const RunRecord& run, const WorkerRecord& w,
 
 Status Coordinator::LoseRun(RunRecord* run, const std::string& why) {
   ReleaseWorkers(run->id);
+  run->grow_to = 0;
+  short_since_[run->id] = Clock::now();  // elastic runs: the grace for the full world
   if (run->state == RunState::kCheckpointing) {
     run->resume = "latest";
     return SetState(run, RunState::kStopped,
@@ -532,6 +631,17 @@ Status Coordinator::FinishIfDone(RunRecord* run) {
   if (all_completed)
     return SetState(run, RunState::kCompleted, "", "completed at step " + std::to_string(step));
   run->resume = "latest";
+  if (run->grow_to > 0 && run->state == RunState::kRunning) {
+    // Stopped to grow back (GrowBack): placed again at once, not counted as a restart.
+    const std::string why = "world " + std::to_string(run->workers) + " stopped at step " +
+                            std::to_string(step) + " with a checkpoint to grow back to " +
+                            std::to_string(run->grow_to) + " workers";
+    short_since_[run->id] = Clock::now();
+    const Status s = SetState(run, RunState::kRestarting, why, why);
+    Schedule();
+    return s;
+  }
+  run->grow_to = 0;
   return SetState(run, RunState::kStopped, "stopped on request",
                   "stopped at step " + std::to_string(step) + " after saving a checkpoint");
 }
@@ -657,8 +767,12 @@ grpc::Status Coordinator::ResumeRun(const v1::ResumeRunRequest& req, v1::Run* ou
                   ") must be a multiple of batch.micro_batch * workers (" +
                   std::to_string(per_step) + ")"};
     cfg->train.workers = req.workers();
+    cfg->train.min_workers = std::min(cfg->train.min_workers, req.workers());
+    if (cfg->batch.global_batch % (int64_t{cfg->batch.micro_batch} * MinWorkers(cfg->train)) != 0)
+      cfg->train.min_workers = 0;  // not elastic below a world that cannot keep the batch
     run->spec_yaml = RunConfigToYaml(*cfg);
     run->workers = req.workers();
+    elastic_.erase(run->id);
   }
   run->resume = *want >= 0 ? "step_" + std::to_string(*want) : (cks->empty() ? "" : "latest");
   if (run->state == RunState::kFailed) run->restarts = 0;
@@ -1033,8 +1147,10 @@ grpc::Status Coordinator::Heartbeat(const v1::HeartbeatRequest& req, v1::Heartbe
     out->set_command(v1::CONTINUE);
     return grpc::Status::OK;
   }
-  if (run->state == RunState::kCheckpointing) {
+  if (run->state == RunState::kCheckpointing || run->grow_to > 0) {
     out->set_command(v1::STOP);
+    if (run->grow_to > 0) out->set_reason("growing back to " + std::to_string(run->grow_to) +
+                                          " workers from a checkpoint");
     return grpc::Status::OK;
   }
   auto ask = checkpoint_asks_.find(run->id);
@@ -1286,6 +1402,7 @@ void Coordinator::MonitorLoop() {
     }
     DetectHangs(now);
     Schedule();
+    GrowBack();
   }
 }
 

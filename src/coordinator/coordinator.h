@@ -17,6 +17,11 @@
 //   collective or a data read) or its launcher reports its processes gone -> RESTARTING (its workers leave the pool;
 //   the others get ABORT) and placed again from the latest committed checkpoint; beyond
 //   train.max_restarts -> FAILED with the reason
+//   elastic (train.min_workers < train.workers): a RESTARTING run whose full world is not back
+//   within train.elastic_grace_s is placed on fewer workers (down to min_workers, the same
+//   global batch and sample order); once the full world is idle again, the shrunk placement
+//   gets STOP (saves a checkpoint, ends) and the run -> RESTARTING -> RUNNING on the full world
+//   from that checkpoint, not counted as a restart
 //   ResumeRun (STOPPED/FAILED) -> PENDING
 #pragma once
 
@@ -133,7 +138,22 @@ class Coordinator {
   Status SetState(RunRecord* run, RunState state, const std::string& reason,
                   const std::string& event);
   void Schedule();
-  Status Place(RunRecord* run, const std::vector<std::string>& worker_ids);
+  // `note`: why the world differs from the previous placement's (elastic), for the event.
+  Status Place(RunRecord* run, const std::vector<std::string>& worker_ids,
+               const std::string& note = "");
+  // What elastic placement needs from a run's spec, parsed once (dropped when the spec
+  // changes): the world it asks for (train.workers), the least it goes on with
+  // (train.min_workers), the batch shape a world must divide, and the grace period.
+  struct ElasticBasis {
+    int requested = 1, min = 1, micro_batch = 1;
+    int64_t global_batch = 1;
+    double grace_s = 0;
+  };
+  const ElasticBasis& Elastic(const RunRecord& run);
+  // A running run placed on fewer workers than it asks for, whose full world is idle in the
+  // pool now: its placement is told to stop with a checkpoint (grow_to), and FinishIfDone
+  // places it again on the full world from that checkpoint.
+  void GrowBack();
   // A placed worker is gone or failed: the run restarts (or fails, or stops if a stop was
   // pending); every worker of the placement leaves the pool.
   Status LoseRun(RunRecord* run, const std::string& why);
@@ -195,6 +215,10 @@ class Coordinator {
   StragglerWatch stragglers_;  // of the current placements
   // run -> its placement's newest loss-spike rollback, for Run.warnings
   std::map<std::string, std::string> spike_warning_;
+  std::map<std::string, ElasticBasis> elastic_;
+  // Elastic runs waiting to be placed again: since when (the loss, or when this coordinator
+  // first saw them waiting); the full world gets train.elastic_grace_s from then.
+  std::map<std::string, Clock::time_point> short_since_;
   bool shutdown_ = false;
   std::thread monitor_;
 };

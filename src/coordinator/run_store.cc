@@ -98,7 +98,7 @@ Status Exec(sqlite3* db, const char* sql) {
 
 constexpr const char* kRunColumns =
     "seq, id, name, state, reason, spec_yaml, run_dir, workers, attempt, restarts, "
-    "max_restarts, resume, step, total_steps, created_ms, updated_ms";
+    "max_restarts, resume, step, total_steps, created_ms, updated_ms, grow_to";
 
 RunRecord ReadRun(const Stmt& s) {
   RunRecord r;
@@ -118,6 +118,7 @@ RunRecord ReadRun(const Stmt& s) {
   r.total_steps = s.Int(13);
   r.created_ms = s.Int(14);
   r.updated_ms = s.Int(15);
+  r.grow_to = int(s.Int(16));
   return r;
 }
 
@@ -176,6 +177,8 @@ StatusOr<std::unique_ptr<RunStore>> RunStore::Open(const std::string& path) {
   // harmlessly when they are already there).
   (void)Exec(db, "ALTER TABLE workers ADD COLUMN done_phase INTEGER DEFAULT 0");
   (void)Exec(db, "ALTER TABLE workers ADD COLUMN device_name TEXT DEFAULT ''");
+  // Likewise runs.grow_to (older rows read 0: not growing).
+  (void)Exec(db, "ALTER TABLE runs ADD COLUMN grow_to INTEGER DEFAULT 0");
   // Likewise checkpoints.data (older rows read '': no data record).
   (void)Exec(db, "ALTER TABLE checkpoints ADD COLUMN data TEXT DEFAULT ''");
   // Likewise the memory columns of step_metrics (older rows read 0: not measured).
@@ -192,12 +195,13 @@ Status RunStore::InsertRun(RunRecord* r) {
   std::lock_guard<std::mutex> l(mu_);
   Stmt s(db_,
          "INSERT INTO runs (id, name, state, reason, spec_yaml, run_dir, workers, attempt, "
-         "restarts, max_restarts, resume, step, total_steps, created_ms, updated_ms) "
-         "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+         "restarts, max_restarts, resume, step, total_steps, created_ms, updated_ms, grow_to) "
+         "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   FORGE_RETURN_IF_ERROR(s.Bind({r->id, r->name, int64_t(r->state), r->reason, r->spec_yaml,
                                 r->run_dir, int64_t(r->workers), int64_t(r->attempt),
                                 int64_t(r->restarts), int64_t(r->max_restarts), r->resume,
-                                r->step, r->total_steps, r->created_ms, r->updated_ms}));
+                                r->step, r->total_steps, r->created_ms, r->updated_ms,
+                                int64_t(r->grow_to)}));
   FORGE_RETURN_IF_ERROR(s.Run());
   r->seq = sqlite3_last_insert_rowid(db_);
   return Status::Ok();
@@ -208,11 +212,11 @@ Status RunStore::UpdateRun(const RunRecord& r) {
   Stmt s(db_,
          "UPDATE runs SET name=?, state=?, reason=?, spec_yaml=?, run_dir=?, workers=?, "
          "attempt=?, restarts=?, max_restarts=?, resume=?, step=?, total_steps=?, "
-         "updated_ms=? WHERE id=?");
+         "updated_ms=?, grow_to=? WHERE id=?");
   FORGE_RETURN_IF_ERROR(s.Bind({r.name, int64_t(r.state), r.reason, r.spec_yaml, r.run_dir,
                                 int64_t(r.workers), int64_t(r.attempt), int64_t(r.restarts),
                                 int64_t(r.max_restarts), r.resume, r.step, r.total_steps,
-                                r.updated_ms, r.id}));
+                                r.updated_ms, int64_t(r.grow_to), r.id}));
   return s.Run();
 }
 

@@ -44,7 +44,8 @@ struct RunRecord {
   std::string reason;
   std::string spec_yaml;     // normalised; train.run_dir is the run's directory
   std::string run_dir;
-  int workers = 1;
+  int workers = 1;           // the world of its current (or last) placement; the spec's
+                             // train.workers is the world it asks for (elastic runs differ)
   int attempt = 0;           // placements so far
   int restarts = 0;
   int max_restarts = 3;
@@ -53,6 +54,8 @@ struct RunRecord {
   int64_t total_steps = 0;
   int64_t created_ms = 0, updated_ms = 0;
   int64_t seq = 0;           // insertion order (set by the store)
+  int grow_to = 0;           // > 0: its shrunk placement was told to stop at a checkpoint so
+                             // that it can be placed again on this many workers
 };
 
 struct EventRecord {

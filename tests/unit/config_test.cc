@@ -214,6 +214,8 @@ TEST(ConfigParseTest, EveryKeyIsRead) {
       "  spike_max_in_row: 2",
       "  straggler_threshold: 1.25",
       "  straggler_reports: 7",
+      "  min_workers: 3",
+      "  elastic_grace_s: 7.5",
   }));
   EXPECT_EQ(c.name, "exp-7.b_c");
   EXPECT_EQ(c.seed, 18446744073709551615ull);
@@ -262,6 +264,9 @@ TEST(ConfigParseTest, EveryKeyIsRead) {
   EXPECT_EQ(c.train.spike_max_in_row, 2);
   EXPECT_EQ(c.train.straggler_threshold, 1.25);
   EXPECT_EQ(c.train.straggler_reports, 7);
+  EXPECT_EQ(c.train.min_workers, 3);
+  EXPECT_EQ(MinWorkers(c.train), 3);
+  EXPECT_EQ(c.train.elastic_grace_s, 7.5);
 }
 
 TEST(ConfigParseTest, EnumsReadAndNameEveryValue) {
@@ -346,6 +351,9 @@ TEST(ConfigParseTest, YamlRoundTripIsExact) {
   c.eval.sample_tokens = 7;
   c.train.spike_sigma = 0.0;
   c.train.straggler_threshold = 1.0 + 1.0 / 3.0;
+  c.train.workers = 4;
+  c.train.min_workers = 2;
+  c.train.elastic_grace_s = 2.5;
   const std::string yaml = RunConfigToYaml(c);
   RunConfig back = ParseOk(yaml);
   EXPECT_EQ(RunConfigToYaml(back), yaml);
@@ -370,6 +378,8 @@ TEST(ConfigParseTest, YamlRoundTripIsExact) {
   EXPECT_TRUE(ParseOk(RunConfigToYaml(c)).eval.samples.empty());
   EXPECT_EQ(back.train.spike_sigma, 0.0);
   EXPECT_EQ(back.train.straggler_threshold, c.train.straggler_threshold);
+  EXPECT_EQ(back.train.min_workers, 2);
+  EXPECT_EQ(back.train.elastic_grace_s, 2.5);
 
   // Without a preset every dim is written, so it reads back as explicit dims.
   c.model.preset = "";
@@ -527,6 +537,12 @@ TEST(ConfigErrorTest, OutOfRange) {
                         "must be > 1 (a ratio to the other ranks' median) or 0 (off), got 0.9"));
   EXPECT_TRUE(FailsWith(base + "train:\n  straggler_reports: 0\n", 4,
                         "train.straggler_reports", "must be in [1, 100000], got 0"));
+  EXPECT_TRUE(FailsWith(base + "train:\n  workers: 2\n  min_workers: 3\n", 5,
+                        "train.min_workers", "must be in [1, 2], got 3"));
+  EXPECT_TRUE(FailsWith(base + "train:\n  min_workers: -1\n", 4, "train.min_workers",
+                        "must be in [1, 1], got -1"));
+  EXPECT_TRUE(FailsWith(base + "train:\n  elastic_grace_s: -2\n", 4, "train.elastic_grace_s",
+                        "must be >= 0, got -2"));
   EXPECT_TRUE(FailsWith(base + "name: a/b\n", 3, "name",
                         "may hold only letters, digits, '.', '_' and '-', got 'a/b'"));
   EXPECT_TRUE(FailsWith(base + "name: ''\n", 3, "name", "must not be empty"));
