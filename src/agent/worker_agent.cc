@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "agent/coordinator_rendezvous.h"
+#include "agent/restart_on_abort.h"
 #include "common/config.h"
 #include "metrics/gpu_health.h"
 #include "metrics/timed_comm.h"
@@ -328,7 +329,7 @@ class Placement {
           std::fprintf(stderr, "forge-worker: %s rank %d: abort: %s\n", a_.run_id().c_str(),
                        a_.rank(), resp.reason().c_str());
           std::fflush(stderr);
-          std::_Exit(3);  // peers may sit in a collective: no clean unwinding
+          std::_Exit(kAbortedExitCode);  // peers may sit in a collective: no clean unwinding
         default: break;
       }
     }

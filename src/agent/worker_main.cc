@@ -1,7 +1,7 @@
 // forge-worker: a worker process of the coordinator's pool.
 //   forge-worker --coordinator HOST:PORT [--join-secret-file FILE] [--tls-ca FILE]
 //                [--device cpu|cuda:N] [--max-placements N] [--throttle-ms N]
-//                [--give-up-after-s S] [--max-steps N]
+//                [--give-up-after-s S] [--max-steps N] [--restart-on-abort]
 // The join secret comes from --join-secret-file or FORGE_JOIN_SECRET, the address from
 // --coordinator or FORGE_COORDINATOR. Under `mpirun -np N forge-worker ...` the N processes
 // join as one launch group and train CPU data-parallel over MPI.
@@ -9,9 +9,11 @@
 #include <cstdlib>
 #include <string>
 
+#include "agent/restart_on_abort.h"
 #include "agent/worker_agent.h"
 #include "common/flags.h"
 #include "rpc/auth.h"
+#include "worker/parallel/bootstrap.h"
 
 namespace {
 
@@ -30,6 +32,9 @@ forge::FlagParser MakeFlags() {
   f.Value("--give-up-after-s", "S",
           "how long a call keeps retrying an unreachable coordinator (default 300)");
   f.Value("--max-steps", "N", "stop each placement after N steps (default: the run's)");
+  f.Bool("--restart-on-abort",
+         "a worker the coordinator aborts (exit 3) is replaced by a fresh process at once "
+         "(launched alone only; a StatefulSet then keeps its restart backoff for crashes)");
   f.MaxPositional(0);
   return f;
 }
@@ -66,5 +71,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   o.link.join_secret = *secret;
+  if (flags.Has("--restart-on-abort")) {
+    // A rank of an MPI launch cannot be replaced alone: its launcher restarts the group.
+    auto launch = DetectLaunch();
+    if (launch.ok() && launch->kind != LaunchKind::kMpi)
+      return agent::RunRestartingOnAbort([&] { return agent::RunWorkerAgent(o); });
+  }
   return agent::RunWorkerAgent(o);
 }
