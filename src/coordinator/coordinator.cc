@@ -1376,8 +1376,12 @@ void Coordinator::MonitorLoop() {
     ExcuseOwnAbsence(now - last_tick - period);
     last_tick = now;
     const auto timeout = std::chrono::milliseconds(opt_.heartbeat_timeout_ms);
-    std::vector<std::pair<std::string, std::string>> lost;  // run, why
-    std::vector<std::string> gone;                          // idle workers
+    struct Lost {
+      std::string run_id, why;
+      int attempt;
+    };
+    std::vector<Lost> lost;
+    std::vector<std::string> gone;  // idle workers
     for (const auto& [id, w] : workers_) {
       if (now - w.last_seen <= timeout) continue;
       const double silent = std::chrono::duration<double>(now - w.last_seen).count();
@@ -1386,8 +1390,10 @@ void Coordinator::MonitorLoop() {
         char buf[64];
         std::snprintf(buf, sizeof buf, "%.1f", silent);
         MarkWorkerUp(run->id, w.rec.rank, false);  // before LoseRun releases the placement
-        lost.emplace_back(run->id, "worker " + id + " (rank " + std::to_string(w.rec.rank) +
-                                       ") sent no heartbeat for " + buf + " s");
+        lost.push_back({run->id,
+                        "worker " + id + " (rank " + std::to_string(w.rec.rank) +
+                            ") sent no heartbeat for " + buf + " s",
+                        w.rec.attempt});
       } else {
         gone.push_back(id);
       }
@@ -1396,9 +1402,12 @@ void Coordinator::MonitorLoop() {
       (void)store_->DeleteWorker(id);
       workers_.erase(id);
     }
-    for (const auto& [run_id, why] : lost) {
-      RunRecord* run = FindRun(run_id);
-      if (run != nullptr && Active(run->state)) (void)LoseRun(run, why);
+    // Several silent workers of one placement cost it one restart: once the first LoseRun
+    // placed the run again, the others' silence is not the new attempt's.
+    for (const Lost& l : lost) {
+      RunRecord* run = FindRun(l.run_id);
+      if (run != nullptr && Active(run->state) && run->attempt == l.attempt)
+        (void)LoseRun(run, l.why);
     }
     DetectHangs(now);
     Schedule();

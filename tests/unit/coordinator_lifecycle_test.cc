@@ -171,6 +171,39 @@ TEST(CoordinatorLifecycle, LostWorkerRestartsThenFails) {
   EXPECT_NE(r.state_reason().find("max_restarts"), std::string::npos) << r.state_reason();
 }
 
+// Both workers of a placement go silent together while another group waits: the first
+// timeout restarts the run on the waiting group, and the second worker's silence (seen in the
+// same monitor tick) does not count against the new attempt: one restart, not a second one
+// that would exceed max_restarts (1).
+TEST(CoordinatorLifecycle, SilentPlacementCostsOneRestart) {
+  auto c = Open(StateDir("silent_pair"), /*timeout_ms=*/300);
+  v1::SubmitRunRequest s;
+  s.set_spec_yaml(kSpec);
+  v1::Run run;
+  ASSERT_TRUE(c->SubmitRun(s, &run).ok());
+  Join(c.get(), "a0", 0);
+  ASSERT_TRUE(Join(c.get(), "a1", 1).assigned());
+  Join(c.get(), "b0", 0);
+  Join(c.get(), "b1", 1);
+  auto ping = [&](const std::string& id) {
+    v1::HeartbeatRequest h;
+    h.set_worker_id(id);
+    v1::HeartbeatResponse r;
+    EXPECT_TRUE(c->Heartbeat(h, &r).ok());
+  };
+  for (int i = 0; i < 12 && Get(c.get(), run.id()).attempt() < 2; ++i) {
+    ping("b0");
+    ping("b1");
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const v1::Run r = Get(c.get(), run.id());
+  EXPECT_EQ(r.state(), v1::RUNNING) << r.state_reason();
+  EXPECT_EQ(r.attempt(), 2);
+  EXPECT_EQ(r.restarts(), 1);
+  ASSERT_EQ(r.worker_ids_size(), 2);
+  EXPECT_EQ(r.worker_ids(0), "b0");
+}
+
 TEST(CoordinatorLifecycle, StopCheckpointsThenStopsAndSurvivesARestart) {
   const std::string dir = StateDir("stop");
   std::string run_id;
