@@ -10,6 +10,11 @@
 #       kept in FORGE_STATE_DIR), `srun --mpi=pmix forge-worker` one per GPU, and watch the run.
 #       A worker step that fails while the run goes on (a worker killed, crashed or hung) is
 #       launched again in the same allocation, with backoff, up to train.max_restarts times.
+#       A node whose workers failed FORGE_NODE_FAILURE_LIMIT times is left out of the next
+#       steps (srun --exclude) when the rest of the allocation still holds train.min_workers
+#       workers (and a world that keeps the global batch): the coordinator continues the run
+#       on them from its last checkpoint (elastic continue). A coordinator the job started that
+#       dies is started again on the same port from its durable state.
 #   direct  every rank is `forge train CONFIG [flags]` (no coordinator); extra arguments go to
 #       forge train, and `--resume $FORGE_RESUME` (default latest) continues from the last
 #       checkpoint under the config's run_dir.
@@ -30,6 +35,8 @@
 #                      (--data-root; default /: the job's coordinator serves only the job's
 #                      owner, who may read any of their own files)
 #   FORGE_RESUME       direct mode: latest (default), step_N or a path
+#   FORGE_NODE_FAILURE_LIMIT  coordinator mode: failed worker steps that a node's workers
+#                      caused before the node is excluded (default 2; 0: never exclude)
 #
 # Stopping (what Slurm sends, and what happens):
 #   scancel / scontrol requeue / preemption: Slurm sends SIGTERM to every process of the job,
@@ -175,25 +182,64 @@ run_coordinator() {
     fi
   fi
 
+  # spec_int KEY < the run's status JSON: KEY's number in its (normalised) spec YAML, whose
+  # lines arrive as one JSON string ("\n  min_workers: 2\n").
+  spec_int() { grep -o "\\\\n  $1: [0-9]*" | head -n 1 | sed 's/.*: //'; }
+
   # The worker step, relaunched in this allocation while the run goes on: a lost worker (killed,
   # crashed, or aborted by the coordinator after a hang) ends the whole step (--kill-on-bad-exit),
   # the coordinator restarts the run from its last committed checkpoint, and a fresh step joins
-  # after a backoff (1 s, doubling to 30 s), at most the run's train.max_restarts times.
+  # after a backoff (1 s, doubling to 30 s; back to 1 s after a step that got the run a new
+  # checkpoint), at most the run's train.max_restarts times. Each worker's shell notes its node,
+  # rank, exit status and step ($state/slurm/exits-JOB.N); the first to fail names the node that
+  # ended the step. A node that ended FORGE_NODE_FAILURE_LIMIT steps is excluded when the rest
+  # keep train.min_workers.
+  # A step whose workers all ended well while the run goes on (the run grew back: its smaller
+  # placement stopped with a checkpoint) is launched again at once.
   # The workers ignore SIGTERM too: they stop when the coordinator says so, after saving.
   # --max-placements 1: they exit when this job's run ends. SIGUSR2 (below) ends the step and
   # the relaunching (an asynchronous subshell cannot trap SIGINT).
   run_workers() {
     trap '' TERM
-    local step_pid="" stopping=0 relaunches=0 delay=1 json st max
+    local step_pid="" stopping=0 relaunches=0 delay=1 json st max ck_before ck_after
+    local limit=${FORGE_NODE_FAILURE_LIMIT:-2} nodes=() excluded="" steps=0 exits node rank code
+    local -A node_fails=()
+    mapfile -t nodes < <(scontrol show hostnames "${SLURM_JOB_NODELIST:-$(hostname -s)}" 2>/dev/null)
+    [ ${#nodes[@]} -gt 0 ] || nodes=("$(hostname -s)")
+    local per_node=$(( ntasks / ${#nodes[@]} > 0 ? ntasks / ${#nodes[@]} : 1 ))
+    local step_flags=()
     trap 'stopping=1; if [ -n "$step_pid" ]; then kill -INT "$step_pid" 2>/dev/null; sleep 0.2; kill -INT "$step_pid" 2>/dev/null; fi' USR2
     while true; do
+      steps=$((steps + 1))
+      exits=$state/slurm/exits-$SLURM_JOB_ID.$steps
+      : > "$exits"
+      ck_before=$(ctl --json status "$run" 2>/dev/null | json_field latest_checkpoint_step)
       # shellcheck disable=SC2086
-      srun "${srun_flags[@]}" bash -c 'trap "" TERM; exec "$0" "$@"' "$(bin forge-worker)" \
-        --max-placements 1 ${FORGE_WORKER_ARGS:-} &
+      FORGE_STEP_EXITS=$exits srun "${srun_flags[@]}" "${step_flags[@]}" bash -c \
+        'trap "" TERM; "$0" "$@"; rc=$?; echo "$(hostname -s) ${SLURM_PROCID:-?} $rc ${SLURM_STEP_ID:-?}" >> "$FORGE_STEP_EXITS"; exit $rc' \
+        "$(bin forge-worker)" --max-placements 1 ${FORGE_WORKER_ARGS:-} &
       step_pid=$!
+      # Once a task ended badly the placement is lost, but srun waits for every task, and a
+      # worker that cannot hear the coordinator's ABORT (blocked in a collective before its
+      # heartbeats start) ignores the step's SIGTERM: it would hold the step for KillWait.
+      # One heartbeat timeout (+2 s) after the first bad end, the step's tasks are killed.
+      local bad_since="" killed=0 step_id
+      while kill -0 "$step_pid" 2>/dev/null; do
+        if [ -z "$bad_since" ] && awk '$3 != 0 { bad = 1 } END { exit !bad }' "$exits"; then
+          bad_since=$SECONDS
+        fi
+        if [ -n "$bad_since" ] && [ "$killed" = 0 ] &&
+           [ $((SECONDS - bad_since)) -ge $((timeout_ms / 1000 + 2)) ]; then
+          step_id=$(awk '$3 != 0 { print $4; exit }' "$exits")
+          log "worker step $SLURM_JOB_ID.$step_id lost a worker $((SECONDS - bad_since)) s ago and has not ended: killing its tasks"
+          scancel --signal=KILL "$SLURM_JOB_ID.$step_id" 2>/dev/null
+          killed=1
+        fi
+        sleep 0.5 & wait $! 2>/dev/null
+      done
       wait_for "$step_pid"
       step_pid=""
-      [ "$rc" = 0 ] || [ "$stopping" = 1 ] && return "$rc"
+      [ "$stopping" = 1 ] && return "$rc"
       json=$(ctl --json status "$run") || return "$rc"
       st=$(json_field state <<<"$json")
       max=$(json_field max_restarts <<<"$json")
@@ -201,9 +247,46 @@ run_coordinator() {
         PENDING|RUNNING|RESTARTING) ;;
         *) return "$rc" ;;  # ended, or stopping with a checkpoint
       esac
+      if [ "$rc" = 0 ]; then
+        log "worker step ended while run $run is $st: launching it again in 1 s"
+        sleep 1 & wait $! 2>/dev/null
+        continue
+      fi
+      # The first worker to end badly names the node (the others were ended with the step).
+      # Exit 3 is a worker the coordinator told to abort (its run lost another one): not its
+      # node's fault. A stopped (hung) worker is killed with the step, shell and all: no node.
+      node="" rank="" code=""
+      read -r node rank code _ < <(awk '$3 != 0 && $3 != 3 { print; exit }' "$exits")
+      if [ -n "${node:-}" ]; then
+        node_fails[$node]=$(( ${node_fails[$node]:-0} + 1 ))
+        log "worker step failed on $node (rank $rank, exit $code): failure ${node_fails[$node]} of $node"
+        if [ "$limit" -gt 0 ] && [ "${node_fails[$node]}" -ge "$limit" ] &&
+           [[ " $excluded " != *" $node "* ]]; then
+          local left=0 n min micro global
+          for n in "${nodes[@]}"; do
+            [[ " $excluded $node " == *" $n "* ]] || left=$((left + per_node))
+          done
+          min=$(spec_int min_workers <<<"$json")
+          [ "${min:-0}" -gt 0 ] || min=$(spec_int workers <<<"$json")
+          micro=$(spec_int micro_batch <<<"$json")
+          global=$(spec_int global_batch <<<"$json")
+          if [ "$left" -ge "${min:-1}" ] && [ "$left" -gt 0 ] &&
+             [ $(( ${global:-0} % (${micro:-1} * left) )) = 0 ]; then
+            excluded="${excluded:+$excluded }$node"
+            step_flags=(--nodes=$(( left / per_node )) --ntasks="$left" --exclude="${excluded// /,}")
+            log "node $node failed ${node_fails[$node]} time(s) (FORGE_NODE_FAILURE_LIMIT $limit): excluded; the run goes on with $left worker(s) on the other node(s) (train.min_workers ${min:-?})"
+          else
+            log "node $node failed ${node_fails[$node]} time(s) (FORGE_NODE_FAILURE_LIMIT $limit): not excluded: the other node(s) hold $left worker(s); the run needs train.min_workers ${min:-?} and a world that divides batch.global_batch ${global:-?} into micro-batches of ${micro:-?}"
+          fi
+        fi
+      fi
       if [ "$relaunches" -ge "${max:-0}" ]; then
         log "worker step failed (exit $rc); not relaunched: $relaunches relaunch(es) made (train.max_restarts ${max:-0})"
         return "$rc"
+      fi
+      ck_after=$(json_field latest_checkpoint_step <<<"$json")
+      if [ -n "$ck_before" ] && [ -n "$ck_after" ] && [ "$ck_after" -gt "$ck_before" ]; then
+        delay=1  # that step got the run further: not a crash loop
       fi
       relaunches=$((relaunches + 1))
       log "worker step failed (exit $rc), run $run $st: relaunching it in $delay s ($relaunches of ${max:-0})"
@@ -231,6 +314,26 @@ run_coordinator() {
   # watch ignores SIGTERM (scancel) so it reports the stop it causes.
   (trap '' TERM; exec "$(bin forgectl)" watch "$run") &
   watch_pid=$!
+  # While the run goes on, a coordinator this job started that died (killed, crashed) is
+  # started again on its port from its durable state: the workers and the watch reconnect.
+  # Backoff 1 s, doubling to 30 s, back to 1 s after one that lived a minute.
+  local coord_restarts=0 coord_delay=1 coord_started=$SECONDS
+  while kill -0 "$watch_pid" 2>/dev/null; do
+    # (scancel's stop restarts it itself: request_stop)
+    if [ -n "$coord_pid" ] && [ "$stop_reason" != cancelled ] && ! kill -0 "$coord_pid" 2>/dev/null; then
+      wait "$coord_pid" 2>/dev/null
+      local coord_rc=$?
+      [ $((SECONDS - coord_started)) -ge 60 ] && coord_delay=1
+      coord_restarts=$((coord_restarts + 1))
+      log "forge-coordinator ended (exit $coord_rc): starting it again on port $coord_port in $coord_delay s ($coord_restarts)"
+      sleep "$coord_delay" & wait $! 2>/dev/null
+      [ "$stop_reason" = cancelled ] && continue
+      start_coordinator "$coord_port"
+      coord_started=$SECONDS
+      coord_delay=$((coord_delay * 2 > 30 ? 30 : coord_delay * 2))
+    fi
+    sleep 0.5 & wait $! 2>/dev/null
+  done
   wait_for "$watch_pid"
   local watch_rc=$rc
   json=$(ctl --json status "$run")
