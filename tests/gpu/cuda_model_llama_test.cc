@@ -96,25 +96,7 @@ TEST_P(GpuLlamaModel, AccumulatedGradientsMatchCpu) {
 // 50 AdamW steps: the loss trajectories agree step by step and the GPU model learns.
 TEST_P(GpuLlamaModel, TrainingMatchesCpu) {
   FORGE_SKIP_WITHOUT_GPU();
-  const RunConfig c = Config();
-  auto [cpu, gpu] = test::MakeCpuAndGpu(c);
-  ASSERT_NE(gpu, nullptr);
-  constexpr int kSteps = 50;
-  const auto batches = MakeBatches(c, kSteps, 21);
-  float first = 0.0f, last5 = 0.0f;
-  for (int step = 1; step <= kSteps; ++step) {
-    const auto micro = Views(batches, step - 1, 1);
-    const StepHyper hyper{c.optimizer.lr, step};
-    StepStats s_cpu, s_gpu;
-    ASSERT_STATUS_OK(cpu->TrainStep(micro, hyper, true, &s_cpu));
-    ASSERT_STATUS_OK(gpu->TrainStep(micro, hyper, true, &s_gpu));
-    ASSERT_TRUE(s_gpu.valid);
-    ASSERT_TRUE(std::isfinite(s_gpu.loss)) << "step " << step;
-    EXPECT_NEAR(s_gpu.loss, s_cpu.loss, 3e-2 * std::fabs(s_cpu.loss)) << "step " << step;
-    if (step == 1) first = s_gpu.loss;
-    if (step > kSteps - 5) last5 += s_gpu.loss / 5.0f;
-  }
-  EXPECT_LT(last5, first - 0.5f) << "the GPU backend did not learn";
+  EXPECT_NE(test::ExpectTrainingTracksCpu(Config(), 50, 3e-2, 0.5f), nullptr);
 }
 
 INSTANTIATE_TEST_SUITE_P(Knobs, GpuLlamaModel, ::testing::ValuesIn(Cases()),

@@ -142,4 +142,35 @@ inline void ExpectGradientsMatchCpu(const RunConfig& c, int micro_steps,
   }
 }
 
+// `steps` AdamW steps of the CPU reference and the CUDA backend from the same init on Markov
+// batches: the loss within `tol` relative at every step (and the first step's gradient norm
+// within 5%), and the GPU's mean loss over the last five steps below its first by `min_drop`.
+// Returns the CUDA backend for further checks (null if it could not be made).
+inline std::unique_ptr<CudaTrainBackend> ExpectTrainingTracksCpu(const RunConfig& c, int steps,
+                                                                 double tol, float min_drop) {
+  CpuAndGpu b = MakeCpuAndGpu(c);
+  if (b.gpu == nullptr) return nullptr;
+  const auto batches = MakeBatches(c, steps, 21);
+  float first = 0.0f, last5 = 0.0f;
+  for (int step = 1; step <= steps; ++step) {
+    const auto micro = Views(batches, step - 1, 1);
+    const StepHyper hyper{c.optimizer.lr, step};
+    StepStats s_cpu, s_gpu;
+    const Status a = b.cpu->TrainStep(micro, hyper, true, &s_cpu);
+    const Status g = b.gpu->TrainStep(micro, hyper, true, &s_gpu);
+    EXPECT_TRUE(a.ok() && g.ok()) << a.ToString() << " / " << g.ToString();
+    if (!a.ok() || !g.ok()) return nullptr;
+    EXPECT_TRUE(s_gpu.valid);
+    EXPECT_TRUE(std::isfinite(s_gpu.loss)) << "step " << step;
+    EXPECT_NEAR(s_gpu.loss, s_cpu.loss, tol * std::fabs(s_cpu.loss)) << "step " << step;
+    if (step == 1) {
+      EXPECT_NEAR(s_gpu.grad_norm, s_cpu.grad_norm, 5e-2 * s_cpu.grad_norm) << "grad norm";
+      first = s_gpu.loss;
+    }
+    if (step > steps - 5) last5 += s_gpu.loss / 5.0f;
+  }
+  EXPECT_LT(last5, first - min_drop) << "the GPU backend did not learn";
+  return std::move(b.gpu);
+}
+
 }  // namespace forge::test
