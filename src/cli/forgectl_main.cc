@@ -267,8 +267,8 @@ bool Terminal(v1::RunState s) {
 
 // Follows the run until it ends. When the coordinator goes away (killed, restarted, a network
 // break) the stream is reopened with backoff, saying so on stderr, for up to `reconnect_s`
-// seconds without reaching it (20 s, as other commands, when it was never reached); events
-// already printed are not printed again.
+// seconds without reaching it (20 s, as other commands, when it was never reached); the events
+// of the time away are printed on reconnecting, those already printed are not printed again.
 int Watch(const Global& g, Client* c, const std::string& run_id, bool history,
           double reconnect_s) {
   using Clock = std::chrono::steady_clock;
@@ -290,7 +290,9 @@ int Watch(const Global& g, Client* c, const std::string& run_id, bool history,
   for (;;) {
     v1::WatchRunRequest req;
     req.set_run_id(run_id);
-    req.set_history(history && first);
+    // After a reconnect the coordinator's history is asked for again: the events of the time
+    // away (a checkpoint committed, a restart) are printed, those seen before are skipped by id.
+    req.set_history((history && first) || reached);
     grpc::ClientContext ctx;
     rpc::AddBearer(&ctx, c->token());
     auto reader = c->stub()->WatchRun(&ctx, req);

@@ -368,14 +368,14 @@ TEST_F(BenchSuiteTest, SuiteRunsOnStandInsAndTablesTheirLines) {
 TEST_F(BenchSuiteTest, UnknownSuiteOrOptionIsAnError) {
   const Ran list = Shell("bash bench/suite.sh --list");
   EXPECT_EQ(list.code, 0);
-  EXPECT_EQ(list.out, "single-gpu multi-gpu fp8-accuracy gpu-tests profile\n");
+  EXPECT_EQ(list.out, "single-gpu llama multi-gpu fp8-accuracy generation gpu-tests profile\n");
   const Ran help = Shell("bash bench/suite.sh --help");
   EXPECT_EQ(help.code, 0);
   EXPECT_NE(help.out.find("bench/suite.sh [--dry-run]"), std::string::npos);
   const Ran bad = Shell("bash bench/suite.sh --dry-run single-gpuu 2>&1");
   EXPECT_EQ(bad.code, 2);
   EXPECT_NE(bad.out.find("unknown suite 'single-gpuu'"), std::string::npos) << bad.out;
-  EXPECT_NE(bad.out.find("suites: single-gpu multi-gpu"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("suites: single-gpu llama multi-gpu"), std::string::npos) << bad.out;
   const Ran opt = Shell("bash bench/suite.sh --dry --run single-gpu 2>&1");
   EXPECT_EQ(opt.code, 2);
   EXPECT_NE(opt.out.find("unknown option --dry"), std::string::npos) << opt.out;
