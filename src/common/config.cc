@@ -43,10 +43,11 @@ constexpr std::array<NamedValue<DecayKind>, 3> kDecayNames{{
     {"cosine", DecayKind::kCosine}, {"linear", DecayKind::kLinear}, {"constant", DecayKind::kConstant}}};
 constexpr std::array<NamedValue<Precision>, 3> kPrecisionNames{{
     {"fp32", Precision::kFp32}, {"bf16", Precision::kBf16}, {"fp8", Precision::kFp8}}};
-constexpr std::array<NamedValue<ParallelMode>, 4> kParallelNames{{{"ddp", ParallelMode::kDdp},
+constexpr std::array<NamedValue<ParallelMode>, 5> kParallelNames{{{"ddp", ParallelMode::kDdp},
                                                                   {"zero1", ParallelMode::kZero1},
                                                                   {"zero2", ParallelMode::kZero2},
-                                                                  {"fsdp", ParallelMode::kFsdp}}};
+                                                                  {"fsdp", ParallelMode::kFsdp},
+                                                                  {"hsdp", ParallelMode::kHsdp}}};
 constexpr std::array<NamedValue<GradReduce>, 2> kGradReduceNames{{
     {"fp32", GradReduce::kFp32}, {"bf16", GradReduce::kBf16}}};
 constexpr std::array<NamedValue<InitScheme>, 2> kInitNames{
@@ -350,9 +351,26 @@ MaybeProblem CheckRunConfig(const RunConfig& c) {
   FORGE_RULE(InRange("precision.fp8.margin", c.precision.fp8.margin, 0, 32));
 
   FORGE_RULE(Positive("parallel.collective_timeout_s", c.parallel.collective_timeout_s));
-  if (c.parallel.grad_reduce == GradReduce::kBf16 && c.parallel.mode == ParallelMode::kFsdp) {
-    // fsdp's reduce-scatters read rotating fp32 buffers of their own; they stay fp32.
-    return Problem{"parallel.grad_reduce", "bf16 is not supported with parallel.mode fsdp",
+  if (c.parallel.grad_reduce == GradReduce::kBf16 &&
+      (c.parallel.mode == ParallelMode::kFsdp || c.parallel.mode == ParallelMode::kHsdp)) {
+    // fsdp's (and hsdp's) reduce-scatters read rotating fp32 buffers of their own; they stay
+    // fp32.
+    return Problem{"parallel.grad_reduce",
+                   std::string("bf16 is not supported with parallel.mode ") +
+                       ParallelModeName(c.parallel.mode),
+                   {"parallel.mode"}};
+  }
+  if (c.parallel.mode == ParallelMode::kHsdp) {
+    if (c.parallel.shard_group_size < 1)
+      return Problem{"parallel.shard_group_size",
+                     "parallel.mode hsdp needs it: the ranks of one shard group (usually the GPUs "
+                     "of one node), >= 1, got " +
+                         Num(c.parallel.shard_group_size),
+                     {"parallel.mode"}};
+  } else if (c.parallel.shard_group_size != 0) {
+    return Problem{"parallel.shard_group_size",
+                   std::string("is for parallel.mode hsdp only (mode is ") +
+                       ParallelModeName(c.parallel.mode) + ")",
                    {"parallel.mode"}};
   }
   if (c.parallel.ddp_allreduce == DdpAllReduce::kCopyEngine) {
@@ -856,7 +874,9 @@ Status ReadSections(Reader& r, const Entries& top, RunConfig* c) {
 
   FORGE_RETURN_IF_ERROR(
       r.ReadMap(section("parallel"), "parallel",
-                {"mode", "grad_reduce", "ddp_allreduce", "collective_timeout_s"}, &e));
+                {"mode", "grad_reduce", "ddp_allreduce", "collective_timeout_s",
+                 "shard_group_size"},
+                &e));
   FORGE_RETURN_IF_ERROR(r.ReadEnum(e, "parallel", "mode", kParallelNames, &c->parallel.mode));
   FORGE_RETURN_IF_ERROR(
       r.ReadEnum(e, "parallel", "grad_reduce", kGradReduceNames, &c->parallel.grad_reduce));
@@ -864,6 +884,8 @@ Status ReadSections(Reader& r, const Entries& top, RunConfig* c) {
                                    &c->parallel.ddp_allreduce));
   FORGE_RETURN_IF_ERROR(
       r.ReadDouble(e, "parallel", "collective_timeout_s", &c->parallel.collective_timeout_s));
+  FORGE_RETURN_IF_ERROR(
+      r.ReadInt(e, "parallel", "shard_group_size", &c->parallel.shard_group_size));
 
   CheckpointConfig& k = c->checkpoint;
   FORGE_RETURN_IF_ERROR(r.ReadMap(section("checkpoint"), "checkpoint",
@@ -1146,6 +1168,8 @@ std::string RunConfigToYaml(const RunConfig& c) {
     << "  grad_reduce: " << GradReduceName(c.parallel.grad_reduce) << "\n"
     << "  ddp_allreduce: " << DdpAllReduceName(c.parallel.ddp_allreduce) << "\n"
     << "  collective_timeout_s: " << Num(c.parallel.collective_timeout_s) << "\n";
+  if (c.parallel.mode == ParallelMode::kHsdp)
+    y << "  shard_group_size: " << c.parallel.shard_group_size << "\n";
   const CheckpointConfig& k = c.checkpoint;
   y << "checkpoint:\n"
     << "  dir: " << Quote(k.dir) << "\n"

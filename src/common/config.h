@@ -165,7 +165,9 @@ struct PrecisionConfig {
   Fp8Config fp8;
 };
 
-enum class ParallelMode { kDdp, kZero1, kZero2, kFsdp };
+// hsdp: fsdp inside each shard group of parallel.shard_group_size consecutive ranks (a node),
+// replicated across the groups (worker/parallel/hybrid_groups.h).
+enum class ParallelMode { kDdp, kZero1, kZero2, kFsdp, kHsdp };
 
 // Element type of the gradient collectives (CUDA backend, ddp/zero1/zero2): bf16 halves their
 // bytes; each rank's fp32 gradient is rounded to bf16 and summed in bf16 (ranks stay bitwise
@@ -184,6 +186,10 @@ struct ParallelConfig {
   GradReduce grad_reduce = GradReduce::kFp32;
   DdpAllReduce ddp_allreduce = DdpAllReduce::kNccl;
   double collective_timeout_s = 600.0;
+  // hsdp only (required there, 0 otherwise): ranks per shard group, usually the GPUs of one
+  // node. Must divide the world size (checked when the world is known); 1 keeps full state on
+  // every rank (ddp-like), the world size is fsdp.
+  int shard_group_size = 0;
 };
 
 struct CheckpointConfig {

@@ -26,7 +26,7 @@ TEST(ConfigFlagNamesTest, UnknownNameListsTheChoicesAndChangesNothing) {
   ParallelMode mode = ParallelMode::kZero1;
   const Status st = ParallelModeFromName("zero9", "--mode", &mode);
   EXPECT_EQ(st.code(), Code::kInvalidArgument);
-  EXPECT_EQ(st.message(), "--mode: must be one of ddp|zero1|zero2|fsdp, got zero9");
+  EXPECT_EQ(st.message(), "--mode: must be one of ddp|zero1|zero2|fsdp|hsdp, got zero9");
   EXPECT_EQ(mode, ParallelMode::kZero1);
   Fp8FastAccum fast = Fp8FastAccum::kFprop;
   EXPECT_FALSE(Fp8FastAccumFromName("FPROP", "--fp8-fast-accum", &fast).ok());

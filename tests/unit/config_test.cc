@@ -479,7 +479,7 @@ TEST(ConfigErrorTest, BadEnumValue) {
   EXPECT_TRUE(FailsWith(base + "precision:\n  compute: BF16\n", 4, "precision.compute",
                         "must be one of fp32|bf16|fp8, got BF16"));
   EXPECT_TRUE(FailsWith(base + "parallel:\n  mode: zero3\n", 4, "parallel.mode",
-                        "must be one of ddp|zero1|zero2|fsdp, got zero3"));
+                        "must be one of ddp|zero1|zero2|fsdp|hsdp, got zero3"));
   EXPECT_TRUE(FailsWith(base + "  init: normal\n", 3, "model.init",
                         "must be one of gpt2|torch, got normal"));
   EXPECT_TRUE(FailsWith(base + "train:\n  backend: [cpu]\n", 4, "train.backend",
