@@ -69,6 +69,11 @@ class TimedComm : public Comm {
   StatusOr<CommWorkPtr> Barrier(std::string_view what) override {
     return Wrap(inner_->Barrier(what), CollectiveOp::kBarrier);
   }
+  // The part is timed into the same metrics and clock.
+  StatusOr<std::unique_ptr<Comm>> Split(int color, int key, std::string_view what) override {
+    FORGE_ASSIGN_OR_RETURN(std::unique_ptr<Comm> part, inner_->Split(color, key, what));
+    return std::unique_ptr<Comm>(std::make_unique<TimedComm>(std::move(part), metrics_, clock_));
+  }
   [[noreturn]] void Abort(const Status& why) override {
     inner_->Abort(why);
     std::abort();  // not reached: Abort ends the job

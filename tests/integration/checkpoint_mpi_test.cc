@@ -1,7 +1,7 @@
 // Checkpoints across processes: forge_checkpoint_check (tests/integration/mpi/) saves with W
 // ranks and resumes on W' ranks in every mode (and from another mode's checkpoint), compared
 // with one process that never stopped; `forge train --resume`, stop signals and `forge export`
-// end to end. Worlds 1, 2 and 4 are powers of two, so those runs are bitwise the uninterrupted
+// end to end; hsdp's checkpoints to and from the other modes. Worlds 1, 2 and 4 are powers of two, so those runs are bitwise the uninterrupted
 // one (train/cpu_backend.cc, parallel/sum_order.h); world 3 is within tolerance.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -89,6 +89,32 @@ TEST(CheckpointMpi, SavedOnFourRanksResumesBitwiseOnTwo) {
                  "resume world=2");
   ExpectAllModes(Check(2, "resume --rotate --from " + dir + "/save --root " + dir + "/r2x"),
                  "resume world=2");
+  fs::remove_all(dir);
+}
+
+// hsdp (parallel/hybrid_groups.h) writes fsdp's layout: its checkpoint resumes in the other
+// modes on other world sizes, and fsdp's resumes as hsdp, bitwise the uninterrupted run.
+TEST(CheckpointMpi, HsdpCheckpointsResumeInOtherModesAndBack) {
+  REQUIRE_MPIRUN();
+  const std::string dir = TempDir("hsdp");
+  const ShellResult saved = Check(4, "save --modes hsdp2 --root " + dir + "/save4");
+  EXPECT_TRUE(Contains(saved.output, "save world=4 mode=hsdp2")) << saved.output;
+  const ShellResult to2 = Check(2, "resume --from-mode hsdp2 --modes fsdp,ddp,hsdp1 --from " +
+                                       dir + "/save4 --root " + dir + "/r2");
+  for (const char* m : {"fsdp ", "ddp  ", "hsdp1"})
+    EXPECT_TRUE(Contains(to2.output, std::string("resume world=2 mode=") + m + " from hsdp2"))
+        << to2.output;
+  const ShellResult to1 = Check(1, "resume --from-mode hsdp2 --modes zero1 --from " + dir +
+                                       "/save4 --root " + dir + "/r1");
+  EXPECT_TRUE(Contains(to1.output, "resume world=1 mode=zero1 from hsdp2")) << to1.output;
+  // fsdp saved on 2 ranks -> hsdp on 4 ranks as 2 x 2, 4 x 1 and 1 x 4.
+  Check(2, "save --modes fsdp --root " + dir + "/save2");
+  const ShellResult to4 = Check(4, "resume --from-mode fsdp --modes hsdp2,hsdp1,hsdp4 --from " +
+                                       dir + "/save2 --root " + dir + "/r4");
+  for (const char* m : {"hsdp2", "hsdp1", "hsdp4"})
+    EXPECT_TRUE(Contains(to4.output, std::string("resume world=4 mode=") + m +
+                                         " from fsdp step_3 (saved by 2 ranks)"))
+        << to4.output;
   fs::remove_all(dir);
 }
 

@@ -91,6 +91,31 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(i.param.micro) + "_" + i.param.expect;
     });
 
+// hsdp (parallel/hybrid_groups.h): 4 ranks as 2 shard groups x 2, and the degenerate 4 x 1
+// (ddp-like) and 1 x 4 (fsdp), with several and with one micro-step per rank; 2 ranks as 1 x 2
+// and 2 x 1. R and G are powers of two, so each is bitwise one process on the same global batch,
+// and every replica group ends with bitwise the same weights and moments. World 3 (3 x 1 and
+// 1 x 3, 2 micro-steps per rank) is within the tolerance of the other modes' world 3.
+TEST(ParallelMpi, HsdpMatchesOneProcessAndReplicasAgree) {
+  REQUIRE_MPIRUN();
+  struct Case {
+    int ranks;
+    const char* args;
+  };
+  for (const Case& k : {Case{4, "--global 8 --micro 1 --modes hsdp2,hsdp1,hsdp4"},
+                        Case{4, "--global 8 --micro 2 --modes hsdp2"},
+                        Case{2, "--global 8 --micro 2 --modes hsdp2,hsdp1"},
+                        Case{3, "--global 6 --micro 1 --modes hsdp3,hsdp1 --expect close"}}) {
+    ShellResult r = Shell(Mpirun(k.ranks) + Bin("forge_parallel_check") +
+                          " trajectory --steps 5 " + k.args);
+    EXPECT_EQ(r.exit_code, 0) << k.args << "\n" << r.output;
+    EXPECT_NE(r.output.find("PARALLEL_CHECK OK"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("REPLICAS DIFFER"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("mode=hsdp"), std::string::npos) << r.output;
+    std::printf("%s[ -np %d %s: %.1f s ]\n", r.output.c_str(), k.ranks, k.args, r.seconds);
+  }
+}
+
 // Rank 1 never joins an all-reduce; rank 0 waits for it with a 1 s timeout.
 TEST(ParallelMpi, HungCollectiveTimesOutNamingRankAndCollective) {
   REQUIRE_MPIRUN();
@@ -163,6 +188,25 @@ int CountOccurrences(const std::string& s, const std::string& what) {
   return n;
 }
 
+void WriteTrainConfig(const std::string& dir, const std::string& cfg,
+                      const std::string& parallel) {
+  std::ofstream y(cfg);
+  y << "name: mpi-test\nseed: 5\n"
+       "model: {n_layer: 2, d_model: 32, n_head: 4, n_kv_head: 2, ffn: 64, vocab: 256, "
+       "seq_len: 16}\n"
+       "data: {dataset_dir: "
+    << dir
+    << "/data}\n"
+       "schedule: {total_steps: 6, warmup_steps: 2}\n"
+       "batch: {micro_batch: 2, global_batch: 8}\n"
+       "parallel: {"
+    << parallel
+    << ", collective_timeout_s: 60}\n"
+       "eval: {every_steps: 3, batches: 3}\n"
+       "train: {backend: cpu, log_every: 1, run_dir: "
+    << dir << "/run}\n";
+}
+
 TEST(ParallelMpi, ForgeTrainUnderMpirunMatchesOneProcess) {
   REQUIRE_MPIRUN();
   const std::string dir = TempDir();
@@ -204,6 +248,40 @@ TEST(ParallelMpi, ForgeTrainUnderMpirunMatchesOneProcess) {
   const auto b = MetricsWithoutTimings(dir + "/four/metrics.jsonl");
   ASSERT_EQ(a.size(), 6u);
   EXPECT_EQ(a, b);
+  fs::remove_all(dir);
+}
+
+// forge train with parallel.mode hsdp: its ranks read their data positions' micro-batches
+// (process_run.cc), so 4 ranks as 2 x 2 give one process's records; a group size that does
+// not divide the world is refused on every rank, naming the key.
+TEST(ParallelMpi, ForgeTrainHsdpMatchesOneProcessAndRefusesABadGroupSize) {
+  REQUIRE_MPIRUN();
+  const std::string dir = TempDir() + "_hsdp";
+  fs::remove_all(dir);
+  WriteDataset(dir + "/data");
+  const std::string one_cfg = dir + "/one.yaml", hsdp_cfg = dir + "/hsdp.yaml",
+                    bad_cfg = dir + "/bad.yaml";
+  WriteTrainConfig(dir, one_cfg, "mode: ddp");
+  WriteTrainConfig(dir, hsdp_cfg, "mode: hsdp, shard_group_size: 2");
+  WriteTrainConfig(dir, bad_cfg, "mode: hsdp, shard_group_size: 3");
+  ShellResult one = Shell("OPENBLAS_NUM_THREADS=1 timeout 120 " + Bin("forge") + " train " +
+                          one_cfg + " --run-dir " + dir + "/one");
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  ShellResult four =
+      Shell(Mpirun(4) + Bin("forge") + " train " + hsdp_cfg + " --run-dir " + dir + "/four");
+  ASSERT_EQ(four.exit_code, 0) << four.output;
+  std::printf("[ forge train hsdp 2 x 2: %.1f s ]\n%s", four.seconds, four.output.c_str());
+  EXPECT_NE(four.output.find("x 4 ranks (hsdp)"), std::string::npos) << four.output;
+  const auto a = MetricsWithoutTimings(dir + "/one/metrics.jsonl");
+  ASSERT_EQ(a.size(), 6u);
+  EXPECT_EQ(a, MetricsWithoutTimings(dir + "/four/metrics.jsonl"));
+
+  ShellResult bad =
+      Shell(Mpirun(4) + Bin("forge") + " train " + bad_cfg + " --run-dir " + dir + "/bad");
+  EXPECT_NE(bad.exit_code, 0) << bad.output;
+  EXPECT_NE(bad.output.find("parallel.shard_group_size (3) must divide the world size (4)"),
+            std::string::npos)
+      << bad.output;
   fs::remove_all(dir);
 }
 

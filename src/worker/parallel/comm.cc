@@ -65,6 +65,11 @@ class DoneWork final : public CommWork {
 
 CommWorkPtr CompletedWork() { return CommWorkPtr(new DoneWork); }
 
+StatusOr<std::unique_ptr<Comm>> Comm::Split(int, int, std::string_view what) {
+  return Status::Precondition(std::string("the ") + name() + " comm cannot split" +
+                              (what.empty() ? "" : " (" + std::string(what) + ")"));
+}
+
 namespace {
 
 class LocalComm final : public Comm {
@@ -89,6 +94,10 @@ class LocalComm final : public Comm {
     return Done();
   }
   StatusOr<CommWorkPtr> Barrier(std::string_view) override { return Done(); }
+  StatusOr<std::unique_ptr<Comm>> Split(int color, int, std::string_view) override {
+    if (color < 0) return Status::Invalid("split color must be >= 0");
+    return std::unique_ptr<Comm>(new LocalComm);
+  }
 
   [[noreturn]] void Abort(const Status& why) override {
     std::fprintf(stderr, "forge: rank 0: aborting: %s\n", why.ToString().c_str());

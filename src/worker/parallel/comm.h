@@ -9,6 +9,7 @@
 //   AllGather(send, recv, n)              recv (world*n) = concatenation of every rank's send (n)
 //   Broadcast(buf, n, root)               buf = root's buf
 //   Barrier()
+//   Split(color, key)                     a new communicator of the ranks with the same color
 // In place is allowed where NCCL allows it: AllGather with send == recv + rank*n, and
 // ReduceScatterSum with recv == send + rank*n.
 //
@@ -72,6 +73,14 @@ class Comm {
   virtual StatusOr<CommWorkPtr> Broadcast(void* buf, int64_t count, DType dtype, int root,
                                           std::string_view what = {}) = 0;
   virtual StatusOr<CommWorkPtr> Barrier(std::string_view what = {}) = 0;
+
+  // Collective over this comm (every rank calls it, at the same point in its sequence of
+  // collectives): the ranks passing the same `color` (>= 0) form a new communicator of the same
+  // kind, ranked by `key` (ties by rank here). Its collectives are its own (they never match
+  // this comm's), it has its own timeout watchdog, and it may be used alongside this one.
+  // MPI_Comm_split for MpiComm, ncclCommSplit for NcclComm, a world-1 comm for the local one.
+  // Comms that cannot split say so (FailedPrecondition).
+  virtual StatusOr<std::unique_ptr<Comm>> Split(int color, int key, std::string_view what = {});
 
   // Ends the whole job now (every rank), after printing `why` on stderr: for fatal errors
   // where other ranks may be blocked in a collective this rank will never join.

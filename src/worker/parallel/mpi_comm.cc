@@ -220,6 +220,29 @@ class MpiComm final : public Comm {
     return Start(op, [&](MPI_Request* req) { return MPI_Ibarrier(first_, req); });
   }
 
+  // MPI_Comm_split of both underlying communicators (blocking, under mu_ like every MPI call
+  // of this comm); the part gets its own watchdog and the same options.
+  StatusOr<std::unique_ptr<Comm>> Split(int color, int key, std::string_view what) override {
+    auto op = NewOp(CollectiveOp::kBarrier, std::string("split ") + std::string(what), 0,
+                    DType::kF32);
+    FORGE_RETURN_IF_ERROR(CheckFailed(*op));
+    if (color < 0) return Fail(*op, Status::Invalid("split color must be >= 0"));
+    MPI_Comm first = MPI_COMM_NULL, second = MPI_COMM_NULL;
+    int rc;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      rc = MPI_Comm_split(first_, color, key, &first);
+      if (rc == MPI_SUCCESS) rc = MPI_Comm_split(second_, color, key, &second);
+    }
+    if (rc != MPI_SUCCESS) return Fail(*op, Status::Unavailable("MPI_Comm_split: " + MpiError(rc)));
+    MPI_Comm_set_errhandler(first, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(second, MPI_ERRORS_RETURN);
+    int rank = 0, world = 1;
+    MPI_Comm_rank(first, &rank);
+    MPI_Comm_size(first, &world);
+    return std::unique_ptr<Comm>(new MpiComm(o_, first, second, rank, world));
+  }
+
   [[noreturn]] void Abort(const Status& why) override {
     std::fprintf(stderr, "forge: rank %d: aborting the job: %s\n", rank_, why.ToString().c_str());
     std::fflush(stderr);

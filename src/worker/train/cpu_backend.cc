@@ -26,6 +26,12 @@
 //          memory is ~1/W, during a step it is a full model plus gradients (the GPU backend
 //          gathers unit by unit instead). Evaluation gathers once (BeginEval) and keeps the
 //          gathered params until the next step changes them.
+//   hsdp   fsdp inside each shard group of parallel.shard_group_size consecutive ranks
+//          (worker/parallel/hybrid_groups.h): the shard comm all-gathers and reduce-scatters,
+//          then each gradient shard is all-reduced over the replica comm (the ranks holding
+//          the same shard), so every replica group holds bitwise the same shards. The ranks
+//          read the micro-steps of their data position (DataRank), which makes the two-level
+//          sum the canonical one: bitwise one process for R and G powers of two.
 // Gradient accumulation keeps ceil(log2 A_local)+1 full-size buffers during backward (the
 // canonical order's partial sums); with one micro-step per rank that is one buffer.
 #include <algorithm>
@@ -36,6 +42,7 @@
 #include "worker/model/cpu_model.h"
 #include "worker/parallel/comm.h"
 #include "worker/parallel/exact_square_sum.h"
+#include "worker/parallel/hybrid_groups.h"
 #include "worker/parallel/shard_layout.h"
 #include "worker/parallel/sum_order.h"
 #include "worker/train/backend.h"
@@ -83,15 +90,30 @@ class CpuBackend final : public TrainBackend {
     comm_ = comm;
     rank_ = comm->rank();
     world_ = comm->world();
+    data_rank_ = DataRank(cfg.parallel, rank_, world_);
     mode_ = cfg.parallel.mode;
+    shard_comm_ = comm_;
+    if (mode_ == ParallelMode::kHsdp) {
+      // Collective over comm: every rank constructs its backend at the same point.
+      StatusOr<HybridComms> split = SplitHybridComms(comm_, cfg.parallel.shard_group_size);
+      if (split.ok()) {
+        hybrid_ = std::move(split).value();
+        shard_comm_ = hybrid_.shard.get();
+        if (hybrid_.replica->world() > 1) replica_comm_ = hybrid_.replica.get();
+      } else {
+        init_ = split.status();
+      }
+    }
+    shard_rank_ = shard_comm_->rank();
+    shard_world_ = shard_comm_->world();
     const size_t U = layout_.units.size();
     numel_.resize(U);
     slot_.resize(U);
     shard_.resize(U);
     for (size_t u = 0; u < U; ++u) {
       numel_[u] = layout_.units[u].numel;
-      slot_[u] = ShardSize(numel_[u], world_);
-      shard_[u] = ShardOf(numel_[u], rank_, world_);
+      slot_[u] = ShardSize(numel_[u], shard_world_);
+      shard_[u] = ShardOf(numel_[u], shard_rank_, shard_world_);
     }
     UnitBuffers zeros(U);
     for (size_t u = 0; u < U; ++u) zeros[u].assign(numel_[u], 0.0f);
@@ -101,9 +123,10 @@ class CpuBackend final : public TrainBackend {
   const char* name() const override { return "cpu"; }
 
   Status SetParams(const UnitBuffers& master) override {
+    FORGE_RETURN_IF_ERROR(init_);
     FORGE_RETURN_IF_ERROR(CheckShapes(layout_, master, "SetParams"));
     const size_t U = numel_.size();
-    if (mode_ == ParallelMode::kFsdp) {
+    if (fsdp_like()) {
       ReleaseFull(&params_);
       params_ready_ = false;
       param_shard_.resize(U);
@@ -124,7 +147,7 @@ class CpuBackend final : public TrainBackend {
   }
 
   Status GetParams(UnitBuffers* master) override {
-    if (mode_ == ParallelMode::kFsdp && !params_ready_) return GatherSlots(param_shard_, master);
+    if (fsdp_like() && !params_ready_) return GatherSlots(param_shard_, master);
     master->resize(numel_.size());
     for (size_t u = 0; u < numel_.size(); ++u)
       (*master)[u].assign(params_[u].begin(), params_[u].begin() + numel_[u]);
@@ -157,13 +180,14 @@ class CpuBackend final : public TrainBackend {
   }
 
   Status BeginEval() override {
-    if (mode_ == ParallelMode::kFsdp && !params_ready_) return GatherParams();
+    if (fsdp_like() && !params_ready_) return GatherParams();
     return Status::Ok();
   }
 
   Status TrainStep(const std::vector<MicroBatch>& micro, const StepHyper& hyper, bool,
                    StepStats* stats) override {
-    if (mode_ == ParallelMode::kFsdp && !params_ready_) FORGE_RETURN_IF_ERROR(GatherParams());
+    FORGE_RETURN_IF_ERROR(init_);
+    if (fsdp_like() && !params_ready_) FORGE_RETURN_IF_ERROR(GatherParams());
     float loss = 0.0f;
     FORGE_RETURN_IF_ERROR(Accumulate(micro, &loss));
     UnitBuffers& grads = acc_[0];
@@ -180,27 +204,36 @@ class CpuBackend final : public TrainBackend {
     } else {
       grad_shard_.resize(U);
       for (int u = U - 1; u >= 0; --u) {
-        grads[u].resize(PaddedSize(numel_[u], world_));  // zero padding, within capacity
+        grads[u].resize(PaddedSize(numel_[u], shard_world_));  // zero padding, within capacity
         grad_shard_[u].resize(slot_[u]);
         FORGE_RETURN_IF_ERROR(
-            Launch(comm_->ReduceScatterSum(grads[u].data(), grad_shard_[u].data(), slot_[u],
-                                           DType::kF32, "grad " + UnitName(u)),
+            Launch(shard_comm_->ReduceScatterSum(grads[u].data(), grad_shard_[u].data(),
+                                                 slot_[u], DType::kF32, "grad " + UnitName(u)),
                    &works));
       }
       FORGE_RETURN_IF_ERROR(WaitAll(&works));
+      if (replica_comm_ != nullptr) {  // hsdp: the shard groups' sums, summed over replicas
+        for (int u = U - 1; u >= 0; --u)
+          FORGE_RETURN_IF_ERROR(Launch(replica_comm_->AllReduceSum(grad_shard_[u].data(), slot_[u],
+                                                                   DType::kF32,
+                                                                   "grad shard " + UnitName(u)),
+                                       &works));
+        FORGE_RETURN_IF_ERROR(WaitAll(&works));
+      }
       if (mode_ == ParallelMode::kZero1) {
         for (int u = 0; u < U; ++u) grads[u].resize(numel_[u]);
       } else {
         acc_.clear();  // zero2/fsdp: no full-size gradient outlives the reduce-scatter
         acc_.shrink_to_fit();
       }
-      if (mode_ == ParallelMode::kFsdp) {
+      if (fsdp_like()) {
         ReleaseFull(&params_);
         params_ready_ = false;
       }
     }
 
-    // Global gradient norm: exact, so the same for any split over ranks.
+    // Global gradient norm: exact, so the same for any split over ranks. Sharded modes sum
+    // over the shard comm (hsdp's replica groups hold the same shards).
     ExactSquareSum sumsq;
     for (int u = 0; u < U; ++u) {
       if (sharded())
@@ -211,7 +244,8 @@ class CpuBackend final : public TrainBackend {
     if (sharded()) {
       auto wire = sumsq.ToDoubles();
       FORGE_RETURN_IF_ERROR(
-          AllReduceSumBlocking(comm_, wire.data(), int64_t(wire.size()), DType::kF64, "grad norm"));
+          AllReduceSumBlocking(shard_comm_, wire.data(), int64_t(wire.size()), DType::kF64,
+                               "grad norm"));
       sumsq = ExactSquareSum::FromDoubles(wire.data());
     }
     const float norm = static_cast<float>(std::sqrt(sumsq.Value()));
@@ -229,7 +263,7 @@ class CpuBackend final : public TrainBackend {
       // start at the shard's first element.
       const ShardRange own = sharded() ? shard_[u] : ShardRange{0, numel_[u]};
       const int64_t off = own.begin;
-      float* p = mode_ == ParallelMode::kFsdp ? param_shard_[u].data() : params_[u].data() + off;
+      float* p = fsdp_like() ? param_shard_[u].data() : params_[u].data() + off;
       const float* g = sharded() ? grad_shard_[u].data() : grads[u].data();
       float* m = m_[u].data();
       float* v = v_[u].data();
@@ -282,16 +316,23 @@ class CpuBackend final : public TrainBackend {
 
   Status ComputeGradients(const std::vector<MicroBatch>& micro, UnitBuffers* grads,
                           float* loss) override {
-    if (mode_ == ParallelMode::kFsdp && !params_ready_) FORGE_RETURN_IF_ERROR(GatherParams());
+    FORGE_RETURN_IF_ERROR(init_);
+    if (fsdp_like() && !params_ready_) FORGE_RETURN_IF_ERROR(GatherParams());
     FORGE_RETURN_IF_ERROR(Accumulate(micro, loss));
     std::vector<CommWorkPtr> works;
-    for (int u = int(numel_.size()) - 1; u >= 0; --u)
-      FORGE_RETURN_IF_ERROR(Launch(
-          comm_->AllReduceSum(acc_[0][u].data(), numel_[u], DType::kF32, "grad " + UnitName(u)),
-          &works));
-    FORGE_RETURN_IF_ERROR(WaitAll(&works));
+    // hsdp sums over the shard group, then over replicas: the canonical order for its data
+    // positions (hybrid_groups.h), as TrainStep sums.
+    std::vector<Comm*> sums = {comm_};
+    if (mode_ == ParallelMode::kHsdp) sums = {shard_comm_, hybrid_.replica.get()};
+    for (Comm* c : sums) {
+      for (int u = int(numel_.size()) - 1; u >= 0; --u)
+        FORGE_RETURN_IF_ERROR(Launch(
+            c->AllReduceSum(acc_[0][u].data(), numel_[u], DType::kF32, "grad " + UnitName(u)),
+            &works));
+      FORGE_RETURN_IF_ERROR(WaitAll(&works));
+    }
     *grads = acc_[0];
-    if (mode_ == ParallelMode::kZero2 || mode_ == ParallelMode::kFsdp) {
+    if (mode_ == ParallelMode::kZero2 || fsdp_like()) {
       acc_.clear();
       acc_.shrink_to_fit();
     }
@@ -300,12 +341,14 @@ class CpuBackend final : public TrainBackend {
 
  private:
   bool sharded() const { return mode_ != ParallelMode::kDdp; }
+  // fsdp and hsdp keep only their shard of the params between steps.
+  bool fsdp_like() const { return mode_ == ParallelMode::kFsdp || mode_ == ParallelMode::kHsdp; }
   const std::string& UnitName(int u) const { return layout_.units[u].name; }
 
   // dst = src (n floats) with capacity for the padded size, so collectives can grow it in place.
   void AssignPadded(const float* src, size_t u, std::vector<float>* dst) const {
     dst->clear();
-    dst->reserve(PaddedSize(numel_[u], world_));
+    dst->reserve(PaddedSize(numel_[u], shard_world_));
     dst->assign(src, src + numel_[u]);
   }
   // dst = this rank's slot of unit u taken from a full buffer (slot_[u] floats, zero-padded).
@@ -318,15 +361,15 @@ class CpuBackend final : public TrainBackend {
     b->shrink_to_fit();
   }
 
-  // Full units from every rank's slot (collective).
+  // Full units from every rank's slot (collective over the shard comm).
   Status GatherSlots(const UnitBuffers& slots, UnitBuffers* full) {
     const size_t U = numel_.size();
     full->resize(U);
     std::vector<CommWorkPtr> works;
     for (size_t u = 0; u < U; ++u) {
-      (*full)[u].reserve(PaddedSize(numel_[u], world_));
-      (*full)[u].resize(PaddedSize(numel_[u], world_));
-      FORGE_RETURN_IF_ERROR(Launch(comm_->AllGather(slots[u].data(), (*full)[u].data(), slot_[u],
+      (*full)[u].reserve(PaddedSize(numel_[u], shard_world_));
+      (*full)[u].resize(PaddedSize(numel_[u], shard_world_));
+      FORGE_RETURN_IF_ERROR(Launch(shard_comm_->AllGather(slots[u].data(), (*full)[u].data(), slot_[u],
                                                     DType::kF32, "gather " + UnitName(u)),
                                    &works));
     }
@@ -355,18 +398,18 @@ class CpuBackend final : public TrainBackend {
       if (acc_[s].size() == U) continue;
       acc_[s].resize(U);
       for (size_t u = 0; u < U; ++u) {
-        acc_[s][u].reserve(PaddedSize(numel_[u], world_));
+        acc_[s][u].reserve(PaddedSize(numel_[u], shard_world_));
         acc_[s][u].resize(numel_[u]);
       }
     }
     const float dloss = 1.0f / static_cast<float>(global);
-    std::vector<double> losses(global, 0.0);  // by global micro-step k*W + rank
+    std::vector<double> losses(global, 0.0);  // by global micro-step k*W + data rank
     CanonicalReduce(
         local,
         [&](int64_t k, int s) {
           for (auto& g : acc_[s]) std::fill(g.begin(), g.end(), 0.0f);
           const MicroBatch& mb = micro[k];
-          losses[k * world_ + rank_] =
+          losses[k * world_ + data_rank_] =
               model_.Forward(params_, mb.inputs, mb.targets, cfg_.batch.micro_batch);
           model_.Backward(params_, dloss, &acc_[s]);
         },
@@ -392,7 +435,15 @@ class CpuBackend final : public TrainBackend {
   std::unique_ptr<Comm> own_comm_;
   Comm* comm_ = nullptr;
   int rank_ = 0, world_ = 1;
+  int data_rank_ = 0;  // the position of this rank's micro-steps (hybrid_groups.h)
   ParallelMode mode_ = ParallelMode::kDdp;
+  // Where the state is sharded: comm_ itself, or hsdp's shard group; hsdp's replica group
+  // (null when it has one rank). shard_rank_/shard_world_ place this rank's slots.
+  HybridComms hybrid_;
+  Comm* shard_comm_ = nullptr;
+  Comm* replica_comm_ = nullptr;
+  int shard_rank_ = 0, shard_world_ = 1;
+  Status init_;  // a failed hsdp split: every entry point returns it
   CpuModel model_;
   const ParamLayout& layout_;
   std::vector<int64_t> numel_;     // per unit
@@ -402,7 +453,7 @@ class CpuBackend final : public TrainBackend {
   UnitBuffers params_;  // full (capacity padded); fsdp: only while params_ready_
   bool params_ready_ = false;
   int64_t skipped_steps_ = 0;  // steps whose update was skipped (non-finite gradients)
-  UnitBuffers param_shard_;       // fsdp: this rank's slot of the master weights
+  UnitBuffers param_shard_;       // fsdp/hsdp: this rank's slot of the master weights
   UnitBuffers m_, v_;             // ddp: full; zero/fsdp: this rank's slot
   UnitBuffers grad_shard_;        // zero/fsdp: this rank's slot of the summed gradient
   std::vector<UnitBuffers> acc_;  // accumulation slots (canonical partial sums)

@@ -157,14 +157,19 @@ double CgroupRoom() {
 }  // namespace
 
 MemoryEstimate EstimateTrainingMemory(const RunConfig& cfg, Backend backend, int world) {
-  const double W = std::max(1, world);
+  // hsdp shards over its shard group only (parallel.shard_group_size ranks).
+  const bool hsdp = cfg.parallel.mode == ParallelMode::kHsdp;
+  const int shard_world =
+      hsdp && cfg.parallel.shard_group_size > 0 ? std::min(world, cfg.parallel.shard_group_size)
+                                                : world;
+  const double W = std::max(1, shard_world);
   const double P = CountParams(cfg.model).total();
-  const bool sharded = Sharded(cfg.parallel.mode) && world > 1;
+  const bool sharded = Sharded(cfg.parallel.mode) && shard_world > 1;
   MemoryEstimate e;
   if (backend == Backend::kCuda) {
-    const bool fsdp = cfg.parallel.mode == ParallelMode::kFsdp && world > 1;
-    // fp32 master and moments (sharded by zero1/zero2/fsdp), the bf16 compute copy (sharded
-    // by fsdp), fp32 gradients (full unless fsdp) and the sharded modes' gradient slot.
+    const bool fsdp = (cfg.parallel.mode == ParallelMode::kFsdp || hsdp) && shard_world > 1;
+    // fp32 master and moments (sharded by zero1/zero2/fsdp/hsdp), the bf16 compute copy
+    // (sharded by fsdp/hsdp), fp32 gradients (full unless fsdp) and the sharded modes' gradient slot.
     e.weights = (sharded ? 4 * P / W : 4 * P) + (fsdp ? 2 * P / W : 2 * P);
     e.gradients = (fsdp ? 0 : 4 * P) + (sharded ? 4 * P / W : 0);
     e.moments = sharded ? 8 * P / W : 8 * P;

@@ -13,6 +13,7 @@
 #include "worker/infer/model_source.h"
 #include "worker/model/param_layout.h"
 #include "worker/parallel/host_staged_comm.h"
+#include "worker/parallel/hybrid_groups.h"
 #include "worker/parallel/mpi_comm.h"
 #include "worker/parallel/nccl_comm.h"
 #include "worker/train/backend.h"
@@ -149,9 +150,13 @@ StatusOr<ProcessRunResult> TrainInProcessGroup(const RunConfig& cfg, ProcessGrou
   opt.comm = group->comm.get();
   ProcessRunResult out;
 
+  FORGE_RETURN_IF_ERROR(CheckShardGroupSize(cfg.parallel, world));
   Backend want = cfg.train.backend;
   if (want == Backend::kAuto) want = CudaDeviceAvailable() ? Backend::kCuda : Backend::kCpu;
   if (world > 1 && group->nccl != nullptr) want = Backend::kCuda;
+  if (want == Backend::kCuda && world > 1 && cfg.parallel.mode == ParallelMode::kHsdp)
+    return Status::Invalid("parallel.mode hsdp: the cuda backend does not train it; use "
+                           "train.backend cpu, or fsdp / ddp on GPUs");
   // A model too large for this machine is refused here, before anything is allocated for it.
   if (want == Backend::kCuda)
     FORGE_RETURN_IF_ERROR(CheckTrainingMemory(cfg, want, world, CudaFreeDeviceMemoryBytes(),
@@ -181,8 +186,9 @@ StatusOr<ProcessRunResult> TrainInProcessGroup(const RunConfig& cfg, ProcessGrou
 
   BatchProvider data;
   const int mb = cfg.batch.micro_batch;
+  const int data_rank = DataRank(cfg.parallel, rank, world);  // hybrid_groups.h
   data.train = [&](int64_t cursor, int k, int32_t* in, int32_t* tgt) {
-    return mix->FillTrainBatch(cursor, rank, world, mb, k, in, tgt);
+    return mix->FillTrainBatch(cursor, data_rank, world, mb, k, in, tgt);
   };
   data.val = [&](int64_t i, int32_t* in, int32_t* tgt) {
     return FillEvalBatch(val, cfg.model.seq_len, i, mb, in, tgt);

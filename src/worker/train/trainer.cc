@@ -15,6 +15,7 @@
 #include "worker/model/init.h"
 #include "worker/optim/lr_schedule.h"
 #include "worker/parallel/comm.h"
+#include "worker/parallel/hybrid_groups.h"
 #include "worker/train/cuda_backend.h"
 #include "worker/train/spike_guard.h"
 #include "worker/train/trainer_checkpoint.h"
@@ -161,6 +162,7 @@ StatusOr<TrainResult> RunTraining(const RunConfig& cfg, TrainBackend* backend,
   const ParamLayout layout = MakeParamLayout(cfg.model);
   const int world = opt.comm ? opt.comm->world() : 1;
   const bool leader = opt.comm == nullptr || opt.comm->rank() == 0;  // prints, writes metrics
+  FORGE_RETURN_IF_ERROR(CheckShardGroupSize(cfg.parallel, world));
   const int64_t per_micro = int64_t{cfg.batch.micro_batch} * world;
   if (cfg.batch.global_batch % per_micro != 0)
     return Status::Invalid("batch.global_batch (" + std::to_string(cfg.batch.global_batch) +

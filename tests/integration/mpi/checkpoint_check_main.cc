@@ -8,12 +8,16 @@
 //       steps (and at K) under DIR/<mode>, and checks what was committed: step_K with one
 //       shard per rank, the world size and mode in its manifest.
 //   forge_checkpoint_check resume --from DIR --root DIR2 [--steps K] [--total T]
-//                                 [--modes ...] [--rotate] [--expect bitwise|close]
+//                                 [--modes ...] [--rotate | --from-mode M]
+//                                 [--expect bitwise|close]
 //       For each mode, resumes from DIR/<mode>/step_K (--rotate: from the checkpoint another
 //       mode saved: ddp <- fsdp <- zero2 <- zero1 <- ddp) on all ranks, trains to step T
 //       saving under DIR2/<mode>, and compares with one process that trained T steps without
 //       interruption (computed on rank 0): the loss, grad norm and val loss of steps K+1..T,
 //       the final weights and AdamW moments, and the checkpoint saved at T.
+//       --from-mode M: every mode resumes from DIR/M/step_K (e.g. fsdp and ddp from an hsdp
+//       checkpoint, hsdp from an fsdp one).
+// Modes: ddp, zero1, zero2, fsdp, and hsdpG (hsdp with shard groups of G ranks).
 //
 // Rank 0 prints one line per mode and "CHECKPOINT_CHECK OK" when everything held; the exit
 // status is non-zero otherwise.
@@ -76,7 +80,7 @@ int RunSave(Comm* comm, int argc, char** argv) {
   const int64_t global = std::atoll(ArgValue(argc, argv, "--global", "8").c_str());
   for (const std::string& mode : Modes(argc, argv)) {
     RunConfig cfg = TinyConfig(total, global);
-    if (!ParseMode(mode, &cfg.parallel.mode)) {
+    if (!ParseMode(mode, &cfg.parallel)) {
       c.Expect(false, "unknown mode " + mode);
       continue;
     }
@@ -89,7 +93,10 @@ int RunSave(Comm* comm, int argc, char** argv) {
     c.Expect(m.ok(), "mode " + mode + ": step_" + std::to_string(steps) + " committed: " +
                          m.status().ToString());
     if (!m.ok()) continue;
-    c.Expect(m->world_size == W && m->parallel_mode == mode && int(m->shards.size()) == W,
+    // Every mode writes one shard per rank (hsdp too: rank r of W writes ShardOf(r, W), so each
+    // element is written once, by one replica group's rank, in fsdp's layout).
+    c.Expect(m->world_size == W && m->parallel_mode == ParallelModeName(cfg.parallel.mode) &&
+                 int(m->shards.size()) == W,
              "mode " + mode + ": manifest names the world size, mode and one shard per rank");
     c.Expect(m->data_cursor == steps * cfg.batch.global_batch, "mode " + mode + ": data cursor");
     for (int r = 0; r < W; ++r)
@@ -112,6 +119,7 @@ int RunResume(Comm* comm, int argc, char** argv) {
   const int64_t total = std::atoll(ArgValue(argc, argv, "--total", "6").c_str());
   const int64_t global = std::atoll(ArgValue(argc, argv, "--global", "8").c_str());
   const bool rotate = HasFlag(argc, argv, "--rotate");
+  const std::string from_mode = ArgValue(argc, argv, "--from-mode", "");
   const bool bitwise = ArgValue(argc, argv, "--expect", "bitwise") == "bitwise";
   // The parallel tests' tolerance where the canonical sum order cannot match one process.
   const double curve_tol = 1e-6, state_tol = 1e-4;
@@ -127,11 +135,11 @@ int RunResume(Comm* comm, int argc, char** argv) {
 
   for (const std::string& mode : Modes(argc, argv)) {
     RunConfig cfg = TinyConfig(total, global);
-    if (!ParseMode(mode, &cfg.parallel.mode)) {
+    if (!ParseMode(mode, &cfg.parallel)) {
       c.Expect(false, "unknown mode " + mode);
       continue;
     }
-    const std::string source = rotate ? Rotated(mode) : mode;
+    const std::string source = !from_mode.empty() ? from_mode : rotate ? Rotated(mode) : mode;
     cfg.checkpoint.resume = StepDir(from + "/" + source, steps);
     cfg.checkpoint.dir = root + "/" + mode;
     Outcome got;

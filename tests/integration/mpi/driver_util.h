@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -19,6 +20,7 @@
 #include "common/config.h"
 #include "worker/data/sampler.h"
 #include "worker/parallel/comm.h"
+#include "worker/parallel/hybrid_groups.h"
 #include "worker/parallel/mpi_comm.h"
 #include "worker/train/backend.h"
 #include "worker/train/trainer.h"
@@ -61,13 +63,22 @@ inline std::vector<std::string> SplitModes(const std::string& list) {
   return out;
 }
 
-inline bool ParseMode(const std::string& name, ParallelMode* mode) {
+// "fsdp" -> fsdp; "hsdp2" -> hsdp with shard groups of 2 ranks.
+inline bool ParseMode(const std::string& name, ParallelConfig* p) {
   for (ParallelMode m :
        {ParallelMode::kDdp, ParallelMode::kZero1, ParallelMode::kZero2, ParallelMode::kFsdp}) {
     if (name == ParallelModeName(m)) {
-      *mode = m;
+      p->mode = m;
+      p->shard_group_size = 0;
       return true;
     }
+  }
+  if (name.size() > 4 && name.rfind("hsdp", 0) == 0) {
+    const int g = std::atoi(name.c_str() + 4);
+    if (g < 1 || name != "hsdp" + std::to_string(g)) return false;
+    p->mode = ParallelMode::kHsdp;
+    p->shard_group_size = g;
+    return true;
   }
   return false;
 }
@@ -149,7 +160,10 @@ inline Status Train(const RunConfig& cfg, TokenHash hash, Comm* comm, int64_t ma
   opt.max_steps = max_steps;
   opt.on_step = [out](const StepRecord& r) { out->records.push_back(r); };
   const auto t0 = Clock::now();
-  auto r = RunTraining(cfg, backend.get(), SyntheticData(cfg, hash, rank, world), opt);
+  // hsdp ranks read the micro-steps of their data position (hybrid_groups.h), as forge train's
+  // ranks do.
+  auto r = RunTraining(cfg, backend.get(),
+                       SyntheticData(cfg, hash, DataRank(cfg.parallel, rank, world), world), opt);
   if (!r.ok()) return r.status();
   out->result = std::move(r).value();
   out->seconds = std::chrono::duration<double>(Clock::now() - t0).count();

@@ -3,15 +3,19 @@
 //
 //   forge_parallel_check comm
 //       MpiComm semantics on every rank: canonical sums bitwise equal to CanonicalSum of the
-//       ranks' inputs (rebuilt locally), in-place variants, bf16 moves, many collectives in
+//       ranks' inputs (rebuilt locally), in-place variants, bf16 moves, Split (sub-communicators
+//       ranked by key, their sums canonical over their own ranks), many collectives in
 //       flight waited in reverse order, MPI's own sums within float tolerance, argument errors,
 //       the MPI rendezvous for NCCL ids.
 //   forge_parallel_check trajectory [--global G] [--micro B] [--steps K]
-//                                   [--modes ddp,zero1,zero2,fsdp] [--expect bitwise|close]
+//                                   [--modes ddp,zero1,zero2,fsdp,hsdp2]
+//                                   [--expect bitwise|close]
 //                                   [--native-sums]
 //       Trains a tiny model K steps in each mode over all ranks and compares the per-step loss,
 //       grad norm and val loss, and the final weights and AdamW moments, with one process
-//       (computed on rank 0 with no communicator) on the same global batch. --native-sums
+//       (computed on rank 0 with no communicator) on the same global batch; hsdpG (hsdp with
+//       shard groups of G ranks) also checks that every replica group ends with bitwise the
+//       same weights and moments. --native-sums
 //       uses MPI's own reductions instead of the canonical order (to measure the difference).
 //   forge_parallel_check hang --timeout S [--unwaited]
 //       Rank 1 skips an all-reduce the others start. Rank 0 waits for it (or, with --unwaited,
@@ -191,6 +195,43 @@ int RunComm(Comm* comm, Comm* native) {
       c.Ok((*b)->Wait(), "barrier wait");
     }
   }
+  // Split: ranks of the same parity form a comm, ordered by key = -rank (reversed). Its sums
+  // are the canonical sum over its own ranks in key order; a collective of the parent started
+  // before the part's and waited after it is unaffected (the part's collectives are its own).
+  {
+    auto part = comm->Split(rank % 2, -rank, "parity");
+    c.Ok(part.status(), "split");
+    if (part.ok()) {
+      std::vector<int> members;  // world ranks of this part, in its rank order
+      for (int r = W - 1; r >= 0; --r)
+        if (r % 2 == rank % 2) members.push_back(r);
+      Comm* p = part->get();
+      c.Expect(p->world() == int(members.size()), "split: part size");
+      c.Expect(members[size_t(p->rank())] == rank, "split: ranked by key");
+      const int64_t n = 777;
+      std::vector<float> outer(n), inner(n);
+      for (int64_t i = 0; i < n; ++i) {
+        outer[i] = Value(20, rank, i);
+        inner[i] = Value(21, rank, i);
+      }
+      auto wo = comm->AllReduceSum(outer.data(), n, DType::kF32, "parent during split");
+      c.Ok(wo.status(), "parent all_reduce");
+      c.Ok(AllReduceSumBlocking(p, inner.data(), n, DType::kF32, "part"), "part all_reduce");
+      if (wo.ok()) c.Ok((*wo)->Wait(), "parent all_reduce wait");
+      std::vector<std::vector<float>> in(members.size(), std::vector<float>(n));
+      std::vector<float*> parts;
+      for (size_t q = 0; q < members.size(); ++q) {
+        for (int64_t i = 0; i < n; ++i) in[q][i] = Value(21, members[q], i);
+        parts.push_back(in[q].data());
+      }
+      std::vector<float> want(n);
+      CanonicalSum(want.data(), parts.data(), int(parts.size()), n);
+      c.Expect(SameBits(inner.data(), want.data(), n), "split: part all_reduce bitwise canonical");
+      auto outer_want = ExpectedSum<float>(W, n, 20);
+      c.Expect(SameBits(outer.data(), outer_want.data(), n), "split: parent all_reduce intact");
+    }
+    c.Expect(!comm->Split(-1, 0, "negative").ok(), "split: negative color rejected");
+  }
   // The MPI rendezvous hands rank 0's NCCL id bytes to everyone.
   {
     UniqueIdBytes id{};
@@ -243,13 +284,32 @@ int RunTrajectory(Comm* comm, int argc, char** argv) {
 
   for (const std::string& mode : modes) {
     RunConfig cfg = base;
-    if (!check::ParseMode(mode, &cfg.parallel.mode)) {
+    if (!check::ParseMode(mode, &cfg.parallel)) {
       c.Expect(false, "unknown mode " + mode);
       continue;
     }
     Outcome got;
     Status st = check::Train(cfg, Mix, comm, -1, &got);
     if (!st.ok()) comm->Abort(st.Annotate("mode " + mode));  // other ranks may be mid-collective
+    // hsdp: every replica group ends with bitwise the same state. Each rank's w, m, v are its
+    // shard group's (gathered there); rank 0's go to everyone, and every rank compares.
+    int replicas_differing = 0;
+    if (cfg.parallel.mode == ParallelMode::kHsdp) {
+      int mine = 0;
+      for (UnitBuffers* b : {&got.w, &got.m, &got.v})
+        for (std::vector<float>& unit : *b) {
+          std::vector<float> root = unit;
+          c.Ok(BroadcastBlocking(comm, root.data(), int64_t(root.size()), DType::kF32, 0,
+                                 "replica check"),
+               "broadcast rank 0's state");
+          mine += !SameBits(root.data(), unit.data(), int64_t(unit.size()));
+        }
+      double n = mine;
+      c.Ok(AllReduceSumBlocking(comm, &n, 1, DType::kF64, "replica verdict"), "replica verdict");
+      replicas_differing = int(n);
+      c.Expect(replicas_differing == 0,
+               "mode " + mode + ": every replica group holds bitwise rank 0's group's state");
+    }
     if (rank != 0) continue;
 
     Diff curve, weights, moments;
@@ -260,9 +320,13 @@ int RunTrajectory(Comm* comm, int argc, char** argv) {
     const int64_t accum = global / (int64_t(micro) * W);
     std::printf(
         "trajectory world=%d mode=%-5s global=%ld micro=%d (%ld micro-steps/rank), %d steps: "
-        "loss/norm/val %s; weights %s; moments %s; %.2f s\n",
+        "loss/norm/val %s; weights %s; moments %s%s; %.2f s\n",
         W, mode.c_str(), long(global), micro, long(accum), steps, curve.Text().c_str(),
-        weights.Text().c_str(), moments.Text().c_str(), got.seconds);
+        weights.Text().c_str(), moments.Text().c_str(),
+        cfg.parallel.mode != ParallelMode::kHsdp ? ""
+        : replicas_differing == 0            ? "; replicas bitwise equal"
+                                             : "; REPLICAS DIFFER",
+        got.seconds);
     c.Expect(int(got.records.size()) == steps, "one record per step");
     if (bitwise) {
       c.Expect(curve.differing == 0 && weights.differing == 0 && moments.differing == 0,
