@@ -1,7 +1,8 @@
 // forge-dist-bench: data-parallel throughput of the CUDA step on the GPUs of one machine, as
 // one JSON line (printed by rank 0).
 //
-//   forge-dist-bench --config configs/gpt350m.yaml --world W [--mode ddp|zero1|zero2|fsdp]
+//   forge-dist-bench --config configs/gpt350m.yaml --world W
+//                    [--mode ddp|zero1|zero2|fsdp|hsdp [--shard-group-size G]]
 //                    [--grad-reduce fp32|bf16] [--ddp-allreduce nccl|copy_engine]
 //                    [--micro-batch B] [--steps N] [--warmup K]
 //                    [--profile] [--distinct-batches [--accum-check]]
@@ -20,7 +21,8 @@
 //   1. the same model alone on its GPU (world 1), timed: the single-GPU baseline of the
 //      scaling efficiency, measured on the same GPUs in the same run;
 //   2. the gradient collectives alone (the mode's per-unit all-reduces or reduce-scatters and
-//      parameter all-gathers on the real buffers' sizes; with --grad-reduce bf16 in bf16: zero
+//      parameter all-gathers on the real buffers' sizes; hsdp: those of fsdp over the shard
+//      group plus each slot's all-reduce over the replica group, on its own stream; with --grad-reduce bf16 in bf16: zero
 //      with the fp32 <-> bf16 casts it runs on the NCCL stream around each, ddp without, as it
 //      keeps the gradient in bf16), timed: the communication a step has;
 //   3. the data-parallel step, timed with CUDA events over N steps after K warm-up steps.
@@ -66,6 +68,7 @@
 #include "kernels/cuda/adamw.cuh"  // CastFloatToBf16, CastBf16ToFloat
 #include "kernels/cuda/cuda_check.h"
 #include "worker/model/param_layout.h"
+#include "worker/parallel/hybrid_groups.h"
 #include "worker/parallel/host_staged_comm.h"
 #include "worker/parallel/nccl_comm.h"
 #include "worker/parallel/rendezvous.h"
@@ -80,6 +83,7 @@ using Json = nlohmann::ordered_json;
 struct Args {
   std::string config;
   std::string mode = "ddp";
+  int shard_group_size = 0;  // --shard-group-size (hsdp)
   std::string grad_reduce = "fp32";
   std::string ddp_allreduce = "nccl";
   int world = 2;
@@ -104,7 +108,9 @@ FlagParser MakeFlags() {
                "rank, NCCL) beside one GPU; prints JSON lines.");
   f.Value("--config", "PATH", "run config (required)");
   f.Value("--world", "W", "GPUs (default 2)");
-  f.Value("--mode", "ddp|zero1|zero2|fsdp", "parallel mode (default ddp)");
+  f.Value("--mode", "ddp|zero1|zero2|fsdp|hsdp", "parallel mode (default ddp)");
+  f.Value("--shard-group-size", "G",
+          "hsdp: GPUs per shard group (parallel.shard_group_size; must divide --world)");
   f.Value("--grad-reduce", "fp32|bf16", "gradient collective element type (default fp32)");
   f.Value("--ddp-allreduce", "nccl|copy_engine", "what moves ddp's all-reduces (default nccl)");
   f.Value("--micro-batch", "B", "sequences per rank per step (default: the config's)");
@@ -132,6 +138,8 @@ std::string ReadArgs(const FlagParser& f, Args* a) {
   a->accum_check = f.Has("--accum-check");
   auto bad = [&](const char* flag) { return bench::BadValue(f, flag); };
   if (!bench::FlagInt(f, "--world", &a->world) || a->world < 1) return bad("--world");
+  if (!bench::FlagInt(f, "--shard-group-size", &a->shard_group_size) || a->shard_group_size < 0)
+    return bad("--shard-group-size");
   if (!bench::FlagInt(f, "--micro-batch", &a->micro_batch) || (f.Has("--micro-batch") && a->micro_batch <= 0))
     return bad("--micro-batch");
   if (!bench::FlagInt(f, "--steps", &a->steps) || a->steps <= 0) return bad("--steps");
@@ -264,8 +272,28 @@ StatusOr<StepRun> TimeSteps(const RunConfig& cfg, Comm* comm, const Args& a,
 }
 
 // The collectives of one step alone, on buffers of the real unit sizes.
-StatusOr<double> TimeCollectives(const RunConfig& cfg, NcclComm* comm, const Args& a) {
+StatusOr<double> TimeCollectives(const RunConfig& cfg, NcclComm* world_comm, const Args& a) {
   const ParamLayout layout = MakeParamLayout(cfg.model);
+  // hsdp: fsdp's collectives over the shard group, each slot then all-reduced over the replica
+  // group on that comm's stream (as CudaDataParallel does); group sizes 1 and W are ddp and
+  // fsdp there, and here.
+  NcclComm* comm = world_comm;
+  std::unique_ptr<NcclComm> shard_comm, replica_comm;
+  bool fsdp_like = a.mode == "fsdp";
+  bool ddp_like = a.mode == "ddp";
+  if (cfg.parallel.mode == ParallelMode::kHsdp) {
+    const HybridGroups h =
+        HybridGroupsOf(world_comm->rank(), world_comm->world(), cfg.parallel.shard_group_size);
+    fsdp_like = h.shard_size > 1;
+    ddp_like = h.shard_size == 1;
+    if (h.shard_size > 1 && h.replicas > 1) {
+      FORGE_ASSIGN_OR_RETURN(shard_comm, world_comm->SplitNccl(h.replica_rank, world_comm->rank(),
+                                                               "bench shard group"));
+      FORGE_ASSIGN_OR_RETURN(replica_comm, world_comm->SplitNccl(h.shard_rank, world_comm->rank(),
+                                                                 "bench replica group"));
+      comm = shard_comm.get();
+    }
+  }
   const int W = comm->world();
   int64_t padded = 0;
   for (const UnitLayout& u : layout.units) padded += PaddedSize(u.numel, W);
@@ -273,8 +301,15 @@ StatusOr<double> TimeCollectives(const RunConfig& cfg, NcclComm* comm, const Arg
   FORGE_CUDA_CHECK(cudaMalloc(&grads, padded * sizeof(float) * 2));
   FORGE_CUDA_CHECK(cudaMemset(grads, 0, padded * sizeof(float) * 2));
   float* shard = grads + padded;
-  const bool sharded = a.mode != "ddp";
+  const bool sharded = !ddp_like;
   const bool bf16 = cfg.parallel.grad_reduce == GradReduce::kBf16;
+  cudaEvent_t shard_done = nullptr, replica_done = nullptr;
+  cudaStream_t replica_stream = nullptr;
+  if (replica_comm) {
+    replica_stream = static_cast<cudaStream_t>(replica_comm->stream());
+    FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&shard_done, cudaEventDisableTiming));
+    FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&replica_done, cudaEventDisableTiming));
+  }
   int64_t largest = 0;
   for (const UnitLayout& u : layout.units) largest = std::max(largest, PaddedSize(u.numel, W));
   cuda::bf16* comm16 = nullptr;  // the step's bf16 comm buffer (bf16 only)
@@ -311,17 +346,29 @@ StatusOr<double> TimeCollectives(const RunConfig& cfg, NcclComm* comm, const Arg
       if (bf16 && sharded) {
         FORGE_RETURN_IF_ERROR(cuda::CastBf16ToFloat(shard + o, mine, slot, stream));
       }
+      if (replica_comm) {  // hsdp: the slot over the replicas, after its reduce-scatter
+        FORGE_CUDA_CHECK(cudaEventRecord(shard_done, stream));
+        FORGE_CUDA_CHECK(cudaStreamWaitEvent(replica_stream, shard_done, 0));
+        w = replica_comm->AllReduceSum(shard + o, slot, DType::kF32, "bench replicas");
+        if (!w.ok()) return w.status();
+      }
       // The bf16 parameter all-gathers of the unit: once (zero), or before its forward and
-      // again before its backward (fsdp).
-      for (int k = 0; k < (!sharded ? 0 : a.mode == "fsdp" ? 2 : 1); ++k) {
+      // again before its backward (fsdp, hsdp).
+      for (int k = 0; k < (!sharded ? 0 : fsdp_like ? 2 : 1); ++k) {
         auto* p = reinterpret_cast<uint16_t*>(shard + o);
         w = comm->AllGather(p + comm->rank() * slot, p, slot, DType::kBF16, "bench");
         if (!w.ok()) return w.status();
       }
     }
+    if (replica_comm) {  // the step ends when the replica stream is done too
+      FORGE_CUDA_CHECK(cudaEventRecord(replica_done, replica_stream));
+      FORGE_CUDA_CHECK(cudaStreamWaitEvent(stream, replica_done, 0));
+    }
     return Status::Ok();
   };
   auto ms = TimeOnStream(stream, 2, a.steps, one_step);
+  if (shard_done) cudaEventDestroy(shard_done);
+  if (replica_done) cudaEventDestroy(replica_done);
   cudaFree(grads);
   if (comm16) cudaFree(comm16);
   return ms;
@@ -448,6 +495,8 @@ int RunRank(const Args& a, const RunConfig& cfg, int rank, int port) {
   Json out;
   out["model"] = cfg.model.preset.empty() ? cfg.name : cfg.model.preset;
   out["mode"] = a.mode;
+  if (cfg.parallel.mode == ParallelMode::kHsdp)
+    out["shard_group_size"] = cfg.parallel.shard_group_size;
   out["grad_reduce"] = GradReduceName(cfg.parallel.grad_reduce);
   out["ddp_allreduce"] = DdpAllReduceName(cfg.parallel.ddp_allreduce);
   out["world"] = a.world;
@@ -516,6 +565,8 @@ int Run(int argc, char** argv) {
         DdpAllReduceFromName(a.ddp_allreduce, "--ddp-allreduce", &cfg.parallel.ddp_allreduce)}) {
     if (!st.ok()) return Fail(st.message());
   }
+  cfg.parallel.shard_group_size = cfg.parallel.mode == ParallelMode::kHsdp ? a.shard_group_size : 0;
+  if (Status g = CheckShardGroupSize(cfg.parallel, a.world); !g.ok()) return Fail(g.message());
   // fsdp + bf16, copy_engine outside ddp/fp32
   if (Status v = ValidateRunConfig(cfg); !v.ok()) return Fail(v.ToString());
 

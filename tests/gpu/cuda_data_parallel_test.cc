@@ -1,5 +1,5 @@
-// The CUDA backend data-parallel over NCCL (ddp, zero1, zero2, fsdp) on 2 and 4 GPUs of one machine,
-// one thread per rank: K steps of the tiny BF16 model with a global batch of W micro-batches
+// The CUDA backend data-parallel over NCCL (ddp, zero1, zero2, fsdp, hsdp) on 2 and 4 GPUs of one
+// machine, one thread per rank: K steps of the tiny BF16 model with a global batch of W micro-batches
 // per accumulation step against one GPU training the same global batch. Skips where fewer
 // GPUs are visible than the case needs.
 //
@@ -13,6 +13,12 @@
 //     tolerances of TolerancesFor() (ranks still bitwise equal to each other);
 //   - in FP8 (ddp, zero1, fsdp on 2 GPUs) likewise against one GPU in FP8, and every rank
 //     ends with the same FP8 scaling state (amaxes max-reduced over the ranks);
+//   - hsdp on 4 GPUs as 2 shard groups x 2 (and the degenerate 4 x 1 = ddp, 1 x 4 = fsdp): the
+//     same, against one GPU on the same global batch; "every rank bitwise equal" covers the
+//     replicas (ranks 2, 3 hold the shards of ranks 0, 1). Its sums differ from one GPU's
+//     only in fp32 order as well (reduce-scatter in the shard group, all-reduce of the shards
+//     across groups), so the fp32 tolerances apply. Ranks read the micro-steps of their data
+//     position (worker/parallel/hybrid_groups.h), as forge train's do;
 //   - the same run twice gives bitwise the same weights (NCCL's reduction order is fixed for
 //     a given world and topology);
 //   - a run restarted from GetParams/GetMoments (and rank 0's GetExtraState, FP8 scaling) on
@@ -36,6 +42,7 @@
 #include "tiny_gpu_config.h"
 #include "worker/model/init.h"
 #include "worker/model/param_layout.h"
+#include "worker/parallel/hybrid_groups.h"
 #include "worker/train/cuda_backend.h"
 
 namespace forge {
@@ -46,7 +53,8 @@ using test::RelFrobenius;
 constexpr int kSteps = 6;
 
 RunConfig Config(ParallelMode mode, int world, int accum, GradReduce grad_reduce,
-                 Precision precision, bool fp8_lm_head = false, bool llama = false) {
+                 Precision precision, bool fp8_lm_head = false, bool llama = false,
+                 int shard_group = 0) {
   RunConfig c = test::TinyGpuConfig("gpu-data-parallel-test");
   if (llama) {  // the Llama knobs: heads of 64 (width 256 over d 128), GQA 2:1, untied head,
                 // RoPE scaling, QK-norm
@@ -62,6 +70,7 @@ RunConfig Config(ParallelMode mode, int world, int accum, GradReduce grad_reduce
   c.batch.global_batch = c.batch.micro_batch * world * accum;
   c.parallel.mode = mode;
   c.parallel.grad_reduce = grad_reduce;
+  c.parallel.shard_group_size = mode == ParallelMode::kHsdp ? shard_group : 0;
   return c;
 }
 
@@ -130,6 +139,7 @@ Trajectory RunSingle(const RunConfig& c, const std::vector<std::vector<Tokens>>&
   cudaSetDevice(0);
   RunConfig one = c;
   one.parallel.mode = ParallelMode::kDdp;
+  one.parallel.shard_group_size = 0;
   auto made = MakeCudaTrainBackend(one, CudaBackendOptions{});
   EXPECT_TRUE(made.ok()) << made.status().ToString();
   if (!made.ok()) return t;
@@ -149,7 +159,8 @@ Trajectory RunSingle(const RunConfig& c, const std::vector<std::vector<Tokens>>&
   return t;
 }
 
-// Rank r runs global micro-steps k*W + r (the sampler's slice) for steps [first, last); with
+// Rank r runs global micro-steps k*W + p (the sampler's slice; p = r but for hsdp, whose data
+// position is DataRank) for steps [first, last); with
 // `resume_from` it starts from those weights and moments instead of the init.
 void RankSteps(const RunConfig& c, const std::vector<std::vector<Tokens>>& batches, int r,
                NcclComm* comm, int first, int last, const Trajectory* resume_from,
@@ -164,10 +175,11 @@ void RankSteps(const RunConfig& c, const std::vector<std::vector<Tokens>>& batch
   }
   const int W = comm->world();
   const int accum = c.batch.global_batch / (c.batch.micro_batch * W);
+  const int p = DataRank(c.parallel, r, W);
   for (int s = first; s < last; ++s) {
     std::vector<MicroBatch> micro;
     for (int k = 0; k < accum; ++k) {
-      const Tokens& t = batches[s][k * W + r];
+      const Tokens& t = batches[s][k * W + p];
       micro.push_back({t.inputs.data(), t.targets.data()});
     }
     StepStats st;
@@ -210,6 +222,7 @@ struct Case {
   Precision precision = Precision::kBf16;
   bool fp8_lm_head = false;  // precision.fp8.lm_head: its scaling slots are shared too
   bool llama = false;        // the Llama architecture knobs (Config)
+  int shard_group = 0;       // hsdp: parallel.shard_group_size
 };
 
 class CudaDataParallelTest : public ::testing::TestWithParam<Case> {};
@@ -218,8 +231,8 @@ TEST_P(CudaDataParallelTest, MatchesOneGpuAndIsDeterministic) {
   FORGE_SKIP_WITHOUT_GPU();
   const Case k = GetParam();
   if (NcclVisibleDevices() < k.world) GTEST_SKIP() << "needs " << k.world << " GPUs";
-  RunConfig c =
-      Config(k.mode, k.world, k.accum, k.grad_reduce, k.precision, k.fp8_lm_head, k.llama);
+  RunConfig c = Config(k.mode, k.world, k.accum, k.grad_reduce, k.precision, k.fp8_lm_head,
+                       k.llama, k.shard_group);
   const Tolerances tol = TolerancesFor(k.grad_reduce, k.precision);
   const auto batches = MakeBatches(c, k.world * k.accum);
 
@@ -364,14 +377,28 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{4, ParallelMode::kFsdp, 1, GradReduce::kFp32, Precision::kBf16, false,
                            true},
                       Case{2, ParallelMode::kZero2, 1, GradReduce::kFp32, Precision::kFp8, true,
-                           true}),
+                           true},
+                      // hsdp: 2 shard groups x 2 GPUs, and the degenerate 4 x 1 and 1 x 4
+                      Case{4, ParallelMode::kHsdp, 1, GradReduce::kFp32, Precision::kBf16, false,
+                           false, 2},
+                      Case{4, ParallelMode::kHsdp, 2, GradReduce::kFp32, Precision::kBf16, false,
+                           false, 2},
+                      Case{4, ParallelMode::kHsdp, 2, GradReduce::kFp32, Precision::kFp8, false,
+                           false, 2},
+                      Case{4, ParallelMode::kHsdp, 2, GradReduce::kFp32, Precision::kBf16, false,
+                           true, 2},
+                      Case{4, ParallelMode::kHsdp, 2, GradReduce::kFp32, Precision::kBf16, false,
+                           false, 1},
+                      Case{4, ParallelMode::kHsdp, 1, GradReduce::kFp32, Precision::kBf16, false,
+                           false, 4}),
     [](const ::testing::TestParamInfo<Case>& i) {
       const bool bf16 = i.param.grad_reduce == GradReduce::kBf16;
       const bool fp8 = i.param.precision == Precision::kFp8;
       return std::string(ParallelModeName(i.param.mode)) + "_" + std::to_string(i.param.world) +
              "gpus_accum" + std::to_string(i.param.accum) + (bf16 ? "_bf16grads" : "") +
              (fp8 ? "_fp8" : "") + (i.param.fp8_lm_head ? "_lmhead" : "") +
-             (i.param.llama ? "_llama" : "");
+             (i.param.llama ? "_llama" : "") +
+             (i.param.shard_group > 0 ? "_groups_of" + std::to_string(i.param.shard_group) : "");
     });
 
 }  // namespace

@@ -2,7 +2,8 @@
 // unique id handed over by an in-process IdRendezvous (the same hook MPI / TCP / the
 // coordinator plug into). Checks every collective against host arithmetic, stream ordering
 // (SetProducerStream, WaitOnStream), and that a collective one rank skips times out with an
-// error naming the rank and the collective instead of hanging. Skips below 2 GPUs.
+// error naming the rank and the collective instead of hanging; Split's parts. Skips below 2
+// GPUs.
 #include "worker/parallel/nccl_comm.h"
 
 #include <cuda_runtime.h>
@@ -194,6 +195,54 @@ TEST(NcclComm, CollectivesOnTwoAndFourGpus) {
     RunRanks(world, o, &errors, [&](int r, NcclComm* comm) {
       CheckCollectives(r, comm, &errors);
       CheckStreams(r, comm, &errors);
+    });
+    for (const auto& s : errors.list) ADD_FAILURE() << "world " << world << ": " << s;
+  }
+}
+
+// Split (ncclCommSplit): ranks of the same parity form a part, ranked by key = -rank
+// (reversed). Each part's all-reduce sums its own ranks' values only, the parent still sums
+// everyone's afterwards, and both parts of a 4-GPU world (hsdp's 2 x 2 shape: groups {0, 2} and
+// {1, 3}) work at once. On 2 GPUs each part has one rank.
+TEST(NcclComm, SplitFormsIndependentPartsOnTwoAndFourGpus) {
+  if (Devices() < 2) GTEST_SKIP() << "needs 2 GPUs, found " << Devices();
+  for (int world : {2, 4}) {
+    if (world > Devices()) continue;
+    Errors errors;
+    NcclCommOptions o;
+    o.timeout_s = 60;
+    RunRanks(world, o, &errors, [&](int r, NcclComm* comm) {
+      auto part = comm->SplitNccl(r % 2, -r, "parity");
+      if (!part.ok()) return errors.Add(r, "SplitNccl: " + part.status().ToString());
+      NcclComm* p = part->get();
+      std::vector<int> members;  // world ranks of this part, in its rank order
+      for (int q = world - 1; q >= 0; --q)
+        if (q % 2 == r % 2) members.push_back(q);
+      errors.Check(r, p->world() == int(members.size()), "part size");
+      errors.Check(r, p->rank() >= 0 && p->rank() < p->world() && members[p->rank()] == r,
+                   "part ranked by key");
+      errors.Check(r, p->device() == r, "part on the parent's device");
+      const int64_t n = 4099;
+      std::vector<float> h(n);
+      for (int64_t i = 0; i < n; ++i) h[i] = Value(r, i);
+      Dev<float> d(n), whole(n);
+      d.Put(h);
+      whole.Put(h);
+      errors.Ok(r, Finish(p->AllReduceSum(d.p, n, DType::kF32, "part")), "part all_reduce");
+      errors.Ok(r, Finish(comm->AllReduceSum(whole.p, n, DType::kF32, "parent")),
+                "parent all_reduce after the split");
+      const auto got = d.Get(n), all = whole.Get(n);
+      double worst = 0, worst_all = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        double want = 0, want_all = 0;
+        for (int q : members) want += Value(q, i);
+        for (int q = 0; q < world; ++q) want_all += Value(q, i);
+        worst = std::max(worst, std::fabs(got[i] - want));
+        worst_all = std::max(worst_all, std::fabs(all[i] - want_all));
+      }
+      errors.Check(r, worst <= 1e-5, "part sum worst " + std::to_string(worst));
+      errors.Check(r, worst_all <= 1e-5, "parent sum worst " + std::to_string(worst_all));
+      errors.Check(r, !comm->SplitNccl(-1, 0, "negative").ok(), "negative color rejected");
     });
     for (const auto& s : errors.list) ADD_FAILURE() << "world " << world << ": " << s;
   }

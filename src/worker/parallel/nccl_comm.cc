@@ -62,6 +62,8 @@ struct Op {
 
 class NcclCommImpl;
 
+ncclResult_t WaitForInit(ncclComm_t comm, ncclResult_t r, double timeout_s);  // below
+
 class NcclWork final : public CommWork {
  public:
   NcclWork(NcclCommImpl* comm, std::shared_ptr<Op> op) : comm_(comm), op_(std::move(op)) {}
@@ -204,6 +206,42 @@ class NcclCommImpl final : public NcclComm {
     ce_ = std::move(*ce);
     return Status::Ok();
   }
+  StatusOr<std::unique_ptr<NcclComm>> SplitNccl(int color, int key,
+                                                std::string_view what) override {
+    const std::string who = "rank " + std::to_string(rank_) + ": split (" + std::string(what) + ")";
+    if (color < 0) return Status::Invalid(who + ": color must be >= 0");
+    DeviceGuard g(device_);
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;  // polled below, so a rank that never joins is a timeout
+    if (o_.max_ctas > 0) config.maxCTAs = o_.max_ctas;
+    if (o_.cta_policy >= 0) config.CTAPolicy = o_.cta_policy;
+    ncclComm_t part = nullptr;
+    ncclResult_t r;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (!failed_.ok())
+        return Status(failed_.code(), who + ": the communicator already failed: " +
+                                          failed_.message());
+      r = ncclCommSplit(comm_, color, key, &part, &config);
+      if (r == ncclInProgress) r = WaitNotInProgress(Clock::now() + Seconds(o_.timeout_s));
+    }
+    if (r == ncclSuccess && part != nullptr) r = WaitForInit(part, ncclInProgress, o_.timeout_s);
+    if (r != ncclSuccess || part == nullptr) {
+      const std::string detail = r == ncclInProgress ? std::string("timed out (other ranks missing?)")
+                                                     : std::string(ncclGetErrorString(r));
+      if (part != nullptr) ncclCommAbort(part);
+      return Status::Unavailable(who + ": ncclCommSplit: " + detail);
+    }
+    int n = 0, me = 0;
+    if (ncclCommCount(part, &n) != ncclSuccess || ncclCommUserRank(part, &me) != ncclSuccess) {
+      ncclCommAbort(part);
+      return Status::Internal(who + ": cannot read the part's size and rank");
+    }
+    auto impl = std::make_unique<NcclCommImpl>(me, n, device_, o_);
+    FORGE_RETURN_IF_ERROR(impl->Start(part).Annotate(who));
+    return std::unique_ptr<NcclComm>(std::move(impl));
+  }
+
   StatusOr<CommWorkPtr> Barrier(std::string_view what) override {
     // NCCL has no barrier: an all-reduce of one float on a private device scratch.
     if (barrier_buf_ == nullptr) {

@@ -60,6 +60,15 @@ class NcclComm : public Comm {
   // (one per GPU, as workers run) on one host, mapping its peers with CUDA IPC; otherwise an
   // error on every rank, and NCCL keeps summing.
   virtual Status EnableCopyEngineAllReduce(float* base, int64_t count, int64_t max_count) = 0;
+  // Comm::Split as an NcclComm (ncclCommSplit: the part shares this comm's device, options
+  // and timeout, and has its own stream and watchdog). Collective over this comm.
+  virtual StatusOr<std::unique_ptr<NcclComm>> SplitNccl(int color, int key,
+                                                        std::string_view what) = 0;
+  StatusOr<std::unique_ptr<Comm>> Split(int color, int key, std::string_view what) override {
+    auto part = SplitNccl(color, key, what);
+    if (!part.ok()) return part.status();
+    return std::unique_ptr<Comm>(std::move(part).value());
+  }
 };
 
 // The copy-engine all-reduce waits for its peers' flags inside a stream, and a stream wait holds

@@ -32,6 +32,7 @@
 #include "worker/model/cuda_model.h"
 #include "worker/model/fp8_linears.h"
 #include "worker/model/init.h"
+#include "worker/parallel/hybrid_groups.h"
 #include "worker/parallel/nccl_comm.h"
 #include "worker/train/cuda_data_parallel.h"
 
@@ -90,6 +91,8 @@ class CudaBackend final : public CudaTrainBackend {
   int device_ = 0;
   std::unique_ptr<CudaModel> model_;
   int64_t N_ = 0;  // tokens per micro-batch
+  // hsdp's shard and replica groups, split from the world comm (before dp_: it uses them).
+  std::unique_ptr<NcclComm> hsdp_shard_, hsdp_replica_;
   std::unique_ptr<CudaDataParallel> dp_;  // null in a single-GPU run
   int world_ = 1;
 
@@ -178,12 +181,32 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
   mo.defer_update = options.defer_update;
   mo.fp8 = cfg.precision.compute == Precision::kFp8;
   mo.fp8_config = cfg.precision.fp8;
+  // hsdp with one rank per shard group is ddp, with every rank in one group fsdp; otherwise
+  // the model is sharded over the shard group (worker/parallel/hybrid_groups.h).
+  ParallelMode mode = cfg.parallel.mode;
+  NcclComm* shard_comm = comm;
+  if (world_ > 1 && mode == ParallelMode::kHsdp) {
+    FORGE_RETURN_IF_ERROR(CheckShardGroupSize(cfg.parallel, world_));
+    const HybridGroups h = HybridGroupsOf(comm->rank(), world_, cfg.parallel.shard_group_size);
+    if (h.shard_size == 1) {
+      mode = ParallelMode::kDdp;
+    } else if (h.replicas == 1) {
+      mode = ParallelMode::kFsdp;
+    } else {
+      // Collective over comm, in the same order on every rank.
+      FORGE_ASSIGN_OR_RETURN(hsdp_shard_,
+                             comm->SplitNccl(h.replica_rank, comm->rank(), "hsdp shard group"));
+      FORGE_ASSIGN_OR_RETURN(hsdp_replica_,
+                             comm->SplitNccl(h.shard_rank, comm->rank(), "hsdp replica group"));
+      shard_comm = hsdp_shard_.get();
+    }
+  }
   if (world_ > 1) {
-    const bool ddp = cfg.parallel.mode == ParallelMode::kDdp;
-    mo.shard_world = world_;
-    mo.shard_rank = comm->rank();
+    const bool ddp = mode == ParallelMode::kDdp;
+    mo.shard_world = shard_comm->world();
+    mo.shard_rank = shard_comm->rank();
     mo.shard_optimizer = !ddp;
-    mo.shard_params = cfg.parallel.mode == ParallelMode::kFsdp;
+    mo.shard_params = mode == ParallelMode::kFsdp || mode == ParallelMode::kHsdp;
     mo.grads16 = ddp && cfg.parallel.grad_reduce == GradReduce::kBf16;
     mo.gemm_sm_margin = options.gemm_sm_margin;
     // ddp leaves the SwiGLU-backward GEMM off: its persistent CTAs hold every SM for ~0.2 ms a
@@ -201,10 +224,11 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
   }
   N_ = model_->tokens_per_micro();
   if (world_ > 1) {
-    FORGE_ASSIGN_OR_RETURN(dp_, CudaDataParallel::Create(comm, cfg.parallel.mode, model_.get(),
+    FORGE_ASSIGN_OR_RETURN(dp_, CudaDataParallel::Create(shard_comm, mode, model_.get(),
                                                          cfg.parallel.grad_reduce,
                                                          cfg.parallel.ddp_allreduce,
-                                                         options.comm_windows));
+                                                         options.comm_windows,
+                                                         hsdp_replica_.get()));
     model_->set_hooks(dp_->read_hooks());
   }
 

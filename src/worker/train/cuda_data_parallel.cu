@@ -35,7 +35,11 @@ CudaDataParallel::CudaDataParallel(NcclComm* comm, ParallelMode mode, CudaModel*
 CudaDataParallel::~CudaDataParallel() {
   // The NCCL stream may still read or write the buffers below.
   if (nccl_stream_) cudaStreamSynchronize(nccl_stream_);
+  if (replica_stream_) cudaStreamSynchronize(replica_stream_);
   for (cudaEvent_t e : params_gathered_) cudaEventDestroy(e);
+  for (cudaEvent_t e : {shard_point_, replica_point_}) {
+    if (e) cudaEventDestroy(e);
+  }
   for (cudaEvent_t e : {compute_point_, comm_point_, root_gathered_, root_rs_done_, gathered_[0],
                         gathered_[1], released_[0], released_[1], rs_done_[0], rs_done_[1]}) {
     if (e) cudaEventDestroy(e);
@@ -48,11 +52,18 @@ StatusOr<std::unique_ptr<CudaDataParallel>> CudaDataParallel::Create(NcclComm* c
                                                                      CudaModel* model,
                                                                      GradReduce grad_reduce,
                                                                      DdpAllReduce ddp_allreduce,
-                                                                     bool comm_windows) {
+                                                                     bool comm_windows,
+                                                                     NcclComm* replica) {
   if (comm == nullptr || model == nullptr) return Status::Invalid("CudaDataParallel: null comm/model");
-  if (grad_reduce == GradReduce::kBf16 && mode == ParallelMode::kFsdp) {
-    return Status::Invalid("CudaDataParallel: parallel.grad_reduce bf16 is not supported with "
-                           "parallel.mode fsdp (its gradients are reduce-scattered in fp32)");
+  const bool fsdp_like = mode == ParallelMode::kFsdp || mode == ParallelMode::kHsdp;
+  if (grad_reduce == GradReduce::kBf16 && fsdp_like) {
+    return Status::Invalid(std::string("CudaDataParallel: parallel.grad_reduce bf16 is not "
+                                       "supported with parallel.mode ") +
+                           ParallelModeName(mode) + " (its gradients are reduce-scattered in fp32)");
+  }
+  if ((mode == ParallelMode::kHsdp) != (replica != nullptr && replica->world() > 1)) {
+    return Status::Invalid("CudaDataParallel: hsdp needs a replica comm of more than one rank "
+                           "(and only hsdp takes one)");
   }
   if (ddp_allreduce == DdpAllReduce::kCopyEngine &&
       (mode != ParallelMode::kDdp || grad_reduce != GradReduce::kFp32)) {
@@ -61,7 +72,8 @@ StatusOr<std::unique_ptr<CudaDataParallel>> CudaDataParallel::Create(NcclComm* c
   }
   std::unique_ptr<CudaDataParallel> dp(
       new CudaDataParallel(comm, mode, model, grad_reduce, ddp_allreduce));
-  dp->comm_windows_ = comm_windows && mode != ParallelMode::kFsdp;
+  dp->replica_ = replica;
+  dp->comm_windows_ = comm_windows && !fsdp_like;
   FORGE_RETURN_IF_ERROR(dp->Init());
   return StatusOr<std::unique_ptr<CudaDataParallel>>(std::move(dp));
 }
@@ -77,11 +89,19 @@ Status CudaDataParallel::Init() {
   rank_ = comm_->rank();
   world_ = comm_->world();
   nccl_stream_ = static_cast<cudaStream_t>(comm_->stream());
-  if (Fp8Linears* f8 = model_->fp8()) {  // ShareFp8Amax: [world + 1, both groups' slots]
+  if (replica_ != nullptr) {
+    replicas_ = replica_->world();
+    replica_stream_ = static_cast<cudaStream_t>(replica_->stream());
+    replica_->SetProducerStream(nullptr);
+    for (cudaEvent_t* e : {&shard_point_, &replica_point_})
+      FORGE_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+  }
+  if (Fp8Linears* f8 = model_->fp8()) {  // ShareFp8Amax: [max(world, R) + 1, both groups]
     const auto slots = f8->amax_slots();
     void* p = nullptr;
-    FORGE_RETURN_IF_ERROR(AllocDevice(
-        &p, size_t(world_ + 1) * size_t(slots[0].count + slots[1].count) * sizeof(float)));
+    FORGE_RETURN_IF_ERROR(AllocDevice(&p, size_t(std::max(world_, replicas_) + 1) *
+                                              size_t(slots[0].count + slots[1].count) *
+                                              sizeof(float)));
     fp8_gathered_ = static_cast<float*>(p);
   }
   comm_->SetProducerStream(nullptr);  // ordering is explicit, through the events below
@@ -181,7 +201,26 @@ Status CudaDataParallel::JoinComm(cudaStream_t compute) {
   FORGE_RETURN_IF_ERROR(IssueWaiting());  // none should be left; never drop one
   FORGE_CUDA_CHECK(cudaEventRecord(comm_point_, nccl_stream_));
   FORGE_CUDA_CHECK(cudaStreamWaitEvent(compute, comm_point_, 0));
+  if (replica_ != nullptr) {
+    FORGE_CUDA_CHECK(cudaEventRecord(replica_point_, replica_stream_));
+    FORGE_CUDA_CHECK(cudaStreamWaitEvent(compute, replica_point_, 0));
+  }
   return Status::Ok();
+}
+
+Status CudaDataParallel::ReplicaWaitsShard() {
+  FORGE_CUDA_CHECK(cudaEventRecord(shard_point_, nccl_stream_));
+  FORGE_CUDA_CHECK(cudaStreamWaitEvent(replica_stream_, shard_point_, 0));
+  return Status::Ok();
+}
+
+Status CudaDataParallel::SumOverReplicas(float* buf, int64_t n, const char* what,
+                                         cudaStream_t compute) {
+  // After the compute stream's writes (and the shard comm's, which waited for them).
+  FORGE_RETURN_IF_ERROR(CommWaitsStream(compute));
+  FORGE_RETURN_IF_ERROR(ReplicaWaitsShard());
+  FORGE_RETURN_IF_ERROR(replica_->AllReduceSum(buf, n, DType::kF32, what).status());
+  return JoinComm(compute);
 }
 
 // ---- gradients -----------------------------------------------------------------------------
@@ -284,7 +323,9 @@ Status CudaDataParallel::OnBeforeForward(int u, cudaStream_t compute) {
 Status CudaDataParallel::SumLoss(float* stats, cudaStream_t compute) {
   FORGE_RETURN_IF_ERROR(CommWaitsStream(compute));
   FORGE_RETURN_IF_ERROR(comm_->AllReduceSum(stats, 1, DType::kF32, "loss").status());
-  return JoinComm(compute);
+  FORGE_RETURN_IF_ERROR(JoinComm(compute));
+  if (replica_ != nullptr) return SumOverReplicas(stats, 1, "loss (replicas)", compute);
+  return Status::Ok();
 }
 
 Status CudaDataParallel::Optimize(const cuda::AdamWHyper* hyper, float* stats,
@@ -305,6 +346,18 @@ Status CudaDataParallel::Optimize(const cuda::AdamWHyper* hyper, float* stats,
   FORGE_RETURN_IF_ERROR(
       comm_->AllReduceSum(stats, 2, DType::kF32, "loss and grad norm").status());
   FORGE_RETURN_IF_ERROR(JoinComm(compute));
+  // hsdp: the loss over the other replica groups too. The norm is complete (every replica
+  // group holds the same summed slots), but each shard group summed it in its own NCCL order:
+  // replica 0's value goes to all, so every rank clips by the same factor.
+  if (replica_ != nullptr) {
+    FORGE_RETURN_IF_ERROR(CommWaitsStream(compute));
+    FORGE_RETURN_IF_ERROR(ReplicaWaitsShard());
+    FORGE_RETURN_IF_ERROR(
+        replica_->AllReduceSum(stats, 1, DType::kF32, "loss (replicas)").status());
+    FORGE_RETURN_IF_ERROR(
+        replica_->Broadcast(stats + 1, 1, DType::kF32, 0, "grad norm (replicas)").status());
+    FORGE_RETURN_IF_ERROR(JoinComm(compute));
+  }
   FORGE_RETURN_IF_ERROR(model_->ClipAndUpdate(hyper, stats + 1, compute));
   if (!fsdp()) return GatherParams(compute);
   // The slots changed: every gathered copy is stale. Gather the next step's first units now.
@@ -335,6 +388,27 @@ Status CudaDataParallel::ShareFp8Amax(cudaStream_t compute) {
   for (const auto& g : slots) {
     FORGE_RETURN_IF_ERROR(cuda::Fp8AmaxMaxOverRanks(g.data, fp8_gathered_ + at, g.count, world_,
                                                     per_rank, compute));
+    at += g.count;
+  }
+  if (replica_ == nullptr) return Status::Ok();
+  // hsdp: the shard group's maxima, then the same over the replica group, so every rank of the
+  // world derives the same scales.
+  float* rsend = fp8_gathered_ + int64_t{replicas_} * per_rank;
+  FORGE_CUDA_CHECK(cudaMemcpyAsync(rsend, slots[0].data, slots[0].count * sizeof(float),
+                                   cudaMemcpyDeviceToDevice, compute));
+  FORGE_CUDA_CHECK(cudaMemcpyAsync(rsend + slots[0].count, slots[1].data,
+                                   slots[1].count * sizeof(float), cudaMemcpyDeviceToDevice,
+                                   compute));
+  FORGE_RETURN_IF_ERROR(CommWaitsStream(compute));
+  FORGE_RETURN_IF_ERROR(ReplicaWaitsShard());
+  FORGE_RETURN_IF_ERROR(
+      replica_->AllGather(rsend, fp8_gathered_, per_rank, DType::kF32, "fp8 amax (replicas)")
+          .status());
+  FORGE_RETURN_IF_ERROR(JoinComm(compute));
+  at = 0;
+  for (const auto& g : slots) {
+    FORGE_RETURN_IF_ERROR(cuda::Fp8AmaxMaxOverRanks(g.data, fp8_gathered_ + at, g.count,
+                                                    replicas_, per_rank, compute));
     at += g.count;
   }
   return Status::Ok();
@@ -533,6 +607,15 @@ Status CudaDataParallel::FsdpReduceScatter(int u, const float* grads) {
   if (!first_micro_) {
     AddKernel<<<256, 256, 0, nccl_stream_>>>(slot, add_slot_, pb.slot[u]);
     FORGE_CUDA_LAUNCH_CHECK();
+  }
+  if (replica_ != nullptr && last_micro_) {
+    // hsdp: the slot is this shard group's complete sum; add the other groups' on the replica
+    // comm's stream, while the shard stream goes on with the next units.
+    FORGE_RETURN_IF_ERROR(ReplicaWaitsShard());
+    FORGE_RETURN_IF_ERROR(replica_
+                              ->AllReduceSum(slot, pb.slot[u], DType::kF32,
+                                             "grad shard " + model_->layout().units[u].name)
+                              .status());
   }
   const int l = block_of(u);
   if (l < 0) {

@@ -26,6 +26,16 @@
 //          head, and the final norm) stay gathered for the whole step, as is usual for FSDP's
 //          root module: they are used at both ends of the pass. After AdamW the next step's
 //          root units and first two blocks are gathered at once, overlapping the step's tail.
+//   hsdp   fsdp over `comm`, the shard group (parallel.shard_group_size consecutive ranks,
+//          worker/parallel/hybrid_groups.h), plus the replica group `replica` (the ranks
+//          holding the same shard): on the step's last micro-step each unit's gradient slot,
+//          once reduce-scattered (and accumulated), is all-reduced over `replica` on that
+//          comm's own stream, overlapping the rest of the backward; the compute stream waits
+//          for both comms before the optimizer. The loss and the FP8 amaxes are reduced over
+//          both groups, the grad norm over the shard group only (replicas hold the same
+//          slots) and then broadcast from replica 0 (shard groups may sum it in different
+//          NCCL orders). Every replica group then applies the same update to the same slots.
+//          The backend maps shard_group_size 1 to ddp and the world size to fsdp.
 //
 // parallel.grad_reduce bf16 (ddp, zero1, zero2) halves the gradient collectives' bytes. ddp
 // keeps the summed gradient in bf16: the model's grads16 (CudaModelOptions::grads16), where
@@ -76,19 +86,23 @@ namespace forge {
 
 class CudaDataParallel {
  public:
-  // `comm` and `model` must outlive this. The model must have been created with
-  // shard_world = comm->world(), shard_rank = comm->rank() and shard_optimizer for zero1/2.
+  // `comm` (and `replica`) and `model` must outlive this. The model must have been created
+  // with shard_world = comm->world(), shard_rank = comm->rank() and shard_optimizer for
+  // zero1/2 (and shard_params for fsdp/hsdp). hsdp: `comm` is the shard group, `replica` the
+  // replica group (world > 1).
   static StatusOr<std::unique_ptr<CudaDataParallel>> Create(
       NcclComm* comm, ParallelMode mode, CudaModel* model,
       GradReduce grad_reduce = GradReduce::kFp32,
-      DdpAllReduce ddp_allreduce = DdpAllReduce::kNccl, bool comm_windows = true);
+      DdpAllReduce ddp_allreduce = DdpAllReduce::kNccl, bool comm_windows = true,
+      NcclComm* replica = nullptr);
   ~CudaDataParallel();
 
-  int world() const { return world_; }
+  // Ranks in all: the shard comm's world times the replicas.
+  int world() const { return world_ * replicas_; }
   bool sharded() const { return mode_ != ParallelMode::kDdp; }
   // fsdp: gradients leave the rotating buffers on every micro-step, so every micro-step's
   // backward overwrites them (accumulate_grads false) and runs the grad hooks.
-  bool fsdp() const { return mode_ == ParallelMode::kFsdp; }
+  bool fsdp() const { return mode_ == ParallelMode::kFsdp || mode_ == ParallelMode::kHsdp; }
   // ddp with bf16 collectives: sums in the model's bf16 gradient copy (CudaModelOptions::grads16).
   bool ddp_bf16() const { return !sharded() && grad_reduce_ == GradReduce::kBf16; }
   // Before each ForwardBackward of a step: whether it is the step's first micro-step (fsdp
@@ -97,6 +111,7 @@ class CudaDataParallel {
   // take the weight GEMMs' bf16 output directly, CudaModelHooks::grads_to_bf16).
   void BeginMicroStep(bool first, bool last) {
     first_micro_ = first;
+    last_micro_ = last;
     const bool direct = ddp_bf16() && first && last;
     grad_hooks_.grads_to_bf16 = allreduce_hooks_.grads_to_bf16 = direct;
   }
@@ -151,6 +166,11 @@ class CudaDataParallel {
   Status OnFsdpForward(int unit, cudaStream_t compute);
   Status OnFsdpBackward(int unit, cudaStream_t compute);
   Status FsdpReduceScatter(int unit, const float* grads);
+  // hsdp: the replica stream waits for everything issued on the shard comm's stream so far.
+  Status ReplicaWaitsShard();
+  // hsdp: n floats of `buf` (device) summed over the replica group, after the shard stream's
+  // work; the compute stream waits for it.
+  Status SumOverReplicas(float* buf, int64_t n, const char* what, cudaStream_t compute);
   Status EnsureRoot(cudaStream_t compute, bool wait);
   Status Release(int layer, cudaStream_t compute);
   Status Ensure(int layer, cudaStream_t compute, bool wait);
@@ -158,6 +178,11 @@ class CudaDataParallel {
   int block_of(int unit) const;  // layer index, or -1 for a root unit
 
   NcclComm* comm_;
+  NcclComm* replica_ = nullptr;  // hsdp's replica group (null otherwise)
+  int replicas_ = 1;
+  cudaStream_t replica_stream_ = nullptr;
+  cudaEvent_t shard_point_ = nullptr;    // shard stream point the replica stream waits for
+  cudaEvent_t replica_point_ = nullptr;  // replica stream point the compute stream waits for
   ParallelMode mode_;
   CudaModel* model_;
   GradReduce grad_reduce_;
@@ -181,8 +206,10 @@ class CudaDataParallel {
 
   // fsdp state (see the file comment).
   bool first_micro_ = true;
+  bool last_micro_ = true;
   std::vector<void*> allocations_;
-  float* fp8_gathered_ = nullptr;    // [world, amax slots of both groups] (FP8 only)
+  // [max(world, replicas) + 1, amax slots of both groups] (FP8 only)
+  float* fp8_gathered_ = nullptr;
   cuda::bf16* root_params_[2] = {};  // embedding, final norm (gathered)
   float* root_grads_[2] = {};        // [0] also GatherSlots' scratch (largest unit)
   cudaEvent_t root_gathered_ = nullptr;

@@ -154,9 +154,6 @@ StatusOr<ProcessRunResult> TrainInProcessGroup(const RunConfig& cfg, ProcessGrou
   Backend want = cfg.train.backend;
   if (want == Backend::kAuto) want = CudaDeviceAvailable() ? Backend::kCuda : Backend::kCpu;
   if (world > 1 && group->nccl != nullptr) want = Backend::kCuda;
-  if (want == Backend::kCuda && world > 1 && cfg.parallel.mode == ParallelMode::kHsdp)
-    return Status::Invalid("parallel.mode hsdp: the cuda backend does not train it; use "
-                           "train.backend cpu, or fsdp / ddp on GPUs");
   // A model too large for this machine is refused here, before anything is allocated for it.
   if (want == Backend::kCuda)
     FORGE_RETURN_IF_ERROR(CheckTrainingMemory(cfg, want, world, CudaFreeDeviceMemoryBytes(),
