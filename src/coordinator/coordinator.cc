@@ -116,6 +116,14 @@ StatusOr<RunConfig> ParseSpec(const std::string& yaml, const std::string& source
     return Status::Invalid(source + ": batch.global_batch: must be a multiple of "
                            "batch.micro_batch * train.workers (" + std::to_string(per_step) +
                            "), got " + std::to_string(cfg.batch.global_batch));
+  // hsdp splits the world into shard groups: every world it runs on is a multiple of the
+  // group size (elastic placements skip the others).
+  if (cfg.parallel.mode == ParallelMode::kHsdp &&
+      cfg.train.workers % cfg.parallel.shard_group_size != 0)
+    return Status::Invalid(source + ": parallel.shard_group_size (" +
+                           std::to_string(cfg.parallel.shard_group_size) +
+                           ") must divide train.workers (" + std::to_string(cfg.train.workers) +
+                           ")");
   const int64_t per_min_step = int64_t{cfg.batch.micro_batch} * MinWorkers(cfg.train);
   if (cfg.batch.global_batch % per_min_step != 0)
     return Status::Invalid(source + ": train.min_workers: " +
@@ -429,7 +437,8 @@ void Coordinator::Schedule() {
       auto since = short_since_.try_emplace(id, Clock::now()).first->second;
       if (Clock::now() - since < std::chrono::duration<double>(e.grace_s)) continue;
       for (int w = e.requested - 1; w >= e.min && p.worker_ids.empty(); --w)
-        if (e.global_batch % (int64_t{e.micro_batch} * w) == 0) p = PlaceRun(pool, w);
+        if (w % e.world_step == 0 && e.global_batch % (int64_t{e.micro_batch} * w) == 0)
+          p = PlaceRun(pool, w);
       if (!p.worker_ids.empty()) {
         const int w = int(p.worker_ids.size());
         elastic_note = "elastic: " + std::to_string(e.requested) + " requested, " +
@@ -514,6 +523,8 @@ const Coordinator::ElasticBasis& Coordinator::Elastic(const RunRecord& run) {
     b.micro_batch = std::max(1, cfg->batch.micro_batch);
     b.global_batch = cfg->batch.global_batch;
     b.grace_s = cfg->train.elastic_grace_s;
+    if (cfg->parallel.mode == ParallelMode::kHsdp)
+      b.world_step = std::max(1, cfg->parallel.shard_group_size);
   }
   return elastic_.emplace(run.id, b).first->second;
 }
@@ -766,6 +777,12 @@ grpc::Status Coordinator::ResumeRun(const v1::ResumeRunRequest& req, v1::Run* ou
               "workers: batch.global_batch (" + std::to_string(cfg->batch.global_batch) +
                   ") must be a multiple of batch.micro_batch * workers (" +
                   std::to_string(per_step) + ")"};
+    if (cfg->parallel.mode == ParallelMode::kHsdp &&
+        req.workers() % cfg->parallel.shard_group_size != 0)
+      return {grpc::StatusCode::INVALID_ARGUMENT,
+              "workers: parallel.shard_group_size (" +
+                  std::to_string(cfg->parallel.shard_group_size) + ") must divide workers (" +
+                  std::to_string(req.workers()) + ")"};
     cfg->train.workers = req.workers();
     cfg->train.min_workers = std::min(cfg->train.min_workers, req.workers());
     if (cfg->batch.global_batch % (int64_t{cfg->batch.micro_batch} * MinWorkers(cfg->train)) != 0)

@@ -146,6 +146,7 @@ class Coordinator {
   // (train.min_workers), the batch shape a world must divide, and the grace period.
   struct ElasticBasis {
     int requested = 1, min = 1, micro_batch = 1;
+    int world_step = 1;  // worlds must be multiples of it (hsdp: parallel.shard_group_size)
     int64_t global_batch = 1;
     double grace_s = 0;
   };

@@ -4,7 +4,7 @@
 // split); when a group of 3 is idle again the placement of 2 is told to stop, and once it
 // stopped the run is placed on the 3 (world 2 -> 3), not counted as a restart. Without
 // min_workers the group of 2 is never used; a min_workers whose world cannot keep the global
-// batch is refused at submission, naming the key.
+// batch is refused at submission, naming the key. hsdp shrinks only to whole shard groups.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -43,7 +43,8 @@ struct Fixture {
   std::unique_ptr<Coordinator> c;
   v1::Run run;
 
-  Fixture(const std::string& name, const std::string& train) {
+  // `spec`: the whole run spec (default: Spec(train)).
+  Fixture(const std::string& name, const std::string& train, const std::string& spec = "") {
     CoordinatorOptions o;
     o.state_dir = StateDir(name);
     o.heartbeat_timeout_ms = 5000;
@@ -51,7 +52,7 @@ struct Fixture {
     EXPECT_TRUE(opened.ok()) << opened.status().ToString();
     c = std::move(opened).value();
     v1::SubmitRunRequest s;
-    s.set_spec_yaml(Spec(train));
+    s.set_spec_yaml(spec.empty() ? Spec(train) : spec);
     grpc::Status st = c->SubmitRun(s, &run);
     EXPECT_TRUE(st.ok()) << st.error_message();
   }
@@ -174,6 +175,69 @@ TEST(CoordinatorElastic, WithoutMinWorkersAFullWorldIsAwaited) {
   EXPECT_EQ(f.Get().state(), v1::RESTARTING);
   EXPECT_EQ(f.JoinGroup("g3b", 3).size(), 3u);
   EXPECT_EQ(f.Get().workers(), 3);
+}
+
+// hsdp (parallel.shard_group_size 2) asks for 4 workers and loses one: 3 would keep the global
+// batch of 12, but not whole shard groups, so the run goes on with the group of 2 that is idle
+// beside the group of 3. A worker count the group size does not divide is refused at
+// submission and by ResumeRun (of the stopped run), naming the key.
+std::string HsdpSpec(int workers) {
+  return "name: elastic-hsdp\n"
+         "model: {n_layer: 1, d_model: 32, n_head: 4, ffn: 64, vocab: 256, seq_len: 16}\n"
+         "schedule: {total_steps: 100, warmup_steps: 1}\n"
+         "batch: {micro_batch: 1, global_batch: 12}\n"
+         "parallel: {mode: hsdp, shard_group_size: 2}\n"
+         "train: {workers: " + std::to_string(workers) +
+         ", max_restarts: 5, min_workers: 1, elastic_grace_s: 0.3}\n";
+}
+
+TEST(CoordinatorElastic, HsdpShrinksToWholeShardGroupsOnly) {
+  Fixture f("hsdp", "", HsdpSpec(4));
+  ASSERT_EQ(f.JoinGroup("g4", 4).size(), 4u);
+  ASSERT_TRUE(f.c->WorkersExited(f.run.id(), 1, "rank 3 was killed").ok());
+  EXPECT_TRUE(f.JoinGroup("g3", 3).empty());
+  EXPECT_TRUE(f.JoinGroup("g2", 2).empty());
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  EXPECT_TRUE(f.JoinGroup("g3", 3).empty()) << "a world of 3 splits no shard groups of 2";
+  std::vector<v1::Assignment> two = f.JoinGroup("g2", 2);
+  ASSERT_EQ(two.size(), 2u) << testing::PrintToString(f.Events());
+  EXPECT_EQ(two[0].world(), 2);
+  EXPECT_EQ(f.Get().workers(), 2);
+  EXPECT_TRUE(AnyContains(f.Events(), "(world 4 -> 2; elastic: 4 requested, 2 available"))
+      << testing::PrintToString(f.Events());
+
+  // Stopped, it may not be resumed on 3 workers.
+  v1::StopRunRequest stop;
+  stop.set_run_id(f.run.id());
+  v1::Run stopping;
+  ASSERT_TRUE(f.c->StopRun(stop, &stopping).ok());
+  f.Beat("g2", two[0], v1::DONE_STOPPED);
+  f.Beat("g2", two[1], v1::DONE_STOPPED);
+  ASSERT_EQ(f.Get().state(), v1::STOPPED) << testing::PrintToString(f.Events());
+  v1::ResumeRunRequest bad;
+  bad.set_run_id(f.run.id());
+  bad.set_workers(3);
+  v1::Run out;
+  const grpc::Status st = f.c->ResumeRun(bad, &out);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("parallel.shard_group_size (2) must divide workers (3)"),
+            std::string::npos)
+      << st.error_message();
+}
+
+TEST(CoordinatorElastic, HsdpWorkersTheGroupSizeDoesNotDivideAreRefused) {
+  CoordinatorOptions o;
+  o.state_dir = StateDir("hsdp_refused");
+  auto c = Coordinator::Open(o);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  v1::SubmitRunRequest s;
+  s.set_spec_yaml(HsdpSpec(3));
+  v1::Run run;
+  grpc::Status st = (*c)->SubmitRun(s, &run);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("parallel.shard_group_size (2) must divide train.workers (3)"),
+            std::string::npos)
+      << st.error_message();
 }
 
 TEST(CoordinatorElastic, MinWorkersThatCannotKeepTheGlobalBatchIsRefused) {
