@@ -1,10 +1,12 @@
 // forge-sdpa-bench: cuDNN causal flash attention (SdpaRunner) engine by engine, as JSON lines.
 //
 //   forge-sdpa-bench [--reps 20] [--warmup 3] [--sets 3] [--batch 16] [--seq 1024]
-//                    [--only gpt350m|gpt124m] [--no-tune]
+//                    [--only gpt350m|gpt124m|llama3-1b|llama3-3b|llama3-8b] [--no-tune]
 //
 // Shapes: the attention of gpt350m (H = 16, 24 layers) and gpt124m (H = 12, 12 layers), both
-// B = 16, T = 1024, hd = 64 (MHA: KV = H). Graph kinds: "fwd" (one graph in both modes),
+// hd = 64 (MHA: KV = H), by default; with --only, Llama 3's 1B (32 heads over 8 KV heads of 64,
+// 16 layers), 3B (24 / 8 of 128, 28 layers) or 8B (32 / 8 of 128, 32 layers). B and T from
+// --batch and --seq (16 and 1024 by default). Graph kinds: "fwd" (one graph in both modes),
 // "bwd" (fp32 dQ accumulator) and "bwd-det" (deterministic backward). For each (shape, kind)
 // every engine config the runner's tuner would consider (SdpaRunner::EngineCandidates: up to
 // kMaxCandidates from heuristics modes A, B, fallback; index 0 is heuristics' first, what
@@ -61,7 +63,8 @@ struct Args {
 
 struct Model {
   std::string name;
-  int heads = 0, layers = 0;
+  int heads = 0, kv_heads = 0, hd = 0, layers = 0;
+  bool by_default = true;  // else only with --only NAME
 };
 
 FlagParser MakeFlags() {
@@ -73,7 +76,7 @@ FlagParser MakeFlags() {
   f.Value("--sets", "N", "timed sets, the best kept (default 3)");
   f.Value("--batch", "B", "sequences (default 16)");
   f.Value("--seq", "T", "sequence length (default 1024)");
-  f.Value("--only", "NAME", "only the models whose name contains NAME");
+  f.Value("--only", "NAME", "only this model (gpt350m, gpt124m, llama3-1b, llama3-3b, llama3-8b)");
   f.Bool("--no-tune", "the heuristic's engine only");
   f.MaxPositional(0);
   return f;
@@ -262,7 +265,7 @@ void AddTuned(const cuda::SdpaPlanInfo& info, KindResult* r) {
 }
 
 Status BenchModel(const Args& a, const Model& m, cudaStream_t stream, Json* summary) {
-  const SdpaShape s{a.batch, a.seq, m.heads, m.heads, 64};
+  const SdpaShape s{a.batch, a.seq, m.heads, m.kv_heads, m.hd};
   std::vector<OperandSet> sets(size_t(a.sets));
   for (int i = 0; i < a.sets; ++i) {
     FORGE_RETURN_IF_ERROR(MakeSet(s, 1000 + 17 * uint64_t(i), &sets[size_t(i)]));
@@ -422,11 +425,17 @@ int Run(int argc, char** argv) {
   std::printf("%s\n", header.dump().c_str());
   std::fflush(stdout);
 
-  const std::vector<Model> models = {{"gpt350m", 16, 24}, {"gpt124m", 12, 12}};
+  // The Llama 3 shapes (GQA, heads of 128 for 3B and 8B) run when --only names them, with
+  // their --batch and --seq (e.g. 1 and 8192).
+  const std::vector<Model> models = {{"gpt350m", 16, 16, 64, 24},
+                                     {"gpt124m", 12, 12, 64, 12},
+                                     {"llama3-1b", 32, 8, 64, 16, false},
+                                     {"llama3-3b", 24, 8, 128, 28, false},
+                                     {"llama3-8b", 32, 8, 128, 32, false}};
   Json summary{{"summary", "attention ms per step (layers x (fwd + bwd)), first vs best"}};
   int rc = 0;
   for (const Model& m : models) {
-    if (!args.only.empty() && m.name != args.only) continue;
+    if (args.only.empty() ? !m.by_default : m.name != args.only) continue;
     const Status st = BenchModel(args, m, stream, &summary);
     if (!st.ok()) {
       std::printf("%s\n", Json{{"model", m.name}, {"error", st.ToString()}}.dump().c_str());
