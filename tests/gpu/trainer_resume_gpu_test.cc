@@ -4,6 +4,9 @@
 // the step-8 checkpoint it writes). Tiny model as in cuda_model_test (2 layers, d 128, 4 heads,
 // ffn 256, vocab 500, T 64, B 4), global batch 8 = 2 micro-steps; the resumed backend's first
 // step runs eagerly where the uninterrupted one replays its CUDA graph, which must not matter.
+// Each precision also with Llama 3's knobs all on: 4 query heads of 64 over one KV head
+// (attention wider than d_model), an untied LM head (its own weight and moments in the
+// checkpoint), QK-norm and Llama 3.1's RoPE scaling.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -28,9 +31,23 @@ using test::SameBits;
 
 namespace fs = std::filesystem;
 
-RunConfig TinyConfig(Precision precision) {
+struct ResumeCase {
+  Precision precision;
+  bool llama_knobs;
+};
+
+RunConfig TinyConfig(const ResumeCase& k) {
   RunConfig c = test::TinyGpuConfig("gpu-resume-test");
-  c.precision.compute = precision;
+  c.precision.compute = k.precision;
+  if (k.llama_knobs) {
+    c.model.n_head = 4, c.model.n_kv_head = 1, c.model.explicit_head_dim = 64;
+    c.model.tie_embeddings = false;
+    c.model.qk_norm = true;
+    c.model.rope_theta = 500000.0f;
+    c.model.rope_scaling.type = RopeScalingType::kLlama3;
+    c.model.rope_scaling.factor = 8.0f;
+    c.model.rope_scaling.original_max_position_embeddings = 16;
+  }
   c.precision.fp8.amax_history = 3;  // shorter than the run, so the window wraps
   c.batch.global_batch = 8;  // two micro-steps per optimizer step
   c.schedule.total_steps = 8;
@@ -75,11 +92,12 @@ std::string TempDir(const std::string& name) {
 }
 
 // BF16 and FP8 (whose scaling histories travel in the checkpoint's "fp8" blob).
-class GpuTrainerResume : public ::testing::TestWithParam<Precision> {};
+class GpuTrainerResume : public ::testing::TestWithParam<ResumeCase> {};
 
 TEST_P(GpuTrainerResume, ResumedRunIsBitwiseTheUninterruptedOne) {
   FORGE_SKIP_WITHOUT_GPU();
-  const std::string dir = TempDir(std::string("run_") + PrecisionName(GetParam()));
+  const std::string dir = TempDir(std::string("run_") + PrecisionName(GetParam().precision) +
+                                  (GetParam().llama_knobs ? "_llama" : ""));
 
   RunConfig c = TinyConfig(GetParam());
   c.checkpoint.dir = dir + "/reference";
@@ -129,14 +147,20 @@ TEST_P(GpuTrainerResume, ResumedRunIsBitwiseTheUninterruptedOne) {
   EXPECT_EQ(x->trainer.data_cursor, y->trainer.data_cursor);
   // And the checkpoint holds what the backend had: a save is a bitwise copy.
   ExpectSameBuffers(y->master, ref.w, "step_8 vs the backend's weights");
-  EXPECT_EQ(x->trainer.extra.count("fp8"), GetParam() == Precision::kFp8 ? 1u : 0u);
+  EXPECT_EQ(x->trainer.extra.count("fp8"), GetParam().precision == Precision::kFp8 ? 1u : 0u);
   EXPECT_TRUE(x->trainer.extra == y->trainer.extra) << "backend state blobs differ";
   fs::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, GpuTrainerResume,
-                         ::testing::Values(Precision::kBf16, Precision::kFp8),
-                         [](const auto& info) { return std::string(PrecisionName(info.param)); });
+                         ::testing::Values(ResumeCase{Precision::kBf16, false},
+                                           ResumeCase{Precision::kFp8, false},
+                                           ResumeCase{Precision::kBf16, true},
+                                           ResumeCase{Precision::kFp8, true}),
+                         [](const auto& info) {
+                           return std::string(PrecisionName(info.param.precision)) +
+                                  (info.param.llama_knobs ? "_llama" : "");
+                         });
 
 }  // namespace
 }  // namespace forge
