@@ -169,18 +169,23 @@ __global__ void __launch_bounds__(kWideBwdThreads)
   }
 }
 
-Status RmsNormForwardWide(bf16* out, float* rstd, const bf16* x, const bf16* w, int64_t N,
-                          int d, float eps, cudaStream_t stream) {
-  FORGE_RETURN_IF_ERROR(CheckWideShape("RmsNormForward", N, d));
+// The forward's pointer checks and its grid (a warp a row), for both widths' kernels.
+StatusOr<unsigned> ForwardBlocks(const bf16* out, const bf16* x, const bf16* w, int64_t N) {
   if (out == nullptr) return Status::Invalid("RmsNormForward: null out");
   if (!IsAligned(out, 16) || !IsAligned(x, 16) || !IsAligned(w, 16)) {
     return Status::Invalid("RmsNormForward: out, x and w must be 16-byte aligned");
   }
-  if (N == 0) return Status::Ok();
   const int64_t blocks = CeilDiv(N, kFwdThreads / 32);
   if (blocks > 0x7fffffff) return Status::Invalid("RmsNormForward: N too large");
-  RmsNormForwardWideKernel<<<static_cast<unsigned>(blocks), kFwdThreads, 0, stream>>>(
-      out, rstd, x, w, N, d, eps);
+  return static_cast<unsigned>(blocks);
+}
+
+Status RmsNormForwardWide(bf16* out, float* rstd, const bf16* x, const bf16* w, int64_t N,
+                          int d, float eps, cudaStream_t stream) {
+  FORGE_RETURN_IF_ERROR(CheckWideShape("RmsNormForward", N, d));
+  FORGE_ASSIGN_OR_RETURN(const unsigned blocks, ForwardBlocks(out, x, w, N));
+  if (N == 0) return Status::Ok();
+  RmsNormForwardWideKernel<<<blocks, kFwdThreads, 0, stream>>>(out, rstd, x, w, N, d, eps);
   FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }
@@ -223,15 +228,10 @@ Status RmsNormForward(bf16* out, float* rstd, const bf16* x, const bf16* w, int6
                       float eps, cudaStream_t stream) {
   if (d > kMaxD) return RmsNormForwardWide(out, rstd, x, w, N, d, eps, stream);
   FORGE_RETURN_IF_ERROR(CheckShape("RmsNormForward", N, d));
-  if (out == nullptr) return Status::Invalid("RmsNormForward: null out");
-  if (!IsAligned(out, 16) || !IsAligned(x, 16) || !IsAligned(w, 16)) {
-    return Status::Invalid("RmsNormForward: out, x and w must be 16-byte aligned");
-  }
+  FORGE_ASSIGN_OR_RETURN(const unsigned blocks, ForwardBlocks(out, x, w, N));
   if (N == 0) return Status::Ok();
-  const int64_t blocks = CeilDiv(N, kFwdThreads / 32);
-  if (blocks > 0x7fffffff) return Status::Invalid("RmsNormForward: N too large");
   const int v = static_cast<int>(CeilDiv(d, 256));
-  const dim3 grid(static_cast<unsigned>(blocks));
+  const dim3 grid(blocks);
   switch (v) {
 #define FORGE_RMS_FWD(V)                                                                      \
   case V:                                                                                     \
