@@ -265,5 +265,34 @@ TEST(GenerateTest, AppendLossesAverageToTheTrainersEvalLoss) {
   }
 }
 
+// Append's request as rows (both backends take PlanAppend's): sequence by sequence, positions
+// after what each sequence holds, each sequence's last row; every bad request refused.
+TEST(PlanAppendTest, LaysOutRowsAndRefusesBadRequests) {
+  const std::vector<int> lengths = {3, 0, 5};  // a batch of 3
+  const std::vector<int> seqs = {2, 0};
+  const std::vector<std::vector<int32_t>> tokens = {{7, 8}, {9}};
+  auto rows = PlanAppend(seqs, tokens, lengths, 8, 512, 500);
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  EXPECT_EQ(rows->ids, (std::vector<int32_t>{7, 8, 9}));
+  EXPECT_EQ(rows->pos, (std::vector<int32_t>{5, 6, 3}));
+  EXPECT_EQ(rows->row_seq, (std::vector<int32_t>{2, 2, 0}));
+  EXPECT_EQ(rows->last, (std::vector<int32_t>{1, 2}));
+
+  auto refused = [&](std::vector<int> s, std::vector<std::vector<int32_t>> t, int max_len,
+                     const std::string& says) {
+    auto r = PlanAppend(s, t, lengths, max_len, 512, 500);
+    ASSERT_FALSE(r.ok()) << says;
+    EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(says), std::string::npos) << r.status().ToString();
+  };
+  refused({0}, {{1}, {2}}, 8, "1 sequences, 2 token lists");
+  refused({3}, {{1}}, 8, "sequence 3 out of range");
+  refused({1, 1}, {{1}, {2}}, 8, "sequence 1 out of range or given twice");
+  refused({1}, {{}}, 8, "nothing to append to sequence 1");
+  refused({2}, {{1, 2, 3, 4}}, 8, "would hold 9 tokens, more than the 8 reserved");
+  refused({0}, {{512}}, 8, "token id 512 outside the vocabulary of 500");
+  refused({0}, {{-1}}, 8, "token id -1");
+}
+
 }  // namespace
 }  // namespace forge

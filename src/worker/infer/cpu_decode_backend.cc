@@ -87,34 +87,11 @@ Status CpuDecodeBackend::Append(std::span<const int> seqs,
                                 std::span<const std::vector<int32_t>> tokens,
                                 bool all_positions, std::vector<float>* logits) {
   if (batch_ == 0) return Status::Precondition("decode: Append before Reset");
-  if (seqs.size() != tokens.size())
-    return Status::Invalid("decode: " + std::to_string(seqs.size()) + " sequences, " +
-                           std::to_string(tokens.size()) + " token lists");
-  // Rows: the appended tokens, sequence by sequence; each row's sequence and position.
-  std::vector<int32_t> ids, pos;
-  std::vector<int> row_seq;
-  std::vector<bool> seen(batch_, false);
-  for (size_t k = 0; k < seqs.size(); ++k) {
-    const int s = seqs[k];
-    if (s < 0 || s >= batch_ || seen[s])
-      return Status::Invalid("decode: sequence " + std::to_string(s) +
-                             " out of range or given twice");
-    seen[s] = true;
-    if (tokens[k].empty()) return Status::Invalid("decode: nothing to append to sequence " + std::to_string(s));
-    if (lengths_[s] + int64_t(tokens[k].size()) > max_len_)
-      return Status::Invalid("decode: sequence " + std::to_string(s) + " would hold " +
-                             std::to_string(lengths_[s] + tokens[k].size()) +
-                             " tokens, more than the " + std::to_string(max_len_) + " reserved");
-    for (size_t i = 0; i < tokens[k].size(); ++i) {
-      const int32_t t = tokens[k][i];
-      if (t < 0 || t >= V_)
-        return Status::Invalid("decode: token id " + std::to_string(t) +
-                               " outside the vocabulary of " + std::to_string(m_.vocab));
-      ids.push_back(t);
-      pos.push_back(lengths_[s] + int32_t(i));
-      row_seq.push_back(s);
-    }
-  }
+  FORGE_ASSIGN_OR_RETURN(AppendRows plan,
+                         PlanAppend(seqs, tokens, lengths_, max_len_, V_, m_.vocab));
+  const std::vector<int32_t>& ids = plan.ids;
+  const std::vector<int32_t>& pos = plan.pos;
+  const std::vector<int32_t>& row_seq = plan.row_seq;
   const int64_t N = int64_t(ids.size());
   const int d = d_, hd = hd_, H = H_, KV = KV_;
   x_.resize(size_t(N) * d);
@@ -196,11 +173,7 @@ Status CpuDecodeBackend::Append(std::span<const int> seqs,
   if (all_positions) {
     for (int64_t n = 0; n < N; ++n) rows.push_back(n);
   } else {
-    int64_t n = 0;
-    for (size_t k = 0; k < tokens.size(); ++k) {
-      n += int64_t(tokens[k].size());
-      rows.push_back(n - 1);
-    }
+    rows.assign(plan.last.begin(), plan.last.end());
   }
   const int64_t R = int64_t(rows.size());
   hf_.resize(size_t(R) * d);

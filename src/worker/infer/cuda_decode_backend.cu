@@ -309,34 +309,12 @@ Status CudaDecodeBackend::Run(std::span<const int> seqs,
                               std::vector<float>* logits, std::vector<int32_t>* next,
                               std::vector<float>* losses) {
   if (batch_ == 0) return Status::Precondition("decode: Append before Reset");
-  if (seqs.size() != tokens.size())
-    return Status::Invalid("decode: " + std::to_string(seqs.size()) + " sequences, " +
-                           std::to_string(tokens.size()) + " token lists");
-  std::vector<int32_t> ids, pos, row_seq, last;
-  std::vector<bool> seen(batch_, false);
-  for (size_t k = 0; k < seqs.size(); ++k) {
-    const int s = seqs[k];
-    if (s < 0 || s >= batch_ || seen[s])
-      return Status::Invalid("decode: sequence " + std::to_string(s) +
-                             " out of range or given twice");
-    seen[s] = true;
-    if (tokens[k].empty())
-      return Status::Invalid("decode: nothing to append to sequence " + std::to_string(s));
-    if (lengths_[s] + int64_t(tokens[k].size()) > max_len_)
-      return Status::Invalid("decode: sequence " + std::to_string(s) + " would hold " +
-                             std::to_string(lengths_[s] + tokens[k].size()) +
-                             " tokens, more than the " + std::to_string(max_len_) + " reserved");
-    for (size_t i = 0; i < tokens[k].size(); ++i) {
-      const int32_t t = tokens[k][i];
-      if (t < 0 || t >= V_)
-        return Status::Invalid("decode: token id " + std::to_string(t) +
-                               " outside the vocabulary of " + std::to_string(m_.vocab));
-      ids.push_back(t);
-      pos.push_back(lengths_[s] + int32_t(i));
-      row_seq.push_back(s);
-    }
-    last.push_back(int32_t(ids.size()) - 1);
-  }
+  FORGE_ASSIGN_OR_RETURN(AppendRows plan,
+                         PlanAppend(seqs, tokens, lengths_, max_len_, V_, m_.vocab));
+  const std::vector<int32_t>& ids = plan.ids;
+  const std::vector<int32_t>& pos = plan.pos;
+  const std::vector<int32_t>& row_seq = plan.row_seq;
+  const std::vector<int32_t>& last = plan.last;
   const int64_t N = int64_t(ids.size());
   const int64_t chunk = std::min(N, kChunkRows);
   const int64_t R = all_positions ? N : int64_t(last.size());

@@ -22,6 +22,42 @@ Status DecodeBackend::AppendGreedy(std::span<const int> seqs,
   return Status::Ok();
 }
 
+StatusOr<AppendRows> PlanAppend(std::span<const int> seqs,
+                                std::span<const std::vector<int32_t>> tokens,
+                                std::span<const int> lengths, int max_len, int padded_vocab,
+                                int vocab) {
+  if (seqs.size() != tokens.size())
+    return Status::Invalid("decode: " + std::to_string(seqs.size()) + " sequences, " +
+                           std::to_string(tokens.size()) + " token lists");
+  const int batch = int(lengths.size());
+  AppendRows rows;
+  std::vector<bool> seen(size_t(batch), false);
+  for (size_t k = 0; k < seqs.size(); ++k) {
+    const int s = seqs[k];
+    if (s < 0 || s >= batch || seen[size_t(s)])
+      return Status::Invalid("decode: sequence " + std::to_string(s) +
+                             " out of range or given twice");
+    seen[size_t(s)] = true;
+    if (tokens[k].empty())
+      return Status::Invalid("decode: nothing to append to sequence " + std::to_string(s));
+    if (lengths[size_t(s)] + int64_t(tokens[k].size()) > max_len)
+      return Status::Invalid("decode: sequence " + std::to_string(s) + " would hold " +
+                             std::to_string(lengths[size_t(s)] + tokens[k].size()) +
+                             " tokens, more than the " + std::to_string(max_len) + " reserved");
+    for (size_t i = 0; i < tokens[k].size(); ++i) {
+      const int32_t t = tokens[k][i];
+      if (t < 0 || t >= padded_vocab)
+        return Status::Invalid("decode: token id " + std::to_string(t) +
+                               " outside the vocabulary of " + std::to_string(vocab));
+      rows.ids.push_back(t);
+      rows.pos.push_back(lengths[size_t(s)] + int32_t(i));
+      rows.row_seq.push_back(s);
+    }
+    rows.last.push_back(int32_t(rows.ids.size()) - 1);
+  }
+  return rows;
+}
+
 Status CheckTargets(std::span<const std::vector<int32_t>> tokens,
                     std::span<const std::vector<int32_t>> targets, int padded_vocab) {
   if (targets.size() != tokens.size())

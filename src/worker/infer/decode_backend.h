@@ -64,6 +64,22 @@ class DecodeBackend {
   virtual int length(int seq) const = 0;
 };
 
+// The rows one Append adds: the appended tokens, sequence by sequence, each row's token id,
+// sequence and position, and the index of each sequence's last row.
+struct AppendRows {
+  std::vector<int32_t> ids, pos, row_seq, last;
+};
+
+// Append's request checked against the batch (lengths: each sequence's tokens so far, as many
+// as Reset's batch), the reserved max_len and the vocabulary, and laid out as rows. Invalid,
+// naming what is wrong, for: a sequence count that differs from the token lists', a sequence
+// out of range or given twice, an empty token list, a sequence that would outgrow max_len, a
+// token id outside [0, padded_vocab) (the message names `vocab`, the model's own size).
+StatusOr<AppendRows> PlanAppend(std::span<const int> seqs,
+                                std::span<const std::vector<int32_t>> tokens,
+                                std::span<const int> lengths, int max_len, int padded_vocab,
+                                int vocab);
+
 // AppendLosses' targets: one per token, each below padded_vocab (Invalid otherwise).
 Status CheckTargets(std::span<const std::vector<int32_t>> tokens,
                     std::span<const std::vector<int32_t>> targets, int padded_vocab);
