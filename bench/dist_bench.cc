@@ -3,6 +3,7 @@
 //
 //   forge-dist-bench --config configs/gpt350m.yaml --world W
 //                    [--mode ddp|zero1|zero2|fsdp|hsdp [--shard-group-size G]]
+//                    [--emulate-nodes N]
 //                    [--grad-reduce fp32|bf16] [--ddp-allreduce nccl|copy_engine]
 //                    [--micro-batch B] [--steps N] [--warmup K]
 //                    [--profile] [--distinct-batches [--accum-check]]
@@ -32,6 +33,12 @@
 // (clamped at 0): how much of it the backward overlapped. ranks_bitwise_equal: every rank's
 // weights after the data-parallel steps have the same CRC-32C (they must, in every mode).
 // MFU counts model FLOPs per GPU against the dense BF16 peak (common/peak_flops.h).
+// --emulate-nodes N: the W ranks pose as N nodes of W/N consecutive ranks: each sets
+// NCCL_HOSTID to its emulated node before NCCL starts, so NCCL keeps NVLink / shared memory
+// inside an emulated node and carries traffic between them over its network transport (by
+// default sockets on loopback: NCCL_SOCKET_IFNAME=lo and NCCL_IB_DISABLE=1 unless already set),
+// the slow-link regime hsdp is for (e.g. --world 4 --emulate-nodes 2 --mode hsdp
+// --shard-group-size 2 against ddp and fsdp on the same topology).
 // Knobs for measuring NCCL's SM use: --nccl-max-ctas, --nccl-cta-policy (NcclCommOptions),
 // --gemm-sm-margin (the backward GEMMs leave that many SMs to NCCL). The config's `engine:`
 // keys apply. --ddp-allreduce
@@ -84,6 +91,7 @@ struct Args {
   std::string config;
   std::string mode = "ddp";
   int shard_group_size = 0;  // --shard-group-size (hsdp)
+  int emulate_nodes = 0;     // --emulate-nodes (0: the real topology)
   std::string grad_reduce = "fp32";
   std::string ddp_allreduce = "nccl";
   int world = 2;
@@ -111,6 +119,9 @@ FlagParser MakeFlags() {
   f.Value("--mode", "ddp|zero1|zero2|fsdp|hsdp", "parallel mode (default ddp)");
   f.Value("--shard-group-size", "G",
           "hsdp: GPUs per shard group (parallel.shard_group_size; must divide --world)");
+  f.Value("--emulate-nodes", "N",
+          "pose as N nodes (NCCL_HOSTID per rank; traffic between them over NCCL's network "
+          "transport); must divide --world");
   f.Value("--grad-reduce", "fp32|bf16", "gradient collective element type (default fp32)");
   f.Value("--ddp-allreduce", "nccl|copy_engine", "what moves ddp's all-reduces (default nccl)");
   f.Value("--micro-batch", "B", "sequences per rank per step (default: the config's)");
@@ -140,6 +151,9 @@ std::string ReadArgs(const FlagParser& f, Args* a) {
   if (!bench::FlagInt(f, "--world", &a->world) || a->world < 1) return bad("--world");
   if (!bench::FlagInt(f, "--shard-group-size", &a->shard_group_size) || a->shard_group_size < 0)
     return bad("--shard-group-size");
+  if (!bench::FlagInt(f, "--emulate-nodes", &a->emulate_nodes) || a->emulate_nodes < 0 ||
+      (a->emulate_nodes > 0 && a->world % a->emulate_nodes != 0))
+    return bad("--emulate-nodes");
   if (!bench::FlagInt(f, "--micro-batch", &a->micro_batch) || (f.Has("--micro-batch") && a->micro_batch <= 0))
     return bad("--micro-batch");
   if (!bench::FlagInt(f, "--steps", &a->steps) || a->steps <= 0) return bad("--steps");
@@ -433,6 +447,12 @@ StatusOr<StepRun> MeasureBaselineInChild(const RunConfig& cfg, const Args& a, in
 }
 
 int RunRank(const Args& a, const RunConfig& cfg, int rank, int port) {
+  if (a.emulate_nodes > 0) {  // before anything starts NCCL (it reads the host id once)
+    const int node = rank / (a.world / a.emulate_nodes);
+    setenv("NCCL_HOSTID", ("forge-emulated-node-" + std::to_string(node)).c_str(), 1);
+    setenv("NCCL_SOCKET_IFNAME", "lo", 0);
+    setenv("NCCL_IB_DISABLE", "1", 0);
+  }
   // Copy engines: the baseline first, in a child with this process's queues, then 32 queues.
   const bool copy_engine = cfg.parallel.ddp_allreduce == DdpAllReduce::kCopyEngine;
   const int baseline_queues = QueuesFromEnv();
@@ -495,6 +515,7 @@ int RunRank(const Args& a, const RunConfig& cfg, int rank, int port) {
   Json out;
   out["model"] = cfg.model.preset.empty() ? cfg.name : cfg.model.preset;
   out["mode"] = a.mode;
+  if (a.emulate_nodes > 0) out["emulated_nodes"] = a.emulate_nodes;
   if (cfg.parallel.mode == ParallelMode::kHsdp)
     out["shard_group_size"] = cfg.parallel.shard_group_size;
   out["grad_reduce"] = GradReduceName(cfg.parallel.grad_reduce);
