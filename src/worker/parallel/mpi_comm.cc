@@ -221,18 +221,33 @@ class MpiComm final : public Comm {
   }
 
   // MPI_Comm_split of both underlying communicators (blocking, under mu_ like every MPI call
-  // of this comm); the part gets its own watchdog and the same options.
+  // of this comm, once every collective in flight completed); the part gets its own watchdog
+  // and the same options.
   StatusOr<std::unique_ptr<Comm>> Split(int color, int key, std::string_view what) override {
     auto op = NewOp(CollectiveOp::kBarrier, std::string("split ") + std::string(what), 0,
                     DType::kF32);
     FORGE_RETURN_IF_ERROR(CheckFailed(*op));
     if (color < 0) return Fail(*op, Status::Invalid("split color must be >= 0"));
     MPI_Comm first = MPI_COMM_NULL, second = MPI_COMM_NULL;
-    int rc;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      rc = MPI_Comm_split(first_, color, key, &first);
-      if (rc == MPI_SUCCESS) rc = MPI_Comm_split(second_, color, key, &second);
+    int rc = MPI_SUCCESS;
+    // Collectives in flight finish first: a second stage (on second_) that one rank started
+    // before the split and another after it would pair the wrong collectives.
+    for (auto nap = std::chrono::microseconds(20);;) {
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        const Status st = Progress();
+        if (!st.ok()) {
+          failure_taken_ = true;
+          return Fail(*op, st);
+        }
+        if (ops_.empty()) {
+          rc = MPI_Comm_split(first_, color, key, &first);
+          if (rc == MPI_SUCCESS) rc = MPI_Comm_split(second_, color, key, &second);
+          break;
+        }
+      }
+      std::this_thread::sleep_for(nap);
+      nap = std::min(nap * 2, std::chrono::microseconds(1000));
     }
     if (rc != MPI_SUCCESS) return Fail(*op, Status::Unavailable("MPI_Comm_split: " + MpiError(rc)));
     MPI_Comm_set_errhandler(first, MPI_ERRORS_RETURN);

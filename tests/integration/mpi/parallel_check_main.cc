@@ -197,10 +197,22 @@ int RunComm(Comm* comm, Comm* native) {
   }
   // Split: ranks of the same parity form a comm, ordered by key = -rank (reversed). Its sums
   // are the canonical sum over its own ranks in key order; a collective of the parent started
-  // before the part's and waited after it is unaffected (the part's collectives are its own).
+  // before the part's and waited after it is unaffected (the part's collectives are its own),
+  // and so is one in flight when the split starts.
   {
+    // An all-reduce in flight when the split starts (its second stage may not have started on
+    // every rank): the split lets it finish first.
+    std::vector<float> before(3001);
+    for (int64_t i = 0; i < 3001; ++i) before[i] = Value(22, rank, i);
+    auto wb = comm->AllReduceSum(before.data(), 3001, DType::kF32, "before split");
+    c.Ok(wb.status(), "all_reduce before split");
     auto part = comm->Split(rank % 2, -rank, "parity");
     c.Ok(part.status(), "split");
+    if (wb.ok()) {
+      c.Ok((*wb)->Wait(), "all_reduce before split: wait");
+      auto want = ExpectedSum<float>(W, 3001, 22);
+      c.Expect(SameBits(before.data(), want.data(), 3001), "all_reduce in flight across a split");
+    }
     if (part.ok()) {
       std::vector<int> members;  // world ranks of this part, in its rank order
       for (int r = W - 1; r >= 0; --r)
