@@ -1,7 +1,7 @@
-// The CUDA backend data-parallel over NCCL (ddp, zero1, zero2, fsdp, hsdp) on 2 and 4 GPUs of one
-// machine, one thread per rank: K steps of the tiny BF16 model with a global batch of W micro-batches
-// per accumulation step against one GPU training the same global batch. Skips where fewer
-// GPUs are visible than the case needs.
+// The CUDA backend data-parallel over NCCL (ddp, zero1, zero2, fsdp, hsdp) on 2 and 4 GPUs of
+// one machine, one thread per rank: K steps of the tiny BF16 model with a global batch of W
+// micro-batches per accumulation step against one GPU training the same global batch. Skips
+// where fewer GPUs are visible than the case needs.
 //
 // What must hold:
 //   - every rank ends every step with the same loss, grad norm and weights, bit for bit;

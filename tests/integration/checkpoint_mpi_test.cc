@@ -1,8 +1,9 @@
 // Checkpoints across processes: forge_checkpoint_check (tests/integration/mpi/) saves with W
 // ranks and resumes on W' ranks in every mode (and from another mode's checkpoint), compared
 // with one process that never stopped; `forge train --resume`, stop signals and `forge export`
-// end to end; hsdp's checkpoints to and from the other modes. Worlds 1, 2 and 4 are powers of two, so those runs are bitwise the uninterrupted
-// one (train/cpu_backend.cc, parallel/sum_order.h); world 3 is within tolerance.
+// end to end; hsdp's checkpoints to and from the other modes. Worlds 1, 2 and 4 are powers of
+// two, so those runs are bitwise the uninterrupted one (train/cpu_backend.cc,
+// parallel/sum_order.h); world 3 is within tolerance.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>

@@ -57,7 +57,8 @@ TEST(ConfigHsdpTest, HsdpNeedsAGroupSize) {
 
 TEST(ConfigHsdpTest, GroupSizeWithoutHsdpIsRejected) {
   EXPECT_TRUE(FailsWith(kBase + "parallel:\n  mode: fsdp\n  shard_group_size: 2\n", 5,
-                        "parallel.shard_group_size", "is for parallel.mode hsdp only (mode is fsdp)"));
+                        "parallel.shard_group_size",
+                        "is for parallel.mode hsdp only (mode is fsdp)"));
   EXPECT_TRUE(FailsWith(kBase + "parallel:\n  shard_group_size: 2\n", 4,
                         "parallel.shard_group_size", "(mode is ddp)"));
 }
@@ -65,7 +66,8 @@ TEST(ConfigHsdpTest, GroupSizeWithoutHsdpIsRejected) {
 TEST(ConfigHsdpTest, Bf16GradientsAreRejected) {
   EXPECT_TRUE(FailsWith(kBase + "parallel:\n  mode: hsdp\n  shard_group_size: 2\n"
                                 "  grad_reduce: bf16\n",
-                        6, "parallel.grad_reduce", "bf16 is not supported with parallel.mode hsdp"));
+                        6, "parallel.grad_reduce",
+                        "bf16 is not supported with parallel.mode hsdp"));
   EXPECT_TRUE(FailsWith(kBase + "parallel:\n  mode: hsdp\n  shard_group_size: 2\n"
                                 "  ddp_allreduce: copy_engine\n",
                         6, "parallel.ddp_allreduce", "copy_engine is for parallel.mode ddp"));

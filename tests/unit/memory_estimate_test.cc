@@ -120,5 +120,29 @@ TEST(MemoryEstimate, ShardedModesHoldLessPerRank) {
             EstimateTrainingMemory(c, Backend::kCuda, 1).weights);
 }
 
+// hsdp shards over its shard group only: on 8 ranks in groups of 2 a rank holds what fsdp on 2
+// ranks holds; groups of 1 hold ddp's state, a group of the whole world fsdp's.
+TEST(MemoryEstimate, HsdpHoldsItsShardGroupsShare) {
+  RunConfig c = Small();
+  for (Backend b : {Backend::kCuda, Backend::kCpu}) {
+    RunConfig fsdp = c;
+    fsdp.parallel.mode = ParallelMode::kFsdp;
+    RunConfig ddp = c;
+    RunConfig hsdp = c;
+    hsdp.parallel.mode = ParallelMode::kHsdp;
+    hsdp.parallel.shard_group_size = 2;
+    EXPECT_EQ(EstimateTrainingMemory(hsdp, b, 8).total(),
+              EstimateTrainingMemory(fsdp, b, 2).total());
+    hsdp.parallel.shard_group_size = 1;
+    EXPECT_EQ(EstimateTrainingMemory(hsdp, b, 8).moments,
+              EstimateTrainingMemory(ddp, b, 8).moments);
+    EXPECT_EQ(EstimateTrainingMemory(hsdp, b, 8).weights,
+              EstimateTrainingMemory(ddp, b, 8).weights);
+    hsdp.parallel.shard_group_size = 8;
+    EXPECT_EQ(EstimateTrainingMemory(hsdp, b, 8).total(),
+              EstimateTrainingMemory(fsdp, b, 8).total());
+  }
+}
+
 }  // namespace
 }  // namespace forge

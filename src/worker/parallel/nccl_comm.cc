@@ -227,8 +227,9 @@ class NcclCommImpl final : public NcclComm {
     }
     if (r == ncclSuccess && part != nullptr) r = WaitForInit(part, ncclInProgress, o_.timeout_s);
     if (r != ncclSuccess || part == nullptr) {
-      const std::string detail = r == ncclInProgress ? std::string("timed out (other ranks missing?)")
-                                                     : std::string(ncclGetErrorString(r));
+      const std::string detail = r == ncclInProgress
+                                     ? std::string("timed out (other ranks missing?)")
+                                     : std::string(ncclGetErrorString(r));
       if (part != nullptr) ncclCommAbort(part);
       return Status::Unavailable(who + ": ncclCommSplit: " + detail);
     }

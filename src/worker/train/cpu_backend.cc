@@ -369,9 +369,10 @@ class CpuBackend final : public TrainBackend {
     for (size_t u = 0; u < U; ++u) {
       (*full)[u].reserve(PaddedSize(numel_[u], shard_world_));
       (*full)[u].resize(PaddedSize(numel_[u], shard_world_));
-      FORGE_RETURN_IF_ERROR(Launch(shard_comm_->AllGather(slots[u].data(), (*full)[u].data(), slot_[u],
-                                                    DType::kF32, "gather " + UnitName(u)),
-                                   &works));
+      FORGE_RETURN_IF_ERROR(
+          Launch(shard_comm_->AllGather(slots[u].data(), (*full)[u].data(), slot_[u], DType::kF32,
+                                        "gather " + UnitName(u)),
+                 &works));
     }
     FORGE_RETURN_IF_ERROR(WaitAll(&works));
     for (size_t u = 0; u < U; ++u) (*full)[u].resize(numel_[u]);

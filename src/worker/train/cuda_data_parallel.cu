@@ -47,19 +47,17 @@ CudaDataParallel::~CudaDataParallel() {
   for (void* p : allocations_) cudaFree(p);
 }
 
-StatusOr<std::unique_ptr<CudaDataParallel>> CudaDataParallel::Create(NcclComm* comm,
-                                                                     ParallelMode mode,
-                                                                     CudaModel* model,
-                                                                     GradReduce grad_reduce,
-                                                                     DdpAllReduce ddp_allreduce,
-                                                                     bool comm_windows,
-                                                                     NcclComm* replica) {
-  if (comm == nullptr || model == nullptr) return Status::Invalid("CudaDataParallel: null comm/model");
+StatusOr<std::unique_ptr<CudaDataParallel>> CudaDataParallel::Create(
+    NcclComm* comm, ParallelMode mode, CudaModel* model, GradReduce grad_reduce,
+    DdpAllReduce ddp_allreduce, bool comm_windows, NcclComm* replica) {
+  if (comm == nullptr || model == nullptr)
+    return Status::Invalid("CudaDataParallel: null comm/model");
   const bool fsdp_like = mode == ParallelMode::kFsdp || mode == ParallelMode::kHsdp;
   if (grad_reduce == GradReduce::kBf16 && fsdp_like) {
     return Status::Invalid(std::string("CudaDataParallel: parallel.grad_reduce bf16 is not "
                                        "supported with parallel.mode ") +
-                           ParallelModeName(mode) + " (its gradients are reduce-scattered in fp32)");
+                           ParallelModeName(mode) +
+                           " (its gradients are reduce-scattered in fp32)");
   }
   if ((mode == ParallelMode::kHsdp) != (replica != nullptr && replica->world() > 1)) {
     return Status::Invalid("CudaDataParallel: hsdp needs a replica comm of more than one rank "
