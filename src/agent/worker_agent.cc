@@ -177,16 +177,21 @@ class Placement {
         metrics = std::move(m).value();
     }
     // Every rank reports its own wait in collectives per step (the coordinator's straggler
-    // watch); a device communicator (NCCL) is not timed on the host.
+    // watch): host communicators are wrapped and timed on the host; the backend's NCCL
+    // communicator times its collectives and the compute stream's waits with CUDA events
+    // (comm_time_sink.h), into the same counters.
     if (metrics) {
       group.comm = metrics->TimeCollectives(std::move(group.comm), &comm_wait_);
       topt.on_step = metrics->StepCallback(std::move(topt.on_step));
     } else if (group.comm && std::string_view(group.comm->name()) != "nccl") {
       group.comm = MakeTimedComm(std::move(group.comm), nullptr, &comm_wait_);
     }
+    CommTimeCounter nccl_times(metrics ? &metrics->worker() : nullptr, &comm_wait_);
+    if (group.nccl) group.nccl->SetTimeSink(&nccl_times);
 
     std::thread beat([this] { HeartbeatLoop(); });
     result_ = TrainInProcessGroup(*cfg, &group, topt);
+    if (group.nccl) group.nccl->SetTimeSink(nullptr);  // nccl_times and metrics end first
     if (metrics)
       metrics->Finish(!result_.ok() ? "failed" : result_->train.stopped ? "stopped" : "completed");
     {

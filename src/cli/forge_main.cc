@@ -194,9 +194,13 @@ int Train(const FlagParser& a, ProcessGroup* group) {
   if (!joined.ok()) return Fail(joined.status());
   *group = std::move(joined).value();
   if (*metrics) group->comm = (*metrics)->TimeCollectives(std::move(group->comm));
+  // The backend's NCCL collectives, timed with CUDA events (comm_time_sink.h).
+  CommTimeCounter nccl_times(*metrics ? &(*metrics)->worker() : nullptr, nullptr);
+  if (*metrics && group->nccl) group->nccl->SetTimeSink(&nccl_times);
   const bool leader = group->rank() == 0;
   InstallStopHandlers();
   auto run = TrainInProcessGroup(cfg, group, opt);
+  if (group->nccl) group->nccl->SetTimeSink(nullptr);  // nccl_times ends before the group
   finish(run);
   if (!run.ok()) return Fail(run.status());
   return ReportTrain(*run, leader);

@@ -26,9 +26,14 @@ const std::vector<MetricInfo>& MetricCatalog() {
        "Device memory of the training backend: kind=allocated (its buffers), reserved (held "
        "from the driver), peak (high-water mark); 0 on the CPU backend."},
       {"forge_comm_seconds_total", T::kCounter, S::kWorker, {"run_id", "rank", "op"},
-       "Host time spent waiting for collectives to complete, by collective (all_reduce, "
+       "Time the step stood still waiting for collectives, by collective (all_reduce, "
        "reduce_scatter, all_gather, broadcast, barrier): the communication not hidden behind "
-       "compute."},
+       "compute. Host communicators (MPI): time blocked in the wait; NCCL: the compute "
+       "stream's stalls at its waits on the NCCL stream (CUDA events)."},
+      {"forge_collective_seconds_total", T::kCounter, S::kWorker, {"run_id", "rank", "op"},
+       "Running time of collectives, by collective, hidden behind compute or not. NCCL: each "
+       "collective's time on the NCCL stream (CUDA events), waiting for slower ranks "
+       "included; host communicators (MPI): the same time as forge_comm_seconds_total."},
       {"forge_data_wait_seconds_total", T::kCounter, S::kWorker, {"run_id", "rank"},
        "Time the training loop spent fetching batches."},
       {"forge_checkpoint_seconds", T::kGauge, S::kWorker, {"run_id", "rank", "phase"},

@@ -12,8 +12,8 @@ using Clock = std::chrono::steady_clock;
 
 class TimedWork : public CommWork {
  public:
-  TimedWork(CommWorkPtr inner, CollectiveOp op, WorkerMetrics* metrics, CommWaitClock* clock)
-      : inner_(std::move(inner)), op_(op), metrics_(metrics), clock_(clock) {}
+  TimedWork(CommWorkPtr inner, CollectiveOp op, CommTimeSink* sink)
+      : inner_(std::move(inner)), op_(op), sink_(sink) {}
   Status Wait() override {
     const auto t0 = Clock::now();
     Status s = inner_->Wait();
@@ -31,20 +31,19 @@ class TimedWork : public CommWork {
  private:
   void Count(Clock::time_point t0) {
     const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (metrics_) metrics_->AddCommSeconds(op_, s);
-    if (clock_) clock_->Add(s);
+    sink_->AddCollectiveSeconds(op_, s);
+    sink_->AddExposedWaitSeconds(op_, s);
   }
 
   CommWorkPtr inner_;
   CollectiveOp op_;
-  WorkerMetrics* metrics_;
-  CommWaitClock* clock_;
+  CommTimeSink* sink_;
 };
 
 class TimedComm : public Comm {
  public:
   TimedComm(std::unique_ptr<Comm> inner, WorkerMetrics* metrics, CommWaitClock* clock)
-      : inner_(std::move(inner)), metrics_(metrics), clock_(clock) {}
+      : inner_(std::move(inner)), metrics_(metrics), clock_(clock), counter_(metrics, clock) {}
   const char* name() const override { return inner_->name(); }
   int rank() const override { return inner_->rank(); }
   int world() const override { return inner_->world(); }
@@ -82,15 +81,25 @@ class TimedComm : public Comm {
  private:
   StatusOr<CommWorkPtr> Wrap(StatusOr<CommWorkPtr> work, CollectiveOp op) {
     if (!work.ok()) return work.status();
-    return CommWorkPtr(std::make_unique<TimedWork>(std::move(work).value(), op, metrics_, clock_));
+    return CommWorkPtr(std::make_unique<TimedWork>(std::move(work).value(), op, &counter_));
   }
 
   std::unique_ptr<Comm> inner_;
   WorkerMetrics* metrics_;
   CommWaitClock* clock_;
+  CommTimeCounter counter_;
 };
 
 }  // namespace
+
+void CommTimeCounter::AddCollectiveSeconds(CollectiveOp op, double seconds) {
+  if (metrics_) metrics_->AddCollectiveSeconds(op, seconds);
+}
+
+void CommTimeCounter::AddExposedWaitSeconds(CollectiveOp op, double seconds) {
+  if (metrics_) metrics_->AddCommSeconds(op, seconds);
+  if (clock_) clock_->Add(seconds);
+}
 
 std::unique_ptr<Comm> MakeTimedComm(std::unique_ptr<Comm> inner, WorkerMetrics* metrics,
                                     CommWaitClock* clock) {

@@ -1,7 +1,13 @@
-// A Comm that forwards every collective to another and adds the host time spent waiting for
-// each one to complete (CommWork::Wait / WaitOnStream) to forge_comm_seconds_total{op} and to
-// a CommWaitClock: the communication the step could not hide behind compute. Start calls are not timed (they only
-// post the collective).
+// Counting collective times into a worker's metrics (comm_time_sink.h says what the two
+// quantities are):
+//   CommTimeCounter  the sink: exposed wait -> forge_comm_seconds_total{op} and a CommWaitClock
+//                    (the per-step wait the straggler watch subtracts); collective seconds ->
+//                    forge_collective_seconds_total{op}. NCCL reports into it directly
+//                    (NcclComm::SetTimeSink).
+//   MakeTimedComm    a host Comm that forwards every collective to another and counts the host
+//                    time blocked in each one's Wait / WaitOnStream as both (a host wait is the
+//                    whole collective as the caller sees it, and all of it exposed). Start calls
+//                    are not timed (they only post the collective).
 #pragma once
 
 #include <atomic>
@@ -9,6 +15,7 @@
 #include <memory>
 
 #include "worker/parallel/comm.h"
+#include "worker/parallel/comm_time_sink.h"
 
 namespace forge {
 
@@ -26,6 +33,19 @@ class CommWaitClock {
 
  private:
   std::atomic<int64_t> ns_{0};
+};
+
+// `metrics` and `clock` (either may be null) must outlive this.
+class CommTimeCounter final : public CommTimeSink {
+ public:
+  CommTimeCounter(WorkerMetrics* metrics, CommWaitClock* clock)
+      : metrics_(metrics), clock_(clock) {}
+  void AddCollectiveSeconds(CollectiveOp op, double seconds) override;
+  void AddExposedWaitSeconds(CollectiveOp op, double seconds) override;
+
+ private:
+  WorkerMetrics* metrics_;
+  CommWaitClock* clock_;
 };
 
 // Owns `inner`; `metrics` and `clock` (either may be null) must outlive the result.

@@ -43,9 +43,10 @@ class TrainMetrics {
                                                        const std::string& run_id, int rank,
                                                        int local_rank, int world);
 
-  // Wraps a host communicator (MPI, local) so its waits are counted (and added to `clock`, if
-  // given); a device communicator (NCCL: its waits are stream-ordered, not host time) and null
-  // come back unchanged.
+  // Wraps a host communicator (MPI, local, host-staged) so its waits are counted (and added to
+  // `clock`, if given); a device communicator (NCCL: its waits are stream-ordered, not host
+  // time; it reports through NcclComm::SetTimeSink and a CommTimeCounter) and null come back
+  // unchanged.
   std::unique_ptr<Comm> TimeCollectives(std::unique_ptr<Comm> comm, CommWaitClock* clock = nullptr);
   // Observes every record, then calls `next` (if any).
   std::function<void(const StepRecord&)> StepCallback(

@@ -27,6 +27,7 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& r, WorkerMetricsOptions optio
   up_ = &GaugeFamily(r, "forge_worker_up");
   run_state_ = &GaugeFamily(r, "forge_run_state");
   comm_ = &CounterFamily(r, "forge_comm_seconds_total");
+  collective_ = &CounterFamily(r, "forge_collective_seconds_total");
   data_wait_ = &CounterFamily(r, "forge_data_wait_seconds_total").Add(Labels());
   checkpoints_ = &CounterFamily(r, "forge_checkpoints_total").Add(Labels());
   skipped_ = &CounterFamily(r, "forge_skipped_steps_total").Add(Labels());
@@ -36,7 +37,10 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& r, WorkerMetricsOptions optio
   for (CollectiveOp op : {CollectiveOp::kAllReduce, CollectiveOp::kReduceScatter,
                           CollectiveOp::kAllGather, CollectiveOp::kBroadcast,
                           CollectiveOp::kBarrier})
-    comm_->Add(Labels("op", CollectiveName(op)));  // all ops present from the start, at 0
+  {  // all ops present from the start, at 0
+    comm_->Add(Labels("op", CollectiveName(op)));
+    collective_->Add(Labels("op", CollectiveName(op)));
+  }
   Set(ckpt_every_, double(options_.checkpoint_every_steps));
   SetUp(true);
   (void)SetRunState("running");
@@ -119,6 +123,10 @@ void WorkerMetrics::SetUp(bool up) { Set(up_, up ? 1.0 : 0.0); }
 
 void WorkerMetrics::AddCommSeconds(CollectiveOp op, double seconds) {
   if (seconds > 0.0) comm_->Add(Labels("op", CollectiveName(op))).Increment(seconds);
+}
+
+void WorkerMetrics::AddCollectiveSeconds(CollectiveOp op, double seconds) {
+  if (seconds > 0.0) collective_->Add(Labels("op", CollectiveName(op))).Increment(seconds);
 }
 
 void WorkerMetrics::AddSkippedSteps(int64_t n) {

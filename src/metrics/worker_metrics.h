@@ -48,7 +48,10 @@ class WorkerMetrics {
   // One of RunStateNames(); anything else is InvalidArgument and changes nothing.
   Status SetRunState(std::string_view state);
   void SetUp(bool up);
+  // forge_comm_seconds_total: exposed wait for a collective (comm_time_sink.h).
   void AddCommSeconds(CollectiveOp op, double seconds);
+  // forge_collective_seconds_total: a collective's running time, overlapped or not.
+  void AddCollectiveSeconds(CollectiveOp op, double seconds);
   void AddSkippedSteps(int64_t n);
 
   // The latest record as the coordinator would aggregate it.
@@ -67,7 +70,7 @@ class WorkerMetrics {
       *grad_norm_, *lr_, *gpu_memory_, *ckpt_seconds_, *ckpt_bytes_, *ckpt_last_step_,
       *ckpt_every_, *up_, *run_state_;
   prometheus::Counter *data_wait_, *checkpoints_, *skipped_, *spikes_, *rollbacks_;
-  prometheus::Family<prometheus::Counter>* comm_;
+  prometheus::Family<prometheus::Counter> *comm_, *collective_;
   prometheus::Histogram* step_seconds_;
 
   mutable std::mutex mu_;

@@ -180,6 +180,41 @@ TEST(WorkerMetrics, TimedCommCountsWaitsPerCollective) {
   EXPECT_GT(*SeriesValue(t, "forge_comm_seconds_total", {{"op", "all_reduce"}}), 0.0);
   EXPECT_GT(*SeriesValue(t, "forge_comm_seconds_total", {{"op", "barrier"}}), 0.0);
   EXPECT_EQ(*SeriesValue(t, "forge_comm_seconds_total", {{"op", "all_gather"}}), 0.0);
+  // A host wait is the whole collective as the caller sees it: both counters agree.
+  for (const char* op : {"all_reduce", "barrier"})
+    EXPECT_EQ(*SeriesValue(t, "forge_collective_seconds_total", {{"op", op}}),
+              *SeriesValue(t, "forge_comm_seconds_total", {{"op", op}}))
+        << op;
+}
+
+// The sink NCCL reports into: running time and exposed wait go to their own counters, and
+// only the exposed wait reaches the per-step clock the straggler watch reads.
+TEST(WorkerMetrics, CommTimeCounterKeepsRunningTimeAndExposedWaitApart) {
+  prometheus::Registry reg;
+  WorkerMetrics m(reg, Options());
+  CommWaitClock clock;
+  CommTimeCounter counter(&m, &clock);
+  CommTimeSink* sink = &counter;
+  sink->AddCollectiveSeconds(CollectiveOp::kAllReduce, 0.25);
+  sink->AddCollectiveSeconds(CollectiveOp::kAllReduce, 0.5);
+  sink->AddCollectiveSeconds(CollectiveOp::kAllGather, 0.125);
+  sink->AddExposedWaitSeconds(CollectiveOp::kAllReduce, 0.0625);
+  sink->AddExposedWaitSeconds(CollectiveOp::kReduceScatter, 0.03125);
+  const std::string t = Exposition(reg);
+  EXPECT_EQ(*SeriesValue(t, "forge_collective_seconds_total", {{"op", "all_reduce"}}), 0.75);
+  EXPECT_EQ(*SeriesValue(t, "forge_collective_seconds_total", {{"op", "all_gather"}}), 0.125);
+  EXPECT_EQ(*SeriesValue(t, "forge_collective_seconds_total", {{"op", "reduce_scatter"}}), 0.0);
+  EXPECT_EQ(*SeriesValue(t, "forge_comm_seconds_total", {{"op", "all_reduce"}}), 0.0625);
+  EXPECT_EQ(*SeriesValue(t, "forge_comm_seconds_total", {{"op", "reduce_scatter"}}), 0.03125);
+  EXPECT_EQ(*SeriesValue(t, "forge_comm_seconds_total", {{"op", "all_gather"}}), 0.0);
+  EXPECT_NEAR(clock.seconds(), 0.09375, 1e-9);
+
+  // Without metrics the clock still counts (a worker with metrics.port 0).
+  CommWaitClock alone;
+  CommTimeCounter bare(nullptr, &alone);
+  bare.AddCollectiveSeconds(CollectiveOp::kAllReduce, 1.0);
+  bare.AddExposedWaitSeconds(CollectiveOp::kAllReduce, 0.5);
+  EXPECT_NEAR(alone.seconds(), 0.5, 1e-9);
 }
 
 TEST(MetricsServer, ServesTheRegistryOverHttp) {

@@ -7,6 +7,7 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -57,6 +58,7 @@ struct Op {
   DType dtype = DType::kF32;
   Clock::time_point start;
   cudaEvent_t done = nullptr;
+  cudaEvent_t began = nullptr;  // timed collectives only (SetTimeSink): the start on the stream
   bool finished = false;
 };
 
@@ -121,7 +123,10 @@ class NcclCommImpl final : public NcclComm {
       }
     }
     ce_.reset();  // waits for its lanes (released above if the comm failed)
-    for (auto& op : pending_) cudaEventDestroy(op->done);
+    for (auto& op : pending_) {
+      if (op->done) cudaEventDestroy(op->done);
+      if (op->began) cudaEventDestroy(op->began);
+    }
     if (barrier_buf_) cudaFree(barrier_buf_);
     if (producer_ready_) cudaEventDestroy(producer_ready_);
     if (stream_) cudaStreamDestroy(stream_);
@@ -134,6 +139,23 @@ class NcclCommImpl final : public NcclComm {
   const char* comm_name() const { return o_.name.c_str(); }  // outlives the communicator
   void* stream() const override { return stream_; }
   void SetProducerStream(void* s) override { producer_ = static_cast<cudaStream_t>(s); }
+
+  void SetTimeSink(CommTimeSink* sink) override {
+    std::lock_guard<std::mutex> l(mu_);
+    sink_.store(sink);
+  }
+  CommTimeSink* time_sink() const override { return sink_.load(); }
+  CollectiveOp last_op() const override { return last_op_.load(); }
+  void CountFinished() override {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!failed_.ok()) return;
+    DeviceGuard g(device_);
+    for (auto& op : pending_) {
+      if (op->finished) continue;
+      if (cudaEventQuery(op->done) != cudaSuccess) break;  // they complete in stream order
+      MarkFinished(*op);
+    }
+  }
 
   StatusOr<CommWorkPtr> AllReduceSum(void* buf, int64_t n, DType t,
                                      std::string_view what) override {
@@ -240,6 +262,7 @@ class NcclCommImpl final : public NcclComm {
     }
     auto impl = std::make_unique<NcclCommImpl>(me, n, device_, o_);
     FORGE_RETURN_IF_ERROR(impl->Start(part).Annotate(who));
+    impl->SetTimeSink(sink_.load());  // the part reports where this one does, from now on
     return std::unique_ptr<NcclComm>(std::move(impl));
   }
 
@@ -286,7 +309,7 @@ class NcclCommImpl final : public NcclComm {
         DeviceGuard g(device_);
         const cudaError_t e = cudaEventQuery(op->done);
         if (e == cudaSuccess) {
-          op->finished = true;
+          MarkFinished(*op);
           return Status::Ok();
         }
         if (e != cudaErrorNotReady) {
@@ -303,7 +326,7 @@ class NcclCommImpl final : public NcclComm {
     std::lock_guard<std::mutex> l(mu_);
     if (op->finished) return true;
     DeviceGuard g(device_);
-    op->finished = cudaEventQuery(op->done) == cudaSuccess;
+    if (cudaEventQuery(op->done) == cudaSuccess) MarkFinished(*op);
     return op->finished;
   }
 
@@ -377,30 +400,55 @@ class NcclCommImpl final : public NcclComm {
     }
     if (n < 0) return Fail(*op, Status::Invalid("negative count"));
     DeviceGuard g(device_);
-    cudaError_t e = cudaEventCreateWithFlags(&op->done, cudaEventDisableTiming);
+    // Timed: both events keep timing; otherwise `done` is the cheaper untimed kind.
+    const bool timed = sink_.load() != nullptr;
+    cudaError_t e = cudaEventCreateWithFlags(&op->done, timed ? cudaEventDefault
+                                                              : cudaEventDisableTiming);
+    if (e == cudaSuccess && timed) e = cudaEventCreateWithFlags(&op->began, cudaEventDefault);
     if (e == cudaSuccess && producer_ != nullptr) {
       e = cudaEventRecord(producer_ready_, producer_);
       if (e == cudaSuccess) e = cudaStreamWaitEvent(stream_, producer_ready_, 0);
     }
+    if (e == cudaSuccess && timed) e = cudaEventRecord(op->began, stream_);
     if (e != cudaSuccess) {
-      if (op->done) cudaEventDestroy(op->done);
+      DestroyEvents(*op);
       return Fail(*op, Status::Internal(CudaError(e)));
     }
     Status called = call();
     if (!called.ok()) {
-      cudaEventDestroy(op->done);
+      DestroyEvents(*op);
       const Status st = Fail(*op, called);
       if (called.code() != Code::kInvalidArgument) SetFailed(st);
       return st;
     }
     e = cudaEventRecord(op->done, stream_);
     if (e != cudaSuccess) {
-      cudaEventDestroy(op->done);
+      DestroyEvents(*op);
       return Fail(*op, Status::Internal(CudaError(e)));
     }
+    last_op_.store(kind);
     op->start = Clock::now();
     pending_.push_back(op);
     return CommWorkPtr(new NcclWork(this, op));
+  }
+
+  static void DestroyEvents(Op& op) {
+    if (op.done) cudaEventDestroy(op.done);
+    if (op.began) cudaEventDestroy(op.began);
+    op.done = op.began = nullptr;
+  }
+
+  // The op's `done` event completed (mu_ held): a timed op reports its device time, once.
+  void MarkFinished(Op& op) {
+    if (op.finished) return;
+    op.finished = true;
+    if (op.began == nullptr) return;
+    float ms = 0.0f;
+    CommTimeSink* sink = sink_.load();
+    if (sink != nullptr && cudaEventElapsedTime(&ms, op.began, op.done) == cudaSuccess)
+      sink->AddCollectiveSeconds(op.kind, double(ms) * 1e-3);
+    cudaEventDestroy(op.began);
+    op.began = nullptr;
   }
 
   void SetFailed(const Status& st) {  // mu_ held
@@ -425,10 +473,9 @@ class NcclCommImpl final : public NcclComm {
         // Retire finished collectives from the front (they complete in stream order).
         while (!pending_.empty()) {
           auto& op = pending_.front();
-          if (!op->finished) op->finished = cudaEventQuery(op->done) == cudaSuccess;
+          if (!op->finished && cudaEventQuery(op->done) == cudaSuccess) MarkFinished(*op);
           if (!op->finished) break;
-          cudaEventDestroy(op->done);
-          op->done = nullptr;
+          DestroyEvents(*op);
           pending_.pop_front();
         }
         ncclResult_t async = ncclSuccess;
@@ -468,6 +515,8 @@ class NcclCommImpl final : public NcclComm {
   cudaEvent_t producer_ready_ = nullptr;
   void* barrier_buf_ = nullptr;
   std::unique_ptr<CeAllReduce> ce_;  // EnableCopyEngineAllReduce
+  std::atomic<CommTimeSink*> sink_{nullptr};  // written under mu_
+  std::atomic<CollectiveOp> last_op_{CollectiveOp::kBarrier};
 
   std::mutex mu_;  // guards the NCCL/CUDA calls on comm_ and everything below
   uint64_t next_seq_ = 1;

@@ -12,6 +12,12 @@
 // coordinator's) hands it to everyone, and ncclCommInitRankConfig builds a non-blocking
 // communicator, polled so that a rank that never shows up is a timeout, not a hang.
 //
+// Timing (SetTimeSink, comm_time_sink.h): with a sink, each collective is bracketed by two
+// timing events on the communicator's stream (the first after the producer wait, so time
+// queued behind compute is not counted), and the collective's device time is reported once the
+// events completed: by Wait/Ready when they see it done, by the watchdog as it retires finished
+// collectives, or by CountFinished. The host never waits for an event to read it.
+//
 // Failure: a watchdog thread polls ncclCommGetAsyncError and the oldest unfinished collective.
 // An async NCCL error, or a collective older than options.timeout_s (counted from issue,
 // including time queued behind earlier GPU work), aborts the communicator (ncclCommAbort, which
@@ -28,6 +34,7 @@
 
 #include "common/status.h"
 #include "worker/parallel/comm.h"
+#include "worker/parallel/comm_time_sink.h"
 #include "worker/parallel/rendezvous.h"
 
 namespace forge {
@@ -69,6 +76,17 @@ class NcclComm : public Comm {
     if (!part.ok()) return part.status();
     return std::unique_ptr<Comm>(std::move(part).value());
   }
+
+  // Collective times go to `sink` (null: not timed) for collectives issued from now on; the
+  // sink must stay valid until it is replaced (SetTimeSink(nullptr) returns only once no call
+  // into the old sink is running or can start). SplitNccl's parts start with this comm's sink:
+  // they must be destroyed or given another before it goes.
+  virtual void SetTimeSink(CommTimeSink* sink) = 0;
+  virtual CommTimeSink* time_sink() const = 0;
+  // The kind of the collective issued last (kBarrier before any).
+  virtual CollectiveOp last_op() const = 0;
+  // Reports the device time of every collective known finished now, without blocking.
+  virtual void CountFinished() = 0;
 };
 
 // The copy-engine all-reduce waits for its peers' flags inside a stream, and a stream wait holds

@@ -463,6 +463,8 @@ Status CudaBackend::TrainStep(const std::vector<MicroBatch>& micro, const StepHy
                               bool want_stats, StepStats* stats) {
   FORGE_RETURN_IF_ERROR(Prepare(micro));
   SetHyper(hyper);
+  // Collective times of earlier steps whose events completed (data parallel; never blocks).
+  if (dp_) dp_->CountCommTimes();
   const int M = static_cast<int>(micro.size());
   FORGE_RETURN_IF_ERROR(EnqueueInputs(M, /*optimizer=*/true));
   if (graph_exec_ != nullptr && graph_micro_ == M) {
@@ -479,6 +481,7 @@ Status CudaBackend::TrainStep(const std::vector<MicroBatch>& micro, const StepHy
   if (!want_stats) return Status::Ok();
   FORGE_RETURN_IF_ERROR(Sync());
   SamplePeak();
+  if (dp_) dp_->CountCommTimes();  // this step's waits, before the caller's step record
   stats->loss = host_stats_[0] / static_cast<float>(world_);  // summed over ranks
   stats->grad_norm = std::sqrt(host_stats_[1]);
   stats->skipped_steps = *host_skipped_;

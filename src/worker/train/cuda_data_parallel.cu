@@ -193,15 +193,27 @@ Status CudaDataParallel::CommWaitsStream(cudaStream_t s) {
   return CommWaits(compute_point_);
 }
 
+// Every wait of the compute stream on the NCCL stream goes through here: with a time sink on
+// the comm, the stall is timed (exposed wait; comm_time_sink.h).
+Status CudaDataParallel::ComputeWaits(cudaStream_t compute, cudaEvent_t e, CollectiveOp op) {
+  return waits_.Wait(compute, e, op, comm_->time_sink() != nullptr);
+}
+
+void CudaDataParallel::CountCommTimes() {
+  waits_.Collect(comm_->time_sink());
+  comm_->CountFinished();
+  if (replica_ != nullptr) replica_->CountFinished();
+}
+
 // Collectives are issued and their handles dropped: the NCCL stream runs in order, so one
 // event after its last collective covers all of them (timeouts stay with the comm's watchdog).
 Status CudaDataParallel::JoinComm(cudaStream_t compute) {
   FORGE_RETURN_IF_ERROR(IssueWaiting());  // none should be left; never drop one
   FORGE_CUDA_CHECK(cudaEventRecord(comm_point_, nccl_stream_));
-  FORGE_CUDA_CHECK(cudaStreamWaitEvent(compute, comm_point_, 0));
+  FORGE_RETURN_IF_ERROR(ComputeWaits(compute, comm_point_, comm_->last_op()));
   if (replica_ != nullptr) {
     FORGE_CUDA_CHECK(cudaEventRecord(replica_point_, replica_stream_));
-    FORGE_CUDA_CHECK(cudaStreamWaitEvent(compute, replica_point_, 0));
+    FORGE_RETURN_IF_ERROR(ComputeWaits(compute, replica_point_, replica_->last_op()));
   }
   return Status::Ok();
 }
@@ -314,8 +326,7 @@ Status CudaDataParallel::ReduceBf16(int u, float* g, bool all_reduce) {
 
 Status CudaDataParallel::OnBeforeForward(int u, cudaStream_t compute) {
   if (!gather_pending_[u]) return Status::Ok();
-  FORGE_CUDA_CHECK(cudaStreamWaitEvent(compute, params_gathered_[u], 0));
-  return Status::Ok();
+  return ComputeWaits(compute, params_gathered_[u], CollectiveOp::kAllGather);
 }
 
 Status CudaDataParallel::SumLoss(float* stats, cudaStream_t compute) {
@@ -520,7 +531,7 @@ Status CudaDataParallel::EnsureRoot(cudaStream_t compute, bool wait) {
     FORGE_CUDA_CHECK(cudaEventRecord(root_gathered_, nccl_stream_));
     root_valid_ = true;
   }
-  if (wait) FORGE_CUDA_CHECK(cudaStreamWaitEvent(compute, root_gathered_, 0));
+  if (wait) return ComputeWaits(compute, root_gathered_, CollectiveOp::kAllGather);
   return Status::Ok();
 }
 
@@ -542,7 +553,7 @@ Status CudaDataParallel::Ensure(int layer, cudaStream_t compute, bool wait) {
     holder_[b] = layer;
   }
   if (wait) {
-    FORGE_CUDA_CHECK(cudaStreamWaitEvent(compute, gathered_[b], 0));
+    FORGE_RETURN_IF_ERROR(ComputeWaits(compute, gathered_[b], CollectiveOp::kAllGather));
     model_->BindUnit(u, block_params_[b], block_grads_[b]);
   }
   return Status::Ok();
@@ -565,7 +576,7 @@ Status CudaDataParallel::OnFsdpForward(int u, cudaStream_t compute) {
     if (u != model_->layout().embedding_unit()) return Status::Ok();  // final norm: gathered
     // Start of a pass: the root gradient buffers are rewritten by this pass's backward.
     if (root_rs_pending_) {
-      FORGE_CUDA_CHECK(cudaStreamWaitEvent(compute, root_rs_done_, 0));
+      FORGE_RETURN_IF_ERROR(ComputeWaits(compute, root_rs_done_, CollectiveOp::kReduceScatter));
       root_rs_pending_ = false;
     }
     FORGE_RETURN_IF_ERROR(EnsureRoot(compute, /*wait=*/true));
@@ -587,7 +598,7 @@ Status CudaDataParallel::OnFsdpBackward(int u, cudaStream_t compute) {
   // weight-gradient stream forks from the compute stream after this wait, so it is ordered too.
   const int b = l % 2;
   if (rs_pending_[b]) {
-    FORGE_CUDA_CHECK(cudaStreamWaitEvent(compute, rs_done_[b], 0));
+    FORGE_RETURN_IF_ERROR(ComputeWaits(compute, rs_done_[b], CollectiveOp::kReduceScatter));
     rs_pending_[b] = false;
   }
   if (l > 0) FORGE_RETURN_IF_ERROR(Ensure(l - 1, compute, /*wait=*/false));

@@ -81,6 +81,7 @@
 #include "worker/model/cuda_model.h"
 #include "worker/model/unit_buffers.h"
 #include "worker/parallel/nccl_comm.h"
+#include "worker/parallel/stream_wait_timer.h"
 
 namespace forge {
 
@@ -138,6 +139,11 @@ class CudaDataParallel {
   // gathered through the gradient buffer (scratch between steps). Collective; synchronises.
   enum class State { kMaster, kM, kV, kGrad };
   Status GatherSlots(State which, UnitBuffers* out, cudaStream_t compute);
+  // With a time sink on the comm (NcclComm::SetTimeSink): reports the compute stream's stalls
+  // at its waits for collectives (exposed wait) and the collectives' device time, for all the
+  // work known complete now; never blocks. The backend calls it at each step's start and after
+  // a step's final sync.
+  void CountCommTimes();
 
  private:
   CudaDataParallel(NcclComm* comm, ParallelMode mode, CudaModel* model, GradReduce grad_reduce,
@@ -147,6 +153,8 @@ class CudaDataParallel {
   // The NCCL stream waits for `e` (recorded on a stream the collective depends on).
   Status CommWaits(cudaEvent_t e);
   Status CommWaitsStream(cudaStream_t s);
+  // The compute stream waits for `e` (on the NCCL stream, after a collective of kind `op`).
+  Status ComputeWaits(cudaStream_t compute, cudaEvent_t e, CollectiveOp op);
   // FP8: every rank's amax slots all-gathered and max-reduced in place, so all ranks derive
   // the same scales (and a checkpoint's rank-0 scaling state is every rank's).
   Status ShareFp8Amax(cudaStream_t compute);
@@ -195,6 +203,7 @@ class CudaDataParallel {
   std::vector<bool> gather_pending_;
   CudaModelHooks read_hooks_, grad_hooks_, allreduce_hooks_;
   cudaEvent_t comm_point_ = nullptr;  // NCCL-stream point the compute stream waits for
+  StreamWaitTimer waits_;             // the compute stream's stalls at those points
   // Gradient collectives held for the next comm window (ddp, zero1, zero2).
   struct WaitingUnit {
     int unit;
