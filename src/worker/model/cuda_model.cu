@@ -13,6 +13,7 @@
 #include "kernels/cuda/rmsnorm.cuh"
 #include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/sdpa.cuh"
+#include "kernels/cuda/spike_gate.cuh"
 #include "kernels/cuda/swiglu.cuh"
 #include "worker/model/deferred_update.h"
 #include "worker/model/device_alloc.h"
@@ -1442,6 +1443,10 @@ Status CudaModel::OptimizerStep(const cuda::AdamWHyper* hyper, float* sumsq_out,
 // the FP8 scale update, at the step's end either way.
 Status CudaModel::UpdateOrDefer(const cuda::AdamWHyper* hyper, cudaStream_t s) {
   Buffers& b = *buf_;
+  if (spike_limits_ != nullptr) {
+    FORGE_RETURN_IF_ERROR(
+        cuda::GateSpike(spike_stats_, spike_divisor_, spike_limits_, b.clip_scale, s));
+  }
   if (b.update) {
     FORGE_RETURN_IF_ERROR(b.update->Defer(hyper, s));
   } else {

@@ -293,6 +293,18 @@ class CudaModel {
     unit_grads_[unit] = grads;
   }
 
+  // Loss-spike skipping (kernels/cuda/spike_gate.cuh): from now on every update first checks
+  // the step's loss (stats[0] / loss_divisor) and gradient norm (sqrt(stats[1])) against
+  // limits[0..1] and skips a step above either as it skips a non-finite one. All three are
+  // device pointers the caller keeps valid and current: stats as OptimizerStep / ClipAndUpdate
+  // see them (global values by then), limits refreshed before each step.
+  void set_spike_gate(const float* stats, float loss_divisor, const float* limits) {
+    spike_stats_ = stats;
+    spike_divisor_ = loss_divisor;
+    spike_limits_ = limits;
+  }
+  bool spike_gated() const { return spike_limits_ != nullptr; }
+
   // Profiling: when set, every phase boundary is marked on the stream (never while capturing),
   // and the step runs single-stream (phases on two streams would overlap and be mis-timed).
   void set_timeline(PhaseTimeline* t) { timeline_ = t; }
@@ -343,7 +355,8 @@ class CudaModel {
   cuda::WgmmaGemmArgs DownSwiGluBackwardGemm() const;
   // FP8: layer l's weights into their FP8 copies (the first forward of a step or an eval).
   Status CastLayerWeights(int layer, cudaStream_t stream);
-  // AdamW by the clip scale just written, now or (defer_update) in the next forward; then EndStep.
+  // AdamW by the clip scale just written (NaN for a spike, set_spike_gate), now or
+  // (defer_update) in the next forward; then EndStep.
   Status UpdateOrDefer(const cuda::AdamWHyper* hyper, cudaStream_t stream);
   // After AdamW: the FP8 scale update (no-op in BF16).
   Status EndStep(cudaStream_t stream);
@@ -387,6 +400,9 @@ class CudaModel {
   std::unique_ptr<Buffers> buf_;
   PhaseTimeline* timeline_ = nullptr;
   const CudaModelHooks* hooks_ = nullptr;
+  const float* spike_stats_ = nullptr;   // set_spike_gate
+  float spike_divisor_ = 1.0f;
+  const float* spike_limits_ = nullptr;
   CudaParamBuffers pb_;
   int bwd_sm_count_ = 0;                  // from gemm_sm_margin (0: all SMs)
   int wgrad_sm_count_ = 0;                // from gemm_sm_margin + wgrad_sm_margin

@@ -58,6 +58,8 @@ class CudaBackend final : public CudaTrainBackend {
   bool EvalIsCollective() const override { return dp_ && dp_->fsdp(); }
   Status ComputeGradients(const std::vector<MicroBatch>& micro, UnitBuffers* grads,
                           float* loss) override;
+  // With train.spike_sigma on, the step's own loss and norm gate its update on the device.
+  bool SkipsAboveLimits() const override { return dev_limits_ != nullptr; }
 
   int64_t peak_bytes() override;
   int64_t allocated_bytes() const override {
@@ -112,6 +114,10 @@ class CudaBackend final : public CudaTrainBackend {
   float* dev_stats_ = nullptr;   // [mean loss, grad sum of squares]
   float* host_stats_ = nullptr;  // pinned copy, valid after a sync
   int64_t* host_skipped_ = nullptr;  // pinned copy of the model's skipped-step counter
+  // Loss-spike limits [loss, grad norm] (StepHyper::skip_above), pinned and on the device,
+  // copied with the hyper-parameters; null when train.spike_sigma is off.
+  float* host_limits_ = nullptr;
+  float* dev_limits_ = nullptr;
 
   bool use_graph_ = true;
   int warm_micro_ = 0;   // micro-step count of the last eager step (plans exist for it)
@@ -133,6 +139,8 @@ CudaBackend::~CudaBackend() {
   if (host_hyper_) cudaFreeHost(host_hyper_);
   if (host_stats_) cudaFreeHost(host_stats_);
   if (host_skipped_) cudaFreeHost(host_skipped_);
+  if (host_limits_) cudaFreeHost(host_limits_);
+  if (dev_limits_) cudaFree(dev_limits_);
   if (dev_hyper_) cudaFree(dev_hyper_);
   if (dev_stats_) cudaFree(dev_stats_);
   if (staging_free_) cudaEventDestroy(staging_free_);
@@ -248,6 +256,18 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
   own_bytes_ += 512;
   host_stats_[0] = host_stats_[1] = 0.0f;
   FORGE_CUDA_CHECK(cudaMemsetAsync(dev_stats_, 0, 2 * sizeof(float), compute_stream_));
+  if (cfg.train.spike_sigma > 0) {
+    // The step's update is skipped on the device when its global loss or norm is above the
+    // limits the trainer passes (infinite until its window fills): dev_stats_ holds the loss
+    // (summed over ranks by then) and the sum of squares when the model's update reads them.
+    FORGE_CUDA_CHECK(cudaMallocHost(&host_limits_, 2 * sizeof(float)));
+    FORGE_CUDA_CHECK(cudaMalloc(&dev_limits_, 2 * sizeof(float)));
+    own_bytes_ += 2 * sizeof(float);
+    host_limits_[0] = host_limits_[1] = INFINITY;
+    FORGE_CUDA_CHECK(cudaMemcpyAsync(dev_limits_, host_limits_, 2 * sizeof(float),
+                                     cudaMemcpyHostToDevice, compute_stream_));
+    model_->set_spike_gate(dev_stats_, static_cast<float>(world_), dev_limits_);
+  }
 
   // Room for the accumulation steps of one rank (more is allocated on demand).
   const int64_t accum =
@@ -347,6 +367,10 @@ Status CudaBackend::StageTokens(const std::vector<MicroBatch>& micro) {
 void CudaBackend::SetHyper(const StepHyper& hyper) {
   const OptimizerConfig& o = cfg_.optimizer;
   *host_hyper_ = cuda::AdamWHyper{hyper.lr, o.beta1, o.beta2, o.eps, hyper.step};
+  if (host_limits_ != nullptr) {
+    host_limits_[0] = hyper.skip_above.loss;
+    host_limits_[1] = hyper.skip_above.grad_norm;
+  }
 }
 
 // Tokens (and lr/step) from the pinned staging into the fixed device buffers; never captured.
@@ -361,6 +385,10 @@ Status CudaBackend::EnqueueInputs(int micro_steps, bool optimizer) {
   if (optimizer) {
     FORGE_CUDA_CHECK(cudaMemcpyAsync(dev_hyper_, host_hyper_, sizeof(cuda::AdamWHyper),
                                      cudaMemcpyHostToDevice, s));
+    if (host_limits_ != nullptr) {
+      FORGE_CUDA_CHECK(cudaMemcpyAsync(dev_limits_, host_limits_, 2 * sizeof(float),
+                                       cudaMemcpyHostToDevice, s));
+    }
   }
   FORGE_CUDA_CHECK(cudaEventRecord(staging_free_, s));
   return Status::Ok();

@@ -346,7 +346,12 @@ Status CudaDataParallel::Optimize(const cuda::AdamWHyper* hyper, float* stats,
                                    : model_->GradSumSquares(stats + 1, compute));
   if (model_->fp8() != nullptr) FORGE_RETURN_IF_ERROR(ShareFp8Amax(compute));
   if (!sharded()) {
-    // Identical gradients everywhere: the local norm is the global one.
+    // Identical gradients everywhere: the local norm is the global one. A spike-gated update
+    // (CudaModel::set_spike_gate) reads the global loss, so the loss is summed first then.
+    if (model_->spike_gated()) {
+      FORGE_RETURN_IF_ERROR(SumLoss(stats, compute));
+      return model_->ClipAndUpdate(hyper, stats + 1, compute);
+    }
     FORGE_RETURN_IF_ERROR(model_->ClipAndUpdate(hyper, stats + 1, compute));
     return SumLoss(stats, compute);
   }
