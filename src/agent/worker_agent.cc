@@ -23,8 +23,8 @@
 #include "worker/checkpoint/checkpoint_writer.h"
 #include "worker/parallel/bootstrap.h"
 #include "worker/parallel/mpi_comm.h"
+#include "worker/run/process_run.h"
 #include "worker/train/backend.h"
-#include "worker/train/process_run.h"
 
 namespace forge::agent {
 namespace {

@@ -19,7 +19,7 @@
 #include "agent/coordinator_link.h"
 #include "common/config.h"
 #include "common/status.h"
-#include "worker/train/process_run.h"
+#include "worker/run/process_run.h"
 
 namespace forge::agent {
 

@@ -35,8 +35,8 @@
 #include "worker/parallel/bootstrap.h"
 #include "worker/parallel/comm.h"
 #include "worker/parallel/mpi_comm.h"
+#include "worker/run/process_run.h"
 #include "worker/train/backend.h"
-#include "worker/train/process_run.h"
 #include "worker/train/trainer.h"
 
 namespace forge {

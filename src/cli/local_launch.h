@@ -18,7 +18,7 @@
 
 #include "common/config.h"
 #include "common/status.h"
-#include "worker/train/process_run.h"
+#include "worker/run/process_run.h"
 #include "worker/train/trainer.h"
 
 namespace forge::cli {

@@ -24,8 +24,8 @@
 #include "worker/infer/generate.h"
 #include "worker/infer/mc_eval.h"
 #include "worker/infer/model_source.h"
+#include "worker/run/process_run.h"
 #include "worker/train/backend.h"
-#include "worker/train/process_run.h"
 
 namespace forge {
 namespace {

@@ -7,7 +7,7 @@
 #include "common/checksum.h"
 #include "common/file_io.h"
 #include "checkpoint_test_util.h"
-#include "worker/checkpoint/crc32c_combine.h"
+#include "common/crc32c_combine.h"
 #include "worker/checkpoint/shard_file.h"
 
 namespace forge {

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "common/checksum.h"
-#include "worker/checkpoint/crc32c_combine.h"
+#include "common/crc32c_combine.h"
 #include "worker/data/documents.h"
 
 namespace forge {

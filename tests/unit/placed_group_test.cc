@@ -1,8 +1,8 @@
-// JoinPlacedGroup: a coordinator-formed group of standalone workers (worker/train/process_run.h).
+// JoinPlacedGroup: a coordinator-formed group of standalone workers (worker/run/process_run.h).
 // Only the CPU-side rules run here; the NCCL path needs GPUs.
 #include <gtest/gtest.h>
 
-#include "worker/train/process_run.h"
+#include "worker/run/process_run.h"
 
 namespace forge {
 namespace {

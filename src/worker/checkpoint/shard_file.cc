@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "common/checksum.h"
-#include "worker/checkpoint/crc32c_combine.h"
+#include "common/crc32c_combine.h"
 
 namespace forge {
 namespace {

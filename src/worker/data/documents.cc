@@ -9,7 +9,7 @@
 
 #include "common/checksum.h"
 #include "common/utf8.h"
-#include "worker/checkpoint/crc32c_combine.h"
+#include "common/crc32c_combine.h"
 
 namespace forge {
 namespace {

@@ -24,7 +24,7 @@
 #include "common/file_io.h"
 #include "common/human_format.h"
 #include "tokenizer/tokenizer.h"
-#include "worker/checkpoint/crc32c_combine.h"
+#include "common/crc32c_combine.h"
 #include "worker/data/dataset.h"
 #include "worker/data/prepare_journal.h"
 #include "worker/data/prepare_pipeline.h"

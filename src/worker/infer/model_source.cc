@@ -5,8 +5,8 @@
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/data/corpus.h"
 #include "worker/data/dataset.h"
+#include "worker/data/run_sources.h"
 #include "worker/hf/hf_import.h"
-#include "worker/train/process_run.h"
 
 namespace forge {
 namespace {

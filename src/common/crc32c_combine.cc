@@ -2,7 +2,7 @@
 // polynomial; the pre/post inversions of CRC32C cancel between the two parts, so
 // crc(a+b) = crc(a) * x^(8*len_b) mod P  xor  crc(b). Polynomials are in the reflected bit order
 // of the CRC itself (bit 31 is x^0).
-#include "worker/checkpoint/crc32c_combine.h"
+#include "common/crc32c_combine.h"
 
 #include <array>
 

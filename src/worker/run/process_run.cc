@@ -1,4 +1,4 @@
-#include "worker/train/process_run.h"
+#include "worker/run/process_run.h"
 
 #include <cstdio>
 #include <filesystem>
@@ -103,15 +103,6 @@ StatusOr<ProcessGroup> JoinPlacedGroup(const RunConfig& cfg, const LaunchInfo& p
     return Status::Invalid("JoinPlacedGroup: a rendezvous for the NCCL id is required");
   FORGE_RETURN_IF_ERROR(JoinNccl(cfg, rendezvous, &g));
   return g;
-}
-
-std::string DatasetDir(const RunConfig& cfg) {
-  return cfg.data.dataset_dir.empty() ? DefaultDataDir() + "/dataset" : cfg.data.dataset_dir;
-}
-
-std::vector<DataSourceConfig> DataSources(const RunConfig& cfg) {
-  if (!cfg.data.sources.empty()) return cfg.data.sources;
-  return {{DatasetDir(cfg), 1.0}};
 }
 
 namespace {

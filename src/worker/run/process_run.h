@@ -11,6 +11,7 @@
 
 #include "common/config.h"
 #include "common/status.h"
+#include "worker/data/run_sources.h"
 #include "worker/parallel/bootstrap.h"
 #include "worker/parallel/comm.h"
 #include "worker/parallel/nccl_comm.h"
@@ -45,11 +46,6 @@ StatusOr<ProcessGroup> JoinProcessGroup(const RunConfig& cfg, IdRendezvous* rend
 // together over MPI only): Unavailable otherwise.
 StatusOr<ProcessGroup> JoinPlacedGroup(const RunConfig& cfg, const LaunchInfo& placed,
                                        IdRendezvous* rendezvous);
-
-// cfg.data.dataset_dir, or $FORGE_DATA_DIR/dataset (the output of `forge data prepare`).
-std::string DatasetDir(const RunConfig& cfg);
-// The run's data sources, dirs resolved: data.sources, or DatasetDir with weight 1.
-std::vector<DataSourceConfig> DataSources(const RunConfig& cfg);
 
 struct ProcessRunResult {
   TrainResult train;
