@@ -410,6 +410,8 @@ MaybeProblem CheckRunConfig(const RunConfig& c) {
   if (c.train.min_workers != 0)  // 0: the same as train.workers
     FORGE_RULE(InRange("train.min_workers", c.train.min_workers, 1, c.train.workers));
   FORGE_RULE(NonNegative("train.elastic_grace_s", c.train.elastic_grace_s));
+  FORGE_RULE(InRange("train.node_failure_limit", c.train.node_failure_limit, 0, 1000000));
+  FORGE_RULE(NonNegative("train.node_cooldown_s", c.train.node_cooldown_s));
   if (c.train.run_dir.empty()) return Problem{"train.run_dir", "must not be empty", {}};
 
   FORGE_RULE(InRange("engine.lm_head_chunk", c.engine.lm_head_chunk, 1, 1 << 30));
@@ -909,7 +911,7 @@ Status ReadSections(Reader& r, const Entries& top, RunConfig* c) {
                                    "workers", "max_restarts", "hang_timeout_s", "spike_sigma",
                                    "spike_window", "spike_max_in_row", "straggler_threshold",
                                    "straggler_reports", "min_workers",
-                                   "elastic_grace_s"},
+                                   "elastic_grace_s", "node_failure_limit", "node_cooldown_s"},
                                   &e));
   FORGE_RETURN_IF_ERROR(r.ReadEnum(e, "train", "backend", kBackendNames, &t.backend));
   FORGE_RETURN_IF_ERROR(
@@ -927,6 +929,8 @@ Status ReadSections(Reader& r, const Entries& top, RunConfig* c) {
   FORGE_RETURN_IF_ERROR(r.ReadInt(e, "train", "straggler_reports", &t.straggler_reports));
   FORGE_RETURN_IF_ERROR(r.ReadInt(e, "train", "min_workers", &t.min_workers));
   FORGE_RETURN_IF_ERROR(r.ReadDouble(e, "train", "elastic_grace_s", &t.elastic_grace_s));
+  FORGE_RETURN_IF_ERROR(r.ReadInt(e, "train", "node_failure_limit", &t.node_failure_limit));
+  FORGE_RETURN_IF_ERROR(r.ReadDouble(e, "train", "node_cooldown_s", &t.node_cooldown_s));
 
   EngineConfig& g = c->engine;
   FORGE_RETURN_IF_ERROR(r.ReadMap(section("engine"), "engine",
@@ -1202,7 +1206,9 @@ std::string RunConfigToYaml(const RunConfig& c) {
     << "  straggler_threshold: " << Num(t.straggler_threshold) << "\n"
     << "  straggler_reports: " << t.straggler_reports << "\n"
     << "  min_workers: " << t.min_workers << "\n"
-    << "  elastic_grace_s: " << Num(t.elastic_grace_s) << "\n";
+    << "  elastic_grace_s: " << Num(t.elastic_grace_s) << "\n"
+    << "  node_failure_limit: " << t.node_failure_limit << "\n"
+    << "  node_cooldown_s: " << Num(t.node_cooldown_s) << "\n";
   const EngineConfig& g = c.engine;
   y << "engine:\n"
     << "  cuda_graph: " << BoolText(g.cuda_graph) << "\n"

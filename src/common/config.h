@@ -232,6 +232,13 @@ struct TrainConfig {
   // `workers`, not elastic (MinWorkers()).
   int min_workers = 0;
   double elastic_grace_s = 30.0;
+  // Slurm jobs (deploy/slurm/forge-job.sh): a node whose workers ended node_failure_limit worker
+  // steps is left out of the next steps when the rest of the allocation holds min_workers (0:
+  // never). node_cooldown_s later (twice that after each further exclusion; 0: never in the job)
+  // a step on every node is launched beside the running one; the run grows back onto it at its
+  // next checkpoint. A resubmitted job starts on every node.
+  int node_failure_limit = 2;
+  double node_cooldown_s = 300.0;
   // A placed rank whose step has not advanced for this long (counted from its placement, so it
   // covers start-up, checkpoint loads and saves, evaluation and the slowest step) is hung: the
   // coordinator names it in an event, counts it (forge_hangs_total) and restarts the run from

@@ -216,6 +216,8 @@ TEST(ConfigParseTest, EveryKeyIsRead) {
       "  straggler_reports: 7",
       "  min_workers: 3",
       "  elastic_grace_s: 7.5",
+      "  node_failure_limit: 0",
+      "  node_cooldown_s: 90",
   }));
   EXPECT_EQ(c.name, "exp-7.b_c");
   EXPECT_EQ(c.seed, 18446744073709551615ull);
@@ -267,6 +269,8 @@ TEST(ConfigParseTest, EveryKeyIsRead) {
   EXPECT_EQ(c.train.min_workers, 3);
   EXPECT_EQ(MinWorkers(c.train), 3);
   EXPECT_EQ(c.train.elastic_grace_s, 7.5);
+  EXPECT_EQ(c.train.node_failure_limit, 0);
+  EXPECT_EQ(c.train.node_cooldown_s, 90.0);
 }
 
 TEST(ConfigParseTest, EnumsReadAndNameEveryValue) {
@@ -354,6 +358,8 @@ TEST(ConfigParseTest, YamlRoundTripIsExact) {
   c.train.workers = 4;
   c.train.min_workers = 2;
   c.train.elastic_grace_s = 2.5;
+  c.train.node_failure_limit = 5;
+  c.train.node_cooldown_s = 12.5;
   const std::string yaml = RunConfigToYaml(c);
   RunConfig back = ParseOk(yaml);
   EXPECT_EQ(RunConfigToYaml(back), yaml);
@@ -380,6 +386,8 @@ TEST(ConfigParseTest, YamlRoundTripIsExact) {
   EXPECT_EQ(back.train.straggler_threshold, c.train.straggler_threshold);
   EXPECT_EQ(back.train.min_workers, 2);
   EXPECT_EQ(back.train.elastic_grace_s, 2.5);
+  EXPECT_EQ(back.train.node_failure_limit, 5);
+  EXPECT_EQ(back.train.node_cooldown_s, 12.5);
 
   // Without a preset every dim is written, so it reads back as explicit dims.
   c.model.preset = "";
@@ -543,6 +551,10 @@ TEST(ConfigErrorTest, OutOfRange) {
                         "must be in [1, 1], got -1"));
   EXPECT_TRUE(FailsWith(base + "train:\n  elastic_grace_s: -2\n", 4, "train.elastic_grace_s",
                         "must be >= 0, got -2"));
+  EXPECT_TRUE(FailsWith(base + "train:\n  node_failure_limit: -1\n", 4,
+                        "train.node_failure_limit", "must be in [0, 1000000], got -1"));
+  EXPECT_TRUE(FailsWith(base + "train:\n  node_cooldown_s: -1\n", 4, "train.node_cooldown_s",
+                        "must be >= 0, got -1"));
   EXPECT_TRUE(FailsWith(base + "name: a/b\n", 3, "name",
                         "may hold only letters, digits, '.', '_' and '-', got 'a/b'"));
   EXPECT_TRUE(FailsWith(base + "name: ''\n", 3, "name", "must not be empty"));
