@@ -229,13 +229,6 @@ void KillGroup(CpuWorkerGroup* g) {
   g->pid = -1;
 }
 
-// Sleeps up to `s` seconds, less once `stop` turns true.
-void SleepUnlessStopped(double s, const std::atomic<bool>* stop) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(int(s * 1000));
-  while (std::chrono::steady_clock::now() < end && !(stop && stop->load()))
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-}
-
 // What the run did, for the closing line: from the coordinator's records (the workers trained
 // in other processes).
 ProcessRunResult SummaryFromCoordinator(coord::Coordinator* coordinator, const std::string& id,
@@ -261,22 +254,57 @@ ProcessRunResult SummaryFromCoordinator(coord::Coordinator* coordinator, const s
   return out;
 }
 
+// A world the run may shrink to from `size`: the largest w in [train.min_workers, size) whose
+// micro-batches divide the global batch (the coordinator's rule); 0 when there is none.
+int SmallerWorld(const RunConfig& spec, int size) {
+  for (int w = size - 1; w >= MinWorkers(spec.train) && w >= 1; --w)
+    if (spec.batch.global_batch % (int64_t{spec.batch.micro_batch} * w) == 0) return w;
+  return 0;
+}
+
+bool Active(v1::RunState s) {
+  return s == v1::RUNNING || s == v1::CHECKPOINTING;
+}
+
+// One launch group under supervision and what the coordinator did with it.
+struct SupervisedGroup {
+  CpuWorkerGroup group;
+  int size = 0;
+  int launched_attempt = 0;  // the run's attempt when it was launched
+  int placed_attempt = 0;    // the attempt placed on it (0: not placed yet)
+  int64_t checkpoint_at_launch = -1;
+  bool Live() const { return group.pid > 0; }
+};
+
 // A CPU run of several workers: this process only coordinates and supervises. Each launch is
 // one mpirun group; when its processes end while the run is still placed on them (a rank
 // killed or crashed), the coordinator hears it at once and restarts the run from its last
 // committed checkpoint, and a fresh group is launched after a backoff (1 s, doubling, at most
-// 30 s). When the coordinator restarts the run itself (a hang, a heartbeat timeout) the group
-// is killed and replaced the same way. The coordinator bounds the restarts by
-// train.max_restarts; a group that ends before the run is ever placed on it counts against
-// the same bound here.
+// 30 s; back to 1 s after a group that got the run a new checkpoint). When the coordinator
+// restarts the run itself (a hang, a heartbeat timeout) the group is killed and replaced the
+// same way. The coordinator bounds the restarts by train.max_restarts; a group that ends before
+// the run is ever placed on it counts against the same bound here.
+//
+// Elastic (train.min_workers < train.workers): a group that ends without the run gaining a
+// checkpoint since it was launched (it could not start, or fails at once again) is replaced by
+// a smaller one, the largest world down to min_workers that divides the global batch, and the
+// coordinator continues the run on it past train.elastic_grace_s. While the run trains on
+// fewer workers, a group of the full size is launched beside it (after the same backoff,
+// retried with it while it fails); once its workers join, the coordinator stops the smaller
+// world at a checkpoint and grows the run back onto them.
 StatusOr<ProcessRunResult> SuperviseCpuRun(coord::Coordinator* coordinator, const RunConfig& spec,
                                            const std::string& run_id, const std::string& address,
                                            const std::string& secret, const TrainOptions& opt,
                                            const std::string& state_dir) {
-  double backoff_s = 1.0;
-  int unplaced_failures = 0;
+  using Clock = std::chrono::steady_clock;
+  const int full = spec.train.workers;
+  int size = full;  // of the next main launch
+  double backoff_s = 1.0, grow_backoff_s = 1.0;
+  int unplaced_failures = 0, launches = 0;
   std::string last_end;  // how the last group ended
   bool stop_sent = false;
+  SupervisedGroup main, grow;
+  Clock::time_point launch_at = Clock::now(), grow_at = Clock::now();
   auto stop_if_asked = [&] {
     if (stop_sent || !opt.stop_requested || !opt.stop_requested->load()) return;
     stop_sent = true;
@@ -285,84 +313,164 @@ StatusOr<ProcessRunResult> SuperviseCpuRun(coord::Coordinator* coordinator, cons
     v1::Run ignored;
     (void)coordinator->StopRun(stop, &ignored);  // the workers save and end
   };
-  for (int launch = 1;; ++launch) {
+  auto stop_now = [&] {
+    v1::StopRunRequest stop;
+    stop.set_run_id(run_id);
+    stop.set_immediate(true);
+    v1::Run ignored;
+    (void)coordinator->StopRun(stop, &ignored);
+  };
+  auto after = [](double s) { return Clock::now() + std::chrono::milliseconds(int64_t(s * 1000)); };
+  // Launches a group of n; the exit file is the one the other live group does not use.
+  auto launch = [&](SupervisedGroup* g, int n, const SupervisedGroup& other) -> Status {
+    const std::string file =
+        state_dir + (other.group.exit_file == state_dir + "/workers.exit" ? "/workers.grow.exit"
+                                                                          : "/workers.exit");
+    const v1::Run run = GetRunNow(coordinator, run_id);
+    FORGE_ASSIGN_OR_RETURN(g->group, SpawnCpuWorkerGroup(n, address, secret, opt.max_steps, file));
+    g->size = n;
+    g->launched_attempt = run.attempt();
+    g->placed_attempt = 0;
+    g->checkpoint_at_launch = run.latest_checkpoint_step();
+    ++launches;
+    return Status::Ok();
+  };
+  // Whether the run's current attempt is placed on g: the coordinator places a run only on a
+  // whole launch group of exactly its world, and the two groups here differ in size.
+  auto note_placement = [](SupervisedGroup* g, const v1::Run& now) {
+    if (g->Live() && Active(now.state()) && now.workers() == g->size &&
+        now.attempt() > g->launched_attempt)
+      g->placed_attempt = now.attempt();
+  };
+  for (;;) {
     stop_if_asked();
-    v1::Run run = GetRunNow(coordinator, run_id);
-    if (Terminal(run.state())) break;
-    const int attempt_before = run.attempt();
-    auto spawned = SpawnCpuWorkerGroup(spec.train.workers, address, secret, opt.max_steps,
-                                       state_dir + "/workers.exit");
-    if (!spawned.ok()) {
-      v1::StopRunRequest stop;
-      stop.set_run_id(run_id);
-      stop.set_immediate(true);
-      v1::Run ignored;
-      (void)coordinator->StopRun(stop, &ignored);
-      return spawned.status();
+    v1::Run now = GetRunNow(coordinator, run_id);
+    if (Terminal(now.state())) break;
+
+    if (!main.Live() && Clock::now() >= launch_at) {
+      if (Status s = launch(&main, size, grow); !s.ok()) {
+        stop_now();
+        if (grow.Live()) KillGroup(&grow.group);
+        return s;
+      }
+      if (launches > 1)
+        std::fprintf(stderr, "forge: launched %d worker(s) again (mpirun pid %d)\n", size,
+                     int(main.group.pid));
     }
-    CpuWorkerGroup group = std::move(spawned).value();
-    if (launch > 1)
-      std::fprintf(stderr, "forge: launched %d worker(s) again (mpirun pid %d)\n",
-                   spec.train.workers, int(group.pid));
-    bool exited = false;
-    int wait_status = 0;
-    for (;;) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      stop_if_asked();
-      if (::waitpid(group.pid, &wait_status, WNOHANG) == group.pid) {
-        exited = true;
-        break;
-      }
-      const v1::Run now = GetRunNow(coordinator, run_id);
-      if (now.state() == v1::FAILED) {
-        KillGroup(&group);
-        break;
-      }
-      if (Terminal(now.state())) {
-        ReapWorkers({group.pid}, 30.0);  // they report their end and exit
-        group.pid = -1;
-        break;
-      }
-      // The coordinator gave up this placement (hang, heartbeat timeout): the ranks it told
-      // to abort exit, but a stopped or blocked one may never; start over.
-      if (now.attempt() > attempt_before &&
-          (now.state() == v1::RESTARTING || now.state() == v1::PENDING ||
-           now.attempt() > attempt_before + 1)) {
-        KillGroup(&group);
-        last_end = "killed the workers of attempt " + std::to_string(attempt_before + 1) +
-                   " after the coordinator restarted it";
-        break;
+    // The full world beside a smaller one, once the run trains on that.
+    if (size < full && !grow.Live() && Clock::now() >= grow_at && main.placed_attempt > 0 &&
+        Active(now.state()) && now.workers() < full) {
+      if (Status s = launch(&grow, full, main); !s.ok()) {
+        grow_at = after(grow_backoff_s);
+        grow_backoff_s = std::min(grow_backoff_s * 2, 30.0);
+        std::fprintf(stderr, "forge: cannot launch %d worker(s) to grow back: %s\n", full,
+                     s.ToString().c_str());
+      } else {
+        std::fprintf(stderr, "forge: launched %d worker(s) to grow run %s back (mpirun pid %d)\n",
+                     full, run_id.c_str(), int(grow.group.pid));
       }
     }
-    if (exited) {
-      last_end = DescribeGroupEnd(group, wait_status);
-      group.pid = -1;
-      const v1::Run now = GetRunNow(coordinator, run_id);
+
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    stop_if_asked();
+    now = GetRunNow(coordinator, run_id);
+    note_placement(&main, now);
+    note_placement(&grow, now);
+
+    // The run grew back onto the full group: it is the main one from now on. The smaller
+    // world stopped with a checkpoint; its ranks end by themselves.
+    if (grow.placed_attempt > 0) {
+      std::fprintf(stderr, "forge: run %s grew back to %d worker(s) (attempt %d)\n",
+                   run_id.c_str(), full, grow.placed_attempt);
+      if (main.Live()) {
+        if (main.placed_attempt > 0) ReapWorkers({main.group.pid}, 30.0);
+        else KillGroup(&main.group);
+      }
+      main = grow;
+      grow = SupervisedGroup{};
+      size = full;
+      grow_backoff_s = 1.0;
+      continue;
+    }
+
+    if (grow.Live()) {
+      int st = 0;
+      if (::waitpid(grow.group.pid, &st, WNOHANG) == grow.group.pid) {
+        const std::string how = DescribeGroupEnd(grow.group, st);
+        grow.group.pid = -1;
+        grow_at = after(grow_backoff_s);
+        std::fprintf(stderr, "forge: the %d worker(s) launched to grow back ended: %s; trying "
+                     "again in %g s\n", full, how.c_str(), grow_backoff_s);
+        grow_backoff_s = std::min(grow_backoff_s * 2, 30.0);
+      }
+    }
+
+    if (!main.Live()) continue;
+    if (Terminal(now.state())) {
+      // A placed group's ranks report their end and exit; others would wait on.
+      if (now.state() == v1::FAILED || main.placed_attempt == 0) KillGroup(&main.group);
+      else ReapWorkers({main.group.pid}, 30.0);
+      main.group.pid = -1;
+      break;
+    }
+    // The coordinator gave up the placement on this group (hang, heartbeat timeout): the ranks
+    // it told to abort exit, but a stopped or blocked one may never; start over.
+    if (main.placed_attempt > 0 &&
+        (now.attempt() > main.placed_attempt ||
+         now.state() == v1::RESTARTING || now.state() == v1::PENDING)) {
+      KillGroup(&main.group);
+      last_end = "killed the workers of attempt " + std::to_string(main.placed_attempt) +
+                 " after the coordinator restarted it";
+    } else {
+      int wait_status = 0;
+      if (::waitpid(main.group.pid, &wait_status, WNOHANG) != main.group.pid) continue;
+      last_end = DescribeGroupEnd(main.group, wait_status);
+      main.group.pid = -1;
+      now = GetRunNow(coordinator, run_id);
       if (Terminal(now.state())) break;
-      if (now.attempt() > attempt_before) {
+      const bool clean = WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0;
+      if (main.placed_attempt > 0 && now.attempt() == main.placed_attempt && Active(now.state())) {
         std::fprintf(stderr, "forge: workers of %s attempt %d ended: %s\n", run_id.c_str(),
                      now.attempt(), last_end.c_str());
         if (Status s = coordinator->WorkersExited(run_id, now.attempt(),
                                                   "its worker processes ended: " + last_end);
             !s.ok())
           return s;
-      } else if (++unplaced_failures > spec.train.max_restarts) {
-        v1::StopRunRequest stop;
-        stop.set_run_id(run_id);
-        stop.set_immediate(true);
-        v1::Run ignored;
-        (void)coordinator->StopRun(stop, &ignored);
+      } else if (clean && main.placed_attempt > 0) {
+        // Its placement ended well while the run goes on (it stopped to grow back, and the
+        // full group was gone by then): launched again at once.
+        launch_at = Clock::now();
+        continue;
+      } else if (main.placed_attempt == 0 && ++unplaced_failures > spec.train.max_restarts) {
+        stop_now();
+        if (grow.Live()) KillGroup(&grow.group);
         return Status::Unavailable("the workers ended before run " + run_id + " was placed on "
                                    "them, " + std::to_string(unplaced_failures) + " time(s) "
                                    "(train.max_restarts " +
                                    std::to_string(spec.train.max_restarts) + "): " + last_end);
       }
     }
-    const v1::Run after = GetRunNow(coordinator, run_id);
-    if (Terminal(after.state())) break;
-    SleepUnlessStopped(backoff_s, opt.stop_requested);
+    now = GetRunNow(coordinator, run_id);
+    if (Terminal(now.state())) break;
+    const bool progressed = now.latest_checkpoint_step() > main.checkpoint_at_launch;
+    if (progressed) backoff_s = 1.0;  // that group got the run further: not a crash loop
+    if (!progressed && main.size == size) {
+      // A group of this size cannot come back: go on with fewer where the run allows it.
+      if (const int smaller = SmallerWorld(spec, size); smaller > 0) {
+        std::fprintf(stderr,
+                     "forge: %d worker(s) did not come back (%s): going on with %d "
+                     "(train.min_workers %d); %d will be tried again beside them\n",
+                     size, last_end.c_str(), smaller, MinWorkers(spec.train), full);
+        size = smaller;
+        grow_at = after(backoff_s);
+        grow_backoff_s = backoff_s;
+      }
+    }
+    launch_at = after(backoff_s);
     backoff_s = std::min(backoff_s * 2, 30.0);
   }
+  if (main.Live()) KillGroup(&main.group);
+  if (grow.Live()) KillGroup(&grow.group);  // never placed: its workers would wait on
   const v1::Run end = GetRunNow(coordinator, run_id);
   if (end.state() == v1::FAILED)
     return Status::Unavailable(

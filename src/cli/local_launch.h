@@ -10,8 +10,11 @@
 // or FORGE_MPIRUN) that this process supervises: when a rank is lost (killed, crashed) or the
 // coordinator restarts the run (hang, heartbeat timeout) the group is replaced after a backoff
 // (1 s doubling to 30 s) and the run resumes from its last committed checkpoint, at most
-// train.max_restarts times; then it fails naming the rank and how it ended. Otherwise one
-// worker in this process: the GPU where one is visible, else the CPU.
+// train.max_restarts times; then it fails naming the rank and how it ended. With
+// train.min_workers below train.workers a group that cannot come back (it ends again before
+// the run gains a checkpoint) is replaced by a smaller one the coordinator continues on, and a
+// full group is retried beside it until the run grows back onto it. Otherwise one worker in
+// this process: the GPU where one is visible, else the CPU.
 #pragma once
 
 #include <atomic>

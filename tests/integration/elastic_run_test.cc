@@ -1,9 +1,13 @@
-// Elastic continue with real processes on loopback (forge-coordinator, forge-worker groups
-// under mpirun, forgectl): a run asking for 3 workers with train.min_workers 2 loses one
-// (kill -9); only a group of 2 comes back, so past train.elastic_grace_s the coordinator
-// resumes the last committed checkpoint on 2 (the same global batch: 3 accumulation steps of
-// 2 sequences per rank instead of 2); when a group of 3 joins, the 2 save a checkpoint and
-// stop, and the run grows back to 3 from it and finishes.
+// Elastic continue with real processes on loopback:
+//   - forge-coordinator, forge-worker groups under mpirun, forgectl: a run asking for 3 workers
+//     with train.min_workers 2 loses one (kill -9); only a group of 2 comes back, so past
+//     train.elastic_grace_s the coordinator resumes the last committed checkpoint on 2 (the
+//     same global batch: 3 accumulation steps of 2 sequences per rank instead of 2); when a
+//     group of 3 joins, the 2 save a checkpoint and stop, and the run grows back to 3 from it
+//     and finishes.
+//   - `forge train` alone, which supervises its own mpirun groups: the same run, but the
+//     launcher cannot start 3 workers again for a while (its mpirun refuses 3 ranks), so it goes
+//     on with 2 and grows back to 3 once it can.
 //
 // What equality holds: every segment is compared with an unfailed `forge train` that starts
 // from the same checkpoint on the same world, bitwise (the checkpoint carries the data cursor;
@@ -12,11 +16,13 @@
 // worlds are not bitwise one another: world 3 with 2 accumulation steps sums the 6
 // micro-batches in another fp32 order than world 2 with 3 (parallel_mpi_test.cc: "close").
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstring>
 #include <regex>
 #include <sstream>
 
+#include "checkpoint_weights.h"
 #include "control_plane_harness.h"
 #include "worker/checkpoint/checkpoint.h"
 
@@ -26,22 +32,9 @@ namespace {
 using test::Contains;
 using test::ControlPlane;
 using test::ReadFile;
+using test::SegmentMatchesResume;
 using test::ShellResult;
 using test::WaitFor;
-
-std::vector<float> Weights(const std::string& dir) {
-  auto ck = LoadFullCheckpoint(dir);
-  EXPECT_TRUE(ck.ok()) << dir << ": " << ck.status().ToString();
-  std::vector<float> all;
-  if (!ck.ok()) return all;
-  for (const auto& u : ck->master) all.insert(all.end(), u.begin(), u.end());
-  return all;
-}
-
-bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
-  return !a.empty() && a.size() == b.size() &&
-         std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 std::string WriteElasticSpec(const ControlPlane& cp, int64_t steps) {
   const std::string path = cp.dir() + "/elastic.yaml";
@@ -59,10 +52,10 @@ std::string WriteElasticSpec(const ControlPlane& cp, int64_t steps) {
   return path;
 }
 
-// kill -9 of one forge-worker rank of an mpirun launch (a descendant of the launch's timeout
-// and mpirun processes); mpirun then ends the others.
-void KillOneRank(const test::Process& group) {
-  std::vector<long> frontier{long(group.pid)}, ranks;
+// kill -9 of one forge-worker rank below `root` (through timeout, mpirun and the per-rank
+// shells); mpirun then ends the others.
+void KillOneRank(pid_t root) {
+  std::vector<long> frontier{long(root)}, ranks;
   while (!frontier.empty()) {
     const long parent = frontier.back();
     frontier.pop_back();
@@ -91,7 +84,7 @@ TEST(ElasticRun, ContinuesOnTwoOfThreeAndGrowsBack) {
   ASSERT_TRUE(WaitFor(90, [&] { return latest() >= 8; })) << cp.Ctl("status " + run).output;
   ASSERT_LT(cp.Step(run), total - 20) << "the run got too far before the worker could be killed";
 
-  KillOneRank(three);
+  KillOneRank(three.pid);
   ASSERT_TRUE(WaitFor(30, [&] { return cp.StatusField(run, "state") == "RESTARTING"; }))
       << cp.Ctl("status " + run).output;
   three.Wait(30);
@@ -133,28 +126,97 @@ TEST(ElasticRun, ContinuesOnTwoOfThreeAndGrowsBack) {
   std::printf("elastic: lost a worker, world 3 -> 2 from step_%ld, grew back 2 -> 3 from step_%ld\n",
               long(k), long(m));
 
-  const std::string ckpts = cp.StatusField(run, "run_dir") + "/checkpoints/";
-  auto manifest = ReadManifest(ckpts + "step_" + std::to_string(m));
+  const std::string ckpts = cp.StatusField(run, "run_dir") + "/checkpoints";
+  auto manifest = ReadManifest(ckpts + "/step_" + std::to_string(m));
   ASSERT_TRUE(manifest.ok()) << manifest.status().ToString();
   EXPECT_EQ(manifest->world_size, 2);
 
   // Unfailed references from the same checkpoints: step_k -> step_m on 2 ranks, step_m -> the
   // end on 3.
-  const std::string ref2 = cp.dir() + "/reference2", ref3 = cp.dir() + "/reference3";
-  ShellResult r2 = test::Shell(test::Mpirun(2) + test::Bin("forge") + " train " + spec +
-                               " --run-dir " + ref2 + " --resume " + ckpts + "step_" +
-                               std::to_string(k) + " --steps " + std::to_string(m));
-  ASSERT_EQ(r2.exit_code, 0) << r2.output;
-  EXPECT_TRUE(SameBits(Weights(ckpts + "step_" + std::to_string(m)),
-                       Weights(ref2 + "/checkpoints/step_" + std::to_string(m))))
-      << "the 2-worker segment differs from a 2-rank run resumed at step_" << k;
-  ShellResult r3 = test::Shell(test::Mpirun(3) + test::Bin("forge") + " train " + spec +
-                               " --run-dir " + ref3 + " --resume " + ckpts + "step_" +
-                               std::to_string(m));
-  ASSERT_EQ(r3.exit_code, 0) << r3.output;
-  const std::string last = "step_" + std::to_string(total);
-  EXPECT_TRUE(SameBits(Weights(ckpts + last), Weights(ref3 + "/checkpoints/" + last)))
-      << "the final weights differ from a 3-rank run resumed at step_" << m;
+  EXPECT_TRUE(SegmentMatchesResume(spec, ckpts, k, m, 2, cp.dir() + "/reference2"));
+  EXPECT_TRUE(SegmentMatchesResume(spec, ckpts, m, total, 3, cp.dir() + "/reference3"));
+}
+
+// The newest step_N under run_dir/checkpoints with a manifest (committed); -1 when none.
+int64_t LatestCommitted(const std::string& run_dir) {
+  int64_t latest = -1;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(run_dir + "/checkpoints", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("step_", 0) == 0 && std::filesystem::exists(e.path() / "manifest.json"))
+      latest = std::max<int64_t>(latest, std::atoll(name.c_str() + 5));
+  }
+  return latest;
+}
+
+TEST(ElasticRun, LocalLauncherContinuesOnTwoOfThreeAndGrowsBack) {
+  REQUIRE_MPIRUN();
+  ControlPlane cp("elastic_local");
+  const int64_t total = 60;
+  const std::string spec = WriteElasticSpec(cp, total);
+  const std::string run_dir = cp.dir() + "/run", hold = cp.dir() + "/hold";
+  // The launcher's mpirun (FORGE_MPIRUN): it refuses to start 3 ranks while `hold` exists, as
+  // a machine that cannot take a third worker for a while.
+  const std::string mpirun = cp.dir() + "/mpirun";
+  std::ofstream(mpirun) << "#!/bin/sh\n"
+                        << "case \" $* \" in *\" -np 3 \"*)\n"
+                        << "  if [ -e " << hold << " ]; then\n"
+                        << "    echo \"mpirun: no room for 3 ranks now\" >&2; exit 1\n"
+                        << "  fi ;;\n"
+                        << "esac\n"
+                        << "exec " << FORGE_MPIEXEC << " \"$@\"\n";
+  ::chmod(mpirun.c_str(), 0755);
+  test::Process forge = test::Spawn(
+      "env OPENBLAS_NUM_THREADS=1 FORGE_MPIRUN=" + mpirun +
+          " FORGE_WORKER_ARGS='--throttle-ms 100' timeout --foreground 170 " +
+          test::Bin("forge") + " train " + spec + " --run-dir " + run_dir,
+      cp.dir() + "/forge.log");
+  ASSERT_TRUE(WaitFor(90, [&] { return LatestCommitted(run_dir) >= 8; })) << ReadFile(forge.log);
+  ASSERT_LT(LatestCommitted(run_dir), total - 20)
+      << "the run got too far before the worker could be killed";
+
+  std::ofstream(hold) << "held\n";
+  KillOneRank(forge.pid);
+  // 3 cannot start again: past the grace period the run goes on with 2.
+  std::smatch shrink, grow;
+  const std::regex on_two("attempt 2: rank 0 of 2, resuming \\S*/step_([0-9]+)");
+  std::string so_far;
+  ASSERT_TRUE(WaitFor(60, [&] {
+    so_far = ReadFile(forge.log);
+    return std::regex_search(so_far, shrink, on_two);
+  })) << so_far;
+  const int64_t k = std::atoll(shrink[1].str().c_str());
+  // The launcher tries 3 again beside the 2 (and fails while held).
+  ASSERT_TRUE(WaitFor(60, [&] {
+    return Contains(ReadFile(forge.log), "the 3 worker(s) launched to grow back ended");
+  })) << ReadFile(forge.log);
+  ASSERT_LT(LatestCommitted(run_dir), total - 12)
+      << "the run got too far before the third worker could come back";
+
+  // The third one can come back: the launcher's next try starts 3, and the run grows onto them.
+  std::filesystem::remove(hold);
+  const int rc = forge.Wait(150);
+  const std::string log = ReadFile(forge.log);
+  ASSERT_EQ(rc, 0) << log;
+  EXPECT_TRUE(Contains(log, "3 worker(s) did not come back")) << log;
+  EXPECT_TRUE(Contains(log, "no room for 3 ranks now")) << log;
+  EXPECT_TRUE(Contains(log, "going on with 2 (train.min_workers 2)")) << log;
+  EXPECT_TRUE(Contains(log, "grew back to 3 worker(s)")) << log;
+  EXPECT_TRUE(Contains(log, "forge: done: 60 steps")) << log;
+  ASSERT_TRUE(std::regex_search(
+      log, grow, std::regex("attempt 3: rank 0 of 3, resuming \\S*/step_([0-9]+)")))
+      << log;
+  const int64_t m = std::atoll(grow[1].str().c_str());
+  EXPECT_GT(m, k);
+  std::printf("local elastic: world 3 -> 2 from step_%ld, grew back 2 -> 3 from step_%ld\n",
+              long(k), long(m));
+
+  const std::string ckpts = run_dir + "/checkpoints";
+  auto manifest = ReadManifest(ckpts + "/step_" + std::to_string(m));
+  ASSERT_TRUE(manifest.ok()) << manifest.status().ToString();
+  EXPECT_EQ(manifest->world_size, 2);
+  EXPECT_TRUE(SegmentMatchesResume(spec, ckpts, k, m, 2, cp.dir() + "/reference2"));
+  EXPECT_TRUE(SegmentMatchesResume(spec, ckpts, m, total, 3, cp.dir() + "/reference3"));
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 
 #include "../common/http_get.h"
 #include "../unit/metrics_test_util.h"
+#include "checkpoint_weights.h"
 #include "control_plane_harness.h"
 #include "worker/checkpoint/checkpoint.h"
 
@@ -29,16 +30,6 @@ using test::Process;
 using test::ReadFile;
 using test::ShellResult;
 using test::WaitFor;
-
-// Weights of a committed checkpoint, every unit concatenated.
-std::vector<float> Weights(const std::string& dir) {
-  auto ck = LoadFullCheckpoint(dir);
-  EXPECT_TRUE(ck.ok()) << ck.status().ToString();
-  std::vector<float> all;
-  if (!ck.ok()) return all;
-  for (const auto& u : ck->master) all.insert(all.end(), u.begin(), u.end());
-  return all;
-}
 
 // The forge-worker processes below `root` (through mpirun and the per-rank shells).
 std::vector<pid_t> WorkersUnder(pid_t root) {
@@ -112,8 +103,8 @@ TEST(LocalRelaunch, KilledWorkerIsRelaunchedAndTheRunMatchesAResume) {
   ShellResult ref = test::Shell(test::Mpirun(2) + test::Bin("forge") + " train " + spec +
                                 " --run-dir " + ref_dir + " --resume " + resumed);
   ASSERT_EQ(ref.exit_code, 0) << ref.output;
-  const std::vector<float> got = Weights(run_dir + "/checkpoints/step_40");
-  const std::vector<float> want = Weights(ref_dir + "/checkpoints/step_40");
+  const std::vector<float> got = test::CheckpointWeights(run_dir + "/checkpoints/step_40");
+  const std::vector<float> want = test::CheckpointWeights(ref_dir + "/checkpoints/step_40");
   ASSERT_EQ(got.size(), want.size());
   ASSERT_FALSE(got.empty());
   EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
