@@ -13,6 +13,8 @@
 //   forge export | import | generate | eval ...
 //     What one does with a trained model (cli/model_commands.h; each command's --help).
 //   forge data prepare | inspect | baseline | tokenize ...
+//   forge plan CONFIG --gpus N [--gpus-per-node G] [--link nvlink|ib400|eth100]
+//     Predicted speed and memory of each parallel mode on N GPUs (cli/plan_command.h).
 //   forge has-gpu
 // Every command's flags are declared with common/flags.h: `forge --help` lists the commands,
 // `forge COMMAND --help` a command's flags; --version anywhere prints the version.
@@ -28,6 +30,7 @@
 #include "cli/data_commands.h"
 #include "cli/local_launch.h"
 #include "cli/model_commands.h"
+#include "cli/plan_command.h"
 #include "common/config.h"
 #include "common/flags.h"
 #include "metrics/train_metrics.h"
@@ -58,6 +61,7 @@ FlagParser TopFlags() {
       "  generate         complete prompts with a model\n"
       "  eval             loss, perplexity, bits per byte, multiple-choice accuracy\n"
       "  data COMMAND     prepare, inspect, baseline, tokenize\n"
+      "  plan CONFIG      predict speed and memory of each parallel mode on N GPUs\n"
       "  has-gpu          yes (exit 0) when a CUDA device is usable, no (exit 1) otherwise");
 }
 
@@ -238,8 +242,9 @@ int main(int argc, char** argv) {
   if (cmd == "generate") return RunGenerateCommand(argc, argv);
   if (cmd == "eval") return RunEvalCommand(argc, argv);
   if (cmd == "data") return RunDataCommand(argc, argv);
+  if (cmd == "plan") return RunPlanCommand(argc, argv);
   const Status unknown = UnknownCommand(
-      cmd, {"train", "export", "import", "generate", "eval", "data", "has-gpu"});
+      cmd, {"train", "export", "import", "generate", "eval", "data", "plan", "has-gpu"});
   std::fprintf(stderr, "forge: %s\n(see 'forge --help')\n", unknown.message().c_str());
   return 2;
 }

@@ -72,6 +72,7 @@ std::vector<Program> Programs() {
       {"forge", "import"},     {"forge", "generate"},       {"forge", "eval"},
       {"forge", "data"},       {"forge", "data prepare"},   {"forge", "data baseline"},
       {"forge", "data tokenize"}, {"forge", "data inspect"}, {"forge", "has-gpu"},
+      {"forge", "plan"},
       {"forgectl", ""},
       {"forge-coordinator", ""}, {"forge-worker", ""},      {"forge-tokenizer-bench", ""},
       {"forge-coordinator-load", ""},
@@ -80,7 +81,7 @@ std::vector<Program> Programs() {
                         "checkpoints", "data", "export", "report"})
     p.push_back({"forgectl", c});
   for (const char* b : {"forge-bench", "forge-dist-bench", "forge-gemm-bench", "forge-fp8-probe",
-                        "forge-sdpa-bench", "forge-wgmma-bench"})
+                        "forge-sdpa-bench", "forge-wgmma-bench", "forge-calibrate"})
     if (fs::exists(Bin(b))) p.push_back({b, ""});
   return p;
 }

@@ -1,0 +1,282 @@
+#include "plan/plan_calibration.h"
+
+#include <cctype>
+#include <cmath>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/file_io.h"
+
+namespace forge::plan {
+namespace {
+
+using Json = nlohmann::json;
+
+// The H200 defaults. Sources: docs/performance.md (PERF) and
+// ../shared/notes/verified-figures.md (VF), all on H200s with the project's CUDA step.
+PlanCalibration H200() {
+  PlanCalibration c;
+  c.device = "NVIDIA H200";
+  c.source = "built-in (H200)";
+  c.peak_bf16_tflops = 989.4;  // common/peak_flops.h
+  // GEMMs: PERF's llama3-1b phase times on an H200 put its GEMMs (LM head included) at ~660
+  // TFLOP/s; least squares of the one-GPU step over gpt124m B16 (594,922 tokens/s, VF),
+  // gpt350m B16 (217,106, VF), gpt350m B24 (221,138, VF) and llama3-1b B2 (56,421, PERF) with
+  // the attention, elementwise and optimizer terms below fixed gives 740 * d / (d + 180):
+  // 600 (d 768), 629 (1024), 680 (2048), every step within 0.8%. (forge-gemm-bench's 745-869
+  // TFLOP/s are GEMMs timed alone, cooler and without the second stream.)
+  c.gemm_tflops_max = 740;
+  c.gemm_half_width = 180;
+  // FP8: fitted to gpt350m B16 FP8 (281,405) and FP8 + FP8 LM head (295,750) tokens/s (VF):
+  // GEMMs 1.56x BF16's, 8 more HBM bytes per layer, column and token (within 0.4% of both).
+  c.fp8_gemm_speedup = 1.56;
+  c.fp8_elementwise_bytes = 8;
+  // Attention (model FLOPs): gpt350m's 11.5 ms a step at T 1024 (PERF's profile: 4.95 TFLOP,
+  // 430 TFLOP/s) and llama3-1b's 95.2 ms at T 8192 (forward 22.3 + backward 72.9: 52.8 TFLOP,
+  // 554 TFLOP/s) fit 578 * T / (T + 352).
+  c.attention_tflops_max = 578;
+  c.attention_half_seq = 352;
+  // HBM: llama3-1b's optimizer phase, 9.6 ms for 30 bytes x 1.236e9 parameters (PERF), is
+  // 3.86 TB/s; AdamW reads w, g, m, v and writes w, m, v and the bf16 copy: 30 bytes.
+  c.hbm_gb_s = 3860;
+  c.optimizer_bytes_per_param = 30;
+  // Elementwise: gpt350m's RMSNorm (3.8 ms) and RoPE backward (1.2) at the profile's 2.7 TB/s
+  // (H100) are 33.5 bytes per layer, column and token; its cross-entropy (1.2 ms over 16,384 x
+  // 50,304 logits) 3.9 bytes per logit.
+  c.elementwise_bytes = 34;
+  c.logits_bytes = 3.9;
+  // Memory: what the device tool's H200 lets a process take (~139.8 GiB of 141 GB). The
+  // overhead is the mean of what memory_estimate + logits chunks leave out of gpt350m B16's
+  // 19.7 GiB (VF) and llama3-1b B2's 42.42 GiB (PERF): 0.66 and 1.16 GiB.
+  c.capacity_gib = 139.8;
+  c.overhead_gib = 0.9;
+  // NVLink (4x H200 of one host, NCCL 2.28). Latencies assumed (NCCL's simple-protocol ring:
+  // ~8 us to launch, ~2 us a ring step on NVLink); the bandwidths then follow from
+  // forge-dist-bench's collectives-alone times for gpt350m (VF): 26 bf16 all-reduces of the
+  // units in 3.82 ms -> 327 GB/s; fsdp's 26 fp32 reduce-scatters and 52 bf16 all-gathers in
+  // 12.0 ms -> 198 GB/s.
+  c.nvlink = {327, 198, 8, 2, false};
+  // InfiniBand 400 Gb/s, one NIC per GPU (the HGX H100/H200 reference node): 50 GB/s line
+  // rate, ~90% as NCCL's bus bandwidth; ~5 us a ring step over the network. Assumed, not
+  // measured here: replace with forge-calibrate's figures from a real cluster.
+  c.ib400 = {45, 45, 12, 5, false};
+  // Ethernet 100 Gb/s, one NIC per node: 12.5 GB/s line rate, ~80% reached over TCP/RoCE,
+  // ~15 us a step. Assumed, as above.
+  c.eth100 = {10, 10, 20, 15, true};
+  // Overlap, from the same 4x H200 gpt350m runs (VF): ddp (bf16 gradients) had 3.82 ms of
+  // collectives and 3.16 exposed; the last (the embedding's, 0.49 ms) cannot overlap, so
+  // (3.16 - 0.49) / (3.82 - 0.49) = 0.80 of the rest still cost. fsdp: 6.0 of 12.0 ms exposed,
+  // 1.32 of it the units that cannot overlap (the root units' gathers, the first block's, the
+  // embedding's reduce-scatter): (6.0 - 1.32) / (11.58 - 1.32) = 0.46.
+  c.gradient_exposed_fraction = 0.80;
+  c.sharded_exposed_fraction = 0.46;
+  return c;
+}
+
+// H100 80GB HBM3: the same step rates (700 W and power-limited like the H200: PERF's H100
+// profile of gpt350m B16, ~77 ms, is within 2% of the H200's 75.5), HBM at the 2.7 TB/s that
+// profile measured for AdamW, 80 GB, NVLink 4 as the H200.
+PlanCalibration H100() {
+  PlanCalibration c = H200();
+  c.device = "NVIDIA H100 80GB HBM3";
+  c.source = "built-in (H100)";
+  c.hbm_gb_s = 2700;
+  c.capacity_gib = 79.1;
+  return c;
+}
+
+std::string Lower(std::string s) {
+  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
+}
+
+// Reads the keys of one JSON object into doubles/bools, refusing unknown keys and bad values.
+class Reader {
+ public:
+  explicit Reader(std::string what) : what_(std::move(what)) {}
+
+  Status Object(const Json& j, const std::string& path) const {
+    if (!j.is_object()) return Error(path, "expected an object");
+    return Status::Ok();
+  }
+  Status Keys(const Json& j, const std::string& path, const std::set<std::string>& known) const {
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      if (!known.count(it.key())) {
+        std::string list;
+        for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
+        return Error(path.empty() ? it.key() : path + "." + it.key(),
+                     "unknown key (known: " + list + ")");
+      }
+    }
+    return Status::Ok();
+  }
+  // A number > 0 (>= 0 when zero_ok).
+  Status Number(const Json& j, const std::string& path, const char* key, double* out,
+                bool zero_ok = false) const {
+    if (!j.contains(key)) return Status::Ok();
+    const Json& v = j.at(key);
+    const std::string p = path.empty() ? key : path + "." + key;
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0 ||
+        (!zero_ok && v.get<double>() == 0))
+      return Error(p, zero_ok ? "expected a number >= 0" : "expected a number > 0");
+    *out = v.get<double>();
+    return Status::Ok();
+  }
+  Status Fraction(const Json& j, const std::string& path, const char* key, double* out) const {
+    FORGE_RETURN_IF_ERROR(Number(j, path, key, out, true));
+    if (*out > 1) return Error(path + "." + key, "expected a fraction in [0, 1]");
+    return Status::Ok();
+  }
+  Status Bool(const Json& j, const std::string& path, const char* key, bool* out) const {
+    if (!j.contains(key)) return Status::Ok();
+    if (!j.at(key).is_boolean()) return Error(path + "." + key, "expected true or false");
+    *out = j.at(key).get<bool>();
+    return Status::Ok();
+  }
+  Status Error(const std::string& path, const std::string& msg) const {
+    return Status::Invalid(what_ + ": " + path + ": " + msg);
+  }
+
+ private:
+  std::string what_;
+};
+
+Status ReadLink(const Reader& r, const Json& j, const std::string& path, LinkCalibration* l) {
+  FORGE_RETURN_IF_ERROR(r.Object(j, path));
+  FORGE_RETURN_IF_ERROR(r.Keys(j, path,
+                               {"allreduce_gb_s", "reduce_scatter_gb_s", "base_latency_us",
+                                "hop_latency_us", "per_node"}));
+  FORGE_RETURN_IF_ERROR(r.Number(j, path, "allreduce_gb_s", &l->allreduce_gb_s));
+  FORGE_RETURN_IF_ERROR(r.Number(j, path, "reduce_scatter_gb_s", &l->reduce_scatter_gb_s));
+  FORGE_RETURN_IF_ERROR(r.Number(j, path, "base_latency_us", &l->base_latency_us, true));
+  FORGE_RETURN_IF_ERROR(r.Number(j, path, "hop_latency_us", &l->hop_latency_us, true));
+  return r.Bool(j, path, "per_node", &l->per_node);
+}
+
+Json LinkJson(const LinkCalibration& l) {
+  return Json{{"allreduce_gb_s", l.allreduce_gb_s},
+              {"reduce_scatter_gb_s", l.reduce_scatter_gb_s},
+              {"base_latency_us", l.base_latency_us},
+              {"hop_latency_us", l.hop_latency_us},
+              {"per_node", l.per_node}};
+}
+
+}  // namespace
+
+StatusOr<PlanCalibration> BuiltinCalibration(const std::string& gpu) {
+  const std::string g = Lower(gpu);
+  if (g == "h200") return H200();
+  if (g == "h100") return H100();
+  return Status::Invalid("--gpu: expected h200 or h100, got '" + gpu + "'");
+}
+
+StatusOr<PlanCalibration> ParseCalibration(const std::string& json_text, const std::string& what,
+                                           PlanCalibration c) {
+  Json j;
+  try {
+    j = Json::parse(json_text);
+  } catch (const std::exception& e) {
+    return Status::Invalid(what + ": not valid JSON: " + e.what());
+  }
+  const Reader r(what);
+  if (!j.is_object()) return Status::Invalid(what + ": expected a JSON object");
+  FORGE_RETURN_IF_ERROR(r.Keys(j, "",
+                               {"format", "device", "peak_bf16_tflops", "compute", "memory",
+                                "links", "overlap", "measured"}));
+  if (j.contains("format") &&
+      (!j["format"].is_string() || j["format"].get<std::string>() != "forge-calibration/1"))
+    return r.Error("format", "expected \"forge-calibration/1\"");
+  if (j.contains("device")) {
+    if (!j["device"].is_string()) return r.Error("device", "expected a string");
+    c.device = j["device"].get<std::string>();
+  }
+  FORGE_RETURN_IF_ERROR(r.Number(j, "", "peak_bf16_tflops", &c.peak_bf16_tflops));
+  if (j.contains("compute")) {
+    const Json& s = j["compute"];
+    FORGE_RETURN_IF_ERROR(r.Object(s, "compute"));
+    const std::vector<std::pair<const char*, double*>> keys = {
+        {"gemm_tflops_max", &c.gemm_tflops_max},
+        {"gemm_half_width", &c.gemm_half_width},
+        {"fp8_gemm_speedup", &c.fp8_gemm_speedup},
+        {"attention_tflops_max", &c.attention_tflops_max},
+        {"attention_half_seq", &c.attention_half_seq},
+        {"hbm_gb_s", &c.hbm_gb_s},
+        {"elementwise_bytes", &c.elementwise_bytes},
+        {"fp8_elementwise_bytes", &c.fp8_elementwise_bytes},
+        {"logits_bytes", &c.logits_bytes},
+        {"optimizer_bytes_per_param", &c.optimizer_bytes_per_param}};
+    std::set<std::string> known;
+    for (const auto& [k, _] : keys) known.insert(k);
+    FORGE_RETURN_IF_ERROR(r.Keys(s, "compute", known));
+    for (const auto& [k, out] : keys) {
+      const bool zero_ok = std::string(k) == "gemm_half_width" ||
+                           std::string(k) == "attention_half_seq" ||
+                           std::string(k) == "fp8_elementwise_bytes";
+      FORGE_RETURN_IF_ERROR(r.Number(s, "compute", k, out, zero_ok));
+    }
+  }
+  if (j.contains("memory")) {
+    const Json& s = j["memory"];
+    FORGE_RETURN_IF_ERROR(r.Object(s, "memory"));
+    FORGE_RETURN_IF_ERROR(r.Keys(s, "memory", {"capacity_gib", "overhead_gib"}));
+    FORGE_RETURN_IF_ERROR(r.Number(s, "memory", "capacity_gib", &c.capacity_gib));
+    FORGE_RETURN_IF_ERROR(r.Number(s, "memory", "overhead_gib", &c.overhead_gib, true));
+  }
+  if (j.contains("links")) {
+    const Json& s = j["links"];
+    FORGE_RETURN_IF_ERROR(r.Object(s, "links"));
+    FORGE_RETURN_IF_ERROR(r.Keys(s, "links", {"nvlink", "ib400", "eth100"}));
+    if (s.contains("nvlink")) FORGE_RETURN_IF_ERROR(ReadLink(r, s["nvlink"], "links.nvlink", &c.nvlink));
+    if (s.contains("ib400")) FORGE_RETURN_IF_ERROR(ReadLink(r, s["ib400"], "links.ib400", &c.ib400));
+    if (s.contains("eth100"))
+      FORGE_RETURN_IF_ERROR(ReadLink(r, s["eth100"], "links.eth100", &c.eth100));
+  }
+  if (j.contains("overlap")) {
+    const Json& s = j["overlap"];
+    FORGE_RETURN_IF_ERROR(r.Object(s, "overlap"));
+    FORGE_RETURN_IF_ERROR(
+        r.Keys(s, "overlap", {"gradient_exposed_fraction", "sharded_exposed_fraction"}));
+    FORGE_RETURN_IF_ERROR(
+        r.Fraction(s, "overlap", "gradient_exposed_fraction", &c.gradient_exposed_fraction));
+    FORGE_RETURN_IF_ERROR(
+        r.Fraction(s, "overlap", "sharded_exposed_fraction", &c.sharded_exposed_fraction));
+  }
+  c.source = what;
+  return c;
+}
+
+StatusOr<PlanCalibration> LoadCalibration(const std::string& path, PlanCalibration base) {
+  auto text = ReadSmallFile(path);
+  if (!text.ok()) return Status::Invalid("--calibration " + path + ": " + text.status().message());
+  return ParseCalibration(*text, path, std::move(base));
+}
+
+std::string CalibrationToJson(const PlanCalibration& c) {
+  Json j;
+  j["format"] = "forge-calibration/1";
+  j["device"] = c.device;
+  j["peak_bf16_tflops"] = c.peak_bf16_tflops;
+  j["compute"] = Json{{"gemm_tflops_max", c.gemm_tflops_max},
+                      {"gemm_half_width", c.gemm_half_width},
+                      {"fp8_gemm_speedup", c.fp8_gemm_speedup},
+                      {"attention_tflops_max", c.attention_tflops_max},
+                      {"attention_half_seq", c.attention_half_seq},
+                      {"hbm_gb_s", c.hbm_gb_s},
+                      {"elementwise_bytes", c.elementwise_bytes},
+                      {"fp8_elementwise_bytes", c.fp8_elementwise_bytes},
+                      {"logits_bytes", c.logits_bytes},
+                      {"optimizer_bytes_per_param", c.optimizer_bytes_per_param}};
+  j["memory"] = Json{{"capacity_gib", c.capacity_gib}, {"overhead_gib", c.overhead_gib}};
+  j["links"] = Json{{"nvlink", LinkJson(c.nvlink)},
+                    {"ib400", LinkJson(c.ib400)},
+                    {"eth100", LinkJson(c.eth100)}};
+  j["overlap"] = Json{{"gradient_exposed_fraction", c.gradient_exposed_fraction},
+                      {"sharded_exposed_fraction", c.sharded_exposed_fraction}};
+  return j.dump(2) + "\n";
+}
+
+}  // namespace forge::plan

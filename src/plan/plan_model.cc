@@ -1,0 +1,372 @@
+#include "plan/plan_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "worker/model/param_layout.h"
+#include "worker/parallel/shard_layout.h"
+#include "worker/train/memory_estimate.h"
+
+namespace forge::plan {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+// The backward's share of a micro-step's compute (twice the forward's FLOPs).
+constexpr double kBackwardShare = 2.0 / 3.0;
+// Attention's forward share of its time: llama3-1b's 22.3 of 95.2 ms (docs/performance.md).
+constexpr double kAttentionForwardShare = 0.234;
+// Selective recompute redoes the norms' and SwiGLU's elementwise forward: llama3-1b's +2.0 ms
+// (292.41 against 290.39 ms, docs/performance.md) is 0.3 of its 6.9 ms of elementwise work.
+constexpr double kSelectiveElementwiseShare = 0.3;
+
+// One ring (or tree) of ranks: what its collectives cost.
+struct Ring {
+  int ranks = 1;
+  double allreduce_gb_s = 1, reduce_scatter_gb_s = 1;
+  double base_us = 0, hop_us = 0;
+
+  double AllReduceMs(double bytes) const {
+    if (ranks <= 1) return 0;
+    const double n = ranks;
+    const double hops = std::min(2.0 * (n - 1), 2.0 * std::ceil(std::log2(n)));  // ring | tree
+    return (base_us + hops * hop_us) * 1e-3 + 2.0 * (n - 1) / n * bytes / allreduce_gb_s * 1e-6;
+  }
+  // Reduce-scatter or all-gather of a buffer of `bytes` (all ranks' parts).
+  double GatherMs(double bytes) const {
+    if (ranks <= 1) return 0;
+    const double n = ranks;
+    return (base_us + (n - 1) * hop_us) * 1e-3 + (n - 1) / n * bytes / reduce_scatter_gb_s * 1e-6;
+  }
+};
+
+const LinkCalibration& NetLink(const PlanCalibration& c, Link l) {
+  switch (l) {
+    case Link::kNvlink: return c.nvlink;
+    case Link::kIb400: return c.ib400;
+    case Link::kEth100: return c.eth100;
+  }
+  return c.ib400;
+}
+
+// A ring of `ranks` GPUs, `per_node` of them on each node it spans, while `concurrent` rings of
+// the same shape share each node's network (hsdp's replica rings: one per local rank).
+Ring MakeRing(const PlanCalibration& c, const Topology& t, int ranks, int per_node,
+              int concurrent) {
+  Ring r;
+  r.ranks = ranks;
+  const LinkCalibration& nv = c.nvlink;
+  const int nodes = (ranks + per_node - 1) / std::max(1, per_node);
+  if (nodes <= 1 || t.link == Link::kNvlink) {
+    r.allreduce_gb_s = nv.allreduce_gb_s;
+    r.reduce_scatter_gb_s = nv.reduce_scatter_gb_s;
+    r.base_us = nv.base_latency_us;
+    r.hop_us = nv.hop_latency_us;
+    return r;
+  }
+  const LinkCalibration& net = NetLink(c, t.link);
+  // NCCL runs one ring per NIC: a node's rings together move all its NICs' bandwidth.
+  const double nics = net.per_node ? 1.0 : double(std::min(t.gpus_per_node, t.gpus));
+  const double share = 1.0 / std::max(1, concurrent);
+  r.allreduce_gb_s = std::min(nv.allreduce_gb_s, net.allreduce_gb_s * nics * share);
+  r.reduce_scatter_gb_s = std::min(nv.reduce_scatter_gb_s, net.reduce_scatter_gb_s * nics * share);
+  r.base_us = std::max(nv.base_latency_us, net.base_latency_us);
+  r.hop_us = net.hop_latency_us;
+  return r;
+}
+
+// Collective time that runs beside `window_ms` of compute: of the part that fits, the exposed
+// fraction; what does not fit, all of it.
+double Exposed(double overlapped_ms, double weighted_ms, double window_ms) {
+  return std::max(weighted_ms, overlapped_ms - window_ms);
+}
+
+struct Model {
+  std::vector<int64_t> units;  // numel: [0] embedding, [1..L] blocks, [L+1] final norm
+  int64_t params = 0, block = 0, root = 0;
+  double matmul_blocks = 0, matmul_head = 0;
+};
+
+Model Describe(const ModelConfig& m) {
+  Model d;
+  const ParamLayout layout = MakeParamLayout(m);
+  for (const UnitLayout& u : layout.units) d.units.push_back(u.numel);
+  d.params = layout.total;
+  d.block = m.n_layer > 0 ? layout.units[1].numel : 0;
+  d.root = layout.units.front().numel + layout.units.back().numel;
+  d.matmul_head = double(m.padded_vocab()) * m.d_model;
+  d.matmul_blocks = double(MatmulParamCount(m)) - d.matmul_head;
+  return d;
+}
+
+struct Compute {
+  double micro_ms = 0;  // one micro-step's forward and backward: the sum of
+  double gemm_ms = 0, attention_ms = 0, elementwise_ms = 0, recompute_ms = 0;
+  double optimizer_ms = 0;
+};
+
+Compute StepCompute(const RunConfig& cfg, const Model& md, double local_params,
+                    const PlanCalibration& c) {
+  const ModelConfig& m = cfg.model;
+  const double tokens = double(cfg.batch.micro_batch) * m.seq_len;
+  const double T = m.seq_len, d = m.d_model, L = m.n_layer;
+  const bool fp8 = cfg.precision.compute == Precision::kFp8;
+  const double gemm = c.gemm_tflops_max * d / (d + c.gemm_half_width) * 1e12;  // FLOP/s
+  const double block_rate = gemm * (fp8 ? c.fp8_gemm_speedup : 1.0);
+  const double head_rate = gemm * (fp8 && cfg.precision.fp8.lm_head ? c.fp8_gemm_speedup : 1.0);
+  const double gemm_ms =
+      (6 * md.matmul_blocks * tokens / block_rate + 6 * md.matmul_head * tokens / head_rate) * 1e3;
+  const double attn_rate = c.attention_tflops_max * T / (T + c.attention_half_seq) * 1e12;
+  const double attn_ms = 12 * L * double(m.n_head) * m.head_dim() * T * tokens / attn_rate * 1e3;
+  const double hbm = c.hbm_gb_s * 1e9;
+  const double elem_bytes = c.elementwise_bytes + (fp8 ? c.fp8_elementwise_bytes : 0.0);
+  const double elem_ms =
+      (elem_bytes * L * d * tokens + c.logits_bytes * double(m.padded_vocab()) * tokens) / hbm *
+      1e3;
+  double recompute_ms = 0;
+  if (cfg.train.activation_recompute == Recompute::kFull)
+    recompute_ms = 2 * md.matmul_blocks * tokens / block_rate * 1e3 +
+                   kAttentionForwardShare * attn_ms + elem_ms / 3;
+  else if (cfg.train.activation_recompute == Recompute::kSelective)
+    recompute_ms = kSelectiveElementwiseShare * elem_ms;
+  Compute out;
+  out.micro_ms = gemm_ms + attn_ms + elem_ms + recompute_ms;
+  out.gemm_ms = gemm_ms;
+  out.attention_ms = attn_ms;
+  out.elementwise_ms = elem_ms;
+  out.recompute_ms = recompute_ms;
+  out.optimizer_ms = c.optimizer_bytes_per_param * local_params / hbm * 1e3;
+  return out;
+}
+
+double Bytes(int64_t numel, int world, double elem) {
+  return double(PaddedSize(numel, std::max(1, world))) * elem;
+}
+
+}  // namespace
+
+const char* ModeName(Mode m) {
+  switch (m) {
+    case Mode::kDdp: return "ddp";
+    case Mode::kZero1: return "zero1";
+    case Mode::kZero2: return "zero2";
+    case Mode::kFsdp: return "fsdp";
+    case Mode::kHsdp: return "hsdp";
+  }
+  return "?";
+}
+
+const char* LinkName(Link l) {
+  switch (l) {
+    case Link::kNvlink: return "nvlink";
+    case Link::kIb400: return "ib400";
+    case Link::kEth100: return "eth100";
+  }
+  return "?";
+}
+
+StatusOr<Link> LinkFromName(const std::string& name) {
+  if (name == "nvlink") return Link::kNvlink;
+  if (name == "ib400") return Link::kIb400;
+  if (name == "eth100") return Link::kEth100;
+  return Status::Invalid("--link: expected nvlink, ib400 or eth100, got '" + name + "'");
+}
+
+const std::vector<Mode>& AllModes() {
+  static const std::vector<Mode> modes = {Mode::kDdp, Mode::kZero1, Mode::kZero2, Mode::kFsdp,
+                                          Mode::kHsdp};
+  return modes;
+}
+
+std::vector<int> ScalingPoints(int gpus) {
+  std::vector<int> n;
+  for (int p = 1; p < gpus; p *= 2) n.push_back(p);
+  n.push_back(gpus);
+  return n;
+}
+
+ModePrediction PredictMode(const RunConfig& cfg_in, Mode mode, const Topology& topo,
+                           const PlanCalibration& c) {
+  ModePrediction p;
+  p.mode = mode;
+  p.gpus = topo.gpus;
+  const int N = std::max(1, topo.gpus);
+  const int G = std::max(1, std::min(topo.gpus_per_node, N));
+  RunConfig cfg = cfg_in;
+  const Model md = Describe(cfg.model);
+
+  // The batch: micro_batch per GPU, as many micro-steps as the global batch needs.
+  const int64_t micro = std::max(1, cfg.batch.micro_batch);
+  const int64_t global = std::max<int64_t>(cfg.batch.global_batch, micro);
+  int64_t accum = std::max<int64_t>(1, (global + N * micro - 1) / (N * micro));
+  p.accum_steps = int(accum);
+  p.global_batch = accum * N * micro;
+  if (p.global_batch != global)
+    p.note = "global batch " + std::to_string(p.global_batch) + " (not " +
+             std::to_string(global) + "): " + std::to_string(accum) + " x " +
+             std::to_string(micro) + " sequences per GPU";
+
+  // Who shards over how many.
+  int shard = 1;  // ranks that share one copy of the state
+  if (mode == Mode::kZero1 || mode == Mode::kZero2 || mode == Mode::kFsdp) shard = N;
+  if (mode == Mode::kHsdp) {
+    shard = topo.shard_group > 0 ? std::min(topo.shard_group, N) : G;
+    if (N % shard != 0) {
+      p.note = "hsdp needs the GPUs (" + std::to_string(N) + ") to be a multiple of the shard "
+               "group (" + std::to_string(shard) + ")";
+      p.fits = false;
+      return p;
+    }
+    p.shard_group = shard;
+  }
+  const bool fsdp_like = (mode == Mode::kFsdp || mode == Mode::kHsdp) && shard > 1;
+  const bool bf16_grads = cfg.parallel.grad_reduce == GradReduce::kBf16 && !fsdp_like;
+  const double grad_elem = bf16_grads ? 2.0 : 4.0;
+
+  // Compute.
+  const double local_params = double(md.params) / shard;
+  const Compute comp = StepCompute(cfg, md, local_params, c);
+  p.compute_ms = comp.micro_ms * accum + comp.optimizer_ms;
+  p.gemm_ms = comp.gemm_ms * accum;
+  p.attention_ms = comp.attention_ms * accum;
+  p.elementwise_ms = comp.elementwise_ms * accum;
+  p.recompute_ms = comp.recompute_ms * accum;
+  p.optimizer_ms = comp.optimizer_ms;
+
+  // Collectives. Whole-world ring: every GPU; shard-group ring; hsdp's replica rings.
+  const Ring world = MakeRing(c, topo, N, G, 1);
+  const Ring group = MakeRing(c, topo, shard, G, 1);
+  const int replicas = N / std::max(1, shard);
+  // Replica r's ranks sit on different nodes when a group fills a node, so each node carries
+  // min(shard, G) such rings at once.
+  const Ring across = MakeRing(c, topo, replicas, std::max(1, G / shard), std::min(shard, G));
+  const double fwd_window = (1 - kBackwardShare) * comp.micro_ms;
+  const double bwd_window = kBackwardShare * comp.micro_ms;
+  const double kg = c.gradient_exposed_fraction, ks = c.sharded_exposed_fraction;
+  const size_t U = md.units.size();
+  double comm = 0, exposed = 0;
+  if (N > 1 && (mode == Mode::kDdp || mode == Mode::kZero1 || mode == Mode::kZero2)) {
+    const bool zero = mode != Mode::kDdp;
+    // Backward: unit U-1 first, the embedding (unit 0) last: its collective is the tail.
+    double tail = 0, ov = 0;
+    for (size_t u = 0; u < U; ++u) {
+      const double b = Bytes(md.units[u], N, grad_elem);
+      const double t = zero ? world.GatherMs(b) : world.AllReduceMs(b);
+      (u == 0 ? tail : ov) += t;
+    }
+    comm += tail + ov;
+    exposed += tail + Exposed(ov, kg * ov, bwd_window);
+    if (zero) {  // bf16 weights gathered beside the next forward; the embedding's first
+      double first = 0, rest = 0;
+      for (size_t u = 0; u < U; ++u) (u == 0 ? first : rest) += world.GatherMs(Bytes(md.units[u], N, 2));
+      comm += first + rest;
+      exposed += first + Exposed(rest, ks * rest, fwd_window);
+    }
+  } else if (fsdp_like) {
+    const int L = cfg.model.n_layer;
+    const double ag_block = group.GatherMs(Bytes(md.block, shard, 2));
+    const double rs_block = group.GatherMs(Bytes(md.block, shard, 4));
+    const double ag_root = group.GatherMs(Bytes(md.units[0], shard, 2)) +
+                           group.GatherMs(Bytes(md.units[U - 1], shard, 2));
+    const double rs_emb = group.GatherMs(Bytes(md.units[0], shard, 4));
+    const double rs_norm = group.GatherMs(Bytes(md.units[U - 1], shard, 4));
+    // Per micro-step the first block's gather and the embedding's reduce-scatter (the last
+    // of the backward) cannot overlap; the root units are gathered once a step.
+    const double first = L > 0 ? ag_block : 0;
+    const double fwd_ov = (L > 0 ? L - 1 : 0) * ag_block;
+    const double bwd_ov = L * (ag_block + rs_block) + rs_norm;
+    double tail = ag_root + accum * (first + rs_emb);
+    comm += ag_root + accum * (first + fwd_ov + bwd_ov + rs_emb);
+    double bwd_last_ov = bwd_ov, bwd_last_w = ks * bwd_ov;
+    if (mode == Mode::kHsdp && replicas > 1) {
+      // The gradient shards' all-reduce across replicas, last micro-step, beside the backward;
+      // the embedding's last.
+      double x_tail = 0, x_ov = 0;
+      for (size_t u = 0; u < U; ++u) {
+        const double t = across.AllReduceMs(Bytes(md.units[u], shard, 4) / shard);
+        (u == 0 ? x_tail : x_ov) += t;
+      }
+      comm += x_tail + x_ov;
+      tail += x_tail;
+      bwd_last_ov += x_ov;
+      bwd_last_w += kg * x_ov;
+    }
+    exposed += tail + accum * Exposed(fwd_ov, ks * fwd_ov, fwd_window) +
+               (accum - 1) * Exposed(bwd_ov, ks * bwd_ov, bwd_window) +
+               Exposed(bwd_last_ov, bwd_last_w, bwd_window);
+  }
+  p.comm_ms = comm;
+  p.exposed_ms = exposed;
+  p.step_ms = p.compute_ms + exposed;
+  const double tokens = double(accum) * micro * cfg.model.seq_len;
+  p.tokens_per_s_per_gpu = tokens / (p.step_ms * 1e-3);
+  p.tokens_per_s = p.tokens_per_s_per_gpu * N;
+  p.mfu = p.tokens_per_s_per_gpu * TrainFlopsPerToken(cfg.model) / (c.peak_bf16_tflops * 1e12);
+
+  // Memory.
+  const int mem_world = mode == Mode::kHsdp ? shard : N;
+  cfg.parallel.mode = mode == Mode::kDdp     ? ParallelMode::kDdp
+                      : mode == Mode::kZero1 ? ParallelMode::kZero1
+                      : mode == Mode::kZero2 ? ParallelMode::kZero2
+                                             : ParallelMode::kFsdp;
+  double bytes = EstimateTrainingMemory(cfg, Backend::kCuda, mem_world).total();
+  const double rows = std::min<double>(cfg.engine.lm_head_chunk, double(micro) * cfg.model.seq_len);
+  bytes += 2 * rows * cfg.model.padded_vocab() * 2;  // two bf16 logits chunks
+  if (mode == Mode::kDdp && bf16_grads && N > 1) bytes += 2.0 * md.params;  // bf16 twin
+  if (fsdp_like)  // two gathered blocks and their fp32 gradients, the root units gathered
+    bytes += 2.0 * md.block * (2 + 4) + double(md.root) * (2 + 4);
+  p.peak_gib = bytes / kGiB + c.overhead_gib;
+  p.fits = p.peak_gib <= c.capacity_gib;
+  return p;
+}
+
+Plan MakePlan(const RunConfig& cfg, const Topology& topo, const PlanCalibration& cal) {
+  Plan plan;
+  plan.topology = topo;
+  for (Mode m : AllModes()) plan.modes.push_back(PredictMode(cfg, m, topo, cal));
+  int best = -1, smallest = -1;
+  for (int i = 0; i < int(plan.modes.size()); ++i) {
+    const ModePrediction& p = plan.modes[i];
+    if (p.step_ms <= 0) continue;  // not applicable
+    if (smallest < 0 || p.peak_gib < plan.modes[smallest].peak_gib) smallest = i;
+    if (!p.fits) continue;
+    // The fastest; within 0.5% of it, the one that needs less memory.
+    if (best < 0) { best = i; continue; }
+    const ModePrediction& b = plan.modes[best];
+    if (p.tokens_per_s > b.tokens_per_s * 1.005 ||
+        (p.tokens_per_s > b.tokens_per_s * 0.995 && p.peak_gib < b.peak_gib))
+      best = i;
+  }
+  char buf[512];
+  if (best < 0) {
+    const ModePrediction& s = plan.modes[smallest];
+    std::snprintf(buf, sizeof buf,
+                  "no mode fits in %.1f GiB per GPU: the smallest, %s, needs %.1f GiB; use more "
+                  "GPUs, a smaller batch.micro_batch or train.activation_recompute",
+                  cal.capacity_gib, ModeName(s.mode), s.peak_gib);
+    plan.reason = buf;
+    return plan;
+  }
+  plan.recommended = best;
+  const ModePrediction& b = plan.modes[best];
+  std::string others;
+  for (const ModePrediction& p : plan.modes) {
+    if (&p == &b || p.step_ms <= 0) continue;
+    if (!p.fits)
+      std::snprintf(buf, sizeof buf, "%s%s does not fit (%.1f GiB)", others.empty() ? "" : ", ",
+                    ModeName(p.mode), p.peak_gib);
+    else
+      std::snprintf(buf, sizeof buf, "%s%s %.1f%% slower", others.empty() ? "" : ", ",
+                    ModeName(p.mode), 100.0 * (1.0 - p.tokens_per_s / b.tokens_per_s));
+    others += buf;
+  }
+  std::snprintf(buf, sizeof buf,
+                "%s: fits (%.1f of %.1f GiB per GPU) and is the fastest that fits (%.0f tokens/s "
+                "per GPU, %.1f ms exposed communication)",
+                ModeName(b.mode), b.peak_gib, cal.capacity_gib, b.tokens_per_s_per_gpu,
+                b.exposed_ms);
+  plan.reason = std::string(buf) + (others.empty() ? "" : "; " + others);
+  return plan;
+}
+
+}  // namespace forge::plan

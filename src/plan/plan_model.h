@@ -1,0 +1,100 @@
+// `forge plan`'s cost model: step time, tokens/s, MFU and peak memory per GPU of a config's
+// training step for each data-parallel mode at N GPUs, before any GPU is paid for.
+//
+// Compute (one GPU, one micro-step of micro_batch x seq_len tokens): the GEMMs' FLOPs
+// (6 N_matmul a token, worker/model/param_layout.h) at the calibrated GEMM rate for the
+// model's width, attention's (12 L (H hd) T a token) at the rate for its sequence length, the
+// elementwise and cross-entropy bytes and AdamW's at the achieved HBM bandwidth
+// (plan/plan_calibration.h). Recompute adds the blocks' forward again (full) or the norms'
+// and SwiGLU's elementwise forward (selective).
+//
+// Collectives (NCCL rings): an all-reduce of S bytes over N ranks costs
+// base + 2(N-1) hop + 2(N-1)/N S / busbw, a reduce-scatter or all-gather base + (N-1) hop +
+// (N-1)/N S / busbw (S the whole buffer). Inside a node the link is NVLink; a ring that spans
+// nodes runs at the smaller of NVLink's bandwidth and the node's network bandwidth (NCCL runs
+// one ring per NIC, so a node with a NIC per GPU moves G NICs' worth), with the network's step
+// latency; all-reduces across many ranks take NCCL's tree where it is faster (2 log2 N steps).
+// Per mode, per unit (the embedding, each block, the final norm: the grain of the collectives):
+//   ddp    all-reduce of each unit's gradient (bf16 with parallel.grad_reduce bf16), last
+//          micro-step, beside the backward
+//   zero1, zero2   reduce-scatter of each gradient beside the backward, all-gather of the bf16
+//          weights beside the next forward (on the GPU zero2 runs as zero1)
+//   fsdp   every micro-step: all-gather of each block's bf16 weights before its forward and
+//          again before its backward, reduce-scatter of its fp32 gradient; the root units
+//          (embedding, final norm) gathered once a step
+//   hsdp   fsdp inside shard groups of S ranks (a node by default), and an all-reduce of each
+//          gradient shard (fp32) across the N/S replicas, beside the backward
+// Overlap: the collectives that cannot overlap (the last gradient's, the first gathers) count
+// whole; of the rest, the calibrated exposed fraction counts, or all that does not fit in the
+// compute it runs beside (backward: 2/3 of the step's compute, forward: 1/3), whichever is
+// larger.
+//
+// Memory: EstimateTrainingMemory (worker/train/memory_estimate.h) for the mode and world (hsdp:
+// fsdp over its shard group), plus what that lower bound leaves out: the LM head's two logits
+// chunks, ddp's bf16 gradient twin with parallel.grad_reduce bf16, fsdp's gathered block
+// buffers and root units, and the calibrated overhead.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "common/status.h"
+#include "plan/plan_calibration.h"
+
+namespace forge::plan {
+
+enum class Mode { kDdp, kZero1, kZero2, kFsdp, kHsdp };
+enum class Link { kNvlink, kIb400, kEth100 };
+
+const char* ModeName(Mode m);
+const char* LinkName(Link l);
+StatusOr<Link> LinkFromName(const std::string& name);
+// Every mode the plan predicts, in the order it prints them.
+const std::vector<Mode>& AllModes();
+
+struct Topology {
+  int gpus = 1;            // N
+  int gpus_per_node = 8;   // G (a run of N < G GPUs sits on one node)
+  Link link = Link::kIb400;  // between nodes
+  int shard_group = 0;     // hsdp's shard group size (0: min(G, N))
+};
+
+struct ModePrediction {
+  Mode mode = Mode::kDdp;
+  int gpus = 1;
+  int accum_steps = 1;          // micro-steps per optimizer step on each GPU
+  int64_t global_batch = 0;     // sequences per optimizer step (all GPUs)
+  int shard_group = 0;          // hsdp: ranks per shard group (else 0)
+  double compute_ms = 0;        // one GPU's step without collectives, of which:
+  double gemm_ms = 0, attention_ms = 0, elementwise_ms = 0, recompute_ms = 0, optimizer_ms = 0;
+  double comm_ms = 0;           // the step's collectives alone, back to back
+  double exposed_ms = 0;        // what they add to the step
+  double step_ms = 0;
+  double tokens_per_s_per_gpu = 0;
+  double tokens_per_s = 0;      // all GPUs
+  double mfu = 0;               // model FLOPs over the dense BF16 peak
+  double peak_gib = 0;          // per GPU
+  bool fits = false;            // peak_gib <= the calibration's capacity
+  std::string note;             // why a mode does not apply, or what changed ("")
+};
+
+struct Plan {
+  Topology topology;
+  std::vector<ModePrediction> modes;  // AllModes(), at topology.gpus
+  int recommended = -1;               // index in modes; -1 when none fits
+  std::string reason;                 // why that one (or why none)
+};
+
+// One mode at topology.gpus. The config's micro_batch and global_batch are kept (the global
+// batch grows to N x micro_batch where N GPUs exceed it; the note says so).
+ModePrediction PredictMode(const RunConfig& cfg, Mode mode, const Topology& topo,
+                           const PlanCalibration& cal);
+
+// Every mode and the recommendation: the fastest of the modes that fit in memory.
+Plan MakePlan(const RunConfig& cfg, const Topology& topo, const PlanCalibration& cal);
+
+// N for the scaling table: powers of two from 1 to gpus, and gpus itself.
+std::vector<int> ScalingPoints(int gpus);
+
+}  // namespace forge::plan
