@@ -3,7 +3,7 @@
 // of NCCL's collectives over each kind of link, how much of the collective time the step fails
 // to hide, and the GPU's memory. Built-in defaults exist for H200 and H100, derived from the
 // project's measurements (docs/performance.md; each default says where it comes from in
-// plan_calibration.cc); a calibration file written by forge-calibrate (bench/calibrate.cu)
+// plan_calibration.cc); a calibration file written by forge-calibrate (bench/calibrate.cc)
 // replaces any of them.
 //
 // File format (JSON; every key optional, an unknown key is an error naming the file and key):
