@@ -1,8 +1,10 @@
 # Deployment tests (label integration): deploy/slurm's batch scripts on a one-node Slurm
-# cluster on loopback (skips without root or slurm-wlm/munge), and deploy/k8s validated
+# cluster on loopback and on two nodes emulated on this host (skips without root or
+# slurm-wlm/munge), and deploy/k8s validated
 # offline (kubectl kustomize + Kubernetes schemas from npm kubernetes-models, fetched by setup.sh),
 # and the chaos soak of a 4-worker run under that cluster (slurm_chaos_test.cc, ~3 min).
 add_executable(forge_deploy_tests tests/deploy/slurm_job_test.cc tests/deploy/slurm_chaos_test.cc
+               tests/deploy/slurm_multinode_test.cc
                tests/deploy/k8s_run_config_test.cc)
 target_include_directories(forge_deploy_tests PRIVATE ${CMAKE_SOURCE_DIR}/tests/integration)
 target_link_libraries(forge_deploy_tests PRIVATE forge_engine GTest::gtest_main)

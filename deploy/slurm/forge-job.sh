@@ -37,6 +37,23 @@
 #   FORGE_RESUME       direct mode: latest (default), step_N or a path
 #   FORGE_NODE_FAILURE_LIMIT  coordinator mode: failed worker steps that a node's workers
 #                      caused before the node is excluded (default 2; 0: never exclude)
+#   FORGE_COORDINATOR_HOST  the address workers reach the started coordinator at (default:
+#                      this node's NodeAddr as Slurm knows it; the batch script runs on the
+#                      allocation's first node)
+#   FORGE_NCCL_AUTO    1 (default): each task sets NCCL_SOCKET_IFNAME and NCCL_IB_HCA on its own
+#                      node where they are not set already (below); 0: leave them to NCCL
+#
+# Several nodes: every task (worker or rank) runs with
+#   LOCAL_RANK=$SLURM_LOCALID  its rank on its node (its GPU where the tasks share the node's
+#                      GPUs; its /metrics port is metrics.port + LOCAL_RANK)
+#   NCCL_SOCKET_IFNAME  unless set: the interface the node routes the coordinator's address
+#                      through (`ip route get`): NCCL's bootstrap and socket transport then use
+#                      the network the nodes reach each other on, not a docker bridge or a
+#                      management port NCCL might pick first
+#   NCCL_IB_HCA        unless set: =HCA:PORT,... of the InfiniBand ports that are ACTIVE
+#                      (/sys/class/infiniband/*/ports/*/state); none: unset, NCCL uses sockets
+# Set either variable for the job (sbatch --export or the environment it is submitted from) to
+# choose yourself, e.g. NCCL_SOCKET_IFNAME=ib0 or NCCL_IB_HCA==mlx5_0:1,mlx5_1:1.
 #
 # Stopping (what Slurm sends, and what happens):
 #   scancel / scontrol requeue / preemption: Slurm sends SIGTERM to every process of the job,
@@ -71,14 +88,58 @@ stop_reason=""
 on_term() { stop_reason=cancelled; log "SIGTERM: stopping the run with a checkpoint"; request_stop; }
 on_usr1() { stop_reason=time_limit; log "time limit near: stopping the run with a checkpoint"; request_stop; }
 
+# What every task sets on its own node before it starts (see "Several nodes" above); its
+# output names the choices. FORGE_COORDINATOR_ADDR is the coordinator's address, when known.
+read -r -d '' task_env <<'EOF_TASK_ENV'
+export LOCAL_RANK=${SLURM_LOCALID:-0}
+if [ "${FORGE_NCCL_AUTO:-1}" != 0 ]; then
+  if [ -z "${NCCL_SOCKET_IFNAME:-}" ] && [ -n "${FORGE_COORDINATOR_ADDR:-}" ]; then
+    dev=$(ip -o route get "$FORGE_COORDINATOR_ADDR" 2>/dev/null | sed -n 's/.* dev \([^ ]*\).*/\1/p')
+    if [ -n "$dev" ]; then export NCCL_SOCKET_IFNAME=$dev; fi
+  fi
+  if [ -z "${NCCL_IB_HCA:-}" ]; then
+    hcas=""
+    for st in /sys/class/infiniband/*/ports/*/state; do
+      [ -r "$st" ] && grep -q ACTIVE "$st" || continue
+      port=${st%/state}; hca=${st#/sys/class/infiniband/}
+      hcas="${hcas:+$hcas,}${hca%%/*}:${port##*/}"
+    done
+    if [ -n "$hcas" ]; then export NCCL_IB_HCA="=$hcas"; fi
+  fi
+fi
+EOF_TASK_ENV
+export FORGE_COORDINATOR_ADDR=""
+
 # srun does not take --cpus-per-task from sbatch since Slurm 22.05: pass it on.
 srun_flags=(--mpi=pmix --kill-on-bad-exit=1 --cpus-per-task="${SLURM_CPUS_PER_TASK:-1}")
 if [ -n "${SLURM_GPUS_PER_TASK:-}" ]; then srun_flags+=(--gpus-per-task="$SLURM_GPUS_PER_TASK"); fi
 
-# Where each worker runs and which GPU it got (one line per rank, for the job log).
-srun "${srun_flags[@]}" --mpi=none bash -c \
-  'echo "forge-slurm: rank $SLURM_PROCID on $(hostname -s) CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-}"' |
-  sort -k3,3n
+# Where each task runs, its node-local rank, the NCCL interfaces it chose and which GPU it got
+# (one line per rank, for the job log): after the coordinator's address is known (log_ranks).
+log_ranks() {
+  srun "${srun_flags[@]}" --mpi=none bash -c "$task_env"'
+echo "forge-slurm: rank $SLURM_PROCID on ${SLURMD_NODENAME:-$(hostname -s)} local $LOCAL_RANK NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-} NCCL_IB_HCA=${NCCL_IB_HCA:-} CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-}"' |
+    sort -k3,3n
+}
+
+# The address of this node (the allocation's first: where the batch script and the coordinator
+# run) as the other nodes reach it: FORGE_COORDINATOR_HOST, else Slurm's NodeAddr of this node,
+# else its host name.
+this_node_addr() {
+  if [ -n "${FORGE_COORDINATOR_HOST:-}" ]; then echo "$FORGE_COORDINATOR_HOST"; return; fi
+  local node=${SLURMD_NODENAME:-$(hostname -s)} addr
+  addr=$(scontrol show node "$node" -o 2>/dev/null | sed -n 's/.* NodeAddr=\([^ ]*\).*/\1/p')
+  echo "${addr:-$(hostname)}"
+}
+# FORGE_COORDINATOR_ADDR for the tasks: an IP address of host:port's host.
+coordinator_ip() {
+  local host=${1%:*}
+  getent ahostsv4 "$host" 2>/dev/null | awk 'NR == 1 { print $1 }'
+}
+first_node=$(scontrol show hostnames "${SLURM_JOB_NODELIST:-}" 2>/dev/null | head -n 1)
+if [ -n "$first_node" ] && [ -n "${SLURMD_NODENAME:-}" ] && [ "$first_node" != "$SLURMD_NODENAME" ]; then
+  log "note: this script runs on $SLURMD_NODENAME, not the allocation's first node $first_node"
+fi
 
 # Waits for a background process; a trapped signal interrupts `wait` (status > 128), so wait
 # again until it has really exited. Sets rc.
@@ -101,7 +162,11 @@ run_direct() {
   }
   trap on_term TERM
   trap on_usr1 USR1
-  srun "${srun_flags[@]}" "$(bin forge)" train "$config" "$@" --resume "${FORGE_RESUME:-latest}" &
+  FORGE_COORDINATOR_ADDR=$(coordinator_ip "$(this_node_addr)")
+  export FORGE_COORDINATOR_ADDR
+  log_ranks
+  srun "${srun_flags[@]}" bash -c "$task_env"'
+exec "$0" "$@"' "$(bin forge)" train "$config" "$@" --resume "${FORGE_RESUME:-latest}" &
   step_pid=$!
   wait_for "$step_pid"
 }
@@ -144,7 +209,7 @@ run_coordinator() {
     local earlier_state=0
     [ -f "$state/coordinator.db" ] && earlier_state=1
     start_coordinator 0
-    FORGE_COORDINATOR="$(hostname):$coord_port"
+    FORGE_COORDINATOR="$(this_node_addr):$coord_port"
     if [ "$earlier_state" = 1 ]; then
       # A reopened coordinator counts the workers of earlier jobs as present for one heartbeat
       # timeout; placing a run on them would cost restarts. Let them time out first.
@@ -154,8 +219,10 @@ run_coordinator() {
   fi
   [ -n "${FORGE_TOKEN:-}" ] && [ -n "${FORGE_JOIN_SECRET:-}" ] ||
     die "FORGE_COORDINATOR is set: FORGE_TOKEN and FORGE_JOIN_SECRET must be too"
-  export FORGE_COORDINATOR FORGE_TOKEN FORGE_JOIN_SECRET
+  FORGE_COORDINATOR_ADDR=$(coordinator_ip "$FORGE_COORDINATOR")
+  export FORGE_COORDINATOR FORGE_TOKEN FORGE_JOIN_SECRET FORGE_COORDINATOR_ADDR
   log "coordinator $FORGE_COORDINATOR, state $state"
+  log_ranks
   ctl() { "$(bin forgectl)" "$@"; }
 
   # The run this config started in an earlier job (resubmitted or requeued), else a new one.
@@ -215,8 +282,8 @@ run_coordinator() {
       : > "$exits"
       ck_before=$(ctl --json status "$run" 2>/dev/null | json_field latest_checkpoint_step)
       # shellcheck disable=SC2086
-      FORGE_STEP_EXITS=$exits srun "${srun_flags[@]}" "${step_flags[@]}" bash -c \
-        'trap "" TERM; "$0" "$@"; rc=$?; echo "$(hostname -s) ${SLURM_PROCID:-?} $rc ${SLURM_STEP_ID:-?}" >> "$FORGE_STEP_EXITS"; exit $rc' \
+      FORGE_STEP_EXITS=$exits srun "${srun_flags[@]}" "${step_flags[@]}" bash -c "$task_env"'
+trap "" TERM; "$0" "$@"; rc=$?; echo "${SLURMD_NODENAME:-$(hostname -s)} ${SLURM_PROCID:-?} $rc ${SLURM_STEP_ID:-?}" >> "$FORGE_STEP_EXITS"; exit $rc' \
         "$(bin forge-worker)" --max-placements 1 ${FORGE_WORKER_ARGS:-} &
       step_pid=$!
       # Once a task ended badly the placement is lost, but srun waits for every task, and a

@@ -2,13 +2,19 @@
 # A one-node Slurm cluster on loopback for tests, everything under one directory:
 #   slurm_cluster.sh up DIR     munged + slurmctld + slurmd, node `hostname -s` with 4 CPUs and
 #                               4 emulated GPUs; prints `export SLURM_CONF=...` on success
+#   FORGE_SLURM_NODES=2 slurm_cluster.sh up DIR
+#                               two emulated nodes on this host instead, fnode1 and fnode2 with
+#                               2 CPUs and 2 GPUs each: one slurmd per node (`slurmd -N NAME`),
+#                               each on its own port (NodeName ... Port=) with its own spool,
+#                               log, pid file and TmpFS (%n: PMIx puts its per-step directories
+#                               there, and two slurmds of one host would collide in /tmp)
 #   slurm_cluster.sh down DIR   scontrol shutdown, then munged; removes nothing
 # Needs root (mknod, daemons) and Debian's slurm-wlm + munge. Exit 77 when those are missing,
 # so callers can skip with the reason printed on stderr.
 # KillWait 90 s (Slurm's default 30): scancel's SIGTERM starts forge-job.sh's stop (coordinator
 # restart, stop checkpoint, final status line); on a loaded 2-core CI machine that took longer
 # than 30 s once, and SIGKILL cut the job log before its last line.
-# Ports: FORGE_SLURM_PORT (slurmctld; slurmd takes the next one), default 16817.
+# Ports: FORGE_SLURM_PORT (slurmctld; the slurmds take the next ones), default 16817.
 set -euo pipefail
 
 cmd=${1:-}
@@ -40,6 +46,8 @@ up() {
   local host port
   host=$(hostname -s)
   port=${FORGE_SLURM_PORT:-16817}
+  local nodes=${FORGE_SLURM_NODES:-1}
+  case "$nodes" in 1|2) ;; *) echo "slurm_cluster: FORGE_SLURM_NODES must be 1 or 2" >&2; exit 2 ;; esac
   mkdir -p "$dir"/{etc,state,spool,log,run,munge,dev}
   # munged checks its directories: no group/world write, and the socket's directory must be
   # searchable by everyone (Slurm's client commands talk to it).
@@ -54,9 +62,23 @@ up() {
     [ -c "$dir/dev/fakegpu$i" ] || mknod "$dir/dev/fakegpu$i" c 195 "$i" 2>/dev/null ||
       { kill "$(cat "$dir/munge/munged.pid")"; skip "cannot mknod device nodes here (no CAP_MKNOD)"; }
   done
+  local node_lines gres_lines names
+  if [ "$nodes" = 1 ]; then
+    names=$host
+    node_lines="NodeName=$host NodeAddr=127.0.0.1 CPUs=4 RealMemory=20000 Gres=gpu:4 State=UNKNOWN"
+    gres_lines="Name=gpu File=$dir/dev/fakegpu[0-3]"
+    mkdir -p "$dir/spool/$host" "$dir/tmp/$host"
+  else
+    names="fnode[1-2]"
+    node_lines="NodeName=fnode1 NodeHostname=$host NodeAddr=127.0.0.1 Port=$((port + 1)) CPUs=2 RealMemory=10000 Gres=gpu:2 State=UNKNOWN
+NodeName=fnode2 NodeHostname=$host NodeAddr=127.0.0.1 Port=$((port + 2)) CPUs=2 RealMemory=10000 Gres=gpu:2 State=UNKNOWN"
+    gres_lines="NodeName=fnode1 Name=gpu File=$dir/dev/fakegpu[0-1]
+NodeName=fnode2 Name=gpu File=$dir/dev/fakegpu[2-3]"
+    mkdir -p "$dir/spool/fnode1" "$dir/spool/fnode2" "$dir/tmp/fnode1" "$dir/tmp/fnode2"
+  fi
   cat > "$dir/etc/gres.conf" <<EOF
 AutoDetect=off
-Name=gpu File=$dir/dev/fakegpu[0-3]
+$gres_lines
 EOF
   cat > "$conf" <<EOF
 ClusterName=forgetest
@@ -69,11 +91,12 @@ AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket=$dir/munge/munge.sock
 StateSaveLocation=$dir/state
-SlurmdSpoolDir=$dir/spool
+SlurmdSpoolDir=$dir/spool/%n
+TmpFS=$dir/tmp/%n
 SlurmctldPidFile=$dir/run/slurmctld.pid
-SlurmdPidFile=$dir/run/slurmd.pid
+SlurmdPidFile=$dir/run/slurmd-%n.pid
 SlurmctldLogFile=$dir/log/slurmctld.log
-SlurmdLogFile=$dir/log/slurmd.log
+SlurmdLogFile=$dir/log/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
@@ -88,15 +111,20 @@ GresTypes=gpu
 SlurmdParameters=config_overrides
 KillWait=90
 MinJobAge=300
-NodeName=$host NodeAddr=127.0.0.1 CPUs=4 RealMemory=20000 Gres=gpu:4 State=UNKNOWN
-PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE OverSubscribe=YES State=UP
+$node_lines
+PartitionName=debug Nodes=$names Default=YES MaxTime=INFINITE OverSubscribe=YES State=UP
 EOF
   export SLURM_CONF=$conf
   slurmctld -f "$conf"
-  slurmd -f "$conf"
-  if ! wait_for 20 bash -c "sinfo -h -o %T | grep -qE '^(idle|mixed|allocated)'"; then
-    echo "slurm_cluster: the node did not come up; logs:" >&2
-    tail -n 20 "$dir/log/slurmctld.log" "$dir/log/slurmd.log" >&2 || true
+  if [ "$nodes" = 1 ]; then
+    slurmd -f "$conf"
+  else
+    slurmd -f "$conf" -N fnode1
+    slurmd -f "$conf" -N fnode2
+  fi
+  if ! wait_for 20 bash -c "[ \$(sinfo -h -N -o %T | grep -cE '^(idle|mixed|allocated)') = $nodes ]"; then
+    echo "slurm_cluster: the nodes did not come up; logs:" >&2
+    tail -n 20 "$dir/log/slurmctld.log" "$dir"/log/slurmd-*.log >&2 || true
     exit 1
   fi
   echo "export SLURM_CONF=$conf"
@@ -104,7 +132,7 @@ EOF
 
 down() {
   export SLURM_CONF=$conf
-  if [ -f "$dir/run/slurmctld.pid" ] || [ -f "$dir/run/slurmd.pid" ]; then
+  if [ -f "$dir/run/slurmctld.pid" ] || compgen -G "$dir/run/slurmd*.pid" >/dev/null; then
     # Jobs first (a test that failed midway leaves them): a slurmstepd whose slurmd is gone
     # stays behind.
     scancel --signal=KILL --full --state=RUNNING "--user=$(id -un)" >/dev/null 2>&1 || true
@@ -112,9 +140,9 @@ down() {
     wait_for 20 bash -c '[ -z "$(squeue -h 2>/dev/null)" ]' || true
     scontrol shutdown >/dev/null 2>&1 || true
     # scontrol shutdown stops both daemons; make sure, by pid, within a few seconds.
-    for f in slurmctld slurmd; do
+    for f in "$dir"/run/slurmctld.pid "$dir"/run/slurmd*.pid; do
       local pid
-      pid=$(cat "$dir/run/$f.pid" 2>/dev/null || true)
+      pid=$(cat "$f" 2>/dev/null || true)
       [ -n "$pid" ] || continue
       wait_for 10 bash -c "! kill -0 $pid" || kill -9 "$pid" 2>/dev/null || true
     done

@@ -1,6 +1,7 @@
 // A one-node Slurm cluster per test (tests/deploy/slurm_cluster.sh: munged, slurmctld, slurmd
-// on loopback, 4 CPUs and 4 GPUs emulated as gres on mknod'ed devices), with helpers to submit
-// deploy/slurm/forge-train.sbatch and read what its jobs did. Skips when not root or when
+// on loopback, 4 CPUs and 4 GPUs emulated as gres on mknod'ed devices), or two emulated nodes
+// of 2 CPUs and 2 GPUs each (a fixture whose Nodes() is 2), with helpers to submit
+// deploy/slurm/forge-train.sbatch (forge-train-multinode.sbatch) and read what its jobs did. Skips when not root or when
 // slurm-wlm/munge are not installed. Tests using it run one at a time (RESOURCE_LOCK in
 // cmake/deploy_tests.cmake): every cluster takes the same ports.
 #pragma once
@@ -52,7 +53,8 @@ class SlurmFixture : public ::testing::Test {
                .string();
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    ShellResult up = Shell(Script("slurm_cluster.sh") + " up " + dir_ + "/cluster");
+    ShellResult up = Shell("FORGE_SLURM_NODES=" + std::to_string(Nodes()) + " " +
+                           Script("slurm_cluster.sh") + " up " + dir_ + "/cluster");
     if (up.exit_code == 77) GTEST_SKIP() << up.output;
     ASSERT_EQ(up.exit_code, 0) << up.output;
     cluster_up_ = true;
@@ -76,6 +78,9 @@ class SlurmFixture : public ::testing::Test {
     EXPECT_EQ(down.exit_code, 0) << down.output;
     if (!HasFailure()) fs::remove_all(dir_);
   }
+
+  // Nodes of the cluster: 1, or 2 emulated on this host (fnode1, fnode2).
+  virtual int Nodes() const { return 1; }
 
   static std::string Script(const std::string& name) {
     return std::string(FORGE_SOURCE_DIR) + "/tests/deploy/" + name;
@@ -114,10 +119,14 @@ class SlurmFixture : public ::testing::Test {
   }
 
   // sbatch forge-train.sbatch CONFIG ARGS (1 CPU per rank: the node has 4); returns the job id.
+  // With two nodes: forge-train-multinode.sbatch, 2 ranks on each.
   std::string Submit(const std::string& config, const std::string& args = "") {
-    const std::string cmd = "sbatch --parsable --cpus-per-task=1 --output=" + dir_ +
-                            "/job-%j.out " + std::string(FORGE_SOURCE_DIR) +
-                            "/deploy/slurm/forge-train.sbatch " + config + " " + args;
+    const std::string script = Nodes() == 1 ? "/deploy/slurm/forge-train.sbatch"
+                                            : "/deploy/slurm/forge-train-multinode.sbatch";
+    const std::string shape = Nodes() == 1 ? "" : "--nodes=2 --ntasks-per-node=2 ";
+    const std::string cmd = "sbatch --parsable --cpus-per-task=1 " + shape + "--output=" + dir_ +
+                            "/job-%j.out " + std::string(FORGE_SOURCE_DIR) + script + " " +
+                            config + " " + args;
     ShellResult r = Shell("cd " + dir_ + " && timeout 30 " + cmd);
     Log("$ %s\n%s", cmd.c_str(), r.output.c_str());
     EXPECT_EQ(r.exit_code, 0) << r.output;
