@@ -1,7 +1,9 @@
 #include "cli/plan_command.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -27,7 +29,9 @@ FlagParser PlanFlags() {
           "the link between nodes (default ib400: 400 Gb/s InfiniBand per GPU)");
   f.Value("--calibration", "FILE", "measured rates (forge-calibrate's JSON) over the built-in");
   f.Value("--gpu", "h200|h100", "the built-in calibration to start from (default h200)");
-  f.Value("--shard-group", "S", "hsdp's ranks per shard group (default: the GPUs of a node)");
+  f.Value("--shard-group", "S",
+          "hsdp's ranks per shard group (default: parallel.shard_group_size of an hsdp config, "
+          "else the GPUs of a node)");
   f.Value("--micro-batch", "B", "overrides batch.micro_batch");
   f.Value("--global-batch", "B", "overrides batch.global_batch");
   f.Bool("--json", "print JSON instead of tables");
@@ -122,6 +126,9 @@ int RunPlanCommand(int argc, char** argv) {
   auto link = plan::LinkFromName(flags.Get("--link", "ib400"));
   if (!link.ok()) return Fail(link.status());
   topo.link = *link;
+  // hsdp's group: --shard-group, else the config's parallel.shard_group_size when it runs hsdp,
+  // else a node.
+  if (cfg.parallel.mode == ParallelMode::kHsdp) topo.shard_group = cfg.parallel.shard_group_size;
   if (Status s = flags.GetInt("--shard-group", &topo.shard_group); !s.ok()) return Fail(s);
   if (flags.Has("--shard-group") && topo.shard_group < 1)
     return Fail(Status::Invalid("--shard-group: expected >= 1, got " + flags.Get("--shard-group")));
@@ -188,9 +195,12 @@ int RunPlanCommand(int argc, char** argv) {
               topo.gpus, topo.gpus == 1 ? "" : "s", std::min(topo.gpus_per_node, topo.gpus),
               plan::LinkName(topo.link), cal->source.c_str(), cal->device.c_str());
   PrintPlanTable(main_plan, cal->capacity_gib);
+  std::vector<std::string> notes;  // each once (the batch note is every mode's)
   for (const plan::ModePrediction& p : main_plan.modes)
-    if (!p.note.empty() && p.step_ms > 0)
-      std::printf("  %s: %s\n", plan::ModeName(p.mode), p.note.c_str());
+    if (!p.note.empty() && p.step_ms > 0 &&
+        std::find(notes.begin(), notes.end(), p.note) == notes.end())
+      notes.push_back(p.note);
+  for (const std::string& n : notes) std::printf("  %s\n", n.c_str());
   std::printf("\nrecommended: %s\n", main_plan.reason.c_str());
 
   std::printf("\ntokens/s per GPU by GPUs (- : does not fit; * : recommended)\n%6s", "GPUs");

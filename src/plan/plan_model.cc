@@ -304,12 +304,13 @@ ModePrediction PredictMode(const RunConfig& cfg_in, Mode mode, const Topology& t
   p.mfu = p.tokens_per_s_per_gpu * TrainFlopsPerToken(cfg.model) / (c.peak_bf16_tflops * 1e12);
 
   // Memory.
-  const int mem_world = mode == Mode::kHsdp ? shard : N;
   cfg.parallel.mode = mode == Mode::kDdp     ? ParallelMode::kDdp
                       : mode == Mode::kZero1 ? ParallelMode::kZero1
                       : mode == Mode::kZero2 ? ParallelMode::kZero2
-                                             : ParallelMode::kFsdp;
-  double bytes = EstimateTrainingMemory(cfg, Backend::kCuda, mem_world).total();
+                      : mode == Mode::kFsdp  ? ParallelMode::kFsdp
+                                             : ParallelMode::kHsdp;
+  cfg.parallel.shard_group_size = mode == Mode::kHsdp ? shard : 0;
+  double bytes = EstimateTrainingMemory(cfg, Backend::kCuda, N).total();
   const double rows = std::min<double>(cfg.engine.lm_head_chunk, double(micro) * cfg.model.seq_len);
   bytes += 2 * rows * cfg.model.padded_vocab() * 2;  // two bf16 logits chunks
   if (mode == Mode::kDdp && bf16_grads && N > 1) bytes += 2.0 * md.params;  // bf16 twin

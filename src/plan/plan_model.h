@@ -29,8 +29,8 @@
 // compute it runs beside (backward: 2/3 of the step's compute, forward: 1/3), whichever is
 // larger.
 //
-// Memory: EstimateTrainingMemory (worker/train/memory_estimate.h) for the mode and world (hsdp:
-// fsdp over its shard group), plus what that lower bound leaves out: the LM head's two logits
+// Memory: EstimateTrainingMemory (worker/train/memory_estimate.h) for the mode and world (hsdp
+// shards over its group), plus what that lower bound leaves out: the LM head's two logits
 // chunks, ddp's bf16 gradient twin with parallel.grad_reduce bf16, fsdp's gathered block
 // buffers and root units, and the calibrated overhead.
 #pragma once
