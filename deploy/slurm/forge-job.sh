@@ -10,11 +10,13 @@
 #       kept in FORGE_STATE_DIR), `srun --mpi=pmix forge-worker` one per GPU, and watch the run.
 #       A worker step that fails while the run goes on (a worker killed, crashed or hung) is
 #       launched again in the same allocation, with backoff, up to train.max_restarts times.
-#       A node whose workers failed FORGE_NODE_FAILURE_LIMIT times is left out of the next
+#       A node whose workers failed train.node_failure_limit times is left out of the next
 #       steps (srun --exclude) when the rest of the allocation still holds train.min_workers
 #       workers (and a world that keeps the global batch): the coordinator continues the run
-#       on them from its last checkpoint (elastic continue). A coordinator the job started that
-#       dies is started again on the same port from its durable state.
+#       on them from its last checkpoint (elastic continue). train.node_cooldown_s later every
+#       node is tried again with a step beside the running one, and the run grows back onto
+#       it. A coordinator the job started that dies is started again on the same port from its
+#       durable state.
 #   direct  every rank is `forge train CONFIG [flags]` (no coordinator); extra arguments go to
 #       forge train, and `--resume $FORGE_RESUME` (default latest) continues from the last
 #       checkpoint under the config's run_dir.
@@ -35,8 +37,6 @@
 #                      (--data-root; default /: the job's coordinator serves only the job's
 #                      owner, who may read any of their own files)
 #   FORGE_RESUME       direct mode: latest (default), step_N or a path
-#   FORGE_NODE_FAILURE_LIMIT  coordinator mode: failed worker steps that a node's workers
-#                      caused before the node is excluded (default 2; 0: never exclude)
 #   FORGE_COORDINATOR_HOST  the address workers reach the started coordinator at (default:
 #                      this node's NodeAddr as Slurm knows it; the batch script runs on the
 #                      allocation's first node)
@@ -111,7 +111,7 @@ EOF_TASK_ENV
 export FORGE_COORDINATOR_ADDR=""
 
 # srun does not take --cpus-per-task from sbatch since Slurm 22.05: pass it on.
-srun_flags=(--mpi=pmix --kill-on-bad-exit=1 --cpus-per-task="${SLURM_CPUS_PER_TASK:-1}")
+srun_flags=(--mpi=pmix --cpus-per-task="${SLURM_CPUS_PER_TASK:-1}")
 if [ -n "${SLURM_GPUS_PER_TASK:-}" ]; then srun_flags+=(--gpus-per-task="$SLURM_GPUS_PER_TASK"); fi
 
 # Where each task runs, its node-local rank, the NCCL interfaces it chose and which GPU it got
@@ -165,7 +165,7 @@ run_direct() {
   FORGE_COORDINATOR_ADDR=$(coordinator_ip "$(this_node_addr)")
   export FORGE_COORDINATOR_ADDR
   log_ranks
-  srun "${srun_flags[@]}" bash -c "$task_env"'
+  srun "${srun_flags[@]}" --kill-on-bad-exit=1 bash -c "$task_env"'
 exec "$0" "$@"' "$(bin forge)" train "$config" "$@" --resume "${FORGE_RESUME:-latest}" &
   step_pid=$!
   wait_for "$step_pid"
@@ -206,16 +206,10 @@ run_coordinator() {
      done)
     FORGE_TOKEN=$(cat "$state/secrets/token")
     FORGE_JOIN_SECRET=$(cat "$state/secrets/join-secret")
-    local earlier_state=0
-    [ -f "$state/coordinator.db" ] && earlier_state=1
+    # (A reopened state's workers of earlier jobs are never placed: the coordinator places a
+    # run only on workers it has heard from since it started.)
     start_coordinator 0
     FORGE_COORDINATOR="$(this_node_addr):$coord_port"
-    if [ "$earlier_state" = 1 ]; then
-      # A reopened coordinator counts the workers of earlier jobs as present for one heartbeat
-      # timeout; placing a run on them would cost restarts. Let them time out first.
-      log "state from earlier jobs: waiting $((timeout_ms / 1000)) s for their workers to time out"
-      sleep $(( (timeout_ms + 999) / 1000 + 1 ))
-    fi
   fi
   [ -n "${FORGE_TOKEN:-}" ] && [ -n "${FORGE_JOIN_SECRET:-}" ] ||
     die "FORGE_COORDINATOR is set: FORGE_TOKEN and FORGE_JOIN_SECRET must be too"
@@ -250,86 +244,194 @@ run_coordinator() {
   fi
 
   # spec_int KEY < the run's status JSON: KEY's number in its (normalised) spec YAML, whose
-  # lines arrive as one JSON string ("\n  min_workers: 2\n").
+  # lines arrive as one JSON string ("\n  min_workers: 2\n"); spec_secs KEY: a number of
+  # seconds there ("12.5"), rounded up to whole seconds.
   spec_int() { grep -o "\\\\n  $1: [0-9]*" | head -n 1 | sed 's/.*: //'; }
+  spec_secs() {
+    grep -o "\\\\n  $1: [0-9.e+]*" | head -n 1 | sed 's/.*: //' |
+      awk '{ s = $1 + 0; printf "%d\n", (s == int(s)) ? s : int(s) + 1 }'
+  }
 
   # The worker step, relaunched in this allocation while the run goes on: a lost worker (killed,
-  # crashed, or aborted by the coordinator after a hang) ends the whole step (--kill-on-bad-exit),
-  # the coordinator restarts the run from its last committed checkpoint, and a fresh step joins
-  # after a backoff (1 s, doubling to 30 s; back to 1 s after a step that got the run a new
-  # checkpoint), at most the run's train.max_restarts times. Each worker's shell notes its node,
-  # rank, exit status and step ($state/slurm/exits-JOB.N); the first to fail names the node that
-  # ended the step. A node that ended FORGE_NODE_FAILURE_LIMIT steps is excluded when the rest
-  # keep train.min_workers.
+  # crashed, or aborted by the coordinator after a hang) loses the run's placement, the
+  # coordinator restarts the run from its last committed checkpoint and tells the step's other
+  # workers to abort (they exit 3), and a fresh step joins after a backoff (1 s, doubling to
+  # 30 s; back to 1 s after a step that got the run a new checkpoint), at most the run's
+  # train.max_restarts times. Each worker's shell notes its node, rank, exit status and step
+  # ($state/slurm/exits-JOB.N); the first to fail names the node that ended the step. A node
+  # that ended train.node_failure_limit steps is excluded when the rest keep train.min_workers;
+  # train.node_cooldown_s later (twice as long after each further exclusion) a step on every
+  # node is launched beside the running one (srun --overlap): when its workers join, the
+  # coordinator stops the smaller world at a checkpoint and grows the run back onto them, and
+  # that step is the job's worker step from then on (the node, on probation, is excluded again
+  # at its next failure). A trial step that fails leaves the node excluded.
   # A step whose workers all ended well while the run goes on (the run grew back: its smaller
   # placement stopped with a checkpoint) is launched again at once.
   # The workers ignore SIGTERM too: they stop when the coordinator says so, after saving.
-  # --max-placements 1: they exit when this job's run ends. SIGUSR2 (below) ends the step and
+  # --max-placements 1: they exit when this job's run ends. SIGUSR2 (below) ends the steps and
   # the relaunching (an asynchronous subshell cannot trap SIGINT).
   run_workers() {
     trap '' TERM
     local step_pid="" stopping=0 relaunches=0 delay=1 json st max ck_before ck_after
-    local limit=${FORGE_NODE_FAILURE_LIMIT:-2} nodes=() excluded="" steps=0 exits node rank code
-    local -A node_fails=()
+    local nodes=() excluded="" steps=0 exits node rank code adopt=0 n
+    local trial_pid="" trial_exits="" trial_nodes="" trial_bad="" launched_pid=""
+    local -A node_fails=() excluded_at=() cooldown=()
     mapfile -t nodes < <(scontrol show hostnames "${SLURM_JOB_NODELIST:-$(hostname -s)}" 2>/dev/null)
     [ ${#nodes[@]} -gt 0 ] || nodes=("$(hostname -s)")
     local per_node=$(( ntasks / ${#nodes[@]} > 0 ? ntasks / ${#nodes[@]} : 1 ))
     local step_flags=()
-    trap 'stopping=1; if [ -n "$step_pid" ]; then kill -INT "$step_pid" 2>/dev/null; sleep 0.2; kill -INT "$step_pid" 2>/dev/null; fi' USR2
-    while true; do
-      steps=$((steps + 1))
-      exits=$state/slurm/exits-$SLURM_JOB_ID.$steps
-      : > "$exits"
-      ck_before=$(ctl --json status "$run" 2>/dev/null | json_field latest_checkpoint_step)
+    # The run's train.node_failure_limit and train.node_cooldown_s (read again with each status).
+    local limit=2 cool=300
+    node_keys() {
+      local v
+      v=$(spec_int node_failure_limit <<<"$1")
+      [ -n "$v" ] && limit=$v
+      v=$(spec_secs node_cooldown_s <<<"$1")
+      [ -n "$v" ] && cool=$v
+      return 0
+    }
+    node_keys "$(ctl --json status "$run" 2>/dev/null)"
+    # shellcheck disable=SC2317  # (run by the trap)
+    end_steps() {
+      local p
+      for p in "$step_pid" "$trial_pid"; do
+        if [ -n "$p" ]; then kill -INT "$p" 2>/dev/null; sleep 0.2; kill -INT "$p" 2>/dev/null; fi
+      done
+    }
+    trap 'stopping=1; end_steps' USR2
+    # launch_step EXITS [srun flags]: a worker step in the background (its pid: launched_pid).
+    launch_step() {
+      local file=$1
+      shift
+      : > "$file"
       # shellcheck disable=SC2086
-      FORGE_STEP_EXITS=$exits srun "${srun_flags[@]}" "${step_flags[@]}" bash -c "$task_env"'
+      FORGE_STEP_EXITS=$file srun "${srun_flags[@]}" "$@" bash -c "$task_env"'
 trap "" TERM; "$0" "$@"; rc=$?; echo "${SLURMD_NODENAME:-$(hostname -s)} ${SLURM_PROCID:-?} $rc ${SLURM_STEP_ID:-?}" >> "$FORGE_STEP_EXITS"; exit $rc' \
         "$(bin forge-worker)" --max-placements 1 ${FORGE_WORKER_ARGS:-} &
-      step_pid=$!
+      launched_pid=$!
+    }
+    # kill_step EXITS: SIGKILL to the tasks of the step a bad end in EXITS names.
+    kill_step() {
+      local id
+      id=$(awk '$3 != 0 { print $4; exit }' "$1")
+      [ -n "$id" ] && scancel --signal=KILL "$SLURM_JOB_ID.$id" 2>/dev/null
+    }
+    # first_bad EXITS: "node rank code" of the first worker that ended badly by itself (exit 3
+    # is a worker the coordinator told to abort: not its node's fault).
+    first_bad() { awk '$3 != 0 && $3 != 3 { print; exit }' "$1"; }
+    while true; do
+      if [ "$adopt" = 1 ]; then
+        adopt=0  # step_pid and exits are the trial step's
+      else
+        steps=$((steps + 1))
+        exits=$state/slurm/exits-$SLURM_JOB_ID.$steps
+        ck_before=$(ctl --json status "$run" 2>/dev/null | json_field latest_checkpoint_step)
+        launch_step "$exits" "${step_flags[@]}"
+        step_pid=$launched_pid
+      fi
       # Once a task ended badly the placement is lost, but srun waits for every task, and a
       # worker that cannot hear the coordinator's ABORT (blocked in a collective before its
-      # heartbeats start) ignores the step's SIGTERM: it would hold the step for KillWait.
-      # One heartbeat timeout (+2 s) after the first bad end, the step's tasks are killed.
-      local bad_since="" killed=0 step_id
+      # heartbeats start, or stopped) would hold the step. 2 s after the first bad end (the
+      # others, told to abort, are gone by then) the step's tasks are killed: scancel
+      # --signal=KILL ends it at once. (Slurm's --kill-on-bad-exit is not used: it ends a step
+      # with SIGTERM, which the workers ignore, and SIGKILL only after KillWait, and a step it
+      # is terminating takes no further signal: it lingered until UnkillableStepTimeout.)
+      local bad_since="" killed=0
       while kill -0 "$step_pid" 2>/dev/null; do
         if [ -z "$bad_since" ] && awk '$3 != 0 { bad = 1 } END { exit !bad }' "$exits"; then
           bad_since=$SECONDS
         fi
         if [ -n "$bad_since" ] && [ "$killed" = 0 ] &&
-           [ $((SECONDS - bad_since)) -ge $((timeout_ms / 1000 + 2)) ]; then
-          step_id=$(awk '$3 != 0 { print $4; exit }' "$exits")
-          log "worker step $SLURM_JOB_ID.$step_id lost a worker $((SECONDS - bad_since)) s ago and has not ended: killing its tasks"
-          scancel --signal=KILL "$SLURM_JOB_ID.$step_id" 2>/dev/null
+           [ $((SECONDS - bad_since)) -ge 2 ]; then
+          log "worker step lost a worker $((SECONDS - bad_since)) s ago and has not ended: killing its tasks"
+          kill_step "$exits"
           killed=1
+        fi
+        # An excluded node past its cool-down: a step on every node beside this one.
+        if [ -z "$trial_pid" ] && [ -n "$excluded" ] && [ "$cool" -gt 0 ] && [ -z "$bad_since" ]; then
+          local due=""
+          for n in $excluded; do
+            [ $((SECONDS - excluded_at[$n])) -ge "${cooldown[$n]}" ] && due="${due:+$due }$n"
+          done
+          if [ -n "$due" ]; then
+            steps=$((steps + 1))
+            trial_exits=$state/slurm/exits-$SLURM_JOB_ID.$steps
+            trial_nodes=$excluded
+            trial_bad=""
+            log "node(s) $trial_nodes excluded long enough (train.node_cooldown_s): trying every node again with a worker step of $ntasks beside the running one; the run grows back onto it at its next checkpoint"
+            launch_step "$trial_exits" --overlap
+            trial_pid=$launched_pid
+          fi
+        fi
+        if [ -n "$trial_pid" ]; then
+          if [ -z "$trial_bad" ] && awk '$3 != 0 { bad = 1 } END { exit !bad }' "$trial_exits"; then
+            trial_bad=$SECONDS
+            kill_step "$trial_exits"  # its other workers are idle: nothing to save
+          fi
+          if ! kill -0 "$trial_pid" 2>/dev/null; then
+            wait "$trial_pid" 2>/dev/null
+            node="" rank="" code=""
+            read -r node rank code _ < <(first_bad "$trial_exits")
+            [ -n "${node:-}" ] && node_fails[$node]=$(( ${node_fails[$node]:-0} + 1 ))
+            for n in $trial_nodes; do
+              excluded_at[$n]=$SECONDS
+              cooldown[$n]=$(( cooldown[$n] * 2 ))
+            done
+            log "the worker step trying node(s) $trial_nodes again failed${node:+ on $node (rank $rank, exit $code)}: still excluded, tried again in ${cooldown[${trial_nodes%% *}]} s"
+            trial_pid=""
+          fi
         fi
         sleep 0.5 & wait $! 2>/dev/null
       done
       wait_for "$step_pid"
       step_pid=""
-      [ "$stopping" = 1 ] && return "$rc"
+      if [ "$stopping" = 1 ]; then
+        local step_rc=$rc
+        [ -n "$trial_pid" ] && wait_for "$trial_pid"
+        return "$step_rc"
+      fi
       json=$(ctl --json status "$run") || return "$rc"
+      node_keys "$json"
       st=$(json_field state <<<"$json")
       max=$(json_field max_restarts <<<"$json")
       case "$st" in
         PENDING|RUNNING|RESTARTING) ;;
-        *) return "$rc" ;;  # ended, or stopping with a checkpoint
+        *)  # ended, or stopping with a checkpoint: a trial step's idle workers are let go
+          if [ -n "$trial_pid" ]; then
+            kill -INT "$trial_pid" 2>/dev/null; sleep 0.2; kill -INT "$trial_pid" 2>/dev/null
+            wait_for "$trial_pid"
+          fi
+          return "$rc" ;;
       esac
+      if [ -n "$trial_pid" ] && kill -0 "$trial_pid" 2>/dev/null; then
+        # The smaller world stopped to grow back (or lost a worker): the run goes on with the
+        # step on every node, whose workers wait idle for it.
+        log "worker step ended (exit $rc) while a step on every node waits: run $run goes on there; node(s) $trial_nodes back (excluded again at their next failure)"
+        for n in $trial_nodes; do node_fails[$n]=$(( limit > 0 ? limit - 1 : 0 )); done
+        excluded=""
+        step_flags=()
+        step_pid=$trial_pid
+        exits=$trial_exits
+        trial_pid=""
+        ck_before=$(json_field latest_checkpoint_step <<<"$json")
+        adopt=1
+        continue
+      fi
       if [ "$rc" = 0 ]; then
         log "worker step ended while run $run is $st: launching it again in 1 s"
         sleep 1 & wait $! 2>/dev/null
         continue
       fi
       # The first worker to end badly names the node (the others were ended with the step).
-      # Exit 3 is a worker the coordinator told to abort (its run lost another one): not its
-      # node's fault. A stopped (hung) worker is killed with the step, shell and all: no node.
+      # A stopped (hung) worker is killed with the step, shell and all: no node.
       node="" rank="" code=""
-      read -r node rank code _ < <(awk '$3 != 0 && $3 != 3 { print; exit }' "$exits")
+      read -r node rank code _ < <(first_bad "$exits")
       if [ -n "${node:-}" ]; then
         node_fails[$node]=$(( ${node_fails[$node]:-0} + 1 ))
         log "worker step failed on $node (rank $rank, exit $code): failure ${node_fails[$node]} of $node"
         if [ "$limit" -gt 0 ] && [ "${node_fails[$node]}" -ge "$limit" ] &&
            [[ " $excluded " != *" $node "* ]]; then
-          local left=0 n min micro global
+          local left=0 min micro global
           for n in "${nodes[@]}"; do
             [[ " $excluded $node " == *" $n "* ]] || left=$((left + per_node))
           done
@@ -340,15 +442,21 @@ trap "" TERM; "$0" "$@"; rc=$?; echo "${SLURMD_NODENAME:-$(hostname -s)} ${SLURM
           if [ "$left" -ge "${min:-1}" ] && [ "$left" -gt 0 ] &&
              [ $(( ${global:-0} % (${micro:-1} * left) )) = 0 ]; then
             excluded="${excluded:+$excluded }$node"
+            excluded_at[$node]=$SECONDS
+            cooldown[$node]=$(( ${cooldown[$node]:-0} > 0 ? cooldown[$node] * 2 : cool ))
             step_flags=(--nodes=$(( left / per_node )) --ntasks="$left" --exclude="${excluded// /,}")
-            log "node $node failed ${node_fails[$node]} time(s) (FORGE_NODE_FAILURE_LIMIT $limit): excluded; the run goes on with $left worker(s) on the other node(s) (train.min_workers ${min:-?})"
+            log "node $node failed ${node_fails[$node]} time(s) (train.node_failure_limit $limit): excluded; the run goes on with $left worker(s) on the other node(s) (train.min_workers ${min:-?})$([ "$cool" -gt 0 ] && echo "; every node is tried again in ${cooldown[$node]} s (train.node_cooldown_s)")"
           else
-            log "node $node failed ${node_fails[$node]} time(s) (FORGE_NODE_FAILURE_LIMIT $limit): not excluded: the other node(s) hold $left worker(s); the run needs train.min_workers ${min:-?} and a world that divides batch.global_batch ${global:-?} into micro-batches of ${micro:-?}"
+            log "node $node failed ${node_fails[$node]} time(s) (train.node_failure_limit $limit): not excluded: the other node(s) hold $left worker(s); the run needs train.min_workers ${min:-?} and a world that divides batch.global_batch ${global:-?} into micro-batches of ${micro:-?}"
           fi
         fi
       fi
       if [ "$relaunches" -ge "${max:-0}" ]; then
         log "worker step failed (exit $rc); not relaunched: $relaunches relaunch(es) made (train.max_restarts ${max:-0})"
+        if [ -n "$trial_pid" ]; then
+          kill -INT "$trial_pid" 2>/dev/null; sleep 0.2; kill -INT "$trial_pid" 2>/dev/null
+          wait_for "$trial_pid"
+        fi
         return "$rc"
       fi
       ck_after=$(json_field latest_checkpoint_step <<<"$json")

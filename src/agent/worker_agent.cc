@@ -298,12 +298,16 @@ class Placement {
 
   void HeartbeatLoop() {
     const auto interval = std::chrono::milliseconds(std::max(50, a_.heartbeat_interval_ms()));
+    // After a failed heartbeat (the coordinator is away, e.g. restarting) the next one goes
+    // sooner, so a restarted coordinator hears from this worker soon after it serves.
+    const auto retry = std::min(interval, std::chrono::milliseconds(200));
+    bool failed = false;
     for (;;) {
       v1::HeartbeatRequest req = Base();
       req.set_phase(v1::TRAINING);
       {
         std::unique_lock<std::mutex> l(progress_.mu);
-        progress_.wake.wait_for(l, interval, [&] { return progress_.done; });
+        progress_.wake.wait_for(l, failed ? retry : interval, [&] { return progress_.done; });
         if (progress_.done) return;
         req.set_step_done(step_done_.load());  // as of now, not of the wait's start
         if (progress_.have_new) *req.mutable_metrics() = progress_.latest;
@@ -315,7 +319,9 @@ class Placement {
       }
       v1::HeartbeatResponse resp;
       // No retry loop here: the next tick is the retry (training goes on meanwhile).
+      failed = false;
       if (Status s = link_->Heartbeat(req, &resp, /*retry=*/false); !s.ok()) {
+        failed = true;
         std::lock_guard<std::mutex> l(progress_.mu);
         if (req.has_metrics()) progress_.have_new = true;  // send it again next time
         // ... with the records it carried before the ones logged since.

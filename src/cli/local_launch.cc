@@ -500,6 +500,7 @@ StatusOr<ProcessRunResult> TrainWithLocalCoordinator(const RunConfig& cfg,
   so.user_token = rpc::RandomSecret();
   so.join_secret = rpc::RandomSecret();
   FORGE_ASSIGN_OR_RETURN(auto server, coord::CoordinatorServer::Start(so, coordinator.get()));
+  coordinator->Serving();
   const std::string address = "127.0.0.1:" + std::to_string(server->port());
   FORGE_RETURN_IF_ERROR(WriteFileAtomic(state_dir + "/token", so.user_token + "\n"));
   ::chmod((state_dir + "/token").c_str(), 0600);

@@ -254,15 +254,24 @@ Status Coordinator::Load() {
         FORGE_RETURN_IF_ERROR(SetState(&r, RunState::kFailed,
                                        "the forge train process that ran it ended", ""));
   }
-  // Known workers get one heartbeat timeout from now to show up again; ranks that already
-  // reported the end of their placement count as done.
+  // Known workers get two heartbeat timeouts from now (from Serving(), once called) to show up
+  // again; ranks that already reported the end of their placement count as done.
   for (WorkerRecord& w : workers) {
     const std::string id = w.id;
     if (!w.run_id.empty() && w.done_phase != 0)
       done_[w.run_id][w.rank] = static_cast<v1::WorkerPhase>(w.done_phase);
-    workers_[id] = LiveWorker{std::move(w), Clock::now()};
+    LiveWorker live{std::move(w), Clock::now()};
+    live.from_state = true;
+    workers_[id] = std::move(live);
   }
   return Status::Ok();
+}
+
+void Coordinator::Serving() {
+  std::lock_guard<std::mutex> l(mu_);
+  const auto now = Clock::now();
+  for (auto& [id, w] : workers_)
+    if (w.from_state) w.last_seen = w.progress_at = now;
 }
 
 RunRecord* Coordinator::FindRun(const std::string& id) {
@@ -419,7 +428,7 @@ void Coordinator::Schedule() {
     if (run.state != RunState::kPending && run.state != RunState::kRestarting) continue;
     std::vector<const LiveWorker*> idle;
     for (const auto& [wid, w] : workers_)
-      if (w.rec.run_id.empty()) idle.push_back(&w);
+      if (w.rec.run_id.empty() && !w.from_state) idle.push_back(&w);  // heard from: alive
     std::sort(idle.begin(), idle.end(), [](const LiveWorker* a, const LiveWorker* b) {
       return a->rec.joined_ms != b->rec.joined_ms ? a->rec.joined_ms < b->rec.joined_ms
                                                   : a->rec.id < b->rec.id;
@@ -534,7 +543,7 @@ void Coordinator::GrowBack() {
   {
     std::vector<const LiveWorker*> idle;
     for (const auto& [wid, w] : workers_)
-      if (w.rec.run_id.empty()) idle.push_back(&w);
+      if (w.rec.run_id.empty() && !w.from_state) idle.push_back(&w);  // heard from: alive
     std::sort(idle.begin(), idle.end(), [](const LiveWorker* a, const LiveWorker* b) {
       return a->rec.joined_ms != b->rec.joined_ms ? a->rec.joined_ms < b->rec.joined_ms
                                                   : a->rec.id < b->rec.id;
@@ -1026,6 +1035,7 @@ grpc::Status Coordinator::Join(const v1::JoinRequest& req, v1::JoinResponse* out
     it = workers_.emplace(w.rec.id, std::move(w)).first;
   }
   it->second.last_seen = Clock::now();
+  it->second.from_state = false;
   if (!req.device_name().empty() && req.device_name() != it->second.rec.device_name) {
     it->second.rec.device_name = req.device_name();  // e.g. a store from before it was kept
     if (Status s = PersistWorker(it->second.rec); !s.ok()) return ToGrpc(s);
@@ -1070,13 +1080,17 @@ grpc::Status Coordinator::CheckPlacement(const WorkerRequest& req, LiveWorker** 
                 RunStateName((*run)->state) + ", attempt " + std::to_string((*run)->attempt) +
                 ")"};
   it->second.last_seen = Clock::now();
+  it->second.from_state = false;
   return grpc::Status::OK;
 }
 
 grpc::Status Coordinator::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* out) {
   std::lock_guard<std::mutex> l(mu_);
   auto it = workers_.find(req.worker_id());
-  if (it != workers_.end()) it->second.last_seen = Clock::now();
+  if (it != workers_.end()) {
+    it->second.last_seen = Clock::now();
+    it->second.from_state = false;
+  }
   if (req.run_id().empty()) {  // an idle worker's ping
     out->set_command(it == workers_.end() ? v1::ABORT : v1::CONTINUE);
     return grpc::Status::OK;
@@ -1303,7 +1317,7 @@ void Coordinator::DetectHangs(Clock::time_point now) {
     std::vector<const LiveWorker*> stalled;
     for (const auto& [wid, w] : workers_)
       if (w.rec.run_id == id && w.rec.attempt == run.attempt && w.rec.done_phase == 0 &&
-          now - w.progress_at > timeout)
+          !w.from_state && now - w.progress_at > timeout)
         stalled.push_back(&w);
     if (stalled.empty()) continue;
     // Name the likeliest culprit: the longest silent (a stopped process sends no heartbeats,
@@ -1400,7 +1414,7 @@ void Coordinator::MonitorLoop() {
     std::vector<Lost> lost;
     std::vector<std::string> gone;  // idle workers
     for (const auto& [id, w] : workers_) {
-      if (now - w.last_seen <= timeout) continue;
+      if (now - w.last_seen <= (w.from_state ? 2 * timeout : timeout)) continue;
       const double silent = std::chrono::duration<double>(now - w.last_seen).count();
       RunRecord* run = w.rec.run_id.empty() ? nullptr : FindRun(w.rec.run_id);
       if (run != nullptr && Active(run->state) && run->attempt == w.rec.attempt) {

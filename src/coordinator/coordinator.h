@@ -2,8 +2,8 @@
 // commits. server.cc puts gRPC services (with authentication) in front of it; tests can call
 // it directly. All state changes go to the RunStore before a call is answered, so a restarted
 // coordinator (same state dir) continues where the killed one stopped: runs, placements and
-// half-reported checkpoints are reloaded, and every known worker gets one heartbeat timeout
-// to reconnect.
+// half-reported checkpoints are reloaded, and every known worker gets two heartbeat timeouts
+// from when it serves (Serving()) to reconnect.
 //
 // Run lifecycle:
 //   SubmitRun      -> PENDING (spec validated, run dir <runs_dir>/<id>)
@@ -112,6 +112,13 @@ class Coordinator {
   // waiting for one. OK and no change when the run is not running that attempt any more.
   Status WorkersExited(const std::string& run_id, int attempt, const std::string& why);
 
+  // The server in front of it accepts calls from now on: the workers known from the state
+  // (placed before a restart) are timed from here, not from Open. They get two heartbeat
+  // timeouts to reach it before they count as lost: they first have to find it again (their
+  // channels back off while it was away, and a loaded machine slows both sides; one timeout
+  // cost a healthy run a restart in the chaos soak).
+  void Serving();
+
   // Stops the monitor thread and wakes watchers (they end their streams).
   void Shutdown();
 
@@ -124,6 +131,8 @@ class Coordinator {
     // advanced (or the placement began, or this coordinator learnt of it).
     int64_t progress_step = 0;
     Clock::time_point progress_at = Clock::now();
+    // Known from the state of an earlier coordinator and not heard from since (Serving()).
+    bool from_state = false;
   };
 
   explicit Coordinator(const CoordinatorOptions& options);

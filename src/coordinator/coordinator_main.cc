@@ -144,6 +144,7 @@ int main(int argc, char** argv) {
   if (!coordinator.ok()) return Fail(coordinator.status());
   auto server = coord::CoordinatorServer::Start(sopt, coordinator->get());
   if (!server.ok()) return Fail(server.status());
+  (*coordinator)->Serving();
   const std::string host = sopt.listen.substr(0, sopt.listen.rfind(':'));
   const std::string address = host + ":" + std::to_string((*server)->port());
   if (!address_file.empty()) {

@@ -156,8 +156,8 @@ double Percentile(std::vector<double> v, double p) {
 
 TEST_F(SlurmChaos, FourWorkersSurviveSeededFaultsBitwise) {
   ::setenv("FORGE_WORKER_ARGS", "--throttle-ms 100", 1);
-  // 4 s: a restarted coordinator gives known workers one timeout to reconnect, which on a
-  // loaded 2-core machine took longer than 2 s.
+  // 4 s: how long a silent worker (kill -9, SIGSTOP) takes to be noticed; a restarted
+  // coordinator gives the workers it knows twice that to reconnect.
   ::setenv("FORGE_HEARTBEAT_TIMEOUT_MS", "4000", 1);
   const std::string cfg = dir_ + "/chaos.yaml";
   {

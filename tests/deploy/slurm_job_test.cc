@@ -5,8 +5,9 @@
 // leaves a committed checkpoint and resubmitting resumes the same run from it; the time-limit
 // warning stops the run with a checkpoint and requeues the job, which finishes the run; kill -9
 // of a worker fails the worker step, which the job launches again in its allocation, counting
-// the failure against the worker's node (excluded past a limit where the rest of the
-// allocation keeps train.min_workers; not on one node). Direct
+// the failure against the worker's node (excluded past train.node_failure_limit where the rest
+// of the allocation keeps train.min_workers, and tried again after train.node_cooldown_s: on
+// two nodes, slurm_multinode_test.cc). Direct
 // launch (FORGE_LAUNCH=direct: `srun forge train`): scancel checkpoints and a resubmission
 // resumes. Skips when not root or when slurm-wlm/munge are not installed.
 #include <gtest/gtest.h>
@@ -45,8 +46,8 @@ TEST_F(SlurmJob, CoordinatorAndFourWorkersTrainToCompletion) {
   EXPECT_EQ(ckpts.back().step, 6);
 }
 
-// kill -9 of one worker ends the whole worker step (--kill-on-bad-exit); the job launches the
-// step again in its allocation and the coordinator resumes the run on the new workers from the
+// kill -9 of one worker ends the whole worker step (the coordinator aborts the others); the job
+// launches the step again in its allocation and the coordinator resumes the run on the new workers from the
 // last committed checkpoint.
 TEST_F(SlurmJob, CoordinatorRelaunchesAWorkerStepThatFailed) {
   // 60 steps of >= 50 ms (3 s): the run is far from done when a worker is killed.
@@ -80,15 +81,15 @@ TEST_F(SlurmJob, CoordinatorRelaunchesAWorkerStepThatFailed) {
 }
 
 // The job counts which node's workers ended each failed step. On this one-node cluster the
-// node that failed FORGE_NODE_FAILURE_LIMIT (2) times cannot be excluded: the rest of the
+// node that failed train.node_failure_limit (2) times cannot be excluded: the rest of the
 // allocation would hold 0 workers, below train.min_workers 2; the job says so and relaunches
-// on it (the exclusion itself, `srun --exclude`, needs a second node).
+// on it (the exclusion itself and the trial step on every node after train.node_cooldown_s
+// that grows the run back: slurm_multinode_test.cc, on two nodes).
 TEST_F(SlurmJob, CoordinatorCountsFailuresPerNodeAndKeepsANodeItCannotSpare) {
   ::setenv("FORGE_WORKER_ARGS", "--throttle-ms 50", 1);
-  ::setenv("FORGE_NODE_FAILURE_LIMIT", "2", 1);
-  const std::string cfg = WriteConfig("nodefail", 200, 5, "min_workers: 2, ");
+  const std::string cfg =
+      WriteConfig("nodefail", 200, 5, "min_workers: 2, node_failure_limit: 2, ");
   const std::string job = Submit(cfg);
-  ::unsetenv("FORGE_NODE_FAILURE_LIMIT");
   ASSERT_FALSE(job.empty());
   ASSERT_TRUE(WaitFor(60, [&] { return !RunIdOf("nodefail").empty(); })) << JobLog(job);
   const std::string run = RunIdOf("nodefail");
@@ -130,7 +131,7 @@ TEST_F(SlurmJob, CoordinatorCountsFailuresPerNodeAndKeepsANodeItCannotSpare) {
   ASSERT_EQ(state, "COMPLETED") << log;
   EXPECT_TRUE(Contains(log, "worker step failed on " + host + " (rank ")) << log;
   EXPECT_TRUE(Contains(log, "exit 137): failure 2 of " + host)) << log;
-  EXPECT_TRUE(Contains(log, "node " + host + " failed 2 time(s) (FORGE_NODE_FAILURE_LIMIT 2): "
+  EXPECT_TRUE(Contains(log, "node " + host + " failed 2 time(s) (train.node_failure_limit 2): "
                             "not excluded: the other node(s) hold 0 worker(s); the run needs "
                             "train.min_workers 2"))
       << log;

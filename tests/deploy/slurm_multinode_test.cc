@@ -5,11 +5,13 @@
 // from SLURM_LOCALID, the coordinator on the allocation's first node at the address Slurm has
 // for it, NCCL's socket interface chosen on each node (the route to the coordinator: lo here)
 // and NCCL_IB_HCA kept where the submitter set it (no InfiniBand here: its automatic choice,
-// the ACTIVE ports under /sys/class/infiniband, finds none and leaves it unset). Skips when not
-// root or when slurm-wlm/munge are not installed.
+// the ACTIVE ports under /sys/class/infiniband, finds none and leaves it unset), and a node
+// excluded after a failure that the run grows back onto after train.node_cooldown_s. Skips
+// when not root or when slurm-wlm/munge are not installed.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <sstream>
 #include <string>
 
 #include "slurm_fixture.h"
@@ -18,6 +20,7 @@ namespace forge {
 namespace {
 
 using test::Contains;
+using test::ReadFile;
 
 class SlurmTwoNodes : public test::SlurmFixture {
  protected:
@@ -89,6 +92,50 @@ TEST_F(SlurmTwoNodes, DirectLaunchSpansBothNodes) {
                            "forge-slurm: rank 3 on fnode2 local 1 NCCL_SOCKET_IFNAME=lo NCCL_IB_HCA= "})
     EXPECT_TRUE(Contains(log, line)) << line << "\n" << log;
   EXPECT_TRUE(Contains(log, "forge: done: 4 steps")) << log;
+}
+
+// A node whose worker fails train.node_failure_limit (1) times is excluded: the run goes on
+// with the other node's 2 workers (train.min_workers 2); train.node_cooldown_s (6 s) later the
+// job launches a step on both nodes beside the running one, the run grows back onto its 4
+// workers at the next checkpoint, and that step finishes the run.
+TEST_F(SlurmTwoNodes, ExcludedNodeIsTriedAgainAndTheRunGrowsBack) {
+  ::setenv("FORGE_WORKER_ARGS", "--throttle-ms 80", 1);
+  const std::string cfg = WriteConfig(
+      "regrow", 300, 5,
+      "min_workers: 2, elastic_grace_s: 1, node_failure_limit: 1, node_cooldown_s: 6, ");
+  const std::string job = Submit(cfg);
+  ASSERT_FALSE(job.empty());
+  ASSERT_TRUE(WaitFor(60, [&] { return !RunIdOf("regrow").empty(); })) << JobLog(job);
+  const std::string run = RunIdOf("regrow");
+  const std::string run_dir = CoordinatorRunDir("regrow");
+  ASSERT_TRUE(WaitFor(90, [&] { return !ListCheckpoints(run_dir + "/checkpoints").empty(); }))
+      << JobSummary(job) << JobLog(job);
+  // A worker of this job on fnode2.
+  long victim = 0;
+  std::istringstream pids(Run("pgrep -x forge-worker"));
+  for (long pid; victim == 0 && pids >> pid;) {
+    const std::string env = ReadFile("/proc/" + std::to_string(pid) + "/environ");
+    if (Contains(env, std::string("SLURM_JOB_ID=") + job + '\0') &&
+        Contains(env, std::string("SLURMD_NODENAME=fnode2") + '\0'))
+      victim = pid;
+  }
+  ASSERT_NE(victim, 0) << Run("ps -ef");
+  Log("$ kill -9 %ld   # a forge-worker of job %s on fnode2\n", victim, job.c_str());
+  Run("kill -9 " + std::to_string(victim));
+  const auto [state, log] = AwaitJob(job);
+  ASSERT_EQ(state, "COMPLETED") << log;
+  EXPECT_TRUE(Contains(log, "worker step failed on fnode2 (rank ")) << log;
+  EXPECT_TRUE(Contains(log, "node fnode2 failed 1 time(s) (train.node_failure_limit 1): "
+                            "excluded; the run goes on with 2 worker(s)"))
+      << log;
+  EXPECT_TRUE(Contains(log, "(world 4 -> 2; elastic: 4 requested, 2 available")) << log;
+  EXPECT_TRUE(Contains(log, "node(s) fnode2 excluded long enough (train.node_cooldown_s): "
+                            "trying every node again"))
+      << log;
+  EXPECT_TRUE(Contains(log, "4 workers available again: world 2")) << log;
+  EXPECT_TRUE(Contains(log, "(world 2 -> 4)")) << log;
+  EXPECT_TRUE(Contains(log, "node(s) fnode2 back")) << log;
+  EXPECT_TRUE(Contains(log, "run " + run + ": COMPLETED at step 300")) << log;
 }
 
 }  // namespace

@@ -171,6 +171,51 @@ TEST(CoordinatorLifecycle, LostWorkerRestartsThenFails) {
   EXPECT_NE(r.state_reason().find("max_restarts"), std::string::npos) << r.state_reason();
 }
 
+// kill -9 and a restart of the coordinator: the workers it knows from its state get two
+// heartbeat timeouts from Serving() to reach it (they first have to find it again), and until
+// one is heard from it is not placed on a run; once heard from, one timeout of silence loses it.
+TEST(CoordinatorLifecycle, RestartedCoordinatorWaitsTwoTimeoutsForKnownWorkers) {
+  const std::string dir = StateDir("reopened");
+  v1::Run first;
+  v1::Assignment a0, a1;
+  {
+    auto c = Open(dir, 1000);
+    v1::SubmitRunRequest s;
+    s.set_spec_yaml(kSpec);
+    ASSERT_TRUE(c->SubmitRun(s, &first).ok());
+    Join(c.get(), "a0", 0);
+    a1 = Join(c.get(), "a1", 1).assignment();
+    a0 = Join(c.get(), "a0", 0).assignment();
+    ASSERT_EQ(a0.run_id(), first.id());
+    Join(c.get(), "x0", 0);  // an idle group
+    Join(c.get(), "x1", 1);
+  }
+  auto c = Open(dir, 1000);
+  c->Serving();
+  v1::SubmitRunRequest s;
+  s.set_spec_yaml(kSpec);
+  v1::Run second;
+  ASSERT_TRUE(c->SubmitRun(s, &second).ok());
+  EXPECT_EQ(Get(c.get(), second.id()).state(), v1::PENDING) << "placed on unheard workers";
+  // Silent past one timeout: still placed.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1400));
+  EXPECT_EQ(Get(c.get(), first.id()).state(), v1::RUNNING);
+  EXPECT_EQ(Beat(c.get(), "a0", a0).command(), v1::CONTINUE);
+  EXPECT_EQ(Beat(c.get(), "a1", a1).command(), v1::CONTINUE);
+  // Heard from: a1's next silence counts one timeout. x1 is never heard from again: gone after
+  // two, so x0's group never takes the second run.
+  Join(c.get(), "x0", 0);
+  for (int i = 0; i < 25 && Get(c.get(), first.id()).state() == v1::RUNNING; ++i) {
+    Beat(c.get(), "a0", a0);
+    Join(c.get(), "x0", 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const v1::Run r = Get(c.get(), first.id());
+  EXPECT_EQ(r.state(), v1::RESTARTING);
+  EXPECT_NE(r.state_reason().find("a1"), std::string::npos) << r.state_reason();
+  EXPECT_EQ(Get(c.get(), second.id()).state(), v1::PENDING);
+}
+
 // Both workers of a placement go silent together while another group waits: the first
 // timeout restarts the run on the waiting group, and the second worker's silence (seen in the
 // same monitor tick) does not count against the new attempt: one restart, not a second one
