@@ -149,8 +149,9 @@ struct AttentionPoint {
   double fwd_ms = 0, bwd_ms = 0, tflops = 0;
 };
 
-StatusOr<AttentionPoint> TimeAttention(SdpaRunner& r, const ModelConfig& m, int T, int reps,
-                                       const RandomPool& pool, cudaStream_t stream) {
+StatusOr<AttentionPoint> TimeAttention(SdpaRunner& r, bool deterministic, const ModelConfig& m,
+                                       int T, int reps, const RandomPool& pool,
+                                       cudaStream_t stream) {
   SdpaShape s;
   s.B = int(std::max<int64_t>(1, kTokens / T));
   s.T = T, s.H = m.n_head, s.KV = m.n_kv_head, s.hd = m.head_dim();
@@ -162,12 +163,15 @@ StatusOr<AttentionPoint> TimeAttention(SdpaRunner& r, const ModelConfig& m, int 
   FORGE_RETURN_IF_ERROR(Alloc(&dout, n_out * 2));
   FORGE_RETURN_IF_ERROR(Alloc(&dqkv, n_qkv * 2));
   FORGE_RETURN_IF_ERROR(Alloc(&stats, rows * 4));
-  const size_t scratch_bytes = SdpaRunner::BackwardScratchBytes(s, true);
+  // softmax_sum at offset 0, dq_accum (non-deterministic backward only) at the next 256 bytes.
+  const size_t scratch_bytes = SdpaRunner::BackwardScratchBytes(s, deterministic);
   FORGE_RETURN_IF_ERROR(Alloc(&scratch, std::max<size_t>(scratch_bytes, 256)));
   FORGE_RETURN_IF_ERROR(pool.Fill(qkv.p, n_qkv, 3));
   FORGE_RETURN_IF_ERROR(pool.Fill(dout.p, n_out, 4));
   auto* softmax_sum = scratch.As<float>();
-  float* dq_accum = nullptr;  // deterministic: unused
+  float* dq_accum =
+      deterministic ? nullptr
+                    : reinterpret_cast<float*>(scratch.As<char>() + (rows * 4 + 255) / 256 * 256);
   Timer tf(stream, 3, reps, 1), tb(stream, 3, reps, 1);
   AttentionPoint p;
   p.T = T, p.B = s.B;
@@ -360,7 +364,8 @@ Status Calibrate(const Args& a, const RunConfig& cfg, Json* out) {
 
   {  // attention at several sequence lengths
     SdpaRunner runner;
-    FORGE_RETURN_IF_ERROR(runner.Init(cfg.engine.deterministic_attention,
+    const bool det = cfg.engine.deterministic_attention;
+    FORGE_RETURN_IF_ERROR(runner.Init(det,
                                       cfg.engine.attention_backward == AttentionBackward::kFlash
                                           ? cuda::SdpaBackwardKernel::kFlash
                                           : cuda::SdpaBackwardKernel::kCudnn));
@@ -368,7 +373,7 @@ Status Calibrate(const Args& a, const RunConfig& cfg, Json* out) {
     Json rows = Json::array();
     for (int T : {1024, 2048, 4096, 8192}) {
       FORGE_ASSIGN_OR_RETURN(const AttentionPoint p,
-                             TimeAttention(runner, m, T, a.reps, pool, stream));
+                             TimeAttention(runner, det, m, T, a.reps, pool, stream));
       rows.push_back(Json{{"T", p.T}, {"B", p.B}, {"fwd_ms", p.fwd_ms}, {"bwd_ms", p.bwd_ms},
                           {"model_tflops", p.tflops}});
       inv_t.push_back(1.0 / T);
