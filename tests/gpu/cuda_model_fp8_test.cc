@@ -335,7 +335,15 @@ TEST(GpuFp8Step, LlamaKnobsMatchCpu) {
     c.model.qk_norm = qk_norm;
     CudaBackendOptions o;
     o.lm_head_chunk_rows = 64;
-    test::ExpectGradientsMatchCpu(c, 2, o, /*loss_tol=*/2e-2, /*grad_tol=*/0.15);
+    // With QK-norm the norm weights' gradients are the furthest from the CPU's: each is a
+    // per-channel sum over every token and head of dq (or dk) times the normalised q, with
+    // cancellation, downstream of the E5M2 rounding of dO (up to 2^-3 = 12.5% an element) and
+    // softmax's backward subtraction dP - rowsum(dO O). On the same inputs they measured 0.139
+    // and 0.151 (blocks.0.attn.q_norm) in two runs that differed only in the autotuned cuDNN
+    // attention engines (bf16 roundings, which values then cross FP8 grid points differently).
+    // The QK-norm run's bound is 0.2, 1.6 times E5M2's unit roundoff; without QK-norm every
+    // tensor stays within 0.15.
+    test::ExpectGradientsMatchCpu(c, 2, o, /*loss_tol=*/2e-2, /*grad_tol=*/qk_norm ? 0.2 : 0.15);
     auto [cpu, gpu] = test::MakeCpuAndGpu(c);
     ASSERT_NE(gpu, nullptr);
     const auto batches = MakeBatches(c, 30, 23);
