@@ -50,10 +50,10 @@ PlanCalibration H200() {
   c.elementwise_bytes = 34;
   c.logits_bytes = 3.9;
   // Memory: what the device tool's H200 lets a process take (~139.8 GiB of 141 GB). The
-  // overhead is the mean of what memory_estimate + logits chunks leave out of gpt350m B16's
-  // 19.7 GiB (VF) and llama3-1b B2's 42.42 GiB (PERF): 0.66 and 1.16 GiB.
+  // overhead is the mean of what memory_estimate leaves out of gpt350m B16's 19.69 GiB (VF)
+  // and llama3-1b B2's 42.42 GiB (PERF): 0.06 and 0.05 GiB.
   c.capacity_gib = 139.8;
-  c.overhead_gib = 0.9;
+  c.overhead_gib = 0.05;
   // NVLink (4x H200 of one host, NCCL 2.28). Latencies assumed (NCCL's simple-protocol ring:
   // ~8 us to launch, ~2 us a ring step on NVLink); the bandwidths then follow from
   // forge-dist-bench's collectives-alone times for gpt350m (VF): 26 bf16 all-reduces of the

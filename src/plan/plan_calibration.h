@@ -64,8 +64,8 @@ struct PlanCalibration {
 
   // --- memory ---
   double capacity_gib = 0;  // what a process can allocate on the GPU
-  // Beyond worker/train/memory_estimate.h's count and the LM head's logits chunks: CUDA
-  // context, cuBLASLt / cuDNN workspaces, allocator slack.
+  // Beyond worker/train/memory_estimate.h's count: cuBLASLt / cuDNN handles and the kernels
+  // they load, the CUDA graph, small scratch, allocation rounding.
   double overhead_gib = 0;
 
   // --- links ---

@@ -311,8 +311,6 @@ ModePrediction PredictMode(const RunConfig& cfg_in, Mode mode, const Topology& t
                                              : ParallelMode::kHsdp;
   cfg.parallel.shard_group_size = mode == Mode::kHsdp ? shard : 0;
   double bytes = EstimateTrainingMemory(cfg, Backend::kCuda, N).total();
-  const double rows = std::min<double>(cfg.engine.lm_head_chunk, double(micro) * cfg.model.seq_len);
-  bytes += 2 * rows * cfg.model.padded_vocab() * 2;  // two bf16 logits chunks
   if (mode == Mode::kDdp && bf16_grads && N > 1) bytes += 2.0 * md.params;  // bf16 twin
   if (fsdp_like)  // two gathered blocks and their fp32 gradients, the root units gathered
     bytes += 2.0 * md.block * (2 + 4) + double(md.root) * (2 + 4);

@@ -30,9 +30,10 @@
 // larger.
 //
 // Memory: EstimateTrainingMemory (worker/train/memory_estimate.h) for the mode and world (hsdp
-// shards over its group), plus what that lower bound leaves out: the LM head's two logits
-// chunks, ddp's bf16 gradient twin with parallel.grad_reduce bf16, fsdp's gathered block
-// buffers and root units, and the calibrated overhead.
+// shards over its group: the parameter state, activations, the backward's buffers, logits
+// chunks and attention/GEMM scratch), plus what that lower bound leaves out: ddp's bf16
+// gradient twin with parallel.grad_reduce bf16, fsdp's gathered block buffers and root units,
+// and the calibrated overhead.
 #pragma once
 
 #include <string>

@@ -13,9 +13,10 @@
 //     The 4-GPU rows come within 2.6% (ddp) and 5.1% (fsdp): their runs' own one-GPU baseline
 //     was 213,178 tokens/s, 1.8% below the 217,106 the model is fitted to; against it the
 //     model's efficiency is 96.1% for ddp (measured 96.06%) and 95.0% for fsdp (92.70%).
-//   - peak memory within 10%: the estimate is a lower bound plus a fitted overhead; the largest
-//     error of a row it was not fitted to is gpt124m's +4.9% (the fixed overhead weighs more in
-//     a small model).
+//   - peak memory within 2%: memory_estimate.h counts every buffer class of the CUDA model
+//     (its own test holds it 0.04-0.33 GiB under the H200 peaks), the plan adds fsdp's gathered
+//     blocks and a 0.05 GiB overhead; the largest error is gpt350m FP8+head's -0.8% (FP8's
+//     fused SwiGLU output and LM-head casts the estimate leaves out), rounded up with margin.
 //   - exposed communication within 1 ms of the measured at 4 GPUs.
 #include <gtest/gtest.h>
 
@@ -109,7 +110,7 @@ TEST(PlanModel, PredictionsMatchTheMeasuredRunsWithinTheStatedBounds) {
     else
       std::printf(" | %.2f | |\n", p.peak_gib);
     EXPECT_LT(std::fabs(e_t), 0.10) << r.what << ": predicted " << p.tokens_per_s_per_gpu;
-    if (r.gib > 0) EXPECT_LT(std::fabs(Err(p.peak_gib, r.gib)), 0.10) << r.what;
+    if (r.gib > 0) EXPECT_LT(std::fabs(Err(p.peak_gib, r.gib)), 0.02) << r.what;
   }
 }
 

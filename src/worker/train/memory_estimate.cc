@@ -44,24 +44,79 @@ double CpuActivations(const ModelConfig& m, int micro_batch, double* probs) {
   return (N * (m.n_layer * per_layer + global)) * 4 + *probs;
 }
 
-// Activations the CUDA model allocates (cuda_model.cu), bf16: the layer inputs, the blocks'
-// saved tensors (train.activation_recompute: all of every block's; selective: every block's
-// GEMM and attention outputs, two sets of the recomputed norm and SwiGLU outputs; full: one
-// block's), the final norm's output.
-double CudaActivations(const RunConfig& cfg) {
+// The CUDA model's buffers (worker/model/cuda_model.cu, fp8_linears.cu, kernels/cuda/sdpa.cc)
+// beyond the parameter state, in bytes, by the config alone: what a GPU's kernels choose at
+// run time (the fused epilogue GEMMs, which engine cuDNN picks) is taken as on an H100/H200.
+struct CudaBuffers {
+  double fp8_weights = 0;  // the linears' FP8 weights and their transposes (every rank whole)
+  double activations = 0;  // layer inputs, saved block tensors, the final norm's output
+  double workspace = 0;    // backward gradients, logits chunks, attention and GEMM scratch
+  double quadratic = 0;    // the part of workspace that grows with seq_len^2 (cuDNN's)
+};
+
+CudaBuffers CountCudaBuffers(const RunConfig& cfg, int world) {
   const ModelConfig& m = cfg.model;
-  const double N = double(cfg.batch.micro_batch) * m.seq_len, d = m.d_model, ffn = m.ffn;
-  const double L = m.n_layer;
-  const double qkv = (double(m.n_head) + 2.0 * m.n_kv_head) * m.head_dim();
-  double kept = qkv + double(m.n_head) * m.head_dim() + d + 2 * ffn;  // qkv att x_mid gu
-  if (m.qk_norm) kept += (double(m.n_head) + m.n_kv_head) * m.head_dim();  // Q, K before it
-  const double recomputable = 2 * d + ffn;                                    // h1 h2 sw
-  double blocks = L * (kept + recomputable);
-  if (cfg.train.activation_recompute == Recompute::kSelective)
-    blocks = L * kept + std::min(L, 2.0) * recomputable;
-  if (cfg.train.activation_recompute == Recompute::kFull)
-    blocks = std::min(L, 1.0) * (kept + recomputable);
-  return 2 * N * ((L + 1) * d + blocks + d);
+  const EngineConfig& eng = cfg.engine;
+  const bool fp8 = cfg.precision.compute == Precision::kFp8;
+  const double B = cfg.batch.micro_batch, T = m.seq_len, N = B * T, d = m.d_model;
+  const double ffn = m.ffn, L = m.n_layer, H = m.n_head, KV = m.n_kv_head, hd = m.head_dim();
+  const double V = m.padded_vocab(), qkv = (H + 2 * KV) * hd, att = H * hd;
+  CudaBuffers c;
+
+  // Saved per block set (bf16 unless said): rstd1 and rstd2 (fp32 per token), qkv, the
+  // attention output and its fp32 log-sum-exp per head and token, x_mid, gate/up; with
+  // QK-norm the raw Q, K and their fp32 rstd. h1, h2 and sw (recomputable) are kept by every
+  // set without recompute, two alternating sets with selective, one shared set in FP8 (whose
+  // backward reads their FP8 transposes instead). Full recompute keeps one block set.
+  double kept = 2 * (qkv + att + d + 2 * ffn) + 4 * (2 + H);
+  if (m.qk_norm) kept += 2 * (H + KV) * hd + 4 * (H + KV);
+  const double recomputable = 2 * (2 * d + ffn);
+  const double sets = cfg.train.activation_recompute == Recompute::kFull ? std::min(L, 1.0) : L;
+  const double h_sets = fp8 ? std::min(sets, 1.0)
+                        : cfg.train.activation_recompute == Recompute::kSelective
+                            ? std::min(sets, 2.0)
+                            : sets;
+  c.activations = N * (2 * (L + 1) * d + sets * kept + h_sets * recomputable + 2 * d + 4);
+
+  // The backward's activation gradients (bf16): dres, dh, gate/up's, the attention output's,
+  // qkv's, and SwiGLU's input gradient unless the fused SwiGLU-backward GEMM consumes it in
+  // its epilogue (BF16 with engine.fused_epilogues, not ddp on several ranks).
+  double grads = 2 * d + 2 * ffn + att + qkv;
+  const bool ddp_ranks = world > 1 && cfg.parallel.mode == ParallelMode::kDdp;
+  if (fp8 || !eng.fused_epilogues || ddp_ranks) grads += ffn;
+  c.workspace = 2 * N * grads;
+  // The LM head's bf16 logits chunks: one per stream (two with engine.wgrad_stream).
+  const double rows = std::min(N, double(eng.lm_head_chunk));
+  const double logits_buffers = eng.wgrad_stream ? 2 : 1;
+  c.workspace += logits_buffers * rows * V * 2;
+  // Attention backward: softmax_sum (fp32 per head and token), dq_accum (fp32 [B,H,T,hd])
+  // where not deterministic, and the runner's workspace: our flash backward's (heads of 64, T
+  // a multiple of 128: fp32x2 row stats and an fp32 dq accumulator per head and token) or
+  // cuDNN's, whose deterministic backward needs 2 B H T^2 bytes (its non-deterministic one a
+  // few MiB, not counted).
+  const double rows_bht = B * H * T;
+  c.workspace += 4 * rows_bht + (eng.deterministic_attention ? 0 : 4 * rows_bht * hd);
+  const bool flash = eng.attention_backward == AttentionBackward::kFlash && m.head_dim() == 64 &&
+                     m.seq_len % 128 == 0 && m.n_head % m.n_kv_head == 0;
+  if (flash) c.workspace += rows_bht * (8 + 4 * 64) + rows_bht / 128 * 4;
+  else if (eng.deterministic_attention) c.quadratic = 2 * B * H * T * T;
+  c.workspace += c.quadratic;
+  c.workspace += 2.0 * (64 << 20);  // two cuBLASLt workspaces (compute and wgrad streams)
+
+  if (fp8) {
+    // Fp8Linears: per layer an E4M3 weight and its transpose for each linear; the input's cast
+    // (widest input) and, per saved block set, every linear's transposed input; each linear's
+    // output gradient cast and its transpose.
+    const double ins = d + att + d + ffn, outs = qkv + d + 2 * ffn + d;
+    c.fp8_weights = 2 * L * (qkv * d + att * d + 2 * ffn * d + ffn * d);
+    c.activations += N * sets * ins;
+    c.workspace += N * std::max({d, att, ffn}) + 2 * N * outs;
+    if (cfg.precision.fp8.lm_head) {
+      c.fp8_weights += 2 * V * d;
+      c.workspace += rows * d + rows * V + logits_buffers * rows * d;
+    }
+  }
+  return c;
 }
 
 std::string Bytes(double b) {
@@ -82,11 +137,14 @@ std::string Key(const char* name, long long v) {
 std::string Culprits(const RunConfig& cfg, Backend backend, const MemoryEstimate& e,
                      double probs) {
   const ModelConfig& m = cfg.model;
-  if (e.activations > e.weights + e.gradients + e.moments) {
-    if (probs > e.activations / 2)
+  if (e.activations + e.workspace > e.weights + e.gradients + e.moments) {
+    if (probs > (e.activations + e.workspace) / 2)
       return Key("model.seq_len", m.seq_len) + " or " +
              Key("batch.micro_batch", cfg.batch.micro_batch) +
-             " (the attention probabilities: micro_batch x n_head x seq_len^2)";
+             (backend == Backend::kCuda
+                  ? " (cuDNN's deterministic attention backward: 2 x micro_batch x n_head x "
+                    "seq_len^2 bytes)"
+                  : " (the attention probabilities: micro_batch x n_head x seq_len^2)");
     std::string keys = Key("batch.micro_batch", cfg.batch.micro_batch) + ", " +
                        Key("model.seq_len", m.seq_len) + " or " + Key("model.n_layer", m.n_layer);
     if (backend == Backend::kCuda && cfg.train.activation_recompute != Recompute::kFull)
@@ -170,10 +228,12 @@ MemoryEstimate EstimateTrainingMemory(const RunConfig& cfg, Backend backend, int
     const bool fsdp = (cfg.parallel.mode == ParallelMode::kFsdp || hsdp) && shard_world > 1;
     // fp32 master and moments (sharded by zero1/zero2/fsdp/hsdp), the bf16 compute copy
     // (sharded by fsdp/hsdp), fp32 gradients (full unless fsdp) and the sharded modes' gradient slot.
-    e.weights = (sharded ? 4 * P / W : 4 * P) + (fsdp ? 2 * P / W : 2 * P);
+    const CudaBuffers c = CountCudaBuffers(cfg, world);
+    e.weights = (sharded ? 4 * P / W : 4 * P) + (fsdp ? 2 * P / W : 2 * P) + c.fp8_weights;
     e.gradients = (fsdp ? 0 : 4 * P) + (sharded ? 4 * P / W : 0);
     e.moments = sharded ? 8 * P / W : 8 * P;
-    e.activations = CudaActivations(cfg);
+    e.activations = c.activations;
+    e.workspace = c.workspace;
   } else {
     // fp32 throughout: every mode holds the full weights and one full gradient during a step.
     double probs = 0;
@@ -191,11 +251,13 @@ Status CheckTrainingMemory(const RunConfig& cfg, Backend backend, int world,
   if (available_bytes < 0 || e.total() <= available_bytes) return Status::Ok();
   double probs = 0;
   if (backend != Backend::kCuda) CpuActivations(cfg.model, cfg.batch.micro_batch, &probs);
+  else probs = CountCudaBuffers(cfg, world).quadratic;
   return Status::Invalid(
       "the model does not fit: training it on the " + std::string(BackendName(backend)) +
       " backend needs at least " + Bytes(e.total()) + " per rank (weights " + Bytes(e.weights) +
       ", gradients " + Bytes(e.gradients) + ", AdamW moments " + Bytes(e.moments) +
-      ", activations " + Bytes(e.activations) + "), more than " + where + " (" +
+      ", activations " + Bytes(e.activations) +
+      (e.workspace > 0 ? ", workspace " + Bytes(e.workspace) : std::string()) + "), more than " + where + " (" +
       Bytes(available_bytes) + "); reduce " + Culprits(cfg, backend, e, probs));
 }
 
