@@ -240,28 +240,7 @@ TEST(CudaSpikeSkip, CpuReferenceSkipsAlike) {
 // at step 20, which the trained model gets badly wrong (as in the CPU trainer's spike test).
 // On the CPU backend step 19's loss is 0.45 and step 20's 7.6, against a limit of 1.6.
 BatchProvider CountingData(const RunConfig& c, int64_t bad_from, int64_t bad_to) {
-  auto fill = [c, bad_from, bad_to](int64_t seq0, int32_t* in, int32_t* tgt) {
-    const int T = c.model.seq_len, V = 64;
-    for (int b = 0; b < c.batch.micro_batch; ++b) {
-      const int64_t q = seq0 + b;
-      const bool down = q >= bad_from && q < bad_to;
-      int32_t tok = int32_t((uint32_t(q) * 2654435761u >> 7) % uint32_t(V));
-      for (int t = 0; t <= T; ++t) {
-        if (t < T) in[b * T + t] = tok;
-        if (t > 0) tgt[b * T + t - 1] = tok;
-        tok = (tok + (down ? V - 1 : 1)) % V;
-      }
-    }
-    return Status::Ok();
-  };
-  BatchProvider p;
-  p.train = [fill, c](int64_t cursor, int k, int32_t* in, int32_t* tgt) {
-    return fill(cursor + int64_t{k} * c.batch.micro_batch, in, tgt);
-  };
-  p.val = [fill, c](int64_t i, int32_t* in, int32_t* tgt) {
-    return fill(1000000 + i * c.batch.micro_batch, in, tgt);
-  };
-  return p;
+  return test::CountingData(c, 64, [=](int64_t q) { return q >= bad_from && q < bad_to; });
 }
 
 RunConfig TrainerConfig() {

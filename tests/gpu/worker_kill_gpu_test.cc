@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "../integration/checkpoint_weights.h"
 #include "../integration/control_plane_harness.h"
 #include "gpu_test_util.h"
 #include "worker/checkpoint/checkpoint.h"
@@ -29,15 +30,6 @@ using test::ControlPlane;
 using test::ReadFile;
 using test::ShellResult;
 using test::WaitFor;
-
-std::vector<float> Weights(const std::string& dir) {
-  auto ck = LoadFullCheckpoint(dir);
-  EXPECT_TRUE(ck.ok()) << ck.status().ToString();
-  std::vector<float> all;
-  if (!ck.ok()) return all;
-  for (const auto& u : ck->master) all.insert(all.end(), u.begin(), u.end());
-  return all;
-}
 
 // The tiny CUDA model on the control plane's counting dataset (vocabulary 256).
 std::string WriteCudaSpec(const ControlPlane& cp, const std::string& name, int64_t steps) {
@@ -130,8 +122,8 @@ TEST(GpuWorkerKill, KilledCudaWorkerIsRelaunchedAndTheRunEndsBitwiseAsUnfailed) 
   EXPECT_EQ(cp.StatusField(ref, "restarts"), "0");
 
   const std::string last = "/checkpoints/step_" + std::to_string(kSteps);
-  const std::vector<float> got = Weights(cp.StatusField(run, "run_dir") + last);
-  const std::vector<float> want = Weights(cp.StatusField(ref, "run_dir") + last);
+  const std::vector<float> got = test::CheckpointWeights(cp.StatusField(run, "run_dir") + last);
+  const std::vector<float> want = test::CheckpointWeights(cp.StatusField(ref, "run_dir") + last);
   ASSERT_FALSE(got.empty());
   ASSERT_EQ(got.size(), want.size());
   EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)

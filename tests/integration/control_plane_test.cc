@@ -10,6 +10,7 @@
 #include <cstring>
 #include <regex>
 
+#include "checkpoint_weights.h"
 #include "control_plane_harness.h"
 #include "worker/checkpoint/checkpoint.h"
 
@@ -134,16 +135,6 @@ TEST(ControlPlane, ResumeOnAnotherWorkerCount) {
   EXPECT_EQ(m->world_size, 1);
 }
 
-// Weights of a committed checkpoint, every unit concatenated.
-std::vector<float> Weights(const std::string& dir) {
-  auto ck = LoadFullCheckpoint(dir);
-  EXPECT_TRUE(ck.ok()) << ck.status().ToString();
-  std::vector<float> all;
-  if (!ck.ok()) return all;
-  for (const auto& u : ck->master) all.insert(all.end(), u.begin(), u.end());
-  return all;
-}
-
 TEST(ControlPlane, WorkerKilledRunRecoversFromCheckpoint) {
   REQUIRE_MPIRUN();
   ControlPlane cp("worker_kill");
@@ -194,8 +185,8 @@ TEST(ControlPlane, WorkerKilledRunRecoversFromCheckpoint) {
   ShellResult ref = test::Shell(test::Mpirun(2) + test::Bin("forge") + " train " + spec +
                                 " --run-dir " + ref_dir + " --resume " + resumed);
   ASSERT_EQ(ref.exit_code, 0) << ref.output;
-  const std::vector<float> got = Weights(run_dir + "/checkpoints/step_30");
-  const std::vector<float> want = Weights(ref_dir + "/checkpoints/step_30");
+  const std::vector<float> got = test::CheckpointWeights(run_dir + "/checkpoints/step_30");
+  const std::vector<float> want = test::CheckpointWeights(ref_dir + "/checkpoints/step_30");
   ASSERT_EQ(got.size(), want.size());
   ASSERT_FALSE(got.empty());
   EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)

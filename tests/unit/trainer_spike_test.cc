@@ -58,30 +58,15 @@ struct Stream {
 };
 
 BatchProvider Data(const RunConfig& c, Stream s) {
-  auto fill = [c, s](int64_t seq0, int32_t* in, int32_t* tgt) {
-    const int T = c.model.seq_len, V = c.model.vocab;
-    for (int b = 0; b < c.batch.micro_batch; ++b) {
-      const int64_t q = seq0 + b;
-      bool down = false;
-      for (const auto& [from, to] : s.bad) down = down || (q >= from && q < to);
-      int32_t tok = int32_t((uint32_t(q) * 2654435761u >> 7) % uint32_t(V));
-      for (int t = 0; t <= T; ++t) {
-        if (t < T) in[b * T + t] = tok;
-        if (t > 0) tgt[b * T + t - 1] = tok;
-        tok = (tok + (down ? V - 1 : 1)) % V;
-      }
-    }
-    return Status::Ok();
+  auto down = [bad = s.bad](int64_t q) {
+    for (const auto& [from, to] : bad)
+      if (q >= from && q < to) return true;
+    return false;
   };
-  BatchProvider p;
-  p.train = [fill, c, s](int64_t cursor, int k, int32_t* in, int32_t* tgt) {
-    if (s.shift_from >= 0 && cursor >= s.shift_from) cursor += s.shift_by;
-    return fill(cursor + int64_t{k} * c.batch.micro_batch, in, tgt);
+  auto shift = [s](int64_t cursor) {
+    return s.shift_from >= 0 && cursor >= s.shift_from ? cursor + s.shift_by : cursor;
   };
-  p.val = [fill, c](int64_t i, int32_t* in, int32_t* tgt) {
-    return fill(1000000 + i * c.batch.micro_batch, in, tgt);
-  };
-  return p;
+  return test::CountingData(c, c.model.vocab, down, shift);
 }
 
 test::RunOutcome Train(const RunConfig& c, Stream s, TrainOptions opt = {}) {
