@@ -13,16 +13,12 @@
 #include <thread>
 
 #include "coordinator/coordinator.h"
+#include "coordinator_test_util.h"
 
 namespace forge::coord {
 namespace {
 
-std::string StateDir(const std::string& name) {
-  const std::string dir =
-      ::testing::TempDir() + "/forge_elastic_" + std::to_string(::getpid()) + "/" + name;
-  std::filesystem::remove_all(dir);
-  return dir;
-}
+std::string StateDir(const std::string& name) { return test::FreshStateDir("elastic", name); }
 
 std::string Spec(const std::string& train, const std::string& batch = "{micro_batch: 2, "
                                                                       "global_batch: 12}") {
@@ -33,11 +29,7 @@ std::string Spec(const std::string& train, const std::string& batch = "{micro_ba
          "train: {workers: 3, max_restarts: 5, " + train + "}\n";
 }
 
-bool AnyContains(const std::vector<std::string>& v, const std::string& part) {
-  for (const std::string& s : v)
-    if (s.find(part) != std::string::npos) return true;
-  return false;
-}
+using test::AnyContains;
 
 struct Fixture {
   std::unique_ptr<Coordinator> c;
@@ -93,23 +85,8 @@ struct Fixture {
     return r;
   }
 
-  v1::Run Get() {
-    v1::GetRunRequest g;
-    g.set_run_id(run.id());
-    v1::Run r;
-    EXPECT_TRUE(c->GetRun(g, &r).ok());
-    return r;
-  }
-
-  std::vector<std::string> Events() {
-    v1::GetRunHistoryRequest req;
-    req.set_run_id(run.id());
-    v1::RunHistory h;
-    EXPECT_TRUE(c->GetRunHistory(req, &h).ok());
-    std::vector<std::string> out;
-    for (const v1::RunEvent& e : h.events()) out.push_back(e.message());
-    return out;
-  }
+  v1::Run Get() { return test::GetRun(c.get(), run.id()); }
+  std::vector<std::string> Events() { return test::RunEvents(c.get(), run.id()); }
 };
 
 TEST(CoordinatorElastic, ShrinksAfterTheGracePeriodAndGrowsBack) {

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "coordinator/coordinator.h"
+#include "coordinator_test_util.h"
 #include "metrics/run_aggregates.h"
 #include "metrics_test_util.h"
 
@@ -20,12 +21,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string StateDir(const std::string& name) {
-  const std::string dir =
-      ::testing::TempDir() + "/forge_hang_" + std::to_string(::getpid()) + "/" + name;
-  std::filesystem::remove_all(dir);
-  return dir;
-}
+std::string StateDir(const std::string& name) { return test::FreshStateDir("hang", name); }
 
 std::string Spec(const std::string& hang_timeout_s) {
   return "name: hang\n"
@@ -87,23 +83,8 @@ struct Fixture {
     return r;
   }
 
-  v1::Run Get() {
-    v1::GetRunRequest g;
-    g.set_run_id(run.id());
-    v1::Run r;
-    EXPECT_TRUE(c->GetRun(g, &r).ok());
-    return r;
-  }
-
-  std::vector<std::string> Events() {
-    v1::GetRunHistoryRequest req;
-    req.set_run_id(run.id());
-    v1::RunHistory h;
-    EXPECT_TRUE(c->GetRunHistory(req, &h).ok());
-    std::vector<std::string> out;
-    for (const v1::RunEvent& e : h.events()) out.push_back(e.message());
-    return out;
-  }
+  v1::Run Get() { return test::GetRun(c.get(), run.id()); }
+  std::vector<std::string> Events() { return test::RunEvents(c.get(), run.id()); }
 
   double Hangs() {
     return test::SeriesValue(test::Exposition(registry), "forge_hangs_total",
@@ -112,11 +93,7 @@ struct Fixture {
   }
 };
 
-bool AnyContains(const std::vector<std::string>& v, const std::string& part) {
-  for (const std::string& s : v)
-    if (s.find(part) != std::string::npos) return true;
-  return false;
-}
+using test::AnyContains;
 
 TEST(CoordinatorHang, AStoppedRankIsNamedCountedAndTheRunRestarts) {
   Fixture f("stopped", "0.5");

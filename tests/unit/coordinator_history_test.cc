@@ -8,6 +8,7 @@
 
 #include "common/config.h"
 #include "coordinator/coordinator.h"
+#include "coordinator_test_util.h"
 #include "metrics/run_aggregates.h"
 #include "metrics_test_util.h"
 #include "worker/model/param_layout.h"
@@ -18,12 +19,7 @@ namespace {
 using test::Exposition;
 using test::SeriesValue;
 
-std::string StateDir(const std::string& name) {
-  const std::string dir = ::testing::TempDir() + "/forge_coord_hist_" +
-                          std::to_string(::getpid()) + "/" + name;
-  std::filesystem::remove_all(dir);
-  return dir;
-}
+std::string StateDir(const std::string& name) { return test::FreshStateDir("coord_hist", name); }
 
 constexpr const char* kSpec =
     "name: hist\n"

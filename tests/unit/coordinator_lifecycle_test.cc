@@ -11,16 +11,12 @@
 #include "agent/coordinator_rendezvous.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/server.h"
+#include "coordinator_test_util.h"
 
 namespace forge::coord {
 namespace {
 
-std::string StateDir(const std::string& name) {
-  const std::string dir = ::testing::TempDir() + "/forge_coord_" + std::to_string(::getpid()) +
-                          "/" + name;
-  std::filesystem::remove_all(dir);
-  return dir;
-}
+std::string StateDir(const std::string& name) { return test::FreshStateDir("coord", name); }
 
 constexpr const char* kSpec =
     "name: life\n"
@@ -63,13 +59,7 @@ v1::HeartbeatResponse Beat(Coordinator* c, const std::string& id, const v1::Assi
   return r;
 }
 
-v1::Run Get(Coordinator* c, const std::string& id) {
-  v1::GetRunRequest g;
-  g.set_run_id(id);
-  v1::Run r;
-  EXPECT_TRUE(c->GetRun(g, &r).ok());
-  return r;
-}
+using test::GetRun;
 
 TEST(CoordinatorLifecycle, PlaceRunCompleteAndQueue) {
   auto c = Open(StateDir("complete"));
@@ -88,16 +78,16 @@ TEST(CoordinatorLifecycle, PlaceRunCompleteAndQueue) {
   EXPECT_EQ(j0.assignment().attempt(), 1);
   EXPECT_TRUE(j0.assignment().resume_checkpoint().empty());
   EXPECT_NE(j0.assignment().spec_yaml().find(run.run_dir()), std::string::npos);
-  EXPECT_EQ(Get(c.get(), run.id()).state(), v1::RUNNING);
+  EXPECT_EQ(GetRun(c.get(), run.id()).state(), v1::RUNNING);
 
   EXPECT_EQ(Beat(c.get(), "a0", j0.assignment(), v1::TRAINING, 4).command(), v1::CONTINUE);
-  EXPECT_EQ(Get(c.get(), run.id()).step(), 4);
+  EXPECT_EQ(GetRun(c.get(), run.id()).step(), 4);
   Beat(c.get(), "a0", j0.assignment(), v1::DONE_COMPLETED, 10);
-  EXPECT_EQ(Get(c.get(), run.id()).state(), v1::RUNNING);  // rank 1 still going
+  EXPECT_EQ(GetRun(c.get(), run.id()).state(), v1::RUNNING);  // rank 1 still going
   EXPECT_FALSE(Join(c.get(), "a0", 0).assigned());         // done: not handed the run again
   Beat(c.get(), "a1", j1.assignment(), v1::DONE_COMPLETED);
-  EXPECT_EQ(Get(c.get(), run.id()).state(), v1::COMPLETED);
-  EXPECT_EQ(Get(c.get(), run.id()).step(), 10);
+  EXPECT_EQ(GetRun(c.get(), run.id()).state(), v1::COMPLETED);
+  EXPECT_EQ(GetRun(c.get(), run.id()).step(), 10);
 }
 
 TEST(CoordinatorLifecycle, QueuedRunWaitsForTheGroupAndDoneSurvivesARestart) {
@@ -114,19 +104,19 @@ TEST(CoordinatorLifecycle, QueuedRunWaitsForTheGroupAndDoneSurvivesARestart) {
     a1 = Join(c.get(), "a1", 1).assignment();
     a0 = Join(c.get(), "a0", 0).assignment();
     EXPECT_EQ(a0.run_id(), first.id());  // submission order
-    EXPECT_EQ(Get(c.get(), second.id()).state(), v1::PENDING);
+    EXPECT_EQ(GetRun(c.get(), second.id()).state(), v1::PENDING);
     Beat(c.get(), "a0", a0, v1::DONE_COMPLETED, 10);
   }
   // Restarted between the two ranks' reports: rank 0's is remembered.
   auto c = Open(dir, 5000);
   EXPECT_FALSE(Join(c.get(), "a0", 0).assigned());  // not handed its finished placement again
   Beat(c.get(), "a1", a1, v1::DONE_COMPLETED);
-  EXPECT_EQ(Get(c.get(), first.id()).state(), v1::COMPLETED);
+  EXPECT_EQ(GetRun(c.get(), first.id()).state(), v1::COMPLETED);
   // The group is free: the queued run goes on it.
   v1::JoinResponse next = Join(c.get(), "a0", 0);
   ASSERT_TRUE(next.assigned());
   EXPECT_EQ(next.assignment().run_id(), second.id());
-  EXPECT_EQ(Get(c.get(), second.id()).state(), v1::RUNNING);
+  EXPECT_EQ(GetRun(c.get(), second.id()).state(), v1::RUNNING);
 }
 
 TEST(CoordinatorLifecycle, LostWorkerRestartsThenFails) {
@@ -140,11 +130,11 @@ TEST(CoordinatorLifecycle, LostWorkerRestartsThenFails) {
   v1::JoinResponse j0 = Join(c.get(), "a0", 0);
   ASSERT_TRUE(j0.assigned() && j1.assigned());
   // a0 keeps beating, a1 goes silent.
-  for (int i = 0; i < 12 && Get(c.get(), run.id()).state() == v1::RUNNING; ++i) {
+  for (int i = 0; i < 12 && GetRun(c.get(), run.id()).state() == v1::RUNNING; ++i) {
     Beat(c.get(), "a0", j0.assignment());
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  v1::Run r = Get(c.get(), run.id());
+  v1::Run r = GetRun(c.get(), run.id());
   EXPECT_EQ(r.state(), v1::RESTARTING);
   EXPECT_EQ(r.restarts(), 1);
   EXPECT_NE(r.state_reason().find("a1"), std::string::npos) << r.state_reason();
@@ -165,7 +155,7 @@ TEST(CoordinatorLifecycle, LostWorkerRestartsThenFails) {
   h.set_message("out of memory");
   v1::HeartbeatResponse hr;
   ASSERT_TRUE(c->Heartbeat(h, &hr).ok());
-  r = Get(c.get(), run.id());
+  r = GetRun(c.get(), run.id());
   EXPECT_EQ(r.state(), v1::FAILED);
   EXPECT_NE(r.state_reason().find("out of memory"), std::string::npos) << r.state_reason();
   EXPECT_NE(r.state_reason().find("max_restarts"), std::string::npos) << r.state_reason();
@@ -196,24 +186,24 @@ TEST(CoordinatorLifecycle, RestartedCoordinatorWaitsTwoTimeoutsForKnownWorkers) 
   s.set_spec_yaml(kSpec);
   v1::Run second;
   ASSERT_TRUE(c->SubmitRun(s, &second).ok());
-  EXPECT_EQ(Get(c.get(), second.id()).state(), v1::PENDING) << "placed on unheard workers";
+  EXPECT_EQ(GetRun(c.get(), second.id()).state(), v1::PENDING) << "placed on unheard workers";
   // Silent past one timeout: still placed.
   std::this_thread::sleep_for(std::chrono::milliseconds(1400));
-  EXPECT_EQ(Get(c.get(), first.id()).state(), v1::RUNNING);
+  EXPECT_EQ(GetRun(c.get(), first.id()).state(), v1::RUNNING);
   EXPECT_EQ(Beat(c.get(), "a0", a0).command(), v1::CONTINUE);
   EXPECT_EQ(Beat(c.get(), "a1", a1).command(), v1::CONTINUE);
   // Heard from: a1's next silence counts one timeout. x1 is never heard from again: gone after
   // two, so x0's group never takes the second run.
   Join(c.get(), "x0", 0);
-  for (int i = 0; i < 25 && Get(c.get(), first.id()).state() == v1::RUNNING; ++i) {
+  for (int i = 0; i < 25 && GetRun(c.get(), first.id()).state() == v1::RUNNING; ++i) {
     Beat(c.get(), "a0", a0);
     Join(c.get(), "x0", 0);
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  const v1::Run r = Get(c.get(), first.id());
+  const v1::Run r = GetRun(c.get(), first.id());
   EXPECT_EQ(r.state(), v1::RESTARTING);
   EXPECT_NE(r.state_reason().find("a1"), std::string::npos) << r.state_reason();
-  EXPECT_EQ(Get(c.get(), second.id()).state(), v1::PENDING);
+  EXPECT_EQ(GetRun(c.get(), second.id()).state(), v1::PENDING);
 }
 
 // Both workers of a placement go silent together while another group waits: the first
@@ -236,12 +226,12 @@ TEST(CoordinatorLifecycle, SilentPlacementCostsOneRestart) {
     v1::HeartbeatResponse r;
     EXPECT_TRUE(c->Heartbeat(h, &r).ok());
   };
-  for (int i = 0; i < 12 && Get(c.get(), run.id()).attempt() < 2; ++i) {
+  for (int i = 0; i < 12 && GetRun(c.get(), run.id()).attempt() < 2; ++i) {
     ping("b0");
     ping("b1");
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  const v1::Run r = Get(c.get(), run.id());
+  const v1::Run r = GetRun(c.get(), run.id());
   EXPECT_EQ(r.state(), v1::RUNNING) << r.state_reason();
   EXPECT_EQ(r.attempt(), 2);
   EXPECT_EQ(r.restarts(), 1);
@@ -270,11 +260,11 @@ TEST(CoordinatorLifecycle, StopCheckpointsThenStopsAndSurvivesARestart) {
   }
   // A new coordinator on the same state dir: the placement and the stop request are there.
   auto c = Open(dir, 5000);
-  EXPECT_EQ(Get(c.get(), run_id).state(), v1::CHECKPOINTING);
+  EXPECT_EQ(GetRun(c.get(), run_id).state(), v1::CHECKPOINTING);
   EXPECT_EQ(Beat(c.get(), "a0", a0).command(), v1::STOP);
   Beat(c.get(), "a0", a0, v1::DONE_STOPPED, 3);
   Beat(c.get(), "a1", a1, v1::DONE_STOPPED);
-  EXPECT_EQ(Get(c.get(), run_id).state(), v1::STOPPED);
+  EXPECT_EQ(GetRun(c.get(), run_id).state(), v1::STOPPED);
   v1::ResumeRunRequest rr;
   rr.set_run_id(run_id);
   rr.set_workers(3);  // 4 sequences do not split over 3 ranks
