@@ -17,6 +17,20 @@
 
 namespace forge::test {
 
+// The tiny model the CPU trainer tests train: 2 layers, d 32, 4 heads over 2 KV heads, ffn 64,
+// vocab 64, T `seq_len`.
+inline ModelConfig TinyCpuModel(int seq_len) {
+  ModelConfig m;
+  m.n_layer = 2;
+  m.d_model = 32;
+  m.n_head = 4;
+  m.n_kv_head = 2;
+  m.ffn = 64;
+  m.vocab = 64;
+  m.seq_len = seq_len;
+  return m;
+}
+
 // Sequence s: tokens of an LCG seeded from s and `salt` (pseudo-random: a learnable stream
 // would make later steps' gradients tiny). Micro-step k of the step at `cursor` reads
 // sequences cursor + k*B ...; validation batch i reads val_first + i*B ...

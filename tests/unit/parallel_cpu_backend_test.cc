@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "../common/tiny_fixtures.h"
 #include "worker/model/init.h"
 #include "worker/parallel/sum_order.h"
 #include "worker/train/backend.h"
@@ -19,13 +20,7 @@ namespace {
 RunConfig Tiny(ParallelMode mode, bool knobs = false) {
   RunConfig c;
   c.seed = 11;
-  c.model.n_layer = 2;
-  c.model.d_model = 32;
-  c.model.n_head = 4;
-  c.model.n_kv_head = 2;
-  c.model.ffn = 64;
-  c.model.vocab = 64;
-  c.model.seq_len = 8;
+  c.model = test::TinyCpuModel(8);
   c.batch.micro_batch = 2;
   c.batch.global_batch = 8;
   c.optimizer.grad_clip = 0.5f;

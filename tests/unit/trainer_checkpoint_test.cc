@@ -25,13 +25,7 @@ using ckpt_test::FreshDir;
 RunConfig TinyConfig() {
   RunConfig c;
   c.seed = 11;
-  c.model.n_layer = 2;
-  c.model.d_model = 32;
-  c.model.n_head = 4;
-  c.model.n_kv_head = 2;
-  c.model.ffn = 64;
-  c.model.vocab = 64;
-  c.model.seq_len = 16;
+  c.model = test::TinyCpuModel(16);
   c.batch.micro_batch = 2;
   c.batch.global_batch = 4;  // two micro-steps of accumulation
   c.optimizer.lr = 1e-2f;

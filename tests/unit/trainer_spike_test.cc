@@ -27,13 +27,7 @@ using ckpt_test::FreshDir;
 RunConfig Config() {
   RunConfig c;
   c.seed = 5;
-  c.model.n_layer = 2;
-  c.model.d_model = 32;
-  c.model.n_head = 4;
-  c.model.n_kv_head = 2;
-  c.model.ffn = 64;
-  c.model.vocab = 64;
-  c.model.seq_len = 16;
+  c.model = test::TinyCpuModel(16);
   c.batch.micro_batch = 2;
   c.batch.global_batch = 4;  // step s reads cursors 4(s-1) .. 4s-1 (without skips)
   c.optimizer.lr = 1e-2f;
