@@ -123,10 +123,7 @@ class NcclCommImpl final : public NcclComm {
       }
     }
     ce_.reset();  // waits for its lanes (released above if the comm failed)
-    for (auto& op : pending_) {
-      if (op->done) cudaEventDestroy(op->done);
-      if (op->began) cudaEventDestroy(op->began);
-    }
+    for (auto& op : pending_) DestroyEvents(*op);
     if (barrier_buf_) cudaFree(barrier_buf_);
     if (producer_ready_) cudaEventDestroy(producer_ready_);
     if (stream_) cudaStreamDestroy(stream_);

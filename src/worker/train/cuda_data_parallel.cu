@@ -386,46 +386,33 @@ Status CudaDataParallel::Optimize(const cuda::AdamWHyper* hyper, float* stats,
 Status CudaDataParallel::ShareFp8Amax(cudaStream_t compute) {
   const auto slots = model_->fp8()->amax_slots();
   const int64_t per_rank = slots[0].count + slots[1].count;
-  // The send buffer: this rank's slots side by side (the two groups are separate arrays).
-  float* send = fp8_gathered_ + int64_t{world_} * per_rank;
-  FORGE_CUDA_CHECK(cudaMemcpyAsync(send, slots[0].data, slots[0].count * sizeof(float),
-                                   cudaMemcpyDeviceToDevice, compute));
-  FORGE_CUDA_CHECK(cudaMemcpyAsync(send + slots[0].count, slots[1].data,
-                                   slots[1].count * sizeof(float), cudaMemcpyDeviceToDevice,
-                                   compute));
-  FORGE_RETURN_IF_ERROR(CommWaitsStream(compute));
-  FORGE_RETURN_IF_ERROR(
-      comm_->AllGather(send, fp8_gathered_, per_rank, DType::kF32, "fp8 amax").status());
-  FORGE_RETURN_IF_ERROR(JoinComm(compute));
-  // Max over ranks, group by group, straight back into the slots.
-  int64_t at = 0;
-  for (const auto& g : slots) {
-    FORGE_RETURN_IF_ERROR(cuda::Fp8AmaxMaxOverRanks(g.data, fp8_gathered_ + at, g.count, world_,
-                                                    per_rank, compute));
-    at += g.count;
-  }
+  // The slots' maxima over the `ranks` ranks of `comm`, straight back into the slots.
+  auto max_over = [&](NcclComm* comm, int ranks, const char* what) -> Status {
+    // The send buffer: this rank's slots side by side (the two groups are separate arrays).
+    float* send = fp8_gathered_ + int64_t{ranks} * per_rank;
+    FORGE_CUDA_CHECK(cudaMemcpyAsync(send, slots[0].data, slots[0].count * sizeof(float),
+                                     cudaMemcpyDeviceToDevice, compute));
+    FORGE_CUDA_CHECK(cudaMemcpyAsync(send + slots[0].count, slots[1].data,
+                                     slots[1].count * sizeof(float), cudaMemcpyDeviceToDevice,
+                                     compute));
+    FORGE_RETURN_IF_ERROR(CommWaitsStream(compute));
+    if (comm == replica_) FORGE_RETURN_IF_ERROR(ReplicaWaitsShard());
+    FORGE_RETURN_IF_ERROR(
+        comm->AllGather(send, fp8_gathered_, per_rank, DType::kF32, what).status());
+    FORGE_RETURN_IF_ERROR(JoinComm(compute));
+    int64_t at = 0;
+    for (const auto& g : slots) {
+      FORGE_RETURN_IF_ERROR(cuda::Fp8AmaxMaxOverRanks(g.data, fp8_gathered_ + at, g.count, ranks,
+                                                      per_rank, compute));
+      at += g.count;
+    }
+    return Status::Ok();
+  };
+  FORGE_RETURN_IF_ERROR(max_over(comm_, world_, "fp8 amax"));
   if (replica_ == nullptr) return Status::Ok();
   // hsdp: the shard group's maxima, then the same over the replica group, so every rank of the
   // world derives the same scales.
-  float* rsend = fp8_gathered_ + int64_t{replicas_} * per_rank;
-  FORGE_CUDA_CHECK(cudaMemcpyAsync(rsend, slots[0].data, slots[0].count * sizeof(float),
-                                   cudaMemcpyDeviceToDevice, compute));
-  FORGE_CUDA_CHECK(cudaMemcpyAsync(rsend + slots[0].count, slots[1].data,
-                                   slots[1].count * sizeof(float), cudaMemcpyDeviceToDevice,
-                                   compute));
-  FORGE_RETURN_IF_ERROR(CommWaitsStream(compute));
-  FORGE_RETURN_IF_ERROR(ReplicaWaitsShard());
-  FORGE_RETURN_IF_ERROR(
-      replica_->AllGather(rsend, fp8_gathered_, per_rank, DType::kF32, "fp8 amax (replicas)")
-          .status());
-  FORGE_RETURN_IF_ERROR(JoinComm(compute));
-  at = 0;
-  for (const auto& g : slots) {
-    FORGE_RETURN_IF_ERROR(cuda::Fp8AmaxMaxOverRanks(g.data, fp8_gathered_ + at, g.count,
-                                                    replicas_, per_rank, compute));
-    at += g.count;
-  }
-  return Status::Ok();
+  return max_over(replica_, replicas_, "fp8 amax (replicas)");
 }
 
 // In place: this rank's slot of the bf16 copy (just written by AdamW) is at slot `rank` of
