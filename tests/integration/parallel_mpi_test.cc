@@ -213,21 +213,7 @@ TEST(ParallelMpi, ForgeTrainUnderMpirunMatchesOneProcess) {
   fs::remove_all(dir);
   WriteDataset(dir + "/data");
   const std::string cfg = dir + "/run.yaml";
-  {
-    std::ofstream y(cfg);
-    y << "name: mpi-test\nseed: 5\n"
-         "model: {n_layer: 2, d_model: 32, n_head: 4, n_kv_head: 2, ffn: 64, vocab: 256, "
-         "seq_len: 16}\n"
-         "data: {dataset_dir: "
-      << dir
-      << "/data}\n"
-         "schedule: {total_steps: 6, warmup_steps: 2}\n"
-         "batch: {micro_batch: 2, global_batch: 8}\n"
-         "parallel: {mode: fsdp, collective_timeout_s: 60}\n"
-         "eval: {every_steps: 3, batches: 3}\n"
-         "train: {backend: cpu, log_every: 1, run_dir: "
-      << dir << "/run}\n";
-  }
+  WriteTrainConfig(dir, cfg, "mode: fsdp");
   ShellResult one = Shell("OPENBLAS_NUM_THREADS=1 timeout 120 " + Bin("forge") + " train " + cfg +
                           " --run-dir " + dir + "/one");
   ASSERT_EQ(one.exit_code, 0) << one.output;
