@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -70,6 +71,22 @@ inline Process Spawn(const std::string& cmd, const std::string& log) {
 inline std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// The processes named `name` (their /proc/PID/comm) at any depth below `root`, found
+// depth-first with the most recent child first.
+inline std::vector<pid_t> ProcessesUnder(pid_t root, const std::string& name) {
+  std::vector<pid_t> out, todo = {root};
+  while (!todo.empty()) {
+    const pid_t p = todo.back();
+    todo.pop_back();
+    std::istringstream kids(Shell("pgrep -P " + std::to_string(p)).output);
+    for (long k; kids >> k;) {
+      todo.push_back(pid_t(k));
+      if (ReadFile("/proc/" + std::to_string(k) + "/comm") == name + "\n") out.push_back(pid_t(k));
+    }
+  }
+  return out;
 }
 
 inline bool Contains(const std::string& s, const std::string& part) {

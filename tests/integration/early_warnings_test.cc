@@ -39,22 +39,14 @@ using test::WaitFor;
 // The forge-worker processes below `root` (through mpirun), with their MPI ranks.
 std::map<int, pid_t> WorkerRanks(pid_t root) {
   std::map<int, pid_t> out;
-  std::vector<pid_t> todo = {root};
-  while (!todo.empty()) {
-    const pid_t p = todo.back();
-    todo.pop_back();
-    std::istringstream kids(test::Shell("pgrep -P " + std::to_string(p)).output);
-    for (long k; kids >> k;) {
-      todo.push_back(pid_t(k));
-      if (ReadFile("/proc/" + std::to_string(k) + "/comm") != "forge-worker\n") continue;
-      std::string env = ReadFile("/proc/" + std::to_string(k) + "/environ");
-      for (char& c : env)
-        if (c == '\0') c = '\n';
-      std::istringstream lines(env);
-      for (std::string line; std::getline(lines, line);)
-        if (line.rfind("OMPI_COMM_WORLD_RANK=", 0) == 0)
-          out[std::atoi(line.c_str() + std::strlen("OMPI_COMM_WORLD_RANK="))] = pid_t(k);
-    }
+  for (const pid_t k : test::ProcessesUnder(root, "forge-worker")) {
+    std::string env = ReadFile("/proc/" + std::to_string(k) + "/environ");
+    for (char& c : env)
+      if (c == '\0') c = '\n';
+    std::istringstream lines(env);
+    for (std::string line; std::getline(lines, line);)
+      if (line.rfind("OMPI_COMM_WORLD_RANK=", 0) == 0)
+        out[std::atoi(line.c_str() + std::strlen("OMPI_COMM_WORLD_RANK="))] = k;
   }
   return out;
 }

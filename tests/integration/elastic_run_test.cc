@@ -55,19 +55,9 @@ std::string WriteElasticSpec(const ControlPlane& cp, int64_t steps) {
 // kill -9 of one forge-worker rank below `root` (through timeout, mpirun and the per-rank
 // shells); mpirun then ends the others.
 void KillOneRank(pid_t root) {
-  std::vector<long> frontier{long(root)}, ranks;
-  while (!frontier.empty()) {
-    const long parent = frontier.back();
-    frontier.pop_back();
-    std::istringstream kids(test::Shell("pgrep -P " + std::to_string(parent)).output);
-    for (long pid; kids >> pid;) {
-      frontier.push_back(pid);
-      if (Contains(ReadFile("/proc/" + std::to_string(pid) + "/comm"), "forge-worker"))
-        ranks.push_back(pid);
-    }
-  }
+  const std::vector<pid_t> ranks = test::ProcessesUnder(root, "forge-worker");
   ASSERT_FALSE(ranks.empty()) << test::Shell("ps -ef").output;
-  ::kill(pid_t(ranks.back()), SIGKILL);
+  ::kill(ranks.back(), SIGKILL);
 }
 
 TEST(ElasticRun, ContinuesOnTwoOfThreeAndGrowsBack) {

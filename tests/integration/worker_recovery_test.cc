@@ -32,21 +32,7 @@ using test::ShellResult;
 using test::WaitFor;
 
 // The forge-worker processes below `root` (through mpirun and the per-rank shells).
-std::vector<pid_t> WorkersUnder(pid_t root) {
-  std::vector<pid_t> out, todo = {root};
-  while (!todo.empty()) {
-    const pid_t p = todo.back();
-    todo.pop_back();
-    const ShellResult kids = test::Shell("pgrep -P " + std::to_string(p));
-    std::istringstream in(kids.output);
-    for (long k; in >> k;) {
-      todo.push_back(pid_t(k));
-      std::string comm = ReadFile("/proc/" + std::to_string(k) + "/comm");
-      if (comm == "forge-worker\n") out.push_back(pid_t(k));
-    }
-  }
-  return out;
-}
+std::vector<pid_t> WorkersUnder(pid_t root) { return test::ProcessesUnder(root, "forge-worker"); }
 
 bool Committed(const std::string& run_dir, int step) {
   return std::filesystem::exists(run_dir + "/checkpoints/step_" + std::to_string(step) +
