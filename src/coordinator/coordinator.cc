@@ -422,21 +422,27 @@ void Coordinator::ReleaseWorkers(const std::string& run_id) {
   done_.erase(run_id);
 }
 
+std::vector<PoolWorker> Coordinator::IdlePool() const {
+  std::vector<const LiveWorker*> idle;
+  for (const auto& [wid, w] : workers_)
+    if (w.rec.run_id.empty() && !w.from_state) idle.push_back(&w);  // heard from: alive
+  std::sort(idle.begin(), idle.end(), [](const LiveWorker* a, const LiveWorker* b) {
+    return a->rec.joined_ms != b->rec.joined_ms ? a->rec.joined_ms < b->rec.joined_ms
+                                                : a->rec.id < b->rec.id;
+  });
+  std::vector<PoolWorker> pool;
+  for (const LiveWorker* w : idle)
+    pool.push_back({w->rec.id, w->rec.device, w->rec.group_id, w->rec.group_rank,
+                    w->rec.group_size});
+  return pool;
+}
+
 void Coordinator::Schedule() {
   for (const std::string& id : run_order_) {
     RunRecord& run = runs_[id];
     if (run.state != RunState::kPending && run.state != RunState::kRestarting) continue;
-    std::vector<const LiveWorker*> idle;
-    for (const auto& [wid, w] : workers_)
-      if (w.rec.run_id.empty() && !w.from_state) idle.push_back(&w);  // heard from: alive
-    std::sort(idle.begin(), idle.end(), [](const LiveWorker* a, const LiveWorker* b) {
-      return a->rec.joined_ms != b->rec.joined_ms ? a->rec.joined_ms < b->rec.joined_ms
-                                                  : a->rec.id < b->rec.id;
-    });
-    std::vector<PoolWorker> pool;
-    for (const LiveWorker* w : idle)
-      pool.push_back({w->rec.id, w->rec.device, w->rec.group_id, w->rec.group_rank,
-                      w->rec.group_size});
+    // Again for every run: placing one takes its workers out of the pool.
+    const std::vector<PoolWorker> pool = IdlePool();
     const ElasticBasis& e = Elastic(run);
     Placement p = PlaceRun(pool, e.requested);
     std::string elastic_note;
@@ -539,19 +545,7 @@ const Coordinator::ElasticBasis& Coordinator::Elastic(const RunRecord& run) {
 }
 
 void Coordinator::GrowBack() {
-  std::vector<PoolWorker> pool;
-  {
-    std::vector<const LiveWorker*> idle;
-    for (const auto& [wid, w] : workers_)
-      if (w.rec.run_id.empty() && !w.from_state) idle.push_back(&w);  // heard from: alive
-    std::sort(idle.begin(), idle.end(), [](const LiveWorker* a, const LiveWorker* b) {
-      return a->rec.joined_ms != b->rec.joined_ms ? a->rec.joined_ms < b->rec.joined_ms
-                                                  : a->rec.id < b->rec.id;
-    });
-    for (const LiveWorker* w : idle)
-      pool.push_back({w->rec.id, w->rec.device, w->rec.group_id, w->rec.group_rank,
-                      w->rec.group_size});
-  }
+  const std::vector<PoolWorker> pool = IdlePool();
   for (const std::string& id : run_order_) {
     RunRecord& run = runs_[id];
     if (run.state != RunState::kRunning || run.grow_to > 0 || !Placed(run)) continue;

@@ -40,6 +40,7 @@
 
 #include "common/status.h"
 #include "coordinator/run_store.h"
+#include "coordinator/scheduler.h"
 #include "coordinator/straggler_watch.h"
 #include "forge/v1/runs.pb.h"
 #include "forge/v1/workers.pb.h"
@@ -147,6 +148,9 @@ class Coordinator {
   Status SetState(RunRecord* run, RunState state, const std::string& reason,
                   const std::string& event);
   void Schedule();
+  // The workers free for a placement (heard from since this coordinator started, on no run),
+  // earliest joined first.
+  std::vector<PoolWorker> IdlePool() const;
   // `note`: why the world differs from the previous placement's (elastic), for the event.
   Status Place(RunRecord* run, const std::vector<std::string>& worker_ids,
                const std::string& note = "");
