@@ -329,6 +329,16 @@ class CudaModel {
   CudaModel();
 
   Status Init(const ModelConfig& m, const OptimizerConfig& opt, const CudaModelOptions& o);
+  // Init's parts, in its order: the parameter-shaped buffers and their unit / slot offsets
+  // (pb_); AdamW's descriptors, the per-unit events and the deferred update; the step's
+  // activations and scratch (and, within it, SetUpFp8's Fp8Linears).
+  Status AllocateParams();
+  Status SetUpOptimizer();
+  Status AllocateStepBuffers();
+  Status SetUpFp8();
+  // One zero-filled device buffer of n T's, freed with the model (cuda_model_state.h).
+  template <typename T>
+  Status Alloc(T** p, size_t n);
   Status Forward(const int32_t* inputs, const int32_t* targets, float dloss, bool backward,
                  bool accumulate_grads, float* losses, cudaStream_t stream);
   Status ForwardImpl(const int32_t* inputs, const int32_t* targets, float dloss, bool backward,

@@ -1,0 +1,48 @@
+// The model's FP8 side (precision.compute fp8): Fp8Linears made for the blocks' four linear
+// layers (and the LM head) at this model's shapes, and a layer's weights cast into their FP8
+// copies. The FP8 GEMMs themselves are called from the forward, backward and LM head.
+#include "worker/model/cuda_model.h"
+
+#include <algorithm>
+#include <array>
+
+#include "worker/model/cuda_model_state.h"
+#include "worker/model/fp8_linears.h"
+
+namespace forge {
+
+using cuda::bf16;
+
+Status CudaModel::SetUpFp8() {
+  if (!o_.fp8) return Status::Ok();
+  const CudaModelOptions& o = o_;
+  Buffers& b = *buf_;
+  std::array<Fp8LinearShape, kLinearKinds> shapes{};
+  shapes[int(LinearKind::kQkv)] = {d_, qkv_dim_};
+  shapes[int(LinearKind::kOut)] = {int64_t{H_} * hd_, d_};
+  shapes[int(LinearKind::kGateUp)] = {d_, 2 * int64_t{ffn_}};
+  shapes[int(LinearKind::kDown)] = {ffn_, d_};
+  const Fp8RopeShape rope{o.micro_batch, T_, H_, KV_, hd_, b.rope_freq, !m_.qk_norm};
+  Fp8LmHeadShape lm_head;
+  if (o.fp8_config.lm_head) {
+    lm_head = {V_, d_, std::min<int64_t>(N_, o.lm_head_chunk_rows), NumLogitsBuffers(o),
+               o.fp8_lm_head_wgrad};
+  }
+  FORGE_ASSIGN_OR_RETURN(
+      b.fp8,
+      Fp8Linears::Create(o.fp8_config, m_.n_layer, shapes, N_, int(b.acts.size()), rope, lm_head,
+                         Fp8EpilogueGemms{o.rope_gemm, o.swiglu_gemm, o.swiglu_bwd_gemm}));
+  allocated_bytes_ += b.fp8->allocated_bytes();
+  return Status::Ok();
+}
+
+Status CudaModel::CastLayerWeights(int layer, cudaStream_t s) {
+  const BlockOffsets& o = layout_.block;
+  const bf16* w = UnitParams(layout_.block_unit(layer));
+  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
+  // In LinearKind order: qkv, out, gate/up, down.
+  return buf_->fp8->CastLayerWeights(layer, {w + o.wqkv, w + o.wo, w + o.w_gate_up, w + o.w_down},
+                                     s);
+}
+
+}  // namespace forge

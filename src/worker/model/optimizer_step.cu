@@ -1,0 +1,206 @@
+// The optimizer side of CudaModel: AdamW's per-tensor descriptors, each unit's completion
+// (GradReady) and its share of the gradient norm, clipping, and AdamW now or deferred to the
+// next forward (deferred_update.h), then the FP8 scale update.
+#include "worker/model/cuda_model.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/adamw.cuh"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/spike_gate.cuh"
+#include "worker/model/cuda_model_state.h"
+#include "worker/model/deferred_update.h"
+#include "worker/parallel/shard_layout.h"
+
+namespace forge {
+
+using cuda::bf16;
+
+Status CudaModel::SetUpOptimizer() {
+  const CudaModelOptions& o = o_;
+  const OptimizerConfig& opt = opt_;
+  Buffers& b = *buf_;
+  const int W = o.shard_world;
+  const size_t U = layout_.units.size();
+  // Optimizer descriptors: one per tensor (not per unit) so weight decay follows the tensor;
+  // sharded, one per piece of a tensor inside this rank's slot (bf16 output at its place in the
+  // full compute copy, where the all-gather sends it from).
+  std::vector<cuda::AdamWTensor> tensors;
+  std::vector<int> first_tensor;  // unit u's descriptors start here
+  for (size_t u = 0; u < U; ++u) {
+    first_tensor.push_back(static_cast<int>(tensors.size()));
+    const ShardRange own = o.shard_optimizer ? ShardOf(layout_.units[u].numel, o.shard_rank, W)
+                                             : ShardRange{0, layout_.units[u].numel};
+    const int64_t state_base = o.shard_optimizer ? pb_.shard_offset[u] - own.begin
+                                                 : pb_.unit_offset[u];
+    float* g = o.shard_optimizer ? b.grad_shard : b.grads;
+    for (const TensorSlot& t : layout_.units[u].tensors) {
+      const int64_t lo = std::max(own.begin, t.offset);
+      const int64_t hi = std::min(own.end, t.offset + t.numel);
+      if (lo >= hi) continue;
+      const int64_t so = state_base + lo;
+      bf16* out = o.shard_params ? b.params_shard + so : b.params + pb_.unit_offset[u] + lo;
+      tensors.push_back({b.master + so, out, g + so, b.m + so, b.v + so, hi - lo,
+                         t.weight_decay ? opt.weight_decay : 0.0f,
+                         b.grads16 ? b.grads16 + pb_.unit_offset[u] + lo : nullptr});
+    }
+  }
+  if (tensors.empty()) {
+    // A rank whose slots are all empty (tiny models on many ranks) still runs the kernels.
+    tensors.push_back({b.master, nullptr, o.shard_optimizer ? b.grad_shard : b.grads, b.m, b.v,
+                       0, 0.0f});
+  }
+  for (size_t u = 0; u < U; ++u) {
+    cudaEvent_t e[2];
+    for (cudaEvent_t& x : e) FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&x, cudaEventDisableTiming));
+    b.grad_ready_compute.push_back(e[0]);
+    b.grad_ready_wgrad.push_back(e[1]);
+  }
+  b.num_tensors = static_cast<int>(tensors.size());
+  FORGE_RETURN_IF_ERROR(Alloc(&b.adam_tensors, tensors.size()));
+  FORGE_CUDA_CHECK(cudaMemcpy(b.adam_tensors, tensors.data(),
+                              tensors.size() * sizeof(cuda::AdamWTensor), cudaMemcpyHostToDevice));
+  FORGE_RETURN_IF_ERROR(Alloc(&b.clip_scale, 1));
+  FORGE_RETURN_IF_ERROR(Alloc(&b.skipped_steps, 1));
+  // Deferred wherever every rank updates whole units (one GPU, ddp); zero/fsdp update their
+  // slots and all-gather right after, which a deferral would only move into the forward.
+  if (o.defer_update && !o.shard_optimizer) {
+    first_tensor.push_back(static_cast<int>(tensors.size()));
+    std::vector<int64_t> unit_elements;
+    for (const UnitLayout& u : layout_.units) unit_elements.push_back(u.numel);
+    int least = 0, greatest = 0;  // the update yields to everything else
+    FORGE_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    b.update = std::make_unique<DeferredUpdate>();
+    FORGE_RETURN_IF_ERROR(b.update->Init(b.adam_tensors, std::move(first_tensor),
+                                         std::move(unit_elements), b.clip_scale,
+                                         b.skipped_steps, least));
+  }
+  return Status::Ok();
+}
+
+// The events are per unit, and a unit completes once per pass, so a hook may wait on them
+// any time before the next pass's GradReady of the same unit.
+Status CudaModel::GradReady(int unit, cudaStream_t s) {
+  if (hooks_ == nullptr) return UnitSumSquares(unit, s);
+  if (!hooks_->grad_ready) return Status::Ok();
+  Buffers& b = *buf_;
+  FORGE_CUDA_CHECK(cudaEventRecord(b.grad_ready_compute[unit], s));
+  cudaEvent_t wgrad_done = nullptr;
+  if (dual_ && wgrad_pending_) {
+    wgrad_done = b.grad_ready_wgrad[unit];
+    FORGE_CUDA_CHECK(cudaEventRecord(wgrad_done, b.wgrad));
+  }
+  return hooks_->grad_ready(unit, b.grad_ready_compute[unit], wgrad_done);
+}
+
+// World 1: the unit's share of the gradient norm as soon as its gradient is final, so the
+// 1.4 GB read (gpt350m) overlaps the rest of the backward instead of opening the optimizer.
+// On the wgrad stream when it is in use: queued after every dW GEMM forked so far (this
+// unit's included) and, through the event, after the chain's writes to the unit; Forward's
+// join orders it before the optimizer. Each micro-step recomputes it; the last one counts.
+Status CudaModel::UnitSumSquares(int unit, cudaStream_t s) {
+  Buffers& b = *buf_;
+  cudaStream_t run = s;
+  if (dual_) {
+    FORGE_CUDA_CHECK(cudaEventRecord(b.grad_ready_compute[unit], s));
+    FORGE_CUDA_CHECK(cudaStreamWaitEvent(b.wgrad, b.grad_ready_compute[unit], 0));
+    wgrad_pending_ = true;
+    run = b.wgrad;
+  }
+  return SumUnitSquares(unit, run);
+}
+
+Status CudaModel::SumUnitSquares(int unit, cudaStream_t s) {
+  if (unit < 0 || unit >= static_cast<int>(layout_.units.size()) || UnitGrads(unit) == nullptr) {
+    return Status::Invalid("cuda model: no full gradient for unit " + std::to_string(unit));
+  }
+  float* partial = buf_->unit_sumsq + int64_t{unit} * cuda::SumSquaresPartials();
+  const int64_t n = layout_.units[size_t(unit)].numel;
+  if (buf_->grads16) return cuda::SumSquaresPartialBf16(UnitGrads16(unit), n, partial, s);
+  return cuda::SumSquaresPartial(UnitGrads(unit), n, partial, s);
+}
+
+// The weight GEMMs wrote a block's four matrices (its matmul tensors) in bf16 when
+// grads16_direct_; the rest of a block (its norm weights), and every other unit whole, are
+// cast from the fp32 gradient.
+Status CudaModel::CastUnitGradsToBf16(int unit, cudaStream_t s) {
+  if (buf_->grads16 == nullptr) return Status::Precondition("cuda model: no grads16");
+  const UnitLayout& u = layout_.units[size_t(unit)];
+  if (!(grads16_direct_ && layout_.is_block_unit(unit))) {
+    return cuda::CastFloatToBf16(UnitGrads16(unit), UnitGrads(unit), u.numel, s);
+  }
+  for (const TensorSlot& t : u.tensors) {
+    if (t.is_matmul) continue;
+    FORGE_RETURN_IF_ERROR(cuda::CastFloatToBf16(UnitGrads16(unit) + t.offset,
+                                                UnitGrads(unit) + t.offset, t.numel, s));
+  }
+  return Status::Ok();
+}
+
+Status CudaModel::GradSumSquaresFromUnits(float* sumsq_out, cudaStream_t s) {
+  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kOptimizer, s));
+  const int64_t count = int64_t(layout_.units.size()) * cuda::SumSquaresPartials();
+  // The clip scale written here is provisional; ClipAndUpdate replaces it.
+  return cuda::GradNormFromPartials(buf_->unit_sumsq, count, opt_.grad_clip, sumsq_out,
+                                    buf_->clip_scale, s);
+}
+
+Status CudaModel::OptimizerStep(const cuda::AdamWHyper* hyper, float* sumsq_out,
+                                cudaStream_t s) {
+  Buffers& b = *buf_;
+  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kOptimizer, s));
+  if (unit_sumsq_ready_) {
+    FORGE_RETURN_IF_ERROR(GradSumSquaresFromUnits(sumsq_out, s));
+  } else {
+    FORGE_RETURN_IF_ERROR(cuda::GlobalGradNorm(b.adam_tensors, b.num_tensors, opt_.grad_clip,
+                                               sumsq_out, b.clip_scale, b.gradnorm_ws,
+                                               b.gradnorm_ws_bytes, s));
+  }
+  return UpdateOrDefer(hyper, s);
+}
+
+// AdamW by the clip scale just written, now or (defer_update) during the next forward; then
+// the FP8 scale update, at the step's end either way.
+Status CudaModel::UpdateOrDefer(const cuda::AdamWHyper* hyper, cudaStream_t s) {
+  Buffers& b = *buf_;
+  if (spike_limits_ != nullptr) {
+    FORGE_RETURN_IF_ERROR(
+        cuda::GateSpike(spike_stats_, spike_divisor_, spike_limits_, b.clip_scale, s));
+  }
+  if (b.update) {
+    FORGE_RETURN_IF_ERROR(b.update->Defer(hyper, s));
+  } else {
+    FORGE_RETURN_IF_ERROR(cuda::AdamWMultiTensor(b.adam_tensors, b.num_tensors, hyper,
+                                                 b.clip_scale, s, b.skipped_steps));
+  }
+  return EndStep(s);
+}
+
+Status CudaModel::FlushUpdate(cudaStream_t s) {
+  return buf_->update ? buf_->update->Flush(s) : Status::Ok();
+}
+
+Status CudaModel::GradSumSquares(float* sumsq_out, cudaStream_t s) {
+  Buffers& b = *buf_;
+  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kOptimizer, s));
+  // The clip scale written here is this rank's; ClipAndUpdate replaces it.
+  return cuda::GlobalGradNorm(b.adam_tensors, b.num_tensors, opt_.grad_clip, sumsq_out,
+                              b.clip_scale, b.gradnorm_ws, b.gradnorm_ws_bytes, s);
+}
+
+Status CudaModel::ClipAndUpdate(const cuda::AdamWHyper* hyper, const float* sumsq,
+                                cudaStream_t s) {
+  Buffers& b = *buf_;
+  FORGE_RETURN_IF_ERROR(cuda::ClipScaleFromSumSquares(sumsq, opt_.grad_clip, b.clip_scale, s));
+  return UpdateOrDefer(hyper, s);
+}
+
+Status CudaModel::EndStep(cudaStream_t s) {
+  return buf_->fp8 ? buf_->fp8->EndStep(s) : Status::Ok();
+}
+
+const int64_t* CudaModel::skipped_steps() const { return buf_->skipped_steps; }
+
+}  // namespace forge
