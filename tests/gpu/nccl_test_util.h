@@ -1,11 +1,14 @@
 // Multi-GPU test scaffolding: one thread per rank, each on its own device, the NCCL unique id
 // handed over by an in-process IdRendezvous (the same hook MPI / TCP / the coordinator plug
-// into), and per-rank failures collected for the main thread to report.
+// into), and per-rank failures collected for the main thread to report. Tests of what the
+// data-parallel code does (not of NCCL) use RunRanksOnAnyGpus, which falls back to ranks
+// sharing the GPUs (thread_nccl_comm.h) where there are fewer GPUs than ranks.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <condition_variable>
 #include <mutex>
@@ -13,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "thread_nccl_comm.h"
 #include "worker/parallel/nccl_comm.h"
 
 namespace forge {
@@ -78,6 +82,31 @@ void RunRanks(int world, const NcclCommOptions& base, Errors* errors, Body body)
       auto comm = MakeNcclComm(r, world, &rdv, o);
       if (!comm.ok()) {
         errors->Add(r, "MakeNcclComm: " + comm.status().ToString());
+        return;
+      }
+      body(r, comm->get());
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+// As RunRanks where there are `world` GPUs. With fewer (at least one), the ranks share them
+// (rank r on GPU r mod the count) over ThreadNcclComm, whose collectives run on the host: the
+// modes' logic, the ranks' agreement and resume are tested, NCCL is not. Says so on stdout.
+template <typename Body>
+void RunRanksOnAnyGpus(int world, const NcclCommOptions& base, Errors* errors, Body body) {
+  const int gpus = NcclVisibleDevices();
+  if (gpus >= world) return RunRanks(world, base, errors, body);
+  std::printf("[ thread ranks ] %d ranks on %d GPU(s), collectives on the host (not NCCL)\n",
+              world, gpus);
+  auto group = MakeThreadRankGroup(world, base.timeout_s);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      cudaSetDevice(r % gpus);
+      auto comm = MakeThreadNcclComm(group, r, r % gpus);
+      if (!comm.ok()) {
+        errors->Add(r, "MakeThreadNcclComm: " + comm.status().ToString());
         return;
       }
       body(r, comm->get());
