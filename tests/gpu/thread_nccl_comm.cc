@@ -181,6 +181,15 @@ class ThreadNcclComm final : public NcclComm {
     return e == cudaSuccess ? Status::Ok() : CudaError(e, "draining the streams");
   }
 
+  // On the communicator's stream, waited for: a plain cudaMemcpy from pageable memory may return
+  // before the bytes reach the device, and runs on the legacy stream, which the (non-blocking)
+  // streams that read the result next do not wait for.
+  Status Copy(void* dst, const void* src, size_t bytes) {
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(stream_);
+    return e == cudaSuccess ? Status::Ok() : CudaError(e, "copying a buffer");
+  }
+
   // send: send_n elements; recv: recv_n elements (both device pointers, may alias).
   StatusOr<CommWorkPtr> Run(CollectiveOp op, DType t, const void* send, int64_t send_n,
                             void* recv, int64_t recv_n, int root) {
@@ -194,10 +203,7 @@ class ThreadNcclComm final : public NcclComm {
     mine.count = send_n;
     mine.root = root;
     mine.bytes.resize(size_t(send_n) * esize);
-    if (send_n > 0) {
-      const cudaError_t e = cudaMemcpy(mine.bytes.data(), send, mine.bytes.size(), cudaMemcpyDefault);
-      if (e != cudaSuccess) return CudaError(e, "copying the send buffer");
-    }
+    if (send_n > 0) FORGE_RETURN_IF_ERROR(Copy(mine.bytes.data(), send, mine.bytes.size()));
     FORGE_RETURN_IF_ERROR(group_->Meet(rank_, what));
     const std::vector<Post>& all = group_->posts();
     for (int r = 0; r < world(); ++r) {
@@ -226,10 +232,7 @@ class ThreadNcclComm final : public NcclComm {
         break;
     }
     FORGE_RETURN_IF_ERROR(group_->Meet(rank_, what));  // everyone has read the posts
-    if (recv_n > 0) {
-      const cudaError_t e = cudaMemcpy(recv, out.data(), out.size(), cudaMemcpyDefault);
-      if (e != cudaSuccess) return CudaError(e, "copying the result");
-    }
+    if (recv_n > 0) FORGE_RETURN_IF_ERROR(Copy(recv, out.data(), out.size()));
     return CommWorkPtr(std::make_unique<DoneWork>());
   }
 
