@@ -264,7 +264,11 @@ run_coordinator() {
   # node is launched beside the running one (srun --overlap): when its workers join, the
   # coordinator stops the smaller world at a checkpoint and grows the run back onto them, and
   # that step is the job's worker step from then on (the node, on probation, is excluded again
-  # at its next failure). A trial step that fails leaves the node excluded.
+  # at its next failure, for twice its last cool-down). A trial step that fails on a node it
+  # tries leaves that node excluded for twice its last cool-down (one whose workers all end
+  # well ran the run to its end or stop: no failure). A worker step that fails while
+  # a trial step waits counts like any failure (against its node, which may be excluded then,
+  # and train.max_restarts); the trial step then takes over unless it holds a node just excluded.
   # A step whose workers all ended well while the run goes on (the run grew back: its smaller
   # placement stopped with a checkpoint) is launched again at once.
   # The workers ignore SIGTERM too: they stop when the coordinator says so, after saving.
@@ -274,7 +278,7 @@ run_coordinator() {
     trap '' TERM
     local step_pid="" stopping=0 relaunches=0 delay=1 json st max ck_before ck_after
     local nodes=() excluded="" steps=0 exits node rank code adopt=0 n
-    local trial_pid="" trial_exits="" trial_nodes="" trial_bad="" launched_pid=""
+    local trial_pid="" trial_exits="" trial_nodes="" trial_bad="" launched_pid="" trials=1
     local -A node_fails=() excluded_at=() cooldown=()
     mapfile -t nodes < <(scontrol show hostnames "${SLURM_JOB_NODELIST:-$(hostname -s)}" 2>/dev/null)
     [ ${#nodes[@]} -gt 0 ] || nodes=("$(hostname -s)")
@@ -319,6 +323,25 @@ trap "" TERM; "$0" "$@"; rc=$?; echo "${SLURMD_NODENAME:-$(hostname -s)} ${SLURM
     # first_bad EXITS: "node rank code" of the first worker that ended badly by itself (exit 3
     # is a worker the coordinator told to abort: not its node's fault).
     first_bad() { awk '$3 != 0 && $3 != 3 { print; exit }' "$1"; }
+    # adopt_trial: the step on every node, waiting beside the one that ended, is the worker step
+    # from now on (the loop does not launch one).
+    adopt_trial() {
+      step_pid=$trial_pid
+      exits=$trial_exits
+      trial_pid=""
+      ck_before=$(json_field latest_checkpoint_step <<<"$json")
+      adopt=1
+    }
+    # end_trial: the step on every node is ended; its idle workers have nothing to save. Keeps rc.
+    end_trial() {
+      local keep_rc=$rc
+      if [ -n "$trial_pid" ]; then
+        kill -INT "$trial_pid" 2>/dev/null; sleep 0.2; kill -INT "$trial_pid" 2>/dev/null
+        wait_for "$trial_pid"
+        trial_pid=""
+      fi
+      rc=$keep_rc
+    }
     while true; do
       if [ "$adopt" = 1 ]; then
         adopt=0  # step_pid and exits are the trial step's
@@ -348,7 +371,8 @@ trap "" TERM; "$0" "$@"; rc=$?; echo "${SLURMD_NODENAME:-$(hostname -s)} ${SLURM
           killed=1
         fi
         # An excluded node past its cool-down: a step on every node beside this one.
-        if [ -z "$trial_pid" ] && [ -n "$excluded" ] && [ "$cool" -gt 0 ] && [ -z "$bad_since" ]; then
+        if [ -z "$trial_pid" ] && [ "$trials" = 1 ] && [ -n "$excluded" ] && [ "$cool" -gt 0 ] &&
+           [ -z "$bad_since" ]; then
           local due=""
           for n in $excluded; do
             [ $((SECONDS - excluded_at[$n])) -ge "${cooldown[$n]}" ] && due="${due:+$due }$n"
@@ -369,15 +393,27 @@ trap "" TERM; "$0" "$@"; rc=$?; echo "${SLURMD_NODENAME:-$(hostname -s)} ${SLURM
             kill_step "$trial_exits"  # its other workers are idle: nothing to save
           fi
           if ! kill -0 "$trial_pid" 2>/dev/null; then
-            wait "$trial_pid" 2>/dev/null
+            wait_for "$trial_pid"
             node="" rank="" code=""
             read -r node rank code _ < <(first_bad "$trial_exits")
             [ -n "${node:-}" ] && node_fails[$node]=$(( ${node_fails[$node]:-0} + 1 ))
-            for n in $trial_nodes; do
-              excluded_at[$n]=$SECONDS
-              cooldown[$n]=$(( cooldown[$n] * 2 ))
-            done
-            log "the worker step trying node(s) $trial_nodes again failed${node:+ on $node (rank $rank, exit $code)}: still excluded, tried again in ${cooldown[${trial_nodes%% *}]} s"
+            if [ "$rc" = 0 ] && [ -z "$trial_bad" ]; then
+              # Every worker of it ended well: the run restarted on its workers (they were idle
+              # when it lost its placement) and ended or stopped there. Not a failure, and
+              # nothing is left to try a node for.
+              trials=0
+              log "the worker step trying node(s) $trial_nodes again ended well (the run went on there and ended or stopped)"
+            elif [ -n "${node:-}" ] && [[ " $trial_nodes " != *" $node "* ]]; then
+              # A node of the running step ended it: the tried node(s) did not fail again.
+              for n in $trial_nodes; do excluded_at[$n]=$SECONDS; done
+              log "the worker step trying node(s) $trial_nodes again failed on $node (rank $rank, exit $code): failure ${node_fails[$node]} of $node; node(s) $trial_nodes tried again in ${cooldown[${trial_nodes%% *}]} s"
+            else
+              for n in $trial_nodes; do
+                excluded_at[$n]=$SECONDS
+                cooldown[$n]=$(( cooldown[$n] * 2 ))
+              done
+              log "the worker step trying node(s) $trial_nodes again failed${node:+ on $node (rank $rank, exit $code)}: still excluded, tried again in ${cooldown[${trial_nodes%% *}]} s (twice the last cool-down)"
+            fi
             trial_pid=""
           fi
         fi
@@ -397,27 +433,26 @@ trap "" TERM; "$0" "$@"; rc=$?; echo "${SLURMD_NODENAME:-$(hostname -s)} ${SLURM
       case "$st" in
         PENDING|RUNNING|RESTARTING) ;;
         *)  # ended, or stopping with a checkpoint: a trial step's idle workers are let go
-          if [ -n "$trial_pid" ]; then
-            kill -INT "$trial_pid" 2>/dev/null; sleep 0.2; kill -INT "$trial_pid" 2>/dev/null
-            wait_for "$trial_pid"
-          fi
+          end_trial
           return "$rc" ;;
       esac
+      # A step on every node waiting beside the one that ended takes over (the smaller world
+      # stopped to grow back onto it, or lost a worker): its workers are already up, idle, and
+      # the node(s) it tries are back, on probation (excluded again at their next failure).
+      # A failure of the ended step still counts below, against its node and train.max_restarts.
+      local adopting=0
       if [ -n "$trial_pid" ] && kill -0 "$trial_pid" 2>/dev/null; then
-        # The smaller world stopped to grow back (or lost a worker): the run goes on with the
-        # step on every node, whose workers wait idle for it.
-        log "worker step ended (exit $rc) while a step on every node waits: run $run goes on there; node(s) $trial_nodes back (excluded again at their next failure)"
+        adopting=1
         for n in $trial_nodes; do node_fails[$n]=$(( limit > 0 ? limit - 1 : 0 )); done
         excluded=""
         step_flags=()
-        step_pid=$trial_pid
-        exits=$trial_exits
-        trial_pid=""
-        ck_before=$(json_field latest_checkpoint_step <<<"$json")
-        adopt=1
-        continue
       fi
       if [ "$rc" = 0 ]; then
+        if [ "$adopting" = 1 ]; then
+          log "worker step ended (exit 0) while a step on every node waits: run $run goes on there; node(s) $trial_nodes back (excluded again at their next failure)"
+          adopt_trial
+          continue
+        fi
         log "worker step ended while run $run is $st: launching it again in 1 s"
         sleep 1 & wait $! 2>/dev/null
         continue
@@ -446,6 +481,12 @@ trap "" TERM; "$0" "$@"; rc=$?; echo "${SLURMD_NODENAME:-$(hostname -s)} ${SLURM
             cooldown[$node]=$(( ${cooldown[$node]:-0} > 0 ? cooldown[$node] * 2 : cool ))
             step_flags=(--nodes=$(( left / per_node )) --ntasks="$left" --exclude="${excluded// /,}")
             log "node $node failed ${node_fails[$node]} time(s) (train.node_failure_limit $limit): excluded; the run goes on with $left worker(s) on the other node(s) (train.min_workers ${min:-?})$([ "$cool" -gt 0 ] && echo "; every node is tried again in ${cooldown[$node]} s (train.node_cooldown_s)")"
+            if [ "$adopting" = 1 ]; then
+              # The waiting step runs on every node, this one too: not taken over.
+              log "the step on every node waiting beside it includes $node: ended; node(s) $trial_nodes back on the next step"
+              end_trial
+              adopting=0
+            fi
           else
             log "node $node failed ${node_fails[$node]} time(s) (train.node_failure_limit $limit): not excluded: the other node(s) hold $left worker(s); the run needs train.min_workers ${min:-?} and a world that divides batch.global_batch ${global:-?} into micro-batches of ${micro:-?}"
           fi
@@ -453,10 +494,7 @@ trap "" TERM; "$0" "$@"; rc=$?; echo "${SLURMD_NODENAME:-$(hostname -s)} ${SLURM
       fi
       if [ "$relaunches" -ge "${max:-0}" ]; then
         log "worker step failed (exit $rc); not relaunched: $relaunches relaunch(es) made (train.max_restarts ${max:-0})"
-        if [ -n "$trial_pid" ]; then
-          kill -INT "$trial_pid" 2>/dev/null; sleep 0.2; kill -INT "$trial_pid" 2>/dev/null
-          wait_for "$trial_pid"
-        fi
+        end_trial
         return "$rc"
       fi
       ck_after=$(json_field latest_checkpoint_step <<<"$json")
@@ -464,6 +502,11 @@ trap "" TERM; "$0" "$@"; rc=$?; echo "${SLURMD_NODENAME:-$(hostname -s)} ${SLURM
         delay=1  # that step got the run further: not a crash loop
       fi
       relaunches=$((relaunches + 1))
+      if [ "$adopting" = 1 ]; then
+        log "worker step failed (exit $rc), run $run $st: a step on every node waits: the run goes on there ($relaunches of ${max:-0}); node(s) $trial_nodes back (excluded again at their next failure)"
+        adopt_trial
+        continue
+      fi
       log "worker step failed (exit $rc), run $run $st: relaunching it in $delay s ($relaunches of ${max:-0})"
       sleep "$delay" & wait $! 2>/dev/null
       [ "$stopping" = 1 ] && return "$rc"

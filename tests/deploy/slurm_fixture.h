@@ -220,6 +220,46 @@ class SlurmFixture : public ::testing::Test {
     return out;
   }
 
+  // Lets a test hold the workers of a job step before they start (HoldStep): FORGE_BIN_DIR
+  // becomes a directory whose forge-worker waits while hold/step.N exists for its step N, then
+  // runs the real one; the other programs are links to the real ones. Call before Submit.
+  void HoldableWorkers() {
+    const std::string bin = dir_ + "/bin", real = std::string(FORGE_BINARY_DIR) + "/bin";
+    fs::create_directories(bin);
+    fs::create_directories(dir_ + "/hold");
+    for (const char* p : {"forge", "forge-coordinator", "forgectl"})
+      fs::create_symlink(real + "/" + p, bin + "/" + p);
+    std::ofstream(bin + "/forge-worker")
+        << "#!/bin/sh\nwhile [ -e " << dir_ << "/hold/step.$SLURM_STEP_ID ]; do sleep 0.1; done\n"
+        << "exec " << real << "/forge-worker \"$@\"\n";
+    fs::permissions(bin + "/forge-worker", fs::perms::owner_all);
+    ::setenv("FORGE_BIN_DIR", bin.c_str(), 1);
+  }
+  void HoldStep(long step) { std::ofstream(dir_ + "/hold/step." + std::to_string(step)); }
+  void ReleaseStep(long step) { fs::remove(dir_ + "/hold/step." + std::to_string(step)); }
+
+  // A forge-worker process (or its held stand-in) of `job` on `node` ("": any) in job step
+  // `step` (-1: its newest step); 0 when none. *found_step: the step it belongs to.
+  long WorkerOf(const std::string& job, const std::string& node = "", long step = -1,
+                long* found_step = nullptr) {
+    long victim = 0, victim_step = -1;
+    std::istringstream pids(Run("pgrep -x forge-worker"));
+    for (long pid; pids >> pid;) {
+      const std::string env = ReadFile("/proc/" + std::to_string(pid) + "/environ");
+      if (!Contains(env, "SLURM_JOB_ID=" + job + '\0')) continue;
+      if (!node.empty() && !Contains(env, "SLURMD_NODENAME=" + node + '\0')) continue;
+      const size_t at = env.find("SLURM_STEP_ID=");
+      const long s = at == std::string::npos ? -1 : std::atol(env.c_str() + at + 14);
+      if (step >= 0 ? s == step : s > victim_step) {
+        victim = pid;
+        victim_step = s;
+        if (step >= 0) break;
+      }
+    }
+    if (found_step != nullptr) *found_step = victim_step;
+    return victim;
+  }
+
   // The job log shows 4 ranks, each with its own emulated GPU.
   void ExpectOneGpuPerRank(const std::string& log) {
     std::set<std::string> gpus;

@@ -6,12 +6,15 @@
 // for it, NCCL's socket interface chosen on each node (the route to the coordinator: lo here)
 // and NCCL_IB_HCA kept where the submitter set it (no InfiniBand here: its automatic choice,
 // the ACTIVE ports under /sys/class/infiniband, finds none and leaves it unset), and a node
-// excluded after a failure that the run grows back onto after train.node_cooldown_s. Skips
+// excluded after a failure that the run grows back onto after train.node_cooldown_s; a failure
+// while the step trying it again waits, counted against the failing node (and a run that then
+// restarts on the trying step and ends there); a try that fails (the node stays excluded for
+// twice its cool-down) and a node back that fails again. Skips
 // when not root or when slurm-wlm/munge are not installed.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
-#include <sstream>
+#include <regex>
 #include <string>
 
 #include "slurm_fixture.h"
@@ -20,7 +23,6 @@ namespace forge {
 namespace {
 
 using test::Contains;
-using test::ReadFile;
 
 class SlurmTwoNodes : public test::SlurmFixture {
  protected:
@@ -33,6 +35,25 @@ class SlurmTwoNodes : public test::SlurmFixture {
     ::setenv("OMPI_MCA_btl_tcp_if_include", "lo", 1);
     ::setenv("FORGE_COORDINATOR_METRICS_PORT", "0", 1);  // no fixed port to collide on
     test::SlurmFixture::SetUp();
+  }
+  // Submits a 300-step run of 4 workers (>= 80 ms a step) that may shrink to 2
+  // (train.min_workers), with train.node_failure_limit 1 and train.node_cooldown_s
+  // `cooldown_s`, and waits for its first checkpoint. Sets the job and run ids, the job step
+  // of its workers and one of them on fnode2 (`victim`), and kills nothing.
+  void StartShrinkableRun(const std::string& name, int cooldown_s, std::string* job,
+                          std::string* run, long* step, long* victim) {
+    ::setenv("FORGE_WORKER_ARGS", "--throttle-ms 80", 1);
+    *job = Submit(WriteConfig(name, 300, 5,
+                              "min_workers: 2, elastic_grace_s: 1, node_failure_limit: 1, "
+                              "node_cooldown_s: " + std::to_string(cooldown_s) + ", "));
+    ASSERT_FALSE(job->empty());
+    ASSERT_TRUE(WaitFor(60, [&] { return !RunIdOf(name).empty(); })) << JobLog(*job);
+    *run = RunIdOf(name);
+    ASSERT_TRUE(WaitFor(90, [&] {
+      return !ListCheckpoints(CoordinatorRunDir(name) + "/checkpoints").empty();
+    })) << JobSummary(*job) << JobLog(*job);
+    *victim = WorkerOf(*job, "fnode2", -1, step);
+    ASSERT_NE(*victim, 0) << Run("ps -ef");
   }
   void TearDown() override {
     test::SlurmFixture::TearDown();
@@ -99,27 +120,9 @@ TEST_F(SlurmTwoNodes, DirectLaunchSpansBothNodes) {
 // job launches a step on both nodes beside the running one, the run grows back onto its 4
 // workers at the next checkpoint, and that step finishes the run.
 TEST_F(SlurmTwoNodes, ExcludedNodeIsTriedAgainAndTheRunGrowsBack) {
-  ::setenv("FORGE_WORKER_ARGS", "--throttle-ms 80", 1);
-  const std::string cfg = WriteConfig(
-      "regrow", 300, 5,
-      "min_workers: 2, elastic_grace_s: 1, node_failure_limit: 1, node_cooldown_s: 6, ");
-  const std::string job = Submit(cfg);
-  ASSERT_FALSE(job.empty());
-  ASSERT_TRUE(WaitFor(60, [&] { return !RunIdOf("regrow").empty(); })) << JobLog(job);
-  const std::string run = RunIdOf("regrow");
-  const std::string run_dir = CoordinatorRunDir("regrow");
-  ASSERT_TRUE(WaitFor(90, [&] { return !ListCheckpoints(run_dir + "/checkpoints").empty(); }))
-      << JobSummary(job) << JobLog(job);
-  // A worker of this job on fnode2.
-  long victim = 0;
-  std::istringstream pids(Run("pgrep -x forge-worker"));
-  for (long pid; victim == 0 && pids >> pid;) {
-    const std::string env = ReadFile("/proc/" + std::to_string(pid) + "/environ");
-    if (Contains(env, std::string("SLURM_JOB_ID=") + job + '\0') &&
-        Contains(env, std::string("SLURMD_NODENAME=fnode2") + '\0'))
-      victim = pid;
-  }
-  ASSERT_NE(victim, 0) << Run("ps -ef");
+  std::string job, run;
+  long step = -1, victim = 0;
+  ASSERT_NO_FATAL_FAILURE(StartShrinkableRun("regrow", 6, &job, &run, &step, &victim));
   Log("$ kill -9 %ld   # a forge-worker of job %s on fnode2\n", victim, job.c_str());
   Run("kill -9 " + std::to_string(victim));
   const auto [state, log] = AwaitJob(job);
@@ -135,6 +138,113 @@ TEST_F(SlurmTwoNodes, ExcludedNodeIsTriedAgainAndTheRunGrowsBack) {
   EXPECT_TRUE(Contains(log, "4 workers available again: world 2")) << log;
   EXPECT_TRUE(Contains(log, "(world 2 -> 4)")) << log;
   EXPECT_TRUE(Contains(log, "node(s) fnode2 back")) << log;
+  EXPECT_TRUE(Contains(log, "run " + run + ": COMPLETED at step 300")) << log;
+}
+
+// The worker step fails while a step on every node waits beside it (fnode2 excluded, its
+// cool-down passed; that step's workers are held before they start, so the run cannot grow
+// back onto them first). The failure counts like any other: against the node whose worker
+// ended it (fnode1, whose one failure, train.node_failure_limit 1, excludes it in turn) and
+// train.max_restarts. The waiting step, which holds fnode1 too, is ended; fnode2 is back. The
+// relaunched step on fnode2 is held in turn, so the run restarts on the next step on every
+// node (after fnode1's cool-down) and finishes there: that step ended well, no failure.
+TEST_F(SlurmTwoNodes, AStepFailingWhileATrialStepWaitsCountsAgainstItsOwnNode) {
+  HoldableWorkers();
+  std::string job, run;
+  long step = -1, first = 0;
+  ASSERT_NO_FATAL_FAILURE(StartShrinkableRun("failwait", 4, &job, &run, &step, &first));
+  // Steps: `step` on both nodes, step + 1 on fnode1 alone, step + 2 the first on every node,
+  // step + 3 on fnode2 alone, step + 4 the next on every node.
+  HoldStep(step + 2);
+  Log("$ kill -9 %ld   # a forge-worker of job %s on fnode2, step %ld\n", first, job.c_str(), step);
+  Run("kill -9 " + std::to_string(first));
+  ASSERT_TRUE(WaitFor(60, [&] { return Contains(JobLog(job), "trying every node again"); }))
+      << JobLog(job);
+  HoldStep(step + 3);
+  const long victim = WorkerOf(job, "fnode1", step + 1);
+  ASSERT_NE(victim, 0) << Run("ps -ef");
+  Log("$ kill -9 %ld   # a forge-worker of job %s on fnode1, step %ld\n", victim, job.c_str(),
+      step + 1);
+  Run("kill -9 " + std::to_string(victim));
+  // The run goes on on step + 4's 4 workers; then step + 3's join, idle.
+  ASSERT_TRUE(WaitFor(60, [&] {
+    const std::string log = JobLog(job);
+    const size_t first_four = log.find("placed on 4 worker(s)");
+    return first_four != std::string::npos &&
+           log.find("placed on 4 worker(s)", first_four + 1) != std::string::npos;
+  })) << JobLog(job);
+  ReleaseStep(step + 3);
+  const auto [state, log] = AwaitJob(job);
+  ReleaseStep(step + 2);
+  ASSERT_EQ(state, "COMPLETED") << log;
+  EXPECT_TRUE(Contains(log, "node fnode2 failed 1 time(s) (train.node_failure_limit 1): excluded"))
+      << log;
+  EXPECT_TRUE(Contains(log, "worker step failed on fnode1 (rank ")) << log;
+  EXPECT_TRUE(Contains(log, "node fnode1 failed 1 time(s) (train.node_failure_limit 1): "
+                            "excluded; the run goes on with 2 worker(s)"))
+      << log;
+  EXPECT_TRUE(Contains(log, "the step on every node waiting beside it includes fnode1: ended; "
+                            "node(s) fnode2 back on the next step"))
+      << log;
+  EXPECT_TRUE(Contains(log, "(2 of 3)")) << log;
+  EXPECT_FALSE(std::regex_search(log, std::regex("worker step ended \\(exit [1-9]"))) << log;
+  EXPECT_TRUE(Contains(log, "node(s) fnode1 excluded long enough")) << log;
+  EXPECT_TRUE(Contains(log, "the worker step trying node(s) fnode1 again ended well")) << log;
+  EXPECT_FALSE(Contains(log, "again failed")) << log;
+  // Two tries (fnode2's, fnode1's), none once the run had ended.
+  const std::regex tries("trying every node again");
+  EXPECT_EQ(std::distance(std::sregex_iterator(log.begin(), log.end(), tries),
+                          std::sregex_iterator()),
+            2)
+      << log;
+  EXPECT_TRUE(Contains(log, "run " + run + ": COMPLETED at step 300")) << log;
+}
+
+// A step trying an excluded node again that fails on it leaves the node excluded for twice its
+// cool-down (the step's workers are held before they start, and one on fnode2 is killed); the
+// next try grows the run back, and the node, on probation, is excluded again at its next
+// failure, for twice that again.
+TEST_F(SlurmTwoNodes, ATrialStepFailingDoublesTheCooldownAndANodeBackIsExcludedAgain) {
+  HoldableWorkers();
+  std::string job, run;
+  long step = -1, first = 0;
+  ASSERT_NO_FATAL_FAILURE(StartShrinkableRun("retry", 3, &job, &run, &step, &first));
+  HoldStep(step + 2);  // the first step on every node after fnode2's cool-down
+  Log("$ kill -9 %ld   # a forge-worker of job %s on fnode2, step %ld\n", first, job.c_str(), step);
+  Run("kill -9 " + std::to_string(first));
+  long held = 0;
+  ASSERT_TRUE(WaitFor(60, [&] { return (held = WorkerOf(job, "fnode2", step + 2)) != 0; }))
+      << JobLog(job);
+  Log("$ kill -9 %ld   # a held worker of job %s on fnode2, step %ld\n", held, job.c_str(),
+      step + 2);
+  Run("kill -9 " + std::to_string(held));
+  ASSERT_TRUE(WaitFor(30, [&] { return Contains(JobLog(job), "still excluded"); })) << JobLog(job);
+  ReleaseStep(step + 2);
+  // The next step on every node (step + 3) takes the run back onto fnode2; one of its workers
+  // there fails.
+  ASSERT_TRUE(WaitFor(60, [&] { return Contains(JobLog(job), "node(s) fnode2 back"); }))
+      << JobLog(job);
+  const long again = WorkerOf(job, "fnode2", step + 3);
+  ASSERT_NE(again, 0) << Run("ps -ef");
+  Log("$ kill -9 %ld   # a forge-worker of job %s on fnode2, step %ld\n", again, job.c_str(),
+      step + 3);
+  Run("kill -9 " + std::to_string(again));
+  const auto [state, log] = AwaitJob(job);
+  ASSERT_EQ(state, "COMPLETED") << log;
+  EXPECT_TRUE(Contains(log, "node fnode2 failed 1 time(s) (train.node_failure_limit 1): excluded; "
+                            "the run goes on with 2 worker(s) on the other node(s) "
+                            "(train.min_workers 2); every node is tried again in 3 s"))
+      << log;
+  EXPECT_TRUE(Contains(log, "the worker step trying node(s) fnode2 again failed on fnode2 (rank "))
+      << log;
+  EXPECT_TRUE(Contains(log, "exit 137): still excluded, tried again in 6 s (twice the last "
+                            "cool-down)"))
+      << log;
+  EXPECT_TRUE(Contains(log, "node(s) fnode2 back")) << log;
+  EXPECT_TRUE(Contains(log, "node fnode2 failed 1 time(s) (train.node_failure_limit 1): excluded; "
+                            "the run goes on with 2 worker(s) on the other node(s) "
+                            "(train.min_workers 2); every node is tried again in 12 s"))
+      << log;
   EXPECT_TRUE(Contains(log, "run " + run + ": COMPLETED at step 300")) << log;
 }
 
