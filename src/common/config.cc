@@ -417,7 +417,8 @@ MaybeProblem CheckRunConfig(const RunConfig& c) {
   FORGE_RULE(InRange("engine.lm_head_chunk", c.engine.lm_head_chunk, 1, 1 << 30));
   FORGE_RULE(InRange("engine.wgrad_sm_margin", c.engine.wgrad_sm_margin, -1, 1024));
 
-  FORGE_RULE(InRange("metrics.port", c.metrics.port, 0, 65535));
+  if (c.metrics.port != -1)  // -1: `any` (each rank binds a free port of its own)
+    FORGE_RULE(InRange("metrics.port", c.metrics.port, 0, 65535));
   if (c.metrics.bind_address.empty())
     return Problem{"metrics.bind_address", "must not be empty (0.0.0.0 listens everywhere)", {}};
   FORGE_RULE(NonNegative("metrics.peak_tflops", c.metrics.peak_tflops));
@@ -599,6 +600,21 @@ class Reader {
     if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max()) {
       return Error(Path(sec, key), "must fit a 32-bit integer, got " + Num(v));
     }
+    *out = static_cast<int>(v);
+    return Status::Ok();
+  }
+
+  // A TCP port: an integer in [0, 65535] or `any` (read as -1: the kernel picks a free one).
+  Status ReadPortOrAny(const Entries& e, const std::string& sec, const char* key, int* out) {
+    const YAML::Node* n = Find(e, key);
+    if (!n) return Status::Ok();
+    if (n->IsScalar() && n->Scalar() == "any") {
+      *out = -1;
+      return Status::Ok();
+    }
+    int64_t v = 0;
+    if (!n->IsScalar() || IsQuoted(*n) || !ParseInt64(n->Scalar(), &v) || v < 0 || v > 65535)
+      return Error(Path(sec, key), "must be a port in [0, 65535] or any, got " + Describe(*n));
     *out = static_cast<int>(v);
     return Status::Ok();
   }
@@ -952,7 +968,7 @@ Status ReadSections(Reader& r, const Entries& top, RunConfig* c) {
   MetricsConfig& mc = c->metrics;
   FORGE_RETURN_IF_ERROR(
       r.ReadMap(section("metrics"), "metrics", {"port", "bind_address", "peak_tflops"}, &e));
-  FORGE_RETURN_IF_ERROR(r.ReadInt(e, "metrics", "port", &mc.port));
+  FORGE_RETURN_IF_ERROR(r.ReadPortOrAny(e, "metrics", "port", &mc.port));
   FORGE_RETURN_IF_ERROR(r.ReadString(e, "metrics", "bind_address", &mc.bind_address));
   FORGE_RETURN_IF_ERROR(r.ReadDouble(e, "metrics", "peak_tflops", &mc.peak_tflops));
   return Status::Ok();
@@ -1220,7 +1236,7 @@ std::string RunConfigToYaml(const RunConfig& c) {
     << "  fused_epilogues: " << BoolText(g.fused_epilogues) << "\n"
     << "  gemm_autotune: " << BoolText(g.gemm_autotune) << "\n";
   y << "metrics:\n"
-    << "  port: " << c.metrics.port << "\n"
+    << "  port: " << (c.metrics.port == -1 ? "any" : std::to_string(c.metrics.port)) << "\n"
     << "  bind_address: " << Quote(c.metrics.bind_address) << "\n"
     << "  peak_tflops: " << Num(c.metrics.peak_tflops) << "\n";
   return y.str();

@@ -3,7 +3,8 @@
 //                     [--token-file FILE] [--join-secret-file FILE]
 //                     [--tls-cert FILE --tls-key FILE]
 //                     [--heartbeat-interval-ms N] [--heartbeat-timeout-ms N]
-//                     [--address-file FILE] [--metrics-port N] [--metrics-bind ADDR]
+//                     [--address-file FILE] [--metrics-port N|any] [--metrics-bind ADDR]
+//                     [--metrics-address-file FILE]
 // The user token comes from --token-file or FORGE_TOKEN, the workers' join secret from
 // --join-secret-file or FORGE_JOIN_SECRET. --address-file receives "host:port" once listening
 // (useful with port 0). Runs, and so their checkpoints, live under --runs-dir (default
@@ -12,13 +13,16 @@
 // spec may not name a dataset (workers read their own $FORGE_DATA_DIR/dataset). --metrics-port
 // serves /metrics (run-level aggregates from the workers' heartbeats: total tokens/s, mean
 // MFU, slowest rank's step time, worker up, run state) on --metrics-bind (default 0.0.0.0);
-// 0 or absent: no /metrics. SIGTERM/SIGINT stop it; kill -9 loses nothing (state in SQLite).
+// 0 or absent: no /metrics; `any`: a free port it picks, written as "host:port" to
+// --metrics-address-file once listening (and logged). SIGTERM/SIGINT stop it; kill -9 loses
+// nothing (state in SQLite).
 // The flags are declared once (common/flags.h), which gives --help, --version and an error
 // naming an unknown flag.
 #include <pthread.h>
 
 #include <prometheus/registry.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -60,8 +64,10 @@ forge::FlagParser MakeFlags() {
   f.Value("--heartbeat-interval-ms", "N", "how often workers send heartbeats (default 1000)");
   f.Value("--heartbeat-timeout-ms", "N", "a worker silent this long is lost (default 10000)");
   f.Value("--address-file", "FILE", "write host:port here once listening (useful with port 0)");
-  f.Value("--metrics-port", "N",
-          "serve /metrics (run aggregates) on this port (default 0: none)");
+  f.Value("--metrics-port", "N|any",
+          "serve /metrics (run aggregates) on this port (default 0: none; any: a free one)");
+  f.Value("--metrics-address-file", "FILE",
+          "write /metrics' host:port here once listening (useful with --metrics-port any)");
   f.Value("--metrics-bind", "ADDR", "the address /metrics binds (default 0.0.0.0)");
   f.MaxPositional(0);
   return f;
@@ -98,8 +104,14 @@ int main(int argc, char** argv) {
   const std::string secret_file = flags.Get("--join-secret-file");
   const std::string address_file = flags.Get("--address-file");
   const std::string metrics_bind = flags.Get("--metrics-bind", "0.0.0.0");
-  int metrics_port = 0;
-  for (Status s : {GetIntIn(flags, "--metrics-port", 0, 65535, &metrics_port),
+  const std::string metrics_address_file = flags.Get("--metrics-address-file");
+  // -1: any free port (MetricsServer binds port 0).
+  int metrics_port = flags.Get("--metrics-port") == "any" ? -1 : 0;
+  Status metrics_port_ok = Status::Ok();
+  if (metrics_port == 0 && !GetIntIn(flags, "--metrics-port", 0, 65535, &metrics_port).ok())
+    metrics_port_ok = Status::Invalid("--metrics-port: expects a port in [0, 65535] or any, got " +
+                                      flags.Get("--metrics-port"));
+  for (Status s : {metrics_port_ok,
                    GetIntIn(flags, "--heartbeat-interval-ms", 1, 1 << 30,
                             &copt.heartbeat_interval_ms),
                    GetIntIn(flags, "--heartbeat-timeout-ms", 1, 1 << 30,
@@ -132,8 +144,8 @@ int main(int argc, char** argv) {
   auto registry = std::make_shared<prometheus::Registry>();
   RunAggregates aggregates(*registry);
   std::unique_ptr<MetricsServer> metrics;
-  if (metrics_port > 0) {
-    auto m = MetricsServer::Start(metrics_bind, metrics_port);
+  if (metrics_port != 0) {
+    auto m = MetricsServer::Start(metrics_bind, std::max(metrics_port, 0));
     if (!m.ok()) return Fail(m.status());
     metrics = std::move(m).value();
     metrics->Register(registry);
@@ -147,6 +159,11 @@ int main(int argc, char** argv) {
   (*coordinator)->Serving();
   const std::string host = sopt.listen.substr(0, sopt.listen.rfind(':'));
   const std::string address = host + ":" + std::to_string((*server)->port());
+  // The /metrics address first: whoever waits for --address-file finds both.
+  if (metrics && !metrics_address_file.empty()) {
+    const std::string a = metrics->bind_address() + ":" + std::to_string(metrics->port());
+    if (Status s = WriteFileAtomic(metrics_address_file, a + "\n"); !s.ok()) return Fail(s);
+  }
   if (!address_file.empty()) {
     if (Status s = WriteFileAtomic(address_file, address + "\n"); !s.ok()) return Fail(s);
   }

@@ -15,7 +15,9 @@ StatusOr<std::unique_ptr<TrainMetrics>> TrainMetrics::Start(const RunConfig& cfg
                                                             const std::string& run_id, int rank,
                                                             int local_rank, int world) {
   if (cfg.metrics.port == 0) return std::unique_ptr<TrainMetrics>();
-  const int port = cfg.metrics.port + local_rank;
+  // metrics.port any (-1): every rank binds a free port of its own and logs it (below).
+  const bool any_port = cfg.metrics.port == -1;
+  const int port = any_port ? 0 : cfg.metrics.port + local_rank;
   if (port > 65535)
     return Status::Invalid("metrics.port " + std::to_string(cfg.metrics.port) + " + local rank " +
                            std::to_string(local_rank) + " exceeds 65535");
@@ -50,12 +52,18 @@ StatusOr<std::unique_ptr<TrainMetrics>> TrainMetrics::Start(const RunConfig& cfg
   if (rank == 0) {
     std::printf("forge: metrics on http://%s:%d/metrics%s | MFU %s | GPU health %s\n",
                 cfg.metrics.bind_address.c_str(), m->server_->port(),
-                world > 1 ? " (other ranks: port + local rank)" : "",
+                world > 1 && !any_port ? " (other ranks: port + local rank)" : "",
                 m->peak_tflops() > 0.0
                     ? ("vs " + std::to_string(m->peak_tflops()) + " TFLOP/s (" + m->device_ + ")")
                           .c_str()
                     : "off (no peak for this device; set metrics.peak_tflops)",
                 m->gpu_ ? "from NVML" : ("off: " + why).c_str());
+    std::fflush(stdout);
+  }
+  if (any_port) {
+    // The port this rank got, for whoever scrapes it (one line per rank, rank 0's too).
+    std::printf("forge: rank %d serves /metrics on %s:%d\n", rank,
+                cfg.metrics.bind_address.c_str(), m->server_->port());
     std::fflush(stdout);
   }
   return m;

@@ -11,7 +11,9 @@
 // train`'s local launch, whose in-process worker starts it once placed), cfg.name under a
 // launcher without one; every rank of a run must pass the same. world: the run's world size
 // (the per-rank series are the global record's share, rank_sample.h).
-// It serves /metrics on bind_address:(port + local_rank) with the worker series
+// It serves /metrics on bind_address:(port + local_rank), or with metrics.port `any` on a free
+// port each rank binds itself and logs ("forge: rank R serves /metrics on ADDR:PORT"), with the
+// worker series
 // (worker_metrics.h) and, where NVML loads, the GPU health of the one GPU this rank trains on
 // (gpu_health.h, TrainingGpu). MFU uses metrics.peak_tflops, else the dense BF16 peak of the GPU this rank
 // trains on (when the run trains on CUDA); without either there is no forge_mfu_ratio.

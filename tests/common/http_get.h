@@ -67,31 +67,4 @@ inline std::string UrlEncode(const std::string& s) {
   return out;
 }
 
-// A TCP port on 127.0.0.1 that was free a moment ago (for servers configured by port number).
-inline int FreeLoopbackPort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = 0;
-  ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  socklen_t len = sizeof addr;
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
-    port = ntohs(addr.sin_port);
-  ::close(fd);
-  return port;
-}
-
-// Two consecutive free loopback ports (ranks 0 and 1 of one node serve on port and port + 1),
-// neither of them `avoid` (another server the test starts).
-inline int FreeLoopbackPortPair(int avoid = -1) {
-  for (int i = 0; i < 50; ++i) {
-    const int p = FreeLoopbackPort();
-    if (p <= 0 || p >= 65535 || p == avoid || p + 1 == avoid) continue;
-    if (HttpGet(p + 1, "/").status == 0) return p;
-  }
-  return 0;
-}
-
 }  // namespace forge::test

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "../common/reported_port.h"
 #include "counting_dataset.h"
 #include "mpi_launch.h"
 
@@ -139,6 +140,16 @@ class ControlPlane {
     while (!a.empty() && a.back() == '\n') a.pop_back();
     address_ = a;
   }
+  // StartCoordinator with /metrics on 127.0.0.1 at a port it picks (--metrics-port any),
+  // written to metrics-address once it listens: metrics_port().
+  void StartCoordinatorServingMetrics(int heartbeat_timeout_ms = 2000,
+                                      const std::string& extra = "") {
+    std::filesystem::remove(dir_ + "/metrics-address");
+    StartCoordinator(heartbeat_timeout_ms, "--metrics-bind 127.0.0.1 --metrics-port any "
+                                           "--metrics-address-file " + dir_ +
+                                               "/metrics-address " + extra);
+  }
+  int metrics_port() const { return PortInAddressFile(dir_ + "/metrics-address"); }
   // kill -9 by default; SIGTERM/SIGINT shut it down gracefully.
   void KillCoordinator(int sig = SIGKILL) { coordinator_.Kill(sig); }
   // A signal that does not end it (SIGSTOP, SIGCONT): nothing is reaped.

@@ -1,7 +1,7 @@
 // /metrics of a run under the coordinator: forge-coordinator --metrics-port serves the run-level
 // aggregates it folds from the heartbeats, and each forge-worker serves its own series on the
-// run config's metrics.port + local rank, both scraped over HTTP during a real CPU run (two
-// ranks under mpirun) and after it ends.
+// run config's metrics.port (here `any`: a port each rank picks and logs), both scraped over
+// HTTP during a real CPU run (two ranks under mpirun) and after it ends.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -25,18 +25,14 @@ std::string Scrape(int port) {
 
 TEST(ControlPlaneMetrics, CoordinatorAndWorkersServeRunSeriesDuringARun) {
   ControlPlane cp("metrics");
-  const int coord_port = FreeLoopbackPort();
-  const int worker_port = FreeLoopbackPortPair(coord_port);  // ranks serve on it and it + 1
+  cp.StartCoordinatorServingMetrics(2000);
+  const int coord_port = cp.metrics_port();
   ASSERT_GT(coord_port, 0);
-  ASSERT_GT(worker_port, 0);
-  cp.StartCoordinator(2000, "--metrics-bind 127.0.0.1 --metrics-port " +
-                                std::to_string(coord_port));
-  // A peak makes MFU known on the CPU (no device table entry there).
-  const std::string spec =
-      cp.WriteSpec("metrics", 40, 1000,
-                   "metrics: {port: " + std::to_string(worker_port) +
-                       ", bind_address: 127.0.0.1, peak_tflops: 0.001}\n");
-  cp.StartWorkers(2, 120);
+  // Each rank serves on a port it picks and logs (metrics.port any). A peak makes MFU known on
+  // the CPU (no device table entry there).
+  const std::string spec = cp.WriteSpec(
+      "metrics", 40, 1000, "metrics: {port: any, bind_address: 127.0.0.1, peak_tflops: 0.001}\n");
+  const std::string workers_log = cp.StartWorkers(2, 120).log;
   const ShellResult sub = cp.Ctl("submit " + spec);
   ASSERT_EQ(sub.exit_code, 0) << sub.output;
   const std::string run = ControlPlane::RunId(sub);
@@ -70,13 +66,18 @@ TEST(ControlPlaneMetrics, CoordinatorAndWorkersServeRunSeriesDuringARun) {
   EXPECT_EQ(SeriesValue(coord, "forge_run_state", {{"run_id", run}, {"state", "pending"}}), 0.0);
 
   // Each rank's own endpoint, labelled with the coordinator's run id.
+  int worker_port[2] = {0, 0};
+  for (int rank = 0; rank < 2; ++rank)
+    ASSERT_TRUE(WaitFor(10, [&] {
+      return (worker_port[rank] = LoggedMetricsPort(workers_log, rank)) > 0;
+    })) << "rank " << rank << " logged no /metrics port:\n" << ReadFile(workers_log);
   for (int rank = 0; rank < 2; ++rank) {
     const std::map<std::string, std::string> l{{"run_id", run}, {"rank", std::to_string(rank)}};
     std::string body;
     ASSERT_TRUE(WaitFor(10, [&] {
-      body = Scrape(worker_port + rank);
+      body = Scrape(worker_port[rank]);
       return SeriesValue(body, "forge_tokens_per_second", l).has_value();
-    })) << "rank " << rank << " /metrics on " << worker_port + rank << ":\n" << body;
+    })) << "rank " << rank << " /metrics on " << worker_port[rank] << ":\n" << body;
     EXPECT_GT(SeriesValue(body, "forge_tokens_per_second", l).value_or(0), 0.0) << body;
     EXPECT_GE(SeriesValue(body, "forge_step", l).value_or(0), 1.0) << body;
     EXPECT_GT(SeriesValue(body, "forge_mfu_ratio", l).value_or(0), 0.0) << body;
@@ -90,7 +91,7 @@ TEST(ControlPlaneMetrics, CoordinatorAndWorkersServeRunSeriesDuringARun) {
   EXPECT_TRUE(WaitFor(10, [&] {
     worker_sum = 0.0;
     for (int rank = 0; rank < 2; ++rank) {
-      worker_sum += SeriesValue(Scrape(worker_port + rank), "forge_tokens_per_second",
+      worker_sum += SeriesValue(Scrape(worker_port[rank]), "forge_tokens_per_second",
                                 {{"run_id", run}, {"rank", std::to_string(rank)}})
                         .value_or(0.0);
     }
@@ -114,10 +115,9 @@ TEST(ControlPlaneMetrics, CoordinatorAndWorkersServeRunSeriesDuringARun) {
 // TFLOP/s. The worker trains on the CPU here (no CUDA); only its reported device matters.
 TEST(ControlPlaneMetrics, RunMfuUsesThePeakOfTheDeviceTheWorkerReports) {
   ControlPlane cp("mfu_device");
-  const int coord_port = FreeLoopbackPort();
+  cp.StartCoordinatorServingMetrics(3000);
+  const int coord_port = cp.metrics_port();
   ASSERT_GT(coord_port, 0);
-  cp.StartCoordinator(3000, "--metrics-bind 127.0.0.1 --metrics-port " +
-                                std::to_string(coord_port));
   std::string text = ReadFile(cp.WriteSpec("mfu", 400, 1000));
   text.replace(text.find("backend: cpu"), 12, "backend: auto");
   text.replace(text.find("workers: 2"), 10, "workers: 1");

@@ -72,9 +72,9 @@ std::string Spec(const ControlPlane& cp, const std::string& name, const std::str
 TEST(EarlyWarnings, StoppedAndContinuedRankIsReportedAsAStraggler) {
   REQUIRE_MPIRUN();
   ControlPlane cp("straggler");
-  const int port = test::FreeLoopbackPort();
+  cp.StartCoordinatorServingMetrics(20000);
+  const int port = cp.metrics_port();
   ASSERT_GT(port, 0);
-  cp.StartCoordinator(20000, "--metrics-bind 127.0.0.1 --metrics-port " + std::to_string(port));
   Process& group = cp.StartWorkers(2, /*throttle_ms=*/0);
   // Steps of several milliseconds, mostly compute (512 tokens a rank against 2 layers of width
   // 32), so a stop mostly lands outside the collectives; a record every 20 steps spans several

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "../common/http_get.h"
+#include "../common/reported_port.h"
 #include "../unit/metrics_test_util.h"
 #include "child_process.h"
 #include "control_plane_harness.h"  // WaitFor
@@ -77,8 +78,9 @@ std::string Scrape(int port) {
   return r.status == 200 ? r.body : "";
 }
 
-// A run config that trains until stopped; `extra` is appended.
-std::string WriteConfig(const std::string& dir, const std::string& name, int port,
+// A run config that trains until stopped, every rank's /metrics on a port it picks and logs
+// (metrics.port any); `extra` is appended.
+std::string WriteConfig(const std::string& dir, const std::string& name,
                         const std::string& backend, const std::string& extra = "") {
   WriteCountingDataset(dir + "/data", 313u, 40000, 4000);
   const std::string path = dir + "/run.yaml";
@@ -90,7 +92,7 @@ std::string WriteConfig(const std::string& dir, const std::string& name, int por
          "batch: {micro_batch: 4, global_batch: 8}\n"
          "eval: {every_steps: 0, batches: 2}\n"
          "train: {backend: " << backend << ", log_every: 1, run_dir: " << dir << "/run}\n"
-         "metrics: {port: " << port << ", bind_address: 127.0.0.1, peak_tflops: 0.01}\n"
+         "metrics: {port: any, bind_address: 127.0.0.1, peak_tflops: 0.01}\n"
       << extra;
   return path;
 }
@@ -99,16 +101,16 @@ TEST(LocalLaunchMetrics, RankZeroUsesTheCoordinatorsRunId) {
   const std::string dir = ::testing::TempDir() + "/local_metrics_" + std::to_string(::getpid());
   fs::remove_all(dir);
   fs::create_directories(dir);
-  const int port = FreeLoopbackPort();
-  ASSERT_GT(port, 0);
-  const std::string config = WriteConfig(dir, "localm", port, "cpu");
+  const std::string config = WriteConfig(dir, "localm", "cpu");
   Child forge;
   Spawn(&forge, {std::string(FORGE_BINARY_DIR) + "/bin/forge", "train", config},
         dir + "/forge.log", {"OPENBLAS_NUM_THREADS=1"});
 
   std::string body;
+  int port = 0;
   ASSERT_TRUE(WaitFor(40, [&] {
-    body = Scrape(port);
+    if (port == 0) port = LoggedMetricsPort(forge.log, 0);
+    body = port == 0 ? "" : Scrape(port);
     return SeriesValue(body, "forge_tokens_per_second").has_value() || !forge.Running();
   }) && forge.Running()) << body << "\n" << Tail(forge.log);
 
@@ -136,22 +138,24 @@ int VisibleGpus() {
   return n;
 }
 
-// Two GPUs: rank 0 in `forge`, rank 1 a forge-worker on port + 1.
+// Two GPUs: rank 0 in `forge`, rank 1 a forge-worker, each on the port it logged.
 TEST(LocalLaunchMetrics, TwoGpuRanksAgreeOnRunIdAndSplitThroughput) {
   if (VisibleGpus() < 2) GTEST_SKIP() << "needs two visible GPUs";
   const std::string dir = ::testing::TempDir() + "/local_metrics2_" + std::to_string(::getpid());
   fs::remove_all(dir);
   fs::create_directories(dir);
-  const int port = FreeLoopbackPortPair();
-  ASSERT_GT(port, 0);
-  const std::string config = WriteConfig(dir, "localg", port, "cuda");
+  const std::string config = WriteConfig(dir, "localg", "cuda");
   Child forge;
   Spawn(&forge, {std::string(FORGE_BINARY_DIR) + "/bin/forge", "train", config},
         dir + "/forge.log", {"CUDA_VISIBLE_DEVICES=0,1"});
 
   std::string body[2];
+  int port[2] = {0, 0};
   ASSERT_TRUE(WaitFor(90, [&] {
-    for (int r = 0; r < 2; ++r) body[r] = Scrape(port + r);
+    for (int r = 0; r < 2; ++r) {
+      if (port[r] == 0) port[r] = LoggedMetricsPort(forge.log, r);
+      body[r] = port[r] == 0 ? "" : Scrape(port[r]);
+    }
     return (SeriesValue(body[0], "forge_tokens_per_second").has_value() &&
             SeriesValue(body[1], "forge_tokens_per_second").has_value()) ||
            !forge.Running();

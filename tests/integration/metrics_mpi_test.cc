@@ -1,6 +1,7 @@
-// /metrics of a data-parallel CPU run under mpirun: each rank serves on metrics.port + its
-// local rank with its own rank label, its share of the throughput, and the time it waited on
-// the MPI all-reduces (forge_comm_seconds_total, counted by the timed Comm wrapper).
+// /metrics of a data-parallel CPU run under mpirun: each rank serves on a port of its own
+// (metrics.port any: picked and logged by the rank) with its own rank label, its share of the
+// throughput, and the time it waited on the MPI all-reduces (forge_comm_seconds_total, counted
+// by the timed Comm wrapper).
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -11,6 +12,7 @@
 #include <thread>
 
 #include "../common/http_get.h"
+#include "../common/reported_port.h"
 #include "../unit/metrics_test_util.h"
 #include "child_process.h"
 #include "counting_dataset.h"
@@ -28,8 +30,6 @@ TEST(MetricsMpi, EachRankServesItsOwnSeries) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   test::WriteCountingDataset(dir + "/data", 99u, 40000, 4000);
-  const int port = test::FreeLoopbackPortPair();
-  ASSERT_GT(port, 0);
   std::ofstream(dir + "/run.yaml") << "name: mpi-metrics\n"
       "model: {n_layer: 2, d_model: 32, n_head: 4, ffn: 64, vocab: 256, seq_len: 16}\n"
       "data: {dataset_dir: " << dir << "/data}\n"
@@ -37,7 +37,7 @@ TEST(MetricsMpi, EachRankServesItsOwnSeries) {
       "batch: {micro_batch: 2, global_batch: 8}\n"
       "eval: {every_steps: 0, batches: 2}\n"
       "train: {backend: cpu, log_every: 1, run_dir: " << dir << "/run}\n"
-      "metrics: {port: " << port << ", bind_address: 127.0.0.1}\n";
+      "metrics: {port: any, bind_address: 127.0.0.1}\n";
 
   test::Child run;
   test::Spawn(&run, {std::string(FORGE_MPIEXEC), "--allow-run-as-root", "--oversubscribe", "-np",
@@ -45,6 +45,16 @@ TEST(MetricsMpi, EachRankServesItsOwnSeries) {
                      dir + "/run.yaml"},
               dir + "/mpirun.log");
 
+  // Each rank serves on a port it picked and logged (metrics.port any).
+  int port[2] = {0, 0};
+  for (int r = 0; r < 2; ++r) {
+    const auto until = Clock::now() + std::chrono::seconds(40);
+    while ((port[r] = test::LoggedMetricsPort(run.log, r)) == 0 && Clock::now() < until) {
+      ASSERT_TRUE(run.Running()) << "mpirun ended early:\n" << test::Tail(run.log);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ASSERT_GT(port[r], 0) << "rank " << r << " logged no /metrics port:\n" << test::Tail(run.log);
+  }
   // Poll both endpoints until each rank has logged steps and waited on all-reduces.
   std::string text[2];
   bool ready = false;
@@ -53,7 +63,7 @@ TEST(MetricsMpi, EachRankServesItsOwnSeries) {
     ASSERT_TRUE(run.Running()) << "mpirun ended early:\n" << test::Tail(run.log);
     ready = true;
     for (int r = 0; r < 2; ++r) {
-      text[r] = test::HttpGet(port + r, "/metrics").body;
+      text[r] = test::HttpGet(port[r], "/metrics").body;
       const auto step = test::SeriesValue(text[r], "forge_step");
       const auto comm = test::SeriesValue(text[r], "forge_comm_seconds_total", {{"op", "all_reduce"}});
       ready = ready && step && *step >= 5 && comm && *comm > 0.0;

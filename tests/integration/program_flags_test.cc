@@ -238,7 +238,7 @@ TEST_F(ProgramFlags, MalformedValuesAndMissingArgumentsNameTheFlag) {
       {"forgectl", "submit", "forgectl submit: expects SPEC.yaml"},
       {"forgectl", "status a b", "forgectl status: unexpected argument 'b'"},
       {"forge-coordinator", "--state-dir " + dir_ + "/state --metrics-port 70000",
-       "forge-coordinator: --metrics-port: expects an integer in [0, 65535], got 70000"},
+       "forge-coordinator: --metrics-port: expects a port in [0, 65535] or any, got 70000"},
       {"forge-coordinator", "--state-dir " + dir_ + "/state --heartbeat-timeout-ms 0",
        "forge-coordinator: --heartbeat-timeout-ms: expects an integer in [1, 1073741824], got 0"},
       {"forge-coordinator", "--listen 127.0.0.1:0", "forge-coordinator: --state-dir is required"},

@@ -1,5 +1,6 @@
 // A real Prometheus server on loopback scrapes a real CPU `forge train` run through the run's
-// /metrics endpoint (metrics.port): the test asks Prometheus's HTTP API for the throughput and
+// /metrics endpoint (metrics.port any: the port forge picks and logs, handed to Prometheus as a
+// file_sd target; Prometheus's own port is the one it picks and logs): the test asks Prometheus's HTTP API for the throughput and
 // the loss series, then runs every panel query of the Grafana dashboard against the same data
 // and prints which returned series. Skipped with a message where the `prometheus` binary is not
 // installed (Debian package prometheus).
@@ -21,6 +22,7 @@
 
 #include "../common/dashboard_queries.h"
 #include "../common/http_get.h"
+#include "../common/reported_port.h"
 #include "child_process.h"
 #include "counting_dataset.h"
 
@@ -54,12 +56,9 @@ TEST(PrometheusScrape, RealServerScrapesACpuTrainingRun) {
   fs::create_directories(dir);
   test::WriteCountingDataset(dir + "/data", 777u, 60000, 4000);
 
-  const int metrics_port = test::FreeLoopbackPort();
-  const int prom_port = test::FreeLoopbackPort();
-  ASSERT_GT(metrics_port, 0);
-  ASSERT_NE(metrics_port, prom_port);
   const std::string name = "prom-it";
   // Long enough never to finish by itself: the test stops it once Prometheus has what it needs.
+  // /metrics on a port forge picks and logs (metrics.port any).
   std::ofstream(dir + "/run.yaml") << "name: " << name << "\n"
       << "seed: 3\n"
          "model: {n_layer: 2, d_model: 64, n_head: 4, ffn: 128, vocab: 256, seq_len: 64}\n"
@@ -69,32 +68,44 @@ TEST(PrometheusScrape, RealServerScrapesACpuTrainingRun) {
          "batch: {micro_batch: 8, global_batch: 16}\n"
          "eval: {every_steps: 200, batches: 2}\n"
          "train: {backend: cpu, log_every: 2, run_dir: " << dir << "/run}\n"
-         "metrics: {port: " << metrics_port << ", bind_address: 127.0.0.1, peak_tflops: 0.01}\n";
+         "metrics: {port: any, bind_address: 127.0.0.1, peak_tflops: 0.01}\n";
+  // The target comes from a file Prometheus watches, written once forge has logged its port.
+  std::ofstream(dir + "/targets.json") << "[]\n";
   std::ofstream(dir + "/prometheus.yml")
       << "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
          "rule_files: [" << FORGE_SOURCE_DIR << "/deploy/prometheus/alerts.yml]\n"
          "scrape_configs:\n"
          "  - job_name: forge-workers\n"
-         "    static_configs: [{targets: ['127.0.0.1:" << metrics_port << "']}]\n";
+         "    file_sd_configs: [{files: ['" << dir << "/targets.json']}]\n";
 
+  // Prometheus on a port it picks and logs (--web.listen-address 127.0.0.1:0).
   test::Child prom, forge;
   test::Spawn(&prom, {"prometheus", "--config.file=" + dir + "/prometheus.yml",
-                "--storage.tsdb.path=" + dir + "/tsdb",
-                "--web.listen-address=127.0.0.1:" + std::to_string(prom_port)},
+                "--storage.tsdb.path=" + dir + "/tsdb", "--web.listen-address=127.0.0.1:0"},
         dir + "/prometheus.log");
-  // Start training once Prometheus scrapes the (not yet listening) target, so the first
-  // successful scrape comes within a scrape interval of the first step, not ~6 s later.
-  const auto scraping_deadline = Clock::now() + std::chrono::seconds(20);
-  bool scraping = false;
-  while (!scraping && Clock::now() < scraping_deadline) {
+  int prom_port = 0;
+  const auto ready_deadline = Clock::now() + std::chrono::seconds(20);
+  while (Clock::now() < ready_deadline) {
     ASSERT_TRUE(prom.Running()) << "prometheus ended:\n" << test::Tail(prom.log);
-    const json up = Query(prom_port, "up{job=\"forge-workers\"}");
-    scraping = up.is_array() && !up.empty();
-    if (!scraping) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    if (prom_port == 0) prom_port = test::LoggedPrometheusPort(prom.log);
+    if (prom_port > 0 && test::HttpGet(prom_port, "/-/ready").status == 200) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
-  ASSERT_TRUE(scraping) << "prometheus never scraped its target:\n" << test::Tail(prom.log);
+  ASSERT_GT(prom_port, 0) << "prometheus logged no port:\n" << test::Tail(prom.log);
+  ASSERT_EQ(test::HttpGet(prom_port, "/-/ready").status, 200) << test::Tail(prom.log);
   test::Spawn(&forge, {std::string(FORGE_BINARY_DIR) + "/bin/forge", "train", dir + "/run.yaml"},
         dir + "/forge.log", {"OPENBLAS_NUM_THREADS=1"});
+  int metrics_port = 0;
+  const auto port_deadline = Clock::now() + std::chrono::seconds(30);
+  while ((metrics_port = test::LoggedMetricsPort(forge.log, 0)) == 0 &&
+         Clock::now() < port_deadline) {
+    ASSERT_TRUE(forge.Running()) << "forge train ended early:\n" << test::Tail(forge.log);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_GT(metrics_port, 0) << "forge logged no /metrics port:\n" << test::Tail(forge.log);
+  std::ofstream(dir + "/targets.json.tmp") << "[{\"targets\": [\"127.0.0.1:" << metrics_port
+                                           << "\"]}]\n";
+  fs::rename(dir + "/targets.json.tmp", dir + "/targets.json");
 
   // Poll until Prometheus holds enough loss samples of the run (the first scrape of a new
   // target comes a few seconds after start-up). `forge train` runs it under its in-process

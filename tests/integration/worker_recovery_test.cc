@@ -173,11 +173,10 @@ TEST(LocalRelaunch, InterruptStopsTheSupervisedRunWithACheckpoint) {
 TEST(ControlPlaneHang, StoppedRankIsNamedCountedAndTheRunRestarts) {
   REQUIRE_MPIRUN();
   ControlPlane cp("hang");
-  const int metrics_port = test::FreeLoopbackPort();
-  ASSERT_GT(metrics_port, 0);
   // Heartbeat timeout 60 s: only the hang timeout (3 s) can catch the stopped rank here.
-  cp.StartCoordinator(60000, "--metrics-bind 127.0.0.1 --metrics-port " +
-                                 std::to_string(metrics_port));
+  cp.StartCoordinatorServingMetrics(60000);
+  const int metrics_port = cp.metrics_port();
+  ASSERT_GT(metrics_port, 0);
   Process& first = cp.StartWorkers(2, /*throttle_ms=*/60);
   const std::string spec =
       WithTrainKeys(cp.WriteSpec("hg", 40, 4), "max_restarts: 2, hang_timeout_s: 3");
