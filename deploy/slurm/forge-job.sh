@@ -30,7 +30,8 @@
 #                      (then FORGE_TOKEN and FORGE_JOIN_SECRET must be set)
 #   FORGE_COORDINATOR_LISTEN  the address the started coordinator binds (default 0.0.0.0)
 #   FORGE_COORDINATOR_METRICS_PORT  the started coordinator's /metrics port (default 9400,
-#                      the coordinator target of deploy/prometheus/prometheus.yml; 0: none)
+#                      the coordinator target of deploy/prometheus/prometheus.yml; 0: none;
+#                      any: a free port, logged, another one after a restart)
 #   FORGE_WORKER_ARGS  extra forge-worker flags (e.g. --throttle-ms 20)
 #   FORGE_HEARTBEAT_TIMEOUT_MS  the started coordinator's worker heartbeat timeout (10000)
 #   FORGE_DATA_ROOT    where the started coordinator lets CONFIG's data.dataset_dir point

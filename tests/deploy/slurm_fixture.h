@@ -63,6 +63,7 @@ class SlurmFixture : public ::testing::Test {
     ::setenv("FORGE_STATE_DIR", (dir_ + "/state").c_str(), 1);
     ::setenv("FORGE_COORDINATOR_LISTEN", "127.0.0.1", 1);  // loopback only
     ::setenv("FORGE_HEARTBEAT_TIMEOUT_MS", "5000", 1);     // resubmissions wait this long
+    ::setenv("FORGE_COORDINATOR_METRICS_PORT", "any", 1);  // no fixed port to collide on
     ::unsetenv("FORGE_LAUNCH");
     ::unsetenv("FORGE_WORKER_ARGS");
     ::unsetenv("FORGE_COORDINATOR");

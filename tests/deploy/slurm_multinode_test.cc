@@ -33,7 +33,6 @@ class SlurmTwoNodes : public test::SlurmFixture {
   void SetUp() override {
     ::setenv("OMPI_MCA_btl", "self,tcp", 1);
     ::setenv("OMPI_MCA_btl_tcp_if_include", "lo", 1);
-    ::setenv("FORGE_COORDINATOR_METRICS_PORT", "0", 1);  // no fixed port to collide on
     test::SlurmFixture::SetUp();
   }
   // Submits a 300-step run of 4 workers (>= 80 ms a step) that may shrink to 2
@@ -59,7 +58,6 @@ class SlurmTwoNodes : public test::SlurmFixture {
     test::SlurmFixture::TearDown();
     ::unsetenv("OMPI_MCA_btl");
     ::unsetenv("OMPI_MCA_btl_tcp_if_include");
-    ::unsetenv("FORGE_COORDINATOR_METRICS_PORT");
   }
 };
 
