@@ -32,6 +32,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../common/port_reservation.h"
 #include "common/file_io.h"
 #include "gpu_test_util.h"
 #include "nccl_test_util.h"
@@ -162,7 +163,8 @@ std::vector<RankResult> RunRankProcesses(const std::string& scenario, int world)
                        ("forge-ce-" + scenario + "-" + std::to_string(getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
-  const int port = 20000 + static_cast<int>(getpid() % 20000);
+  const test::PortReservation reserved;  // rank 0's rendezvous binds it (port_reservation.h)
+  const int port = reserved.port();
   // `cd DIR && (rank 0) & (rank 1) & ...` would put the cd inside rank 0's background job.
   std::string cmd = "cd " + dir.string() + " || exit 1; ";
   for (int r = 0; r < world; ++r) {

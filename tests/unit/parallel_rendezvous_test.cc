@@ -2,9 +2,6 @@
 // no MPI): every rank gets the same bytes, late servers are waited for, and a missing or
 // mismatched peer is an error, not a hang.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -12,35 +9,24 @@
 #include <thread>
 #include <vector>
 
+#include "../common/port_reservation.h"
 #include "worker/parallel/rendezvous.h"
 
 namespace forge {
 namespace {
 
-// A port that was free a moment ago (the kernel picks it).
-int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
-TcpRendezvousOptions Options(double timeout_s) {
+// Options on a port held for this test (rank 0 binds it; see port_reservation.h).
+TcpRendezvousOptions Options(double timeout_s, const test::PortReservation& port) {
   TcpRendezvousOptions o;
   o.host = "127.0.0.1";
-  o.port = FreePort();
+  o.port = port.port();
   o.timeout_s = timeout_s;
   return o;
 }
 
 TEST(TcpRendezvous, EveryRankGetsRankZerosId) {
-  const TcpRendezvousOptions o = Options(20);
+  const test::PortReservation port;
+  const TcpRendezvousOptions o = Options(20, port);
   const int world = 4;
   std::vector<UniqueIdBytes> ids(world);
   for (int i = 0; i < 128; ++i) ids[0][i] = char(i * 7 + 1);
@@ -58,7 +44,8 @@ TEST(TcpRendezvous, EveryRankGetsRankZerosId) {
 }
 
 TEST(TcpRendezvous, NoServerTimesOutNamingRankAndAddress) {
-  const TcpRendezvousOptions o = Options(0.3);
+  const test::PortReservation port;
+  const TcpRendezvousOptions o = Options(0.3, port);
   UniqueIdBytes id{};
   const auto t0 = std::chrono::steady_clock::now();
   Status s = MakeTcpRendezvous(o)->Exchange(1, 2, &id);
@@ -71,7 +58,8 @@ TEST(TcpRendezvous, NoServerTimesOutNamingRankAndAddress) {
 }
 
 TEST(TcpRendezvous, MissingClientTimesOutOnRankZero) {
-  const TcpRendezvousOptions o = Options(0.3);
+  const test::PortReservation port;
+  const TcpRendezvousOptions o = Options(0.3, port);
   UniqueIdBytes id{};
   Status s = MakeTcpRendezvous(o)->Exchange(0, 3, &id);
   ASSERT_FALSE(s.ok());
@@ -79,7 +67,8 @@ TEST(TcpRendezvous, MissingClientTimesOutOnRankZero) {
 }
 
 TEST(TcpRendezvous, WorldMismatchIsAnError) {
-  const TcpRendezvousOptions o = Options(5);
+  const test::PortReservation port;
+  const TcpRendezvousOptions o = Options(5, port);
   UniqueIdBytes id0{}, id1{};
   Status server, client;
   std::thread t([&] { server = MakeTcpRendezvous(o)->Exchange(0, 2, &id0); });
@@ -93,14 +82,15 @@ TEST(TcpRendezvous, WorldMismatchIsAnError) {
 TEST(TcpRendezvous, OneRankNeedsNoNetwork) {
   UniqueIdBytes id{};
   id[0] = 42;
-  EXPECT_TRUE(MakeTcpRendezvous(Options(0.1))->Exchange(0, 1, &id).ok());
+  const test::PortReservation port;
+  EXPECT_TRUE(MakeTcpRendezvous(Options(0.1, port))->Exchange(0, 1, &id).ok());
   EXPECT_EQ(id[0], 42);
 }
 
 TEST(TcpRendezvous, LaunchWithoutMpiUsesMasterAddrAndPort) {
-  const int port = FreePort();
+  const test::PortReservation port;
   ::setenv("MASTER_ADDR", "127.0.0.1", 1);
-  ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+  ::setenv("MASTER_PORT", std::to_string(port.port()).c_str(), 1);
   LaunchInfo launch;
   launch.kind = LaunchKind::kTorchrun;
   launch.world = 2;
