@@ -1,7 +1,8 @@
 // The CUDA backend data-parallel over NCCL (ddp, zero1, zero2, fsdp, hsdp) on 2 and 4 GPUs of
 // one machine, one thread per rank: K steps of the tiny BF16 model with a global batch of W
-// micro-batches per accumulation step against one GPU training the same global batch. Skips
-// where fewer GPUs are visible than the case needs.
+// micro-batches per accumulation step against one GPU training the same global batch. Where
+// fewer GPUs are visible than the case has ranks, the ranks share them over ThreadNcclComm
+// (RunRanksOnAnyGpus): the same checks of the modes' logic, with host collectives for NCCL.
 //
 // What must hold:
 //   - every rank ends every step with the same loss, grad norm and weights, bit for bit;
@@ -56,15 +57,7 @@ RunConfig Config(ParallelMode mode, int world, int accum, GradReduce grad_reduce
                  Precision precision, bool fp8_lm_head = false, bool llama = false,
                  int shard_group = 0) {
   RunConfig c = test::TinyGpuConfig("gpu-data-parallel-test");
-  if (llama) {  // the Llama knobs: heads of 64 (width 256 over d 128), GQA 2:1, untied head,
-                // RoPE scaling, QK-norm
-    c.model.explicit_head_dim = 64, c.model.n_kv_head = 2;
-    c.model.tie_embeddings = false;
-    c.model.rope_theta = 500000.0f;
-    c.model.rope_scaling.type = RopeScalingType::kLlama3;
-    c.model.rope_scaling.original_max_position_embeddings = 16;
-    c.model.qk_norm = true;
-  }
+  if (llama) test::SetLlamaKnobs(&c.model, /*n_kv_head=*/2);  // GQA 2:1
   c.precision.compute = precision;
   c.precision.fp8.lm_head = fp8_lm_head;
   c.batch.global_batch = c.batch.micro_batch * world * accum;

@@ -30,4 +30,18 @@ inline RunConfig TinyGpuConfig(const std::string& name) {
   return c;
 }
 
+// Llama 3's architecture knobs on the tiny model: heads of 64 (width 256 over d 128, so
+// head_dim != d / n_head), GQA n_head : n_kv_head, an untied LM head, QK-norm, rope_theta
+// 500000 and Llama 3.1's RoPE frequency scaling (original context 16, below T, so it acts).
+inline void SetLlamaKnobs(ModelConfig* m, int n_kv_head) {
+  m->explicit_head_dim = 64;
+  m->n_kv_head = n_kv_head;
+  m->tie_embeddings = false;
+  m->qk_norm = true;
+  m->rope_theta = 500000.0f;
+  m->rope_scaling.type = RopeScalingType::kLlama3;
+  m->rope_scaling.factor = 8.0f;
+  m->rope_scaling.original_max_position_embeddings = 16;
+}
+
 }  // namespace forge::test

@@ -1,12 +1,13 @@
 // Sharded checkpoints of data-parallel GPU runs through the trainer's own path (RunTraining +
-// trainer_checkpoint) on 2 GPUs, one thread per rank, in ddp, zero2 and fsdp:
+// trainer_checkpoint) on 2 ranks, one thread each, in ddp, zero2 and fsdp, and in ddp and fsdp
+// with Llama 3's knobs (tiny_gpu_config.h):
 //   - a run resumed from its step-4 checkpoint by fresh backends is bitwise the uninterrupted
 //     8-step run (losses, grad norms, val losses, weights, AdamW moments);
 //   - the same checkpoint resumed on ONE GPU (resharding 2 -> 1, same global batch and data
 //     cursor) continues the trajectory within BF16-run tolerances (loss 1e-2 relative, final
 //     weights 1e-2 relative Frobenius per unit).
-// Tiny model (tiny_gpu_config.h), global batch 16 = 2 micro-steps of 4 per rank. Skips below 2
-// GPUs.
+// Tiny model (tiny_gpu_config.h), global batch 16 = 2 micro-steps of 4 per rank. With fewer
+// than 2 GPUs the ranks share one (RunRanksOnAnyGpus).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -33,8 +34,14 @@ using test::SameBits;
 namespace fs = std::filesystem;
 constexpr int kWorld = 2;
 
-RunConfig Config(ParallelMode mode, const std::string& dir) {
+struct ResumeCase {
+  ParallelMode mode;
+  bool llama_knobs;
+};
+
+RunConfig Config(const ResumeCase& k, const std::string& dir) {
   RunConfig c = test::TinyGpuConfig("gpu-dp-resume-test");
+  if (k.llama_knobs) test::SetLlamaKnobs(&c.model, /*n_kv_head=*/2);
   c.batch.global_batch = 16;
   c.schedule.total_steps = 8;
   c.schedule.warmup_steps = 2;
@@ -44,7 +51,7 @@ RunConfig Config(ParallelMode mode, const std::string& dir) {
   c.train.backend = Backend::kCuda;
   c.checkpoint.every_steps = 4;
   c.checkpoint.dir = dir;
-  c.parallel.mode = mode;
+  c.parallel.mode = k.mode;
   return c;
 }
 
@@ -77,12 +84,16 @@ std::vector<test::RunOutcome> TrainOnRanks(const RunConfig& c) {
   return out;
 }
 
-class GpuDataParallelResume : public ::testing::TestWithParam<ParallelMode> {};
+class GpuDataParallelResume : public ::testing::TestWithParam<ResumeCase> {};
+
+std::string CaseName(const ResumeCase& k) {
+  return std::string(ParallelModeName(k.mode)) + (k.llama_knobs ? "_llama" : "");
+}
 
 TEST_P(GpuDataParallelResume, ResumesBitwiseAndReshardsToOneGpu) {
   FORGE_SKIP_WITHOUT_GPU();
   const std::string dir = ::testing::TempDir() + "/forge_gpu_dp_resume_" +
-                          std::to_string(::getpid()) + "/" + ParallelModeName(GetParam());
+                          std::to_string(::getpid()) + "/" + CaseName(GetParam());
   fs::remove_all(dir);
 
   const RunConfig ref_cfg = Config(GetParam(), dir + "/reference");
@@ -110,7 +121,7 @@ TEST_P(GpuDataParallelResume, ResumesBitwiseAndReshardsToOneGpu) {
   }
 
   // The same step-4 checkpoint on one GPU: same global batch (4 micro-steps), same cursor.
-  RunConfig one_cfg = Config(ParallelMode::kDdp, dir + "/one_gpu");
+  RunConfig one_cfg = Config({ParallelMode::kDdp, GetParam().llama_knobs}, dir + "/one_gpu");
   one_cfg.checkpoint.resume = ref_cfg.checkpoint.dir + "/step_4";
   cudaSetDevice(0);
   auto one_backend = MakeCudaTrainBackend(one_cfg, CudaBackendOptions{});
@@ -130,10 +141,13 @@ TEST_P(GpuDataParallelResume, ResumesBitwiseAndReshardsToOneGpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, GpuDataParallelResume,
-                         ::testing::Values(ParallelMode::kDdp, ParallelMode::kZero2,
-                                           ParallelMode::kFsdp),
-                         [](const ::testing::TestParamInfo<ParallelMode>& i) {
-                           return std::string(ParallelModeName(i.param));
+                         ::testing::Values(ResumeCase{ParallelMode::kDdp, false},
+                                           ResumeCase{ParallelMode::kZero2, false},
+                                           ResumeCase{ParallelMode::kFsdp, false},
+                                           ResumeCase{ParallelMode::kDdp, true},
+                                           ResumeCase{ParallelMode::kFsdp, true}),
+                         [](const ::testing::TestParamInfo<ResumeCase>& i) {
+                           return CaseName(i.param);
                          });
 
 }  // namespace

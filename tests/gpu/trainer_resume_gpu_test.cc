@@ -39,15 +39,7 @@ struct ResumeCase {
 RunConfig TinyConfig(const ResumeCase& k) {
   RunConfig c = test::TinyGpuConfig("gpu-resume-test");
   c.precision.compute = k.precision;
-  if (k.llama_knobs) {
-    c.model.n_head = 4, c.model.n_kv_head = 1, c.model.explicit_head_dim = 64;
-    c.model.tie_embeddings = false;
-    c.model.qk_norm = true;
-    c.model.rope_theta = 500000.0f;
-    c.model.rope_scaling.type = RopeScalingType::kLlama3;
-    c.model.rope_scaling.factor = 8.0f;
-    c.model.rope_scaling.original_max_position_embeddings = 16;
-  }
+  if (k.llama_knobs) test::SetLlamaKnobs(&c.model, /*n_kv_head=*/1);  // GQA 4:1
   c.precision.fp8.amax_history = 3;  // shorter than the run, so the window wraps
   c.batch.global_batch = 8;  // two micro-steps per optimizer step
   c.schedule.total_steps = 8;
