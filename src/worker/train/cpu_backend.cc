@@ -11,27 +11,18 @@
 // norm exactly (exact_square_sum.h), and AdamW is element-wise: every mode on every such world
 // size ends each step with bitwise the weights one process gets.
 //
-// Modes (cfg.parallel.mode) and what each rank keeps between steps (P params, n = numel):
-//   ddp    full params, full gradient, full AdamW moments. Each unit's gradient is all-reduced
-//          once after the last micro-step's backward (CpuModel has no per-unit backward hook,
-//          so there is nothing to overlap on the CPU); AdamW on the full unit everywhere.
-//   zero1  full params, full gradient buffer, moments for its shard only (shard_layout.h).
-//          Gradients reduce-scattered; AdamW on the local shard of the params; params
-//          all-gathered (in place) after the update.
-//   zero2  as zero1, but no full-size gradient survives the reduce-scatter: the accumulation
-//          buffers are freed, only the gradient shard stays.
-//   fsdp   params, gradient and moments: its shard only. CpuModel needs every unit at once, so
-//          a step all-gathers the whole model into full buffers, runs forward/backward, reduce-
-//          scatters the gradient and frees the full params and gradients again: between steps
-//          memory is ~1/W, during a step it is a full model plus gradients (the GPU backend
-//          gathers unit by unit instead). Evaluation gathers once (BeginEval) and keeps the
-//          gathered params until the next step changes them.
-//   hsdp   fsdp inside each shard group of parallel.shard_group_size consecutive ranks
-//          (worker/parallel/hybrid_groups.h): the shard comm all-gathers and reduce-scatters,
-//          then each gradient shard is all-reduced over the replica comm (the ranks holding
-//          the same shard), so every replica group holds bitwise the same shards. The ranks
-//          read the micro-steps of their data position (DataRank), which makes the two-level
-//          sum the canonical one: bitwise one process for R and G powers of two.
+// Modes: what each rank keeps and moves is worker/parallel/mode_rules.h. Here the rules run
+// after the whole backward (CpuModel has no per-unit backward hook, so there is nothing to
+// overlap on the CPU): the gradient of every unit is all-reduced or reduce-scattered into this
+// rank's slot (hsdp: then all-reduced over the replica group), AdamW updates what this rank
+// owns, and zero1/zero2 all-gather the updated params in place. With sharded params (fsdp,
+// hsdp) CpuModel still needs every unit at once, so a step all-gathers the whole model into
+// full buffers, runs forward/backward, reduce-scatters the gradient and frees the full params
+// and gradients again: between steps memory is ~1/W, during a step a full model plus
+// gradients (the GPU backend gathers unit by unit instead). Evaluation gathers once
+// (BeginEval) and keeps the gathered params until the next step changes them. hsdp's ranks
+// read the micro-steps of their data position (DataRank), which makes its two-level sum the
+// canonical one: bitwise one process for R and G powers of two.
 // Gradient accumulation keeps ceil(log2 A_local)+1 full-size buffers during backward (the
 // canonical order's partial sums); with one micro-step per rank that is one buffer.
 #include <algorithm>
@@ -43,6 +34,7 @@
 #include "worker/parallel/comm.h"
 #include "worker/parallel/exact_square_sum.h"
 #include "worker/parallel/hybrid_groups.h"
+#include "worker/parallel/mode_rules.h"
 #include "worker/parallel/shard_layout.h"
 #include "worker/parallel/sum_order.h"
 #include "worker/train/backend.h"
@@ -91,15 +83,16 @@ class CpuBackend final : public TrainBackend {
     rank_ = comm->rank();
     world_ = comm->world();
     data_rank_ = DataRank(cfg.parallel, rank_, world_);
-    mode_ = cfg.parallel.mode;
+    init_ = CheckShardGroupSize(cfg.parallel, world_);
+    rules_ = ModeRulesFor(cfg.parallel, world_);
     shard_comm_ = comm_;
-    if (mode_ == ParallelMode::kHsdp) {
+    if (init_.ok() && rules_.reduce_over_replicas) {
       // Collective over comm: every rank constructs its backend at the same point.
       StatusOr<HybridComms> split = SplitHybridComms(comm_, cfg.parallel.shard_group_size);
       if (split.ok()) {
         hybrid_ = std::move(split).value();
         shard_comm_ = hybrid_.shard.get();
-        if (hybrid_.replica->world() > 1) replica_comm_ = hybrid_.replica.get();
+        replica_comm_ = hybrid_.replica.get();
       } else {
         init_ = split.status();
       }
@@ -220,11 +213,11 @@ class CpuBackend final : public TrainBackend {
                                        &works));
         FORGE_RETURN_IF_ERROR(WaitAll(&works));
       }
-      if (mode_ == ParallelMode::kZero1) {
-        for (int u = 0; u < U; ++u) grads[u].resize(numel_[u]);
-      } else {
-        acc_.clear();  // zero2/fsdp: no full-size gradient outlives the reduce-scatter
+      if (rules_.free_full_grads) {
+        acc_.clear();
         acc_.shrink_to_fit();
+      } else {
+        for (int u = 0; u < U; ++u) grads[u].resize(numel_[u]);
       }
       if (fsdp_like()) {
         ReleaseFull(&params_);
@@ -284,7 +277,7 @@ class CpuBackend final : public TrainBackend {
     }
 
     // zero1/zero2: every rank gets the updated params back (in place: slot r is the shard).
-    if (mode_ == ParallelMode::kZero1 || mode_ == ParallelMode::kZero2) {
+    if (rules_.gather_after_update) {
       for (int u = 0; u < U; ++u) {
         params_[u].resize(PaddedSize(numel_[u], world_));
         float* base = params_[u].data();
@@ -323,7 +316,7 @@ class CpuBackend final : public TrainBackend {
     // hsdp sums over the shard group, then over replicas: the canonical order for its data
     // positions (hybrid_groups.h), as TrainStep sums.
     std::vector<Comm*> sums = {comm_};
-    if (mode_ == ParallelMode::kHsdp) sums = {shard_comm_, hybrid_.replica.get()};
+    if (rules_.reduce_over_replicas) sums = {shard_comm_, replica_comm_};
     for (Comm* c : sums) {
       for (int u = int(numel_.size()) - 1; u >= 0; --u)
         FORGE_RETURN_IF_ERROR(Launch(
@@ -332,7 +325,7 @@ class CpuBackend final : public TrainBackend {
       FORGE_RETURN_IF_ERROR(WaitAll(&works));
     }
     *grads = acc_[0];
-    if (mode_ == ParallelMode::kZero2 || fsdp_like()) {
+    if (rules_.free_full_grads) {
       acc_.clear();
       acc_.shrink_to_fit();
     }
@@ -340,9 +333,8 @@ class CpuBackend final : public TrainBackend {
   }
 
  private:
-  bool sharded() const { return mode_ != ParallelMode::kDdp; }
-  // fsdp and hsdp keep only their shard of the params between steps.
-  bool fsdp_like() const { return mode_ == ParallelMode::kFsdp || mode_ == ParallelMode::kHsdp; }
+  bool sharded() const { return rules_.sharded(); }
+  bool fsdp_like() const { return rules_.shard_params; }
   const std::string& UnitName(int u) const { return layout_.units[u].name; }
 
   // dst = src (n floats) with capacity for the padded size, so collectives can grow it in place.
@@ -437,7 +429,7 @@ class CpuBackend final : public TrainBackend {
   Comm* comm_ = nullptr;
   int rank_ = 0, world_ = 1;
   int data_rank_ = 0;  // the position of this rank's micro-steps (hybrid_groups.h)
-  ParallelMode mode_ = ParallelMode::kDdp;
+  ModeRules rules_;
   // Where the state is sharded: comm_ itself, or hsdp's shard group; hsdp's replica group
   // (null when it has one rank). shard_rank_/shard_world_ place this rank's slots.
   HybridComms hybrid_;

@@ -189,32 +189,26 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
   mo.defer_update = options.defer_update;
   mo.fp8 = cfg.precision.compute == Precision::kFp8;
   mo.fp8_config = cfg.precision.fp8;
-  // hsdp with one rank per shard group is ddp, with every rank in one group fsdp; otherwise
-  // the model is sharded over the shard group (worker/parallel/hybrid_groups.h).
-  ParallelMode mode = cfg.parallel.mode;
+  // What the mode keeps and moves (worker/parallel/mode_rules.h); hsdp shards the model over
+  // its shard group (worker/parallel/hybrid_groups.h).
+  if (world_ > 1) FORGE_RETURN_IF_ERROR(CheckShardGroupSize(cfg.parallel, world_));
+  const ModeRules rules = ModeRulesFor(cfg.parallel, world_);
   NcclComm* shard_comm = comm;
-  if (world_ > 1 && mode == ParallelMode::kHsdp) {
-    FORGE_RETURN_IF_ERROR(CheckShardGroupSize(cfg.parallel, world_));
+  if (rules.reduce_over_replicas) {
     const HybridGroups h = HybridGroupsOf(comm->rank(), world_, cfg.parallel.shard_group_size);
-    if (h.shard_size == 1) {
-      mode = ParallelMode::kDdp;
-    } else if (h.replicas == 1) {
-      mode = ParallelMode::kFsdp;
-    } else {
-      // Collective over comm, in the same order on every rank.
-      FORGE_ASSIGN_OR_RETURN(hsdp_shard_,
-                             comm->SplitNccl(h.replica_rank, comm->rank(), "hsdp shard group"));
-      FORGE_ASSIGN_OR_RETURN(hsdp_replica_,
-                             comm->SplitNccl(h.shard_rank, comm->rank(), "hsdp replica group"));
-      shard_comm = hsdp_shard_.get();
-    }
+    // Collective over comm, in the same order on every rank.
+    FORGE_ASSIGN_OR_RETURN(hsdp_shard_,
+                           comm->SplitNccl(h.replica_rank, comm->rank(), "hsdp shard group"));
+    FORGE_ASSIGN_OR_RETURN(hsdp_replica_,
+                           comm->SplitNccl(h.shard_rank, comm->rank(), "hsdp replica group"));
+    shard_comm = hsdp_shard_.get();
   }
   if (world_ > 1) {
-    const bool ddp = mode == ParallelMode::kDdp;
+    const bool ddp = !rules.sharded();
     mo.shard_world = shard_comm->world();
     mo.shard_rank = shard_comm->rank();
-    mo.shard_optimizer = !ddp;
-    mo.shard_params = mode == ParallelMode::kFsdp || mode == ParallelMode::kHsdp;
+    mo.shard_optimizer = rules.shard_optimizer;
+    mo.shard_params = rules.shard_params;
     mo.grads16 = ddp && cfg.parallel.grad_reduce == GradReduce::kBf16;
     mo.gemm_sm_margin = options.gemm_sm_margin;
     // ddp leaves the SwiGLU-backward GEMM off: its persistent CTAs hold every SM for ~0.2 ms a
@@ -232,7 +226,7 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
   }
   N_ = model_->tokens_per_micro();
   if (world_ > 1) {
-    FORGE_ASSIGN_OR_RETURN(dp_, CudaDataParallel::Create(shard_comm, mode, model_.get(),
+    FORGE_ASSIGN_OR_RETURN(dp_, CudaDataParallel::Create(shard_comm, rules, model_.get(),
                                                          cfg.parallel.grad_reduce,
                                                          cfg.parallel.ddp_allreduce,
                                                          options.comm_windows,

@@ -24,10 +24,10 @@ __global__ void AddKernel(float* __restrict__ dst, const float* __restrict__ src
 
 }  // namespace
 
-CudaDataParallel::CudaDataParallel(NcclComm* comm, ParallelMode mode, CudaModel* model,
+CudaDataParallel::CudaDataParallel(NcclComm* comm, const ModeRules& rules, CudaModel* model,
                                    GradReduce grad_reduce, DdpAllReduce ddp_allreduce)
     : comm_(comm),
-      mode_(mode),
+      rules_(rules),
       model_(model),
       grad_reduce_(grad_reduce),
       ddp_allreduce_(ddp_allreduce) {}
@@ -48,28 +48,28 @@ CudaDataParallel::~CudaDataParallel() {
 }
 
 StatusOr<std::unique_ptr<CudaDataParallel>> CudaDataParallel::Create(
-    NcclComm* comm, ParallelMode mode, CudaModel* model, GradReduce grad_reduce,
+    NcclComm* comm, const ModeRules& rules, CudaModel* model, GradReduce grad_reduce,
     DdpAllReduce ddp_allreduce, bool comm_windows, NcclComm* replica) {
   if (comm == nullptr || model == nullptr)
     return Status::Invalid("CudaDataParallel: null comm/model");
-  const bool fsdp_like = mode == ParallelMode::kFsdp || mode == ParallelMode::kHsdp;
+  const bool fsdp_like = rules.shard_params;
   if (grad_reduce == GradReduce::kBf16 && fsdp_like) {
     return Status::Invalid(std::string("CudaDataParallel: parallel.grad_reduce bf16 is not "
                                        "supported with parallel.mode ") +
-                           ParallelModeName(mode) +
+                           ParallelModeName(rules.mode) +
                            " (its gradients are reduce-scattered in fp32)");
   }
-  if ((mode == ParallelMode::kHsdp) != (replica != nullptr && replica->world() > 1)) {
+  if (rules.reduce_over_replicas != (replica != nullptr && replica->world() > 1)) {
     return Status::Invalid("CudaDataParallel: hsdp needs a replica comm of more than one rank "
                            "(and only hsdp takes one)");
   }
   if (ddp_allreduce == DdpAllReduce::kCopyEngine &&
-      (mode != ParallelMode::kDdp || grad_reduce != GradReduce::kFp32)) {
+      (rules.sharded() || grad_reduce != GradReduce::kFp32)) {
     return Status::Invalid("CudaDataParallel: parallel.ddp_allreduce copy_engine needs "
                            "parallel.mode ddp and parallel.grad_reduce fp32");
   }
   std::unique_ptr<CudaDataParallel> dp(
-      new CudaDataParallel(comm, mode, model, grad_reduce, ddp_allreduce));
+      new CudaDataParallel(comm, rules, model, grad_reduce, ddp_allreduce));
   dp->replica_ = replica;
   dp->comm_windows_ = comm_windows && !fsdp_like;
   FORGE_RETURN_IF_ERROR(dp->Init());
@@ -110,7 +110,7 @@ Status CudaDataParallel::Init() {
                   (ddp_bf16() == (pb.grads16 != nullptr));
   if (!ok) {
     return Status::Precondition("CudaDataParallel: the model was not created for " +
-                                std::string(ParallelModeName(mode_)) + " over " +
+                                std::string(ParallelModeName(rules_.mode)) + " over " +
                                 std::to_string(world_) + " ranks");
   }
   for (cudaEvent_t* e : {&compute_point_, &comm_point_}) {

@@ -80,6 +80,7 @@
 #include "kernels/cuda/adamw.cuh"
 #include "worker/model/cuda_model.h"
 #include "worker/model/unit_buffers.h"
+#include "worker/parallel/mode_rules.h"
 #include "worker/parallel/nccl_comm.h"
 #include "worker/parallel/stream_wait_timer.h"
 
@@ -87,12 +88,12 @@ namespace forge {
 
 class CudaDataParallel {
  public:
-  // `comm` (and `replica`) and `model` must outlive this. The model must have been created
-  // with shard_world = comm->world(), shard_rank = comm->rank() and shard_optimizer for
-  // zero1/2 (and shard_params for fsdp/hsdp). hsdp: `comm` is the shard group, `replica` the
-  // replica group (world > 1).
+  // `comm` (and `replica`) and `model` must outlive this. `rules` (mode_rules.h) are those of
+  // a world of more than one rank. The model must have been created with shard_world =
+  // comm->world(), shard_rank = comm->rank(), and shard_optimizer and shard_params as the
+  // rules say. hsdp: `comm` is the shard group, `replica` the replica group.
   static StatusOr<std::unique_ptr<CudaDataParallel>> Create(
-      NcclComm* comm, ParallelMode mode, CudaModel* model,
+      NcclComm* comm, const ModeRules& rules, CudaModel* model,
       GradReduce grad_reduce = GradReduce::kFp32,
       DdpAllReduce ddp_allreduce = DdpAllReduce::kNccl, bool comm_windows = true,
       NcclComm* replica = nullptr);
@@ -100,10 +101,10 @@ class CudaDataParallel {
 
   // Ranks in all: the shard comm's world times the replicas.
   int world() const { return world_ * replicas_; }
-  bool sharded() const { return mode_ != ParallelMode::kDdp; }
+  bool sharded() const { return rules_.sharded(); }
   // fsdp: gradients leave the rotating buffers on every micro-step, so every micro-step's
   // backward overwrites them (accumulate_grads false) and runs the grad hooks.
-  bool fsdp() const { return mode_ == ParallelMode::kFsdp || mode_ == ParallelMode::kHsdp; }
+  bool fsdp() const { return rules_.shard_params; }
   // ddp with bf16 collectives: sums in the model's bf16 gradient copy (CudaModelOptions::grads16).
   bool ddp_bf16() const { return !sharded() && grad_reduce_ == GradReduce::kBf16; }
   // Before each ForwardBackward of a step: whether it is the step's first micro-step (fsdp
@@ -146,7 +147,7 @@ class CudaDataParallel {
   void CountCommTimes();
 
  private:
-  CudaDataParallel(NcclComm* comm, ParallelMode mode, CudaModel* model, GradReduce grad_reduce,
+  CudaDataParallel(NcclComm* comm, const ModeRules& rules, CudaModel* model, GradReduce grad_reduce,
                    DdpAllReduce ddp_allreduce);
   Status Init();
   Status EnableCopyEngine();
@@ -191,7 +192,7 @@ class CudaDataParallel {
   cudaStream_t replica_stream_ = nullptr;
   cudaEvent_t shard_point_ = nullptr;    // shard stream point the replica stream waits for
   cudaEvent_t replica_point_ = nullptr;  // replica stream point the compute stream waits for
-  ParallelMode mode_;
+  ModeRules rules_;
   CudaModel* model_;
   GradReduce grad_reduce_;
   DdpAllReduce ddp_allreduce_;

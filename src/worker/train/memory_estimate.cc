@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "worker/parallel/mode_rules.h"
+
 namespace forge {
 namespace {
 
@@ -27,8 +29,6 @@ ParamCounts CountParams(const ModelConfig& m) {
   p.mlp = L * 3 * d * ffn;
   return p;
 }
-
-bool Sharded(ParallelMode m) { return m != ParallelMode::kDdp; }
 
 // Activations the CPU model allocates for micro_batch sequences (cpu_model.cc), fp32, and the
 // part of it that is the attention probabilities (B x H x T x T).
@@ -82,7 +82,7 @@ CudaBuffers CountCudaBuffers(const RunConfig& cfg, int world) {
   // qkv's, and SwiGLU's input gradient unless the fused SwiGLU-backward GEMM consumes it in
   // its epilogue (BF16 with engine.fused_epilogues, not ddp on several ranks).
   double grads = 2 * d + 2 * ffn + att + qkv;
-  const bool ddp_ranks = world > 1 && cfg.parallel.mode == ParallelMode::kDdp;
+  const bool ddp_ranks = world > 1 && !ModeRulesFor(cfg.parallel, world).sharded();
   if (fp8 || !eng.fused_epilogues || ddp_ranks) grads += ffn;
   c.workspace = 2 * N * grads;
   // The LM head's bf16 logits chunks: one per stream (two with engine.wgrad_stream).
@@ -157,7 +157,7 @@ std::string Culprits(const RunConfig& cfg, Backend backend, const MemoryEstimate
   std::string keys = Key("model.n_layer", m.n_layer) + (p.mlp > p.attention ? ", " : " or ") +
                      Key("model.d_model", m.d_model);
   if (p.mlp > p.attention) keys += " or " + Key("model.ffn", m.ffn);
-  if (!Sharded(cfg.parallel.mode) && cfg.train.workers > 1)
+  if (cfg.train.workers > 1 && !ModeRulesFor(cfg.parallel, cfg.train.workers).sharded())
     keys += ", or shard the state over the ranks (parallel.mode zero1|zero2|fsdp)";
   return keys;
 }
@@ -215,17 +215,14 @@ double CgroupRoom() {
 }  // namespace
 
 MemoryEstimate EstimateTrainingMemory(const RunConfig& cfg, Backend backend, int world) {
-  // hsdp shards over its shard group only (parallel.shard_group_size ranks).
-  const bool hsdp = cfg.parallel.mode == ParallelMode::kHsdp;
-  const int shard_world =
-      hsdp && cfg.parallel.shard_group_size > 0 ? std::min(world, cfg.parallel.shard_group_size)
-                                                : world;
-  const double W = std::max(1, shard_world);
+  // What the mode shards, over how many ranks (hsdp: its shard group).
+  const ModeRules rules = ModeRulesFor(cfg.parallel, world);
+  const double W = rules.shard_world;
   const double P = CountParams(cfg.model).total();
-  const bool sharded = Sharded(cfg.parallel.mode) && shard_world > 1;
+  const bool sharded = rules.sharded() && W > 1;
   MemoryEstimate e;
   if (backend == Backend::kCuda) {
-    const bool fsdp = (cfg.parallel.mode == ParallelMode::kFsdp || hsdp) && shard_world > 1;
+    const bool fsdp = rules.shard_params && W > 1;
     // fp32 master and moments (sharded by zero1/zero2/fsdp/hsdp), the bf16 compute copy
     // (sharded by fsdp/hsdp), fp32 gradients (full unless fsdp) and the sharded modes' gradient slot.
     const CudaBuffers c = CountCudaBuffers(cfg, world);
