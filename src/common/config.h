@@ -295,7 +295,9 @@ struct EngineConfig {
 // /metrics (src/metrics/): off unless a port is given. A worker serves on port + its local
 // rank, so the ranks of one node do not collide.
 struct MetricsConfig {
-  int port = 0;                          // 0: no /metrics endpoint
+  // 0: no /metrics endpoint; `any` (held as -1): each rank binds a free port of its own and
+  // logs it.
+  int port = 0;
   std::string bind_address = "0.0.0.0";
   double peak_tflops = 0.0;              // MFU denominator; 0: the device's entry in
                                          // common/peak_flops.h (no MFU when unknown, e.g. CPU)
