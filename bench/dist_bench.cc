@@ -79,7 +79,7 @@
 #include "worker/parallel/host_staged_comm.h"
 #include "worker/parallel/nccl_comm.h"
 #include "worker/parallel/rendezvous.h"
-#include "worker/parallel/shard_layout.h"
+#include "worker/model/shard_layout.h"
 #include "worker/train/cuda_backend.h"
 
 namespace forge {

@@ -15,8 +15,8 @@ LAYERS = [
     "kernels/cuda",      # CUDA kernels and library wrappers
     "tokenizer",
     "rpc",               # gRPC channel and auth helpers
-    "worker/parallel",   # Comm (MPI, NCCL), rendezvous, shard layouts
-    "worker/model",      # CPU and CUDA models over the kernels
+    "worker/model",      # CPU and CUDA models over the kernels, their parameter stores
+    "worker/parallel",   # Comm (MPI, NCCL), rendezvous, process groups (over the model's layouts)
     "worker/optim",
     "worker/data",       # corpus, prepare, datasets, samplers
     "worker/checkpoint",

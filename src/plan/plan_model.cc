@@ -5,7 +5,7 @@
 #include <cstdio>
 
 #include "worker/model/param_layout.h"
-#include "worker/parallel/shard_layout.h"
+#include "worker/model/shard_layout.h"
 #include "worker/train/memory_estimate.h"
 
 namespace forge::plan {

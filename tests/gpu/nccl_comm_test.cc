@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "worker/parallel/shard_layout.h"
+#include "worker/model/shard_layout.h"
 #include "nccl_test_util.h"
 
 namespace forge {

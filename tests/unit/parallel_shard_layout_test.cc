@@ -2,7 +2,7 @@
 // slots are aligned and equal, and small units leave trailing ranks empty.
 #include <gtest/gtest.h>
 
-#include "worker/parallel/shard_layout.h"
+#include "worker/model/shard_layout.h"
 
 namespace forge {
 namespace {

@@ -40,4 +40,4 @@
 #include "worker/checkpoint/checkpoint_writer.h"
 #include "worker/checkpoint/manifest.h"
 #include "worker/checkpoint/safetensors.h"
-#include "worker/parallel/shard_layout.h"
+#include "worker/model/shard_layout.h"

@@ -8,7 +8,7 @@
 
 #include "common/checksum.h"
 #include "worker/checkpoint/shard_file.h"
-#include "worker/parallel/shard_layout.h"
+#include "worker/model/shard_layout.h"
 
 namespace forge {
 namespace {

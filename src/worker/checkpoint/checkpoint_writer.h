@@ -12,7 +12,7 @@
 //        that a resume could pick up.
 //
 // Every parallel mode writes the same layout: rank r of W holds ShardOf(numel, r, W) of every
-// unit (parallel/shard_layout.h, the ZeRO/FSDP rule). ZeRO/FSDP ranks own exactly that slice; a
+// unit (model/shard_layout.h, the ZeRO/FSDP rule). ZeRO/FSDP ranks own exactly that slice; a
 // DDP rank holds a full replica but writes only its slice too (ShardStateFromFull), so a DDP
 // checkpoint costs 1/W per rank instead of W full copies, and all modes reshard alike. (The
 // format itself records each shard's ranges, so a loader accepts any tiling.)

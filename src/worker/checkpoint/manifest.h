@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "worker/parallel/shard_layout.h"
+#include "worker/model/shard_layout.h"
 #include "worker/data/data_plan.h"
 #include "worker/model/param_layout.h"
 

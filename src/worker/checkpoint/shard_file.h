@@ -36,7 +36,7 @@
 #include "common/file_io.h"
 #include "common/status.h"
 #include "worker/checkpoint/checkpoint_state.h"
-#include "worker/parallel/shard_layout.h"
+#include "worker/model/shard_layout.h"
 
 namespace forge {
 

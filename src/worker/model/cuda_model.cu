@@ -1,5 +1,6 @@
 // CudaModel::Create: checks the shape, then builds the parameter store, the optimizer's
-// descriptors, the step's buffers and the GEMM / attention runners and streams, in that order.
+// descriptors, the step's buffers and the GEMM / attention runners and streams, in that order;
+// and what replaces weights, moments or gradients: a deferred update first, then the store.
 #include "worker/model/cuda_model.h"
 
 #include <algorithm>
@@ -60,7 +61,9 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
   qkv_dim_ = (H_ + 2 * KV_) * hd_;
   N_ = int64_t{o.micro_batch} * T_;
 
-  FORGE_RETURN_IF_ERROR(AllocateParams());
+  FORGE_RETURN_IF_ERROR(store_.Init(layout_, {o.shard_world, o.shard_rank, o.shard_optimizer,
+                                               o.shard_params, o.grads16}));
+  allocated_bytes_ += store_.allocated_bytes();
   FORGE_RETURN_IF_ERROR(SetUpOptimizer());
   FORGE_RETURN_IF_ERROR(AllocateStepBuffers());
 
@@ -103,6 +106,28 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
   // order with the caller's non-blocking stream: finish them here.
   FORGE_CUDA_CHECK(cudaDeviceSynchronize());
   return Status::Ok();
+}
+
+Status CudaModel::UploadParams(const UnitBuffers& master, cudaStream_t stream) {
+  FORGE_RETURN_IF_ERROR(FlushUpdate(stream));
+  return store_.UploadParams(master, stream);
+}
+
+Status CudaModel::UploadMoments(const UnitBuffers& m, const UnitBuffers& v,
+                                cudaStream_t stream) {
+  FORGE_RETURN_IF_ERROR(FlushUpdate(stream));
+  return store_.UploadMoments(m, v, stream);
+}
+
+Status CudaModel::ZeroMoments(cudaStream_t stream) {
+  FORGE_RETURN_IF_ERROR(FlushUpdate(stream));
+  return store_.ZeroMoments(stream);
+}
+
+Status CudaModel::ZeroGrads(cudaStream_t stream) {
+  if (o_.shard_params) return Status::Precondition("cuda model: ZeroGrads with fsdp");
+  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kCopy, stream));
+  return store_.ZeroGrads(stream);
 }
 
 const Fp8Linears* CudaModel::fp8() const { return buf_->fp8.get(); }

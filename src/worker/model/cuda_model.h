@@ -25,6 +25,7 @@
 #include "kernels/cuda/bf16.cuh"
 #include "kernels/cuda/rmsnorm.cuh"
 #include "worker/model/param_layout.h"
+#include "worker/model/param_store.h"
 #include "worker/model/unit_buffers.h"
 
 namespace forge {
@@ -145,21 +146,6 @@ struct CudaModelHooks {
   bool grads_to_bf16 = false;
 };
 
-// Where the parameter-shaped device buffers are, for the data-parallel layer.
-struct CudaParamBuffers {
-  float* master = nullptr;      // full, or this rank's slots (shard_optimizer)
-  cuda::bf16* params = nullptr; // full, padded units (null with shard_params)
-  float* grads = nullptr;       // full, padded units (null with shard_params)
-  cuda::bf16* params_shard = nullptr;  // this rank's bf16 slots (shard_params only)
-  float* m = nullptr;           // like master
-  float* v = nullptr;
-  float* grad_shard = nullptr;  // this rank's summed gradient slots (shard_optimizer only)
-  cuda::bf16* grads16 = nullptr;      // like grads, bf16 (CudaModelOptions::grads16 only)
-  std::vector<int64_t> unit_offset;   // of unit u in params / grads (and master, m, v unsharded)
-  std::vector<int64_t> shard_offset;  // of unit u's slot in master, m, v, grad_shard (sharded)
-  std::vector<int64_t> slot;          // ShardSize(numel_u, shard_world)
-};
-
 // Phases of a step for the optional profile breakdown.
 enum class StepPhase {
   kCopy,             // H2D tokens (and ZeroGrads when called)
@@ -225,16 +211,11 @@ class CudaModel {
   // backward). The backend logs them at start-up.
   const std::vector<std::string>& fallbacks() const { return fallbacks_; }
 
-  // Host <-> device, ordered on `stream` and synchronised before returning. Host buffers must
-  // have the layout's unit sizes (Invalid otherwise). UploadParams also refreshes the bf16 copy.
-  // With shard_optimizer the uploads keep this rank's slots of the full host units (the bf16
-  // copy is still filled in full), and DownloadParams / DownloadMoments are Precondition
-  // errors: gathering the slots is a collective, the data-parallel layer's job.
+  // The parameter-shaped buffers (param_store.h); read them (Download*) there. What replaces
+  // weights or moments goes through the three below, which apply a deferred update first.
+  ParamStore& param_store() { return store_; }
   Status UploadParams(const UnitBuffers& master, cudaStream_t stream);
-  Status DownloadParams(UnitBuffers* master, cudaStream_t stream);
-  Status DownloadGrads(UnitBuffers* grads, cudaStream_t stream);
   Status UploadMoments(const UnitBuffers& m, const UnitBuffers& v, cudaStream_t stream);
-  Status DownloadMoments(UnitBuffers* m, UnitBuffers* v, cudaStream_t stream);
   Status ZeroMoments(cudaStream_t stream);
 
   // ---- stream-ordered step pieces (capturable) ----
@@ -257,7 +238,7 @@ class CudaModel {
   // skipped-step count and the FP8 scale update are done here either way.
   Status OptimizerStep(const cuda::AdamWHyper* hyper, float* sumsq_out, cudaStream_t stream);
   // Applies a deferred update now, ordered on `stream` (the stream the steps run on). Call it
-  // before reading the weights or moments between steps (DownloadParams/DownloadMoments do
+  // before reading the weights or moments between steps (ParamStore's downloads do
   // not: they may run on another stream); the uploads and ZeroMoments call it themselves.
   Status FlushUpdate(cudaStream_t stream);
   // The same in two halves, for data parallelism: the sum of squares of the gradient this
@@ -285,12 +266,11 @@ class CudaModel {
   // Data-parallel plumbing (see CudaModelHooks). Null: no hooks. The pointee must outlive
   // the passes that use it.
   void set_hooks(const CudaModelHooks* hooks) { hooks_ = hooks; }
-  const CudaParamBuffers& param_buffers() const { return pb_; }
+  const CudaParamBuffers& param_buffers() const { return store_.buffers(); }
   // Where unit u's bf16 parameters and fp32 gradient are for the passes that follow (padded
   // unit layout). Defaults: the full buffers (null with shard_params).
   void BindUnit(int unit, cuda::bf16* params, float* grads) {
-    unit_params_[unit] = params;
-    unit_grads_[unit] = grads;
+    store_.BindUnit(unit, params, grads);
   }
 
   // Loss-spike skipping (kernels/cuda/spike_gate.cuh): from now on every update first checks
@@ -329,10 +309,9 @@ class CudaModel {
   CudaModel();
 
   Status Init(const ModelConfig& m, const OptimizerConfig& opt, const CudaModelOptions& o);
-  // Init's parts, in its order: the parameter-shaped buffers and their unit / slot offsets
-  // (pb_); AdamW's descriptors, the per-unit events and the deferred update; the step's
-  // activations and scratch (and, within it, SetUpFp8's Fp8Linears).
-  Status AllocateParams();
+  // Init's parts after the parameter store, in its order: AdamW's descriptors, the per-unit
+  // events and the deferred update; the step's activations and scratch (and, within it,
+  // SetUpFp8's Fp8Linears).
   Status SetUpOptimizer();
   Status AllocateStepBuffers();
   Status SetUpFp8();
@@ -383,19 +362,15 @@ class CudaModel {
   Status Mark(StepPhase p, cudaStream_t stream) {
     return timeline_ ? timeline_->Mark(p, stream) : Status::Ok();
   }
-  Status CopyUnits(const UnitBuffers& host, float* device, cudaStream_t stream);
-  Status ReadUnits(const float* device, UnitBuffers* host, cudaStream_t stream);
-  // This rank's slot of every host unit into a sharded buffer (shard_optimizer).
-  Status CopySlots(const UnitBuffers& host, float* device, cudaStream_t stream);
   // The deferred update of the unit (if one is running) and the hook.
   Status BeforeForward(int unit, cudaStream_t stream);
   Status BeforeBackward(int unit, cudaStream_t stream) {
     return hooks_ && hooks_->before_backward ? hooks_->before_backward(unit, stream)
                                              : Status::Ok();
   }
-  const cuda::bf16* UnitParams(int unit) const { return unit_params_[unit]; }
-  float* UnitGrads(int unit) const { return unit_grads_[unit]; }
-  cuda::bf16* UnitGrads16(int unit) const;
+  const cuda::bf16* UnitParams(int unit) const { return store_.unit_params(unit); }
+  float* UnitGrads(int unit) const { return store_.unit_grads(unit); }
+  cuda::bf16* UnitGrads16(int unit) const { return store_.unit_grads16(unit); }
   Status GradReady(int unit, cudaStream_t stream);
   Status UnitSumSquares(int unit, cudaStream_t stream);
 
@@ -407,17 +382,16 @@ class CudaModel {
   int d_ = 0, H_ = 0, KV_ = 0, hd_ = 0, ffn_ = 0, V_ = 0, T_ = 0, qkv_dim_ = 0;
   size_t allocated_bytes_ = 0;
   std::vector<std::string> fallbacks_;
+  // Before buf_, so it is freed after Buffers' destructor has waited for the wgrad stream.
+  ParamStore store_;
   std::unique_ptr<Buffers> buf_;
   PhaseTimeline* timeline_ = nullptr;
   const CudaModelHooks* hooks_ = nullptr;
   const float* spike_stats_ = nullptr;   // set_spike_gate
   float spike_divisor_ = 1.0f;
   const float* spike_limits_ = nullptr;
-  CudaParamBuffers pb_;
   int bwd_sm_count_ = 0;                  // from gemm_sm_margin (0: all SMs)
   int wgrad_sm_count_ = 0;                // from gemm_sm_margin + wgrad_sm_margin
-  std::vector<cuda::bf16*> unit_params_;  // per unit, see BindUnit
-  std::vector<float*> unit_grads_;
   // Per Forward call: whether this call uses the wgrad stream, whether anything was forked
   // onto it since the last join, and which hazard events were recorded in this call (only
   // those may be waited on: a capture cannot wait on an event recorded outside it).

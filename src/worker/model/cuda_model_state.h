@@ -22,8 +22,6 @@
 
 namespace forge {
 
-inline int64_t AlignUp(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
-
 // The LM head's [chunk, V] logits buffers: two with the wgrad stream (chunk c's dWte reads
 // one while chunk c + 1 writes the other), else one.
 inline int NumLogitsBuffers(const CudaModelOptions& o) { return o.wgrad_stream ? 2 : 1; }
@@ -53,18 +51,6 @@ struct CudaModel::BlockActs {
 struct CudaModel::Buffers {
   std::vector<void*> allocations;  // freed in the destructor
 
-  // Parameter-shaped, one flat allocation each, units at pb_.unit_offset.
-  float* master = nullptr;
-  cuda::bf16* params = nullptr;  // compute copy, refreshed by AdamW
-  float* grads = nullptr;
-  float* m = nullptr;
-  float* v = nullptr;
-  float* grad_shard = nullptr;         // shard_optimizer: this rank's summed gradient slots
-  cuda::bf16* grads16 = nullptr;       // CudaModelOptions::grads16: the summed gradient in bf16
-  int64_t flat = 0;                    // elements of params and grads (padded units)
-  int64_t state_flat = 0;              // elements of master, m, v (== flat unless shard_optimizer)
-  int64_t flat_shard = 0;              // elements of the slot buffers
-  cuda::bf16* params_shard = nullptr;  // shard_params: bf16 values of this rank's slots
   // Per unit, for CudaModelHooks::grad_ready.
   std::vector<cudaEvent_t> grad_ready_compute, grad_ready_wgrad;
 

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,9 @@
 #include "kernels/cuda/cuda_check.h"
 
 namespace forge {
+
+// x rounded up to a multiple of a.
+inline int64_t AlignUp(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 
 // `who` names the owner in the error ("cuda model", "fp8 linears").
 template <typename T>

@@ -30,7 +30,7 @@ Status CudaModel::Forward(const int32_t* inputs, const int32_t* targets, float d
   dual_ = backward && buf_->wgrad != nullptr && timeline_ == nullptr;
   wgrad_pending_ = false;
   // ddp, bf16 collectives, a step of one micro-step, BF16 GEMMs: see CastUnitGradsToBf16.
-  grads16_direct_ = backward && !accumulate_grads && buf_->grads16 != nullptr &&
+  grads16_direct_ = backward && !accumulate_grads && store_.buffers().grads16 != nullptr &&
                     buf_->fp8 == nullptr && hooks_ != nullptr && hooks_->grads_to_bf16;
   hazard_recorded_.fill(false);
   if (backward) unit_sumsq_ready_ = false;

@@ -12,7 +12,6 @@
 #include "kernels/cuda/spike_gate.cuh"
 #include "worker/model/cuda_model_state.h"
 #include "worker/model/deferred_update.h"
-#include "worker/parallel/shard_layout.h"
 
 namespace forge {
 
@@ -22,36 +21,10 @@ Status CudaModel::SetUpOptimizer() {
   const CudaModelOptions& o = o_;
   const OptimizerConfig& opt = opt_;
   Buffers& b = *buf_;
-  const int W = o.shard_world;
   const size_t U = layout_.units.size();
-  // Optimizer descriptors: one per tensor (not per unit) so weight decay follows the tensor;
-  // sharded, one per piece of a tensor inside this rank's slot (bf16 output at its place in the
-  // full compute copy, where the all-gather sends it from).
-  std::vector<cuda::AdamWTensor> tensors;
   std::vector<int> first_tensor;  // unit u's descriptors start here
-  for (size_t u = 0; u < U; ++u) {
-    first_tensor.push_back(static_cast<int>(tensors.size()));
-    const ShardRange own = o.shard_optimizer ? ShardOf(layout_.units[u].numel, o.shard_rank, W)
-                                             : ShardRange{0, layout_.units[u].numel};
-    const int64_t state_base = o.shard_optimizer ? pb_.shard_offset[u] - own.begin
-                                                 : pb_.unit_offset[u];
-    float* g = o.shard_optimizer ? b.grad_shard : b.grads;
-    for (const TensorSlot& t : layout_.units[u].tensors) {
-      const int64_t lo = std::max(own.begin, t.offset);
-      const int64_t hi = std::min(own.end, t.offset + t.numel);
-      if (lo >= hi) continue;
-      const int64_t so = state_base + lo;
-      bf16* out = o.shard_params ? b.params_shard + so : b.params + pb_.unit_offset[u] + lo;
-      tensors.push_back({b.master + so, out, g + so, b.m + so, b.v + so, hi - lo,
-                         t.weight_decay ? opt.weight_decay : 0.0f,
-                         b.grads16 ? b.grads16 + pb_.unit_offset[u] + lo : nullptr});
-    }
-  }
-  if (tensors.empty()) {
-    // A rank whose slots are all empty (tiny models on many ranks) still runs the kernels.
-    tensors.push_back({b.master, nullptr, o.shard_optimizer ? b.grad_shard : b.grads, b.m, b.v,
-                       0, 0.0f});
-  }
+  const std::vector<cuda::AdamWTensor> tensors =
+      store_.AdamWTensors(opt.weight_decay, &first_tensor);
   for (size_t u = 0; u < U; ++u) {
     cudaEvent_t e[2];
     for (cudaEvent_t& x : e) FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&x, cudaEventDisableTiming));
@@ -118,7 +91,7 @@ Status CudaModel::SumUnitSquares(int unit, cudaStream_t s) {
   }
   float* partial = buf_->unit_sumsq + int64_t{unit} * cuda::SumSquaresPartials();
   const int64_t n = layout_.units[size_t(unit)].numel;
-  if (buf_->grads16) return cuda::SumSquaresPartialBf16(UnitGrads16(unit), n, partial, s);
+  if (store_.buffers().grads16) return cuda::SumSquaresPartialBf16(UnitGrads16(unit), n, partial, s);
   return cuda::SumSquaresPartial(UnitGrads(unit), n, partial, s);
 }
 
@@ -126,7 +99,7 @@ Status CudaModel::SumUnitSquares(int unit, cudaStream_t s) {
 // grads16_direct_; the rest of a block (its norm weights), and every other unit whole, are
 // cast from the fp32 gradient.
 Status CudaModel::CastUnitGradsToBf16(int unit, cudaStream_t s) {
-  if (buf_->grads16 == nullptr) return Status::Precondition("cuda model: no grads16");
+  if (store_.buffers().grads16 == nullptr) return Status::Precondition("cuda model: no grads16");
   const UnitLayout& u = layout_.units[size_t(unit)];
   if (!(grads16_direct_ && layout_.is_block_unit(unit))) {
     return cuda::CastFloatToBf16(UnitGrads16(unit), UnitGrads(unit), u.numel, s);

@@ -1,14 +1,12 @@
-// The parameter-shaped device buffers: fp32 master weights, the bf16 compute copy, fp32
-// gradients, AdamW moments and their sharded slots, allocated in padded units
-// (CudaParamBuffers), and the host <-> device copies of them.
-#include "worker/model/cuda_model.h"
+#include "worker/model/param_store.h"
 
+#include <algorithm>
 #include <string>
 
 #include "kernels/cuda/bf16.cuh"
 #include "kernels/cuda/cuda_check.h"
-#include "worker/model/cuda_model_state.h"
-#include "worker/parallel/shard_layout.h"
+#include "worker/model/device_alloc.h"
+#include "worker/model/shard_layout.h"
 
 namespace forge {
 
@@ -37,11 +35,18 @@ Status CheckUnitSizes(const ParamLayout& layout, const UnitBuffers& host) {
 
 }  // namespace
 
-Status CudaModel::AllocateParams() {
-  const CudaModelOptions& o = o_;
-  Buffers& b = *buf_;
-  // Parameters, gradients, moments. Units padded for the data-parallel world (zero padding),
-  // so collectives work in place on a unit.
+ParamStore::~ParamStore() {
+  for (void* p : allocations_) cudaFree(p);
+}
+
+Status ParamStore::Init(const ParamLayout& layout, const ParamStoreOptions& o) {
+  layout_ = layout;
+  o_ = o;
+  auto alloc = [&](auto** p, size_t n) {
+    return DeviceAlloc("cuda model", &allocations_, &allocated_bytes_, p, n);
+  };
+  // Units padded for the data-parallel world (zero padding), so collectives work in place on
+  // a unit.
   const int W = o.shard_world;
   if (W < 1 || o.shard_rank < 0 || o.shard_rank >= W) {
     return Status::Invalid("cuda model: shard rank " + std::to_string(o.shard_rank) + " of " +
@@ -59,50 +64,74 @@ Status CudaModel::AllocateParams() {
     pb_.shard_offset.push_back(flat_shard);
     flat_shard = AlignUp(flat_shard + pb_.slot.back(), kUnitAlign);
   }
-  b.flat = flat;
+  flat_ = flat;
   const int64_t state = o.shard_optimizer ? flat_shard : flat;  // master, m, v
   if (o.shard_params && !o.shard_optimizer) {
     return Status::Invalid("cuda model: shard_params needs shard_optimizer");
   }
-  FORGE_RETURN_IF_ERROR(Alloc(&b.master, state));
+  FORGE_RETURN_IF_ERROR(alloc(&pb_.master, state));
   if (o.shard_params) {
-    FORGE_RETURN_IF_ERROR(Alloc(&b.params_shard, flat_shard));
+    FORGE_RETURN_IF_ERROR(alloc(&pb_.params_shard, flat_shard));
   } else {
-    FORGE_RETURN_IF_ERROR(Alloc(&b.params, flat));
-    FORGE_RETURN_IF_ERROR(Alloc(&b.grads, flat));
+    FORGE_RETURN_IF_ERROR(alloc(&pb_.params, flat));
+    FORGE_RETURN_IF_ERROR(alloc(&pb_.grads, flat));
   }
   if (o.grads16) {
     if (o.shard_optimizer || W < 2) {
       return Status::Invalid("cuda model: grads16 is for ddp (shard_world > 1, whole units)");
     }
-    FORGE_RETURN_IF_ERROR(Alloc(&b.grads16, flat));
+    FORGE_RETURN_IF_ERROR(alloc(&pb_.grads16, flat));
     // Padding stays zero: collectives and norms read whole units only, but keep it defined.
-    FORGE_CUDA_CHECK(cudaMemset(b.grads16, 0, size_t(flat) * sizeof(bf16)));
+    FORGE_CUDA_CHECK(cudaMemset(pb_.grads16, 0, size_t(flat) * sizeof(bf16)));
   }
-  FORGE_RETURN_IF_ERROR(Alloc(&b.m, state));
-  FORGE_RETURN_IF_ERROR(Alloc(&b.v, state));
-  if (o.shard_optimizer) FORGE_RETURN_IF_ERROR(Alloc(&b.grad_shard, flat_shard));
-  b.state_flat = state;
-  b.flat_shard = flat_shard;
-  pb_.master = b.master;
-  pb_.params = b.params;
-  pb_.grads = b.grads;
-  pb_.grads16 = b.grads16;
-  pb_.params_shard = b.params_shard;
+  FORGE_RETURN_IF_ERROR(alloc(&pb_.m, state));
+  FORGE_RETURN_IF_ERROR(alloc(&pb_.v, state));
+  if (o.shard_optimizer) FORGE_RETURN_IF_ERROR(alloc(&pb_.grad_shard, flat_shard));
+  state_flat_ = state;
+  flat_shard_ = flat_shard;
   unit_params_.assign(U, nullptr);
   unit_grads_.assign(U, nullptr);
   if (!o.shard_params) {
     for (size_t u = 0; u < U; ++u) {
-      BindUnit(int(u), b.params + pb_.unit_offset[u], b.grads + pb_.unit_offset[u]);
+      BindUnit(int(u), pb_.params + pb_.unit_offset[u], pb_.grads + pb_.unit_offset[u]);
     }
   }
-  pb_.m = b.m;
-  pb_.v = b.v;
-  pb_.grad_shard = b.grad_shard;
   return Status::Ok();
 }
 
-Status CudaModel::CopyUnits(const UnitBuffers& host, float* device, cudaStream_t stream) {
+std::vector<cuda::AdamWTensor> ParamStore::AdamWTensors(float weight_decay,
+                                                        std::vector<int>* first_tensor) const {
+  const ParamStoreOptions& o = o_;
+  const CudaParamBuffers& b = pb_;
+  std::vector<cuda::AdamWTensor> tensors;
+  first_tensor->clear();
+  for (size_t u = 0; u < layout_.units.size(); ++u) {
+    first_tensor->push_back(static_cast<int>(tensors.size()));
+    const ShardRange own = o.shard_optimizer
+                               ? ShardOf(layout_.units[u].numel, o.shard_rank, o.shard_world)
+                               : ShardRange{0, layout_.units[u].numel};
+    const int64_t state_base = o.shard_optimizer ? pb_.shard_offset[u] - own.begin
+                                                 : pb_.unit_offset[u];
+    float* g = o.shard_optimizer ? b.grad_shard : b.grads;
+    for (const TensorSlot& t : layout_.units[u].tensors) {
+      const int64_t lo = std::max(own.begin, t.offset);
+      const int64_t hi = std::min(own.end, t.offset + t.numel);
+      if (lo >= hi) continue;
+      const int64_t so = state_base + lo;
+      bf16* out = o.shard_params ? b.params_shard + so : b.params + pb_.unit_offset[u] + lo;
+      tensors.push_back({b.master + so, out, g + so, b.m + so, b.v + so, hi - lo,
+                         t.weight_decay ? weight_decay : 0.0f,
+                         b.grads16 ? b.grads16 + pb_.unit_offset[u] + lo : nullptr});
+    }
+  }
+  if (tensors.empty()) {
+    tensors.push_back({b.master, nullptr, o.shard_optimizer ? b.grad_shard : b.grads, b.m, b.v,
+                       0, 0.0f});
+  }
+  return tensors;
+}
+
+Status ParamStore::CopyUnits(const UnitBuffers& host, float* device, cudaStream_t stream) {
   FORGE_RETURN_IF_ERROR(CheckUnitSizes(layout_, host));
   for (size_t u = 0; u < host.size(); ++u) {
     FORGE_CUDA_CHECK(cudaMemcpyAsync(device + pb_.unit_offset[u], host[u].data(),
@@ -112,7 +141,7 @@ Status CudaModel::CopyUnits(const UnitBuffers& host, float* device, cudaStream_t
   return Status::Ok();
 }
 
-Status CudaModel::ReadUnits(const float* device, UnitBuffers* host, cudaStream_t stream) {
+Status ParamStore::ReadUnits(const float* device, UnitBuffers* host, cudaStream_t stream) {
   host->resize(layout_.units.size());
   for (size_t u = 0; u < layout_.units.size(); ++u) {
     (*host)[u].resize(layout_.units[u].numel);
@@ -124,7 +153,7 @@ Status CudaModel::ReadUnits(const float* device, UnitBuffers* host, cudaStream_t
   return Status::Ok();
 }
 
-Status CudaModel::CopySlots(const UnitBuffers& host, float* device, cudaStream_t stream) {
+Status ParamStore::CopySlots(const UnitBuffers& host, float* device, cudaStream_t stream) {
   for (size_t u = 0; u < host.size(); ++u) {
     const ShardRange own = ShardOf(layout_.units[u].numel, o_.shard_rank, o_.shard_world);
     if (own.size() == 0) continue;
@@ -136,85 +165,76 @@ Status CudaModel::CopySlots(const UnitBuffers& host, float* device, cudaStream_t
 
 // Sharded: the full fp32 units go through the gradient buffer (scratch between steps; its
 // padding is never written, so it stays zero) to make the full bf16 copy.
-Status CudaModel::UploadParams(const UnitBuffers& master, cudaStream_t stream) {
-  Buffers& b = *buf_;
-  FORGE_RETURN_IF_ERROR(FlushUpdate(stream));
+Status ParamStore::UploadParams(const UnitBuffers& master, cudaStream_t stream) {
+  const CudaParamBuffers& b = pb_;
   if (o_.shard_params) {  // slots only: fp32 master, and its bf16 values (padding stays 0)
     FORGE_RETURN_IF_ERROR(CheckUnitSizes(layout_, master).Annotate("SetParams"));
     FORGE_RETURN_IF_ERROR(CopySlots(master, b.master, stream));
-    FORGE_RETURN_IF_ERROR(cuda::CastFloatToBf16(b.params_shard, b.master, b.flat_shard, stream));
+    FORGE_RETURN_IF_ERROR(cuda::CastFloatToBf16(b.params_shard, b.master, flat_shard_, stream));
     FORGE_CUDA_CHECK(cudaStreamSynchronize(stream));
     return Status::Ok();
   }
   float* full = o_.shard_optimizer ? b.grads : b.master;
   FORGE_RETURN_IF_ERROR(CopyUnits(master, full, stream).Annotate("SetParams"));
-  FORGE_RETURN_IF_ERROR(cuda::CastFloatToBf16(b.params, full, b.flat, stream));
+  FORGE_RETURN_IF_ERROR(cuda::CastFloatToBf16(b.params, full, flat_, stream));
   if (o_.shard_optimizer) FORGE_RETURN_IF_ERROR(CopySlots(master, b.master, stream));
   FORGE_CUDA_CHECK(cudaStreamSynchronize(stream));
   return Status::Ok();
 }
 
-Status CudaModel::DownloadParams(UnitBuffers* master, cudaStream_t stream) {
+Status ParamStore::DownloadParams(UnitBuffers* master, cudaStream_t stream) {
   if (o_.shard_optimizer) {
     return Status::Precondition("cuda model: sharded master weights are gathered by the "
                                 "data-parallel layer");
   }
-  return ReadUnits(buf_->master, master, stream);
+  return ReadUnits(pb_.master, master, stream);
 }
 
-Status CudaModel::DownloadGrads(UnitBuffers* grads, cudaStream_t stream) {
+Status ParamStore::DownloadGrads(UnitBuffers* grads, cudaStream_t stream) {
   if (o_.shard_params) {
     return Status::Precondition("cuda model: fsdp gradients are gathered by the data-parallel "
                                 "layer");
   }
-  if (buf_->grads16) {  // the summed gradient lives in bf16 (grads16); widening is exact
-    FORGE_RETURN_IF_ERROR(cuda::CastBf16ToFloat(buf_->grads, buf_->grads16, buf_->flat, stream));
+  if (pb_.grads16) {  // the summed gradient lives in bf16 (grads16); widening is exact
+    FORGE_RETURN_IF_ERROR(cuda::CastBf16ToFloat(pb_.grads, pb_.grads16, flat_, stream));
   }
-  return ReadUnits(buf_->grads, grads, stream);
+  return ReadUnits(pb_.grads, grads, stream);
 }
 
-Status CudaModel::UploadMoments(const UnitBuffers& m, const UnitBuffers& v,
-                                cudaStream_t stream) {
-  FORGE_RETURN_IF_ERROR(FlushUpdate(stream));
+Status ParamStore::UploadMoments(const UnitBuffers& m, const UnitBuffers& v,
+                                 cudaStream_t stream) {
   if (o_.shard_optimizer) {
     FORGE_RETURN_IF_ERROR(CheckUnitSizes(layout_, m).Annotate("SetMoments (m)"));
     FORGE_RETURN_IF_ERROR(CheckUnitSizes(layout_, v).Annotate("SetMoments (v)"));
-    FORGE_RETURN_IF_ERROR(CopySlots(m, buf_->m, stream));
-    FORGE_RETURN_IF_ERROR(CopySlots(v, buf_->v, stream));
+    FORGE_RETURN_IF_ERROR(CopySlots(m, pb_.m, stream));
+    FORGE_RETURN_IF_ERROR(CopySlots(v, pb_.v, stream));
   } else {
-    FORGE_RETURN_IF_ERROR(CopyUnits(m, buf_->m, stream).Annotate("SetMoments (m)"));
-    FORGE_RETURN_IF_ERROR(CopyUnits(v, buf_->v, stream).Annotate("SetMoments (v)"));
+    FORGE_RETURN_IF_ERROR(CopyUnits(m, pb_.m, stream).Annotate("SetMoments (m)"));
+    FORGE_RETURN_IF_ERROR(CopyUnits(v, pb_.v, stream).Annotate("SetMoments (v)"));
   }
   FORGE_CUDA_CHECK(cudaStreamSynchronize(stream));
   return Status::Ok();
 }
 
-Status CudaModel::DownloadMoments(UnitBuffers* m, UnitBuffers* v, cudaStream_t stream) {
+Status ParamStore::DownloadMoments(UnitBuffers* m, UnitBuffers* v, cudaStream_t stream) {
   if (o_.shard_optimizer) {
     return Status::Precondition("cuda model: sharded moments are gathered by the data-parallel "
                                 "layer");
   }
-  FORGE_RETURN_IF_ERROR(ReadUnits(buf_->m, m, stream));
-  return ReadUnits(buf_->v, v, stream);
+  FORGE_RETURN_IF_ERROR(ReadUnits(pb_.m, m, stream));
+  return ReadUnits(pb_.v, v, stream);
 }
 
-Status CudaModel::ZeroMoments(cudaStream_t stream) {
-  FORGE_RETURN_IF_ERROR(FlushUpdate(stream));
-  FORGE_CUDA_CHECK(cudaMemsetAsync(buf_->m, 0, buf_->state_flat * sizeof(float), stream));
-  FORGE_CUDA_CHECK(cudaMemsetAsync(buf_->v, 0, buf_->state_flat * sizeof(float), stream));
+Status ParamStore::ZeroMoments(cudaStream_t stream) {
+  FORGE_CUDA_CHECK(cudaMemsetAsync(pb_.m, 0, state_flat_ * sizeof(float), stream));
+  FORGE_CUDA_CHECK(cudaMemsetAsync(pb_.v, 0, state_flat_ * sizeof(float), stream));
   FORGE_CUDA_CHECK(cudaStreamSynchronize(stream));
   return Status::Ok();
 }
 
-Status CudaModel::ZeroGrads(cudaStream_t stream) {
-  if (o_.shard_params) return Status::Precondition("cuda model: ZeroGrads with fsdp");
-  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kCopy, stream));
-  FORGE_CUDA_CHECK(cudaMemsetAsync(buf_->grads, 0, buf_->flat * sizeof(float), stream));
+Status ParamStore::ZeroGrads(cudaStream_t stream) {
+  FORGE_CUDA_CHECK(cudaMemsetAsync(pb_.grads, 0, flat_ * sizeof(float), stream));
   return Status::Ok();
-}
-
-bf16* CudaModel::UnitGrads16(int unit) const {
-  return buf_->grads16 ? buf_->grads16 + pb_.unit_offset[size_t(unit)] : nullptr;
 }
 
 }  // namespace forge

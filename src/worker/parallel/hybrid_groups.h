@@ -2,7 +2,7 @@
 //
 //   shard group i    ranks iG .. iG+G-1 (consecutive: the GPUs of one node). The model's state
 //                    is sharded over it exactly as fsdp shards it over a world of G
-//                    (shard_layout.h with world G); its collectives (all-gather of the params,
+//                    (model/shard_layout.h, world G); its collectives (all-gather of the params,
 //                    reduce-scatter of the gradients) stay on the fast intra-node links.
 //   replica group j  ranks j, G+j, 2G+j, ... : the ranks that hold shard j. After the
 //                    reduce-scatter, each gradient shard is all-reduced over it (1/G of the

@@ -31,11 +31,11 @@
 
 #include "kernels/cpu/adamw.h"
 #include "worker/model/cpu_model.h"
+#include "worker/model/shard_layout.h"
 #include "worker/parallel/comm.h"
 #include "worker/parallel/exact_square_sum.h"
 #include "worker/parallel/hybrid_groups.h"
 #include "worker/parallel/mode_rules.h"
-#include "worker/parallel/shard_layout.h"
 #include "worker/parallel/sum_order.h"
 #include "worker/train/backend.h"
 

@@ -522,7 +522,7 @@ Status CudaBackend::ComputeGradients(const std::vector<MicroBatch>& micro, UnitB
   if (dp_ && dp_->fsdp()) {
     return dp_->GatherSlots(CudaDataParallel::State::kGrad, grads, compute_stream_);
   }
-  return model_->DownloadGrads(grads, compute_stream_);
+  return model_->param_store().DownloadGrads(grads, compute_stream_);
 }
 
 Status CudaBackend::EvalLoss(const MicroBatch& batch, float* loss) {
@@ -565,7 +565,7 @@ Status CudaBackend::GetParams(UnitBuffers* master) {
     return dp_->GatherSlots(CudaDataParallel::State::kMaster, master, compute_stream_);
   }
   FORGE_RETURN_IF_ERROR(FenceSnapshot());
-  return model_->DownloadParams(master, snapshot_stream_);
+  return model_->param_store().DownloadParams(master, snapshot_stream_);
 }
 
 Status CudaBackend::GetMoments(UnitBuffers* m, UnitBuffers* v) {
@@ -575,7 +575,7 @@ Status CudaBackend::GetMoments(UnitBuffers* m, UnitBuffers* v) {
     return dp_->GatherSlots(CudaDataParallel::State::kV, v, compute_stream_);
   }
   FORGE_RETURN_IF_ERROR(FenceSnapshot());
-  return model_->DownloadMoments(m, v, snapshot_stream_);
+  return model_->param_store().DownloadMoments(m, v, snapshot_stream_);
 }
 
 class RegisteredHostRange final : public PinnedHostRange {

@@ -9,7 +9,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/fp8_scale_update.cuh"
 #include "worker/model/fp8_linears.h"
-#include "worker/parallel/shard_layout.h"
+#include "worker/model/shard_layout.h"
 
 namespace forge {
 namespace {
