@@ -9,9 +9,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <initializer_list>
 #include <limits>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/checksum.h"
@@ -146,31 +149,20 @@ class GraphBuilder {
           cudnnBackendSetAttribute(pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis));
     }
     FORGE_CUDNN_CHECK(cudnnBackendFinalize(pw));
-
-    Desc op;
-    FORGE_RETURN_IF_ERROR(Create(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, &op));
-    FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR,
-                                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pw));
-    FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC,
-                                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x));
-    if (b) {
-      FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC,
-                                                 CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b));
-    }
-    if (t) {
-      FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC,
-                                                 CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t));
-    }
-    FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC,
-                                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y));
-    const float one = 1.0f;
-    FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1,
-                                               CUDNN_TYPE_FLOAT, 1, &one));
-    FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2,
-                                               CUDNN_TYPE_FLOAT, 1, &one));
-    FORGE_CUDNN_CHECK(cudnnBackendFinalize(op));
-    ops_.push_back(op);
-    return Status::Ok();
+    return Operation(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR,
+                     {{CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw},
+                      {CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x},
+                      {CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b},
+                      {CUDNN_ATTR_OPERATION_POINTWISE_TDESC, t},
+                      {CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y}},
+                     [](Desc op) -> Status {
+                       const float one = 1.0f;
+                       FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(
+                           op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1, CUDNN_TYPE_FLOAT, 1, &one));
+                       FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(
+                           op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, 1, &one));
+                       return Status::Ok();
+                     });
   }
 
   // c = a * b over the last two axes, batched over the first two (b may have fewer heads:
@@ -182,20 +174,11 @@ class GraphBuilder {
     FORGE_CUDNN_CHECK(
         cudnnBackendSetAttribute(mm, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp));
     FORGE_CUDNN_CHECK(cudnnBackendFinalize(mm));
-
-    Desc op;
-    FORGE_RETURN_IF_ERROR(Create(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, &op));
-    FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_MATMUL_ADESC,
-                                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a));
-    FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_MATMUL_BDESC,
-                                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b));
-    FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_MATMUL_CDESC,
-                                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c));
-    FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_MATMUL_DESC,
-                                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &mm));
-    FORGE_CUDNN_CHECK(cudnnBackendFinalize(op));
-    ops_.push_back(op);
-    return Status::Ok();
+    return Operation(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR,
+                     {{CUDNN_ATTR_OPERATION_MATMUL_ADESC, a},
+                      {CUDNN_ATTR_OPERATION_MATMUL_BDESC, b},
+                      {CUDNN_ATTR_OPERATION_MATMUL_CDESC, c},
+                      {CUDNN_ATTR_OPERATION_MATMUL_DESC, mm}});
   }
 
   // y = reduce(x) over the axes where y has extent 1 (or groups of heads, for GQA).
@@ -208,36 +191,40 @@ class GraphBuilder {
     FORGE_CUDNN_CHECK(
         cudnnBackendSetAttribute(rd, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp));
     FORGE_CUDNN_CHECK(cudnnBackendFinalize(rd));
-
-    Desc op;
-    FORGE_RETURN_IF_ERROR(Create(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, &op));
-    FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC,
-                                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x));
-    FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC,
-                                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y));
-    FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_REDUCTION_DESC,
-                                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &rd));
-    FORGE_CUDNN_CHECK(cudnnBackendFinalize(op));
-    ops_.push_back(op);
-    return Status::Ok();
+    return Operation(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR,
+                     {{CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x},
+                      {CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y},
+                      {CUDNN_ATTR_OPERATION_REDUCTION_DESC, rd}});
   }
 
   // y is x under another dims/strides view (a transpose here), possibly in another type.
   Status Reshape(Desc x, Desc y) {
-    Desc op;
-    FORGE_RETURN_IF_ERROR(Create(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, &op));
-    FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC,
-                                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x));
-    FORGE_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC,
-                                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y));
-    FORGE_CUDNN_CHECK(cudnnBackendFinalize(op));
-    ops_.push_back(op);
-    return Status::Ok();
+    return Operation(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR,
+                     {{CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x},
+                      {CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y}});
   }
 
   const std::vector<Desc>& ops() const { return ops_; }
 
  private:
+  // An operation of `type` added to the graph: its descriptor-valued attributes (null ones
+  // left unset), then whatever `more` sets, then finalized.
+  Status Operation(cudnnBackendDescriptorType_t type,
+                   std::initializer_list<std::pair<cudnnBackendAttributeName_t, Desc>> attrs,
+                   const std::function<Status(Desc)>& more = nullptr) {
+    Desc op;
+    FORGE_RETURN_IF_ERROR(Create(type, &op));
+    for (const auto& [name, value] : attrs) {
+      if (value == nullptr) continue;
+      FORGE_CUDNN_CHECK(
+          cudnnBackendSetAttribute(op, name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &value));
+    }
+    if (more) FORGE_RETURN_IF_ERROR(more(op));
+    FORGE_CUDNN_CHECK(cudnnBackendFinalize(op));
+    ops_.push_back(op);
+    return Status::Ok();
+  }
+
   std::vector<Desc>* owned_;
   std::vector<Desc> ops_;
   int64_t next_virtual_uid_ = kFirstVirtual;
