@@ -40,22 +40,8 @@ inline int FailJson(const char* program, const std::string& msg) {
 // --version (usage or version on stdout, rc 0) or a bad flag (the JSON error line, rc 1).
 inline bool ParseFlagsOrExit(FlagParser& flags, const char* program, int argc, char** argv,
                              int* rc) {
-  const Status s = flags.Parse(argc, argv, 1);
-  if (flags.help_requested()) {
-    std::fputs(flags.Usage().c_str(), stdout);
-    *rc = 0;
-    return true;
-  }
-  if (flags.version_requested()) {
-    std::printf("%s\n", VersionString(program).c_str());
-    *rc = 0;
-    return true;
-  }
-  if (!s.ok()) {
-    *rc = FailJson(program, s.message());
-    return true;
-  }
-  return false;
+  return flags.ParseOrExit(argc, argv, 1, rc,
+                           [&](const Status& s) { return FailJson(program, s.message()); });
 }
 
 // "--flag: bad value 'v'", the error of a flag whose value a benchmark refuses.

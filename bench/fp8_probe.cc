@@ -259,10 +259,8 @@ int main(int argc, char** argv) {
   flags.MaxPositional(0);
   if (int rc; flags.ParseOrExit(argc, argv, 1, &rc)) return rc;
   int64_t max_size = INT64_MAX;
-  if (forge::Status s = flags.GetInt("--max-size", &max_size); !s.ok()) {
-    std::fprintf(stderr, "forge-fp8-probe: %s\n", s.message().c_str());
-    return 2;
-  }
+  if (forge::Status s = flags.GetInt("--max-size", &max_size); !s.ok())
+    return flags.UsageError(s);
 
   int device = 0, runtime = 0, driver = 0;
   cudaDeviceProp prop{};

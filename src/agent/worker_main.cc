@@ -54,15 +54,11 @@ int main(int argc, char** argv) {
                    flags.GetInt("--throttle-ms", &o.throttle_ms),
                    flags.GetInt("--max-steps", &o.max_steps),
                    flags.GetDouble("--give-up-after-s", &o.link.give_up_after_s)}) {
-    if (!s.ok()) {
-      std::fprintf(stderr, "forge-worker: %s\n(see 'forge-worker --help')\n", s.message().c_str());
-      return 2;
-    }
+    if (!s.ok()) return flags.UsageError(s);
   }
   if (o.link.channel.address.empty()) {
-    std::fprintf(stderr, "forge-worker: no coordinator address: pass --coordinator or set "
-                         "FORGE_COORDINATOR\n");
-    return 2;
+    return flags.UsageError(
+        Status::Invalid("no coordinator address: pass --coordinator or set FORGE_COORDINATOR"));
   }
   auto secret = rpc::LoadSecret(flags.Get("--join-secret-file"), "FORGE_JOIN_SECRET",
                                 "join secret");

@@ -201,8 +201,7 @@ int RunDataCommand(int argc, char** argv) {
     if (int rc; flags.ParseOrExit(3, argv, 2, &rc)) return rc;
   }
   const Status unknown = UnknownCommand(sub, {"prepare", "inspect", "baseline", "tokenize"});
-  std::fprintf(stderr, "forge data: %s\n(see 'forge data --help')\n", unknown.message().c_str());
-  return 2;
+  return flags.UsageError(unknown);
 }
 
 }  // namespace forge

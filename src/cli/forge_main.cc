@@ -134,15 +134,11 @@ FlagParser TrainFlags() {
   f.Value("--checkpoint-every", "N", "overrides checkpoint.every_steps");
   f.Bool("--direct", "train in this process, without a coordinator");
   f.Bool("--print-config", "print the resolved config (YAML) and exit");
-  f.MaxPositional(1);
+  f.Positional(1);
   return f;
 }
 
 int Train(const FlagParser& a, ProcessGroup* group) {
-  if (a.positional().size() != 1) {
-    std::fprintf(stderr, "forge train: expects one CONFIG (see 'forge train --help')\n");
-    return 2;
-  }
   auto loaded = LoadRunConfig(a.positional()[0]);
   if (!loaded.ok()) return Fail(loaded.status());
   RunConfig cfg = std::move(loaded).value();
@@ -245,6 +241,5 @@ int main(int argc, char** argv) {
   if (cmd == "plan") return RunPlanCommand(argc, argv);
   const Status unknown = UnknownCommand(
       cmd, {"train", "export", "import", "generate", "eval", "data", "plan", "has-gpu"});
-  std::fprintf(stderr, "forge: %s\n(see 'forge --help')\n", unknown.message().c_str());
-  return 2;
+  return UsageError("forge", unknown);
 }

@@ -155,7 +155,7 @@ FlagParser CommandFlags(const Command& c) {
   FlagParser f(std::string("forgectl ") + c.name, c.positional, c.description);
   c.add_flags(&f);
   AddGlobalFlags(&f);
-  f.MaxPositional(c.positional[0] == '\0' ? 0 : 1);
+  f.Positional(c.positional[0] == '\0' ? 0 : 1);
   return f;
 }
 
@@ -539,26 +539,14 @@ int main(int argc, char** argv) {
   if (command == nullptr) {
     std::vector<std::string_view> names;
     for (const Command& c : kCommands) names.push_back(c.name);
-    std::fprintf(stderr, "forgectl: %s\n(see 'forgectl --help')\n",
-                 UnknownCommand(argv[at], names).message().c_str());
-    return 2;
+    return UsageError("forgectl", UnknownCommand(argv[at], names));
   }
   // Every argument but the command's name, global flags included.
   std::vector<char*> args(argv, argv + argc);
   args.erase(args.begin() + at);
   FlagParser flags = CommandFlags(*command);
   if (int rc; flags.ParseOrExit(int(args.size()), args.data(), 1, &rc)) return rc;
-  const std::string usage_hint = std::string("(see 'forgectl ") + command->name + " --help')";
-  if (flags.positional().size() != (command->positional[0] == '\0' ? 0u : 1u)) {
-    std::fprintf(stderr, "forgectl %s: expects %s\n%s\n", command->name, command->positional,
-                 usage_hint.c_str());
-    return 2;
-  }
-  if (Status s = CheckValues(flags); !s.ok()) {
-    std::fprintf(stderr, "forgectl %s: %s\n%s\n", command->name, s.message().c_str(),
-                 usage_hint.c_str());
-    return 2;
-  }
+  if (Status s = CheckValues(flags); !s.ok()) return flags.UsageError(s);
   Global g;
   if (const char* a = std::getenv("FORGE_COORDINATOR")) g.address = a;
   g.address = flags.Get("--coordinator", g.address);

@@ -236,10 +236,9 @@ int RunGenerateCommand(int argc, char** argv) {
   flags.Value("--dump", "FILE",
               "also write prompt ids, prompt logits and generated ids (safetensors) for "
               "scripts/hf_llama_numpy.py and scripts/check_hf_transformers.py");
+  flags.Require("--checkpoint");
   flags.MaxPositional(0);
   if (int rc; flags.ParseOrExit(argc, argv, 2, &rc)) return rc;
-  if (flags.Get("--checkpoint").empty())
-    return Fail(Status::Invalid("--checkpoint is required (see --help)"));
   if (flags.Has("--prompt") == flags.Has("--prompt-file"))
     return Fail(Status::Invalid("give one of --prompt and --prompt-file"));
   auto backend_kind = BackendFlag(flags);
@@ -371,10 +370,9 @@ int RunEvalCommand(int argc, char** argv) {
   flags.Value("--backend", "auto|cpu|cuda",
               "where to run (auto, the default: cuda when a GPU is visible, else cpu)");
   flags.Value("--dump-tokens", "FILE", "write the evaluated batches (int32)");
+  flags.Require("--checkpoint");
   flags.MaxPositional(0);
   if (int rc; flags.ParseOrExit(argc, argv, 2, &rc)) return rc;
-  if (flags.Get("--checkpoint").empty())
-    return Fail(Status::Invalid("--checkpoint is required (see --help)"));
   auto backend_kind = BackendFlag(flags);
   if (!backend_kind.ok()) return Fail(backend_kind.status());
   const bool gpu = *backend_kind == Backend::kCuda ||

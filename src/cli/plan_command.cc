@@ -35,7 +35,8 @@ FlagParser PlanFlags() {
   f.Value("--micro-batch", "B", "overrides batch.micro_batch");
   f.Value("--global-batch", "B", "overrides batch.global_batch");
   f.Bool("--json", "print JSON instead of tables");
-  f.MaxPositional(1);
+  f.Require("--gpus");
+  f.Positional(1);
   return f;
 }
 
@@ -102,23 +103,14 @@ void PrintPlanTable(const plan::Plan& plan, double capacity) {
 int RunPlanCommand(int argc, char** argv) {
   FlagParser flags = PlanFlags();
   if (int rc; flags.ParseOrExit(argc, argv, 2, &rc)) return rc;
-  if (flags.positional().size() != 1) {
-    std::fprintf(stderr, "forge plan: expects one CONFIG (see 'forge plan --help')\n");
-    return 2;
-  }
+  plan::Topology topo;
+  for (Status s : {flags.GetInt("--gpus", &topo.gpus, 1, 1024),
+                   flags.GetInt("--gpus-per-node", &topo.gpus_per_node, 1, 1024)})
+    if (!s.ok()) return flags.UsageError(s);
   auto loaded = LoadRunConfig(flags.positional()[0]);
   if (!loaded.ok()) return Fail(loaded.status());
   RunConfig cfg = std::move(loaded).value();
 
-  plan::Topology topo;
-  if (!flags.Has("--gpus")) return Fail(Status::Invalid("--gpus N is required"));
-  if (Status s = flags.GetInt("--gpus", &topo.gpus); !s.ok()) return Fail(s);
-  if (topo.gpus < 1 || topo.gpus > 1024)
-    return Fail(Status::Invalid("--gpus: expected 1 to 1024, got " + flags.Get("--gpus")));
-  if (Status s = flags.GetInt("--gpus-per-node", &topo.gpus_per_node); !s.ok()) return Fail(s);
-  if (topo.gpus_per_node < 1 || topo.gpus_per_node > 1024)
-    return Fail(Status::Invalid("--gpus-per-node: expected 1 to 1024, got " +
-                                flags.Get("--gpus-per-node")));
   if (topo.gpus > topo.gpus_per_node && topo.gpus % topo.gpus_per_node != 0)
     return Fail(Status::Invalid("--gpus " + std::to_string(topo.gpus) +
                                 " is not a whole number of nodes of --gpus-per-node " +

@@ -26,6 +26,12 @@ Status UnknownCommand(std::string_view command, const std::vector<std::string_vi
                          (near.empty() ? "" : " (did you mean '" + std::string(near) + "'?)"));
 }
 
+int UsageError(std::string_view program, const Status& s) {
+  std::fprintf(stderr, "%.*s: %s\n(see '%.*s --help')\n", int(program.size()), program.data(),
+               s.message().c_str(), int(program.size()), program.data());
+  return 2;
+}
+
 FlagParser::FlagParser(std::string program, std::string positional, std::string description)
     : program_(std::move(program)),
       positional_desc_(std::move(positional)),
@@ -139,16 +145,21 @@ Status FlagParser::Parse(int argc, char** argv, int first) {
       }
     }
   }
-  if (!help_ && !version_ && max_positional_ >= 0 &&
-      static_cast<int>(positional_.size()) > max_positional_) {
+  if (help_ || version_) return Status::Ok();
+  if (max_positional_ >= 0 && static_cast<int>(positional_.size()) > max_positional_) {
     return Status::Invalid("unexpected argument '" + positional_[max_positional_] + "'" +
                            (positional_desc_.empty() ? "" : " (usage: " + program_ + " " +
                                                                 positional_desc_ + " [flags])"));
   }
+  if (static_cast<int>(positional_.size()) < min_positional_)
+    return Status::Invalid("expects " + positional_desc_);
+  for (const std::string& name : required_)
+    if (!Has(name)) return Status::Invalid(name + " is required");
   return Status::Ok();
 }
 
-bool FlagParser::ParseOrExit(int argc, char** argv, int first, int* rc) {
+bool FlagParser::ParseOrExit(int argc, char** argv, int first, int* rc,
+                             const std::function<int(const Status&)>& on_error) {
   const Status s = Parse(argc, argv, first);
   if (help_) {
     std::fputs(Usage().c_str(), stdout);
@@ -162,13 +173,13 @@ bool FlagParser::ParseOrExit(int argc, char** argv, int first, int* rc) {
     return true;
   }
   if (!s.ok()) {
-    std::fprintf(stderr, "%s: %s\n(see '%s --help')\n", program_.c_str(), s.message().c_str(),
-                 program_.c_str());
-    *rc = 2;
+    *rc = on_error ? on_error(s) : UsageError(s);
     return true;
   }
   return false;
 }
+
+int FlagParser::UsageError(const Status& s) const { return forge::UsageError(program_, s); }
 
 std::string FlagParser::Usage() const {
   std::string u = "usage: " + program_;
@@ -236,6 +247,16 @@ Status FlagParser::GetInt(std::string_view name, int* out) const {
   if (x < INT32_MIN || x > INT32_MAX)
     return Status::Invalid(std::string(name) + ": out of range, got " + Get(name));
   *out = static_cast<int>(x);
+  return Status::Ok();
+}
+
+Status FlagParser::GetInt(std::string_view name, int* out, int lo, int hi) const {
+  int v = *out;
+  FORGE_RETURN_IF_ERROR(GetInt(name, &v));
+  if (Has(name) && (v < lo || v > hi))
+    return Status::Invalid(std::string(name) + ": expects an integer in [" + std::to_string(lo) +
+                           ", " + std::to_string(hi) + "], got " + Get(name));
+  *out = v;
   return Status::Ok();
 }
 

@@ -28,7 +28,6 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
-#include <string_view>
 
 #include "common/file_io.h"
 #include "common/flags.h"
@@ -69,21 +68,9 @@ forge::FlagParser MakeFlags() {
   f.Value("--metrics-address-file", "FILE",
           "write /metrics' host:port here once listening (useful with --metrics-port any)");
   f.Value("--metrics-bind", "ADDR", "the address /metrics binds (default 0.0.0.0)");
+  f.Require("--state-dir");
   f.MaxPositional(0);
   return f;
-}
-
-// `flag`'s value into *out when given: an integer in [lo, hi].
-forge::Status GetIntIn(const forge::FlagParser& f, std::string_view flag, int lo, int hi,
-                       int* out) {
-  int v = *out;
-  FORGE_RETURN_IF_ERROR(f.GetInt(flag, &v));
-  if (v < lo || v > hi)
-    return forge::Status::Invalid(std::string(flag) + ": expects an integer in [" +
-                                  std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
-                                  f.Get(flag));
-  *out = v;
-  return forge::Status::Ok();
 }
 
 }  // namespace
@@ -108,24 +95,13 @@ int main(int argc, char** argv) {
   // -1: any free port (MetricsServer binds port 0).
   int metrics_port = flags.Get("--metrics-port") == "any" ? -1 : 0;
   Status metrics_port_ok = Status::Ok();
-  if (metrics_port == 0 && !GetIntIn(flags, "--metrics-port", 0, 65535, &metrics_port).ok())
+  if (metrics_port == 0 && !flags.GetInt("--metrics-port", &metrics_port, 0, 65535).ok())
     metrics_port_ok = Status::Invalid("--metrics-port: expects a port in [0, 65535] or any, got " +
                                       flags.Get("--metrics-port"));
   for (Status s : {metrics_port_ok,
-                   GetIntIn(flags, "--heartbeat-interval-ms", 1, 1 << 30,
-                            &copt.heartbeat_interval_ms),
-                   GetIntIn(flags, "--heartbeat-timeout-ms", 1, 1 << 30,
-                            &copt.heartbeat_timeout_ms)}) {
-    if (!s.ok()) {
-      std::fprintf(stderr, "forge-coordinator: %s\n", s.message().c_str());
-      return 2;
-    }
-  }
-  if (copt.state_dir.empty()) {
-    std::fprintf(stderr, "forge-coordinator: --state-dir is required\n(see 'forge-coordinator "
-                         "--help')\n");
-    return 2;
-  }
+                   flags.GetInt("--heartbeat-interval-ms", &copt.heartbeat_interval_ms, 1, 1 << 30),
+                   flags.GetInt("--heartbeat-timeout-ms", &copt.heartbeat_timeout_ms, 1, 1 << 30)})
+    if (!s.ok()) return flags.UsageError(s);
   auto token = rpc::LoadSecret(token_file, "FORGE_TOKEN", "user token");
   if (!token.ok()) return Fail(token.status());
   auto secret = rpc::LoadSecret(secret_file, "FORGE_JOIN_SECRET", "join secret");

@@ -246,6 +246,12 @@ TEST_F(ProgramFlags, MalformedValuesAndMissingArgumentsNameTheFlag) {
       {"forge-worker", "--coordinator 127.0.0.1:1 --max-placements x",
        "forge-worker: --max-placements: expects an integer, got 'x'"},
       {"forge-worker", "--max-placements 1", "forge-worker: no coordinator address"},
+      {"forge", "train --steps 1", "forge train: expects CONFIG\n(see 'forge train --help')"},
+      {"forge", "plan " + dir_ + "/tiny.yaml", "forge plan: --gpus is required\n"},
+      {"forge", "plan " + dir_ + "/tiny.yaml --gpus 0",
+       "forge plan: --gpus: expects an integer in [1, 1024], got 0\n(see 'forge plan --help')"},
+      {"forge", "generate --prompt hi", "forge generate: --checkpoint is required\n"},
+      {"forge", "eval --batches 1", "forge eval: --checkpoint is required\n"},
   };
   for (const auto& c : cases) {
     Outcome r = Exec(c.binary, c.args);

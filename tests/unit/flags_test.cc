@@ -70,6 +70,55 @@ TEST(FlagsTest, MalformedValuesNameTheFlag) {
   EXPECT_FALSE(h.Parse(c.argc(), c.argv(), 2).ok());
 }
 
+TEST(FlagsTest, RequiredFlagsPositionalCountAndRangesAreCheckedAlike) {
+  const auto plan_flags = [] {
+    FlagParser f("forge plan", "CONFIG", "");
+    f.Value("--gpus", "N", "GPUs");
+    f.Require("--gpus");
+    f.Positional(1);
+    return f;
+  };
+  FlagParser f = plan_flags();
+  Argv none({"forge", "plan", "--gpus", "4"});
+  EXPECT_EQ(f.Parse(none.argc(), none.argv(), 2).message(), "expects CONFIG");
+  FlagParser g = plan_flags();
+  Argv missing({"forge", "plan", "c.yaml"});
+  EXPECT_EQ(g.Parse(missing.argc(), missing.argv(), 2).message(), "--gpus is required");
+  FlagParser h = plan_flags();
+  Argv help({"forge", "plan", "--help"});  // --help needs neither
+  EXPECT_TRUE(h.Parse(help.argc(), help.argv(), 2).ok());
+  FlagParser k = plan_flags();
+  Argv big({"forge", "plan", "c.yaml", "--gpus", "2000"});
+  ASSERT_TRUE(k.Parse(big.argc(), big.argv(), 2).ok());
+  int gpus = 1;
+  EXPECT_EQ(k.GetInt("--gpus", &gpus, 1, 1024).message(),
+            "--gpus: expects an integer in [1, 1024], got 2000");
+  EXPECT_EQ(gpus, 1);
+  FlagParser absent("forge plan", "", "");
+  absent.Value("--gpus", "N", "GPUs");
+  Argv empty({"forge", "plan"});
+  ASSERT_TRUE(absent.Parse(empty.argc(), empty.argv(), 2).ok());
+  EXPECT_TRUE(absent.GetInt("--gpus", &gpus, 1, 1024).ok());  // absent: *out untouched
+  EXPECT_EQ(gpus, 1);
+}
+
+TEST(FlagsTest, UsageErrorNamesTheProgramAndPointsToHelp) {
+  FlagParser f("forge-worker", "", "");
+  ::testing::internal::CaptureStderr();
+  const int rc = f.UsageError(Status::Invalid("no coordinator address"));
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(),
+            "forge-worker: no coordinator address\n(see 'forge-worker --help')\n");
+  EXPECT_EQ(rc, 2);
+  // A program that reports errors its own way (a benchmark's JSON line) chooses the code.
+  Argv a({"forge-bench", "--bogus"});
+  int code = 0;
+  EXPECT_TRUE(f.ParseOrExit(a.argc(), a.argv(), 1, &code, [](const Status& s) {
+    EXPECT_EQ(s.message(), "unknown flag --bogus");
+    return 1;
+  }));
+  EXPECT_EQ(code, 1);
+}
+
 TEST(FlagsTest, HelpAndVersionExitZero) {
   FlagParser f = TrainFlags();
   Argv a({"forge", "train", "--help"});
