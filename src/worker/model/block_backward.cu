@@ -61,7 +61,7 @@ Status CudaModel::BlockBackward(int layer, int set, const BlockActs& a, const bf
   // BF16: dW (+)= dy^T x on the wgrad stream.
   auto weight_grad = [&](const bf16* dy, const bf16* x, int64_t weight_offset, int64_t out,
                          int64_t in, WgradHazard reads) -> Status {
-    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdGemm, s));
+    FORGE_RETURN_IF_ERROR(Phase(StepPhase::kBwdGemm, s));
     GemmArgs wg = LinearBackwardWeight(g + weight_offset, dy, x, N_, out, in, acc);
     if (grads16_direct_) {  // ddp's bf16 collectives read it straight from here
       wg.D = UnitGrads16(layout_.block_unit(layer)) + weight_offset;
@@ -74,10 +74,10 @@ Status CudaModel::BlockBackward(int layer, int set, const BlockActs& a, const bf
   auto fp8_weight_grad = [&](LinearKind k, const bf16* dy, int64_t weight_offset,
                              WgradHazard reads, bool cast_done) -> Status {
     if (!cast_done) {
-      FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
+      FORGE_RETURN_IF_ERROR(Phase(StepPhase::kBwdElementwise, s));
       FORGE_RETURN_IF_ERROR(f8->CastGrad(layer, k, dy, s));
     }
-    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdGemm, s));
+    FORGE_RETURN_IF_ERROR(Phase(StepPhase::kBwdGemm, s));
     return WgradGemm(f8->BackwardWeight(layer, k, set, g + weight_offset, acc), reads, s);
   };
   // dW (+)= dy^T x on the wgrad stream, then dx = dy W on this one.
@@ -115,7 +115,7 @@ Status CudaModel::BlockBackward(int layer, int set, const BlockActs& a, const bf
   } else {
     FORGE_RETURN_IF_ERROR(linear_backward(LinearKind::kDown, b.dsw, dres, a.sw, o.w_down, d_, ffn_,
                                           WgradHazard::kDres, fused_dres));
-    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
+    FORGE_RETURN_IF_ERROR(Phase(StepPhase::kBwdElementwise, s));
     FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDgu, s));  // block l+1's dWgu reads dgu
     if (fused) {
       FORGE_RETURN_IF_ERROR(f8->SwiGluBackwardToGrad(layer, b.dsw, a.gu, s));
@@ -125,7 +125,7 @@ Status CudaModel::BlockBackward(int layer, int set, const BlockActs& a, const bf
   }
   FORGE_RETURN_IF_ERROR(linear_backward(LinearKind::kGateUp, b.dh, b.dgu, a.h2, o.w_gate_up,
                                         2 * ffn_, d_, WgradHazard::kDgu, fused));
-  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
+  FORGE_RETURN_IF_ERROR(Phase(StepPhase::kBwdElementwise, s));
   FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDres, s));  // dWdown reads dres
   FORGE_RETURN_IF_ERROR(NormBackward(layer, LinearKind::kOut, dres, g + o.mlp_norm, b.dh,
                                      a.x_mid, w + o.mlp_norm, a.rstd2, /*accumulate_dx=*/true,
@@ -134,7 +134,7 @@ Status CudaModel::BlockBackward(int layer, int set, const BlockActs& a, const bf
   // Attention: x_mid = x_in + SDPA(rope(h1 Wqkv^T)) Wo^T
   FORGE_RETURN_IF_ERROR(linear_backward(LinearKind::kOut, b.datt, dres, a.att, o.wo, d_, H_ * hd_,
                                         WgradHazard::kDres, fused_dres));
-  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdAttention, s));
+  FORGE_RETURN_IF_ERROR(Phase(StepPhase::kBwdAttention, s));
   FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDqkv, s));  // block l+1's dWqkv reads dqkv
   if (hooks_ && hooks_->comm_window) {
     FORGE_RETURN_IF_ERROR(hooks_->comm_window(layout_.block_unit(layer), s));
@@ -148,7 +148,7 @@ Status CudaModel::BlockBackward(int layer, int set, const BlockActs& a, const bf
   FORGE_RETURN_IF_ERROR(b.sdpa.Backward(b.sdpa_shape, a.qkv, a.att, b.datt, a.stats, b.dqkv,
                                         b.softmax_sum, b.dq_accum, s,
                                         rope_in_attention ? &qkv8 : nullptr));
-  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
+  FORGE_RETURN_IF_ERROR(Phase(StepPhase::kBwdElementwise, s));
   if (fused_rope) {
     if (!rope_in_attention) FORGE_RETURN_IF_ERROR(f8->RopeBackwardToGrad(layer, b.dqkv, s));
   } else {
@@ -162,7 +162,7 @@ Status CudaModel::BlockBackward(int layer, int set, const BlockActs& a, const bf
   }
   FORGE_RETURN_IF_ERROR(linear_backward(LinearKind::kQkv, b.dh, b.dqkv, a.h1, o.wqkv, qkv_dim_,
                                         d_, WgradHazard::kDqkv, fused_rope));
-  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
+  FORGE_RETURN_IF_ERROR(Phase(StepPhase::kBwdElementwise, s));
   FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDres, s));  // dWo reads dres
   // dres is now block l-1's output gradient: the casts for its Down projection.
   return NormBackward(layer - 1, LinearKind::kDown, dres, g + o.attn_norm, b.dh, x_in,
@@ -177,7 +177,7 @@ Status CudaModel::RecomputeNormAndSwiGlu(int layer, const BlockActs& a, const bf
                                          cudaStream_t s) {
   const BlockOffsets& o = layout_.block;
   const bf16* w = UnitParams(layout_.block_unit(layer));
-  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
+  FORGE_RETURN_IF_ERROR(Phase(StepPhase::kBwdElementwise, s));
   FORGE_RETURN_IF_ERROR(
       cuda::RmsNormForward(a.h1, a.rstd1, x_in, w + o.attn_norm, N_, d_, m_.norm_eps, s));
   FORGE_RETURN_IF_ERROR(

@@ -28,9 +28,9 @@ Status CudaModel::BlockForward(int layer, int set, const BlockActs& a, const bf1
   auto linear = [&](LinearKind k, bf16* y, const bf16* x, int64_t weight_offset, int64_t out,
                     int64_t in, const bf16* residual) -> Status {
     if (f8 == nullptr) return b.gemm.Run(Linear(y, x, w + weight_offset, N_, out, in, residual), s);
-    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
+    FORGE_RETURN_IF_ERROR(Phase(StepPhase::kFwdElementwise, s));
     FORGE_RETURN_IF_ERROR(f8->CastInput(layer, k, set, x, s));
-    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdGemm, s));
+    FORGE_RETURN_IF_ERROR(Phase(StepPhase::kFwdGemm, s));
     return b.gemm.Run(f8->Forward(layer, k, y, residual), s);
   };
 
@@ -48,15 +48,15 @@ Status CudaModel::BlockForward(int layer, int set, const BlockActs& a, const bf1
   // RMSNorm of x into h (FP8: into the layer's input casts), then h's linear layer.
   auto norm_linear = [&](LinearKind k, const bf16* x, int64_t norm_offset, bf16* h, float* rstd,
                          bf16* y, int64_t weight_offset, int64_t out) -> Status {
-    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
+    FORGE_RETURN_IF_ERROR(Phase(StepPhase::kFwdElementwise, s));
     if (f8 != nullptr) {
       FORGE_RETURN_IF_ERROR(norm_to_input(k, x, norm_offset, h, rstd));
-      FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdGemm, s));
+      FORGE_RETURN_IF_ERROR(Phase(StepPhase::kFwdGemm, s));
       return b.gemm.Run(f8->Forward(layer, k, y), s);
     }
     FORGE_RETURN_IF_ERROR(
         cuda::RmsNormForward(h, rstd, x, w + norm_offset, N_, d_, m_.norm_eps, s));
-    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdGemm, s));
+    FORGE_RETURN_IF_ERROR(Phase(StepPhase::kFwdGemm, s));
     return linear(k, y, h, weight_offset, out, d_, nullptr);
   };
 
@@ -64,15 +64,15 @@ Status CudaModel::BlockForward(int layer, int set, const BlockActs& a, const bf1
   // linear layer k's input cast (which g, from Fp8Linears, already reads).
   auto norm_epilogue_gemm = [&](LinearKind k, cuda::WgmmaGemmArgs g, const bf16* x,
                                 int64_t norm_offset, bf16* h, float* rstd) -> Status {
-    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
+    FORGE_RETURN_IF_ERROR(Phase(StepPhase::kFwdElementwise, s));
     if (f8 != nullptr) {
       FORGE_RETURN_IF_ERROR(norm_to_input(k, x, norm_offset, h, rstd));
-      FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdGemm, s));
+      FORGE_RETURN_IF_ERROR(Phase(StepPhase::kFwdGemm, s));
       return cuda::WgmmaGemmFp8(g, s);
     }
     FORGE_RETURN_IF_ERROR(
         cuda::RmsNormForward(h, rstd, x, w + norm_offset, N_, d_, m_.norm_eps, s));
-    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdGemm, s));
+    FORGE_RETURN_IF_ERROR(Phase(StepPhase::kFwdGemm, s));
     g.A = h;
     return cuda::WgmmaGemmBf16(g, s);
   };
@@ -88,7 +88,7 @@ Status CudaModel::BlockForward(int layer, int set, const BlockActs& a, const bf1
   } else {
     FORGE_RETURN_IF_ERROR(norm_linear(LinearKind::kQkv, x_in, o.attn_norm, a.h1, a.rstd1, a.qkv,
                                       o.wqkv, qkv_dim_));
-    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
+    FORGE_RETURN_IF_ERROR(Phase(StepPhase::kFwdElementwise, s));
     if (m_.qk_norm) {
       FORGE_RETURN_IF_ERROR(cuda::HeadRmsNormForward(a.qkv, a.qk_raw, a.rstd_qk, w + o.q_norm,
                                                      w + o.k_norm, b.qk_norm, s));
@@ -96,11 +96,11 @@ Status CudaModel::BlockForward(int layer, int set, const BlockActs& a, const bf1
     FORGE_RETURN_IF_ERROR(
         cuda::RopeApply(a.qkv, Bm, T_, H_, KV_, hd_, b.rope_freq, /*inverse=*/false, s));
   }
-  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdAttention, s));
+  FORGE_RETURN_IF_ERROR(Phase(StepPhase::kFwdAttention, s));
   FORGE_RETURN_IF_ERROR(b.sdpa.Forward(b.sdpa_shape, a.qkv, a.att, a.stats, s));
   // x_mid = x_in + att Wo^T: the residual add rides on the GEMM (C = x_in, beta = 1); x_in
   // stays intact because backward needs it for the attn_norm gradient.
-  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdGemm, s));
+  FORGE_RETURN_IF_ERROR(Phase(StepPhase::kFwdGemm, s));
   FORGE_RETURN_IF_ERROR(
       linear(LinearKind::kOut, a.x_mid, a.att, o.wo, d_, H_ * hd_, /*residual=*/x_in));
   // FP8 on a delayed step: SwiGLU writes the down projection's FP8 input itself (no bf16 sw).
@@ -117,7 +117,7 @@ Status CudaModel::BlockForward(int layer, int set, const BlockActs& a, const bf1
   } else {
     FORGE_RETURN_IF_ERROR(norm_linear(LinearKind::kGateUp, a.x_mid, o.mlp_norm, a.h2, a.rstd2,
                                       a.gu, o.w_gate_up, 2 * ffn_));
-    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
+    FORGE_RETURN_IF_ERROR(Phase(StepPhase::kFwdElementwise, s));
     if (fused) {
       FORGE_RETURN_IF_ERROR(f8->SwiGluForwardToInput(layer, set, a.gu, s));
     } else {
@@ -129,7 +129,7 @@ Status CudaModel::BlockForward(int layer, int set, const BlockActs& a, const bf1
     return f8 == nullptr || fused ? Status::Ok()
                                   : f8->CastInput(layer, LinearKind::kDown, set, a.sw, s);
   }
-  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdGemm, s));
+  FORGE_RETURN_IF_ERROR(Phase(StepPhase::kFwdGemm, s));
   if (fused) return b.gemm.Run(f8->Forward(layer, LinearKind::kDown, x_out, a.x_mid), s);
   return linear(LinearKind::kDown, x_out, a.sw, o.w_down, d_, ffn_, /*residual=*/a.x_mid);
 }

@@ -126,7 +126,7 @@ Status CudaModel::ZeroMoments(cudaStream_t stream) {
 
 Status CudaModel::ZeroGrads(cudaStream_t stream) {
   if (o_.shard_params) return Status::Precondition("cuda model: ZeroGrads with fsdp");
-  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kCopy, stream));
+  FORGE_RETURN_IF_ERROR(Phase(StepPhase::kCopy, stream));
   return store_.ZeroGrads(stream);
 }
 

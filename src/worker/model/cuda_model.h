@@ -26,6 +26,7 @@
 #include "kernels/cuda/rmsnorm.cuh"
 #include "worker/model/param_layout.h"
 #include "worker/model/param_store.h"
+#include "worker/model/step_observer.h"
 #include "worker/model/unit_buffers.h"
 
 namespace forge {
@@ -146,43 +147,6 @@ struct CudaModelHooks {
   bool grads_to_bf16 = false;
 };
 
-// Phases of a step for the optional profile breakdown.
-enum class StepPhase {
-  kCopy,             // H2D tokens (and ZeroGrads when called)
-  kFwdGemm,
-  kFwdAttention,
-  kFwdElementwise,   // embedding, norms, RoPE, SwiGLU
-  kLmHeadGemm,       // tied LM-head GEMMs: logits, dhf and dWte
-  kCrossEntropy,     // fused softmax + cross-entropy (+ dlogits in place)
-  kBwdGemm,
-  kBwdAttention,
-  kBwdElementwise,
-  kOptimizer,        // grad norm + AdamW
-  kCount,
-};
-const char* StepPhaseName(StepPhase p);
-
-// Marks phase boundaries with events on one stream; the time between a mark and the next one
-// counts to the first mark's phase. Only for profiling runs (not captured in graphs).
-class PhaseTimeline {
- public:
-  PhaseTimeline() = default;
-  ~PhaseTimeline();
-  PhaseTimeline(const PhaseTimeline&) = delete;
-  PhaseTimeline& operator=(const PhaseTimeline&) = delete;
-
-  void Reset() { marks_ = 0; }
-  Status Mark(StepPhase phase, cudaStream_t stream);
-  // Closes the last phase; Totals synchronises on it and sums milliseconds per phase.
-  Status End(cudaStream_t stream);
-  Status Totals(std::array<double, static_cast<int>(StepPhase::kCount)>* ms) const;
-
- private:
-  std::vector<cudaEvent_t> events_;  // reused across steps
-  std::vector<int> phases_;          // phase of the mark with the same index (-1: end)
-  size_t marks_ = 0;
-};
-
 class CudaModel {
  public:
   // Validates the shape (head_dim a multiple of 8 and <= 128, and 32, 64 or 128 with qk_norm;
@@ -285,9 +249,10 @@ class CudaModel {
   }
   bool spike_gated() const { return spike_limits_ != nullptr; }
 
-  // Profiling: when set, every phase boundary is marked on the stream (never while capturing),
-  // and the step runs single-stream (phases on two streams would overlap and be mis-timed).
-  void set_timeline(PhaseTimeline* t) { timeline_ = t; }
+  // Profiling: when set, the observer hears of every phase boundary (never set while
+  // capturing), and the step runs single-stream (phases on two streams would overlap and be
+  // mis-timed). Null: no calls.
+  void set_observer(StepObserver* observer) { observer_ = observer; }
 
  private:
   struct BlockActs;  // what one block keeps for backward
@@ -359,8 +324,9 @@ class CudaModel {
   Status RecordWgrad(WgradHazard h);
   Status WaitWgrad(WgradHazard h, cudaStream_t stream);
   Status JoinWgrad(cudaStream_t stream);
-  Status Mark(StepPhase p, cudaStream_t stream) {
-    return timeline_ ? timeline_->Mark(p, stream) : Status::Ok();
+  // The phase boundary hook: work enqueued on `stream` from here on belongs to `p`.
+  Status Phase(StepPhase p, cudaStream_t stream) {
+    return observer_ ? observer_->OnPhase(p, stream) : Status::Ok();
   }
   // The deferred update of the unit (if one is running) and the hook.
   Status BeforeForward(int unit, cudaStream_t stream);
@@ -385,7 +351,7 @@ class CudaModel {
   // Before buf_, so it is freed after Buffers' destructor has waited for the wgrad stream.
   ParamStore store_;
   std::unique_ptr<Buffers> buf_;
-  PhaseTimeline* timeline_ = nullptr;
+  StepObserver* observer_ = nullptr;  // set_observer
   const CudaModelHooks* hooks_ = nullptr;
   const float* spike_stats_ = nullptr;   // set_spike_gate
   float spike_divisor_ = 1.0f;

@@ -39,7 +39,7 @@ Status CudaModel::SetUpFp8() {
 Status CudaModel::CastLayerWeights(int layer, cudaStream_t s) {
   const BlockOffsets& o = layout_.block;
   const bf16* w = UnitParams(layout_.block_unit(layer));
-  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
+  FORGE_RETURN_IF_ERROR(Phase(StepPhase::kFwdElementwise, s));
   // In LinearKind order: qkv, out, gate/up, down.
   return buf_->fp8->CastLayerWeights(layer, {w + o.wqkv, w + o.wo, w + o.w_gate_up, w + o.w_down},
                                      s);

@@ -27,7 +27,7 @@ Status CudaModel::ForwardLoss(const int32_t* inputs, const int32_t* targets, flo
 
 Status CudaModel::Forward(const int32_t* inputs, const int32_t* targets, float dloss,
                           bool backward, bool accumulate_grads, float* losses, cudaStream_t s) {
-  dual_ = backward && buf_->wgrad != nullptr && timeline_ == nullptr;
+  dual_ = backward && buf_->wgrad != nullptr && observer_ == nullptr;
   wgrad_pending_ = false;
   // ddp, bf16 collectives, a step of one micro-step, BF16 GEMMs: see CastUnitGradsToBf16.
   grads16_direct_ = backward && !accumulate_grads && store_.buffers().grads16 != nullptr &&
@@ -38,8 +38,8 @@ Status CudaModel::Forward(const int32_t* inputs, const int32_t* targets, float d
   // micro-batch) or in an evaluation pass.
   const Status st = [&]() -> Status {
     if (buf_->update && (!backward || !accumulate_grads)) {
-      FORGE_RETURN_IF_ERROR(Mark(StepPhase::kOptimizer, s));
-      FORGE_RETURN_IF_ERROR(buf_->update->Begin(s, /*overlap=*/timeline_ == nullptr));
+      FORGE_RETURN_IF_ERROR(Phase(StepPhase::kOptimizer, s));
+      FORGE_RETURN_IF_ERROR(buf_->update->Begin(s, /*overlap=*/observer_ == nullptr));
     }
     return ForwardImpl(inputs, targets, dloss, backward, accumulate_grads, losses, s);
   }();
@@ -69,7 +69,7 @@ Status CudaModel::ForwardImpl(const int32_t* inputs, const int32_t* targets, flo
   // (the optimizer changed the weights since).
   const bool cast_weights = b.fp8 != nullptr && (!backward || !accumulate_grads);
 
-  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
+  FORGE_RETURN_IF_ERROR(Phase(StepPhase::kFwdElementwise, s));
   FORGE_RETURN_IF_ERROR(BeforeForward(layout_.embedding_unit(), s));
   FORGE_RETURN_IF_ERROR(cuda::EmbeddingForward(b.xs[0], inputs,
                                                UnitParams(layout_.embedding_unit()), N_, d_, s));
@@ -78,7 +78,7 @@ Status CudaModel::ForwardImpl(const int32_t* inputs, const int32_t* targets, flo
     if (cast_weights) FORGE_RETURN_IF_ERROR(CastLayerWeights(l, s));
     FORGE_RETURN_IF_ERROR(BlockForward(l, set(l), acts(l), b.xs[l], b.xs[l + 1], s));
   }
-  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
+  FORGE_RETURN_IF_ERROR(Phase(StepPhase::kFwdElementwise, s));
   FORGE_RETURN_IF_ERROR(BeforeForward(layout_.final_norm_unit(), s));
   FORGE_RETURN_IF_ERROR(cuda::RmsNormForward(b.hf, b.rstd_f, b.xs[L], UnitParams(fin), N_, d_,
                                              m_.norm_eps, s));
@@ -89,7 +89,7 @@ Status CudaModel::ForwardImpl(const int32_t* inputs, const int32_t* targets, flo
   // dL/dhf is in dh. The final norm's backward starts the residual gradient (overwrites dres,
   // so it needs no zeroing); every later RmsNormBackward adds to it. No dW GEMM reads dh or
   // dres yet (dWte reads the logits buffers and hf).
-  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
+  FORGE_RETURN_IF_ERROR(Phase(StepPhase::kBwdElementwise, s));
   // FP8: dres is the last block's Down output gradient (NormBackward writes its casts).
   FORGE_RETURN_IF_ERROR(NormBackward(L - 1, LinearKind::kDown, b.dres, UnitGrads(fin), b.dh,
                                      b.xs[L], UnitParams(fin), b.rstd_f,
@@ -118,7 +118,7 @@ Status CudaModel::ForwardImpl(const int32_t* inputs, const int32_t* targets, flo
   // Always adds: the LM head above already wrote this step's part of the tied gradient, and
   // its last dWte chunk (wgrad stream) must have landed first. Untied, the head's gradient is
   // its own tensor and wte's starts from zero on a pass that overwrites the gradients.
-  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
+  FORGE_RETURN_IF_ERROR(Phase(StepPhase::kBwdElementwise, s));
   FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDwte, s));
   if (layout_.lm_head != 0 && !accumulate_grads) {
     FORGE_CUDA_CHECK(cudaMemsetAsync(UnitGrads(layout_.embedding_unit()), 0,

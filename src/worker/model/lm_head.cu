@@ -36,7 +36,7 @@ Status CudaModel::LmHead(const int32_t* targets, float dloss, bool backward,
   // once per step (its first micro-batch) and for every evaluation pass.
   Fp8Linears* f8 = b.fp8 && b.fp8->lm_head() ? b.fp8.get() : nullptr;
   if (f8 != nullptr && (!backward || !accumulate_grads)) {
-    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
+    FORGE_RETURN_IF_ERROR(Phase(StepPhase::kFwdElementwise, s));
     FORGE_RETURN_IF_ERROR(f8->CastLmHeadWeight(wte, s));
   }
   int c = 0;
@@ -46,17 +46,17 @@ Status CudaModel::LmHead(const int32_t* targets, float dloss, bool backward,
     const int slot = c % b.num_logits;
     bf16* logits = b.logits[slot];
     const WgradHazard logits_read = slot == 0 ? WgradHazard::kLogits0 : WgradHazard::kLogits1;
-    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kLmHeadGemm, s));
+    FORGE_RETURN_IF_ERROR(Phase(StepPhase::kLmHeadGemm, s));
     FORGE_RETURN_IF_ERROR(WaitWgrad(logits_read, s));  // dWte of chunk c - num_logits
     if (f8 != nullptr) {
-      FORGE_RETURN_IF_ERROR(Mark(StepPhase::kFwdElementwise, s));
+      FORGE_RETURN_IF_ERROR(Phase(StepPhase::kFwdElementwise, s));
       FORGE_RETURN_IF_ERROR(f8->CastLmHeadInput(hf, rows, backward ? slot : -1, s));
-      FORGE_RETURN_IF_ERROR(Mark(StepPhase::kLmHeadGemm, s));
+      FORGE_RETURN_IF_ERROR(Phase(StepPhase::kLmHeadGemm, s));
       FORGE_RETURN_IF_ERROR(b.gemm.Run(f8->LmHeadForward(logits, rows), s));
     } else {
       FORGE_RETURN_IF_ERROR(b.gemm.Run(Linear(logits, hf, wte, rows, V_, d_), s));
     }
-    FORGE_RETURN_IF_ERROR(Mark(StepPhase::kCrossEntropy, s));
+    FORGE_RETURN_IF_ERROR(Phase(StepPhase::kCrossEntropy, s));
     // FP8: the dgrad's E5M2 dlogits come out of the cross-entropy kernel itself on a delayed
     // step, from a cast of its bf16 output otherwise.
     if (f8 != nullptr && backward && f8->fuse_lm_head_grad()) {
@@ -66,7 +66,7 @@ Status CudaModel::LmHead(const int32_t* targets, float dloss, bool backward,
       FORGE_RETURN_IF_ERROR(cuda::CrossEntropyForwardBackward(logits, losses + r0, targets + r0,
                                                               rows, V_, dloss, backward, s));
       if (f8 != nullptr && backward) {
-        FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
+        FORGE_RETURN_IF_ERROR(Phase(StepPhase::kBwdElementwise, s));
         FORGE_RETURN_IF_ERROR(f8->CastLmHeadGrad(logits, rows, s));
       }
     }
@@ -75,13 +75,13 @@ Status CudaModel::LmHead(const int32_t* targets, float dloss, bool backward,
     if (f8 != nullptr && f8->lm_head_wgrad(rows)) {
       // FP8 dWte: dlogits8's transposed copy goes into this chunk's logits buffer (no bf16
       // dlogits were written, or the cast above has read them), guarded like the logits.
-      FORGE_RETURN_IF_ERROR(Mark(StepPhase::kBwdElementwise, s));
+      FORGE_RETURN_IF_ERROR(Phase(StepPhase::kBwdElementwise, s));
       FORGE_RETURN_IF_ERROR(f8->TransposeLmHeadGrad(logits, rows, s));
-      FORGE_RETURN_IF_ERROR(Mark(StepPhase::kLmHeadGemm, s));
+      FORGE_RETURN_IF_ERROR(Phase(StepPhase::kLmHeadGemm, s));
       FORGE_RETURN_IF_ERROR(
           WgradGemm(f8->LmHeadBackwardWeight(dwte, logits, slot, rows, acc), logits_read, s));
     } else {
-      FORGE_RETURN_IF_ERROR(Mark(StepPhase::kLmHeadGemm, s));
+      FORGE_RETURN_IF_ERROR(Phase(StepPhase::kLmHeadGemm, s));
       FORGE_RETURN_IF_ERROR(
           WgradGemm(LinearBackwardWeight(dwte, logits, hf, rows, V_, d_, acc), logits_read, s));
     }

@@ -113,7 +113,7 @@ Status CudaModel::CastUnitGradsToBf16(int unit, cudaStream_t s) {
 }
 
 Status CudaModel::GradSumSquaresFromUnits(float* sumsq_out, cudaStream_t s) {
-  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kOptimizer, s));
+  FORGE_RETURN_IF_ERROR(Phase(StepPhase::kOptimizer, s));
   const int64_t count = int64_t(layout_.units.size()) * cuda::SumSquaresPartials();
   // The clip scale written here is provisional; ClipAndUpdate replaces it.
   return cuda::GradNormFromPartials(buf_->unit_sumsq, count, opt_.grad_clip, sumsq_out,
@@ -123,7 +123,7 @@ Status CudaModel::GradSumSquaresFromUnits(float* sumsq_out, cudaStream_t s) {
 Status CudaModel::OptimizerStep(const cuda::AdamWHyper* hyper, float* sumsq_out,
                                 cudaStream_t s) {
   Buffers& b = *buf_;
-  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kOptimizer, s));
+  FORGE_RETURN_IF_ERROR(Phase(StepPhase::kOptimizer, s));
   if (unit_sumsq_ready_) {
     FORGE_RETURN_IF_ERROR(GradSumSquaresFromUnits(sumsq_out, s));
   } else {
@@ -157,7 +157,7 @@ Status CudaModel::FlushUpdate(cudaStream_t s) {
 
 Status CudaModel::GradSumSquares(float* sumsq_out, cudaStream_t s) {
   Buffers& b = *buf_;
-  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kOptimizer, s));
+  FORGE_RETURN_IF_ERROR(Phase(StepPhase::kOptimizer, s));
   // The clip scale written here is this rank's; ClipAndUpdate replaces it.
   return cuda::GlobalGradNorm(b.adam_tensors, b.num_tensors, opt_.grad_clip, sumsq_out,
                               b.clip_scale, b.gradnorm_ws, b.gradnorm_ws_bytes, s);

@@ -1,5 +1,5 @@
-// StepPhaseName and PhaseTimeline (cuda_model.h): the profile breakdown's events.
-#include "worker/model/cuda_model.h"
+// StepPhaseName (step_observer.h) and PhaseTimeline (phase_timeline.h).
+#include "worker/model/phase_timeline.h"
 
 #include "kernels/cuda/cuda_check.h"
 
@@ -26,7 +26,7 @@ PhaseTimeline::~PhaseTimeline() {
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
 }
 
-Status PhaseTimeline::Mark(StepPhase phase, cudaStream_t stream) {
+Status PhaseTimeline::OnPhase(StepPhase phase, cudaStream_t stream) {
   if (marks_ == events_.size()) {
     cudaEvent_t e;
     FORGE_CUDA_CHECK(cudaEventCreate(&e));
@@ -40,7 +40,7 @@ Status PhaseTimeline::Mark(StepPhase phase, cudaStream_t stream) {
 }
 
 Status PhaseTimeline::End(cudaStream_t stream) {
-  FORGE_RETURN_IF_ERROR(Mark(StepPhase::kCount, stream));
+  FORGE_RETURN_IF_ERROR(OnPhase(StepPhase::kCount, stream));
   phases_[marks_ - 1] = -1;
   return Status::Ok();
 }

@@ -32,6 +32,7 @@
 #include "worker/model/cuda_model.h"
 #include "worker/model/fp8_linears.h"
 #include "worker/model/init.h"
+#include "worker/model/phase_timeline.h"
 #include "worker/parallel/hybrid_groups.h"
 #include "worker/parallel/nccl_comm.h"
 #include "worker/train/cuda_data_parallel.h"
@@ -628,15 +629,15 @@ Status CudaBackend::ProfileStep(const std::vector<MicroBatch>& micro, const Step
   FORGE_RETURN_IF_ERROR(Prepare(micro));
   SetHyper(hyper);
   timeline_.Reset();
-  // With a timeline the model runs single-stream: the events bracket phases on one stream.
-  model_->set_timeline(&timeline_);
+  // Observed, the model runs single-stream: the events bracket phases on one stream.
+  model_->set_observer(&timeline_);
   const int M = static_cast<int>(micro.size());
   const Status st = [&]() -> Status {
-    FORGE_RETURN_IF_ERROR(timeline_.Mark(StepPhase::kCopy, compute_stream_));
+    FORGE_RETURN_IF_ERROR(timeline_.OnPhase(StepPhase::kCopy, compute_stream_));
     FORGE_RETURN_IF_ERROR(EnqueueInputs(M, /*optimizer=*/true));
     return EnqueueCompute(M, /*optimizer=*/true);
   }();
-  model_->set_timeline(nullptr);
+  model_->set_observer(nullptr);
   FORGE_RETURN_IF_ERROR(st);
   FORGE_RETURN_IF_ERROR(timeline_.End(compute_stream_));
   std::array<double, static_cast<int>(StepPhase::kCount)> ms;
