@@ -12,6 +12,9 @@ versions, each taken from the regex engine that a reference implementation runs:
                closest to node's. It prints how the two versions differ (new code points of a
                later Unicode version, recategorised ones), so a mismatch is visible.
 
+The tables are node's ranges, then the regex crate's as the ranges where it differs from node's
+(the two agree on all but a few thousand code points, so one table serves both).
+
 Whitespace: both JavaScript's \\s and the Unicode White_Space property (\\p{White_Space},
 which is \\s for the Rust regex crate) are recorded; they differ only at U+0085 and U+FEFF.
 
@@ -108,10 +111,16 @@ def categories(sets, white_space, js_space):
     return cat
 
 
-def runs(cat):
+def runs(cat, base=None):
+    """Maximal runs of one category in `cat`; with `base`, only where `cat` differs from it
+    (a code point absent from `cat` there counts as kOther)."""
     out, start, cur = [], None, None
     for cp in range(0x110001):
         c = cat.get(cp) if cp <= 0x10FFFF else None
+        if base is not None and cp <= 0x10FFFF:
+            c = c or 0
+            if c == (base.get(cp) or 0):
+                c = None
         if c != cur:
             if cur is not None:
                 out.append((start, cp - 1, cur))
@@ -119,7 +128,7 @@ def runs(cat):
     return out
 
 
-def emit_table(name, rs):
+def emit_table(name, count_name, rs):
     print(f"const UnicodeRange {name}[] = {{")
     line = " "
     for a, b, c in rs:
@@ -130,7 +139,7 @@ def emit_table(name, rs):
         line += item
     print(line)
     print("};")
-    print(f"const int {name[:-6]}RangeCount = {len(rs)};")
+    print(f"const int {count_name} = {len(rs)};")
     print()
 
 
@@ -169,7 +178,7 @@ def main():
         open(args.dump, "wb").write(out)
         return
     node_runs = runs(node_cat)
-    crate_runs = runs(crate_cat)
+    crate_changes = runs(crate_cat, base=node_cat)
     print("// GENERATED FILE: do not edit. Regenerate with")
     print("//   python3 scripts/gen_unicode_classes.py")
     print("//     --wasm $FORGE_DATA_DIR/npm/node_modules/tiktoken/tiktoken_bg.wasm")
@@ -182,8 +191,9 @@ def main():
     print()
     print("namespace forge::unicode_tables {")
     print()
-    emit_table("kNodeRanges", node_runs)
-    emit_table("kRegexCrateRanges", crate_runs)
+    emit_table("kNodeRanges", "kNodeRangeCount", node_runs)
+    print("// The regex crate's categories: node's, changed on these ranges (0: in no class).")
+    emit_table("kRegexCrateChanges", "kRegexCrateChangeCount", crate_changes)
     print("}  // namespace forge::unicode_tables")
 
 

@@ -4,7 +4,8 @@
 // Engines disagree at the edges: the Rust regex crate (tiktoken) has its own Unicode version's
 // tables and takes \s as White_Space; JavaScript's /u regexes (node) have ICU's tables and a \s
 // that adds U+FEFF and lacks U+0085. The generated unicode_classes.cc holds both versions
-// (scripts/gen_unicode_classes.py); CategoryTable answers in O(1) for one of them.
+// (scripts/gen_unicode_classes.py): node's ranges, and the few ranges where the regex crate's
+// differ; CategoryTable answers in O(1) for one of them.
 #pragma once
 
 #include <cstdint>
@@ -39,8 +40,9 @@ struct UnicodeRange {
 namespace unicode_tables {
 extern const UnicodeRange kNodeRanges[];  // node's regex engine (ICU)
 extern const int kNodeRangeCount;
-extern const UnicodeRange kRegexCrateRanges[];  // the Rust regex crate, as in npm tiktoken
-extern const int kRegexCrateRangeCount;
+// The Rust regex crate, as in npm tiktoken: node's categories, changed on these ranges.
+extern const UnicodeRange kRegexCrateChanges[];
+extern const int kRegexCrateChangeCount;
 }  // namespace unicode_tables
 
 enum class UnicodeTables : uint8_t { kNode, kRegexCrate };

@@ -17,12 +17,8 @@ struct Storage {
   std::vector<uint8_t> blocks;
 };
 
-Storage Build(UnicodeTables tables, SpaceDefinition space) {
-  const UnicodeRange* ranges = tables == UnicodeTables::kNode ? unicode_tables::kNodeRanges
-                                                              : unicode_tables::kRegexCrateRanges;
-  const int count = tables == UnicodeTables::kNode ? unicode_tables::kNodeRangeCount
-                                                   : unicode_tables::kRegexCrateRangeCount;
-  std::vector<uint8_t> cat(kCodePoints, static_cast<uint8_t>(UnicodeCategory::kOther));
+// Writes `ranges` into `cat`, resolving the one-definition-only whitespace categories.
+void Apply(const UnicodeRange* ranges, int count, SpaceDefinition space, std::vector<uint8_t>& cat) {
   for (int i = 0; i < count; ++i) {
     auto c = static_cast<UnicodeCategory>(ranges[i].category);
     if (c == UnicodeCategory::kWhiteSpaceOnly) {
@@ -31,6 +27,14 @@ Storage Build(UnicodeTables tables, SpaceDefinition space) {
       c = space == SpaceDefinition::kEcmaScript ? UnicodeCategory::kSpace : UnicodeCategory::kOther;
     }
     for (uint32_t cp = ranges[i].first; cp <= ranges[i].last; ++cp) cat[cp] = static_cast<uint8_t>(c);
+  }
+}
+
+Storage Build(UnicodeTables tables, SpaceDefinition space) {
+  std::vector<uint8_t> cat(kCodePoints, static_cast<uint8_t>(UnicodeCategory::kOther));
+  Apply(unicode_tables::kNodeRanges, unicode_tables::kNodeRangeCount, space, cat);
+  if (tables == UnicodeTables::kRegexCrate) {
+    Apply(unicode_tables::kRegexCrateChanges, unicode_tables::kRegexCrateChangeCount, space, cat);
   }
   Storage s;
   std::map<std::string, uint16_t> seen;
