@@ -159,26 +159,28 @@ Status NvmlError(const char* (*error_string)(nvmlReturn_t), const char* what, un
                              error_string(rc));
 }
 
-}  // namespace
-
-StatusOr<std::string> Nvml::DeviceName(unsigned index) const {
+// One of NVML's per-device strings: `get` is nvmlDeviceGetName or nvmlDeviceGetUUID, `what`
+// names it in the error.
+StatusOr<std::string> DeviceString(const Nvml::Api& api, unsigned index,
+                                   nvmlReturn_t (*get)(nvmlDevice_t, char*, unsigned int),
+                                   const char* what) {
   nvmlDevice_t dev;
-  nvmlReturn_t rc = api_->handle_by_index(index, &dev);
-  if (rc != NVML_SUCCESS) return NvmlError(api_->error_string, "handle", index, rc);
+  nvmlReturn_t rc = api.handle_by_index(index, &dev);
+  if (rc != NVML_SUCCESS) return NvmlError(api.error_string, "handle", index, rc);
   char buf[96] = {};
-  rc = api_->name(dev, buf, sizeof buf);
-  if (rc != NVML_SUCCESS) return NvmlError(api_->error_string, "name", index, rc);
+  rc = get(dev, buf, sizeof buf);
+  if (rc != NVML_SUCCESS) return NvmlError(api.error_string, what, index, rc);
   return std::string(buf);
 }
 
+}  // namespace
+
+StatusOr<std::string> Nvml::DeviceName(unsigned index) const {
+  return DeviceString(*api_, index, api_->name, "name");
+}
+
 StatusOr<std::string> Nvml::DeviceUuid(unsigned index) const {
-  nvmlDevice_t dev;
-  nvmlReturn_t rc = api_->handle_by_index(index, &dev);
-  if (rc != NVML_SUCCESS) return NvmlError(api_->error_string, "handle", index, rc);
-  char buf[96] = {};
-  rc = api_->uuid(dev, buf, sizeof buf);
-  if (rc != NVML_SUCCESS) return NvmlError(api_->error_string, "uuid", index, rc);
-  return std::string(buf);
+  return DeviceString(*api_, index, api_->uuid, "uuid");
 }
 
 StatusOr<GpuHealthSample> Nvml::Sample(unsigned index) const {
