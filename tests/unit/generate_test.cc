@@ -292,6 +292,10 @@ TEST(PlanAppendTest, LaysOutRowsAndRefusesBadRequests) {
   refused({2}, {{1, 2, 3, 4}}, 8, "would hold 9 tokens, more than the 8 reserved");
   refused({0}, {{512}}, 8, "token id 512 outside the vocabulary of 500");
   refused({0}, {{-1}}, 8, "token id -1");
+
+  auto before_reset = PlanAppend(seqs, tokens, std::vector<int>{}, 8, 512, 500);
+  ASSERT_FALSE(before_reset.ok());
+  EXPECT_EQ(before_reset.status().code(), Code::kFailedPrecondition);
 }
 
 }  // namespace

@@ -40,15 +40,12 @@ class CpuDecodeBackend final : public DecodeBackend {
   const char* name() const override { return "cpu"; }
 
   Status Reset(int batch, int max_len) override {
-    if (batch < 1 || max_len < 1)
-      return Status::Invalid("decode: batch and max_len must be >= 1, got " +
-                             std::to_string(batch) + ", " + std::to_string(max_len));
+    FORGE_RETURN_IF_ERROR(CheckReset(batch, max_len));
     if (params_.size() != layout_.units.size())
       return Status::Invalid("decode: parameters have the wrong number of units");
     for (size_t u = 0; u < params_.size(); ++u)
       if (int64_t(params_[u].size()) != layout_.units[u].numel)
         return Status::Invalid("decode: unit " + layout_.units[u].name + " has the wrong size");
-    batch_ = batch;
     max_len_ = max_len;
     lengths_.assign(batch, 0);
     const size_t per_layer = size_t(batch) * max_len * KV_ * hd_;
@@ -76,7 +73,7 @@ class CpuDecodeBackend final : public DecodeBackend {
   UnitBuffers params_;
   int d_ = 0, H_ = 0, KV_ = 0, hd_ = 0, V_ = 0, qkv_dim_ = 0;
   std::vector<double> rope_freq_;  // hd/2 RoPE inverse frequencies
-  int batch_ = 0, max_len_ = 0;
+  int max_len_ = 0;
   std::vector<int> lengths_;
   std::vector<Vec> k_cache_, v_cache_;  // per layer: [batch, max_len, KV * hd]
   // Scratch, sized per call.
@@ -86,7 +83,6 @@ class CpuDecodeBackend final : public DecodeBackend {
 Status CpuDecodeBackend::Append(std::span<const int> seqs,
                                 std::span<const std::vector<int32_t>> tokens,
                                 bool all_positions, std::vector<float>* logits) {
-  if (batch_ == 0) return Status::Precondition("decode: Append before Reset");
   FORGE_ASSIGN_OR_RETURN(AppendRows plan,
                          PlanAppend(seqs, tokens, lengths_, max_len_, V_, m_.vocab));
   const std::vector<int32_t>& ids = plan.ids;

@@ -126,9 +126,7 @@ class CudaDecodeBackend final : public DecodeBackend {
   const char* name() const override { return "cuda"; }
 
   Status Reset(int batch, int max_len) override {
-    if (batch < 1 || max_len < 1)
-      return Status::Invalid("decode: batch and max_len must be >= 1, got " +
-                             std::to_string(batch) + ", " + std::to_string(max_len));
+    FORGE_RETURN_IF_ERROR(CheckReset(batch, max_len));
     batch_ = batch;
     max_len_ = max_len;
     lengths_.assign(batch, 0);
@@ -308,7 +306,6 @@ Status CudaDecodeBackend::Run(std::span<const int> seqs,
                               std::span<const std::vector<int32_t>> targets,
                               std::vector<float>* logits, std::vector<int32_t>* next,
                               std::vector<float>* losses) {
-  if (batch_ == 0) return Status::Precondition("decode: Append before Reset");
   FORGE_ASSIGN_OR_RETURN(AppendRows plan,
                          PlanAppend(seqs, tokens, lengths_, max_len_, V_, m_.vocab));
   const std::vector<int32_t>& ids = plan.ids;

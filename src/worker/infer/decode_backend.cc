@@ -22,10 +22,18 @@ Status DecodeBackend::AppendGreedy(std::span<const int> seqs,
   return Status::Ok();
 }
 
+Status CheckReset(int batch, int max_len) {
+  if (batch < 1 || max_len < 1)
+    return Status::Invalid("decode: batch and max_len must be >= 1, got " + std::to_string(batch) +
+                           ", " + std::to_string(max_len));
+  return Status::Ok();
+}
+
 StatusOr<AppendRows> PlanAppend(std::span<const int> seqs,
                                 std::span<const std::vector<int32_t>> tokens,
                                 std::span<const int> lengths, int max_len, int padded_vocab,
                                 int vocab) {
+  if (lengths.empty()) return Status::Precondition("decode: Append before Reset");
   if (seqs.size() != tokens.size())
     return Status::Invalid("decode: " + std::to_string(seqs.size()) + " sequences, " +
                            std::to_string(tokens.size()) + " token lists");

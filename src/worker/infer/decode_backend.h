@@ -71,14 +71,18 @@ struct AppendRows {
 };
 
 // Append's request checked against the batch (lengths: each sequence's tokens so far, as many
-// as Reset's batch), the reserved max_len and the vocabulary, and laid out as rows. Invalid,
-// naming what is wrong, for: a sequence count that differs from the token lists', a sequence
-// out of range or given twice, an empty token list, a sequence that would outgrow max_len, a
-// token id outside [0, padded_vocab) (the message names `vocab`, the model's own size).
+// as Reset's batch), the reserved max_len and the vocabulary, and laid out as rows.
+// Precondition when lengths is empty (no Reset yet). Invalid, naming what is wrong, for: a
+// sequence count that differs from the token lists', a sequence out of range or given twice, an
+// empty token list, a sequence that would outgrow max_len, a token id outside [0, padded_vocab)
+// (the message names `vocab`, the model's own size).
 StatusOr<AppendRows> PlanAppend(std::span<const int> seqs,
                                 std::span<const std::vector<int32_t>> tokens,
                                 std::span<const int> lengths, int max_len, int padded_vocab,
                                 int vocab);
+
+// Reset's arguments: Invalid unless batch and max_len are both at least 1.
+Status CheckReset(int batch, int max_len);
 
 // AppendLosses' targets: one per token, each below padded_vocab (Invalid otherwise).
 Status CheckTargets(std::span<const std::vector<int32_t>> tokens,

@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json_parse.h"
+
 namespace forge {
 namespace {
 
@@ -123,13 +125,7 @@ StatusOr<std::vector<McExample>> ReadMcTasks(const std::string& path) {
     ++n;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = path + ":" + std::to_string(n);
-    json j;
-    try {
-      j = json::parse(line);
-    } catch (const json::exception& e) {
-      return Status::Invalid(where + ": not JSON: " + e.what());
-    }
-    if (!j.is_object()) return Status::Invalid(where + ": expected a JSON object");
+    FORGE_ASSIGN_OR_RETURN(json j, ParseJsonObject(line, where));
     FORGE_ASSIGN_OR_RETURN(McExample ex, ParseExample(j, where));
     ex.line = n;
     out.push_back(std::move(ex));
