@@ -584,14 +584,7 @@ class Reader {
 
   // Each Read* leaves *out alone when `key` is absent from `e`.
   Status ReadInt64(const Entries& e, const std::string& sec, const char* key, int64_t* out) {
-    const YAML::Node* n = Find(e, key);
-    if (!n) return Status::Ok();
-    int64_t v = 0;
-    if (!n->IsScalar() || IsQuoted(*n) || !ParseInt64(n->Scalar(), &v)) {
-      return Error(Path(sec, key), "must be an integer, got " + Describe(*n));
-    }
-    *out = v;
-    return Status::Ok();
+    return ReadNumber(e, sec, key, ParseInt64, "an integer", out);
   }
 
   Status ReadInt(const Entries& e, const std::string& sec, const char* key, int* out) {
@@ -612,29 +605,22 @@ class Reader {
       *out = -1;
       return Status::Ok();
     }
+    constexpr const char* kPort = "a port in [0, 65535] or any";
     int64_t v = 0;
-    if (!n->IsScalar() || IsQuoted(*n) || !ParseInt64(n->Scalar(), &v) || v < 0 || v > 65535)
-      return Error(Path(sec, key), "must be a port in [0, 65535] or any, got " + Describe(*n));
+    FORGE_RETURN_IF_ERROR(ReadNumber(e, sec, key, ParseInt64, kPort, &v));
+    if (v < 0 || v > 65535) {
+      return Error(Path(sec, key), std::string("must be ") + kPort + ", got " + Describe(*n));
+    }
     *out = static_cast<int>(v);
     return Status::Ok();
   }
 
   Status ReadUint64(const Entries& e, const std::string& sec, const char* key, uint64_t* out) {
-    const YAML::Node* n = Find(e, key);
-    if (!n) return Status::Ok();
-    if (!n->IsScalar() || IsQuoted(*n) || !ParseUint64(n->Scalar(), out)) {
-      return Error(Path(sec, key), "must be an integer in [0, 2^64), got " + Describe(*n));
-    }
-    return Status::Ok();
+    return ReadNumber(e, sec, key, ParseUint64, "an integer in [0, 2^64)", out);
   }
 
   Status ReadDouble(const Entries& e, const std::string& sec, const char* key, double* out) {
-    const YAML::Node* n = Find(e, key);
-    if (!n) return Status::Ok();
-    if (!n->IsScalar() || IsQuoted(*n) || !ParseDouble(n->Scalar(), out)) {
-      return Error(Path(sec, key), "must be a number, got " + Describe(*n));
-    }
-    return Status::Ok();
+    return ReadNumber(e, sec, key, ParseDouble, "a number", out);
   }
 
   Status ReadFloat(const Entries& e, const std::string& sec, const char* key, float* out) {
@@ -688,6 +674,20 @@ class Reader {
   }
 
  private:
+  // An unquoted scalar that `parse` accepts; else "must be <what>".
+  template <typename T, typename Parse>
+  Status ReadNumber(const Entries& e, const std::string& sec, const char* key, Parse parse,
+                    const char* what, T* out) {
+    const YAML::Node* n = Find(e, key);
+    if (!n) return Status::Ok();
+    T v{};
+    if (!n->IsScalar() || IsQuoted(*n) || !parse(n->Scalar(), &v)) {
+      return Error(Path(sec, key), std::string("must be ") + what + ", got " + Describe(*n));
+    }
+    *out = v;
+    return Status::Ok();
+  }
+
   static const YAML::Node* Find(const Entries& e, const char* key) {
     auto it = e.find(key);
     return it == e.end() ? nullptr : &it->second;
