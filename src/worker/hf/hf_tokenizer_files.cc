@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/file_io.h"
+#include "common/json_parse.h"
 
 namespace forge::hf {
 namespace {
@@ -52,13 +53,7 @@ StatusOr<std::string> Gpt2TokenizerJson(const std::string& encoder_json,
                                         const std::string& vocab_bpe) {
   FORGE_ASSIGN_OR_RETURN(std::string enc_text, ReadSmallFile(encoder_json));
   FORGE_ASSIGN_OR_RETURN(std::string bpe_text, ReadSmallFile(vocab_bpe));
-  json enc;
-  try {
-    enc = json::parse(enc_text);
-  } catch (const json::exception& e) {
-    return Status::Invalid(encoder_json + ": not JSON: " + e.what());
-  }
-  if (!enc.is_object()) return Status::Invalid(encoder_json + ": expected an object");
+  FORGE_ASSIGN_OR_RETURN(json enc, ParseJsonObject(enc_text, encoder_json));
   // The vocabulary in id order (readable; loaders do not depend on it).
   std::vector<std::string> by_id(enc.size());
   for (const auto& [tok, id] : enc.items()) {
@@ -157,12 +152,7 @@ StatusOr<HfTokenizerIds> WriteHfTokenizerFiles(const std::string& spec,
                            "tokenizer.json; pass --tokenizer PATH/tokenizer.json (or "
                            "--no-tokenizer)");
   FORGE_ASSIGN_OR_RETURN(std::string text, ReadSmallFile(path));
-  json tok;
-  try {
-    tok = json::parse(text);
-  } catch (const json::exception& e) {
-    return Status::Invalid(path + ": not JSON: " + e.what());
-  }
+  FORGE_ASSIGN_OR_RETURN(json tok, ParseJson(text, path));
   // Every id the tokenizer can produce must be a row of the model.
   int64_t max_id = -1;
   if (tok.contains("model") && tok["model"].contains("vocab") && tok["model"]["vocab"].is_object())

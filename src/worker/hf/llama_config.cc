@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/file_io.h"
+#include "common/json_parse.h"
 
 namespace forge::hf {
 namespace {
@@ -174,13 +175,7 @@ std::string GenerationConfigJson(const LlamaConfig& c) {
 }
 
 StatusOr<LlamaConfig> ParseLlamaConfigJson(const std::string& text, const std::string& source) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    return Status::Invalid(source + ": not JSON: " + e.what());
-  }
-  if (!j.is_object()) return Status::Invalid(source + ": expected a JSON object");
+  FORGE_ASSIGN_OR_RETURN(json j, ParseJsonObject(text, source));
   auto bad = [&](const std::string& key, const std::string& why) {
     return Status::Invalid(source + ": " + key + ": " + why);
   };
