@@ -365,22 +365,28 @@ Status MarkUpdatePending(const float* grad_scale, int* gate, int64_t* skipped_st
   return Status::Ok();
 }
 
-Status CastFloatToBf16(bf16* out, const float* in, int64_t n, cudaStream_t stream) {
-  if (n < 0) return Status::Invalid("CastFloatToBf16: n < 0");
+namespace {
+
+// Launches one of the cast kernels over n elements (16-byte vectors when both ends allow).
+template <typename Out, typename In>
+Status LaunchCast(const char* name, void (*kernel)(Out*, const In*, int64_t, bool), Out* out,
+                  const In* in, int64_t n, cudaStream_t stream) {
+  if (n < 0) return Status::Invalid(std::string(name) + ": n < 0");
   if (n == 0) return Status::Ok();
   const bool vec = IsAligned(out, 16) && IsAligned(in, 16);
-  CastFloatToBf16Kernel<<<CastBlocks(n), kCastThreads, 0, stream>>>(out, in, n, vec);
+  kernel<<<CastBlocks(n), kCastThreads, 0, stream>>>(out, in, n, vec);
   FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }
 
+}  // namespace
+
+Status CastFloatToBf16(bf16* out, const float* in, int64_t n, cudaStream_t stream) {
+  return LaunchCast("CastFloatToBf16", CastFloatToBf16Kernel, out, in, n, stream);
+}
+
 Status CastBf16ToFloat(float* out, const bf16* in, int64_t n, cudaStream_t stream) {
-  if (n < 0) return Status::Invalid("CastBf16ToFloat: n < 0");
-  if (n == 0) return Status::Ok();
-  const bool vec = IsAligned(out, 16) && IsAligned(in, 16);
-  CastBf16ToFloatKernel<<<CastBlocks(n), kCastThreads, 0, stream>>>(out, in, n, vec);
-  FORGE_CUDA_LAUNCH_CHECK();
-  return Status::Ok();
+  return LaunchCast("CastBf16ToFloat", CastBf16ToFloatKernel, out, in, n, stream);
 }
 
 }  // namespace forge::cuda
