@@ -21,6 +21,7 @@
 // checking).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -103,6 +104,17 @@ CommWorkPtr CompletedWork();
 // (a copy where send and recv differ, else nothing). Single-process training uses it, so one
 // code path serves every world size.
 std::unique_ptr<Comm> MakeLocalComm();
+
+// One issued collective as the communicators keep it: what DescribeCollective names, and when
+// it was issued (for the timeout and the time sink).
+struct CollectiveCall {
+  uint64_t seq = 0;
+  CollectiveOp kind = CollectiveOp::kBarrier;
+  std::string what;
+  int64_t count = 0;
+  DType dtype = DType::kF32;
+  std::chrono::steady_clock::time_point start;
+};
 
 // "rank R: all_reduce #N (what, count x dtype)": how errors name a collective.
 std::string DescribeCollective(int rank, CollectiveOp op, uint64_t seq, std::string_view what,

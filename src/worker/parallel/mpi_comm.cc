@@ -41,13 +41,7 @@ MPI_Datatype MpiType(DType t) {
 // One collective in flight. Stage 0: the first request (issued at once, on comm `first_`).
 // When it completes, `reduce` runs (the local canonical sum) and `second` starts the second
 // request (all-reduce's all-gather, on comm `second_`). Stage 2: done.
-struct Op {
-  uint64_t seq = 0;
-  CollectiveOp kind = CollectiveOp::kBarrier;
-  std::string what;
-  int64_t count = 0;
-  DType dtype = DType::kF32;
-  Clock::time_point start;
+struct Op : CollectiveCall {
   int stage = 0;
   bool first_done = false;
   MPI_Request req = MPI_REQUEST_NULL;

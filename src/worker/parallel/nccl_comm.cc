@@ -50,13 +50,7 @@ class DeviceGuard {
   int previous_ = 0;
 };
 
-struct Op {
-  uint64_t seq = 0;
-  CollectiveOp kind = CollectiveOp::kBarrier;
-  std::string what;
-  int64_t count = 0;
-  DType dtype = DType::kF32;
-  Clock::time_point start;
+struct Op : CollectiveCall {
   cudaEvent_t done = nullptr;
   cudaEvent_t began = nullptr;  // timed collectives only (SetTimeSink): the start on the stream
   bool finished = false;
