@@ -97,39 +97,10 @@ void AppendCodePoint(uint32_t cp, std::string* out) {
 
 // The code point at s[*pos] (advancing *pos), or kRawByte + byte when ill-formed.
 uint32_t Next(std::string_view s, size_t* pos) {
-  const auto b0 = static_cast<uint8_t>(s[*pos]);
-  uint32_t len, cp, min;
-  if (b0 < 0x80) {
-    ++*pos;
-    return b0;
-  } else if ((b0 & 0xE0) == 0xC0) {
-    len = 2, cp = b0 & 0x1F, min = 0x80;
-  } else if ((b0 & 0xF0) == 0xE0) {
-    len = 3, cp = b0 & 0x0F, min = 0x800;
-  } else if ((b0 & 0xF8) == 0xF0) {
-    len = 4, cp = b0 & 0x07, min = 0x10000;
-  } else {
-    ++*pos;
-    return kRawByte + b0;
-  }
-  if (*pos + len > s.size()) {
-    ++*pos;
-    return kRawByte + b0;
-  }
-  for (uint32_t k = 1; k < len; ++k) {
-    const auto b = static_cast<uint8_t>(s[*pos + k]);
-    if ((b & 0xC0) != 0x80) {
-      ++*pos;
-      return kRawByte + b0;
-    }
-    cp = (cp << 6) | (b & 0x3F);
-  }
-  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
-    ++*pos;
-    return kRawByte + b0;
-  }
-  *pos += len;
-  return cp;
+  const Utf8Char c = DecodeUtf8At(reinterpret_cast<const uint8_t*>(s.data()), s.size(), *pos);
+  if (c.len == 0) return kRawByte + static_cast<uint8_t>(s[(*pos)++]);
+  *pos += c.len;
+  return c.cp;
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/utf8.h"
 #include "tokenizer/unicode_classes.h"
 
 namespace forge {
@@ -98,26 +99,9 @@ class Pretokenizer {
 inline Pretokenizer::Ch Pretokenizer::At(const uint8_t* s, size_t n, size_t pos) const {
   const uint8_t b0 = s[pos];
   if (b0 < 0x80) return {static_cast<UnicodeCategory>(ascii_[b0]), 1};
-  uint32_t len, cp, min;
-  if ((b0 & 0xE0) == 0xC0) {
-    len = 2, cp = b0 & 0x1F, min = 0x80;
-  } else if ((b0 & 0xF0) == 0xE0) {
-    len = 3, cp = b0 & 0x0F, min = 0x800;
-  } else if ((b0 & 0xF8) == 0xF0) {
-    len = 4, cp = b0 & 0x07, min = 0x10000;
-  } else {
-    return {UnicodeCategory::kOther, 1};
-  }
-  if (pos + len > n) return {UnicodeCategory::kOther, 1};
-  for (uint32_t k = 1; k < len; ++k) {
-    const uint8_t b = s[pos + k];
-    if ((b & 0xC0) != 0x80) return {UnicodeCategory::kOther, 1};
-    cp = (cp << 6) | (b & 0x3F);
-  }
-  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
-    return {UnicodeCategory::kOther, 1};
-  }
-  return {table_->Of(cp), len};
+  const Utf8Char c = DecodeUtf8At(s, n, pos);
+  if (c.len == 0) return {UnicodeCategory::kOther, 1};
+  return {table_->Of(c.cp), c.len};
 }
 
 namespace pretokenizer_detail {
