@@ -66,8 +66,14 @@ class MpiWork final : public CommWork {
 
 class MpiComm final : public Comm {
  public:
-  MpiComm(const MpiCommOptions& o, MPI_Comm first, MPI_Comm second, int rank, int world)
-      : o_(o), first_(first), second_(second), rank_(rank), world_(world) {
+  // Takes `first` and `second` (two communicators of one group): MPI errors become return
+  // codes; rank and world are `first`'s.
+  MpiComm(const MpiCommOptions& o, MPI_Comm first, MPI_Comm second)
+      : o_(o), first_(first), second_(second) {
+    MPI_Comm_set_errhandler(first, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(second, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(first, &rank_);
+    MPI_Comm_size(first, &world_);
     grace_s_ =
         o.abort_grace_s >= 0 ? o.abort_grace_s : std::min(30.0, std::max(1.0, o.timeout_s / 2));
     int level = MPI_THREAD_SINGLE;
@@ -152,8 +158,7 @@ class MpiComm final : public Comm {
                                          std::string_view what) override {
     auto op = NewOp(CollectiveOp::kReduceScatter, what, n, t);
     FORGE_RETURN_IF_ERROR(CheckSum(*op));
-    if (int64_t(world_) * n > INT_MAX)
-      return Fail(*op, Status::Invalid("more than INT_MAX elements"));
+    FORGE_RETURN_IF_ERROR(CheckIntCount(*op, int64_t(world_) * n));
     const int esize = DTypeSize(t);
     const bool aliased = recv == static_cast<const char*>(send) + size_t(rank_) * n * esize;
     Op* o = op.get();
@@ -182,8 +187,7 @@ class MpiComm final : public Comm {
                                   std::string_view what) override {
     auto op = NewOp(CollectiveOp::kAllGather, what, n, t);
     FORGE_RETURN_IF_ERROR(CheckFailed(*op));
-    if (int64_t(world_) * n > INT_MAX)
-      return Fail(*op, Status::Invalid("more than INT_MAX elements"));
+    FORGE_RETURN_IF_ERROR(CheckIntCount(*op, int64_t(world_) * n));
     const size_t bytes = size_t(n) * DTypeSize(t);
     const char* s = static_cast<const char*>(send);
     const char* r = static_cast<const char*>(recv);
@@ -202,7 +206,7 @@ class MpiComm final : public Comm {
     FORGE_RETURN_IF_ERROR(CheckFailed(*op));
     if (root < 0 || root >= world_)
       return Fail(*op, Status::Invalid("bad root " + std::to_string(root)));
-    if (n > INT_MAX) return Fail(*op, Status::Invalid("more than INT_MAX elements"));
+    FORGE_RETURN_IF_ERROR(CheckIntCount(*op, n));
     return Start(op, [&](MPI_Request* req) {
       return MPI_Ibcast(buf, int(n), MpiType(t), root, first_, req);
     });
@@ -244,12 +248,7 @@ class MpiComm final : public Comm {
       nap = std::min(nap * 2, std::chrono::microseconds(1000));
     }
     if (rc != MPI_SUCCESS) return Fail(*op, Status::Unavailable("MPI_Comm_split: " + MpiError(rc)));
-    MPI_Comm_set_errhandler(first, MPI_ERRORS_RETURN);
-    MPI_Comm_set_errhandler(second, MPI_ERRORS_RETURN);
-    int rank = 0, world = 1;
-    MPI_Comm_rank(first, &rank);
-    MPI_Comm_size(first, &world);
-    return std::unique_ptr<Comm>(new MpiComm(o_, first, second, rank, world));
+    return std::unique_ptr<Comm>(new MpiComm(o_, first, second));
   }
 
   [[noreturn]] void Abort(const Status& why) override {
@@ -320,7 +319,12 @@ class MpiComm final : public Comm {
   Status CheckSum(const Op& op) {
     FORGE_RETURN_IF_ERROR(CheckFailed(op));
     if (op.dtype == DType::kBF16) return Fail(op, Status::Invalid("MPI comm sums f32 or f64 only"));
-    if (op.count > INT_MAX) return Fail(op, Status::Invalid("more than INT_MAX elements"));
+    return CheckIntCount(op, op.count);
+  }
+
+  // MPI counts are ints: Invalid when `elements` does not fit one.
+  Status CheckIntCount(const Op& op, int64_t elements) const {
+    if (elements > INT_MAX) return Fail(op, Status::Invalid("more than INT_MAX elements"));
     return Status::Ok();
   }
 
@@ -439,7 +443,7 @@ class MpiComm final : public Comm {
 
   const MpiCommOptions o_;
   MPI_Comm first_, second_;
-  const int rank_, world_;
+  int rank_ = 0, world_ = 1;  // set once, by the constructor
   double grace_s_ = 1.0;
   bool thread_multiple_ = false;
   uint64_t next_seq_ = 1;
@@ -491,12 +495,7 @@ StatusOr<std::unique_ptr<Comm>> MakeMpiComm(const MpiCommOptions& options) {
   int rc = MPI_Comm_dup(MPI_COMM_WORLD, &first);
   if (rc == MPI_SUCCESS) rc = MPI_Comm_dup(MPI_COMM_WORLD, &second);
   if (rc != MPI_SUCCESS) return Status::Unavailable("MPI_Comm_dup failed: " + MpiError(rc));
-  MPI_Comm_set_errhandler(first, MPI_ERRORS_RETURN);
-  MPI_Comm_set_errhandler(second, MPI_ERRORS_RETURN);
-  int rank = 0, world = 1;
-  MPI_Comm_rank(first, &rank);
-  MPI_Comm_size(first, &world);
-  return std::unique_ptr<Comm>(new MpiComm(options, first, second, rank, world));
+  return std::unique_ptr<Comm>(new MpiComm(options, first, second));
 }
 
 }  // namespace forge
