@@ -2,7 +2,9 @@
 
 #include <sqlite3.h>
 
+#include <span>
 #include <variant>
+#include <vector>
 
 namespace forge::coord {
 namespace {
@@ -45,6 +47,9 @@ class Stmt {
   }
   ~Stmt() { sqlite3_finalize(st_); }
   Status Bind(std::initializer_list<Value> values) {
+    return Bind(std::span<const Value>(values.begin(), values.size()));
+  }
+  Status Bind(std::span<const Value> values) {
     if (rc_ != SQLITE_OK) return Error("prepare");
     int i = 1;
     for (const Value& v : values) {
@@ -96,50 +101,134 @@ Status Exec(sqlite3* db, const char* sql) {
   return Status::IoError(std::string("sqlite: ") + msg);
 }
 
-constexpr const char* kRunColumns =
-    "seq, id, name, state, reason, spec_yaml, run_dir, workers, attempt, restarts, "
-    "max_restarts, resume, step, total_steps, created_ms, updated_ms, grow_to";
+// A table's columns bound to the fields of its record type, so that the column list, the
+// reads and the binds are one table: each column names its field and when it is written.
+enum class Write {
+  kNever,     // the database assigns it (seq)
+  kOnInsert,  // set when the row is inserted, never updated
+  kAlways,
+};
 
-RunRecord ReadRun(const Stmt& s) {
-  RunRecord r;
-  r.seq = s.Int(0);
-  r.id = s.Text(1);
-  r.name = s.Text(2);
-  r.state = static_cast<RunState>(s.Int(3));
-  r.reason = s.Text(4);
-  r.spec_yaml = s.Text(5);
-  r.run_dir = s.Text(6);
-  r.workers = int(s.Int(7));
-  r.attempt = int(s.Int(8));
-  r.restarts = int(s.Int(9));
-  r.max_restarts = int(s.Int(10));
-  r.resume = s.Text(11);
-  r.step = s.Int(12);
-  r.total_steps = s.Int(13);
-  r.created_ms = s.Int(14);
-  r.updated_ms = s.Int(15);
-  r.grow_to = int(s.Int(16));
+template <typename R>
+struct Column {
+  const char* name;
+  std::variant<int64_t R::*, int R::*, float R::*, double R::*, std::string R::*, RunState R::*>
+      field;
+  Write write = Write::kAlways;
+};
+
+template <typename R>
+using Columns = std::span<const Column<R>>;
+
+void Load(const Stmt& s, int c, int64_t* v) { *v = s.Int(c); }
+void Load(const Stmt& s, int c, int* v) { *v = int(s.Int(c)); }
+void Load(const Stmt& s, int c, float* v) { *v = float(s.Real(c)); }
+void Load(const Stmt& s, int c, double* v) { *v = s.Real(c); }
+void Load(const Stmt& s, int c, std::string* v) { *v = s.Text(c); }
+void Load(const Stmt& s, int c, RunState* v) { *v = static_cast<RunState>(s.Int(c)); }
+
+Value Stored(int64_t v) { return v; }
+Value Stored(int v) { return int64_t(v); }
+Value Stored(float v) { return double(v); }
+Value Stored(double v) { return v; }
+Value Stored(const std::string& v) { return v; }
+Value Stored(RunState v) { return int64_t(v); }
+
+// The row the statement stands on, read in the order of `cols` (as SelectList lists them).
+template <typename R>
+R ReadRow(const Stmt& s, Columns<R> cols) {
+  R r;
+  for (size_t c = 0; c < cols.size(); ++c)
+    std::visit([&](auto field) { Load(s, int(c), &(r.*field)); }, cols[c].field);
   return r;
 }
 
-MetricRecord ReadMetric(const Stmt& s) {
-  MetricRecord m;
-  m.seq = s.Int(0);
-  m.run_id = s.Text(1);
-  m.step = s.Int(2);
-  m.loss = float(s.Real(3));
-  m.val_loss = float(s.Real(4));
-  m.grad_norm = float(s.Real(5));
-  m.lr = float(s.Real(6));
-  m.tokens_per_s = s.Real(7);
-  m.mfu = s.Real(8);
-  m.step_seconds = s.Real(9);
-  m.time_ms = s.Int(10);
-  m.gpu_allocated_bytes = s.Int(11);
-  m.gpu_reserved_bytes = s.Int(12);
-  m.gpu_peak_bytes = s.Int(13);
-  return m;
+template <typename R>
+std::string SelectList(Columns<R> cols) {
+  std::string out;
+  for (const Column<R>& c : cols) out += std::string(out.empty() ? "" : ", ") + c.name;
+  return out;
 }
+
+// "INSERT [OR REPLACE] INTO table (columns written on insert) VALUES (?,...)", and the values
+// to bind.
+template <typename R>
+std::string InsertSql(const char* insert, const char* table, Columns<R> cols) {
+  std::string names, marks;
+  for (const Column<R>& c : cols) {
+    if (c.write == Write::kNever) continue;
+    names += std::string(names.empty() ? "" : ", ") + c.name;
+    marks += marks.empty() ? "?" : ",?";
+  }
+  return std::string(insert) + " INTO " + table + " (" + names + ") VALUES (" + marks + ")";
+}
+template <typename R>
+std::vector<Value> InsertValues(const R& r, Columns<R> cols) {
+  std::vector<Value> out;
+  for (const Column<R>& c : cols)
+    if (c.write != Write::kNever)
+      std::visit([&](auto field) { out.push_back(Stored(r.*field)); }, c.field);
+  return out;
+}
+
+// "UPDATE table SET (columns written always)=? ... WHERE key=?", and the values to bind.
+template <typename R>
+std::string UpdateSql(const char* table, Columns<R> cols, const char* key) {
+  std::string sets;
+  for (const Column<R>& c : cols)
+    if (c.write == Write::kAlways) sets += std::string(sets.empty() ? "" : ", ") + c.name + "=?";
+  return std::string("UPDATE ") + table + " SET " + sets + " WHERE " + key + "=?";
+}
+template <typename R>
+std::vector<Value> UpdateValues(const R& r, Columns<R> cols, Value key) {
+  std::vector<Value> out;
+  for (const Column<R>& c : cols)
+    if (c.write == Write::kAlways)
+      std::visit([&](auto field) { out.push_back(Stored(r.*field)); }, c.field);
+  out.push_back(std::move(key));
+  return out;
+}
+
+using RR = RunRecord;
+constexpr Column<RunRecord> kRunTable[] = {
+    {"seq", &RR::seq, Write::kNever},
+    {"id", &RR::id, Write::kOnInsert},
+    {"name", &RR::name},
+    {"state", &RR::state},
+    {"reason", &RR::reason},
+    {"spec_yaml", &RR::spec_yaml},
+    {"run_dir", &RR::run_dir},
+    {"workers", &RR::workers},
+    {"attempt", &RR::attempt},
+    {"restarts", &RR::restarts},
+    {"max_restarts", &RR::max_restarts},
+    {"resume", &RR::resume},
+    {"step", &RR::step},
+    {"total_steps", &RR::total_steps},
+    {"created_ms", &RR::created_ms, Write::kOnInsert},
+    {"updated_ms", &RR::updated_ms},
+    {"grow_to", &RR::grow_to},
+};
+const Columns<RunRecord> kRunColumns(kRunTable);
+
+using MR = MetricRecord;
+constexpr Column<MetricRecord> kMetricTable[] = {
+    {"seq", &MR::seq, Write::kNever},
+    {"run_id", &MR::run_id},
+    {"step", &MR::step},
+    {"loss", &MR::loss},
+    {"val_loss", &MR::val_loss},
+    {"grad_norm", &MR::grad_norm},
+    {"lr", &MR::lr},
+    {"tokens_per_s", &MR::tokens_per_s},
+    {"mfu", &MR::mfu},
+    {"step_seconds", &MR::step_seconds},
+    {"time_ms", &MR::time_ms},
+    {"gpu_allocated_bytes", &MR::gpu_allocated_bytes},
+    {"gpu_reserved_bytes", &MR::gpu_reserved_bytes},
+    {"gpu_peak_bytes", &MR::gpu_peak_bytes},
+};
+const Columns<MetricRecord> kMetricColumns(kMetricTable);
 
 }  // namespace
 
@@ -193,15 +282,8 @@ RunStore::~RunStore() { sqlite3_close(db_); }
 
 Status RunStore::InsertRun(RunRecord* r) {
   std::lock_guard<std::mutex> l(mu_);
-  Stmt s(db_,
-         "INSERT INTO runs (id, name, state, reason, spec_yaml, run_dir, workers, attempt, "
-         "restarts, max_restarts, resume, step, total_steps, created_ms, updated_ms, grow_to) "
-         "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
-  FORGE_RETURN_IF_ERROR(s.Bind({r->id, r->name, int64_t(r->state), r->reason, r->spec_yaml,
-                                r->run_dir, int64_t(r->workers), int64_t(r->attempt),
-                                int64_t(r->restarts), int64_t(r->max_restarts), r->resume,
-                                r->step, r->total_steps, r->created_ms, r->updated_ms,
-                                int64_t(r->grow_to)}));
+  Stmt s(db_, InsertSql("INSERT", "runs", kRunColumns).c_str());
+  FORGE_RETURN_IF_ERROR(s.Bind(InsertValues(*r, kRunColumns)));
   FORGE_RETURN_IF_ERROR(s.Run());
   r->seq = sqlite3_last_insert_rowid(db_);
   return Status::Ok();
@@ -209,35 +291,29 @@ Status RunStore::InsertRun(RunRecord* r) {
 
 Status RunStore::UpdateRun(const RunRecord& r) {
   std::lock_guard<std::mutex> l(mu_);
-  Stmt s(db_,
-         "UPDATE runs SET name=?, state=?, reason=?, spec_yaml=?, run_dir=?, workers=?, "
-         "attempt=?, restarts=?, max_restarts=?, resume=?, step=?, total_steps=?, "
-         "updated_ms=?, grow_to=? WHERE id=?");
-  FORGE_RETURN_IF_ERROR(s.Bind({r.name, int64_t(r.state), r.reason, r.spec_yaml, r.run_dir,
-                                int64_t(r.workers), int64_t(r.attempt), int64_t(r.restarts),
-                                int64_t(r.max_restarts), r.resume, r.step, r.total_steps,
-                                r.updated_ms, int64_t(r.grow_to), r.id}));
+  Stmt s(db_, UpdateSql("runs", kRunColumns, "id").c_str());
+  FORGE_RETURN_IF_ERROR(s.Bind(UpdateValues(r, kRunColumns, r.id)));
   return s.Run();
 }
 
 StatusOr<std::optional<RunRecord>> RunStore::GetRun(const std::string& id) {
   std::lock_guard<std::mutex> l(mu_);
-  Stmt s(db_, (std::string("SELECT ") + kRunColumns + " FROM runs WHERE id=?").c_str());
+  Stmt s(db_, ("SELECT " + SelectList(kRunColumns) + " FROM runs WHERE id=?").c_str());
   FORGE_RETURN_IF_ERROR(s.Bind({id}));
   FORGE_ASSIGN_OR_RETURN(bool row, s.Step());
   if (!row) return std::optional<RunRecord>();
-  return std::optional<RunRecord>(ReadRun(s));
+  return std::optional<RunRecord>(ReadRow(s, kRunColumns));
 }
 
 StatusOr<std::vector<RunRecord>> RunStore::ListRuns() {
   std::lock_guard<std::mutex> l(mu_);
-  Stmt s(db_, (std::string("SELECT ") + kRunColumns + " FROM runs ORDER BY seq").c_str());
+  Stmt s(db_, ("SELECT " + SelectList(kRunColumns) + " FROM runs ORDER BY seq").c_str());
   FORGE_RETURN_IF_ERROR(s.Bind({}));
   std::vector<RunRecord> out;
   for (;;) {
     FORGE_ASSIGN_OR_RETURN(bool row, s.Step());
     if (!row) break;
-    out.push_back(ReadRun(s));
+    out.push_back(ReadRow(s, kRunColumns));
   }
   return out;
 }
@@ -274,27 +350,17 @@ StatusOr<std::vector<EventRecord>> RunStore::EventsAfter(const std::string& run_
 
 Status RunStore::PutMetrics(MetricRecord* m) {
   std::lock_guard<std::mutex> l(mu_);
-  Stmt s(db_,
-         "INSERT OR REPLACE INTO step_metrics (run_id, step, loss, val_loss, grad_norm, lr, "
-         "tokens_per_s, mfu, step_seconds, time_ms, gpu_allocated_bytes, gpu_reserved_bytes, "
-         "gpu_peak_bytes) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)");
-  FORGE_RETURN_IF_ERROR(s.Bind({m->run_id, m->step, double(m->loss), double(m->val_loss),
-                                double(m->grad_norm), double(m->lr), m->tokens_per_s, m->mfu,
-                                m->step_seconds, m->time_ms, m->gpu_allocated_bytes,
-                                m->gpu_reserved_bytes, m->gpu_peak_bytes}));
+  Stmt s(db_, InsertSql("INSERT OR REPLACE", "step_metrics", kMetricColumns).c_str());
+  FORGE_RETURN_IF_ERROR(s.Bind(InsertValues(*m, kMetricColumns)));
   FORGE_RETURN_IF_ERROR(s.Run());
   m->seq = sqlite3_last_insert_rowid(db_);
   return Status::Ok();
 }
 
-constexpr const char* kMetricColumns =
-    "seq, run_id, step, loss, val_loss, grad_norm, lr, tokens_per_s, mfu, step_seconds, time_ms, "
-    "gpu_allocated_bytes, gpu_reserved_bytes, gpu_peak_bytes";
-
 StatusOr<std::vector<MetricRecord>> RunStore::MetricsAfter(const std::string& run_id,
                                                            int64_t after_seq) {
   std::lock_guard<std::mutex> l(mu_);
-  Stmt s(db_, (std::string("SELECT ") + kMetricColumns +
+  Stmt s(db_, ("SELECT " + SelectList(kMetricColumns) +
                " FROM step_metrics WHERE run_id=? AND seq>? ORDER BY seq")
                   .c_str());
   FORGE_RETURN_IF_ERROR(s.Bind({run_id, after_seq}));
@@ -302,20 +368,20 @@ StatusOr<std::vector<MetricRecord>> RunStore::MetricsAfter(const std::string& ru
   for (;;) {
     FORGE_ASSIGN_OR_RETURN(bool row, s.Step());
     if (!row) break;
-    out.push_back(ReadMetric(s));
+    out.push_back(ReadRow(s, kMetricColumns));
   }
   return out;
 }
 
 StatusOr<std::optional<MetricRecord>> RunStore::LatestMetrics(const std::string& run_id) {
   std::lock_guard<std::mutex> l(mu_);
-  Stmt s(db_, (std::string("SELECT ") + kMetricColumns +
+  Stmt s(db_, ("SELECT " + SelectList(kMetricColumns) +
                " FROM step_metrics WHERE run_id=? ORDER BY step DESC LIMIT 1")
                   .c_str());
   FORGE_RETURN_IF_ERROR(s.Bind({run_id}));
   FORGE_ASSIGN_OR_RETURN(bool row, s.Step());
   if (!row) return std::optional<MetricRecord>();
-  return std::optional<MetricRecord>(ReadMetric(s));
+  return std::optional<MetricRecord>(ReadRow(s, kMetricColumns));
 }
 
 Status RunStore::PutCheckpoint(const CheckpointRecord& c) {
