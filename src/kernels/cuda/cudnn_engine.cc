@@ -37,29 +37,31 @@ Status Unavailable(const std::string& what, cudnnStatus_t st) {
                              ")");
 }
 
+// Whether a finalized engine descriptor lists `wanted` among its notes of one kind
+// (numerical or behaviour notes: `attr`, element type `type`, at most kCount of them).
+template <typename Note, int64_t kCount>
+bool EngineHasNote(Desc engine, cudnnBackendAttributeName_t attr, cudnnBackendAttributeType_t type,
+                   Note wanted) {
+  Note notes[kCount];
+  int64_t n = 0;
+  if (cudnnBackendGetAttribute(engine, attr, type, kCount, &n, notes) != CUDNN_STATUS_SUCCESS)
+    return false;
+  for (int64_t i = 0; i < std::min<int64_t>(n, kCount); ++i)
+    if (notes[i] == wanted) return true;
+  return false;
+}
+
 // Reads the global index and the notes of a finalized engine descriptor.
 Status ReadEngine(Desc engine, int64_t* index, bool* nondeterministic, bool* runtime_compiled) {
   int64_t n = 0;
   FORGE_CUDNN_CHECK(cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX,
                                              CUDNN_TYPE_INT64, 1, &n, index));
-  cudnnBackendNumericalNote_t numerical[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
-  *nondeterministic = false;
-  if (cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
-                               CUDNN_TYPE_NUMERICAL_NOTE, CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n,
-                               numerical) == CUDNN_STATUS_SUCCESS) {
-    for (int64_t i = 0; i < std::min<int64_t>(n, CUDNN_NUMERICAL_NOTE_TYPE_COUNT); ++i) {
-      if (numerical[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) *nondeterministic = true;
-    }
-  }
-  cudnnBackendBehaviorNote_t behavior[CUDNN_BEHAVIOR_NOTE_TYPE_COUNT];
-  *runtime_compiled = false;
-  if (cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE,
-                               CUDNN_TYPE_BEHAVIOR_NOTE, CUDNN_BEHAVIOR_NOTE_TYPE_COUNT, &n,
-                               behavior) == CUDNN_STATUS_SUCCESS) {
-    for (int64_t i = 0; i < std::min<int64_t>(n, CUDNN_BEHAVIOR_NOTE_TYPE_COUNT); ++i) {
-      if (behavior[i] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION) *runtime_compiled = true;
-    }
-  }
+  *nondeterministic = EngineHasNote<cudnnBackendNumericalNote_t, CUDNN_NUMERICAL_NOTE_TYPE_COUNT>(
+      engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+      CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC);
+  *runtime_compiled = EngineHasNote<cudnnBackendBehaviorNote_t, CUDNN_BEHAVIOR_NOTE_TYPE_COUNT>(
+      engine, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE,
+      CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION);
   return Status::Ok();
 }
 
