@@ -8,15 +8,19 @@
 namespace forge::coord {
 namespace {
 
+// An RPC method that checks the caller's bearer token against `key` (naming `api` when it is
+// wrong), then hands the request to the Coordinator method of the same name.
+#define FORGE_CHECKED_RPC(Method, Req, Resp, key, api)                                          \
+  grpc::Status Method(grpc::ServerContext* ctx, const v1::Req* req, v1::Resp* resp) override { \
+    if (grpc::Status a = rpc::CheckBearer(*ctx, key, api); !a.ok()) return a;                  \
+    return c_->Method(*req, resp);                                                              \
+  }
+
 class RunServiceImpl final : public v1::RunService::Service {
  public:
   RunServiceImpl(Coordinator* c, std::string token) : c_(c), token_(std::move(token)) {}
 
-#define FORGE_USER_RPC(Method, Req, Resp)                                                 \
-  grpc::Status Method(grpc::ServerContext* ctx, const v1::Req* req, v1::Resp* resp) override { \
-    if (grpc::Status a = rpc::CheckBearer(*ctx, token_, "user API"); !a.ok()) return a;   \
-    return c_->Method(*req, resp);                                                        \
-  }
+#define FORGE_USER_RPC(Method, Req, Resp) FORGE_CHECKED_RPC(Method, Req, Resp, token_, "user API")
   FORGE_USER_RPC(SubmitRun, SubmitRunRequest, Run)
   FORGE_USER_RPC(StopRun, StopRunRequest, Run)
   FORGE_USER_RPC(ResumeRun, ResumeRunRequest, Run)
@@ -46,11 +50,8 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
  public:
   WorkerServiceImpl(Coordinator* c, std::string secret) : c_(c), secret_(std::move(secret)) {}
 
-#define FORGE_WORKER_RPC(Method, Req, Resp)                                               \
-  grpc::Status Method(grpc::ServerContext* ctx, const v1::Req* req, v1::Resp* resp) override { \
-    if (grpc::Status a = rpc::CheckBearer(*ctx, secret_, "worker API"); !a.ok()) return a; \
-    return c_->Method(*req, resp);                                                        \
-  }
+#define FORGE_WORKER_RPC(Method, Req, Resp) \
+  FORGE_CHECKED_RPC(Method, Req, Resp, secret_, "worker API")
   FORGE_WORKER_RPC(Join, JoinRequest, JoinResponse)
   FORGE_WORKER_RPC(Heartbeat, HeartbeatRequest, HeartbeatResponse)
   FORGE_WORKER_RPC(CommitCheckpoint, CommitCheckpointRequest, CommitCheckpointResponse)
@@ -61,6 +62,8 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
   Coordinator* c_;
   std::string secret_;
 };
+
+#undef FORGE_CHECKED_RPC
 
 }  // namespace
 
