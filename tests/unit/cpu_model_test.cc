@@ -15,21 +15,17 @@
 #include <string>
 #include <vector>
 
+#include "../common/tiny_fixtures.h"
 #include "kernels/cpu/adamw.h"
 #include "worker/model/init.h"
 
 namespace forge {
 namespace {
 
+// The CPU trainer tests' tiny model at T 16, with a vocabulary of 256.
 ModelConfig TinyConfig(bool qk_norm) {
-  ModelConfig m;
-  m.n_layer = 2;
-  m.d_model = 32;
-  m.n_head = 4;
-  m.n_kv_head = 2;
-  m.ffn = 64;
+  ModelConfig m = test::TinyCpuModel(/*seq_len=*/16);
   m.vocab = 256;
-  m.seq_len = 16;
   m.qk_norm = qk_norm;
   return m;
 }
