@@ -23,24 +23,22 @@ TEST(ModeRules, EachModeOnFourRanks) {
   const ModeRules ddp = Rules(ParallelMode::kDdp, 4);
   EXPECT_EQ(ddp.mode, ParallelMode::kDdp);
   EXPECT_EQ(ddp.shard_world, 1);
-  EXPECT_TRUE(ddp.all_reduce_grads());
+  EXPECT_FALSE(ddp.sharded());
   EXPECT_EQ(Flags(ddp), (std::array<bool, 5>{false, false, false, false, false}));
 
   const ModeRules z1 = Rules(ParallelMode::kZero1, 4);
   EXPECT_EQ(z1.shard_world, 4);
-  EXPECT_FALSE(z1.all_reduce_grads());
+  EXPECT_TRUE(z1.sharded());
   EXPECT_EQ(Flags(z1), (std::array<bool, 5>{true, false, false, true, false}));
   EXPECT_EQ(Flags(Rules(ParallelMode::kZero2, 4)),
             (std::array<bool, 5>{true, false, true, true, false}));
   const ModeRules fsdp = Rules(ParallelMode::kFsdp, 4);
   EXPECT_EQ(fsdp.shard_world, 4);
-  EXPECT_EQ(fsdp.replicas, 1);
   EXPECT_EQ(Flags(fsdp), (std::array<bool, 5>{true, true, true, false, false}));
 
   const ModeRules hsdp = Rules(ParallelMode::kHsdp, 4, 2);
   EXPECT_EQ(hsdp.mode, ParallelMode::kHsdp);
   EXPECT_EQ(hsdp.shard_world, 2);
-  EXPECT_EQ(hsdp.replicas, 2);
   EXPECT_EQ(Flags(hsdp), (std::array<bool, 5>{true, true, true, false, true}));
 }
 

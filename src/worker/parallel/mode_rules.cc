@@ -20,7 +20,6 @@ ModeRules ModeRulesFor(const ParallelConfig& p, int world) {
   r.mode = mode;
   if (mode == ParallelMode::kDdp) return r;
   r.shard_world = shard_world;
-  r.replicas = world / shard_world;
   r.shard_optimizer = true;
   r.shard_params = mode == ParallelMode::kFsdp || mode == ParallelMode::kHsdp;
   r.free_full_grads = mode != ParallelMode::kZero1;

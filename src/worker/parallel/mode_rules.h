@@ -27,15 +27,14 @@ namespace forge {
 struct ModeRules {
   ParallelMode mode = ParallelMode::kDdp;  // as resolved (above)
   int shard_world = 1;  // ranks the state is sharded over (1: not sharded)
-  int replicas = 1;     // hsdp's replica groups (1 otherwise)
   bool shard_optimizer = false;       // master weights and moments: this rank's slot only
   bool shard_params = false;          // the params too, gathered before use
   bool free_full_grads = false;       // no full gradient outlives its reduce-scatter
   bool gather_after_update = false;   // updated slots all-gathered into the full params
   bool reduce_over_replicas = false;  // gradient slots (and the loss) summed over replicas too
 
+  // Sharded modes reduce-scatter the gradient into slots; ddp all-reduces it.
   bool sharded() const { return shard_optimizer; }
-  bool all_reduce_grads() const { return !shard_optimizer; }
 };
 
 // The rules of p.mode on `world` ranks. hsdp's parallel.shard_group_size must divide the world
