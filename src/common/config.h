@@ -142,10 +142,10 @@ enum class Fp8Recipe { kDelayed, kCurrent };
 
 // none: every FP8 GEMM promotes its partial sums to FP32; fprop (Transformer Engine's default):
 // the forward GEMMs (and the FP8 LM head's logits GEMM) do not, which also lets the gate/up
-// projection run our FP8 GEMM with SwiGLU fused (Fp8Linears::fuse_swiglu_gemm); fprop_dgrad
+// projection run our FP8 GEMM with SwiGLU fused (Fp8Linears::GateUpSwiGluGemm); fprop_dgrad
 // (the default): the blocks' input-gradient GEMMs neither (K = a layer's output width), which
 // also lets the down projection's input gradient run with SwiGLU's backward fused
-// (Fp8Linears::fuse_swiglu_bwd_gemm: -1.0 ms a step against fprop at gpt350m B 16; the
+// (Fp8Linears::SwiGluBackwardGemm: -1.0 ms a step against fprop at gpt350m B 16; the
 // 2000-step gpt124m run ends 0.23% below BF16, worst 0.68%; docs/performance.md). The GEMMs
 // whose K is the token count (weight gradients) or the vocabulary (the LM head's dhf) always
 // promote.

@@ -213,7 +213,8 @@ TEST(GpuFp8Step, RopeInTheAttentionBackwardChangesNoBit) {
     mo.fp8_attention_rope = on;
     const auto model = Fp8ModelWith(c, mo);
     ASSERT_NE(model, nullptr);
-    EXPECT_EQ(model->fp8_attention_rope_active(), on && cuda::WgmmaGemmRunsHere());
+    EXPECT_EQ(model->linear_strategies().delayed[LinearKind::kQkv].grad == CastBy::kAttention,
+              on && cuda::WgmmaGemmRunsHere());
   }
   if (!cuda::WgmmaGemmRunsHere()) GTEST_SKIP() << "our attention backward needs an sm_90 GPU";
   CudaBackendOptions off, eager;
@@ -245,9 +246,9 @@ void ExpectLossesTrackWithinOnePercent(const RunConfig& c, const CudaBackendOpti
 }
 
 // precision.fp8.fast_accum fprop on an sm_90 GPU, d 256 (4 heads of 64): the QKV projection
-// runs our GEMM in FP8 with RoPE in its epilogue (Fp8Linears::has_rope_gemm, every step) and
+// runs our GEMM in FP8 with RoPE in its epilogue (GemmPath::kFp8Epilogue, every step) and
 // the gate/up projection with SwiGLU and the down projection's input casts in its epilogue
-// (fuse_swiglu_gemm, from the second step: the first measures). Gradients against the CPU
+// (from the second step: the first measures). Gradients against the CPU
 // reference as every FP8 path; deterministic and captured in the graph like every other path;
 // the GEMMs sum in another order than cuBLASLt's, so training tracks the separate path
 // (rope_gemm and swiglu_gemm off) closely rather than bitwise.
@@ -259,8 +260,12 @@ TEST(GpuFp8Step, EpilogueGemmsTrainLikeTheSeparatePath) {
     const auto model = Fp8ModelWith(c, fast);
     ASSERT_NE(model, nullptr);
     const bool on = fast != Fp8FastAccum::kNone && cuda::WgmmaGemmRunsHere();
-    EXPECT_EQ(model->fp8()->has_rope_gemm(), on);
-    EXPECT_EQ(model->fp8()->has_swiglu_gemm(), on);
+    const GemmPath ours = on ? GemmPath::kFp8Epilogue : GemmPath::kFp8CublasLt;
+    const LinearStrategies& st = model->linear_strategies();
+    EXPECT_EQ(st.measuring[LinearKind::kQkv].forward, ours);
+    EXPECT_EQ(st.delayed[LinearKind::kQkv].forward, ours);
+    EXPECT_EQ(st.measuring[LinearKind::kGateUp].forward, GemmPath::kFp8CublasLt);
+    EXPECT_EQ(st.delayed[LinearKind::kGateUp].forward, ours);
   }
   if (!cuda::WgmmaGemmRunsHere()) GTEST_SKIP() << "the FP8 epilogue GEMMs need an sm_90 GPU";
   test::ExpectGradientsMatchCpu(c, 2, {}, /*loss_tol=*/2e-2, /*grad_tol=*/0.15);
@@ -279,7 +284,7 @@ TEST(GpuFp8Step, EpilogueGemmsTrainLikeTheSeparatePath) {
 }
 
 // precision.fp8.fast_accum fprop_dgrad on an sm_90 GPU, d 256: the down projection's input
-// gradient and SwiGLU's backward run as one FP8 kernel (Fp8Linears::fuse_swiglu_bwd_gemm, from
+// gradient and SwiGLU's backward run as one FP8 kernel (Fp8Linears::SwiGluBackwardGemm, from
 // the second step). Gradients against the CPU; graph and eager give the same bits; ten steps
 // track the separate path (swiglu_bwd_gemm off; cuBLASLt's fast-accumulation GEMM may sum as
 // our MMAs do, or not).
@@ -290,9 +295,13 @@ TEST(GpuFp8Step, SwiGluBackwardGemmTrainsLikeTheSeparatePath) {
   for (const Fp8FastAccum fast : {Fp8FastAccum::kFpropDgrad, Fp8FastAccum::kFprop}) {
     const auto model = Fp8ModelWith(c, fast);
     ASSERT_NE(model, nullptr);
-    EXPECT_EQ(model->fp8()->has_swiglu_bwd_gemm(),
-              fast == Fp8FastAccum::kFpropDgrad && cuda::WgmmaGemmRunsHere());
-    EXPECT_FALSE(model->fp8()->fuse_swiglu_bwd_gemm());  // the first step measures
+    const LinearStrategies& st = model->linear_strategies();
+    EXPECT_EQ(st.delayed[LinearKind::kDown].dgrad,
+              fast == Fp8FastAccum::kFpropDgrad && cuda::WgmmaGemmRunsHere()
+                  ? GemmPath::kFp8Epilogue
+                  : GemmPath::kFp8CublasLt);
+    // the first step measures
+    EXPECT_EQ(st.measuring[LinearKind::kDown].dgrad, GemmPath::kFp8CublasLt);
   }
   if (!cuda::WgmmaGemmRunsHere()) GTEST_SKIP() << "the fused kernel needs an sm_90 GPU";
   test::ExpectGradientsMatchCpu(c, 2, {}, /*loss_tol=*/2e-2, /*grad_tol=*/0.15);

@@ -59,9 +59,12 @@ TEST(GpuModel, EpilogueGemmsGradientsMatchCpu) {
   auto model = CudaModel::Create(c.model, c.optimizer, mo);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   const bool sm90 = cuda::WgmmaGemmRunsHere();
-  EXPECT_EQ((*model)->rope_gemm_active(), sm90);
-  EXPECT_EQ((*model)->swiglu_gemm_active(), sm90);
-  EXPECT_EQ((*model)->swiglu_bwd_gemm_active(), sm90);
+  const LinearPlan& plan = (*model)->linear_strategies().measuring;
+  const GemmPath ours = sm90 ? GemmPath::kEpilogue : GemmPath::kCublasLt;
+  EXPECT_EQ(plan[LinearKind::kQkv].forward, ours);
+  EXPECT_EQ(plan[LinearKind::kGateUp].forward, ours);
+  EXPECT_EQ(plan[LinearKind::kDown].dgrad, ours);
+  EXPECT_EQ(plan, (*model)->linear_strategies().delayed);
   CudaBackendOptions o;
   o.rope_gemm = o.swiglu_gemm = o.swiglu_bwd_gemm = true;
   ExpectGradientsMatchCpu(c, 1, o);

@@ -53,78 +53,94 @@ Status CudaModel::BlockBackward(int layer, int set, const BlockActs& a, const bf
                                 bf16* dres, bool accumulate_grads, cudaStream_t s) {
   Buffers& b = *buf_;
   const BlockOffsets& o = layout_.block;
+  const LinearPlan& p = *plan_;
   const bf16* w = UnitParams(layout_.block_unit(layer));
   float* g = UnitGrads(layout_.block_unit(layer));
   const int Bm = o_.micro_batch;
   const bool acc = accumulate_grads;
   Fp8Linears* f8 = b.fp8.get();
-  // BF16: dW (+)= dy^T x on the wgrad stream.
-  auto weight_grad = [&](const bf16* dy, const bf16* x, int64_t weight_offset, int64_t out,
-                         int64_t in, WgradHazard reads) -> Status {
-    FORGE_RETURN_IF_ERROR(Phase(StepPhase::kBwdGemm, s));
-    GemmArgs wg = LinearBackwardWeight(g + weight_offset, dy, x, N_, out, in, acc);
-    if (grads16_direct_) {  // ddp's bf16 collectives read it straight from here
-      wg.D = UnitGrads16(layout_.block_unit(layer)) + weight_offset;
-      wg.d_type = DType::kBf16;
-    }
-    return WgradGemm(wg, reads, s);
-  };
-  // FP8: dy's casts (unless `cast_done`: its producer wrote them), then dW (+)= dy8t x8t^T on
-  // the wgrad stream.
-  auto fp8_weight_grad = [&](LinearKind k, const bf16* dy, int64_t weight_offset,
-                             WgradHazard reads, bool cast_done) -> Status {
-    if (!cast_done) {
+  // dW (+)= dy^T x on the wgrad stream; in FP8 dy's casts first where a pass writes them (else
+  // dy's producer wrote them), then dW (+)= dy8t x8t^T.
+  auto weight_grad = [&](LinearKind k, const bf16* dy, const bf16* x, int64_t weight_offset,
+                         int64_t out, int64_t in, WgradHazard reads) -> Status {
+    if (p[k].grad == CastBy::kCastPass) {
       FORGE_RETURN_IF_ERROR(Phase(StepPhase::kBwdElementwise, s));
       FORGE_RETURN_IF_ERROR(f8->CastGrad(layer, k, dy, s));
     }
     FORGE_RETURN_IF_ERROR(Phase(StepPhase::kBwdGemm, s));
-    return WgradGemm(f8->BackwardWeight(layer, k, set, g + weight_offset, acc), reads, s);
+    switch (p[k].wgrad) {
+      case GemmPath::kCublasLt: {
+        GemmArgs wg = LinearBackwardWeight(g + weight_offset, dy, x, N_, out, in, acc);
+        if (grads16_direct_) {  // ddp's bf16 collectives read it straight from here
+          wg.D = UnitGrads16(layout_.block_unit(layer)) + weight_offset;
+          wg.d_type = DType::kBf16;
+        }
+        return WgradGemm(wg, reads, s);
+      }
+      case GemmPath::kFp8CublasLt:
+        return WgradGemm(f8->BackwardWeight(layer, k, set, g + weight_offset, acc), reads, s);
+      case GemmPath::kEpilogue:
+      case GemmPath::kFp8Epilogue:
+        break;
+    }
+    return Status::Internal("cuda model: no weight-gradient GEMM with an epilogue");
+  };
+  // dx = dy W on this stream (the epilogue GEMMs are issued by their linear below).
+  auto input_grad = [&](LinearKind k, bf16* dx, const bf16* dy, int64_t weight_offset,
+                        int64_t out, int64_t in) -> Status {
+    switch (p[k].dgrad) {
+      case GemmPath::kCublasLt:
+        return b.gemm.Run(LinearBackwardData(dx, dy, w + weight_offset, N_, out, in), s);
+      case GemmPath::kFp8CublasLt:
+        return b.gemm.Run(f8->BackwardData(layer, k, dx), s);
+      case GemmPath::kEpilogue:
+      case GemmPath::kFp8Epilogue:
+        break;
+    }
+    return Status::Internal("cuda model: no plain GEMM for this linear's input gradient");
   };
   // dW (+)= dy^T x on the wgrad stream, then dx = dy W on this one.
-  // `cast_done`: dy's FP8 casts were written by its producer (fused SwiGLU backward).
   auto linear_backward = [&](LinearKind k, bf16* dx, const bf16* dy, const bf16* x,
-                             int64_t weight_offset, int64_t out, int64_t in, WgradHazard reads,
-                             bool cast_done = false) -> Status {
-    if (f8 == nullptr) {
-      FORGE_RETURN_IF_ERROR(weight_grad(dy, x, weight_offset, out, in, reads));
-      return b.gemm.Run(LinearBackwardData(dx, dy, w + weight_offset, N_, out, in), s);
-    }
-    FORGE_RETURN_IF_ERROR(fp8_weight_grad(k, dy, weight_offset, reads, cast_done));
-    return b.gemm.Run(f8->BackwardData(layer, k, dx), s);
+                             int64_t weight_offset, int64_t out, int64_t in,
+                             WgradHazard reads) -> Status {
+    FORGE_RETURN_IF_ERROR(weight_grad(k, dy, x, weight_offset, out, in, reads));
+    return input_grad(k, dx, dy, weight_offset, out, in);
   };
 
-  // FP8 on a delayed step: the norm backward that wrote dres (the final norm's, or block
-  // l+1's attention norm's) also wrote its casts for this block's Down projection; this
-  // block's MLP norm backward writes them for its Out projection (NormBackward).
-  const bool fused_dres = f8 != nullptr && f8->fuse_norm_grad();
-  // MLP: x_out = x_mid + SwiGLU(h2 Wgu^T) Wdown^T
-  const bool fused = f8 != nullptr && f8->fuse_swiglu();  // writes dgu's FP8 casts directly
-  if (b.swiglu_bwd_gemm) {
-    // dh = dres W_down with SwiGLU's backward in the GEMM: dgu comes out, dh is never stored.
-    FORGE_RETURN_IF_ERROR(weight_grad(dres, a.sw, o.w_down, d_, ffn_, WgradHazard::kDres));
-    FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDgu, s));  // block l+1's dWgu reads dgu
-    cuda::WgmmaGemmArgs gb = DownSwiGluBackwardGemm();
-    gb.A = dres, gb.B = w + o.w_down, gb.D = b.dgu, gb.epi.gu = a.gu;
-    FORGE_RETURN_IF_ERROR(cuda::WgmmaGemmBf16(gb, s));
-  } else if (f8 != nullptr && f8->fuse_swiglu_bwd_gemm()) {
-    // FP8: dh = dres8 W_down8 with SwiGLU's backward in one kernel straight into dgu's casts.
-    FORGE_RETURN_IF_ERROR(
-        fp8_weight_grad(LinearKind::kDown, dres, o.w_down, WgradHazard::kDres, fused_dres));
-    FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDgu, s));  // block l+1's dWgu reads dgu
-    FORGE_RETURN_IF_ERROR(f8->SwiGluBackwardGemm(layer, a.gu, s));
-  } else {
-    FORGE_RETURN_IF_ERROR(linear_backward(LinearKind::kDown, b.dsw, dres, a.sw, o.w_down, d_, ffn_,
-                                          WgradHazard::kDres, fused_dres));
-    FORGE_RETURN_IF_ERROR(Phase(StepPhase::kBwdElementwise, s));
-    FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDgu, s));  // block l+1's dWgu reads dgu
-    if (fused) {
-      FORGE_RETURN_IF_ERROR(f8->SwiGluBackwardToGrad(layer, b.dsw, a.gu, s));
-    } else {
-      FORGE_RETURN_IF_ERROR(cuda::SwiGluBackward(b.dgu, b.dsw, a.gu, N_, ffn_, s));
+  // MLP: x_out = x_mid + SwiGLU(h2 Wgu^T) Wdown^T. In FP8 on a delayed step the norm backward
+  // that wrote dres (the final norm's, or block l+1's attention norm's) may have written its
+  // casts for this block's Down projection (CastBy::kNorm); this block's MLP norm backward
+  // writes them for its Out projection (NormBackward).
+  FORGE_RETURN_IF_ERROR(
+      weight_grad(LinearKind::kDown, dres, a.sw, o.w_down, d_, ffn_, WgradHazard::kDres));
+  switch (p[LinearKind::kDown].dgrad) {
+    case GemmPath::kEpilogue: {
+      // dh = dres W_down with SwiGLU's backward in the GEMM: dgu comes out, dh is never stored.
+      FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDgu, s));  // block l+1's dWgu reads dgu
+      cuda::WgmmaGemmArgs gb = DownSwiGluBackwardGemm();
+      gb.A = dres, gb.B = w + o.w_down, gb.D = b.dgu, gb.epi.gu = a.gu;
+      FORGE_RETURN_IF_ERROR(cuda::WgmmaGemmBf16(gb, s));
+      break;
     }
+    case GemmPath::kFp8Epilogue:
+      // dh = dres8 W_down8 with SwiGLU's backward in one kernel straight into dgu's casts.
+      FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDgu, s));  // block l+1's dWgu reads dgu
+      FORGE_RETURN_IF_ERROR(f8->SwiGluBackwardGemm(layer, a.gu, s));
+      break;
+    case GemmPath::kCublasLt:
+    case GemmPath::kFp8CublasLt:
+      FORGE_RETURN_IF_ERROR(input_grad(LinearKind::kDown, b.dsw, dres, o.w_down, d_, ffn_));
+      FORGE_RETURN_IF_ERROR(Phase(StepPhase::kBwdElementwise, s));
+      FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDgu, s));  // block l+1's dWgu reads dgu
+      if (p[LinearKind::kGateUp].grad == CastBy::kSwiGlu) {  // writes dgu's FP8 casts
+        FORGE_RETURN_IF_ERROR(f8->SwiGluBackwardToGrad(layer, b.dsw, a.gu, s));
+      } else {
+        FORGE_RETURN_IF_ERROR(cuda::SwiGluBackward(b.dgu, b.dsw, a.gu, N_, ffn_, s));
+      }
+      break;
   }
   FORGE_RETURN_IF_ERROR(linear_backward(LinearKind::kGateUp, b.dh, b.dgu, a.h2, o.w_gate_up,
-                                        2 * ffn_, d_, WgradHazard::kDgu, fused));
+                                        2 * ffn_, d_, WgradHazard::kDgu));
   FORGE_RETURN_IF_ERROR(Phase(StepPhase::kBwdElementwise, s));
   FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDres, s));  // dWdown reads dres
   FORGE_RETURN_IF_ERROR(NormBackward(layer, LinearKind::kOut, dres, g + o.mlp_norm, b.dh,
@@ -132,36 +148,36 @@ Status CudaModel::BlockBackward(int layer, int set, const BlockActs& a, const bf
                                      acc, s));
 
   // Attention: x_mid = x_in + SDPA(rope(h1 Wqkv^T)) Wo^T
-  FORGE_RETURN_IF_ERROR(linear_backward(LinearKind::kOut, b.datt, dres, a.att, o.wo, d_, H_ * hd_,
-                                        WgradHazard::kDres, fused_dres));
+  FORGE_RETURN_IF_ERROR(linear_backward(LinearKind::kOut, b.datt, dres, a.att, o.wo, d_,
+                                        H_ * hd_, WgradHazard::kDres));
   FORGE_RETURN_IF_ERROR(Phase(StepPhase::kBwdAttention, s));
   FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDqkv, s));  // block l+1's dWqkv reads dqkv
   if (hooks_ && hooks_->comm_window) {
     FORGE_RETURN_IF_ERROR(hooks_->comm_window(layout_.block_unit(layer), s));
   }
   // FP8 on a delayed step: the inverse RoPE writes the QKV gradient's FP8 casts itself, in
-  // our attention backward's epilogue where it runs (fp8_attention_rope), else after it.
-  const bool fused_rope = f8 != nullptr && f8->fuse_rope();
-  const bool rope_in_attention = fused_rope && buf_->fp8_attention_rope;
-  const cuda::FlashBackwardFp8Out qkv8 =
-      rope_in_attention ? f8->QkvGradFromAttention(layer) : cuda::FlashBackwardFp8Out{};
+  // our attention backward's epilogue where it runs (CastBy::kAttention), else after it.
+  const CastBy qkv_grad = p[LinearKind::kQkv].grad;
+  const cuda::FlashBackwardFp8Out qkv8 = qkv_grad == CastBy::kAttention
+                                             ? f8->QkvGradFromAttention(layer)
+                                             : cuda::FlashBackwardFp8Out{};
   FORGE_RETURN_IF_ERROR(b.sdpa.Backward(b.sdpa_shape, a.qkv, a.att, b.datt, a.stats, b.dqkv,
                                         b.softmax_sum, b.dq_accum, s,
-                                        rope_in_attention ? &qkv8 : nullptr));
+                                        qkv_grad == CastBy::kAttention ? &qkv8 : nullptr));
   FORGE_RETURN_IF_ERROR(Phase(StepPhase::kBwdElementwise, s));
-  if (fused_rope) {
-    if (!rope_in_attention) FORGE_RETURN_IF_ERROR(f8->RopeBackwardToGrad(layer, b.dqkv, s));
-  } else {
+  if (qkv_grad == CastBy::kRope) {
+    FORGE_RETURN_IF_ERROR(f8->RopeBackwardToGrad(layer, b.dqkv, s));
+  } else if (qkv_grad != CastBy::kAttention) {
     FORGE_RETURN_IF_ERROR(
         cuda::RopeApply(b.dqkv, Bm, T_, H_, KV_, hd_, b.rope_freq, /*inverse=*/true, s));
-    if (m_.qk_norm) {  // RoPE's FP8 fusions are off with it (Fp8RopeShape::fuse)
+    if (m_.qk_norm) {  // RoPE's FP8 fusions are off with it (ChooseLinearStrategies)
       FORGE_RETURN_IF_ERROR(cuda::HeadRmsNormBackward(
           b.dqkv, g + o.q_norm, g + o.k_norm, a.qk_raw, w + o.q_norm, w + o.k_norm, a.rstd_qk,
           b.qk_norm, acc, b.qk_norm_ws, b.qk_norm_ws_bytes, s));
     }
   }
   FORGE_RETURN_IF_ERROR(linear_backward(LinearKind::kQkv, b.dh, b.dqkv, a.h1, o.wqkv, qkv_dim_,
-                                        d_, WgradHazard::kDqkv, fused_rope));
+                                        d_, WgradHazard::kDqkv));
   FORGE_RETURN_IF_ERROR(Phase(StepPhase::kBwdElementwise, s));
   FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDres, s));  // dWo reads dres
   // dres is now block l-1's output gradient: the casts for its Down projection.
@@ -206,7 +222,7 @@ Status CudaModel::NormBackward(int cast_layer, LinearKind k, bf16* dres, float* 
     dw_reduce = {b.wgrad, b.fork};
     wgrad_pending_ = true;
   }
-  if (cast_layer >= 0 && b.fp8 && b.fp8->fuse_norm_grad()) {
+  if (cast_layer >= 0 && (*plan_)[k].grad == CastBy::kNorm) {
     FORGE_RETURN_IF_ERROR(b.fp8->RmsNormBackwardToGrad(cast_layer, k, dres, dw, dout, x, w, rstd,
                                                        work, b.norm_ws_bytes, accumulate_dx,
                                                        accumulate_dw, s, dw_reduce));

@@ -65,6 +65,7 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
                                                o.shard_params, o.grads16}));
   allocated_bytes_ += store_.allocated_bytes();
   FORGE_RETURN_IF_ERROR(SetUpOptimizer());
+  ChooseLinears();
   FORGE_RETURN_IF_ERROR(AllocateStepBuffers());
 
   Buffers& b = *buf_;
@@ -86,9 +87,6 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
   FORGE_RETURN_IF_ERROR(b.sdpa.Init(o.deterministic_attention,
                                     o.cudnn_attention_backward ? cuda::SdpaBackwardKernel::kCudnn
                                                                : cuda::SdpaBackwardKernel::kFlash));
-  b.fp8_attention_rope =
-      b.fp8 != nullptr && o.fp8_attention_rope && b.sdpa.flash_backward(b.sdpa_shape);
-  NoteFallbacks(o);
   {  // the backward GEMMs' SM counts (0: all SMs)
     int device = 0, sms = 0;
     FORGE_CUDA_CHECK(cudaGetDevice(&device));

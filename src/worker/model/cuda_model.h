@@ -24,6 +24,7 @@
 #include "kernels/cuda/adamw.cuh"
 #include "kernels/cuda/bf16.cuh"
 #include "kernels/cuda/rmsnorm.cuh"
+#include "worker/model/linear_strategy.h"
 #include "worker/model/param_layout.h"
 #include "worker/model/param_store.h"
 #include "worker/model/step_observer.h"
@@ -36,7 +37,6 @@ struct GemmArgs;
 struct WgmmaGemmArgs;
 }
 class Fp8Linears;
-enum class LinearKind;  // fp8_linears.h
 
 struct CudaModelOptions {
   int micro_batch = 1;                 // sequences per micro-batch: activations are sized for it
@@ -105,17 +105,17 @@ struct CudaModelOptions {
   // (head width 64, 128-row token blocks, ...), else the separate path runs. Both on by default
   // (RoPE -0.6 ms, SwiGLU -1.0 to -1.4 ms a step at gpt350m B 16/24: docs/performance.md).
   // FP8 steps take the same two in FP8 where precision.fp8.fast_accum covers the forward:
-  // rope_gemm the QKV GEMM with RoPE (Fp8Linears::has_rope_gemm), swiglu_gemm the gate/up GEMM
-  // with SwiGLU and the down projection's input casts in its epilogue (fuse_swiglu_gemm).
+  // rope_gemm the QKV GEMM with RoPE, swiglu_gemm the gate/up GEMM with SwiGLU and the down
+  // projection's input casts in its epilogue (delayed steps). linear_strategy.h decides.
   bool rope_gemm = true;
   bool swiglu_gemm = true;
-  // precision.fp8.lm_head: dWte in FP8 too, where the chunk shapes allow (Fp8Linears::
-  // lm_head_wgrad); off: the logits and dhf GEMMs in FP8, dWte in BF16.
+  // precision.fp8.lm_head: dWte in FP8 too, where the chunk shapes allow (LinearPlan::
+  // lm_head); off: the logits and dhf GEMMs in FP8, dWte in BF16.
   bool fp8_lm_head_wgrad = true;
   // BF16 steps on Hopper: SwiGLU's backward rides on the down projection's input-gradient GEMM
   // (ours, N-major weight): dh is never stored, dgu comes out of it. Bitwise the same. FP8
   // steps with precision.fp8.fast_accum fprop_dgrad take the FP8 form (Fp8Linears::
-  // fuse_swiglu_bwd_gemm: SwiGLU's backward on warpgroups of its own beside the MMAs), bitwise
+  // SwiGluBackwardGemm: SwiGLU's backward on warpgroups of its own beside the MMAs), bitwise
   // our FP8 GEMM followed by the separate SwiGLU backward.
   bool swiglu_bwd_gemm = true;
   // FP8 steps with delayed scaling: our attention backward writes the QKV projection's E5M2
@@ -163,17 +163,14 @@ class CudaModel {
   int64_t tokens_per_micro() const { return N_; }  // B*T
   // Bytes this model allocated (buffers and library workspaces it asked for).
   size_t allocated_bytes() const { return allocated_bytes_; }
-  // Whether the steps take the RoPE- / SwiGLU- / SwiGLU-backward-epilogue GEMMs (BF16 only;
-  // options, GPU and shapes).
-  bool rope_gemm_active() const;
-  // CudaModelOptions::fp8_attention_rope took effect (an FP8 model and our attention backward).
-  bool fp8_attention_rope_active() const;
-  bool swiglu_gemm_active() const;
-  bool swiglu_bwd_gemm_active() const;
+  // How each linear layer computes (GEMM paths, FP8 casts), chosen at Create from the options,
+  // the shapes and the GPU; a pass follows `measuring` or, on an FP8 delayed-scaling step after
+  // the first, `delayed`.
+  const LinearStrategies& linear_strategies() const { return linears_; }
   // Where this model's shapes keep a faster kernel its options asked for from running, one
   // line each naming the path taken instead and why (e.g. head width 128: cuDNN's attention
   // backward). The backend logs them at start-up.
-  const std::vector<std::string>& fallbacks() const { return fallbacks_; }
+  const std::vector<std::string>& fallbacks() const { return linears_.fallbacks; }
 
   // The parameter-shaped buffers (param_store.h); read them (Download*) there. What replaces
   // weights or moments goes through the three below, which apply a deferred update first.
@@ -297,13 +294,15 @@ class CudaModel {
                       const cuda::bf16* dout, const cuda::bf16* x, const cuda::bf16* w,
                       const float* rstd, bool accumulate_dx, bool accumulate_dw,
                       cudaStream_t stream);
-  // Decides Buffers::rope_gemm / swiglu_gemm and builds the RoPE table (Init).
-  Status SetUpEpilogueGemms(const CudaModelOptions& o);
-  void NoteFallbacks(const CudaModelOptions& o);
+  // The linears' strategy (linear_strategy_setup.cu): what the kernels accept here, the choice
+  // into linears_ (Init, before the buffers it sizes), and the BF16 RoPE GEMM's table.
+  LinearKernelSupport ProbeLinearKernels() const;
+  void ChooseLinears();
+  Status SetUpEpilogueGemms();
   Status RecomputeNormAndSwiGlu(int layer, const BlockActs& a, const cuda::bf16* x_in,
                                 cudaStream_t s);
   // Our GEMM's arguments for the QKV projection + RoPE and gate/up + SwiGLU, all but the
-  // per-layer pointers: what SetUpEpilogueGemms checks is what BlockForward runs.
+  // per-layer pointers: what ProbeLinearKernels checks is what the passes run.
   cuda::WgmmaGemmArgs QkvRopeGemm() const;
   cuda::WgmmaGemmArgs GateUpSwiGluGemm() const;
   cuda::WgmmaGemmArgs DownSwiGluBackwardGemm() const;
@@ -347,7 +346,7 @@ class CudaModel {
   int64_t N_ = 0;               // tokens per micro-batch
   int d_ = 0, H_ = 0, KV_ = 0, hd_ = 0, ffn_ = 0, V_ = 0, T_ = 0, qkv_dim_ = 0;
   size_t allocated_bytes_ = 0;
-  std::vector<std::string> fallbacks_;
+  LinearStrategies linears_;
   // Before buf_, so it is freed after Buffers' destructor has waited for the wgrad stream.
   ParamStore store_;
   std::unique_ptr<Buffers> buf_;
@@ -362,6 +361,7 @@ class CudaModel {
   // onto it since the last join, and which hazard events were recorded in this call (only
   // those may be waited on: a capture cannot wait on an event recorded outside it).
   bool dual_ = false;
+  const LinearPlan* plan_ = &linears_.measuring;  // this pass's (linears_.For)
   bool wgrad_pending_ = false;
   bool grads16_direct_ = false;  // this pass's BF16 dW GEMMs write grads16 (CastUnitGradsToBf16)
   // The last backward summed every unit's gradient squares (no hooks: world 1), so

@@ -22,7 +22,7 @@ Status CudaModel::SetUpFp8() {
   shapes[int(LinearKind::kOut)] = {int64_t{H_} * hd_, d_};
   shapes[int(LinearKind::kGateUp)] = {d_, 2 * int64_t{ffn_}};
   shapes[int(LinearKind::kDown)] = {ffn_, d_};
-  const Fp8RopeShape rope{o.micro_batch, T_, H_, KV_, hd_, b.rope_freq, !m_.qk_norm};
+  const Fp8RopeShape rope{o.micro_batch, T_, H_, KV_, hd_, b.rope_freq};
   Fp8LmHeadShape lm_head;
   if (o.fp8_config.lm_head) {
     lm_head = {V_, d_, std::min<int64_t>(N_, o.lm_head_chunk_rows), NumLogitsBuffers(o),
@@ -31,7 +31,7 @@ Status CudaModel::SetUpFp8() {
   FORGE_ASSIGN_OR_RETURN(
       b.fp8,
       Fp8Linears::Create(o.fp8_config, m_.n_layer, shapes, N_, int(b.acts.size()), rope, lm_head,
-                         Fp8EpilogueGemms{o.rope_gemm, o.swiglu_gemm, o.swiglu_bwd_gemm}));
+                         Fp8FusedBuffers{linears_.fp8_rope_table(), linears_.fp8_swiglu_gemm()}));
   allocated_bytes_ += b.fp8->allocated_bytes();
   return Status::Ok();
 }

@@ -59,12 +59,8 @@ struct CudaModel::Buffers {
   float* clip_scale = nullptr;                // device scalar
   int64_t* skipped_steps = nullptr;           // device counter (AdamWMultiTensor)
   std::unique_ptr<Fp8Linears> fp8;            // precision fp8 only
-  // CudaModelOptions::rope_gemm / swiglu_gemm / swiglu_bwd_gemm where the GPU and shapes allow.
-  bool rope_gemm = false, swiglu_gemm = false, swiglu_bwd_gemm = false;
-  // CudaModelOptions::fp8_attention_rope where the FP8 RoPE cast and our backward both run.
-  bool fp8_attention_rope = false;
   float* rope_freq = nullptr;                 // [hd/2] inverse frequencies (rope.cuh)
-  float2* rope_sin_cos = nullptr;             // [T, hd/2] for the RoPE epilogue
+  float2* rope_sin_cos = nullptr;             // [T, hd/2] for the BF16 RoPE epilogue
   std::unique_ptr<DeferredUpdate> update;     // defer_update: one GPU and ddp
 
   std::vector<cuda::bf16*> xs;                // residual stream: block inputs + final, [N, d]
@@ -79,7 +75,7 @@ struct CudaModel::Buffers {
   // Backward scratch.
   cuda::bf16* dres = nullptr;    // [N, d] residual-stream gradient
   cuda::bf16* dh = nullptr;      // [N, d] gradient at a norm output (also dL/dhf)
-  cuda::bf16* dsw = nullptr;     // [N, ffn]; null with swiglu_bwd_gemm
+  cuda::bf16* dsw = nullptr;     // [N, ffn]; null where the BF16 SwiGLU-backward GEMM runs
   cuda::bf16* dgu = nullptr;     // [N, 2*ffn]
   cuda::bf16* datt = nullptr;    // [N, H*hd]
   cuda::bf16* dqkv = nullptr;    // [N, qkv]

@@ -28,6 +28,8 @@ Status CudaModel::ForwardLoss(const int32_t* inputs, const int32_t* targets, flo
 Status CudaModel::Forward(const int32_t* inputs, const int32_t* targets, float dloss,
                           bool backward, bool accumulate_grads, float* losses, cudaStream_t s) {
   dual_ = backward && buf_->wgrad != nullptr && observer_ == nullptr;
+  // FP8 casts that measure first (current scaling, the first step) cannot be fused.
+  plan_ = &linears_.For(buf_->fp8 != nullptr && !buf_->fp8->measuring());
   wgrad_pending_ = false;
   // ddp, bf16 collectives, a step of one micro-step, BF16 GEMMs: see CastUnitGradsToBf16.
   grads16_direct_ = backward && !accumulate_grads && store_.buffers().grads16 != nullptr &&

@@ -37,10 +37,9 @@ Fp8Linears::~Fp8Linears() {
 StatusOr<std::unique_ptr<Fp8Linears>> Fp8Linears::Create(
     const Fp8Config& cfg, int n_layer, const std::array<Fp8LinearShape, kLinearKinds>& shapes,
     int64_t tokens, int act_sets, const Fp8RopeShape& rope, const Fp8LmHeadShape& lm_head,
-    const Fp8EpilogueGemms& epilogue_gemms) {
+    const Fp8FusedBuffers& fused) {
   std::unique_ptr<Fp8Linears> f(new Fp8Linears());
-  FORGE_RETURN_IF_ERROR(
-      f->Init(cfg, n_layer, shapes, tokens, act_sets, rope, lm_head, epilogue_gemms));
+  FORGE_RETURN_IF_ERROR(f->Init(cfg, n_layer, shapes, tokens, act_sets, rope, lm_head, fused));
   return StatusOr<std::unique_ptr<Fp8Linears>>(std::move(f));
 }
 
@@ -73,7 +72,7 @@ Status Fp8Linears::AllocGroup(Group* g, int64_t n, float fp8_max) {
 Status Fp8Linears::Init(const Fp8Config& cfg, int n_layer,
                         const std::array<Fp8LinearShape, kLinearKinds>& shapes, int64_t tokens,
                         int act_sets, const Fp8RopeShape& rope, const Fp8LmHeadShape& lm_head,
-                        const Fp8EpilogueGemms& epilogue_gemms) {
+                        const Fp8FusedBuffers& fused) {
   rope_ = rope;
   cfg_ = cfg;
   L_ = n_layer;
@@ -149,42 +148,10 @@ Status Fp8Linears::Init(const Fp8Config& cfg, int n_layer,
         FORGE_RETURN_IF_ERROR(Alloc(&x8t, size_t(lm_.chunk_rows * lm_.d)));
     }
   }
-  const int64_t ffn = shapes[int(LinearKind::kDown)].in;
-  fuse_swiglu_ = shapes[int(LinearKind::kGateUp)].out == 2 * ffn && ffn <= INT32_MAX &&
-                 cuda::SwiGluFp8Supported(N_, int(ffn), x8_, x8_, x8_, x8t_[0]);
-  // Our GEMM sums as fast accumulation does: only where the forward asked for it.
-  const bool wgmma_here = cfg.fast_accum != Fp8FastAccum::kNone && cuda::WgmmaGemmRunsHere();
-  if (epilogue_gemms.swiglu && fuse_swiglu_ && wgmma_here &&
-      cuda::WgmmaGemmCheck(GateUpSwiGluGemm(0, 0, nullptr), true).ok()) {
-    FORGE_RETURN_IF_ERROR(Alloc(&h8_, size_t(N_ * ffn)));
+  if (fused.swiglu_gemm) {
+    FORGE_RETURN_IF_ERROR(Alloc(&h8_, size_t(N_ * shapes[int(LinearKind::kDown)].in)));
   }
-  swiglu_bwd_gemm_ = epilogue_gemms.swiglu_bwd && fuse_swiglu_ &&
-                     cfg.fast_accum == Fp8FastAccum::kFpropDgrad && cuda::WgmmaGemmRunsHere() &&
-                     cuda::SwiGluBackwardGemmFp8Check(
-                         SwiGluBackwardGemmArgs(0, reinterpret_cast<const bf16*>(x8_)))
-                         .ok();
-  rope_gemm_ = rope.fuse && epilogue_gemms.rope && wgmma_here && int64_t{rope.B} * rope.T == N_ &&
-               cuda::WgmmaGemmCheck(QkvRopeGemm(0, nullptr), true).ok();
-  fuse_norm_ = shapes[int(LinearKind::kQkv)].in == shapes[int(LinearKind::kGateUp)].in &&
-               shapes[int(LinearKind::kQkv)].in <= INT32_MAX &&
-               cuda::RmsNormFp8Supported(N_, int(shapes[int(LinearKind::kQkv)].in), x8_, x8_,
-                                         x8_, x8t_[0]);
-  // The residual stream's gradient is the output gradient of the Out and Down projections
-  // (out = the model width): the norm backward that produces it writes their E5M2 casts.
-  const int64_t width = shapes[int(LinearKind::kOut)].out;
-  fuse_norm_grad_ = shapes[int(LinearKind::kDown)].out == width && width <= INT32_MAX &&
-                    cuda::RmsNormBackwardFp8Supported(N_, int(width),
-                                                      dy8_[int(LinearKind::kOut)],
-                                                      dy8t_[int(LinearKind::kOut)]) &&
-                    cuda::RmsNormBackwardFp8Supported(N_, int(width),
-                                                      dy8_[int(LinearKind::kDown)],
-                                                      dy8t_[int(LinearKind::kDown)]);
-  const int k = int(LinearKind::kQkv);
-  fuse_rope_ = rope.fuse && cuda::RopeFp8Supported(N_, rope.n_head, rope.n_kv_head, rope.hd, x8_, dy8_[k],
-                                      dy8t_[k]) &&
-               int64_t{rope.n_head + 2 * rope.n_kv_head} * rope.hd == shapes[k].out &&
-               int64_t{rope.B} * rope.T == N_;
-  if (fuse_rope_ || rope_gemm_) {  // both rotate with RoPE's (sin, cos) table
+  if (fused.rope_table) {
     FORGE_RETURN_IF_ERROR(Alloc(&rope_sin_cos_, size_t(rope.T) * (rope.hd / 2)));
     FORGE_RETURN_IF_ERROR(
         cuda::RopeSinCosTable(rope_sin_cos_, rope.T, rope.hd, rope.inv_freq, nullptr));
@@ -397,7 +364,7 @@ Status Fp8Linears::CastLmHeadInput(const bf16* hf, int64_t rows, int slot, cudaS
 
 Status Fp8Linears::CrossEntropyToGrad(bf16* logits, float* losses, const int32_t* targets,
                                       int64_t rows, float dloss, cudaStream_t s) {
-  if (!lm_head() || !fuse_lm_head_grad()) {
+  if (!lm_head() || measuring()) {
     return Status::Precondition("fp8 linears: no fused FP8 LM-head gradient on this step");
   }
   const SlotPtrs q = SlotOf(e5m2_, LmGradSlot());

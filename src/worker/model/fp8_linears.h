@@ -60,11 +60,9 @@
 #include "kernels/cuda/gemm_wgmma.cuh"
 #include "kernels/cuda/rmsnorm.cuh"
 #include "kernels/cuda/swiglu_backward_gemm_fp8.cuh"
+#include "worker/model/linear_strategy.h"
 
 namespace forge {
-
-enum class LinearKind { kQkv = 0, kOut = 1, kGateUp = 2, kDown = 3 };
-inline constexpr int kLinearKinds = 4;
 
 struct Fp8LinearShape {
   int64_t in = 0, out = 0;  // W is [out, in]
@@ -74,20 +72,15 @@ struct Fp8LinearShape {
 struct Fp8RopeShape {
   int B = 0, T = 0, n_head = 0, n_kv_head = 0, hd = 0;
   const float* inv_freq = nullptr;  // device, hd / 2 (rope.cuh); read while Create runs
-  // false: RoPE stays a pass of its own in both directions (no RoPE GEMM epilogue, no FP8
-  // casts fused into its backward): QK-norm runs between it and the QKV projection.
-  bool fuse = true;
 };
 
-// Which projections may run our Hopper GEMM with their epilogue (kernels/cuda/gemm_wgmma.cuh)
-// instead of cuBLASLt and a separate pass, where it can (see Fp8Linears::has_rope_gemm and
-// has_swiglu_gemm): the QKV projection with RoPE, the gate/up projection with SwiGLU.
-struct Fp8EpilogueGemms {
-  bool rope = false;
-  bool swiglu = false;
-  // The down projection's input gradient with SwiGLU's backward fused (our FP8 kernel,
-  // kernels/cuda/swiglu_backward_gemm_fp8.cuh): see fuse_swiglu_bwd_gemm.
-  bool swiglu_bwd = false;
+// What the model's linear strategies (linear_strategy.h, chosen by CudaModel) run that reads
+// buffers of Fp8Linears' own: RoPE's (sin, cos) table (the QKV GEMM with RoPE, and the RoPE or
+// attention backward writing the QKV gradient's casts), and the down projection's input scratch
+// that the gate/up GEMM with SwiGLU writes while it still reads x8.
+struct Fp8FusedBuffers {
+  bool rope_table = false;
+  bool swiglu_gemm = false;
 };
 
 // The tied LM head's shape (vocab 0: the LM head stays BF16).
@@ -104,12 +97,11 @@ class Fp8Linears {
  public:
   // shapes by LinearKind; act_sets: how many sets of saved transposed inputs (n_layer, or 1
   // with activation recompute). Every in/out and `tokens` must be a multiple of 16 (FP8 GEMM
-  // alignment). epilogue_gemms: use QkvRopeGemm / GateUpSwiGluGemm where they can run.
-  // Allocates everything once.
+  // alignment). fused: the buffers the chosen fused kernels read. Allocates everything once.
   static StatusOr<std::unique_ptr<Fp8Linears>> Create(
       const Fp8Config& cfg, int n_layer, const std::array<Fp8LinearShape, kLinearKinds>& shapes,
       int64_t tokens, int act_sets, const Fp8RopeShape& rope, const Fp8LmHeadShape& lm_head = {},
-      const Fp8EpilogueGemms& epilogue_gemms = {});
+      const Fp8FusedBuffers& fused = {});
   ~Fp8Linears();
   Fp8Linears(const Fp8Linears&) = delete;
   Fp8Linears& operator=(const Fp8Linears&) = delete;
@@ -128,61 +120,56 @@ class Fp8Linears {
   // dy [N, out] -> dy8 and dy8t of the kind.
   Status CastGrad(int layer, LinearKind k, const cuda::bf16* dy, cudaStream_t s);
 
-  // SwiGLU fused with the casts it feeds (kernels/cuda/swiglu_fp8.cuh; bitwise the same as
-  // SwiGLU in BF16 followed by CastInput / CastGrad): only when no cast measures first (a
-  // delayed step) and the tile kernel takes the shapes (N and ffn multiples of 64).
-  bool fuse_swiglu() const { return fuse_swiglu_ && !measuring(); }
-  // SwiGLU(gate_up) straight into the down projection's input casts (x8, x8t of `set`).
+  // The kernels that write a cast as they compute (the model's LinearStrategies say which run:
+  // CastBy in linear_strategy.h). Each writes the same bytes, amax and scale_inv as the BF16
+  // kernel followed by CastInput / CastGrad, so they only run where no cast measures first (a
+  // delayed step), and where the kernel takes the shapes.
+  //
+  // SwiGLU(gate_up) straight into the down projection's input casts (x8, x8t of `set`;
+  // kernels/cuda/swiglu_fp8.cuh).
   Status SwiGluForwardToInput(int layer, int set, const cuda::bf16* gate_up, cudaStream_t s);
   // The gate/up projection with SwiGLU and the down projection's input casts in its epilogue
   // (our Hopper GEMM, kernels/cuda/gemm_wgmma.cuh: gu and the same x8 / x8t bytes, amax and
   // scale_inv as the cuBLASLt GEMM followed by SwiGluForwardToInput, up to the GEMM's
-  // summation): on a delayed step (as fuse_swiglu), on sm_90, and only with fast accumulation
-  // in the forward (precision.fp8.fast_accum fprop or fprop_dgrad), which is how its MMAs sum.
-  bool fuse_swiglu_gemm() const { return has_swiglu_gemm() && fuse_swiglu(); }
-  // Whether this model can (sm_90, the option, fast accumulation in the forward, the shapes).
-  bool has_swiglu_gemm() const { return h8_ != nullptr; }
-  // x8 (the gate/up input, cast) W8^T into gu (bf16, [N, 2 ffn], saved for backward) and
-  // SwiGLU(gu) into the down projection's x8 and x8t of `set`.
+  // summation): on sm_90, and only with fast accumulation in the forward (precision.fp8.
+  // fast_accum fprop or fprop_dgrad), which is how its MMAs sum. x8 (the gate/up input, cast)
+  // W8^T into gu (bf16, [N, 2 ffn], saved for backward) and SwiGLU(gu) into the down
+  // projection's x8 and x8t of `set`. Needs Fp8FusedBuffers::swiglu_gemm.
   cuda::WgmmaGemmArgs GateUpSwiGluGemm(int layer, int set, cuda::bf16* gu) const;
   // The QKV projection with RoPE in the epilogue (our Hopper GEMM): qkv [N, qkv] = x8 W8^T
   // rotated, bit for bit the cuBLASLt GEMM followed by RopeApply up to the GEMM's summation.
-  // On sm_90 with fast accumulation in the forward (as has_swiglu_gemm), the option and shapes
+  // On sm_90 with fast accumulation in the forward (as the SwiGLU GEMM) and shapes it takes
   // (head width 64, ...); unlike the fused casts it needs no delayed step (it casts nothing).
-  bool has_rope_gemm() const { return rope_gemm_; }
+  // Needs Fp8FusedBuffers::rope_table.
   cuda::WgmmaGemmArgs QkvRopeGemm(int layer, cuda::bf16* qkv) const;
   // SwiGLU's backward straight into the gate/up projection's gradient casts (dy8, dy8t).
   Status SwiGluBackwardToGrad(int layer, const cuda::bf16* dout, const cuda::bf16* gate_up,
                               cudaStream_t s);
   // The down projection's input gradient (dy8 W8, never stored) and SwiGLU's backward in one
   // kernel straight into the gate/up projection's gradient casts: bit for bit our FP8 GEMM
-  // followed by SwiGluBackwardToGrad. On a delayed step (as fuse_swiglu), on sm_90, with the
-  // option, and only with fast accumulation in the input-gradient GEMMs (precision.fp8.
-  // fast_accum fprop_dgrad), which is how its MMAs sum. Reads the Down projection's dy8.
-  bool fuse_swiglu_bwd_gemm() const { return swiglu_bwd_gemm_ && fuse_swiglu(); }
-  bool has_swiglu_bwd_gemm() const { return swiglu_bwd_gemm_; }
+  // followed by SwiGluBackwardToGrad. On a delayed step, on sm_90, and only with fast
+  // accumulation in the input-gradient GEMMs (precision.fp8.fast_accum fprop_dgrad), which is
+  // how its MMAs sum. Reads the Down projection's dy8.
   Status SwiGluBackwardGemm(int layer, const cuda::bf16* gate_up, cudaStream_t s);
   // RMSNorm straight into the input casts of the linear layer it feeds (kQkv or kGateUp;
   // kernels/cuda/rmsnorm_fp8.cuh); rstd is written as RmsNormForward writes it.
-  bool fuse_norm() const { return fuse_norm_ && !measuring(); }
   Status RmsNormToInput(int layer, LinearKind k, int set, float* rstd, const cuda::bf16* x,
                         const cuda::bf16* w, float eps, cudaStream_t s);
   // The same for RoPE's backward (kernels/cuda/rope_fp8.cuh): the attention backward's qkv
   // gradient (Q and K still rotated) straight into the QKV projection's gradient casts.
-  bool fuse_rope() const { return fuse_rope_ && !measuring(); }
+  // Needs Fp8FusedBuffers::rope_table.
   // The RMSNorm backward whose output (the residual stream's gradient) is the Out or Down
   // projection's output gradient, straight into that projection's gradient casts (dy8, dy8t;
   // kernels/cuda/rmsnorm_fp8.cuh; bit for bit RmsNormBackward followed by CastGrad). `layer`
   // and `k` name the projection (for the Down of layer l - 1 it is layer l's attention norm).
-  bool fuse_norm_grad() const { return fuse_norm_grad_ && !measuring(); }
   Status RmsNormBackwardToGrad(int layer, LinearKind k, cuda::bf16* dx, float* dw,
                                const cuda::bf16* dout, const cuda::bf16* x, const cuda::bf16* w,
                                const float* rstd, void* workspace, size_t workspace_bytes,
                                bool accumulate_dx, bool accumulate_dw, cudaStream_t s,
                                const cuda::RmsNormDwReduce& dw_reduce = {});
   Status RopeBackwardToGrad(int layer, const cuda::bf16* dqkv, cudaStream_t s);
-  // The same outputs written by the attention backward itself (where fuse_rope() holds and our
-  // flash backward runs): what SdpaRunner::Backward takes instead of a bf16 dqkv.
+  // The same outputs written by the attention backward itself (where our flash backward runs):
+  // what SdpaRunner::Backward takes instead of a bf16 dqkv. Needs Fp8FusedBuffers::rope_table.
   cuda::FlashBackwardFp8Out QkvGradFromAttention(int layer) const;
 
   // The three GEMMs of a linear layer on the cast operands (shapes as in CudaModel).
@@ -210,7 +197,6 @@ class Fp8Linears {
   cuda::GemmArgs LmHeadForward(cuda::bf16* logits, int64_t rows) const;
   // The cross-entropy of a chunk (kernels/cuda/cross_entropy.cuh, write_grad) that also
   // writes dlogits8: only when no cast measures first (a delayed step).
-  bool fuse_lm_head_grad() const { return !measuring(); }
   Status CrossEntropyToGrad(cuda::bf16* logits, float* losses, const int32_t* targets,
                             int64_t rows, float dloss, cudaStream_t s);
   // Otherwise: the bf16 dlogits [rows, vocab] (written by the plain cross-entropy) -> dlogits8.
@@ -294,7 +280,7 @@ class Fp8Linears {
   Status Init(const Fp8Config& cfg, int n_layer,
               const std::array<Fp8LinearShape, kLinearKinds>& shapes, int64_t tokens, int act_sets,
               const Fp8RopeShape& rope, const Fp8LmHeadShape& lm_head,
-              const Fp8EpilogueGemms& epilogue_gemms);
+              const Fp8FusedBuffers& fused);
   // Slot i of g: what a cast or a kernel writing FP8 takes (scale read; amax and scale_inv
   // written).
   struct SlotPtrs {
@@ -324,13 +310,7 @@ class Fp8Linears {
   int64_t N_ = 0;
   std::array<Fp8LinearShape, kLinearKinds> shape_{};
   bool have_history_ = false;
-  bool fuse_swiglu_ = false;
-  bool fuse_rope_ = false;
-  bool fuse_norm_ = false;
-  bool fuse_norm_grad_ = false;
   Fp8RopeShape rope_;
-  bool rope_gemm_ = false;
-  bool swiglu_bwd_gemm_ = false;
   // RoPE's (sin, cos) [T, hd / 2] (RopeSinCosTable) for QkvRopeGemm and RopeBackwardToGrad;
   // null when neither runs.
   float2* rope_sin_cos_ = nullptr;
@@ -339,7 +319,7 @@ class Fp8Linears {
   Group e4m3_, e5m2_;
   std::vector<Linear> lin_;                    // [4l + k]
   uint8_t* x8_ = nullptr;                      // [N, max in]
-  // The down projection's forward input [N, ffn] when fuse_swiglu_gemm can run (the gate/up
+  // The down projection's forward input [N, ffn] with Fp8FusedBuffers::swiglu_gemm (the gate/up
   // GEMM writes it while still reading x8), else null and x8 serves: InputScratch.
   uint8_t* h8_ = nullptr;
   uint8_t* InputScratch(int ki) const {

@@ -32,10 +32,11 @@ Status CudaModel::LmHead(const int32_t* targets, float dloss, bool backward,
   const bf16* wte = UnitParams(layout_.embedding_unit()) + layout_.lm_head;
   float* dwte = UnitGrads(layout_.embedding_unit()) + layout_.lm_head;
   const int64_t chunk = std::min<int64_t>(N_, o_.lm_head_chunk_rows);
+  const LinearStrategy& lm = plan_->lm_head;
   // FP8 logits and dhf GEMMs (precision.fp8.lm_head): Wte cast as the blocks' weights are,
   // once per step (its first micro-batch) and for every evaluation pass.
-  Fp8Linears* f8 = b.fp8 && b.fp8->lm_head() ? b.fp8.get() : nullptr;
-  if (f8 != nullptr && (!backward || !accumulate_grads)) {
+  Fp8Linears* f8 = b.fp8.get();
+  if (lm.input == CastBy::kCastPass && (!backward || !accumulate_grads)) {
     FORGE_RETURN_IF_ERROR(Phase(StepPhase::kFwdElementwise, s));
     FORGE_RETURN_IF_ERROR(f8->CastLmHeadWeight(wte, s));
   }
@@ -48,7 +49,7 @@ Status CudaModel::LmHead(const int32_t* targets, float dloss, bool backward,
     const WgradHazard logits_read = slot == 0 ? WgradHazard::kLogits0 : WgradHazard::kLogits1;
     FORGE_RETURN_IF_ERROR(Phase(StepPhase::kLmHeadGemm, s));
     FORGE_RETURN_IF_ERROR(WaitWgrad(logits_read, s));  // dWte of chunk c - num_logits
-    if (f8 != nullptr) {
+    if (lm.forward == GemmPath::kFp8CublasLt) {
       FORGE_RETURN_IF_ERROR(Phase(StepPhase::kFwdElementwise, s));
       FORGE_RETURN_IF_ERROR(f8->CastLmHeadInput(hf, rows, backward ? slot : -1, s));
       FORGE_RETURN_IF_ERROR(Phase(StepPhase::kLmHeadGemm, s));
@@ -59,20 +60,21 @@ Status CudaModel::LmHead(const int32_t* targets, float dloss, bool backward,
     FORGE_RETURN_IF_ERROR(Phase(StepPhase::kCrossEntropy, s));
     // FP8: the dgrad's E5M2 dlogits come out of the cross-entropy kernel itself on a delayed
     // step, from a cast of its bf16 output otherwise.
-    if (f8 != nullptr && backward && f8->fuse_lm_head_grad()) {
+    if (backward && lm.grad == CastBy::kCrossEntropy) {
       FORGE_RETURN_IF_ERROR(
           f8->CrossEntropyToGrad(logits, losses + r0, targets + r0, rows, dloss, s));
     } else {
       FORGE_RETURN_IF_ERROR(cuda::CrossEntropyForwardBackward(logits, losses + r0, targets + r0,
                                                               rows, V_, dloss, backward, s));
-      if (f8 != nullptr && backward) {
+      if (backward && lm.grad == CastBy::kCastPass) {
         FORGE_RETURN_IF_ERROR(Phase(StepPhase::kBwdElementwise, s));
         FORGE_RETURN_IF_ERROR(f8->CastLmHeadGrad(logits, rows, s));
       }
     }
     if (!backward) continue;
     const bool acc = accumulate_grads || r0 > 0;
-    if (f8 != nullptr && f8->lm_head_wgrad(rows)) {
+    const GemmPath wgrad = rows == chunk ? lm.wgrad : plan_->lm_head_tail_wgrad;
+    if (wgrad == GemmPath::kFp8CublasLt) {
       // FP8 dWte: dlogits8's transposed copy goes into this chunk's logits buffer (no bf16
       // dlogits were written, or the cast above has read them), guarded like the logits.
       FORGE_RETURN_IF_ERROR(Phase(StepPhase::kBwdElementwise, s));
@@ -86,8 +88,9 @@ Status CudaModel::LmHead(const int32_t* targets, float dloss, bool backward,
           WgradGemm(LinearBackwardWeight(dwte, logits, hf, rows, V_, d_, acc), logits_read, s));
     }
     FORGE_RETURN_IF_ERROR(b.gemm.Run(
-        f8 != nullptr ? f8->LmHeadBackwardData(b.dh + r0 * d_, rows)
-                      : LinearBackwardData(b.dh + r0 * d_, logits, wte, rows, V_, d_),
+        lm.dgrad == GemmPath::kFp8CublasLt
+            ? f8->LmHeadBackwardData(b.dh + r0 * d_, rows)
+            : LinearBackwardData(b.dh + r0 * d_, logits, wte, rows, V_, d_),
         s));
   }
   // The embedding backward adds into dWte on the chain after the last dWte chunk.

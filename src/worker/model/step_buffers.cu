@@ -67,7 +67,7 @@ Status CudaModel::AllocateStepBuffers() {
   FORGE_RETURN_IF_ERROR(SetUpFp8());
   FORGE_RETURN_IF_ERROR(Alloc(&b.hf, N * d));
   FORGE_RETURN_IF_ERROR(Alloc(&b.rstd_f, N));
-  FORGE_RETURN_IF_ERROR(SetUpEpilogueGemms(o));
+  FORGE_RETURN_IF_ERROR(SetUpEpilogueGemms());
   const int64_t chunk = std::min<int64_t>(N_, o.lm_head_chunk_rows);
   b.num_logits = NumLogitsBuffers(o);
   for (int i = 0; i < b.num_logits; ++i) {
@@ -76,8 +76,11 @@ Status CudaModel::AllocateStepBuffers() {
 
   FORGE_RETURN_IF_ERROR(Alloc(&b.dres, N * d));
   FORGE_RETURN_IF_ERROR(Alloc(&b.dh, N * d));
-  // dh of the MLP: never stored where SwiGLU's backward rides on its GEMM.
-  if (!b.swiglu_bwd_gemm) FORGE_RETURN_IF_ERROR(Alloc(&b.dsw, N * ffn_));
+  // dh of the MLP: never stored where SwiGLU's backward rides on its BF16 GEMM (FP8's runs
+  // only on delayed steps: the first step stores it).
+  if (linears_.measuring[LinearKind::kDown].dgrad != GemmPath::kEpilogue) {
+    FORGE_RETURN_IF_ERROR(Alloc(&b.dsw, N * ffn_));
+  }
   FORGE_RETURN_IF_ERROR(Alloc(&b.dgu, N * 2 * ffn_));
   FORGE_RETURN_IF_ERROR(Alloc(&b.datt, N * H_ * hd_));
   FORGE_RETURN_IF_ERROR(Alloc(&b.dqkv, N * qkv_dim_));

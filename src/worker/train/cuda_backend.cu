@@ -224,6 +224,17 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
     for (const std::string& f : model_->fallbacks()) {
       std::fprintf(stderr, "forge: cuda backend: %s\n", f.c_str());
     }
+    // The linears' strategy, once: FP8 delayed scaling runs the first step's plan, then the
+    // delayed plan (its casts fused); BF16 and current scaling run one plan throughout.
+    const LinearStrategies& ls = model_->linear_strategies();
+    const bool two = mo.fp8 && cfg.precision.fp8.recipe == Fp8Recipe::kDelayed &&
+                     ls.delayed != ls.measuring;
+    std::fprintf(stderr, "forge: cuda backend: linears%s: %s\n", two ? " (first step)" : "",
+                 DescribeLinearPlan(ls.measuring).c_str());
+    if (two) {
+      std::fprintf(stderr, "forge: cuda backend: linears (later steps): %s\n",
+                   DescribeLinearPlan(ls.delayed).c_str());
+    }
   }
   N_ = model_->tokens_per_micro();
   if (world_ > 1) {
