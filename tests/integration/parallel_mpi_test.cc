@@ -48,6 +48,20 @@ TEST(ParallelMpi, CommCollectivesOnTwoThreeAndFourRanks) {
   }
 }
 
+// ModeExecutor's collectives in every mode, against canonical sums rebuilt on each rank.
+TEST(ParallelMpi, ModeExecutorOnTwoThreeAndFourRanks) {
+  REQUIRE_MPIRUN();
+  for (int ranks : {2, 3, 4}) {
+    ShellResult r = Shell(Mpirun(ranks) + Bin("forge_parallel_check") + " executor");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("PARALLEL_CHECK OK"), std::string::npos) << r.output;
+    for (const char* mode : {"mode=ddp", "mode=zero1", "mode=fsdp"})
+      EXPECT_NE(r.output.find(mode), std::string::npos) << r.output;
+    if (ranks == 4) EXPECT_NE(r.output.find("mode=hsdp"), std::string::npos) << r.output;
+    std::printf("[ executor %d ranks ] %.1f s\n", ranks, r.seconds);
+  }
+}
+
 struct TrajectoryCase {
   int ranks;
   int64_t global;

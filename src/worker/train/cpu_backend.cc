@@ -11,15 +11,16 @@
 // norm exactly (exact_square_sum.h), and AdamW is element-wise: every mode on every such world
 // size ends each step with bitwise the weights one process gets.
 //
-// Modes: what each rank keeps and moves is worker/parallel/mode_rules.h. Here the rules run
-// after the whole backward (CpuModel has no per-unit backward hook, so there is nothing to
-// overlap on the CPU): the gradient of every unit is all-reduced or reduce-scattered into this
-// rank's slot (hsdp: then all-reduced over the replica group), AdamW updates what this rank
-// owns, and zero1/zero2 all-gather the updated params in place. With sharded params (fsdp,
-// hsdp) CpuModel still needs every unit at once, so a step all-gathers the whole model into
-// full buffers, runs forward/backward, reduce-scatters the gradient and frees the full params
-// and gradients again: between steps memory is ~1/W, during a step a full model plus
-// gradients (the GPU backend gathers unit by unit instead). Evaluation gathers once
+// Modes: what each rank keeps and moves is worker/parallel/mode_rules.h, and the collectives
+// that move it are worker/parallel/mode_executor.h's, which this backend calls in loops after
+// the whole backward (CpuModel has no per-unit backward hook, so there is nothing to overlap on
+// the CPU) with its host vectors as the storage: the gradient of every unit is all-reduced or
+// reduce-scattered into this rank's slot (hsdp: then all-reduced over the replica group), AdamW
+// updates what this rank owns, and zero1/zero2 all-gather the updated params in place. With
+// sharded params (fsdp, hsdp) CpuModel still needs every unit at once, so a step all-gathers the
+// whole model into full buffers, runs forward/backward, reduce-scatters the gradient and frees
+// the full params and gradients again: between steps memory is ~1/W, during a step a full
+// model plus gradients (the GPU backend gathers unit by unit instead). Evaluation gathers once
 // (BeginEval) and keeps the gathered params until the next step changes them. hsdp's ranks
 // read the micro-steps of their data position (DataRank), which makes its two-level sum the
 // canonical one: bitwise one process for R and G powers of two.
@@ -35,6 +36,7 @@
 #include "worker/parallel/comm.h"
 #include "worker/parallel/exact_square_sum.h"
 #include "worker/parallel/hybrid_groups.h"
+#include "worker/parallel/mode_executor.h"
 #include "worker/parallel/mode_rules.h"
 #include "worker/parallel/sum_order.h"
 #include "worker/train/backend.h"
@@ -54,24 +56,7 @@ Status CheckShapes(const ParamLayout& layout, const UnitBuffers& b, const char* 
   return Status::Ok();
 }
 
-// Waits for every started collective, returning the first error.
-Status WaitAll(std::vector<CommWorkPtr>* works) {
-  Status first;
-  for (auto& w : *works) {
-    Status s = w->Wait();
-    if (first.ok() && !s.ok()) first = s;
-  }
-  works->clear();
-  return first;
-}
-
-Status Launch(StatusOr<CommWorkPtr> w, std::vector<CommWorkPtr>* works) {
-  if (!w.ok()) return w.status();
-  works->push_back(std::move(w).value());
-  return Status::Ok();
-}
-
-class CpuBackend final : public TrainBackend {
+class CpuBackend final : public TrainBackend, private ModeStorage {
  public:
   CpuBackend(const RunConfig& cfg, Comm* comm)
       : cfg_(cfg), model_(cfg.model, cfg.batch.micro_batch), layout_(model_.layout()) {
@@ -97,17 +82,15 @@ class CpuBackend final : public TrainBackend {
         init_ = split.status();
       }
     }
-    shard_rank_ = shard_comm_->rank();
     shard_world_ = shard_comm_->world();
     const size_t U = layout_.units.size();
     numel_.resize(U);
-    slot_.resize(U);
-    shard_.resize(U);
+    std::vector<ModeUnit> units(U);
     for (size_t u = 0; u < U; ++u) {
       numel_[u] = layout_.units[u].numel;
-      slot_[u] = ShardSize(numel_[u], shard_world_);
-      shard_[u] = ShardOf(numel_[u], shard_rank_, shard_world_);
+      units[u] = {layout_.units[u].name, numel_[u]};
     }
+    exec_ = std::make_unique<ModeExecutor>(rules_, shard_comm_, replica_comm_, std::move(units));
     UnitBuffers zeros(U);
     for (size_t u = 0; u < U; ++u) zeros[u].assign(numel_[u], 0.0f);
     (void)SetParams(zeros);
@@ -132,7 +115,7 @@ class CpuBackend final : public TrainBackend {
     m_.assign(U, {});
     v_.assign(U, {});
     for (size_t u = 0; u < U; ++u) {
-      const int64_t n = sharded() ? slot_[u] : numel_[u];
+      const int64_t n = sharded() ? exec_->slot(u) : numel_[u];
       m_[u].assign(n, 0.0f);
       v_[u].assign(n, 0.0f);
     }
@@ -184,35 +167,15 @@ class CpuBackend final : public TrainBackend {
     float loss = 0.0f;
     FORGE_RETURN_IF_ERROR(Accumulate(micro, &loss));
     UnitBuffers& grads = acc_[0];
-    std::vector<CommWorkPtr> works;
+    PendingWork works;
 
     // Gradient communication, last unit first (the order backward produces them).
     const int U = static_cast<int>(numel_.size());
-    if (!sharded()) {
-      for (int u = U - 1; u >= 0; --u)
-        FORGE_RETURN_IF_ERROR(Launch(
-            comm_->AllReduceSum(grads[u].data(), numel_[u], DType::kF32, "grad " + UnitName(u)),
-            &works));
-      FORGE_RETURN_IF_ERROR(WaitAll(&works));
-    } else {
-      grad_shard_.resize(U);
-      for (int u = U - 1; u >= 0; --u) {
-        grads[u].resize(PaddedSize(numel_[u], shard_world_));  // zero padding, within capacity
-        grad_shard_[u].resize(slot_[u]);
-        FORGE_RETURN_IF_ERROR(
-            Launch(shard_comm_->ReduceScatterSum(grads[u].data(), grad_shard_[u].data(),
-                                                 slot_[u], DType::kF32, "grad " + UnitName(u)),
-                   &works));
-      }
-      FORGE_RETURN_IF_ERROR(WaitAll(&works));
-      if (replica_comm_ != nullptr) {  // hsdp: the shard groups' sums, summed over replicas
-        for (int u = U - 1; u >= 0; --u)
-          FORGE_RETURN_IF_ERROR(Launch(replica_comm_->AllReduceSum(grad_shard_[u].data(), slot_[u],
-                                                                   DType::kF32,
-                                                                   "grad shard " + UnitName(u)),
-                                       &works));
-        FORGE_RETURN_IF_ERROR(WaitAll(&works));
-      }
+    if (sharded()) grad_shard_.resize(U);
+    for (int u = U - 1; u >= 0; --u)
+      FORGE_RETURN_IF_ERROR(exec_->ReduceGrad(u, GradPass{}, this, &works));
+    FORGE_RETURN_IF_ERROR(WaitAll(&works));
+    if (sharded()) {
       if (rules_.free_full_grads) {
         acc_.clear();
         acc_.shrink_to_fit();
@@ -226,19 +189,19 @@ class CpuBackend final : public TrainBackend {
     }
 
     // Global gradient norm: exact, so the same for any split over ranks. Sharded modes sum
-    // over the shard comm (hsdp's replica groups hold the same shards).
+    // their slots' squares over the executor's norm comm (the shard group: hsdp's replica
+    // groups hold the same shards).
     ExactSquareSum sumsq;
     for (int u = 0; u < U; ++u) {
       if (sharded())
-        sumsq.Add(grad_shard_[u].data(), shard_[u].size());
+        sumsq.Add(grad_shard_[u].data(), exec_->owned(u).size());
       else
         sumsq.Add(grads[u].data(), numel_[u]);
     }
-    if (sharded()) {
+    if (Comm* norm_comm = exec_->norm_comm()) {
       auto wire = sumsq.ToDoubles();
-      FORGE_RETURN_IF_ERROR(
-          AllReduceSumBlocking(shard_comm_, wire.data(), int64_t(wire.size()), DType::kF64,
-                               "grad norm"));
+      FORGE_RETURN_IF_ERROR(AllReduceSumBlocking(norm_comm, wire.data(), int64_t(wire.size()),
+                                                 DType::kF64, "grad norm"));
       sumsq = ExactSquareSum::FromDoubles(wire.data());
     }
     const float norm = static_cast<float>(std::sqrt(sumsq.Value()));
@@ -254,7 +217,7 @@ class CpuBackend final : public TrainBackend {
     for (int u = 0; u < U && !skip; ++u) {
       // Element e of the unit lives at p[e - off] etc.: full buffers have off = 0, slots
       // start at the shard's first element.
-      const ShardRange own = sharded() ? shard_[u] : ShardRange{0, numel_[u]};
+      const ShardRange own = exec_->owned(u);
       const int64_t off = own.begin;
       float* p = fsdp_like() ? param_shard_[u].data() : params_[u].data() + off;
       const float* g = sharded() ? grad_shard_[u].data() : grads[u].data();
@@ -278,13 +241,8 @@ class CpuBackend final : public TrainBackend {
 
     // zero1/zero2: every rank gets the updated params back (in place: slot r is the shard).
     if (rules_.gather_after_update) {
-      for (int u = 0; u < U; ++u) {
-        params_[u].resize(PaddedSize(numel_[u], world_));
-        float* base = params_[u].data();
-        FORGE_RETURN_IF_ERROR(Launch(comm_->AllGather(base + rank_ * slot_[u], base, slot_[u],
-                                                      DType::kF32, "params " + UnitName(u)),
-                                     &works));
-      }
+      for (int u = 0; u < U; ++u)
+        FORGE_RETURN_IF_ERROR(exec_->GatherAfterUpdate(u, this, &works));
       FORGE_RETURN_IF_ERROR(WaitAll(&works));
       for (int u = 0; u < U; ++u) params_[u].resize(numel_[u]);
     }
@@ -312,18 +270,13 @@ class CpuBackend final : public TrainBackend {
     FORGE_RETURN_IF_ERROR(init_);
     if (fsdp_like() && !params_ready_) FORGE_RETURN_IF_ERROR(GatherParams());
     FORGE_RETURN_IF_ERROR(Accumulate(micro, loss));
-    std::vector<CommWorkPtr> works;
-    // hsdp sums over the shard group, then over replicas: the canonical order for its data
-    // positions (hybrid_groups.h), as TrainStep sums.
-    std::vector<Comm*> sums = {comm_};
-    if (rules_.reduce_over_replicas) sums = {shard_comm_, replica_comm_};
-    for (Comm* c : sums) {
-      for (int u = int(numel_.size()) - 1; u >= 0; --u)
-        FORGE_RETURN_IF_ERROR(Launch(
-            c->AllReduceSum(acc_[0][u].data(), numel_[u], DType::kF32, "grad " + UnitName(u)),
-            &works));
-      FORGE_RETURN_IF_ERROR(WaitAll(&works));
-    }
+    // Every rank wants the whole gradient: all-reduced in every mode. hsdp sums over the shard
+    // group, then over replicas: the canonical order for its data positions
+    // (hybrid_groups.h), as TrainStep sums.
+    PendingWork works;
+    for (int u = int(numel_.size()) - 1; u >= 0; --u)
+      FORGE_RETURN_IF_ERROR(exec_->ReduceGrad(u, GradPass{.all_reduce = true}, this, &works));
+    FORGE_RETURN_IF_ERROR(WaitAll(&works));
     *grads = acc_[0];
     if (rules_.free_full_grads) {
       acc_.clear();
@@ -335,7 +288,24 @@ class CpuBackend final : public TrainBackend {
  private:
   bool sharded() const { return rules_.sharded(); }
   bool fsdp_like() const { return rules_.shard_params; }
-  const std::string& UnitName(int u) const { return layout_.units[u].name; }
+
+  // ModeStorage: the step's gradient is acc_[0], its slots grad_shard_ (sized by TrainStep).
+  StatusOr<GradBuffers> GradToReduce(int u, CollectiveOp op) override {
+    std::vector<float>& g = acc_[0][u];
+    if (op == CollectiveOp::kAllReduce) return GradBuffers{g.data(), nullptr, DType::kF32};
+    g.resize(PaddedSize(numel_[u], shard_world_));  // zero padding, within capacity
+    grad_shard_[u].resize(exec_->slot(u));
+    return GradBuffers{g.data(), grad_shard_[u].data(), DType::kF32};
+  }
+  StatusOr<float*> HandOverToReplicas(int u, CollectiveOp op, CommWork* work) override {
+    FORGE_RETURN_IF_ERROR(work->Wait());
+    return op == CollectiveOp::kAllReduce ? acc_[0][u].data() : grad_shard_[u].data();
+  }
+  void* ParamsToGather(int u, DType* dtype) override {
+    *dtype = DType::kF32;
+    params_[u].resize(PaddedSize(numel_[u], shard_world_));  // within capacity
+    return params_[u].data();
+  }
 
   // dst = src (n floats) with capacity for the padded size, so collectives can grow it in place.
   void AssignPadded(const float* src, size_t u, std::vector<float>* dst) const {
@@ -343,10 +313,11 @@ class CpuBackend final : public TrainBackend {
     dst->reserve(PaddedSize(numel_[u], shard_world_));
     dst->assign(src, src + numel_[u]);
   }
-  // dst = this rank's slot of unit u taken from a full buffer (slot_[u] floats, zero-padded).
+  // dst = this rank's slot of unit u taken from a full buffer (slot floats, zero-padded).
   void TakeSlot(const std::vector<float>& full, size_t u, std::vector<float>* dst) const {
-    dst->assign(slot_[u], 0.0f);
-    std::copy(full.begin() + shard_[u].begin, full.begin() + shard_[u].end, dst->begin());
+    dst->assign(exec_->slot(u), 0.0f);
+    const ShardRange own = exec_->owned(u);
+    std::copy(full.begin() + own.begin, full.begin() + own.end, dst->begin());
   }
   static void ReleaseFull(UnitBuffers* b) {
     b->clear();
@@ -357,14 +328,12 @@ class CpuBackend final : public TrainBackend {
   Status GatherSlots(const UnitBuffers& slots, UnitBuffers* full) {
     const size_t U = numel_.size();
     full->resize(U);
-    std::vector<CommWorkPtr> works;
+    PendingWork works;
     for (size_t u = 0; u < U; ++u) {
       (*full)[u].reserve(PaddedSize(numel_[u], shard_world_));
       (*full)[u].resize(PaddedSize(numel_[u], shard_world_));
-      FORGE_RETURN_IF_ERROR(
-          Launch(shard_comm_->AllGather(slots[u].data(), (*full)[u].data(), slot_[u], DType::kF32,
-                                        "gather " + UnitName(u)),
-                 &works));
+      FORGE_RETURN_IF_ERROR(exec_->GatherShards(int(u), slots[u].data(), (*full)[u].data(),
+                                                DType::kF32, "gather", &works));
     }
     FORGE_RETURN_IF_ERROR(WaitAll(&works));
     for (size_t u = 0; u < U; ++u) (*full)[u].resize(numel_[u]);
@@ -431,17 +400,16 @@ class CpuBackend final : public TrainBackend {
   int data_rank_ = 0;  // the position of this rank's micro-steps (hybrid_groups.h)
   ModeRules rules_;
   // Where the state is sharded: comm_ itself, or hsdp's shard group; hsdp's replica group
-  // (null when it has one rank). shard_rank_/shard_world_ place this rank's slots.
+  // (null when it has one rank). shard_world_: the ranks the state is sharded over.
   HybridComms hybrid_;
   Comm* shard_comm_ = nullptr;
   Comm* replica_comm_ = nullptr;
-  int shard_rank_ = 0, shard_world_ = 1;
+  int shard_world_ = 1;
+  std::unique_ptr<ModeExecutor> exec_;  // the mode's collectives over those comms
   Status init_;  // a failed hsdp split: every entry point returns it
   CpuModel model_;
   const ParamLayout& layout_;
-  std::vector<int64_t> numel_;     // per unit
-  std::vector<int64_t> slot_;      // per unit: ShardSize (padded slot per rank)
-  std::vector<ShardRange> shard_;  // per unit: this rank's elements
+  std::vector<int64_t> numel_;  // per unit
 
   UnitBuffers params_;  // full (capacity padded); fsdp: only while params_ready_
   bool params_ready_ = false;

@@ -17,6 +17,13 @@
 //       shard groups of G ranks) also checks that every replica group ends with bitwise the
 //       same weights and moments. --native-sums
 //       uses MPI's own reductions instead of the canonical order (to measure the difference).
+//   forge_parallel_check executor
+//       ModeExecutor (worker/parallel/mode_executor.h) over host buffers in ddp, zero1, fsdp
+//       and, on 4 ranks, hsdp with shard groups of 2: each unit's gradient sum (all-reduced,
+//       reduce-scattered into the slot, hsdp's two-level sum) bitwise the canonical sum of the
+//       ranks' inputs rebuilt locally, the storage hooks called in order (the replica hand-over
+//       only on a last micro-step), the owned ranges tiling each unit, the norm's comm, and the
+//       gathers (after the update in zero1 only; of any slots in every sharded mode).
 //   forge_parallel_check hang --timeout S [--unwaited]
 //       Rank 1 skips an all-reduce the others start. Rank 0 waits for it (or, with --unwaited,
 //       never does): the comm's timeout must name the rank and the collective and the job must
@@ -35,7 +42,11 @@
 #include <vector>
 
 #include "driver_util.h"
+#include "worker/model/shard_layout.h"
 #include "worker/parallel/comm.h"
+#include "worker/parallel/hybrid_groups.h"
+#include "worker/parallel/mode_executor.h"
+#include "worker/parallel/mode_rules.h"
 #include "worker/parallel/mpi_comm.h"
 #include "worker/parallel/rendezvous.h"
 #include "worker/parallel/sum_order.h"
@@ -267,6 +278,174 @@ int RunComm(Comm* comm, Comm* native) {
 }
 
 // ----------------------------------------------------------------------------------------
+// executor
+
+// ModeExecutor's storage over host vectors (the CPU backend's shapes), logging its hooks.
+struct HostStorage final : ModeStorage {
+  std::vector<std::vector<float>> grad, slot, params;
+  std::string log;
+
+  StatusOr<GradBuffers> GradToReduce(int u, CollectiveOp op) override {
+    log += op == CollectiveOp::kAllReduce ? "all_reduce" : "reduce_scatter";
+    return GradBuffers{grad[u].data(), slot[u].data(), DType::kF32};
+  }
+  Status GradReduced(int, CollectiveOp, CommWork*) override {
+    log += " reduced";
+    return Status::Ok();
+  }
+  StatusOr<float*> HandOverToReplicas(int u, CollectiveOp op, CommWork* work) override {
+    log += " replicas";
+    FORGE_RETURN_IF_ERROR(work->Wait());
+    return op == CollectiveOp::kAllReduce ? grad[u].data() : slot[u].data();
+  }
+  Status GradDone(int) override {
+    log += " done;";
+    return Status::Ok();
+  }
+  void* ParamsToGather(int u, DType* dtype) override {
+    log += "gather;";
+    *dtype = DType::kF32;
+    return params[u].data();
+  }
+};
+
+// The canonical sum over `groups` (in order) of each group's canonical sum over its ranks of
+// Value(tag, rank, i) for i < numel, zero up to n.
+std::vector<float> GroupedSum(const std::vector<std::vector<int>>& groups, int64_t numel,
+                              int64_t n, uint64_t tag) {
+  std::vector<std::vector<float>> partial;
+  for (const std::vector<int>& ranks : groups) {
+    std::vector<std::vector<float>> in(ranks.size(), std::vector<float>(n, 0.0f));
+    std::vector<float*> parts;
+    for (size_t k = 0; k < ranks.size(); ++k) {
+      for (int64_t i = 0; i < numel; ++i) in[k][i] = Value(tag, ranks[k], i);
+      parts.push_back(in[k].data());
+    }
+    partial.emplace_back(n);
+    CanonicalSum(partial.back().data(), parts.data(), int(parts.size()), n);
+  }
+  std::vector<float*> parts;
+  for (auto& p : partial) parts.push_back(p.data());
+  std::vector<float> out(n);
+  CanonicalSum(out.data(), parts.data(), int(parts.size()), n);
+  return out;
+}
+
+int RunExecutor(Comm* comm) {
+  const int rank = comm->rank(), W = comm->world();
+  Checker c{rank};
+  std::vector<std::string> modes = {"ddp", "zero1", "fsdp"};
+  if (W == 4) modes.push_back("hsdp2");
+  const std::vector<int64_t> sizes = {5, 33, 1000};
+  std::vector<ModeUnit> units;
+  for (size_t u = 0; u < sizes.size(); ++u) units.push_back({"u" + std::to_string(u), sizes[u]});
+  const int U = int(units.size());
+
+  for (const std::string& mode : modes) {
+    ParallelConfig p;
+    check::ParseMode(mode, &p);
+    const ModeRules rules = ModeRulesFor(p, W);
+    HybridComms hybrid;
+    Comm* shard = comm;
+    if (rules.reduce_over_replicas) {
+      auto split = SplitHybridComms(comm, p.shard_group_size);
+      if (!split.ok()) comm->Abort(split.status());
+      hybrid = std::move(split).value();
+      shard = hybrid.shard.get();
+    }
+    const int G = shard->world(), R = W / G, j = shard->rank(), i = rank / G;
+    // Shard groups in replica order: the two-level sum's order (hybrid_groups.h).
+    std::vector<std::vector<int>> groups(R);
+    for (int g = 0; g < R; ++g)
+      for (int k = 0; k < G; ++k) groups[g].push_back(g * G + k);
+    const ModeExecutor exec(rules, shard, hybrid.replica.get(), units);
+    const std::string at = " (" + mode + ")";
+    c.Expect(exec.norm_comm() == (rules.sharded() ? shard : nullptr), "norm comm" + at);
+
+    // Gradients: a step's last micro-step, a micro-step before it, and every rank wanting the
+    // whole gradient.
+    for (int pass = 0; pass < 3; ++pass) {
+      const GradPass gp{.all_reduce = pass == 2, .last_micro = pass != 1};
+      HostStorage s;
+      for (int u = 0; u < U; ++u) {
+        const int64_t n = rules.sharded() ? PaddedSize(sizes[u], G) : sizes[u];
+        s.grad.emplace_back(n, 0.0f);
+        for (int64_t e = 0; e < sizes[u]; ++e) s.grad[u][e] = Value(30 + u, rank, e);
+        s.slot.emplace_back(exec.slot(u), -1.0f);
+      }
+      PendingWork pending;
+      for (int u = U - 1; u >= 0; --u)
+        c.Ok(exec.ReduceGrad(u, gp, &s, &pending), "ReduceGrad" + at);
+      c.Ok(WaitAll(&pending), "wait" + at);
+      const bool rs = rules.sharded() && !gp.all_reduce;
+      const bool replicas = rules.reduce_over_replicas && gp.last_micro;
+      std::string want;
+      for (int u = 0; u < U; ++u)
+        want += std::string(rs ? "reduce_scatter" : "all_reduce") + " reduced" +
+                (replicas ? " replicas" : "") + " done;";
+      c.Expect(s.log == want, "hooks in order" + at + ": " + s.log);
+      for (int u = U - 1; u >= 0; --u) {
+        const int64_t n = int64_t(s.grad[u].size());
+        // The shard group's sum, or (hsdp's last micro-step) the sum over every group.
+        const std::vector<float> sum =
+            replicas ? GroupedSum(groups, sizes[u], n, 30 + u)
+                     : GroupedSum({groups[i]}, sizes[u], n, 30 + u);
+        const float* got = rs ? s.slot[u].data() : s.grad[u].data();
+        const float* expect = rs ? sum.data() + j * exec.slot(u) : sum.data();
+        c.Expect(SameBits(got, expect, rs ? exec.slot(u) : sizes[u]),
+                 "unit " + units[u].name + " pass " + std::to_string(pass) +
+                     " bitwise the canonical sum" + at);
+      }
+    }
+
+    // Owned ranges: whole units in ddp, else the shard group's ranks tile each unit.
+    for (int u = 0; u < U; ++u) {
+      const ShardRange own = exec.owned(u);
+      double size = double(own.size());
+      c.Ok(AllReduceSumBlocking(shard, &size, 1, DType::kF64, "owned"), "owned sum" + at);
+      const double copies = rules.sharded() ? 1.0 : double(G);
+      const int64_t begin = rules.sharded() ? std::min(sizes[u], j * exec.slot(u)) : 0;
+      c.Expect(size == copies * double(sizes[u]) && own.begin == begin,
+               "owned ranges tile unit " + units[u].name + at);
+    }
+
+    if (rank == 0) std::printf("executor world=%d mode=%s: checked\n", W, mode.c_str());
+
+    // Gathers: after the update (zero1, zero2 only), and of any slots (sharded modes).
+    if (!rules.sharded()) continue;
+    HostStorage s;
+    PendingWork pending;
+    std::vector<std::vector<float>> mine(U), full(U);
+    for (int u = 0; u < U; ++u) {
+      const int64_t slot = exec.slot(u);
+      s.params.emplace_back(G * slot, -1.0f);
+      full[u].assign(G * slot, -1.0f);
+      for (int64_t e = 0; e < slot; ++e) {
+        s.params[u][j * slot + e] = Value(40 + u, j, e);
+        mine[u].push_back(Value(50 + u, j, e));
+      }
+      c.Ok(exec.GatherAfterUpdate(u, &s, &pending), "GatherAfterUpdate" + at);
+      c.Ok(exec.GatherShards(u, mine[u].data(), full[u].data(), DType::kF32, "gather", &pending),
+           "GatherShards" + at);
+    }
+    c.Ok(WaitAll(&pending), "wait gathers" + at);
+    c.Expect(s.log == (rules.gather_after_update ? "gather;gather;gather;" : ""),
+             "gathers after the update in zero only" + at + ": " + s.log);
+    for (int u = 0; u < U; ++u) {
+      bool ok = true;
+      for (int r = 0; r < G; ++r)
+        for (int64_t e = 0; e < exec.slot(u); ++e) {
+          ok &= full[u][r * exec.slot(u) + e] == Value(50 + u, r, e);
+          if (rules.gather_after_update)
+            ok &= s.params[u][r * exec.slot(u) + e] == Value(40 + u, r, e);
+        }
+      c.Expect(ok, "gathered unit " + units[u].name + at);
+    }
+  }
+  return c.failures;
+}
+
+// ----------------------------------------------------------------------------------------
 // trajectory
 
 // Single sequences or micro-batches of `micro`, as the test case asks.
@@ -388,7 +567,7 @@ int RunHang(Comm* comm, bool unwaited) {
 int main(int argc, char** argv) {
   using namespace forge;
   return check::MpiCheckMain(
-      argc, argv, "forge_parallel_check comm|trajectory|hang [flags]", "PARALLEL_CHECK OK",
+      argc, argv, "forge_parallel_check comm|executor|trajectory|hang [flags]", "PARALLEL_CHECK OK",
       [argc, argv](const std::string& cmd) {
         MpiCommOptions o;
         o.timeout_s = 120;
@@ -408,6 +587,7 @@ int main(int argc, char** argv) {
           return std::move(made).value();
         };
         if (cmd == "comm") return RunComm(comm, native_comm().get());
+        if (cmd == "executor") return RunExecutor(comm);
         if (cmd == "trajectory") {
           std::unique_ptr<Comm> native;
           if (HasFlag(argc, argv, "--native-sums")) native = native_comm();
