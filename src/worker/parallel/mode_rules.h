@@ -1,8 +1,9 @@
 // What each data-parallel mode keeps on a rank and what it moves, decided once from the config
 // and the world size: the one statement of parallel.mode that the CPU backend, the CUDA backend
-// (cuda_backend.cu, cuda_data_parallel.h) and the memory estimate follow. Each backend carries
-// the rules out with its own buffers (the GPU unit by unit, overlapped with the backward; the
-// CPU after the backward), so a mode means the same on both.
+// (cuda_backend.cu, cuda_data_parallel.h) and the memory estimate follow. The collectives that
+// carry them out are mode_executor.h's, which both backends call with their own buffers (the
+// GPU unit by unit, overlapped with the backward; the CPU after the backward), so a mode means
+// the same on both.
 //
 //          kept between steps (per rank)          gradient after the backward     after AdamW
 //   ddp    params, gradient, moments: full        all-reduced                     -

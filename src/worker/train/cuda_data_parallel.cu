@@ -104,6 +104,9 @@ Status CudaDataParallel::Init() {
   }
   comm_->SetProducerStream(nullptr);  // ordering is explicit, through the events below
   const size_t U = model_->layout().units.size();
+  std::vector<ModeUnit> units;
+  for (const UnitLayout& u : model_->layout().units) units.push_back({u.name, u.numel});
+  exec_ = std::make_unique<ModeExecutor>(rules_, comm_, replica_, std::move(units));
   const CudaParamBuffers& pb = model_->param_buffers();
   const bool ok = pb.slot.size() == U && (!sharded() || pb.grad_shard != nullptr) &&
                   (fsdp() == (pb.params_shard != nullptr)) &&
@@ -264,64 +267,105 @@ Status CudaDataParallel::IssueWaiting() {
 }
 
 // Gradient buckets are whole units: the NCCL stream waits for the unit's last writes on both
-// streams, then sums it. Later units' backward keeps running on the compute streams.
+// streams, then the executor sums it (mode_executor.h, through the storage hooks below). Later
+// units' backward keeps running on the compute streams.
 Status CudaDataParallel::IssueGradCollective(int u, cudaEvent_t compute_done,
                                              cudaEvent_t wgrad_done, bool all_reduce) {
   FORGE_RETURN_IF_ERROR(CommWaits(compute_done));
   if (wgrad_done != nullptr) FORGE_RETURN_IF_ERROR(CommWaits(wgrad_done));
-  const CudaParamBuffers& pb = model_->param_buffers();
-  const UnitLayout& unit = model_->layout().units[u];
-  if (fsdp()) {
-    const int l = block_of(u);
-    const float* g = l >= 0 ? block_grads_[l % 2]
-                            : root_grads_[u == model_->layout().embedding_unit() ? 0 : 1];
-    return FsdpReduceScatter(u, g);
-  }
-  float* g = pb.grads + pb.unit_offset[u];
-  if (!sharded()) {
-    // ddp: the summed gradient is final on the NCCL stream right after the all-reduce, so
-    // its share of the grad norm is taken there, overlapping the rest of the backward.
-    if (ddp_bf16()) {  // in grads16, where the norm and AdamW read it
-      FORGE_RETURN_IF_ERROR(model_->CastUnitGradsToBf16(u, nccl_stream_));
-      FORGE_RETURN_IF_ERROR(comm_
-                                ->AllReduceSum(pb.grads16 + pb.unit_offset[u], unit.numel,
-                                               DType::kBF16, "grad " + unit.name + " (bf16)")
-                                .status());
-    } else {
-      FORGE_RETURN_IF_ERROR(
-          comm_->AllReduceSum(g, unit.numel, DType::kF32, "grad " + unit.name).status());
-    }
-    return model_->SumUnitSquares(u, nccl_stream_);
-  }
-  if (grad_reduce_ == GradReduce::kBf16) return ReduceBf16(u, g, all_reduce);
-  const std::string what = "grad " + unit.name;
-  if (all_reduce) return comm_->AllReduceSum(g, unit.numel, DType::kF32, what).status();
-  // Padded unit: world * slot elements, zero beyond numel.
-  return comm_->ReduceScatterSum(g, pb.grad_shard + pb.shard_offset[u], pb.slot[u],
-                                 DType::kF32, what)
-      .status();
+  return exec_->ReduceGrad(u, GradPass{.all_reduce = all_reduce, .last_micro = last_micro_}, this,
+                           /*pending=*/nullptr);
 }
 
 // Everything below runs on the NCCL stream, in order, so comm_bf16_ is free again once the
 // previous unit's widening was enqueued (see the header comment).
-Status CudaDataParallel::ReduceBf16(int u, float* g, bool all_reduce) {
+StatusOr<GradBuffers> CudaDataParallel::GradToReduce(int u, CollectiveOp op) {
   const CudaParamBuffers& pb = model_->param_buffers();
-  const UnitLayout& unit = model_->layout().units[u];
-  const std::string what = "grad " + unit.name + " (bf16)";
-  if (all_reduce) {
-    FORGE_RETURN_IF_ERROR(cuda::CastFloatToBf16(comm_bf16_, g, unit.numel, nccl_stream_));
-    FORGE_RETURN_IF_ERROR(
-        comm_->AllReduceSum(comm_bf16_, unit.numel, DType::kBF16, what).status());
-    return cuda::CastBf16ToFloat(g, comm_bf16_, unit.numel, nccl_stream_);
+  const bool all = op == CollectiveOp::kAllReduce;
+  if (fsdp()) {
+    // Into the slot on the step's first micro-step; later ones into a scratch slot, then added
+    // (GradReduced).
+    const int l = block_of(u);
+    float* g = l >= 0 ? block_grads_[l % 2]
+                      : root_grads_[u == model_->layout().embedding_unit() ? 0 : 1];
+    return GradBuffers{g, first_micro_ ? pb.grad_shard + pb.shard_offset[u] : add_slot_,
+                       DType::kF32};
   }
-  // Padded unit (world * slot, zero beyond numel), reduce-scattered in place: this rank's sum
-  // lands at slot `rank` of the buffer.
-  const int64_t slot = pb.slot[u];
-  FORGE_RETURN_IF_ERROR(cuda::CastFloatToBf16(comm_bf16_, g, world_ * slot, nccl_stream_));
-  cuda::bf16* mine = comm_bf16_ + rank_ * slot;
-  FORGE_RETURN_IF_ERROR(
-      comm_->ReduceScatterSum(comm_bf16_, mine, slot, DType::kBF16, what).status());
-  return cuda::CastBf16ToFloat(pb.grad_shard + pb.shard_offset[u], mine, slot, nccl_stream_);
+  float* g = pb.grads + pb.unit_offset[u];
+  if (ddp_bf16()) {  // in grads16, where the norm and AdamW read it
+    FORGE_RETURN_IF_ERROR(model_->CastUnitGradsToBf16(u, nccl_stream_));
+    return GradBuffers{pb.grads16 + pb.unit_offset[u], nullptr, DType::kBF16};
+  }
+  if (grad_reduce_ == GradReduce::kBf16) {
+    // Rounded into comm_bf16_. A reduce-scatter reads the padded unit (world * slot, zero
+    // beyond numel) in place: this rank's sum lands at slot `rank` of the buffer.
+    const int64_t slot = pb.slot[u];
+    const int64_t n = all ? model_->layout().units[u].numel : world_ * slot;
+    FORGE_RETURN_IF_ERROR(cuda::CastFloatToBf16(comm_bf16_, g, n, nccl_stream_));
+    return GradBuffers{comm_bf16_, all ? nullptr : comm_bf16_ + rank_ * slot, DType::kBF16};
+  }
+  // Padded unit for a reduce-scatter: world * slot elements, zero beyond numel.
+  return GradBuffers{g, all ? nullptr : pb.grad_shard + pb.shard_offset[u], DType::kF32};
+}
+
+Status CudaDataParallel::GradReduced(int u, CollectiveOp op, CommWork* /*work*/) {
+  const CudaParamBuffers& pb = model_->param_buffers();
+  if (fsdp()) {
+    if (first_micro_) return Status::Ok();
+    AddKernel<<<256, 256, 0, nccl_stream_>>>(pb.grad_shard + pb.shard_offset[u], add_slot_,
+                                             pb.slot[u]);
+    FORGE_CUDA_LAUNCH_CHECK();
+    return Status::Ok();
+  }
+  // ddp: the summed gradient is final on the NCCL stream right after the all-reduce, so its
+  // share of the grad norm is taken there, overlapping the rest of the backward.
+  if (!sharded()) return model_->SumUnitSquares(u, nccl_stream_);
+  if (grad_reduce_ != GradReduce::kBf16) return Status::Ok();
+  if (op == CollectiveOp::kAllReduce) {
+    return cuda::CastBf16ToFloat(pb.grads + pb.unit_offset[u], comm_bf16_,
+                                 model_->layout().units[u].numel, nccl_stream_);
+  }
+  return cuda::CastBf16ToFloat(pb.grad_shard + pb.shard_offset[u], comm_bf16_ + rank_ * pb.slot[u],
+                               pb.slot[u], nccl_stream_);
+}
+
+// hsdp (fsdp's reduce-scatter): the slot is this shard group's complete sum; the other groups'
+// are added on the replica comm's stream, while the shard stream goes on with the next units.
+StatusOr<float*> CudaDataParallel::HandOverToReplicas(int u, CollectiveOp op,
+                                                      CommWork* /*work*/) {
+  if (op != CollectiveOp::kReduceScatter)
+    return Status::Precondition("CudaDataParallel: hsdp sums gradient slots over replicas");
+  FORGE_RETURN_IF_ERROR(ReplicaWaitsShard());
+  const CudaParamBuffers& pb = model_->param_buffers();
+  return pb.grad_shard + pb.shard_offset[u];
+}
+
+// fsdp: the gradient buffer is free for its next unit once the NCCL stream passed here.
+Status CudaDataParallel::GradDone(int u) {
+  if (!fsdp()) return Status::Ok();
+  const int l = block_of(u);
+  if (l < 0) {
+    FORGE_CUDA_CHECK(cudaEventRecord(root_rs_done_, nccl_stream_));
+    root_rs_pending_ = true;
+  } else {
+    FORGE_CUDA_CHECK(cudaEventRecord(rs_done_[l % 2], nccl_stream_));
+    rs_pending_[l % 2] = true;
+  }
+  return Status::Ok();
+}
+
+// zero: this rank's slot of the bf16 copy (just written by AdamW) is at slot `rank` of the
+// padded unit, where the in-place all-gather reads it.
+void* CudaDataParallel::ParamsToGather(int u, DType* dtype) {
+  const CudaParamBuffers& pb = model_->param_buffers();
+  *dtype = DType::kBF16;
+  return pb.params + pb.unit_offset[u];
+}
+
+Status CudaDataParallel::ParamsGathered(int u) {
+  FORGE_CUDA_CHECK(cudaEventRecord(params_gathered_[u], nccl_stream_));
+  gather_pending_[u] = true;
+  return Status::Ok();
 }
 
 Status CudaDataParallel::OnBeforeForward(int u, cudaStream_t compute) {
@@ -415,20 +459,12 @@ Status CudaDataParallel::ShareFp8Amax(cudaStream_t compute) {
   return max_over(replica_, replicas_, "fp8 amax (replicas)");
 }
 
-// In place: this rank's slot of the bf16 copy (just written by AdamW) is at slot `rank` of
-// the padded unit, which is where NCCL's in-place all-gather reads it.
+// zero, after AdamW: every unit's params all-gathered in place (ParamsToGather), each
+// unit's gather an event the next forward waits for just before the unit.
 Status CudaDataParallel::GatherParams(cudaStream_t compute) {
   FORGE_RETURN_IF_ERROR(CommWaitsStream(compute));
-  const CudaParamBuffers& pb = model_->param_buffers();
-  const auto& units = model_->layout().units;
-  for (size_t u = 0; u < units.size(); ++u) {
-    cuda::bf16* p = pb.params + pb.unit_offset[u];
-    FORGE_RETURN_IF_ERROR(comm_->AllGather(p + rank_ * pb.slot[u], p, pb.slot[u], DType::kBF16,
-                                           "params " + units[u].name)
-                              .status());
-    FORGE_CUDA_CHECK(cudaEventRecord(params_gathered_[u], nccl_stream_));
-    gather_pending_[u] = true;
-  }
+  for (int u = 0; u < exec_->units(); ++u)
+    FORGE_RETURN_IF_ERROR(exec_->GatherAfterUpdate(u, this, /*pending=*/nullptr));
   return Status::Ok();
 }
 
@@ -448,9 +484,8 @@ Status CudaDataParallel::GatherSlots(State which, UnitBuffers* out, cudaStream_t
                                      pb.slot[u] * sizeof(float), cudaMemcpyDeviceToDevice,
                                      compute));
     FORGE_RETURN_IF_ERROR(CommWaitsStream(compute));
-    FORGE_RETURN_IF_ERROR(comm_->AllGather(scratch + rank_ * pb.slot[u], scratch, pb.slot[u],
-                                           DType::kF32, "gather " + units[u].name)
-                              .status());
+    FORGE_RETURN_IF_ERROR(exec_->GatherShards(int(u), scratch + rank_ * pb.slot[u], scratch,
+                                              DType::kF32, "gather", /*pending=*/nullptr));
     FORGE_RETURN_IF_ERROR(JoinComm(compute));
     (*out)[u].resize(units[u].numel);
     FORGE_CUDA_CHECK(cudaMemcpyAsync((*out)[u].data(), scratch, units[u].numel * sizeof(float),
@@ -515,10 +550,9 @@ Status CudaDataParallel::EnsureRoot(cudaStream_t compute, bool wait) {
     const int roots[2] = {layout.embedding_unit(), layout.final_norm_unit()};
     for (int i = 0; i < 2; ++i) {
       const int u = roots[i];
-      FORGE_RETURN_IF_ERROR(comm_->AllGather(pb.params_shard + pb.shard_offset[u],
-                                             root_params_[i], pb.slot[u], DType::kBF16,
-                                             "params " + layout.units[u].name)
-                                .status());
+      FORGE_RETURN_IF_ERROR(exec_->GatherShards(u, pb.params_shard + pb.shard_offset[u],
+                                                root_params_[i], DType::kBF16, "params",
+                                                /*pending=*/nullptr));
     }
     FORGE_CUDA_CHECK(cudaEventRecord(root_gathered_, nccl_stream_));
     root_valid_ = true;
@@ -537,10 +571,9 @@ Status CudaDataParallel::Ensure(int layer, cudaStream_t compute, bool wait) {
     if (released_pending_[b]) FORGE_RETURN_IF_ERROR(CommWaits(released_[b]));
     else FORGE_RETURN_IF_ERROR(CommWaitsStream(compute));
     released_pending_[b] = false;
-    FORGE_RETURN_IF_ERROR(comm_->AllGather(pb.params_shard + pb.shard_offset[u], block_params_[b],
-                                           pb.slot[u], DType::kBF16,
-                                           "params " + model_->layout().units[u].name)
-                              .status());
+    FORGE_RETURN_IF_ERROR(exec_->GatherShards(u, pb.params_shard + pb.shard_offset[u],
+                                              block_params_[b], DType::kBF16, "params",
+                                              /*pending=*/nullptr));
     FORGE_CUDA_CHECK(cudaEventRecord(gathered_[b], nccl_stream_));
     holder_[b] = layer;
   }
@@ -594,38 +627,6 @@ Status CudaDataParallel::OnFsdpBackward(int u, cudaStream_t compute) {
     rs_pending_[b] = false;
   }
   if (l > 0) FORGE_RETURN_IF_ERROR(Ensure(l - 1, compute, /*wait=*/false));
-  return Status::Ok();
-}
-
-// Into the slot on the step's first micro-step; later ones into a scratch slot, then added.
-Status CudaDataParallel::FsdpReduceScatter(int u, const float* grads) {
-  const CudaParamBuffers& pb = model_->param_buffers();
-  float* slot = pb.grad_shard + pb.shard_offset[u];
-  float* dst = first_micro_ ? slot : add_slot_;
-  FORGE_RETURN_IF_ERROR(comm_->ReduceScatterSum(grads, dst, pb.slot[u], DType::kF32,
-                                                "grad " + model_->layout().units[u].name)
-                            .status());
-  if (!first_micro_) {
-    AddKernel<<<256, 256, 0, nccl_stream_>>>(slot, add_slot_, pb.slot[u]);
-    FORGE_CUDA_LAUNCH_CHECK();
-  }
-  if (replica_ != nullptr && last_micro_) {
-    // hsdp: the slot is this shard group's complete sum; add the other groups' on the replica
-    // comm's stream, while the shard stream goes on with the next units.
-    FORGE_RETURN_IF_ERROR(ReplicaWaitsShard());
-    FORGE_RETURN_IF_ERROR(replica_
-                              ->AllReduceSum(slot, pb.slot[u], DType::kF32,
-                                             "grad shard " + model_->layout().units[u].name)
-                              .status());
-  }
-  const int l = block_of(u);
-  if (l < 0) {
-    FORGE_CUDA_CHECK(cudaEventRecord(root_rs_done_, nccl_stream_));
-    root_rs_pending_ = true;
-  } else {
-    FORGE_CUDA_CHECK(cudaEventRecord(rs_done_[l % 2], nccl_stream_));
-    rs_pending_[l % 2] = true;
-  }
   return Status::Ok();
 }
 

@@ -1,5 +1,9 @@
 // Data parallelism for the CUDA backend over NCCL, kept apart from the model: it plugs into
-// CudaModel's per-unit hooks (cuda_model.h) and owns every collective of a step.
+// CudaModel's per-unit hooks (cuda_model.h) and owns every collective of a step. The mode's
+// per-unit collectives (which one sums a gradient, hsdp's replica sum, the gathers) are
+// worker/parallel/mode_executor.h's, the CPU backend's too: this class calls them from the
+// hooks and is their storage (device buffers, the bf16 staging, the hand-over between the
+// shard and replica streams); when and on which stream they run, and the overlap, are its own.
 //
 //   ddp    each unit's gradient is all-reduced on the NCCL stream as soon as the unit's
 //          backward finished (on the step's last micro-step only), overlapped with the
@@ -80,13 +84,14 @@
 #include "kernels/cuda/adamw.cuh"
 #include "worker/model/cuda_model.h"
 #include "worker/model/unit_buffers.h"
+#include "worker/parallel/mode_executor.h"
 #include "worker/parallel/mode_rules.h"
 #include "worker/parallel/nccl_comm.h"
 #include "worker/parallel/stream_wait_timer.h"
 
 namespace forge {
 
-class CudaDataParallel {
+class CudaDataParallel final : private ModeStorage {
  public:
   // `comm` (and `replica`) and `model` must outlive this. `rules` (mode_rules.h) are those of
   // a world of more than one rank. The model must have been created with shard_world =
@@ -97,7 +102,7 @@ class CudaDataParallel {
       GradReduce grad_reduce = GradReduce::kFp32,
       DdpAllReduce ddp_allreduce = DdpAllReduce::kNccl, bool comm_windows = true,
       NcclComm* replica = nullptr);
-  ~CudaDataParallel();
+  ~CudaDataParallel() override;
 
   // Ranks in all: the shard comm's world times the replicas.
   int world() const { return world_ * replicas_; }
@@ -166,15 +171,22 @@ class CudaDataParallel {
   // Comm windows (see the file comment): the collectives of waiting_ start here.
   Status OnCommWindow(int unit, cudaStream_t compute);
   Status IssueWaiting();
-  // The unit's gradient (fp32 at `g`) summed in bf16 through comm_bf16_ (see the file comment).
-  Status ReduceBf16(int unit, float* g, bool all_reduce);
+  // ModeStorage (mode_executor.h), on the NCCL stream: ddp's bf16 sums in grads16 and its norm
+  // share; zero's bf16 sums through comm_bf16_ (see the file comment); fsdp's rotating
+  // gradient buffers, their later micro-steps added into the slot; hsdp's replica stream
+  // ordered after the shard stream.
+  StatusOr<GradBuffers> GradToReduce(int unit, CollectiveOp op) override;
+  Status GradReduced(int unit, CollectiveOp op, CommWork* work) override;
+  StatusOr<float*> HandOverToReplicas(int unit, CollectiveOp op, CommWork* work) override;
+  Status GradDone(int unit) override;
+  void* ParamsToGather(int unit, DType* dtype) override;
+  Status ParamsGathered(int unit) override;
   Status OnBeforeForward(int unit, cudaStream_t compute);
   Status GatherParams(cudaStream_t compute);
   // fsdp
   Status InitFsdp();
   Status OnFsdpForward(int unit, cudaStream_t compute);
   Status OnFsdpBackward(int unit, cudaStream_t compute);
-  Status FsdpReduceScatter(int unit, const float* grads);
   // hsdp: the replica stream waits for everything issued on the shard comm's stream so far.
   Status ReplicaWaitsShard();
   // hsdp: n floats of `buf` (device) summed over the replica group, after the shard stream's
@@ -193,6 +205,7 @@ class CudaDataParallel {
   cudaEvent_t shard_point_ = nullptr;    // shard stream point the replica stream waits for
   cudaEvent_t replica_point_ = nullptr;  // replica stream point the compute stream waits for
   ModeRules rules_;
+  std::unique_ptr<ModeExecutor> exec_;  // over comm_ and replica_ (Init)
   CudaModel* model_;
   GradReduce grad_reduce_;
   DdpAllReduce ddp_allreduce_;
