@@ -383,13 +383,14 @@ Status CudaDataParallel::SumLoss(float* stats, cudaStream_t compute) {
 
 Status CudaDataParallel::Optimize(const cuda::AdamWHyper* hyper, float* stats,
                                   cudaStream_t compute) {
-  // ddp took every unit's share of the norm after its all-reduce (every backward completes
-  // every unit, and JoinComm ordered them).
-  const bool from_units = !sharded();
-  FORGE_RETURN_IF_ERROR(from_units ? model_->GradSumSquaresFromUnits(stats + 1, compute)
-                                   : model_->GradSumSquares(stats + 1, compute));
+  // The comm the norm's sum of squares is summed over (ModeExecutor::norm_comm): none for ddp,
+  // which took every unit's share of the norm after its all-reduce (every backward completes
+  // every unit, and JoinComm ordered them); the shard group in the sharded modes.
+  Comm* norm_comm = exec_->norm_comm();
+  FORGE_RETURN_IF_ERROR(norm_comm == nullptr ? model_->GradSumSquaresFromUnits(stats + 1, compute)
+                                             : model_->GradSumSquares(stats + 1, compute));
   if (model_->fp8() != nullptr) FORGE_RETURN_IF_ERROR(ShareFp8Amax(compute));
-  if (!sharded()) {
+  if (norm_comm == nullptr) {
     // Identical gradients everywhere: the local norm is the global one. A spike-gated update
     // (CudaModel::set_spike_gate) reads the global loss, so the loss is summed first then.
     if (model_->spike_gated()) {
@@ -399,10 +400,10 @@ Status CudaDataParallel::Optimize(const cuda::AdamWHyper* hyper, float* stats,
     FORGE_RETURN_IF_ERROR(model_->ClipAndUpdate(hyper, stats + 1, compute));
     return SumLoss(stats, compute);
   }
-  // [loss, sum of squares of this rank's slots] summed over ranks in one collective.
+  // [loss, sum of squares of this rank's slots] summed over the shard group in one collective.
   FORGE_RETURN_IF_ERROR(CommWaitsStream(compute));
   FORGE_RETURN_IF_ERROR(
-      comm_->AllReduceSum(stats, 2, DType::kF32, "loss and grad norm").status());
+      norm_comm->AllReduceSum(stats, 2, DType::kF32, "loss and grad norm").status());
   FORGE_RETURN_IF_ERROR(JoinComm(compute));
   // hsdp: the loss over the other replica groups too. The norm is complete (every replica
   // group holds the same summed slots), but each shard group summed it in its own NCCL order:
