@@ -654,16 +654,16 @@ TEST_F(GpuFlashBackward, MatchesCpuDefaultMode) {
   CheckFlashAgainstCpu({2, 256, 4, 4, 64}, false, 830);
 }
 
-// GQA: each kv head's CTAs walk the group's query heads, summing dK and dV.
+// GQA: a tile per query head; the group's last tile of each kv block sums their dK and dV.
 TEST_F(GpuFlashBackward, GroupedQueryMatchesCpu) {
   CheckFlashAgainstCpu({2, 256, 8, 2, 64}, true, 840);
 }
 
-// Many CTAs on one query block's semaphore at once (B x H = 256 heads of T 1024, as gpt350m):
-// two runs give the same bits; a mismatch would mean an addition out of order or unseen.
-TEST_F(GpuFlashBackward, LargeBatchIsBitwiseReproducible) {
-  const SdpaShape s{16, 1024, 16, 16, 64};
-  const Inputs in = RandomInputs(s, 850);
+// Many CTAs on one query block's semaphore at once: two runs give the same bits; a mismatch
+// would mean an addition out of order or unseen.
+void CheckFlashReproducible(const SdpaShape& s, uint64_t seed) {
+  SCOPED_TRACE(::testing::Message() << "B=" << s.B << " T=" << s.T << " H=" << s.H << " KV=" << s.KV);
+  const Inputs in = RandomInputs(s, seed);
   SdpaRunner runner;
   ASSERT_STATUS_OK(runner.Init(true, SdpaBackwardKernel::kFlash));
   DeviceRun d(s, in, true);
@@ -683,6 +683,17 @@ TEST_F(GpuFlashBackward, LargeBatchIsBitwiseReproducible) {
       EXPECT_TRUE(test::BitwiseEqual(got, first)) << "run " << run;
     }
   }
+}
+
+// B x H = 256 heads of T 1024, as gpt350m.
+TEST_F(GpuFlashBackward, LargeBatchIsBitwiseReproducible) {
+  CheckFlashReproducible({16, 1024, 16, 16, 64}, 850);
+}
+
+// GQA 4:1 at T 2048: the four query heads' tiles of each kv block finish in any order and the
+// last sums their dK and dV, in query-head order whichever it is.
+TEST_F(GpuFlashBackward, GroupedQueryLongSequenceIsBitwiseReproducible) {
+  CheckFlashReproducible({2, 2048, 16, 4, 64}, 855);
 }
 
 // FP8 outputs (FlashBackwardFp8Out): every byte of both layouts, the amax and scale_inv bit for

@@ -79,7 +79,7 @@ const LinearStrategy kFp8Pass =
     S(G::kFp8CublasLt, G::kFp8CublasLt, G::kFp8CublasLt, C::kCastPass, C::kCastPass);
 
 TEST(LinearStrategy, Bf16OnHopperRunsTheThreeEpilogueGemms) {
-  for (const char* name : {"gpt350m.yaml", "llama3-1b.yaml", "tiny.yaml"}) {
+  for (const char* name : {"gpt350m.yaml", "tiny.yaml"}) {
     SCOPED_TRACE(name);
     const LinearStrategies st = ChooseLinearStrategies(OptionsOf(Load(name)), Hopper());
     const LinearPlan& p = st.measuring;
@@ -96,6 +96,23 @@ TEST(LinearStrategy, Bf16OnHopperRunsTheThreeEpilogueGemms) {
   }
 }
 
+// Wider than gpt350m (llama3-1b's d_model 2048): cuBLASLt and a separate SwiGLU pass, forward
+// and backward, say so; RoPE stays in the QKV GEMM.
+TEST(LinearStrategy, Bf16WideModelsRunSwiGluApart) {
+  const LinearStrategies st = ChooseLinearStrategies(OptionsOf(Load("llama3-1b.yaml")), Hopper());
+  const LinearPlan& p = st.measuring;
+  EXPECT_EQ(p[kQkv], S(G::kEpilogue, G::kCublasLt, G::kCublasLt));
+  EXPECT_EQ(p[kGateUp], kBf16);
+  EXPECT_EQ(p[kDown], kBf16);
+  ASSERT_EQ(st.fallbacks.size(), 2u);
+  EXPECT_EQ(st.fallbacks[0],
+            "gate/up projection: cuBLASLt, then SwiGLU apart (d_model 2048 > 1024: cuBLASLt and "
+            "the separate pass are faster)");
+  EXPECT_EQ(st.fallbacks[1],
+            "down projection's input gradient: cuBLASLt, then SwiGLU's backward apart (d_model "
+            "2048 > 1024: cuBLASLt and the separate pass are faster)");
+}
+
 TEST(LinearStrategy, Bf16WithoutOurKernelsIsCublasLtAndReportsOnlyAttention) {
   const LinearStrategies st = ChooseLinearStrategies(OptionsOf(Load("gpt350m.yaml")), NotHopper());
   for (const LinearStrategy& s : st.measuring.blocks) EXPECT_EQ(s, kBf16);
@@ -109,8 +126,8 @@ TEST(LinearStrategy, HeadWidth128FallsBackWithTheKernelsReasons) {
   ASSERT_EQ(c.model.head_dim(), 128);
   const LinearStrategies st = ChooseLinearStrategies(OptionsOf(c), HopperHeadWidth128());
   EXPECT_EQ(st.measuring[kQkv], kBf16);
-  EXPECT_EQ(st.measuring[kGateUp].forward, G::kEpilogue);
-  ASSERT_EQ(st.fallbacks.size(), 2u);
+  EXPECT_EQ(st.measuring[kGateUp], kBf16);  // d_model 4096: SwiGLU apart (above)
+  ASSERT_EQ(st.fallbacks.size(), 4u);
   EXPECT_EQ(st.fallbacks[0],
             "attention backward: cuDNN's instead of ours (FlashBackward: head width must be 64)");
   EXPECT_EQ(st.fallbacks[1], "QKV projection: cuBLASLt, then RoPE apart (RoPE needs head width 64)");

@@ -1,11 +1,16 @@
 // Causal attention backward on Hopper's warpgroup MMAs (see flash_backward.cuh for why).
 //
-// Work split. One CTA tile is (batch b, kv head, kv block j of 128 keys); CTAs are persistent
-// and take tiles in order from a counter, a head's kv blocks from the last to the first (a
-// tile's dQ additions wait only on tiles taken before it, so the waits always end). The tile
-// walks its query blocks i (64 queries) from the diagonal up, for every query head of the
-// group. Per (i, j), in the transposed orientation of FlashAttention-3 so that P^T and dS^T come
-// out of the MMAs already laid out as the A operand of the next ones:
+// Work split. One CTA tile is (batch b, kv head, kv block j of 128 keys, query head g of the
+// kv head's group); CTAs are persistent and take tiles in order from a counter, a head's kv
+// blocks from the last to the first (a tile's dQ additions wait only on tiles taken before it,
+// so the waits always end). The tile walks its query blocks i (64 queries) from the diagonal
+// up. Kv block j's tiles take 2 (T / 128 - j) query blocks, so one tile per query head rather
+// than per group keeps the longest tiles short against the work each SM gets (at llama3-1b's
+// GQA 4:1 and T 8192, a tile per group left the last SMs running alone at the end). Under GQA
+// the group's tiles each leave their dK and dV in fp32 in the scratch, and the tile that
+// finishes last (a counter per kv block) sums them in query-head order: the same bits whichever
+// comes last. Per (i, j), in the transposed orientation of FlashAttention-3 so that P^T and
+// dS^T come out of the MMAs already laid out as the A operand of the next ones:
 //   S^T = K Q^T, dP^T = V dO^T                      (two m64n64 MMAs a warpgroup, K and V's 64
 //                                                    rows of that warpgroup)
 //   P^T = exp2(S^T scale log2 e - Stats log2 e)      (masked above the diagonal)
@@ -66,14 +71,19 @@ constexpr int kOffRs = kOffDq + 2 * kDqBytes;        // 2 stages
 constexpr int kOffAccStage = kOffRs + 2 * kRsBytes;  // 2 writers x the sum so far (fp32)
 constexpr int kOffBar = kOffAccStage + 2 * kDqBytes;
 constexpr int kNumBars = 14;
-constexpr int kOffSlots = kOffBar + kNumBars * 8;  // tile slots (2 ints), jobs (2 int4)
-constexpr int kSmemBytes = kOffSlots + 2 * 4 + 8 + 2 * 16 + 1024;
+// Tile slots (2 ints), jobs (2 int4 at +16), the last-of-its-kv-block flag (an int at +48).
+constexpr int kOffSlots = kOffBar + kNumBars * 8;
+constexpr int kSlotsBytes = 64;
+constexpr int kSmemBytes = kOffSlots + kSlotsBytes + 1024;
+// A tile's dK and dV in fp32, as the scratch holds them under GQA: [2 warpgroups][16 float4
+// slots][128 threads] float4 (each thread's 32 dK then 32 dV values).
+constexpr int kPartFloat4s = 2 * 16 * 128;
 // The FP8 epilogue's byte tiles (64 rows of 64 bytes, 68 apart as fp8tile's, so the column
 // gathers of the transposed stores meet at most 2 words a bank): dK and dV of each compute
 // warpgroup.
 constexpr int kF8Stride = fp8tile::kStride;
 constexpr int kF8Tile = 64 * kF8Stride;
-constexpr int kOffF8Kv = (kOffSlots + 48 + 127) / 128 * 128;
+constexpr int kOffF8Kv = (kOffSlots + kSlotsBytes + 127) / 128 * 128;
 constexpr int kSmemBytesFp8 = kOffF8Kv + 2 * 2 * kF8Tile + 1024;
 static_assert(kSmemBytesFp8 <= 227 * 1024, "the FP8 epilogue's tiles must fit");
 
@@ -82,8 +92,11 @@ struct Params {
   float* dq_acc;           // [B, H, T / 64] blocks of 64 x 64 fp32 (swizzled, see DqOffset)
   int* sems;               // [B, H, T / 64]
   int* counter;            // tiles taken
+  float4* dkv_part;        // GQA: [B, KV, T / 128, group] tiles' dK and dV (kPartFloat4s each)
+  int* dkv_done;           // GQA: [B, KV, T / 128] tiles of that kv block finished
   bf16* dqkv;
   int B, T, H, KV, nq, nkv, tiles, row_elems;  // row_elems = (H + 2 KV) * 64
+  int group;                                   // H / KV: tiles a kv block
   float scale, scale_log2;
   // FP8 outputs (FlashBackwardFp8Out), the kernel's kFp8 form only.
   uint8_t* f8_out;
@@ -222,6 +235,31 @@ __device__ __forceinline__ void WgmmaSsN32TransAB(float (&d)[16], uint64_t desc_
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
+// Tile `tile` in taking order: (b, kv head, kv block j from the last), and with kSplit one
+// query head g of the group (else all of them).
+struct TileId {
+  int b, kvh, j, kv_block;  // kv_block: (b KV + kvh) nkv + j, dkv_done's index
+  int g_begin, g_end;       // the query heads of the group it walks
+};
+template <bool kSplit>
+__device__ __forceinline__ TileId DecodeTile(const Params& p, int tile) {
+  TileId id;
+  int kt = tile;
+  if constexpr (kSplit) {
+    id.g_begin = tile % p.group;
+    id.g_end = id.g_begin + 1;
+    kt = tile / p.group;
+  } else {
+    id.g_begin = 0;
+    id.g_end = p.group;
+  }
+  id.j = p.nkv - 1 - kt % p.nkv;
+  id.kvh = (kt / p.nkv) % p.KV;
+  id.b = kt / (p.nkv * p.KV);
+  id.kv_block = (id.b * p.KV + id.kvh) * p.nkv + id.j;
+  return id;
+}
+
 // rowstats[b, h, t] = (Stats log2 e, rowsum(dO O)): 8 threads a row of 64, 16-byte loads.
 // Also zeroes the tile counter and the semaphores for the main kernel that follows on the
 // stream (so no state carries over from one call, or an aborted one, to the next).
@@ -251,8 +289,9 @@ __global__ void FlashBackwardPrepKernel(const bf16* out, const bf16* dout, const
   }
 }
 
-// kFp8: the FP8 epilogue (FlashBackwardFp8Out) instead of the bf16 dQKV stores.
-template <bool kFp8>
+// kFp8: the FP8 epilogue (FlashBackwardFp8Out) instead of the bf16 dQKV stores. kSplit (GQA):
+// a tile per query head, dK and dV summed by the kv block's last tile.
+template <bool kFp8, bool kSplit>
 __global__ void __launch_bounds__(kThreads, 1)
     FlashBackwardKernel(const __grid_constant__ CUtensorMap map_q,   // qkv, 64-row boxes
                         const __grid_constant__ CUtensorMap map_kv,  // qkv, 128-row boxes
@@ -270,8 +309,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* acc_full = bars + 12;  // a writer's load of the sum so far landed (tx)
   int* tile_slot = reinterpret_cast<int*>(smem + kOffSlots);
   int4* jobs = reinterpret_cast<int4*>(smem + kOffSlots + 16);  // (b H + qh, i, j, b)
+  int* last_flag = reinterpret_cast<int*>(smem + kOffSlots + 48);
   const int wg = threadIdx.x / 128;
-  const int group = p.H / p.KV;
   const float f8_scale = kFp8 ? *p.f8_scale : 0.0f;
   uint32_t f8_amax_bits = 0;  // this thread's max |value| of its FP8 outputs (kFp8)
 
@@ -303,15 +342,15 @@ __global__ void __launch_bounds__(kThreads, 1)
           MbarArrive(&kv_full[buf]);
           break;
         }
-        const int j = p.nkv - 1 - tile % p.nkv, kvh = (tile / p.nkv) % p.KV,
-                  b = tile / (p.nkv * p.KV);
+        const TileId id = DecodeTile<kSplit>(p, tile);
+        const int j = id.j, kvh = id.kvh, b = id.b;
         uint8_t* kv = smem + kOffKv + buf * 2 * kTileK;
         MbarExpectTx(&kv_full[buf], 2 * kTileK);
         TmaLoad2d(kv, &map_kv, &kv_full[buf], (p.H + kvh) * kHd, b * p.T + j * kBkv);
         TmaLoad2d(kv + kTileK, &map_kv, &kv_full[buf], (p.H + p.KV + kvh) * kHd,
                   b * p.T + j * kBkv);
-        for (int g = 0; g < group; ++g) {
-          const int qh = kvh * group + g;
+        for (int g = id.g_begin; g < id.g_end; ++g) {
+          const int qh = kvh * p.group + g;
           for (int i = 2 * j; i < p.nq; ++i, ++it) {
             const int s = it & 1;
             if (it >= 2) WaitBarrier(&empty[s], ((it >> 1) - 1) & 1);
@@ -413,7 +452,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     MbarWait(&kv_full[buf], (tc >> 1) & 1);
     const int tile = tile_slot[buf];
     if (tile >= p.tiles) break;
-    const int j = p.nkv - 1 - tile % p.nkv, kvh = (tile / p.nkv) % p.KV, b = tile / (p.nkv * p.KV);
+    const TileId id = DecodeTile<kSplit>(p, tile);
+    const int j = id.j, kvh = id.kvh, b = id.b;
     const uint8_t* ks = smem + kOffKv + buf * 2 * kTileK;
     const uint8_t* kw = ks + wg * (kTileK / 2);  // this warpgroup's 64 keys of K and V
     const uint8_t* vw = kw + kTileK;
@@ -422,8 +462,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     float dv[32], dk[32];
 #pragma unroll
     for (int k = 0; k < 32; ++k) dv[k] = dk[k] = 0.0f;
-    for (int g = 0; g < group; ++g) {
-      const int qh = kvh * group + g;
+    for (int g = id.g_begin; g < id.g_end; ++g) {
+      const int qh = kvh * p.group + g;
       for (int i = 2 * j; i < p.nq; ++i, ++it) {
         const int s = it & 1;
         MbarWait(&full[s], (it >> 1) & 1);
@@ -525,6 +565,34 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     MbarArrive(&kv_empty[buf]);  // the tile's last MMAs (that read K) have completed
+    if constexpr (kSplit) {
+      // This query head's dK and dV into the scratch; the group's last tile sums them all.
+      float4* part = p.dkv_part + size_t(id.kv_block * p.group + id.g_begin) * kPartFloat4s +
+                     wg * 16 * 128 + t;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        part[k * 128] = make_float4(dk[4 * k], dk[4 * k + 1], dk[4 * k + 2], dk[4 * k + 3]);
+        part[(8 + k) * 128] = make_float4(dv[4 * k], dv[4 * k + 1], dv[4 * k + 2], dv[4 * k + 3]);
+      }
+      __threadfence();
+      ComputeBarrier();
+      if (threadIdx.x == 0) *last_flag = atomicAdd(p.dkv_done + id.kv_block, 1) == p.group - 1;
+      ComputeBarrier();
+      if (!*last_flag) continue;
+      __threadfence();
+      const float4* parts = p.dkv_part + size_t(id.kv_block) * p.group * kPartFloat4s +
+                            wg * 16 * 128 + t;
+#pragma unroll
+      for (int k = 0; k < 32; ++k) dk[k] = dv[k] = 0.0f;
+      for (int g = 0; g < p.group; ++g, parts += kPartFloat4s) {
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          const float4 a = __ldcg(parts + k * 128), c = __ldcg(parts + (8 + k) * 128);
+          dk[4 * k] += a.x, dk[4 * k + 1] += a.y, dk[4 * k + 2] += a.z, dk[4 * k + 3] += a.w;
+          dv[4 * k] += c.x, dv[4 * k + 1] += c.y, dv[4 * k + 2] += c.z, dv[4 * k + 3] += c.w;
+        }
+      }
+    }
     const size_t tok = size_t(b) * p.T + size_t(j) * kBkv + wg * 64;
     if constexpr (kFp8) {
       // dK rotated back and dV, in E5M2, through this warpgroup's two byte tiles.
@@ -582,18 +650,27 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 size_t Align256(size_t n) { return (n + 255) & ~size_t(255); }
 
+// rowstats, dq_acc, then the ints the prep kernel zeroes (the query blocks' semaphores and,
+// under GQA, the kv blocks' finished-tile counts, one run), the tile counter, and under GQA the
+// tiles' dK and dV.
 struct ScratchLayout {
-  size_t rowstats = 0, dq_acc = 0, sems = 0, counter = 0, total = 0;
+  size_t rowstats = 0, dq_acc = 0, sems = 0, dkv_done = 0, counter = 0, dkv_part = 0, total = 0;
+  int zeroed = 0;  // ints from sems on
 };
 
 ScratchLayout Layout(const FlashBackwardShape& s) {
   const size_t rows = size_t(s.B) * s.H * s.T;
+  const int group = s.H / s.KV, num_sems = s.B * s.H * (s.T / kBq);
+  const int kv_blocks = group > 1 ? s.B * s.KV * (s.T / kBkv) : 0;
   ScratchLayout l;
   l.rowstats = 0;
   l.dq_acc = Align256(rows * sizeof(float2));
   l.sems = l.dq_acc + Align256(rows * kHd * sizeof(float));
-  l.counter = l.sems + Align256(size_t(s.B) * s.H * (s.T / kBq) * sizeof(int));
-  l.total = l.counter + 256;
+  l.dkv_done = l.sems + size_t(num_sems) * sizeof(int);
+  l.zeroed = num_sems + kv_blocks;
+  l.counter = l.sems + Align256(size_t(l.zeroed) * sizeof(int));
+  l.dkv_part = l.counter + 256;
+  l.total = l.dkv_part + size_t(kv_blocks) * group * kPartFloat4s * sizeof(float4);
   return l;
 }
 
@@ -632,6 +709,8 @@ Status FlashBackward(const FlashBackwardShape& s, const bf16* qkv, const bf16* o
   p.dq_acc = reinterpret_cast<float*>(base + l.dq_acc);
   p.sems = reinterpret_cast<int*>(base + l.sems);
   p.counter = reinterpret_cast<int*>(base + l.counter);
+  p.dkv_part = reinterpret_cast<float4*>(base + l.dkv_part);
+  p.dkv_done = reinterpret_cast<int*>(base + l.dkv_done);
   p.dqkv = dqkv;
   p.B = s.B;
   p.T = s.T;
@@ -639,7 +718,9 @@ Status FlashBackward(const FlashBackwardShape& s, const bf16* qkv, const bf16* o
   p.KV = s.KV;
   p.nq = s.T / kBq;
   p.nkv = s.T / kBkv;
-  p.tiles = s.B * s.KV * p.nkv;
+  p.group = s.H / s.KV;
+  const bool split = p.group > 1;
+  p.tiles = s.B * (split ? s.H : s.KV) * p.nkv;
   p.row_elems = (s.H + 2 * s.KV) * kHd;
   p.scale = 1.0f / 8.0f;  // 1 / sqrt(64)
   p.scale_log2 = p.scale * 1.4426950408889634f;
@@ -659,14 +740,17 @@ Status FlashBackward(const FlashBackwardShape& s, const bf16* qkv, const bf16* o
   FORGE_RETURN_IF_ERROR(SwizzledMap(dout, tokens, int64_t{s.H} * kHd, kBq, &map_do));
 
   const int64_t rows = tokens * s.H;
-  const int64_t prep_threads = std::max(rows * 8, int64_t{s.B} * s.H * p.nq);
+  const int64_t prep_threads = std::max(rows * 8, int64_t{l.zeroed});
   FlashBackwardPrepKernel<<<unsigned((prep_threads + 255) / 256), 256, 0, stream>>>(
-      out, dout, stats, reinterpret_cast<float2*>(base + l.rowstats), p.sems, s.B * s.H * p.nq,
+      out, dout, stats, reinterpret_cast<float2*>(base + l.rowstats), p.sems, l.zeroed,
       p.counter, rows, s.T, s.H);
   FORGE_CUDA_LAUNCH_CHECK();
 
   FORGE_ASSIGN_OR_RETURN(const int sms, DeviceSmCount());
-  const auto kernel = fp8 != nullptr ? FlashBackwardKernel<true> : FlashBackwardKernel<false>;
+  const auto kernel = fp8 != nullptr ? (split ? FlashBackwardKernel<true, true>
+                                               : FlashBackwardKernel<true, false>)
+                                     : (split ? FlashBackwardKernel<false, true>
+                                              : FlashBackwardKernel<false, false>);
   const int smem_bytes = fp8 != nullptr ? kSmemBytesFp8 : kSmemBytes;
   FORGE_RETURN_IF_ERROR(AllowDynamicSmem(kernel, smem_bytes));
   FORGE_RETURN_IF_ERROR(

@@ -10,8 +10,8 @@
 // per-query-block semaphore), through shared memory and the bulk copy engine, so the result is
 // bitwise reproducible at the cost of the fast path's traffic, not the deterministic path's.
 //
-// Shapes: head width 64, T a multiple of 128, H a multiple of KV (GQA: a kv head's CTA walks
-// its group's query heads, summing dK and dV in registers). Layouts are SdpaRunner's: Q, K, V
+// Shapes: head width 64, T a multiple of 128, H a multiple of KV (GQA: a tile per query head,
+// whose dK and dV the group's last tile of that kv block sums in query-head order). Layouts are SdpaRunner's: Q, K, V
 // read in place from the fused qkv buffer [B, T, H + 2 KV, 64], O and dO [B, T, H, 64], Stats
 // fp32 [B, H, T] (rowmax + natural log of the row sum, scores scaled by 1/8), dQKV written into
 // a [B, T, H + 2 KV, 64] buffer.
@@ -34,7 +34,8 @@ struct FlashBackwardShape {
 Status FlashBackwardSupports(const FlashBackwardShape& s);
 
 // Scratch of one call (no initial contents needed): per-row (Stats log2 e, rowsum(dO O)), the
-// fp32 dQ partial sums, the query blocks' semaphores and a tile counter.
+// fp32 dQ partial sums, the query blocks' semaphores, a tile counter and, under GQA, every query
+// head's fp32 dK and dV (512 bytes a head and token) with a finished-tile count a kv block.
 size_t FlashBackwardScratchBytes(const FlashBackwardShape& s);
 
 // FP8 outputs for an FP8 QKV projection's backward: RoPE's inverse rotation applied to the Q

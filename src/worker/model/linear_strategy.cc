@@ -1,6 +1,7 @@
 #include "worker/model/linear_strategy.h"
 
 #include <algorithm>
+#include <string>
 
 namespace forge {
 
@@ -11,14 +12,23 @@ constexpr LinearKind kQkv = LinearKind::kQkv, kOut = LinearKind::kOut,
 
 LinearStrategy& At(LinearPlan& p, LinearKind k) { return p.blocks[size_t(k)]; }
 
-// BF16: cuBLASLt everywhere except the epilogue GEMMs the options ask for where our GEMM runs
-// and takes the shapes.
+// Our BF16 GEMMs with SwiGLU's forward or backward in the epilogue (both of K = d_model) are
+// the faster path up to this width (gpt350m's 1024); at llama3-1b's 2048 cuBLASLt and a
+// separate SwiGLU pass measure faster in the step (docs/performance.md).
+constexpr int64_t kSwiGluGemmMaxWidth = 1024;
+
+// BF16: cuBLASLt everywhere except the epilogue GEMMs the options ask for where our GEMM runs,
+// takes the shapes and is the faster path.
 void ChooseBf16(const LinearStrategyOptions& o, const LinearKernelSupport& k,
                 LinearStrategies* out) {
   LinearPlan p;
+  const bool wide = !SwiGluGemmsAreFaster(o.d_model);
+  const std::string wide_reason =
+      "d_model " + std::to_string(o.d_model) + " > " + std::to_string(kSwiGluGemmMaxWidth) +
+      ": cuBLASLt and the separate pass are faster";
   const bool rope = o.rope_gemm && k.sm90 && !o.qk_norm && k.rope_gemm.ok();
-  const bool swiglu = o.swiglu_gemm && k.sm90 && k.swiglu_gemm.ok();
-  const bool swiglu_bwd = o.swiglu_bwd_gemm && k.sm90 && k.swiglu_bwd_gemm.ok();
+  const bool swiglu = o.swiglu_gemm && k.sm90 && !wide && k.swiglu_gemm.ok();
+  const bool swiglu_bwd = o.swiglu_bwd_gemm && k.sm90 && !wide && k.swiglu_bwd_gemm.ok();
   if (rope) At(p, kQkv).forward = GemmPath::kEpilogue;
   if (swiglu) At(p, kGateUp).forward = GemmPath::kEpilogue;
   if (swiglu_bwd) At(p, kDown).dgrad = GemmPath::kEpilogue;
@@ -31,12 +41,12 @@ void ChooseBf16(const LinearStrategyOptions& o, const LinearKernelSupport& k,
   }
   if (o.swiglu_gemm && !swiglu) {
     out->fallbacks.push_back("gate/up projection: cuBLASLt, then SwiGLU apart (" +
-                             k.swiglu_gemm.message() + ")");
+                             (k.swiglu_gemm.ok() ? wide_reason : k.swiglu_gemm.message()) + ")");
   }
   if (o.swiglu_bwd_gemm && !swiglu_bwd) {
     out->fallbacks.push_back(
         "down projection's input gradient: cuBLASLt, then SwiGLU's backward apart (" +
-        k.swiglu_bwd_gemm.message() + ")");
+        (k.swiglu_bwd_gemm.ok() ? wide_reason : k.swiglu_bwd_gemm.message()) + ")");
   }
 }
 
@@ -167,6 +177,8 @@ bool LinearStrategies::fp8_rope_table() const {
 bool LinearStrategies::fp8_swiglu_gemm() const {
   return delayed[kGateUp].forward == GemmPath::kFp8Epilogue;
 }
+
+bool SwiGluGemmsAreFaster(int64_t d_model) { return d_model <= kSwiGluGemmMaxWidth; }
 
 LinearStrategies ChooseLinearStrategies(const LinearStrategyOptions& o,
                                         const LinearKernelSupport& k) {

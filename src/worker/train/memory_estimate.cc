@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "worker/model/linear_strategy.h"
 #include "worker/parallel/mode_rules.h"
 
 namespace forge {
@@ -80,10 +81,11 @@ CudaBuffers CountCudaBuffers(const RunConfig& cfg, int world) {
 
   // The backward's activation gradients (bf16): dres, dh, gate/up's, the attention output's,
   // qkv's, and SwiGLU's input gradient unless the fused SwiGLU-backward GEMM consumes it in
-  // its epilogue (BF16 with engine.fused_epilogues, not ddp on several ranks).
+  // its epilogue (BF16 with engine.fused_epilogues at a width where it is the faster path, not
+  // ddp on several ranks).
   double grads = 2 * d + 2 * ffn + att + qkv;
   const bool ddp_ranks = world > 1 && !ModeRulesFor(cfg.parallel, world).sharded();
-  if (fp8 || !eng.fused_epilogues || ddp_ranks) grads += ffn;
+  if (fp8 || !eng.fused_epilogues || !SwiGluGemmsAreFaster(m.d_model) || ddp_ranks) grads += ffn;
   c.workspace = 2 * N * grads;
   // The LM head's bf16 logits chunks: one per stream (two with engine.wgrad_stream).
   const double rows = std::min(N, double(eng.lm_head_chunk));
@@ -91,15 +93,20 @@ CudaBuffers CountCudaBuffers(const RunConfig& cfg, int world) {
   c.workspace += logits_buffers * rows * V * 2;
   // Attention backward: softmax_sum (fp32 per head and token), dq_accum (fp32 [B,H,T,hd])
   // where not deterministic, and the runner's workspace: our flash backward's (heads of 64, T
-  // a multiple of 128: fp32x2 row stats and an fp32 dq accumulator per head and token) or
+  // a multiple of 128: fp32x2 row stats and an fp32 dq accumulator per head and token, and
+  // under GQA each query head's fp32 dK and dV) or
   // cuDNN's, whose deterministic backward needs 2 B H T^2 bytes (its non-deterministic one a
   // few MiB, not counted).
   const double rows_bht = B * H * T;
   c.workspace += 4 * rows_bht + (eng.deterministic_attention ? 0 : 4 * rows_bht * hd);
   const bool flash = eng.attention_backward == AttentionBackward::kFlash && m.head_dim() == 64 &&
                      m.seq_len % 128 == 0 && m.n_head % m.n_kv_head == 0;
-  if (flash) c.workspace += rows_bht * (8 + 4 * 64) + rows_bht / 128 * 4;
-  else if (eng.deterministic_attention) c.quadratic = 2 * B * H * T * T;
+  if (flash) {
+    c.workspace += rows_bht * (8 + 4 * 64) + rows_bht / 64 * 4;
+    if (H > KV) c.workspace += rows_bht * 2 * 64 * 4 + B * KV * T / 128 * 4;  // GQA: dK, dV
+  } else if (eng.deterministic_attention) {
+    c.quadratic = 2 * B * H * T * T;
+  }
   c.workspace += c.quadratic;
   c.workspace += 2.0 * (64 << 20);  // two cuBLASLt workspaces (compute and wgrad streams)
 
