@@ -40,11 +40,13 @@ class SlurmTwoNodes : public test::SlurmFixture {
   // `cooldown_s`, and waits for its first checkpoint. Sets the job and run ids, the job step
   // of its workers and one of them on fnode2 (`victim`), and kills nothing.
   void StartShrinkableRun(const std::string& name, int cooldown_s, std::string* job,
-                          std::string* run, long* step, long* victim) {
+                          std::string* run, long* step, long* victim,
+                          const std::string& train_extra = "") {
     ::setenv("FORGE_WORKER_ARGS", "--throttle-ms 80", 1);
     *job = Submit(WriteConfig(name, 300, 5,
-                              "min_workers: 2, elastic_grace_s: 1, node_failure_limit: 1, "
-                              "node_cooldown_s: " + std::to_string(cooldown_s) + ", "));
+                              train_extra +
+                                  "min_workers: 2, elastic_grace_s: 1, node_failure_limit: 1, "
+                                  "node_cooldown_s: " + std::to_string(cooldown_s) + ", "));
     ASSERT_FALSE(job->empty());
     ASSERT_TRUE(WaitFor(60, [&] { return !RunIdOf(name).empty(); })) << JobLog(*job);
     *run = RunIdOf(name);
@@ -196,6 +198,37 @@ TEST_F(SlurmTwoNodes, AStepFailingWhileATrialStepWaitsCountsAgainstItsOwnNode) {
             2)
       << log;
   EXPECT_TRUE(Contains(log, "run " + run + ": COMPLETED at step 300")) << log;
+}
+
+// The last restart spent while a step on every node waits beside the running one (held before
+// its workers start): the failure is not relaunched, the waiting step is ended (it holds the
+// failed node) and the job fails at once rather than waiting on it.
+TEST_F(SlurmTwoNodes, RestartsUsedUpWhileATrialStepWaitsEndTheJobAndTheTrialStep) {
+  HoldableWorkers();
+  std::string job, run;
+  long step = -1, first = 0;
+  ASSERT_NO_FATAL_FAILURE(
+      StartShrinkableRun("spent", 3, &job, &run, &step, &first, "max_restarts: 1, "));
+  // Steps: `step` on both nodes, step + 1 on fnode1 alone, step + 2 the first on every node.
+  HoldStep(step + 2);
+  Log("$ kill -9 %ld   # a forge-worker of job %s on fnode2, step %ld\n", first, job.c_str(), step);
+  Run("kill -9 " + std::to_string(first));
+  ASSERT_TRUE(WaitFor(60, [&] { return Contains(JobLog(job), "trying every node again"); }))
+      << JobLog(job);
+  const long victim = WorkerOf(job, "fnode1", step + 1);
+  ASSERT_NE(victim, 0) << Run("ps -ef");
+  Log("$ kill -9 %ld   # a forge-worker of job %s on fnode1, step %ld\n", victim, job.c_str(),
+      step + 1);
+  Run("kill -9 " + std::to_string(victim));
+  const auto [state, log] = AwaitJob(job);
+  ReleaseStep(step + 2);
+  EXPECT_EQ(state, "FAILED") << log;
+  EXPECT_TRUE(Contains(log, "worker step failed on fnode1 (rank ")) << log;
+  EXPECT_TRUE(Contains(log, "the step on every node waiting beside it includes fnode1: ended"))
+      << log;
+  EXPECT_TRUE(Contains(log, "not relaunched: 1 relaunch(es) made (train.max_restarts 1)")) << log;
+  EXPECT_FALSE(Contains(log, "ended well")) << log;
+  EXPECT_FALSE(Contains(log, "COMPLETED at step 300")) << log;
 }
 
 // A step trying an excluded node again that fails on it leaves the node excluded for twice its
