@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/named_values.h"
 #include "common/text_excerpt.h"
 
 namespace forge {
@@ -32,12 +33,6 @@ namespace {
 
 // ---------------------------------------------------------------------------------------------
 // Names
-
-template <typename E>
-struct NamedValue {
-  const char* name;
-  E value;
-};
 
 constexpr std::array<NamedValue<DecayKind>, 3> kDecayNames{{
     {"cosine", DecayKind::kCosine}, {"linear", DecayKind::kLinear}, {"constant", DecayKind::kConstant}}};
@@ -72,46 +67,6 @@ constexpr std::array<NamedValue<Recompute>, 5> kRecomputeNames{{{"none", Recompu
                                                                 {"false", Recompute::kNone}}};
 constexpr std::array<NamedValue<Backend>, 3> kBackendNames{{
     {"auto", Backend::kAuto}, {"cpu", Backend::kCpu}, {"cuda", Backend::kCuda}}};
-
-template <typename E, size_t N>
-const char* NameOf(const std::array<NamedValue<E>, N>& table, E value) {
-  for (const auto& nv : table) {
-    if (nv.value == value) return nv.name;
-  }
-  return "?";
-}
-
-template <typename E, size_t N>
-std::string AllNames(const std::array<NamedValue<E>, N>& table) {
-  std::string out;
-  for (const auto& nv : table) {
-    if (!out.empty()) out += "|";
-    out += nv.name;
-  }
-  return out;
-}
-
-// The value `name` spells in table, or null.
-template <typename E, size_t N>
-const E* LookUp(const std::array<NamedValue<E>, N>& table, std::string_view name) {
-  for (const auto& nv : table) {
-    if (name == nv.name) return &nv.value;
-  }
-  return nullptr;
-}
-
-// The same for a command-line flag: Invalid "<what>: must be one of ..., got <name>".
-template <typename E, size_t N>
-Status ValueOf(const std::array<NamedValue<E>, N>& table, std::string_view name,
-               const std::string& what, E* out) {
-  const E* v = LookUp(table, name);
-  if (v == nullptr) {
-    return Status::Invalid(what + ": must be one of " + AllNames(table) + ", got " +
-                           std::string(name));
-  }
-  *out = *v;
-  return Status::Ok();
-}
 
 struct Preset {
   const char* name;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "common/named_values.h"
 #include "worker/model/param_layout.h"
 #include "worker/model/shard_layout.h"
 #include "worker/train/memory_estimate.h"
@@ -12,6 +13,14 @@ namespace forge::plan {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+constexpr std::array<NamedValue<Mode>, 5> kModeNames{{{"ddp", Mode::kDdp},
+                                                      {"zero1", Mode::kZero1},
+                                                      {"zero2", Mode::kZero2},
+                                                      {"fsdp", Mode::kFsdp},
+                                                      {"hsdp", Mode::kHsdp}}};
+constexpr std::array<NamedValue<Link>, 3> kLinkNames{
+    {{"nvlink", Link::kNvlink}, {"ib400", Link::kIb400}, {"eth100", Link::kEth100}}};
 // The backward's share of a micro-step's compute (twice the forward's FLOPs).
 constexpr double kBackwardShare = 2.0 / 3.0;
 // Attention's forward share of its time: llama3-1b's 22.3 of 95.2 ms (docs/performance.md).
@@ -145,32 +154,9 @@ double Bytes(int64_t numel, int world, double elem) {
 
 }  // namespace
 
-const char* ModeName(Mode m) {
-  switch (m) {
-    case Mode::kDdp: return "ddp";
-    case Mode::kZero1: return "zero1";
-    case Mode::kZero2: return "zero2";
-    case Mode::kFsdp: return "fsdp";
-    case Mode::kHsdp: return "hsdp";
-  }
-  return "?";
-}
-
-const char* LinkName(Link l) {
-  switch (l) {
-    case Link::kNvlink: return "nvlink";
-    case Link::kIb400: return "ib400";
-    case Link::kEth100: return "eth100";
-  }
-  return "?";
-}
-
-StatusOr<Link> LinkFromName(const std::string& name) {
-  if (name == "nvlink") return Link::kNvlink;
-  if (name == "ib400") return Link::kIb400;
-  if (name == "eth100") return Link::kEth100;
-  return Status::Invalid("--link: expected nvlink, ib400 or eth100, got '" + name + "'");
-}
+const char* ModeName(Mode m) { return NameOf(kModeNames, m); }
+const char* LinkName(Link l) { return NameOf(kLinkNames, l); }
+StatusOr<Link> LinkFromName(const std::string& name) { return ValueOf(kLinkNames, name, "--link"); }
 
 const std::vector<Mode>& AllModes() {
   static const std::vector<Mode> modes = {Mode::kDdp, Mode::kZero1, Mode::kZero2, Mode::kFsdp,

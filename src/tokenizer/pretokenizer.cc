@@ -1,6 +1,8 @@
 // Pretokenizer: recognising patterns, flavours, and the piece list for tests.
 #include "tokenizer/pretokenizer.h"
 
+#include "common/named_values.h"
+
 namespace forge {
 
 std::string_view PatternString(PretokenPattern p) {
@@ -28,12 +30,11 @@ StatusOr<PretokenPattern> RecognisePattern(std::string_view regex, const std::st
 }
 
 const char* FlavorName(RegexFlavor f) {
-  switch (f) {
-    case RegexFlavor::kTiktoken: return "tiktoken";
-    case RegexFlavor::kHuggingFaceJs: return "huggingface-js";
-    case RegexFlavor::kEcmaScript: return "ecmascript";
-  }
-  return "?";
+  static constexpr std::array<NamedValue<RegexFlavor>, 3> kNames{
+      {{"tiktoken", RegexFlavor::kTiktoken},
+       {"huggingface-js", RegexFlavor::kHuggingFaceJs},
+       {"ecmascript", RegexFlavor::kEcmaScript}}};
+  return NameOf(kNames, f);
 }
 
 Pretokenizer::Pretokenizer(PretokenPattern pattern, RegexFlavor flavor)

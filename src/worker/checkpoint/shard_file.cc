@@ -1,30 +1,19 @@
 #include "worker/checkpoint/shard_file.h"
 
-#include <bit>
 #include <cstring>
 #include <utility>
 
+#include "common/binary_header.h"
 #include "common/checksum.h"
 #include "common/crc32c_combine.h"
 
 namespace forge {
 namespace {
 
-static_assert(std::endian::native == std::endian::little, "checkpoint files are little-endian");
-
+constexpr BinaryHeaderFormat kHeader{"checkpoint shard", kCheckpointShardMagic,
+                                     kCheckpointShardVersion, kCheckpointShardHeaderSize, 60};
 constexpr size_t kSectionHeaderSize = 16;
 constexpr size_t kSectionTrailerSize = 4;
-
-template <typename T>
-void PutLe(uint8_t* p, T v) {
-  std::memcpy(p, &v, sizeof(T));
-}
-template <typename T>
-T GetLe(const uint8_t* p) {
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  return v;
-}
 
 std::string SectionName(const char* tag, uint32_t index) {
   std::string name(tag, 4);
@@ -119,8 +108,7 @@ StatusOr<ShardFileInfo> WriteShardFile(const std::string& path, const ShardState
   const uint64_t file_size = FileSize(s);
 
   uint8_t header[kCheckpointShardHeaderSize] = {};
-  std::memcpy(header, kCheckpointShardMagic, 8);
-  PutLe<uint32_t>(header + 8, kCheckpointShardVersion);
+  StartBinaryHeader(header, kHeader);
   PutLe<uint32_t>(header + 12, static_cast<uint32_t>(s.rank));
   PutLe<uint32_t>(header + 16, static_cast<uint32_t>(s.world));
   PutLe<uint32_t>(header + 20, static_cast<uint32_t>(s.units.size()));
@@ -128,7 +116,7 @@ StatusOr<ShardFileInfo> WriteShardFile(const std::string& path, const ShardState
   PutLe<int64_t>(header + 32, s.trainer.data_cursor);
   PutLe<uint32_t>(header + 40, static_cast<uint32_t>(s.trainer.extra.size()));
   PutLe<uint64_t>(header + 48, file_size);
-  PutLe<uint32_t>(header + 60, Crc32c(header, 60));
+  SealBinaryHeader(header, kHeader);
 
   FORGE_ASSIGN_OR_RETURN(FileWriter w, FileWriter::Create(path));
   SectionWriter sw(&w);
@@ -233,22 +221,8 @@ StatusOr<ShardFileContents> ReadShardFile(const std::string& path) {
   ShardFileContents c;
   c.file = std::move(mapped).value();
   const MappedFile& f = c.file;
-  if (f.size() < kCheckpointShardHeaderSize) {
-    return Status::DataLoss(path + ": truncated: " + std::to_string(f.size()) +
-                            " bytes, smaller than the header");
-  }
+  FORGE_RETURN_IF_ERROR(CheckBinaryHeader(path, f.data(), f.size(), kHeader));
   const uint8_t* h = f.data();
-  if (std::memcmp(h, kCheckpointShardMagic, 8) != 0) {
-    return Status::DataLoss(path + ": bad magic (not a Forge checkpoint shard)");
-  }
-  if (GetLe<uint32_t>(h + 60) != Crc32c(h, 60)) {
-    return Status::DataLoss(path + ": header checksum mismatch (corrupt header)");
-  }
-  const uint32_t version = GetLe<uint32_t>(h + 8);
-  if (version != kCheckpointShardVersion) {
-    return Status::DataLoss(path + ": unsupported checkpoint shard version " +
-                            std::to_string(version));
-  }
   const uint64_t expect_size = GetLe<uint64_t>(h + 48);
   if (f.size() != expect_size) {
     return Status::DataLoss(path + ": " + (f.size() < expect_size ? "truncated" : "trailing bytes") +

@@ -10,6 +10,7 @@
 #include "common/checksum.h"
 #include "common/utf8.h"
 #include "common/crc32c_combine.h"
+#include "common/splitmix64.h"
 
 namespace forge {
 namespace {
@@ -443,15 +444,6 @@ class TextReader : public DocumentReader {
   bool have_next_ = false;
 };
 
-uint64_t Mix64(uint64_t x) {  // splitmix64's finalizer: spreads the CRCs' linear structure
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x;
-}
-
 }  // namespace
 
 uint64_t HeldOutHashStart() { return uint64_t{0x9e3779b9u} << 32; }
@@ -462,7 +454,8 @@ uint64_t HeldOutHashExtend(uint64_t state, std::string_view piece) {
   return (uint64_t{a} << 32) | b;
 }
 
-uint64_t HeldOutHashFinish(uint64_t state) { return Mix64(state); }
+// SplitMix64's finalizer spreads the CRCs' linear structure.
+uint64_t HeldOutHashFinish(uint64_t state) { return SplitMix64Finish(state); }
 
 uint64_t HeldOutHash(std::string_view text) {
   return HeldOutHashFinish(HeldOutHashExtend(HeldOutHashStart(), text));

@@ -12,10 +12,17 @@
 #include <string_view>
 #include <utility>
 
+#include "common/named_values.h"
+
 namespace fs = std::filesystem;
 
 namespace forge {
 namespace {
+
+constexpr std::array<NamedValue<InputFormat>, 3> kInputFormatNames{
+    {{"auto", InputFormat::kAuto}, {"text", InputFormat::kText}, {"jsonl", InputFormat::kJsonl}}};
+constexpr std::array<NamedValue<Compression>, 3> kCompressionNames{
+    {{"none", Compression::kNone}, {"gzip", Compression::kGzip}, {"zstd", Compression::kZstd}}};
 
 bool EndsWith(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
@@ -106,30 +113,11 @@ struct Collector {
 
 }  // namespace
 
-const char* InputFormatName(InputFormat f) {
-  switch (f) {
-    case InputFormat::kAuto: return "auto";
-    case InputFormat::kText: return "text";
-    case InputFormat::kJsonl: return "jsonl";
-  }
-  return "?";
-}
-
+const char* InputFormatName(InputFormat f) { return NameOf(kInputFormatNames, f); }
 StatusOr<InputFormat> ParseInputFormat(const std::string& name) {
-  if (name == "auto") return InputFormat::kAuto;
-  if (name == "text") return InputFormat::kText;
-  if (name == "jsonl") return InputFormat::kJsonl;
-  return Status::Invalid("--format '" + name + "': expected auto, text or jsonl");
+  return ValueOf(kInputFormatNames, name, "--format");
 }
-
-const char* CompressionName(Compression c) {
-  switch (c) {
-    case Compression::kNone: return "none";
-    case Compression::kGzip: return "gzip";
-    case Compression::kZstd: return "zstd";
-  }
-  return "?";
-}
+const char* CompressionName(Compression c) { return NameOf(kCompressionNames, c); }
 
 void ClassifyName(const std::string& name, InputFormat* format, Compression* compression) {
   std::string n = Lower(name);

@@ -13,6 +13,7 @@
 #include "common/utf8.h"
 #include "tokenizer/tokenizer.h"
 #include "worker/data/dataset.h"
+#include "common/splitmix64.h"
 
 namespace forge {
 namespace {
@@ -25,13 +26,6 @@ std::string Printf(const char* fmt, ...) {
   std::vsnprintf(buf, sizeof(buf), fmt, ap);
   va_end(ap);
   return buf;
-}
-
-uint64_t SplitMix(uint64_t* state) {
-  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
 }
 
 // One document around a random position: from the token after the previous end-of-text (or
@@ -194,7 +188,7 @@ Status InspectDataset(const std::string& dir, const InspectOptions& o,
       if (ts.size() == 0) continue;
       int64_t start = 0;
       FORGE_ASSIGN_OR_RETURN(std::vector<int32_t> ids,
-                             SampleDocument(ts, m.eot_token, SplitMix(&rng), o.sample_tokens, &start));
+                             SampleDocument(ts, m.eot_token, SplitMix64Next(&rng), o.sample_tokens, &start));
       out(Printf("sample %d: %s tokens [%lld, %lld)%s", i + 1, SplitName(s),
                  static_cast<long long>(start), static_cast<long long>(start + ids.size()),
                  ids.empty() || ids.back() != m.eot_token ? " (cut)" : ""));

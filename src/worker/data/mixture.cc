@@ -1,5 +1,6 @@
 // The weighted apportionment of global positions to sources (mixture.h).
 #include "worker/data/mixture.h"
+#include "common/splitmix64.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,13 +12,6 @@ namespace {
 using Int128 = __int128;
 
 constexpr int64_t kPhaseScale = int64_t{1} << MixtureSchedule::kPhaseBits;
-
-uint64_t Mix(uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 
 }  // namespace
 
@@ -35,8 +29,8 @@ StatusOr<MixtureSchedule> MixtureSchedule::Make(const std::vector<double>& weigh
   const double scale = double(int64_t{1} << kWeightBits);
   for (size_t s = 0; s < weights.size(); ++s) {
     m.quanta_.push_back(std::max<int64_t>(1, std::llround(weights[s] / sum * scale)));
-    m.phase_.push_back(
-        static_cast<int64_t>(Mix(seed ^ Mix(0xDA7A0000ull + s)) & uint64_t(kPhaseScale - 1)));
+    m.phase_.push_back(static_cast<int64_t>(SplitMix64(seed ^ SplitMix64(0xDA7A0000ull + s)) &
+                                            uint64_t(kPhaseScale - 1)));
   }
   return m;
 }

@@ -1,19 +1,13 @@
 // Epoch orders: the Fisher-Yates table for small sources, the Feistel network for large ones
 // (why two: permutation.h).
 #include "worker/data/permutation.h"
+#include "common/splitmix64.h"
 
 #include <cstddef>
 #include <utility>
 
 namespace forge {
 namespace {
-
-uint64_t SplitMix64(uint64_t* state) {
-  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 
 inline uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
@@ -22,7 +16,7 @@ struct Xoshiro256 {
   uint64_t s[4];
   Xoshiro256(uint64_t seed, uint64_t stream) {
     uint64_t sm = seed ^ (0xD1B54A32D192ED03ull * (stream + 1));
-    for (uint64_t& w : s) w = SplitMix64(&sm);
+    for (uint64_t& w : s) w = SplitMix64Next(&sm);
   }
   uint64_t Next() {
     const uint64_t result = Rotl(s[1] * 5, 7) * 9;
@@ -50,13 +44,6 @@ struct Xoshiro256 {
   }
 };
 
-// A 64-bit finaliser (the SplitMix64 output function): every input bit affects every output bit.
-inline uint64_t Mix(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 }  // namespace
 
 std::vector<uint32_t> EpochPermutation(int64_t n, uint64_t seed, int64_t epoch) {
@@ -72,8 +59,9 @@ std::vector<uint32_t> EpochPermutation(int64_t n, uint64_t seed, int64_t epoch) 
 
 uint64_t StreamSeed(uint64_t seed, int64_t stream) {
   if (stream == 0) return seed;
-  uint64_t state = seed ^ Mix(0x5EED5EED00000000ull + static_cast<uint64_t>(stream));
-  return SplitMix64(&state);
+  uint64_t state =
+      seed ^ SplitMix64Finish(0x5EED5EED00000000ull + static_cast<uint64_t>(stream));
+  return SplitMix64Next(&state);
 }
 
 FeistelPermutation::FeistelPermutation(int64_t n, uint64_t seed, int64_t epoch) : n_(n) {
@@ -81,14 +69,15 @@ FeistelPermutation::FeistelPermutation(int64_t n, uint64_t seed, int64_t epoch) 
   while (bits < 62 && (int64_t{1} << bits) < n) ++bits;
   half_bits_ = (bits + 1) / 2;
   half_mask_ = (uint64_t{1} << half_bits_) - 1;
-  uint64_t state = seed ^ Mix(0xFE157E1Dull ^ (static_cast<uint64_t>(epoch) * 0x9E3779B97F4A7C15ull));
-  for (uint64_t& k : keys_) k = SplitMix64(&state);
+  uint64_t state =
+      seed ^ SplitMix64Finish(0xFE157E1Dull ^ (static_cast<uint64_t>(epoch) * kSplitMix64Gamma));
+  for (uint64_t& k : keys_) k = SplitMix64Next(&state);
 }
 
 uint64_t FeistelPermutation::Network(uint64_t x) const {
   uint64_t left = x >> half_bits_, right = x & half_mask_;
   for (const uint64_t k : keys_) {
-    const uint64_t f = Mix(right ^ k) & half_mask_;
+    const uint64_t f = SplitMix64Finish(right ^ k) & half_mask_;
     const uint64_t next = left ^ f;
     left = right;
     right = next;

@@ -9,44 +9,34 @@
 #include <utility>
 #include <vector>
 
+#include "common/binary_header.h"
 #include "common/checksum.h"
+#include "common/named_values.h"
 
 namespace forge {
 namespace {
 
-template <typename T>
-void PutLe(uint8_t* p, T v) {
-  std::memcpy(p, &v, sizeof(T));  // x86/ARM hosts are little-endian
-}
-template <typename T>
-T GetLe(const uint8_t* p) {
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  return v;
-}
+constexpr BinaryHeaderFormat kHeader{"token shard", kShardMagic, kShardVersion, kShardHeaderSize,
+                                     28};
 
 void FillHeader(uint8_t* header, TokenDtype dtype, uint64_t tokens, uint32_t payload_crc) {
   std::memset(header, 0, kShardHeaderSize);
-  std::memcpy(header, kShardMagic, 8);
-  PutLe<uint32_t>(header + 8, kShardVersion);
+  StartBinaryHeader(header, kHeader);
   PutLe<uint32_t>(header + 12, static_cast<uint32_t>(dtype));
   PutLe<uint64_t>(header + 16, tokens);
   PutLe<uint32_t>(header + 24, payload_crc);
-  PutLe<uint32_t>(header + 28, Crc32c(header, 28));
+  SealBinaryHeader(header, kHeader);
 }
 
 constexpr size_t kWriteBuffer = size_t{1} << 20;
+constexpr std::array<NamedValue<TokenDtype>, 2> kTokenDtypeNames{
+    {{"uint16", TokenDtype::kUint16}, {"uint32", TokenDtype::kUint32}}};
 
 }  // namespace
 
-const char* TokenDtypeName(TokenDtype dtype) {
-  return dtype == TokenDtype::kUint16 ? "uint16" : "uint32";
-}
-
+const char* TokenDtypeName(TokenDtype dtype) { return NameOf(kTokenDtypeNames, dtype); }
 StatusOr<TokenDtype> ParseTokenDtype(const std::string& name) {
-  if (name == "uint16") return TokenDtype::kUint16;
-  if (name == "uint32") return TokenDtype::kUint32;
-  return Status::Invalid("token dtype '" + name + "': expected uint16 or uint32");
+  return ValueOf(kTokenDtypeNames, name, "token dtype");
 }
 
 StatusOr<ShardInfo> WriteShard(const std::string& path, std::span<const int32_t> tokens,
@@ -167,27 +157,12 @@ StatusOr<ShardReader> ShardReader::Open(const std::string& path, ShardCheck chec
   // kNormal: training reads windows anywhere in the shard.
   FORGE_ASSIGN_OR_RETURN(MappedFile file, MappedFile::Open(path, MapAdvice::kNormal));
   const size_t file_size = file.size();
-  if (file_size < kShardHeaderSize) {
-    return Status::DataLoss(path + ": truncated: " + std::to_string(file_size) +
-                            " bytes, smaller than the " + std::to_string(kShardHeaderSize) +
-                            "-byte header");
-  }
+  FORGE_RETURN_IF_ERROR(CheckBinaryHeader(path, file.data(), file_size, kHeader));
 
   ShardReader r;
   r.path_ = path;
   r.file_ = std::move(file);
   const uint8_t* h = r.file_.data();
-  if (std::memcmp(h, kShardMagic, 8) != 0) {
-    return Status::DataLoss(path + ": bad magic (not a Forge token shard)");
-  }
-  if (GetLe<uint32_t>(h + 28) != Crc32c(h, 28)) {
-    return Status::DataLoss(path + ": header checksum mismatch (corrupt header)");
-  }
-  const uint32_t version = GetLe<uint32_t>(h + 8);
-  if (version != kShardVersion) {
-    return Status::DataLoss(path + ": unsupported shard version " + std::to_string(version) +
-                            " (expected " + std::to_string(kShardVersion) + ")");
-  }
   const uint32_t width = GetLe<uint32_t>(h + 12);
   if (width != 2 && width != 4) {
     return Status::DataLoss(path + ": bad token width " + std::to_string(width));

@@ -6,16 +6,10 @@
 #include <numeric>
 
 #include "worker/checkpoint/safetensors.h"
+#include "common/splitmix64.h"
 
 namespace forge {
 namespace {
-
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 // Uniform in [0, 1) from (seed, stream, step).
 double Uniform(uint64_t seed, uint64_t stream, uint64_t step) {

@@ -4,16 +4,10 @@
 #include <numbers>
 
 #include "kernels/cpu/parallel_for.h"
+#include "common/splitmix64.h"
 
 namespace forge {
 namespace {
-
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 // The 64 random bits of the counter (unit key, element). Depends on nothing else, so any
 // thread or shard computes the same value.

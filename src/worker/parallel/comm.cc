@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/named_values.h"
+
 namespace forge {
 
 int DTypeSize(DType t) {
@@ -16,23 +18,19 @@ int DTypeSize(DType t) {
 }
 
 const char* DTypeName(DType t) {
-  switch (t) {
-    case DType::kF32: return "f32";
-    case DType::kF64: return "f64";
-    case DType::kBF16: return "bf16";
-  }
-  return "?";
+  static constexpr std::array<NamedValue<DType>, 3> kNames{
+      {{"f32", DType::kF32}, {"f64", DType::kF64}, {"bf16", DType::kBF16}}};
+  return NameOf(kNames, t);
 }
 
 const char* CollectiveName(CollectiveOp op) {
-  switch (op) {
-    case CollectiveOp::kAllReduce: return "all_reduce";
-    case CollectiveOp::kReduceScatter: return "reduce_scatter";
-    case CollectiveOp::kAllGather: return "all_gather";
-    case CollectiveOp::kBroadcast: return "broadcast";
-    case CollectiveOp::kBarrier: return "barrier";
-  }
-  return "?";
+  static constexpr std::array<NamedValue<CollectiveOp>, 5> kNames{
+      {{"all_reduce", CollectiveOp::kAllReduce},
+       {"reduce_scatter", CollectiveOp::kReduceScatter},
+       {"all_gather", CollectiveOp::kAllGather},
+       {"broadcast", CollectiveOp::kBroadcast},
+       {"barrier", CollectiveOp::kBarrier}}};
+  return NameOf(kNames, op);
 }
 
 std::string DescribeCollective(int rank, CollectiveOp op, uint64_t seq, std::string_view what,
