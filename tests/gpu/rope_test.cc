@@ -42,7 +42,7 @@ std::vector<float> GpuRope(const std::vector<float>& qkv, const Shape& s, const 
 
 // The kernel reads the CPU reference's inverse frequencies, rounded to fp32.
 void CheckRope(const Shape& s, float theta, uint64_t seed,
-               const cpu::Llama3RopeScaling* scaling = nullptr) {
+               const RopeScalingConfig& scaling = {}) {
   const std::vector<double> freq = cpu::RopeInverseFrequencies(s.hd, theta, scaling);
   const DeviceBuffer<float> dfreq(std::vector<float>(freq.begin(), freq.end()));
   SCOPED_TRACE("B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) +
@@ -90,10 +90,11 @@ TEST(GpuRope, GqaShapeMatchesCpu) {
 // positions), at head width 128 and 64, out to position 8191.
 TEST(GpuRope, Llama3ScaledMatchesCpu) {
   FORGE_SKIP_WITHOUT_GPU();
-  cpu::Llama3RopeScaling scaling;
-  scaling.factor = 32.0;
-  CheckRope({1, 8192, 4, 1, 128}, 500000.0f, 208, &scaling);
-  CheckRope({1, 8192, 4, 2, 64}, 500000.0f, 209, &scaling);
+  RopeScalingConfig scaling;
+  scaling.type = RopeScalingType::kLlama3;
+  scaling.factor = 32.0f;
+  CheckRope({1, 8192, 4, 1, 128}, 500000.0f, 208, scaling);
+  CheckRope({1, 8192, 4, 2, 64}, 500000.0f, 209, scaling);
 }
 
 // The plain table the kernels' own tests use equals the CPU reference's, rounded to fp32.
@@ -102,7 +103,7 @@ TEST(GpuRope, PlainFrequenciesEqualTheCpuReference) {
   DeviceBuffer<float> f(64);
   ASSERT_STATUS_OK(cuda::RopePlainInverseFrequencies(f.data(), 128, 500000.0f, nullptr));
   const std::vector<float> got = f.Download();
-  const std::vector<double> ref = cpu::RopeInverseFrequencies(128, 500000.0, nullptr);
+  const std::vector<double> ref = cpu::RopeInverseFrequencies(128, 500000.0);
   for (int i = 0; i < 64; ++i) EXPECT_EQ(got[i], static_cast<float>(ref[i])) << "pair " << i;
 }
 

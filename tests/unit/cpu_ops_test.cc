@@ -200,13 +200,14 @@ TEST(CpuOpsRope, MatchesInterleavedPairFormula) {
 // between blended; numbers worked by hand for theta 100, hd 8 (frequencies 1, 100^-1/4,
 // 100^-1/2, 100^-3/4) over 16 original positions, factor 4, low 1, high 4.
 TEST(CpuOpsRope, Llama3ScalingBands) {
-  Llama3RopeScaling s;
-  s.factor = 4.0;
-  s.low_freq_factor = 1.0;
-  s.high_freq_factor = 4.0;
-  s.original_max_positions = 16.0;
-  const std::vector<double> plain = RopeInverseFrequencies(8, 100.0, nullptr);
-  const std::vector<double> scaled = RopeInverseFrequencies(8, 100.0, &s);
+  RopeScalingConfig s;
+  s.type = RopeScalingType::kLlama3;
+  s.factor = 4.0f;
+  s.low_freq_factor = 1.0f;
+  s.high_freq_factor = 4.0f;
+  s.original_max_position_embeddings = 16;
+  const std::vector<double> plain = RopeInverseFrequencies(8, 100.0);
+  const std::vector<double> scaled = RopeInverseFrequencies(8, 100.0, s);
   ASSERT_EQ(scaled.size(), 4u);
   // Pair 0: wavelength 2 pi in [4, 16]: blended with s = (16 / 2 pi - 1) / 3.
   const double smooth = (16.0 / (2.0 * std::numbers::pi) - 1.0) / 3.0;
@@ -214,10 +215,10 @@ TEST(CpuOpsRope, Llama3ScalingBands) {
   // Pairs 1-3: wavelengths 19.9, 62.8, 199 > 16: divided by the factor.
   for (int i = 1; i < 4; ++i) EXPECT_NEAR(scaled[i], plain[i] / 4.0, 1e-15) << i;
   // A high-frequency pair (wavelength < 16 / 4) keeps its frequency.
-  s.original_max_positions = 2.0;  // thresholds 2 and 0.5: pair 0 (6.28) is now low-frequency
-  EXPECT_NEAR(RopeInverseFrequencies(8, 100.0, &s)[0], 0.25, 1e-15);
-  s.original_max_positions = 64.0;  // thresholds 64 and 16: pair 0 is high-frequency
-  EXPECT_EQ(RopeInverseFrequencies(8, 100.0, &s)[0], 1.0);
+  s.original_max_position_embeddings = 2;  // thresholds 2, 0.5: pair 0 (6.28) is low-frequency
+  EXPECT_NEAR(RopeInverseFrequencies(8, 100.0, s)[0], 0.25, 1e-15);
+  s.original_max_position_embeddings = 64;  // thresholds 64 and 16: pair 0 is high-frequency
+  EXPECT_EQ(RopeInverseFrequencies(8, 100.0, s)[0], 1.0);
   // The theta overload is the frequency overload with plain frequencies, bit for bit.
   const int B = 1, T = 7, H = 2, KV = 1, hd = 8, row = (H + 2 * KV) * hd;
   Vec x = Random(B * T * row, 19), a = x, b = x;

@@ -21,6 +21,15 @@ void Axpy(float* y, float a, const float* x, int n) {
 
 }  // namespace
 
+float SoftmaxNumerators(float* p, int n, float mx) {
+  double sum = 0.0;
+  for (int s = 0; s < n; ++s) {
+    p[s] = std::exp(p[s] - mx);
+    sum += p[s];
+  }
+  return static_cast<float>(1.0 / sum);
+}
+
 void AttentionForward(float* out, float* probs, const float* qkv, int B, int T, int n_head,
                       int n_kv_head, int hd) {
   const int64_t row = int64_t{n_head + 2 * n_kv_head} * hd;
@@ -45,12 +54,7 @@ void AttentionForward(float* out, float* probs, const float* qkv, int B, int T, 
           p[s] = Dot(q, base + s * row + k_off, hd) * scale;
           mx = std::max(mx, p[s]);
         }
-        double sum = 0.0;
-        for (int s = 0; s <= t; ++s) {
-          p[s] = std::exp(p[s] - mx);
-          sum += p[s];
-        }
-        const float inv = static_cast<float>(1.0 / sum);
+        const float inv = SoftmaxNumerators(p, t + 1, mx);
         for (int s = 0; s <= t; ++s) p[s] *= inv;
         for (int s = t + 1; s < T; ++s) p[s] = 0.0f;
         float* o = out + (b * T + t) * int64_t{n_head} * hd + q_off;

@@ -14,4 +14,9 @@ void AttentionForward(float* out, float* probs, const float* qkv, int B, int T, 
 void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* probs,
                        int B, int T, int n_head, int n_kv_head, int hd);
 
+// Turns the scores p[0, n), whose largest is mx, into exp(p - mx) and returns the reciprocal of
+// their sum (p[s] times it is the softmax): the arithmetic every CPU attention shares (float
+// exp, double sum, float reciprocal), which keeps the decode path bit-identical to the forward.
+float SoftmaxNumerators(float* p, int n, float mx);
+
 }  // namespace forge::cpu

@@ -32,21 +32,22 @@ void RotateRow(float* r, int rotated_heads, int hd, const float* c, const float*
 }  // namespace
 
 std::vector<double> RopeInverseFrequencies(int hd, double theta,
-                                           const Llama3RopeScaling* scaling) {
+                                           const RopeScalingConfig& scaling) {
   std::vector<double> f(hd / 2);
   for (int i = 0; i < hd / 2; ++i) f[i] = std::pow(theta, -2.0 * i / hd);
-  if (scaling == nullptr) return f;
-  const Llama3RopeScaling& s = *scaling;
-  const double low_wavelen = s.original_max_positions / s.low_freq_factor;
-  const double high_wavelen = s.original_max_positions / s.high_freq_factor;
+  if (scaling.type == RopeScalingType::kNone) return f;
+  const double factor = scaling.factor, low = scaling.low_freq_factor,
+               high = scaling.high_freq_factor,
+               original = scaling.original_max_position_embeddings;
+  const double low_wavelen = original / low;
+  const double high_wavelen = original / high;
   for (double& x : f) {
     const double wavelen = 2.0 * std::numbers::pi / x;
     if (wavelen > low_wavelen) {
-      x /= s.factor;
+      x /= factor;
     } else if (wavelen >= high_wavelen) {
-      const double smooth = (s.original_max_positions / wavelen - s.low_freq_factor) /
-                            (s.high_freq_factor - s.low_freq_factor);
-      x = (1.0 - smooth) * x / s.factor + smooth * x;
+      const double smooth = (original / wavelen - low) / (high - low);
+      x = (1.0 - smooth) * x / factor + smooth * x;
     }
   }
   return f;
@@ -70,7 +71,7 @@ void RopeApply(float* qkv, int B, int T, int n_head, int n_kv_head, int hd,
 
 void RopeApply(float* qkv, int B, int T, int n_head, int n_kv_head, int hd, float theta,
                bool inverse) {
-  const std::vector<double> f = RopeInverseFrequencies(hd, theta, nullptr);
+  const std::vector<double> f = RopeInverseFrequencies(hd, theta);
   RopeApply(qkv, B, T, n_head, n_kv_head, hd, f.data(), inverse);
 }
 
@@ -86,7 +87,7 @@ void RopeApplyAtPositions(float* qkv, const int32_t* positions, int64_t N, int n
 
 void RopeApplyAtPositions(float* qkv, const int32_t* positions, int64_t N, int n_head,
                           int n_kv_head, int hd, float theta) {
-  const std::vector<double> f = RopeInverseFrequencies(hd, theta, nullptr);
+  const std::vector<double> f = RopeInverseFrequencies(hd, theta);
   RopeApplyAtPositions(qkv, positions, N, n_head, n_kv_head, hd, f.data());
 }
 

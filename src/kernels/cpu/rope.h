@@ -8,23 +8,19 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/config.h"
+
 namespace forge::cpu {
 
-// Llama 3.1's RoPE frequency scaling (transformers' rope_type "llama3"): a pair whose
-// wavelength 2 pi / f is above original_max_positions / low_freq_factor takes f / factor, one
-// below original_max_positions / high_freq_factor keeps f, and one between takes
-// (1 - s) f / factor + s f with s = (original_max_positions / wavelength - low_freq_factor) /
-// (high_freq_factor - low_freq_factor).
-struct Llama3RopeScaling {
-  double factor = 8.0;
-  double low_freq_factor = 1.0;
-  double high_freq_factor = 4.0;
-  double original_max_positions = 8192.0;
-};
-
 // The hd/2 inverse frequencies, in double (the reference carries no error of its own at long
-// positions); `scaling` null: plain RoPE.
-std::vector<double> RopeInverseFrequencies(int hd, double theta, const Llama3RopeScaling* scaling);
+// positions): plain RoPE, or with Llama 3.1's frequency scaling (scaling.type kLlama3,
+// transformers' rope_type "llama3"): a pair whose wavelength 2 pi / f is above
+// original_max_position_embeddings / low_freq_factor takes f / factor, one below
+// original_max_position_embeddings / high_freq_factor keeps f, and one between takes
+// (1 - s) f / factor + s f with s = (original_max_position_embeddings / wavelength -
+// low_freq_factor) / (high_freq_factor - low_freq_factor).
+std::vector<double> RopeInverseFrequencies(int hd, double theta,
+                                           const RopeScalingConfig& scaling = {});
 
 // In place on the Q and K heads of a fused qkv buffer [B, T, (H + 2*KV) * hd]
 // (Q heads first, then K heads; V untouched). inverse=true rotates by -angle, which is the

@@ -136,18 +136,10 @@ StatusOr<UnitBuffers> LoadHfWeightsFor(const ModelConfig& m, const std::string& 
                            "/config.json has " + field + " " + hf);
   };
   auto num = [](double v) { return nlohmann::json(v).dump(); };
-  if (c.num_hidden_layers != want.num_hidden_layers)
-    return differ("n_layer", std::to_string(m.n_layer), "num_hidden_layers", std::to_string(c.num_hidden_layers));
-  if (c.hidden_size != want.hidden_size)
-    return differ("d_model", std::to_string(m.d_model), "hidden_size", std::to_string(c.hidden_size));
-  if (c.num_attention_heads != want.num_attention_heads)
-    return differ("n_head", std::to_string(m.n_head), "num_attention_heads", std::to_string(c.num_attention_heads));
-  if (c.num_key_value_heads != want.num_key_value_heads)
-    return differ("n_kv_head", std::to_string(m.n_kv_head), "num_key_value_heads", std::to_string(c.num_key_value_heads));
-  if (c.intermediate_size != want.intermediate_size)
-    return differ("ffn", std::to_string(m.ffn), "intermediate_size", std::to_string(c.intermediate_size));
-  if (c.vocab_size != want.vocab_size)
-    return differ("vocab", std::to_string(m.vocab), "vocab_size", std::to_string(c.vocab_size));
+  for (const LlamaDimension& d : kLlamaDimensions) {
+    if (c.*d.hf != want.*d.hf)
+      return differ(d.forge_name, std::to_string(m.*d.forge), d.hf_name, std::to_string(c.*d.hf));
+  }
   if (c.head_dim != want.head_dim)
     return differ("head_dim", std::to_string(want.head_dim), "head_dim", std::to_string(c.head_dim));
   if (ShortestDecimal(float(c.rope_theta)) != want.rope_theta)

@@ -99,18 +99,16 @@ StatusOr<std::string> Gpt2TokenizerJson(const std::string& encoder_json,
                                           {"normalized", true},
                                           {"special", true}}});
   j["normalizer"] = nullptr;
-  j["pre_tokenizer"] = {{"type", "ByteLevel"},
-                        {"add_prefix_space", false},
-                        {"trim_offsets", true},
-                        {"use_regex", true}};
-  j["post_processor"] = {{"type", "ByteLevel"},
-                         {"add_prefix_space", true},
-                         {"trim_offsets", false},
-                         {"use_regex", true}};
-  j["decoder"] = {{"type", "ByteLevel"},
-                  {"add_prefix_space", true},
-                  {"trim_offsets", true},
-                  {"use_regex", true}};
+  // GPT-2's byte-level pre-tokenizer, post-processor and decoder differ in two options only.
+  auto byte_level = [](bool add_prefix_space, bool trim_offsets) {
+    return ojson{{"type", "ByteLevel"},
+                 {"add_prefix_space", add_prefix_space},
+                 {"trim_offsets", trim_offsets},
+                 {"use_regex", true}};
+  };
+  j["pre_tokenizer"] = byte_level(/*add_prefix_space=*/false, /*trim_offsets=*/true);
+  j["post_processor"] = byte_level(/*add_prefix_space=*/true, /*trim_offsets=*/false);
+  j["decoder"] = byte_level(/*add_prefix_space=*/true, /*trim_offsets=*/true);
   j["model"] = {{"type", "BPE"},
                 {"dropout", nullptr},
                 {"unk_token", nullptr},

@@ -33,6 +33,15 @@ const std::set<std::string> kReadKeys = {
     "hidden_act",          "attention_bias",      "mlp_bias",
     "attention_dropout",   "sliding_window",      "use_sliding_window"};
 
+// bos_token_id (null for none) and eos_token_id (a number, a list of several, or null), as
+// config.json and generation_config.json both hold them.
+void PutTokenIds(const LlamaConfig& c, json* j) {
+  (*j)["bos_token_id"] = c.bos_token_id >= 0 ? json(c.bos_token_id) : json(nullptr);
+  if (c.eos_token_ids.size() == 1) (*j)["eos_token_id"] = c.eos_token_ids[0];
+  else if (c.eos_token_ids.empty()) (*j)["eos_token_id"] = nullptr;
+  else (*j)["eos_token_id"] = c.eos_token_ids;
+}
+
 }  // namespace
 
 double ShortestDecimal(float x) {
@@ -44,13 +53,8 @@ double ShortestDecimal(float x) {
 
 LlamaConfig LlamaConfigFromModel(const ModelConfig& m) {
   LlamaConfig c;
-  c.hidden_size = m.d_model;
-  c.intermediate_size = m.ffn;
-  c.num_hidden_layers = m.n_layer;
-  c.num_attention_heads = m.n_head;
-  c.num_key_value_heads = m.n_kv_head;
+  for (const LlamaDimension& d : kLlamaDimensions) c.*d.hf = m.*d.forge;
   c.head_dim = m.head_dim();
-  c.vocab_size = m.vocab;
   c.max_position_embeddings = m.seq_len;
   c.rope_theta = ShortestDecimal(m.rope_theta);
   if (m.rope_scaling.type == RopeScalingType::kLlama3) {
@@ -100,12 +104,7 @@ StatusOr<ModelConfig> ModelFromLlamaConfig(const LlamaConfig& c, const std::stri
         static_cast<int>(s.original_max_position_embeddings);
   }
   m.preset = "";
-  m.n_layer = c.num_hidden_layers;
-  m.d_model = c.hidden_size;
-  m.n_head = c.num_attention_heads;
-  m.n_kv_head = c.num_key_value_heads;
-  m.ffn = c.intermediate_size;
-  m.vocab = c.vocab_size;
+  for (const LlamaDimension& d : kLlamaDimensions) m.*d.forge = c.*d.hf;
   m.seq_len = c.max_position_embeddings;
   m.rope_theta = static_cast<float>(c.rope_theta);
   m.norm_eps = static_cast<float>(c.rms_norm_eps);
@@ -127,13 +126,8 @@ std::string LlamaConfigJson(const LlamaConfig& c) {
   json j;
   j["architectures"] = {"LlamaForCausalLM"};
   j["model_type"] = "llama";
-  j["hidden_size"] = c.hidden_size;
-  j["intermediate_size"] = c.intermediate_size;
-  j["num_hidden_layers"] = c.num_hidden_layers;
-  j["num_attention_heads"] = c.num_attention_heads;
-  j["num_key_value_heads"] = c.num_key_value_heads;
+  for (const LlamaDimension& d : kLlamaDimensions) j[d.hf_name] = c.*d.hf;
   j["head_dim"] = c.head_dim;
-  j["vocab_size"] = c.vocab_size;
   j["max_position_embeddings"] = c.max_position_embeddings;
   j["rope_theta"] = c.rope_theta;
   if (c.rope_scaling) {
@@ -154,10 +148,7 @@ std::string LlamaConfigJson(const LlamaConfig& c) {
   j["mlp_bias"] = false;
   j["initializer_range"] = 0.02;
   j["use_cache"] = true;
-  j["bos_token_id"] = c.bos_token_id >= 0 ? json(c.bos_token_id) : json(nullptr);
-  if (c.eos_token_ids.size() == 1) j["eos_token_id"] = c.eos_token_ids[0];
-  else if (c.eos_token_ids.empty()) j["eos_token_id"] = nullptr;
-  else j["eos_token_id"] = c.eos_token_ids;
+  PutTokenIds(c, &j);
   // transformers 5 reads `dtype`; older readers (and converters) read `torch_dtype`.
   j["dtype"] = c.dtype;
   j["torch_dtype"] = c.dtype;
@@ -166,10 +157,7 @@ std::string LlamaConfigJson(const LlamaConfig& c) {
 
 std::string GenerationConfigJson(const LlamaConfig& c) {
   json j;
-  j["bos_token_id"] = c.bos_token_id >= 0 ? json(c.bos_token_id) : json(nullptr);
-  if (c.eos_token_ids.size() == 1) j["eos_token_id"] = c.eos_token_ids[0];
-  else if (c.eos_token_ids.empty()) j["eos_token_id"] = nullptr;
-  else j["eos_token_id"] = c.eos_token_ids;
+  PutTokenIds(c, &j);
   j["do_sample"] = false;
   return j.dump(2) + "\n";
 }
@@ -239,16 +227,15 @@ StatusOr<LlamaConfig> ParseLlamaConfigJson(const std::string& text, const std::s
                j["attention_dropout"].dump() + ": Forge trains without dropout");
 
   LlamaConfig c;
-  FORGE_RETURN_IF_ERROR(get_int("hidden_size", true, 0, &c.hidden_size));
-  FORGE_RETURN_IF_ERROR(get_int("intermediate_size", true, 0, &c.intermediate_size));
-  FORGE_RETURN_IF_ERROR(get_int("num_hidden_layers", true, 0, &c.num_hidden_layers));
-  FORGE_RETURN_IF_ERROR(get_int("num_attention_heads", true, 0, &c.num_attention_heads));
-  FORGE_RETURN_IF_ERROR(
-      get_int("num_key_value_heads", false, c.num_attention_heads, &c.num_key_value_heads));
+  for (const LlamaDimension& d : kLlamaDimensions) {
+    // Only num_key_value_heads may be absent: then there is a key/value head per query head
+    // (read after num_attention_heads in kLlamaDimensions' order).
+    const bool kv_heads = d.hf == &LlamaConfig::num_key_value_heads;
+    FORGE_RETURN_IF_ERROR(get_int(d.hf_name, !kv_heads, c.num_attention_heads, &(c.*d.hf)));
+  }
   if (c.num_attention_heads == 0) return bad("num_attention_heads", "must be > 0");
   FORGE_RETURN_IF_ERROR(
       get_int("head_dim", false, c.hidden_size / c.num_attention_heads, &c.head_dim));
-  FORGE_RETURN_IF_ERROR(get_int("vocab_size", true, 0, &c.vocab_size));
   // transformers' LlamaConfig defaults where a key is absent.
   FORGE_RETURN_IF_ERROR(
       get_int("max_position_embeddings", false, 2048, &c.max_position_embeddings));

@@ -14,6 +14,7 @@
 // quantization) or a key it does not know is an InvalidArgument naming the file and the key.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -49,6 +50,25 @@ struct LlamaConfig {
   std::vector<int> eos_token_ids;  // one id is written as a number, several as a list
   std::string dtype = "float32";   // float32 | bfloat16 | float16: the tensors' type
 };
+
+// The dimensions the tensors' shapes follow, by their names and places in config.json and in
+// ModelConfig: the one list that export, import, config.json and the weights' check go by
+// (head_dim, which ModelConfig derives, is handled beside it).
+struct LlamaDimension {
+  const char* hf_name;     // "num_hidden_layers"
+  int LlamaConfig::*hf;
+  const char* forge_name;  // "n_layer" (model.n_layer)
+  int ModelConfig::*forge;
+};
+inline constexpr std::array<LlamaDimension, 6> kLlamaDimensions{{
+    {"num_hidden_layers", &LlamaConfig::num_hidden_layers, "n_layer", &ModelConfig::n_layer},
+    {"hidden_size", &LlamaConfig::hidden_size, "d_model", &ModelConfig::d_model},
+    {"num_attention_heads", &LlamaConfig::num_attention_heads, "n_head", &ModelConfig::n_head},
+    {"num_key_value_heads", &LlamaConfig::num_key_value_heads, "n_kv_head",
+     &ModelConfig::n_kv_head},
+    {"intermediate_size", &LlamaConfig::intermediate_size, "ffn", &ModelConfig::ffn},
+    {"vocab_size", &LlamaConfig::vocab_size, "vocab", &ModelConfig::vocab},
+}};
 
 // Forge's model as a Llama config. bos/eos ids and dtype are the caller's (tokenizer, export).
 LlamaConfig LlamaConfigFromModel(const ModelConfig& m);

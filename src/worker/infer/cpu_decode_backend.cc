@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/parallel_for.h"
@@ -142,12 +143,7 @@ Status CpuDecodeBackend::Append(std::span<const int> seqs,
           p[j] = dot * scale;
           mx = std::max(mx, p[j]);
         }
-        double sum = 0.0;
-        for (int j = 0; j <= t; ++j) {
-          p[j] = std::exp(p[j] - mx);
-          sum += p[j];
-        }
-        const float inv = static_cast<float>(1.0 / sum);
+        const float inv = cpu::SoftmaxNumerators(p.data(), t + 1, mx);
         float* out = att_.data() + (n * H + h) * hd;
         std::memset(out, 0, sizeof(float) * hd);
         for (int j = 0; j <= t; ++j) {
