@@ -56,6 +56,25 @@ std::vector<std::string> WorkerEnvironment(const std::string& secret) {
   return env;
 }
 
+// Starts `program` (a path, or a name looked up in PATH) with `args` (args[0] its name) and the
+// workers' environment, in a process group of its own; 0 or the error number.
+int SpawnWorkerProcess(const std::string& program, std::vector<std::string> args,
+                       const std::string& secret, pid_t* pid) {
+  std::vector<std::string> env = WorkerEnvironment(secret);
+  std::vector<char*> argv, envp;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (std::string& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attr, 0);
+  const int rc = posix_spawnp(pid, program.c_str(), nullptr, &attr, argv.data(), envp.data());
+  posix_spawnattr_destroy(&attr);
+  return rc;
+}
+
 // forge-worker processes for GPUs 1..n-1, in their own process group (a Ctrl-C reaches only
 // `forge`, whose rank stops the run for all through the trainer's agreement).
 StatusOr<std::vector<pid_t>> SpawnGpuWorkers(int n, const std::string& address,
@@ -65,30 +84,19 @@ StatusOr<std::vector<pid_t>> SpawnGpuWorkers(int n, const std::string& address,
   const std::string bin = (self.parent_path() / "forge-worker").string();
   if (ec || !std::filesystem::exists(bin))
     return Status::NotFound("forge-worker not found next to forge (" + bin + ")");
-  std::vector<std::string> env_strings = WorkerEnvironment(secret);
-  std::vector<char*> envp;
-  for (std::string& e : env_strings) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
-  posix_spawnattr_setpgroup(&attr, 0);
   std::vector<pid_t> pids;
   Status failed;
   for (int gpu = 1; gpu < n && failed.ok(); ++gpu) {
-    std::vector<std::string> args = {bin, "--coordinator", address, "--device",
-                                     "cuda:" + std::to_string(gpu), "--max-placements", "1",
-                                     "--give-up-after-s", "30", "--max-steps",
-                                     std::to_string(max_steps)};
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
     pid_t pid = 0;
-    const int rc = posix_spawn(&pid, bin.c_str(), nullptr, &attr, argv.data(), envp.data());
+    const int rc = SpawnWorkerProcess(
+        bin,
+        {bin, "--coordinator", address, "--device", "cuda:" + std::to_string(gpu),
+         "--max-placements", "1", "--give-up-after-s", "30", "--max-steps",
+         std::to_string(max_steps)},
+        secret, &pid);
     if (rc != 0) failed = Status::Unavailable("cannot start " + bin + ": " + std::strerror(rc));
     else pids.push_back(pid);
   }
-  posix_spawnattr_destroy(&attr);
   if (!failed.ok()) {
     for (pid_t p : pids) {
       ::kill(p, SIGKILL);
@@ -172,21 +180,9 @@ StatusOr<CpuWorkerGroup> SpawnCpuWorkerGroup(int n, const std::string& address,
     std::istringstream words(extra);
     for (std::string w; words >> w;) args.push_back(w);
   }
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env = WorkerEnvironment(secret);
-  std::vector<char*> envp;
-  for (std::string& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
-  posix_spawnattr_setpgroup(&attr, 0);
   CpuWorkerGroup g;
   g.exit_file = exit_file;
-  const int rc = posix_spawnp(&g.pid, mpirun.c_str(), nullptr, &attr, argv.data(), envp.data());
-  posix_spawnattr_destroy(&attr);
+  const int rc = SpawnWorkerProcess(mpirun, std::move(args), secret, &g.pid);
   if (rc != 0)
     return Status::Unavailable("cannot start " + mpirun + " (CPU runs of several workers train "
                                "over MPI; FORGE_MPIRUN names another mpirun): " +

@@ -112,7 +112,8 @@ enum class Write {
 template <typename R>
 struct Column {
   const char* name;
-  std::variant<int64_t R::*, int R::*, float R::*, double R::*, std::string R::*, RunState R::*>
+  std::variant<int64_t R::*, uint64_t R::*, int R::*, float R::*, double R::*, std::string R::*,
+               RunState R::*>
       field;
   Write write = Write::kAlways;
 };
@@ -121,6 +122,7 @@ template <typename R>
 using Columns = std::span<const Column<R>>;
 
 void Load(const Stmt& s, int c, int64_t* v) { *v = s.Int(c); }
+void Load(const Stmt& s, int c, uint64_t* v) { *v = uint64_t(s.Int(c)); }
 void Load(const Stmt& s, int c, int* v) { *v = int(s.Int(c)); }
 void Load(const Stmt& s, int c, float* v) { *v = float(s.Real(c)); }
 void Load(const Stmt& s, int c, double* v) { *v = s.Real(c); }
@@ -128,6 +130,7 @@ void Load(const Stmt& s, int c, std::string* v) { *v = s.Text(c); }
 void Load(const Stmt& s, int c, RunState* v) { *v = static_cast<RunState>(s.Int(c)); }
 
 Value Stored(int64_t v) { return v; }
+Value Stored(uint64_t v) { return int64_t(v); }
 Value Stored(int v) { return int64_t(v); }
 Value Stored(float v) { return double(v); }
 Value Stored(double v) { return v; }
@@ -141,6 +144,24 @@ R ReadRow(const Stmt& s, Columns<R> cols) {
   for (size_t c = 0; c < cols.size(); ++c)
     std::visit([&](auto field) { Load(s, int(c), &(r.*field)); }, cols[c].field);
   return r;
+}
+
+// Calls row() on each row the statement yields, standing on it.
+template <typename F>
+Status ForEachRow(Stmt& s, F row) {
+  for (;;) {
+    FORGE_ASSIGN_OR_RETURN(bool more, s.Step());
+    if (!more) return Status::Ok();
+    row();
+  }
+}
+
+// Every row the statement yields, read as ReadRow does.
+template <typename R>
+StatusOr<std::vector<R>> ReadRows(Stmt& s, Columns<R> cols) {
+  std::vector<R> out;
+  FORGE_RETURN_IF_ERROR(ForEachRow(s, [&] { out.push_back(ReadRow(s, cols)); }));
+  return out;
 }
 
 template <typename R>
@@ -230,6 +251,45 @@ constexpr Column<MetricRecord> kMetricTable[] = {
 };
 const Columns<MetricRecord> kMetricColumns(kMetricTable);
 
+using ER = EventRecord;
+constexpr Column<EventRecord> kEventTable[] = {
+    {"id", &ER::id, Write::kNever},
+    {"run_id", &ER::run_id},
+    {"time_ms", &ER::time_ms},
+    {"state", &ER::state},
+    {"message", &ER::message},
+};
+const Columns<EventRecord> kEventColumns(kEventTable);
+
+using CR = CheckpointRecord;
+constexpr Column<CheckpointRecord> kCheckpointTable[] = {
+    {"run_id", &CR::run_id},
+    {"step", &CR::step},
+    {"dir", &CR::dir},
+    {"world", &CR::world},
+    {"bytes", &CR::bytes},
+    {"committed_ms", &CR::committed_ms},
+    {"data", &CR::data},
+};
+const Columns<CheckpointRecord> kCheckpointColumns(kCheckpointTable);
+
+using WR = WorkerRecord;
+constexpr Column<WorkerRecord> kWorkerTable[] = {
+    {"id", &WR::id},
+    {"host", &WR::host},
+    {"device", &WR::device},
+    {"group_id", &WR::group_id},
+    {"group_rank", &WR::group_rank},
+    {"group_size", &WR::group_size},
+    {"run_id", &WR::run_id},
+    {"attempt", &WR::attempt},
+    {"rank", &WR::rank},
+    {"joined_ms", &WR::joined_ms},
+    {"done_phase", &WR::done_phase},
+    {"device_name", &WR::device_name},
+};
+const Columns<WorkerRecord> kWorkerColumns(kWorkerTable);
+
 }  // namespace
 
 const char* RunStateName(RunState s) {
@@ -309,19 +369,13 @@ StatusOr<std::vector<RunRecord>> RunStore::ListRuns() {
   std::lock_guard<std::mutex> l(mu_);
   Stmt s(db_, ("SELECT " + SelectList(kRunColumns) + " FROM runs ORDER BY seq").c_str());
   FORGE_RETURN_IF_ERROR(s.Bind({}));
-  std::vector<RunRecord> out;
-  for (;;) {
-    FORGE_ASSIGN_OR_RETURN(bool row, s.Step());
-    if (!row) break;
-    out.push_back(ReadRow(s, kRunColumns));
-  }
-  return out;
+  return ReadRows(s, kRunColumns);
 }
 
 StatusOr<int64_t> RunStore::AppendEvent(const EventRecord& e) {
   std::lock_guard<std::mutex> l(mu_);
-  Stmt s(db_, "INSERT INTO run_events (run_id, time_ms, state, message) VALUES (?,?,?,?)");
-  FORGE_RETURN_IF_ERROR(s.Bind({e.run_id, e.time_ms, int64_t(e.state), e.message}));
+  Stmt s(db_, InsertSql("INSERT", "run_events", kEventColumns).c_str());
+  FORGE_RETURN_IF_ERROR(s.Bind(InsertValues(e, kEventColumns)));
   FORGE_RETURN_IF_ERROR(s.Run());
   return int64_t(sqlite3_last_insert_rowid(db_));
 }
@@ -329,23 +383,11 @@ StatusOr<int64_t> RunStore::AppendEvent(const EventRecord& e) {
 StatusOr<std::vector<EventRecord>> RunStore::EventsAfter(const std::string& run_id,
                                                          int64_t after_id) {
   std::lock_guard<std::mutex> l(mu_);
-  Stmt s(db_,
-         "SELECT id, run_id, time_ms, state, message FROM run_events WHERE run_id=? AND id>? "
-         "ORDER BY id");
+  Stmt s(db_, ("SELECT " + SelectList(kEventColumns) +
+               " FROM run_events WHERE run_id=? AND id>? ORDER BY id")
+                  .c_str());
   FORGE_RETURN_IF_ERROR(s.Bind({run_id, after_id}));
-  std::vector<EventRecord> out;
-  for (;;) {
-    FORGE_ASSIGN_OR_RETURN(bool row, s.Step());
-    if (!row) break;
-    EventRecord e;
-    e.id = s.Int(0);
-    e.run_id = s.Text(1);
-    e.time_ms = s.Int(2);
-    e.state = static_cast<RunState>(s.Int(3));
-    e.message = s.Text(4);
-    out.push_back(std::move(e));
-  }
-  return out;
+  return ReadRows(s, kEventColumns);
 }
 
 Status RunStore::PutMetrics(MetricRecord* m) {
@@ -364,13 +406,7 @@ StatusOr<std::vector<MetricRecord>> RunStore::MetricsAfter(const std::string& ru
                " FROM step_metrics WHERE run_id=? AND seq>? ORDER BY seq")
                   .c_str());
   FORGE_RETURN_IF_ERROR(s.Bind({run_id, after_seq}));
-  std::vector<MetricRecord> out;
-  for (;;) {
-    FORGE_ASSIGN_OR_RETURN(bool row, s.Step());
-    if (!row) break;
-    out.push_back(ReadRow(s, kMetricColumns));
-  }
-  return out;
+  return ReadRows(s, kMetricColumns);
 }
 
 StatusOr<std::optional<MetricRecord>> RunStore::LatestMetrics(const std::string& run_id) {
@@ -386,36 +422,18 @@ StatusOr<std::optional<MetricRecord>> RunStore::LatestMetrics(const std::string&
 
 Status RunStore::PutCheckpoint(const CheckpointRecord& c) {
   std::lock_guard<std::mutex> l(mu_);
-  Stmt s(db_,
-         "INSERT OR REPLACE INTO checkpoints (run_id, step, dir, world, bytes, committed_ms, "
-         "data) VALUES (?,?,?,?,?,?,?)");
-  FORGE_RETURN_IF_ERROR(s.Bind({c.run_id, c.step, c.dir, int64_t(c.world), int64_t(c.bytes),
-                                c.committed_ms, c.data}));
+  Stmt s(db_, InsertSql("INSERT OR REPLACE", "checkpoints", kCheckpointColumns).c_str());
+  FORGE_RETURN_IF_ERROR(s.Bind(InsertValues(c, kCheckpointColumns)));
   return s.Run();
 }
 
 StatusOr<std::vector<CheckpointRecord>> RunStore::Checkpoints(const std::string& run_id) {
   std::lock_guard<std::mutex> l(mu_);
-  Stmt s(db_,
-         "SELECT run_id, step, dir, world, bytes, committed_ms, data FROM checkpoints "
-         "WHERE run_id=? "
-         "ORDER BY step");
+  Stmt s(db_, ("SELECT " + SelectList(kCheckpointColumns) +
+               " FROM checkpoints WHERE run_id=? ORDER BY step")
+                  .c_str());
   FORGE_RETURN_IF_ERROR(s.Bind({run_id}));
-  std::vector<CheckpointRecord> out;
-  for (;;) {
-    FORGE_ASSIGN_OR_RETURN(bool row, s.Step());
-    if (!row) break;
-    CheckpointRecord c;
-    c.run_id = s.Text(0);
-    c.step = s.Int(1);
-    c.dir = s.Text(2);
-    c.world = int(s.Int(3));
-    c.bytes = uint64_t(s.Int(4));
-    c.committed_ms = s.Int(5);
-    c.data = s.Text(6);
-    out.push_back(std::move(c));
-  }
-  return out;
+  return ReadRows(s, kCheckpointColumns);
 }
 
 Status RunStore::DeleteCheckpoint(const std::string& run_id, int64_t step) {
@@ -443,11 +461,7 @@ StatusOr<std::vector<std::pair<int, std::string>>> RunStore::ShardReports(
          "ORDER BY rank");
   FORGE_RETURN_IF_ERROR(s.Bind({run_id, int64_t(attempt), step}));
   std::vector<std::pair<int, std::string>> out;
-  for (;;) {
-    FORGE_ASSIGN_OR_RETURN(bool row, s.Step());
-    if (!row) break;
-    out.emplace_back(int(s.Int(0)), s.Text(1));
-  }
+  FORGE_RETURN_IF_ERROR(ForEachRow(s, [&] { out.emplace_back(int(s.Int(0)), s.Text(1)); }));
   return out;
 }
 
@@ -460,14 +474,8 @@ Status RunStore::DeleteShardReports(const std::string& run_id, int64_t step) {
 
 Status RunStore::PutWorker(const WorkerRecord& w) {
   std::lock_guard<std::mutex> l(mu_);
-  Stmt s(db_,
-         "INSERT OR REPLACE INTO workers (id, host, device, group_id, group_rank, group_size, "
-         "run_id, attempt, rank, joined_ms, done_phase, device_name) "
-         "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)");
-  FORGE_RETURN_IF_ERROR(s.Bind({w.id, w.host, w.device, w.group_id, int64_t(w.group_rank),
-                                int64_t(w.group_size), w.run_id, int64_t(w.attempt),
-                                int64_t(w.rank), w.joined_ms, int64_t(w.done_phase),
-                                w.device_name}));
+  Stmt s(db_, InsertSql("INSERT OR REPLACE", "workers", kWorkerColumns).c_str());
+  FORGE_RETURN_IF_ERROR(s.Bind(InsertValues(w, kWorkerColumns)));
   return s.Run();
 }
 
@@ -481,29 +489,9 @@ Status RunStore::DeleteWorker(const std::string& id) {
 StatusOr<std::vector<WorkerRecord>> RunStore::Workers() {
   std::lock_guard<std::mutex> l(mu_);
   Stmt s(db_,
-         "SELECT id, host, device, group_id, group_rank, group_size, run_id, attempt, rank, "
-         "joined_ms, done_phase, device_name FROM workers ORDER BY joined_ms, id");
+         ("SELECT " + SelectList(kWorkerColumns) + " FROM workers ORDER BY joined_ms, id").c_str());
   FORGE_RETURN_IF_ERROR(s.Bind({}));
-  std::vector<WorkerRecord> out;
-  for (;;) {
-    FORGE_ASSIGN_OR_RETURN(bool row, s.Step());
-    if (!row) break;
-    WorkerRecord w;
-    w.id = s.Text(0);
-    w.host = s.Text(1);
-    w.device = s.Text(2);
-    w.group_id = s.Text(3);
-    w.group_rank = int(s.Int(4));
-    w.group_size = int(s.Int(5));
-    w.run_id = s.Text(6);
-    w.attempt = int(s.Int(7));
-    w.rank = int(s.Int(8));
-    w.joined_ms = s.Int(9);
-    w.done_phase = int(s.Int(10));
-    w.device_name = s.Text(11);
-    out.push_back(std::move(w));
-  }
-  return out;
+  return ReadRows(s, kWorkerColumns);
 }
 
 }  // namespace forge::coord

@@ -1,6 +1,7 @@
 #include "metrics/metrics_server.h"
 
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -31,23 +32,17 @@ StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string&
     return Status::Invalid("metrics port must be in [0, 65535], got " + std::to_string(port));
   const bool v6 = bind_address.find(':') != std::string::npos;
   const std::string shown = (v6 ? "[" + bind_address + "]" : bind_address) + ":" + std::to_string(port);
+  // A numeric IPv4 or IPv6 address (no name lookup) and the port, as the socket takes them.
+  addrinfo hints{};
+  hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_PASSIVE;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(bind_address.c_str(), std::to_string(port).c_str(), &hints, &found) != 0)
+    return Status::Invalid("metrics.bind_address: not an IPv4 or IPv6 address: " + bind_address);
   sockaddr_storage ss{};
-  socklen_t len = 0;
-  if (v6) {
-    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
-    a->sin6_family = AF_INET6;
-    a->sin6_port = htons(uint16_t(port));
-    if (inet_pton(AF_INET6, bind_address.c_str(), &a->sin6_addr) != 1)
-      return Status::Invalid("metrics.bind_address: not an IPv6 address: " + bind_address);
-    len = sizeof(sockaddr_in6);
-  } else {
-    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
-    a->sin_family = AF_INET;
-    a->sin_port = htons(uint16_t(port));
-    if (inet_pton(AF_INET, bind_address.c_str(), &a->sin_addr) != 1)
-      return Status::Invalid("metrics.bind_address: not an IPv4 address: " + bind_address);
-    len = sizeof(sockaddr_in);
-  }
+  const socklen_t len = found->ai_addrlen;
+  std::memcpy(&ss, found->ai_addr, len);
+  ::freeaddrinfo(found);
   // Non-blocking: Serve() accepts until nothing is pending.
   const int fd = ::socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return Status::Unavailable("cannot serve /metrics on " + shown + ": socket: " + std::strerror(errno));

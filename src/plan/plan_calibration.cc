@@ -89,6 +89,31 @@ PlanCalibration H100() {
   return c;
 }
 
+// The keys of the "compute" section, each a field of PlanCalibration; zero_ok where 0 means
+// something (no half-width: a flat rate; FP8 adding no bytes).
+struct ComputeKey {
+  const char* name;
+  double PlanCalibration::*field;
+  bool zero_ok;
+};
+constexpr ComputeKey kComputeKeys[] = {
+    {"gemm_tflops_max", &PlanCalibration::gemm_tflops_max, false},
+    {"gemm_half_width", &PlanCalibration::gemm_half_width, true},
+    {"fp8_gemm_speedup", &PlanCalibration::fp8_gemm_speedup, false},
+    {"attention_tflops_max", &PlanCalibration::attention_tflops_max, false},
+    {"attention_half_seq", &PlanCalibration::attention_half_seq, true},
+    {"hbm_gb_s", &PlanCalibration::hbm_gb_s, false},
+    {"elementwise_bytes", &PlanCalibration::elementwise_bytes, false},
+    {"fp8_elementwise_bytes", &PlanCalibration::fp8_elementwise_bytes, true},
+    {"logits_bytes", &PlanCalibration::logits_bytes, false},
+    {"optimizer_bytes_per_param", &PlanCalibration::optimizer_bytes_per_param, false}};
+
+// The "links" section: one LinkCalibration per Link.
+constexpr std::pair<const char*, LinkCalibration PlanCalibration::*> kLinkKeys[] = {
+    {"nvlink", &PlanCalibration::nvlink},
+    {"ib400", &PlanCalibration::ib400},
+    {"eth100", &PlanCalibration::eth100}};
+
 std::string Lower(std::string s) {
   for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   return s;
@@ -198,26 +223,11 @@ StatusOr<PlanCalibration> ParseCalibration(const std::string& json_text, const s
   if (j.contains("compute")) {
     const Json& s = j["compute"];
     FORGE_RETURN_IF_ERROR(r.Object(s, "compute"));
-    const std::vector<std::pair<const char*, double*>> keys = {
-        {"gemm_tflops_max", &c.gemm_tflops_max},
-        {"gemm_half_width", &c.gemm_half_width},
-        {"fp8_gemm_speedup", &c.fp8_gemm_speedup},
-        {"attention_tflops_max", &c.attention_tflops_max},
-        {"attention_half_seq", &c.attention_half_seq},
-        {"hbm_gb_s", &c.hbm_gb_s},
-        {"elementwise_bytes", &c.elementwise_bytes},
-        {"fp8_elementwise_bytes", &c.fp8_elementwise_bytes},
-        {"logits_bytes", &c.logits_bytes},
-        {"optimizer_bytes_per_param", &c.optimizer_bytes_per_param}};
     std::set<std::string> known;
-    for (const auto& [k, _] : keys) known.insert(k);
+    for (const ComputeKey& k : kComputeKeys) known.insert(k.name);
     FORGE_RETURN_IF_ERROR(r.Keys(s, "compute", known));
-    for (const auto& [k, out] : keys) {
-      const bool zero_ok = std::string(k) == "gemm_half_width" ||
-                           std::string(k) == "attention_half_seq" ||
-                           std::string(k) == "fp8_elementwise_bytes";
-      FORGE_RETURN_IF_ERROR(r.Number(s, "compute", k, out, zero_ok));
-    }
+    for (const ComputeKey& k : kComputeKeys)
+      FORGE_RETURN_IF_ERROR(r.Number(s, "compute", k.name, &(c.*k.field), k.zero_ok));
   }
   if (j.contains("memory")) {
     const Json& s = j["memory"];
@@ -229,11 +239,13 @@ StatusOr<PlanCalibration> ParseCalibration(const std::string& json_text, const s
   if (j.contains("links")) {
     const Json& s = j["links"];
     FORGE_RETURN_IF_ERROR(r.Object(s, "links"));
-    FORGE_RETURN_IF_ERROR(r.Keys(s, "links", {"nvlink", "ib400", "eth100"}));
-    if (s.contains("nvlink")) FORGE_RETURN_IF_ERROR(ReadLink(r, s["nvlink"], "links.nvlink", &c.nvlink));
-    if (s.contains("ib400")) FORGE_RETURN_IF_ERROR(ReadLink(r, s["ib400"], "links.ib400", &c.ib400));
-    if (s.contains("eth100"))
-      FORGE_RETURN_IF_ERROR(ReadLink(r, s["eth100"], "links.eth100", &c.eth100));
+    std::set<std::string> known;
+    for (const auto& [name, _] : kLinkKeys) known.insert(name);
+    FORGE_RETURN_IF_ERROR(r.Keys(s, "links", known));
+    for (const auto& [name, link] : kLinkKeys) {
+      if (s.contains(name))
+        FORGE_RETURN_IF_ERROR(ReadLink(r, s[name], std::string("links.") + name, &(c.*link)));
+    }
   }
   if (j.contains("overlap")) {
     const Json& s = j["overlap"];
@@ -260,20 +272,9 @@ std::string CalibrationToJson(const PlanCalibration& c) {
   j["format"] = "forge-calibration/1";
   j["device"] = c.device;
   j["peak_bf16_tflops"] = c.peak_bf16_tflops;
-  j["compute"] = Json{{"gemm_tflops_max", c.gemm_tflops_max},
-                      {"gemm_half_width", c.gemm_half_width},
-                      {"fp8_gemm_speedup", c.fp8_gemm_speedup},
-                      {"attention_tflops_max", c.attention_tflops_max},
-                      {"attention_half_seq", c.attention_half_seq},
-                      {"hbm_gb_s", c.hbm_gb_s},
-                      {"elementwise_bytes", c.elementwise_bytes},
-                      {"fp8_elementwise_bytes", c.fp8_elementwise_bytes},
-                      {"logits_bytes", c.logits_bytes},
-                      {"optimizer_bytes_per_param", c.optimizer_bytes_per_param}};
+  for (const ComputeKey& k : kComputeKeys) j["compute"][k.name] = c.*k.field;
   j["memory"] = Json{{"capacity_gib", c.capacity_gib}, {"overhead_gib", c.overhead_gib}};
-  j["links"] = Json{{"nvlink", LinkJson(c.nvlink)},
-                    {"ib400", LinkJson(c.ib400)},
-                    {"eth100", LinkJson(c.eth100)}};
+  for (const auto& [name, link] : kLinkKeys) j["links"][name] = LinkJson(c.*link);
   j["overlap"] = Json{{"gradient_exposed_fraction", c.gradient_exposed_fraction},
                       {"sharded_exposed_fraction", c.sharded_exposed_fraction}};
   return j.dump(2) + "\n";

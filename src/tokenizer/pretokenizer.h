@@ -86,6 +86,8 @@ class Pretokenizer {
   size_t NextO200k(const uint8_t* s, size_t n, size_t pos) const;
   size_t O200kWordA(const uint8_t* s, size_t n, size_t p0) const;
   size_t O200kWordB(const uint8_t* s, size_t n, size_t p0) const;
+  size_t DigitsOtherOrSpace(const uint8_t* s, size_t n, size_t pos, Ch c0, size_t max_digits,
+                            bool slash) const;
 
   PretokenPattern pattern_;
   RegexFlavor flavor_;
@@ -231,7 +233,14 @@ inline size_t Pretokenizer::NextCl100k(const uint8_t* s, size_t n, size_t pos,
     }
     return e - pos;
   }
-  // \p{N}{1,max}
+  return DigitsOtherOrSpace(s, n, pos, c0, max_digits, /*slash=*/false);
+}
+
+// The alternatives cl100k and o200k end with alike: \p{N}{1,max_digits}, then
+// ` ?[^\s\p{L}\p{N}]+[\r\n]*` ([\r\n/]* with `slash`, o200k's), then white space.
+inline size_t Pretokenizer::DigitsOtherOrSpace(const uint8_t* s, size_t n, size_t pos, Ch c0,
+                                               size_t max_digits, bool slash) const {
+  using namespace pretokenizer_detail;
   if (IsNumber(c0.cat)) {
     size_t e = pos + c0.len, k = 1;
     while (k < max_digits && e < n) {
@@ -241,10 +250,9 @@ inline size_t Pretokenizer::NextCl100k(const uint8_t* s, size_t n, size_t pos,
     }
     return e - pos;
   }
-  //  ?[^\s\p{L}\p{N}]+[\r\n]*
-  if (IsOther(c0.cat)) return OtherRun(s, n, pos, false) - pos;
-  if (b == ' ' && pos + 1 < n && IsOther(At(s, n, pos + 1).cat)) {
-    return OtherRun(s, n, pos + 1, false) - pos;
+  if (IsOther(c0.cat)) return OtherRun(s, n, pos, slash) - pos;
+  if (s[pos] == ' ' && pos + 1 < n && IsOther(At(s, n, pos + 1).cat)) {
+    return OtherRun(s, n, pos + 1, slash) - pos;
   }
   return Whitespace(s, n, pos, /*newline_first=*/true);
 }
@@ -309,51 +317,33 @@ inline size_t Pretokenizer::NextO200k(const uint8_t* s, size_t n, size_t pos) co
   if (in_u_or_w && (e = O200kWordA(s, n, pos)) != 0) return with_suffix(e);
   if (prefix && pos + c0.len < n && (e = O200kWordB(s, n, pos + c0.len)) != 0) return with_suffix(e);
   if (InUpperSet(c0.cat) && (e = O200kWordB(s, n, pos)) != 0) return with_suffix(e);
-  if (IsNumber(c0.cat)) {
-    size_t f = pos + c0.len, k = 1;
-    while (k < 3 && f < n) {
-      const Ch c = At(s, n, f);
-      if (!IsNumber(c.cat)) break;
-      f += c.len, ++k;
-    }
-    return f - pos;
-  }
-  if (IsOther(c0.cat)) return OtherRun(s, n, pos, true) - pos;
-  if (b == ' ' && pos + 1 < n && IsOther(At(s, n, pos + 1).cat)) {
-    return OtherRun(s, n, pos + 1, true) - pos;
-  }
-  return Whitespace(s, n, pos, /*newline_first=*/true);
+  return DigitsOtherOrSpace(s, n, pos, c0, /*max_digits=*/3, /*slash=*/true);
 }
 
 template <class F>
 void Pretokenizer::ForEach(std::string_view text, F&& f) const {
   const auto* s = reinterpret_cast<const uint8_t*>(text.data());
   const size_t n = text.size();
-  size_t pos = 0;
+  // The loop over the pieces, instantiated once per pattern so that `next` inlines.
+  auto pieces = [&](auto next) {
+    for (size_t pos = 0; pos < n;) {
+      const size_t len = next(pos);
+      f(s + pos, len);
+      pos += len;
+    }
+  };
   switch (pattern_) {
     case PretokenPattern::kGpt2:
-      while (pos < n) {
-        const size_t len = NextGpt2(s, n, pos);
-        f(s + pos, len);
-        pos += len;
-      }
+      pieces([&](size_t pos) { return NextGpt2(s, n, pos); });
       break;
     case PretokenPattern::kCl100k:
     case PretokenPattern::kQwen2: {
       const size_t digits = pattern_ == PretokenPattern::kCl100k ? 3 : 1;
-      while (pos < n) {
-        const size_t len = NextCl100k(s, n, pos, digits);
-        f(s + pos, len);
-        pos += len;
-      }
+      pieces([&](size_t pos) { return NextCl100k(s, n, pos, digits); });
       break;
     }
     case PretokenPattern::kO200k:
-      while (pos < n) {
-        const size_t len = NextO200k(s, n, pos);
-        f(s + pos, len);
-        pos += len;
-      }
+      pieces([&](size_t pos) { return NextO200k(s, n, pos); });
       break;
   }
 }

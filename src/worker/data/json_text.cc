@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "common/named_values.h"
 #include "common/utf8.h"
 
 namespace forge {
@@ -10,6 +11,8 @@ namespace {
 
 constexpr int kMaxDepth = 1000;
 constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
+constexpr std::array<NamedValue<InvalidUtf8>, 2> kInvalidUtf8Names{
+    {{"replace", InvalidUtf8::kReplace}, {"reject", InvalidUtf8::kReject}}};
 
 int HexDigit(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -78,20 +81,14 @@ class Scanner {
   Status Object(int depth, std::string_view key, std::string* text) {
     if (depth >= kMaxDepth) return Error("nested deeper than " + std::to_string(kMaxDepth));
     ++i_;
-    SkipSpace();
-    if (i_ < s_.size() && s_[i_] == '}') {
-      ++i_;
-      return Status::Ok();
-    }
+    if (Take('}')) return Status::Ok();
     std::string name;
     for (;;) {
       SkipSpace();
       if (i_ >= s_.size() || s_[i_] != '"') return Unexpected("a member name in double quotes");
       name.clear();
       FORGE_RETURN_IF_ERROR(String(&name));
-      SkipSpace();
-      if (i_ >= s_.size() || s_[i_] != ':') return Unexpected("':'");
-      ++i_;
+      if (!Take(':')) return Unexpected("':'");
       SkipSpace();
       if (depth == 0 && name == key) {
         if (i_ < s_.size() && s_[i_] == '"') {
@@ -106,40 +103,38 @@ class Scanner {
       } else {
         FORGE_RETURN_IF_ERROR(Value(depth + 1));
       }
-      SkipSpace();
-      if (i_ < s_.size() && s_[i_] == ',') {
-        ++i_;
-        continue;
-      }
-      if (i_ < s_.size() && s_[i_] == '}') {
-        ++i_;
-        return Status::Ok();
-      }
-      return Unexpected("',' or '}'");
+      bool done = false;
+      FORGE_RETURN_IF_ERROR(Separator('}', &done));
+      if (done) return Status::Ok();
     }
   }
 
   Status Array(int depth) {
     if (depth >= kMaxDepth) return Error("nested deeper than " + std::to_string(kMaxDepth));
     ++i_;
-    SkipSpace();
-    if (i_ < s_.size() && s_[i_] == ']') {
-      ++i_;
-      return Status::Ok();
-    }
-    for (;;) {
+    if (Take(']')) return Status::Ok();
+    for (bool done = false; !done;) {
       FORGE_RETURN_IF_ERROR(Value(depth + 1));
-      SkipSpace();
-      if (i_ < s_.size() && s_[i_] == ',') {
-        ++i_;
-        continue;
-      }
-      if (i_ < s_.size() && s_[i_] == ']') {
-        ++i_;
-        return Status::Ok();
-      }
-      return Unexpected("',' or ']'");
+      FORGE_RETURN_IF_ERROR(Separator(']', &done));
     }
+    return Status::Ok();
+  }
+
+  // Skips white space, then consumes `c` if it comes next.
+  bool Take(char c) {
+    SkipSpace();
+    if (i_ < s_.size() && s_[i_] == c) {
+      ++i_;
+      return true;
+    }
+    return false;
+  }
+
+  // After a member or element: a ',' (another follows) or the container's `close` (*done).
+  Status Separator(char close, bool* done) {
+    *done = Take(close);
+    if (*done || Take(',')) return Status::Ok();
+    return Unexpected(close == '}' ? "',' or '}'" : "',' or ']'");
   }
 
   Status Value(int depth) {
@@ -300,14 +295,9 @@ class Scanner {
 
 }  // namespace
 
-const char* InvalidUtf8Name(InvalidUtf8 p) {
-  return p == InvalidUtf8::kReplace ? "replace" : "reject";
-}
-
+const char* InvalidUtf8Name(InvalidUtf8 p) { return NameOf(kInvalidUtf8Names, p); }
 StatusOr<InvalidUtf8> ParseInvalidUtf8(const std::string& name) {
-  if (name == "replace") return InvalidUtf8::kReplace;
-  if (name == "reject") return InvalidUtf8::kReject;
-  return Status::Invalid("--invalid-utf8 '" + name + "': expected replace or reject");
+  return ValueOf(kInvalidUtf8Names, name, "--invalid-utf8");
 }
 
 Status ExtractJsonText(std::string_view line, std::string_view key, InvalidUtf8 policy,
