@@ -93,7 +93,6 @@ FlagParser MakeFlags() {
   f.Value("--base", "h200|h100", "what is not measured comes from (default: by device name)");
   f.Value("--as-link", "nvlink|ib400|eth100", "the link the NCCL figures describe (default nvlink)");
   f.Value("--reps", "N", "timed calls per measurement (default 20)");
-  f.MaxPositional(0);
   return f;
 }
 

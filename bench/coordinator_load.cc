@@ -89,7 +89,6 @@ int main(int argc, char** argv) {
   flags.Value("--seconds", "S", "how long to run");
   flags.Value("--coordinator-bin", "PATH", "the forge-coordinator to start");
   flags.Value("--state-dir", "DIR", "its state directory (default a fresh /tmp dir)");
-  flags.MaxPositional(0);
   if (int rc; flags.ParseOrExit(argc, argv, 1, &rc)) return rc;
   for (const forge::Status& s :
        {flags.GetInt("--workers", &o.workers), flags.GetInt("--per-run", &o.per_run),

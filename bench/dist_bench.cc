@@ -134,7 +134,6 @@ FlagParser MakeFlags() {
   f.Bool("--distinct-batches", "rank r trains on its own tokens (seed + r)");
   f.Bool("--accum-check", "with --distinct-batches: one GPU also trains all ranks' batches "
                           "accumulated and reports its losses");
-  f.MaxPositional(0);
   return f;
 }
 

@@ -81,7 +81,6 @@ FlagParser MakeFlags() {
   f.Value("--recipe", "config|torch", "torch: init and batches as the PyTorch anchor's");
   f.Value("--peak-tflops", "T", "MFU denominator (default: metrics.peak_tflops or the GPU's)");
   f.Bool("--profile", "per-phase timings (forward, backward, optimizer) in the JSON");
-  f.MaxPositional(0);
   return f;
 }
 

@@ -256,7 +256,6 @@ int main(int argc, char** argv) {
                           "Checks which cuBLASLt FP8 GEMM layouts and sizes run on this GPU; "
                           "prints JSON lines.");
   flags.Value("--max-size", "N", "largest square size tried");
-  flags.MaxPositional(0);
   if (int rc; flags.ParseOrExit(argc, argv, 1, &rc)) return rc;
   int64_t max_size = INT64_MAX;
   if (forge::Status s = flags.GetInt("--max-size", &max_size); !s.ok())

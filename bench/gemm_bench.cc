@@ -140,7 +140,6 @@ FlagParser MakeFlags() {
   f.Value("--only", "NAME", "only the shapes whose name contains NAME");
   f.Bool("--no-sweep", "time the heuristic's choice only");
   f.Bool("--all", "print every candidate's time");
-  f.MaxPositional(0);
   return f;
 }
 

@@ -78,7 +78,6 @@ FlagParser MakeFlags() {
   f.Value("--seq", "T", "sequence length (default 1024)");
   f.Value("--only", "NAME", "only this model (gpt350m, gpt124m, llama3-1b, llama3-3b, llama3-8b)");
   f.Bool("--no-tune", "the heuristic's engine only");
-  f.MaxPositional(0);
   return f;
 }
 

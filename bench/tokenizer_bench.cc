@@ -80,7 +80,6 @@ int Main(int argc, char** argv) {
   flags.Value("--doc-bytes", "N", "group lines into documents of at least N bytes (default 4096)");
   flags.Value("--repeat", "N", "runs per configuration; the fastest is reported (default 3)");
   flags.Value("--data-dir", "DIR", "where named tokenizers live (default $FORGE_DATA_DIR)");
-  flags.MaxPositional(0);
   if (int rc; flags.ParseOrExit(argc, argv, 1, &rc)) return rc;
   const char* prog = "forge-tokenizer-bench";
   int64_t doc_bytes = 4096, repeat = 3;

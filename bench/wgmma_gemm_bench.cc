@@ -392,7 +392,6 @@ int main(int argc, char** argv) {
   flags.Value("--reps", "N", "timed calls per set (default 30)");
   flags.Value("--sets", "N", "timed sets, the best kept (default 3)");
   flags.Value("--only", "NAME", "one shape, or fp8 / fused");
-  flags.MaxPositional(0);
   if (int rc; bench::ParseFlagsOrExit(flags, "forge-wgmma-bench", argc, argv, &rc)) return rc;
   int reps = 30, sets = 3;
   if (!bench::FlagInt(flags, "--reps", &reps) || reps < 1)

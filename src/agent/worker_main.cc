@@ -6,13 +6,12 @@
 // --coordinator or FORGE_COORDINATOR. Under `mpirun -np N forge-worker ...` the N processes
 // join as one launch group and train CPU data-parallel over MPI.
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 
 #include "agent/restart_on_abort.h"
 #include "agent/worker_agent.h"
 #include "common/flags.h"
-#include "rpc/auth.h"
+#include "rpc/connection_flags.h"
 #include "worker/parallel/bootstrap.h"
 
 namespace {
@@ -23,9 +22,8 @@ forge::FlagParser MakeFlags() {
       "Joins a coordinator's pool and trains the runs placed on it. Under `mpirun -np N` the N "
       "processes\njoin as one launch group and train CPU data-parallel over MPI. The join secret "
       "comes from\n--join-secret-file or FORGE_JOIN_SECRET.");
-  f.Value("--coordinator", "HOST:PORT", "the coordinator (default $FORGE_COORDINATOR)");
-  f.Value("--join-secret-file", "FILE", "the join secret (default $FORGE_JOIN_SECRET)");
-  f.Value("--tls-ca", "FILE", "talk TLS to the coordinator, trusting this CA certificate");
+  forge::rpc::AddCoordinatorFlags(&f);
+  forge::rpc::AddSecretFlag(&f, forge::rpc::kJoinSecret);
   f.Value("--device", "cpu|cuda:N", "where to train (default cuda:<local rank> with a GPU, else cpu)");
   f.Value("--max-placements", "N", "exit after N placements ended (default: never)");
   f.Value("--throttle-ms", "N", "sleep N ms after each logged step (demos, tests of tiny runs)");
@@ -35,7 +33,6 @@ forge::FlagParser MakeFlags() {
   f.Bool("--restart-on-abort",
          "a worker the coordinator aborts (exit 3) is replaced by a fresh process at once "
          "(launched alone only; a StatefulSet then keeps its restart backoff for crashes)");
-  f.MaxPositional(0);
   return f;
 }
 
@@ -46,9 +43,9 @@ int main(int argc, char** argv) {
   FlagParser flags = MakeFlags();
   if (int rc; flags.ParseOrExit(argc, argv, 1, &rc)) return rc;
   agent::AgentOptions o;
-  if (const char* a = std::getenv("FORGE_COORDINATOR")) o.link.channel.address = a;
-  o.link.channel.address = flags.Get("--coordinator", o.link.channel.address);
-  o.link.channel.tls_ca_file = flags.Get("--tls-ca");
+  auto channel = rpc::CoordinatorChannel(flags);
+  if (!channel.ok()) return flags.UsageError(channel.status());
+  o.link.channel = *channel;
   o.device = flags.Get("--device");
   for (Status s : {flags.GetInt("--max-placements", &o.max_placements),
                    flags.GetInt("--throttle-ms", &o.throttle_ms),
@@ -56,12 +53,7 @@ int main(int argc, char** argv) {
                    flags.GetDouble("--give-up-after-s", &o.link.give_up_after_s)}) {
     if (!s.ok()) return flags.UsageError(s);
   }
-  if (o.link.channel.address.empty()) {
-    return flags.UsageError(
-        Status::Invalid("no coordinator address: pass --coordinator or set FORGE_COORDINATOR"));
-  }
-  auto secret = rpc::LoadSecret(flags.Get("--join-secret-file"), "FORGE_JOIN_SECRET",
-                                "join secret");
+  auto secret = rpc::LoadSecret(flags, rpc::kJoinSecret);
   if (!secret.ok()) {
     std::fprintf(stderr, "forge-worker: %s\n", secret.status().ToString().c_str());
     return 1;

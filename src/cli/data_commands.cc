@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cli/tokenize_command.h"
+#include "cli/tokenizer_flag.h"
 #include "common/flags.h"
 #include "worker/data/dataset.h"
 #include "worker/data/inspect.h"
@@ -61,8 +62,7 @@ int DataPrepare(int argc, char** argv) {
   flags.List("--input", "PATH...", "files, directories (walked) or globs to tokenize");
   flags.Value("--format", "auto|text|jsonl", "how to read the inputs (default auto: by name)");
   flags.Value("--text-key", "KEY", "the JSON Lines key that holds the text (default text)");
-  flags.Value("--tokenizer", "NAME|PATH",
-              "gpt2, cl100k_base, o200k_base, llama3, or a tokenizer file (default gpt2)");
+  AddTokenizerFlag(&flags);
   flags.Value("--out", "DIR", "dataset directory (default $FORGE_DATA_DIR/dataset)");
   flags.Value("--val-fraction", "F",
               "hold out this fraction of documents, chosen by a hash of their text "
@@ -75,7 +75,6 @@ int DataPrepare(int argc, char** argv) {
               "ill-formed UTF-8: replace with U+FFFD as WHATWG decoders do (default), or fail");
   flags.Bool("--force", "start over: replace the dataset or unfinished run in --out");
   flags.Bool("--quiet", "no progress line");
-  flags.MaxPositional(0);
   if (int rc; flags.ParseOrExit(argc, argv, 3, &rc)) return rc;
   PrepareOptions opt = DefaultPrepareOptions();
   opt.inputs = flags.GetAll("--input");
@@ -87,7 +86,7 @@ int DataPrepare(int argc, char** argv) {
     return Fail(Status::Invalid("--input needs --out DIR (where the dataset goes)"));
   }
   opt.output_dir = flags.Get("--out", opt.output_dir);
-  opt.tokenizer = flags.Get("--tokenizer", opt.tokenizer);
+  opt.tokenizer = TokenizerFlag(flags);
   opt.text_key = flags.Get("--text-key", opt.text_key);
   if (flags.Has("--format")) {
     auto f = ParseInputFormat(flags.Get("--format"));
@@ -167,7 +166,6 @@ int DataBaseline(int argc, char** argv) {
   FlagParser flags("forge data baseline", "",
                    "Prints the unigram cross-entropy of a dataset's validation split (JSON).");
   flags.Value("--dataset", "DIR", "dataset directory (default $FORGE_DATA_DIR/dataset)");
-  flags.MaxPositional(0);
   if (int rc; flags.ParseOrExit(argc, argv, 3, &rc)) return rc;
   const std::string dir = flags.Get("--dataset", DefaultDataDir() + "/dataset");
   auto ds = TokenDataset::Open(dir);

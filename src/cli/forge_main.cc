@@ -68,7 +68,6 @@ FlagParser TopFlags() {
 int HasGpu(int argc, char** argv) {
   FlagParser flags("forge has-gpu", "",
                    "Prints yes (exit 0) when a CUDA device is usable, no (exit 1) otherwise.");
-  flags.MaxPositional(0);
   if (int rc; flags.ParseOrExit(argc, argv, 2, &rc)) return rc;
   const bool gpu = CudaDeviceAvailable();
   std::printf("%s\n", gpu ? "yes" : "no");

@@ -47,20 +47,19 @@
 #include "forge/v1/runs.grpc.pb.h"
 #include "rpc/auth.h"
 #include "rpc/channel.h"
+#include "rpc/connection_flags.h"
 
 namespace forge::cli {
 namespace {
 
 struct Global {
-  std::string address, token_file, tls_ca;
   bool json = false;
 };
 
 // The flags every command takes, before or after its name.
 void AddGlobalFlags(FlagParser* f) {
-  f->Value("--coordinator", "HOST:PORT", "the coordinator (default $FORGE_COORDINATOR)");
-  f->Value("--token-file", "FILE", "the user token (default $FORGE_TOKEN)");
-  f->Value("--tls-ca", "FILE", "talk TLS to the coordinator, trusting this CA certificate");
+  rpc::AddCoordinatorFlags(f);
+  rpc::AddSecretFlag(f, rpc::kUserToken);
   f->Bool("--json", "print the API's messages as JSON instead of text");
 }
 
@@ -228,11 +227,37 @@ void PrintRunDetail(const v1::Run& r) {
               FormatUtcTime(r.updated_unix_ms()).c_str());
 }
 
-int PrintRun(const Global& g, const v1::Run& r, const char* verb) {
-  if (g.json) std::printf("%s\n", Json(r).c_str());
-  else if (verb) std::printf("%s %s (%s)\n", verb, r.id().c_str(), StateName(r.state()));
-  else PrintRunDetail(r);
+// The request of a command about one run.
+template <typename Req>
+Req ForRun(const std::string& run_id) {
+  Req req;
+  req.set_run_id(run_id);
+  return req;
+}
+
+// Calls a RunService method and prints its answer: as JSON with --json, else with print_text.
+template <typename Req, typename Resp, typename PrintText>
+int CallAndPrint(const Global& g, Client* c,
+                 grpc::Status (v1::RunService::Stub::*method)(grpc::ClientContext*, const Req&,
+                                                              Resp*),
+                 const Req& req, PrintText print_text) {
+  Resp resp;
+  if (auto s = c->Call(method, req, &resp); !s.ok()) return Fail(s);
+  if (g.json) std::printf("%s\n", Json(resp).c_str());
+  else print_text(resp);
   return 0;
+}
+
+// The same for a method that answers with the run: "VERB ID (STATE)", or the run's details.
+template <typename Req>
+int CallAndPrintRun(const Global& g, Client* c,
+                    grpc::Status (v1::RunService::Stub::*method)(grpc::ClientContext*, const Req&,
+                                                                 v1::Run*),
+                    const Req& req, const char* verb) {
+  return CallAndPrint(g, c, method, req, [&](const v1::Run& r) {
+    if (verb) std::printf("%s %s (%s)\n", verb, r.id().c_str(), StateName(r.state()));
+    else PrintRunDetail(r);
+  });
 }
 
 // One line per source: what it has given the run by the plan's checkpoint.
@@ -395,50 +420,34 @@ int Dispatch(const Global& g, const std::string& name, const FlagParser& cmd, Cl
     return cmd.Has("--watch") ? Watch(g, c, run.id(), true, reconnect_s) : 0;
   }
   if (name == "stop") {
-    v1::StopRunRequest req;
-    req.set_run_id(p[0]);
+    auto req = ForRun<v1::StopRunRequest>(p[0]);
     req.set_immediate(cmd.Has("--now"));
-    v1::Run run;
-    if (auto s = c->Call(&v1::RunService::Stub::StopRun, req, &run); !s.ok()) return Fail(s);
-    return PrintRun(g, run, "stopping");
+    return CallAndPrintRun(g, c, &v1::RunService::Stub::StopRun, req, "stopping");
   }
   if (name == "resume") {
-    v1::ResumeRunRequest req;
-    req.set_run_id(p[0]);
+    auto req = ForRun<v1::ResumeRunRequest>(p[0]);
     req.set_checkpoint(cmd.Get("--checkpoint"));
     int workers = 0;
     (void)cmd.GetInt("--workers", &workers);  // checked before connecting
     req.set_workers(workers);
-    v1::Run run;
-    if (auto s = c->Call(&v1::RunService::Stub::ResumeRun, req, &run); !s.ok()) return Fail(s);
-    return PrintRun(g, run, "resumed");
+    return CallAndPrintRun(g, c, &v1::RunService::Stub::ResumeRun, req, "resumed");
   }
   if (name == "checkpoint") {
-    v1::CheckpointRunRequest req;
-    req.set_run_id(p[0]);
-    v1::Run run;
-    if (auto s = c->Call(&v1::RunService::Stub::CheckpointRun, req, &run); !s.ok()) return Fail(s);
-    return PrintRun(g, run, "checkpoint requested for");
+    return CallAndPrintRun(g, c, &v1::RunService::Stub::CheckpointRun,
+                           ForRun<v1::CheckpointRunRequest>(p[0]), "checkpoint requested for");
   }
   if (name == "status") {
-    v1::GetRunRequest req;
-    req.set_run_id(p[0]);
-    v1::Run run;
-    if (auto s = c->Call(&v1::RunService::Stub::GetRun, req, &run); !s.ok()) return Fail(s);
-    return PrintRun(g, run, nullptr);
+    return CallAndPrintRun(g, c, &v1::RunService::Stub::GetRun, ForRun<v1::GetRunRequest>(p[0]),
+                           nullptr);
   }
   if (name == "list") {
     v1::ListRunsRequest req;
     req.set_active_only(cmd.Has("--active"));
-    v1::ListRunsResponse resp;
-    if (auto s = c->Call(&v1::RunService::Stub::ListRuns, req, &resp); !s.ok()) return Fail(s);
-    if (g.json) {
-      std::printf("%s\n", Json(resp).c_str());
-    } else {
-      for (const v1::Run& r : resp.runs()) PrintRunLine(r);
-      if (resp.runs().empty()) std::printf("no runs\n");
-    }
-    return 0;
+    return CallAndPrint(g, c, &v1::RunService::Stub::ListRuns, req,
+                        [](const v1::ListRunsResponse& resp) {
+                          for (const v1::Run& r : resp.runs()) PrintRunLine(r);
+                          if (resp.runs().empty()) std::printf("no runs\n");
+                        });
   }
   if (name == "watch") {
     double reconnect_s = 0;
@@ -446,53 +455,34 @@ int Dispatch(const Global& g, const std::string& name, const FlagParser& cmd, Cl
     return Watch(g, c, p[0], cmd.Has("--history"), reconnect_s);
   }
   if (name == "checkpoints") {
-    v1::ListCheckpointsRequest req;
-    req.set_run_id(p[0]);
-    v1::ListCheckpointsResponse resp;
-    if (auto s = c->Call(&v1::RunService::Stub::ListCheckpoints, req, &resp); !s.ok())
-      return Fail(s);
-    if (g.json) {
-      std::printf("%s\n", Json(resp).c_str());
-    } else {
-      for (const v1::Checkpoint& k : resp.checkpoints())
-        std::printf("step_%-8ld %d rank(s)  %10.1f MB  %s  %s\n", long(k.step()), k.world_size(),
-                    double(k.bytes()) / 1e6, FormatUtcTime(k.committed_unix_ms()).c_str(),
-                    k.dir().c_str());
-      if (resp.checkpoints().empty()) std::printf("no checkpoints\n");
-    }
-    return 0;
+    return CallAndPrint(
+        g, c, &v1::RunService::Stub::ListCheckpoints, ForRun<v1::ListCheckpointsRequest>(p[0]),
+        [](const v1::ListCheckpointsResponse& resp) {
+          for (const v1::Checkpoint& k : resp.checkpoints())
+            std::printf("step_%-8ld %d rank(s)  %10.1f MB  %s  %s\n", long(k.step()),
+                        k.world_size(), double(k.bytes()) / 1e6,
+                        FormatUtcTime(k.committed_unix_ms()).c_str(), k.dir().c_str());
+          if (resp.checkpoints().empty()) std::printf("no checkpoints\n");
+        });
   }
   if (name == "data") {
-    v1::GetDataPlanRequest req;
-    req.set_run_id(p[0]);
-    v1::DataPlan plan;
-    if (auto s = c->Call(&v1::RunService::Stub::GetDataPlan, req, &plan); !s.ok()) return Fail(s);
-    if (g.json) {
-      std::printf("%s\n", Json(plan).c_str());
-      return 0;
-    }
-    PrintDataPlan(plan);
-    return 0;
+    return CallAndPrint(g, c, &v1::RunService::Stub::GetDataPlan,
+                        ForRun<v1::GetDataPlanRequest>(p[0]), PrintDataPlan);
   }
   if (name == "export") {
-    v1::ExportCheckpointRequest req;
-    req.set_run_id(p[0]);
+    auto req = ForRun<v1::ExportCheckpointRequest>(p[0]);
     req.set_checkpoint(cmd.Get("--checkpoint"));
     req.set_output(cmd.Get("--out"));
     req.set_bf16(cmd.Has("--bf16"));
     req.set_format(cmd.Get("--format"));
-    v1::ExportCheckpointResponse resp;
-    if (auto s = c->Call(&v1::RunService::Stub::ExportCheckpoint, req, &resp); !s.ok())
-      return Fail(s);
-    if (g.json) std::printf("%s\n", Json(resp).c_str());
-    else
-      std::printf("exported step_%ld to %s (%.1f MB)\n", long(resp.step()), resp.path().c_str(),
-                  double(resp.bytes()) / 1e6);
-    return 0;
+    return CallAndPrint(g, c, &v1::RunService::Stub::ExportCheckpoint, req,
+                        [](const v1::ExportCheckpointResponse& resp) {
+                          std::printf("exported step_%ld to %s (%.1f MB)\n", long(resp.step()),
+                                      resp.path().c_str(), double(resp.bytes()) / 1e6);
+                        });
   }
   if (name == "report") {
-    v1::GetRunHistoryRequest req;
-    req.set_run_id(p[0]);
+    auto req = ForRun<v1::GetRunHistoryRequest>(p[0]);
     v1::RunHistory history;
     if (auto s = c->Call(&v1::RunService::Stub::GetRunHistory, req, &history); !s.ok())
       return Fail(s);
@@ -548,15 +538,12 @@ int main(int argc, char** argv) {
   if (int rc; flags.ParseOrExit(int(args.size()), args.data(), 1, &rc)) return rc;
   if (Status s = CheckValues(flags); !s.ok()) return flags.UsageError(s);
   Global g;
-  if (const char* a = std::getenv("FORGE_COORDINATOR")) g.address = a;
-  g.address = flags.Get("--coordinator", g.address);
-  g.token_file = flags.Get("--token-file");
-  g.tls_ca = flags.Get("--tls-ca");
   g.json = flags.Has("--json");
-  if (g.address.empty()) return Fail("no coordinator address: pass --coordinator or set FORGE_COORDINATOR");
-  auto token = rpc::LoadSecret(g.token_file, "FORGE_TOKEN", "user token");
+  auto options = rpc::CoordinatorChannel(flags);
+  if (!options.ok()) return Fail(options.status().message());
+  auto token = rpc::LoadSecret(flags, rpc::kUserToken);
   if (!token.ok()) return Fail(token.status().ToString());
-  auto channel = rpc::MakeChannel({g.address, g.tls_ca});
+  auto channel = rpc::MakeChannel(*options);
   if (!channel.ok()) return Fail(channel.status().ToString());
   Client client(*channel, *token);
   return Dispatch(g, command->name, flags, &client);

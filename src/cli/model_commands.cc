@@ -42,9 +42,23 @@ void PrintWarnings(const std::vector<std::string>& warnings) {
   for (const std::string& w : warnings) std::fprintf(stderr, "forge: warning: %s\n", w.c_str());
 }
 
-const char* kCheckpointHelp =
-    "latest, step_N (under --run-dir), a checkpoint directory, or a Hugging Face Llama "
-    "directory";
+// --checkpoint and --run-dir: the model a command loads (LoadModel's arguments).
+void AddCheckpointFlags(FlagParser* flags) {
+  flags->Value("--checkpoint", "SPEC",
+               "latest, step_N (under --run-dir), a checkpoint directory, or a Hugging Face "
+               "Llama directory");
+  flags->Value("--run-dir", "DIR", "the run whose checkpoints latest / step_N name");
+}
+
+// The flags of a command that runs a model: which (required), where (BackendFlag) and with
+// which tokenizer (ModelTokenizer).
+void AddRunModelFlags(FlagParser* flags) {
+  AddCheckpointFlags(flags);
+  flags->Require("--checkpoint");
+  flags->Value("--backend", "auto|cpu|cuda",
+               "where to run (auto, the default: cuda when a GPU is visible, else cpu)");
+  flags->Value("--tokenizer", "NAME|PATH", "the tokenizer (default: the model's own)");
+}
 
 // --backend for the inference commands: auto (default: the GPU when one is visible, as
 // training chooses), cpu or cuda.
@@ -111,8 +125,7 @@ int RunExportCommand(int argc, char** argv) {
                    "Writes a checkpoint's weights: --format forge, one safetensors file with "
                    "Forge's GPT-2-style names; --format hf, a directory transformers loads as "
                    "LlamaForCausalLM (config.json, safetensors, tokenizer).");
-  flags.Value("--checkpoint", "SPEC", kCheckpointHelp);
-  flags.Value("--run-dir", "DIR", "the run whose checkpoints latest / step_N name");
+  AddCheckpointFlags(&flags);
   flags.Value("--out", "PATH", "the file (forge) or directory (hf) to write");
   flags.Alias("-o", "--out");
   flags.Value("--format", "forge|hf", "what to write (default forge)");
@@ -121,7 +134,6 @@ int RunExportCommand(int argc, char** argv) {
               "hf: the tokenizer to write (default: the run's own, from its dataset or "
               "<run_dir>/tokenizer)");
   flags.Bool("--no-tokenizer", "hf: write no tokenizer files");
-  flags.MaxPositional(0);
   if (int rc; flags.ParseOrExit(argc, argv, 2, &rc)) return rc;
   const std::string out = flags.Get("--out");
   if (flags.Get("--checkpoint").empty() || out.empty())
@@ -220,8 +232,7 @@ int RunGenerateCommand(int argc, char** argv) {
                    "default, sampling with --temperature > 0. Each prompt starts with the "
                    "tokenizer's begin-of-text token (its end-of-text where it has none); "
                    "generation stops at the end-of-text token.");
-  flags.Value("--checkpoint", "SPEC", kCheckpointHelp);
-  flags.Value("--run-dir", "DIR", "the run whose checkpoints latest / step_N name");
+  AddRunModelFlags(&flags);
   flags.Value("--prompt", "TEXT", "one prompt");
   flags.Value("--prompt-file", "FILE", "prompts, one a line (a batch)");
   flags.Value("--max-new-tokens", "N", "tokens to generate at most per prompt (default 64)");
@@ -229,15 +240,10 @@ int RunGenerateCommand(int argc, char** argv) {
   flags.Value("--top-k", "K", "sample among the K most likely tokens (0: all)");
   flags.Value("--top-p", "P", "sample among the most likely tokens of total probability P");
   flags.Value("--seed", "S", "sampling seed (default 0): the same seed gives the same text");
-  flags.Value("--backend", "auto|cpu|cuda",
-              "where to run (auto, the default: cuda when a GPU is visible, else cpu)");
-  flags.Value("--tokenizer", "NAME|PATH", "the tokenizer (default: the model's own)");
   flags.Bool("--json", "one JSON object per prompt instead of text");
   flags.Value("--dump", "FILE",
               "also write prompt ids, prompt logits and generated ids (safetensors) for "
               "scripts/hf_llama_numpy.py and scripts/check_hf_transformers.py");
-  flags.Require("--checkpoint");
-  flags.MaxPositional(0);
   if (int rc; flags.ParseOrExit(argc, argv, 2, &rc)) return rc;
   if (flags.Has("--prompt") == flags.Has("--prompt-file"))
     return Fail(Status::Invalid("give one of --prompt and --prompt-file"));
@@ -358,20 +364,14 @@ int RunEvalCommand(int argc, char** argv) {
                    "a prepared dataset's split (the first N micro-batches, as the trainer "
                    "evaluates), and with --tasks multiple-choice accuracy (acc, acc_norm). "
                    "Prints one JSON line.");
-  flags.Value("--checkpoint", "SPEC", kCheckpointHelp);
-  flags.Value("--run-dir", "DIR", "the run whose checkpoints latest / step_N name");
+  AddRunModelFlags(&flags);
   flags.Value("--config", "CONFIG", "evaluate with this config's batch settings (its model must match)");
   flags.Value("--dataset", "DIR", "a prepared dataset (default: the run's, its first source's)");
   flags.Value("--split", "val|train", "which split (default val)");
   flags.Value("--batches", "N|all", "micro-batches to evaluate (default eval.batches)");
   flags.Value("--micro-batch", "N", "sequences per micro-batch (default the run's)");
   flags.Value("--tasks", "FILE.jsonl", "multiple-choice tasks (HellaSwag / ARC JSONL form)");
-  flags.Value("--tokenizer", "NAME|PATH", "the tokenizer (default: the model's own)");
-  flags.Value("--backend", "auto|cpu|cuda",
-              "where to run (auto, the default: cuda when a GPU is visible, else cpu)");
   flags.Value("--dump-tokens", "FILE", "write the evaluated batches (int32)");
-  flags.Require("--checkpoint");
-  flags.MaxPositional(0);
   if (int rc; flags.ParseOrExit(argc, argv, 2, &rc)) return rc;
   auto backend_kind = BackendFlag(flags);
   if (!backend_kind.ok()) return Fail(backend_kind.status());

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/tokenizer_flag.h"
 #include "common/flags.h"
 #include "common/utf8.h"
 #include "tokenizer/tokenizer.h"
@@ -107,9 +108,7 @@ std::string FormatIds(const std::vector<int32_t>& ids, const std::string& format
 int RunDataTokenize(int argc, char** argv) {
   FlagParser flags("forge data tokenize", "",
                    "Encodes text to token ids, or with --decode ids back to text.");
-  flags.Value("--tokenizer", "NAME|PATH",
-              "gpt2 (default), cl100k_base, o200k_base, llama3, a tiktoken rank file, or a "
-              "tokenizer.json (or its directory)");
+  AddTokenizerFlag(&flags);
   flags.Value("--input", "FILE", "text to encode, or ids to decode ('-' = standard input, the default)");
   flags.Value("--out", "FILE", "where to write (default standard output)");
   flags.Value("--format", "text|json|u32",
@@ -119,14 +118,12 @@ int RunDataTokenize(int argc, char** argv) {
   flags.Bool("--strict-utf8", "reject input that is not valid UTF-8 instead of replacing ill-formed "
                               "bytes with U+FFFD");
   flags.Bool("--info", "print the tokenizer's name, identity, vocabulary size and special ids");
-  flags.MaxPositional(0);
   if (int rc; flags.ParseOrExit(argc, argv, 3, &rc)) return rc;
   const std::string format = flags.Get("--format", "text");
   if (format != "text" && format != "json" && format != "u32") {
     return Fail("--format must be text, json or u32, not '" + format + "'");
   }
-  const std::string spec = flags.Get("--tokenizer", "gpt2");
-  auto tok = LoadTokenizer(spec, DefaultDataDir());
+  auto tok = LoadTokenizer(TokenizerFlag(flags), DefaultDataDir());
   if (!tok.ok()) return Fail(tok.status().ToString());
   if (flags.Has("--info")) {
     std::printf("name %s\nidentity %s\nvocab_size %d\neot %d\nbos %d\nspecial_tokens %zu\n",

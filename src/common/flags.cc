@@ -35,7 +35,8 @@ int UsageError(std::string_view program, const Status& s) {
 FlagParser::FlagParser(std::string program, std::string positional, std::string description)
     : program_(std::move(program)),
       positional_desc_(std::move(positional)),
-      description_(std::move(description)) {}
+      description_(std::move(description)),
+      max_positional_(positional_desc_.empty() ? 0 : -1) {}
 
 void FlagParser::Add(std::string name, std::string value_name, std::string help, Kind kind) {
   specs_.push_back({std::move(name), std::move(value_name), std::move(help), kind});

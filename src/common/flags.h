@@ -44,7 +44,8 @@ int UsageError(std::string_view program, const Status& s);
 
 class FlagParser {
  public:
-  // `positional` describes the positional arguments for the usage line ("CONFIG", "" for none).
+  // `positional` describes the positional arguments for the usage line ("CONFIG"); a program
+  // whose usage names none ("") takes none, unless MaxPositional says otherwise.
   FlagParser(std::string program, std::string positional, std::string description);
 
   void Value(std::string name, std::string value_name, std::string help);
@@ -52,7 +53,7 @@ class FlagParser {
   void List(std::string name, std::string value_name, std::string help);
   // Aliases a short name ("-o") to a declared flag.
   void Alias(std::string alias, std::string name);
-  // At most `max` positional arguments (default: any number).
+  // At most `max` positional arguments (default: any number where the usage names some).
   void MaxPositional(int max) { max_positional_ = max; }
   // Exactly `n`: fewer is the error "expects POSITIONAL".
   void Positional(int n) { min_positional_ = max_positional_ = n; }

@@ -35,7 +35,7 @@
 #include "coordinator/server.h"
 #include "metrics/metrics_server.h"
 #include "metrics/run_aggregates.h"
-#include "rpc/auth.h"
+#include "rpc/connection_flags.h"
 
 namespace {
 
@@ -56,8 +56,8 @@ forge::FlagParser MakeFlags() {
   f.Value("--runs-dir", "DIR", "where runs and their checkpoints live (default <state-dir>/runs)");
   f.Value("--data-root", "DIR",
           "specs' datasets must lie under one (repeatable; without: specs name none)");
-  f.Value("--token-file", "FILE", "the user token (default $FORGE_TOKEN)");
-  f.Value("--join-secret-file", "FILE", "the workers' join secret (default $FORGE_JOIN_SECRET)");
+  forge::rpc::AddSecretFlag(&f, forge::rpc::kUserToken);
+  forge::rpc::AddSecretFlag(&f, forge::rpc::kJoinSecret);
   f.Value("--tls-cert", "FILE", "serve TLS with this certificate (with --tls-key)");
   f.Value("--tls-key", "FILE", "the private key of --tls-cert");
   f.Value("--heartbeat-interval-ms", "N", "how often workers send heartbeats (default 1000)");
@@ -69,7 +69,6 @@ forge::FlagParser MakeFlags() {
           "write /metrics' host:port here once listening (useful with --metrics-port any)");
   f.Value("--metrics-bind", "ADDR", "the address /metrics binds (default 0.0.0.0)");
   f.Require("--state-dir");
-  f.MaxPositional(0);
   return f;
 }
 
@@ -87,8 +86,6 @@ int main(int argc, char** argv) {
   sopt.listen = flags.Get("--listen", sopt.listen);
   sopt.tls_cert_file = flags.Get("--tls-cert");
   sopt.tls_key_file = flags.Get("--tls-key");
-  const std::string token_file = flags.Get("--token-file");
-  const std::string secret_file = flags.Get("--join-secret-file");
   const std::string address_file = flags.Get("--address-file");
   const std::string metrics_bind = flags.Get("--metrics-bind", "0.0.0.0");
   const std::string metrics_address_file = flags.Get("--metrics-address-file");
@@ -102,9 +99,9 @@ int main(int argc, char** argv) {
                    flags.GetInt("--heartbeat-interval-ms", &copt.heartbeat_interval_ms, 1, 1 << 30),
                    flags.GetInt("--heartbeat-timeout-ms", &copt.heartbeat_timeout_ms, 1, 1 << 30)})
     if (!s.ok()) return flags.UsageError(s);
-  auto token = rpc::LoadSecret(token_file, "FORGE_TOKEN", "user token");
+  auto token = rpc::LoadSecret(flags, rpc::kUserToken);
   if (!token.ok()) return Fail(token.status());
-  auto secret = rpc::LoadSecret(secret_file, "FORGE_JOIN_SECRET", "join secret");
+  auto secret = rpc::LoadSecret(flags, rpc::kJoinSecret);
   if (!secret.ok()) return Fail(secret.status());
   sopt.user_token = *token;
   sopt.join_secret = *secret;
