@@ -33,25 +33,19 @@ Status AllowDynamicSmem(void (*kernel)(Params...), size_t bytes) {
 
 }  // namespace forge::cuda
 
-#define FORGE_CUDA_CHECK(call)                                                          \
-  do {                                                                                  \
-    cudaError_t _e = (call);                                                            \
-    if (_e != cudaSuccess) return ::forge::cuda::CudaError(_e, #call, __FILE__, __LINE__); \
+// Returns error(result, "call", file, line) from the enclosing function unless `call` gives
+// `success`; the result keeps the type of `success` (a library's status enum).
+#define FORGE_LIBRARY_CHECK_(call, text, success, error)                           \
+  do {                                                                             \
+    const decltype(success) _e = (call);                                           \
+    if (_e != (success)) return ::forge::cuda::error(_e, text, __FILE__, __LINE__); \
   } while (0)
 
-#define FORGE_CUBLAS_CHECK(call)                                                          \
-  do {                                                                                    \
-    cublasStatus_t _e = (call);                                                           \
-    if (_e != CUBLAS_STATUS_SUCCESS)                                                      \
-      return ::forge::cuda::CublasError(_e, #call, __FILE__, __LINE__);                   \
-  } while (0)
-
-#define FORGE_CUDNN_CHECK(call)                                                           \
-  do {                                                                                    \
-    cudnnStatus_t _e = (call);                                                            \
-    if (_e != CUDNN_STATUS_SUCCESS)                                                       \
-      return ::forge::cuda::CudnnError(_e, #call, __FILE__, __LINE__);                    \
-  } while (0)
+#define FORGE_CUDA_CHECK(call) FORGE_LIBRARY_CHECK_((call), #call, cudaSuccess, CudaError)
+#define FORGE_CUBLAS_CHECK(call) \
+  FORGE_LIBRARY_CHECK_((call), #call, CUBLAS_STATUS_SUCCESS, CublasError)
+#define FORGE_CUDNN_CHECK(call) \
+  FORGE_LIBRARY_CHECK_((call), #call, CUDNN_STATUS_SUCCESS, CudnnError)
 
 // After a kernel launch: catches bad launch configurations without synchronising.
 #define FORGE_CUDA_LAUNCH_CHECK() FORGE_CUDA_CHECK(cudaGetLastError())

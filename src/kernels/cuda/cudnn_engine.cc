@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/owned_handles.h"
 
 namespace forge::cuda {
 
@@ -14,22 +15,15 @@ namespace {
 
 using Desc = cudnnBackendDescriptor_t;
 
-// Destroys the descriptors it holds, last created first.
-struct DescList {
-  std::vector<Desc> d;
-  DescList() = default;
-  DescList(const DescList&) = delete;
-  DescList& operator=(const DescList&) = delete;
-  ~DescList() {
-    for (auto it = d.rbegin(); it != d.rend(); ++it) cudnnBackendDestroyDescriptor(*it);
-  }
+// The descriptors it creates, destroyed on every path (last created first) unless released.
+class DescList : public OwnedHandles<Desc, cudnnBackendDestroyDescriptor> {
+ public:
   Status Create(cudnnBackendDescriptorType_t type, Desc* out) {
     *out = nullptr;
     FORGE_CUDNN_CHECK(cudnnBackendCreateDescriptor(type, out));
-    d.push_back(*out);
+    Own(*out);
     return Status::Ok();
   }
-  std::vector<Desc> Release() { return std::exchange(d, {}); }
 };
 
 Status Unavailable(const std::string& what, cudnnStatus_t st) {

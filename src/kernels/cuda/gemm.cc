@@ -4,6 +4,7 @@
 #include "kernels/cuda/gemm.cuh"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -13,7 +14,9 @@
 #include <mutex>
 #include <string>
 #include <type_traits>
+#include <utility>
 
+#include "common/named_values.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/plan_cache.h"
 
@@ -340,6 +343,28 @@ struct TuneScope {
   X(3x5x1) X(1x6x1) X(2x6x1) X(1x7x1) X(2x7x1) X(1x9x1) X(1x10x1) X(1x11x1) X(1x12x1)        \
   X(1x13x1) X(1x14x1) X(1x15x1)
 
+#define FORGE_X(n) NamedValue<uint32_t>{#n, CUBLASLT_MATMUL_STAGES_##n},
+constexpr std::array kStageNames = {
+    NamedValue<uint32_t>{"undefined", CUBLASLT_MATMUL_STAGES_UNDEFINED},
+    FORGE_GEMM_STAGES(FORGE_X)};
+#undef FORGE_X
+#define FORGE_X(n) NamedValue<uint16_t>{#n, CUBLASLT_CLUSTER_SHAPE_##n},
+constexpr std::array kClusterNames = {NamedValue<uint16_t>{"auto", CUBLASLT_CLUSTER_SHAPE_AUTO},
+                                      FORGE_GEMM_CLUSTERS(FORGE_X)};
+#undef FORGE_X
+constexpr std::array<NamedValue<uint32_t>, 4> kReductionNames{
+    {{"none", CUBLASLT_REDUCTION_SCHEME_NONE},
+     {"inplace", CUBLASLT_REDUCTION_SCHEME_INPLACE},
+     {"compute_type", CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE},
+     {"output_type", CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE}}};
+
+// The name of a cuBLASLt value, or "#<value>" for one the table lacks.
+template <typename E, size_t N>
+std::string NameOrNumber(const std::array<NamedValue<E>, N>& table, E value) {
+  const char* name = FindName(table, value);
+  return name != nullptr ? std::string(name) : "#" + std::to_string(value);
+}
+
 // Rows x cols of a tile in the table; false for others.
 bool TileDims(uint32_t tile, int* rows, int* cols) {
   switch (tile) {
@@ -390,37 +415,9 @@ std::string TileName(uint32_t tile) {
   return "#" + std::to_string(tile);
 }
 
-std::string StagesName(uint32_t stages) {
-  switch (stages) {
-    case CUBLASLT_MATMUL_STAGES_UNDEFINED: return "undefined";
-#define FORGE_X(n) \
-  case CUBLASLT_MATMUL_STAGES_##n: return #n;
-    FORGE_GEMM_STAGES(FORGE_X)
-#undef FORGE_X
-    default: return "#" + std::to_string(stages);
-  }
-}
-
-std::string ClusterName(uint16_t cluster) {
-  switch (cluster) {
-    case CUBLASLT_CLUSTER_SHAPE_AUTO: return "auto";
-#define FORGE_X(n) \
-  case CUBLASLT_CLUSTER_SHAPE_##n: return #n;
-    FORGE_GEMM_CLUSTERS(FORGE_X)
-#undef FORGE_X
-    default: return "#" + std::to_string(cluster);
-  }
-}
-
-std::string ReductionName(uint32_t reduction) {
-  switch (reduction) {
-    case CUBLASLT_REDUCTION_SCHEME_NONE: return "none";
-    case CUBLASLT_REDUCTION_SCHEME_INPLACE: return "inplace";
-    case CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE: return "compute_type";
-    case CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE: return "output_type";
-    default: return "#" + std::to_string(reduction);
-  }
-}
+std::string StagesName(uint32_t stages) { return NameOrNumber(kStageNames, stages); }
+std::string ClusterName(uint16_t cluster) { return NameOrNumber(kClusterNames, cluster); }
+std::string ReductionName(uint32_t reduction) { return NameOrNumber(kReductionNames, reduction); }
 
 std::string Describe(const GemmAlgoInfo& i) {
   char waves[32];
@@ -523,22 +520,16 @@ Status GemmRunner::Init(size_t workspace_bytes) {
 }
 
 Status GemmRunner::SetPointers(const Plan& plan, const GemmArgs& a) {
-  // Our b_scale scales cuBLASLt's A, our a_scale its B.
-  if (a.b_scale) {
-    FORGE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-        plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a.b_scale, sizeof(a.b_scale)));
-  }
-  if (a.a_scale) {
-    FORGE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-        plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a.a_scale, sizeof(a.a_scale)));
-  }
-  if (a.d_scale) {
-    FORGE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-        plan.desc, CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, &a.d_scale, sizeof(a.d_scale)));
-  }
-  if (a.d_amax) {
-    FORGE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-        plan.desc, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, &a.d_amax, sizeof(a.d_amax)));
+  // Our b_scale scales cuBLASLt's A, our a_scale its B. Null pointers stay unset.
+  const std::pair<cublasLtMatmulDescAttributes_t, const void*> pointers[] = {
+      {CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, a.b_scale},
+      {CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, a.a_scale},
+      {CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, a.d_scale},
+      {CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, a.d_amax}};
+  for (const auto& [attr, pointer] : pointers) {
+    if (pointer != nullptr)
+      FORGE_CUBLAS_CHECK(
+          cublasLtMatmulDescSetAttribute(plan.desc, attr, &pointer, sizeof(pointer)));
   }
   return Status::Ok();
 }

@@ -20,6 +20,7 @@
 #include "common/checksum.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cudnn_engine.h"
+#include "kernels/cuda/owned_handles.h"
 
 namespace forge::cuda {
 
@@ -454,15 +455,7 @@ Status BuildOperationGraph(cudnnHandle_t handle, const SdpaShape& s, bool backwa
 }
 
 // Events of one timing, destroyed on every path.
-struct Events {
-  std::vector<cudaEvent_t> e;
-  Events() = default;
-  Events(const Events&) = delete;
-  Events& operator=(const Events&) = delete;
-  ~Events() {
-    for (cudaEvent_t x : e) cudaEventDestroy(x);
-  }
-};
+using Events = OwnedHandles<cudaEvent_t, cudaEventDestroy>;
 
 // A device buffer freed on scope exit (a tuning candidate's larger workspace).
 struct DeviceScratch {
@@ -539,17 +532,17 @@ StatusOr<float> TimePlan(cudnnHandle_t handle, const CudnnPlan& plan,
   for (int i = 0; i <= kTuneRuns; ++i) {
     cudaEvent_t e = nullptr;
     FORGE_CUDA_CHECK(cudaEventCreate(&e));
-    ev.e.push_back(e);
+    ev.Own(e);
   }
-  FORGE_CUDA_CHECK(cudaEventRecord(ev.e[0], stream));
+  FORGE_CUDA_CHECK(cudaEventRecord(ev[0], stream));
   for (int i = 0; i < kTuneRuns; ++i) {
     FORGE_CUDNN_CHECK(cudnnBackendExecute(handle, plan.plan(), pack.d));
-    FORGE_CUDA_CHECK(cudaEventRecord(ev.e[size_t(i) + 1], stream));
+    FORGE_CUDA_CHECK(cudaEventRecord(ev[size_t(i) + 1], stream));
   }
-  FORGE_CUDA_CHECK(cudaEventSynchronize(ev.e.back()));
+  FORGE_CUDA_CHECK(cudaEventSynchronize(ev.back()));
   std::vector<float> ms(kTuneRuns);
   for (int i = 0; i < kTuneRuns; ++i) {
-    FORGE_CUDA_CHECK(cudaEventElapsedTime(&ms[size_t(i)], ev.e[size_t(i)], ev.e[size_t(i) + 1]));
+    FORGE_CUDA_CHECK(cudaEventElapsedTime(&ms[size_t(i)], ev[size_t(i)], ev[size_t(i) + 1]));
   }
   std::sort(ms.begin(), ms.end());
   return ms[kTuneRuns / 2];

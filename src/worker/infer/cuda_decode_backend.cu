@@ -240,6 +240,14 @@ Status CudaDecodeBackend::Chunk(int64_t r0, int64_t n, const std::vector<int32_t
   float* qkv = qkv_.as<float>();
   const BlockOffsets& o = layout_.block;
   const float eps = m_.norm_eps;
+  // The rows and the cache's shape, which the QKV-to-cache and the attention kernels share.
+  auto set_shape = [&](auto* args) {
+    args->N = n;
+    args->n_head = H_;
+    args->n_kv_head = KV_;
+    args->hd = hd_;
+    args->max_len = max_len_;
+  };
   FORGE_RETURN_IF_ERROR(
       cuda::EmbeddingForwardF32(x, ids, Tensor(layout_.embedding_unit(), 0), n, d_, stream_));
   for (int l = 0; l < m_.n_layer; ++l) {
@@ -260,11 +268,7 @@ Status CudaDecodeBackend::Chunk(int64_t r0, int64_t n, const std::vector<int32_t
     q.norm_eps = eps;
     q.k_cache = KCache(l);
     q.v_cache = VCache(l);
-    q.N = n;
-    q.n_head = H_;
-    q.n_kv_head = KV_;
-    q.hd = hd_;
-    q.max_len = max_len_;
+    set_shape(&q);
     FORGE_RETURN_IF_ERROR(cuda::DecodeQkvToCache(q, stream_));
     cuda::DecodeAttentionArgs a;
     a.q = qkv;
@@ -274,11 +278,7 @@ Status CudaDecodeBackend::Chunk(int64_t r0, int64_t n, const std::vector<int32_t
     a.seq = seq;
     a.pos = pos;
     a.out = att_.as<bf16>();
-    a.N = n;
-    a.n_head = H_;
-    a.n_kv_head = KV_;
-    a.hd = hd_;
-    a.max_len = max_len_;
+    set_shape(&a);
     FORGE_RETURN_IF_ERROR(cuda::DecodeAttention(a, stream_));
     FORGE_RETURN_IF_ERROR(Gemm(x, cuda::DType::kFp32, att_.as<bf16>(), Tensor(u, o.wo), n, d_,
                                int64_t{H_} * hd_, true));
