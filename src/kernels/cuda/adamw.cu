@@ -19,6 +19,7 @@
 #include "kernels/cuda/adamw.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/grid_stride.cuh"
 
 namespace forge::cuda {
 namespace {
@@ -220,39 +221,29 @@ __global__ void MarkUpdatePendingKernel(const float* __restrict__ grad_scale,
 __global__ void __launch_bounds__(kCastThreads)
     CastFloatToBf16Kernel(bf16* __restrict__ out, const float* __restrict__ in, int64_t n,
                           bool vec) {
-  const int64_t tid = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
-  int64_t scalar_begin = 0;
-  if (vec) {
-    const int64_t n8 = n / 8;
-    for (int64_t i = tid; i < n8; i += stride) {
-      const float4 a = reinterpret_cast<const float4*>(in)[2 * i];
-      const float4 b = reinterpret_cast<const float4*>(in)[2 * i + 1];
-      const float f[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-      Store16(out + 8 * i, PackBf16x8(f));
-    }
-    scalar_begin = n8 * 8;
-  }
-  for (int64_t i = scalar_begin + tid; i < n; i += stride) out[i] = __float2bfloat16_rn(in[i]);
+  ForEachElementBy8(
+      n, vec,
+      [&](int64_t i) {
+        const float4 a = reinterpret_cast<const float4*>(in)[2 * i];
+        const float4 b = reinterpret_cast<const float4*>(in)[2 * i + 1];
+        const float f[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        Store16(out + 8 * i, PackBf16x8(f));
+      },
+      [&](int64_t i) { out[i] = __float2bfloat16_rn(in[i]); });
 }
 
 __global__ void __launch_bounds__(kCastThreads)
     CastBf16ToFloatKernel(float* __restrict__ out, const bf16* __restrict__ in, int64_t n,
                           bool vec) {
-  const int64_t tid = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
-  int64_t scalar_begin = 0;
-  if (vec) {
-    const int64_t n8 = n / 8;
-    for (int64_t i = tid; i < n8; i += stride) {
-      float f[8];
-      UnpackBf16x8(Load16(in + 8 * i), f);
-      reinterpret_cast<float4*>(out)[2 * i] = make_float4(f[0], f[1], f[2], f[3]);
-      reinterpret_cast<float4*>(out)[2 * i + 1] = make_float4(f[4], f[5], f[6], f[7]);
-    }
-    scalar_begin = n8 * 8;
-  }
-  for (int64_t i = scalar_begin + tid; i < n; i += stride) out[i] = __bfloat162float(in[i]);
+  ForEachElementBy8(
+      n, vec,
+      [&](int64_t i) {
+        float f[8];
+        UnpackBf16x8(Load16(in + 8 * i), f);
+        reinterpret_cast<float4*>(out)[2 * i] = make_float4(f[0], f[1], f[2], f[3]);
+        reinterpret_cast<float4*>(out)[2 * i + 1] = make_float4(f[4], f[5], f[6], f[7]);
+      },
+      [&](int64_t i) { out[i] = __bfloat162float(in[i]); });
 }
 
 int CastBlocks(int64_t n) {

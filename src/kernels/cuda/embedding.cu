@@ -25,6 +25,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/grid_stride.cuh"
 #include "kernels/cuda/embedding.cuh"
 
 namespace forge::cuda {
@@ -38,19 +39,14 @@ constexpr int kRunUnroll = 4;
 template <int VEC>
 __global__ void EmbeddingForwardKernel(bf16* __restrict__ out, const int32_t* __restrict__ tokens,
                                        const bf16* __restrict__ wte, int64_t N, int d) {
-  const int64_t per_row = d / VEC;
-  const int64_t total = N * per_row;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t n = i / per_row;
-    const int64_t c = (i % per_row) * VEC;
+  ForEachRowGroup<VEC>(N, d, [&](int64_t n, int64_t c) {
     const int64_t tok = tokens[n];
     if constexpr (VEC == 8) {
       Store16(out + n * d + c, Load16(wte + tok * d + c));
     } else {
       out[n * d + c] = wte[tok * d + c];
     }
-  }
+  });
 }
 
 // Sort input: key = token (out-of-range tokens become `vocab`, sorted last and skipped), value =

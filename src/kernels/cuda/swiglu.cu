@@ -10,6 +10,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/grid_stride.cuh"
 #include "kernels/cuda/swiglu.cuh"
 #include "kernels/cuda/swiglu_math.cuh"
 
@@ -23,12 +24,7 @@ template <int VEC>
 __global__ void __launch_bounds__(kThreads)
     SwiGluForwardKernel(bf16* __restrict__ out, const bf16* __restrict__ gate_up, int64_t N,
                         int ffn) {
-  const int64_t per_row = ffn / VEC;
-  const int64_t total = N * per_row;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t n = i / per_row;
-    const int64_t c = (i % per_row) * VEC;
+  ForEachRowGroup<VEC>(N, ffn, [&](int64_t n, int64_t c) {
     const bf16* gp = gate_up + n * 2 * ffn + c;
     float g[VEC], u[VEC], o[VEC];
     LoadVec<VEC>(gp, g);
@@ -36,19 +32,14 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int k = 0; k < VEC; ++k) o[k] = SwiGluOut(g[k], u[k]);
     StoreVec<VEC>(out + n * ffn + c, o);
-  }
+  });
 }
 
 template <int VEC>
 __global__ void __launch_bounds__(kThreads)
     SwiGluBackwardKernel(bf16* __restrict__ dgate_up, const bf16* __restrict__ dout,
                          const bf16* __restrict__ gate_up, int64_t N, int ffn) {
-  const int64_t per_row = ffn / VEC;
-  const int64_t total = N * per_row;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t n = i / per_row;
-    const int64_t c = (i % per_row) * VEC;
+  ForEachRowGroup<VEC>(N, ffn, [&](int64_t n, int64_t c) {
     const bf16* gp = gate_up + n * 2 * ffn + c;
     float g[VEC], u[VEC], dy[VEC], dg[VEC], du[VEC];
     LoadVec<VEC>(gp, g);
@@ -59,7 +50,7 @@ __global__ void __launch_bounds__(kThreads)
     bf16* dp = dgate_up + n * 2 * ffn + c;
     StoreVec<VEC>(dp, dg);
     StoreVec<VEC>(dp + ffn, du);
-  }
+  });
 }
 
 int Blocks(int64_t items) {
