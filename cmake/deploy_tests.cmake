@@ -7,7 +7,7 @@ add_executable(forge_deploy_tests tests/deploy/slurm_job_test.cc tests/deploy/sl
                tests/deploy/slurm_multinode_test.cc
                tests/deploy/k8s_run_config_test.cc)
 target_include_directories(forge_deploy_tests PRIVATE ${CMAKE_SOURCE_DIR}/tests/integration)
-target_link_libraries(forge_deploy_tests PRIVATE forge_engine GTest::gtest_main)
+target_link_libraries(forge_deploy_tests PRIVATE forge_all GTest::gtest_main)
 target_compile_definitions(forge_deploy_tests PRIVATE
   FORGE_SOURCE_DIR="${CMAKE_SOURCE_DIR}" FORGE_BINARY_DIR="${CMAKE_BINARY_DIR}"
   FORGE_MPIEXEC="${MPIEXEC_EXECUTABLE}")

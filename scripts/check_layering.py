@@ -8,7 +8,9 @@ import os
 import re
 import sys
 
-# Lowest first. Why each sits where it does: docs/ARCHITECTURE.md ("Layers").
+# Lowest first. Why each sits where it does: docs/ARCHITECTURE.md ("Layers"). The build reads
+# this list too (cmake/components.cmake: one library per entry, linking only entries before
+# it): keep one quoted name per line.
 LAYERS = [
     "common",            # Status, config, flags, checksums: depends on nothing of ours
     "kernels/cpu",       # the CPU reference ops
