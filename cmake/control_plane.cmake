@@ -1,10 +1,10 @@
 # The control plane's programs: forge-coordinator, the worker agent (forge-worker) and
-# forgectl; their libraries (forge_coordinator, forge_agent, forge_cli) are components
+# forgectl; their libraries (forge_coordinator, forge_worker_agent, forge_cli) are components
 # (CMakeLists.txt). The engine links none of this: gRPC stays on this side of the line.
 
 forge_program(forge-coordinator src/coordinator/coordinator_main.cc COMPONENT coordinator
               LINK forge_metrics forge_rpc)
-forge_program(forge-worker src/agent/worker_main.cc COMPONENT agent
+forge_program(forge-worker src/worker/agent/worker_main.cc COMPONENT worker/agent
               LINK forge_rpc forge_worker_parallel)
 forge_program(forgectl src/cli/forgectl_main.cc COMPONENT cli LINK forge_rpc)
 

@@ -28,7 +28,7 @@ LAYERS = [
     "worker/run",        # one process's part of a run (forge train and the worker agent)
     "metrics",           # Prometheus families and the trainer's metrics
     "plan",              # forge plan's cost model (over the memory estimate and layouts)
-    "agent",             # the worker process's agent (coordinator link)
+    "worker/agent",      # the worker process (forge-worker): coordinator link, gRPC
     "coordinator",
     "cli",               # forge and forgectl
 ]

@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "agent/worker_agent.h"
+#include "worker/agent/worker_agent.h"
 #include "common/file_io.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/server.h"

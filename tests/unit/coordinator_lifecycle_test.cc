@@ -1,14 +1,14 @@
 // The coordinator's run lifecycle driven through its API in-process (no training): placement,
 // heartbeats and commands, loss of a worker -> RESTARTING -> FAILED after max_restarts, stop
 // requests, a restart of the coordinator itself, and the NCCL-id relay over a real gRPC server
-// on loopback (agent/coordinator_rendezvous.h).
+// on loopback (worker/agent/coordinator_rendezvous.h).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <thread>
 
-#include "agent/coordinator_rendezvous.h"
+#include "worker/agent/coordinator_rendezvous.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/server.h"
 #include "coordinator_test_util.h"

@@ -42,7 +42,7 @@ StatusOr<ProcessGroup> JoinProcessGroup(const RunConfig& cfg, IdRendezvous* rend
 // A group the coordinator formed from workers that share no launcher (one process per GPU,
 // e.g. Kubernetes pods): rank and world come from the placement, the GPU from
 // placed.local_rank, the NCCL unique id through `rendezvous` (the coordinator's ExchangeCommId,
-// agent/coordinator_rendezvous.h). Needs the CUDA backend when world > 1 (CPU ranks train
+// worker/agent/coordinator_rendezvous.h). Needs the CUDA backend when world > 1 (CPU ranks train
 // together over MPI only): Unavailable otherwise.
 StatusOr<ProcessGroup> JoinPlacedGroup(const RunConfig& cfg, const LaunchInfo& placed,
                                        IdRendezvous* rendezvous);

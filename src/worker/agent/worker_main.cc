@@ -8,8 +8,8 @@
 #include <cstdio>
 #include <string>
 
-#include "agent/restart_on_abort.h"
-#include "agent/worker_agent.h"
+#include "worker/agent/restart_on_abort.h"
+#include "worker/agent/worker_agent.h"
 #include "common/flags.h"
 #include "rpc/connection_flags.h"
 #include "worker/parallel/bootstrap.h"

@@ -16,7 +16,7 @@
 #include <functional>
 #include <string>
 
-#include "agent/coordinator_link.h"
+#include "worker/agent/coordinator_link.h"
 #include "common/config.h"
 #include "common/status.h"
 #include "worker/run/process_run.h"

@@ -1,4 +1,4 @@
-#include "agent/worker_agent.h"
+#include "worker/agent/worker_agent.h"
 
 #include <mpi.h>
 #include <unistd.h>
@@ -14,8 +14,8 @@
 #include <thread>
 #include <vector>
 
-#include "agent/coordinator_rendezvous.h"
-#include "agent/restart_on_abort.h"
+#include "worker/agent/coordinator_rendezvous.h"
+#include "worker/agent/restart_on_abort.h"
 #include "common/config.h"
 #include "metrics/gpu_health.h"
 #include "metrics/timed_comm.h"

@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "agent/coordinator_link.h"
+#include "worker/agent/coordinator_link.h"
 #include "worker/parallel/rendezvous.h"
 
 namespace forge::agent {

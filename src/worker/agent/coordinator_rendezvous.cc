@@ -1,4 +1,4 @@
-#include "agent/coordinator_rendezvous.h"
+#include "worker/agent/coordinator_rendezvous.h"
 
 #include <chrono>
 #include <thread>

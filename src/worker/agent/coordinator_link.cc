@@ -1,4 +1,4 @@
-#include "agent/coordinator_link.h"
+#include "worker/agent/coordinator_link.h"
 
 #include "rpc/auth.h"
 

@@ -1,4 +1,4 @@
-#include "agent/restart_on_abort.h"
+#include "worker/agent/restart_on_abort.h"
 
 #include <signal.h>
 #include <sys/wait.h>
