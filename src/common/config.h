@@ -175,9 +175,9 @@ enum class ParallelMode { kDdp, kZero1, kZero2, kFsdp, kHsdp };
 enum class GradReduce { kFp32, kBf16 };
 
 // What moves ddp's gradient all-reduces on the GPU: NCCL's kernels, or the GPUs' copy engines
-// (worker/parallel/ce_allreduce.h: no SMs taken from the backward it overlaps; GPUs of one
-// host whose ranks can map each other's memory with CUDA IPC, i.e. one container or pod, not
-// one pod per GPU; fp32 gradients; the sum is in rank order, the same bits run after run).
+// (worker/parallel/copy_engine_allreduce.h: no SMs taken from the backward it overlaps; GPUs of
+// one host whose ranks can map each other's memory with CUDA IPC, i.e. one container or pod,
+// not one pod per GPU; fp32 gradients; the sum is in rank order, the same bits run after run).
 // The CPU backend ignores it (MPI).
 enum class DdpAllReduce { kNccl, kCopyEngine };
 

@@ -17,7 +17,7 @@
 #include <mutex>
 #include <thread>
 
-#include "worker/parallel/ce_allreduce.h"
+#include "worker/parallel/copy_engine_allreduce.h"
 
 namespace forge {
 namespace {
@@ -116,7 +116,7 @@ class NcclCommImpl final : public NcclComm {
         ncclCommAbort(comm_);
       }
     }
-    ce_.reset();  // waits for its lanes (released above if the comm failed)
+    copy_engine_.reset();  // waits for its lanes (released above if the comm failed)
     for (auto& op : pending_) DestroyEvents(*op);
     if (barrier_buf_) cudaFree(barrier_buf_);
     if (producer_ready_) cudaEventDestroy(producer_ready_);
@@ -150,9 +150,9 @@ class NcclCommImpl final : public NcclComm {
 
   StatusOr<CommWorkPtr> AllReduceSum(void* buf, int64_t n, DType t,
                                      std::string_view what) override {
-    if (ce_ != nullptr && t == DType::kF32 && ce_->Covers(buf, n)) {
+    if (copy_engine_ != nullptr && t == DType::kF32 && copy_engine_->Covers(buf, n)) {
       return Issue(CollectiveOp::kAllReduce, what, n, t, [&] {
-        return ce_->Enqueue(static_cast<float*>(buf), n, stream_);
+        return copy_engine_->Enqueue(static_cast<float*>(buf), n, stream_);
       });
     }
     return Issue(CollectiveOp::kAllReduce, what, n, t, [&] {
@@ -183,7 +183,7 @@ class NcclCommImpl final : public NcclComm {
   }
 
   Status EnableCopyEngineAllReduce(float* base, int64_t count, int64_t max_count) override {
-    ce_.reset();
+    copy_engine_.reset();
     DeviceGuard g(device_);
     // Setup's exchanges ride AllGather through a device scratch, as 4-byte words (the blobs
     // are whole words; a gather moves bits).
@@ -214,9 +214,10 @@ class NcclCommImpl final : public NcclComm {
       cudaFree(d);
       return st;
     };
-    auto ce = CeAllReduce::Create(rank_, world_, device_, base, count, max_count, exchange);
-    if (!ce.ok()) return ce.status().Annotate("rank " + std::to_string(rank_));
-    ce_ = std::move(*ce);
+    auto copy_engine =
+        CopyEngineAllReduce::Create(rank_, world_, device_, base, count, max_count, exchange);
+    if (!copy_engine.ok()) return copy_engine.status().Annotate("rank " + std::to_string(rank_));
+    copy_engine_ = std::move(*copy_engine);
     return Status::Ok();
   }
   StatusOr<std::unique_ptr<NcclComm>> SplitNccl(int color, int key,
@@ -446,7 +447,7 @@ class NcclCommImpl final : public NcclComm {
     if (!failed_.ok()) return;
     failed_ = st;
     failed_at_ = Clock::now();
-    if (ce_ != nullptr) ce_->Release();  // its streams wait on flags, not on NCCL
+    if (copy_engine_ != nullptr) copy_engine_->Release();  // its streams wait on flags, not on NCCL
     if (comm_ != nullptr && !aborted_) {
       ncclCommAbort(comm_);  // frees kernels stuck waiting for a peer
       aborted_ = true;
@@ -505,7 +506,7 @@ class NcclCommImpl final : public NcclComm {
   cudaStream_t producer_ = nullptr;
   cudaEvent_t producer_ready_ = nullptr;
   void* barrier_buf_ = nullptr;
-  std::unique_ptr<CeAllReduce> ce_;  // EnableCopyEngineAllReduce
+  std::unique_ptr<CopyEngineAllReduce> copy_engine_;  // EnableCopyEngineAllReduce
   std::atomic<CommTimeSink*> sink_{nullptr};  // written under mu_
   std::atomic<CollectiveOp> last_op_{CollectiveOp::kBarrier};
 

@@ -62,10 +62,10 @@ class NcclComm : public Comm {
   virtual int device() const = 0;
   // From now on, AllReduceSum of f32 buffers inside base[0, count) (one cudaMalloc allocation,
   // each call at most max_count floats) moves its bytes with the GPUs' copy engines instead of
-  // NCCL's kernels (ce_allreduce.h): fewer SMs taken from the compute it overlaps, and a sum in
-  // rank order, the same bits on every rank. Collective. Needs every rank in its own process
-  // (one per GPU, as workers run) on one host, mapping its peers with CUDA IPC; otherwise an
-  // error on every rank, and NCCL keeps summing.
+  // NCCL's kernels (copy_engine_allreduce.h): fewer SMs taken from the compute it overlaps, and
+  // a sum in rank order, the same bits on every rank. Collective. Needs every rank in its own
+  // process (one per GPU, as workers run) on one host, mapping its peers with CUDA IPC;
+  // otherwise an error on every rank, and NCCL keeps summing.
   virtual Status EnableCopyEngineAllReduce(float* base, int64_t count, int64_t max_count) = 0;
   // Comm::Split as an NcclComm (ncclCommSplit: the part shares this comm's device, options
   // and timeout, and has its own stream and watchdog). Collective over this comm.

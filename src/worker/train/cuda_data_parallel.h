@@ -58,7 +58,7 @@
 //
 // parallel.ddp_allreduce copy_engine (ddp, fp32): the flat gradient buffer is registered with
 // NcclComm::EnableCopyEngineAllReduce at Create, so the same AllReduceSum calls move their bytes
-// with the copy engines (worker/parallel/ce_allreduce.h); nothing else here changes.
+// with the copy engines (worker/parallel/copy_engine_allreduce.h); nothing else here changes.
 //
 // Comm windows (ddp, zero1, zero2): a unit's gradient collective is not started the moment the
 // unit's backward ends but at the next block's attention backward (CudaModelHooks::comm_window),

@@ -1,4 +1,4 @@
-#include "worker/parallel/ce_allreduce.h"
+#include "worker/parallel/copy_engine_allreduce.h"
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -67,16 +67,15 @@ std::string CudaErr(cudaError_t e) { return std::string(cudaGetErrorString(e)); 
 
 }  // namespace
 
-StatusOr<std::unique_ptr<CeAllReduce>> CeAllReduce::Create(int rank, int world, int device,
-                                                           float* base, int64_t count,
-                                                           int64_t max_count,
-                                                           const Exchange& exchange) {
-  std::unique_ptr<CeAllReduce> c(new CeAllReduce());
+StatusOr<std::unique_ptr<CopyEngineAllReduce>> CopyEngineAllReduce::Create(
+    int rank, int world, int device, float* base, int64_t count, int64_t max_count,
+    const Exchange& exchange) {
+  std::unique_ptr<CopyEngineAllReduce> c(new CopyEngineAllReduce());
   FORGE_RETURN_IF_ERROR(c->Init(rank, world, device, base, count, max_count, exchange));
-  return StatusOr<std::unique_ptr<CeAllReduce>>(std::move(c));
+  return StatusOr<std::unique_ptr<CopyEngineAllReduce>>(std::move(c));
 }
 
-CeAllReduce::~CeAllReduce() {
+CopyEngineAllReduce::~CopyEngineAllReduce() {
   for (cudaStream_t s : lanes_) {
     if (s) cudaStreamSynchronize(s);
   }
@@ -102,7 +101,7 @@ CeAllReduce::~CeAllReduce() {
   if (flags_) cudaFree(flags_);
 }
 
-Status CeAllReduce::Init(int rank, int world, int device, float* base, int64_t count,
+Status CopyEngineAllReduce::Init(int rank, int world, int device, float* base, int64_t count,
                          int64_t max_count, const Exchange& exchange) {
   rank_ = rank;
   world_ = world;
@@ -194,7 +193,7 @@ Status CeAllReduce::Init(int rank, int world, int device, float* base, int64_t c
   return Status::Ok();
 }
 
-Status CeAllReduce::MapPeers(const std::vector<uint8_t>& blobs, size_t blob_bytes) {
+Status CopyEngineAllReduce::MapPeers(const std::vector<uint8_t>& blobs, size_t blob_bytes) {
   peer_base_.assign(size_t(world_), nullptr);
   peer_flags_.assign(size_t(world_), nullptr);
   PeerBlob me;
@@ -243,13 +242,13 @@ Status CeAllReduce::MapPeers(const std::vector<uint8_t>& blobs, size_t blob_byte
   return Status::Ok();
 }
 
-bool CeAllReduce::Covers(const void* buf, int64_t n) const {
+bool CopyEngineAllReduce::Covers(const void* buf, int64_t n) const {
   const auto* f = static_cast<const float*>(buf);
   return n >= 0 && f >= base_ && f + n <= base_ + count_ && ChunkOf(n, world_) <= chunk_cap_ &&
          (f - base_) % 4 == 0;
 }
 
-Status CeAllReduce::Signal(cudaStream_t s, int peer, int kind, uint64_t value) {
+Status CopyEngineAllReduce::Signal(cudaStream_t s, int peer, int kind, uint64_t value) {
   auto fn = reinterpret_cast<PFN_cuStreamWriteValue64_v11070>(write_value_);
   const auto addr = reinterpret_cast<CUdeviceptr>(peer_flags_[peer] + kind * world_ + rank_);
   const CUresult r = fn(reinterpret_cast<CUstream>(s), addr, value, CU_STREAM_WRITE_VALUE_DEFAULT);
@@ -260,14 +259,14 @@ Status CeAllReduce::Signal(cudaStream_t s, int peer, int kind, uint64_t value) {
   return Status::Ok();
 }
 
-Status CeAllReduce::SignalPeers(cudaStream_t s, int kind, uint64_t value) {
+Status CopyEngineAllReduce::SignalPeers(cudaStream_t s, int kind, uint64_t value) {
   for (int p = 0; p < world_; ++p) {
     if (p != rank_) FORGE_RETURN_IF_ERROR(Signal(s, p, kind, value));
   }
   return Status::Ok();
 }
 
-Status CeAllReduce::OnLanes(cudaStream_t s,
+Status CopyEngineAllReduce::OnLanes(cudaStream_t s,
                             const std::function<Status(int peer, cudaStream_t lane)>& work) {
   FORGE_CUDA_CHECK(cudaEventRecord(fork_, s));
   for (int p = 0; p < world_; ++p) {
@@ -280,7 +279,7 @@ Status CeAllReduce::OnLanes(cudaStream_t s,
   return Status::Ok();
 }
 
-Status CeAllReduce::Await(cudaStream_t s, int kind, uint64_t value) {
+Status CopyEngineAllReduce::Await(cudaStream_t s, int kind, uint64_t value) {
   auto fn = reinterpret_cast<PFN_cuStreamWaitValue64_v11070>(wait_value_);
   for (int p = 0; p < world_; ++p) {
     if (p == rank_) continue;
@@ -294,14 +293,14 @@ Status CeAllReduce::Await(cudaStream_t s, int kind, uint64_t value) {
   return Status::Ok();
 }
 
-void CeAllReduce::Release() {
+void CopyEngineAllReduce::Release() {
   // GEQ compares cyclically ((int64)(flag - value) >= 0): far ahead, not UINT64_MAX.
   for (int i = 0; i < 2 * world_; ++i) release_values_[i] = seq_ + (uint64_t{1} << 62);
   cudaMemcpyAsync(flags_, release_values_, 2 * world_ * sizeof(uint64_t), cudaMemcpyDefault,
                   release_);
 }
 
-Status CeAllReduce::Enqueue(float* buf, int64_t n, cudaStream_t s) {
+Status CopyEngineAllReduce::Enqueue(float* buf, int64_t n, cudaStream_t s) {
   if (!Covers(buf, n)) {
     return Status::Invalid("copy-engine all-reduce: buffer outside the registered range");
   }

@@ -45,7 +45,7 @@
 
 namespace forge {
 
-class CeAllReduce {
+class CopyEngineAllReduce {
  public:
   // Collective: all-gathers `bytes` (a multiple of 4) from every rank (rank r's at
   // all + r * bytes).
@@ -53,13 +53,13 @@ class CeAllReduce {
 
   // base[0, count): this rank's registered range (one cudaMalloc allocation, as the peers map
   // it whole); max_count: the largest all-reduce that will be asked for (sizes the scratch).
-  static StatusOr<std::unique_ptr<CeAllReduce>> Create(int rank, int world, int device,
-                                                       float* base, int64_t count,
-                                                       int64_t max_count,
-                                                       const Exchange& exchange);
-  ~CeAllReduce();
-  CeAllReduce(const CeAllReduce&) = delete;
-  CeAllReduce& operator=(const CeAllReduce&) = delete;
+  static StatusOr<std::unique_ptr<CopyEngineAllReduce>> Create(int rank, int world, int device,
+                                                               float* base, int64_t count,
+                                                               int64_t max_count,
+                                                               const Exchange& exchange);
+  ~CopyEngineAllReduce();
+  CopyEngineAllReduce(const CopyEngineAllReduce&) = delete;
+  CopyEngineAllReduce& operator=(const CopyEngineAllReduce&) = delete;
 
   // Whether buf[0, n) lies in the registered range and fits the scratch.
   bool Covers(const void* buf, int64_t n) const;
@@ -71,7 +71,7 @@ class CeAllReduce {
   void Release();
 
  private:
-  CeAllReduce() = default;
+  CopyEngineAllReduce() = default;
   Status Init(int rank, int world, int device, float* base, int64_t count, int64_t max_count,
               const Exchange& exchange);
   Status MapPeers(const std::vector<uint8_t>& blobs, size_t blob_bytes);
