@@ -48,8 +48,8 @@
 #include "common/config.h"
 #include "cuda_bench_util.h"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/gemm.cuh"
-#include "kernels/cuda/sdpa.cuh"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/sdpa.h"
 #include "plan/plan_calibration.h"
 
 namespace forge {

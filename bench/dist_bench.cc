@@ -72,7 +72,7 @@
 #include "common/checksum.h"
 #include "common/config.h"
 #include "common/peak_flops.h"
-#include "kernels/cuda/adamw.cuh"  // CastFloatToBf16, CastBf16ToFloat
+#include "kernels/cuda/adamw.h"  // CastFloatToBf16, CastBf16ToFloat
 #include "kernels/cuda/cuda_check.h"
 #include "worker/model/param_layout.h"
 #include "worker/parallel/hybrid_groups.h"

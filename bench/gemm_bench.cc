@@ -45,7 +45,7 @@
 #include "cuda_bench_util.h"
 #include "common/status.h"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/gemm.cuh"
+#include "kernels/cuda/gemm.h"
 
 namespace forge {
 namespace {

@@ -41,8 +41,8 @@
 #include "cuda_bench_util.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/plan_cache.h"
-#include "kernels/cuda/rope_fp8.cuh"
-#include "kernels/cuda/sdpa.cuh"
+#include "kernels/cuda/rope_fp8.h"
+#include "kernels/cuda/sdpa.h"
 
 namespace forge {
 namespace {
@@ -332,7 +332,7 @@ Status BenchModel(const Args& a, const Model& m, cudaStream_t stream, Json* summ
         Round(m.layers * (fwd.first_ms + bwd.first_ms - fwd.best_ms - bwd.best_ms), 3);
     totals[mode] = t;
   }
-  {  // our own backward (flash_backward.cuh) on the same O and Stats
+  {  // our own backward (flash_backward.h) on the same O and Stats
     SdpaRunner runner;
     FORGE_RETURN_IF_ERROR(runner.Init(true, cuda::SdpaBackwardKernel::kFlash));
     if (!runner.flash_backward(s)) return Status::Invalid("FlashBackward does not take " + m.name);

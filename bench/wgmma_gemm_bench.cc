@@ -28,12 +28,12 @@
 #include "common/status.h"
 #include "cuda_bench_util.h"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/fp8_cast.cuh"
-#include "kernels/cuda/gemm.cuh"
-#include "kernels/cuda/gemm_wgmma.cuh"
-#include "kernels/cuda/rope.cuh"
-#include "kernels/cuda/swiglu.cuh"
-#include "kernels/cuda/swiglu_fp8.cuh"
+#include "kernels/cuda/fp8_cast.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gemm_wgmma.h"
+#include "kernels/cuda/rope.h"
+#include "kernels/cuda/swiglu.h"
+#include "kernels/cuda/swiglu_fp8.h"
 
 namespace forge {
 namespace {

@@ -13,7 +13,7 @@
 
 #include "gpu_test_util.h"
 #include "kernels/cpu/adamw.h"
-#include "kernels/cuda/adamw.cuh"
+#include "kernels/cuda/adamw.h"
 
 namespace forge {
 namespace {

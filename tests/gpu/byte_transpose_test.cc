@@ -1,6 +1,6 @@
-// TransposeBytes (kernels/cuda/byte_transpose.cuh) against the host transpose, byte for byte,
+// TransposeBytes (kernels/cuda/byte_transpose.h) against the host transpose, byte for byte,
 // on shapes of one tile, an odd number of tiles (the kernel takes two a block) and wide rows.
-#include "kernels/cuda/byte_transpose.cuh"
+#include "kernels/cuda/byte_transpose.h"
 
 #include <gtest/gtest.h>
 

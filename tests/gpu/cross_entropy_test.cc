@@ -12,8 +12,8 @@
 
 #include "gpu_test_util.h"
 #include "kernels/cpu/cross_entropy.h"
-#include "kernels/cuda/cross_entropy.cuh"
-#include "kernels/cuda/fp8_cast.cuh"
+#include "kernels/cuda/cross_entropy.h"
+#include "kernels/cuda/fp8_cast.h"
 
 namespace forge {
 namespace {

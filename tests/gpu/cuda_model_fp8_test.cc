@@ -22,7 +22,7 @@
 
 #include "../common/skipped_step_check.h"
 #include "gpu_test_util.h"
-#include "kernels/cuda/gemm_wgmma.cuh"
+#include "kernels/cuda/gemm_wgmma.h"
 #include "model_test_util.h"
 #include "tiny_gpu_config.h"
 #include "worker/model/cuda_model.h"

@@ -20,7 +20,7 @@
 #include "gpu_test_util.h"
 #include "model_test_util.h"
 #include "tiny_gpu_config.h"
-#include "kernels/cuda/gemm_wgmma.cuh"
+#include "kernels/cuda/gemm_wgmma.h"
 #include "worker/model/cuda_model.h"
 #include "worker/model/init.h"
 #include "worker/model/param_layout.h"

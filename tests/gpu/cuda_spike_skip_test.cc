@@ -1,5 +1,5 @@
 // Loss-spike skipping on the CUDA backend (StepHyper::skip_above, decided on the device before
-// the deferred AdamW update is applied; kernels/cuda/spike_gate.cuh):
+// the deferred AdamW update is applied; kernels/cuda/spike_gate.h):
 //   - the backend's comparison is the host's, to the last bit: a limit equal to the step's
 //     loss (or norm) lets it through, the next float below skips it;
 //   - a skipped step leaves weights and moments bitwise as they were, is counted, and the run

@@ -9,7 +9,7 @@
 
 #include "gpu_test_util.h"
 #include "kernels/cpu/embedding.h"
-#include "kernels/cuda/embedding.cuh"
+#include "kernels/cuda/embedding.h"
 
 namespace forge {
 namespace {

@@ -19,7 +19,7 @@
 #include "gpu_test_util.h"
 #include "kernels/cpu/fp8.h"
 #include "kernels/cpu/fp8_cast.h"
-#include "kernels/cuda/fp8_cast.cuh"
+#include "kernels/cuda/fp8_cast.h"
 
 namespace forge {
 namespace {

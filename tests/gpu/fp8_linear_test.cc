@@ -21,8 +21,8 @@
 #include "gpu_test_util.h"
 #include "kernels/cpu/fp8.h"
 #include "kernels/cpu/fp8_cast.h"
-#include "kernels/cuda/fp8_cast.cuh"
-#include "kernels/cuda/gemm.cuh"
+#include "kernels/cuda/fp8_cast.h"
+#include "kernels/cuda/gemm.h"
 #include "worker/model/fp8_scaling.h"
 
 namespace forge {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "gpu_test_util.h"
-#include "kernels/cuda/fp8_scale_update.cuh"
+#include "kernels/cuda/fp8_scale_update.h"
 #include "worker/model/fp8_scaling.h"
 
 namespace forge {

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "gpu_test_util.h"
-#include "kernels/cuda/gemm.cuh"
+#include "kernels/cuda/gemm.h"
 
 namespace forge::cuda {
 namespace {

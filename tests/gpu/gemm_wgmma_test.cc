@@ -7,7 +7,7 @@
 // differ) and 1e-2 after RoPE/SwiGLU (whose inputs are that rounded output). The FP8 form is
 // held to the dequantised product (1e-2: its MMAs accumulate at the tensor cores' own
 // precision, as cuBLASLt's fast accumulation does) and to cuBLASLt's fast-accumulation GEMM.
-#include "kernels/cuda/gemm_wgmma.cuh"
+#include "kernels/cuda/gemm_wgmma.h"
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -24,9 +24,9 @@
 #include "kernels/cpu/fp8.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/swiglu.h"
-#include "kernels/cuda/gemm.cuh"
-#include "kernels/cuda/rope.cuh"
-#include "kernels/cuda/swiglu.cuh"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/rope.h"
+#include "kernels/cuda/swiglu.h"
 
 namespace forge {
 namespace {

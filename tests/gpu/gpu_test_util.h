@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "common/status.h"
-#include "kernels/cuda/bf16.cuh"
-#include "kernels/cuda/rope.cuh"
+#include "kernels/cuda/bf16.h"
+#include "kernels/cuda/rope.h"
 #include "kernels/cuda/tma_map.h"  // CheckSm90
 
 namespace forge::test {
@@ -131,7 +131,7 @@ class DeviceBuffer {
 
 // ---- bf16 on the host (round to nearest even, as __float2bfloat16_rn) ---------------------
 
-// Plain RoPE's inverse frequencies of theta on the device (rope.cuh's inv_freq), hd / 2 floats.
+// Plain RoPE's inverse frequencies of theta on the device (rope.h's inv_freq), hd / 2 floats.
 inline DeviceBuffer<float> RopeFreqs(int hd, float theta) {
   DeviceBuffer<float> f(size_t(hd / 2));
   const Status st = cuda::RopePlainInverseFrequencies(f.data(), hd, theta, nullptr);

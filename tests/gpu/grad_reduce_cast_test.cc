@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "gpu_test_util.h"
-#include "kernels/cuda/adamw.cuh"
+#include "kernels/cuda/adamw.h"
 
 namespace forge {
 namespace {

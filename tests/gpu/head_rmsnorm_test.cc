@@ -10,7 +10,7 @@
 
 #include "gpu_test_util.h"
 #include "kernels/cpu/rmsnorm.h"
-#include "kernels/cuda/head_rmsnorm.cuh"
+#include "kernels/cuda/head_rmsnorm.h"
 
 namespace forge {
 namespace {

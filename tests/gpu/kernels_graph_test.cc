@@ -7,12 +7,12 @@
 #include <vector>
 
 #include "gpu_test_util.h"
-#include "kernels/cuda/adamw.cuh"
-#include "kernels/cuda/cross_entropy.cuh"
-#include "kernels/cuda/embedding.cuh"
-#include "kernels/cuda/rmsnorm.cuh"
-#include "kernels/cuda/rope.cuh"
-#include "kernels/cuda/swiglu.cuh"
+#include "kernels/cuda/adamw.h"
+#include "kernels/cuda/cross_entropy.h"
+#include "kernels/cuda/embedding.h"
+#include "kernels/cuda/rmsnorm.h"
+#include "kernels/cuda/rope.h"
+#include "kernels/cuda/swiglu.h"
 
 namespace forge {
 namespace {

@@ -1,4 +1,4 @@
-// RMSNorm writing FP8 directly (kernels/cuda/rmsnorm_fp8.cuh) against the two kernels each
+// RMSNorm writing FP8 directly (kernels/cuda/rmsnorm_fp8.h) against the two kernels each
 // direction fuses:
 // - forward: RmsNormForward (tested against the CPU in rmsnorm_test.cc) followed by
 //   CastTransposeToFp8 (bit for bit with the CPU cast): both FP8 outputs, rstd, the amax and
@@ -13,8 +13,8 @@
 
 #include "fp8_fused_test_util.h"
 #include "gpu_test_util.h"
-#include "kernels/cuda/rmsnorm.cuh"
-#include "kernels/cuda/rmsnorm_fp8.cuh"
+#include "kernels/cuda/rmsnorm.h"
+#include "kernels/cuda/rmsnorm_fp8.h"
 
 namespace forge {
 namespace {

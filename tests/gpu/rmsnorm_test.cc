@@ -9,7 +9,7 @@
 
 #include "gpu_test_util.h"
 #include "kernels/cpu/rmsnorm.h"
-#include "kernels/cuda/rmsnorm.cuh"
+#include "kernels/cuda/rmsnorm.h"
 
 namespace forge {
 namespace {

@@ -1,4 +1,4 @@
-// RoPE's backward writing FP8 directly (kernels/cuda/rope_fp8.cuh) against the two kernels it
+// RoPE's backward writing FP8 directly (kernels/cuda/rope_fp8.h) against the two kernels it
 // fuses: RopeApply(inverse) (tested against the CPU in rope_test.cc) followed by
 // CastTransposeToFp8 (bit for bit with the CPU cast). Every byte of both outputs, the amax and
 // scale_inv must be identical; the V columns pass through unrotated.
@@ -10,8 +10,8 @@
 
 #include "fp8_fused_test_util.h"
 #include "gpu_test_util.h"
-#include "kernels/cuda/rope.cuh"
-#include "kernels/cuda/rope_fp8.cuh"
+#include "kernels/cuda/rope.h"
+#include "kernels/cuda/rope_fp8.h"
 
 namespace forge {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "gpu_test_util.h"
 #include "kernels/cpu/rope.h"
-#include "kernels/cuda/rope.cuh"
+#include "kernels/cuda/rope.h"
 
 namespace forge {
 namespace {

@@ -25,8 +25,8 @@
 #include "gpu_test_util.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cuda/plan_cache.h"
-#include "kernels/cuda/rope.cuh"
-#include "kernels/cuda/sdpa.cuh"
+#include "kernels/cuda/rope.h"
+#include "kernels/cuda/sdpa.h"
 
 namespace forge::cuda {
 namespace {
@@ -561,7 +561,7 @@ TEST_F(GpuSdpaTest, RejectsBadShapes) {
   EXPECT_EQ(runner.Init(false, SdpaBackwardKernel::kCudnn).code(), Code::kFailedPrecondition);
 }
 
-// Our own backward (flash_backward.cuh), forward from cuDNN: against the CPU reference, every
+// Our own backward (flash_backward.h), forward from cuDNN: against the CPU reference, every
 // element written, bitwise the same on a re-run, under CUDA-graph replay and from a workspace
 // left dirty; and close to cuDNN's deterministic backward on the same O and Stats.
 // (The kernel's waits trap after 10 s, flash_backward.cu, so a deadlock fails these tests

@@ -1,9 +1,9 @@
 // The FP8 down-projection input gradient with SwiGLU's backward fused
-// (kernels/cuda/swiglu_backward_gemm_fp8.cuh): with an E4M3 dy, bit for bit our FP8 GEMM
+// (kernels/cuda/swiglu_backward_gemm_fp8.h): with an E4M3 dy, bit for bit our FP8 GEMM
 // (WgmmaGemmFp8: the same MMAs, tested against the CPU and cuBLASLt) followed by
 // SwiGluBackwardFp8 (tested against SwiGluBackward + the cast); with the E5M2 dy the model
 // passes, against the CPU's dequantised product and SwiGLU backward. Needs an sm_90 GPU.
-#include "kernels/cuda/swiglu_backward_gemm_fp8.cuh"
+#include "kernels/cuda/swiglu_backward_gemm_fp8.h"
 
 #include <gtest/gtest.h>
 
@@ -17,8 +17,8 @@
 #include "gpu_test_util.h"
 #include "kernels/cpu/fp8.h"
 #include "kernels/cpu/swiglu.h"
-#include "kernels/cuda/gemm_wgmma.cuh"
-#include "kernels/cuda/swiglu_fp8.cuh"
+#include "kernels/cuda/gemm_wgmma.h"
+#include "kernels/cuda/swiglu_fp8.h"
 
 namespace forge {
 namespace {

@@ -1,4 +1,4 @@
-// SwiGLU forward/backward writing FP8 directly (kernels/cuda/swiglu_fp8.cuh) against the two
+// SwiGLU forward/backward writing FP8 directly (kernels/cuda/swiglu_fp8.h) against the two
 // kernels they fuse: SwiGluForward / SwiGluBackward (tested against the CPU in swiglu_test.cc)
 // followed by CastTransposeToFp8 (bit for bit with the CPU cast in fp8_cast_test.cc). Every
 // output byte, the transposed copies, the amax and scale_inv must be identical.
@@ -9,8 +9,8 @@
 
 #include "fp8_fused_test_util.h"
 #include "gpu_test_util.h"
-#include "kernels/cuda/swiglu.cuh"
-#include "kernels/cuda/swiglu_fp8.cuh"
+#include "kernels/cuda/swiglu.h"
+#include "kernels/cuda/swiglu_fp8.h"
 
 namespace forge {
 namespace {

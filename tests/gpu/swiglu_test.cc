@@ -7,7 +7,7 @@
 
 #include "gpu_test_util.h"
 #include "kernels/cpu/swiglu.h"
-#include "kernels/cuda/swiglu.cuh"
+#include "kernels/cuda/swiglu.h"
 
 namespace forge {
 namespace {

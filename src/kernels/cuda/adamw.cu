@@ -16,7 +16,7 @@
 #include <algorithm>
 #include <string>
 
-#include "kernels/cuda/adamw.cuh"
+#include "kernels/cuda/adamw.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/grid_stride.cuh"

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <string>
 
-#include "kernels/cuda/argmax_rows.cuh"
+#include "kernels/cuda/argmax_rows.h"
 #include "kernels/cuda/cuda_check.h"
 
 namespace forge::cuda {

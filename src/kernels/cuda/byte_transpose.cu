@@ -1,4 +1,4 @@
-#include "kernels/cuda/byte_transpose.cuh"
+#include "kernels/cuda/byte_transpose.h"
 
 #include <string>
 

@@ -24,7 +24,7 @@
 #include <cmath>
 #include <string>
 
-#include "kernels/cuda/cross_entropy.cuh"
+#include "kernels/cuda/cross_entropy.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/fp8_tile_cast.cuh"

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/decode_attention.cuh"
+#include "kernels/cuda/decode_attention.h"
 #include "kernels/cuda/device_util.cuh"
 
 namespace forge::cuda {

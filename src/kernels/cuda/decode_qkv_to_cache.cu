@@ -4,7 +4,7 @@
 #include <string>
 
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/decode_qkv_to_cache.cuh"
+#include "kernels/cuda/decode_qkv_to_cache.h"
 
 namespace forge::cuda {
 namespace {

@@ -26,7 +26,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/grid_stride.cuh"
-#include "kernels/cuda/embedding.cuh"
+#include "kernels/cuda/embedding.h"
 
 namespace forge::cuda {
 namespace {

@@ -1,7 +1,7 @@
 #include <string>
 
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/embedding_f32.cuh"
+#include "kernels/cuda/embedding_f32.h"
 
 namespace forge::cuda {
 namespace {

@@ -1,4 +1,4 @@
-// Causal attention backward on Hopper's warpgroup MMAs (see flash_backward.cuh for why).
+// Causal attention backward on Hopper's warpgroup MMAs (see flash_backward.h for why).
 //
 // Work split. One CTA tile is (batch b, kv head, kv block j of 128 keys, query head g of the
 // kv head's group); CTAs are persistent and take tiles in order from a counter, a head's kv
@@ -40,9 +40,9 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
-#include "kernels/cuda/flash_backward.cuh"
+#include "kernels/cuda/flash_backward.h"
 #include "kernels/cuda/fp8_tile_cast.cuh"
-#include "kernels/cuda/rope_fp8.cuh"
+#include "kernels/cuda/rope_fp8.h"
 #include "kernels/cuda/rope_math.cuh"
 #include "kernels/cuda/tma_map.h"
 #include "kernels/cuda/wgmma_mma.cuh"
@@ -758,7 +758,7 @@ Status FlashBackward(const FlashBackwardShape& s, const bf16* qkv, const bf16* o
   kernel<<<std::min(p.tiles, sms), kThreads, smem_bytes, stream>>>(map_q, map_kv, map_do, p);
   FORGE_CUDA_LAUNCH_CHECK();
   if (fp8 == nullptr) return Status::Ok();
-  // dQ's rotation and casts, from the bf16 dQ the writers left (see flash_backward.cuh); this
+  // dQ's rotation and casts, from the bf16 dQ the writers left (see flash_backward.h); this
   // pass also writes *scale_inv.
   return RopeBackwardFp8(fp8->out, fp8->out_t, dqkv, s.B, s.T, s.H, s.KV, kHd, fp8->rope_sin_cos,
                          DType::kE5M2, fp8->scale, fp8->amax, fp8->scale_inv, stream,

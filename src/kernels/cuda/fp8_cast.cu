@@ -1,4 +1,4 @@
-// FP8 cast kernels (see fp8_cast.cuh for the contract).
+// FP8 cast kernels (see fp8_cast.h for the contract).
 //
 // Bandwidth-bound. CastToFp8 reads 2 and writes 1 byte per element: one thread per 8 elements
 // (a 16-byte bf16 load, an 8-byte fp8 store of four cvt.rn.satfinite x2 results), grid-stride;
@@ -19,7 +19,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
-#include "kernels/cuda/fp8_cast.cuh"
+#include "kernels/cuda/fp8_cast.h"
 #include "kernels/cuda/fp8_tile_cast.cuh"
 
 namespace forge::cuda {

@@ -5,7 +5,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
-#include "kernels/cuda/fp8_scale_update.cuh"
+#include "kernels/cuda/fp8_scale_update.h"
 
 namespace forge::cuda {
 namespace {

@@ -2,7 +2,7 @@
 // fused into their producers (swiglu_fp8.cu): a Producer computes 8 consecutive values of a
 // logical [rows, tile_cols] tensor (a bf16 load, or SwiGLU of gate/up), the kernel quantises
 // them with *scale, writes the row-major FP8 output and, through a shared-memory tile, the
-// transposed one, and max-accumulates the amax of |value| (see fp8_cast.cuh for the scale,
+// transposed one, and max-accumulates the amax of |value| (see fp8_cast.h for the scale,
 // amax and scale_inv contract). A producer may yield kOut values per position: output o goes
 // to column c + o * second_col of an [rows, out_cols] tensor (SwiGLU backward writes the gate
 // and up halves of dgate_up from one read of its inputs).
@@ -20,9 +20,9 @@
 
 #include <cstdint>
 
-#include "kernels/cuda/bf16.cuh"
+#include "kernels/cuda/bf16.h"
 #include "kernels/cuda/device_util.cuh"
-#include "kernels/cuda/fp8_cast.cuh"
+#include "kernels/cuda/fp8_cast.h"
 
 namespace forge::cuda::fp8tile {
 
@@ -193,7 +193,7 @@ __global__ void __launch_bounds__(kThreads)
 // four launches of 256-1408 tiles each do not (those ran at 0.8-2.1 TB/s under ncu).
 inline constexpr int kMaxGroupJobs = 4;
 struct GroupJob {
-  Fp8CastJob job;          // fp8_cast.cuh's description of one tensor
+  Fp8CastJob job;          // fp8_cast.h's description of one tensor
   int64_t first_tile = 0;  // of the concatenation
 };
 struct GroupJobs {

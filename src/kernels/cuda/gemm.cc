@@ -1,7 +1,7 @@
 // cuBLASLt GEMM runner: row-major products mapped onto column-major cuBLASLt, one plan per
 // shape/type key (descriptors + an algorithm chosen by the heuristic, the split-K rule, then
 // optionally by timing).
-#include "kernels/cuda/gemm.cuh"
+#include "kernels/cuda/gemm.h"
 
 #include <algorithm>
 #include <array>

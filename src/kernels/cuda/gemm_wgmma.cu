@@ -28,7 +28,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/fp8_tile_cast.cuh"
-#include "kernels/cuda/gemm_wgmma.cuh"
+#include "kernels/cuda/gemm_wgmma.h"
 #include "kernels/cuda/rope_math.cuh"
 #include "kernels/cuda/swiglu_math.cuh"
 #include "kernels/cuda/tma_map.h"
@@ -432,7 +432,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (swiglu && pending_row >= 0) {  // the last tile's h: no main loop left to hide it
       for (int r = 0; r < 4; ++r) share_any(r);
     }
-    if constexpr (kFp8 && swiglu) {  // fp8_cast.cuh's amax and scale_inv slots
+    if constexpr (kFp8 && swiglu) {  // fp8_cast.h's amax and scale_inv slots
       fp8tile::WarpAmaxToGlobal(hmax, ea.h_amax, lane);
       if (blockIdx.x == 0 && threadIdx.x == 0) *ea.h_scale_inv = 1.0f / hs;
     }

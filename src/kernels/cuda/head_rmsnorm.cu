@@ -9,7 +9,7 @@
 // only) sums dy x rstd of its rows per column in registers, Q and K apart, and writes them to
 // the workspace; a second kernel adds the warps' partials in warp order. No atomics, so the
 // result is the same on every run.
-#include "kernels/cuda/head_rmsnorm.cuh"
+#include "kernels/cuda/head_rmsnorm.h"
 
 #include <algorithm>
 #include <string>

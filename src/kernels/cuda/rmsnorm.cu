@@ -15,7 +15,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
-#include "kernels/cuda/rmsnorm.cuh"
+#include "kernels/cuda/rmsnorm.h"
 #include "kernels/cuda/rmsnorm_backward.cuh"
 #include "kernels/cuda/rmsnorm_math.cuh"
 

@@ -30,11 +30,11 @@
 #include <string>
 
 #include "common/status.h"
-#include "kernels/cuda/bf16.cuh"
+#include "kernels/cuda/bf16.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/fp8_tile_cast.cuh"
-#include "kernels/cuda/rmsnorm.cuh"
+#include "kernels/cuda/rmsnorm.h"
 
 namespace forge::cuda {
 namespace {

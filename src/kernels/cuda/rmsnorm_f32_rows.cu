@@ -2,7 +2,7 @@
 #include <string>
 
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/rmsnorm_f32_rows.cuh"
+#include "kernels/cuda/rmsnorm_f32_rows.h"
 
 namespace forge::cuda {
 namespace {

@@ -17,7 +17,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
-#include "kernels/cuda/rope.cuh"
+#include "kernels/cuda/rope.h"
 #include "kernels/cuda/rope_math.cuh"
 
 namespace forge::cuda {

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/row_cross_entropy.cuh"
+#include "kernels/cuda/row_cross_entropy.h"
 
 namespace forge::cuda {
 namespace {

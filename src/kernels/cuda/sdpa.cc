@@ -1,7 +1,7 @@
 // Causal attention forward/backward as composite cuDNN backend graphs (matmuls, pointwise ops,
 // reductions, reshapes) that cuDNN recognises and fuses into its flash kernels. The native
 // SDPA backend ops have no causal mask on Hopper, hence the composite form.
-#include "kernels/cuda/sdpa.cuh"
+#include "kernels/cuda/sdpa.h"
 
 #include <algorithm>
 #include <array>

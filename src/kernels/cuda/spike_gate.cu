@@ -1,4 +1,4 @@
-#include "kernels/cuda/spike_gate.cuh"
+#include "kernels/cuda/spike_gate.h"
 
 #include <cmath>
 

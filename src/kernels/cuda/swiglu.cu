@@ -11,7 +11,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/grid_stride.cuh"
-#include "kernels/cuda/swiglu.cuh"
+#include "kernels/cuda/swiglu.h"
 #include "kernels/cuda/swiglu_math.cuh"
 
 namespace forge::cuda {

@@ -26,7 +26,7 @@
 //   over the set's dh (read by then) as two 128 x 64 byte tiles the copy engine stores into
 //   the transposed output; it frees the set's gate/up buffer (`gu_free`) after its reads and
 //   the staging buffer (`staged_free`) once the copy engine has read the tiles.
-#include "kernels/cuda/swiglu_backward_gemm_fp8.cuh"
+#include "kernels/cuda/swiglu_backward_gemm_fp8.h"
 
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -39,7 +39,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
-#include "kernels/cuda/fp8_cast.cuh"
+#include "kernels/cuda/fp8_cast.h"
 #include "kernels/cuda/fp8_tile_cast.cuh"
 #include "kernels/cuda/swiglu_math.cuh"
 #include "kernels/cuda/tma_map.h"

@@ -1,10 +1,10 @@
-#include "kernels/cuda/swiglu_fp8.cuh"
+#include "kernels/cuda/swiglu_fp8.h"
 
 #include <string>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
-#include "kernels/cuda/fp8_cast.cuh"
+#include "kernels/cuda/fp8_cast.h"
 #include "kernels/cuda/fp8_tile_cast.cuh"
 #include "kernels/cuda/swiglu_math.cuh"
 

@@ -5,7 +5,7 @@
 //
 // Precision: the residual stream, the QKV projection's output, attention and logits are fp32;
 // GEMM inputs (RMSNorm outputs, attention output, SwiGLU output) and the weights are bf16, the
-// gate/up projection's output is bf16 (kernels/cuda/swiglu.cuh takes bf16). The residual adds
+// gate/up projection's output is bf16 (kernels/cuda/swiglu.h takes bf16). The residual adds
 // are the GEMMs' own fp32 accumulation (beta = 1). Against the CPU reference given the same
 // bf16-rounded weights, what differs is the rounding of those bf16 activations and of K and V
 // in the cache, and summation orders (tests/gpu/cuda_decode_test.cc states the agreement rule).
@@ -24,15 +24,15 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda/argmax_rows.cuh"
+#include "kernels/cuda/argmax_rows.h"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/decode_attention.cuh"
-#include "kernels/cuda/decode_qkv_to_cache.cuh"
-#include "kernels/cuda/embedding_f32.cuh"
-#include "kernels/cuda/gemm.cuh"
-#include "kernels/cuda/rmsnorm_f32_rows.cuh"
-#include "kernels/cuda/row_cross_entropy.cuh"
-#include "kernels/cuda/swiglu.cuh"
+#include "kernels/cuda/decode_attention.h"
+#include "kernels/cuda/decode_qkv_to_cache.h"
+#include "kernels/cuda/embedding_f32.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/rmsnorm_f32_rows.h"
+#include "kernels/cuda/row_cross_entropy.h"
+#include "kernels/cuda/swiglu.h"
 #include "worker/checkpoint/safetensors.h"  // FloatToBf16
 #include "worker/infer/decode_backend.h"
 #include "worker/model/param_layout.h"

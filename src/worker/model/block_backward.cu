@@ -3,12 +3,12 @@
 // RMSNorm backward the blocks and the final norm share.
 #include "worker/model/cuda_model.h"
 
-#include "kernels/cuda/flash_backward.cuh"
-#include "kernels/cuda/gemm_wgmma.cuh"
-#include "kernels/cuda/head_rmsnorm.cuh"
-#include "kernels/cuda/rmsnorm.cuh"
-#include "kernels/cuda/rope.cuh"
-#include "kernels/cuda/swiglu.cuh"
+#include "kernels/cuda/flash_backward.h"
+#include "kernels/cuda/gemm_wgmma.h"
+#include "kernels/cuda/head_rmsnorm.h"
+#include "kernels/cuda/rmsnorm.h"
+#include "kernels/cuda/rope.h"
+#include "kernels/cuda/swiglu.h"
 #include "worker/model/cuda_model_state.h"
 #include "worker/model/fp8_linears.h"
 #include "worker/model/linear_gemm_args.h"

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/head_rmsnorm.cuh"
+#include "kernels/cuda/head_rmsnorm.h"
 #include "worker/model/cuda_model_state.h"
 
 namespace forge {

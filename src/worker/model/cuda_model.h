@@ -21,9 +21,9 @@
 
 #include "common/config.h"
 #include "common/status.h"
-#include "kernels/cuda/adamw.cuh"
-#include "kernels/cuda/bf16.cuh"
-#include "kernels/cuda/rmsnorm.cuh"
+#include "kernels/cuda/adamw.h"
+#include "kernels/cuda/bf16.h"
+#include "kernels/cuda/rmsnorm.h"
 #include "worker/model/linear_strategy.h"
 #include "worker/model/param_layout.h"
 #include "worker/model/param_store.h"
@@ -234,7 +234,7 @@ class CudaModel {
     store_.BindUnit(unit, params, grads);
   }
 
-  // Loss-spike skipping (kernels/cuda/spike_gate.cuh): from now on every update first checks
+  // Loss-spike skipping (kernels/cuda/spike_gate.h): from now on every update first checks
   // the step's loss (stats[0] / loss_divisor) and gradient norm (sqrt(stats[1])) against
   // limits[0..1] and skips a step above either as it skips a non-finite one. All three are
   // device pointers the caller keeps valid and current: stats as OptimizerStep / ClipAndUpdate

@@ -10,11 +10,11 @@
 #include <memory>
 #include <vector>
 
-#include "kernels/cuda/adamw.cuh"
-#include "kernels/cuda/bf16.cuh"
-#include "kernels/cuda/gemm.cuh"
-#include "kernels/cuda/head_rmsnorm.cuh"
-#include "kernels/cuda/sdpa.cuh"
+#include "kernels/cuda/adamw.h"
+#include "kernels/cuda/bf16.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/head_rmsnorm.h"
+#include "kernels/cuda/sdpa.h"
 #include "worker/model/cuda_model.h"
 #include "worker/model/deferred_update.h"
 #include "worker/model/device_alloc.h"
@@ -59,7 +59,7 @@ struct CudaModel::Buffers {
   float* clip_scale = nullptr;                // device scalar
   int64_t* skipped_steps = nullptr;           // device counter (AdamWMultiTensor)
   std::unique_ptr<Fp8Linears> fp8;            // precision fp8 only
-  float* rope_freq = nullptr;                 // [hd/2] inverse frequencies (rope.cuh)
+  float* rope_freq = nullptr;                 // [hd/2] inverse frequencies (rope.h)
   float2* rope_sin_cos = nullptr;             // [T, hd/2] for the BF16 RoPE epilogue
   std::unique_ptr<DeferredUpdate> update;     // defer_update: one GPU and ddp
 

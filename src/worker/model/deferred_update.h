@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "kernels/cuda/adamw.cuh"
+#include "kernels/cuda/adamw.h"
 
 namespace forge {
 

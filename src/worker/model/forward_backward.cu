@@ -4,8 +4,8 @@
 #include "worker/model/cuda_model.h"
 
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/embedding.cuh"
-#include "kernels/cuda/rmsnorm.cuh"
+#include "kernels/cuda/embedding.h"
+#include "kernels/cuda/rmsnorm.h"
 #include "worker/model/cuda_model_state.h"
 #include "worker/model/deferred_update.h"
 #include "worker/model/fp8_linears.h"

@@ -5,7 +5,7 @@
 // head's logits GEMM joins with precision.fp8.lm_head (below).
 //
 // Hopper's FP8 GEMMs take both operands K-contiguous (cuBLASLt's TN), so each tensor has the
-// copies its GEMMs read (see kernels/cuda/fp8_cast.cuh):
+// copies its GEMMs read (see kernels/cuda/fp8_cast.h):
 //   forward  y  = x W^T    x8 [N, in]  (scratch, read at once)   W8  [out, in]
 //   dgrad    dx = dy W     dy8 [N, out]                          W8t [in, out]
 //   wgrad    dW = dy^T x   dy8t [out, N]                         x8t [in, N] (saved for backward)
@@ -15,7 +15,7 @@
 // keeps 2 (the BF16 h1/h2/sw are then only forward scratch; CudaModel shares one set), W8 and
 // W8t of every layer stay resident (2 bytes per weight), gradients use one set per linear kind.
 //
-// Scaling (worker/model/fp8_scaling.h, device-side in kernels/cuda/fp8_scale_update.cuh):
+// Scaling (worker/model/fp8_scaling.h, device-side in kernels/cuda/fp8_scale_update.h):
 // - delayed: every cast uses the scale the last EndStep derived from the amax history, and
 //   records its amax (max over the step's micro-batches and recomputes); EndStep folds the
 //   step's amaxes into the histories, derives the next scales and resets the amaxes, all on
@@ -54,12 +54,12 @@
 
 #include "common/config.h"
 #include "common/status.h"
-#include "kernels/cuda/bf16.cuh"
-#include "kernels/cuda/flash_backward.cuh"
-#include "kernels/cuda/gemm.cuh"
-#include "kernels/cuda/gemm_wgmma.cuh"
-#include "kernels/cuda/rmsnorm.cuh"
-#include "kernels/cuda/swiglu_backward_gemm_fp8.cuh"
+#include "kernels/cuda/bf16.h"
+#include "kernels/cuda/flash_backward.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gemm_wgmma.h"
+#include "kernels/cuda/rmsnorm.h"
+#include "kernels/cuda/swiglu_backward_gemm_fp8.h"
 #include "worker/model/linear_strategy.h"
 
 namespace forge {
@@ -71,7 +71,7 @@ struct Fp8LinearShape {
 // The attention shape, for the RoPE backward that writes the QKV gradient's FP8 casts itself.
 struct Fp8RopeShape {
   int B = 0, T = 0, n_head = 0, n_kv_head = 0, hd = 0;
-  const float* inv_freq = nullptr;  // device, hd / 2 (rope.cuh); read while Create runs
+  const float* inv_freq = nullptr;  // device, hd / 2 (rope.h); read while Create runs
 };
 
 // What the model's linear strategies (linear_strategy.h, chosen by CudaModel) run that reads
@@ -126,10 +126,10 @@ class Fp8Linears {
   // delayed step), and where the kernel takes the shapes.
   //
   // SwiGLU(gate_up) straight into the down projection's input casts (x8, x8t of `set`;
-  // kernels/cuda/swiglu_fp8.cuh).
+  // kernels/cuda/swiglu_fp8.h).
   Status SwiGluForwardToInput(int layer, int set, const cuda::bf16* gate_up, cudaStream_t s);
   // The gate/up projection with SwiGLU and the down projection's input casts in its epilogue
-  // (our Hopper GEMM, kernels/cuda/gemm_wgmma.cuh: gu and the same x8 / x8t bytes, amax and
+  // (our Hopper GEMM, kernels/cuda/gemm_wgmma.h: gu and the same x8 / x8t bytes, amax and
   // scale_inv as the cuBLASLt GEMM followed by SwiGluForwardToInput, up to the GEMM's
   // summation): on sm_90, and only with fast accumulation in the forward (precision.fp8.
   // fast_accum fprop or fprop_dgrad), which is how its MMAs sum. x8 (the gate/up input, cast)
@@ -152,15 +152,15 @@ class Fp8Linears {
   // how its MMAs sum. Reads the Down projection's dy8.
   Status SwiGluBackwardGemm(int layer, const cuda::bf16* gate_up, cudaStream_t s);
   // RMSNorm straight into the input casts of the linear layer it feeds (kQkv or kGateUp;
-  // kernels/cuda/rmsnorm_fp8.cuh); rstd is written as RmsNormForward writes it.
+  // kernels/cuda/rmsnorm_fp8.h); rstd is written as RmsNormForward writes it.
   Status RmsNormToInput(int layer, LinearKind k, int set, float* rstd, const cuda::bf16* x,
                         const cuda::bf16* w, float eps, cudaStream_t s);
-  // The same for RoPE's backward (kernels/cuda/rope_fp8.cuh): the attention backward's qkv
+  // The same for RoPE's backward (kernels/cuda/rope_fp8.h): the attention backward's qkv
   // gradient (Q and K still rotated) straight into the QKV projection's gradient casts.
   // Needs Fp8FusedBuffers::rope_table.
   // The RMSNorm backward whose output (the residual stream's gradient) is the Out or Down
   // projection's output gradient, straight into that projection's gradient casts (dy8, dy8t;
-  // kernels/cuda/rmsnorm_fp8.cuh; bit for bit RmsNormBackward followed by CastGrad). `layer`
+  // kernels/cuda/rmsnorm_fp8.h; bit for bit RmsNormBackward followed by CastGrad). `layer`
   // and `k` name the projection (for the Down of layer l - 1 it is layer l's attention norm).
   Status RmsNormBackwardToGrad(int layer, LinearKind k, cuda::bf16* dx, float* dw,
                                const cuda::bf16* dout, const cuda::bf16* x, const cuda::bf16* w,
@@ -195,7 +195,7 @@ class Fp8Linears {
   bool lm_head_wgrad(int64_t rows) const { return lm_wgrad_ && rows % 64 == 0; }
   // logits [rows, vocab] = hf8 Wte8^T (BF16 out).
   cuda::GemmArgs LmHeadForward(cuda::bf16* logits, int64_t rows) const;
-  // The cross-entropy of a chunk (kernels/cuda/cross_entropy.cuh, write_grad) that also
+  // The cross-entropy of a chunk (kernels/cuda/cross_entropy.h, write_grad) that also
   // writes dlogits8: only when no cast measures first (a delayed step).
   Status CrossEntropyToGrad(cuda::bf16* logits, float* losses, const int32_t* targets,
                             int64_t rows, float dloss, cudaStream_t s);

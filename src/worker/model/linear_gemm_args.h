@@ -5,8 +5,8 @@
 
 #include <cstdint>
 
-#include "kernels/cuda/bf16.cuh"
-#include "kernels/cuda/gemm.cuh"
+#include "kernels/cuda/bf16.h"
+#include "kernels/cuda/gemm.h"
 
 namespace forge {
 

@@ -23,7 +23,7 @@ inline constexpr int kLinearKinds = 4;
 
 enum class GemmPath : uint8_t {
   kCublasLt,     // BF16 cuBLASLt
-  kEpilogue,     // BF16, our Hopper GEMM (kernels/cuda/gemm_wgmma.cuh) with the neighbouring op
+  kEpilogue,     // BF16, our Hopper GEMM (kernels/cuda/gemm_wgmma.h) with the neighbouring op
                  // in its epilogue: RoPE after the QKV projection, SwiGLU after gate/up,
                  // SwiGLU's backward after the down projection's dgrad
   kFp8CublasLt,  // FP8 cuBLASLt on the cast operands (Fp8Linears)

@@ -5,13 +5,13 @@
 
 #include <algorithm>
 
-#include "kernels/cuda/flash_backward.cuh"
-#include "kernels/cuda/gemm_wgmma.cuh"
-#include "kernels/cuda/rmsnorm_fp8.cuh"
-#include "kernels/cuda/rope.cuh"
-#include "kernels/cuda/rope_fp8.cuh"
-#include "kernels/cuda/swiglu_backward_gemm_fp8.cuh"
-#include "kernels/cuda/swiglu_fp8.cuh"
+#include "kernels/cuda/flash_backward.h"
+#include "kernels/cuda/gemm_wgmma.h"
+#include "kernels/cuda/rmsnorm_fp8.h"
+#include "kernels/cuda/rope.h"
+#include "kernels/cuda/rope_fp8.h"
+#include "kernels/cuda/swiglu_backward_gemm_fp8.h"
+#include "kernels/cuda/swiglu_fp8.h"
 #include "worker/model/cuda_model_state.h"
 
 namespace forge {

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "kernels/cuda/cross_entropy.cuh"
+#include "kernels/cuda/cross_entropy.h"
 #include "worker/model/cuda_model_state.h"
 #include "worker/model/fp8_linears.h"
 #include "worker/model/linear_gemm_args.h"

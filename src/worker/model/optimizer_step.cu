@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda/adamw.cuh"
+#include "kernels/cuda/adamw.h"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/spike_gate.cuh"
+#include "kernels/cuda/spike_gate.h"
 #include "worker/model/cuda_model_state.h"
 #include "worker/model/deferred_update.h"
 

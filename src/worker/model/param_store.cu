@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include "kernels/cuda/bf16.cuh"
+#include "kernels/cuda/bf16.h"
 #include "kernels/cuda/cuda_check.h"
 #include "worker/model/device_alloc.h"
 #include "worker/model/shard_layout.h"

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "common/status.h"
-#include "kernels/cuda/adamw.cuh"
-#include "kernels/cuda/bf16.cuh"
+#include "kernels/cuda/adamw.h"
+#include "kernels/cuda/bf16.h"
 #include "worker/model/param_layout.h"
 #include "worker/model/unit_buffers.h"
 

@@ -6,12 +6,12 @@
 #include <algorithm>
 #include <vector>
 
-#include "kernels/cuda/adamw.cuh"
+#include "kernels/cuda/adamw.h"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/embedding.cuh"
-#include "kernels/cuda/head_rmsnorm.cuh"
-#include "kernels/cuda/rmsnorm.cuh"
-#include "kernels/cuda/sdpa.cuh"
+#include "kernels/cuda/embedding.h"
+#include "kernels/cuda/head_rmsnorm.h"
+#include "kernels/cuda/rmsnorm.h"
+#include "kernels/cuda/sdpa.h"
 #include "worker/model/cuda_model_state.h"
 #include "worker/model/rope_frequencies.h"
 

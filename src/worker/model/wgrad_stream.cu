@@ -3,7 +3,7 @@
 #include "worker/model/cuda_model.h"
 
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/gemm.cuh"
+#include "kernels/cuda/gemm.h"
 #include "worker/model/cuda_model_state.h"
 
 namespace forge {

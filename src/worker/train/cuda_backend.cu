@@ -26,8 +26,8 @@
 #include <cstring>
 #include <string>
 
-#include "kernels/cuda/adamw.cuh"
-#include "kernels/cuda/cross_entropy.cuh"
+#include "kernels/cuda/adamw.h"
+#include "kernels/cuda/cross_entropy.h"
 #include "kernels/cuda/cuda_check.h"
 #include "worker/model/cuda_model.h"
 #include "worker/model/fp8_linears.h"

@@ -5,9 +5,9 @@
 #include <cstdlib>
 #include <string>
 
-#include "kernels/cuda/adamw.cuh"  // CastFloatToBf16, CastBf16ToFloat
+#include "kernels/cuda/adamw.h"  // CastFloatToBf16, CastBf16ToFloat
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/fp8_scale_update.cuh"
+#include "kernels/cuda/fp8_scale_update.h"
 #include "worker/model/fp8_linears.h"
 #include "worker/model/shard_layout.h"
 

@@ -81,7 +81,7 @@
 
 #include "common/config.h"
 #include "common/status.h"
-#include "kernels/cuda/adamw.cuh"
+#include "kernels/cuda/adamw.h"
 #include "worker/model/cuda_model.h"
 #include "worker/model/unit_buffers.h"
 #include "worker/parallel/mode_executor.h"

@@ -49,8 +49,8 @@
 #include <vector>
 
 #include "common/status.h"
-#include "kernels/cuda/bf16.cuh"
-#include "kernels/cuda/flash_backward.cuh"
+#include "kernels/cuda/bf16.h"
+#include "kernels/cuda/flash_backward.h"
 #include "kernels/cuda/plan_cache.h"
 
 namespace forge::cuda {
@@ -81,7 +81,7 @@ struct SdpaEngineCandidate {
   bool runtime_compiled = false;
 };
 
-// Which kernels run the backward. kCudnn: cuDNN's graph. kFlash: our own (flash_backward.cuh;
+// Which kernels run the backward. kCudnn: cuDNN's graph. kFlash: our own (flash_backward.h;
 // deterministic in both modes, needs no cuDNN plan) where it takes the shape, cuDNN's graph
 // elsewhere; kCudnn always takes cuDNN's (engine.attention_backward). Flash is the default
 // (0.37 ms a layer against cuDNN's 0.44 deterministic at gpt350m's shape on an H100, no dS in

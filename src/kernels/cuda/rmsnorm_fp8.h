@@ -14,9 +14,9 @@
 #include <cstdint>
 
 #include "common/status.h"
-#include "kernels/cuda/bf16.cuh"
-#include "kernels/cuda/gemm.cuh"  // DType
-#include "kernels/cuda/rmsnorm.cuh"  // RmsNormDwReduce
+#include "kernels/cuda/bf16.h"
+#include "kernels/cuda/gemm.h"  // DType
+#include "kernels/cuda/rmsnorm.h"  // RmsNormDwReduce
 
 namespace forge::cuda {
 

@@ -12,7 +12,7 @@
 #include <cstdint>
 
 #include "common/status.h"
-#include "kernels/cuda/bf16.cuh"
+#include "kernels/cuda/bf16.h"
 
 namespace forge::cuda {
 

@@ -5,7 +5,7 @@
 // transposed FP8, amax max-accumulated, scale_inv written); V passes through. Bit for bit
 // RopeApply(inverse) followed by the cast, without writing and re-reading the bf16 gradient.
 //
-// `sin_cos` is RopeSinCosTable's [T, hd / 2] table for (T, hd, theta) (rope.cuh). Needs B*T
+// `sin_cos` is RopeSinCosTable's [T, hd / 2] table for (T, hd, theta) (rope.h). Needs B*T
 // and (H + 2*KV) * hd multiples of 64, hd a multiple of 8 and <= 512, a 16-byte aligned input
 // and 8-byte aligned outputs (RopeFp8Supported). Test: tests/gpu/rope_fp8_test.cc, against
 // the two kernels it fuses.
@@ -16,8 +16,8 @@
 #include <cstdint>
 
 #include "common/status.h"
-#include "kernels/cuda/bf16.cuh"
-#include "kernels/cuda/gemm.cuh"  // DType
+#include "kernels/cuda/bf16.h"
+#include "kernels/cuda/gemm.h"  // DType
 
 namespace forge::cuda {
 
@@ -25,7 +25,7 @@ bool RopeFp8Supported(int64_t rows, int n_head, int n_kv_head, int hd, const voi
                       const void* out, const void* out_t);
 
 // first_heads > 0: only the first first_heads heads' columns (the Q heads, when the attention
-// backward has written K's and V's casts itself: flash_backward.cuh), a multiple of 64 columns.
+// backward has written K's and V's casts itself: flash_backward.h), a multiple of 64 columns.
 Status RopeBackwardFp8(void* out, void* out_t, const bf16* dqkv, int B, int T, int n_head,
                        int n_kv_head, int hd, const float2* sin_cos, DType format,
                        const float* scale, float* amax, float* scale_inv, cudaStream_t stream,

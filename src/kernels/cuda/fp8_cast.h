@@ -32,8 +32,8 @@
 #include <string>
 
 #include "common/status.h"
-#include "kernels/cuda/bf16.cuh"
-#include "kernels/cuda/gemm.cuh"  // DType
+#include "kernels/cuda/bf16.h"
+#include "kernels/cuda/gemm.h"  // DType
 
 namespace forge::cuda {
 

@@ -1,7 +1,7 @@
 // The FP8 step's down-projection input gradient with SwiGLU's backward fused (Hopper): dh =
 // dy W_down (FP8 operands, FP32 accumulation, rounded to bf16 as a GEMM's output would be),
 // then dgate/dup from dh and the forward's gate/up exactly as SwiGluBackwardFp8
-// (swiglu_fp8.cuh) computes them, quantised to E5M2 with their transposed copy, amax and
+// (swiglu_fp8.h) computes them, quantised to E5M2 with their transposed copy, amax and
 // scale_inv. dh never reaches memory, and the SwiGLU backward's memory traffic runs beside the
 // MMAs instead of after them (swiglu_backward_gemm_fp8.cu says how).
 //
@@ -15,7 +15,7 @@
 #include <cstdint>
 
 #include "common/status.h"
-#include "kernels/cuda/bf16.cuh"
+#include "kernels/cuda/bf16.h"
 
 namespace forge::cuda {
 
@@ -31,7 +31,7 @@ struct SwiGluBackwardGemmFp8Args {
   const bf16* gate_up = nullptr;  // [M, 2 ffn]: SwiGLU's input, saved by the forward
   void* dgate_up = nullptr;       // [M, 2 ffn] E5M2
   void* dgate_up_t = nullptr;     // [2 ffn, M] E5M2
-  const float* scale = nullptr;   // fp8_cast.cuh's slots of dgate_up
+  const float* scale = nullptr;   // fp8_cast.h's slots of dgate_up
   float* amax = nullptr;
   float* scale_inv = nullptr;
   int ctas = 0;  // persistent CTAs (0: one per SM, at most one per tile)

@@ -6,7 +6,7 @@
 // through memory (SwiGLU backward: 8 of its 14 bytes per gate/up element).
 //
 // Both need N and ffn multiples of 64 and 16-byte aligned inputs, 8-byte aligned outputs
-// (SwiGluFp8Supported); scale/amax/scale_inv follow fp8_cast.cuh. Tests: against the BF16
+// (SwiGluFp8Supported); scale/amax/scale_inv follow fp8_cast.h. Tests: against the BF16
 // kernels + the cast (tests/gpu/swiglu_fp8_test.cc), which are tested against the CPU.
 #pragma once
 
@@ -15,8 +15,8 @@
 #include <cstdint>
 
 #include "common/status.h"
-#include "kernels/cuda/bf16.cuh"
-#include "kernels/cuda/gemm.cuh"  // DType
+#include "kernels/cuda/bf16.h"
+#include "kernels/cuda/gemm.h"  // DType
 
 namespace forge::cuda {
 

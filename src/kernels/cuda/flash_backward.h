@@ -22,7 +22,7 @@
 #include <cstddef>
 
 #include "common/status.h"
-#include "kernels/cuda/bf16.cuh"
+#include "kernels/cuda/bf16.h"
 
 namespace forge::cuda {
 
@@ -42,7 +42,7 @@ size_t FlashBackwardScratchBytes(const FlashBackwardShape& s);
 // and K columns (V's pass through), each value quantised to E5M2 with *scale, row-major
 // [B T, H + 2 KV, 64] into `out` and transposed [(H + 2 KV) 64, B T] into `out_t`, |value|
 // max-accumulated into *amax and 1 / *scale written to *scale_inv (the contract of
-// fp8_cast.cuh). Bit for bit what the bf16 backward followed by RopeBackwardFp8 writes (the
+// fp8_cast.h). Bit for bit what the bf16 backward followed by RopeBackwardFp8 writes (the
 // same bf16 roundings before and after the rotation).
 //
 // Where: dK and dV are in registers at the end of a tile, so the compute warpgroups rotate,

@@ -20,7 +20,7 @@ enum class WgmmaEpilogue : int { kPlain = 0, kRope = 1, kSwiGlu = 2, kSwiGluBack
 
 struct WgmmaEpilogueArgs {
   // kRope: rotate the pairs of columns < rot_cols (whole heads of width hd) by the angle of
-  // position row % T; rope_sin_cos is RopeSinCosTable's [T, hd/2] (sin, cos) (rope.cuh).
+  // position row % T; rope_sin_cos is RopeSinCosTable's [T, hd/2] (sin, cos) (rope.h).
   const float2* rope_sin_cos = nullptr;
   int T = 0, hd = 0, rot_cols = 0;
   // kSwiGlu: B is [gate; up] ([2*ffn, K]), gu receives A B^T ([M, 2*ffn]) and D silu(g) * u.
@@ -31,9 +31,9 @@ struct WgmmaEpilogueArgs {
   int ffn = 0;
   // WgmmaGemmFp8 only. A and B are E4M3, dequantised by *a_scale * *b_scale (the casts'
   // scale_inv slots, as cuBLASLt's a_scale / b_scale). kSwiGlu writes h in E4M3 instead of
-  // bf16, as SwiGluForwardFp8 (swiglu_fp8.cuh) would from this gu: D [M, ffn] and h_t
+  // bf16, as SwiGluForwardFp8 (swiglu_fp8.h) would from this gu: D [M, ffn] and h_t
   // [ffn, M] quantised with *h_scale, |h| max-accumulated into *h_amax, *h_scale_inv = 1 /
-  // *h_scale (fp8_cast.cuh's slots).
+  // *h_scale (fp8_cast.h's slots).
   const float* a_scale = nullptr;
   const float* b_scale = nullptr;
   void* h_t = nullptr;

@@ -8,7 +8,7 @@
 #include <cuda_runtime.h>
 
 #include "common/status.h"
-#include "kernels/cuda/bf16.cuh"
+#include "kernels/cuda/bf16.h"
 
 namespace forge::cuda {
 
@@ -16,7 +16,7 @@ Status RopeApply(bf16* qkv, int B, int T, int n_head, int n_kv_head, int hd,
                  const float* inv_freq, bool inverse, cudaStream_t stream);
 
 // RoPE's (sin, cos) for positions [0, T) and pairs [0, hd/2), [T, hd/2], bitwise as RopeApply
-// computes them: for epilogues that rotate from a table (gemm_wgmma.cuh's kRope).
+// computes them: for epilogues that rotate from a table (gemm_wgmma.h's kRope).
 Status RopeSinCosTable(float2* out, int T, int hd, const float* inv_freq, cudaStream_t stream);
 
 // Plain RoPE's inverse frequencies theta^(-2i/hd), i in [0, hd/2), into out (device, hd/2
