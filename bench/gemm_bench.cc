@@ -7,7 +7,7 @@
 //
 // For each GEMM (forward, backward-data and weight-gradient of wqkv, wo, w_gate_up, w_down,
 // then the LM head's logits, dh and dWte on one chunk of rows), with the operand layouts,
-// types and accumulation the CUDA model uses (cuda_model.cu: Linear, LinearBackwardData,
+// types and accumulation the CUDA model uses (cuda_model.cc: Linear, LinearBackwardData,
 // LinearBackwardWeight):
 // - "heuristic": a GemmRunner with the split-K rule and autotuning off (the heuristic's
 //   first choice, what the step ran before the rule);

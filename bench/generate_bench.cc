@@ -1,4 +1,4 @@
-// forge-generate-bench: text generation speed on the GPU (worker/infer/cuda_decode_backend.cu),
+// forge-generate-bench: text generation speed on the GPU (worker/infer/cuda_decode_backend.cc),
 // one JSON line per (model, batch): the prefill of B prompts of --prompt-len tokens in one
 // call, then --new-tokens greedy steps of B sequences (no stop token, so every step decodes the
 // whole batch). Weights are the model's initialisation (InitParams; speed does not depend on

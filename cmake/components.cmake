@@ -58,12 +58,16 @@ function(forge_check_links dir what)
   endforeach()
 endfunction()
 
-# forge_component(DIR [EXCLUDE REGEX] [PUBLIC deps...] [PRIVATE deps...]
+# forge_component(DIR [EXCLUDE REGEX] [CUDA_ONLY files...] [PUBLIC deps...] [PRIVATE deps...]
 #                 [CXX_OPTIONS opts...] [CUDA_OPTIONS opts...])
 # The library of src/DIR: its *.cc (and *.cu in CUDA builds) but those matching EXCLUDE (the
-# programs' mains). PUBLIC: what its headers include; PRIVATE: what only its sources do.
+# programs' mains). CUDA_ONLY names .cc files of src/DIR built only in CUDA builds: host code
+# over the CUDA runtime and libraries and our kernels' launchers, which the C++ compiler builds
+# (a .cu is only for device code, which needs nvcc). PUBLIC: what its headers include; PRIVATE:
+# what only its sources do.
 function(forge_component dir)
-  cmake_parse_arguments(C "" "EXCLUDE" "PUBLIC;PRIVATE;CXX_OPTIONS;CUDA_OPTIONS" ${ARGN})
+  cmake_parse_arguments(C "" "EXCLUDE" "CUDA_ONLY;PUBLIC;PRIVATE;CXX_OPTIONS;CUDA_OPTIONS"
+                        ${ARGN})
   forge_component_target(${dir} target)
   forge_check_links(${dir} ${target} ${C_PUBLIC} ${C_PRIVATE})
 
@@ -75,6 +79,14 @@ function(forge_component dir)
   if(C_EXCLUDE)
     list(FILTER sources EXCLUDE REGEX "${C_EXCLUDE}")
   endif()
+  foreach(file ${C_CUDA_ONLY})
+    if(NOT file MATCHES "\\.cc$" OR NOT EXISTS ${CMAKE_SOURCE_DIR}/src/${dir}/${file})
+      message(FATAL_ERROR "${target}: CUDA_ONLY names ${file}, not a .cc file of src/${dir}")
+    endif()
+    if(NOT FORGE_HAVE_CUDA)
+      list(REMOVE_ITEM sources ${CMAKE_SOURCE_DIR}/src/${dir}/${file})
+    endif()
+  endforeach()
   add_library(${target} STATIC ${sources})
 
   # The include tree: build/include/<target>/<dir> links to src/<dir>.

@@ -1,4 +1,4 @@
-// Generation on the GPU (worker/infer/cuda_decode_backend.cu) against the CPU reference
+// Generation on the GPU (worker/infer/cuda_decode_backend.cc) against the CPU reference
 // (cpu_decode_backend.cc) on tiny GPT-style and Llama-style models, batches of prompts of
 // different lengths.
 //

@@ -1,5 +1,5 @@
 // Attention of newly appended rows over a KV cache, for incremental decoding
-// (worker/infer/cuda_decode_backend.cu). Row n belongs to sequence seq[n] at position pos[n];
+// (worker/infer/cuda_decode_backend.cc). Row n belongs to sequence seq[n] at position pos[n];
 // its query heads attend causally to that sequence's cached keys and values at positions
 // [0, pos[n]] (the row's own K and V already written there). GQA: query head h reads KV head
 // h / (n_head / n_kv_head).

@@ -1,5 +1,5 @@
 // The QKV projection's output of newly appended rows made ready for attention over a KV cache
-// (incremental decoding, worker/infer/cuda_decode_backend.cu): per row n (sequence seq[n],
+// (incremental decoding, worker/infer/cuda_decode_backend.cc): per row n (sequence seq[n],
 // position pos[n]) of an fp32 qkv buffer [N, (H + 2*KV) * hd],
 //   - with q_norm/k_norm: RMSNorm of each Q head and each K head vector (model.qk_norm);
 //   - RoPE of the Q and K heads at the row's position, interleaved pairs, angle

@@ -1,5 +1,5 @@
 // Token embedding rows widened to fp32: out[n, :] = float(wte[tokens[n], :]) (exact), the
-// start of an fp32 residual stream (incremental decoding, worker/infer/cuda_decode_backend.cu).
+// start of an fp32 residual stream (incremental decoding, worker/infer/cuda_decode_backend.cc).
 #pragma once
 
 #include <cuda_runtime.h>

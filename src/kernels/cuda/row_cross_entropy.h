@@ -1,5 +1,5 @@
 // Per-row cross-entropy of fp32 logits, for evaluation over the KV-cache forward
-// (worker/infer/cuda_decode_backend.cu): loss[r] = log(sum_v exp(x[r, v])) - x[r, target[r]]
+// (worker/infer/cuda_decode_backend.cc): loss[r] = log(sum_v exp(x[r, v])) - x[r, target[r]]
 // over v < cols, rows `ld` floats apart. The maximum is subtracted first; the exponentials are
 // summed in double. Only the losses travel back to the host.
 #pragma once

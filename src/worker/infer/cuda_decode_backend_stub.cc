@@ -1,5 +1,5 @@
 // MakeCudaDecodeBackend in builds without CUDA (FORGE_CUDA=OFF or no nvcc); in CUDA builds
-// cuda_decode_backend.cu defines it and this compiles to nothing.
+// cuda_decode_backend.cc defines it and this compiles to nothing.
 #ifndef FORGE_HAVE_CUDA
 
 #include "worker/infer/decode_backend.h"

@@ -11,7 +11,7 @@
 // the first model().vocab of each row.
 //
 // Implementations: the CPU one (cpu_decode_backend.cc, float32, the reference) and the CUDA one
-// (cuda_decode_backend.cu: BF16 weights and KV cache, fp32 residual stream).
+// (cuda_decode_backend.cc: BF16 weights and KV cache, fp32 residual stream).
 #pragma once
 
 #include <cstdint>

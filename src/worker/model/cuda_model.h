@@ -294,7 +294,7 @@ class CudaModel {
                       const cuda::bf16* dout, const cuda::bf16* x, const cuda::bf16* w,
                       const float* rstd, bool accumulate_dx, bool accumulate_dw,
                       cudaStream_t stream);
-  // The linears' strategy (linear_strategy_setup.cu): what the kernels accept here, the choice
+  // The linears' strategy (linear_strategy_setup.cc): what the kernels accept here, the choice
   // into linears_ (Init, before the buffers it sizes), and the BF16 RoPE GEMM's table.
   LinearKernelSupport ProbeLinearKernels() const;
   void ChooseLinears();

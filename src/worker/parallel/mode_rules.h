@@ -1,6 +1,6 @@
 // What each data-parallel mode keeps on a rank and what it moves, decided once from the config
 // and the world size: the one statement of parallel.mode that the CPU backend, the CUDA backend
-// (cuda_backend.cu, cuda_data_parallel.h) and the memory estimate follow. The collectives that
+// (cuda_backend.cc, cuda_data_parallel.h) and the memory estimate follow. The collectives that
 // carry them out are mode_executor.h's, which both backends call with their own buffers (the
 // GPU unit by unit, overlapped with the backward; the CPU after the backward), so a mode means
 // the same on both.

@@ -1,7 +1,7 @@
 // The CUDA BF16 training backend beyond the TrainBackend interface: construction options (CUDA
 // graph on/off, deterministic attention) and introspection for benchmarks, metrics and tests
 // (peak memory, whether the step runs as a graph, a per-phase timing breakdown).
-// Only defined in CUDA builds (src/worker/train/cuda_backend.cu); no CUDA types here so plain
+// Only defined in CUDA builds (src/worker/train/cuda_backend.cc); no CUDA types here so plain
 // C++ callers can include it.
 #pragma once
 

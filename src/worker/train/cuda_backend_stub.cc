@@ -1,6 +1,6 @@
 // MakeCudaBackend / CudaDeviceAvailable / CudaFreeDeviceMemoryBytes in builds without CUDA (FORGE_CUDA=OFF or no nvcc). The
 // CMake glob always compiles this file; in CUDA builds FORGE_HAVE_CUDA is defined and
-// cuda_backend.cu provides the real definitions, so this compiles to nothing.
+// cuda_backend.cc provides the real definitions, so this compiles to nothing.
 #ifndef FORGE_HAVE_CUDA
 
 #include "worker/train/backend.h"

@@ -45,7 +45,7 @@ double CpuActivations(const ModelConfig& m, int micro_batch, double* probs) {
   return (N * (m.n_layer * per_layer + global)) * 4 + *probs;
 }
 
-// The CUDA model's buffers (worker/model/cuda_model.cu, fp8_linears.cu, kernels/cuda/sdpa.cc)
+// The CUDA model's buffers (worker/model/cuda_model.cc, fp8_linears.cc, kernels/cuda/sdpa.cc)
 // beyond the parameter state, in bytes, by the config alone: what a GPU's kernels choose at
 // run time (the fused epilogue GEMMs, which engine cuDNN picks) is taken as on an H100/H200.
 struct CudaBuffers {
