@@ -75,38 +75,6 @@ int SpawnWorkerProcess(const std::string& program, std::vector<std::string> args
   return rc;
 }
 
-// forge-worker processes for GPUs 1..n-1, in their own process group (a Ctrl-C reaches only
-// `forge`, whose rank stops the run for all through the trainer's agreement).
-StatusOr<std::vector<pid_t>> SpawnGpuWorkers(int n, const std::string& address,
-                                             const std::string& secret, int64_t max_steps) {
-  std::error_code ec;
-  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  const std::string bin = (self.parent_path() / "forge-worker").string();
-  if (ec || !std::filesystem::exists(bin))
-    return Status::NotFound("forge-worker not found next to forge (" + bin + ")");
-  std::vector<pid_t> pids;
-  Status failed;
-  for (int gpu = 1; gpu < n && failed.ok(); ++gpu) {
-    pid_t pid = 0;
-    const int rc = SpawnWorkerProcess(
-        bin,
-        {bin, "--coordinator", address, "--device", "cuda:" + std::to_string(gpu),
-         "--max-placements", "1", "--give-up-after-s", "30", "--max-steps",
-         std::to_string(max_steps)},
-        secret, &pid);
-    if (rc != 0) failed = Status::Unavailable("cannot start " + bin + ": " + std::strerror(rc));
-    else pids.push_back(pid);
-  }
-  if (!failed.ok()) {
-    for (pid_t p : pids) {
-      ::kill(p, SIGKILL);
-      ::waitpid(p, nullptr, 0);
-    }
-    return failed;
-  }
-  return pids;
-}
-
 // Waits for the workers to end by themselves (they report and exit after the run); after
 // `grace_s` the rest are killed.
 void ReapWorkers(const std::vector<pid_t>& pids, double grace_s) {
@@ -136,37 +104,60 @@ v1::Run GetRunNow(coord::Coordinator* coordinator, const std::string& id) {
   return now;
 }
 
-// One launch of a CPU run's workers: `mpirun -np N` forge-worker ranks (one launch group, MPI
-// between them), in a process group of their own. Each rank runs under /bin/sh, which appends
-// "<rank> <exit status>" to exit_file when its forge-worker ends, however it ends (kill -9
-// included): mpirun then takes the group down, and the first line names the rank that was lost.
-struct CpuWorkerGroup {
-  pid_t pid = -1;  // mpirun, leader of the process group
+// One launch of a run's workers, in a process group of its own led by the launcher: on the CPU
+// `mpirun -np N` forge-worker ranks (MPI between them); with the CUDA backend bash starting one
+// forge-worker per GPU (--device cuda:I; NCCL ids relayed by the coordinator), which exits as
+// soon as one of them fails (mpirun's rule: the supervisor then kills the rest). Each rank runs
+// under a shell that appends "<rank> <exit status>" to exit_file when its forge-worker ends,
+// however it ends (kill -9 included): the first line names the rank that was lost.
+struct WorkerGroup {
+  pid_t pid = -1;  // the launcher (mpirun or bash), leader of the process group
+  std::string launcher;
   std::string exit_file;
 };
 
-StatusOr<CpuWorkerGroup> SpawnCpuWorkerGroup(int n, const std::string& address,
-                                             const std::string& secret, int64_t max_steps,
-                                             const std::string& exit_file) {
+// bash's part for GPU groups: $1 the exit file, $2 the number of GPUs, then the forge-worker
+// command; `wait -n` returns as the first rank ends.
+constexpr char kGpuGroupScript[] =
+    "f=$1; n=$2; shift 2; "
+    "for ((i = 0; i < n; i++)); do "
+    "  ( \"$@\" --device cuda:$i; s=$?; echo \"$i $s\" >> \"$f\"; exit $s ) & "
+    "done; "
+    "for ((left = n; left > 0; left--)); do "
+    "  wait -n; s=$?; if [ $s -ne 0 ]; then exit $s; fi; "
+    "done";
+
+StatusOr<WorkerGroup> SpawnWorkerGroup(bool gpus, int n, const std::string& address,
+                                       const std::string& secret, int64_t max_steps,
+                                       const std::string& exit_file) {
   std::error_code ec;
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
   const std::string bin = (self.parent_path() / "forge-worker").string();
   if (ec || !std::filesystem::exists(bin))
     return Status::NotFound("forge-worker not found next to forge (" + bin + ")");
-  // mpirun from PATH unless FORGE_MPIRUN names one.
-  const char* mpirun_env = std::getenv("FORGE_MPIRUN");
-  const std::string mpirun = mpirun_env && *mpirun_env ? mpirun_env : "mpirun";
   std::filesystem::remove(exit_file, ec);
-  std::vector<std::string> args = {mpirun};
-  if (::geteuid() == 0) args.push_back("--allow-run-as-root");  // the user already is root
-  for (const char* a : {"--oversubscribe", "-np"}) args.push_back(a);
-  args.push_back(std::to_string(n));
-  for (const char* a : {"/bin/sh", "-c",
-                        "f=$1; shift; \"$@\"; s=$?; "
-                        "echo \"${OMPI_COMM_WORLD_RANK:-?} $s\" >> \"$f\"; exit $s",
-                        "forge-rank"})
-    args.push_back(a);
-  for (const std::string& a : {exit_file, bin, std::string("--coordinator"), address,
+  WorkerGroup g;
+  g.exit_file = exit_file;
+  std::vector<std::string> args;
+  if (gpus) {
+    g.launcher = "bash";
+    args = {"bash", "-c", kGpuGroupScript, "forge-gpus", exit_file, std::to_string(n)};
+  } else {
+    // mpirun from PATH unless FORGE_MPIRUN names one.
+    const char* mpirun_env = std::getenv("FORGE_MPIRUN");
+    g.launcher = mpirun_env && *mpirun_env ? mpirun_env : "mpirun";
+    args = {g.launcher};
+    if (::geteuid() == 0) args.push_back("--allow-run-as-root");  // the user already is root
+    for (const char* a : {"--oversubscribe", "-np"}) args.push_back(a);
+    args.push_back(std::to_string(n));
+    for (const char* a : {"/bin/sh", "-c",
+                          "f=$1; shift; \"$@\"; s=$?; "
+                          "echo \"${OMPI_COMM_WORLD_RANK:-?} $s\" >> \"$f\"; exit $s",
+                          "forge-rank"})
+      args.push_back(a);
+    args.push_back(exit_file);
+  }
+  for (const std::string& a : {bin, std::string("--coordinator"), address,
                                std::string("--max-placements"), std::string("1"),
                                std::string("--give-up-after-s"), std::string("30")})
     args.push_back(a);
@@ -180,13 +171,15 @@ StatusOr<CpuWorkerGroup> SpawnCpuWorkerGroup(int n, const std::string& address,
     std::istringstream words(extra);
     for (std::string w; words >> w;) args.push_back(w);
   }
-  CpuWorkerGroup g;
-  g.exit_file = exit_file;
-  const int rc = SpawnWorkerProcess(mpirun, std::move(args), secret, &g.pid);
+  const std::string program = args.front();
+  const int rc = SpawnWorkerProcess(program, std::move(args), secret, &g.pid);
   if (rc != 0)
-    return Status::Unavailable("cannot start " + mpirun + " (CPU runs of several workers train "
-                               "over MPI; FORGE_MPIRUN names another mpirun): " +
-                               std::strerror(rc));
+    return Status::Unavailable(
+        "cannot start " + program +
+        (gpus ? std::string(" (it starts the GPUs' forge-workers)")
+              : std::string(" (CPU runs of several workers train over MPI; FORGE_MPIRUN names "
+                            "another mpirun)")) +
+        ": " + std::strerror(rc));
   return g;
 }
 
@@ -202,7 +195,7 @@ std::string ShellExitText(int status) {
 }
 
 // How a group ended: the first rank that ended (its status) and mpirun's own status.
-std::string DescribeGroupEnd(const CpuWorkerGroup& g, int wait_status) {
+std::string DescribeGroupEnd(const WorkerGroup& g, int wait_status) {
   std::string first;
   if (std::FILE* f = std::fopen(g.exit_file.c_str(), "r")) {
     char rank[32] = {};
@@ -215,14 +208,28 @@ std::string DescribeGroupEnd(const CpuWorkerGroup& g, int wait_status) {
       WIFSIGNALED(wait_status)
           ? KilledText(WTERMSIG(wait_status))
           : "exited with status " + std::to_string(WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : -1);
-  return first + "mpirun (pid " + std::to_string(g.pid) + ") " + how;
+  return first + g.launcher + " (pid " + std::to_string(g.pid) + ") " + how;
 }
 
-void KillGroup(CpuWorkerGroup* g) {
+void KillGroup(WorkerGroup* g) {
   if (g->pid <= 0) return;
   ::kill(-g->pid, SIGKILL);  // a stopped rank too (SIGKILL needs no SIGCONT)
   ::waitpid(g->pid, nullptr, 0);
   g->pid = -1;
+}
+
+// The launcher ended (reaped): ranks it left behind (bash leaves them to us) go too.
+void KillLeftovers(WorkerGroup* g) {
+  ::kill(-g->pid, SIGKILL);
+  g->pid = -1;
+}
+
+// Waits up to grace_s for the group's ranks to end by themselves (they report and exit after
+// the run); then the rest are killed.
+void ReapGroup(WorkerGroup* g, double grace_s) {
+  if (g->pid <= 0) return;
+  ReapWorkers({g->pid}, grace_s);
+  KillLeftovers(g);
 }
 
 // What the run did, for the closing line: from the coordinator's records (the workers trained
@@ -264,7 +271,7 @@ bool Active(v1::RunState s) {
 
 // One launch group under supervision and what the coordinator did with it.
 struct SupervisedGroup {
-  CpuWorkerGroup group;
+  WorkerGroup group;
   int size = 0;
   int launched_attempt = 0;  // the run's attempt when it was launched
   int placed_attempt = 0;    // the attempt placed on it (0: not placed yet)
@@ -272,9 +279,9 @@ struct SupervisedGroup {
   bool Live() const { return group.pid > 0; }
 };
 
-// A CPU run of several workers: this process only coordinates and supervises. Each launch is
-// one mpirun group; when its processes end while the run is still placed on them (a rank
-// killed or crashed), the coordinator hears it at once and restarts the run from its last
+// A run of several workers: this process only coordinates and supervises. Each launch is one
+// WorkerGroup (CPU ranks under mpirun, or one forge-worker per GPU); when its processes end
+// while the run is still placed on them (a rank killed or crashed), the coordinator hears it at once and restarts the run from its last
 // committed checkpoint, and a fresh group is launched after a backoff (1 s, doubling, at most
 // 30 s; back to 1 s after a group that got the run a new checkpoint). When the coordinator
 // restarts the run itself (a hang, a heartbeat timeout) the group is killed and replaced the
@@ -287,11 +294,12 @@ struct SupervisedGroup {
 // coordinator continues the run on it past train.elastic_grace_s. While the run trains on
 // fewer workers, a group of the full size is launched beside it (after the same backoff,
 // retried with it while it fails); once its workers join, the coordinator stops the smaller
-// world at a checkpoint and grows the run back onto them.
-StatusOr<ProcessRunResult> SuperviseCpuRun(coord::Coordinator* coordinator, const RunConfig& spec,
-                                           const std::string& run_id, const std::string& address,
-                                           const std::string& secret, const TrainOptions& opt,
-                                           const std::string& state_dir) {
+// world at a checkpoint and grows the run back onto them. CPU groups only: a GPU group is
+// launched whole, on every GPU, each time.
+StatusOr<ProcessRunResult> SuperviseRun(coord::Coordinator* coordinator, const RunConfig& spec,
+                                        bool gpus, const std::string& run_id,
+                                        const std::string& address, const std::string& secret,
+                                        const TrainOptions& opt, const std::string& state_dir) {
   using Clock = std::chrono::steady_clock;
   const int full = spec.train.workers;
   int size = full;  // of the next main launch
@@ -323,7 +331,8 @@ StatusOr<ProcessRunResult> SuperviseCpuRun(coord::Coordinator* coordinator, cons
         state_dir + (other.group.exit_file == state_dir + "/workers.exit" ? "/workers.grow.exit"
                                                                           : "/workers.exit");
     const v1::Run run = GetRunNow(coordinator, run_id);
-    FORGE_ASSIGN_OR_RETURN(g->group, SpawnCpuWorkerGroup(n, address, secret, opt.max_steps, file));
+    FORGE_ASSIGN_OR_RETURN(g->group,
+                           SpawnWorkerGroup(gpus, n, address, secret, opt.max_steps, file));
     g->size = n;
     g->launched_attempt = run.attempt();
     g->placed_attempt = 0;
@@ -350,8 +359,8 @@ StatusOr<ProcessRunResult> SuperviseCpuRun(coord::Coordinator* coordinator, cons
         return s;
       }
       if (launches > 1)
-        std::fprintf(stderr, "forge: launched %d worker(s) again (mpirun pid %d)\n", size,
-                     int(main.group.pid));
+        std::fprintf(stderr, "forge: launched %d worker(s) again (%s pid %d)\n", size,
+                     main.group.launcher.c_str(), int(main.group.pid));
     }
     // The full world beside a smaller one, once the run trains on that.
     if (size < full && !grow.Live() && Clock::now() >= grow_at && main.placed_attempt > 0 &&
@@ -362,8 +371,8 @@ StatusOr<ProcessRunResult> SuperviseCpuRun(coord::Coordinator* coordinator, cons
         std::fprintf(stderr, "forge: cannot launch %d worker(s) to grow back: %s\n", full,
                      s.ToString().c_str());
       } else {
-        std::fprintf(stderr, "forge: launched %d worker(s) to grow run %s back (mpirun pid %d)\n",
-                     full, run_id.c_str(), int(grow.group.pid));
+        std::fprintf(stderr, "forge: launched %d worker(s) to grow run %s back (%s pid %d)\n",
+                     full, run_id.c_str(), grow.group.launcher.c_str(), int(grow.group.pid));
       }
     }
 
@@ -379,7 +388,7 @@ StatusOr<ProcessRunResult> SuperviseCpuRun(coord::Coordinator* coordinator, cons
       std::fprintf(stderr, "forge: run %s grew back to %d worker(s) (attempt %d)\n",
                    run_id.c_str(), full, grow.placed_attempt);
       if (main.Live()) {
-        if (main.placed_attempt > 0) ReapWorkers({main.group.pid}, 30.0);
+        if (main.placed_attempt > 0) ReapGroup(&main.group, 30.0);
         else KillGroup(&main.group);
       }
       main = grow;
@@ -393,7 +402,7 @@ StatusOr<ProcessRunResult> SuperviseCpuRun(coord::Coordinator* coordinator, cons
       int st = 0;
       if (::waitpid(grow.group.pid, &st, WNOHANG) == grow.group.pid) {
         const std::string how = DescribeGroupEnd(grow.group, st);
-        grow.group.pid = -1;
+        KillLeftovers(&grow.group);
         grow_at = after(grow_backoff_s);
         std::fprintf(stderr, "forge: the %d worker(s) launched to grow back ended: %s; trying "
                      "again in %g s\n", full, how.c_str(), grow_backoff_s);
@@ -405,8 +414,7 @@ StatusOr<ProcessRunResult> SuperviseCpuRun(coord::Coordinator* coordinator, cons
     if (Terminal(now.state())) {
       // A placed group's ranks report their end and exit; others would wait on.
       if (now.state() == v1::FAILED || main.placed_attempt == 0) KillGroup(&main.group);
-      else ReapWorkers({main.group.pid}, 30.0);
-      main.group.pid = -1;
+      else ReapGroup(&main.group, 30.0);
       break;
     }
     // The coordinator gave up the placement on this group (hang, heartbeat timeout): the ranks
@@ -421,7 +429,7 @@ StatusOr<ProcessRunResult> SuperviseCpuRun(coord::Coordinator* coordinator, cons
       int wait_status = 0;
       if (::waitpid(main.group.pid, &wait_status, WNOHANG) != main.group.pid) continue;
       last_end = DescribeGroupEnd(main.group, wait_status);
-      main.group.pid = -1;
+      KillLeftovers(&main.group);
       now = GetRunNow(coordinator, run_id);
       if (Terminal(now.state())) break;
       const bool clean = WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0;
@@ -450,7 +458,7 @@ StatusOr<ProcessRunResult> SuperviseCpuRun(coord::Coordinator* coordinator, cons
     if (Terminal(now.state())) break;
     const bool progressed = now.latest_checkpoint_step() > main.checkpoint_at_launch;
     if (progressed) backoff_s = 1.0;  // that group got the run further: not a crash loop
-    if (!progressed && main.size == size) {
+    if (!progressed && main.size == size && !gpus) {
       // A group of this size cannot come back: go on with fewer where the run allows it.
       if (const int smaller = SmallerWorld(spec, size); smaller > 0) {
         std::fprintf(stderr,
@@ -502,17 +510,23 @@ StatusOr<ProcessRunResult> TrainWithLocalCoordinator(const RunConfig& cfg,
   ::chmod((state_dir + "/token").c_str(), 0600);
   FORGE_RETURN_IF_ERROR(WriteFileAtomic(state_dir + "/address", address + "\n"));
 
-  // Several CPU workers: all in processes of their own under this one's supervision, which
-  // relaunches them when they are lost. Otherwise one worker in this process, plus one
-  // forge-worker per other GPU; a lost one is not brought back (this process holds rank 0).
+  // Several workers (CPU ranks under mpirun, or one per visible GPU): all in processes of their
+  // own under this one's supervision, which relaunches them when they are lost. One worker:
+  // in this process (nobody would bring it back, so no restarts).
   const bool cuda = cfg.train.backend == Backend::kCuda ||
                     (cfg.train.backend == Backend::kAuto && CudaDeviceAvailable());
-  const bool supervised = !cuda && cfg.train.workers > 1;
   RunConfig spec = cfg;
-  if (!supervised) {
+  if (cuda) {
     spec.train.workers = LocalWorkers(cfg);
-    spec.train.max_restarts = 0;  // nobody would bring a lost in-process worker back
+    // One GPU group is relaunched whole: a smaller one beside a full one would give the
+    // coordinator two idle workers per GPU to combine.
+    if (spec.train.workers > 1 && MinWorkers(cfg.train) < cfg.train.workers)
+      std::fprintf(stderr, "forge: train.min_workers is for runs on a coordinator's pool; here "
+                           "the %d GPUs' workers are relaunched together\n", spec.train.workers);
+    spec.train.min_workers = 0;
   }
+  const bool supervised = spec.train.workers > 1;
+  if (!supervised) spec.train.max_restarts = 0;
   v1::SubmitRunRequest submit;
   submit.set_spec_yaml(RunConfigToYaml(spec));
   submit.set_source(cfg.source_path.empty() ? "<config>" : cfg.source_path);
@@ -521,8 +535,8 @@ StatusOr<ProcessRunResult> TrainWithLocalCoordinator(const RunConfig& cfg,
     return Status::Invalid(s.error_message());
 
   if (supervised) {
-    auto supervised_result =
-        SuperviseCpuRun(coordinator.get(), spec, run.id(), address, so.join_secret, opt, state_dir);
+    auto supervised_result = SuperviseRun(coordinator.get(), spec, cuda, run.id(), address,
+                                          so.join_secret, opt, state_dir);
     server->Shutdown();
     coordinator->Shutdown();
     return supervised_result;
@@ -534,65 +548,19 @@ StatusOr<ProcessRunResult> TrainWithLocalCoordinator(const RunConfig& cfg,
   ao.link.give_up_after_s = 30.0;
   ao.max_placements = 1;
   ao.announce = false;
-  // ao.serve_metrics stays on: this worker serves rank 0's /metrics (metrics.port) with the
-  // coordinator's run id and the placement's rank and world, like every forge-worker.
+  // ao.serve_metrics stays on: this worker serves /metrics (metrics.port) with the
+  // coordinator's run id, like every forge-worker.
   ao.print_progress = opt.print_progress;
   ao.stop_flag = opt.stop_requested;
   ao.max_steps = opt.max_steps;
   ao.on_step = opt.on_step;
-  if (spec.train.workers > 1) ao.device = "cuda:0";
   StatusOr<ProcessRunResult> result = Status::Internal("the local worker was never placed");
   ao.on_result = [&](const StatusOr<ProcessRunResult>& r) { result = r; };
-  // The other GPUs' workers join after this one, so this process is rank 0 (the scheduler
-  // ranks standalone workers in join order): it prints and writes metrics.jsonl.
-  std::vector<pid_t> children;
-  Status spawned;
-  std::atomic<bool> quit{false}, finished{false};
-  ao.quit = &quit;
-  // Without its other workers the run can never be placed: stop it and stop joining.
-  auto give_up = [&](const Status& why) {
-    spawned = why;
-    quit.store(true);
-    v1::StopRunRequest stop;
-    stop.set_run_id(run.id());
-    stop.set_immediate(true);
-    v1::Run ignored;
-    (void)coordinator->StopRun(stop, &ignored);
-  };
-  std::thread watcher;
-  ao.on_joined = [&] {
-    if (spec.train.workers <= 1) return;
-    auto pids = SpawnGpuWorkers(spec.train.workers, address, so.join_secret, opt.max_steps);
-    if (!pids.ok()) return give_up(pids.status());
-    children = std::move(pids).value();
-    watcher = std::thread([&] {
-      while (!finished.load()) {
-        for (pid_t p : children) {
-          siginfo_t info{};
-          // Exited? (left unreaped for ReapWorkers)
-          if (::waitid(P_PID, id_t(p), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
-              info.si_pid == p && !finished.load()) {
-            v1::GetRunRequest get;
-            get.set_run_id(run.id());
-            v1::Run now;
-            (void)coordinator->GetRun(get, &now);
-            if (now.state() == v1::PENDING)  // it died before the run was placed
-              return give_up(Status::Unavailable("forge-worker pid " + std::to_string(p) +
-                                                 " exited before the run started"));
-          }
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      }
-    });
-  };
   const int rc = agent::RunWorkerAgent(ao);
-  finished.store(true);
-  if (watcher.joinable()) watcher.join();
-  ReapWorkers(children, 30.0);
   server->Shutdown();
   coordinator->Shutdown();
-  if (!spawned.ok()) return spawned.Annotate("starting the other GPUs' workers");
-  if (rc != 0 && result.ok()) return Status::Internal("local worker exited with code " + std::to_string(rc));
+  if (rc != 0 && result.ok())
+    return Status::Internal("local worker exited with code " + std::to_string(rc));
   return result;
 }
 

@@ -410,6 +410,24 @@ bool Coordinator::Placed(const RunRecord& run) const {
   return false;
 }
 
+bool Coordinator::FullWorldBack(const RunRecord& run, const std::vector<PoolWorker>& idle,
+                                int requested) const {
+  if (!PlaceRun(idle, requested).worker_ids.empty()) return true;
+  auto standalone_gpu = [](const std::string& device, const std::string& group_id,
+                           int group_size) {
+    return (group_size <= 1 || group_id.empty()) && device.rfind("cuda", 0) == 0;
+  };
+  int have = 0;
+  for (const auto& [id, w] : workers_) {
+    if (w.rec.run_id != run.id || w.rec.attempt != run.attempt) continue;
+    if (!standalone_gpu(w.rec.device, w.rec.group_id, w.rec.group_size)) return false;
+    ++have;
+  }
+  for (const PoolWorker& w : idle)
+    if (standalone_gpu(w.device, w.group_id, w.group_size)) ++have;
+  return have >= requested;
+}
+
 void Coordinator::ReleaseWorkers(const std::string& run_id) {
   for (auto it = workers_.begin(); it != workers_.end();) {
     if (it->second.rec.run_id == run_id) {
@@ -433,7 +451,7 @@ std::vector<PoolWorker> Coordinator::IdlePool() const {
   std::vector<PoolWorker> pool;
   for (const LiveWorker* w : idle)
     pool.push_back({w->rec.id, w->rec.device, w->rec.group_id, w->rec.group_rank,
-                    w->rec.group_size});
+                    w->rec.group_size, w->rec.host});
   return pool;
 }
 
@@ -551,7 +569,7 @@ void Coordinator::GrowBack() {
     if (run.state != RunState::kRunning || run.grow_to > 0 || !Placed(run)) continue;
     const ElasticBasis& e = Elastic(run);
     if (run.workers >= e.requested) continue;
-    if (PlaceRun(pool, e.requested).worker_ids.empty()) continue;
+    if (!FullWorldBack(run, pool, e.requested)) continue;
     // The full world is back: the shrunk placement saves a checkpoint and ends (STOP), then
     // the run is placed on the full world from it (FinishIfDone).
     run.grow_to = e.requested;

@@ -164,8 +164,8 @@ class Coordinator {
     double grace_s = 0;
   };
   const ElasticBasis& Elastic(const RunRecord& run);
-  // A running run placed on fewer workers than it asks for, whose full world is idle in the
-  // pool now: its placement is told to stop with a checkpoint (grow_to), and FinishIfDone
+  // A running run placed on fewer workers than it asks for, whose full world is back
+  // (FullWorldBack): its placement is told to stop with a checkpoint (grow_to), and FinishIfDone
   // places it again on the full world from that checkpoint.
   void GrowBack();
   // A placed worker is gone or failed: the run restarts (or fails, or stops if a stop was
@@ -179,6 +179,11 @@ class Coordinator {
   void DetectHangs(Clock::time_point now);
   std::vector<std::string> PlacedWorkers(const RunRecord& run) const;  // by rank
   bool Placed(const RunRecord& run) const;
+  // Whether `requested` workers are there for `run`, shrunk and placed now: a whole idle
+  // placement, or (a run on standalone GPU workers) its own workers plus idle standalone GPU
+  // ones, which the next placement combines once it stops.
+  bool FullWorldBack(const RunRecord& run, const std::vector<PoolWorker>& idle,
+                     int requested) const;
   Status FinishIfDone(RunRecord* run);
   // Heartbeat -> opt_.aggregates (no-ops without it).
   void ReportRankMetrics(const RunRecord& run, const WorkerRecord& w, int rank,

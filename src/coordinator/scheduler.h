@@ -2,9 +2,11 @@
 // so it is tested on its own.
 //   - Workers launched together (one mpirun/srun: same LaunchGroup id, size > 1) share an MPI
 //     communicator: they are placed only as a whole group of exactly N, rank = group rank.
-//   - Workers launched alone (group size 1) are combined in join order. N > 1 of them only when
-//     every one has a GPU (they build an NCCL communicator from an id relayed by the
-//     coordinator); CPU workers train data-parallel only over MPI.
+//   - Workers launched alone (group size 1) are taken in join order and ranked by host, then GPU
+//     index (rank r on the same GPU whichever worker joined first: a relaunched run sums in the
+//     same order). N > 1 of them only when every one has a GPU (they build an NCCL
+//     communicator from an id relayed by the coordinator); CPU workers train data-parallel
+//     only over MPI.
 #pragma once
 
 #include <string>
@@ -17,6 +19,7 @@ struct PoolWorker {
   std::string device;     // "cpu" or "cuda:N"
   std::string group_id;   // "" when launched alone
   int group_rank = 0, group_size = 1;
+  std::string host;
 };
 
 struct Placement {

@@ -5,7 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -47,6 +50,18 @@ inline ::testing::AssertionResult SegmentMatchesResume(const std::string& spec,
     return ::testing::AssertionFailure()
            << ckpts << end << " differs from a " << world << "-rank run resumed at " << start;
   return ::testing::AssertionSuccess();
+}
+
+// The newest step_N under run_dir/checkpoints with a manifest (committed); -1 when none.
+inline int64_t LatestCommitted(const std::string& run_dir) {
+  int64_t latest = -1;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(run_dir + "/checkpoints", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("step_", 0) == 0 && std::filesystem::exists(e.path() / "manifest.json"))
+      latest = std::max<int64_t>(latest, std::atoll(name.c_str() + 5));
+  }
+  return latest;
 }
 
 }  // namespace forge::test

@@ -127,18 +127,6 @@ TEST(ElasticRun, ContinuesOnTwoOfThreeAndGrowsBack) {
   EXPECT_TRUE(SegmentMatchesResume(spec, ckpts, m, total, 3, cp.dir() + "/reference3"));
 }
 
-// The newest step_N under run_dir/checkpoints with a manifest (committed); -1 when none.
-int64_t LatestCommitted(const std::string& run_dir) {
-  int64_t latest = -1;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(run_dir + "/checkpoints", ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("step_", 0) == 0 && std::filesystem::exists(e.path() / "manifest.json"))
-      latest = std::max<int64_t>(latest, std::atoll(name.c_str() + 5));
-  }
-  return latest;
-}
-
 TEST(ElasticRun, LocalLauncherContinuesOnTwoOfThreeAndGrowsBack) {
   REQUIRE_MPIRUN();
   ControlPlane cp("elastic_local");
@@ -161,8 +149,8 @@ TEST(ElasticRun, LocalLauncherContinuesOnTwoOfThreeAndGrowsBack) {
           " FORGE_WORKER_ARGS='--throttle-ms 100' timeout --foreground 170 " +
           test::Bin("forge") + " train " + spec + " --run-dir " + run_dir,
       cp.dir() + "/forge.log");
-  ASSERT_TRUE(WaitFor(90, [&] { return LatestCommitted(run_dir) >= 8; })) << ReadFile(forge.log);
-  ASSERT_LT(LatestCommitted(run_dir), total - 20)
+  ASSERT_TRUE(WaitFor(90, [&] { return test::LatestCommitted(run_dir) >= 8; })) << ReadFile(forge.log);
+  ASSERT_LT(test::LatestCommitted(run_dir), total - 20)
       << "the run got too far before the worker could be killed";
 
   std::ofstream(hold) << "held\n";
@@ -180,7 +168,7 @@ TEST(ElasticRun, LocalLauncherContinuesOnTwoOfThreeAndGrowsBack) {
   ASSERT_TRUE(WaitFor(60, [&] {
     return Contains(ReadFile(forge.log), "the 3 worker(s) launched to grow back ended");
   })) << ReadFile(forge.log);
-  ASSERT_LT(LatestCommitted(run_dir), total - 12)
+  ASSERT_LT(test::LatestCommitted(run_dir), total - 12)
       << "the run got too far before the third worker could come back";
 
   // The third one can come back: the launcher's next try starts 3, and the run grows onto them.

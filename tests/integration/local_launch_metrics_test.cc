@@ -1,7 +1,7 @@
 // /metrics of `forge train` launched alone (the in-process coordinator path, cli/local_launch.h):
-// rank 0 (the in-process worker) labels its series with the coordinator's run id, as the other
-// GPUs' forge-workers do, never with the config's name, and computes its per-rank share with
-// the run's world size. The CPU test runs on any machine (one worker); the two-GPU test runs
+// every rank (the in-process worker of a one-worker run, the forge-workers of a multi-GPU one)
+// labels its series with the coordinator's run id, never with the config's name, and computes
+// its per-rank share with the run's world size. The CPU test runs on any machine (one worker); the two-GPU test runs
 // where two GPUs are visible and checks the ranks agree on run_id, split the throughput and
 // report distinct GPUs.
 #include <gtest/gtest.h>
@@ -138,7 +138,7 @@ int VisibleGpus() {
   return n;
 }
 
-// Two GPUs: rank 0 in `forge`, rank 1 a forge-worker, each on the port it logged.
+// Two GPUs: a forge-worker on each, under `forge`, each rank on the port it logged.
 TEST(LocalLaunchMetrics, TwoGpuRanksAgreeOnRunIdAndSplitThroughput) {
   if (VisibleGpus() < 2) GTEST_SKIP() << "needs two visible GPUs";
   const std::string dir = ::testing::TempDir() + "/local_metrics2_" + std::to_string(::getpid());

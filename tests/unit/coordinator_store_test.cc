@@ -135,11 +135,37 @@ TEST(Scheduler, LaunchGroupsArePlacedWholeAndInRankOrder) {
 TEST(Scheduler, StandaloneWorkersCombineOnlyOnGpus) {
   std::vector<PoolWorker> cpus = {{"c0", "cpu", "", 0, 1}, {"c1", "cpu", "", 0, 1}};
   EXPECT_TRUE(PlaceRun(cpus, 2).worker_ids.empty());  // CPU data parallelism needs MPI
-  std::vector<PoolWorker> gpus = {{"g0", "cuda:0", "", 0, 1}, {"g1", "cuda:0", "", 0, 1},
-                                  {"g2", "cuda:1", "", 0, 1}};
+  std::vector<PoolWorker> gpus = {{"g0", "cuda:0", "", 0, 1, "h0"},
+                                  {"g1", "cuda:0", "", 0, 1, "h1"},
+                                  {"g2", "cuda:1", "", 0, 1, "h0"}};
   Placement p = PlaceRun(gpus, 2);
   EXPECT_EQ(p.worker_ids, (std::vector<std::string>{"g0", "g1"}));
   EXPECT_TRUE(p.comm_id_from_coordinator);
+}
+
+TEST(Scheduler, StandaloneGpuWorkersAreRankedByHostThenGpu) {
+  // In join order: the first `world` joined are taken; their ranks follow host, then GPU index
+  // (cuda:10 after cuda:2), so a relaunched run has rank r on the same GPU again.
+  std::vector<PoolWorker> idle = {{"b-gpu1", "cuda:1", "", 0, 1, "b"},
+                                  {"a-gpu10", "cuda:10", "", 0, 1, "a"},
+                                  {"a-gpu2", "cuda:2", "", 0, 1, "a"},
+                                  {"b-gpu0", "cuda:0", "", 0, 1, "b"},
+                                  {"a-gpu0", "cuda:0", "", 0, 1, "a"}};
+  EXPECT_EQ(PlaceRun(idle, 4).worker_ids,
+            (std::vector<std::string>{"a-gpu2", "a-gpu10", "b-gpu0", "b-gpu1"}));
+  EXPECT_EQ(PlaceRun(idle, 5).worker_ids,
+            (std::vector<std::string>{"a-gpu0", "a-gpu2", "a-gpu10", "b-gpu0", "b-gpu1"}));
+  EXPECT_EQ(PlaceRun(idle, 1).worker_ids, (std::vector<std::string>{"b-gpu1"}));
+}
+
+TEST(Scheduler, TwoStandaloneWorkersOnOneGpuAreNeverCombined) {
+  // A worker relaunched on GPU 0 while the old one is still in the pool.
+  std::vector<PoolWorker> idle = {{"old0", "cuda:0", "", 0, 1, "h"},
+                                  {"new0", "cuda:0", "", 0, 1, "h"},
+                                  {"w1", "cuda:1", "", 0, 1, "h"}};
+  EXPECT_EQ(PlaceRun(idle, 2).worker_ids, (std::vector<std::string>{"old0", "w1"}));
+  EXPECT_TRUE(PlaceRun(idle, 3).worker_ids.empty());
+  EXPECT_EQ(PlaceRun(idle, 1).worker_ids, (std::vector<std::string>{"old0"}));
 }
 
 TEST(RunPaths, ConfinedToTheirRoot) {
