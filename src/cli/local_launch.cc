@@ -117,14 +117,22 @@ struct WorkerGroup {
 };
 
 // bash's part for GPU groups: $1 the exit file, $2 the number of GPUs, then the forge-worker
-// command; `wait -n` returns as the first rank ends.
+// command. After each rank ends (`wait -n`) the exit file says how they ended so far: the
+// first failure ends the script with its status; all n ended well, with 0.
 constexpr char kGpuGroupScript[] =
     "f=$1; n=$2; shift 2; "
     "for ((i = 0; i < n; i++)); do "
     "  ( \"$@\" --device cuda:$i; s=$?; echo \"$i $s\" >> \"$f\"; exit $s ) & "
     "done; "
-    "for ((left = n; left > 0; left--)); do "
-    "  wait -n; s=$?; if [ $s -ne 0 ]; then exit $s; fi; "
+    "while :; do "
+    "  wait -n; ended=0; "
+    "  if [ -f \"$f\" ]; then "
+    "    while read -r r s; do "
+    "      [ \"$s\" = 0 ] || exit \"$s\"; ended=$((ended + 1)); "
+    "    done < \"$f\"; "
+    "  fi; "
+    "  [ $ended -lt $n ] || exit 0; "
+    "  [ -n \"$(jobs -pr)\" ] || exit 1; "
     "done";
 
 StatusOr<WorkerGroup> SpawnWorkerGroup(bool gpus, int n, const std::string& address,
