@@ -296,6 +296,7 @@ TEST(CoordinatorLifecycle, CommIdRelayOverGrpc) {
   v1::JoinResponse r0, r1;
   ASSERT_TRUE(c->Join(j, &r0).ok());
   j.set_worker_id("g1");
+  j.set_device("cuda:1");  // never two ranks on one GPU
   ASSERT_TRUE(c->Join(j, &r1).ok());
   ASSERT_TRUE(c->Join(j, &r1).ok() && r1.assigned());
   j.set_worker_id("g0");
