@@ -261,6 +261,24 @@ class SlurmFixture : public ::testing::Test {
     return victim;
   }
 
+  // kill -9 of forge-worker `pid` of `job`, written to the transcript with where it runs
+  // (`node`, job step `step`; "" and -1 leave them out).
+  void KillWorker(long pid, const std::string& job, const std::string& node = "",
+                  long step = -1) {
+    std::string where = node.empty() ? "" : " on " + node;
+    if (step >= 0) where += ", step " + std::to_string(step);
+    Log("$ kill -9 %ld   # a forge-worker of job %s%s\n", pid, job.c_str(), where.c_str());
+    Run("kill -9 " + std::to_string(pid));
+  }
+
+  // Kills (-9) a forge-worker of `job` that WorkerOf(job, node, step) finds; a fatal failure
+  // when there is none (call it under ASSERT_NO_FATAL_FAILURE).
+  void KillWorkerOf(const std::string& job, const std::string& node = "", long step = -1) {
+    const long pid = WorkerOf(job, node, step);
+    ASSERT_NE(pid, 0) << Run("ps -ef");
+    KillWorker(pid, job, node, step);
+  }
+
   // The job log shows 4 ranks, each with its own emulated GPU.
   void ExpectOneGpuPerRank(const std::string& log) {
     std::set<std::string> gpus;

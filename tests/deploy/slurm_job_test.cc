@@ -12,7 +12,6 @@
 // resumes. Skips when not root or when slurm-wlm/munge are not installed.
 #include <gtest/gtest.h>
 
-#include <sstream>
 #include <string>
 
 #include "slurm_fixture.h"
@@ -62,15 +61,7 @@ TEST_F(SlurmJob, CoordinatorRelaunchesAWorkerStepThatFailed) {
       << JobSummary(job) << JobLog(job);
   ASSERT_LT(ListCheckpoints(run_dir + "/checkpoints").back().step, 60);
   // One of this job's forge-worker processes.
-  long victim = 0;
-  std::istringstream pids(Run("pgrep -x forge-worker"));
-  for (long pid; victim == 0 && pids >> pid;) {
-    const std::string env = ReadFile("/proc/" + std::to_string(pid) + "/environ");
-    if (Contains(env, std::string("SLURM_JOB_ID=") + job + '\0')) victim = pid;
-  }
-  ASSERT_NE(victim, 0) << Run("ps -ef");
-  Log("$ kill -9 %ld   # a forge-worker of job %s\n", victim, job.c_str());
-  Run("kill -9 " + std::to_string(victim));
+  ASSERT_NO_FATAL_FAILURE(KillWorkerOf(job));
   const auto [state, log] = AwaitJob(job);
   ASSERT_EQ(state, "COMPLETED") << log;
   EXPECT_TRUE(Contains(log, "worker step failed (exit ")) << log;
@@ -107,22 +98,12 @@ TEST_F(SlurmJob, CoordinatorCountsFailuresPerNodeAndKeepsANodeItCannotSpare) {
       return !c.empty() && c.back().step > before;
     })) << JobSummary(job) << JobLog(job);
     // A worker of the job's newest step (a failed step's can linger until aborted).
-    long victim = 0, victim_step = -1;
-    std::istringstream pids(Run("pgrep -x forge-worker"));
-    for (long pid; pids >> pid;) {
-      const std::string env = ReadFile("/proc/" + std::to_string(pid) + "/environ");
-      const size_t at = env.find("SLURM_STEP_ID=");
-      const long step = at == std::string::npos ? -1 : std::atol(env.c_str() + at + 14);
-      if (Contains(env, std::string("SLURM_JOB_ID=") + job + '\0') && step > victim_step) {
-        victim = pid;
-        victim_step = step;
-      }
-    }
+    long victim_step = -1;
+    const long victim = WorkerOf(job, "", -1, &victim_step);
     ASSERT_NE(victim, 0) << Run("ps -ef");
     ASSERT_GT(victim_step, last_step) << "no worker of a new step";
     last_step = victim_step;
-    Log("$ kill -9 %ld   # a forge-worker of job %s\n", victim, job.c_str());
-    Run("kill -9 " + std::to_string(victim));
+    KillWorker(victim, job, "", victim_step);
     ASSERT_TRUE(WaitFor(60, [&] {
       return Contains(JobLog(job), "failure " + std::to_string(round) + " of " + host);
     })) << JobLog(job);

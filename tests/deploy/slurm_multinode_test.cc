@@ -123,8 +123,7 @@ TEST_F(SlurmTwoNodes, ExcludedNodeIsTriedAgainAndTheRunGrowsBack) {
   std::string job, run;
   long step = -1, victim = 0;
   ASSERT_NO_FATAL_FAILURE(StartShrinkableRun("regrow", 6, &job, &run, &step, &victim));
-  Log("$ kill -9 %ld   # a forge-worker of job %s on fnode2\n", victim, job.c_str());
-  Run("kill -9 " + std::to_string(victim));
+  KillWorker(victim, job, "fnode2", step);
   const auto [state, log] = AwaitJob(job);
   ASSERT_EQ(state, "COMPLETED") << log;
   EXPECT_TRUE(Contains(log, "worker step failed on fnode2 (rank ")) << log;
@@ -156,16 +155,11 @@ TEST_F(SlurmTwoNodes, AStepFailingWhileATrialStepWaitsCountsAgainstItsOwnNode) {
   // Steps: `step` on both nodes, step + 1 on fnode1 alone, step + 2 the first on every node,
   // step + 3 on fnode2 alone, step + 4 the next on every node.
   HoldStep(step + 2);
-  Log("$ kill -9 %ld   # a forge-worker of job %s on fnode2, step %ld\n", first, job.c_str(), step);
-  Run("kill -9 " + std::to_string(first));
+  KillWorker(first, job, "fnode2", step);
   ASSERT_TRUE(WaitFor(60, [&] { return Contains(JobLog(job), "trying every node again"); }))
       << JobLog(job);
   HoldStep(step + 3);
-  const long victim = WorkerOf(job, "fnode1", step + 1);
-  ASSERT_NE(victim, 0) << Run("ps -ef");
-  Log("$ kill -9 %ld   # a forge-worker of job %s on fnode1, step %ld\n", victim, job.c_str(),
-      step + 1);
-  Run("kill -9 " + std::to_string(victim));
+  ASSERT_NO_FATAL_FAILURE(KillWorkerOf(job, "fnode1", step + 1));
   // The run goes on on step + 4's 4 workers; then step + 3's join, idle.
   ASSERT_TRUE(WaitFor(60, [&] {
     const std::string log = JobLog(job);
@@ -211,15 +205,10 @@ TEST_F(SlurmTwoNodes, RestartsUsedUpWhileATrialStepWaitsEndTheJobAndTheTrialStep
       StartShrinkableRun("spent", 3, &job, &run, &step, &first, "max_restarts: 1, "));
   // Steps: `step` on both nodes, step + 1 on fnode1 alone, step + 2 the first on every node.
   HoldStep(step + 2);
-  Log("$ kill -9 %ld   # a forge-worker of job %s on fnode2, step %ld\n", first, job.c_str(), step);
-  Run("kill -9 " + std::to_string(first));
+  KillWorker(first, job, "fnode2", step);
   ASSERT_TRUE(WaitFor(60, [&] { return Contains(JobLog(job), "trying every node again"); }))
       << JobLog(job);
-  const long victim = WorkerOf(job, "fnode1", step + 1);
-  ASSERT_NE(victim, 0) << Run("ps -ef");
-  Log("$ kill -9 %ld   # a forge-worker of job %s on fnode1, step %ld\n", victim, job.c_str(),
-      step + 1);
-  Run("kill -9 " + std::to_string(victim));
+  ASSERT_NO_FATAL_FAILURE(KillWorkerOf(job, "fnode1", step + 1));
   const auto [state, log] = AwaitJob(job);
   ReleaseStep(step + 2);
   EXPECT_EQ(state, "FAILED") << log;
@@ -241,25 +230,18 @@ TEST_F(SlurmTwoNodes, ATrialStepFailingDoublesTheCooldownAndANodeBackIsExcludedA
   long step = -1, first = 0;
   ASSERT_NO_FATAL_FAILURE(StartShrinkableRun("retry", 3, &job, &run, &step, &first));
   HoldStep(step + 2);  // the first step on every node after fnode2's cool-down
-  Log("$ kill -9 %ld   # a forge-worker of job %s on fnode2, step %ld\n", first, job.c_str(), step);
-  Run("kill -9 " + std::to_string(first));
+  KillWorker(first, job, "fnode2", step);
   long held = 0;
   ASSERT_TRUE(WaitFor(60, [&] { return (held = WorkerOf(job, "fnode2", step + 2)) != 0; }))
       << JobLog(job);
-  Log("$ kill -9 %ld   # a held worker of job %s on fnode2, step %ld\n", held, job.c_str(),
-      step + 2);
-  Run("kill -9 " + std::to_string(held));
+  KillWorker(held, job, "fnode2", step + 2);  // the held stand-in: never training
   ASSERT_TRUE(WaitFor(30, [&] { return Contains(JobLog(job), "still excluded"); })) << JobLog(job);
   ReleaseStep(step + 2);
   // The next step on every node (step + 3) takes the run back onto fnode2; one of its workers
   // there fails.
   ASSERT_TRUE(WaitFor(60, [&] { return Contains(JobLog(job), "node(s) fnode2 back"); }))
       << JobLog(job);
-  const long again = WorkerOf(job, "fnode2", step + 3);
-  ASSERT_NE(again, 0) << Run("ps -ef");
-  Log("$ kill -9 %ld   # a forge-worker of job %s on fnode2, step %ld\n", again, job.c_str(),
-      step + 3);
-  Run("kill -9 " + std::to_string(again));
+  ASSERT_NO_FATAL_FAILURE(KillWorkerOf(job, "fnode2", step + 3));
   const auto [state, log] = AwaitJob(job);
   ASSERT_EQ(state, "COMPLETED") << log;
   EXPECT_TRUE(Contains(log, "node fnode2 failed 1 time(s) (train.node_failure_limit 1): excluded; "
