@@ -296,6 +296,40 @@ TEST_P(CudaDataParallelTest, MatchesOneGpuAndIsDeterministic) {
   for (int s = 3; s < kSteps; ++s) EXPECT_EQ(tail[0].losses[s - 3], dp.losses[s]) << "step " << s;
 }
 
+// fsdp in FP8 keeps one set of FP8 weights for all layers and casts it before each block's
+// forward and backward pass (Fp8Linears one_weight_set); zero2 keeps every layer's, cast once
+// per step, from the same bf16 values. Casts within a step share one scale, so both write the
+// same FP8 bytes and amaxes. On 2 ranks with one micro-step each every gradient sum is one
+// addition (the same in either order), so the trajectories must be bitwise equal, FP8 scaling
+// state included: delayed and current recipe, BF16 and FP8 LM head, and the Llama knobs.
+TEST(CudaDataParallel, FsdpRecastingFp8WeightsPerPassChangesNoBits) {
+  FORGE_SKIP_WITHOUT_GPU();
+  struct Variant {
+    Fp8Recipe recipe;
+    bool fp8_lm_head, llama;
+  };
+  for (const Variant v : {Variant{Fp8Recipe::kDelayed, false, false},
+                          Variant{Fp8Recipe::kDelayed, true, true},
+                          Variant{Fp8Recipe::kCurrent, false, true}}) {
+    SCOPED_TRACE(std::string(v.recipe == Fp8Recipe::kCurrent ? "current" : "delayed") +
+                 (v.fp8_lm_head ? ", fp8 lm head" : "") + (v.llama ? ", llama knobs" : ""));
+    RunConfig zero2 = Config(ParallelMode::kZero2, 2, 1, GradReduce::kFp32, Precision::kFp8,
+                             v.fp8_lm_head, v.llama);
+    zero2.precision.fp8.recipe = v.recipe;
+    RunConfig fsdp = zero2;
+    fsdp.parallel.mode = ParallelMode::kFsdp;
+    const auto batches = MakeBatches(zero2, 2);
+    const std::vector<Trajectory> a = RunParallel(zero2, 2, batches, 0, kSteps, nullptr);
+    const std::vector<Trajectory> b = RunParallel(fsdp, 2, batches, 0, kSteps, nullptr);
+    ASSERT_EQ(a.size(), 2u);
+    ASSERT_EQ(b.size(), 2u);
+    ASSERT_EQ(a[0].losses.size(), size_t(kSteps));
+    ExpectBitwiseEqual(b[0], a[0], "fsdp vs zero2");
+    EXPECT_TRUE(b[0].extra == a[0].extra) << "FP8 scaling state differs";
+    EXPECT_LT(b[0].losses.back(), b[0].losses.front()) << "the model did not learn";
+  }
+}
+
 // Comm windows only move when the gradient collectives start (cuda_data_parallel.h): the
 // same sums, so bitwise the trajectory of collectives started at once, with accumulation
 // (the windows open on the last micro-step only) and in both gradient-collective kinds.

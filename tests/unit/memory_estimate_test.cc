@@ -185,6 +185,24 @@ TEST(MemoryEstimate, ShardedModesHoldLessPerRank) {
             EstimateTrainingMemory(c, Backend::kCuda, 1).weights);
 }
 
+// FP8 adds each linear's E4M3 weight and transpose: for every layer, but for one layer under
+// fsdp, which casts its gathered weights into one shared set before each pass.
+TEST(MemoryEstimate, FsdpHoldsOneLayersFp8Weights) {
+  const RunConfig c = Small();
+  auto fp8_weights = [&](ParallelMode mode) {
+    RunConfig bf16 = c;
+    bf16.parallel.mode = mode;
+    RunConfig fp8 = bf16;
+    fp8.precision.compute = Precision::kFp8;
+    return EstimateTrainingMemory(fp8, Backend::kCuda, 4).weights -
+           EstimateTrainingMemory(bf16, Backend::kCuda, 4).weights;
+  };
+  const double per_step = fp8_weights(ParallelMode::kZero2);
+  ASSERT_GT(per_step, 0.0);
+  EXPECT_NEAR(fp8_weights(ParallelMode::kDdp), per_step, 1e-9 * per_step);
+  EXPECT_NEAR(fp8_weights(ParallelMode::kFsdp) * c.model.n_layer, per_step, 1e-9 * per_step);
+}
+
 // hsdp shards over its shard group only: on 8 ranks in groups of 2 a rank holds what fsdp on 2
 // ranks holds; groups of 1 hold ddp's state, a group of the whole world fsdp's.
 TEST(MemoryEstimate, HsdpHoldsItsShardGroupsShare) {

@@ -31,7 +31,8 @@ Status CudaModel::SetUpFp8() {
   FORGE_ASSIGN_OR_RETURN(
       b.fp8,
       Fp8Linears::Create(o.fp8_config, m_.n_layer, shapes, N_, int(b.acts.size()), rope, lm_head,
-                         Fp8FusedBuffers{linears_.fp8_rope_table(), linears_.fp8_swiglu_gemm()}));
+                         Fp8FusedBuffers{linears_.fp8_rope_table(), linears_.fp8_swiglu_gemm()},
+                         /*one_weight_set=*/o.shard_params));
   allocated_bytes_ += b.fp8->allocated_bytes();
   return Status::Ok();
 }

@@ -68,8 +68,10 @@ Status CudaModel::ForwardImpl(const int32_t* inputs, const int32_t* targets, flo
   auto set = [&](int l) { return recompute ? 0 : l; };
   auto acts = [&](int l) -> const BlockActs& { return b.acts[set(l)]; };
   // FP8 weights are cast once per step (its first micro-batch) and for every evaluation pass
-  // (the optimizer changed the weights since).
-  const bool cast_weights = b.fp8 != nullptr && (!backward || !accumulate_grads);
+  // (the optimizer changed the weights since). fsdp: the layers share one set of FP8 weights
+  // (Fp8Linears one_weight_set), cast before each block's forward and backward.
+  const bool recast = b.fp8 != nullptr && o_.shard_params;
+  const bool cast_weights = b.fp8 != nullptr && (!backward || !accumulate_grads || recast);
 
   FORGE_RETURN_IF_ERROR(Phase(StepPhase::kFwdElementwise, s));
   FORGE_RETURN_IF_ERROR(BeforeForward(layout_.embedding_unit(), s));
@@ -102,6 +104,7 @@ Status CudaModel::ForwardImpl(const int32_t* inputs, const int32_t* targets, flo
   b.gemm_w.set_default_sm_count(wgrad_sm_count_);
   for (int l = L - 1; l >= 0; --l) {
     FORGE_RETURN_IF_ERROR(BeforeBackward(layout_.block_unit(l), s));
+    if (recast) FORGE_RETURN_IF_ERROR(CastLayerWeights(l, s));
     // The shared set still holds the last layer from the forward pass. Recomputing layer l
     // rewrites it while block l+1's dW GEMMs may still read it: wait for the last of them.
     if (recompute && l != L - 1) {

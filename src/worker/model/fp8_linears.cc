@@ -37,9 +37,10 @@ Fp8Linears::~Fp8Linears() {
 StatusOr<std::unique_ptr<Fp8Linears>> Fp8Linears::Create(
     const Fp8Config& cfg, int n_layer, const std::array<Fp8LinearShape, kLinearKinds>& shapes,
     int64_t tokens, int act_sets, const Fp8RopeShape& rope, const Fp8LmHeadShape& lm_head,
-    const Fp8FusedBuffers& fused) {
+    const Fp8FusedBuffers& fused, bool one_weight_set) {
   std::unique_ptr<Fp8Linears> f(new Fp8Linears());
-  FORGE_RETURN_IF_ERROR(f->Init(cfg, n_layer, shapes, tokens, act_sets, rope, lm_head, fused));
+  FORGE_RETURN_IF_ERROR(
+      f->Init(cfg, n_layer, shapes, tokens, act_sets, rope, lm_head, fused, one_weight_set));
   return StatusOr<std::unique_ptr<Fp8Linears>>(std::move(f));
 }
 
@@ -72,8 +73,9 @@ Status Fp8Linears::AllocGroup(Group* g, int64_t n, float fp8_max) {
 Status Fp8Linears::Init(const Fp8Config& cfg, int n_layer,
                         const std::array<Fp8LinearShape, kLinearKinds>& shapes, int64_t tokens,
                         int act_sets, const Fp8RopeShape& rope, const Fp8LmHeadShape& lm_head,
-                        const Fp8FusedBuffers& fused) {
+                        const Fp8FusedBuffers& fused, bool one_weight_set) {
   rope_ = rope;
+  one_weight_set_ = one_weight_set;
   cfg_ = cfg;
   L_ = n_layer;
   N_ = tokens;
@@ -115,8 +117,9 @@ Status Fp8Linears::Init(const Fp8Config& cfg, int n_layer,
       AllocGroup(&e4m3_, this->lm_head() ? LmInputSlot() + 1 : LmWeightSlot(), cpu::kE4M3Max));
   FORGE_RETURN_IF_ERROR(
       AllocGroup(&e5m2_, LmGradSlot() + (this->lm_head() ? 1 : 0), cpu::kE5M2Max));
-  lin_.assign(size_t(kLinearKinds) * L_, Linear{});
-  for (int l = 0; l < L_; ++l) {
+  const int weight_sets = one_weight_set ? 1 : L_;
+  lin_.assign(size_t(kLinearKinds) * weight_sets, Linear{});
+  for (int l = 0; l < weight_sets; ++l) {
     for (int k = 0; k < kLinearKinds; ++k) {
       Linear& li = lin_[size_t(kLinearKinds) * l + k];
       const size_t n = size_t(shapes[k].in * shapes[k].out);
@@ -200,7 +203,7 @@ Status Fp8Linears::Cast(Group& g, int64_t i, DType format, void* out, void* out_
 
 Status Fp8Linears::CastWeight(int layer, LinearKind k, const bf16* w, cudaStream_t s) {
   const int ki = int(k);
-  const Linear& li = lin_[size_t(LinearIndex(layer, ki))];
+  const Linear& li = WeightBuffers(layer, ki);
   return Cast(e4m3_, WeightSlot(layer, ki), DType::kE4M3, li.w8, li.w8t, w, shape_[ki].out,
               shape_[ki].in, s);
 }
@@ -209,7 +212,7 @@ Status Fp8Linears::CastLayerWeights(int layer, const std::array<const bf16*, kLi
                                     cudaStream_t s) {
   std::array<cuda::Fp8CastJob, kLinearKinds> jobs{};
   for (int ki = 0; ki < kLinearKinds; ++ki) {
-    const Linear& li = lin_[size_t(LinearIndex(layer, ki))];
+    const Linear& li = WeightBuffers(layer, ki);
     const SlotPtrs q = SlotOf(e4m3_, WeightSlot(layer, ki));
     jobs[ki] = cuda::Fp8CastJob{w[ki], li.w8, li.w8t, shape_[ki].out, shape_[ki].in,
                                 q.scale, q.amax, q.scale_inv};
@@ -248,7 +251,7 @@ cuda::WgmmaGemmArgs Fp8Linears::WgmmaForward(int layer, LinearKind k, void* d) c
   const int ki = int(k);
   cuda::WgmmaGemmArgs g;
   g.M = N_, g.N = shape_[ki].out, g.K = shape_[ki].in;
-  g.A = x8_, g.B = lin_[size_t(LinearIndex(layer, ki))].w8, g.D = d;
+  g.A = x8_, g.B = WeightBuffers(layer, ki).w8, g.D = d;
   g.epi.a_scale = SlotOf(e4m3_, InputSlot(layer, ki)).scale_inv;
   g.epi.b_scale = SlotOf(e4m3_, WeightSlot(layer, ki)).scale_inv;
   return g;
@@ -286,7 +289,7 @@ cuda::SwiGluBackwardGemmFp8Args Fp8Linears::SwiGluBackwardGemmArgs(int layer,
   const int kd = int(LinearKind::kDown), kg = int(LinearKind::kGateUp);
   cuda::SwiGluBackwardGemmFp8Args a;
   a.M = N_, a.K = shape_[kd].out, a.ffn = int(shape_[kd].in);
-  a.dy = dy8_[kd], a.w_t = lin_[size_t(LinearIndex(layer, kd))].w8t;
+  a.dy = dy8_[kd], a.w_t = WeightBuffers(layer, kd).w8t;
   a.dy_scale_inv = SlotOf(e5m2_, GradSlot(layer, kd)).scale_inv;
   a.w_scale_inv = SlotOf(e4m3_, WeightSlot(layer, kd)).scale_inv;
   a.gate_up = gate_up;
@@ -425,7 +428,7 @@ GemmArgs Fp8Linears::Forward(int layer, LinearKind k, bf16* y, const bf16* resid
   const int ki = int(k);
   GemmArgs g;
   g.M = N_, g.N = shape_[ki].out, g.K = shape_[ki].in;
-  g.A = InputScratch(ki), g.B = lin_[size_t(LinearIndex(layer, ki))].w8, g.D = y;
+  g.A = InputScratch(ki), g.B = WeightBuffers(layer, ki).w8, g.D = y;
   g.trans_a = false, g.trans_b = true;
   g.a_type = DType::kE4M3, g.b_type = DType::kE4M3, g.d_type = DType::kBf16;
   g.a_scale = SlotOf(e4m3_, InputSlot(layer, ki)).scale_inv;
@@ -440,7 +443,7 @@ GemmArgs Fp8Linears::BackwardData(int layer, LinearKind k, bf16* dx) const {
   const int ki = int(k);
   GemmArgs g;
   g.M = N_, g.N = shape_[ki].in, g.K = shape_[ki].out;
-  g.A = dy8_[ki], g.B = lin_[size_t(LinearIndex(layer, ki))].w8t, g.D = dx;
+  g.A = dy8_[ki], g.B = WeightBuffers(layer, ki).w8t, g.D = dx;
   g.trans_a = false, g.trans_b = true;
   g.a_type = DType::kE5M2, g.b_type = DType::kE4M3, g.d_type = DType::kBf16;
   g.a_scale = SlotOf(e5m2_, GradSlot(layer, ki)).scale_inv;

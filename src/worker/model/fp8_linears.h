@@ -97,11 +97,14 @@ class Fp8Linears {
  public:
   // shapes by LinearKind; act_sets: how many sets of saved transposed inputs (n_layer, or 1
   // with activation recompute). Every in/out and `tokens` must be a multiple of 16 (FP8 GEMM
-  // alignment). fused: the buffers the chosen fused kernels read. Allocates everything once.
+  // alignment). fused: the buffers the chosen fused kernels read. one_weight_set: every layer's
+  // FP8 weights share one set of buffers, cast again before each of the layer's forward and
+  // backward passes (its BF16 weights are gathered for each pass anyway: fsdp); else each
+  // layer keeps its own, cast once per step. Allocates everything once.
   static StatusOr<std::unique_ptr<Fp8Linears>> Create(
       const Fp8Config& cfg, int n_layer, const std::array<Fp8LinearShape, kLinearKinds>& shapes,
       int64_t tokens, int act_sets, const Fp8RopeShape& rope, const Fp8LmHeadShape& lm_head = {},
-      const Fp8FusedBuffers& fused = {});
+      const Fp8FusedBuffers& fused = {}, bool one_weight_set = false);
   ~Fp8Linears();
   Fp8Linears(const Fp8Linears&) = delete;
   Fp8Linears& operator=(const Fp8Linears&) = delete;
@@ -109,7 +112,9 @@ class Fp8Linears {
   size_t allocated_bytes() const { return allocated_; }
 
   // W8 and W8t of (layer, kind) from the BF16 weight w [out, in] (the compute copy, or the
-  // gathered unit under fsdp): once per step, before the layer's first forward.
+  // gathered unit under fsdp): once per step, before the layer's first forward; with
+  // one_weight_set before each of its passes. Casts within a step use one scale, so every
+  // cast of a weight writes the same bytes and amax.
   Status CastWeight(int layer, LinearKind k, const cuda::bf16* w, cudaStream_t s);
   // All four of a layer's weights (by LinearKind) at once: one launch on a delayed step
   // (CastTransposeGroupToFp8, bit for bit the four CastWeight calls), else CastWeight each.
@@ -268,6 +273,10 @@ class Fp8Linears {
   // A block linear layer's scaling slots (see the header comment), t = kLinearKinds * layer +
   // kind: E4M3 weight 2t and input 2t + 1, E5M2 output gradient t.
   static int64_t LinearIndex(int layer, int ki) { return int64_t{kLinearKinds} * layer + ki; }
+  // The FP8 weight buffers of (layer, kind): its own, or the one shared set.
+  const Linear& WeightBuffers(int layer, int ki) const {
+    return lin_[size_t(LinearIndex(one_weight_set_ ? 0 : layer, ki))];
+  }
   static int64_t WeightSlot(int layer, int ki) { return 2 * LinearIndex(layer, ki); }
   static int64_t InputSlot(int layer, int ki) { return WeightSlot(layer, ki) + 1; }
   static int64_t GradSlot(int layer, int ki) { return LinearIndex(layer, ki); }
@@ -280,7 +289,7 @@ class Fp8Linears {
   Status Init(const Fp8Config& cfg, int n_layer,
               const std::array<Fp8LinearShape, kLinearKinds>& shapes, int64_t tokens, int act_sets,
               const Fp8RopeShape& rope, const Fp8LmHeadShape& lm_head,
-              const Fp8FusedBuffers& fused);
+              const Fp8FusedBuffers& fused, bool one_weight_set);
   // Slot i of g: what a cast or a kernel writing FP8 takes (scale read; amax and scale_inv
   // written).
   struct SlotPtrs {
@@ -317,7 +326,8 @@ class Fp8Linears {
   size_t allocated_ = 0;
   std::vector<void*> allocations_;
   Group e4m3_, e5m2_;
-  std::vector<Linear> lin_;                    // [4l + k]
+  std::vector<Linear> lin_;                    // [4l + k], or [k] with one_weight_set_
+  bool one_weight_set_ = false;
   uint8_t* x8_ = nullptr;                      // [N, max in]
   // The down projection's forward input [N, ffn] with Fp8FusedBuffers::swiglu_gemm (the gate/up
   // GEMM writes it while still reading x8), else null and x8 serves: InputScratch.

@@ -50,6 +50,7 @@ double CpuActivations(const ModelConfig& m, int micro_batch, double* probs) {
 // run time (the fused epilogue GEMMs, which engine cuDNN picks) is taken as on an H100/H200.
 struct CudaBuffers {
   double fp8_weights = 0;  // the linears' FP8 weights and their transposes (every rank whole)
+                           // of every layer, or of one layer under fsdp (cast per pass)
   double activations = 0;  // layer inputs, saved block tensors, the final norm's output
   double workspace = 0;    // backward gradients, logits chunks, attention and GEMM scratch
   double quadratic = 0;    // the part of workspace that grows with seq_len^2 (cuDNN's)
@@ -111,11 +112,13 @@ CudaBuffers CountCudaBuffers(const RunConfig& cfg, int world) {
   c.workspace += 2.0 * (64 << 20);  // two cuBLASLt workspaces (compute and wgrad streams)
 
   if (fp8) {
-    // Fp8Linears: per layer an E4M3 weight and its transpose for each linear; the input's cast
-    // (widest input) and, per saved block set, every linear's transposed input; each linear's
-    // output gradient cast and its transpose.
+    // Fp8Linears: per layer (one shared set under fsdp) an E4M3 weight and its transpose for
+    // each linear; the input's cast (widest input) and, per saved block set, every linear's
+    // transposed input; each linear's output gradient cast and its transpose.
     const double ins = d + att + d + ffn, outs = qkv + d + 2 * ffn + d;
-    c.fp8_weights = 2 * L * (qkv * d + att * d + 2 * ffn * d + ffn * d);
+    const bool one_weight_set = world > 1 && ModeRulesFor(cfg.parallel, world).shard_params;
+    c.fp8_weights =
+        2 * (one_weight_set ? 1 : L) * (qkv * d + att * d + 2 * ffn * d + ffn * d);
     c.activations += N * sets * ins;
     c.workspace += N * std::max({d, att, ffn}) + 2 * N * outs;
     if (cfg.precision.fp8.lm_head) {
