@@ -120,6 +120,7 @@ struct Trajectory {
   std::vector<float> losses, norms;
   UnitBuffers params, m, v;
   std::map<std::string, std::string> extra;  // the backend's FP8 scaling state
+  int64_t fp8_block_gathers = 0;              // CudaTrainBackend::fp8_block_gathers
 };
 
 StepHyper Hyper(int step) { return StepHyper{2e-3f * (1.0f - 0.05f * step), step + 1}; }
@@ -183,6 +184,7 @@ void RankSteps(const RunConfig& c, const std::vector<std::vector<Tokens>>& batch
   e->Ok(r, b->GetParams(&out->params), "GetParams");
   e->Ok(r, b->GetMoments(&out->m, &out->v), "GetMoments");
   e->Ok(r, b->GetExtraState(&out->extra), "GetExtraState");
+  out->fp8_block_gathers = b->fp8_block_gathers();
 }
 
 std::vector<Trajectory> RunParallel(const RunConfig& c, int world,
@@ -296,12 +298,16 @@ TEST_P(CudaDataParallelTest, MatchesOneGpuAndIsDeterministic) {
   for (int s = 3; s < kSteps; ++s) EXPECT_EQ(tail[0].losses[s - 3], dp.losses[s]) << "step " << s;
 }
 
-// fsdp in FP8 keeps one set of FP8 weights for all layers and casts it before each block's
-// forward and backward pass (Fp8Linears one_weight_set); zero2 keeps every layer's, cast once
-// per step, from the same bf16 values. Casts within a step share one scale, so both write the
-// same FP8 bytes and amaxes. On 2 ranks with one micro-step each every gradient sum is one
-// addition (the same in either order), so the trajectories must be bitwise equal, FP8 scaling
-// state included: delayed and current recipe, BF16 and FP8 LM head, and the Llama knobs.
+// fsdp in FP8 keeps one set of FP8 weights for all layers, cast before each block's forward
+// and backward pass (Fp8Linears one_weight_set); zero2 keeps every layer's, cast once per step,
+// from the same bf16 values. Casts within a step share one scale, so both write the same FP8
+// bytes and amaxes. After the delayed recipe's first step fsdp gathers the weights as E4M3
+// instead, each rank casting its slot: the cast is elementwise with the same scale and the
+// amax a max over the slots, so again the same bytes and amaxes. On 2 ranks with one
+// micro-step each every gradient sum is one addition (the same in either order), so the
+// trajectories must be bitwise equal, FP8 scaling state included: delayed and current
+// recipe, BF16 and FP8 LM head, and the Llama knobs. The delayed runs must have gathered E4M3
+// (the first step and the current recipe gather bf16).
 TEST(CudaDataParallel, FsdpRecastingFp8WeightsPerPassChangesNoBits) {
   FORGE_SKIP_WITHOUT_GPU();
   struct Variant {
@@ -327,6 +333,49 @@ TEST(CudaDataParallel, FsdpRecastingFp8WeightsPerPassChangesNoBits) {
     ExpectBitwiseEqual(b[0], a[0], "fsdp vs zero2");
     EXPECT_TRUE(b[0].extra == a[0].extra) << "FP8 scaling state differs";
     EXPECT_LT(b[0].losses.back(), b[0].losses.front()) << "the model did not learn";
+    // Every block is gathered at least once a step (each update makes the gathered copies
+    // stale), in E4M3 from the second step on.
+    const int64_t min_gathers = int64_t{zero2.model.n_layer} * (kSteps - 1);
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(a[r].fp8_block_gathers, 0) << "rank " << r;
+      if (v.recipe == Fp8Recipe::kDelayed) {
+        EXPECT_GE(b[r].fp8_block_gathers, min_gathers) << "rank " << r;
+      } else {
+        EXPECT_EQ(b[r].fp8_block_gathers, 0) << "rank " << r;
+      }
+    }
+  }
+}
+
+// With accumulation (every micro-step gathers the blocks again and adds its reduce-scattered
+// gradient) and with full activation recompute (the backward's recompute reads the gathered
+// E4M3 weights again), fsdp's E4M3 gather against its bf16 gather and per-pass cast
+// (CudaBackendOptions::fp8_gather off): the same bytes and amaxes, so bitwise the same run.
+TEST(CudaDataParallel, FsdpFp8GatherChangesNoBits) {
+  FORGE_SKIP_WITHOUT_GPU();
+  for (const Recompute recompute : {Recompute::kNone, Recompute::kFull}) {
+    SCOPED_TRACE(recompute == Recompute::kFull ? "full recompute" : "no recompute");
+    RunConfig c = Config(ParallelMode::kFsdp, 2, 2, GradReduce::kFp32, Precision::kFp8,
+                         /*fp8_lm_head=*/true, /*llama=*/true);
+    c.precision.fp8.recipe = Fp8Recipe::kDelayed;
+    c.train.activation_recompute = recompute;
+    const auto batches = MakeBatches(c, 4);
+    const std::vector<Trajectory> fp8 = RunParallel(c, 2, batches, 0, kSteps, nullptr);
+    CudaBackendOptions bf16_gather;
+    bf16_gather.fp8_gather = false;
+    const std::vector<Trajectory> bf16 =
+        RunParallel(c, 2, batches, 0, kSteps, nullptr, bf16_gather);
+    ASSERT_EQ(fp8.size(), 2u);
+    ASSERT_EQ(bf16.size(), 2u);
+    ASSERT_EQ(fp8[0].losses.size(), size_t(kSteps));
+    for (int r = 0; r < 2; ++r) {
+      ExpectBitwiseEqual(fp8[r], bf16[r], "e4m3 vs bf16 gather, rank " + std::to_string(r));
+      EXPECT_TRUE(fp8[r].extra == bf16[r].extra) << "rank " << r << ": FP8 state differs";
+      EXPECT_GE(fp8[r].fp8_block_gathers, int64_t{c.model.n_layer} * (kSteps - 1))
+          << "rank " << r;
+      EXPECT_EQ(bf16[r].fp8_block_gathers, 0) << "rank " << r;
+    }
+    EXPECT_LT(fp8[0].losses.back(), fp8[0].losses.front()) << "the model did not learn";
   }
 }
 

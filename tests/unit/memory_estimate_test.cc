@@ -203,6 +203,30 @@ TEST(MemoryEstimate, FsdpHoldsOneLayersFp8Weights) {
   EXPECT_NEAR(fp8_weights(ParallelMode::kFsdp) * c.model.n_layer, per_step, 1e-9 * per_step);
 }
 
+// fsdp's E4M3 gather (delayed recipe, shapes in multiples of 64) adds two gathered block units
+// and this rank's slot of every block, a byte an element; the current recipe, other modes and
+// shapes the byte transpose cannot take gather bf16 and add nothing.
+TEST(MemoryEstimate, FsdpCountsItsFp8GatherBuffers) {
+  auto extra = [](ParallelMode mode, int ffn) {
+    RunConfig c = Small();
+    c.model.d_model = 128;
+    c.model.ffn = ffn;
+    c.parallel.mode = mode;
+    c.precision.compute = Precision::kFp8;
+    RunConfig current = c;
+    current.precision.fp8.recipe = Fp8Recipe::kCurrent;
+    c.precision.fp8.recipe = Fp8Recipe::kDelayed;
+    return EstimateTrainingMemory(c, Backend::kCuda, 4).weights -
+           EstimateTrainingMemory(current, Backend::kCuda, 4).weights;
+  };
+  // d 128, 4 heads of 32 (2 KV heads), ffn 256: qkv 256 x 128, out 128 x 128, gate/up and down
+  // 3 x 256 x 128, two norms of 128: 147712 elements a block; 3 blocks over 4 ranks.
+  const double block = 256 * 128 + 128 * 128 + 3 * 256 * 128 + 2 * 128;
+  EXPECT_DOUBLE_EQ(extra(ParallelMode::kFsdp, 256), 2 * block + 3 * block / 4);
+  EXPECT_DOUBLE_EQ(extra(ParallelMode::kFsdp, 160), 0.0);
+  EXPECT_DOUBLE_EQ(extra(ParallelMode::kZero2, 256), 0.0);
+}
+
 // hsdp shards over its shard group only: on 8 ranks in groups of 2 a rank holds what fsdp on 2
 // ranks holds; groups of 1 hold ddp's state, a group of the whole world fsdp's.
 TEST(MemoryEstimate, HsdpHoldsItsShardGroupsShare) {

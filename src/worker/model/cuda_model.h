@@ -142,6 +142,11 @@ struct CudaModelHooks {
   // gracefully, where the GEMMs (persistent, one CTA per SM) slow down by far more than the
   // SMs they lose. A moment to start the gradient collectives (enqueued on `stream`).
   std::function<Status(int unit, cudaStream_t stream)> comm_window;
+  // FP8 with shard_params: where the model would cast block `unit`'s linear weights (before
+  // each of its passes), the weights already in E4M3 at their offsets in the unit (one byte
+  // an element, cast with the weights' scales: fsdp's FP8 all-gather), or null: the model
+  // casts them from the unit's bf16 parameters as usual.
+  std::function<const uint8_t*(int unit)> fp8_weights;
   // With CudaModelOptions::grads16, on a pass that overwrites the gradient (one micro-step):
   // the BF16 weight-gradient GEMMs write the blocks' matrices straight into grads16.
   bool grads_to_bf16 = false;
@@ -307,7 +312,7 @@ class CudaModel {
   cuda::WgmmaGemmArgs GateUpSwiGluGemm() const;
   cuda::WgmmaGemmArgs DownSwiGluBackwardGemm() const;
   // FP8: layer l's weights into their FP8 copies (the first forward of a step or an eval).
-  Status CastLayerWeights(int layer, cudaStream_t stream);
+  Status CastLayerWeights(int layer, bool backward, cudaStream_t stream);
   // AdamW by the clip scale just written (NaN for a spike, set_spike_gate), now or
   // (defer_update) in the next forward; then EndStep.
   Status UpdateOrDefer(const cuda::AdamWHyper* hyper, cudaStream_t stream);

@@ -37,10 +37,17 @@ Status CudaModel::SetUpFp8() {
   return Status::Ok();
 }
 
-Status CudaModel::CastLayerWeights(int layer, cudaStream_t s) {
+Status CudaModel::CastLayerWeights(int layer, bool backward, cudaStream_t s) {
   const BlockOffsets& o = layout_.block;
-  const bf16* w = UnitParams(layout_.block_unit(layer));
+  const int unit = layout_.block_unit(layer);
   FORGE_RETURN_IF_ERROR(Phase(StepPhase::kFwdElementwise, s));
+  // Given cast already (CudaModelHooks::fp8_weights): the backward's GEMMs need their
+  // transposes, the forward's none.
+  if (const uint8_t* w8 = hooks_ && hooks_->fp8_weights ? hooks_->fp8_weights(unit) : nullptr) {
+    return buf_->fp8->UseCastWeights(
+        layer, {w8 + o.wqkv, w8 + o.wo, w8 + o.w_gate_up, w8 + o.w_down}, backward, s);
+  }
+  const bf16* w = UnitParams(unit);
   // In LinearKind order: qkv, out, gate/up, down.
   return buf_->fp8->CastLayerWeights(layer, {w + o.wqkv, w + o.wo, w + o.w_gate_up, w + o.w_down},
                                      s);

@@ -79,7 +79,7 @@ Status CudaModel::ForwardImpl(const int32_t* inputs, const int32_t* targets, flo
                                                UnitParams(layout_.embedding_unit()), N_, d_, s));
   for (int l = 0; l < L; ++l) {
     FORGE_RETURN_IF_ERROR(BeforeForward(layout_.block_unit(l), s));
-    if (cast_weights) FORGE_RETURN_IF_ERROR(CastLayerWeights(l, s));
+    if (cast_weights) FORGE_RETURN_IF_ERROR(CastLayerWeights(l, /*backward=*/false, s));
     FORGE_RETURN_IF_ERROR(BlockForward(l, set(l), acts(l), b.xs[l], b.xs[l + 1], s));
   }
   FORGE_RETURN_IF_ERROR(Phase(StepPhase::kFwdElementwise, s));
@@ -104,7 +104,7 @@ Status CudaModel::ForwardImpl(const int32_t* inputs, const int32_t* targets, flo
   b.gemm_w.set_default_sm_count(wgrad_sm_count_);
   for (int l = L - 1; l >= 0; --l) {
     FORGE_RETURN_IF_ERROR(BeforeBackward(layout_.block_unit(l), s));
-    if (recast) FORGE_RETURN_IF_ERROR(CastLayerWeights(l, s));
+    if (recast) FORGE_RETURN_IF_ERROR(CastLayerWeights(l, /*backward=*/true, s));
     // The shared set still holds the last layer from the forward pass. Recomputing layer l
     // rewrites it while block l+1's dW GEMMs may still read it: wait for the last of them.
     if (recompute && l != L - 1) {

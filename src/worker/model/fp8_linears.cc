@@ -203,6 +203,7 @@ Status Fp8Linears::Cast(Group& g, int64_t i, DType format, void* out, void* out_
 
 Status Fp8Linears::CastWeight(int layer, LinearKind k, const bf16* w, cudaStream_t s) {
   const int ki = int(k);
+  given_w8_[size_t(ki)] = nullptr;
   const Linear& li = WeightBuffers(layer, ki);
   return Cast(e4m3_, WeightSlot(layer, ki), DType::kE4M3, li.w8, li.w8t, w, shape_[ki].out,
               shape_[ki].in, s);
@@ -211,6 +212,7 @@ Status Fp8Linears::CastWeight(int layer, LinearKind k, const bf16* w, cudaStream
 Status Fp8Linears::CastLayerWeights(int layer, const std::array<const bf16*, kLinearKinds>& w,
                                     cudaStream_t s) {
   std::array<cuda::Fp8CastJob, kLinearKinds> jobs{};
+  given_w8_.fill(nullptr);
   for (int ki = 0; ki < kLinearKinds; ++ki) {
     const Linear& li = WeightBuffers(layer, ki);
     const SlotPtrs q = SlotOf(e4m3_, WeightSlot(layer, ki));
@@ -225,6 +227,35 @@ Status Fp8Linears::CastLayerWeights(int layer, const std::array<const bf16*, kLi
     return Status::Ok();
   }
   return cuda::CastTransposeGroupToFp8(jobs.data(), kLinearKinds, DType::kE4M3, s);
+}
+
+bool Fp8Linears::TakesCastWeights() const {
+  if (!one_weight_set_) return false;
+  for (const Fp8LinearShape& sh : shape_) {
+    if (sh.in % 64 != 0 || sh.out % 64 != 0) return false;
+  }
+  return true;
+}
+
+Status Fp8Linears::UseCastWeights(int layer, const std::array<const uint8_t*, kLinearKinds>& w8,
+                                  bool transposes, cudaStream_t s) {
+  if (!TakesCastWeights()) {
+    return Status::Precondition("fp8 linears: cast weights need one weight set and shapes in "
+                                "multiples of 64");
+  }
+  for (int ki = 0; ki < kLinearKinds; ++ki) {
+    if (reinterpret_cast<uintptr_t>(w8[size_t(ki)]) % 16 != 0) {
+      return Status::Precondition("fp8 linears: cast weights must be 16-byte aligned");
+    }
+  }
+  given_w8_ = w8;
+  if (!transposes) return Status::Ok();
+  for (int ki = 0; ki < kLinearKinds; ++ki) {
+    const Linear& li = WeightBuffers(layer, ki);
+    FORGE_RETURN_IF_ERROR(
+        cuda::TransposeBytes(li.w8t, w8[size_t(ki)], shape_[ki].out, shape_[ki].in, s));
+  }
+  return Status::Ok();
 }
 
 Status Fp8Linears::CastInput(int layer, LinearKind k, int set, const bf16* x, cudaStream_t s) {
@@ -251,7 +282,7 @@ cuda::WgmmaGemmArgs Fp8Linears::WgmmaForward(int layer, LinearKind k, void* d) c
   const int ki = int(k);
   cuda::WgmmaGemmArgs g;
   g.M = N_, g.N = shape_[ki].out, g.K = shape_[ki].in;
-  g.A = x8_, g.B = WeightBuffers(layer, ki).w8, g.D = d;
+  g.A = x8_, g.B = W8(layer, ki), g.D = d;
   g.epi.a_scale = SlotOf(e4m3_, InputSlot(layer, ki)).scale_inv;
   g.epi.b_scale = SlotOf(e4m3_, WeightSlot(layer, ki)).scale_inv;
   return g;
@@ -428,7 +459,7 @@ GemmArgs Fp8Linears::Forward(int layer, LinearKind k, bf16* y, const bf16* resid
   const int ki = int(k);
   GemmArgs g;
   g.M = N_, g.N = shape_[ki].out, g.K = shape_[ki].in;
-  g.A = InputScratch(ki), g.B = WeightBuffers(layer, ki).w8, g.D = y;
+  g.A = InputScratch(ki), g.B = W8(layer, ki), g.D = y;
   g.trans_a = false, g.trans_b = true;
   g.a_type = DType::kE4M3, g.b_type = DType::kE4M3, g.d_type = DType::kBf16;
   g.a_scale = SlotOf(e4m3_, InputSlot(layer, ki)).scale_inv;

@@ -120,6 +120,27 @@ class Fp8Linears {
   // (CastTransposeGroupToFp8, bit for bit the four CastWeight calls), else CastWeight each.
   Status CastLayerWeights(int layer, const std::array<const cuda::bf16*, kLinearKinds>& w,
                           cudaStream_t s);
+  // one_weight_set: the layer's weights given already cast (fsdp's FP8 all-gather, by
+  // LinearKind, each [out, in] E4M3 with the layer's weight scale, 16-byte aligned): the GEMMs
+  // read w8 in place until the next cast, and with `transposes` each W8t is made from it by a
+  // byte transpose (bit for bit the cast's transposed copy; a forward pass reads no W8t).
+  // Only where TakesCastWeights().
+  Status UseCastWeights(int layer, const std::array<const uint8_t*, kLinearKinds>& w8,
+                        bool transposes, cudaStream_t s);
+  // Whether UseCastWeights can serve: one_weight_set and every weight's rows and columns a
+  // multiple of 64 (the byte transpose's tile).
+  bool TakesCastWeights() const;
+  // Linear k's weight shape and its scaling slot in layer `layer` (scale read by a cast;
+  // amax and scale_inv written), for a caller that casts the weight itself.
+  struct SlotPtrs {
+    const float* scale;
+    float* amax;
+    float* scale_inv;
+  };
+  Fp8LinearShape shape(LinearKind k) const { return shape_[size_t(k)]; }
+  SlotPtrs WeightScaling(int layer, LinearKind k) const {
+    return SlotOf(e4m3_, WeightSlot(layer, int(k)));
+  }
   // x [N, in] -> x8 (scratch for the forward GEMM) and x8t of act set `set`.
   Status CastInput(int layer, LinearKind k, int set, const cuda::bf16* x, cudaStream_t s);
   // dy [N, out] -> dy8 and dy8t of the kind.
@@ -232,6 +253,7 @@ class Fp8Linears {
   }
   // Whether casts measure their tensor first (current recipe, or no step recorded yet).
   bool measuring() const { return cfg_.recipe == Fp8Recipe::kCurrent || !have_history_; }
+  Fp8Recipe recipe() const { return cfg_.recipe; }
 
   // Host copies (synchronise on `s`), for tests and logs: amax histories/scales are per
   // tensor index (see the header comment).
@@ -277,6 +299,10 @@ class Fp8Linears {
   const Linear& WeightBuffers(int layer, int ki) const {
     return lin_[size_t(LinearIndex(one_weight_set_ ? 0 : layer, ki))];
   }
+  // The W8 the forward GEMMs read: UseCastWeights' while it holds, else the buffer's own.
+  const uint8_t* W8(int layer, int ki) const {
+    return given_w8_[size_t(ki)] != nullptr ? given_w8_[size_t(ki)] : WeightBuffers(layer, ki).w8;
+  }
   static int64_t WeightSlot(int layer, int ki) { return 2 * LinearIndex(layer, ki); }
   static int64_t InputSlot(int layer, int ki) { return WeightSlot(layer, ki) + 1; }
   static int64_t GradSlot(int layer, int ki) { return LinearIndex(layer, ki); }
@@ -290,13 +316,7 @@ class Fp8Linears {
               const std::array<Fp8LinearShape, kLinearKinds>& shapes, int64_t tokens, int act_sets,
               const Fp8RopeShape& rope, const Fp8LmHeadShape& lm_head,
               const Fp8FusedBuffers& fused, bool one_weight_set);
-  // Slot i of g: what a cast or a kernel writing FP8 takes (scale read; amax and scale_inv
-  // written).
-  struct SlotPtrs {
-    const float* scale;
-    float* amax;
-    float* scale_inv;
-  };
+  // Slot i of g: what a cast or a kernel writing FP8 takes.
   static SlotPtrs SlotOf(const Group& g, int64_t i);
   // Linear k's forward x8 W8^T into d on our Hopper GEMM (kPlain; the callers add their
   // epilogue): shapes, operands and dequantisation scales.
@@ -328,6 +348,7 @@ class Fp8Linears {
   Group e4m3_, e5m2_;
   std::vector<Linear> lin_;                    // [4l + k], or [k] with one_weight_set_
   bool one_weight_set_ = false;
+  std::array<const uint8_t*, kLinearKinds> given_w8_{};  // UseCastWeights' (null: none)
   uint8_t* x8_ = nullptr;                      // [N, max in]
   // The down projection's forward input [N, ffn] with Fp8FusedBuffers::swiglu_gemm (the gate/up
   // GEMM writes it while still reading x8), else null and x8 serves: InputScratch.

@@ -67,6 +67,7 @@ class CudaBackend final : public CudaTrainBackend {
     return static_cast<int64_t>(model_ ? model_->allocated_bytes() : 0) + own_bytes_;
   }
   bool graph_active() const override { return graph_exec_ != nullptr; }
+  int64_t fp8_block_gathers() const override { return dp_ ? dp_->fp8_block_gathers() : 0; }
   void* compute_stream() const override { return compute_stream_; }
   Status ProfileStep(const std::vector<MicroBatch>& micro, const StepHyper& hyper,
                      std::vector<std::pair<std::string, double>>* phase_ms) override;
@@ -242,8 +243,12 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
                                                          cfg.parallel.grad_reduce,
                                                          cfg.parallel.ddp_allreduce,
                                                          options.comm_windows,
-                                                         hsdp_replica_.get()));
+                                                         hsdp_replica_.get(),
+                                                         options.fp8_gather));
     model_->set_hooks(dp_->read_hooks());
+    if (comm->rank() == 0 && !dp_->fp8_gather_note().empty()) {
+      std::fprintf(stderr, "forge: cuda backend: %s\n", dp_->fp8_gather_note().c_str());
+    }
   }
 
   FORGE_CUDA_CHECK(
@@ -632,7 +637,9 @@ Status CudaBackend::SetExtraState(const std::map<std::string, std::string>& blob
   if (model_->fp8() == nullptr || it == blobs.end()) return Status::Ok();
   FORGE_CUDA_CHECK(cudaSetDevice(device_));
   FORGE_RETURN_IF_ERROR(Sync());
-  return model_->fp8()->LoadState(it->second, compute_stream_);
+  FORGE_RETURN_IF_ERROR(model_->fp8()->LoadState(it->second, compute_stream_));
+  if (dp_) dp_->ParamsChanged();  // fsdp's FP8 slot casts used the old scales
+  return Status::Ok();
 }
 
 Status CudaBackend::ProfileStep(const std::vector<MicroBatch>& micro, const StepHyper& hyper,

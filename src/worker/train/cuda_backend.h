@@ -75,6 +75,9 @@ struct CudaBackendOptions {
   // ddp / zero1 / zero2: gradient collectives start in the comm windows the backward opens
   // (worker/train/cuda_data_parallel.h); off, each starts as soon as its unit is reduced.
   bool comm_windows = true;
+  // fsdp / hsdp in FP8: the blocks' linear weights all-gathered as E4M3 where it applies
+  // (worker/train/cuda_data_parallel.h); off, gathered in bf16 and cast per pass.
+  bool fp8_gather = true;
 };
 
 // The defaults with the config's `engine:` keys applied.
@@ -99,6 +102,8 @@ class CudaTrainBackend : public TrainBackend {
   virtual int64_t allocated_bytes() const = 0;
   // True once the step runs as a replayed CUDA graph.
   virtual bool graph_active() const = 0;
+  // fsdp in FP8: block parameter gathers so far that moved the linear weights as E4M3 bytes.
+  virtual int64_t fp8_block_gathers() const = 0;
   // The stream the step runs on (a cudaStream_t), for timing with events.
   virtual void* compute_stream() const = 0;
   // One eager training step (same effect on the weights as TrainStep) with every phase timed

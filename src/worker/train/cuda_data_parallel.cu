@@ -1,12 +1,14 @@
 #include "worker/train/cuda_data_parallel.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
 #include "kernels/cuda/adamw.h"  // CastFloatToBf16, CastBf16ToFloat
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/fp8_cast.h"
 #include "kernels/cuda/fp8_scale_update.h"
 #include "worker/model/fp8_linears.h"
 #include "worker/model/shard_layout.h"
@@ -19,6 +21,34 @@ __global__ void AddKernel(float* __restrict__ dst, const float* __restrict__ src
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += stride) {
     dst[i] += src[i];
+  }
+}
+
+// *dst[i] = max(*dst[i], src[i]) for amaxes (non-negative floats, NaN patterns above Inf's:
+// compared as their bits, as the casts fold them).
+__global__ void AmaxFoldKernel(float* const* __restrict__ dst, const float* __restrict__ src,
+                               int64_t n) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= n) return;
+  if (__float_as_uint(src[i]) > __float_as_uint(*dst[i])) *dst[i] = src[i];
+}
+
+// out[i] = slot[pack[i]] for i < mine, 0 up to n (the padding of a rank's packed part).
+__global__ void PackKernel(cuda::bf16* __restrict__ out, const cuda::bf16* __restrict__ slot,
+                           const int64_t* __restrict__ pack, int64_t mine, int64_t n) {
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += stride) {
+    out[i] = i < mine ? slot[pack[i]] : __float2bfloat16(0.0f);
+  }
+}
+
+// unit[dst[j]] = gathered[src[j]]: the packed parts back at their unit offsets.
+__global__ void UnpackKernel(cuda::bf16* __restrict__ unit, const cuda::bf16* __restrict__ gathered,
+                             const int64_t* __restrict__ dst, const int64_t* __restrict__ src,
+                             int64_t n) {
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < n; j += stride) {
+    unit[dst[j]] = gathered[src[j]];
   }
 }
 
@@ -49,7 +79,7 @@ CudaDataParallel::~CudaDataParallel() {
 
 StatusOr<std::unique_ptr<CudaDataParallel>> CudaDataParallel::Create(
     NcclComm* comm, const ModeRules& rules, CudaModel* model, GradReduce grad_reduce,
-    DdpAllReduce ddp_allreduce, bool comm_windows, NcclComm* replica) {
+    DdpAllReduce ddp_allreduce, bool comm_windows, NcclComm* replica, bool fp8_gather) {
   if (comm == nullptr || model == nullptr)
     return Status::Invalid("CudaDataParallel: null comm/model");
   const bool fsdp_like = rules.shard_params;
@@ -72,6 +102,7 @@ StatusOr<std::unique_ptr<CudaDataParallel>> CudaDataParallel::Create(
       new CudaDataParallel(comm, rules, model, grad_reduce, ddp_allreduce));
   dp->replica_ = replica;
   dp->comm_windows_ = comm_windows && !fsdp_like;
+  dp->fp8_gather_ = fp8_gather && fsdp_like;  // what InitFp8Gather may set up
   FORGE_RETURN_IF_ERROR(dp->Init());
   return StatusOr<std::unique_ptr<CudaDataParallel>>(std::move(dp));
 }
@@ -389,7 +420,15 @@ Status CudaDataParallel::Optimize(const cuda::AdamWHyper* hyper, float* stats,
   Comm* norm_comm = exec_->norm_comm();
   FORGE_RETURN_IF_ERROR(norm_comm == nullptr ? model_->GradSumSquaresFromUnits(stats + 1, compute)
                                              : model_->GradSumSquares(stats + 1, compute));
-  if (model_->fp8() != nullptr) FORGE_RETURN_IF_ERROR(ShareFp8Amax(compute));
+  if (model_->fp8() != nullptr) {
+    // fsdp's FP8 gather: the weights' amaxes of the slot casts this step's passes used.
+    if (fp8_slots_valid_) {
+      const int n = int(model_->layout().units.size() - 2) * kLinearKinds;
+      AmaxFoldKernel<<<(n + 255) / 256, 256, 0, compute>>>(fp8_weight_amax_, fp8_slot_amax_, n);
+      FORGE_CUDA_LAUNCH_CHECK();
+    }
+    FORGE_RETURN_IF_ERROR(ShareFp8Amax(compute));
+  }
   if (norm_comm == nullptr) {
     // Identical gradients everywhere: the local norm is the global one. A spike-gated update
     // (CudaModel::set_spike_gate) reads the global loss, so the loss is summed first then.
@@ -498,6 +537,7 @@ Status CudaDataParallel::GatherSlots(State which, UnitBuffers* out, cudaStream_t
 
 void CudaDataParallel::ParamsChanged() {
   root_valid_ = false;
+  fp8_slots_valid_ = false;
   holder_[0] = holder_[1] = -1;
 }
 
@@ -535,6 +575,7 @@ Status CudaDataParallel::InitFsdp() {
     }
   }
   FORGE_RETURN_IF_ERROR(AllocDevice(reinterpret_cast<void**>(&add_slot_), slot_max * 4));
+  FORGE_RETURN_IF_ERROR(InitFp8Gather(fp8_gather_));
   for (cudaEvent_t* e : {&root_gathered_, &root_rs_done_, &gathered_[0], &gathered_[1],
                          &released_[0], &released_[1], &rs_done_[0], &rs_done_[1]}) {
     FORGE_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
@@ -547,6 +588,10 @@ Status CudaDataParallel::EnsureRoot(cudaStream_t compute, bool wait) {
   const ParamLayout& layout = model_->layout();
   const CudaParamBuffers& pb = model_->param_buffers();
   if (!root_valid_) {
+    // New slots or scales: the E4M3 casts of the slots, where no cast measures first (the
+    // scale is known before the cast).
+    fp8_slots_valid_ = fp8_gather_ && !model_->fp8()->measuring();
+    if (fp8_slots_valid_) FORGE_RETURN_IF_ERROR(CastFp8Slots(compute));
     FORGE_RETURN_IF_ERROR(CommWaitsStream(compute));  // after AdamW wrote the slots
     const int roots[2] = {layout.embedding_unit(), layout.final_norm_unit()};
     for (int i = 0; i < 2; ++i) {
@@ -572,9 +617,30 @@ Status CudaDataParallel::Ensure(int layer, cudaStream_t compute, bool wait) {
     if (released_pending_[b]) FORGE_RETURN_IF_ERROR(CommWaits(released_[b]));
     else FORGE_RETURN_IF_ERROR(CommWaitsStream(compute));
     released_pending_[b] = false;
-    FORGE_RETURN_IF_ERROR(exec_->GatherShards(u, pb.params_shard + pb.shard_offset[u],
-                                              block_params_[b], DType::kBF16, "params",
-                                              /*pending=*/nullptr));
+    holder_fp8_[b] = fp8_slots_valid_;
+    if (fp8_slots_valid_) {
+      // The norm weights packed per rank, gathered and put back in the bf16 unit; the linear
+      // weights' E4M3 bytes gathered as bf16 pairs (fp8_slot_ is even) into the FP8 unit.
+      const std::string& name = model_->layout().units[u].name;
+      PackKernel<<<64, 256, 0, nccl_stream_>>>(nl_send_, pb.params_shard + pb.shard_offset[u],
+                                               nl_pack_, nl_mine_, nl_max_);
+      FORGE_CUDA_LAUNCH_CHECK();
+      FORGE_RETURN_IF_ERROR(
+          comm_->AllGather(nl_send_, nl_gathered_, nl_max_, DType::kBF16, "params (norms) " + name)
+              .status());
+      UnpackKernel<<<64, 256, 0, nccl_stream_>>>(block_params_[b], nl_gathered_, nl_dst_,
+                                                 nl_src_, nl_count_);
+      FORGE_CUDA_LAUNCH_CHECK();
+      FORGE_RETURN_IF_ERROR(comm_->AllGather(fp8_slots_ + int64_t{layer} * fp8_slot_,
+                                             block_params8_[b], fp8_slot_ / 2, DType::kBF16,
+                                             "params (e4m3) " + name)
+                                .status());
+      ++fp8_block_gathers_;
+    } else {
+      FORGE_RETURN_IF_ERROR(exec_->GatherShards(u, pb.params_shard + pb.shard_offset[u],
+                                                block_params_[b], DType::kBF16, "params",
+                                                /*pending=*/nullptr));
+    }
     FORGE_CUDA_CHECK(cudaEventRecord(gathered_[b], nccl_stream_));
     holder_[b] = layer;
   }
@@ -583,6 +649,131 @@ Status CudaDataParallel::Ensure(int layer, cudaStream_t compute, bool wait) {
     model_->BindUnit(u, block_params_[b], block_grads_[b]);
   }
   return Status::Ok();
+}
+
+// fsdp in FP8: where the E4M3 gather applies (see the file comment); the note says which path
+// runs and why. Every block has the same layout and slot.
+Status CudaDataParallel::InitFp8Gather(bool enabled) {
+  fp8_gather_ = false;
+  Fp8Linears* f8 = model_->fp8();
+  const ParamLayout& layout = model_->layout();
+  const int L = int(layout.units.size()) - 2;
+  if (f8 == nullptr || L <= 0) return Status::Ok();
+  const BlockOffsets& o = layout.block;
+  const std::array<int64_t, kLinearKinds> at = {o.wqkv, o.wo, o.w_gate_up, o.w_down};
+  const int u0 = layout.block_unit(0);
+  const int64_t slot = model_->param_buffers().slot[u0];
+  const char* bf16_path = "fsdp fp8 weights: gathered in bf16 and cast before each pass";
+  const char* why = nullptr;
+  if (!enabled) why = "the FP8 gather is off";
+  else if (f8->recipe() != Fp8Recipe::kDelayed)
+    why = "current scaling measures each weight before its cast, so only whole weights cast";
+  else if (!f8->TakesCastWeights())
+    why = "a weight's rows or columns are not a multiple of 64 (the byte transpose's tile)";
+  else if (slot % 2 != 0)
+    why = "a block's slot has an odd element count (the bytes move as bf16 pairs)";
+  for (int64_t a : at) {
+    if (why == nullptr && a % 16 != 0) why = "a weight's offset in its block is not 16-byte aligned";
+  }
+  if (why != nullptr) {
+    fp8_gather_note_ = std::string(bf16_path) + " (" + why + ")";
+    return Status::Ok();
+  }
+  fp8_gather_note_ =
+      "fsdp fp8 weights: gathered as E4M3 (half the bytes of bf16), each rank casting its slot "
+      "with the delayed scales; the first step gathers bf16 and casts (its casts measure)";
+  fp8_gather_ = true;
+  fp8_slot_ = slot;
+
+  // The block's non-linear elements, in unit order, and each rank's share of them.
+  const int64_t numel = layout.units[u0].numel;
+  std::vector<bool> linear(size_t(numel), false);
+  for (int k = 0; k < kLinearKinds; ++k) {
+    const Fp8LinearShape sh = f8->shape(LinearKind(k));
+    std::fill(linear.begin() + at[k], linear.begin() + at[k] + sh.in * sh.out, true);
+  }
+  std::vector<int64_t> dst, src, pack;
+  std::vector<int64_t> count(size_t(world_), 0);
+  for (int64_t i = 0; i < numel; ++i) {
+    if (!linear[size_t(i)]) ++count[size_t(i / slot)];
+  }
+  nl_max_ = *std::max_element(count.begin(), count.end());
+  std::vector<int64_t> seen(size_t(world_), 0);
+  for (int64_t i = 0; i < numel; ++i) {
+    if (linear[size_t(i)]) continue;
+    const int64_t r = i / slot;
+    dst.push_back(i);
+    src.push_back(r * nl_max_ + seen[size_t(r)]++);
+    if (r == rank_) pack.push_back(i - r * slot);
+  }
+  nl_count_ = int64_t(dst.size());
+  nl_mine_ = int64_t(pack.size());
+  auto upload = [&](int64_t** p, const std::vector<int64_t>& v) -> Status {
+    FORGE_RETURN_IF_ERROR(AllocDevice(reinterpret_cast<void**>(p), v.size() * sizeof(int64_t)));
+    FORGE_CUDA_CHECK(cudaMemcpy(*p, v.data(), v.size() * sizeof(int64_t), cudaMemcpyHostToDevice));
+    return Status::Ok();
+  };
+  FORGE_RETURN_IF_ERROR(upload(&nl_dst_, dst));
+  FORGE_RETURN_IF_ERROR(upload(&nl_src_, src));
+  FORGE_RETURN_IF_ERROR(upload(&nl_pack_, pack));
+  FORGE_RETURN_IF_ERROR(AllocDevice(reinterpret_cast<void**>(&nl_send_), nl_max_ * 2));
+  FORGE_RETURN_IF_ERROR(
+      AllocDevice(reinterpret_cast<void**>(&nl_gathered_), int64_t{world_} * nl_max_ * 2));
+
+  FORGE_RETURN_IF_ERROR(AllocDevice(reinterpret_cast<void**>(&fp8_slots_), int64_t{L} * slot));
+  for (uint8_t*& p : block_params8_) {
+    FORGE_RETURN_IF_ERROR(AllocDevice(reinterpret_cast<void**>(&p), int64_t{world_} * slot));
+  }
+  FORGE_RETURN_IF_ERROR(AllocDevice(reinterpret_cast<void**>(&fp8_slot_amax_),
+                                    size_t(L) * kLinearKinds * sizeof(float)));
+  std::vector<float*> amax;
+  for (int l = 0; l < L; ++l) {
+    for (int k = 0; k < kLinearKinds; ++k) amax.push_back(f8->WeightScaling(l, LinearKind(k)).amax);
+  }
+  FORGE_RETURN_IF_ERROR(
+      AllocDevice(reinterpret_cast<void**>(&fp8_weight_amax_), amax.size() * sizeof(float*)));
+  FORGE_CUDA_CHECK(cudaMemcpy(fp8_weight_amax_, amax.data(), amax.size() * sizeof(float*),
+                              cudaMemcpyHostToDevice));
+  auto fp8_weights = [this](int u) { return GatheredFp8(u); };
+  for (CudaModelHooks* h : {&read_hooks_, &grad_hooks_, &allreduce_hooks_}) {
+    h->fp8_weights = fp8_weights;
+  }
+  return Status::Ok();
+}
+
+// Each weight's part in this rank's slot, cast with the weight's scale; the amaxes start anew
+// (Optimize folds them into the model's).
+Status CudaDataParallel::CastFp8Slots(cudaStream_t compute) {
+  Fp8Linears* f8 = model_->fp8();
+  const ParamLayout& layout = model_->layout();
+  const CudaParamBuffers& pb = model_->param_buffers();
+  const int L = int(layout.units.size()) - 2;
+  const BlockOffsets& o = layout.block;
+  const std::array<int64_t, kLinearKinds> at = {o.wqkv, o.wo, o.w_gate_up, o.w_down};
+  FORGE_CUDA_CHECK(cudaMemsetAsync(fp8_slot_amax_, 0, size_t(L) * kLinearKinds * sizeof(float),
+                                   compute));
+  const int64_t lo = int64_t{rank_} * fp8_slot_, hi = lo + fp8_slot_;
+  for (int l = 0; l < L; ++l) {
+    const int u = layout.block_unit(l);
+    for (int k = 0; k < kLinearKinds; ++k) {
+      const Fp8LinearShape sh = f8->shape(LinearKind(k));
+      const int64_t a = std::max(lo, at[k]), b = std::min(hi, at[k] + sh.in * sh.out);
+      if (a >= b) continue;
+      const Fp8Linears::SlotPtrs q = f8->WeightScaling(l, LinearKind(k));
+      FORGE_RETURN_IF_ERROR(cuda::CastToFp8(
+          fp8_slots_ + int64_t{l} * fp8_slot_ + (a - lo),
+          pb.params_shard + pb.shard_offset[u] + (a - lo), 1, b - a, cuda::DType::kE4M3, q.scale,
+          fp8_slot_amax_ + l * kLinearKinds + k, q.scale_inv, compute));
+    }
+  }
+  return Status::Ok();
+}
+
+const uint8_t* CudaDataParallel::GatheredFp8(int unit) const {
+  const int l = block_of(unit);
+  if (l < 0) return nullptr;
+  const int b = l % 2;
+  return holder_[b] == l && holder_fp8_[b] ? block_params8_[b] : nullptr;
 }
 
 // Everything enqueued on the compute stream so far may read block `layer`'s buffer; the

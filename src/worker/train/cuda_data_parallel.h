@@ -30,6 +30,21 @@
 //          head, and the final norm) stay gathered for the whole step, as is usual for FSDP's
 //          root module: they are used at both ends of the pass. After AdamW the next step's
 //          root units and first two blocks are gathered at once, overlapping the step's tail.
+//          FP8 (delayed scaling, after its first step): the blocks' linear weights are
+//          gathered as E4M3 bytes, half the bytes of bf16. Once per parameter update (after
+//          AdamW and the scale update, or SetParams / new scaling state) each rank casts its slot
+//          of each block's four weights with the weights' scales into a per-block FP8 slot
+//          copy (their amaxes kept aside and max-folded into the model's weight amax slots
+//          before ShareFp8Amax, so an evaluation pass's ResetAmax cannot drop them); the
+//          gather moves those bytes (as bf16 pairs: an all-gather does no arithmetic) into
+//          a rotating FP8 unit buffer, and the blocks' other elements (norm weights), packed
+//          per rank, in a second small bf16 all-gather into the bf16 buffer. The model takes
+//          the gathered E4M3 weights (CudaModelHooks::fp8_weights) instead of casting the
+//          stale bf16 ones; every cast is elementwise with one scale per weight, so the bytes,
+//          amaxes and scale_invs are the cast of the gathered tensor's. Steps whose casts
+//          measure their tensor first (the current recipe, the delayed recipe's first step)
+//          gather bf16 and cast in the model, as do shapes the byte transpose cannot take
+//          (InitFp8Gather's note, logged at start-up, says which path runs and why).
 //   hsdp   fsdp over `comm`, the shard group (parallel.shard_group_size consecutive ranks,
 //          worker/parallel/hybrid_groups.h), plus the replica group `replica` (the ranks
 //          holding the same shard): on the step's last micro-step each unit's gradient slot,
@@ -77,6 +92,7 @@
 #include <cuda_runtime.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common/config.h"
@@ -101,7 +117,7 @@ class CudaDataParallel final : private ModeStorage {
       NcclComm* comm, const ModeRules& rules, CudaModel* model,
       GradReduce grad_reduce = GradReduce::kFp32,
       DdpAllReduce ddp_allreduce = DdpAllReduce::kNccl, bool comm_windows = true,
-      NcclComm* replica = nullptr);
+      NcclComm* replica = nullptr, bool fp8_gather = true);
   ~CudaDataParallel() override;
 
   // Ranks in all: the shard comm's world times the replicas.
@@ -122,8 +138,14 @@ class CudaDataParallel final : private ModeStorage {
     const bool direct = ddp_bf16() && first && last;
     grad_hooks_.grads_to_bf16 = allreduce_hooks_.grads_to_bf16 = direct;
   }
-  // The model's parameters were replaced (SetParams): fsdp's gathered copies are stale.
+  // The model's parameters (SetParams) or FP8 scaling state were replaced: fsdp's gathered
+  // copies and FP8 slot casts are stale.
   void ParamsChanged();
+  // fsdp in FP8: how the blocks' weights are gathered and why, one line for the start-up log
+  // (empty otherwise).
+  const std::string& fp8_gather_note() const { return fp8_gather_note_; }
+  // Block gathers so far that moved the linear weights as E4M3 bytes.
+  int64_t fp8_block_gathers() const { return fp8_block_gathers_; }
 
   // Hooks for a pass that only reads parameters (forward-only passes, micro-steps before the
   // last) and for the pass that completes a step's gradient: all_reduce forces all-reduce in
@@ -185,6 +207,12 @@ class CudaDataParallel final : private ModeStorage {
   Status GatherParams(cudaStream_t compute);
   // fsdp
   Status InitFsdp();
+  // fsdp in FP8 (see the file comment): sets up the E4M3 gather where it applies, and the note.
+  Status InitFp8Gather(bool enabled);
+  // This rank's slot of every block's linear weights cast to E4M3 (compute stream).
+  Status CastFp8Slots(cudaStream_t compute);
+  // CudaModelHooks::fp8_weights: block `unit`'s gathered E4M3 unit, or null.
+  const uint8_t* GatheredFp8(int unit) const;
   Status OnFsdpForward(int unit, cudaStream_t compute);
   Status OnFsdpBackward(int unit, cudaStream_t compute);
   // hsdp: the replica stream waits for everything issued on the shard comm's stream so far.
@@ -248,6 +276,26 @@ class CudaDataParallel final : private ModeStorage {
   cudaEvent_t rs_done_[2] = {};         // NCCL stream: block_grads_[b] read by its RS
   bool rs_pending_[2] = {false, false};
   float* add_slot_ = nullptr;           // later micro-steps' reduce-scatter target
+
+  // fsdp's E4M3 gather (InitFp8Gather; see the file comment).
+  bool fp8_gather_ = false;       // set up: the path runs whenever fp8_slots_valid_
+  bool fp8_slots_valid_ = false;  // fp8_slots_ are the current slots cast with current scales
+  bool holder_fp8_[2] = {false, false};  // block_params8_[b] holds holder_[b]'s E4M3 weights
+  int64_t fp8_slot_ = 0;                  // a block's slot (elements = bytes in E4M3)
+  uint8_t* fp8_slots_ = nullptr;          // [L, fp8_slot_]: this rank's slots, E4M3 where linear
+  uint8_t* block_params8_[2] = {};        // gathered E4M3 units (padded, bytes)
+  float* fp8_slot_amax_ = nullptr;        // [L * 4]: the slot casts' amaxes
+  float** fp8_weight_amax_ = nullptr;     // [L * 4] (device): the model's weight amax slots
+  // A block's other elements (norm weights): rank r's part is packed into nl_max_ bf16 values,
+  // all-gathered, and scattered back to their unit offsets.
+  int64_t nl_count_ = 0, nl_max_ = 0, nl_mine_ = 0;
+  int64_t* nl_pack_ = nullptr;          // [nl_mine_]: offsets in this rank's slot
+  int64_t* nl_dst_ = nullptr;           // [nl_count_]: unit offset of each element
+  int64_t* nl_src_ = nullptr;           // [nl_count_]: its position in nl_gathered_
+  cuda::bf16* nl_send_ = nullptr;       // [nl_max_]
+  cuda::bf16* nl_gathered_ = nullptr;   // [world, nl_max_]
+  std::string fp8_gather_note_;
+  int64_t fp8_block_gathers_ = 0;
 };
 
 }  // namespace forge

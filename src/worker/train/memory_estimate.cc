@@ -1,6 +1,7 @@
 #include "worker/train/memory_estimate.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -50,7 +51,8 @@ double CpuActivations(const ModelConfig& m, int micro_batch, double* probs) {
 // run time (the fused epilogue GEMMs, which engine cuDNN picks) is taken as on an H100/H200.
 struct CudaBuffers {
   double fp8_weights = 0;  // the linears' FP8 weights and their transposes (every rank whole)
-                           // of every layer, or of one layer under fsdp (cast per pass)
+                           // of every layer, or of one layer under fsdp (cast per pass), and
+                           // fsdp's E4M3 gather buffers
   double activations = 0;  // layer inputs, saved block tensors, the final norm's output
   double workspace = 0;    // backward gradients, logits chunks, attention and GEMM scratch
   double quadratic = 0;    // the part of workspace that grows with seq_len^2 (cuDNN's)
@@ -119,6 +121,15 @@ CudaBuffers CountCudaBuffers(const RunConfig& cfg, int world) {
     const bool one_weight_set = world > 1 && ModeRulesFor(cfg.parallel, world).shard_params;
     c.fp8_weights =
         2 * (one_weight_set ? 1 : L) * (qkv * d + att * d + 2 * ffn * d + ffn * d);
+    // fsdp's E4M3 gather (delayed recipe, shapes the byte transpose takes; cuda_data_parallel.h):
+    // two rotating gathered block units and this rank's slot of every block, a byte an element.
+    auto tiles = [](double x) { return std::fmod(x, 64.0) == 0; };
+    if (one_weight_set && cfg.precision.fp8.recipe == Fp8Recipe::kDelayed && tiles(d) &&
+        tiles(qkv) && tiles(att) && tiles(ffn)) {
+      const double block = qkv * d + att * d + 3 * ffn * d + 2 * d + (m.qk_norm ? 2 * hd : 0);
+      const double W = ModeRulesFor(cfg.parallel, world).shard_world;
+      c.fp8_weights += 2 * block + L * block / W;
+    }
     c.activations += N * sets * ins;
     c.workspace += N * std::max({d, att, ffn}) + 2 * N * outs;
     if (cfg.precision.fp8.lm_head) {
