@@ -248,12 +248,20 @@ Status Fp8Linears::UseCastWeights(int layer, const std::array<const uint8_t*, kL
       return Status::Precondition("fp8 linears: cast weights must be 16-byte aligned");
     }
   }
-  given_w8_ = w8;
-  if (!transposes) return Status::Ok();
   for (int ki = 0; ki < kLinearKinds; ++ki) {
     const Linear& li = WeightBuffers(layer, ki);
-    FORGE_RETURN_IF_ERROR(
-        cuda::TransposeBytes(li.w8t, w8[size_t(ki)], shape_[ki].out, shape_[ki].in, s));
+    const uint8_t* w = w8[size_t(ki)];
+    // Read in place where 256-byte aligned (as the own buffers are: the GEMMs' plans depend on
+    // their operands' alignment, so they run the plans, and bits, of a cast), else copied.
+    const bool in_place = reinterpret_cast<uintptr_t>(w) % 256 == 0;
+    given_w8_[size_t(ki)] = in_place ? w : nullptr;
+    if (!in_place) {
+      FORGE_CUDA_CHECK(cudaMemcpyAsync(li.w8, w, size_t(shape_[ki].out * shape_[ki].in),
+                                       cudaMemcpyDeviceToDevice, s));
+    }
+    if (transposes) {
+      FORGE_RETURN_IF_ERROR(cuda::TransposeBytes(li.w8t, w, shape_[ki].out, shape_[ki].in, s));
+    }
   }
   return Status::Ok();
 }

@@ -122,9 +122,10 @@ class Fp8Linears {
                           cudaStream_t s);
   // one_weight_set: the layer's weights given already cast (fsdp's FP8 all-gather, by
   // LinearKind, each [out, in] E4M3 with the layer's weight scale, 16-byte aligned): the GEMMs
-  // read w8 in place until the next cast, and with `transposes` each W8t is made from it by a
-  // byte transpose (bit for bit the cast's transposed copy; a forward pass reads no W8t).
-  // Only where TakesCastWeights().
+  // read a 256-byte aligned w8 in place until the next cast (others are copied into the
+  // set's own W8), and with `transposes` each W8t is made from it by a byte transpose (bit
+  // for bit the cast's transposed copy; a forward pass reads no W8t). w8 must stay untouched
+  // until the passes that read it ran. Only where TakesCastWeights().
   Status UseCastWeights(int layer, const std::array<const uint8_t*, kLinearKinds>& w8,
                         bool transposes, cudaStream_t s);
   // Whether UseCastWeights can serve: one_weight_set and every weight's rows and columns a
