@@ -24,13 +24,14 @@ __global__ void AddKernel(float* __restrict__ dst, const float* __restrict__ src
   }
 }
 
-// *dst[i] = max(*dst[i], src[i]) for amaxes (non-negative floats, NaN patterns above Inf's:
-// compared as their bits, as the casts fold them).
+// *dst[i] = max(*dst[i], src[4 i]) for amaxes (non-negative floats, NaN patterns above Inf's:
+// compared as their bits, as the casts fold them; src in 16-byte slots, as casts take them).
 __global__ void AmaxFoldKernel(float* const* __restrict__ dst, const float* __restrict__ src,
                                int64_t n) {
   const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (i >= n) return;
-  if (__float_as_uint(src[i]) > __float_as_uint(*dst[i])) *dst[i] = src[i];
+  const float a = src[4 * i];
+  if (__float_as_uint(a) > __float_as_uint(*dst[i])) *dst[i] = a;
 }
 
 // out[i] = slot[pack[i]] for i < mine, 0 up to n (the padding of a rank's packed part).
@@ -725,7 +726,7 @@ Status CudaDataParallel::InitFp8Gather(bool enabled) {
     FORGE_RETURN_IF_ERROR(AllocDevice(reinterpret_cast<void**>(&p), int64_t{world_} * slot));
   }
   FORGE_RETURN_IF_ERROR(AllocDevice(reinterpret_cast<void**>(&fp8_slot_amax_),
-                                    size_t(L) * kLinearKinds * sizeof(float)));
+                                    size_t(L) * kLinearKinds * 4 * sizeof(float)));
   std::vector<float*> amax;
   for (int l = 0; l < L; ++l) {
     for (int k = 0; k < kLinearKinds; ++k) amax.push_back(f8->WeightScaling(l, LinearKind(k)).amax);
@@ -750,8 +751,8 @@ Status CudaDataParallel::CastFp8Slots(cudaStream_t compute) {
   const int L = int(layout.units.size()) - 2;
   const BlockOffsets& o = layout.block;
   const std::array<int64_t, kLinearKinds> at = {o.wqkv, o.wo, o.w_gate_up, o.w_down};
-  FORGE_CUDA_CHECK(cudaMemsetAsync(fp8_slot_amax_, 0, size_t(L) * kLinearKinds * sizeof(float),
-                                   compute));
+  FORGE_CUDA_CHECK(cudaMemsetAsync(fp8_slot_amax_, 0,
+                                   size_t(L) * kLinearKinds * 4 * sizeof(float), compute));
   const int64_t lo = int64_t{rank_} * fp8_slot_, hi = lo + fp8_slot_;
   for (int l = 0; l < L; ++l) {
     const int u = layout.block_unit(l);
@@ -763,7 +764,7 @@ Status CudaDataParallel::CastFp8Slots(cudaStream_t compute) {
       FORGE_RETURN_IF_ERROR(cuda::CastToFp8(
           fp8_slots_ + int64_t{l} * fp8_slot_ + (a - lo),
           pb.params_shard + pb.shard_offset[u] + (a - lo), 1, b - a, cuda::DType::kE4M3, q.scale,
-          fp8_slot_amax_ + l * kLinearKinds + k, q.scale_inv, compute));
+          fp8_slot_amax_ + (l * kLinearKinds + k) * 4, q.scale_inv, compute));
     }
   }
   return Status::Ok();

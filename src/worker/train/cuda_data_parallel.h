@@ -284,7 +284,7 @@ class CudaDataParallel final : private ModeStorage {
   int64_t fp8_slot_ = 0;                  // a block's slot (elements = bytes in E4M3)
   uint8_t* fp8_slots_ = nullptr;          // [L, fp8_slot_]: this rank's slots, E4M3 where linear
   uint8_t* block_params8_[2] = {};        // gathered E4M3 units (padded, bytes)
-  float* fp8_slot_amax_ = nullptr;        // [L * 4]: the slot casts' amaxes
+  float* fp8_slot_amax_ = nullptr;        // [L * 4] slots of 4 floats: the slot casts' amaxes
   float** fp8_weight_amax_ = nullptr;     // [L * 4] (device): the model's weight amax slots
   // A block's other elements (norm weights): rank r's part is packed into nl_max_ bf16 values,
   // all-gathered, and scattered back to their unit offsets.
