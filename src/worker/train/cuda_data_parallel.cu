@@ -668,7 +668,8 @@ Status CudaDataParallel::InitFp8Gather(bool enabled) {
   const char* why = nullptr;
   if (!enabled) why = "the FP8 gather is off";
   else if (f8->recipe() != Fp8Recipe::kDelayed)
-    why = "current scaling measures each weight before its cast, so only whole weights cast";
+    why = "current scaling takes each cast's scale from the whole weight's amax, which no "
+          "rank's slot knows before the cast";
   else if (!f8->TakesCastWeights())
     why = "a weight's rows or columns are not a multiple of 64 (the byte transpose's tile)";
   else if (slot % 2 != 0)

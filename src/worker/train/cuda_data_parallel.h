@@ -41,7 +41,7 @@
 //          per rank, in a second small bf16 all-gather into the bf16 buffer. The model takes
 //          the gathered E4M3 weights (CudaModelHooks::fp8_weights) instead of casting the
 //          stale bf16 ones; every cast is elementwise with one scale per weight, so the bytes,
-//          amaxes and scale_invs are the cast of the gathered tensor's. Steps whose casts
+//          amaxes and scale_invs are those of casting the whole weight. Steps whose casts
 //          measure their tensor first (the current recipe, the delayed recipe's first step)
 //          gather bf16 and cast in the model, as do shapes the byte transpose cannot take
 //          (InitFp8Gather's note, logged at start-up, says which path runs and why).
