@@ -14,6 +14,9 @@
 //     tolerances of TolerancesFor() (ranks still bitwise equal to each other);
 //   - in FP8 (ddp, zero1, fsdp on 2 GPUs) likewise against one GPU in FP8, and every rank
 //     ends with the same FP8 scaling state (amaxes max-reduced over the ranks);
+//   - fsdp in FP8, whose blocks' weights are gathered as E4M3 after the delayed recipe's
+//     first step, is bitwise zero2 (one micro-step per rank) and its own bf16 gather
+//     (accumulation, recompute), and did gather E4M3;
 //   - hsdp on 4 GPUs as 2 shard groups x 2 (and the degenerate 4 x 1 = ddp, 1 x 4 = fsdp): the
 //     same, against one GPU on the same global batch; "every rank bitwise equal" covers the
 //     replicas (ranks 2, 3 hold the shards of ranks 0, 1). Its sums differ from one GPU's
