@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,44 @@ inline int64_t LatestCommitted(const std::string& run_dir) {
       latest = std::max<int64_t>(latest, std::atoll(name.c_str() + 5));
   }
   return latest;
+}
+
+// Where an elastic run (train.workers `full`, global batch `global_batch` of `micro_batch`
+// sequences) shrank to `small` workers and grew back, from its event log (`forgectl watch
+// --history`): attempt 2 placed on `small` from step_k keeping the global batch as more
+// accumulation steps, then attempt 3 on `full` again from step_m > k. Test failures where the
+// log says otherwise; {-1, -1} where an event is missing.
+struct ShrinkAndGrow {
+  int64_t shrunk_from = -1, grew_from = -1;
+};
+
+inline ShrinkAndGrow ExpectShrinkAndGrow(const std::string& log, int full, int small,
+                                         int64_t global_batch, int micro_batch) {
+  const std::string f = std::to_string(full), s = std::to_string(small);
+  ShrinkAndGrow out;
+  std::smatch shrink, grow;
+  if (!std::regex_search(log, shrink,
+                         std::regex("attempt 2 placed on " + s + " worker\\(s\\) .* from "
+                                    "step_([0-9]+) \\(world " + f + " -> " + s + "; elastic: " +
+                                    f + " requested, " + s + " available"))) {
+    ADD_FAILURE() << "no shrink to " << s << " in\n" << log;
+    return out;
+  }
+  EXPECT_TRUE(Contains(log, "global batch " + std::to_string(global_batch) + " kept as " +
+                                std::to_string(global_batch / (int64_t{micro_batch} * small)) +
+                                " accumulation step(s) of " + std::to_string(micro_batch)))
+      << log;
+  EXPECT_TRUE(Contains(log, f + " workers available again: world " + s)) << log;
+  if (!std::regex_search(log, grow,
+                         std::regex("attempt 3 placed on " + f + " worker\\(s\\) .* from "
+                                    "step_([0-9]+) \\(world " + s + " -> " + f + "\\)"))) {
+    ADD_FAILURE() << "no growth back to " << f << " in\n" << log;
+    return out;
+  }
+  out.shrunk_from = std::atoll(shrink[1].str().c_str());
+  out.grew_from = std::atoll(grow[1].str().c_str());
+  EXPECT_GT(out.grew_from, out.shrunk_from);
+  return out;
 }
 
 }  // namespace forge::test
