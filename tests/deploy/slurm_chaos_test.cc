@@ -203,13 +203,19 @@ TEST_F(SlurmChaos, FourWorkersSurviveSeededFaultsBitwise) {
     })) << "round " << round << " (" << kind << "): no progress\n" << JobLog(job_);
     ASSERT_LT(s.step, kTotalSteps - 30) << "the run outran the chaos: raise kTotalSteps";
     std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 800));
-    s = Poll(run);
+    // The fault goes into a running step: the placement may have ended meanwhile (its
+    // workers exit and the job relaunches the step), then it waits for the next one.
+    std::vector<std::pair<long, int>> workers;
+    ASSERT_TRUE(WaitFor(120, [&] {
+      s = Poll(run);
+      workers = JobProcesses("forge-worker");
+      return s.state == "RUNNING" && !workers.empty();
+    })) << "round " << round << " (" << kind << "): no running step\n" << JobLog(job_)
+        << Run("ps -ef");
     ck_at_fault = s.checkpoint;
     const auto t0 = std::chrono::steady_clock::now();
     long stopped = 0;
     std::string filler;
-    const auto workers = JobProcesses("forge-worker");
-    ASSERT_FALSE(workers.empty()) << Run("ps -ef");
     const auto victim = workers[rng() % workers.size()];
     if (kind == "kill_worker") {
       ::kill(pid_t(victim.first), SIGKILL);
