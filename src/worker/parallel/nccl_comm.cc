@@ -237,7 +237,11 @@ class NcclCommImpl final : public NcclComm {
         return Status(failed_.code(), who + ": the communicator already failed: " +
                                           failed_.message());
       r = ncclCommSplit(comm_, color, key, &part, &config);
-      if (r == ncclInProgress) r = WaitNotInProgress(Clock::now() + Seconds(o_.timeout_s));
+      // Non-blocking, the split completes with the parent (its async state leaves
+      // ncclInProgress) and only then is `part` filled: a call that returns ncclSuccess may
+      // leave it null until then (seen with NCCL 2.28 on two H200s).
+      if (r == ncclInProgress || (r == ncclSuccess && part == nullptr))
+        r = WaitNotInProgress(Clock::now() + Seconds(o_.timeout_s));
     }
     if (r == ncclSuccess && part != nullptr) r = WaitForInit(part, ncclInProgress, o_.timeout_s);
     if (r != ncclSuccess || part == nullptr) {
