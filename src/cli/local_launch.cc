@@ -6,7 +6,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -74,23 +73,6 @@ int SpawnWorkerProcess(const std::string& program, std::vector<std::string> args
   posix_spawnattr_destroy(&attr);
   return rc;
 }
-
-// Waits for the workers to end by themselves (they report and exit after the run); after
-// `grace_s` the rest are killed.
-void ReapWorkers(const std::vector<pid_t>& pids, double grace_s) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(int(grace_s * 1000));
-  for (pid_t p : pids) {
-    while (::waitpid(p, nullptr, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() > end) {
-        ::kill(p, SIGKILL);
-        ::waitpid(p, nullptr, 0);
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  }
-}
-
 
 bool Terminal(v1::RunState s) {
   return s == v1::COMPLETED || s == v1::STOPPED || s == v1::FAILED;
@@ -236,7 +218,16 @@ void KillLeftovers(WorkerGroup* g) {
 // the run); then the rest are killed.
 void ReapGroup(WorkerGroup* g, double grace_s) {
   if (g->pid <= 0) return;
-  ReapWorkers({g->pid}, grace_s);
+  const auto end =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(grace_s * 1000));
+  while (::waitpid(g->pid, nullptr, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > end) {
+      ::kill(g->pid, SIGKILL);
+      ::waitpid(g->pid, nullptr, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
   KillLeftovers(g);
 }
 

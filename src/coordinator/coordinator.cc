@@ -413,18 +413,14 @@ bool Coordinator::Placed(const RunRecord& run) const {
 bool Coordinator::FullWorldBack(const RunRecord& run, const std::vector<PoolWorker>& idle,
                                 int requested) const {
   if (!PlaceRun(idle, requested).worker_ids.empty()) return true;
-  auto standalone_gpu = [](const std::string& device, const std::string& group_id,
-                           int group_size) {
-    return (group_size <= 1 || group_id.empty()) && device.rfind("cuda", 0) == 0;
-  };
   int have = 0;
   for (const auto& [id, w] : workers_) {
     if (w.rec.run_id != run.id || w.rec.attempt != run.attempt) continue;
-    if (!standalone_gpu(w.rec.device, w.rec.group_id, w.rec.group_size)) return false;
+    if (!StandaloneGpu(w.rec.device, w.rec.group_id, w.rec.group_size)) return false;
     ++have;
   }
   for (const PoolWorker& w : idle)
-    if (standalone_gpu(w.device, w.group_id, w.group_size)) ++have;
+    if (StandaloneGpu(w.device, w.group_id, w.group_size)) ++have;
   return have >= requested;
 }
 

@@ -15,6 +15,10 @@ int GpuIndex(const std::string& device) {
 
 }  // namespace
 
+bool StandaloneGpu(const std::string& device, const std::string& group_id, int group_size) {
+  return (group_size <= 1 || group_id.empty()) && device.rfind("cuda", 0) == 0;
+}
+
 Placement PlaceRun(const std::vector<PoolWorker>& idle, int world) {
   Placement p;
   if (world < 1) return p;

@@ -27,6 +27,9 @@ struct Placement {
   bool comm_id_from_coordinator = false;
 };
 
+// A worker launched alone (not part of a launch group) with a GPU: what PlaceRun combines.
+bool StandaloneGpu(const std::string& device, const std::string& group_id, int group_size);
+
 // `idle` in join order.
 Placement PlaceRun(const std::vector<PoolWorker>& idle, int world);
 
