@@ -30,7 +30,12 @@
 // (With --ddp-allreduce copy_engine, step 1 runs first, in a child process with the default
 // hardware queues, before the rank asks for the copy engines' 32.)
 // exposed communication = step - single-GPU step; hidden = communication alone - exposed
-// (clamped at 0): how much of it the backward overlapped. ranks_bitwise_equal: every rank's
+// (clamped at 0): how much of it the backward overlapped. The exposed part splits in two
+// (comm_time_sink.h, over a few more steps, each synchronised): comm_wait_ms, the time the
+// compute stream stood still at its waits for the collectives (what no overlap hid: the last
+// units' reduction, a gather the forward needed first), and comm_slowdown_ms = exposed - wait,
+// what the compute lost to running beside the collectives (SMs and memory bandwidth shared);
+// comm_in_step_ms is the collectives' own time in the step (against comm_ms alone). ranks_bitwise_equal: every rank's
 // weights after the data-parallel steps have the same CRC-32C (they must, in every mode).
 // MFU counts model FLOPs per GPU against the dense BF16 peak (common/peak_flops.h).
 // --emulate-nodes N: the W ranks pose as N nodes of W/N consecutive ranks: each sets
@@ -56,6 +61,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -63,6 +69,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -220,6 +227,24 @@ uint64_t RankSeed(const RunConfig& cfg, const Args& a, int rank) {
   return cfg.seed + uint64_t(a.distinct_batches ? rank : 0);
 }
 
+// Sums what a communicator reports (comm_time_sink.h): the collectives' own seconds and the
+// compute stream's stalls at its waits for them. Called from NCCL's watchdog thread too.
+class StepCommTimes : public CommTimeSink {
+ public:
+  void AddCollectiveSeconds(CollectiveOp, double s) override { Add(&collective_, s); }
+  void AddExposedWaitSeconds(CollectiveOp, double s) override { Add(&wait_, s); }
+  double collective_s() const { return collective_.load(); }
+  double wait_s() const { return wait_.load(); }
+
+ private:
+  static void Add(std::atomic<double>* x, double s) {
+    double v = x->load();
+    while (!x->compare_exchange_weak(v, v + s)) {
+    }
+  }
+  std::atomic<double> collective_{0}, wait_{0};
+};
+
 // What TimeSteps measured.
 struct StepRun {
   double ms = 0;             // per step
@@ -229,7 +254,12 @@ struct StepRun {
   bench::PhaseTimes phases;  // --profile only
   uint32_t params_crc = 0;   // kCrc: ParamsCrc of the weights after the run (collective)
   RankFit fit;               // kFit (its EvalLoss is collective under fsdp)
+  double comm_wait_ms = 0;   // data parallel: the compute stream's stalls on collectives, per step
+  double comm_in_step_ms = 0;  // data parallel: the collectives' own time, per step
 };
+
+// Steps TimeSteps adds, each synchronised, to split the exposed communication (comm_wait_ms).
+constexpr int kWaitSteps = 5;
 enum Extras : unsigned { kNoExtras = 0, kCrc = 1, kFit = 2 };
 
 // Step time of `cfg` on a backend (world 1 when comm is null), and `extras` after the run.
@@ -259,6 +289,21 @@ StatusOr<StepRun> TimeSteps(const RunConfig& cfg, Comm* comm, const Args& a,
   FORGE_RETURN_IF_ERROR(backend->TrainStep(micro, StepHyper{cfg.optimizer.lr, ++step}, true, &st));
   run.loss = st.loss;
   run.gib = double(backend->peak_bytes()) / double(1ull << 30);
+  if (auto* nccl = dynamic_cast<NcclComm*>(comm)) {
+    // Each step synchronised and its waits collected before the next (TrainStep with stats),
+    // so the sums cover exactly these steps; the collectives' own times arrive from NCCL's
+    // watchdog once their events completed, so the last ones are awaited.
+    StepCommTimes times;
+    nccl->SetTimeSink(&times);
+    for (int i = 0; i < kWaitSteps; ++i) {
+      FORGE_RETURN_IF_ERROR(
+          backend->TrainStep(micro, StepHyper{cfg.optimizer.lr, ++step}, true, &st));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    nccl->SetTimeSink(nullptr);
+    run.comm_wait_ms = times.wait_s() * 1e3 / kWaitSteps;
+    run.comm_in_step_ms = times.collective_s() * 1e3 / kWaitSteps;
+  }
   if (extras & kCrc) {
     UnitBuffers p;
     FORGE_RETURN_IF_ERROR(backend->GetParams(&p));
@@ -489,20 +534,23 @@ int RunRank(const Args& a, const RunConfig& cfg, int rank, int port) {
   // The weights' CRC travels exactly (a 32-bit integer is exact in a double).
   // clang-format off
   std::vector<double> mine = {single->ms, *comm_ms, dp->ms, dp->gib, double(dp->params_crc),
-                              dp->fit.eval_losses[0], dp->fit.input_is_target};
+                              dp->fit.eval_losses[0], dp->fit.input_is_target,
+                              dp->comm_wait_ms, dp->comm_in_step_ms};
   // clang-format on
   const size_t k = mine.size();
   std::vector<double> all(k * a.world);
   auto g = (*host)->AllGather(mine.data(), all.data(), int64_t(k), DType::kF64, "results");
   if (!g.ok() || !(*g)->Wait().ok()) return Fail("gathering results failed");
   if (rank != 0) return 0;
-  double single_ms = 0, comm = 0, step_ms = 0, peak = 0;
+  double single_ms = 0, comm = 0, step_ms = 0, peak = 0, wait = 0, in_step = 0;
   bool same_weights = true;
   for (int q = 0; q < a.world; ++q) {
     single_ms = std::max(single_ms, all[q * k + 0]);
     comm = std::max(comm, all[q * k + 1]);
     step_ms = std::max(step_ms, all[q * k + 2]);
     peak = std::max(peak, all[q * k + 3]);
+    wait = std::max(wait, all[q * k + 7]);
+    in_step = std::max(in_step, all[q * k + 8]);
     same_weights = same_weights && all[q * k + 4] == all[4];
   }
   cudaDeviceProp prop{};
@@ -532,6 +580,9 @@ int RunRank(const Args& a, const RunConfig& cfg, int rank, int port) {
   out["comm_ms"] = comm;
   out["comm_exposed_ms"] = exposed;
   out["comm_hidden_ms"] = std::max(0.0, comm - exposed);
+  out["comm_wait_ms"] = wait;  // the slowest rank's; see the file comment
+  out["comm_slowdown_ms"] = std::max(0.0, exposed - wait);
+  out["comm_in_step_ms"] = in_step;
   out["loss"] = dp->loss;
   // rank 0's baseline: with the same batch everywhere the two losses track each other (the
   // data-parallel step trains the baseline's trajectory), so the efficiency compares like runs.
