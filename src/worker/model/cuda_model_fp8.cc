@@ -13,15 +13,18 @@ namespace forge {
 
 using cuda::bf16;
 
+// The layout's block linears are the linear layers, in LinearKind order.
+static_assert(kBlockLinears == kLinearKinds);
+
 Status CudaModel::SetUpFp8() {
   if (!o_.fp8) return Status::Ok();
   const CudaModelOptions& o = o_;
   Buffers& b = *buf_;
   std::array<Fp8LinearShape, kLinearKinds> shapes{};
-  shapes[int(LinearKind::kQkv)] = {d_, qkv_dim_};
-  shapes[int(LinearKind::kOut)] = {int64_t{H_} * hd_, d_};
-  shapes[int(LinearKind::kGateUp)] = {d_, 2 * int64_t{ffn_}};
-  shapes[int(LinearKind::kDown)] = {ffn_, d_};
+  for (int k = 0; k < kLinearKinds; ++k) {
+    const BlockLinear& w = layout_.linears[size_t(k)];
+    shapes[size_t(k)] = {w.cols, w.rows};
+  }
   const Fp8RopeShape rope{o.micro_batch, T_, H_, KV_, hd_, b.rope_freq};
   Fp8LmHeadShape lm_head;
   if (o.fp8_config.lm_head) {
@@ -38,19 +41,19 @@ Status CudaModel::SetUpFp8() {
 }
 
 Status CudaModel::CastLayerWeights(int layer, bool backward, cudaStream_t s) {
-  const BlockOffsets& o = layout_.block;
   const int unit = layout_.block_unit(layer);
   FORGE_RETURN_IF_ERROR(Phase(StepPhase::kFwdElementwise, s));
   // Given cast already (CudaModelHooks::fp8_weights): the backward's GEMMs need their
   // transposes, the forward's none.
   if (const uint8_t* w8 = hooks_ && hooks_->fp8_weights ? hooks_->fp8_weights(unit) : nullptr) {
-    return buf_->fp8->UseCastWeights(
-        layer, {w8 + o.wqkv, w8 + o.wo, w8 + o.w_gate_up, w8 + o.w_down}, backward, s);
+    std::array<const uint8_t*, kLinearKinds> at{};
+    for (int k = 0; k < kLinearKinds; ++k) at[size_t(k)] = w8 + layout_.linears[size_t(k)].offset;
+    return buf_->fp8->UseCastWeights(layer, at, backward, s);
   }
   const bf16* w = UnitParams(unit);
-  // In LinearKind order: qkv, out, gate/up, down.
-  return buf_->fp8->CastLayerWeights(layer, {w + o.wqkv, w + o.wo, w + o.w_gate_up, w + o.w_down},
-                                     s);
+  std::array<const bf16*, kLinearKinds> at{};
+  for (int k = 0; k < kLinearKinds; ++k) at[size_t(k)] = w + layout_.linears[size_t(k)].offset;
+  return buf_->fp8->CastLayerWeights(layer, at, s);
 }
 
 }  // namespace forge

@@ -40,11 +40,15 @@ ParamLayout MakeParamLayout(const ModelConfig& m) {
       o.q_norm = Add(&u, pre + "attn.q_norm", {hd}, false);
       o.k_norm = Add(&u, pre + "attn.k_norm", {hd}, false);
     }
-    o.wqkv = Add(&u, pre + "attn.wqkv", {qkv_rows, d}, true);
-    o.wo = Add(&u, pre + "attn.wo", {d, m.n_head * hd}, true);
+    auto linear = [&](int k, const char* name, int64_t rows, int64_t cols) {
+      p.linears[size_t(k)] = {name, Add(&u, pre + name, {rows, cols}, true), rows, cols};
+      return p.linears[size_t(k)].offset;
+    };
+    o.wqkv = linear(0, "attn.wqkv", qkv_rows, d);
+    o.wo = linear(1, "attn.wo", d, m.n_head * hd);
     o.mlp_norm = Add(&u, pre + "mlp_norm", {d}, false);
-    o.w_gate_up = Add(&u, pre + "mlp.w_gate_up", {2 * int64_t{m.ffn}, d}, true);
-    o.w_down = Add(&u, pre + "mlp.w_down", {d, m.ffn}, true);
+    o.w_gate_up = linear(2, "mlp.w_gate_up", 2 * int64_t{m.ffn}, d);
+    o.w_down = linear(3, "mlp.w_down", d, m.ffn);
     p.block = o;
     p.units.push_back(u);
   }

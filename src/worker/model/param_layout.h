@@ -10,6 +10,7 @@
 // w_gate_up[2*ffn, d] (rows: gate then up), w_down[d, ffn].
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -39,9 +40,22 @@ struct BlockOffsets {
           w_gate_up = 0, w_down = 0;
 };
 
+// One of a block's four linear weights: [rows, cols] = [out, in] at `offset` in the block's
+// unit.
+struct BlockLinear {
+  const char* name = "";  // within the block: "attn.wqkv", "attn.wo", "mlp.w_gate_up", "mlp.w_down"
+  int64_t offset = 0, rows = 0, cols = 0;
+  int64_t numel() const { return rows * cols; }
+};
+inline constexpr int kBlockLinears = 4;
+
 struct ParamLayout {
   std::vector<UnitLayout> units;  // [0] embedding, [1..L] blocks, [L+1] final norm
   BlockOffsets block;             // identical for every block
+  // The block's linear weights in the order of the model's LinearKind: wqkv, wo, w_gate_up,
+  // w_down (identical for every block; zero without blocks). What casts, gathers or shards
+  // them per weight reads them here.
+  std::array<BlockLinear, kBlockLinears> linears{};
   int64_t lm_head = 0;            // offset of the LM head in the embedding unit (0: wte)
   int64_t total = 0;
 

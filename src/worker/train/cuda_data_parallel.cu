@@ -660,8 +660,6 @@ Status CudaDataParallel::InitFp8Gather(bool enabled) {
   const ParamLayout& layout = model_->layout();
   const int L = int(layout.units.size()) - 2;
   if (f8 == nullptr || L <= 0) return Status::Ok();
-  const BlockOffsets& o = layout.block;
-  const std::array<int64_t, kLinearKinds> at = {o.wqkv, o.wo, o.w_gate_up, o.w_down};
   const int u0 = layout.block_unit(0);
   const int64_t slot = model_->param_buffers().slot[u0];
   const char* bf16_path = "fsdp fp8 weights: gathered in bf16 and cast before each pass";
@@ -674,8 +672,9 @@ Status CudaDataParallel::InitFp8Gather(bool enabled) {
     why = "a weight's rows or columns are not a multiple of 64 (the byte transpose's tile)";
   else if (slot % 2 != 0)
     why = "a block's slot has an odd element count (the bytes move as bf16 pairs)";
-  for (int64_t a : at) {
-    if (why == nullptr && a % 16 != 0) why = "a weight's offset in its block is not 16-byte aligned";
+  for (const BlockLinear& w : layout.linears) {
+    if (why == nullptr && w.offset % 16 != 0)
+      why = "a weight's offset in its block is not 16-byte aligned";
   }
   if (why != nullptr) {
     fp8_gather_note_ = std::string(bf16_path) + " (" + why + ")";
@@ -690,9 +689,8 @@ Status CudaDataParallel::InitFp8Gather(bool enabled) {
   // The block's non-linear elements, in unit order, and each rank's share of them.
   const int64_t numel = layout.units[u0].numel;
   std::vector<bool> linear(size_t(numel), false);
-  for (int k = 0; k < kLinearKinds; ++k) {
-    const Fp8LinearShape sh = f8->shape(LinearKind(k));
-    std::fill(linear.begin() + at[k], linear.begin() + at[k] + sh.in * sh.out, true);
+  for (const BlockLinear& w : layout.linears) {
+    std::fill(linear.begin() + w.offset, linear.begin() + w.offset + w.numel(), true);
   }
   std::vector<int64_t> dst, src, pack;
   std::vector<int64_t> count(size_t(world_), 0);
@@ -750,16 +748,14 @@ Status CudaDataParallel::CastFp8Slots(cudaStream_t compute) {
   const ParamLayout& layout = model_->layout();
   const CudaParamBuffers& pb = model_->param_buffers();
   const int L = int(layout.units.size()) - 2;
-  const BlockOffsets& o = layout.block;
-  const std::array<int64_t, kLinearKinds> at = {o.wqkv, o.wo, o.w_gate_up, o.w_down};
   FORGE_CUDA_CHECK(cudaMemsetAsync(fp8_slot_amax_, 0,
                                    size_t(L) * kLinearKinds * 4 * sizeof(float), compute));
   const int64_t lo = int64_t{rank_} * fp8_slot_, hi = lo + fp8_slot_;
   for (int l = 0; l < L; ++l) {
     const int u = layout.block_unit(l);
     for (int k = 0; k < kLinearKinds; ++k) {
-      const Fp8LinearShape sh = f8->shape(LinearKind(k));
-      const int64_t a = std::max(lo, at[k]), b = std::min(hi, at[k] + sh.in * sh.out);
+      const BlockLinear& w = layout.linears[size_t(k)];
+      const int64_t a = std::max(lo, w.offset), b = std::min(hi, w.offset + w.numel());
       if (a >= b) continue;
       const Fp8Linears::SlotPtrs q = f8->WeightScaling(l, LinearKind(k));
       FORGE_RETURN_IF_ERROR(cuda::CastToFp8(
