@@ -3,7 +3,7 @@
 // other than d_model (model.head_dim), GQA 4:1, an untied LM head, Llama 3.1's RoPE frequency
 // scaling, QK-norm (heads of 32 and 128), and all of them at T 2048.
 //
-// Tolerances are cuda_model_test.cu's (BF16 compute against FP32): loss within 1e-2 relative,
+// Tolerances are cuda_model_test.cc's (BF16 compute against FP32): loss within 1e-2 relative,
 // every tensor's gradient within 5e-2 relative Frobenius error, the 50-step loss trajectory
 // within 3% at every step.
 #include <gtest/gtest.h>

@@ -4,7 +4,7 @@
 //     are refused before anything is allocated, naming the key, instead of dying in
 //     std::bad_alloc or the OOM killer, directly and through the local coordinator alike.
 // (A shape the cuda backend's kernels cannot take is refused by CudaModel naming the key:
-// tests/gpu/cuda_model_test.cu, GpuModel.RejectsBadInput.)
+// tests/gpu/cuda_model_test.cc, GpuModel.RejectsBadInput.)
 #include <gtest/gtest.h>
 #include <unistd.h>
 
