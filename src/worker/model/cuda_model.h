@@ -164,6 +164,7 @@ class CudaModel {
   CudaModel(const CudaModel&) = delete;
   CudaModel& operator=(const CudaModel&) = delete;
 
+  const ModelConfig& config() const { return m_; }
   const ParamLayout& layout() const { return layout_; }
   int64_t tokens_per_micro() const { return N_; }  // B*T
   // Bytes this model allocated (buffers and library workspaces it asked for).

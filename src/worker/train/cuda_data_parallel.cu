@@ -12,6 +12,7 @@
 #include "kernels/cuda/fp8_scale_update.h"
 #include "worker/model/fp8_linears.h"
 #include "worker/model/shard_layout.h"
+#include "worker/train/fp8_gather_rule.h"
 
 namespace forge {
 namespace {
@@ -652,8 +653,8 @@ Status CudaDataParallel::Ensure(int layer, cudaStream_t compute, bool wait) {
   return Status::Ok();
 }
 
-// fsdp in FP8: where the E4M3 gather applies (see the file comment); the note says which path
-// runs and why. Every block has the same layout and slot.
+// fsdp in FP8: where the E4M3 gather applies (ChooseFp8Gather, fp8_gather_rule.h; see the file
+// comment); the note says which path runs and why. Every block has the same layout and slot.
 Status CudaDataParallel::InitFp8Gather(bool enabled) {
   fp8_gather_ = false;
   Fp8Linears* f8 = model_->fp8();
@@ -662,27 +663,14 @@ Status CudaDataParallel::InitFp8Gather(bool enabled) {
   if (f8 == nullptr || L <= 0) return Status::Ok();
   const int u0 = layout.block_unit(0);
   const int64_t slot = model_->param_buffers().slot[u0];
-  const char* bf16_path = "fsdp fp8 weights: gathered in bf16 and cast before each pass";
-  const char* why = nullptr;
-  if (!enabled) why = "the FP8 gather is off";
-  else if (f8->recipe() != Fp8Recipe::kDelayed)
-    why = "current scaling takes each cast's scale from the whole weight's amax, which no "
-          "rank's slot knows before the cast";
-  else if (!f8->TakesCastWeights())
-    why = "a weight's rows or columns are not a multiple of 64 (the byte transpose's tile)";
-  else if (slot % 2 != 0)
-    why = "a block's slot has an odd element count (the bytes move as bf16 pairs)";
-  for (const BlockLinear& w : layout.linears) {
-    if (why == nullptr && w.offset % 16 != 0)
-      why = "a weight's offset in its block is not 16-byte aligned";
+  const Fp8GatherChoice choice = ChooseFp8Gather(model_->config(), f8->recipe(), world_, enabled);
+  fp8_gather_note_ = choice.note;
+  if (!choice.e4m3) return Status::Ok();
+  // The rule saw this model's shapes and this comm's slots (Create's precondition).
+  if (!f8->TakesCastWeights() || slot != ShardSize(layout.units[u0].numel, world_)) {
+    return Status::Internal("fsdp fp8 gather: the model's FP8 weights or slots are not those "
+                            "the gather rule was given");
   }
-  if (why != nullptr) {
-    fp8_gather_note_ = std::string(bf16_path) + " (" + why + ")";
-    return Status::Ok();
-  }
-  fp8_gather_note_ =
-      "fsdp fp8 weights: gathered as E4M3 (half the bytes of bf16), each rank casting its slot "
-      "with the delayed scales; the first step gathers bf16 and casts (its casts measure)";
   fp8_gather_ = true;
   fp8_slot_ = slot;
 

@@ -44,7 +44,8 @@
 //          amaxes and scale_invs are those of casting the whole weight. Steps whose casts
 //          measure their tensor first (the current recipe, the delayed recipe's first step)
 //          gather bf16 and cast in the model, as do shapes the byte transpose cannot take
-//          (InitFp8Gather's note, logged at start-up, says which path runs and why).
+//          (ChooseFp8Gather, fp8_gather_rule.h, decides, as it does for the memory estimate
+//          and `forge plan`; its note, logged at start-up, says which path runs and why).
 //   hsdp   fsdp over `comm`, the shard group (parallel.shard_group_size consecutive ranks,
 //          worker/parallel/hybrid_groups.h), plus the replica group `replica` (the ranks
 //          holding the same shard): on the step's last micro-step each unit's gradient slot,

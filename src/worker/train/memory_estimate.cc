@@ -1,7 +1,6 @@
 #include "worker/train/memory_estimate.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -9,6 +8,7 @@
 #include <vector>
 
 #include "worker/model/linear_strategy.h"
+#include "worker/train/fp8_gather_rule.h"
 #include "worker/parallel/mode_rules.h"
 
 namespace forge {
@@ -121,11 +121,9 @@ CudaBuffers CountCudaBuffers(const RunConfig& cfg, int world) {
     const bool one_weight_set = world > 1 && ModeRulesFor(cfg.parallel, world).shard_params;
     c.fp8_weights =
         2 * (one_weight_set ? 1 : L) * (qkv * d + att * d + 2 * ffn * d + ffn * d);
-    // fsdp's E4M3 gather (delayed recipe, shapes the byte transpose takes; cuda_data_parallel.h):
-    // two rotating gathered block units and this rank's slot of every block, a byte an element.
-    auto tiles = [](double x) { return std::fmod(x, 64.0) == 0; };
-    if (one_weight_set && cfg.precision.fp8.recipe == Fp8Recipe::kDelayed && tiles(d) &&
-        tiles(qkv) && tiles(att) && tiles(ffn)) {
+    // fsdp's E4M3 gather where it runs (fp8_gather_rule.h; cuda_data_parallel.h): two rotating
+    // gathered block units and this rank's slot of every block, a byte an element.
+    if (ChooseFp8Gather(cfg, world).e4m3) {
       const double block = qkv * d + att * d + 3 * ffn * d + 2 * d + (m.qk_norm ? 2 * hd : 0);
       const double W = ModeRulesFor(cfg.parallel, world).shard_world;
       c.fp8_weights += 2 * block + L * block / W;
