@@ -65,6 +65,7 @@ Json PredictionJson(const plan::ModePrediction& p) {
                                {"recompute", p.recompute_ms},
                                {"optimizer", p.optimizer_ms}};
   j["comm_ms"] = p.comm_ms;
+  j["comm_gather_ms"] = p.gather_ms;
   j["comm_exposed_ms"] = p.exposed_ms;
   j["tokens_per_s_per_gpu"] = p.tokens_per_s_per_gpu;
   j["tokens_per_s"] = p.tokens_per_s;

@@ -1,12 +1,14 @@
 #include "plan/plan_model.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 
 #include "common/named_values.h"
 #include "worker/model/param_layout.h"
 #include "worker/model/shard_layout.h"
+#include "worker/train/fp8_gather_rule.h"
 #include "worker/train/memory_estimate.h"
 
 namespace forge::plan {
@@ -94,6 +96,7 @@ struct Model {
   std::vector<int64_t> units;  // numel: [0] embedding, [1..L] blocks, [L+1] final norm
   int64_t params = 0, block = 0, root = 0;
   double matmul_blocks = 0, matmul_head = 0;
+  std::array<BlockLinear, kBlockLinears> linears{};  // where a block's linear weights lie
 };
 
 Model Describe(const ModelConfig& m) {
@@ -102,6 +105,7 @@ Model Describe(const ModelConfig& m) {
   for (const UnitLayout& u : layout.units) d.units.push_back(u.numel);
   d.params = layout.total;
   d.block = m.n_layer > 0 ? layout.units[1].numel : 0;
+  d.linears = layout.linears;
   d.root = layout.units.front().numel + layout.units.back().numel;
   d.matmul_head = double(m.padded_vocab()) * m.d_model;
   d.matmul_blocks = double(MatmulParamCount(m)) - d.matmul_head;
@@ -150,6 +154,21 @@ Compute StepCompute(const RunConfig& cfg, const Model& md, double local_params,
 
 double Bytes(int64_t numel, int world, double elem) {
   return double(PaddedSize(numel, std::max(1, world))) * elem;
+}
+
+// The most elements of a block's other tensors (its norm weights) one rank's slot holds: what
+// each rank sends in the bf16 all-gather beside fsdp's E4M3 one.
+int64_t NormsPerSlot(const Model& md, int world) {
+  const int64_t slot = ShardSize(md.block, world);
+  int64_t most = 0;
+  for (int r = 0; r < world; ++r) {
+    const int64_t lo = std::min(md.block, r * slot), hi = std::min(md.block, (r + 1) * slot);
+    int64_t n = hi - lo;
+    for (const BlockLinear& w : md.linears)
+      n -= std::max<int64_t>(0, std::min(hi, w.offset + w.numel()) - std::max(lo, w.offset));
+    most = std::max(most, n);
+  }
+  return most;
 }
 
 }  // namespace
@@ -206,6 +225,12 @@ ModePrediction PredictMode(const RunConfig& cfg_in, Mode mode, const Topology& t
     p.shard_group = shard;
   }
   const bool fsdp_like = (mode == Mode::kFsdp || mode == Mode::kHsdp) && shard > 1;
+  cfg.parallel.mode = mode == Mode::kDdp     ? ParallelMode::kDdp
+                      : mode == Mode::kZero1 ? ParallelMode::kZero1
+                      : mode == Mode::kZero2 ? ParallelMode::kZero2
+                      : mode == Mode::kFsdp  ? ParallelMode::kFsdp
+                                             : ParallelMode::kHsdp;
+  cfg.parallel.shard_group_size = mode == Mode::kHsdp ? shard : 0;
   const bool bf16_grads = cfg.parallel.grad_reduce == GradReduce::kBf16 && !fsdp_like;
   const double grad_elem = bf16_grads ? 2.0 : 4.0;
 
@@ -230,7 +255,7 @@ ModePrediction PredictMode(const RunConfig& cfg_in, Mode mode, const Topology& t
   const double bwd_window = kBackwardShare * comp.micro_ms;
   const double kg = c.gradient_exposed_fraction, ks = c.sharded_exposed_fraction;
   const size_t U = md.units.size();
-  double comm = 0, exposed = 0;
+  double comm = 0, exposed = 0, gather = 0;
   if (N > 1 && (mode == Mode::kDdp || mode == Mode::kZero1 || mode == Mode::kZero2)) {
     const bool zero = mode != Mode::kDdp;
     // Backward: unit U-1 first, the embedding (unit 0) last: its collective is the tail.
@@ -246,11 +271,19 @@ ModePrediction PredictMode(const RunConfig& cfg_in, Mode mode, const Topology& t
       double first = 0, rest = 0;
       for (size_t u = 0; u < U; ++u) (u == 0 ? first : rest) += world.GatherMs(Bytes(md.units[u], N, 2));
       comm += first + rest;
+      gather += first + rest;
       exposed += first + Exposed(rest, ks * rest, fwd_window);
     }
   } else if (fsdp_like) {
     const int L = cfg.model.n_layer;
-    const double ag_block = group.GatherMs(Bytes(md.block, shard, 2));
+    // A block's weights in bf16; in FP8 where the run gathers E4M3 (fp8_gather_rule.h; its
+    // first step, which gathers bf16, left out) the linear weights a byte an element and, in a
+    // second all-gather, each rank's share of the norm weights in bf16.
+    const double ag_block =
+        ChooseFp8Gather(cfg, N).e4m3
+            ? group.GatherMs(Bytes(md.block, shard, 1)) +
+                  group.GatherMs(double(shard) * double(NormsPerSlot(md, shard)) * 2)
+            : group.GatherMs(Bytes(md.block, shard, 2));
     const double rs_block = group.GatherMs(Bytes(md.block, shard, 4));
     const double ag_root = group.GatherMs(Bytes(md.units[0], shard, 2)) +
                            group.GatherMs(Bytes(md.units[U - 1], shard, 2));
@@ -263,6 +296,7 @@ ModePrediction PredictMode(const RunConfig& cfg_in, Mode mode, const Topology& t
     const double bwd_ov = L * (ag_block + rs_block) + rs_norm;
     double tail = ag_root + accum * (first + rs_emb);
     comm += ag_root + accum * (first + fwd_ov + bwd_ov + rs_emb);
+    gather += ag_root + accum * 2 * L * ag_block;
     double bwd_last_ov = bwd_ov, bwd_last_w = ks * bwd_ov;
     if (mode == Mode::kHsdp && replicas > 1) {
       // The gradient shards' all-reduce across replicas, last micro-step, beside the backward;
@@ -282,6 +316,7 @@ ModePrediction PredictMode(const RunConfig& cfg_in, Mode mode, const Topology& t
                Exposed(bwd_last_ov, bwd_last_w, bwd_window);
   }
   p.comm_ms = comm;
+  p.gather_ms = gather;
   p.exposed_ms = exposed;
   p.step_ms = p.compute_ms + exposed;
   const double tokens = double(accum) * micro * cfg.model.seq_len;
@@ -289,13 +324,7 @@ ModePrediction PredictMode(const RunConfig& cfg_in, Mode mode, const Topology& t
   p.tokens_per_s = p.tokens_per_s_per_gpu * N;
   p.mfu = p.tokens_per_s_per_gpu * TrainFlopsPerToken(cfg.model) / (c.peak_bf16_tflops * 1e12);
 
-  // Memory.
-  cfg.parallel.mode = mode == Mode::kDdp     ? ParallelMode::kDdp
-                      : mode == Mode::kZero1 ? ParallelMode::kZero1
-                      : mode == Mode::kZero2 ? ParallelMode::kZero2
-                      : mode == Mode::kFsdp  ? ParallelMode::kFsdp
-                                             : ParallelMode::kHsdp;
-  cfg.parallel.shard_group_size = mode == Mode::kHsdp ? shard : 0;
+  // Memory (with fsdp's E4M3 gather buffers where it runs, as the rate above assumed).
   double bytes = EstimateTrainingMemory(cfg, Backend::kCuda, N).total();
   if (mode == Mode::kDdp && bf16_grads && N > 1) bytes += 2.0 * md.params;  // bf16 twin
   if (fsdp_like)  // two gathered blocks and their fp32 gradients, the root units gathered

@@ -19,9 +19,13 @@
 //          micro-step, beside the backward
 //   zero1, zero2   reduce-scatter of each gradient beside the backward, all-gather of the bf16
 //          weights beside the next forward (on the GPU zero2 runs as zero1)
-//   fsdp   every micro-step: all-gather of each block's bf16 weights before its forward and
+//   fsdp   every micro-step: all-gather of each block's weights before its forward and
 //          again before its backward, reduce-scatter of its fp32 gradient; the root units
-//          (embedding, final norm) gathered once a step
+//          (embedding, final norm) gathered once a step. The weights travel in bf16, but in
+//          FP8 where the run gathers E4M3 (ChooseFp8Gather, worker/train/fp8_gather_rule.h):
+//          then the four linear weights move a byte an element and the norm weights, each
+//          rank's share, in a second, bf16 all-gather (the first step, which gathers bf16,
+//          is left out)
 //   hsdp   fsdp inside shard groups of S ranks (a node by default), and an all-reduce of each
 //          gradient shard (fp32) across the N/S replicas, beside the backward
 // Overlap: the collectives that cannot overlap (the last gradient's, the first gathers) count
@@ -31,9 +35,10 @@
 //
 // Memory: EstimateTrainingMemory (worker/train/memory_estimate.h) for the mode and world (hsdp
 // shards over its group: the parameter state, activations, the backward's buffers, logits
-// chunks and attention/GEMM scratch), plus what that lower bound leaves out: ddp's bf16
-// gradient twin with parallel.grad_reduce bf16, fsdp's gathered block buffers and root units,
-// and the calibrated overhead.
+// chunks and attention/GEMM scratch, and fsdp's E4M3 gather buffers where the rule above says
+// so), plus what that lower bound leaves out: ddp's bf16 gradient twin with
+// parallel.grad_reduce bf16, fsdp's gathered block buffers and root units, and the calibrated
+// overhead.
 #pragma once
 
 #include <string>
@@ -69,7 +74,8 @@ struct ModePrediction {
   int shard_group = 0;          // hsdp: ranks per shard group (else 0)
   double compute_ms = 0;        // one GPU's step without collectives, of which:
   double gemm_ms = 0, attention_ms = 0, elementwise_ms = 0, recompute_ms = 0, optimizer_ms = 0;
-  double comm_ms = 0;           // the step's collectives alone, back to back
+  double comm_ms = 0;           // the step's collectives alone, back to back, of which
+  double gather_ms = 0;         // the parameter all-gathers (zero, fsdp, hsdp)
   double exposed_ms = 0;        // what they add to the step
   double step_ms = 0;
   double tokens_per_s_per_gpu = 0;
