@@ -6,7 +6,8 @@
 //                    [--emulate-nodes N]
 //                    [--grad-reduce fp32|bf16] [--ddp-allreduce nccl|copy_engine]
 //                    [--micro-batch B] [--steps N] [--warmup K]
-//                    [--profile] [--distinct-batches [--accum-check]]
+//                    [--profile] [--distinct-batches [--accum-check]] [--no-single]
+//                    [--fp8-gather on|off]
 //
 // Forks W processes, one per GPU (the way users run workers), which meet over NCCL through the
 // TCP rendezvous on loopback. Each rank trains micro-batch B per step (global batch W*B, one
@@ -38,6 +39,10 @@
 // comm_in_step_ms is the collectives' own time in the step (against comm_ms alone). ranks_bitwise_equal: every rank's
 // weights after the data-parallel steps have the same CRC-32C (they must, in every mode).
 // MFU counts model FLOPs per GPU against the dense BF16 peak (common/peak_flops.h).
+// --no-single: no single-GPU baseline, for a model that does not fit one GPU (fsdp's reason to
+// be): the line then has no efficiency or exposed communication, only the step, tokens/s, MFU
+// and memory. --fp8-gather off: fsdp in FP8 gathers the blocks' weights in bf16 and casts them
+// per pass (CudaBackendOptions::fp8_gather), against the default E4M3 gather.
 // --emulate-nodes N: the W ranks pose as N nodes of W/N consecutive ranks: each sets
 // NCCL_HOSTID to its emulated node before NCCL starts, so NCCL keeps NVLink / shared memory
 // inside an emulated node and carries traffic between them over its network transport (by
@@ -113,6 +118,8 @@ struct Args {
   int nccl_max_ctas = 0;     // --nccl-max-ctas; 0: NCCL's default
   int nccl_cta_policy = -1;  // --nccl-cta-policy; -1: NCCL's default
   int gemm_sm_margin = 0;    // --gemm-sm-margin
+  bool single = true;        // off with --no-single
+  bool fp8_gather = true;    // --fp8-gather on|off
 };
 
 int Fail(const std::string& msg) { return bench::FailJson("forge-dist-bench", msg); }
@@ -138,6 +145,8 @@ FlagParser MakeFlags() {
   f.Value("--nccl-cta-policy", "P", "NCCL's CTA policy (default NCCL's)");
   f.Value("--gemm-sm-margin", "N", "SMs the backward GEMMs leave to NCCL (default 0)");
   f.Bool("--profile", "per-phase times of the single-GPU and the parallel step");
+  f.Bool("--no-single", "no single-GPU baseline (a model that does not fit one GPU)");
+  f.Value("--fp8-gather", "on|off", "fsdp in FP8: gather the blocks' weights as E4M3 (default on)");
   f.Bool("--distinct-batches", "rank r trains on its own tokens (seed + r)");
   f.Bool("--accum-check", "with --distinct-batches: one GPU also trains all ranks' batches "
                           "accumulated and reports its losses");
@@ -153,7 +162,11 @@ std::string ReadArgs(const FlagParser& f, Args* a) {
   a->profile = f.Has("--profile");
   a->distinct_batches = f.Has("--distinct-batches");
   a->accum_check = f.Has("--accum-check");
+  a->single = !f.Has("--no-single");
   auto bad = [&](const char* flag) { return bench::BadValue(f, flag); };
+  const std::string g8 = f.Get("--fp8-gather", "on");
+  if (g8 != "on" && g8 != "off") return bad("--fp8-gather");
+  a->fp8_gather = g8 == "on";
   if (!bench::FlagInt(f, "--world", &a->world) || a->world < 1) return bad("--world");
   if (!bench::FlagInt(f, "--shard-group-size", &a->shard_group_size) || a->shard_group_size < 0)
     return bad("--shard-group-size");
@@ -171,6 +184,8 @@ std::string ReadArgs(const FlagParser& f, Args* a) {
     return bad("--gemm-sm-margin");
   if (a->config.empty()) return "--config is required (see forge-dist-bench --help)";
   if (a->accum_check && !a->distinct_batches) return "--accum-check needs --distinct-batches";
+  if (!a->single && (a->accum_check || a->ddp_allreduce == "copy_engine"))
+    return "--no-single goes with neither --accum-check nor --ddp-allreduce copy_engine";
   return "";
 }
 
@@ -268,6 +283,7 @@ StatusOr<StepRun> TimeSteps(const RunConfig& cfg, Comm* comm, const Args& a,
                             unsigned extras = kNoExtras, std::vector<uint64_t> seeds = {}) {
   CudaBackendOptions options = CudaBackendOptionsFromConfig(cfg.engine);
   options.gemm_sm_margin = a.gemm_sm_margin;
+  options.fp8_gather = a.fp8_gather;
   FORGE_ASSIGN_OR_RETURN(auto backend, MakeCudaTrainBackend(cfg, options, comm));
   if (seeds.empty()) seeds = {RankSeed(cfg, a, comm ? comm->rank() : 0)};
   std::vector<Tokens> data;
@@ -523,7 +539,9 @@ int RunRank(const Args& a, const RunConfig& cfg, int rank, int port) {
   auto host = MakeHostStagedComm(nccl->get());
   if (!host.ok()) return Fail(host.status().ToString());
 
-  auto single = copy_engine ? std::move(child_baseline) : TimeSteps(cfg, nullptr, a);
+  auto single = copy_engine  ? std::move(child_baseline)
+                : !a.single ? StatusOr<StepRun>(StepRun{})
+                            : TimeSteps(cfg, nullptr, a);
   if (!single.ok()) return Fail("single-GPU baseline: " + single.status().ToString());
   auto comm_ms = TimeCollectives(cfg, nccl->get(), a);
   if (!comm_ms.ok()) return Fail("collectives: " + comm_ms.status().ToString());
@@ -572,21 +590,25 @@ int RunRank(const Args& a, const RunConfig& cfg, int rank, int port) {
   out["step_ms"] = step_ms;
   out["tokens_per_s"] = per_gpu * a.world;
   out["tokens_per_s_per_gpu"] = per_gpu;
-  out["single_gpu_tokens_per_s"] = single_tps;
-  out["scaling_efficiency"] = per_gpu / single_tps;
+  if (a.single) {
+    out["single_gpu_tokens_per_s"] = single_tps;
+    out["scaling_efficiency"] = per_gpu / single_tps;
+  }
   out["mfu"] = ModelFlopsUtilization(per_gpu, TrainFlopsPerToken(cfg.model), peak_tflops);
   out["peak_mem_gib"] = peak;
-  out["single_gpu_peak_mem_gib"] = single->gib;
+  if (a.single) out["single_gpu_peak_mem_gib"] = single->gib;
   out["comm_ms"] = comm;
-  out["comm_exposed_ms"] = exposed;
-  out["comm_hidden_ms"] = std::max(0.0, comm - exposed);
+  if (a.single) {
+    out["comm_exposed_ms"] = exposed;
+    out["comm_hidden_ms"] = std::max(0.0, comm - exposed);
+  }
   out["comm_wait_ms"] = wait;  // the slowest rank's; see the file comment
-  out["comm_slowdown_ms"] = std::max(0.0, exposed - wait);
+  if (a.single) out["comm_slowdown_ms"] = std::max(0.0, exposed - wait);
   out["comm_in_step_ms"] = in_step;
   out["loss"] = dp->loss;
   // rank 0's baseline: with the same batch everywhere the two losses track each other (the
   // data-parallel step trains the baseline's trajectory), so the efficiency compares like runs.
-  out["single_gpu_loss"] = single->loss;
+  if (a.single) out["single_gpu_loss"] = single->loss;
   out["ranks_bitwise_equal"] = same_weights;  // every rank's weights after the timed steps
   Json fits = Json::array(), same_tokens = Json::array();
   for (int q = 0; q < a.world; ++q) {
@@ -612,7 +634,7 @@ int RunRank(const Args& a, const RunConfig& cfg, int rank, int port) {
   out["gpu"] = prop.name;
   out["batches"] = a.distinct_batches ? "distinct per rank" : "same on every rank";
   if (a.profile) {  // rank 0's
-    out["phases_single_ms"] = bench::PhasesJson<Json>(single->phases);
+    if (a.single) out["phases_single_ms"] = bench::PhasesJson<Json>(single->phases);
     out["phases_parallel_ms"] = bench::PhasesJson<Json>(dp->phases);
   }
   std::printf("%s\n", out.dump().c_str());
