@@ -7,7 +7,7 @@
 //                    [--grad-reduce fp32|bf16] [--ddp-allreduce nccl|copy_engine]
 //                    [--micro-batch B] [--steps N] [--warmup K]
 //                    [--profile] [--distinct-batches [--accum-check]] [--no-single]
-//                    [--fp8-gather on|off]
+//                    [--fp8-gather on|off] [--no-comm-windows]
 //
 // Forks W processes, one per GPU (the way users run workers), which meet over NCCL through the
 // TCP rendezvous on loopback. Each rank trains micro-batch B per step (global batch W*B, one
@@ -43,6 +43,7 @@
 // be): the line then has no efficiency or exposed communication, only the step, tokens/s, MFU
 // and memory. --fp8-gather off: fsdp in FP8 gathers the blocks' weights in bf16 and casts them
 // per pass (CudaBackendOptions::fp8_gather), against the default E4M3 gather.
+// --no-comm-windows: every collective starts at once (CudaBackendOptions::comm_windows).
 // --emulate-nodes N: the W ranks pose as N nodes of W/N consecutive ranks: each sets
 // NCCL_HOSTID to its emulated node before NCCL starts, so NCCL keeps NVLink / shared memory
 // inside an emulated node and carries traffic between them over its network transport (by
@@ -120,6 +121,7 @@ struct Args {
   int gemm_sm_margin = 0;    // --gemm-sm-margin
   bool single = true;        // off with --no-single
   bool fp8_gather = true;    // --fp8-gather on|off
+  bool comm_windows = true;  // off with --no-comm-windows
 };
 
 int Fail(const std::string& msg) { return bench::FailJson("forge-dist-bench", msg); }
@@ -146,6 +148,7 @@ FlagParser MakeFlags() {
   f.Value("--gemm-sm-margin", "N", "SMs the backward GEMMs leave to NCCL (default 0)");
   f.Bool("--profile", "per-phase times of the single-GPU and the parallel step");
   f.Bool("--no-single", "no single-GPU baseline (a model that does not fit one GPU)");
+  f.Bool("--no-comm-windows", "collectives start at once, not in the comm windows");
   f.Value("--fp8-gather", "on|off", "fsdp in FP8: gather the blocks' weights as E4M3 (default on)");
   f.Bool("--distinct-batches", "rank r trains on its own tokens (seed + r)");
   f.Bool("--accum-check", "with --distinct-batches: one GPU also trains all ranks' batches "
@@ -163,6 +166,7 @@ std::string ReadArgs(const FlagParser& f, Args* a) {
   a->distinct_batches = f.Has("--distinct-batches");
   a->accum_check = f.Has("--accum-check");
   a->single = !f.Has("--no-single");
+  a->comm_windows = !f.Has("--no-comm-windows");
   auto bad = [&](const char* flag) { return bench::BadValue(f, flag); };
   const std::string g8 = f.Get("--fp8-gather", "on");
   if (g8 != "on" && g8 != "off") return bad("--fp8-gather");
@@ -284,6 +288,7 @@ StatusOr<StepRun> TimeSteps(const RunConfig& cfg, Comm* comm, const Args& a,
   CudaBackendOptions options = CudaBackendOptionsFromConfig(cfg.engine);
   options.gemm_sm_margin = a.gemm_sm_margin;
   options.fp8_gather = a.fp8_gather;
+  options.comm_windows = a.comm_windows;
   FORGE_ASSIGN_OR_RETURN(auto backend, MakeCudaTrainBackend(cfg, options, comm));
   if (seeds.empty()) seeds = {RankSeed(cfg, a, comm ? comm->rank() : 0)};
   std::vector<Tokens> data;

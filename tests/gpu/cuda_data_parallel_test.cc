@@ -382,12 +382,13 @@ TEST(CudaDataParallel, FsdpFp8GatherChangesNoBits) {
   }
 }
 
-// Comm windows only move when the gradient collectives start (cuda_data_parallel.h): the
-// same sums, so bitwise the trajectory of collectives started at once, with accumulation
-// (the windows open on the last micro-step only) and in both gradient-collective kinds.
+// Comm windows only move when the collectives start (cuda_data_parallel.h): the same sums
+// and gathers, so bitwise the trajectory of collectives started at once, with accumulation
+// (ddp and zero open the windows on the last micro-step only, fsdp on every one) and in every
+// collective kind (fsdp: its block gathers in the forward and backward windows too).
 TEST(CudaDataParallel, CommWindowsChangeNoBits) {
   FORGE_SKIP_WITHOUT_GPU();
-  for (const ParallelMode mode : {ParallelMode::kDdp, ParallelMode::kZero1}) {
+  for (const ParallelMode mode : {ParallelMode::kDdp, ParallelMode::kZero1, ParallelMode::kFsdp}) {
     SCOPED_TRACE(ParallelModeName(mode));
     const RunConfig c = Config(mode, 2, 2, GradReduce::kFp32, Precision::kBf16);
     const auto batches = MakeBatches(c, 4);

@@ -89,6 +89,9 @@ Status CudaModel::BlockForward(int layer, int set, const BlockActs& a, const bf1
       break;
   }
   FORGE_RETURN_IF_ERROR(Phase(StepPhase::kFwdAttention, s));
+  if (x_out != nullptr && hooks_ && hooks_->forward_window) {
+    FORGE_RETURN_IF_ERROR(hooks_->forward_window(layout_.block_unit(layer), s));
+  }
   FORGE_RETURN_IF_ERROR(b.sdpa.Forward(b.sdpa_shape, a.qkv, a.att, a.stats, s));
   // x_mid = x_in + att Wo^T: the residual add rides on the GEMM (C = x_in, beta = 1); x_in
   // stays intact because backward needs it for the attn_norm gradient.

@@ -142,6 +142,9 @@ struct CudaModelHooks {
   // gracefully, where the GEMMs (persistent, one CTA per SM) slow down by far more than the
   // SMs they lose. A moment to start the gradient collectives (enqueued on `stream`).
   std::function<Status(int unit, cudaStream_t stream)> comm_window;
+  // Block `unit`'s forward (not a recompute) is about to run its attention forward: the same
+  // kind of moment in the forward pass (fsdp starts the next block's all-gather there).
+  std::function<Status(int unit, cudaStream_t stream)> forward_window;
   // FP8 with shard_params: where the model would cast block `unit`'s linear weights (before
   // each of its passes), the weights already in E4M3 at their offsets in the unit (one byte
   // an element, cast with the weights' scales: fsdp's FP8 all-gather), or null: the model

@@ -103,7 +103,7 @@ StatusOr<std::unique_ptr<CudaDataParallel>> CudaDataParallel::Create(
   std::unique_ptr<CudaDataParallel> dp(
       new CudaDataParallel(comm, rules, model, grad_reduce, ddp_allreduce));
   dp->replica_ = replica;
-  dp->comm_windows_ = comm_windows && !fsdp_like;
+  dp->comm_windows_ = comm_windows;
   dp->fp8_gather_ = fp8_gather && fsdp_like;  // what InitFp8Gather may set up
   FORGE_RETURN_IF_ERROR(dp->Init());
   return StatusOr<std::unique_ptr<CudaDataParallel>>(std::move(dp));
@@ -173,9 +173,11 @@ Status CudaDataParallel::Init() {
     FORGE_RETURN_IF_ERROR(InitFsdp());
     auto fwd = [this](int u, cudaStream_t s) { return OnFsdpForward(u, s); };
     auto bwd = [this](int u, cudaStream_t s) { return OnFsdpBackward(u, s); };
+    auto window = [this](int u, cudaStream_t s) { return OnForwardWindow(u, s); };
     for (CudaModelHooks* h : {&read_hooks_, &grad_hooks_, &allreduce_hooks_}) {
       h->before_forward = fwd;
       h->before_backward = bwd;
+      if (comm_windows_) h->forward_window = window;
     }
   } else {
     auto before = [this](int u, cudaStream_t s) { return OnBeforeForward(u, s); };
@@ -189,8 +191,6 @@ Status CudaDataParallel::Init() {
   allreduce_hooks_.grad_ready = [this](int u, cudaEvent_t c, cudaEvent_t w) {
     return OnGradReady(u, c, w, /*all_reduce=*/!fsdp());
   };
-  // fsdp's reduce-scatters free rotating buffers the next blocks need: they start at once
-  // (Create leaves comm_windows_ off for it).
   if (comm_windows_) {
     auto window = [this](int u, cudaStream_t s) { return OnCommWindow(u, s); };
     grad_hooks_.comm_window = window;
@@ -284,10 +284,14 @@ Status CudaDataParallel::OnGradReady(int u, cudaEvent_t compute_done, cudaEvent_
   return window_ahead ? Status::Ok() : IssueWaiting();
 }
 
-Status CudaDataParallel::OnCommWindow(int /*unit*/, cudaStream_t compute) {
-  if (waiting_.empty()) return Status::Ok();
-  FORGE_RETURN_IF_ERROR(CommWaitsStream(compute));
-  return IssueWaiting();
+Status CudaDataParallel::OnCommWindow(int unit, cudaStream_t compute) {
+  if (!waiting_.empty()) {
+    FORGE_RETURN_IF_ERROR(CommWaitsStream(compute));
+    FORGE_RETURN_IF_ERROR(IssueWaiting());
+  }
+  // fsdp: the block the backward reaches next, gathered from here (see the header comment).
+  const int l = block_of(unit);
+  return fsdp() && l > 0 ? Ensure(l - 1, compute, /*wait=*/false) : Status::Ok();
 }
 
 Status CudaDataParallel::IssueWaiting() {
@@ -787,8 +791,15 @@ Status CudaDataParallel::OnFsdpForward(int u, cudaStream_t compute) {
   }
   if (l > 0) FORGE_RETURN_IF_ERROR(Release(l - 1, compute));
   FORGE_RETURN_IF_ERROR(Ensure(l, compute, /*wait=*/true));
-  if (l + 1 < L) FORGE_RETURN_IF_ERROR(Ensure(l + 1, compute, /*wait=*/false));
+  // With comm windows the next block's gather starts at this block's attention instead.
+  if (l + 1 < L && !comm_windows_) FORGE_RETURN_IF_ERROR(Ensure(l + 1, compute, false));
   return Status::Ok();
+}
+
+Status CudaDataParallel::OnForwardWindow(int u, cudaStream_t compute) {
+  const int L = int(model_->layout().units.size()) - 2;
+  const int l = block_of(u);
+  return l >= 0 && l + 1 < L ? Ensure(l + 1, compute, /*wait=*/false) : Status::Ok();
 }
 
 Status CudaDataParallel::OnFsdpBackward(int u, cudaStream_t compute) {
@@ -804,7 +815,8 @@ Status CudaDataParallel::OnFsdpBackward(int u, cudaStream_t compute) {
     FORGE_RETURN_IF_ERROR(ComputeWaits(compute, rs_done_[b], CollectiveOp::kReduceScatter));
     rs_pending_[b] = false;
   }
-  if (l > 0) FORGE_RETURN_IF_ERROR(Ensure(l - 1, compute, /*wait=*/false));
+  // With comm windows the next block's gather starts at this block's attention (OnCommWindow).
+  if (l > 0 && !comm_windows_) FORGE_RETURN_IF_ERROR(Ensure(l - 1, compute, /*wait=*/false));
   return Status::Ok();
 }
 

@@ -76,12 +76,17 @@
 // NcclComm::EnableCopyEngineAllReduce at Create, so the same AllReduceSum calls move their bytes
 // with the copy engines (worker/parallel/copy_engine_allreduce.h); nothing else here changes.
 //
-// Comm windows (ddp, zero1, zero2): a unit's gradient collective is not started the moment the
+// Comm windows (every mode): a unit's gradient collective is not started the moment the
 // unit's backward ends but at the next block's attention backward (CudaModelHooks::comm_window),
 // so it overlaps kernels of many short CTAs instead of the GEMMs: cuBLASLt's persistent GEMMs
 // launch one CTA per SM, and the CTAs that find their SM held by the collective's kernel run
 // only after the others finish, which made the backward GEMMs ~17% slower under ddp. Block 0
-// and the embedding (no window after them) start at once. CudaBackendOptions::comm_windows off: at once, always.
+// and the embedding (no window after them) start at once. fsdp's block all-gathers move the same
+// way: the next block's gather starts at this block's attention (forward: forward_window;
+// backward: comm_window) rather than at the block's start, where the QKV GEMM runs; its
+// reduce-scatters still free each rotating buffer in time, as block l's starts in block l-1's
+// window and block l-2, the buffer's next user, waits for it. CudaBackendOptions::comm_windows
+// off: at once, always.
 //
 // The loss of a step is the mean over ranks of each rank's mean (equal token counts), summed
 // by one all-reduce of a float; callers divide by the world size. Gradients use
@@ -215,6 +220,8 @@ class CudaDataParallel final : private ModeStorage {
   // CudaModelHooks::fp8_weights: block `unit`'s gathered E4M3 unit, or null.
   const uint8_t* GatheredFp8(int unit) const;
   Status OnFsdpForward(int unit, cudaStream_t compute);
+  // fsdp with comm windows: the next block's gather, from block `unit`'s attention forward.
+  Status OnForwardWindow(int unit, cudaStream_t compute);
   Status OnFsdpBackward(int unit, cudaStream_t compute);
   // hsdp: the replica stream waits for everything issued on the shard comm's stream so far.
   Status ReplicaWaitsShard();
@@ -253,7 +260,7 @@ class CudaDataParallel final : private ModeStorage {
     cudaEvent_t compute_done, wgrad_done;
     bool all_reduce;
   };
-  bool comm_windows_ = false;  // CudaBackendOptions::comm_windows (never for fsdp)
+  bool comm_windows_ = false;  // CudaBackendOptions::comm_windows
   std::vector<WaitingUnit> waiting_;
 
   // fsdp state (see the file comment).
