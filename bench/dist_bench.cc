@@ -8,6 +8,7 @@
 //                    [--micro-batch B] [--steps N] [--warmup K]
 //                    [--profile] [--distinct-batches [--accum-check]] [--no-single]
 //                    [--fp8-gather on|off] [--no-comm-windows]
+//                    [--precision bf16|fp8] [--recompute none|selective|full]
 //
 // Forks W processes, one per GPU (the way users run workers), which meet over NCCL through the
 // TCP rendezvous on loopback. Each rank trains micro-batch B per step (global batch W*B, one
@@ -122,6 +123,8 @@ struct Args {
   bool single = true;        // off with --no-single
   bool fp8_gather = true;    // --fp8-gather on|off
   bool comm_windows = true;  // off with --no-comm-windows
+  std::string precision;     // --precision; "": the config's
+  std::string recompute;     // --recompute; "": the config's
 };
 
 int Fail(const std::string& msg) { return bench::FailJson("forge-dist-bench", msg); }
@@ -149,6 +152,8 @@ FlagParser MakeFlags() {
   f.Bool("--profile", "per-phase times of the single-GPU and the parallel step");
   f.Bool("--no-single", "no single-GPU baseline (a model that does not fit one GPU)");
   f.Bool("--no-comm-windows", "collectives start at once, not in the comm windows");
+  f.Value("--precision", "bf16|fp8", "compute precision (default: the config's)");
+  f.Value("--recompute", "none|selective|full", "activation recompute (default: the config's)");
   f.Value("--fp8-gather", "on|off", "fsdp in FP8: gather the blocks' weights as E4M3 (default on)");
   f.Bool("--distinct-batches", "rank r trains on its own tokens (seed + r)");
   f.Bool("--accum-check", "with --distinct-batches: one GPU also trains all ranks' batches "
@@ -167,7 +172,14 @@ std::string ReadArgs(const FlagParser& f, Args* a) {
   a->accum_check = f.Has("--accum-check");
   a->single = !f.Has("--no-single");
   a->comm_windows = !f.Has("--no-comm-windows");
+  a->precision = f.Get("--precision");
+  a->recompute = f.Get("--recompute");
   auto bad = [&](const char* flag) { return bench::BadValue(f, flag); };
+  if (!a->precision.empty() && a->precision != "bf16" && a->precision != "fp8")
+    return bad("--precision");
+  if (!a->recompute.empty() && a->recompute != "none" && a->recompute != "selective" &&
+      a->recompute != "full")
+    return bad("--recompute");
   const std::string g8 = f.Get("--fp8-gather", "on");
   if (g8 != "on" && g8 != "off") return bad("--fp8-gather");
   a->fp8_gather = g8 == "on";
@@ -585,6 +597,10 @@ int RunRank(const Args& a, const RunConfig& cfg, int rank, int port) {
   Json out;
   out["model"] = cfg.model.preset.empty() ? cfg.name : cfg.model.preset;
   out["mode"] = a.mode;
+  out["precision"] = PrecisionName(cfg.precision.compute);
+  out["recompute"] = RecomputeName(cfg.train.activation_recompute);
+  if (cfg.precision.compute == Precision::kFp8 && cfg.parallel.mode == ParallelMode::kFsdp)
+    out["fp8_gather"] = a.fp8_gather;
   if (a.emulate_nodes > 0) out["emulated_nodes"] = a.emulate_nodes;
   if (cfg.parallel.mode == ParallelMode::kHsdp)
     out["shard_group_size"] = cfg.parallel.shard_group_size;
@@ -656,6 +672,13 @@ int Run(int argc, char** argv) {
   if (!loaded.ok()) return Fail(loaded.status().ToString());
   RunConfig cfg = *loaded;
   if (a.micro_batch > 0) cfg.batch.micro_batch = a.micro_batch;
+  if (!a.precision.empty())
+    cfg.precision.compute = a.precision == "fp8" ? Precision::kFp8 : Precision::kBf16;
+  if (!a.recompute.empty()) {
+    cfg.train.activation_recompute = a.recompute == "full"        ? Recompute::kFull
+                                     : a.recompute == "selective" ? Recompute::kSelective
+                                                                  : Recompute::kNone;
+  }
   cfg.batch.global_batch = cfg.batch.micro_batch * a.world;
   for (const Status& st :
        {ParallelModeFromName(a.mode, "--mode", &cfg.parallel.mode),

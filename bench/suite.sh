@@ -19,6 +19,10 @@
 #   multi-gpu     forge-dist-bench gpt350m B 16 per GPU on N GPUs: ddp (fp32 and bf16 gradient
 #                 collectives), zero1, fsdp, and ddp with distinct batches and the one-GPU
 #                 accumulation check; then torch_dist.py ddp and fsdp on the same GPUs
+#   llama-fsdp    forge-dist-bench llama3-8b (T 8192) fsdp B 1 per GPU on N GPUs (it does not
+#                 fit one: --no-single), full recompute: BF16, FP8, FP8 with the bf16 gather
+#                 (--fp8-gather off); then torch_llama.py llama8b B 1 with checkpointing full
+#                 and none on the same GPUs
 #   fp8-accuracy  gpt124m on the real corpus from the same init and data, BF16 and FP8 + FP8 LM
 #                 head: 2000 steps, global batch 16, validation every 100 steps (--as-shipped:
 #                 the config's global batch 32 and validation every 250); two GPUs side by side
@@ -41,7 +45,7 @@
 # $OUT, else /tmp/forge-suite); --base also runs the previous build's benchmark
 # (bin/forge-bench-base, bin/forge-dist-bench-base: copy them there after packing) right
 # before the new one on every row; --no-anchor leaves the PyTorch runs out; --world N: GPUs
-# for multi-gpu (default: all); --filter: a gtest filter for gpu-tests; --data: the prepared
+# for multi-gpu and llama-fsdp (default: all); --filter: a gtest filter for gpu-tests; --data: the prepared
 # dataset for fp8-accuracy, a directory holding dataset/ or a .tar.xz of it (default
 # .devdata/full.tar.xz); --deadline: no run starts after this many seconds (default 560, so a
 # suite ends inside one 10-minute device call; a skipped run leaves an error line); --only:
@@ -53,7 +57,7 @@
 set -u -o pipefail
 cd "$(dirname "$0")/.." || exit 2
 
-suites="single-gpu llama multi-gpu fp8-accuracy generation gpu-tests profile"
+suites="single-gpu llama multi-gpu llama-fsdp fp8-accuracy generation gpu-tests profile"
 header() { sed -n '2,/^[^#]/p' "$0" | sed -n 's/^# \{0,1\}//p'; }
 usage() {
   echo "usage:" >&2
@@ -208,6 +212,29 @@ llama() {
   fi
 }
 
+llama_fsdp() {
+  local w=$world
+  if [ -z "$w" ]; then
+    if $dry; then w=4; else w=$(nvidia-smi -L | wc -l); fi
+  fi
+  [ "$w" -ge 2 ] || { echo "suite.sh: llama-fsdp needs 2 or more GPUs (found $w)" >&2; exit 1; }
+  gpu_line
+  local common=(--config configs/llama3-8b.yaml --world "$w" --mode fsdp --micro-batch 1
+                --steps 4 --warmup 2 --no-single --recompute full)
+  step "llama3-8b-fsdp-bf16-full-w$w" 150 "$run" forge-dist-bench "${common[@]}" --precision bf16
+  step "llama3-8b-fsdp-fp8-full-w$w" 150 "$run" forge-dist-bench "${common[@]}" --precision fp8
+  step "llama3-8b-fsdp-fp8-bf16gather-full-w$w" 150 "$run" forge-dist-bench "${common[@]}" \
+    --precision fp8 --fp8-gather off
+  if $anchor; then
+    local r
+    for r in full none; do
+      step "torch-llama8b-b1-$r-w$w" 150 env STEPS=6 NCCL_NVLS_ENABLE=0 \
+        TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1 "$py" -m torch.distributed.run \
+        --standalone --nproc_per_node="$w" "$dev/torch_llama.py" llama8b 1 8192 "ac=$r"
+    done
+  fi
+}
+
 multi_gpu() {
   local w=$world
   if [ -z "$w" ]; then
@@ -350,6 +377,7 @@ case $suite in
   single-gpu) single_gpu ;;
   llama) llama ;;
   multi-gpu) multi_gpu ;;
+  llama-fsdp) llama_fsdp ;;
   fp8-accuracy) fp8_accuracy ;;
   generation) generation ;;
   gpu-tests) gpu_tests ;;

@@ -12,6 +12,9 @@ tables, in the order the suites first appear:
                 recompute setting (full: full checkpointing)
   multi-gpu     forge-dist-bench and torch_dist.py lines: one row a run, the ratio of ddp and
                 fsdp to PyTorch's DDP and FSDP2 at the same world size; the accumulation check
+  llama-fsdp    forge-dist-bench --no-single and torch_llama.py lines: one row a run, with the
+                ratio to the PyTorch recipe's run without checkpointing and at the same recompute
+                setting, at the same world size
   fp8-accuracy  validation losses by step, one column a run, each against the first run
   generation    forge-generate-bench and hf_generate_anchor.py lines: one row a run, with the
                 decode tokens/s ratio to transformers (same model and batch)
@@ -167,6 +170,33 @@ def multi_gpu(lines):
     return out
 
 
+def llama_fsdp(lines):
+    forge = [l for l in lines if "tokens_per_s_per_gpu" in l and "mode" in l and "ac" not in l]
+    torch = {(TORCH_LLAMA.get(l["model"], l["model"]), l["world"], l["ac"]): l for l in lines
+             if "tokens_per_s_per_gpu" in l and "ac" in l}
+    header = ["model", "GPUs", "run", "recompute", "step ms", "tokens/s per GPU", "MFU",
+              "peak GiB", "collectives in step / stalled ms", "vs PyTorch (none)",
+              "vs PyTorch (same recompute)"]
+    rows = []
+    for l in forge:
+        key = (l["model"], l["world"])
+        fastest, same = torch.get(key + ("none",)), torch.get(key + (l["recompute"],))
+        run = "Forge " + l["mode"] + " " + PRECISION.get((l["precision"], False), l["precision"])
+        if l.get("fp8_gather") is False:
+            run += ", bf16 gather"
+        rows.append([l["model"], str(l["world"]), run, l["recompute"], fmt(l["step_ms"]),
+                     fmt(round(l["tokens_per_s_per_gpu"])), pct(l.get("mfu")),
+                     fmt(l.get("peak_mem_gib")),
+                     f"{fmt(l.get('comm_in_step_ms'))} / {fmt(l.get('comm_wait_ms'))}",
+                     ratio(l["tokens_per_s_per_gpu"], fastest and fastest["tokens_per_s_per_gpu"]),
+                     ratio(l["tokens_per_s_per_gpu"], same and same["tokens_per_s_per_gpu"])])
+    for (model, world, ac), t in torch.items():
+        rows.append([model, str(world), "PyTorch FSDP2 recipe BF16", ac, fmt(t["step_ms"]),
+                     fmt(round(t["tokens_per_s_per_gpu"])), pct(t.get("mfu")),
+                     fmt(t.get("peak_mem_gib")), "", "", ""])
+    return [table(header, rows)]
+
+
 def fp8_accuracy(lines):
     runs = list(dict.fromkeys(l["label"] for l in lines if "val_loss" in l or "summary" in l))
     if not runs:
@@ -265,7 +295,8 @@ def profile(lines):
     return out
 
 
-SUITES = {"single-gpu": single_gpu, "llama": llama, "multi-gpu": multi_gpu, "fp8-accuracy": fp8_accuracy,
+SUITES = {"single-gpu": single_gpu, "llama": llama, "multi-gpu": multi_gpu,
+          "llama-fsdp": llama_fsdp, "fp8-accuracy": fp8_accuracy,
           "generation": generation, "gpu-tests": gpu_tests, "profile": profile}
 
 

@@ -126,6 +126,32 @@ TEST_F(BenchSuiteTest, TableOfEverySuiteFromItsLines) {
       << full;
   EXPECT_NE(Row(r.out, "llama3-1b | 2 | Forge BF16 | selective").find(" |  |"),
             std::string::npos);
+  // llama-fsdp: per GPU against torch_llama.py's llama8b on as many GPUs, without
+  // checkpointing and at the same setting; the FP8 run without the E4M3 gather is its own row.
+  const std::string fsdp = Row(r.out, "llama3-8b | 2 | Forge fsdp BF16 | full");
+  EXPECT_NE(fsdp.find("| " + Ratio(8305.8, 9145.0) + " | " + Ratio(8305.8, 7656.7) + " |"),
+            std::string::npos)
+      << fsdp;
+  EXPECT_NE(Row(r.out, "llama3-8b | 2 | Forge fsdp FP8, bf16 gather | full")
+                .find("| 253.90 / 15.08 |"),
+            std::string::npos);
+}
+
+TEST_F(BenchSuiteTest, LlamaFsdpSuiteRunsTheEightBillionModelOnEveryGpu) {
+  const Ran r = Shell("bash bench/suite.sh --dry-run --world 4 llama-fsdp");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string common =
+      "forge-dist-bench --config configs/llama3-8b.yaml --world 4 --mode fsdp --micro-batch 1 "
+      "--steps 4 --warmup 2 --no-single --recompute full --precision ";
+  EXPECT_NE(r.out.find(common + "bf16\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(common + "fp8\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(common + "fp8 --fp8-gather off\n"), std::string::npos) << r.out;
+  for (const char* ac : {"none", "full"}) {
+    EXPECT_NE(r.out.find("--nproc_per_node=4 .device/torch_llama.py llama8b 1 8192 ac=" +
+                         std::string(ac) + "\n"),
+              std::string::npos)
+        << r.out;
+  }
 }
 
 TEST_F(BenchSuiteTest, LlamaSuiteRunsTheRecomputeSettingsBesideTheRecipe) {
@@ -368,7 +394,8 @@ TEST_F(BenchSuiteTest, SuiteRunsOnStandInsAndTablesTheirLines) {
 TEST_F(BenchSuiteTest, UnknownSuiteOrOptionIsAnError) {
   const Ran list = Shell("bash bench/suite.sh --list");
   EXPECT_EQ(list.code, 0);
-  EXPECT_EQ(list.out, "single-gpu llama multi-gpu fp8-accuracy generation gpu-tests profile\n");
+  EXPECT_EQ(list.out,
+            "single-gpu llama multi-gpu llama-fsdp fp8-accuracy generation gpu-tests profile\n");
   const Ran help = Shell("bash bench/suite.sh --help");
   EXPECT_EQ(help.code, 0);
   EXPECT_NE(help.out.find("bench/suite.sh [--dry-run]"), std::string::npos);
