@@ -17,8 +17,9 @@
 #                 recipe: per-block compile, flash SDPA with GQA) llama1b B 2 with checkpointing
 #                 none and full on the same GPU
 #   multi-gpu     forge-dist-bench gpt350m B 16 per GPU on N GPUs: ddp (fp32 and bf16 gradient
-#                 collectives), zero1, fsdp, and ddp with distinct batches and the one-GPU
-#                 accumulation check; then torch_dist.py ddp and fsdp on the same GPUs
+#                 collectives, the copy engines), zero1, zero2, fsdp, ddp and fsdp in FP8, and
+#                 ddp with distinct batches and the one-GPU accumulation check; then
+#                 torch_dist.py ddp and fsdp on the same GPUs
 #   llama-fsdp    forge-dist-bench llama3-8b (T 8192) fsdp B 1 per GPU on N GPUs (it does not
 #                 fit one: --no-single), full recompute: BF16, FP8, FP8 with the bf16 gather
 #                 (--fp8-gather off); then torch_llama.py llama8b B 1 with checkpointing full
@@ -245,8 +246,12 @@ multi_gpu() {
   local rows=(
     "ddp --mode ddp"
     "ddp-bf16 --mode ddp --grad-reduce bf16"
+    "ddp-ce --mode ddp --ddp-allreduce copy_engine"
     "zero1 --mode zero1"
+    "zero2 --mode zero2"
     "fsdp --mode fsdp"
+    "ddp-fp8 --mode ddp --precision fp8"
+    "fsdp-fp8 --mode fsdp --precision fp8"
     "ddp-accum-check --mode ddp --distinct-batches --accum-check"
   )
   local r label

@@ -134,10 +134,12 @@ def multi_gpu(lines):
     with_base = any(build_of(l) == "base" for l in forge)
     header = ["run", "world"] + (["build"] if with_base else []) + [
         "tokens/s per GPU", "one GPU", "efficiency", "peak GiB", "comm alone / exposed ms",
-        "ranks bitwise equal", "PyTorch per GPU", "vs PyTorch"]
+        "exposed: stalled + slowdown ms", "ranks bitwise equal", "PyTorch per GPU", "vs PyTorch"]
     rows = []
     for l in forge:
         run = l["mode"] + (", bf16 gradients" if l.get("grad_reduce") == "bf16" else "")
+        if l.get("precision") == "fp8":
+            run += ", FP8"
         if l.get("ddp_allreduce") == "copy_engine":
             run += ", copy engines"
         if l.get("batches", "").startswith("distinct"):
@@ -149,6 +151,8 @@ def multi_gpu(lines):
                      fmt(round(l["single_gpu_tokens_per_s"])),
                      pct(l["scaling_efficiency"], 2), fmt(l.get("peak_mem_gib")),
                      f"{fmt(l.get('comm_ms'))} / {fmt(l.get('comm_exposed_ms'))}",
+                     f"{fmt(l.get('comm_wait_ms'))} + {fmt(l.get('comm_slowdown_ms'))}"
+                     if "comm_wait_ms" in l else "",
                      fmt(l.get("ranks_bitwise_equal")),
                      fmt(round(t["tokens_per_s_per_gpu"])) if t else "",
                      ratio(l["tokens_per_s_per_gpu"], t and t["tokens_per_s_per_gpu"])])
@@ -156,7 +160,7 @@ def multi_gpu(lines):
         name = {"ddp": "PyTorch DDP", "fsdp": "PyTorch FSDP2"}.get(mode, "PyTorch " + mode)
         rows.append([name, str(world)] + ([""] if with_base else []) +
                     [fmt(round(t["tokens_per_s_per_gpu"])), "", "", fmt(t.get("peak_mem_gib")),
-                     "", "", "", ""])
+                     "", "", "", "", ""])
     out = [table(header, rows)]
     checks = [l for l in forge if "accum_loss" in l]
     if checks:
