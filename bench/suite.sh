@@ -213,12 +213,20 @@ llama() {
   fi
 }
 
-llama_fsdp() {
+# The GPUs of a multi-GPU suite: --world, else every GPU of the machine (4 in a dry run); 2 at
+# least, or the suite ($1) cannot run.
+multi_world() {
   local w=$world
   if [ -z "$w" ]; then
     if $dry; then w=4; else w=$(nvidia-smi -L | wc -l); fi
   fi
-  [ "$w" -ge 2 ] || { echo "suite.sh: llama-fsdp needs 2 or more GPUs (found $w)" >&2; exit 1; }
+  [ "$w" -ge 2 ] || { echo "suite.sh: $1 needs 2 or more GPUs (found $w)" >&2; exit 1; }
+  echo "$w"
+}
+
+llama_fsdp() {
+  local w
+  w=$(multi_world llama-fsdp) || exit 1
   gpu_line
   local common=(--config configs/llama3-8b.yaml --world "$w" --mode fsdp --micro-batch 1
                 --steps 4 --warmup 2 --no-single --recompute full)
@@ -237,11 +245,8 @@ llama_fsdp() {
 }
 
 multi_gpu() {
-  local w=$world
-  if [ -z "$w" ]; then
-    if $dry; then w=4; else w=$(nvidia-smi -L | wc -l); fi
-  fi
-  [ "$w" -ge 2 ] || { echo "suite.sh: multi-gpu needs 2 or more GPUs (found $w)" >&2; exit 1; }
+  local w
+  w=$(multi_world multi-gpu) || exit 1
   gpu_line
   local rows=(
     "ddp --mode ddp"
