@@ -156,21 +156,6 @@ double Bytes(int64_t numel, int world, double elem) {
   return double(PaddedSize(numel, std::max(1, world))) * elem;
 }
 
-// The most elements of a block's other tensors (its norm weights) one rank's slot holds: what
-// each rank sends in the bf16 all-gather beside fsdp's E4M3 one.
-int64_t NormsPerSlot(const Model& md, int world) {
-  const int64_t slot = ShardSize(md.block, world);
-  int64_t most = 0;
-  for (int r = 0; r < world; ++r) {
-    const int64_t lo = std::min(md.block, r * slot), hi = std::min(md.block, (r + 1) * slot);
-    int64_t n = hi - lo;
-    for (const BlockLinear& w : md.linears)
-      n -= std::max<int64_t>(0, std::min(hi, w.offset + w.numel()) - std::max(lo, w.offset));
-    most = std::max(most, n);
-  }
-  return most;
-}
-
 }  // namespace
 
 const char* ModeName(Mode m) { return NameOf(kModeNames, m); }
@@ -279,11 +264,11 @@ ModePrediction PredictMode(const RunConfig& cfg_in, Mode mode, const Topology& t
     // A block's weights in bf16; in FP8 where the run gathers E4M3 (fp8_gather_rule.h; its
     // first step, which gathers bf16, left out) the linear weights a byte an element and, in a
     // second all-gather, each rank's share of the norm weights in bf16.
-    const double ag_block =
-        ChooseFp8Gather(cfg, N).e4m3
-            ? group.GatherMs(Bytes(md.block, shard, 1)) +
-                  group.GatherMs(double(shard) * double(NormsPerSlot(md, shard)) * 2)
-            : group.GatherMs(Bytes(md.block, shard, 2));
+    const double norms = double(MostNormElementsPerSlot(md.block, md.linears, shard));
+    const double ag_block = ChooseFp8Gather(cfg, N).e4m3
+                                ? group.GatherMs(Bytes(md.block, shard, 1)) +
+                                      group.GatherMs(double(shard) * norms * 2)
+                                : group.GatherMs(Bytes(md.block, shard, 2));
     const double rs_block = group.GatherMs(Bytes(md.block, shard, 4));
     const double ag_root = group.GatherMs(Bytes(md.units[0], shard, 2)) +
                            group.GatherMs(Bytes(md.units[U - 1], shard, 2));

@@ -6,8 +6,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
+#include "worker/model/shard_layout.h"
 #include "worker/train/memory_estimate.h"
 
 namespace forge {
@@ -130,6 +133,32 @@ TEST(Fp8GatherRule, MemoryEstimateCountsTheE4m3BuffersExactlyWhereItSaysYes) {
       const double extra = EstimateTrainingMemory(c, Backend::kCuda, 4).weights -
                            EstimateTrainingMemory(off, Backend::kCuda, 4).weights;
       EXPECT_EQ(extra > 0, ChooseFp8Gather(c, 4).e4m3) << m.ffn << " " << m.qk_norm;
+    }
+  }
+}
+
+// The norm weights' share of the E4M3 gather's second all-gather: the most elements outside
+// the linear weights that one rank's slot holds, counted element by element here.
+TEST(Fp8GatherRule, MostNormElementsPerSlotIsTheLargestRanksShare) {
+  ModelConfig llama = Eligible();
+  llama.qk_norm = true;
+  for (const ModelConfig& m : {Eligible(), llama}) {
+    ModelConfig one = m;
+    one.n_layer = 1;
+    const ParamLayout layout = MakeParamLayout(one);
+    const int64_t numel = layout.units[size_t(layout.block_unit(0))].numel;
+    for (int world : {1, 2, 3, 4, 8}) {
+      const int64_t slot = ShardSize(numel, world);
+      std::vector<int64_t> count(size_t(world), 0);
+      for (int64_t i = 0; i < numel; ++i) {
+        bool in_linear = false;
+        for (const BlockLinear& w : layout.linears)
+          in_linear = in_linear || (i >= w.offset && i < w.offset + w.numel());
+        if (!in_linear) ++count[size_t(i / slot)];
+      }
+      EXPECT_EQ(MostNormElementsPerSlot(numel, layout.linears, world),
+                *std::max_element(count.begin(), count.end()))
+          << "world " << world << (m.qk_norm ? " with QK-norm" : "");
     }
   }
 }

@@ -685,11 +685,7 @@ Status CudaDataParallel::InitFp8Gather(bool enabled) {
     std::fill(linear.begin() + w.offset, linear.begin() + w.offset + w.numel(), true);
   }
   std::vector<int64_t> dst, src, pack;
-  std::vector<int64_t> count(size_t(world_), 0);
-  for (int64_t i = 0; i < numel; ++i) {
-    if (!linear[size_t(i)]) ++count[size_t(i / slot)];
-  }
-  nl_max_ = *std::max_element(count.begin(), count.end());
+  nl_max_ = MostNormElementsPerSlot(numel, layout.linears, world_);
   std::vector<int64_t> seen(size_t(world_), 0);
   for (int64_t i = 0; i < numel; ++i) {
     if (linear[size_t(i)]) continue;

@@ -2,6 +2,8 @@
 
 #include <cstdint>
 
+#include <algorithm>
+
 #include "worker/model/param_layout.h"
 #include "worker/model/shard_layout.h"
 #include "worker/parallel/mode_rules.h"
@@ -66,6 +68,22 @@ Fp8GatherChoice ChooseFp8Gather(const RunConfig& cfg, int world) {
     return c;
   }
   return ChooseFp8Gather(cfg.model, cfg.precision.fp8.recipe, rules.shard_world);
+}
+
+int64_t MostNormElementsPerSlot(int64_t block_numel,
+                                const std::array<BlockLinear, kBlockLinears>& linears,
+                                int shard_world) {
+  const int world = std::max(1, shard_world);
+  const int64_t slot = ShardSize(block_numel, world);
+  int64_t most = 0;
+  for (int r = 0; r < world; ++r) {
+    const int64_t lo = std::min(block_numel, r * slot), hi = std::min(block_numel, lo + slot);
+    int64_t n = hi - lo;  // the linear weights do not overlap: subtract each one's part
+    for (const BlockLinear& w : linears)
+      n -= std::max<int64_t>(0, std::min(hi, w.offset + w.numel()) - std::max(lo, w.offset));
+    most = std::max(most, n);
+  }
+  return most;
 }
 
 }  // namespace forge

@@ -16,9 +16,12 @@
 // the first step (whose casts measure their tensors) gathers bf16.
 #pragma once
 
+#include <array>
+#include <cstdint>
 #include <string>
 
 #include "common/config.h"
+#include "worker/model/param_layout.h"
 
 namespace forge {
 
@@ -35,5 +38,12 @@ Fp8GatherChoice ChooseFp8Gather(const ModelConfig& m, Fp8Recipe recipe, int shar
 // The same for a run on `world` ranks: no (note "") unless precision.compute is fp8 and
 // parallel.mode shards the parameters (fsdp, hsdp) over more than one rank.
 Fp8GatherChoice ChooseFp8Gather(const RunConfig& cfg, int world);
+
+// Where the E4M3 gather runs, a block's other elements (its norm weights) travel in a second,
+// bf16 all-gather of each rank's share, padded to the largest: that share, the most elements
+// outside `linears` that one rank's slot of a `block_numel`-element block holds.
+int64_t MostNormElementsPerSlot(int64_t block_numel,
+                                const std::array<BlockLinear, kBlockLinears>& linears,
+                                int shard_world);
 
 }  // namespace forge
