@@ -1,5 +1,6 @@
-// Pieces every benchmark program shares: strict integer flags and the JSON error line (a
-// benchmark prints JSON, so a failure is one JSON object too, for scripts reading stdout).
+// Pieces every benchmark program shares: strict integer flags, the step benchmarks'
+// --precision and --recompute, and the JSON error line (a benchmark prints JSON, so a failure
+// is one JSON object too, for scripts reading stdout).
 #pragma once
 
 #include <cerrno>
@@ -10,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/config.h"
 #include "common/flags.h"
 
 namespace forge::bench {
@@ -53,6 +55,30 @@ inline std::string BadValue(const FlagParser& flags, const char* flag) {
 template <typename T>
 bool FlagInt(const FlagParser& flags, const char* name, T* out) {
   return !flags.Has(name) || ParseInt(flags.Get(name).c_str(), out);
+}
+
+// --precision bf16|fp8 into *out ("" when absent: the config's); false for another value.
+inline bool FlagPrecision(const FlagParser& flags, std::string* out) {
+  *out = flags.Get("--precision");
+  return out->empty() || *out == "bf16" || *out == "fp8";
+}
+
+// --recompute none|selective|full into *out ("" when absent: the config's); false for another.
+inline bool FlagRecompute(const FlagParser& flags, std::string* out) {
+  *out = flags.Get("--recompute");
+  return out->empty() || *out == "none" || *out == "selective" || *out == "full";
+}
+
+// The values FlagPrecision and FlagRecompute read, over the config's where given.
+inline void ApplyPrecisionAndRecompute(const std::string& precision, const std::string& recompute,
+                                       RunConfig* cfg) {
+  if (!precision.empty())
+    cfg->precision.compute = precision == "fp8" ? Precision::kFp8 : Precision::kBf16;
+  if (!recompute.empty()) {
+    cfg->train.activation_recompute = recompute == "full"        ? Recompute::kFull
+                                      : recompute == "selective" ? Recompute::kSelective
+                                                                 : Recompute::kNone;
+  }
 }
 
 }  // namespace forge::bench

@@ -172,14 +172,9 @@ std::string ReadArgs(const FlagParser& f, Args* a) {
   a->accum_check = f.Has("--accum-check");
   a->single = !f.Has("--no-single");
   a->comm_windows = !f.Has("--no-comm-windows");
-  a->precision = f.Get("--precision");
-  a->recompute = f.Get("--recompute");
   auto bad = [&](const char* flag) { return bench::BadValue(f, flag); };
-  if (!a->precision.empty() && a->precision != "bf16" && a->precision != "fp8")
-    return bad("--precision");
-  if (!a->recompute.empty() && a->recompute != "none" && a->recompute != "selective" &&
-      a->recompute != "full")
-    return bad("--recompute");
+  if (!bench::FlagPrecision(f, &a->precision)) return bad("--precision");
+  if (!bench::FlagRecompute(f, &a->recompute)) return bad("--recompute");
   const std::string g8 = f.Get("--fp8-gather", "on");
   if (g8 != "on" && g8 != "off") return bad("--fp8-gather");
   a->fp8_gather = g8 == "on";
@@ -672,13 +667,7 @@ int Run(int argc, char** argv) {
   if (!loaded.ok()) return Fail(loaded.status().ToString());
   RunConfig cfg = *loaded;
   if (a.micro_batch > 0) cfg.batch.micro_batch = a.micro_batch;
-  if (!a.precision.empty())
-    cfg.precision.compute = a.precision == "fp8" ? Precision::kFp8 : Precision::kBf16;
-  if (!a.recompute.empty()) {
-    cfg.train.activation_recompute = a.recompute == "full"        ? Recompute::kFull
-                                     : a.recompute == "selective" ? Recompute::kSelective
-                                                                  : Recompute::kNone;
-  }
+  bench::ApplyPrecisionAndRecompute(a.precision, a.recompute, &cfg);
   cfg.batch.global_batch = cfg.batch.micro_batch * a.world;
   for (const Status& st :
        {ParallelModeFromName(a.mode, "--mode", &cfg.parallel.mode),

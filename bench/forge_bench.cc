@@ -88,7 +88,6 @@ FlagParser MakeFlags() {
 std::string ReadArgs(const FlagParser& f, Args* a) {
   a->config = f.Get("--config");
   a->profile = f.Has("--profile");
-  a->precision = f.Get("--precision");
   a->fp8_fast = f.Get("--fp8-fast-accum");
   a->recipe = f.Get("--recipe", a->recipe);
   auto bad = [&](const char* flag) { return bench::BadValue(f, flag); };
@@ -96,18 +95,14 @@ std::string ReadArgs(const FlagParser& f, Args* a) {
     return bad("--micro-batch");
   if (!bench::FlagInt(f, "--steps", &a->steps) || a->steps <= 0) return bad("--steps");
   if (!bench::FlagInt(f, "--warmup", &a->warmup) || a->warmup < 1) return bad("--warmup");
-  a->recompute = f.Get("--recompute");
-  if (!a->recompute.empty() && a->recompute != "none" && a->recompute != "selective" &&
-      a->recompute != "full")
-    return bad("--recompute");
+  if (!bench::FlagRecompute(f, &a->recompute)) return bad("--recompute");
   if (!bench::FlagInt(f, "--cuda-graph", &a->cuda_graph) ||
       (f.Has("--cuda-graph") && a->cuda_graph != 0 && a->cuda_graph != 1))
     return bad("--cuda-graph");
   if (!bench::FlagInt(f, "--fp8-lm-head", &a->fp8_lm_head) ||
       (f.Has("--fp8-lm-head") && a->fp8_lm_head != 0 && a->fp8_lm_head != 1))
     return bad("--fp8-lm-head");
-  if (!a->precision.empty() && a->precision != "bf16" && a->precision != "fp8")
-    return bad("--precision");
+  if (!bench::FlagPrecision(f, &a->precision)) return bad("--precision");
   if (a->recipe != "config" && a->recipe != "torch") return bad("--recipe");
   if (!f.GetDouble("--peak-tflops", &a->peak_tflops).ok() || a->peak_tflops < 0.0)
     return bad("--peak-tflops");
@@ -156,13 +151,7 @@ int Run(int argc, char** argv) {
   RunConfig cfg = loaded.value();
   if (args.micro_batch > 0) cfg.batch.micro_batch = args.micro_batch;
   cfg.batch.global_batch = cfg.batch.micro_batch;
-  if (!args.recompute.empty()) {
-    cfg.train.activation_recompute = args.recompute == "full"        ? Recompute::kFull
-                                     : args.recompute == "selective" ? Recompute::kSelective
-                                                                     : Recompute::kNone;
-  }
-  if (args.precision == "bf16") cfg.precision.compute = Precision::kBf16;
-  if (args.precision == "fp8") cfg.precision.compute = Precision::kFp8;
+  bench::ApplyPrecisionAndRecompute(args.precision, args.recompute, &cfg);
   if (args.fp8_lm_head >= 0) cfg.precision.fp8.lm_head = args.fp8_lm_head == 1;
   if (!args.fp8_fast.empty()) {
     const Status st =
