@@ -39,6 +39,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpu_test_util.h"
@@ -350,6 +351,25 @@ TEST(CudaDataParallel, FsdpRecastingFp8WeightsPerPassChangesNoBits) {
   }
 }
 
+// `c` on 2 ranks twice from the same 4 micro-batches a step, the second run with `changed`:
+// each rank's two runs must be bitwise equal, FP8 scaling state included. Returns both runs
+// for the caller's own checks, or nothing (a failure recorded) where one did not run whole.
+std::pair<std::vector<Trajectory>, std::vector<Trajectory>> ExpectSameBitsWith(
+    const RunConfig& c, const CudaBackendOptions& changed, const std::string& what) {
+  const auto batches = MakeBatches(c, 4);
+  std::vector<Trajectory> a = RunParallel(c, 2, batches, 0, kSteps, nullptr);
+  std::vector<Trajectory> b = RunParallel(c, 2, batches, 0, kSteps, nullptr, changed);
+  if (a.size() != 2 || b.size() != 2 || a[0].losses.size() != size_t(kSteps)) {
+    ADD_FAILURE() << what << ": a run did not finish";
+    return {};
+  }
+  for (int r = 0; r < 2; ++r) {
+    ExpectBitwiseEqual(a[r], b[r], what + ", rank " + std::to_string(r));
+    EXPECT_TRUE(a[r].extra == b[r].extra) << what << ", rank " << r << ": FP8 state differs";
+  }
+  return {std::move(a), std::move(b)};
+}
+
 // With accumulation (every micro-step gathers the blocks again and adds its reduce-scattered
 // gradient) and with full activation recompute (the backward's recompute reads the gathered
 // E4M3 weights again), fsdp's E4M3 gather against its bf16 gather and per-pass cast
@@ -362,18 +382,11 @@ TEST(CudaDataParallel, FsdpFp8GatherChangesNoBits) {
                          /*fp8_lm_head=*/true, /*llama=*/true);
     c.precision.fp8.recipe = Fp8Recipe::kDelayed;
     c.train.activation_recompute = recompute;
-    const auto batches = MakeBatches(c, 4);
-    const std::vector<Trajectory> fp8 = RunParallel(c, 2, batches, 0, kSteps, nullptr);
     CudaBackendOptions bf16_gather;
     bf16_gather.fp8_gather = false;
-    const std::vector<Trajectory> bf16 =
-        RunParallel(c, 2, batches, 0, kSteps, nullptr, bf16_gather);
-    ASSERT_EQ(fp8.size(), 2u);
-    ASSERT_EQ(bf16.size(), 2u);
-    ASSERT_EQ(fp8[0].losses.size(), size_t(kSteps));
+    const auto [fp8, bf16] = ExpectSameBitsWith(c, bf16_gather, "e4m3 vs bf16 gather");
+    if (fp8.empty()) continue;
     for (int r = 0; r < 2; ++r) {
-      ExpectBitwiseEqual(fp8[r], bf16[r], "e4m3 vs bf16 gather, rank " + std::to_string(r));
-      EXPECT_TRUE(fp8[r].extra == bf16[r].extra) << "rank " << r << ": FP8 state differs";
       EXPECT_GE(fp8[r].fp8_block_gathers, int64_t{c.model.n_layer} * (kSteps - 1))
           << "rank " << r;
       EXPECT_EQ(bf16[r].fp8_block_gathers, 0) << "rank " << r;
@@ -391,17 +404,9 @@ TEST(CudaDataParallel, CommWindowsChangeNoBits) {
   for (const ParallelMode mode : {ParallelMode::kDdp, ParallelMode::kZero1, ParallelMode::kFsdp}) {
     SCOPED_TRACE(ParallelModeName(mode));
     const RunConfig c = Config(mode, 2, 2, GradReduce::kFp32, Precision::kBf16);
-    const auto batches = MakeBatches(c, 4);
-    const std::vector<Trajectory> windows = RunParallel(c, 2, batches, 0, kSteps, nullptr);
     CudaBackendOptions no_windows;
     no_windows.comm_windows = false;
-    const std::vector<Trajectory> at_once =
-        RunParallel(c, 2, batches, 0, kSteps, nullptr, no_windows);
-    ASSERT_EQ(windows.size(), 2u);
-    ASSERT_EQ(at_once.size(), 2u);
-    ASSERT_EQ(windows[0].losses.size(), size_t(kSteps));
-    ExpectBitwiseEqual(windows[0], at_once[0], "windows vs at once");
-    ExpectBitwiseEqual(windows[1], at_once[1], "windows vs at once, rank 1");
+    ExpectSameBitsWith(c, no_windows, "windows vs at once");
   }
 }
 
@@ -414,20 +419,9 @@ TEST(CudaDataParallel, DeferredUpdateChangesNoBits) {
   for (const Precision p : {Precision::kBf16, Precision::kFp8}) {
     SCOPED_TRACE(p == Precision::kFp8 ? "fp8" : "bf16");
     const RunConfig c = Config(ParallelMode::kDdp, 2, 2, GradReduce::kFp32, p);
-    const auto batches = MakeBatches(c, 4);
     CudaBackendOptions immediate;
     immediate.defer_update = false;
-    const std::vector<Trajectory> deferred = RunParallel(c, 2, batches, 0, kSteps, nullptr);
-    const std::vector<Trajectory> at_end =
-        RunParallel(c, 2, batches, 0, kSteps, nullptr, immediate);
-    ASSERT_EQ(deferred.size(), 2u);
-    ASSERT_EQ(at_end.size(), 2u);
-    ASSERT_EQ(deferred[0].losses.size(), size_t(kSteps));
-    for (int r = 0; r < 2; ++r) {
-      ExpectBitwiseEqual(deferred[r], at_end[r],
-                         "deferred vs at the end, rank " + std::to_string(r));
-      EXPECT_TRUE(deferred[r].extra == at_end[r].extra) << "rank " << r << ": FP8 state differs";
-    }
+    ExpectSameBitsWith(c, immediate, "deferred vs at the end");
   }
 }
 
