@@ -410,18 +410,29 @@ TEST(CudaDataParallel, CommWindowsChangeNoBits) {
   }
 }
 
-// ddp defers AdamW into the next forward (CudaModelOptions::defer_update): the same kernel on
-// the same values, so bitwise the trajectory of the update at the step's end, with
-// accumulation (only the first micro-step's forward applies it), in BF16 and in FP8 (whose
-// scale update runs at the step's end either way).
+// AdamW is deferred (CudaModelOptions::defer_update): ddp applies it during the next
+// forward, zero and fsdp from the step's end on the update stream, each unit's gather waiting
+// for its update. The same kernel on the same values, so bitwise the trajectory of the update
+// at the step's end, with accumulation (only the first micro-step's forward applies it), in
+// BF16 and in FP8 (whose scale update runs at the step's end either way; fsdp's E4M3 gather
+// casts each block's slot after its update).
 TEST(CudaDataParallel, DeferredUpdateChangesNoBits) {
   FORGE_SKIP_WITHOUT_GPU();
-  for (const Precision p : {Precision::kBf16, Precision::kFp8}) {
-    SCOPED_TRACE(p == Precision::kFp8 ? "fp8" : "bf16");
-    const RunConfig c = Config(ParallelMode::kDdp, 2, 2, GradReduce::kFp32, p);
-    CudaBackendOptions immediate;
-    immediate.defer_update = false;
-    ExpectSameBitsWith(c, immediate, "deferred vs at the end");
+  for (const ParallelMode mode : {ParallelMode::kDdp, ParallelMode::kZero1, ParallelMode::kFsdp}) {
+    for (const Precision p : {Precision::kBf16, Precision::kFp8}) {
+      SCOPED_TRACE(std::string(ParallelModeName(mode)) +
+                   (p == Precision::kFp8 ? ", fp8" : ", bf16"));
+      const bool fsdp_fp8 = mode == ParallelMode::kFsdp && p == Precision::kFp8;
+      RunConfig c = Config(mode, 2, 2, GradReduce::kFp32, p, /*fp8_lm_head=*/false,
+                           /*llama=*/fsdp_fp8);
+      if (fsdp_fp8) c.precision.fp8.recipe = Fp8Recipe::kDelayed;  // the E4M3 gather runs
+      CudaBackendOptions immediate;
+      immediate.defer_update = false;
+      const auto [deferred, at_end] = ExpectSameBitsWith(c, immediate, "deferred vs at the end");
+      if (fsdp_fp8 && !deferred.empty()) {
+        EXPECT_GE(deferred[0].fp8_block_gathers, int64_t{c.model.n_layer} * (kSteps - 1));
+      }
+    }
   }
 }
 

@@ -59,10 +59,11 @@ struct CudaModelOptions {
   // at B 24 on an H100 (docs/performance.md).
   bool norm_dw_on_wgrad = true;
   int wgrad_stream_priority = 0;       // CUDA priority of that stream (lower = more urgent)
-  // One GPU and ddp (no shard_optimizer): OptimizerStep / ClipAndUpdate only take the norm and
-  // defer AdamW to the next forward, which applies it unit by unit on a low-priority stream
-  // just ahead of its reads (worker/model/deferred_update.h); bitwise the same weights.
-  // FlushUpdate applies it now.
+  // OptimizerStep / ClipAndUpdate only take the norm and defer AdamW, which then runs unit by
+  // unit on a low-priority stream just ahead of its reads (worker/model/deferred_update.h):
+  // during the next forward on one GPU and under ddp; sharded (shard_optimizer), from
+  // BeginUpdate on, ahead of each unit's gather. Bitwise the same weights. FlushUpdate applies
+  // it now.
   bool defer_update = true;
   // ddp with bf16 gradient collectives (parallel.grad_reduce bf16): the summed gradient lives
   // in a bf16 copy of the gradient buffer (CudaParamBuffers::grads16), which the collectives
@@ -211,6 +212,11 @@ class CudaModel {
   // before reading the weights or moments between steps (ParamStore's downloads do
   // not: they may run on another stream); the uploads and ZeroMoments call it themselves.
   Status FlushUpdate(cudaStream_t stream);
+  // Sharded (the data-parallel layer, right after ClipAndUpdate): the deferred update starts
+  // now on its stream, so the next step's gathers can wait for it unit by unit (WaitUpdated
+  // on the NCCL stream). No-op without defer_update; under a profiler it runs on `stream`.
+  Status BeginUpdate(cudaStream_t stream);
+  Status WaitUpdated(int unit, cudaStream_t stream);
   // The same in two halves, for data parallelism: the sum of squares of the gradient this
   // rank's optimizer applies (its slots with shard_optimizer) into *sumsq_out; then, once the
   // caller summed it over the ranks where needed, clipping by the global norm and AdamW.
@@ -223,7 +229,7 @@ class CudaModel {
   // (CudaModelHooks::grads_to_bf16); the data-parallel layer then sums it there in bf16.
   Status CastUnitGradsToBf16(int unit, cudaStream_t stream);
   Status GradSumSquaresFromUnits(float* sumsq_out, cudaStream_t stream);
-  // (With defer_update, ddp's case, the AdamW part is deferred as in OptimizerStep.)
+  // (With defer_update the AdamW part is deferred as in OptimizerStep.)
   Status ClipAndUpdate(const cuda::AdamWHyper* hyper, const float* sumsq, cudaStream_t stream);
   // Device counter of optimizer steps skipped because the gradients were not finite (an
   // overflowed step: AdamW leaves every weight and moment as it was). Read it with a copy

@@ -20,13 +20,26 @@ DeferredUpdate::~DeferredUpdate() {
 
 Status DeferredUpdate::Init(const cuda::AdamWTensor* tensors, std::vector<int> first_tensor,
                             std::vector<int64_t> unit_elements, const float* clip_scale,
-                            int64_t* skipped_steps, int priority) {
+                            int64_t* skipped_steps, int priority, std::vector<int> order) {
   if (tensors == nullptr || clip_scale == nullptr || unit_elements.empty() ||
       first_tensor.size() != unit_elements.size() + 1) {
     return Status::Invalid("deferred update: bad unit table (" +
                            std::to_string(unit_elements.size()) + " units, " +
                            std::to_string(first_tensor.size()) + " bounds)");
   }
+  const int units = static_cast<int>(unit_elements.size());
+  if (order.empty()) {
+    for (int u = 0; u < units; ++u) order.push_back(u);
+  }
+  std::vector<bool> seen(size_t(units), false);
+  for (const int u : order) {
+    if (u < 0 || u >= units || seen[size_t(u)] || order.size() != size_t(units)) {
+      return Status::Invalid("deferred update: the order is not a permutation of the " +
+                             std::to_string(units) + " units");
+    }
+    seen[size_t(u)] = true;
+  }
+  order_ = std::move(order);
   tensors_ = tensors;
   first_tensor_ = std::move(first_tensor);
   unit_elements_ = std::move(unit_elements);
@@ -65,13 +78,12 @@ Status DeferredUpdate::Launch(int first_unit, int last_unit, cudaStream_t s) {
 }
 
 Status DeferredUpdate::Begin(cudaStream_t s, bool overlap) {
-  if (!used_) return Status::Ok();
+  if (!used_ || open_) return Status::Ok();
   if (!overlap) return Flush(s);
   FORGE_CUDA_CHECK(cudaEventRecord(fork_, s));
   FORGE_CUDA_CHECK(cudaStreamWaitEvent(stream_, fork_, 0));
   open_ = true;
-  const int units = static_cast<int>(unit_elements_.size());
-  for (int u = 0; u < units; ++u) {
+  for (const int u : order_) {
     FORGE_RETURN_IF_ERROR(Launch(u, u, stream_).Annotate("deferred update of unit " +
                                                          std::to_string(u)));
     FORGE_CUDA_CHECK(cudaEventRecord(unit_done_[size_t(u)], stream_));
@@ -100,6 +112,7 @@ Status DeferredUpdate::End(cudaStream_t s) {
 
 Status DeferredUpdate::Flush(cudaStream_t s) {
   if (!used_) return Status::Ok();
+  if (open_) return End(s);
   FORGE_RETURN_IF_ERROR(Launch(0, static_cast<int>(unit_elements_.size()) - 1, s));
   FORGE_CUDA_CHECK(cudaMemsetAsync(pending_, 0, sizeof(int), s));
   return Status::Ok();

@@ -37,18 +37,27 @@ Status CudaModel::SetUpOptimizer() {
                               tensors.size() * sizeof(cuda::AdamWTensor), cudaMemcpyHostToDevice));
   FORGE_RETURN_IF_ERROR(Alloc(&b.clip_scale, 1));
   FORGE_RETURN_IF_ERROR(Alloc(&b.skipped_steps, 1));
-  // Deferred wherever every rank updates whole units (one GPU, ddp); zero/fsdp update their
-  // slots and all-gather right after, which a deferral would only move into the forward.
-  if (o.defer_update && !o.shard_optimizer) {
+  // Deferred in every mode (deferred_update.h says who starts it and who waits): whole units
+  // on one GPU and under ddp, this rank's slots under zero and fsdp, whose next gathers wait
+  // for each unit's update. fsdp gathers both root units first, so they are updated first.
+  if (o.defer_update) {
     first_tensor.push_back(static_cast<int>(tensors.size()));
     std::vector<int64_t> unit_elements;
-    for (const UnitLayout& u : layout_.units) unit_elements.push_back(u.numel);
+    for (size_t u = 0; u < U; ++u) {
+      unit_elements.push_back(o.shard_optimizer ? store_.buffers().slot[u]
+                                                : layout_.units[u].numel);
+    }
+    std::vector<int> order;
+    if (o.shard_params) {
+      order = {layout_.embedding_unit(), layout_.final_norm_unit()};
+      for (int l = 0; l < m_.n_layer; ++l) order.push_back(layout_.block_unit(l));
+    }
     int least = 0, greatest = 0;  // the update yields to everything else
     FORGE_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     b.update = std::make_unique<DeferredUpdate>();
     FORGE_RETURN_IF_ERROR(b.update->Init(b.adam_tensors, std::move(first_tensor),
                                          std::move(unit_elements), b.clip_scale,
-                                         b.skipped_steps, least));
+                                         b.skipped_steps, least, std::move(order)));
   }
   return Status::Ok();
 }
@@ -153,6 +162,14 @@ Status CudaModel::UpdateOrDefer(const cuda::AdamWHyper* hyper, cudaStream_t s) {
 
 Status CudaModel::FlushUpdate(cudaStream_t s) {
   return buf_->update ? buf_->update->Flush(s) : Status::Ok();
+}
+
+Status CudaModel::BeginUpdate(cudaStream_t s) {
+  return buf_->update ? buf_->update->Begin(s, /*overlap=*/observer_ == nullptr) : Status::Ok();
+}
+
+Status CudaModel::WaitUpdated(int unit, cudaStream_t s) {
+  return buf_->update ? buf_->update->WaitUnit(unit, s) : Status::Ok();
 }
 
 Status CudaModel::GradSumSquares(float* sumsq_out, cudaStream_t s) {

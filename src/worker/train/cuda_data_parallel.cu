@@ -319,6 +319,9 @@ Status CudaDataParallel::IssueGradCollective(int u, cudaEvent_t compute_done,
 StatusOr<GradBuffers> CudaDataParallel::GradToReduce(int u, CollectiveOp op) {
   const CudaParamBuffers& pb = model_->param_buffers();
   const bool all = op == CollectiveOp::kAllReduce;
+  // The slot's new sum replaces the gradient a deferred update may still be reading (the
+  // unit's gather waited for that update already, earlier on this stream: a no-op then).
+  if (sharded()) FORGE_RETURN_IF_ERROR(model_->WaitUpdated(u, nccl_stream_));
   if (fsdp()) {
     // Into the slot on the step's first micro-step; later ones into a scratch slot, then added
     // (GradReduced).
@@ -463,8 +466,11 @@ Status CudaDataParallel::Optimize(const cuda::AdamWHyper* hyper, float* stats,
     FORGE_RETURN_IF_ERROR(JoinComm(compute));
   }
   FORGE_RETURN_IF_ERROR(model_->ClipAndUpdate(hyper, stats + 1, compute));
+  // The deferred AdamW of this rank's slots starts now on the model's update stream; each
+  // unit's next gather waits for that unit's update (deferred_update.h).
+  FORGE_RETURN_IF_ERROR(model_->BeginUpdate(compute));
   if (!fsdp()) return GatherParams(compute);
-  // The slots changed: every gathered copy is stale. Gather the next step's first units now.
+  // The slots change: every gathered copy is stale. Gather the next step's first units now.
   ParamsChanged();
   FORGE_RETURN_IF_ERROR(EnsureRoot(compute, /*wait=*/false));
   const int L = int(model_->layout().units.size()) - 2;
@@ -505,17 +511,21 @@ Status CudaDataParallel::ShareFp8Amax(cudaStream_t compute) {
   return max_over(replica_, replicas_, "fp8 amax (replicas)");
 }
 
-// zero, after AdamW: every unit's params all-gathered in place (ParamsToGather), each
-// unit's gather an event the next forward waits for just before the unit.
+// zero, after AdamW: every unit's params all-gathered in place (ParamsToGather) once the
+// unit's (deferred) update wrote its slot, each unit's gather an event the next forward waits
+// for just before the unit.
 Status CudaDataParallel::GatherParams(cudaStream_t compute) {
   FORGE_RETURN_IF_ERROR(CommWaitsStream(compute));
-  for (int u = 0; u < exec_->units(); ++u)
+  for (int u = 0; u < exec_->units(); ++u) {
+    FORGE_RETURN_IF_ERROR(model_->WaitUpdated(u, nccl_stream_));
     FORGE_RETURN_IF_ERROR(exec_->GatherAfterUpdate(u, this, /*pending=*/nullptr));
+  }
   return Status::Ok();
 }
 
 Status CudaDataParallel::GatherSlots(State which, UnitBuffers* out, cudaStream_t compute) {
   if (!sharded()) return Status::Precondition("GatherSlots: not sharded");
+  FORGE_RETURN_IF_ERROR(model_->FlushUpdate(compute));  // the slots as of the last update
   const CudaParamBuffers& pb = model_->param_buffers();
   const float* src = which == State::kMaster ? pb.master
                      : which == State::kM    ? pb.m
@@ -595,13 +605,19 @@ Status CudaDataParallel::EnsureRoot(cudaStream_t compute, bool wait) {
   const CudaParamBuffers& pb = model_->param_buffers();
   if (!root_valid_) {
     // New slots or scales: the E4M3 casts of the slots, where no cast measures first (the
-    // scale is known before the cast).
+    // scale is known before the cast), each block's before its first gather (Ensure).
     fp8_slots_valid_ = fp8_gather_ && !model_->fp8()->measuring();
-    if (fp8_slots_valid_) FORGE_RETURN_IF_ERROR(CastFp8Slots(compute));
-    FORGE_RETURN_IF_ERROR(CommWaitsStream(compute));  // after AdamW wrote the slots
+    if (fp8_slots_valid_) {
+      const int L = int(layout.units.size()) - 2;
+      FORGE_CUDA_CHECK(cudaMemsetAsync(fp8_slot_amax_, 0,
+                                       size_t(L) * kLinearKinds * 4 * sizeof(float), compute));
+      fp8_slot_cast_.assign(size_t(L), false);
+    }
+    FORGE_RETURN_IF_ERROR(CommWaitsStream(compute));
     const int roots[2] = {layout.embedding_unit(), layout.final_norm_unit()};
     for (int i = 0; i < 2; ++i) {
       const int u = roots[i];
+      FORGE_RETURN_IF_ERROR(model_->WaitUpdated(u, nccl_stream_));  // AdamW wrote the slot
       FORGE_RETURN_IF_ERROR(exec_->GatherShards(u, pb.params_shard + pb.shard_offset[u],
                                                 root_params_[i], DType::kBF16, "params",
                                                 /*pending=*/nullptr));
@@ -623,8 +639,11 @@ Status CudaDataParallel::Ensure(int layer, cudaStream_t compute, bool wait) {
     if (released_pending_[b]) FORGE_RETURN_IF_ERROR(CommWaits(released_[b]));
     else FORGE_RETURN_IF_ERROR(CommWaitsStream(compute));
     released_pending_[b] = false;
+    FORGE_RETURN_IF_ERROR(model_->WaitUpdated(u, nccl_stream_));  // AdamW wrote the slot
     holder_fp8_[b] = fp8_slots_valid_;
     if (fp8_slots_valid_) {
+      if (!fp8_slot_cast_[size_t(layer)]) FORGE_RETURN_IF_ERROR(CastFp8Slot(layer, nccl_stream_));
+      fp8_slot_cast_[size_t(layer)] = true;
       // The norm weights packed per rank, gathered and put back in the bf16 unit; the linear
       // weights' E4M3 bytes gathered as bf16 pairs (fp8_slot_ is even) into the FP8 unit.
       const std::string& name = model_->layout().units[u].name;
@@ -729,28 +748,23 @@ Status CudaDataParallel::InitFp8Gather(bool enabled) {
   return Status::Ok();
 }
 
-// Each weight's part in this rank's slot, cast with the weight's scale; the amaxes start anew
-// (Optimize folds them into the model's).
-Status CudaDataParallel::CastFp8Slots(cudaStream_t compute) {
+// Each weight's part in this rank's slot of block `l`, cast with the weight's scale, its amax
+// into the block's amax slots (zeroed by EnsureRoot; Optimize folds them into the model's).
+Status CudaDataParallel::CastFp8Slot(int l, cudaStream_t s) {
   Fp8Linears* f8 = model_->fp8();
   const ParamLayout& layout = model_->layout();
   const CudaParamBuffers& pb = model_->param_buffers();
-  const int L = int(layout.units.size()) - 2;
-  FORGE_CUDA_CHECK(cudaMemsetAsync(fp8_slot_amax_, 0,
-                                   size_t(L) * kLinearKinds * 4 * sizeof(float), compute));
   const int64_t lo = int64_t{rank_} * fp8_slot_, hi = lo + fp8_slot_;
-  for (int l = 0; l < L; ++l) {
-    const int u = layout.block_unit(l);
-    for (int k = 0; k < kLinearKinds; ++k) {
-      const BlockLinear& w = layout.linears[size_t(k)];
-      const int64_t a = std::max(lo, w.offset), b = std::min(hi, w.offset + w.numel());
-      if (a >= b) continue;
-      const Fp8Linears::SlotPtrs q = f8->WeightScaling(l, LinearKind(k));
-      FORGE_RETURN_IF_ERROR(cuda::CastToFp8(
-          fp8_slots_ + int64_t{l} * fp8_slot_ + (a - lo),
-          pb.params_shard + pb.shard_offset[u] + (a - lo), 1, b - a, cuda::DType::kE4M3, q.scale,
-          fp8_slot_amax_ + (l * kLinearKinds + k) * 4, q.scale_inv, compute));
-    }
+  const int u = layout.block_unit(l);
+  for (int k = 0; k < kLinearKinds; ++k) {
+    const BlockLinear& w = layout.linears[size_t(k)];
+    const int64_t a = std::max(lo, w.offset), b = std::min(hi, w.offset + w.numel());
+    if (a >= b) continue;
+    const Fp8Linears::SlotPtrs q = f8->WeightScaling(l, LinearKind(k));
+    FORGE_RETURN_IF_ERROR(cuda::CastToFp8(
+        fp8_slots_ + int64_t{l} * fp8_slot_ + (a - lo),
+        pb.params_shard + pb.shard_offset[u] + (a - lo), 1, b - a, cuda::DType::kE4M3, q.scale,
+        fp8_slot_amax_ + (l * kLinearKinds + k) * 4, q.scale_inv, s));
   }
   return Status::Ok();
 }

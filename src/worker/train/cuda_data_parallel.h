@@ -18,7 +18,10 @@
 //          rank's slots of the master weights and moments and writes their bf16 values into
 //          the full compute copy, which is then all-gathered in place unit by unit; the next
 //          forward waits for each unit's gather just before it reads the unit, so the gathers
-//          overlap the forward of the units before. On the GPU zero2 is zero1: the flat
+//          overlap the forward of the units before. AdamW is deferred (CudaModelOptions::
+//          defer_update): it runs unit by unit on the model's low-priority update stream, and
+//          each unit's gather waits for that unit's update, so the update overlaps the next
+//          forward too (worker/model/deferred_update.h). On the GPU zero2 is zero1: the flat
 //          gradient buffer is the backward's working memory either way (fsdp is the mode
 //          that frees it).
 //   fsdp   no full-size parameters or gradients stay: each rank keeps its slots (fp32 master,
@@ -28,14 +31,17 @@
 //          are reduce-scattered into the slots as soon as each block's backward ends, on every
 //          micro-step (accumulated in the slot). The root units (embedding, tied with the LM
 //          head, and the final norm) stay gathered for the whole step, as is usual for FSDP's
-//          root module: they are used at both ends of the pass. After AdamW the next step's
-//          root units and first two blocks are gathered at once, overlapping the step's tail.
+//          root module: they are used at both ends of the pass. AdamW is deferred as under
+//          zero (root units first, then the blocks in order), and right after the norm the
+//          next step's root units and first two blocks are gathered, each once its update
+//          wrote its slot; every later block's gather waits for its own update.
 //          FP8 (delayed scaling, after its first step): the blocks' linear weights are
 //          gathered as E4M3 bytes, half the bytes of bf16. Once per parameter update (after
 //          AdamW and the scale update, or SetParams / new scaling state) each rank casts its slot
 //          of each block's four weights with the weights' scales into a per-block FP8 slot
-//          copy (their amaxes kept aside and max-folded into the model's weight amax slots
-//          before ShareFp8Amax, so an evaluation pass's ResetAmax cannot drop them); the
+//          copy, on the NCCL stream just before the block's first gather (their amaxes kept
+//          aside and max-folded into the model's weight amax slots before ShareFp8Amax, so an
+//          evaluation pass's ResetAmax cannot drop them); the
 //          gather moves those bytes (as bf16 pairs: an all-gather does no arithmetic) into
 //          a rotating FP8 unit buffer, and the blocks' other elements (norm weights), packed
 //          per rank, in a second small bf16 all-gather into the bf16 buffer. The model takes
@@ -215,8 +221,9 @@ class CudaDataParallel final : private ModeStorage {
   Status InitFsdp();
   // fsdp in FP8 (see the file comment): sets up the E4M3 gather where it applies, and the note.
   Status InitFp8Gather(bool enabled);
-  // This rank's slot of every block's linear weights cast to E4M3 (compute stream).
-  Status CastFp8Slots(cudaStream_t compute);
+  // This rank's slot of block l's linear weights cast to E4M3 (on the NCCL stream, before
+  // the block's first gather after an update).
+  Status CastFp8Slot(int l, cudaStream_t s);
   // CudaModelHooks::fp8_weights: block `unit`'s gathered E4M3 unit, or null.
   const uint8_t* GatheredFp8(int unit) const;
   Status OnFsdpForward(int unit, cudaStream_t compute);
@@ -291,6 +298,7 @@ class CudaDataParallel final : private ModeStorage {
   bool holder_fp8_[2] = {false, false};  // block_params8_[b] holds holder_[b]'s E4M3 weights
   int64_t fp8_slot_ = 0;                  // a block's slot (elements = bytes in E4M3)
   uint8_t* fp8_slots_ = nullptr;          // [L, fp8_slot_]: this rank's slots, E4M3 where linear
+  std::vector<bool> fp8_slot_cast_;       // [L]: block l's slot cast since the last update
   uint8_t* block_params8_[2] = {};        // gathered E4M3 units (padded, bytes)
   float* fp8_slot_amax_ = nullptr;        // [L * 4] slots of 4 floats: the slot casts' amaxes
   float** fp8_weight_amax_ = nullptr;     // [L * 4] (device): the model's weight amax slots
