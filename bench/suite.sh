@@ -21,9 +21,10 @@
 #                 ddp with distinct batches and the one-GPU accumulation check; then
 #                 torch_dist.py ddp and fsdp on the same GPUs
 #   llama-fsdp    forge-dist-bench llama3-8b (T 8192) fsdp B 1 per GPU on N GPUs (it does not
-#                 fit one: --no-single), full recompute: BF16, FP8, FP8 with the bf16 gather
-#                 (--fp8-gather off); then torch_llama.py llama8b B 1 with checkpointing full
-#                 and none on the same GPUs
+#                 fit one: --no-single): BF16 with activation recompute none, selective and
+#                 full, FP8 with none and full, FP8 with the bf16 gather (--fp8-gather off,
+#                 full); then torch_llama.py llama8b B 1 with checkpointing full and none on
+#                 the same GPUs
 #   fp8-accuracy  gpt124m on the real corpus from the same init and data, BF16 and FP8 + FP8 LM
 #                 head: 2000 steps, global batch 16, validation every 100 steps (--as-shipped:
 #                 the config's global batch 32 and validation every 250); two GPUs side by side
@@ -229,11 +230,17 @@ llama_fsdp() {
   w=$(multi_world llama-fsdp) || exit 1
   gpu_line
   local common=(--config configs/llama3-8b.yaml --world "$w" --mode fsdp --micro-batch 1
-                --steps 4 --warmup 2 --no-single --recompute full)
-  step "llama3-8b-fsdp-bf16-full-w$w" 150 "$run" forge-dist-bench "${common[@]}" --precision bf16
-  step "llama3-8b-fsdp-fp8-full-w$w" 150 "$run" forge-dist-bench "${common[@]}" --precision fp8
+                --steps 4 --warmup 2 --no-single)
+  local r p
+  for r in none selective full; do
+    for p in bf16 fp8; do
+      [ "$r/$p" = selective/fp8 ] && continue
+      step "llama3-8b-fsdp-$p-$r-w$w" 150 "$run" forge-dist-bench "${common[@]}" \
+        --precision "$p" --recompute "$r"
+    done
+  done
   step "llama3-8b-fsdp-fp8-bf16gather-full-w$w" 150 "$run" forge-dist-bench "${common[@]}" \
-    --precision fp8 --fp8-gather off
+    --precision fp8 --recompute full --fp8-gather off
   if $anchor; then
     local r
     for r in full none; do
