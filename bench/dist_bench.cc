@@ -25,9 +25,11 @@
 //      scaling efficiency, measured on the same GPUs in the same run;
 //   2. the gradient collectives alone (the mode's per-unit all-reduces or reduce-scatters and
 //      parameter all-gathers on the real buffers' sizes; hsdp: those of fsdp over the shard
-//      group plus each slot's all-reduce over the replica group, on its own stream; with --grad-reduce bf16 in bf16: zero
-//      with the fp32 <-> bf16 casts it runs on the NCCL stream around each, ddp without, as it
-//      keeps the gradient in bf16), timed: the communication a step has;
+//      group plus each slot's all-reduce over the replica group, on its own stream; with
+//      --grad-reduce bf16 in bf16: zero with the fp32 <-> bf16 casts it runs on the NCCL
+//      stream around each, ddp without, as it keeps the gradient in bf16; fsdp in FP8 with
+//      the E4M3 gather: a block's gathers at a byte a linear-weight element plus its norm
+//      weights' small gather), timed: the communication a step has;
 //   3. the data-parallel step, timed with CUDA events over N steps after K warm-up steps.
 // (With --ddp-allreduce copy_engine, step 1 runs first, in a child process with the default
 // hardware queues, before the rank asks for the copy engines' 32.)
@@ -95,6 +97,7 @@
 #include "worker/parallel/rendezvous.h"
 #include "worker/model/shard_layout.h"
 #include "worker/train/cuda_backend.h"
+#include "worker/train/fp8_gather_rule.h"
 
 namespace forge {
 namespace {
@@ -317,18 +320,19 @@ StatusOr<StepRun> TimeSteps(const RunConfig& cfg, Comm* comm, const Args& a,
   FORGE_RETURN_IF_ERROR(backend->TrainStep(micro, StepHyper{cfg.optimizer.lr, ++step}, true, &st));
   run.loss = st.loss;
   run.gib = double(backend->peak_bytes()) / double(1ull << 30);
-  if (auto* nccl = dynamic_cast<NcclComm*>(comm)) {
+  if (comm != nullptr && comm->world() > 1) {
     // Each step synchronised and its waits collected before the next (TrainStep with stats),
     // so the sums cover exactly these steps; the collectives' own times arrive from NCCL's
-    // watchdog once their events completed, so the last ones are awaited.
+    // watchdog once their events completed, so the last ones are awaited. hsdp: the shard
+    // and replica groups' too.
     StepCommTimes times;
-    nccl->SetTimeSink(&times);
+    backend->SetCommTimeSink(&times);
     for (int i = 0; i < kWaitSteps; ++i) {
       FORGE_RETURN_IF_ERROR(
           backend->TrainStep(micro, StepHyper{cfg.optimizer.lr, ++step}, true, &st));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    nccl->SetTimeSink(nullptr);
+    backend->SetCommTimeSink(nullptr);
     run.comm_wait_ms = times.wait_s() * 1e3 / kWaitSteps;
     run.comm_in_step_ms = times.collective_s() * 1e3 / kWaitSteps;
   }
@@ -406,6 +410,13 @@ StatusOr<double> TimeCollectives(const RunConfig& cfg, NcclComm* world_comm, con
   if (cfg.parallel.ddp_allreduce == DdpAllReduce::kCopyEngine) {  // as the step's will be
     FORGE_RETURN_IF_ERROR(comm->EnableCopyEngineAllReduce(grads, padded, largest));
   }
+  // fsdp in FP8 with the E4M3 gather: a block's gathers move its linear weights a byte an
+  // element (as bf16 pairs) and its norm weights in a second small bf16 gather, as the step's.
+  const bool e4m3 = fsdp_like && a.fp8_gather &&
+                    cfg.precision.compute == Precision::kFp8 &&
+                    ChooseFp8Gather(cfg.model, cfg.precision.fp8.recipe, W).e4m3;
+  const int64_t block_numel = layout.units[size_t(layout.block_unit(0))].numel;
+  const int64_t norm_share = e4m3 ? MostNormElementsPerSlot(block_numel, layout.linears, W) : 0;
   auto stream = static_cast<cudaStream_t>(comm->stream());
   std::vector<int64_t> offset;  // of each unit in the padded buffers
   for (int64_t o = 0; const UnitLayout& u : layout.units) {
@@ -442,7 +453,14 @@ StatusOr<double> TimeCollectives(const RunConfig& cfg, NcclComm* world_comm, con
       // again before its backward (fsdp, hsdp).
       for (int k = 0; k < (!sharded ? 0 : fsdp_like ? 2 : 1); ++k) {
         auto* p = reinterpret_cast<uint16_t*>(shard + o);
-        w = comm->AllGather(p + comm->rank() * slot, p, slot, DType::kBF16, "bench");
+        if (e4m3 && layout.is_block_unit(u)) {
+          w = comm->AllGather(p + comm->rank() * norm_share, p, norm_share, DType::kBF16, "bench");
+          if (!w.ok()) return w.status();
+          const int64_t pairs = slot / 2;  // even where the E4M3 gather runs
+          w = comm->AllGather(p + comm->rank() * pairs, p, pairs, DType::kBF16, "bench");
+        } else {
+          w = comm->AllGather(p + comm->rank() * slot, p, slot, DType::kBF16, "bench");
+        }
         if (!w.ok()) return w.status();
       }
     }

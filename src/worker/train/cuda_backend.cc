@@ -69,6 +69,11 @@ class CudaBackend final : public CudaTrainBackend {
   bool graph_active() const override { return graph_exec_ != nullptr; }
   int64_t fp8_block_gathers() const override { return dp_ ? dp_->fp8_block_gathers() : 0; }
   void* compute_stream() const override { return compute_stream_; }
+  void SetCommTimeSink(CommTimeSink* sink) override {
+    for (NcclComm* c : {world_comm_, hsdp_shard_.get(), hsdp_replica_.get()}) {
+      if (c != nullptr) c->SetTimeSink(sink);
+    }
+  }
   Status ProfileStep(const std::vector<MicroBatch>& micro, const StepHyper& hyper,
                      std::vector<std::pair<std::string, double>>* phase_ms) override;
   std::unique_ptr<PinnedHostRange> PinHostRange(void* p, size_t bytes) override;
@@ -95,6 +100,7 @@ class CudaBackend final : public CudaTrainBackend {
   int device_ = 0;
   std::unique_ptr<CudaModel> model_;
   int64_t N_ = 0;  // tokens per micro-batch
+  NcclComm* world_comm_ = nullptr;  // data parallel only
   // hsdp's shard and replica groups, split from the world comm (before dp_: it uses them).
   std::unique_ptr<NcclComm> hsdp_shard_, hsdp_replica_;
   std::unique_ptr<CudaDataParallel> dp_;  // null in a single-GPU run
@@ -157,6 +163,7 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
   options_ = options;
   use_graph_ = options.use_graph;
   world_ = comm != nullptr ? comm->world() : 1;
+  if (world_ > 1) world_comm_ = comm;
   // Data-parallel steps run eagerly: the comm watchdog tracks each collective it issues, which
   // a replayed graph's collectives would bypass.
   if (world_ > 1) use_graph_ = false;

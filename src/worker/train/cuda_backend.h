@@ -14,6 +14,7 @@
 
 #include "common/config.h"
 #include "common/status.h"
+#include "worker/parallel/comm_time_sink.h"
 #include "worker/train/backend.h"
 
 namespace forge {
@@ -106,6 +107,11 @@ class CudaTrainBackend : public TrainBackend {
   virtual int64_t fp8_block_gathers() const = 0;
   // The stream the step runs on (a cudaStream_t), for timing with events.
   virtual void* compute_stream() const = 0;
+  // Collective times (comm_time_sink.h) of every communicator the step uses go to `sink`
+  // from now on: the world comm's and, under hsdp, those of the shard and replica groups
+  // split from it (a split starts with its parent's sink, so a sink set on the world comm
+  // before the backend was made reaches them too). Null: not timed. No-op on one GPU.
+  virtual void SetCommTimeSink(CommTimeSink* sink) = 0;
   // One eager training step (same effect on the weights as TrainStep) with every phase timed
   // by events; phase_ms gets (phase name, milliseconds) in step order of first appearance.
   virtual Status ProfileStep(const std::vector<MicroBatch>& micro, const StepHyper& hyper,
