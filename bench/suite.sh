@@ -21,10 +21,9 @@
 #                 ddp with distinct batches and the one-GPU accumulation check; then
 #                 torch_dist.py ddp and fsdp on the same GPUs
 #   llama-fsdp    forge-dist-bench llama3-8b (T 8192) fsdp B 1 per GPU on N GPUs (it does not
-#                 fit one: --no-single): BF16 with activation recompute none, selective and
-#                 full, FP8 with none and full, FP8 with the bf16 gather (--fp8-gather off,
-#                 full); then torch_llama.py llama8b B 1 with checkpointing full and none on
-#                 the same GPUs
+#                 fit one: --no-single) beside torch_llama.py llama8b B 1 on the same GPUs:
+#                 without recompute BF16, FP8 and the recipe's none; then selective BF16; full
+#                 BF16, FP8 and the recipe's full; FP8 with the bf16 gather (--fp8-gather off)
 #   fp8-accuracy  gpt124m on the real corpus from the same init and data, BF16 and FP8 + FP8 LM
 #                 head: 2000 steps, global batch 16, validation every 100 steps (--as-shipped:
 #                 the config's global batch 32 and validation every 250); two GPUs side by side
@@ -231,24 +230,29 @@ llama_fsdp() {
   gpu_line
   local common=(--config configs/llama3-8b.yaml --world "$w" --mode fsdp --micro-batch 1
                 --steps 4 --warmup 2 --no-single)
-  local r p
-  for r in none selective full; do
-    for p in bf16 fp8; do
-      [ "$r/$p" = selective/fp8 ] && continue
-      step "llama3-8b-fsdp-$p-$r-w$w" 150 "$run" forge-dist-bench "${common[@]}" \
-        --precision "$p" --recompute "$r"
-    done
-  done
-  step "llama3-8b-fsdp-fp8-bf16gather-full-w$w" 150 "$run" forge-dist-bench "${common[@]}" \
-    --precision fp8 --recompute full --fp8-gather off
-  if $anchor; then
-    local r
-    for r in full none; do
-      step "torch-llama8b-b1-$r-w$w" 150 env STEPS=6 NCCL_NVLS_ENABLE=0 \
-        TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1 "$py" -m torch.distributed.run \
-        --standalone --nproc_per_node="$w" "$dev/torch_llama.py" llama8b 1 8192 "ac=$r"
-    done
-  fi
+  # Most wanted first (a call's deadline skips the tail): no recompute, the recipe's fastest
+  # setting and the targets' reference, then selective and full.
+  forge8b() {  # RECOMPUTE PRECISION [flags]
+    local r=$1 p=$2 extra=""
+    shift 2
+    [ $# -gt 0 ] && extra=-bf16gather
+    step "llama3-8b-fsdp-$p$extra-$r-w$w" 150 "$run" forge-dist-bench "${common[@]}" \
+      --recompute "$r" --precision "$p" "$@"
+  }
+  torch8b() {  # AC
+    $anchor || return 0
+    step "torch-llama8b-b1-$1-w$w" 150 env STEPS=6 NCCL_NVLS_ENABLE=0 \
+      TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1 "$py" -m torch.distributed.run \
+      --standalone --nproc_per_node="$w" "$dev/torch_llama.py" llama8b 1 8192 "ac=$1"
+  }
+  forge8b none bf16
+  forge8b none fp8
+  torch8b none
+  forge8b selective bf16
+  forge8b full bf16
+  forge8b full fp8
+  torch8b full
+  forge8b full fp8 --fp8-gather off
 }
 
 multi_gpu() {
