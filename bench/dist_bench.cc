@@ -410,11 +410,10 @@ StatusOr<double> TimeCollectives(const RunConfig& cfg, NcclComm* world_comm, con
   if (cfg.parallel.ddp_allreduce == DdpAllReduce::kCopyEngine) {  // as the step's will be
     FORGE_RETURN_IF_ERROR(comm->EnableCopyEngineAllReduce(grads, padded, largest));
   }
-  // fsdp in FP8 with the E4M3 gather: a block's gathers move its linear weights a byte an
-  // element (as bf16 pairs) and its norm weights in a second small bf16 gather, as the step's.
-  const bool e4m3 = fsdp_like && a.fp8_gather &&
-                    cfg.precision.compute == Precision::kFp8 &&
-                    ChooseFp8Gather(cfg.model, cfg.precision.fp8.recipe, W).e4m3;
+  // fsdp in FP8 with the E4M3 gather (the step's rule: fp8_gather_rule.h): a block's gathers
+  // move its linear weights a byte an element (as bf16 pairs) and its norm weights in a
+  // second small bf16 gather, as the step's.
+  const bool e4m3 = a.fp8_gather && ChooseFp8Gather(cfg, world_comm->world()).e4m3;
   const int64_t block_numel = layout.units[size_t(layout.block_unit(0))].numel;
   const int64_t norm_share = e4m3 ? MostNormElementsPerSlot(block_numel, layout.linears, W) : 0;
   auto stream = static_cast<cudaStream_t>(comm->stream());

@@ -31,12 +31,13 @@ Status DeferredUpdate::Init(const cuda::AdamWTensor* tensors, std::vector<int> f
   if (order.empty()) {
     for (int u = 0; u < units; ++u) order.push_back(u);
   }
+  const Status not_permutation = Status::Invalid(
+      "deferred update: the order is not a permutation of the " + std::to_string(units) +
+      " units");
+  if (order.size() != size_t(units)) return not_permutation;
   std::vector<bool> seen(size_t(units), false);
   for (const int u : order) {
-    if (u < 0 || u >= units || seen[size_t(u)] || order.size() != size_t(units)) {
-      return Status::Invalid("deferred update: the order is not a permutation of the " +
-                             std::to_string(units) + " units");
-    }
+    if (u < 0 || u >= units || seen[size_t(u)]) return not_permutation;
     seen[size_t(u)] = true;
   }
   order_ = std::move(order);
