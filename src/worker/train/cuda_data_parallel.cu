@@ -323,13 +323,13 @@ StatusOr<GradBuffers> CudaDataParallel::GradToReduce(int u, CollectiveOp op) {
   // unit's gather waited for that update already, earlier on this stream: a no-op then).
   if (sharded()) FORGE_RETURN_IF_ERROR(model_->WaitUpdated(u, nccl_stream_));
   if (fsdp()) {
-    // Into the slot on the step's first micro-step; later ones into a scratch slot, then added
-    // (GradReduced).
-    const int l = block_of(u);
-    float* g = l >= 0 ? block_grads_[l % 2]
-                      : root_grads_[u == model_->layout().embedding_unit() ? 0 : 1];
-    return GradBuffers{g, first_micro_ ? pb.grad_shard + pb.shard_offset[u] : add_slot_,
-                       DType::kF32};
+    // Into the slot on the step's first micro-step; later ones in place, into this rank's
+    // slot of the gradient buffer itself (NCCL takes recv = send + rank * count), then added
+    // into the slot (GradReduced): no scratch slot.
+    float* g = FsdpGradBuffer(u);
+    return GradBuffers{
+        g, first_micro_ ? pb.grad_shard + pb.shard_offset[u] : g + rank_ * pb.slot[u],
+        DType::kF32};
   }
   float* g = pb.grads + pb.unit_offset[u];
   if (ddp_bf16()) {  // in grads16, where the norm and AdamW read it
@@ -352,8 +352,8 @@ Status CudaDataParallel::GradReduced(int u, CollectiveOp op, CommWork* /*work*/)
   const CudaParamBuffers& pb = model_->param_buffers();
   if (fsdp()) {
     if (first_micro_) return Status::Ok();
-    AddKernel<<<256, 256, 0, nccl_stream_>>>(pb.grad_shard + pb.shard_offset[u], add_slot_,
-                                             pb.slot[u]);
+    AddKernel<<<256, 256, 0, nccl_stream_>>>(pb.grad_shard + pb.shard_offset[u],
+                                             FsdpGradBuffer(u) + rank_ * pb.slot[u], pb.slot[u]);
     FORGE_CUDA_LAUNCH_CHECK();
     return Status::Ok();
   }
@@ -559,6 +559,12 @@ void CudaDataParallel::ParamsChanged() {
 
 // ---- fsdp ----------------------------------------------------------------------------------
 
+float* CudaDataParallel::FsdpGradBuffer(int unit) const {
+  const int l = block_of(unit);
+  return l >= 0 ? block_grads_[l % 2]
+                : root_grads_[unit == model_->layout().embedding_unit() ? 0 : 1];
+}
+
 int CudaDataParallel::block_of(int unit) const {
   const ParamLayout& l = model_->layout();
   if (unit == l.embedding_unit() || unit == l.final_norm_unit()) return -1;
@@ -567,11 +573,9 @@ int CudaDataParallel::block_of(int unit) const {
 
 Status CudaDataParallel::InitFsdp() {
   const ParamLayout& layout = model_->layout();
-  const CudaParamBuffers& pb = model_->param_buffers();
-  int64_t largest = 0, slot_max = 0;
-  for (size_t u = 0; u < layout.units.size(); ++u) {
-    largest = std::max(largest, PaddedSize(layout.units[u].numel, world_));
-    slot_max = std::max(slot_max, pb.slot[u]);
+  int64_t largest = 0;
+  for (const UnitLayout& unit : layout.units) {
+    largest = std::max(largest, PaddedSize(unit.numel, world_));
   }
   const int roots[2] = {layout.embedding_unit(), layout.final_norm_unit()};
   for (int i = 0; i < 2; ++i) {
@@ -590,7 +594,6 @@ Status CudaDataParallel::InitFsdp() {
       FORGE_RETURN_IF_ERROR(AllocDevice(reinterpret_cast<void**>(&block_grads_[b]), n * 4));
     }
   }
-  FORGE_RETURN_IF_ERROR(AllocDevice(reinterpret_cast<void**>(&add_slot_), slot_max * 4));
   FORGE_RETURN_IF_ERROR(InitFp8Gather(fp8_gather_));
   for (cudaEvent_t* e : {&root_gathered_, &root_rs_done_, &gathered_[0], &gathered_[1],
                          &released_[0], &released_[1], &rs_done_[0], &rs_done_[1]}) {

@@ -240,6 +240,8 @@ class CudaDataParallel final : private ModeStorage {
   Status Ensure(int layer, cudaStream_t compute, bool wait);
   Status AllocDevice(void** p, size_t bytes);
   int block_of(int unit) const;  // layer index, or -1 for a root unit
+  // fsdp: the rotating (block) or root fp32 gradient buffer unit u's backward writes.
+  float* FsdpGradBuffer(int unit) const;
 
   NcclComm* comm_;
   NcclComm* replica_ = nullptr;  // hsdp's replica group (null otherwise)
@@ -290,7 +292,6 @@ class CudaDataParallel final : private ModeStorage {
   bool released_pending_[2] = {false, false};
   cudaEvent_t rs_done_[2] = {};         // NCCL stream: block_grads_[b] read by its RS
   bool rs_pending_[2] = {false, false};
-  float* add_slot_ = nullptr;           // later micro-steps' reduce-scatter target
 
   // fsdp's E4M3 gather (InitFp8Gather; see the file comment).
   bool fp8_gather_ = false;       // set up: the path runs whenever fp8_slots_valid_
