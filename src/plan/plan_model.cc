@@ -313,12 +313,9 @@ ModePrediction PredictMode(const RunConfig& cfg_in, Mode mode, const Topology& t
   double bytes = EstimateTrainingMemory(cfg, Backend::kCuda, N).total();
   if (mode == Mode::kDdp && bf16_grads && N > 1) bytes += 2.0 * md.params;  // bf16 twin
   if (fsdp_like) {
-    // Two gathered blocks and their fp32 gradients, the root units gathered, and the fp32
-    // slot the later micro-steps' reduce-scatters land in before they are added (sized for
-    // the largest unit's slot: the embedding's, 2 GiB at llama3-8b on 2 GPUs).
-    int64_t largest_slot = 0;
-    for (const int64_t n : md.units) largest_slot = std::max(largest_slot, ShardSize(n, shard));
-    bytes += 2.0 * md.block * (2 + 4) + double(md.root) * (2 + 4) + 4.0 * largest_slot;
+    // Two gathered blocks and their fp32 gradients, and the root units gathered (later
+    // micro-steps reduce-scatter in place, into the gradient buffers).
+    bytes += 2.0 * md.block * (2 + 4) + double(md.root) * (2 + 4);
   }
   p.peak_gib = bytes / kGiB + c.overhead_gib;
   p.fits = p.peak_gib <= c.capacity_gib;

@@ -79,9 +79,9 @@ struct CudaModelOptions {
   int shard_world = 1;
   int shard_rank = 0;
   bool shard_optimizer = false;
-  // fsdp (needs shard_optimizer): no full-size bf16 copy or gradient buffer either. The bf16
-  // values of this rank's slots live in params_shard (AdamW writes them there), and the
-  // data-parallel layer binds each unit's gathered parameters and gradient buffer
+  // fsdp (needs shard_optimizer): no bf16 copy or full-size gradient buffer either. AdamW
+  // updates the fp32 slots only; the data-parallel layer casts a slot to bf16 as it gathers
+  // the unit, and binds each unit's gathered parameters and gradient buffer
   // (BindUnit) from its hooks before the model touches the unit.
   bool shard_params = false;
   // SMs the blocks' backward GEMMs leave free (0: none), for the NCCL kernels of the

@@ -70,9 +70,7 @@ Status ParamStore::Init(const ParamLayout& layout, const ParamStoreOptions& o) {
     return Status::Invalid("cuda model: shard_params needs shard_optimizer");
   }
   FORGE_RETURN_IF_ERROR(alloc(&pb_.master, state));
-  if (o.shard_params) {
-    FORGE_RETURN_IF_ERROR(alloc(&pb_.params_shard, flat_shard));
-  } else {
+  if (!o.shard_params) {  // fsdp keeps no bf16 copy: its gathers cast the fp32 slots
     FORGE_RETURN_IF_ERROR(alloc(&pb_.params, flat));
     FORGE_RETURN_IF_ERROR(alloc(&pb_.grads, flat));
   }
@@ -118,7 +116,7 @@ std::vector<cuda::AdamWTensor> ParamStore::AdamWTensors(float weight_decay,
       const int64_t hi = std::min(own.end, t.offset + t.numel);
       if (lo >= hi) continue;
       const int64_t so = state_base + lo;
-      bf16* out = o.shard_params ? b.params_shard + so : b.params + pb_.unit_offset[u] + lo;
+      bf16* out = o.shard_params ? nullptr : b.params + pb_.unit_offset[u] + lo;
       tensors.push_back({b.master + so, out, g + so, b.m + so, b.v + so, hi - lo,
                          t.weight_decay ? weight_decay : 0.0f,
                          b.grads16 ? b.grads16 + pb_.unit_offset[u] + lo : nullptr});
@@ -167,10 +165,9 @@ Status ParamStore::CopySlots(const UnitBuffers& host, float* device, cudaStream_
 // padding is never written, so it stays zero) to make the full bf16 copy.
 Status ParamStore::UploadParams(const UnitBuffers& master, cudaStream_t stream) {
   const CudaParamBuffers& b = pb_;
-  if (o_.shard_params) {  // slots only: fp32 master, and its bf16 values (padding stays 0)
+  if (o_.shard_params) {  // the fp32 slots only (padding stays 0)
     FORGE_RETURN_IF_ERROR(CheckUnitSizes(layout_, master).Annotate("SetParams"));
     FORGE_RETURN_IF_ERROR(CopySlots(master, b.master, stream));
-    FORGE_RETURN_IF_ERROR(cuda::CastFloatToBf16(b.params_shard, b.master, flat_shard_, stream));
     FORGE_CUDA_CHECK(cudaStreamSynchronize(stream));
     return Status::Ok();
   }

@@ -26,7 +26,7 @@ struct ParamStoreOptions {
   int shard_world = 1;
   int shard_rank = 0;
   bool shard_optimizer = false;  // master, m, v and grad_shard hold this rank's slots only
-  bool shard_params = false;     // no full bf16 copy or gradient: params_shard instead
+  bool shard_params = false;     // no bf16 copy or full gradient: the gathers cast the slots
   bool grads16 = false;          // a bf16 copy of the gradient buffer (ddp only)
 };
 
@@ -35,7 +35,6 @@ struct CudaParamBuffers {
   float* master = nullptr;      // full, or this rank's slots (shard_optimizer)
   cuda::bf16* params = nullptr; // full, padded units (null with shard_params)
   float* grads = nullptr;       // full, padded units (null with shard_params)
-  cuda::bf16* params_shard = nullptr;  // this rank's bf16 slots (shard_params only)
   float* m = nullptr;           // like master
   float* v = nullptr;
   float* grad_shard = nullptr;  // this rank's summed gradient slots (shard_optimizer only)

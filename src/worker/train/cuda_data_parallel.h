@@ -223,7 +223,7 @@ class CudaDataParallel final : private ModeStorage {
   Status InitFp8Gather(bool enabled);
   // This rank's slot of block l's linear weights cast to E4M3 (on the NCCL stream, before
   // the block's first gather after an update).
-  Status CastFp8Slot(int l, cudaStream_t s);
+  Status CastFp8Slot(int l, const cuda::bf16* slot16, cudaStream_t s);
   // CudaModelHooks::fp8_weights: block `unit`'s gathered E4M3 unit, or null.
   const uint8_t* GatheredFp8(int unit) const;
   Status OnFsdpForward(int unit, cudaStream_t compute);
@@ -235,6 +235,7 @@ class CudaDataParallel final : private ModeStorage {
   // hsdp: n floats of `buf` (device) summed over the replica group, after the shard stream's
   // work; the compute stream waits for it.
   Status SumOverReplicas(float* buf, int64_t n, const char* what, cudaStream_t compute);
+  Status GatherCastSlot(int u, cuda::bf16* full);
   Status EnsureRoot(cudaStream_t compute, bool wait);
   Status Release(int layer, cudaStream_t compute);
   Status Ensure(int layer, cudaStream_t compute, bool wait);

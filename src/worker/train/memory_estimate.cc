@@ -243,9 +243,10 @@ MemoryEstimate EstimateTrainingMemory(const RunConfig& cfg, Backend backend, int
   if (backend == Backend::kCuda) {
     const bool fsdp = rules.shard_params && W > 1;
     // fp32 master and moments (sharded by zero1/zero2/fsdp/hsdp), the bf16 compute copy
-    // (sharded by fsdp/hsdp), fp32 gradients (full unless fsdp) and the sharded modes' gradient slot.
+    // (none under fsdp/hsdp, whose gathers cast the fp32 slots), fp32 gradients (full unless
+    // fsdp) and the sharded modes' gradient slot.
     const CudaBuffers c = CountCudaBuffers(cfg, world);
-    e.weights = (sharded ? 4 * P / W : 4 * P) + (fsdp ? 2 * P / W : 2 * P) + c.fp8_weights;
+    e.weights = (sharded ? 4 * P / W : 4 * P) + (fsdp ? 0 : 2 * P) + c.fp8_weights;
     e.gradients = (fsdp ? 0 : 4 * P) + (sharded ? 4 * P / W : 0);
     e.moments = sharded ? 8 * P / W : 8 * P;
     e.activations = c.activations;
