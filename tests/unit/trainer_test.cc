@@ -70,6 +70,9 @@ TEST(Trainer, LossFallsOnLearnableStream) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->steps, 60);
   EXPECT_GT(logged, 5);
+  // Counted without a step_done observer too (the summary's tokens/s and the progress ETA).
+  EXPECT_GT(r->seconds, 0.0);
+  EXPECT_GT(r->tokens_per_s, 0.0);
   EXPECT_NEAR(r->initial_val_loss, std::log(float(c.model.padded_vocab())), 0.1f);  // ln(128)
   EXPECT_LT(r->final_val_loss, 0.5f * r->initial_val_loss);
   EXPECT_LT(r->final_train_loss, r->first_loss);

@@ -351,7 +351,8 @@ StatusOr<TrainResult> RunTraining(const RunConfig& cfg, TrainBackend* backend,
     train_seconds += dt;
     window_seconds += dt;
     ++window_steps;
-    if (opt.step_done) opt.step_done->store(++progress);
+    ++progress;  // every run counts it: the ETA and the summary's tokens/s divide by it
+    if (opt.step_done) opt.step_done->store(progress);
 
     StepRecord rec;
     rec.step = step;
