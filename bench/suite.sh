@@ -28,6 +28,10 @@
 #                 head: 2000 steps, global batch 16, validation every 100 steps (--as-shipped:
 #                 the config's global batch 32 and validation every 250); two GPUs side by side
 #                 where there are two
+#   llama-train   each Llama preset's shipped config trains on real text in the llama3
+#                 tokenizer's ids, one micro-step a step, warm-up 30 steps, validation every 100:
+#                 llama3-1b and llama3-3b 300 steps on one GPU each (side by side where there are
+#                 two), then llama3-8b 200 steps with fsdp over the GPUs (2 or more)
 #   generation    forge-generate-bench: greedy generation tokens/s at gpt350m and llama3-1b
 #                 shapes, batch 1 and 32 (prompt 128, 128 new tokens); then the transformers
 #                 anchor (bench/hf_generate_anchor.py: generate with a static KV cache) on the
@@ -46,9 +50,10 @@
 # $OUT, else /tmp/forge-suite); --base also runs the previous build's benchmark
 # (bin/forge-bench-base, bin/forge-dist-bench-base: copy them there after packing) right
 # before the new one on every row; --no-anchor leaves the PyTorch runs out; --world N: GPUs
-# for multi-gpu and llama-fsdp (default: all); --filter: a gtest filter for gpu-tests; --data: the prepared
-# dataset for fp8-accuracy, a directory holding dataset/ or a .tar.xz of it (default
-# .devdata/full.tar.xz); --deadline: no run starts after this many seconds (default 560, so a
+# for multi-gpu, llama-fsdp and llama-train (default: all); --filter: a gtest filter for
+# gpu-tests; --data: the prepared dataset for fp8-accuracy or llama-train, a directory holding
+# dataset/ or a .tar.xz of it (default .devdata/full.tar.xz, .devdata/llama3.tar.xz; how to make
+# them: docs/performance.md); --deadline: no run starts after this many seconds (default 560, so a
 # suite ends inside one 10-minute device call; a skipped run leaves an error line); --only:
 # only the runs whose label (the JSON lines' "label"; --dry-run shows them) matches the bash
 # regex, e.g. to split a suite over two calls.
@@ -58,7 +63,7 @@
 set -u -o pipefail
 cd "$(dirname "$0")/.." || exit 2
 
-suites="single-gpu llama multi-gpu llama-fsdp fp8-accuracy generation gpu-tests profile"
+suites="single-gpu llama multi-gpu llama-fsdp fp8-accuracy llama-train generation gpu-tests profile"
 header() { sed -n '2,/^[^#]/p' "$0" | sed -n 's/^# \{0,1\}//p'; }
 usage() {
   echo "usage:" >&2
@@ -68,7 +73,7 @@ usage() {
 }
 
 dry=false base=false anchor=true shipped=false world="" filter="" only="" deadline=560
-data=.devdata/full.tar.xz out=${OUT:-/tmp/forge-suite} suite=""
+data="" out=${OUT:-/tmp/forge-suite} suite=""
 while [ $# -gt 0 ]; do
   case $1 in
     --dry-run) dry=true ;;
@@ -291,16 +296,24 @@ multi_gpu() {
   fi
 }
 
-fp8_accuracy() {
-  local fd=/tmp/forge-suite-data
+# The directory holding the suite's dataset/ (FORGE_DATA_DIR for its runs) into $fd: --data, else
+# DEFAULT; a .tar.xz is unpacked under /tmp.
+unpack_data() {  # DEFAULT
+  local d=${data:-$1}
+  fd=/tmp/forge-suite-data
   if $dry; then
-    show tar -xJf "$data" -C "$fd"
-  elif [ -d "$data/dataset" ]; then
-    fd=$data
+    show tar -xJf "$d" -C "$fd"
+  elif [ -d "$d/dataset" ]; then
+    fd=$d
   else
-    [ -f "$data" ] || { echo "suite.sh: no dataset at $data (docs/performance.md)" >&2; exit 1; }
-    mkdir -p "$fd" && tar -xJf "$data" -C "$fd"
+    [ -f "$d" ] || { echo "suite.sh: no dataset at $d (docs/performance.md)" >&2; exit 1; }
+    rm -rf "$fd" && mkdir -p "$fd" && tar -xJf "$d" -C "$fd"
   fi
+}
+
+fp8_accuracy() {
+  local fd
+  unpack_data .devdata/full.tar.xz
   gpu_line
   # The shipped gpt124m config with only its precision changed (and, unless --as-shipped, the
   # global batch 16 and validation every 100 steps of the accuracy record).
@@ -394,12 +407,60 @@ profile() {
   done
 }
 
+llama_train() {
+  local fd ngpu w
+  unpack_data .devdata/llama3.tar.xz
+  gpu_line
+  if $dry; then ngpu=${world:-4}; else ngpu=${world:-$(nvidia-smi -L | wc -l)}; fi
+  # One micro-step a step (global batch = micro-batch x GPUs), a short warm-up, a cosine decay
+  # over the run, validation every 100 steps on 4 batches; everything else as shipped.
+  train_config() {  # MODEL GLOBAL_BATCH STEPS
+    local cfg=$work/train_$1.yaml
+    local e=(-e "s/global_batch: 32/global_batch: $2/" -e "s/warmup_steps: 200/warmup_steps: 30/"
+             -e "s/total_steps: 5000/total_steps: $3/" -e "s/every_steps: 250/every_steps: 100/"
+             -e "s/batches: 8/batches: 4/")
+    if $dry; then echo "$(show sed "${e[@]}" "configs/$1.yaml") > $cfg"
+    else sed "${e[@]}" "configs/$1.yaml" > "$cfg"; fi
+  }
+  train_run() {  # MODEL GPUS SECONDS [flags]
+    local m=$1 gpus=$2 secs=$3 dir=$work/train_$1
+    shift 3
+    $dry || rm -rf "$dir"
+    step "train-$m" "$secs" env FORGE_DATA_DIR="$fd" CUDA_VISIBLE_DEVICES="$gpus" "$run" \
+      forge train "$work/train_$m.yaml" --checkpoint-every 0 --run-dir "$dir" "$@"
+    $dry && return 0
+    $lines train "$dir/metrics.jsonl" "$work/train-$m.log" --suite "$suite" --label "$m" | keep
+  }
+  train_config llama3-1b 2 300
+  train_config llama3-3b 1 300
+  if [ "$ngpu" -ge 2 ] && ! $dry; then
+    train_run llama3-1b 0 240 --direct > "$work/train_1b.lines" &
+    train_run llama3-3b 1 240 --direct
+    wait
+    cat "$work/train_1b.lines"
+  else
+    train_run llama3-1b 0 240 --direct
+    train_run llama3-3b "$([ "$ngpu" -ge 2 ] && echo 1 || echo 0)" 240 --direct
+  fi
+  if [ "$ngpu" -ge 2 ]; then
+    # fsdp over every GPU given: forge train starts a forge-worker on each.
+    w=$ngpu
+    train_config llama3-8b "$w" 200
+    train_run llama3-8b "$(seq -s, 0 $((w - 1)))" 420
+  elif $dry; then
+    echo "# train-llama3-8b skipped: fsdp needs 2 or more GPUs (found $ngpu)"
+  else
+    note train-llama3-8b "skipped: fsdp needs 2 or more GPUs (found $ngpu)"
+  fi
+}
+
 case $suite in
   single-gpu) single_gpu ;;
   llama) llama ;;
   multi-gpu) multi_gpu ;;
   llama-fsdp) llama_fsdp ;;
   fp8-accuracy) fp8_accuracy ;;
+  llama-train) llama_train ;;
   generation) generation ;;
   gpu-tests) gpu_tests ;;
   profile) profile ;;

@@ -7,7 +7,8 @@ each tagged "suite" and "label" (standard library only; the GPU machine's python
                                                    on stdin
   suite_lines.py train METRICS LOG --suite S --label L
                                                    a `forge train` run: its validation losses
-                                                   (metrics.jsonl) and the summary of its log
+                                                   (metrics.jsonl), its first and last logged
+                                                   training loss and the summary of its log
   suite_lines.py gtest LOG --suite S --label L     a GoogleTest log: one line a test, then counts
   suite_lines.py ncu LOG [--top N] --suite S --label L
                                                    ncu --csv --page raw of forge-bench's eager
@@ -38,7 +39,7 @@ def gpus(_, tags):
 # `forge: done: 2000 steps in 48.8 s, 671012 tokens/s | train loss 5.0123 | val loss 10.9831 ->
 # 5.0595 (unigram baseline 8.0712) | metrics ...`
 DONE = re.compile(r"forge: done: (\d+) steps(?: \([^)]*\))? in ([0-9.]+) s, ([0-9.]+) tokens/s"
-                  r".*?val loss (?:[0-9.]+ -> )?([0-9.]+)")
+                  r".*?val loss (?:([0-9.]+) -> )?([0-9.]+)")
 
 
 def train(args, tags):
@@ -49,19 +50,26 @@ def train(args, tags):
     except OSError as e:
         emit(tags, error=f"no metrics: {e.strerror}: {metrics}")
         return
+    losses = []
     for r in records:
         skipped = max(skipped, r.get("skipped_steps", 0))
         if "val_loss" in r:
             emit(tags, step=r["step"], val_loss=r["val_loss"])
+        if "loss" in r:
+            losses.append((r["step"], r["loss"]))
     done = None
     for line in open(log, errors="replace"):
         done = DONE.search(line) or done
     if done is None:
         emit(tags, error=f"no 'forge: done' line in {log}")
         return
+    first = {"first_val_loss": float(done.group(4))} if done.group(4) else {}
+    if losses:
+        first.update(first_train_step=losses[0][0], first_train_loss=losses[0][1],
+                     final_train_step=losses[-1][0], final_train_loss=losses[-1][1])
     emit(tags, summary=True, steps=int(done.group(1)), seconds=float(done.group(2)),
-         tokens_per_s=float(done.group(3)), final_val_loss=float(done.group(4)),
-         skipped_steps=skipped)
+         tokens_per_s=float(done.group(3)), final_val_loss=float(done.group(5)),
+         skipped_steps=skipped, **first)
 
 
 # "[       OK ] Suite.Test (12 ms)", "[  FAILED  ] Suite/Param.Test/0, where GetParam() = ...

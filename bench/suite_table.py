@@ -16,6 +16,8 @@ tables, in the order the suites first appear:
                 ratio to the PyTorch recipe's run without checkpointing and at the same recompute
                 setting, at the same world size
   fp8-accuracy  validation losses by step, one column a run, each against the first run
+  llama-train   one row a run: steps, time, tokens/s, first and last training and validation
+                losses
   generation    forge-generate-bench and hf_generate_anchor.py lines: one row a run, with the
                 decode tokens/s ratio to transformers (same model and batch)
   gpu-tests     counts, and every test that did not pass
@@ -236,6 +238,21 @@ def fp8_accuracy(lines):
     return out
 
 
+def llama_train(lines):
+    runs = [l for l in lines if l.get("summary")]
+    if not runs:
+        return []
+    rows = [[l["label"], fmt(l.get("steps")), fmt(l.get("seconds"), 1),
+             fmt(round(l.get("tokens_per_s", 0))),
+             f"{fmt(l.get('first_train_loss'), 4)} (step {l.get('first_train_step', '?')})",
+             f"{fmt(l.get('final_train_loss'), 4)} (step {l.get('final_train_step', '?')})",
+             fmt(l.get("first_val_loss"), 4), fmt(l.get("final_val_loss"), 4),
+             fmt(l.get("skipped_steps"))] for l in runs]
+    return [table(["run", "steps", "seconds", "tokens/s", "first train loss",
+                   "last train loss", "first val loss", "last val loss", "skipped steps"],
+                  rows)]
+
+
 def generation(lines):
     runs = [l for l in lines if l.get("bench") == "generate"]
     hf = {(l["model"], l["B"]): l for l in runs if l["backend"].startswith("transformers")}
@@ -300,7 +317,7 @@ def profile(lines):
 
 
 SUITES = {"single-gpu": single_gpu, "llama": llama, "multi-gpu": multi_gpu,
-          "llama-fsdp": llama_fsdp, "fp8-accuracy": fp8_accuracy,
+          "llama-fsdp": llama_fsdp, "fp8-accuracy": fp8_accuracy, "llama-train": llama_train,
           "generation": generation, "gpu-tests": gpu_tests, "profile": profile}
 
 

@@ -265,6 +265,11 @@ TEST_F(BenchSuiteTest, TrainRunGivesValidationLossesAndSummary) {
   EXPECT_EQ(lines[2]["steps"], 2000);
   EXPECT_DOUBLE_EQ(lines[2]["seconds"].get<double>(), 48.8);
   EXPECT_DOUBLE_EQ(lines[2]["final_val_loss"].get<double>(), 5.0595);
+  EXPECT_DOUBLE_EQ(lines[2]["first_val_loss"].get<double>(), 10.9782);
+  EXPECT_EQ(lines[2]["first_train_step"], 100);
+  EXPECT_DOUBLE_EQ(lines[2]["first_train_loss"].get<double>(), 7.2);
+  EXPECT_EQ(lines[2]["final_train_step"], 2000);
+  EXPECT_DOUBLE_EQ(lines[2]["final_train_loss"].get<double>(), 5.0);
   EXPECT_EQ(lines[2]["skipped_steps"], 0);
 
   const Ran missing = Shell("python3 bench/suite_lines.py train /nonexistent/metrics.jsonl " +
@@ -345,6 +350,44 @@ TEST_F(BenchSuiteTest, DryRunPrintsEachSuitesCommands) {
                          "/tmp/acc/fp8-accuracy-logs/acc_bf16\n"),
             std::string::npos)
       << acc.out;
+  // llama-train: the shipped configs with one micro-step a step; 1B and 3B on a GPU each, 8B
+  // fsdp over all of them (none on one GPU).
+  const Ran train = Shell("bash bench/suite.sh --dry-run --world 2 --out /tmp/lt llama-train");
+  ASSERT_EQ(train.code, 0) << train.out;
+  EXPECT_NE(train.out.find("tar -xJf .devdata/llama3.tar.xz -C /tmp/forge-suite-data\n"),
+            std::string::npos)
+      << train.out;
+  EXPECT_NE(train.out.find("-e 's/global_batch: 32/global_batch: 2/' -e "
+                           "'s/warmup_steps: 200/warmup_steps: 30/' -e "
+                           "'s/total_steps: 5000/total_steps: 300/' -e "
+                           "'s/every_steps: 250/every_steps: 100/' -e 's/batches: 8/batches: 4/' "
+                           "configs/llama3-1b.yaml > /tmp/lt/llama-train-logs/train_llama3-1b.yaml\n"),
+            std::string::npos)
+      << train.out;
+  EXPECT_NE(train.out.find("env FORGE_DATA_DIR=/tmp/forge-suite-data CUDA_VISIBLE_DEVICES=1 "
+                           ".device/run forge train /tmp/lt/llama-train-logs/train_llama3-3b.yaml "
+                           "--checkpoint-every 0 --run-dir /tmp/lt/llama-train-logs/train_llama3-3b "
+                           "--direct\n"),
+            std::string::npos)
+      << train.out;
+  EXPECT_NE(train.out.find("'s/global_batch: 32/global_batch: 2/' -e "
+                           "'s/warmup_steps: 200/warmup_steps: 30/' -e "
+                           "'s/total_steps: 5000/total_steps: 200/'"),
+            std::string::npos)
+      << train.out;
+  EXPECT_NE(train.out.find("CUDA_VISIBLE_DEVICES=0,1 .device/run forge train "
+                           "/tmp/lt/llama-train-logs/train_llama3-8b.yaml --checkpoint-every 0 "
+                           "--run-dir /tmp/lt/llama-train-logs/train_llama3-8b\n"),
+            std::string::npos)
+      << train.out;
+  const Ran one = Shell("bash bench/suite.sh --dry-run --world 1 llama-train");
+  ASSERT_EQ(one.code, 0) << one.out;
+  EXPECT_NE(one.out.find("# train-llama3-8b skipped: fsdp needs 2 or more GPUs (found 1)"),
+            std::string::npos)
+      << one.out;
+  const Ran own = Shell("bash bench/suite.sh --dry-run --data /tmp/mine.tar.xz llama-train");
+  EXPECT_NE(own.out.find("tar -xJf /tmp/mine.tar.xz -C"), std::string::npos) << own.out;
+
   const Ran shipped = Shell("bash bench/suite.sh --dry-run --as-shipped fp8-accuracy");
   EXPECT_EQ(shipped.out.find("global_batch: 16"), std::string::npos) << shipped.out;
 
@@ -409,7 +452,8 @@ TEST_F(BenchSuiteTest, UnknownSuiteOrOptionIsAnError) {
   const Ran list = Shell("bash bench/suite.sh --list");
   EXPECT_EQ(list.code, 0);
   EXPECT_EQ(list.out,
-            "single-gpu llama multi-gpu llama-fsdp fp8-accuracy generation gpu-tests profile\n");
+            "single-gpu llama multi-gpu llama-fsdp fp8-accuracy llama-train generation gpu-tests "
+            "profile\n");
   const Ran help = Shell("bash bench/suite.sh --help");
   EXPECT_EQ(help.code, 0);
   EXPECT_NE(help.out.find("bench/suite.sh [--dry-run]"), std::string::npos);
