@@ -603,15 +603,21 @@ Status CudaDataParallel::InitFsdp() {
   return Status::Ok();
 }
 
-// Unit u in bf16 into `full` (padded): this rank's fp32 slot cast into its part, then gathered
-// in place. AdamW keeps no bf16 copy of the slots (FSDP2 casts as it gathers, too).
-Status CudaDataParallel::GatherCastSlot(int u, cuda::bf16* full) {
+// This rank's fp32 slot of unit u cast to bf16 (rounded to nearest, the bits AdamW wrote when
+// it kept a bf16 copy) into its part of `full` (the padded unit), on the NCCL stream. AdamW
+// keeps no bf16 copy of the slots: FSDP2, too, casts as it gathers. The cast takes every SM it
+// can get, since the gather waits for it (a grid capped at 64 blocks made the llama3-8b step
+// 1.3% slower: the root units' cast at the step's start is exposed).
+Status CudaDataParallel::CastSlot(int u, cuda::bf16* full) {
   const CudaParamBuffers& pb = model_->param_buffers();
-  cuda::bf16* mine = full + int64_t{rank_} * pb.slot[u];
-  // At the full grid: the cast delays the gather behind it (a grid capped at 64 blocks made
-  // the step 1.3% slower, the root units' cast exposed at its start).
-  FORGE_RETURN_IF_ERROR(
-      cuda::CastFloatToBf16(mine, pb.master + pb.shard_offset[u], pb.slot[u], nccl_stream_));
+  return cuda::CastFloatToBf16(full + int64_t{rank_} * pb.slot[u],
+                               pb.master + pb.shard_offset[u], pb.slot[u], nccl_stream_);
+}
+
+// Unit u in bf16 into `full`: this rank's slot cast into its part, then gathered in place.
+Status CudaDataParallel::GatherCastSlot(int u, cuda::bf16* full) {
+  FORGE_RETURN_IF_ERROR(CastSlot(u, full));
+  const cuda::bf16* mine = full + int64_t{rank_} * model_->param_buffers().slot[u];
   return exec_->GatherShards(u, mine, full, DType::kBF16, "params", /*pending=*/nullptr);
 }
 
@@ -659,10 +665,9 @@ Status CudaDataParallel::Ensure(int layer, cudaStream_t compute, bool wait) {
       if (!fp8_slot_cast_[size_t(layer)]) {
         // From the slot's bf16 values (the weights the model would cast itself), made in this
         // rank's part of the bf16 unit, which the E4M3 path reads only the norms of.
-        cuda::bf16* mine = block_params_[b] + int64_t{rank_} * pb.slot[u];
+        FORGE_RETURN_IF_ERROR(CastSlot(u, block_params_[b]));
         FORGE_RETURN_IF_ERROR(
-            cuda::CastFloatToBf16(mine, pb.master + pb.shard_offset[u], pb.slot[u], nccl_stream_));
-        FORGE_RETURN_IF_ERROR(CastFp8Slot(layer, mine, nccl_stream_));
+            CastFp8Slot(layer, block_params_[b] + int64_t{rank_} * pb.slot[u], nccl_stream_));
       }
       fp8_slot_cast_[size_t(layer)] = true;
       // The norm weights packed per rank, gathered and put back in the bf16 unit; the linear

@@ -235,6 +235,7 @@ class CudaDataParallel final : private ModeStorage {
   // hsdp: n floats of `buf` (device) summed over the replica group, after the shard stream's
   // work; the compute stream waits for it.
   Status SumOverReplicas(float* buf, int64_t n, const char* what, cudaStream_t compute);
+  Status CastSlot(int u, cuda::bf16* full);
   Status GatherCastSlot(int u, cuda::bf16* full);
   Status EnsureRoot(cudaStream_t compute, bool wait);
   Status Release(int layer, cudaStream_t compute);
