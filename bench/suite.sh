@@ -311,6 +311,35 @@ unpack_data() {  # DEFAULT
   fi
 }
 
+# One `forge train` run: $work/PREFIX_NAME.yaml on GPUS with the suite's dataset ($fd), no
+# checkpoints; its validation losses and summary as lines labelled NAME.
+train_row() {  # PREFIX NAME GPUS SECONDS [flags]
+  local p=$1 name=$2 gpus=$3 secs=$4 dir=$work/$1_$2
+  shift 4
+  $dry || rm -rf "$dir"
+  step "$p-$name" "$secs" env FORGE_DATA_DIR="$fd" CUDA_VISIBLE_DEVICES="$gpus" "$run" \
+    forge train "$work/${p}_$name.yaml" "$@" --checkpoint-every 0 --run-dir "$dir"
+  $dry && return 0
+  $lines train "$dir/metrics.jsonl" "$work/$p-$name.log" --suite "$suite" --label "$name" | keep
+}
+
+# Two train_rows of one GPU each, A on GPU 0 and B on GPU 1 side by side where there are two
+# (NGPU), else one after the other on GPU 0; A's lines first. A dry run shows the GPUs.
+side_by_side() {  # NGPU PREFIX A B SECONDS [flags]
+  local n=$1 p=$2 a=$3 b=$4 g=0
+  shift 4
+  [ "$n" -ge 2 ] && g=1
+  if [ $g = 1 ] && ! $dry; then
+    train_row "$p" "$a" 0 "$@" > "$work/$p-$a.lines" &
+    train_row "$p" "$b" 1 "$@"
+    wait
+    cat "$work/$p-$a.lines"
+  else
+    train_row "$p" "$a" 0 "$@"
+    train_row "$p" "$b" $g "$@"
+  fi
+}
+
 fp8_accuracy() {
   local fd
   unpack_data .devdata/full.tar.xz
@@ -334,23 +363,7 @@ fp8_accuracy() {
   done
   local ngpu=1
   $dry || ngpu=$(nvidia-smi -L | wc -l)
-  acc_run() {  # NAME GPU
-    local dir=$work/acc_$1
-    $dry || rm -rf "$dir"
-    step "acc-$1" 420 env FORGE_DATA_DIR="$fd" CUDA_VISIBLE_DEVICES="$2" "$run" forge train \
-      "$work/acc_$1.yaml" --direct --checkpoint-every 0 --run-dir "$dir"
-    $dry && return 0
-    $lines train "$dir/metrics.jsonl" "$work/acc-$1.log" --suite "$suite" --label "$1" | keep
-  }
-  if [ "$ngpu" -ge 2 ] && ! $dry; then
-    acc_run bf16 0 > "$work/acc_bf16.lines" &
-    acc_run fp8lm 1
-    wait
-    cat "$work/acc_bf16.lines"
-  else
-    acc_run bf16 0
-    acc_run fp8lm 0
-  fi
+  side_by_side "$ngpu" acc bf16 fp8lm 420 --direct
 }
 
 generation() {
@@ -422,31 +435,14 @@ llama_train() {
     if $dry; then echo "$(show sed "${e[@]}" "configs/$1.yaml") > $cfg"
     else sed "${e[@]}" "configs/$1.yaml" > "$cfg"; fi
   }
-  train_run() {  # MODEL GPUS SECONDS [flags]
-    local m=$1 gpus=$2 secs=$3 dir=$work/train_$1
-    shift 3
-    $dry || rm -rf "$dir"
-    step "train-$m" "$secs" env FORGE_DATA_DIR="$fd" CUDA_VISIBLE_DEVICES="$gpus" "$run" \
-      forge train "$work/train_$m.yaml" --checkpoint-every 0 --run-dir "$dir" "$@"
-    $dry && return 0
-    $lines train "$dir/metrics.jsonl" "$work/train-$m.log" --suite "$suite" --label "$m" | keep
-  }
   train_config llama3-1b 2 300
   train_config llama3-3b 1 300
-  if [ "$ngpu" -ge 2 ] && ! $dry; then
-    train_run llama3-1b 0 240 --direct > "$work/train_1b.lines" &
-    train_run llama3-3b 1 240 --direct
-    wait
-    cat "$work/train_1b.lines"
-  else
-    train_run llama3-1b 0 240 --direct
-    train_run llama3-3b "$([ "$ngpu" -ge 2 ] && echo 1 || echo 0)" 240 --direct
-  fi
+  side_by_side "$ngpu" train llama3-1b llama3-3b 240 --direct
   if [ "$ngpu" -ge 2 ]; then
     # fsdp over every GPU given: forge train starts a forge-worker on each.
     w=$ngpu
     train_config llama3-8b "$w" 200
-    train_run llama3-8b "$(seq -s, 0 $((w - 1)))" 420
+    train_row train llama3-8b "$(seq -s, 0 $((w - 1)))" 420
   elif $dry; then
     echo "# train-llama3-8b skipped: fsdp needs 2 or more GPUs (found $ngpu)"
   else

@@ -366,8 +366,8 @@ TEST_F(BenchSuiteTest, DryRunPrintsEachSuitesCommands) {
       << train.out;
   EXPECT_NE(train.out.find("env FORGE_DATA_DIR=/tmp/forge-suite-data CUDA_VISIBLE_DEVICES=1 "
                            ".device/run forge train /tmp/lt/llama-train-logs/train_llama3-3b.yaml "
-                           "--checkpoint-every 0 --run-dir /tmp/lt/llama-train-logs/train_llama3-3b "
-                           "--direct\n"),
+                           "--direct --checkpoint-every 0 --run-dir "
+                           "/tmp/lt/llama-train-logs/train_llama3-3b\n"),
             std::string::npos)
       << train.out;
   EXPECT_NE(train.out.find("'s/global_batch: 32/global_batch: 2/' -e "
