@@ -40,6 +40,8 @@ def gpus(_, tags):
 # 5.0595 (unigram baseline 8.0712) | metrics ...`
 DONE = re.compile(r"forge: done: (\d+) steps(?: \([^)]*\))? in ([0-9.]+) s, ([0-9.]+) tokens/s"
                   r".*?val loss (?:([0-9.]+) -> )?([0-9.]+)")
+# `step 0/200 | val loss 12.6021`: the validation loss before the first step.
+STEP0 = re.compile(r"step 0/\d+ \| val loss ([0-9.]+)")
 
 
 def train(args, tags):
@@ -58,12 +60,15 @@ def train(args, tags):
         if "loss" in r:
             losses.append((r["step"], r["loss"]))
     done = None
+    step0 = None  # where the closing line lacks it (ranks in processes of their own)
     for line in open(log, errors="replace"):
         done = DONE.search(line) or done
+        step0 = step0 or STEP0.match(line)
     if done is None:
         emit(tags, error=f"no 'forge: done' line in {log}")
         return
-    first = {"first_val_loss": float(done.group(4))} if done.group(4) else {}
+    first_val = done.group(4) or (step0 and step0.group(1))
+    first = {"first_val_loss": float(first_val)} if first_val else {}
     if losses:
         first.update(first_train_step=losses[0][0], first_train_loss=losses[0][1],
                      final_train_step=losses[-1][0], final_train_loss=losses[-1][1])

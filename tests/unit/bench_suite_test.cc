@@ -280,6 +280,22 @@ TEST_F(BenchSuiteTest, TrainRunGivesValidationLossesAndSummary) {
             std::string::npos);
 }
 
+// A run whose ranks trained in processes of their own (forge-worker per GPU): the closing line
+// has no first validation loss, so it comes from the log's step-0 line.
+TEST_F(BenchSuiteTest, TrainRunOverWorkersTakesTheFirstValidationLossFromItsLog) {
+  const Ran r = Shell("python3 bench/suite_lines.py train " + kData + "metrics_fsdp.jsonl " +
+                    kData + "train_fsdp.log --suite llama-train --label llama3-8b");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto lines = JsonLines(r.out);
+  ASSERT_EQ(lines.size(), 3u) << r.out;
+  EXPECT_EQ(lines[2]["summary"], true);
+  EXPECT_EQ(lines[2]["steps"], 200);
+  EXPECT_DOUBLE_EQ(lines[2]["first_val_loss"].get<double>(), 12.6021);
+  EXPECT_DOUBLE_EQ(lines[2]["final_val_loss"].get<double>(), 5.982);
+  EXPECT_DOUBLE_EQ(lines[2]["first_train_loss"].get<double>(), 12.574268);
+  EXPECT_DOUBLE_EQ(lines[2]["final_train_loss"].get<double>(), 6.948205);
+}
+
 // The commands of each suite, as the device call would run them.
 TEST_F(BenchSuiteTest, DryRunPrintsEachSuitesCommands) {
   const Ran single = Shell("bash bench/suite.sh --dry-run single-gpu");
