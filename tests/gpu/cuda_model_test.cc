@@ -251,8 +251,10 @@ TEST(GpuModel, RecomputeMatchesSavedActivations) {
 
 // Large enough that the two streams really overlap (a few ms per micro-step), so a missing
 // wait shows up as a moving bit rather than hiding behind launch latency: 4 layers, d 512,
-// 8 heads of 64 over 4 KV heads, ffn 1408, T 256, B 8 (2048 tokens), vocab 4000. LM-head
-// chunks of 640 rows (640+640+640+128): chunk 2 reuses chunk 0's logits buffer.
+// 8 heads of 64 over 4 KV heads, ffn 1408, T 256, B 8 (2048 tokens), vocab 16000. LM-head
+// chunks of 640 rows (640+640+640+128): chunk 2 reuses chunk 0's logits buffer. The vocabulary
+// makes the two logits buffers (41 MB) outgrow attention's backward scratch (13 MB), which
+// works in the same region once the head's last dWte has read it: that wait is raced too.
 RunConfig WgradRaceConfig() {
   RunConfig c = TinyConfig();
   c.model.n_layer = 4;
@@ -260,7 +262,7 @@ RunConfig WgradRaceConfig() {
   c.model.n_head = 8;
   c.model.n_kv_head = 4;
   c.model.ffn = 1408;
-  c.model.vocab = 4000;
+  c.model.vocab = 16000;
   c.model.seq_len = 256;
   c.batch.micro_batch = 8;
   c.batch.global_batch = 16;  // two micro-steps

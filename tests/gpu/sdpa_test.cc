@@ -292,6 +292,69 @@ TEST_F(GpuSdpaTest, DeterministicBackwardIsBitwiseReproducible) {
   }
 }
 
+// A runner working in a lent workspace of WorkspaceBytes (as the model lends it the LM head's
+// logits region) needs no buffer of its own and gives the bits a runner with its own gives
+// (the second reads the first's recorded engines); one lent too little gets its own, with
+// the same bits. Lending after the first call, or unaligned memory, is refused.
+void CheckLentWorkspace(const SdpaShape& s, bool deterministic, SdpaBackwardKernel kernel,
+                        uint64_t seed) {
+  SCOPED_TRACE(::testing::Message() << "T=" << s.T << " H=" << s.H << " KV=" << s.KV
+                                    << " hd=" << s.hd << (deterministic ? " deterministic" : ""));
+  const Inputs in = MakeReference(s, seed);
+  auto run = [&](SdpaRunner& runner, std::vector<bf16>* out, std::vector<bf16>* dqkv) {
+    DeviceRun d(s, in, deterministic);
+    ASSERT_STATUS_OK(runner.Forward(s, d.qkv.data(), d.out.data(), d.stats.data(), nullptr));
+    ASSERT_STATUS_OK(RunBackward(runner, s, d, deterministic));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    *out = d.out.Download();
+    *dqkv = d.dqkv.Download();
+    ExpectForwardMatches(in, d);
+    ExpectGradientsMatch(s, ToFloat(*dqkv), in.dqkv);
+  };
+  SdpaRunner own;
+  ASSERT_STATUS_OK(own.Init(deterministic, kernel));
+  std::vector<bf16> out_own, dqkv_own;
+  run(own, &out_own, &dqkv_own);
+
+  SdpaRunner lent;
+  ASSERT_STATUS_OK(lent.Init(deterministic, kernel));
+  StatusOr<size_t> bytes = lent.WorkspaceBytes(s);
+  ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+  std::printf("[sdpa lent] workspace %zu bytes\n", *bytes);
+  DeviceBuffer<char> region(std::max<size_t>(*bytes, 256));
+  region.Poison();
+  ASSERT_STATUS_OK(lent.ShareWorkspace(region.data(), region.size()));
+  std::vector<bf16> out_lent, dqkv_lent;
+  run(lent, &out_lent, &dqkv_lent);
+  EXPECT_FALSE(lent.owns_workspace()) << "WorkspaceBytes was not enough";
+  EXPECT_TRUE(test::BitwiseEqual(out_lent, out_own)) << "O";
+  if (deterministic) EXPECT_TRUE(test::BitwiseEqual(dqkv_lent, dqkv_own)) << "dQKV";
+  EXPECT_EQ(lent.ShareWorkspace(region.data(), region.size()).code(), Code::kFailedPrecondition);
+
+  if (*bytes > 256) {
+    SdpaRunner small;
+    ASSERT_STATUS_OK(small.Init(deterministic, kernel));
+    EXPECT_EQ(small.ShareWorkspace(region.data() + 1, 256).code(), Code::kInvalidArgument);
+    ASSERT_STATUS_OK(small.ShareWorkspace(region.data(), 256));
+    std::vector<bf16> out_small, dqkv_small;
+    run(small, &out_small, &dqkv_small);
+    EXPECT_TRUE(small.owns_workspace());
+    if (deterministic) EXPECT_TRUE(test::BitwiseEqual(dqkv_small, dqkv_own)) << "dQKV";
+  }
+}
+
+TEST_F(GpuSdpaTest, LentWorkspaceDeterministic) {
+  CheckLentWorkspace({2, 256, 4, 2, 128}, true, SdpaBackwardKernel::kCudnn, 800);
+}
+
+TEST_F(GpuSdpaTest, LentWorkspaceDefault) {
+  CheckLentWorkspace({2, 256, 4, 2, 128}, false, SdpaBackwardKernel::kCudnn, 810);
+}
+
+TEST_F(GpuSdpaTest, LentWorkspaceOurBackward) {
+  CheckLentWorkspace({2, 256, 4, 2, 64}, true, SdpaBackwardKernel::kFlash, 820);
+}
+
 // Every engine config a tuning may choose matches the reference, forward and backward, and a
 // backward re-run without re-poisoning still does (each run resets the fp32 dQ accumulator).
 void CheckEveryEngine(const SdpaShape& s, bool deterministic, uint64_t seed) {

@@ -7,6 +7,7 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -585,12 +586,14 @@ StatusOr<bool> Reproducible(cudnnHandle_t handle, const CudnnPlan& plan,
 // Heuristics' engine configs for the graph, finalized, in order: mode A (only its first
 // finalizable config when `first_only`), then B, then fallback, at most kMaxCandidates. The
 // first is always heuristics' first finalizable config; later ones are left out when they
-// need a much larger workspace (bounded memory) or, for graphs that must be deterministic,
+// need a much larger workspace (bounded memory) or more than `max_workspace` (where > 0: a
+// lent workspace), or, for graphs that must be deterministic,
 // carry cuDNN's NONDETERMINISTIC note while the first does not.
 StatusOr<std::vector<CudnnPlan>> FinalizeCandidates(cudnnHandle_t handle, Desc op_graph,
                                                     bool needs_determinism, bool first_only,
                                                     int max_candidates,
-                                                    std::vector<Desc>* owned) {
+                                                    std::vector<Desc>* owned,
+                                                    int64_t max_workspace = 0) {
   std::vector<cudnnBackendHeurMode_t> modes = {CUDNN_HEUR_MODE_A};
   if (!first_only) {
     modes.push_back(CUDNN_HEUR_MODE_B);
@@ -614,6 +617,7 @@ StatusOr<std::vector<CudnnPlan>> FinalizeCandidates(cudnnHandle_t handle, Desc o
     if (plans.empty()) {
       const int64_t first = p->workspace_bytes();
       workspace_limit = std::max(2 * first, first + (int64_t{256} << 20));
+      if (max_workspace > 0) workspace_limit = std::min(workspace_limit, max_workspace);
     } else {
       if (p->workspace_bytes() > workspace_limit) continue;
       if (needs_determinism && p->nondeterministic() && !plans[0].nondeterministic()) continue;
@@ -648,7 +652,7 @@ SdpaRunner::SdpaRunner() = default;
 
 SdpaRunner::~SdpaRunner() {
   graphs_.clear();
-  if (workspace_) cudaFree(workspace_);
+  if (owns_workspace_) cudaFree(workspace_);
   if (handle_) cudnnDestroy(handle_);
 }
 
@@ -680,14 +684,60 @@ size_t SdpaRunner::BackwardScratchBytes(const SdpaShape& s, bool deterministic) 
 
 Status SdpaRunner::EnsureWorkspace(size_t bytes) {
   if (bytes <= workspace_bytes_) return Status::Ok();
+  if (workspace_ && !owns_workspace_) {
+    Warn("sdpa: a plan needs a " + std::to_string(bytes) + "-byte workspace, more than the " +
+         std::to_string(workspace_bytes_) + " bytes lent to it: it gets one of its own");
+  }
   // cudaFree waits for work still using the old buffer. Growth happens on the first call of
   // each shape, before any CUDA-graph capture.
-  if (workspace_) FORGE_CUDA_CHECK(cudaFree(workspace_));
+  if (owns_workspace_) FORGE_CUDA_CHECK(cudaFree(workspace_));
   workspace_ = nullptr;
   workspace_bytes_ = 0;
+  owns_workspace_ = false;
   FORGE_CUDA_CHECK(cudaMalloc(&workspace_, bytes));
   workspace_bytes_ = bytes;
+  owns_workspace_ = true;
   return Status::Ok();
+}
+
+Status SdpaRunner::ShareWorkspace(void* p, size_t bytes) {
+  if (workspace_) return Status::Precondition("SdpaRunner::ShareWorkspace after the first call");
+  if (p == nullptr || reinterpret_cast<uintptr_t>(p) % 256 != 0)
+    return Status::Invalid("SdpaRunner::ShareWorkspace: a 256-byte aligned buffer is needed");
+  workspace_ = p;
+  workspace_bytes_ = bytes;
+  owns_workspace_ = false;
+  return Status::Ok();
+}
+
+StatusOr<size_t> SdpaRunner::PlanWorkspaceBytes(const SdpaShape& s, bool backward) {
+  if (backward && flash_backward(s)) {
+    return FlashBackwardScratchBytes({s.B, s.T, s.H, s.KV, s.hd});
+  }
+  FORGE_ASSIGN_OR_RETURN(Graph * g, Get(s, backward));
+  if (g->plan) return static_cast<size_t>(g->plan->workspace_bytes());
+  if (cache_.enabled()) {  // the recorded choice, as ChoosePlan will take it
+    FORGE_ASSIGN_OR_RETURN(const std::optional<std::string> recorded,
+                           cache_.Get(PlanKey(s, g->kind, device_name_)));
+    if (recorded) {
+      StatusOr<CudnnEngineChoice> choice = ParseCudnnEngineChoice(*recorded);
+      StatusOr<CudnnPlan> p =
+          choice.ok() ? FinalizeCudnnPlan(handle_, g->op_graph, *choice) : choice.status();
+      if (p.ok()) return static_cast<size_t>(p->workspace_bytes());
+    }
+  }
+  FORGE_ASSIGN_OR_RETURN(std::vector<CudnnPlan> first,
+                         FinalizeCandidates(handle_, g->op_graph, g->needs_determinism,
+                                            /*first_only=*/true, 1, &g->owned));
+  return static_cast<size_t>(first[0].workspace_bytes());
+}
+
+StatusOr<size_t> SdpaRunner::WorkspaceBytes(const SdpaShape& s) {
+  if (!handle_) return Status::Precondition("SdpaRunner::WorkspaceBytes before Init");
+  FORGE_RETURN_IF_ERROR(CheckShape(s, true));
+  FORGE_ASSIGN_OR_RETURN(const size_t fwd, PlanWorkspaceBytes(s, false));
+  FORGE_ASSIGN_OR_RETURN(const size_t bwd, PlanWorkspaceBytes(s, true));
+  return std::max(fwd, bwd);
 }
 
 StatusOr<SdpaRunner::Graph*> SdpaRunner::Get(const SdpaShape& s, bool backward) {
@@ -710,9 +760,11 @@ StatusOr<SdpaRunner::Graph*> SdpaRunner::Get(const SdpaShape& s, bool backward) 
 }
 
 StatusOr<SdpaPlanInfo> SdpaRunner::Tune(Graph* g, const Call& call, cudaStream_t stream) {
-  FORGE_ASSIGN_OR_RETURN(std::vector<CudnnPlan> cands,
-                         FinalizeCandidates(handle_, g->op_graph, g->needs_determinism,
-                                            /*first_only=*/false, kMaxCandidates, &g->owned));
+  FORGE_ASSIGN_OR_RETURN(
+      std::vector<CudnnPlan> cands,
+      FinalizeCandidates(handle_, g->op_graph, g->needs_determinism, /*first_only=*/false,
+                         kMaxCandidates, &g->owned,
+                         owns_workspace_ ? 0 : static_cast<int64_t>(workspace_bytes_)));
   // Other streams' work (e.g. weight gradients) must not share the GPU with the timed runs.
   FORGE_CUDA_CHECK(cudaDeviceSynchronize());
 

@@ -32,8 +32,9 @@
 // - under a profiler or checker (ProfilerAttached: kernels replayed or serialised) nothing is
 //   timed either: the cached choice if any, else heuristics' first config, nothing recorded.
 // Candidates needing more than max(2x, +256 MiB) of the first config's workspace are left
-// out. Runners of one process (the model has one per layer) share the cache file: the first
-// tunes a shape, the others read its choice.
+// out, and, where the runner works in a workspace it was lent (ShareWorkspace), those needing
+// more than that workspace. Runners of one process share the cache file: the first tunes a
+// shape, the others read its choice.
 // Each tuning prints one line to stderr ("forge: sdpa bwd B=... | <GPU> | cudnn ...: tuned
 // ..."); plan_log() has the same for every plan made.
 #pragma once
@@ -119,6 +120,19 @@ class SdpaRunner {
   // buffer: softmax_sum at offset 0, dq_accum at the next 256-byte boundary.
   static size_t BackwardScratchBytes(const SdpaShape& s, bool deterministic);
 
+  // The workspace Forward and Backward of shape s will ask for: each plan as its first call
+  // will choose it where it can tell now (the plan cache's recorded choice, else heuristics'
+  // first config; a tuning never picks more than a lent workspace holds), or our backward's
+  // scratch. Builds the graphs (cached for the calls).
+  StatusOr<size_t> WorkspaceBytes(const SdpaShape& s);
+  // Makes the runner work in `bytes` of the caller's device memory at `p` (256-byte aligned,
+  // before the first call) instead of a buffer of its own; a plan needing more still gets one
+  // of its own, with a warning. The caller orders the memory's other uses against the
+  // runner's calls.
+  Status ShareWorkspace(void* p, size_t bytes);
+  // Whether the runner works in a buffer of its own (none lent, or a plan needed more).
+  bool owns_workspace() const { return owns_workspace_; }
+
   // At most this many engine configs are finalized and timed per graph.
   static constexpr int kMaxCandidates = 8;
   // A candidate replaces heuristics' first config only if faster by this fraction.
@@ -151,8 +165,11 @@ class SdpaRunner {
   bool deterministic_ = false;
   SdpaBackwardKernel backward_ = SdpaBackwardKernel::kFlash;
   std::map<std::tuple<int, int, int, int, int, bool>, std::unique_ptr<Graph>> graphs_;
+  StatusOr<size_t> PlanWorkspaceBytes(const SdpaShape& s, bool backward);
+
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
+  bool owns_workspace_ = false;  // false while working in a lent one (ShareWorkspace)
   PlanCache cache_;
   std::string device_name_;  // GPU model, part of every plan-cache key
   std::vector<SdpaPlanInfo> plan_log_;

@@ -152,6 +152,9 @@ Status CudaModel::BlockBackward(int layer, int set, const BlockActs& a, const bf
                                         H_ * hd_, WgradHazard::kDres));
   FORGE_RETURN_IF_ERROR(Phase(StepPhase::kBwdAttention, s));
   FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDqkv, s));  // block l+1's dWqkv reads dqkv
+  // Attention's backward works in the region of the LM head's logits chunks (step_buffers.cc):
+  // the first one of a pass waits for the head's last dWte to have read them.
+  if (layer == m_.n_layer - 1) FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDwte, s));
   if (hooks_ && hooks_->comm_window) {
     FORGE_RETURN_IF_ERROR(hooks_->comm_window(layout_.block_unit(layer), s));
   }

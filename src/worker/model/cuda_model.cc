@@ -66,6 +66,11 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
   allocated_bytes_ += store_.allocated_bytes();
   FORGE_RETURN_IF_ERROR(SetUpOptimizer());
   ChooseLinears();
+  // Before the step buffers: attention's workspace lives in one of them (step_buffers.cc).
+  FORGE_RETURN_IF_ERROR(buf_->sdpa.Init(o.deterministic_attention,
+                                        o.cudnn_attention_backward
+                                            ? cuda::SdpaBackwardKernel::kCudnn
+                                            : cuda::SdpaBackwardKernel::kFlash));
   FORGE_RETURN_IF_ERROR(AllocateStepBuffers());
 
   Buffers& b = *buf_;
@@ -84,9 +89,6 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
       FORGE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     }
   }
-  FORGE_RETURN_IF_ERROR(b.sdpa.Init(o.deterministic_attention,
-                                    o.cudnn_attention_backward ? cuda::SdpaBackwardKernel::kCudnn
-                                                               : cuda::SdpaBackwardKernel::kFlash));
   {  // the backward GEMMs' SM counts (0: all SMs)
     int device = 0, sms = 0;
     FORGE_CUDA_CHECK(cudaGetDevice(&device));

@@ -68,7 +68,8 @@ struct CudaModel::Buffers {
   cuda::bf16* hf = nullptr;                   // [N, d] final norm output
   float* rstd_f = nullptr;                    // [N]
   // [chunk, V] bf16 each, overwritten by dlogits; chunk c uses logits[c % num_logits]. Two
-  // with the wgrad stream, so chunk c+1's logits GEMM need not wait for chunk c's dWte.
+  // with the wgrad stream, so chunk c+1's logits GEMM need not wait for chunk c's dWte. They
+  // share one region with softmax_sum, dq_accum and the SDPA runner's workspace.
   std::array<cuda::bf16*, 2> logits{};
   int num_logits = 1;
 
@@ -79,7 +80,7 @@ struct CudaModel::Buffers {
   cuda::bf16* dgu = nullptr;     // [N, 2*ffn]
   cuda::bf16* datt = nullptr;    // [N, H*hd]
   cuda::bf16* dqkv = nullptr;    // [N, qkv]
-  float* softmax_sum = nullptr;  // SDPA backward scratch [B, H, T]
+  float* softmax_sum = nullptr;  // SDPA backward scratch [B, H, T] (in the logits' region)
   float* dq_accum = nullptr;     // [B, H, T, hd] (null when deterministic)
 
   // The RMSNorm backward's dw partials: two buffers, used by the MLP norms (0) and by the

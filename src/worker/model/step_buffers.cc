@@ -1,6 +1,7 @@
 // The buffers a step works in: RoPE's frequencies, the residual stream and what each block
-// keeps for backward (per activation_recompute), the LM head's logits chunks, the backward's
-// gradient scratch, attention scratch and the kernels' workspaces.
+// keeps for backward (per activation_recompute), the backward's gradient scratch, the region
+// the LM head's logits chunks share with attention's backward scratch and workspace, and the
+// other kernels' workspaces.
 #include "worker/model/cuda_model.h"
 
 #include <algorithm>
@@ -68,11 +69,6 @@ Status CudaModel::AllocateStepBuffers() {
   FORGE_RETURN_IF_ERROR(Alloc(&b.hf, N * d));
   FORGE_RETURN_IF_ERROR(Alloc(&b.rstd_f, N));
   FORGE_RETURN_IF_ERROR(SetUpEpilogueGemms());
-  const int64_t chunk = std::min<int64_t>(N_, o.lm_head_chunk_rows);
-  b.num_logits = NumLogitsBuffers(o);
-  for (int i = 0; i < b.num_logits; ++i) {
-    FORGE_RETURN_IF_ERROR(Alloc(&b.logits[i], size_t(chunk) * V_));
-  }
 
   FORGE_RETURN_IF_ERROR(Alloc(&b.dres, N * d));
   FORGE_RETURN_IF_ERROR(Alloc(&b.dh, N * d));
@@ -85,19 +81,37 @@ Status CudaModel::AllocateStepBuffers() {
   FORGE_RETURN_IF_ERROR(Alloc(&b.datt, N * H_ * hd_));
   FORGE_RETURN_IF_ERROR(Alloc(&b.dqkv, N * qkv_dim_));
 
+  // One region holds the LM head's logits chunks and, at other times, attention's backward
+  // scratch (softmax_sum [B,H,T], then dq_accum [B,H,T,hd] where not deterministic) followed
+  // by the SDPA runner's workspace (cuDNN's plans', or our backward's scratch). The head is
+  // done with its chunks before a pass's first attention backward writes the region (the
+  // chain in stream order; BlockBackward waits for the head's last dWte on the wgrad stream),
+  // and the next pass's logits come after this pass's backward (every pass joins the wgrad
+  // stream). At llama3-8b the logits (2 GiB) fit inside cuDNN's deterministic backward's dS.
   b.sdpa_shape = cuda::SdpaShape{o.micro_batch, T_, H_, KV_, hd_};
-  // SDPA backward scratch: softmax_sum [B,H,T] then (non-deterministic only) dq_accum
-  // [B,H,T,hd]; sized by our own count or the runner's, whichever is larger.
   const size_t sum_bytes = AlignUp(int64_t(stats_n * sizeof(float)), 256);
   const size_t acc_bytes = o.deterministic_attention ? 0 : stats_n * hd_ * sizeof(float);
-  const size_t sdpa_bytes = std::max(
-      sum_bytes + acc_bytes,
-      cuda::SdpaRunner::BackwardScratchBytes(b.sdpa_shape, o.deterministic_attention));
-  char* sdpa_scratch = nullptr;
-  FORGE_RETURN_IF_ERROR(Alloc(&sdpa_scratch, sdpa_bytes));
-  b.softmax_sum = reinterpret_cast<float*>(sdpa_scratch);
-  b.dq_accum =
-      o.deterministic_attention ? nullptr : reinterpret_cast<float*>(sdpa_scratch + sum_bytes);
+  const size_t scratch_bytes = AlignUp(
+      int64_t(std::max(sum_bytes + acc_bytes, cuda::SdpaRunner::BackwardScratchBytes(
+                                                   b.sdpa_shape, o.deterministic_attention))),
+      256);
+  FORGE_ASSIGN_OR_RETURN(const size_t runner_bytes, b.sdpa.WorkspaceBytes(b.sdpa_shape));
+  const int64_t chunk = std::min<int64_t>(N_, o.lm_head_chunk_rows);
+  const size_t logits_bytes = AlignUp(chunk * V_ * int64_t(sizeof(bf16)), 256);
+  b.num_logits = NumLogitsBuffers(o);
+  const size_t region_bytes =
+      std::max(b.num_logits * logits_bytes, scratch_bytes + AlignUp(int64_t(runner_bytes), 256));
+  char* region = nullptr;
+  FORGE_RETURN_IF_ERROR(Alloc(&region, region_bytes));
+  for (int i = 0; i < b.num_logits; ++i) {
+    b.logits[i] = reinterpret_cast<bf16*>(region + i * logits_bytes);
+  }
+  b.softmax_sum = reinterpret_cast<float*>(region);
+  b.dq_accum = o.deterministic_attention ? nullptr : reinterpret_cast<float*>(region + sum_bytes);
+  if (region_bytes > scratch_bytes) {
+    FORGE_RETURN_IF_ERROR(
+        b.sdpa.ShareWorkspace(region + scratch_bytes, region_bytes - scratch_bytes));
+  }
 
   if (m_.qk_norm) {
     b.qk_norm = cuda::HeadNormShape{N_, H_, KV_, hd_, m_.norm_eps};

@@ -93,7 +93,7 @@ CudaBuffers CountCudaBuffers(const RunConfig& cfg, int world) {
   // The LM head's bf16 logits chunks: one per stream (two with engine.wgrad_stream).
   const double rows = std::min(N, double(eng.lm_head_chunk));
   const double logits_buffers = eng.wgrad_stream ? 2 : 1;
-  c.workspace += logits_buffers * rows * V * 2;
+  const double logits = logits_buffers * rows * V * 2;
   // Attention backward: softmax_sum (fp32 per head and token), dq_accum (fp32 [B,H,T,hd])
   // where not deterministic, and the runner's workspace: our flash backward's (heads of 64, T
   // a multiple of 128: fp32x2 row stats and an fp32 dq accumulator per head and token, and
@@ -101,16 +101,18 @@ CudaBuffers CountCudaBuffers(const RunConfig& cfg, int world) {
   // cuDNN's, whose deterministic backward needs 2 B H T^2 bytes (its non-deterministic one a
   // few MiB, not counted).
   const double rows_bht = B * H * T;
-  c.workspace += 4 * rows_bht + (eng.deterministic_attention ? 0 : 4 * rows_bht * hd);
+  double attention = 4 * rows_bht + (eng.deterministic_attention ? 0 : 4 * rows_bht * hd);
   const bool flash = eng.attention_backward == AttentionBackward::kFlash && m.head_dim() == 64 &&
                      m.seq_len % 128 == 0 && m.n_head % m.n_kv_head == 0;
   if (flash) {
-    c.workspace += rows_bht * (8 + 4 * 64) + rows_bht / 64 * 4;
-    if (H > KV) c.workspace += rows_bht * 2 * 64 * 4 + B * KV * T / 128 * 4;  // GQA: dK, dV
+    attention += rows_bht * (8 + 4 * 64) + rows_bht / 64 * 4;
+    if (H > KV) attention += rows_bht * 2 * 64 * 4 + B * KV * T / 128 * 4;  // GQA: dK, dV
   } else if (eng.deterministic_attention) {
     c.quadratic = 2 * B * H * T * T;
   }
-  c.workspace += c.quadratic;
+  attention += c.quadratic;
+  // The logits and attention's backward share one region (step_buffers.cc).
+  c.workspace += std::max(logits, attention);
   c.workspace += 2.0 * (64 << 20);  // two cuBLASLt workspaces (compute and wgrad streams)
 
   if (fp8) {
