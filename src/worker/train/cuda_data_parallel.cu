@@ -25,6 +25,10 @@ __global__ void AddKernel(float* __restrict__ dst, const float* __restrict__ src
   }
 }
 
+// fsdp's FP8 slot amaxes of `blocks` blocks: a 16-byte slot (four floats) per linear weight of
+// each block, as the casts write them and AmaxFoldKernel reads them.
+size_t SlotAmaxBytes(int blocks) { return size_t(blocks) * kLinearKinds * 4 * sizeof(float); }
+
 // *dst[i] = max(*dst[i], src[4 i]) for amaxes (non-negative floats, NaN patterns above Inf's:
 // compared as their bits, as the casts fold them; src in 16-byte slots, as casts take them).
 __global__ void AmaxFoldKernel(float* const* __restrict__ dst, const float* __restrict__ src,
@@ -631,8 +635,7 @@ Status CudaDataParallel::EnsureRoot(cudaStream_t compute, bool wait) {
     fp8_slots_valid_ = fp8_gather_ && !model_->fp8()->measuring();
     if (fp8_slots_valid_) {
       const int L = int(layout.units.size()) - 2;
-      FORGE_CUDA_CHECK(cudaMemsetAsync(fp8_slot_amax_, 0,
-                                       size_t(L) * kLinearKinds * 4 * sizeof(float), compute));
+      FORGE_CUDA_CHECK(cudaMemsetAsync(fp8_slot_amax_, 0, SlotAmaxBytes(L), compute));
       fp8_slot_cast_.assign(size_t(L), false);
     }
     FORGE_RETURN_IF_ERROR(CommWaitsStream(compute));
@@ -755,8 +758,8 @@ Status CudaDataParallel::InitFp8Gather(bool enabled) {
   for (uint8_t*& p : block_params8_) {
     FORGE_RETURN_IF_ERROR(AllocDevice(reinterpret_cast<void**>(&p), int64_t{world_} * slot));
   }
-  FORGE_RETURN_IF_ERROR(AllocDevice(reinterpret_cast<void**>(&fp8_slot_amax_),
-                                    size_t(L) * kLinearKinds * 4 * sizeof(float)));
+  FORGE_RETURN_IF_ERROR(
+      AllocDevice(reinterpret_cast<void**>(&fp8_slot_amax_), SlotAmaxBytes(L)));
   std::vector<float*> amax;
   for (int l = 0; l < L; ++l) {
     for (int k = 0; k < kLinearKinds; ++k) amax.push_back(f8->WeightScaling(l, LinearKind(k)).amax);
