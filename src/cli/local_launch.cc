@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -232,7 +233,12 @@ void ReapGroup(WorkerGroup* g, double grace_s) {
 }
 
 // What the run did, for the closing line: from the coordinator's records (the workers trained
-// in other processes).
+// in other processes). Seconds and tokens/s count the steps' own time, as a run in one process
+// does (trainer.cc), without start-up, evaluation or the time between placements. The
+// coordinator keeps one record a step it heard of (a step trained again replaces its row),
+// sorted by step: each record's mean step time counts over the steps since the record before
+// it; where the history starts above step 1, since the newest checkpoint below it. Steps whose
+// records a killed rank 0 never sent count neither in the seconds nor in the tokens.
 ProcessRunResult SummaryFromCoordinator(coord::Coordinator* coordinator, const std::string& id,
                                         const RunConfig& cfg) {
   ProcessRunResult out;
@@ -244,14 +250,24 @@ ProcessRunResult SummaryFromCoordinator(coord::Coordinator* coordinator, const s
   t.steps = h.run().step();
   t.stopped = h.run().state() == v1::STOPPED;
   t.initial_val_loss = -1.0f;  // not known here
+  for (const v1::Checkpoint& c : h.checkpoints()) t.checkpoints.push_back(c.step());
+  int64_t prev = 0, trained = 0;
+  double seconds = 0;
   for (const v1::StepMetrics& m : h.steps()) {
     t.final_train_loss = m.loss();
     if (m.val_loss() > 0) t.final_val_loss = m.val_loss();
-    t.tokens_per_s = m.tokens_per_second();
+    if (prev == 0) {  // the first record: 1, or the first after the checkpoint resumed
+      for (const int64_t c : t.checkpoints)
+        if (c < m.step()) prev = std::max(prev, c);
+    }
+    trained += m.step() - prev;
+    seconds += double(m.step() - prev) * m.step_seconds();
+    prev = m.step();
   }
-  for (const v1::Checkpoint& c : h.checkpoints()) t.checkpoints.push_back(c.step());
-  if (h.run().updated_unix_ms() > h.run().created_unix_ms())
-    t.seconds = (h.run().updated_unix_ms() - h.run().created_unix_ms()) / 1000.0;
+  t.seconds = seconds;
+  t.tokens_per_s =
+      seconds > 0 ? double(trained) * double(cfg.batch.global_batch) * cfg.model.seq_len / seconds
+                  : 0.0;
   out.metrics_path = cfg.train.run_dir + "/metrics.jsonl";
   return out;
 }

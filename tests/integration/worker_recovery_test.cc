@@ -10,6 +10,8 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <regex>
@@ -63,6 +65,7 @@ TEST(LocalRelaunch, KilledWorkerIsRelaunchedAndTheRunMatchesAResume) {
   ControlPlane cp("local_kill");
   const std::string spec = cp.WriteSpec("lk", 40, 4);
   const std::string run_dir = cp.dir() + "/run";
+  const auto started = std::chrono::steady_clock::now();
   Process forge = StartLocal(cp, spec, run_dir, cp.dir() + "/forge.log");
   ASSERT_TRUE(WaitFor(90, [&] { return Committed(run_dir, 8); })) << ReadFile(forge.log);
   std::vector<pid_t> workers = WorkersUnder(forge.pid);
@@ -71,18 +74,37 @@ TEST(LocalRelaunch, KilledWorkerIsRelaunchedAndTheRunMatchesAResume) {
   ::kill(workers.back(), SIGKILL);
 
   const int rc = forge.Wait(150);
+  const double wall_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   const std::string log = ReadFile(forge.log);
   ASSERT_EQ(rc, 0) << log;
   EXPECT_TRUE(Contains(log, "was killed by signal 9")) << log;
   EXPECT_TRUE(Contains(log, "launched 2 worker(s) again")) << log;
   EXPECT_TRUE(Contains(log, "forge: done: 40 steps")) << log;
-
   // Which checkpoint attempt 2 resumed.
   std::smatch m;
   ASSERT_TRUE(std::regex_search(log, m, std::regex("attempt 2: rank 0 of 2, resuming (\\S+)")))
       << log;
   const std::string resumed = m[1].str();
   EXPECT_TRUE(Contains(resumed, run_dir + "/checkpoints/step_")) << resumed;
+
+  // The closing line's seconds are the steps' own (the workers' 60 ms throttle between steps is
+  // not), not the run's wall time with two placements' start-up, and its tokens/s are the
+  // tokens of the recorded steps over them (8 x 16 tokens a step; the line rounds the seconds
+  // to 0.1, these steps take ms): at least the steps after the checkpoint resumed (the last
+  // placement flushes its records; the killed one may not have sent its last), at most the
+  // 40 and those trained again.
+  std::smatch done;
+  ASSERT_TRUE(std::regex_search(
+      log, done, std::regex("forge: done: 40 steps in ([0-9.]+) s, ([0-9.]+) tokens/s")))
+      << log;
+  const double seconds = std::stod(done[1].str()), tokens_per_s = std::stod(done[2].str());
+  EXPECT_LT(seconds, wall_s / 2) << log;
+  const long resumed_step = std::atol(resumed.substr(resumed.rfind("step_") + 5).c_str());
+  const double fewest = tokens_per_s * std::max(0.0, seconds - 0.05) / (8 * 16);
+  const double most = tokens_per_s * (seconds + 0.05) / (8 * 16);
+  EXPECT_GE(most, 40 - resumed_step - 0.5) << log;
+  EXPECT_LE(fewest, 40 + 8 + 0.5) << log;
 
   // The unfailed reference: `forge train` on 2 ranks, resumed from that same checkpoint.
   const std::string ref_dir = cp.dir() + "/reference";
