@@ -94,7 +94,7 @@ double Exposed(double overlapped_ms, double weighted_ms, double window_ms) {
 
 struct Model {
   std::vector<int64_t> units;  // numel: [0] embedding, [1..L] blocks, [L+1] final norm
-  int64_t params = 0, block = 0, root = 0;
+  int64_t params = 0, block = 0;
   double matmul_blocks = 0, matmul_head = 0;
   std::array<BlockLinear, kBlockLinears> linears{};  // where a block's linear weights lie
 };
@@ -106,7 +106,6 @@ Model Describe(const ModelConfig& m) {
   d.params = layout.total;
   d.block = m.n_layer > 0 ? layout.units[1].numel : 0;
   d.linears = layout.linears;
-  d.root = layout.units.front().numel + layout.units.back().numel;
   d.matmul_head = double(m.padded_vocab()) * m.d_model;
   d.matmul_blocks = double(MatmulParamCount(m)) - d.matmul_head;
   return d;
@@ -309,14 +308,10 @@ ModePrediction PredictMode(const RunConfig& cfg_in, Mode mode, const Topology& t
   p.tokens_per_s = p.tokens_per_s_per_gpu * N;
   p.mfu = p.tokens_per_s_per_gpu * TrainFlopsPerToken(cfg.model) / (c.peak_bf16_tflops * 1e12);
 
-  // Memory (with fsdp's E4M3 gather buffers where it runs, as the rate above assumed).
+  // Memory (with fsdp's E4M3 gather buffers where it runs, as the rate above assumed, and its
+  // gathered units).
   double bytes = EstimateTrainingMemory(cfg, Backend::kCuda, N).total();
   if (mode == Mode::kDdp && bf16_grads && N > 1) bytes += 2.0 * md.params;  // bf16 twin
-  if (fsdp_like) {
-    // Two gathered blocks and their fp32 gradients, and the root units gathered (later
-    // micro-steps reduce-scatter in place, into the gradient buffers).
-    bytes += 2.0 * md.block * (2 + 4) + double(md.root) * (2 + 4);
-  }
   p.peak_gib = bytes / kGiB + c.overhead_gib;
   p.fits = p.peak_gib <= c.capacity_gib;
   return p;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "worker/model/linear_strategy.h"
+#include "worker/model/param_layout.h"
 #include "worker/train/fp8_gather_rule.h"
 #include "worker/parallel/mode_rules.h"
 
@@ -250,6 +251,16 @@ MemoryEstimate EstimateTrainingMemory(const RunConfig& cfg, Backend backend, int
     const CudaBuffers c = CountCudaBuffers(cfg, world);
     e.weights = (sharded ? 4 * P / W : 4 * P) + (fsdp ? 0 : 2 * P) + c.fp8_weights;
     e.gradients = (fsdp ? 0 : 4 * P) + (sharded ? 4 * P / W : 0);
+    if (fsdp) {
+      // fsdp's whole units on every rank: two gathered blocks (bf16) with their fp32 gradient
+      // buffers, and the root units (embedding, final norm and an untied head) gathered with
+      // theirs for the whole step (later micro-steps reduce-scatter in place, into them).
+      const ParamLayout layout = MakeParamLayout(cfg.model);
+      const double block = cfg.model.n_layer > 0 ? double(layout.units[1].numel) : 0.0;
+      const double root = double(layout.units.front().numel) + double(layout.units.back().numel);
+      e.weights += 2 * (2 * block + root);
+      e.gradients += 4 * (2 * block + root);
+    }
     e.moments = sharded ? 8 * P / W : 8 * P;
     e.activations = c.activations;
     e.workspace = c.workspace;

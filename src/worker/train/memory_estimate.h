@@ -7,9 +7,10 @@
 // precision (the products of such dimensions overflow 64-bit integers): weights, gradients,
 // AdamW moments and saved activations on both backends, the CPU backend's attention
 // probabilities, and on the CUDA backend every buffer class CudaModel sizes from the config
-// (the FP8 weight copies, the backward's activation gradients, the LM head's logits chunks,
-// the attention backward's scratch and cuDNN's deterministic workspace of 2 B H T^2 bytes,
-// the cuBLASLt workspaces). It is a lower bound of what the process holds, so a config it
+// (the FP8 weight copies, the backward's activation gradients, the region the LM head's
+// logits chunks share with the attention backward's scratch and cuDNN's deterministic
+// workspace of 2 B H T^2 bytes, the cuBLASLt workspaces) and fsdp's whole units (two gathered
+// blocks and the root units, with their fp32 gradient buffers). It is a lower bound of what the process holds, so a config it
 // refuses can never fit. What it leaves out on the CUDA backend, all of it under 0.5 GiB at
 // the Llama 3 shapes: the CUDA context, the cuDNN and cuBLASLt handles and the kernels they
 // load, the CUDA graph, the FP8 SwiGLU output of the fused gate/up GEMM (micro_batch x seq_len
@@ -31,7 +32,7 @@ struct MemoryEstimate {
   double gradients = 0;    // full and sharded gradient buffers
   double moments = 0;      // AdamW m and v
   double activations = 0;  // what the forward keeps for the backward
-  double workspace = 0;    // CUDA: backward gradients, logits chunks, attention/GEMM scratch
+  double workspace = 0;    // CUDA: backward gradients, logits/attention region, GEMM scratch
   double total() const { return weights + gradients + moments + activations + workspace; }
 };
 
