@@ -308,11 +308,9 @@ ModePrediction PredictMode(const RunConfig& cfg_in, Mode mode, const Topology& t
   p.tokens_per_s = p.tokens_per_s_per_gpu * N;
   p.mfu = p.tokens_per_s_per_gpu * TrainFlopsPerToken(cfg.model) / (c.peak_bf16_tflops * 1e12);
 
-  // Memory (with fsdp's E4M3 gather buffers where it runs, as the rate above assumed, and its
-  // gathered units).
-  double bytes = EstimateTrainingMemory(cfg, Backend::kCuda, N).total();
-  if (mode == Mode::kDdp && bf16_grads && N > 1) bytes += 2.0 * md.params;  // bf16 twin
-  p.peak_gib = bytes / kGiB + c.overhead_gib;
+  // Memory: the estimate forge train checks at start-up (fsdp's E4M3 gather buffers where it
+  // runs, as the rate above assumed; its gathered units; ddp's bf16 gradient twin).
+  p.peak_gib = EstimateTrainingMemory(cfg, Backend::kCuda, N).total() / kGiB + c.overhead_gib;
   p.fits = p.peak_gib <= c.capacity_gib;
   return p;
 }

@@ -202,6 +202,19 @@ TEST(MemoryEstimate, FsdpCountsItsGatheredUnits) {
       << small.message();
 }
 
+// ddp reducing its gradients in bf16 keeps a bf16 twin of them (2 bytes a parameter) on every
+// rank of a world above one; the start-up check counts it as forge plan does.
+TEST(MemoryEstimate, DdpBf16ReduceCountsItsGradientTwin) {
+  RunConfig c = Small();
+  c.parallel.mode = ParallelMode::kDdp;
+  c.parallel.grad_reduce = GradReduce::kFp32;
+  const double fp32 = EstimateTrainingMemory(c, Backend::kCuda, 4).gradients;
+  c.parallel.grad_reduce = GradReduce::kBf16;
+  const double P = double(MakeParamLayout(c.model).total);
+  EXPECT_NEAR(EstimateTrainingMemory(c, Backend::kCuda, 4).gradients - fp32, 2 * P, 1.0);
+  EXPECT_EQ(EstimateTrainingMemory(c, Backend::kCuda, 1).gradients, 4 * P);  // one rank: none
+}
+
 TEST(MemoryEstimate, ShardedModesHoldLessPerRank) {
   RunConfig c = Small();
   const double ddp = EstimateTrainingMemory(c, Backend::kCuda, 4).moments;

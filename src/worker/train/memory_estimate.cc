@@ -247,10 +247,13 @@ MemoryEstimate EstimateTrainingMemory(const RunConfig& cfg, Backend backend, int
     const bool fsdp = rules.shard_params && W > 1;
     // fp32 master and moments (sharded by zero1/zero2/fsdp/hsdp), the bf16 compute copy
     // (none under fsdp/hsdp, whose gathers cast the fp32 slots), fp32 gradients (full unless
-    // fsdp) and the sharded modes' gradient slot.
+    // fsdp), ddp's bf16 gradient twin and the sharded modes' gradient slot.
     const CudaBuffers c = CountCudaBuffers(cfg, world);
     e.weights = (sharded ? 4 * P / W : 4 * P) + (fsdp ? 0 : 2 * P) + c.fp8_weights;
     e.gradients = (fsdp ? 0 : 4 * P) + (sharded ? 4 * P / W : 0);
+    // ddp reducing in bf16 (parallel.grad_reduce): a bf16 twin of the gradients it all-reduces.
+    if (world > 1 && !rules.sharded() && cfg.parallel.grad_reduce == GradReduce::kBf16)
+      e.gradients += 2 * P;
     if (fsdp) {
       // fsdp's whole units on every rank: two gathered blocks (bf16) with their fp32 gradient
       // buffers, and the root units (embedding, final norm and an untied head) gathered with
