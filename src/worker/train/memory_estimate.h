@@ -9,8 +9,8 @@
 // probabilities, and on the CUDA backend every buffer class CudaModel sizes from the config
 // (the FP8 weight copies, the backward's activation gradients, the region the LM head's
 // logits chunks share with the attention backward's scratch and cuDNN's deterministic
-// workspace of 2 B H T^2 bytes, the cuBLASLt workspaces) and fsdp's whole units (two gathered
-// blocks and the root units, with their fp32 gradient buffers). It is a lower bound of what the process holds, so a config it
+// workspace of 2 B H T^2 bytes, the cuBLASLt workspaces), fsdp's whole units (two gathered
+// blocks and the root units, with their fp32 gradient buffers) and ddp's bf16 gradient twin. It is a lower bound of what the process holds, so a config it
 // refuses can never fit. What it leaves out on the CUDA backend, all of it under 0.5 GiB at
 // the Llama 3 shapes: the CUDA context, the cuDNN and cuBLASLt handles and the kernels they
 // load, the CUDA graph, the FP8 SwiGLU output of the fused gate/up GEMM (micro_batch x seq_len
