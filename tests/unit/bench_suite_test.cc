@@ -39,6 +39,12 @@ Ran Shell(const std::string& cmd) {
   return r;
 }
 
+// Whether the command printed `part`; its whole output goes into the failure message.
+::testing::AssertionResult Printed(const Ran& r, const std::string& part) {
+  if (r.out.find(part) != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "no \"" << part << "\" in:\n" << r.out;
+}
+
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
   std::stringstream s;
@@ -118,7 +124,7 @@ TEST_F(BenchSuiteTest, TableOfEverySuiteFromItsLines) {
   // PyTorch trains one batch everywhere: a distinct-batch run gets no ratio to it.
   EXPECT_NE(Row(r.out, "ddp, distinct batches | 4").find("| yes |  |  |"), std::string::npos);
   // A run that failed is listed by its label, not dropped.
-  EXPECT_NE(r.out.find("- gpt350m-b24-bf16: exit 137"), std::string::npos);
+  EXPECT_TRUE(Printed(r, "- gpt350m-b24-bf16: exit 137"));
   // llama: each Forge run against torch_llama.py's run without checkpointing (its llama1b is
   // the llama3-1b preset) and against its run at the same recompute setting where there is one.
   EXPECT_NE(Row(r.out, "llama3-1b | 2 | Forge BF16 | none").find(Ratio(56421.2, 50893.3)),
@@ -172,24 +178,22 @@ TEST_F(BenchSuiteTest, LlamaSuiteRunsTheRecomputeSettingsBesideTheRecipe) {
   const Ran r = Shell("bash bench/suite.sh --dry-run llama");
   ASSERT_EQ(r.code, 0) << r.out;
   for (const char* mode : {"none", "selective", "full"}) {
-    EXPECT_NE(r.out.find("forge-bench --config configs/llama3-1b.yaml --micro-batch 2 --steps 10 "
-                         "--precision bf16 --recompute " + std::string(mode) + "\n"),
-              std::string::npos)
-        << r.out;
+    EXPECT_TRUE(Printed(r,
+                        "forge-bench --config configs/llama3-1b.yaml --micro-batch 2 --steps 10 "
+                        "--precision bf16 --recompute " +
+                            std::string(mode) + "\n"));
   }
-  EXPECT_NE(r.out.find("--precision fp8 --recompute none\n"), std::string::npos) << r.out;
+  EXPECT_TRUE(Printed(r, "--precision fp8 --recompute none\n"));
   for (const char* ac : {"none", "full"}) {
-    EXPECT_NE(r.out.find("--nproc_per_node=1 .device/torch_llama.py llama1b 2 8192 ac=" +
-                         std::string(ac) + "\n"),
-              std::string::npos)
-        << r.out;
+    EXPECT_TRUE(Printed(r, "--nproc_per_node=1 .device/torch_llama.py llama1b 2 8192 ac=" +
+                               std::string(ac) + "\n"));
   }
 }
 
 TEST_F(BenchSuiteTest, BadLineIsNamed) {
   const Ran r = Shell("printf '{\"suite\": \"x\"}\\n{oops\\n' | python3 bench/suite_table.py 2>&1");
   EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.out.find("line 2"), std::string::npos) << r.out;
+  EXPECT_TRUE(Printed(r, "line 2"));
 }
 
 TEST_F(BenchSuiteTest, GtestLogBecomesOneLineATest) {
@@ -314,24 +318,23 @@ TEST_F(BenchSuiteTest, DryRunPrintsEachSuitesCommands) {
            ".device/run forge-bench --config configs/gpt350m.yaml --micro-batch 24 --steps 30 "
            "--precision fp8 --fp8-lm-head 1\n",
            "python3 .device/torch_baseline.py gpt350m:16:c gpt350m:24:c gpt124m:16:c\n"}) {
-    EXPECT_NE(single.out.find(line), std::string::npos) << line << "in:\n" << single.out;
+    EXPECT_TRUE(Printed(single, line));
   }
   EXPECT_EQ(single.out.find("forge-bench-base"), std::string::npos);
   // --base: the previous build's binary right before the new one, on every row.
   const Ran base = Shell("bash bench/suite.sh --dry-run --base --no-anchor single-gpu");
   ASSERT_EQ(base.code, 0);
-  EXPECT_NE(base.out.find("# gpt350m-b16-bf16-base\n.device/run forge-bench-base --config "
-                          "configs/gpt350m.yaml --micro-batch 16 --steps 30 --precision bf16\n"
-                          "# gpt350m-b16-bf16\n.device/run forge-bench --config "
-                          "configs/gpt350m.yaml --micro-batch 16 --steps 30 --precision bf16\n"),
-            std::string::npos)
-      << base.out;
+  EXPECT_TRUE(Printed(base,
+                      "# gpt350m-b16-bf16-base\n.device/run forge-bench-base --config "
+                      "configs/gpt350m.yaml --micro-batch 16 --steps 30 --precision bf16\n"
+                      "# gpt350m-b16-bf16\n.device/run forge-bench --config "
+                      "configs/gpt350m.yaml --micro-batch 16 --steps 30 --precision bf16\n"));
   // --only: the runs whose label matches, e.g. half a suite per call.
   const Ran only = Shell("bash bench/suite.sh --dry-run --only 'fp8lm$' single-gpu");
   ASSERT_EQ(only.code, 0);
   EXPECT_EQ(only.out.find("--precision bf16"), std::string::npos) << only.out;
   EXPECT_EQ(only.out.find("--fp8-lm-head 0"), std::string::npos) << only.out;
-  EXPECT_NE(only.out.find("# gpt350m-b24-fp8lm\n"), std::string::npos) << only.out;
+  EXPECT_TRUE(Printed(only, "# gpt350m-b24-fp8lm\n"));
   EXPECT_EQ(only.out.find("torch_baseline"), std::string::npos) << only.out;
   EXPECT_EQ(base.out.find("torch_baseline"), std::string::npos);
 
@@ -340,88 +343,72 @@ TEST_F(BenchSuiteTest, DryRunPrintsEachSuitesCommands) {
   for (const char* flags :
        {"--mode ddp\n", "--mode ddp --grad-reduce bf16\n", "--mode zero1\n", "--mode fsdp\n",
         "--mode ddp --distinct-batches --accum-check\n"}) {
-    EXPECT_NE(multi.out.find(std::string(".device/run forge-dist-bench --config "
-                                         "configs/gpt350m.yaml --world 2 --micro-batch 16 "
-                                         "--steps 20 ") +
-                             flags),
-              std::string::npos)
-        << flags << "in:\n" << multi.out;
+    EXPECT_TRUE(Printed(multi, std::string(".device/run forge-dist-bench --config "
+                                           "configs/gpt350m.yaml --world 2 --micro-batch 16 "
+                                           "--steps 20 ") +
+                                   flags));
   }
-  EXPECT_NE(multi.out.find("--nproc_per_node=2 .device/torch_dist.py ddp gpt350m 16\n"),
-            std::string::npos);
-  EXPECT_NE(multi.out.find("--nproc_per_node=2 .device/torch_dist.py fsdp gpt350m 16\n"),
-            std::string::npos);
-  EXPECT_NE(multi.out.find("NCCL_NVLS_ENABLE=0"), std::string::npos);
+  EXPECT_TRUE(Printed(multi, "--nproc_per_node=2 .device/torch_dist.py ddp gpt350m 16\n"));
+  EXPECT_TRUE(Printed(multi, "--nproc_per_node=2 .device/torch_dist.py fsdp gpt350m 16\n"));
+  EXPECT_TRUE(Printed(multi, "NCCL_NVLS_ENABLE=0"));
 
   const Ran acc = Shell("bash bench/suite.sh --dry-run --out /tmp/acc fp8-accuracy");
   ASSERT_EQ(acc.code, 0);
-  EXPECT_NE(acc.out.find("'s/compute: bf16/compute: fp8\\n  fp8:\\n    lm_head: true/' -e "
-                         "'s/global_batch: 32/global_batch: 16/' -e "
-                         "'s/every_steps: 250/every_steps: 100/' configs/gpt124m.yaml > "
-                         "/tmp/acc/fp8-accuracy-logs/acc_fp8lm.yaml\n"),
-            std::string::npos)
-      << acc.out;
-  EXPECT_NE(acc.out.find(".device/run forge train /tmp/acc/fp8-accuracy-logs/acc_bf16.yaml "
-                         "--direct --checkpoint-every 0 --run-dir "
-                         "/tmp/acc/fp8-accuracy-logs/acc_bf16\n"),
-            std::string::npos)
-      << acc.out;
+  EXPECT_TRUE(Printed(acc,
+                      "'s/compute: bf16/compute: fp8\\n  fp8:\\n    lm_head: true/' -e "
+                      "'s/global_batch: 32/global_batch: 16/' -e "
+                      "'s/every_steps: 250/every_steps: 100/' configs/gpt124m.yaml > "
+                      "/tmp/acc/fp8-accuracy-logs/acc_fp8lm.yaml\n"));
+  EXPECT_TRUE(Printed(acc,
+                      ".device/run forge train /tmp/acc/fp8-accuracy-logs/acc_bf16.yaml "
+                      "--direct --checkpoint-every 0 --run-dir "
+                      "/tmp/acc/fp8-accuracy-logs/acc_bf16\n"));
   // llama-train: the shipped configs with one micro-step a step; 1B and 3B on a GPU each, 8B
   // fsdp over all of them (none on one GPU).
   const Ran train = Shell("bash bench/suite.sh --dry-run --world 2 --out /tmp/lt llama-train");
   ASSERT_EQ(train.code, 0) << train.out;
-  EXPECT_NE(train.out.find("tar -xJf .devdata/llama3.tar.xz -C /tmp/forge-suite-data\n"),
-            std::string::npos)
-      << train.out;
-  EXPECT_NE(train.out.find("-e 's/global_batch: 32/global_batch: 2/' -e "
-                           "'s/warmup_steps: 200/warmup_steps: 30/' -e "
-                           "'s/total_steps: 5000/total_steps: 300/' -e "
-                           "'s/every_steps: 250/every_steps: 100/' -e 's/batches: 8/batches: 4/' "
-                           "configs/llama3-1b.yaml > /tmp/lt/llama-train-logs/train_llama3-1b.yaml\n"),
-            std::string::npos)
-      << train.out;
-  EXPECT_NE(train.out.find("env FORGE_DATA_DIR=/tmp/forge-suite-data CUDA_VISIBLE_DEVICES=1 "
-                           ".device/run forge train /tmp/lt/llama-train-logs/train_llama3-3b.yaml "
-                           "--direct --checkpoint-every 0 --run-dir "
-                           "/tmp/lt/llama-train-logs/train_llama3-3b\n"),
-            std::string::npos)
-      << train.out;
-  EXPECT_NE(train.out.find("'s/global_batch: 32/global_batch: 2/' -e "
-                           "'s/warmup_steps: 200/warmup_steps: 30/' -e "
-                           "'s/total_steps: 5000/total_steps: 200/'"),
-            std::string::npos)
-      << train.out;
-  EXPECT_NE(train.out.find("CUDA_VISIBLE_DEVICES=0,1 .device/run forge train "
-                           "/tmp/lt/llama-train-logs/train_llama3-8b.yaml --checkpoint-every 0 "
-                           "--run-dir /tmp/lt/llama-train-logs/train_llama3-8b\n"),
-            std::string::npos)
-      << train.out;
+  EXPECT_TRUE(Printed(train, "tar -xJf .devdata/llama3.tar.xz -C /tmp/forge-suite-data\n"));
+  EXPECT_TRUE(Printed(train,
+                      "-e 's/global_batch: 32/global_batch: 2/' -e "
+                      "'s/warmup_steps: 200/warmup_steps: 30/' -e "
+                      "'s/total_steps: 5000/total_steps: 300/' -e "
+                      "'s/every_steps: 250/every_steps: 100/' -e 's/batches: 8/batches: 4/' "
+                      "configs/llama3-1b.yaml > /tmp/lt/llama-train-logs/train_llama3-1b.yaml\n"));
+  EXPECT_TRUE(Printed(train,
+                      "env FORGE_DATA_DIR=/tmp/forge-suite-data CUDA_VISIBLE_DEVICES=1 "
+                      ".device/run forge train /tmp/lt/llama-train-logs/train_llama3-3b.yaml "
+                      "--direct --checkpoint-every 0 --run-dir "
+                      "/tmp/lt/llama-train-logs/train_llama3-3b\n"));
+  EXPECT_TRUE(Printed(train,
+                      "'s/global_batch: 32/global_batch: 2/' -e "
+                      "'s/warmup_steps: 200/warmup_steps: 30/' -e "
+                      "'s/total_steps: 5000/total_steps: 200/'"));
+  EXPECT_TRUE(Printed(train,
+                      "CUDA_VISIBLE_DEVICES=0,1 .device/run forge train "
+                      "/tmp/lt/llama-train-logs/train_llama3-8b.yaml --checkpoint-every 0 "
+                      "--run-dir /tmp/lt/llama-train-logs/train_llama3-8b\n"));
   const Ran one = Shell("bash bench/suite.sh --dry-run --world 1 llama-train");
   ASSERT_EQ(one.code, 0) << one.out;
-  EXPECT_NE(one.out.find("# train-llama3-8b skipped: fsdp needs 2 or more GPUs (found 1)"),
-            std::string::npos)
-      << one.out;
+  EXPECT_TRUE(Printed(one, "# train-llama3-8b skipped: fsdp needs 2 or more GPUs (found 1)"));
   const Ran own = Shell("bash bench/suite.sh --dry-run --data /tmp/mine.tar.xz llama-train");
-  EXPECT_NE(own.out.find("tar -xJf /tmp/mine.tar.xz -C"), std::string::npos) << own.out;
+  EXPECT_TRUE(Printed(own, "tar -xJf /tmp/mine.tar.xz -C"));
 
   const Ran shipped = Shell("bash bench/suite.sh --dry-run --as-shipped fp8-accuracy");
   EXPECT_EQ(shipped.out.find("global_batch: 16"), std::string::npos) << shipped.out;
 
   const Ran tests = Shell("bash bench/suite.sh --dry-run --filter 'Gpu*' gpu-tests");
   ASSERT_EQ(tests.code, 0);
-  EXPECT_NE(tests.out.find(".device/run forge_gpu_tests '--gtest_filter=Gpu*'\n"),
-            std::string::npos)
-      << tests.out;
+  EXPECT_TRUE(Printed(tests, ".device/run forge_gpu_tests '--gtest_filter=Gpu*'\n"));
 
   const Ran profile = Shell("bash bench/suite.sh --dry-run --out /tmp/p profile");
   ASSERT_EQ(profile.code, 0);
-  EXPECT_NE(profile.out.find(".device/run ncu --clock-control none "
-                             "--cache-control none --metrics gpu__time_duration.sum --csv "
-                             "--page raw --log-file /tmp/p/profile-logs/ncu-fp8lm.csv forge-bench --config "
-                             "configs/gpt350m.yaml --micro-batch 16 --warmup 1 --steps 1 "
-                             "--cuda-graph 0 --precision fp8 --fp8-lm-head 1\n"),
-            std::string::npos)
-      << profile.out;
+  EXPECT_TRUE(
+      Printed(profile,
+              ".device/run ncu --clock-control none "
+              "--cache-control none --metrics gpu__time_duration.sum --csv "
+              "--page raw --log-file /tmp/p/profile-logs/ncu-fp8lm.csv forge-bench --config "
+              "configs/gpt350m.yaml --micro-batch 16 --warmup 1 --steps 1 "
+              "--cuda-graph 0 --precision fp8 --fp8-lm-head 1\n"));
 }
 
 // The suites run for real against stand-ins for the packed binaries, nvidia-smi and the
@@ -442,26 +429,24 @@ TEST_F(BenchSuiteTest, SuiteRunsOnStandInsAndTablesTheirLines) {
   EXPECT_EQ(lines[1]["tokens_per_s"], 204800.0);
   EXPECT_EQ(lines[6]["label"], "gpt350m-b24-fp8lm");
   EXPECT_EQ(lines[6]["error"], "exit 1");
-  EXPECT_NE(single.out.find("| gpt350m | 16 | Forge FP8 | 60.00 | 273,066 | 50.0% | 20.00 | 3.0 | "
-                            "1.333x | 1.667x |"),
-            std::string::npos)
-      << single.out;
-  EXPECT_NE(single.out.find("- gpt350m-b24-fp8lm: exit 1"), std::string::npos);
+  EXPECT_TRUE(Printed(single,
+                      "| gpt350m | 16 | Forge FP8 | 60.00 | 273,066 | 50.0% | 20.00 | 3.0 | "
+                      "1.333x | 1.667x |"));
+  EXPECT_TRUE(Printed(single, "- gpt350m-b24-fp8lm: exit 1"));
   EXPECT_EQ(ReadFile(out + "/single-gpu.md"),
             single.out.substr(single.out.find("### single-gpu")));
   EXPECT_EQ(JsonLines(ReadFile(out + "/single-gpu.jsonl")).size(), lines.size());
   // The logs come back as one file: each run's output, by its label.
   const Ran log = Shell("tar xzf " + out + "/single-gpu-logs.tar.gz -O "
                         "single-gpu-logs/gpt350m-b24-fp8lm.log");
-  EXPECT_NE(log.out.find("out of memory"), std::string::npos) << log.out;
+  EXPECT_TRUE(Printed(log, "out of memory"));
   EXPECT_EQ(Shell("ls " + out).out,
             "single-gpu-logs.tar.gz\nsingle-gpu.jsonl\nsingle-gpu.md\n");
 
   const Ran tests = Shell(env + "bash bench/suite.sh --out " + out + " gpu-tests 2>/dev/null");
   EXPECT_EQ(tests.code, 1);
-  EXPECT_NE(tests.out.find("| 4 | 1 | 1 | 1 | 1 | 3.8 |"), std::string::npos) << tests.out;
-  EXPECT_NE(tests.out.find("| GpuFlashBackward.LargeBatch | unfinished | 0 |"),
-            std::string::npos);
+  EXPECT_TRUE(Printed(tests, "| 4 | 1 | 1 | 1 | 1 | 3.8 |"));
+  EXPECT_TRUE(Printed(tests, "| GpuFlashBackward.LargeBatch | unfinished | 0 |"));
 }
 
 TEST_F(BenchSuiteTest, UnknownSuiteOrOptionIsAnError) {
@@ -472,14 +457,14 @@ TEST_F(BenchSuiteTest, UnknownSuiteOrOptionIsAnError) {
             "profile\n");
   const Ran help = Shell("bash bench/suite.sh --help");
   EXPECT_EQ(help.code, 0);
-  EXPECT_NE(help.out.find("bench/suite.sh [--dry-run]"), std::string::npos);
+  EXPECT_TRUE(Printed(help, "bench/suite.sh [--dry-run]"));
   const Ran bad = Shell("bash bench/suite.sh --dry-run single-gpuu 2>&1");
   EXPECT_EQ(bad.code, 2);
-  EXPECT_NE(bad.out.find("unknown suite 'single-gpuu'"), std::string::npos) << bad.out;
-  EXPECT_NE(bad.out.find("suites: single-gpu llama multi-gpu"), std::string::npos) << bad.out;
+  EXPECT_TRUE(Printed(bad, "unknown suite 'single-gpuu'"));
+  EXPECT_TRUE(Printed(bad, "suites: single-gpu llama multi-gpu"));
   const Ran opt = Shell("bash bench/suite.sh --dry --run single-gpu 2>&1");
   EXPECT_EQ(opt.code, 2);
-  EXPECT_NE(opt.out.find("unknown option --dry"), std::string::npos) << opt.out;
+  EXPECT_TRUE(Printed(opt, "unknown option --dry"));
 }
 
 }  // namespace
