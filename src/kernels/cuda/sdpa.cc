@@ -631,6 +631,13 @@ StatusOr<std::vector<CudnnPlan>> FinalizeCandidates(cudnnHandle_t handle, Desc o
   return plans;
 }
 
+// The plan of an engine config given as text (a plan cache's value): kInvalidArgument where the
+// text is not one, kUnavailable where this cuDNN cannot build it for the graph.
+StatusOr<CudnnPlan> PlanFromText(cudnnHandle_t handle, Desc op_graph, const std::string& text) {
+  FORGE_ASSIGN_OR_RETURN(const CudnnEngineChoice choice, ParseCudnnEngineChoice(text));
+  return FinalizeCudnnPlan(handle, op_graph, choice);
+}
+
 std::string PlanKey(const SdpaShape& s, const std::string& kind, const std::string& device) {
   return "sdpa " + kind + " B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) +
          " H=" + std::to_string(s.H) + " KV=" + std::to_string(s.KV) +
@@ -720,9 +727,7 @@ StatusOr<size_t> SdpaRunner::PlanWorkspaceBytes(const SdpaShape& s, bool backwar
     FORGE_ASSIGN_OR_RETURN(const std::optional<std::string> recorded,
                            cache_.Get(PlanKey(s, g->kind, device_name_)));
     if (recorded) {
-      StatusOr<CudnnEngineChoice> choice = ParseCudnnEngineChoice(*recorded);
-      StatusOr<CudnnPlan> p =
-          choice.ok() ? FinalizeCudnnPlan(handle_, g->op_graph, *choice) : choice.status();
+      StatusOr<CudnnPlan> p = PlanFromText(handle_, g->op_graph, *recorded);
       if (p.ok()) return static_cast<size_t>(p->workspace_bytes());
     }
   }
@@ -873,13 +878,11 @@ Status SdpaRunner::ChoosePlan(Graph* g, const SdpaShape& s, const Call& call,
     FORGE_ASSIGN_OR_RETURN(const std::optional<std::string> recorded, cache_.Get(info.key));
     bool stale = false;
     if (recorded) {
-      StatusOr<CudnnEngineChoice> choice = ParseCudnnEngineChoice(*recorded);
-      StatusOr<CudnnPlan> p =
-          choice.ok() ? FinalizeCudnnPlan(handle_, g->op_graph, *choice) : choice.status();
+      StatusOr<CudnnPlan> p = PlanFromText(handle_, g->op_graph, *recorded);
       if (p.ok()) {
         g->plan = std::move(p).value();
         info.source = "cache";
-        info.engine = choice->ToString();
+        info.engine = g->plan->choice().ToString();
       } else if (p.status().code() == Code::kUnavailable ||
                  p.status().code() == Code::kInvalidArgument) {
         // Recorded by another cuDNN build or edited by hand: choose again and replace it.
@@ -924,12 +927,10 @@ Status SdpaRunner::ChoosePlan(Graph* g, const SdpaShape& s, const Call& call,
         info.note += "adopted the choice another process recorded first; ";
         use = *winner;
       }
-      StatusOr<CudnnEngineChoice> choice = ParseCudnnEngineChoice(use);
-      StatusOr<CudnnPlan> rebuilt =
-          choice.ok() ? FinalizeCudnnPlan(handle_, g->op_graph, *choice) : choice.status();
+      StatusOr<CudnnPlan> rebuilt = PlanFromText(handle_, g->op_graph, use);
       if (rebuilt.ok()) {
         g->plan = std::move(rebuilt).value();
-        info.engine = choice->ToString();
+        info.engine = g->plan->choice().ToString();
       } else {
         // Keep the tuned plan itself (built from heuristics' config).
         info.note += "rebuilding \"" + use + "\" failed (" + rebuilt.status().message() +
