@@ -89,12 +89,10 @@ Status CudaModel::AllocateStepBuffers() {
   // and the next pass's logits come after this pass's backward (every pass joins the wgrad
   // stream). At llama3-8b the logits (2 GiB) fit inside cuDNN's deterministic backward's dS.
   b.sdpa_shape = cuda::SdpaShape{o.micro_batch, T_, H_, KV_, hd_};
+  // The runner's layout of that scratch: softmax_sum at 0, dq_accum at the next 256 bytes.
   const size_t sum_bytes = AlignUp(int64_t(stats_n * sizeof(float)), 256);
-  const size_t acc_bytes = o.deterministic_attention ? 0 : stats_n * hd_ * sizeof(float);
-  const size_t scratch_bytes = AlignUp(
-      int64_t(std::max(sum_bytes + acc_bytes, cuda::SdpaRunner::BackwardScratchBytes(
-                                                   b.sdpa_shape, o.deterministic_attention))),
-      256);
+  const size_t scratch_bytes =
+      cuda::SdpaRunner::BackwardScratchBytes(b.sdpa_shape, o.deterministic_attention);
   FORGE_ASSIGN_OR_RETURN(const size_t runner_bytes, b.sdpa.WorkspaceBytes(b.sdpa_shape));
   const int64_t chunk = std::min<int64_t>(N_, o.lm_head_chunk_rows);
   const size_t logits_bytes = AlignUp(chunk * V_ * int64_t(sizeof(bf16)), 256);
