@@ -48,15 +48,21 @@ TEST(ConfigModelArch, HeadDimErrorsNameTheKey) {
                         "must divide model.d_model (128), got 3 (or give model.head_dim)"));
 }
 
-TEST(ConfigModelArch, UntiedHeadIsATensorOfTheEmbeddingUnit) {
+TEST(ConfigModelArch, UntiedHeadIsATensorOfTheFinalUnit) {
   const RunConfig c = ParseOk(kTiny + "  tie_embeddings: false\n");
   EXPECT_FALSE(c.model.tie_embeddings);
   const ParamLayout tied = MakeParamLayout(ParseOk(kTiny).model);
   const ParamLayout untied = MakeParamLayout(c.model);
-  ASSERT_EQ(untied.units[0].tensors.size(), 2u);
-  EXPECT_EQ(untied.units[0].tensors[1].name, "lm_head");
-  EXPECT_EQ(untied.units[0].tensors[1].shape, (std::vector<int64_t>{50304, 128}));
-  EXPECT_EQ(untied.units[0].tensors[1].offset, 50304 * 128);
+  EXPECT_EQ(tied.head_unit, tied.embedding_unit());
+  EXPECT_EQ(tied.lm_head, 0);
+  ASSERT_EQ(untied.units[0].tensors.size(), 1u);
+  const UnitLayout& fin = untied.units[size_t(untied.final_norm_unit())];
+  ASSERT_EQ(fin.tensors.size(), 2u);
+  EXPECT_EQ(untied.head_unit, untied.final_norm_unit());
+  EXPECT_EQ(fin.tensors[1].name, "lm_head");
+  EXPECT_EQ(fin.tensors[1].shape, (std::vector<int64_t>{50304, 128}));
+  EXPECT_EQ(fin.tensors[1].offset, 128);
+  EXPECT_EQ(untied.lm_head, 128);
   EXPECT_EQ(untied.total, tied.total + 50304 * 128);
   // The FLOPs count the LM head's matmul once either way (an untied wte is a lookup).
   EXPECT_EQ(MatmulParamCount(c.model), MatmulParamCount(ParseOk(kTiny).model));

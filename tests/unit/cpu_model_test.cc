@@ -201,8 +201,9 @@ double ReferenceLoss(const ModelConfig& m, const ParamLayout& layout, const Unit
   }
   // The LM head: the embedding when tied, else the lm_head tensor (found by name).
   const float* head = wte;
-  for (const TensorSlot& t : layout.units[0].tensors)
-    if (t.name == "lm_head") head = p[0].data() + t.offset;
+  for (size_t u = 0; u < layout.units.size(); ++u)
+    for (const TensorSlot& t : layout.units[u].tensors)
+      if (t.name == "lm_head") head = p[u].data() + t.offset;
   EXPECT_EQ(head == wte, m.tie_embeddings);
   Mat logits = Linear(RmsNorm(x, N, d, p[layout.final_norm_unit()].data(), m.norm_eps), N, d, head, V);
   double loss = 0.0;

@@ -336,10 +336,16 @@ TEST_P(HfRoundTrip, ExportOfTheImportIsTheExportByteForByte) {
   }
   // Imported values: the export's (bf16-rounded where bf16), zero padding rows.
   const ParamLayout layout = MakeParamLayout(m);
-  const int64_t table = int64_t(m.padded_vocab()) * m.d_model;  // wte, then lm_head if untied
+  // The vocabulary tables (wte; lm_head if untied) have padding rows past the vocabulary.
+  auto is_padding = [&](size_t u, int64_t i) {
+    for (const TensorSlot& t : layout.units[u].tensors)
+      if ((t.name == "wte" || t.name == "lm_head") && i >= t.offset && i < t.offset + t.numel)
+        return i - t.offset >= int64_t(m.vocab) * m.d_model;
+    return false;
+  };
   for (size_t u = 0; u < layout.units.size(); ++u) {
     for (int64_t i = 0; i < layout.units[u].numel; ++i) {
-      const bool padding = u == 0 && i % table >= int64_t(m.vocab) * m.d_model;
+      const bool padding = is_padding(u, i);
       const float want = padding ? 0.0f
                          : c.dtype == SafetensorsDtype::kBF16 ? Bf16ToFloat(FloatToBf16(p[u][i]))
                                                               : p[u][i];

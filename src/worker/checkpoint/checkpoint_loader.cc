@@ -63,6 +63,36 @@ StatusOr<ShardFileContents> OpenShard(const std::string& dir, const Manifest& m,
   return c;
 }
 
+// Where each tensor of `want`'s units lies in the checkpoint's: a checkpoint whose units group
+// the same tensors (by name and shape) another way, as before the untied LM head moved from the
+// embedding unit to the final one. A piece: `numel` elements at `at` of the wanted unit come
+// from `from_offset` of checkpoint unit `from_unit`.
+struct Piece {
+  int64_t at = 0, numel = 0;
+  size_t from_unit = 0;
+  int64_t from_offset = 0;
+};
+StatusOr<std::vector<std::vector<Piece>>> PlaceByName(const Manifest& m,
+                                                      const std::vector<UnitLayout>& want) {
+  std::map<std::string, std::pair<size_t, const TensorSlot*>> have;
+  for (size_t u = 0; u < m.units.size(); ++u)
+    for (const TensorSlot& t : m.units[u].tensors) have[t.name] = {u, &t};
+  std::vector<std::vector<Piece>> out(want.size());
+  size_t found = 0;
+  for (size_t u = 0; u < want.size(); ++u) {
+    for (const TensorSlot& t : want[u].tensors) {
+      auto it = have.find(t.name);
+      if (it == have.end() || it->second.second->shape != t.shape)
+        return Status::Invalid("tensor " + t.name + " is not in the checkpoint in that shape");
+      out[u].push_back({t.offset, t.numel, it->second.first, it->second.second->offset});
+      ++found;
+    }
+  }
+  if (found != have.size())
+    return Status::Invalid("the checkpoint holds tensors the model does not have");
+  return out;
+}
+
 }  // namespace
 
 std::string CheckpointDirOf(const std::string& path) {
@@ -87,10 +117,20 @@ StatusOr<LoadedShard> LoadCheckpointRanges(const std::string& path,
   out.dir = CheckpointDirOf(path);
   FORGE_ASSIGN_OR_RETURN(out.manifest, ReadManifest(out.dir));
   const Manifest& m = out.manifest;
-  if (expect != nullptr) FORGE_RETURN_IF_ERROR(CheckSameShapes(m, *expect).Annotate(out.dir));
-  if (ranges.size() != m.units.size()) {
+  // The units asked for: the checkpoint's, or `expect`'s where the checkpoint holds the same
+  // tensors in other units (placed by name).
+  const std::vector<UnitLayout>& units = expect != nullptr ? expect->units : m.units;
+  std::vector<std::vector<Piece>> placed;
+  if (expect != nullptr) {
+    if (Status same = CheckSameShapes(m, *expect); !same.ok()) {
+      StatusOr<std::vector<std::vector<Piece>>> by_name = PlaceByName(m, units);
+      if (!by_name.ok()) return same.Annotate(out.dir);
+      placed = std::move(by_name).value();
+    }
+  }
+  if (ranges.size() != units.size()) {
     return Status::Invalid(out.dir + ": asked for " + std::to_string(ranges.size()) +
-                           " unit ranges, the checkpoint has " + std::to_string(m.units.size()) +
+                           " unit ranges, the checkpoint has " + std::to_string(units.size()) +
                            " units");
   }
   blob_rank = std::clamp(blob_rank, 0, m.world_size - 1);
@@ -107,31 +147,45 @@ StatusOr<LoadedShard> LoadCheckpointRanges(const std::string& path,
   };
 
   ShardState& st = out.state;
-  st.units.resize(m.units.size());
-  for (size_t u = 0; u < m.units.size(); ++u) {
+  st.units.resize(units.size());
+  // Checkpoint unit `from`'s elements [lo, hi) into x at `dst`, from every shard holding part.
+  auto copy = [&](UnitSlice& x, size_t from, int64_t lo, int64_t hi, int64_t dst) -> Status {
+    for (const ManifestShard& s : m.shards) {
+      const ShardRange have = s.ranges[from];
+      const int64_t a = std::max(have.begin, lo), b = std::min(have.end, hi);
+      if (a >= b) continue;
+      FORGE_ASSIGN_OR_RETURN(const ShardFileContents* c, get(s.rank));
+      const size_t src = 4 * static_cast<size_t>(a - have.begin);
+      const size_t bytes = 4 * static_cast<size_t>(b - a);
+      const size_t to = static_cast<size_t>(dst + (a - lo));
+      std::memcpy(x.master.data() + to, c->master[from] + src, bytes);
+      std::memcpy(x.m.data() + to, c->m[from] + src, bytes);
+      std::memcpy(x.v.data() + to, c->v[from] + src, bytes);
+    }
+    return Status::Ok();
+  };
+  for (size_t u = 0; u < units.size(); ++u) {
     const ShardRange want = ranges[u];
-    if (want.begin < 0 || want.begin > want.end || want.end > m.units[u].numel) {
+    if (want.begin < 0 || want.begin > want.end || want.end > units[u].numel) {
       return Status::Invalid(out.dir + ": range [" + std::to_string(want.begin) + ", " +
-                             std::to_string(want.end) + ") outside unit " + m.units[u].name);
+                             std::to_string(want.end) + ") outside unit " + units[u].name);
     }
     UnitSlice& x = st.units[u];
-    x.unit_numel = m.units[u].numel;
+    x.unit_numel = units[u].numel;
     x.begin = want.begin;
     x.end = want.end;
     x.master.resize(want.size());
     x.m.resize(want.size());
     x.v.resize(want.size());
-    for (const ManifestShard& s : m.shards) {
-      const ShardRange have = s.ranges[u];
-      const int64_t lo = std::max(have.begin, want.begin), hi = std::min(have.end, want.end);
+    if (placed.empty()) {
+      FORGE_RETURN_IF_ERROR(copy(x, u, want.begin, want.end, 0));
+      continue;
+    }
+    for (const Piece& p : placed[u]) {
+      const int64_t lo = std::max(want.begin, p.at), hi = std::min(want.end, p.at + p.numel);
       if (lo >= hi) continue;
-      FORGE_ASSIGN_OR_RETURN(const ShardFileContents* c, get(s.rank));
-      const size_t src = 4 * static_cast<size_t>(lo - have.begin);
-      const size_t bytes = 4 * static_cast<size_t>(hi - lo);
-      const size_t dst = static_cast<size_t>(lo - want.begin);
-      std::memcpy(x.master.data() + dst, c->master[u] + src, bytes);
-      std::memcpy(x.m.data() + dst, c->m[u] + src, bytes);
-      std::memcpy(x.v.data() + dst, c->v[u] + src, bytes);
+      FORGE_RETURN_IF_ERROR(copy(x, p.from_unit, p.from_offset + (lo - p.at),
+                                 p.from_offset + (hi - p.at), lo - want.begin));
     }
   }
   FORGE_ASSIGN_OR_RETURN(const ShardFileContents* blobs, get(blob_rank));
@@ -151,7 +205,8 @@ StatusOr<LoadedShard> LoadCheckpoint(const std::string& path, int rank, int worl
   const std::string dir = CheckpointDirOf(path);
   FORGE_ASSIGN_OR_RETURN(Manifest m, ReadManifest(dir));
   std::vector<ShardRange> ranges;
-  for (const UnitLayout& u : m.units) ranges.push_back(ShardOf(u.numel, rank, world));
+  for (const UnitLayout& u : expect != nullptr ? expect->units : m.units)
+    ranges.push_back(ShardOf(u.numel, rank, world));
   const bool same_world = world == m.world_size;
   FORGE_ASSIGN_OR_RETURN(LoadedShard out,
                          LoadCheckpointRanges(dir, ranges, same_world ? rank : 0, expect));

@@ -28,8 +28,11 @@ struct LoadedShard {
   bool blobs_from_same_rank = true;
 };
 
-// `path`: a step directory or its manifest.json. With `expect` set, the checkpoint's unit and
-// tensor shapes must equal it (InvalidArgument otherwise: a checkpoint of another model).
+// `path`: a step directory or its manifest.json. With `expect` set, the checkpoint's tensors
+// must be expect's (InvalidArgument otherwise: a checkpoint of another model) and the slices
+// are expect's units: a checkpoint that groups the same tensors (name and shape) into units
+// another way is read tensor by tensor into expect's (checkpoints written before the untied LM
+// head moved from the embedding unit to the final one).
 StatusOr<LoadedShard> LoadCheckpoint(const std::string& path, int rank, int world,
                                      const ParamLayout* expect = nullptr);
 

@@ -174,8 +174,8 @@ Status CpuDecodeBackend::Append(std::span<const int> seqs,
   cpu::RmsNormForward(hf_.data(), nullptr, hf_.data(), Tensor(layout_.final_norm_unit(), 0), R, d,
                       m_.norm_eps);
   logits->resize(size_t(R) * V_);
-  cpu::MatmulForward(logits->data(), hf_.data(), Tensor(layout_.embedding_unit(), layout_.lm_head),
-                     R, d, V_);
+  cpu::MatmulForward(logits->data(), hf_.data(), Tensor(layout_.head_unit, layout_.lm_head), R, d,
+                     V_);
 
   for (size_t k = 0; k < seqs.size(); ++k) lengths_[seqs[k]] += int(tokens[k].size());
   return Status::Ok();

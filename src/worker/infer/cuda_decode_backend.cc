@@ -298,7 +298,7 @@ Status CudaDecodeBackend::Chunk(int64_t r0, int64_t n, const std::vector<int32_t
                                              Tensor(layout_.final_norm_unit(), 0), R, d_, eps,
                                              stream_));
   return Gemm(logits_.as<float>(), cuda::DType::kFp32, hf_.as<bf16>(),
-              Tensor(layout_.embedding_unit(), layout_.lm_head), R, V_, d_, false);
+              Tensor(layout_.head_unit, layout_.lm_head), R, V_, d_, false);
 }
 
 Status CudaDecodeBackend::Run(std::span<const int> seqs,

@@ -62,11 +62,14 @@ StatusOr<LoadedModel> LoadModel(const std::string& spec, const std::string& run_
     return out;
   }
   FORGE_ASSIGN_OR_RETURN(std::string dir, ResolveCheckpointSpec(spec, run_dir, &out.warnings));
-  FORGE_ASSIGN_OR_RETURN(FullCheckpoint ck, LoadFullCheckpoint(dir));
+  FORGE_ASSIGN_OR_RETURN(const Manifest manifest, ReadManifest(dir));
   FORGE_ASSIGN_OR_RETURN(RunConfig cfg,
-                         ParseRunConfig(ck.manifest.config_yaml, ck.dir + "/manifest.json:config_yaml"));
-  FORGE_RETURN_IF_ERROR(CheckSameShapes(ck.manifest, MakeParamLayout(cfg.model))
-                            .Annotate("checkpoint " + ck.dir + " and its own config"));
+                         ParseRunConfig(manifest.config_yaml, dir + "/manifest.json:config_yaml"));
+  // In the units of this build's layout for its own config (an older grouping is read by name).
+  const ParamLayout layout = MakeParamLayout(cfg.model);
+  StatusOr<FullCheckpoint> loaded = LoadFullCheckpoint(dir, &layout);
+  if (!loaded.ok()) return loaded.status().Annotate("checkpoint " + dir + " and its own config");
+  FullCheckpoint ck = std::move(loaded).value();
   out.model = cfg.model;
   out.params = std::move(ck.master);
   out.source = ck.dir;

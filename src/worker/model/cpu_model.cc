@@ -170,7 +170,7 @@ float CpuModel::Forward(const UnitBuffers& params, const int32_t* inputs, const 
     Check(targets[n] >= 0 && targets[n] < s.V, "token id outside the padded vocabulary");
   s.ForwardHidden(params, inputs, B);
   const int64_t N = s.N();
-  const float* head = s.Tensor(params, s.layout.embedding_unit(), s.layout.lm_head);
+  const float* head = s.Tensor(params, s.layout.head_unit, s.layout.lm_head);
   // LM head (wte when tied) over the padded vocabulary; the padded rows take part in the
   // softmax.
   cpu::MatmulForward(s.dlogits.data(), s.h_f.data(), head, N, s.d, s.V);
@@ -186,9 +186,8 @@ void CpuModel::ForwardLogits(const UnitBuffers& params, const int32_t* inputs, i
                              float* logits) {
   Impl& s = *impl_;
   s.ForwardHidden(params, inputs, B);
-  cpu::MatmulForward(logits, s.h_f.data(),
-                     s.Tensor(params, s.layout.embedding_unit(), s.layout.lm_head), s.N(), s.d,
-                     s.V);
+  cpu::MatmulForward(logits, s.h_f.data(), s.Tensor(params, s.layout.head_unit, s.layout.lm_head),
+                     s.N(), s.d, s.V);
   s.B = 0;  // the activations are kept, but dlogits is not this forward's: no Backward
 }
 
@@ -259,14 +258,15 @@ void CpuModel::Backward(const UnitBuffers& params, float dloss, UnitBuffers* gra
   const BlockOffsets& o = s.layout.block;
   const float scale = dloss / static_cast<float>(N);  // d(mean loss)/d(token loss)
   const int emb = s.layout.embedding_unit(), fin = s.layout.final_norm_unit();
+  const int head_unit = s.layout.head_unit;
   const int64_t head = s.layout.lm_head;
 
   // LM head: dlogits holds the unscaled (softmax - onehot), so `scale` is applied to the
   // small [N, d] operands instead: dW += dlogits^T (scale h_f), dh = scale (dlogits W), W the
   // head (wte when tied).
   for (int64_t i = 0; i < N * d; ++i) s.h_scaled[i] = s.h_f[i] * scale;
-  cpu::MatmulBackward(s.dh.data(), s.Tensor(grads, emb, head), s.dlogits.data(),
-                      s.h_scaled.data(), s.Tensor(params, emb, head), N, d, s.V);
+  cpu::MatmulBackward(s.dh.data(), s.Tensor(grads, head_unit, head), s.dlogits.data(),
+                      s.h_scaled.data(), s.Tensor(params, head_unit, head), N, d, s.V);
   for (int64_t i = 0; i < N * d; ++i) s.dh[i] *= scale;
   std::fill(s.dx.begin(), s.dx.begin() + N * d, 0.0f);
   cpu::RmsNormBackward(s.dx.data(), s.Tensor(grads, fin, 0), s.dh.data(), s.x_final.data(),

@@ -131,7 +131,8 @@ struct CudaModelHooks {
   // Before the forward pass reads unit u's bf16 parameters: may make `stream` wait for them
   // (ZeRO's all-gather of the updated parameters).
   std::function<Status(int unit, cudaStream_t stream)> before_forward;
-  // Before a block's backward (and its recompute) reads its parameters or writes its gradient.
+  // Before a block's backward (and its recompute) reads its parameters or writes its gradient,
+  // and before the embedding backward writes the embedding's.
   std::function<Status(int unit, cudaStream_t stream)> before_backward;
   // Unit u's gradient for this ForwardBackward is complete: every write to it comes before
   // `compute_done` (recorded on the compute stream) or `wgrad_done` (recorded on the

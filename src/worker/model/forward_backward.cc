@@ -122,12 +122,14 @@ Status CudaModel::ForwardImpl(const int32_t* inputs, const int32_t* targets, flo
   b.gemm_w.set_default_sm_count(0);
   // Always adds: the LM head above already wrote this step's part of the tied gradient, and
   // its last dWte chunk (wgrad stream) must have landed first. Untied, the head's gradient is
-  // its own tensor and wte's starts from zero on a pass that overwrites the gradients.
+  // the final unit's and wte's starts from zero on a pass that overwrites the gradients.
   FORGE_RETURN_IF_ERROR(Phase(StepPhase::kBwdElementwise, s));
   FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDwte, s));
-  if (layout_.lm_head != 0 && !accumulate_grads) {
-    FORGE_CUDA_CHECK(cudaMemsetAsync(UnitGrads(layout_.embedding_unit()), 0,
-                                     size_t(layout_.lm_head) * sizeof(float), s));
+  const int emb = layout_.embedding_unit();
+  FORGE_RETURN_IF_ERROR(BeforeBackward(emb, s));
+  if (layout_.head_unit != emb && !accumulate_grads) {
+    FORGE_CUDA_CHECK(cudaMemsetAsync(UnitGrads(emb), 0,
+                                     size_t(layout_.units[size_t(emb)].numel) * sizeof(float), s));
   }
   FORGE_RETURN_IF_ERROR(cuda::EmbeddingBackward(UnitGrads(layout_.embedding_unit()),
                                                 b.dres, inputs, N_, d_, V_, b.emb_ws,

@@ -28,9 +28,9 @@ using cuda::bf16;
 Status CudaModel::LmHead(const int32_t* targets, float dloss, bool backward,
                          bool accumulate_grads, float* losses, cudaStream_t s) {
   Buffers& b = *buf_;
-  // The head's weight: wte itself when tied, else the embedding unit's lm_head tensor.
-  const bf16* wte = UnitParams(layout_.embedding_unit()) + layout_.lm_head;
-  float* dwte = UnitGrads(layout_.embedding_unit()) + layout_.lm_head;
+  // The head's weight: wte itself when tied, else the final unit's lm_head tensor.
+  const bf16* wte = UnitParams(layout_.head_unit) + layout_.lm_head;
+  float* dwte = UnitGrads(layout_.head_unit) + layout_.lm_head;
   const int64_t chunk = std::min<int64_t>(N_, o_.lm_head_chunk_rows);
   const LinearStrategy& lm = plan_->lm_head;
   // FP8 logits and dhf GEMMs (precision.fp8.lm_head): Wte cast as the blocks' weights are,

@@ -27,7 +27,6 @@ ParamLayout MakeParamLayout(const ModelConfig& m) {
   UnitLayout emb;
   emb.name = "embedding";
   Add(&emb, "wte", {V, d}, true);
-  if (!m.tie_embeddings) p.lm_head = Add(&emb, "lm_head", {V, d}, true);
   p.units.push_back(emb);
 
   for (int l = 0; l < m.n_layer; ++l) {
@@ -56,7 +55,9 @@ ParamLayout MakeParamLayout(const ModelConfig& m) {
   UnitLayout fn;
   fn.name = "final_norm";
   Add(&fn, "final_norm", {d}, false);
+  if (!m.tie_embeddings) p.lm_head = Add(&fn, "lm_head", {V, d}, true);
   p.units.push_back(fn);
+  p.head_unit = m.tie_embeddings ? 0 : static_cast<int>(p.units.size()) - 1;
 
   for (const auto& u : p.units) p.total += u.numel;
   return p;

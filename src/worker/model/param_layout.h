@@ -3,8 +3,11 @@
 // ZeRO/FSDP shards and checkpoint tensors, so this table is shared by every backend.
 //
 // Weight matrices are stored [out, in] row-major (y = x W^T), as PyTorch's nn.Linear does.
-// Embedding unit: wte[padded_vocab, d], then lm_head[padded_vocab, d] when the head is untied
-// (model.tie_embeddings false; tied, the LM head is wte).
+// Embedding unit: wte[padded_vocab, d]. Final unit: final_norm[d], then lm_head[padded_vocab,
+// d] when the head is untied (model.tie_embeddings false; tied, the LM head is wte). The untied
+// head sits with the final norm, whose gradient is complete at the same point of the backward
+// (its start), so the unit's collective need not wait for the embedding's, at the backward's
+// end (fsdp lets the two units' gradients share one buffer).
 // Block tensor order: attn_norm[d], (q_norm[hd], k_norm[hd] if qk_norm), wqkv[(H+2KV)*hd, d]
 // (rows: all Q heads, then K heads, then V heads), wo[d, H*hd], mlp_norm[d],
 // w_gate_up[2*ffn, d] (rows: gate then up), w_down[d, ffn].
@@ -50,13 +53,15 @@ struct BlockLinear {
 inline constexpr int kBlockLinears = 4;
 
 struct ParamLayout {
-  std::vector<UnitLayout> units;  // [0] embedding, [1..L] blocks, [L+1] final norm
+  std::vector<UnitLayout> units;  // [0] embedding, [1..L] blocks, [L+1] final norm (+ head)
   BlockOffsets block;             // identical for every block
   // The block's linear weights in the order of the model's LinearKind: wqkv, wo, w_gate_up,
   // w_down (identical for every block; zero without blocks). What casts, gathers or shards
   // them per weight reads them here.
   std::array<BlockLinear, kBlockLinears> linears{};
-  int64_t lm_head = 0;            // offset of the LM head in the embedding unit (0: wte)
+  // The LM head's weights: unit and offset (tied: wte, at 0 of the embedding unit).
+  int head_unit = 0;
+  int64_t lm_head = 0;
   int64_t total = 0;
 
   int embedding_unit() const { return 0; }

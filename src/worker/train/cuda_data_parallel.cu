@@ -582,13 +582,20 @@ Status CudaDataParallel::InitFsdp() {
   for (const UnitLayout& unit : layout.units) {
     largest = std::max(largest, PaddedSize(unit.numel, world_));
   }
+  // An untied head sits in the final unit, whose gradient is reduce-scattered during the
+  // blocks' backward, before the embedding backward writes the embedding's: the two units'
+  // gradients share one buffer then (OnFsdpBackward orders them).
+  share_root_grads_ = layout.head_unit != layout.embedding_unit();
   const int roots[2] = {layout.embedding_unit(), layout.final_norm_unit()};
   for (int i = 0; i < 2; ++i) {
     const int64_t n = PaddedSize(layout.units[roots[i]].numel, world_);
     FORGE_RETURN_IF_ERROR(AllocDevice(reinterpret_cast<void**>(&root_params_[i]), n * 2));
     // The embedding's gradient buffer doubles as GatherSlots' scratch: sized for any unit.
     const int64_t g = i == 0 ? largest : n;
-    FORGE_RETURN_IF_ERROR(AllocDevice(reinterpret_cast<void**>(&root_grads_[i]), g * 4));
+    if (i == 1 && share_root_grads_)
+      root_grads_[1] = root_grads_[0];
+    else
+      FORGE_RETURN_IF_ERROR(AllocDevice(reinterpret_cast<void**>(&root_grads_[i]), g * 4));
     model_->BindUnit(roots[i], root_params_[i], root_grads_[i]);
   }
   const int L = int(layout.units.size()) - 2;
@@ -841,7 +848,15 @@ Status CudaDataParallel::OnForwardWindow(int u, cudaStream_t compute) {
 Status CudaDataParallel::OnFsdpBackward(int u, cudaStream_t compute) {
   const int L = int(model_->layout().units.size()) - 2;
   const int l = block_of(u);
-  if (l < 0) return Status::Ok();
+  if (l < 0) {
+    // The embedding backward writes the gradient buffer the final unit shares: that unit's
+    // reduce-scatter (issued by block 0's GradReady at the latest) must have read it.
+    if (u == model_->layout().embedding_unit() && share_root_grads_ && root_rs_pending_) {
+      FORGE_RETURN_IF_ERROR(ComputeWaits(compute, root_rs_done_, CollectiveOp::kReduceScatter));
+      root_rs_pending_ = false;
+    }
+    return Status::Ok();
+  }
   if (l + 1 < L) FORGE_RETURN_IF_ERROR(Release(l + 1, compute));
   FORGE_RETURN_IF_ERROR(Ensure(l, compute, /*wait=*/true));
   // The gradient buffer's previous contents (block l+2) must have been reduce-scattered. The

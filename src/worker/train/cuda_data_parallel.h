@@ -282,6 +282,7 @@ class CudaDataParallel final : private ModeStorage {
   float* fp8_gathered_ = nullptr;
   cuda::bf16* root_params_[2] = {};  // embedding, final norm (gathered)
   float* root_grads_[2] = {};        // [0] also GatherSlots' scratch (largest unit)
+  bool share_root_grads_ = false;    // [1] is [0]: an untied head's final unit (InitFsdp)
   cudaEvent_t root_gathered_ = nullptr;
   bool root_valid_ = false;
   cudaEvent_t root_rs_done_ = nullptr;  // last reduce-scatter out of a root gradient buffer

@@ -256,13 +256,16 @@ MemoryEstimate EstimateTrainingMemory(const RunConfig& cfg, Backend backend, int
       e.gradients += 2 * P;
     if (fsdp) {
       // fsdp's whole units on every rank: two gathered blocks (bf16) with their fp32 gradient
-      // buffers, and the root units (embedding, final norm and an untied head) gathered with
-      // theirs for the whole step (later micro-steps reduce-scatter in place, into them).
+      // buffers, and the root units (the embedding; the final norm with an untied head)
+      // gathered with theirs for the whole step (later micro-steps reduce-scatter in place,
+      // into them); with an untied head the two root units' gradients share one buffer.
       const ParamLayout layout = MakeParamLayout(cfg.model);
       const double block = cfg.model.n_layer > 0 ? double(layout.units[1].numel) : 0.0;
-      const double root = double(layout.units.front().numel) + double(layout.units.back().numel);
-      e.weights += 2 * (2 * block + root);
-      e.gradients += 4 * (2 * block + root);
+      const double emb = double(layout.units.front().numel);
+      const double fin = double(layout.units.back().numel);
+      const bool shared = layout.head_unit != layout.embedding_unit();
+      e.weights += 2 * (2 * block + emb + fin);
+      e.gradients += 4 * (2 * block + (shared ? std::max(emb, fin) : emb + fin));
     }
     e.moments = sharded ? 8 * P / W : 8 * P;
     e.activations = c.activations;
