@@ -109,10 +109,11 @@ int ReportTrain(const ProcessRunResult& run, bool leader) {
     if (r->steps > r->resumed_step)
       std::printf(" in %.1f s, %.0f tokens/s | train loss %.4f", r->seconds, r->tokens_per_s,
                   r->final_train_loss);
+    // The loss before the first step is not known where the workers trained in processes of
+    // their own (their logs' "step 0/N" line has it).
     std::printf(" | val loss ");
     if (r->initial_val_loss >= 0) std::printf("%.4f -> ", r->initial_val_loss);
     std::printf("%.4f", r->final_val_loss);
-    // (Not known where the workers trained in processes of their own.)
     if (base.val_cross_entropy > 0) std::printf(" (unigram baseline %.4f)", base.val_cross_entropy);
     if (r->loss_spikes > 0)
       std::printf(" | %ld loss spike(s) skipped, %ld rollback(s)", long(r->loss_spikes),

@@ -16,11 +16,13 @@
 #include <thread>
 #include <vector>
 
-#include "worker/agent/worker_agent.h"
 #include "common/file_io.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/server.h"
 #include "rpc/auth.h"
+#include "worker/agent/worker_agent.h"
+#include "worker/data/dataset.h"
+#include "worker/data/run_sources.h"
 #include "worker/parallel/nccl_comm.h"
 #include "worker/train/backend.h"
 
@@ -269,6 +271,13 @@ ProcessRunResult SummaryFromCoordinator(coord::Coordinator* coordinator, const s
       seconds > 0 ? double(trained) * double(cfg.batch.global_batch) * cfg.model.seq_len / seconds
                   : 0.0;
   out.metrics_path = cfg.train.run_dir + "/metrics.jsonl";
+  // The first source's unigram baseline, as a run in one process reports it: the workers of a
+  // local launch read the dataset from this host's path. Left out (0) where it cannot be read.
+  const std::vector<DataSourceConfig> sources = DataSources(cfg);
+  if (!sources.empty()) {
+    StatusOr<TokenDataset> first = TokenDataset::Open(sources.front().dir);
+    if (first.ok()) out.unigram_baseline = ComputeUnigramBaseline(*first).val_cross_entropy;
+  }
   return out;
 }
 

@@ -111,6 +111,13 @@ TEST(LocalRelaunch, KilledWorkerIsRelaunchedAndTheRunMatchesAResume) {
   ShellResult ref = test::Shell(test::Mpirun(2) + test::Bin("forge") + " train " + spec +
                                 " --run-dir " + ref_dir + " --resume " + resumed);
   ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  // Both closing lines name the dataset's unigram baseline, the same figure: the launcher reads
+  // it from the dataset, the ranks' run from theirs.
+  const std::regex baseline("forge: done: .*\\(unigram baseline ([0-9.]+)\\)");
+  std::smatch local_base, ref_base;
+  ASSERT_TRUE(std::regex_search(log, local_base, baseline)) << log;
+  ASSERT_TRUE(std::regex_search(ref.output, ref_base, baseline)) << ref.output;
+  EXPECT_EQ(local_base[1].str(), ref_base[1].str());
   const std::vector<float> got = test::CheckpointWeights(run_dir + "/checkpoints/step_40");
   const std::vector<float> want = test::CheckpointWeights(ref_dir + "/checkpoints/step_40");
   ASSERT_EQ(got.size(), want.size());
