@@ -311,6 +311,7 @@ run_coordinator() {
       : > "$file"
       # shellcheck disable=SC2086
       FORGE_STEP_EXITS=$file srun "${srun_flags[@]}" "$@" bash -c "$task_env"'
+[ "${SLURM_PROCID:-0}" = 0 ] && echo "${SLURM_STEP_ID:-}" > "$FORGE_STEP_EXITS.step"
 trap "" TERM; "$0" "$@"; rc=$?; echo "${SLURMD_NODENAME:-$(hostname -s)} ${SLURM_PROCID:-?} $rc ${SLURM_STEP_ID:-?}" >> "$FORGE_STEP_EXITS"; exit $rc' \
         "$(bin forge-worker)" --max-placements 1 ${FORGE_WORKER_ARGS:-} &
       launched_pid=$!
@@ -334,10 +335,17 @@ trap "" TERM; "$0" "$@"; rc=$?; echo "${SLURMD_NODENAME:-$(hostname -s)} ${SLURM
       adopt=1
     }
     # end_trial: the step on every node is ended; its idle workers have nothing to save. Keeps rc.
+    # SIGKILL to its tasks (their step id is in the exits file's .step once they started): srun
+    # ending a step itself sends SIGTERM, which the workers ignore, and waits KillWait for them.
     end_trial() {
-      local keep_rc=$rc
+      local keep_rc=$rc id=""
       if [ -n "$trial_pid" ]; then
-        kill -INT "$trial_pid" 2>/dev/null; sleep 0.2; kill -INT "$trial_pid" 2>/dev/null
+        id=$(cat "$trial_exits.step" 2>/dev/null)
+        if [ -n "$id" ]; then
+          scancel --signal=KILL "$SLURM_JOB_ID.$id" 2>/dev/null
+        else
+          kill -INT "$trial_pid" 2>/dev/null; sleep 0.2; kill -INT "$trial_pid" 2>/dev/null
+        fi
         wait_for "$trial_pid"
         trial_pid=""
       fi
