@@ -131,10 +131,9 @@ Status CudaModel::ForwardImpl(const int32_t* inputs, const int32_t* targets, flo
     FORGE_CUDA_CHECK(cudaMemsetAsync(UnitGrads(emb), 0,
                                      size_t(layout_.units[size_t(emb)].numel) * sizeof(float), s));
   }
-  FORGE_RETURN_IF_ERROR(cuda::EmbeddingBackward(UnitGrads(layout_.embedding_unit()),
-                                                b.dres, inputs, N_, d_, V_, b.emb_ws,
-                                                b.emb_ws_bytes, s));
-  return GradReady(layout_.embedding_unit(), s);
+  FORGE_RETURN_IF_ERROR(cuda::EmbeddingBackward(UnitGrads(emb), b.dres, inputs, N_, d_, V_,
+                                                b.emb_ws, b.emb_ws_bytes, s));
+  return GradReady(emb, s);
 }
 
 Status CudaModel::BeforeForward(int unit, cudaStream_t s) {
