@@ -208,7 +208,9 @@ ModePrediction PredictMode(const RunConfig& cfg_in, Mode mode, const Topology& t
     }
     p.shard_group = shard;
   }
-  const bool fsdp_like = (mode == Mode::kFsdp || mode == Mode::kHsdp) && shard > 1;
+  // hsdp with groups of one GPU is still hsdp: nothing to gather or reduce-scatter inside a
+  // group, but every unit's fp32 gradient is all-reduced across the replicas (the whole world).
+  const bool fsdp_like = (mode == Mode::kFsdp && shard > 1) || mode == Mode::kHsdp;
   cfg.parallel.mode = mode == Mode::kDdp     ? ParallelMode::kDdp
                       : mode == Mode::kZero1 ? ParallelMode::kZero1
                       : mode == Mode::kZero2 ? ParallelMode::kZero2

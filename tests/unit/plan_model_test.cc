@@ -186,6 +186,15 @@ TEST(PlanModel, ShardingLowersMemoryAndSlowLinksFavourHsdp) {
   Topology eight = OneHost(8);
   EXPECT_DOUBLE_EQ(PredictMode(cfg, Mode::kHsdp, eight, *cal).step_ms,
                    PredictMode(cfg, Mode::kFsdp, eight, *cal).step_ms);
+  // Groups of one GPU: no gathers, but every unit's fp32 gradient is all-reduced over all the
+  // replicas, which costs what ddp's fp32 all-reduces do (the same bytes, the same ring).
+  Topology ones = t;
+  ones.shard_group = 1;
+  const ModePrediction hsdp1 = PredictMode(cfg, Mode::kHsdp, ones, *cal);
+  EXPECT_EQ(hsdp1.shard_group, 1);
+  EXPECT_EQ(hsdp1.gather_ms, 0);
+  EXPECT_NEAR(hsdp1.comm_ms, ddp.comm_ms, 0.02 * ddp.comm_ms);
+  EXPECT_GT(hsdp1.exposed_ms, 0);
   // A world that is not whole groups: not applicable, and said why.
   Topology odd = OneHost(12);
   odd.shard_group = 8;
