@@ -34,7 +34,15 @@ inline ShellResult Shell(const std::string& cmd) {
   return r;
 }
 
+// A Forge program beside the running test binary: the build puts every program in one bin/
+// folder, and a packed copy for the GPU machine (../shared/device/pack) keeps them together too,
+// where the build path compiled in does not exist.
 inline std::string Bin(const std::string& name) {
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec && std::filesystem::exists(self.parent_path() / name)) {
+    return (self.parent_path() / name).string();
+  }
   return std::string(FORGE_BINARY_DIR) + "/bin/" + name;
 }
 
