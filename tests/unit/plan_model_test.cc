@@ -76,6 +76,8 @@ std::vector<Row> Measured() {
   const auto none = Recompute::kNone;
   RunConfig ddp_bf16 = Config("gpt350m", 16, 4);
   ddp_bf16.parallel.grad_reduce = GradReduce::kBf16;
+  RunConfig ddp_bf16_2 = Config("gpt350m", 16, 2);
+  ddp_bf16_2.parallel.grad_reduce = GradReduce::kBf16;
   // Tokens/s: gpt350m / gpt124m from ../shared/notes/verified-figures.md (forge-bench --steps
   // 30, one H200), llama3-1b from docs/performance.md; the one-GPU peaks are forge-bench's on
   // one H200 (the same runs as memory_estimate_test's).
@@ -98,6 +100,17 @@ std::vector<Row> Measured() {
       // and the exposed fractions were fitted to these runs' timings.
       {"gpt350m B16 ddp bf16-grad x4", ddp_bf16, Mode::kDdp, 4, 204772, 0, true},
       {"gpt350m B16 fsdp x4", Config("gpt350m", 16, 4), Mode::kFsdp, 4, 197721, 15.6, true},
+      // 2x H200 of one host (bench/suite.sh --world 2 multi-gpu, one call; docs/performance.md),
+      // never fitted.
+      {"gpt350m B16 ddp x2", Config("gpt350m", 16, 2), Mode::kDdp, 2, 207495, 19.66, false},
+      {"gpt350m B16 ddp bf16-grad x2", ddp_bf16_2, Mode::kDdp, 2, 209501, 20.33, false},
+      {"gpt350m B16 zero1 x2", Config("gpt350m", 16, 2), Mode::kZero1, 2, 210325, 18.23, false},
+      {"gpt350m B16 zero2 x2", Config("gpt350m", 16, 2), Mode::kZero2, 2, 209742, 18.23, false},
+      {"gpt350m B16 fsdp x2", Config("gpt350m", 16, 2), Mode::kFsdp, 2, 206164, 16.66, false},
+      {"gpt350m B16 ddp fp8 x2", Config("gpt350m", 16, 2, fp8), Mode::kDdp, 2, 261798, 19.52,
+       false},
+      {"gpt350m B16 fsdp fp8 x2", Config("gpt350m", 16, 2, fp8), Mode::kFsdp, 2, 266567, 16.10,
+       false},
       // 2x H200 (forge-dist-bench llama3-8b fsdp, B 1 per GPU; docs/performance.md), never
       // fitted; the peaks are the build's with the untied head in the final unit (--steps 2-4).
       {"llama3-8b B1 fsdp x2", Config("llama3-8b", 1, 2), Mode::kFsdp, 2, 10235, 105.58, false},
