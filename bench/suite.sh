@@ -36,7 +36,8 @@
 #                 shapes, batch 1 and 32 (prompt 128, 128 new tokens); then the transformers
 #                 anchor (bench/hf_generate_anchor.py: generate with a static KV cache) on the
 #                 same shapes
-#   gpu-tests     the GPU test binary (forge_gpu_tests; multi-GPU cases run where there are GPUs)
+#   gpu-tests     the GPU test binary (forge_gpu_tests): on several GPUs its one-GPU cases in
+#                 gtest shards side by side, a GPU each, then its multi-GPU cases over all GPUs
 #   profile       where gpt350m B 16's step goes, BF16 and FP8 + FP8 LM head: forge-bench
 #                 --profile (phases of an eager single-stream step), ncu of one eager step
 #                 (kernel times by family, the longest kernels), and power and SM clock under
@@ -50,7 +51,7 @@
 # $OUT, else /tmp/forge-suite); --base also runs the previous build's benchmark
 # (bin/forge-bench-base, bin/forge-dist-bench-base: copy them there after packing) right
 # before the new one on every row; --no-anchor leaves the PyTorch runs out; --world N: GPUs
-# for multi-gpu, llama-fsdp and llama-train (default: all); --filter: a gtest filter for
+# for multi-gpu, llama-fsdp, llama-train and gpu-tests (default: all); --filter: a gtest filter for
 # gpu-tests; --data: the prepared dataset for fp8-accuracy or llama-train, a directory holding
 # dataset/ or a .tar.xz of it (default .devdata/full.tar.xz, .devdata/llama3.tar.xz; how to make
 # them: docs/performance.md); --deadline: no run starts after this many seconds (default 560, so a
@@ -381,12 +382,37 @@ generation() {
   fi
 }
 
+# The GPU tests whose cases span several GPUs (ranks over NCCL, or as threads with host
+# collectives, and the copy-engine, elastic and worker-kill tests); every other case needs one.
+multi_gpu_tests='CudaDataParallel.*:Modes/CudaDataParallelTest.*:Modes/GpuDataParallelResume.*'
+multi_gpu_tests+=':NcclComm.*:NcclCommTiming.*:CudaBackendCommTiming.*:CopyEngine*:GpuElastic.*'
+multi_gpu_tests+=':GpuWorkerKill.*'
+
 gpu_tests() {
   gpu_line
-  local args=()
-  [ -n "$filter" ] && args+=(--gtest_filter="$filter")
-  step gpu-tests-run 540 "$run" forge_gpu_tests "${args[@]}"
-  $dry || $lines gtest "$work/gpu-tests-run.log" --suite "$suite" --label gpu-tests | keep
+  local n i label labels=()
+  if $dry; then n=${world:-2}; else n=${world:-$(nvidia-smi -L | wc -l)}; fi
+  if [ -n "$filter" ] || [ "$n" -lt 2 ]; then
+    local args=()
+    [ -n "$filter" ] && args+=(--gtest_filter="$filter")
+    step gpu-tests-run 540 "$run" forge_gpu_tests "${args[@]}"
+    labels=(gpu-tests-run)
+  else
+    # Several GPUs: the one-GPU cases in n gtest shards side by side, a GPU each, then the
+    # cases of several GPUs over all of them (the whole binary fits one call on 2 or 4 GPUs).
+    for ((i = 0; i < n; i++)); do
+      step "gpu-tests-shard$i" 300 env CUDA_VISIBLE_DEVICES="$i" GTEST_TOTAL_SHARDS="$n" \
+        GTEST_SHARD_INDEX="$i" "$run" forge_gpu_tests --gtest_filter="-$multi_gpu_tests" &
+      labels+=("gpu-tests-shard$i")
+    done
+    wait
+    step gpu-tests-multi 240 "$run" forge_gpu_tests --gtest_filter="$multi_gpu_tests"
+    labels+=(gpu-tests-multi)
+  fi
+  $dry && return
+  for label in "${labels[@]}"; do
+    $lines gtest "$work/$label.log" --suite "$suite" --label "$label" | keep
+  done
 }
 
 profile() {

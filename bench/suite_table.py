@@ -271,10 +271,14 @@ def generation(lines):
 
 def gpu_tests(lines):
     out = []
-    for s in (l for l in lines if l.get("summary")):
-        out.append(table(["tests", "passed", "failed", "skipped", "unfinished", "seconds"],
-                         [[fmt(s["tests"]), fmt(s["passed"]), fmt(s["failed"]),
-                           fmt(s["skipped"]), fmt(s["unfinished"]), fmt(s["seconds"], 1)]]))
+    keys = ["tests", "passed", "failed", "skipped", "unfinished"]
+    runs = [l for l in lines if l.get("summary")]
+    rows = [[l["label"]] + [fmt(l[k]) for k in keys] + [fmt(l["seconds"], 1)] for l in runs]
+    if len(runs) > 1:  # the shards and the multi-GPU cases
+        rows.append(["all"] + [fmt(sum(l[k] for l in runs)) for k in keys] +
+                    [fmt(sum(l["seconds"] for l in runs), 1)])
+    if rows:
+        out.append(table(["run"] + keys + ["seconds"], rows))
     odd = [l for l in lines if "test" in l and l["status"] != "passed"]
     if odd:
         out.append(table(["test", "status", "ms"],

@@ -399,6 +399,14 @@ TEST_F(BenchSuiteTest, DryRunPrintsEachSuitesCommands) {
   const Ran tests = Shell("bash bench/suite.sh --dry-run --filter 'Gpu*' gpu-tests");
   ASSERT_EQ(tests.code, 0);
   EXPECT_TRUE(Printed(tests, ".device/run forge_gpu_tests '--gtest_filter=Gpu*'\n"));
+  // On several GPUs: the one-GPU cases in a shard a GPU, then the multi-GPU cases over all.
+  const Ran sharded = Shell("bash bench/suite.sh --dry-run --world 2 gpu-tests");
+  ASSERT_EQ(sharded.code, 0);
+  EXPECT_TRUE(Printed(sharded, "env CUDA_VISIBLE_DEVICES=1 GTEST_TOTAL_SHARDS=2 "
+                               "GTEST_SHARD_INDEX=1 .device/run forge_gpu_tests "
+                               "'--gtest_filter=-CudaDataParallel.*:"));
+  EXPECT_TRUE(Printed(sharded, "# gpu-tests-multi\n.device/run forge_gpu_tests "
+                               "'--gtest_filter=CudaDataParallel.*:"));
 
   const Ran profile = Shell("bash bench/suite.sh --dry-run --out /tmp/p profile");
   ASSERT_EQ(profile.code, 0);
@@ -445,8 +453,15 @@ TEST_F(BenchSuiteTest, SuiteRunsOnStandInsAndTablesTheirLines) {
 
   const Ran tests = Shell(env + "bash bench/suite.sh --out " + out + " gpu-tests 2>/dev/null");
   EXPECT_EQ(tests.code, 1);
-  EXPECT_TRUE(Printed(tests, "| 4 | 1 | 1 | 1 | 1 | 3.8 |"));
+  EXPECT_TRUE(Printed(tests, "| gpu-tests-run | 4 | 1 | 1 | 1 | 1 | 3.8 |"));
   EXPECT_TRUE(Printed(tests, "| GpuFlashBackward.LargeBatch | unfinished | 0 |"));
+  // Two GPUs: two shards side by side and the multi-GPU run, each a row, and their sum.
+  const Ran two =
+      Shell(env + "bash bench/suite.sh --world 2 --out " + out + " gpu-tests 2>/dev/null");
+  EXPECT_EQ(two.code, 1);
+  EXPECT_TRUE(Printed(two, "| gpu-tests-shard1 | 4 | 1 | 1 | 1 | 1 | 3.8 |")) << two.out;
+  EXPECT_TRUE(Printed(two, "| gpu-tests-multi | 4 | 1 | 1 | 1 | 1 | 3.8 |")) << two.out;
+  EXPECT_TRUE(Printed(two, "| all | 12 | 3 | 3 | 3 | 3 | 11.4 |")) << two.out;
 }
 
 TEST_F(BenchSuiteTest, UnknownSuiteOrOptionIsAnError) {
