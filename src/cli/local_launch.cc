@@ -251,11 +251,14 @@ ProcessRunResult SummaryFromCoordinator(coord::Coordinator* coordinator, const s
   TrainResult& t = out.train;
   t.steps = h.run().step();
   t.stopped = h.run().state() == v1::STOPPED;
-  t.initial_val_loss = -1.0f;  // not known here
+  // The validation loss before step 1 rides on the records of the placement that started the
+  // run fresh; a history without them (only resumed placements reported) has none.
+  t.initial_val_loss = -1.0f;
   for (const v1::Checkpoint& c : h.checkpoints()) t.checkpoints.push_back(c.step());
   int64_t prev = 0, trained = 0;
   double seconds = 0;
   for (const v1::StepMetrics& m : h.steps()) {
+    if (m.initial_val_loss() > 0) t.initial_val_loss = m.initial_val_loss();
     t.final_train_loss = m.loss();
     if (m.val_loss() > 0) t.final_val_loss = m.val_loss();
     if (prev == 0) {  // the first record: 1, or the first after the checkpoint resumed

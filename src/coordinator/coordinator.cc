@@ -149,6 +149,7 @@ v1::StepMetrics ToProto(const MetricRecord& m) {
   p.set_gpu_allocated_bytes(m.gpu_allocated_bytes);
   p.set_gpu_reserved_bytes(m.gpu_reserved_bytes);
   p.set_gpu_peak_bytes(m.gpu_peak_bytes);
+  p.set_initial_val_loss(m.initial_val_loss);
   return p;
 }
 
@@ -1147,6 +1148,7 @@ grpc::Status Coordinator::Heartbeat(const v1::HeartbeatRequest& req, v1::Heartbe
     m.gpu_allocated_bytes = rec.gpu_allocated_bytes();
     m.gpu_reserved_bytes = rec.gpu_reserved_bytes();
     m.gpu_peak_bytes = rec.gpu_peak_bytes();
+    m.initial_val_loss = std::max(0.0f, rec.initial_val_loss());
     m.time_ms = NowMs();
     auto last = latest_metrics_.find(run->id);
     if (last == latest_metrics_.end() || last->second.step != m.step) {

@@ -23,7 +23,7 @@ CREATE TABLE IF NOT EXISTS step_metrics (
   seq INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT, step INTEGER, loss REAL, val_loss REAL,
   grad_norm REAL, lr REAL, tokens_per_s REAL, mfu REAL, step_seconds REAL, time_ms INTEGER,
   gpu_allocated_bytes INTEGER DEFAULT 0, gpu_reserved_bytes INTEGER DEFAULT 0,
-  gpu_peak_bytes INTEGER DEFAULT 0,
+  gpu_peak_bytes INTEGER DEFAULT 0, initial_val_loss REAL DEFAULT 0,
   UNIQUE(run_id, step));
 CREATE TABLE IF NOT EXISTS checkpoints (
   run_id TEXT, step INTEGER, dir TEXT, world INTEGER, bytes INTEGER, committed_ms INTEGER,
@@ -248,6 +248,7 @@ constexpr Column<MetricRecord> kMetricTable[] = {
     {"gpu_allocated_bytes", &MR::gpu_allocated_bytes},
     {"gpu_reserved_bytes", &MR::gpu_reserved_bytes},
     {"gpu_peak_bytes", &MR::gpu_peak_bytes},
+    {"initial_val_loss", &MR::initial_val_loss},
 };
 const Columns<MetricRecord> kMetricColumns(kMetricTable);
 
@@ -335,6 +336,8 @@ StatusOr<std::unique_ptr<RunStore>> RunStore::Open(const std::string& path) {
     (void)Exec(db, (std::string("ALTER TABLE step_metrics ADD COLUMN ") + col +
                     " INTEGER DEFAULT 0")
                        .c_str());
+  // Likewise step_metrics.initial_val_loss (older rows read 0: not carried).
+  (void)Exec(db, "ALTER TABLE step_metrics ADD COLUMN initial_val_loss REAL DEFAULT 0");
   return store;
 }
 

@@ -74,6 +74,7 @@ struct MetricRecord {
   double tokens_per_s = 0, mfu = 0, step_seconds = 0;
   int64_t time_ms = 0;
   int64_t gpu_allocated_bytes = 0, gpu_reserved_bytes = 0, gpu_peak_bytes = 0;  // 0 on CPU
+  float initial_val_loss = 0;  // the validation loss before step 1 (0: not carried)
 };
 
 struct CheckpointRecord {

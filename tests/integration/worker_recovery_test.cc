@@ -126,6 +126,24 @@ TEST(LocalRelaunch, KilledWorkerIsRelaunchedAndTheRunMatchesAResume) {
       << "relaunched run's final weights differ from the reference resumed at " << resumed;
 }
 
+// A run over workers names the validation loss before its first step in the closing line, as a
+// run in one process does: rank 0's evaluation, carried on its step records to the coordinator.
+TEST(LocalRelaunch, ClosingLineNamesTheValidationLossBeforeTheFirstStep) {
+  REQUIRE_MPIRUN();
+  ControlPlane cp("local_val0");
+  const std::string spec = cp.WriteSpec("lv", 12, 4);
+  Process forge = StartLocal(cp, spec, cp.dir() + "/run", cp.dir() + "/forge.log");
+  ASSERT_EQ(forge.Wait(150), 0) << ReadFile(forge.log);
+  const std::string log = ReadFile(forge.log);
+  std::smatch before, done;
+  ASSERT_TRUE(std::regex_search(log, before, std::regex("step 0/12 \\| val loss ([0-9.]+)")))
+      << log;
+  ASSERT_TRUE(std::regex_search(
+      log, done, std::regex("forge: done: 12 steps .* \\| val loss ([0-9.]+) -> ([0-9.]+)")))
+      << log;
+  EXPECT_EQ(done[1].str(), before[1].str()) << log;
+}
+
 TEST(LocalRelaunch, GivesUpAfterMaxRestartsNamingTheRankAndHowItEnded) {
   REQUIRE_MPIRUN();
   ControlPlane cp("local_give_up");

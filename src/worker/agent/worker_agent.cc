@@ -256,6 +256,7 @@ class Placement {
       m.set_step(r.step);
       m.set_loss(r.loss);
       m.set_val_loss(r.val_loss);
+      m.set_initial_val_loss(r.initial_val_loss > 0 ? r.initial_val_loss : 0.0f);
       m.set_grad_norm(r.grad_norm);
       m.set_lr(r.lr);
       m.set_tokens_per_second(r.tokens_per_s);  // the run's: MFU is the coordinator's to compute

@@ -509,6 +509,7 @@ StatusOr<TrainResult> RunTraining(const RunConfig& cfg, TrainBackend* backend,
         unreported_count = 0;
       }
       rec.spike_rollbacks = result.spike_rollbacks;
+      rec.initial_val_loss = result.initial_val_loss;
       WriteRecord(&metrics, rec);
       if (opt.on_step) opt.on_step(rec);
       if (leader && opt.print_progress) {

@@ -55,6 +55,9 @@ struct StepRecord {
   float loss = 0.0f, grad_norm = 0.0f, lr = 0.0f;
   double tokens_per_s = 0.0, step_seconds = 0.0;
   float val_loss = -1.0f;  // < 0 when not evaluated at this step
+  // The validation loss before step 1, on every record of a run that started fresh and
+  // evaluated then (< 0 on a resumed one): whichever record reaches the coordinator carries it.
+  float initial_val_loss = -1.0f;
   // The checkpoints committed since the previous record (checkpoint_step < 0: none): the
   // newest one's step, and over all of them the longest stall of a rank's loop while taking
   // them (summed), the slowest rank's background writes (summed), and the bytes of all shards
