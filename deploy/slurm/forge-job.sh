@@ -296,11 +296,13 @@ run_coordinator() {
       return 0
     }
     node_keys "$(ctl --json status "$run" 2>/dev/null)"
+    # interrupt_srun PID: two SIGINTs within a second, which make srun end its step.
+    interrupt_srun() { kill -INT "$1" 2>/dev/null; sleep 0.2; kill -INT "$1" 2>/dev/null; }
     # shellcheck disable=SC2317  # (run by the trap)
     end_steps() {
       local p
       for p in "$step_pid" "$trial_pid"; do
-        if [ -n "$p" ]; then kill -INT "$p" 2>/dev/null; sleep 0.2; kill -INT "$p" 2>/dev/null; fi
+        if [ -n "$p" ]; then interrupt_srun "$p"; fi
       done
     }
     trap 'stopping=1; end_steps' USR2
@@ -344,7 +346,7 @@ trap "" TERM; "$0" "$@"; rc=$?; echo "${SLURMD_NODENAME:-$(hostname -s)} ${SLURM
         if [ -n "$id" ]; then
           scancel --signal=KILL "$SLURM_JOB_ID.$id" 2>/dev/null
         else
-          kill -INT "$trial_pid" 2>/dev/null; sleep 0.2; kill -INT "$trial_pid" 2>/dev/null
+          interrupt_srun "$trial_pid"
         fi
         wait_for "$trial_pid"
         trial_pid=""
