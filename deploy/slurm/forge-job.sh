@@ -546,7 +546,7 @@ trap "" TERM; "$0" "$@"; rc=$?; echo "${SLURMD_NODENAME:-$(hostname -s)} ${SLURM
   # While the run goes on, a coordinator this job started that died (killed, crashed) is
   # started again on its port from its durable state: the workers and the watch reconnect.
   # Backoff 1 s, doubling to 30 s, back to 1 s after one that lived a minute.
-  local coord_restarts=0 coord_delay=1 coord_started=$SECONDS
+  local coord_restarts=0 coord_delay=1 coord_started=$SECONDS workers_ended_at="" gave_up=0
   while kill -0 "$watch_pid" 2>/dev/null; do
     # (scancel's stop restarts it itself: request_stop)
     if [ -n "$coord_pid" ] && [ "$stop_reason" != cancelled ] && ! kill -0 "$coord_pid" 2>/dev/null; then
@@ -561,6 +561,24 @@ trap "" TERM; "$0" "$@"; rc=$?; echo "${SLURMD_NODENAME:-$(hostname -s)} ${SLURM
       coord_started=$SECONDS
       coord_delay=$((coord_delay * 2 > 30 ? 30 : coord_delay * 2))
     fi
+    # No worker step left (run_workers ended: restarts used up) while the run still waits for
+    # workers: the loss of a placed attempt reaches the coordinator within two heartbeat
+    # timeouts, and it fails the run itself; a run whose last workers died before they were
+    # placed would wait for ever, so the job ends and leaves it to a resubmission.
+    if [ -z "$workers_ended_at" ] && ! kill -0 "$workers_pid" 2>/dev/null; then
+      workers_ended_at=$SECONDS
+    fi
+    if [ -n "$workers_ended_at" ] &&
+       [ $((SECONDS - workers_ended_at)) -ge $((2 * timeout_ms / 1000 + 2)) ]; then
+      st=$(ctl --json status "$run" 2>/dev/null | json_field state)
+      case "$st" in
+        PENDING|RUNNING|RESTARTING)
+          log "no worker step left and run $run still $st $((SECONDS - workers_ended_at)) s later: ending the job; resubmit the same command to resume from its latest checkpoint"
+          gave_up=1
+          kill -KILL "$watch_pid" 2>/dev/null
+          break ;;
+      esac
+    fi
     sleep 0.5 & wait $! 2>/dev/null
   done
   wait_for "$watch_pid"
@@ -574,10 +592,12 @@ trap "" TERM; "$0" "$@"; rc=$?; echo "${SLURMD_NODENAME:-$(hostname -s)} ${SLURM
   for _ in $(seq 100); do kill -0 "$workers_pid" 2>/dev/null || break; sleep 0.1; done
   if kill -0 "$workers_pid" 2>/dev/null; then kill -USR2 "$workers_pid" 2>/dev/null; fi
   wait_for "$workers_pid"
+  local workers_rc=$rc
   if [ -n "$coord_pid" ]; then kill -INT "$coord_pid" 2>/dev/null; wait_for "$coord_pid"; fi
   case "$st" in
     COMPLETED|STOPPED) rc=0 ;;
-    *) rc=$(( watch_rc == 0 ? 1 : watch_rc )) ;;
+    *) if [ "$gave_up" = 1 ]; then rc=$(( workers_rc == 0 ? 1 : workers_rc ));
+       else rc=$(( watch_rc == 0 ? 1 : watch_rc )); fi ;;
   esac
 }
 

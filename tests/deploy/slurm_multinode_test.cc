@@ -196,7 +196,9 @@ TEST_F(SlurmTwoNodes, AStepFailingWhileATrialStepWaitsCountsAgainstItsOwnNode) {
 
 // The last restart spent while a step on every node waits beside the running one (held before
 // its workers start): the failure is not relaunched, the waiting step is ended (it holds the
-// failed node) and the job fails at once rather than waiting on it.
+// failed node) and the job fails rather than waiting on it. The spent step's workers die
+// before they join (held too), so the coordinator never places them and the run would wait for
+// workers for ever: the job ends two heartbeat timeouts after its last worker step.
 TEST_F(SlurmTwoNodes, RestartsUsedUpWhileATrialStepWaitsEndTheJobAndTheTrialStep) {
   HoldableWorkers();
   std::string job, run;
@@ -204,14 +206,17 @@ TEST_F(SlurmTwoNodes, RestartsUsedUpWhileATrialStepWaitsEndTheJobAndTheTrialStep
   ASSERT_NO_FATAL_FAILURE(
       StartShrinkableRun("spent", 3, &job, &run, &step, &first, "max_restarts: 1, "));
   // Steps: `step` on both nodes, step + 1 on fnode1 alone, step + 2 the first on every node.
+  HoldStep(step + 1);
   HoldStep(step + 2);
   KillWorker(first, job, "fnode2", step);
   ASSERT_TRUE(WaitFor(60, [&] { return Contains(JobLog(job), "trying every node again"); }))
       << JobLog(job);
   ASSERT_NO_FATAL_FAILURE(KillWorkerOf(job, "fnode1", step + 1));
   const auto [state, log] = AwaitJob(job);
+  ReleaseStep(step + 1);
   ReleaseStep(step + 2);
   EXPECT_EQ(state, "FAILED") << log;
+  EXPECT_TRUE(Contains(log, "no worker step left and run " + run + " still RESTARTING")) << log;
   EXPECT_TRUE(Contains(log, "worker step failed on fnode1 (rank ")) << log;
   EXPECT_TRUE(Contains(log, "the step on every node waiting beside it includes fnode1: ended"))
       << log;
