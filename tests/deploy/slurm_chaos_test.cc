@@ -29,6 +29,7 @@
 
 #include "slurm_fixture.h"
 #include "worker/checkpoint/checkpoint.h"
+#include "mpi_launch.h"
 
 namespace forge {
 namespace {
@@ -60,7 +61,7 @@ class SlurmChaos : public test::SlurmFixture {
   std::string Ctl(const std::string& args) {
     std::string addr = ReadFile(dir_ + "/state/slurm/coordinator-" + job_ + ".address");
     while (!addr.empty() && addr.back() == '\n') addr.pop_back();
-    return Run(std::string(FORGE_BINARY_DIR) + "/bin/forgectl --coordinator " + addr +
+    return Run(test::Bin("forgectl") + " --coordinator " + addr +
                " --token-file " + dir_ + "/state/secrets/token " + args);
   }
   // A field of `forgectl --json status` ("" when the coordinator does not answer).

@@ -27,6 +27,7 @@
 #include "worker/data/dataset.h"
 #include "worker/data/documents.h"
 #include "../common/data_dir.h"
+#include "mpi_launch.h"
 
 namespace forge {
 namespace {
@@ -56,7 +57,7 @@ ShellResult Shell(const std::string& cmd, const std::string& dir) {
   return r;
 }
 
-std::string ForgeBin() { return std::string(FORGE_BINARY_DIR) + "/bin/forge"; }
+std::string ForgeBin() { return test::Bin("forge"); }
 std::string Forge(const std::string& args) {
   return "FORGE_DATA_DIR=" + DataDir() + " OPENBLAS_NUM_THREADS=1 timeout 300 " + ForgeBin() +
          " " + args;

@@ -24,6 +24,7 @@
 
 #include "worker/data/dataset.h"
 #include "../common/data_dir.h"
+#include "mpi_launch.h"
 
 namespace forge {
 namespace {
@@ -168,7 +169,7 @@ TEST(DataScaleTest, PreparesInBoundedMemoryAndOpensWithoutTouchingShards) {
   uint64_t input_bytes = 0;
   for (const auto& e : fs::directory_iterator(dir + "/corpus")) input_bytes += e.file_size();
 
-  const std::string forge = std::string(FORGE_BINARY_DIR) + "/bin/forge";
+  const std::string forge = test::Bin("forge");
   ::setenv("FORGE_DATA_DIR", DataDir().c_str(), 1);
   double prep_rss = 0;
   t0 = std::chrono::steady_clock::now();

@@ -20,6 +20,7 @@
 #include "worker/data/sampler.h"
 #include "worker/data/shard.h"
 #include "worker/train/trainer.h"
+#include "mpi_launch.h"
 
 namespace forge {
 namespace {
@@ -50,7 +51,7 @@ ShellResult Shell(const std::string& cmd, const std::string& dir) {
 // The CPU backend throughout: these tests compare with the CPU trainer bit for bit (the default
 // would pick the GPU where there is one).
 std::string Forge(const std::string& args) {
-  return "OPENBLAS_NUM_THREADS=1 timeout 120 " + std::string(FORGE_BINARY_DIR) + "/bin/forge " +
+  return "OPENBLAS_NUM_THREADS=1 timeout 120 " + test::Bin("forge") + " " +
          args + " --backend cpu";
 }
 

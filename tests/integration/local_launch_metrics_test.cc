@@ -21,6 +21,7 @@
 #include "child_process.h"
 #include "control_plane_harness.h"  // WaitFor
 #include "counting_dataset.h"
+#include "mpi_launch.h"
 
 namespace forge::test {
 namespace {
@@ -47,7 +48,7 @@ std::string FirstLine(const std::string& path) {
 // The one run of the local coordinator and its worker count, from `forgectl list`.
 std::pair<std::string, int> LocalRun(const std::string& run_dir) {
   const std::string out =
-      Run(std::string(FORGE_BINARY_DIR) + "/bin/forgectl --coordinator " +
+      Run(test::Bin("forgectl") + " --coordinator " +
           FirstLine(run_dir + "/coordinator/address") + " --token-file " + run_dir +
           "/coordinator/token list 2>&1");
   std::istringstream in(out);
@@ -103,7 +104,7 @@ TEST(LocalLaunchMetrics, RankZeroUsesTheCoordinatorsRunId) {
   fs::create_directories(dir);
   const std::string config = WriteConfig(dir, "localm", "cpu");
   Child forge;
-  Spawn(&forge, {std::string(FORGE_BINARY_DIR) + "/bin/forge", "train", config},
+  Spawn(&forge, {test::Bin("forge"), "train", config},
         dir + "/forge.log", {"OPENBLAS_NUM_THREADS=1"});
 
   std::string body;
@@ -131,7 +132,7 @@ TEST(LocalLaunchMetrics, RankZeroUsesTheCoordinatorsRunId) {
 }
 
 int VisibleGpus() {
-  if (Run(std::string(FORGE_BINARY_DIR) + "/bin/forge has-gpu 2>/dev/null") != "yes\n") return 0;
+  if (Run(test::Bin("forge") + " has-gpu 2>/dev/null") != "yes\n") return 0;
   const std::string list = Run("nvidia-smi -L 2>/dev/null");
   int n = 0;
   for (size_t at = list.find("GPU "); at != std::string::npos; at = list.find("GPU ", at + 1)) ++n;
@@ -146,7 +147,7 @@ TEST(LocalLaunchMetrics, TwoGpuRanksAgreeOnRunIdAndSplitThroughput) {
   fs::create_directories(dir);
   const std::string config = WriteConfig(dir, "localg", "cuda");
   Child forge;
-  Spawn(&forge, {std::string(FORGE_BINARY_DIR) + "/bin/forge", "train", config},
+  Spawn(&forge, {test::Bin("forge"), "train", config},
         dir + "/forge.log", {"CUDA_VISIBLE_DEVICES=0,1"});
 
   std::string body[2];

@@ -34,6 +34,7 @@
 #include "worker/hf/hf_import.h"
 #include "worker/train/backend.h"
 #include "worker/train/trainer.h"
+#include "mpi_launch.h"
 
 namespace forge {
 namespace {
@@ -63,7 +64,7 @@ Shell Sh(const std::string& cmd, const std::string& dir) {
 
 std::string Forge(const std::string& args) {
   return "OPENBLAS_NUM_THREADS=1 FORGE_DATA_DIR=" + hf_test::DataDir() + " timeout 300 " +
-         std::string(FORGE_BINARY_DIR) + "/bin/forge " + args;
+         test::Bin("forge") + " " + args;
 }
 
 std::map<std::string, std::string> Files(const std::string& dir) {

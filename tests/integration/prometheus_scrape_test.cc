@@ -25,6 +25,7 @@
 #include "../common/reported_port.h"
 #include "child_process.h"
 #include "counting_dataset.h"
+#include "mpi_launch.h"
 
 namespace forge {
 namespace {
@@ -93,7 +94,7 @@ TEST(PrometheusScrape, RealServerScrapesACpuTrainingRun) {
   }
   ASSERT_GT(prom_port, 0) << "prometheus logged no port:\n" << test::Tail(prom.log);
   ASSERT_EQ(test::HttpGet(prom_port, "/-/ready").status, 200) << test::Tail(prom.log);
-  test::Spawn(&forge, {std::string(FORGE_BINARY_DIR) + "/bin/forge", "train", dir + "/run.yaml"},
+  test::Spawn(&forge, {test::Bin("forge"), "train", dir + "/run.yaml"},
         dir + "/forge.log", {"OPENBLAS_NUM_THREADS=1"});
   int metrics_port = 0;
   const auto port_deadline = Clock::now() + std::chrono::seconds(30);

@@ -12,6 +12,7 @@
 
 #include "tokenizer/tokenizer.h"
 #include "../common/data_dir.h"
+#include "mpi_launch.h"
 
 namespace forge {
 namespace {
@@ -42,8 +43,8 @@ TEST(TokenizeCommandTest, EncodesDecodesAndExplainsErrors) {
   if (!lib.ok()) GTEST_SKIP() << "gpt2 not installed: " << lib.status().ToString();
   const fs::path dir = fs::path(::testing::TempDir()) / ("forge_tokenize_cmd_" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  const std::string forge = "FORGE_DATA_DIR='" + DataDir() + "' " + std::string(FORGE_BINARY_DIR) +
-                            "/bin/forge data tokenize --tokenizer gpt2 ";
+  const std::string forge = "FORGE_DATA_DIR='" + DataDir() + "' " + test::Bin("forge") +
+                            " data tokenize --tokenizer gpt2 ";
   const std::string text = "Grüße aus Köln! 東京 2024 — it's <|endoftext|> here.\n\xff bad byte\n";
   std::ofstream(dir / "in.txt", std::ios::binary) << text;
   std::string out;
@@ -75,7 +76,7 @@ TEST(TokenizeCommandTest, EncodesDecodesAndExplainsErrors) {
   EXPECT_NE(out.find("<stdin>:1: expected a token id, found 'x"), std::string::npos) << out;
   EXPECT_EQ(RunCmd(forge + "--strict-utf8 --input '" + (dir / "in.txt").string() + "'", &out), 1);
   EXPECT_NE(out.find("invalid UTF-8 at byte"), std::string::npos) << out;
-  EXPECT_NE(RunCmd(std::string(FORGE_BINARY_DIR) + "/bin/forge data tokenize --tokenizer nope </dev/null", &out), 0);
+  EXPECT_NE(RunCmd(test::Bin("forge") + " data tokenize --tokenizer nope </dev/null", &out), 0);
   EXPECT_NE(out.find("'nope' is neither a known name"), std::string::npos) << out;
   EXPECT_EQ(RunCmd(forge + "--format xml </dev/null", &out), 1);
   EXPECT_NE(out.find("--format must be text, json or u32"), std::string::npos) << out;
