@@ -546,7 +546,7 @@ trap "" TERM; "$0" "$@"; rc=$?; echo "${SLURMD_NODENAME:-$(hostname -s)} ${SLURM
   # While the run goes on, a coordinator this job started that died (killed, crashed) is
   # started again on its port from its durable state: the workers and the watch reconnect.
   # Backoff 1 s, doubling to 30 s, back to 1 s after one that lived a minute.
-  local coord_restarts=0 coord_delay=1 coord_started=$SECONDS workers_ended_at="" gave_up=0
+  local coord_restarts=0 coord_delay=1 coord_started=$SECONDS workers_ended_at="" next_check=0 gave_up=0
   while kill -0 "$watch_pid" 2>/dev/null; do
     # (scancel's stop restarts it itself: request_stop)
     if [ -n "$coord_pid" ] && [ "$stop_reason" != cancelled ] && ! kill -0 "$coord_pid" 2>/dev/null; then
@@ -565,11 +565,13 @@ trap "" TERM; "$0" "$@"; rc=$?; echo "${SLURMD_NODENAME:-$(hostname -s)} ${SLURM
     # workers: the loss of a placed attempt reaches the coordinator within two heartbeat
     # timeouts, and it fails the run itself; a run whose last workers died before they were
     # placed would wait for ever, so the job ends and leaves it to a resubmission.
+    # Asked every 5 s from then on (a stop checkpoint may take a while to commit).
     if [ -z "$workers_ended_at" ] && ! kill -0 "$workers_pid" 2>/dev/null; then
       workers_ended_at=$SECONDS
+      next_check=$((SECONDS + 2 * timeout_ms / 1000 + 2))
     fi
-    if [ -n "$workers_ended_at" ] &&
-       [ $((SECONDS - workers_ended_at)) -ge $((2 * timeout_ms / 1000 + 2)) ]; then
+    if [ -n "$workers_ended_at" ] && [ "$SECONDS" -ge "$next_check" ]; then
+      next_check=$((SECONDS + 5))
       st=$(ctl --json status "$run" 2>/dev/null | json_field state)
       case "$st" in
         PENDING|RUNNING|RESTARTING)
