@@ -618,6 +618,7 @@ int RunRank(const Args& a, const RunConfig& cfg, int rank, int port) {
     out["shard_group_size"] = cfg.parallel.shard_group_size;
   out["grad_reduce"] = GradReduceName(cfg.parallel.grad_reduce);
   out["ddp_allreduce"] = DdpAllReduceName(cfg.parallel.ddp_allreduce);
+  out["nccl_symmetric_memory"] = cfg.engine.nccl_symmetric_memory;
   out["world"] = a.world;
   out["B"] = cfg.batch.micro_batch;
   out["step_ms"] = step_ms;

@@ -907,7 +907,7 @@ Status ReadSections(Reader& r, const Entries& top, RunConfig* c) {
   FORGE_RETURN_IF_ERROR(r.ReadMap(section("engine"), "engine",
                                   {"cuda_graph", "deterministic_attention", "attention_backward",
                                    "lm_head_chunk", "wgrad_stream", "wgrad_sm_margin",
-                                   "fused_epilogues", "gemm_autotune"},
+                                   "fused_epilogues", "gemm_autotune", "nccl_symmetric_memory"},
                                   &e));
   FORGE_RETURN_IF_ERROR(r.ReadBool(e, "engine", "cuda_graph", &g.cuda_graph));
   FORGE_RETURN_IF_ERROR(
@@ -919,6 +919,7 @@ Status ReadSections(Reader& r, const Entries& top, RunConfig* c) {
   FORGE_RETURN_IF_ERROR(r.ReadInt(e, "engine", "wgrad_sm_margin", &g.wgrad_sm_margin));
   FORGE_RETURN_IF_ERROR(r.ReadBool(e, "engine", "fused_epilogues", &g.fused_epilogues));
   FORGE_RETURN_IF_ERROR(r.ReadBool(e, "engine", "gemm_autotune", &g.gemm_autotune));
+  FORGE_RETURN_IF_ERROR(r.ReadBool(e, "engine", "nccl_symmetric_memory", &g.nccl_symmetric_memory));
 
   MetricsConfig& mc = c->metrics;
   FORGE_RETURN_IF_ERROR(
@@ -1189,7 +1190,8 @@ std::string RunConfigToYaml(const RunConfig& c) {
     << "  wgrad_stream: " << BoolText(g.wgrad_stream) << "\n"
     << "  wgrad_sm_margin: " << g.wgrad_sm_margin << "\n"
     << "  fused_epilogues: " << BoolText(g.fused_epilogues) << "\n"
-    << "  gemm_autotune: " << BoolText(g.gemm_autotune) << "\n";
+    << "  gemm_autotune: " << BoolText(g.gemm_autotune) << "\n"
+    << "  nccl_symmetric_memory: " << BoolText(g.nccl_symmetric_memory) << "\n";
   y << "metrics:\n"
     << "  port: " << (c.metrics.port == -1 ? "any" : std::to_string(c.metrics.port)) << "\n"
     << "  bind_address: " << Quote(c.metrics.bind_address) << "\n"

@@ -291,6 +291,12 @@ struct EngineConfig {
   // Time cuBLASLt's candidate algorithms once per GEMM shape instead of taking its heuristic's
   // first (no gain measured at gpt350m; the choice then depends on timing).
   bool gemm_autotune = false;
+  // Data parallelism over NCCL: the buffers the collectives run on (the model's bf16 weights
+  // and gradients, fsdp's gather and reduce-scatter buffers) from NCCL's allocator, registered
+  // as symmetric windows: NCCL's symmetric kernels (fewer SMs) or registered buffers, so the
+  // compute beside the collectives slows less. Plain memory where NCCL cannot (across nodes);
+  // off with parallel.ddp_allreduce copy_engine (its CUDA IPC needs cudaMalloc memory).
+  bool nccl_symmetric_memory = true;
 };
 
 // /metrics (src/metrics/): off unless a port is given. A worker serves on port + its local

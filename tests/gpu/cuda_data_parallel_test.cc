@@ -410,6 +410,38 @@ TEST(CudaDataParallel, CommWindowsChangeNoBits) {
   }
 }
 
+// engine.nccl_symmetric_memory: the collectives' buffers in symmetric NCCL windows take
+// NCCL's symmetric kernels (ddp's all-reduces) or registered buffers (the ring's gathers and
+// reduce-scatters). Over two ranks every element's sum is one addition, the same whichever
+// kernel does it, so the run is bitwise the run on plain memory: ddp in fp32 and bf16, zero1,
+// and fsdp in BF16 and with its E4M3 gathers (FP8, delayed scaling).
+TEST(CudaDataParallel, SymmetricMemoryChangesNoBits) {
+  FORGE_SKIP_WITHOUT_GPU();
+  struct Case {
+    ParallelMode mode;
+    GradReduce reduce;
+    Precision precision;
+  };
+  for (const Case k : {Case{ParallelMode::kDdp, GradReduce::kFp32, Precision::kBf16},
+                       Case{ParallelMode::kDdp, GradReduce::kBf16, Precision::kBf16},
+                       Case{ParallelMode::kZero1, GradReduce::kFp32, Precision::kBf16},
+                       Case{ParallelMode::kFsdp, GradReduce::kFp32, Precision::kBf16},
+                       Case{ParallelMode::kFsdp, GradReduce::kFp32, Precision::kFp8}}) {
+    const bool fp8 = k.precision == Precision::kFp8;
+    SCOPED_TRACE(std::string(ParallelModeName(k.mode)) +
+                 (k.reduce == GradReduce::kBf16 ? ", bf16 gradients" : "") + (fp8 ? ", fp8" : ""));
+    RunConfig c = Config(k.mode, 2, 2, k.reduce, k.precision, /*fp8_lm_head=*/false,
+                         /*llama=*/fp8);
+    if (fp8) c.precision.fp8.recipe = Fp8Recipe::kDelayed;  // the E4M3 gather runs
+    CudaBackendOptions plain;
+    plain.nccl_symmetric_memory = false;
+    const auto [symmetric, unregistered] = ExpectSameBitsWith(c, plain, "symmetric vs plain");
+    if (fp8 && !symmetric.empty()) {
+      EXPECT_GE(symmetric[0].fp8_block_gathers, int64_t{c.model.n_layer} * (kSteps - 1));
+    }
+  }
+}
+
 // AdamW is deferred (CudaModelOptions::defer_update): ddp applies it during the next
 // forward, zero and fsdp from the step's end on the update stream, each unit's gather waiting
 // for its update. The same kernel on the same values, so bitwise the trajectory of the update

@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -19,8 +20,8 @@
 #include <thread>
 #include <vector>
 
-#include "worker/model/shard_layout.h"
 #include "nccl_test_util.h"
+#include "worker/model/shard_layout.h"
 
 namespace forge {
 namespace {
@@ -195,6 +196,66 @@ TEST(NcclComm, CollectivesOnTwoAndFourGpus) {
     RunRanks(world, o, &errors, [&](int r, NcclComm* comm) {
       CheckCollectives(r, comm, &errors);
       CheckStreams(r, comm, &errors);
+    });
+    for (const auto& s : errors.list) ADD_FAILURE() << "world " << world << ": " << s;
+  }
+}
+
+// AllocSymmetric (engine.nccl_symmetric_memory): several buffers one after another (each
+// registration is a group job the next call must wait for), each zeroed; f32 and bf16
+// all-reduces in place on them give the sums, and a collective on plain memory still runs
+// after them.
+TEST(NcclComm, SymmetricMemoryIsZeroedAndCollectivesRunOnIt) {
+  if (Devices() < 2) GTEST_SKIP() << "needs 2 GPUs, found " << Devices();
+  for (int world : {2, 4}) {
+    if (world > Devices()) continue;
+    Errors errors;
+    NcclCommOptions o;
+    o.timeout_s = 60;
+    RunRanks(world, o, &errors, [&](int r, NcclComm* comm) {
+      const int64_t n = (1 << 20) + 7;
+      std::vector<void*> bufs;
+      for (size_t bytes : {size_t(n) * 4, size_t(n) * 2, size_t(3)}) {
+        auto p = comm->AllocSymmetric(bytes);
+        if (!p.ok()) return errors.Add(r, "AllocSymmetric: " + p.status().ToString());
+        std::vector<uint8_t> h(bytes, 1);
+        cudaMemcpy(h.data(), *p, bytes, cudaMemcpyDeviceToHost);
+        errors.Check(r, std::all_of(h.begin(), h.end(), [](uint8_t b) { return b == 0; }),
+                     "buffer of " + std::to_string(bytes) + " bytes zeroed");
+        bufs.push_back(*p);
+      }
+      std::vector<float> f(n);
+      std::vector<uint16_t> b(n);
+      for (int64_t i = 0; i < n; ++i) {
+        f[i] = Value(r, i);
+        b[i] = Bf16Bits(float(r + 1 + i % 5));
+      }
+      cudaMemcpy(bufs[0], f.data(), n * 4, cudaMemcpyHostToDevice);
+      cudaMemcpy(bufs[1], b.data(), n * 2, cudaMemcpyHostToDevice);
+      errors.Ok(r, Finish(comm->AllReduceSum(bufs[0], n, DType::kF32, "symmetric f32")),
+                "all_reduce f32 on symmetric memory");
+      errors.Ok(r, Finish(comm->AllReduceSum(bufs[1], n, DType::kBF16, "symmetric bf16")),
+                "all_reduce bf16 on symmetric memory");
+      cudaMemcpy(f.data(), bufs[0], n * 4, cudaMemcpyDeviceToHost);
+      cudaMemcpy(b.data(), bufs[1], n * 2, cudaMemcpyDeviceToHost);
+      double worst = 0;
+      int64_t wrong16 = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        double want = 0, want16 = 0;
+        for (int q = 0; q < world; ++q) {
+          want += Value(q, i);
+          want16 += q + 1 + i % 5;
+        }
+        worst = std::max(worst, std::fabs(f[i] - want));
+        wrong16 += FromBf16(b[i]) != float(want16);  // small integers: exact
+      }
+      errors.Check(r, worst <= 1e-5, "f32 sum worst " + std::to_string(worst));
+      errors.Check(r, wrong16 == 0, "bf16 sums wrong: " + std::to_string(wrong16));
+      Dev<float> plain(5);
+      plain.Put({1, 2, 3, 4, 5});
+      errors.Ok(r, Finish(comm->AllReduceSum(plain.p, 5, DType::kF32, "plain")),
+                "all_reduce on plain memory after");
+      errors.Check(r, plain.Get(5)[4] == 5.0f * world, "plain sum");
     });
     for (const auto& s : errors.list) ADD_FAILURE() << "world " << world << ": " << s;
   }

@@ -25,6 +25,7 @@ TEST(ConfigEngineTest, Defaults) {
   EXPECT_EQ(e.wgrad_sm_margin, -1);
   EXPECT_TRUE(e.fused_epilogues);
   EXPECT_FALSE(e.gemm_autotune);
+  EXPECT_TRUE(e.nccl_symmetric_memory);
 }
 
 TEST(ConfigEngineTest, ReadsEveryKeyAndRoundTrips) {
@@ -37,7 +38,8 @@ TEST(ConfigEngineTest, ReadsEveryKeyAndRoundTrips) {
                               "  wgrad_stream: false\n"
                               "  wgrad_sm_margin: 0\n"
                               "  fused_epilogues: false\n"
-                              "  gemm_autotune: true\n");
+                              "  gemm_autotune: true\n"
+                              "  nccl_symmetric_memory: false\n");
   const EngineConfig& e = c.engine;
   EXPECT_FALSE(e.cuda_graph);
   EXPECT_FALSE(e.deterministic_attention);
@@ -47,6 +49,7 @@ TEST(ConfigEngineTest, ReadsEveryKeyAndRoundTrips) {
   EXPECT_EQ(e.wgrad_sm_margin, 0);
   EXPECT_FALSE(e.fused_epilogues);
   EXPECT_TRUE(e.gemm_autotune);
+  EXPECT_FALSE(e.nccl_symmetric_memory);
   const RunConfig back = ParseOk(RunConfigToYaml(c));
   EXPECT_EQ(RunConfigToYaml(back), RunConfigToYaml(c));
   EXPECT_EQ(back.engine.attention_backward, AttentionBackward::kCudnn);
@@ -61,6 +64,8 @@ TEST(ConfigEngineTest, ErrorsNameTheKeyAndLine) {
                         ""));
   EXPECT_TRUE(FailsWith(kBase + "engine:\n  cuda_grap: false\n", 4, "engine.cuda_grap",
                         "cuda_graph"));
+  EXPECT_TRUE(FailsWith(kBase + "engine:\n  nccl_symmetric_memory: maybe\n", 4,
+                        "engine.nccl_symmetric_memory", ""));
 }
 
 }  // namespace

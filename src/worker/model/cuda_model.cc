@@ -62,7 +62,7 @@ Status CudaModel::Init(const ModelConfig& m, const OptimizerConfig& opt,
   N_ = int64_t{o.micro_batch} * T_;
 
   FORGE_RETURN_IF_ERROR(store_.Init(layout_, {o.shard_world, o.shard_rank, o.shard_optimizer,
-                                               o.shard_params, o.grads16}));
+                                              o.shard_params, o.grads16, o.collective_alloc}));
   allocated_bytes_ += store_.allocated_bytes();
   FORGE_RETURN_IF_ERROR(SetUpOptimizer());
   ChooseLinears();

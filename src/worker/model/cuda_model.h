@@ -70,6 +70,8 @@ struct CudaModelOptions {
   // sum in place and the norm and AdamW read, so no pass widens it back to fp32; the BF16
   // weight-gradient GEMMs of a one-micro-step pass write it directly (no cast either).
   bool grads16 = false;
+  // ParamStoreOptions::collective_alloc.
+  std::function<StatusOr<void*>(size_t)> collective_alloc;
   // Data parallelism (worker/train/cuda_data_parallel.h). Every parameter-shaped buffer stores
   // unit u padded to PaddedSize(numel, shard_world) (shard_layout.h), zero in the padding, so
   // NCCL reduce-scatter / all-gather run in place on a unit. With shard_optimizer the fp32

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 
 #include "kernels/cuda/bf16.h"
 #include "kernels/cuda/cuda_check.h"
@@ -70,15 +71,23 @@ Status ParamStore::Init(const ParamLayout& layout, const ParamStoreOptions& o) {
     return Status::Invalid("cuda model: shard_params needs shard_optimizer");
   }
   FORGE_RETURN_IF_ERROR(alloc(&pb_.master, state));
+  auto alloc_collective = [&](auto** p, size_t n) -> Status {
+    if (!o.collective_alloc) return alloc(p, n);
+    using T = std::remove_pointer_t<std::remove_pointer_t<decltype(p)>>;
+    FORGE_ASSIGN_OR_RETURN(void* q, o.collective_alloc(n * sizeof(T)));
+    *p = static_cast<T*>(q);
+    allocated_bytes_ += n * sizeof(T);
+    return Status::Ok();
+  };
   if (!o.shard_params) {  // fsdp keeps no bf16 copy: its gathers cast the fp32 slots
-    FORGE_RETURN_IF_ERROR(alloc(&pb_.params, flat));
-    FORGE_RETURN_IF_ERROR(alloc(&pb_.grads, flat));
+    FORGE_RETURN_IF_ERROR(alloc_collective(&pb_.params, flat));
+    FORGE_RETURN_IF_ERROR(alloc_collective(&pb_.grads, flat));
   }
   if (o.grads16) {
     if (o.shard_optimizer || W < 2) {
       return Status::Invalid("cuda model: grads16 is for ddp (shard_world > 1, whole units)");
     }
-    FORGE_RETURN_IF_ERROR(alloc(&pb_.grads16, flat));
+    FORGE_RETURN_IF_ERROR(alloc_collective(&pb_.grads16, flat));
     // Padding stays zero: collectives and norms read whole units only, but keep it defined.
     FORGE_CUDA_CHECK(cudaMemset(pb_.grads16, 0, size_t(flat) * sizeof(bf16)));
   }

@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "common/status.h"
@@ -28,6 +29,9 @@ struct ParamStoreOptions {
   bool shard_optimizer = false;  // master, m, v and grad_shard hold this rank's slots only
   bool shard_params = false;     // no bf16 copy or full gradient: the gathers cast the slots
   bool grads16 = false;          // a bf16 copy of the gradient buffer (ddp only)
+  // Where the buffers collectives run on (params, grads, grads16) come from, when set (a
+  // zeroed buffer of that many bytes, owned by whoever gives it); cudaMalloc else.
+  std::function<StatusOr<void*>(size_t)> collective_alloc;
 };
 
 // Where the parameter-shaped device buffers are, for the data-parallel layer.

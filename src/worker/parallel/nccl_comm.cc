@@ -104,6 +104,12 @@ class NcclCommImpl final : public NcclComm {
     if (comm_ != nullptr) {
       std::lock_guard<std::mutex> l(mu_);
       if (failed_.ok()) {
+        for (const SymmetricMemory& m : memory_) {
+          if (m.win == nullptr) continue;
+          ncclResult_t r = ncclCommWindowDeregister(comm_, m.win);  // local: no peer waits
+          if (r == ncclSuccess || r == ncclInProgress)
+            WaitNotInProgress(Clock::now() + Seconds(o_.timeout_s));
+        }
         // Finalize flushes outstanding work; bounded, then abort as the fallback.
         ncclResult_t r = ncclCommFinalize(comm_);
         if (r == ncclSuccess || r == ncclInProgress)
@@ -116,6 +122,7 @@ class NcclCommImpl final : public NcclComm {
         ncclCommAbort(comm_);
       }
     }
+    for (const SymmetricMemory& m : memory_) ncclMemFree(m.ptr);
     copy_engine_.reset();  // waits for its lanes (released above if the comm failed)
     for (auto& op : pending_) DestroyEvents(*op);
     if (barrier_buf_) cudaFree(barrier_buf_);
@@ -220,6 +227,46 @@ class NcclCommImpl final : public NcclComm {
     copy_engine_ = std::move(*copy_engine);
     return Status::Ok();
   }
+  bool SupportsSymmetricMemory() const override { return true; }
+  StatusOr<void*> AllocSymmetric(size_t bytes) override {
+    const std::string who = "rank " + std::to_string(rank_) + ": symmetric memory of " +
+                            std::to_string(bytes) + " bytes";
+    const size_t n = std::max<size_t>(bytes, 256);
+    DeviceGuard g(device_);
+    void* p = nullptr;
+    ncclResult_t r = ncclMemAlloc(&p, n);
+    if (r != ncclSuccess || p == nullptr)
+      return Status::Unavailable(who + ": ncclMemAlloc: " + ncclGetErrorString(r) +
+                                 " (engine.nccl_symmetric_memory: false uses cudaMalloc)");
+    cudaError_t e = cudaMemset(p, 0, n);
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();
+    if (e != cudaSuccess) {
+      ncclMemFree(p);
+      return Status::Internal(who + ": " + CudaError(e));
+    }
+    std::lock_guard<std::mutex> l(mu_);
+    if (!failed_.ok()) {
+      ncclMemFree(p);
+      return Status(failed_.code(), who + ": the communicator already failed");
+    }
+    ncclWindow_t win = nullptr;
+    r = ncclCommWindowRegister(comm_, p, n, &win, NCCL_WIN_COLL_SYMMETRIC);
+    // Non-blocking, the registration is a group job: the call may return ncclSuccess with the
+    // job still running (`win` unset, and the comm's next call refused) until the comm's async
+    // state leaves ncclInProgress.
+    if (r == ncclSuccess || r == ncclInProgress)
+      r = WaitNotInProgress(Clock::now() + Seconds(o_.timeout_s));
+    if (r != ncclSuccess) {
+      ncclMemFree(p);
+      return Status::Unavailable(who + ": ncclCommWindowRegister: " + NcclError(r));
+    }
+    // A null window after success: NCCL has no symmetric kernels for these ranks (not all
+    // peers reach each other over CUDA P2P, e.g. across nodes): plain memory, collectives as
+    // without it.
+    memory_.push_back({p, win});
+    return p;
+  }
+
   StatusOr<std::unique_ptr<NcclComm>> SplitNccl(int color, int key,
                                                 std::string_view what) override {
     const std::string who = "rank " + std::to_string(rank_) + ": split (" + std::string(what) + ")";
@@ -511,6 +558,11 @@ class NcclCommImpl final : public NcclComm {
   cudaEvent_t producer_ready_ = nullptr;
   void* barrier_buf_ = nullptr;
   std::unique_ptr<CopyEngineAllReduce> copy_engine_;  // EnableCopyEngineAllReduce
+  struct SymmetricMemory {
+    void* ptr;
+    ncclWindow_t win;  // null where NCCL has no symmetric kernels for these ranks
+  };
+  std::vector<SymmetricMemory> memory_;       // AllocSymmetric's, freed with the comm
   std::atomic<CommTimeSink*> sink_{nullptr};  // written under mu_
   std::atomic<CollectiveOp> last_op_{CollectiveOp::kBarrier};
 

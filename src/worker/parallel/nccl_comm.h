@@ -67,6 +67,18 @@ class NcclComm : public Comm {
   // process (one per GPU, as workers run) on one host, mapping its peers with CUDA IPC;
   // otherwise an error on every rank, and NCCL keeps summing.
   virtual Status EnableCopyEngineAllReduce(float* base, int64_t count, int64_t max_count) = 0;
+  // A zeroed device buffer of `bytes` from ncclMemAlloc, registered on this comm as a symmetric
+  // window (NCCL_WIN_COLL_SYMMETRIC; engine.nccl_symmetric_memory): collectives on such
+  // buffers, the same offset on every rank, may take NCCL's symmetric kernels (fewer SMs than
+  // its ring) or run on registered buffers without staging copies. Where NCCL has no symmetric
+  // kernels for the ranks (not all CUDA P2P, e.g. across nodes) it is plain memory. Collective:
+  // every rank, the same sizes in the same order. Owned by the comm and freed with it, so the
+  // comm must outlive its users. Only where SupportsSymmetricMemory() (Unavailable otherwise).
+  virtual bool SupportsSymmetricMemory() const { return false; }
+  virtual StatusOr<void*> AllocSymmetric(size_t bytes) {
+    (void)bytes;
+    return Status::Unavailable("symmetric NCCL memory: not on this comm");
+  }
   // Comm::Split as an NcclComm (ncclCommSplit: the part shares this comm's device, options
   // and timeout, and has its own stream and watchdog). Collective over this comm.
   virtual StatusOr<std::unique_ptr<NcclComm>> SplitNccl(int color, int key,

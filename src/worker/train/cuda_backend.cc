@@ -212,6 +212,11 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
                            comm->SplitNccl(h.shard_rank, comm->rank(), "hsdp replica group"));
     shard_comm = hsdp_shard_.get();
   }
+  // The copy-engine all-reduce maps its peers' gradient buffers with CUDA IPC, which takes
+  // cudaMalloc memory only.
+  const bool symmetric = world_ > 1 && options.nccl_symmetric_memory &&
+                         shard_comm->SupportsSymmetricMemory() &&
+                         cfg.parallel.ddp_allreduce != DdpAllReduce::kCopyEngine;
   if (world_ > 1) {
     const bool ddp = !rules.sharded();
     mo.shard_world = shard_comm->world();
@@ -225,6 +230,11 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
     // bf16 gradients: 96.6% -> 97.1% of one GPU, 203.9k -> 205.5k tokens/s per GPU without it;
     // docs/performance.md). Bitwise the same gradients either way.
     if (ddp) mo.swiglu_bwd_gemm = false;
+    if (symmetric) {
+      mo.collective_alloc = [shard_comm](size_t bytes) {
+        return shard_comm->AllocSymmetric(bytes);
+      };
+    }
   }
   mo.wgrad_sm_margin = options.wgrad_sm_margin;
   FORGE_ASSIGN_OR_RETURN(model_, CudaModel::Create(cfg.model, cfg.optimizer, mo));
@@ -246,12 +256,10 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
   }
   N_ = model_->tokens_per_micro();
   if (world_ > 1) {
-    FORGE_ASSIGN_OR_RETURN(dp_, CudaDataParallel::Create(shard_comm, rules, model_.get(),
-                                                         cfg.parallel.grad_reduce,
-                                                         cfg.parallel.ddp_allreduce,
-                                                         options.comm_windows,
-                                                         hsdp_replica_.get(),
-                                                         options.fp8_gather));
+    FORGE_ASSIGN_OR_RETURN(
+        dp_, CudaDataParallel::Create(shard_comm, rules, model_.get(), cfg.parallel.grad_reduce,
+                                      cfg.parallel.ddp_allreduce, options.comm_windows,
+                                      hsdp_replica_.get(), options.fp8_gather, symmetric));
     model_->set_hooks(dp_->read_hooks());
     if (comm->rank() == 0 && !dp_->fp8_gather_note().empty()) {
       std::fprintf(stderr, "forge: cuda backend: %s\n", dp_->fp8_gather_note().c_str());
@@ -689,6 +697,7 @@ CudaBackendOptions CudaBackendOptionsFromConfig(const EngineConfig& engine) {
   o.wgrad_sm_margin = engine.wgrad_sm_margin;
   o.rope_gemm = o.swiglu_gemm = o.swiglu_bwd_gemm = engine.fused_epilogues;
   o.gemm_autotune = engine.gemm_autotune;
+  o.nccl_symmetric_memory = engine.nccl_symmetric_memory;
   return o;
 }
 

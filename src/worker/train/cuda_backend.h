@@ -79,6 +79,9 @@ struct CudaBackendOptions {
   // fsdp / hsdp in FP8: the blocks' linear weights all-gathered as E4M3 where it applies
   // (worker/train/cuda_data_parallel.h); off, gathered in bf16 and cast per pass.
   bool fp8_gather = true;
+  // engine.nccl_symmetric_memory (NcclComm::AllocSymmetric): the model's collective buffers
+  // and fsdp's gather / reduce-scatter buffers in symmetric NCCL windows.
+  bool nccl_symmetric_memory = true;
 };
 
 // The defaults with the config's `engine:` keys applied.

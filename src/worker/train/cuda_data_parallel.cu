@@ -86,7 +86,8 @@ CudaDataParallel::~CudaDataParallel() {
 
 StatusOr<std::unique_ptr<CudaDataParallel>> CudaDataParallel::Create(
     NcclComm* comm, const ModeRules& rules, CudaModel* model, GradReduce grad_reduce,
-    DdpAllReduce ddp_allreduce, bool comm_windows, NcclComm* replica, bool fp8_gather) {
+    DdpAllReduce ddp_allreduce, bool comm_windows, NcclComm* replica, bool fp8_gather,
+    bool symmetric_memory) {
   if (comm == nullptr || model == nullptr)
     return Status::Invalid("CudaDataParallel: null comm/model");
   const bool fsdp_like = rules.shard_params;
@@ -110,8 +111,17 @@ StatusOr<std::unique_ptr<CudaDataParallel>> CudaDataParallel::Create(
   dp->replica_ = replica;
   dp->comm_windows_ = comm_windows;
   dp->fp8_gather_ = fp8_gather && fsdp_like;  // what InitFp8Gather may set up
+  dp->symmetric_memory_ = symmetric_memory;
   FORGE_RETURN_IF_ERROR(dp->Init());
   return StatusOr<std::unique_ptr<CudaDataParallel>>(std::move(dp));
+}
+
+// A buffer collectives write or read whole on the shard comm: symmetric NCCL memory, owned by
+// the comm, where Create was asked for it (NcclComm::AllocSymmetric); else AllocDevice's.
+Status CudaDataParallel::AllocCollective(void** p, size_t bytes) {
+  if (!symmetric_memory_) return AllocDevice(p, bytes);
+  FORGE_ASSIGN_OR_RETURN(*p, comm_->AllocSymmetric(bytes));
+  return Status::Ok();
 }
 
 Status CudaDataParallel::AllocDevice(void** p, size_t bytes) {
@@ -589,21 +599,21 @@ Status CudaDataParallel::InitFsdp() {
   const int roots[2] = {layout.embedding_unit(), layout.final_norm_unit()};
   for (int i = 0; i < 2; ++i) {
     const int64_t n = PaddedSize(layout.units[roots[i]].numel, world_);
-    FORGE_RETURN_IF_ERROR(AllocDevice(reinterpret_cast<void**>(&root_params_[i]), n * 2));
+    FORGE_RETURN_IF_ERROR(AllocCollective(reinterpret_cast<void**>(&root_params_[i]), n * 2));
     // The embedding's gradient buffer doubles as GatherSlots' scratch: sized for any unit.
     const int64_t g = i == 0 ? largest : n;
     if (i == 1 && share_root_grads_)
       root_grads_[1] = root_grads_[0];
     else
-      FORGE_RETURN_IF_ERROR(AllocDevice(reinterpret_cast<void**>(&root_grads_[i]), g * 4));
+      FORGE_RETURN_IF_ERROR(AllocCollective(reinterpret_cast<void**>(&root_grads_[i]), g * 4));
     model_->BindUnit(roots[i], root_params_[i], root_grads_[i]);
   }
   const int L = int(layout.units.size()) - 2;
   if (L > 0) {
     const int64_t n = PaddedSize(layout.units[layout.block_unit(0)].numel, world_);
     for (int b = 0; b < 2; ++b) {
-      FORGE_RETURN_IF_ERROR(AllocDevice(reinterpret_cast<void**>(&block_params_[b]), n * 2));
-      FORGE_RETURN_IF_ERROR(AllocDevice(reinterpret_cast<void**>(&block_grads_[b]), n * 4));
+      FORGE_RETURN_IF_ERROR(AllocCollective(reinterpret_cast<void**>(&block_params_[b]), n * 2));
+      FORGE_RETURN_IF_ERROR(AllocCollective(reinterpret_cast<void**>(&block_grads_[b]), n * 4));
     }
   }
   FORGE_RETURN_IF_ERROR(InitFp8Gather(fp8_gather_));
@@ -763,7 +773,7 @@ Status CudaDataParallel::InitFp8Gather(bool enabled) {
 
   FORGE_RETURN_IF_ERROR(AllocDevice(reinterpret_cast<void**>(&fp8_slots_), int64_t{L} * slot));
   for (uint8_t*& p : block_params8_) {
-    FORGE_RETURN_IF_ERROR(AllocDevice(reinterpret_cast<void**>(&p), int64_t{world_} * slot));
+    FORGE_RETURN_IF_ERROR(AllocCollective(reinterpret_cast<void**>(&p), int64_t{world_} * slot));
   }
   FORGE_RETURN_IF_ERROR(
       AllocDevice(reinterpret_cast<void**>(&fp8_slot_amax_), SlotAmaxBytes(L)));

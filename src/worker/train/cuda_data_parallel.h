@@ -124,12 +124,14 @@ class CudaDataParallel final : private ModeStorage {
   // `comm` (and `replica`) and `model` must outlive this. `rules` (mode_rules.h) are those of
   // a world of more than one rank. The model must have been created with shard_world =
   // comm->world(), shard_rank = comm->rank(), and shard_optimizer and shard_params as the
-  // rules say. hsdp: `comm` is the shard group, `replica` the replica group.
+  // rules say. hsdp: `comm` is the shard group, `replica` the replica group. With
+  // `symmetric_memory`, fsdp's gather and reduce-scatter buffers come from
+  // comm->AllocSymmetric (the model's from CudaModelOptions::collective_alloc).
   static StatusOr<std::unique_ptr<CudaDataParallel>> Create(
       NcclComm* comm, const ModeRules& rules, CudaModel* model,
-      GradReduce grad_reduce = GradReduce::kFp32,
-      DdpAllReduce ddp_allreduce = DdpAllReduce::kNccl, bool comm_windows = true,
-      NcclComm* replica = nullptr, bool fp8_gather = true);
+      GradReduce grad_reduce = GradReduce::kFp32, DdpAllReduce ddp_allreduce = DdpAllReduce::kNccl,
+      bool comm_windows = true, NcclComm* replica = nullptr, bool fp8_gather = true,
+      bool symmetric_memory = false);
   ~CudaDataParallel() override;
 
   // Ranks in all: the shard comm's world times the replicas.
@@ -241,6 +243,7 @@ class CudaDataParallel final : private ModeStorage {
   Status Release(int layer, cudaStream_t compute);
   Status Ensure(int layer, cudaStream_t compute, bool wait);
   Status AllocDevice(void** p, size_t bytes);
+  Status AllocCollective(void** p, size_t bytes);
   int block_of(int unit) const;  // layer index, or -1 for a root unit
   // fsdp: the rotating (block) or root fp32 gradient buffer unit u's backward writes.
   float* FsdpGradBuffer(int unit) const;
@@ -298,6 +301,7 @@ class CudaDataParallel final : private ModeStorage {
 
   // fsdp's E4M3 gather (InitFp8Gather; see the file comment).
   bool fp8_gather_ = false;       // set up: the path runs whenever fp8_slots_valid_
+  bool symmetric_memory_ = false;  // AllocCollective from the comm's symmetric memory
   bool fp8_slots_valid_ = false;  // fp8_slots_ are the current slots cast with current scales
   bool holder_fp8_[2] = {false, false};  // block_params8_[b] holds holder_[b]'s E4M3 weights
   int64_t fp8_slot_ = 0;                  // a block's slot (elements = bytes in E4M3)
