@@ -100,16 +100,16 @@ std::vector<Row> Measured() {
       // and the exposed fractions were fitted to these runs' timings.
       {"gpt350m B16 ddp bf16-grad x4", ddp_bf16, Mode::kDdp, 4, 204772, 0, true},
       {"gpt350m B16 fsdp x4", Config("gpt350m", 16, 4), Mode::kFsdp, 4, 197721, 15.6, true},
-      // 2x H200 of one host (bench/suite.sh --world 2 multi-gpu, one call; docs/performance.md),
-      // never fitted.
-      {"gpt350m B16 ddp x2", Config("gpt350m", 16, 2), Mode::kDdp, 2, 207495, 19.66, false},
-      {"gpt350m B16 ddp bf16-grad x2", ddp_bf16_2, Mode::kDdp, 2, 209501, 20.33, false},
-      {"gpt350m B16 zero1 x2", Config("gpt350m", 16, 2), Mode::kZero1, 2, 210325, 18.23, false},
+      // 2x H200 of one host (forge-dist-bench, one call, symmetric NCCL memory; zero2 and ddp
+      // FP8 from an earlier call on plain memory; docs/performance.md), never fitted.
+      {"gpt350m B16 ddp x2", Config("gpt350m", 16, 2), Mode::kDdp, 2, 208754, 19.71, false},
+      {"gpt350m B16 ddp bf16-grad x2", ddp_bf16_2, Mode::kDdp, 2, 210533, 20.38, false},
+      {"gpt350m B16 zero1 x2", Config("gpt350m", 16, 2), Mode::kZero1, 2, 210691, 18.29, false},
       {"gpt350m B16 zero2 x2", Config("gpt350m", 16, 2), Mode::kZero2, 2, 209742, 18.23, false},
-      {"gpt350m B16 fsdp x2", Config("gpt350m", 16, 2), Mode::kFsdp, 2, 206164, 16.66, false},
+      {"gpt350m B16 fsdp x2", Config("gpt350m", 16, 2), Mode::kFsdp, 2, 210772, 16.72, false},
       {"gpt350m B16 ddp fp8 x2", Config("gpt350m", 16, 2, fp8), Mode::kDdp, 2, 261798, 19.52,
        false},
-      {"gpt350m B16 fsdp fp8 x2", Config("gpt350m", 16, 2, fp8), Mode::kFsdp, 2, 266567, 16.10,
+      {"gpt350m B16 fsdp fp8 x2", Config("gpt350m", 16, 2, fp8), Mode::kFsdp, 2, 266204, 16.16,
        false},
       // 2x H200 (forge-dist-bench llama3-8b fsdp, B 1 per GPU; docs/performance.md), never
       // fitted; the peaks are the build's with the untied head in the final unit (--steps 2-4).
