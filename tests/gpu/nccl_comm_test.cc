@@ -14,6 +14,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <string>
@@ -27,7 +28,6 @@ namespace forge {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
 
 uint16_t Bf16Bits(float f) {  // exact for the small integers used here
   uint32_t b;
@@ -55,7 +55,6 @@ struct Dev {
     return h;
   }
 };
-
 
 void CheckCollectives(int r, NcclComm* comm, Errors* e) {
   const int W = comm->world();
@@ -186,19 +185,25 @@ void CheckStreams(int r, NcclComm* comm, Errors* e) {
 
 int Devices() { return NcclVisibleDevices(); }
 
-TEST(NcclComm, CollectivesOnTwoAndFourGpus) {
+// Runs `body` on every rank of a world of 2 and of 4 GPUs, where there are that many, each
+// failure reported with its world.
+void OnTwoAndFourGpus(const std::function<void(int r, NcclComm* comm, Errors* e)>& body) {
   if (Devices() < 2) GTEST_SKIP() << "needs 2 GPUs, found " << Devices();
   for (int world : {2, 4}) {
     if (world > Devices()) continue;
     Errors errors;
     NcclCommOptions o;
     o.timeout_s = 60;
-    RunRanks(world, o, &errors, [&](int r, NcclComm* comm) {
-      CheckCollectives(r, comm, &errors);
-      CheckStreams(r, comm, &errors);
-    });
+    RunRanks(world, o, &errors, [&](int r, NcclComm* comm) { body(r, comm, &errors); });
     for (const auto& s : errors.list) ADD_FAILURE() << "world " << world << ": " << s;
   }
+}
+
+TEST(NcclComm, CollectivesOnTwoAndFourGpus) {
+  OnTwoAndFourGpus([](int r, NcclComm* comm, Errors* e) {
+    CheckCollectives(r, comm, e);
+    CheckStreams(r, comm, e);
+  });
 }
 
 // AllocSymmetric (engine.nccl_symmetric_memory): several buffers one after another (each
@@ -206,59 +211,52 @@ TEST(NcclComm, CollectivesOnTwoAndFourGpus) {
 // all-reduces in place on them give the sums, and a collective on plain memory still runs
 // after them.
 TEST(NcclComm, SymmetricMemoryIsZeroedAndCollectivesRunOnIt) {
-  if (Devices() < 2) GTEST_SKIP() << "needs 2 GPUs, found " << Devices();
-  for (int world : {2, 4}) {
-    if (world > Devices()) continue;
-    Errors errors;
-    NcclCommOptions o;
-    o.timeout_s = 60;
-    RunRanks(world, o, &errors, [&](int r, NcclComm* comm) {
-      const int64_t n = (1 << 20) + 7;
-      std::vector<void*> bufs;
-      for (size_t bytes : {size_t(n) * 4, size_t(n) * 2, size_t(3)}) {
-        auto p = comm->AllocSymmetric(bytes);
-        if (!p.ok()) return errors.Add(r, "AllocSymmetric: " + p.status().ToString());
-        std::vector<uint8_t> h(bytes, 1);
-        cudaMemcpy(h.data(), *p, bytes, cudaMemcpyDeviceToHost);
-        errors.Check(r, std::all_of(h.begin(), h.end(), [](uint8_t b) { return b == 0; }),
-                     "buffer of " + std::to_string(bytes) + " bytes zeroed");
-        bufs.push_back(*p);
+  OnTwoAndFourGpus([](int r, NcclComm* comm, Errors* e) {
+    const int world = comm->world();
+    const int64_t n = (1 << 20) + 7;
+    std::vector<void*> bufs;
+    for (size_t bytes : {size_t(n) * 4, size_t(n) * 2, size_t(3)}) {
+      auto p = comm->AllocSymmetric(bytes);
+      if (!p.ok()) return e->Add(r, "AllocSymmetric: " + p.status().ToString());
+      std::vector<uint8_t> h(bytes, 1);
+      cudaMemcpy(h.data(), *p, bytes, cudaMemcpyDeviceToHost);
+      e->Check(r, std::all_of(h.begin(), h.end(), [](uint8_t b) { return b == 0; }),
+               "buffer of " + std::to_string(bytes) + " bytes zeroed");
+      bufs.push_back(*p);
+    }
+    std::vector<float> f(n);
+    std::vector<uint16_t> b(n);
+    for (int64_t i = 0; i < n; ++i) {
+      f[i] = Value(r, i);
+      b[i] = Bf16Bits(float(r + 1 + i % 5));
+    }
+    cudaMemcpy(bufs[0], f.data(), n * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(bufs[1], b.data(), n * 2, cudaMemcpyHostToDevice);
+    e->Ok(r, Finish(comm->AllReduceSum(bufs[0], n, DType::kF32, "symmetric f32")),
+          "all_reduce f32 on symmetric memory");
+    e->Ok(r, Finish(comm->AllReduceSum(bufs[1], n, DType::kBF16, "symmetric bf16")),
+          "all_reduce bf16 on symmetric memory");
+    cudaMemcpy(f.data(), bufs[0], n * 4, cudaMemcpyDeviceToHost);
+    cudaMemcpy(b.data(), bufs[1], n * 2, cudaMemcpyDeviceToHost);
+    double worst = 0;
+    int64_t wrong16 = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      double want = 0, want16 = 0;
+      for (int q = 0; q < world; ++q) {
+        want += Value(q, i);
+        want16 += q + 1 + i % 5;
       }
-      std::vector<float> f(n);
-      std::vector<uint16_t> b(n);
-      for (int64_t i = 0; i < n; ++i) {
-        f[i] = Value(r, i);
-        b[i] = Bf16Bits(float(r + 1 + i % 5));
-      }
-      cudaMemcpy(bufs[0], f.data(), n * 4, cudaMemcpyHostToDevice);
-      cudaMemcpy(bufs[1], b.data(), n * 2, cudaMemcpyHostToDevice);
-      errors.Ok(r, Finish(comm->AllReduceSum(bufs[0], n, DType::kF32, "symmetric f32")),
-                "all_reduce f32 on symmetric memory");
-      errors.Ok(r, Finish(comm->AllReduceSum(bufs[1], n, DType::kBF16, "symmetric bf16")),
-                "all_reduce bf16 on symmetric memory");
-      cudaMemcpy(f.data(), bufs[0], n * 4, cudaMemcpyDeviceToHost);
-      cudaMemcpy(b.data(), bufs[1], n * 2, cudaMemcpyDeviceToHost);
-      double worst = 0;
-      int64_t wrong16 = 0;
-      for (int64_t i = 0; i < n; ++i) {
-        double want = 0, want16 = 0;
-        for (int q = 0; q < world; ++q) {
-          want += Value(q, i);
-          want16 += q + 1 + i % 5;
-        }
-        worst = std::max(worst, std::fabs(f[i] - want));
-        wrong16 += FromBf16(b[i]) != float(want16);  // small integers: exact
-      }
-      errors.Check(r, worst <= 1e-5, "f32 sum worst " + std::to_string(worst));
-      errors.Check(r, wrong16 == 0, "bf16 sums wrong: " + std::to_string(wrong16));
-      Dev<float> plain(5);
-      plain.Put({1, 2, 3, 4, 5});
-      errors.Ok(r, Finish(comm->AllReduceSum(plain.p, 5, DType::kF32, "plain")),
-                "all_reduce on plain memory after");
-      errors.Check(r, plain.Get(5)[4] == 5.0f * world, "plain sum");
-    });
-    for (const auto& s : errors.list) ADD_FAILURE() << "world " << world << ": " << s;
-  }
+      worst = std::max(worst, std::fabs(f[i] - want));
+      wrong16 += FromBf16(b[i]) != float(want16);  // small integers: exact
+    }
+    e->Check(r, worst <= 1e-5, "f32 sum worst " + std::to_string(worst));
+    e->Check(r, wrong16 == 0, "bf16 sums wrong: " + std::to_string(wrong16));
+    Dev<float> plain(5);
+    plain.Put({1, 2, 3, 4, 5});
+    e->Ok(r, Finish(comm->AllReduceSum(plain.p, 5, DType::kF32, "plain")),
+          "all_reduce on plain memory after");
+    e->Check(r, plain.Get(5)[4] == 5.0f * world, "plain sum");
+  });
 }
 
 // Split (ncclCommSplit): ranks of the same parity form a part, ranked by key = -rank
@@ -266,47 +264,40 @@ TEST(NcclComm, SymmetricMemoryIsZeroedAndCollectivesRunOnIt) {
 // everyone's afterwards, and both parts of a 4-GPU world (hsdp's 2 x 2 shape: groups {0, 2} and
 // {1, 3}) work at once. On 2 GPUs each part has one rank.
 TEST(NcclComm, SplitFormsIndependentPartsOnTwoAndFourGpus) {
-  if (Devices() < 2) GTEST_SKIP() << "needs 2 GPUs, found " << Devices();
-  for (int world : {2, 4}) {
-    if (world > Devices()) continue;
-    Errors errors;
-    NcclCommOptions o;
-    o.timeout_s = 60;
-    RunRanks(world, o, &errors, [&](int r, NcclComm* comm) {
-      auto part = comm->SplitNccl(r % 2, -r, "parity");
-      if (!part.ok()) return errors.Add(r, "SplitNccl: " + part.status().ToString());
-      NcclComm* p = part->get();
-      std::vector<int> members;  // world ranks of this part, in its rank order
-      for (int q = world - 1; q >= 0; --q)
-        if (q % 2 == r % 2) members.push_back(q);
-      errors.Check(r, p->world() == int(members.size()), "part size");
-      errors.Check(r, p->rank() >= 0 && p->rank() < p->world() && members[p->rank()] == r,
-                   "part ranked by key");
-      errors.Check(r, p->device() == r, "part on the parent's device");
-      const int64_t n = 4099;
-      std::vector<float> h(n);
-      for (int64_t i = 0; i < n; ++i) h[i] = Value(r, i);
-      Dev<float> d(n), whole(n);
-      d.Put(h);
-      whole.Put(h);
-      errors.Ok(r, Finish(p->AllReduceSum(d.p, n, DType::kF32, "part")), "part all_reduce");
-      errors.Ok(r, Finish(comm->AllReduceSum(whole.p, n, DType::kF32, "parent")),
-                "parent all_reduce after the split");
-      const auto got = d.Get(n), all = whole.Get(n);
-      double worst = 0, worst_all = 0;
-      for (int64_t i = 0; i < n; ++i) {
-        double want = 0, want_all = 0;
-        for (int q : members) want += Value(q, i);
-        for (int q = 0; q < world; ++q) want_all += Value(q, i);
-        worst = std::max(worst, std::fabs(got[i] - want));
-        worst_all = std::max(worst_all, std::fabs(all[i] - want_all));
-      }
-      errors.Check(r, worst <= 1e-5, "part sum worst " + std::to_string(worst));
-      errors.Check(r, worst_all <= 1e-5, "parent sum worst " + std::to_string(worst_all));
-      errors.Check(r, !comm->SplitNccl(-1, 0, "negative").ok(), "negative color rejected");
-    });
-    for (const auto& s : errors.list) ADD_FAILURE() << "world " << world << ": " << s;
-  }
+  OnTwoAndFourGpus([](int r, NcclComm* comm, Errors* e) {
+    const int world = comm->world();
+    auto part = comm->SplitNccl(r % 2, -r, "parity");
+    if (!part.ok()) return e->Add(r, "SplitNccl: " + part.status().ToString());
+    NcclComm* p = part->get();
+    std::vector<int> members;  // world ranks of this part, in its rank order
+    for (int q = world - 1; q >= 0; --q)
+      if (q % 2 == r % 2) members.push_back(q);
+    e->Check(r, p->world() == int(members.size()), "part size");
+    e->Check(r, p->rank() >= 0 && p->rank() < p->world() && members[p->rank()] == r,
+             "part ranked by key");
+    e->Check(r, p->device() == r, "part on the parent's device");
+    const int64_t n = 4099;
+    std::vector<float> h(n);
+    for (int64_t i = 0; i < n; ++i) h[i] = Value(r, i);
+    Dev<float> d(n), whole(n);
+    d.Put(h);
+    whole.Put(h);
+    e->Ok(r, Finish(p->AllReduceSum(d.p, n, DType::kF32, "part")), "part all_reduce");
+    e->Ok(r, Finish(comm->AllReduceSum(whole.p, n, DType::kF32, "parent")),
+          "parent all_reduce after the split");
+    const auto got = d.Get(n), all = whole.Get(n);
+    double worst = 0, worst_all = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      double want = 0, want_all = 0;
+      for (int q : members) want += Value(q, i);
+      for (int q = 0; q < world; ++q) want_all += Value(q, i);
+      worst = std::max(worst, std::fabs(got[i] - want));
+      worst_all = std::max(worst_all, std::fabs(all[i] - want_all));
+    }
+    e->Check(r, worst <= 1e-5, "part sum worst " + std::to_string(worst));
+    e->Check(r, worst_all <= 1e-5, "parent sum worst " + std::to_string(worst_all));
+    e->Check(r, !comm->SplitNccl(-1, 0, "negative").ok(), "negative color rejected");
+  });
 }
 
 TEST(NcclComm, SkippedCollectiveTimesOutNamingRankAndCollective) {
