@@ -370,6 +370,19 @@ std::pair<std::vector<Trajectory>, std::vector<Trajectory>> ExpectSameBitsWith(
   return {std::move(a), std::move(b)};
 }
 
+// ExpectSameBitsWith for `mode` with 2 micro-steps a step. fsdp in FP8 takes the Llama knobs
+// and delayed scaling, so that its E4M3 gather runs, and must have gathered every block so.
+void ExpectModeSameBitsWith(ParallelMode mode, GradReduce reduce, Precision p,
+                            const CudaBackendOptions& changed, const std::string& what) {
+  const bool fsdp_fp8 = mode == ParallelMode::kFsdp && p == Precision::kFp8;
+  RunConfig c = Config(mode, 2, 2, reduce, p, /*fp8_lm_head=*/false, /*llama=*/fsdp_fp8);
+  if (fsdp_fp8) c.precision.fp8.recipe = Fp8Recipe::kDelayed;  // the E4M3 gather runs
+  const auto [base, with_changed] = ExpectSameBitsWith(c, changed, what);
+  if (fsdp_fp8 && !base.empty()) {
+    EXPECT_GE(base[0].fp8_block_gathers, int64_t{c.model.n_layer} * (kSteps - 1));
+  }
+}
+
 // With accumulation (every micro-step gathers the blocks again and adds its reduce-scattered
 // gradient) and with full activation recompute (the backward's recompute reads the gathered
 // E4M3 weights again), fsdp's E4M3 gather against its bf16 gather and per-pass cast
@@ -427,18 +440,12 @@ TEST(CudaDataParallel, SymmetricMemoryChangesNoBits) {
                        Case{ParallelMode::kZero1, GradReduce::kFp32, Precision::kBf16},
                        Case{ParallelMode::kFsdp, GradReduce::kFp32, Precision::kBf16},
                        Case{ParallelMode::kFsdp, GradReduce::kFp32, Precision::kFp8}}) {
-    const bool fp8 = k.precision == Precision::kFp8;
     SCOPED_TRACE(std::string(ParallelModeName(k.mode)) +
-                 (k.reduce == GradReduce::kBf16 ? ", bf16 gradients" : "") + (fp8 ? ", fp8" : ""));
-    RunConfig c = Config(k.mode, 2, 2, k.reduce, k.precision, /*fp8_lm_head=*/false,
-                         /*llama=*/fp8);
-    if (fp8) c.precision.fp8.recipe = Fp8Recipe::kDelayed;  // the E4M3 gather runs
+                 (k.reduce == GradReduce::kBf16 ? ", bf16 gradients" : "") +
+                 (k.precision == Precision::kFp8 ? ", fp8" : ""));
     CudaBackendOptions plain;
     plain.nccl_symmetric_memory = false;
-    const auto [symmetric, unregistered] = ExpectSameBitsWith(c, plain, "symmetric vs plain");
-    if (fp8 && !symmetric.empty()) {
-      EXPECT_GE(symmetric[0].fp8_block_gathers, int64_t{c.model.n_layer} * (kSteps - 1));
-    }
+    ExpectModeSameBitsWith(k.mode, k.reduce, k.precision, plain, "symmetric vs plain");
   }
 }
 
@@ -454,16 +461,9 @@ TEST(CudaDataParallel, DeferredUpdateChangesNoBits) {
     for (const Precision p : {Precision::kBf16, Precision::kFp8}) {
       SCOPED_TRACE(std::string(ParallelModeName(mode)) +
                    (p == Precision::kFp8 ? ", fp8" : ", bf16"));
-      const bool fsdp_fp8 = mode == ParallelMode::kFsdp && p == Precision::kFp8;
-      RunConfig c = Config(mode, 2, 2, GradReduce::kFp32, p, /*fp8_lm_head=*/false,
-                           /*llama=*/fsdp_fp8);
-      if (fsdp_fp8) c.precision.fp8.recipe = Fp8Recipe::kDelayed;  // the E4M3 gather runs
       CudaBackendOptions immediate;
       immediate.defer_update = false;
-      const auto [deferred, at_end] = ExpectSameBitsWith(c, immediate, "deferred vs at the end");
-      if (fsdp_fp8 && !deferred.empty()) {
-        EXPECT_GE(deferred[0].fp8_block_gathers, int64_t{c.model.n_layer} * (kSteps - 1));
-      }
+      ExpectModeSameBitsWith(mode, GradReduce::kFp32, p, immediate, "deferred vs at the end");
     }
   }
 }
