@@ -112,10 +112,11 @@ std::vector<Row> Measured() {
       {"gpt350m B16 fsdp fp8 x2", Config("gpt350m", 16, 2, fp8), Mode::kFsdp, 2, 266204, 16.16,
        false},
       // 2x H200 (forge-dist-bench llama3-8b fsdp, B 1 per GPU; docs/performance.md), never
-      // fitted; the peaks are the build's with the untied head in the final unit (--steps 2-4).
-      {"llama3-8b B1 fsdp x2", Config("llama3-8b", 1, 2), Mode::kFsdp, 2, 10235, 105.58, false},
-      {"llama3-8b B1 fsdp fp8 x2", Config("llama3-8b", 1, 2, fp8), Mode::kFsdp, 2, 13393,
-       106.37, false},
+      // fitted: no recompute from one call with symmetric NCCL memory (--steps 4), the
+      // recompute rows from earlier calls on plain memory (--steps 2-3).
+      {"llama3-8b B1 fsdp x2", Config("llama3-8b", 1, 2), Mode::kFsdp, 2, 10406, 105.61, false},
+      {"llama3-8b B1 fsdp fp8 x2", Config("llama3-8b", 1, 2, fp8), Mode::kFsdp, 2, 13642,
+       106.40, false},
       {"llama3-8b B1 fsdp selective x2", Config("llama3-8b", 1, 2, bf16, Recompute::kSelective),
        Mode::kFsdp, 2, 9814, 95.26, false},
       {"llama3-8b B1 fsdp full x2", Config("llama3-8b", 1, 2, bf16, Recompute::kFull),
