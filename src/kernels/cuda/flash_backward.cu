@@ -26,10 +26,12 @@
 // rarely waits. Each element of dQ is a sum in one fixed order: bitwise reproducible, nothing
 // to zero first.
 //
-// Warp roles (384 threads, one CTA an SM): warpgroups 0 and 1 compute (216 registers a thread);
-// warpgroup 2 gives registers up (72): its first thread streams K, V (double-buffered across
-// tiles) and each query block's Q, dO and row statistics (two stages) with TMA; its second and
-// third warps are the dQ writers (one a dQ buffer, so two additions are in flight).
+// Warp roles (384 threads, one CTA an SM): warpgroups 0 and 1 compute (232 registers a thread,
+// K and V of their keys held in registers as the A operand of S^T and dP^T; 216 in the FP8 form
+// without GQA, whose MMAs read them from shared memory); warpgroup 2 gives registers up (40;
+// 72): its first thread streams K, V (double-buffered across tiles) and each query block's Q,
+// dO and row statistics (two stages) with TMA; its second and third warps are the dQ writers
+// (one a dQ buffer, so two additions are in flight).
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -55,8 +57,15 @@ constexpr int kHd = 64;
 constexpr int kBq = 64;    // queries a block
 constexpr int kBkv = 128;  // keys a tile
 constexpr int kThreads = 384;
-constexpr RegisterSplit kRegs{168, 72, 216, 2};
-static_assert(kRegs.fits(), "setmaxnreg: the producer must give up what the consumers take");
+// The compute warpgroups hold K and V of their keys in registers (see the consumer's loop)
+// except in the FP8 form without GQA, which would spill; those 32 registers a thread come from
+// the producer warpgroup.
+template <bool kFp8, bool kSplit>
+constexpr bool kKvInRegisters = kSplit || !kFp8;
+constexpr RegisterSplit kRegsKv{168, 40, 232, 2};
+constexpr RegisterSplit kRegsSs{168, 72, 216, 2};
+static_assert(kRegsKv.fits() && kRegsSs.fits() && kRegsKv.launch == kRegsSs.launch,
+              "setmaxnreg: the producer must give up what the consumers take");
 
 // Shared memory (offsets from a 1024-byte aligned base; every swizzled tile 1024-aligned).
 constexpr int kTileQ = kBq * kHd * 2;                // 8 KiB: Q or dO of one query block
@@ -198,7 +207,7 @@ __device__ __forceinline__ float Exp2Ftz(float x) {
 // Named barrier over the two compute warpgroups (id 1; 0 is __syncthreads).
 __device__ __forceinline__ void ComputeBarrier() { asm volatile("bar.sync 1, 256;" ::: "memory"); }
 
-// D[64 x 64] += A[64 x 16] B[64 x 16]^T, both K-major tiles in shared memory.
+// D[64 x 64] (+)= A[64 x 16] B[64 x 16]^T, both K-major tiles in shared memory.
 __device__ __forceinline__ void WgmmaSsN64(float (&d)[32], uint64_t desc_a, uint64_t desc_b,
                                            int scale_d) {
   asm volatile(
@@ -208,6 +217,19 @@ __device__ __forceinline__ void WgmmaSsN64(float (&d)[32], uint64_t desc_a, uint
       "%32, %33, p, 1, 1, 0, 0;\n}\n"
       : FORGE_WGMMA_OUTS_32(d)
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+// D[64 x 64] (+)= A[64 x 16] B[64 x 16]^T, A from registers (the accumulator layout of an
+// m64n16 slice, packed to bf16 pairs), B K-major in shared memory.
+__device__ __forceinline__ void WgmmaRsN64(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b,
+                                           int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" FORGE_WGMMA_REGS_32
+      "}, "
+      "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+      : FORGE_WGMMA_OUTS_32(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
 // D[64 x 64] += A[64 x 16] B[16 x 64], A from registers (the accumulator layout of an
@@ -311,6 +333,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   int4* jobs = reinterpret_cast<int4*>(smem + kOffSlots + 16);  // (b H + qh, i, j, b)
   int* last_flag = reinterpret_cast<int*>(smem + kOffSlots + 48);
   const int wg = threadIdx.x / 128;
+  constexpr RegisterSplit kRegs = kKvInRegisters<kFp8, kSplit> ? kRegsKv : kRegsSs;
   const float f8_scale = kFp8 ? *p.f8_scale : 0.0f;
   uint32_t f8_amax_bits = 0;  // this thread's max |value| of its FP8 outputs (kFp8)
 
@@ -457,8 +480,28 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint8_t* ks = smem + kOffKv + buf * 2 * kTileK;
     const uint8_t* kw = ks + wg * (kTileK / 2);  // this warpgroup's 64 keys of K and V
     const uint8_t* vw = kw + kTileK;
-    const uint64_t desc_k = SmemDesc(kw), desc_v = SmemDesc(vw);
     const uint64_t desc_kt = SmemDescNMajor(ks + 64 * wg);
+    // K and V of this warpgroup's 64 keys as the A operand of S^T = K Q^T and dP^T = V dO^T,
+    // held in registers for the whole tile (the accumulator layout of an m64n16 slice: rows r0
+    // and r0 + 8, columns 16 kk + 2 quad + {0, 1} and + 8), so those MMAs read only Q and dO
+    // from shared memory: with both operands there, MMAs of n 64 use up its bandwidth (8-9%
+    // faster at llama3-1b's shape).
+    constexpr bool kKvRegs = kKvInRegisters<kFp8, kSplit>;
+    const uint64_t desc_k = SmemDesc(kw), desc_v = SmemDesc(vw);
+    uint32_t ka[16], va[16];
+#pragma unroll
+    for (int kk = 0; kk < (kKvRegs ? 4 : 0); ++kk) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int rr = 0; rr < 2; ++rr) {
+          const int row = r0 + 8 * rr;
+          const int off = row * 128 + (((2 * kk + h) ^ (row & 7)) << 4) + 4 * quad;
+          ka[4 * kk + 2 * h + rr] = *reinterpret_cast<const uint32_t*>(kw + off);
+          va[4 * kk + 2 * h + rr] = *reinterpret_cast<const uint32_t*>(vw + off);
+        }
+      }
+    }
     float dv[32], dk[32];
 #pragma unroll
     for (int k = 0; k < 32; ++k) dv[k] = dk[k] = 0.0f;
@@ -474,10 +517,24 @@ __global__ void __launch_bounds__(kThreads, 1)
         const uint64_t dqd = SmemDesc(qs), ddo = SmemDesc(dos);
         WgmmaFence();
 #pragma unroll
-        for (int k = 0; k < 4; ++k) WgmmaSsN64(st, desc_k + 2 * k, dqd + 2 * k, k);
+        for (int k = 0; k < 4; ++k) {
+          const uint32_t a[4] = {ka[4 * k], ka[4 * k + 1], ka[4 * k + 2], ka[4 * k + 3]};
+          if constexpr (kKvRegs) {
+            WgmmaRsN64(st, a, dqd + 2 * k, k);
+          } else {
+            WgmmaSsN64(st, desc_k + 2 * k, dqd + 2 * k, k);
+          }
+        }
         WgmmaCommit();
 #pragma unroll
-        for (int k = 0; k < 4; ++k) WgmmaSsN64(dpt, desc_v + 2 * k, ddo + 2 * k, k);
+        for (int k = 0; k < 4; ++k) {
+          const uint32_t a[4] = {va[4 * k], va[4 * k + 1], va[4 * k + 2], va[4 * k + 3]};
+          if constexpr (kKvRegs) {
+            WgmmaRsN64(dpt, a, ddo + 2 * k, k);
+          } else {
+            WgmmaSsN64(dpt, desc_v + 2 * k, ddo + 2 * k, k);
+          }
+        }
         WgmmaCommit();
         // This thread's 16 query columns: 8 nj + 2 quad + {0, 1}.
         float lse[16], dd[16];
@@ -754,7 +811,7 @@ Status FlashBackward(const FlashBackwardShape& s, const bf16* qkv, const bf16* o
   const int smem_bytes = fp8 != nullptr ? kSmemBytesFp8 : kSmemBytes;
   FORGE_RETURN_IF_ERROR(AllowDynamicSmem(kernel, smem_bytes));
   FORGE_RETURN_IF_ERROR(
-      CheckLaunchRegisters(reinterpret_cast<const void*>(kernel), kRegs.launch, "FlashBackward"));
+      CheckLaunchRegisters(reinterpret_cast<const void*>(kernel), kRegsKv.launch, "FlashBackward"));
   kernel<<<std::min(p.tiles, sms), kThreads, smem_bytes, stream>>>(map_q, map_kv, map_do, p);
   FORGE_CUDA_LAUNCH_CHECK();
   if (fp8 == nullptr) return Status::Ok();
