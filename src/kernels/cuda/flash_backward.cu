@@ -232,6 +232,24 @@ __device__ __forceinline__ void WgmmaRsN64(float (&d)[32], const uint32_t (&a)[4
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
+// D[64 x 64] = A[64 x 64] B[64 x 64]^T over the head width, one commit group: A the warpgroup's
+// 64 keys of K or V, from registers (`regs`, four m64n16 slices) or shared memory (`desc_a`),
+// B 64 queries of Q or dO in shared memory.
+template <bool kARegs>
+__device__ __forceinline__ void KeysMma(float (&d)[32], const uint32_t (&regs)[16], uint64_t desc_a,
+                                        uint64_t desc_b) {
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    if constexpr (kARegs) {
+      const uint32_t a[4] = {regs[4 * k], regs[4 * k + 1], regs[4 * k + 2], regs[4 * k + 3]};
+      WgmmaRsN64(d, a, desc_b + 2 * k, k);
+    } else {
+      WgmmaSsN64(d, desc_a + 2 * k, desc_b + 2 * k, k);
+    }
+  }
+  WgmmaCommit();
+}
+
 // D[64 x 64] += A[64 x 16] B[16 x 64], A from registers (the accumulator layout of an
 // m64n16 slice, packed to bf16 pairs), B N-major in shared memory (transposed).
 __device__ __forceinline__ void WgmmaRsN64TransB(float (&d)[32], const uint32_t (&a)[4],
@@ -516,26 +534,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         float st[32], dpt[32];
         const uint64_t dqd = SmemDesc(qs), ddo = SmemDesc(dos);
         WgmmaFence();
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const uint32_t a[4] = {ka[4 * k], ka[4 * k + 1], ka[4 * k + 2], ka[4 * k + 3]};
-          if constexpr (kKvRegs) {
-            WgmmaRsN64(st, a, dqd + 2 * k, k);
-          } else {
-            WgmmaSsN64(st, desc_k + 2 * k, dqd + 2 * k, k);
-          }
-        }
-        WgmmaCommit();
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const uint32_t a[4] = {va[4 * k], va[4 * k + 1], va[4 * k + 2], va[4 * k + 3]};
-          if constexpr (kKvRegs) {
-            WgmmaRsN64(dpt, a, ddo + 2 * k, k);
-          } else {
-            WgmmaSsN64(dpt, desc_v + 2 * k, ddo + 2 * k, k);
-          }
-        }
-        WgmmaCommit();
+        KeysMma<kKvRegs>(st, ka, desc_k, dqd);
+        KeysMma<kKvRegs>(dpt, va, desc_v, ddo);
         // This thread's 16 query columns: 8 nj + 2 quad + {0, 1}.
         float lse[16], dd[16];
 #pragma unroll
