@@ -20,6 +20,12 @@
 #                 collectives, the copy engines), zero1, zero2, fsdp, ddp and fsdp in FP8, and
 #                 ddp with distinct batches and the one-GPU accumulation check; then
 #                 torch_dist.py ddp and fsdp on the same GPUs
+#   llama-dp      forge-dist-bench llama3-1b (T 8192) B 2 per GPU on N GPUs with fsdp and ddp,
+#                 each against one GPU measured first (its share of one GPU's speed); then
+#                 torch_llama.py llama1b B 2 without checkpointing on the same GPUs
+#   nodes         forge-dist-bench gpt350m B 16 per GPU on N GPUs (an even number) as one node
+#                 and as 2 emulated nodes (NCCL's socket transport between them): ddp with bf16
+#                 gradients, fsdp, and hsdp with shard groups of a node's N/2 GPUs
 #   llama-fsdp    forge-dist-bench llama3-8b (T 8192) fsdp B 1 per GPU on N GPUs (it does not
 #                 fit one: --no-single) beside torch_llama.py llama8b B 1 on the same GPUs:
 #                 without recompute BF16, FP8 and the recipe's none; then selective BF16; full
@@ -51,7 +57,7 @@
 # $OUT, else /tmp/forge-suite); --base also runs the previous build's benchmark
 # (bin/forge-bench-base, bin/forge-dist-bench-base: copy them there after packing) right
 # before the new one on every row; --no-anchor leaves the PyTorch runs out; --world N: GPUs
-# for multi-gpu, llama-fsdp, llama-train and gpu-tests (default: all); --filter: a gtest filter for
+# for multi-gpu, llama-dp, nodes, llama-fsdp, llama-train and gpu-tests (default: all); --filter: a gtest filter for
 # gpu-tests; --data: the prepared dataset for fp8-accuracy or llama-train, a directory holding
 # dataset/ or a .tar.xz of it (default .devdata/full.tar.xz, .devdata/llama3.tar.xz; how to make
 # them: docs/performance.md); --deadline: no run starts after this many seconds (default 560, so a
@@ -64,7 +70,8 @@
 set -u -o pipefail
 cd "$(dirname "$0")/.." || exit 2
 
-suites="single-gpu llama multi-gpu llama-fsdp fp8-accuracy llama-train generation gpu-tests profile"
+suites="single-gpu llama multi-gpu llama-dp nodes llama-fsdp fp8-accuracy llama-train"
+suites+=" generation gpu-tests profile"
 header() { sed -n '2,/^[^#]/p' "$0" | sed -n 's/^# \{0,1\}//p'; }
 usage() {
   echo "usage:" >&2
@@ -228,6 +235,49 @@ multi_world() {
   fi
   [ "$w" -ge 2 ] || { echo "suite.sh: $1 needs 2 or more GPUs (found $w)" >&2; exit 1; }
   echo "$w"
+}
+
+# llama3-1b over the GPUs of one host, each mode against one GPU (forge-dist-bench measures
+# the single-GPU step first): the share of one GPU's speed the Llama targets ask of fsdp.
+llama_dp() {
+  local w m
+  w=$(multi_world llama-dp) || exit 1
+  gpu_line
+  for m in fsdp ddp; do
+    step "llama3-1b-$m-w$w" 180 "$run" forge-dist-bench --config configs/llama3-1b.yaml \
+      --world "$w" --mode "$m" --micro-batch 2 --steps 6 --warmup 2
+  done
+  $anchor || return 0
+  step "torch-llama1b-b2-none-w$w" 240 env STEPS=10 NCCL_NVLS_ENABLE=0 \
+    TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1 "$py" -m torch.distributed.run \
+    --standalone --nproc_per_node="$w" "$dev/torch_llama.py" llama1b 2 8192 ac=none
+}
+
+# The GPUs as one node and as two emulated ones (forge-dist-bench --emulate-nodes: each rank
+# its own NCCL host id, so the bytes between the halves go over NCCL's network transport).
+nodes() {
+  local w
+  w=$(multi_world nodes) || exit 1
+  [ $((w % 2)) = 0 ] || { echo "suite.sh: nodes needs an even number of GPUs (got $w)" >&2; exit 1; }
+  gpu_line
+  local g=$((w / 2)) r n
+  local rows=(
+    "ddp-bf16 --mode ddp --grad-reduce bf16"
+    "fsdp --mode fsdp"
+    "hsdp-g$g --mode hsdp --shard-group-size $g"
+  )
+  for n in 1 2; do
+    for r in "${rows[@]}"; do
+      # shellcheck disable=SC2086
+      set -- $r
+      local label=$1
+      shift
+      local topo=()
+      [ "$n" = 2 ] && topo=(--emulate-nodes 2)
+      step "$label-w$w-nodes$n" 150 "$run" forge-dist-bench --config configs/gpt350m.yaml \
+        --world "$w" --micro-batch 16 --steps 20 "$@" "${topo[@]}"
+    done
+  done
 }
 
 llama_fsdp() {
@@ -480,6 +530,8 @@ case $suite in
   single-gpu) single_gpu ;;
   llama) llama ;;
   multi-gpu) multi_gpu ;;
+  llama-dp) llama_dp ;;
+  nodes) nodes ;;
   llama-fsdp) llama_fsdp ;;
   fp8-accuracy) fp8_accuracy ;;
   llama-train) llama_train ;;

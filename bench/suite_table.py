@@ -12,6 +12,8 @@ tables, in the order the suites first appear:
                 recompute setting (full: full checkpointing)
   multi-gpu     forge-dist-bench and torch_dist.py lines: one row a run, the ratio of ddp and
                 fsdp to PyTorch's DDP and FSDP2 at the same world size; the accumulation check
+  llama-dp      as llama-fsdp, with each run's share of one GPU's speed
+  nodes         as multi-gpu, each run named by its topology (one node or emulated nodes)
   llama-fsdp    forge-dist-bench --no-single and torch_llama.py lines: one row a run, with the
                 ratio to the PyTorch recipe's run without checkpointing and at the same recompute
                 setting, at the same world size
@@ -146,6 +148,10 @@ def multi_gpu(lines):
             run += ", copy engines"
         if l.get("batches", "").startswith("distinct"):
             run += ", distinct batches"
+        if l["mode"] == "hsdp" and "shard_group_size" in l:
+            run += f", groups of {l['shard_group_size']}"
+        if "emulated_nodes" in l:
+            run += f", {l['emulated_nodes']} emulated nodes"
         # PyTorch trains one batch on every rank: only same-batch runs compare with it.
         t = None if "distinct" in run else torch.get((l["mode"], l["world"]))
         rows.append([run, str(l["world"])] + ([build_of(l)] if with_base else []) +
@@ -176,13 +182,15 @@ def multi_gpu(lines):
     return out
 
 
-def llama_fsdp(lines):
+def llama_fsdp(lines, one_gpu=False):
+    """one_gpu: a column with each run's share of one GPU's speed (llama-dp)."""
     forge = [l for l in lines if "tokens_per_s_per_gpu" in l and "mode" in l and "ac" not in l]
     torch = {(TORCH_LLAMA.get(l["model"], l["model"]), l["world"], l["ac"]): l for l in lines
              if "tokens_per_s_per_gpu" in l and "ac" in l}
     header = ["model", "GPUs", "run", "recompute", "step ms", "tokens/s per GPU", "MFU",
-              "peak GiB", "collectives in step / stalled ms", "vs PyTorch (none)",
-              "vs PyTorch (same recompute)"]
+              "peak GiB", "collectives in step / stalled ms"] + (
+                 ["one GPU (tokens/s)", "of one GPU"] if one_gpu else []) + [
+                 "vs PyTorch (none)", "vs PyTorch (same recompute)"]
     rows = []
     for l in forge:
         key = (l["model"], l["world"])
@@ -190,17 +198,24 @@ def llama_fsdp(lines):
         run = "Forge " + l["mode"] + " " + PRECISION.get((l["precision"], False), l["precision"])
         if l.get("fp8_gather") is False:
             run += ", bf16 gather"
+        single = l.get("single_gpu_tokens_per_s")
         rows.append([l["model"], str(l["world"]), run, l["recompute"], fmt(l["step_ms"]),
                      fmt(round(l["tokens_per_s_per_gpu"])), pct(l.get("mfu")),
                      fmt(l.get("peak_mem_gib")),
-                     f"{fmt(l.get('comm_in_step_ms'))} / {fmt(l.get('comm_wait_ms'))}",
-                     ratio(l["tokens_per_s_per_gpu"], fastest and fastest["tokens_per_s_per_gpu"]),
+                     f"{fmt(l.get('comm_in_step_ms'))} / {fmt(l.get('comm_wait_ms'))}"] +
+                    ([fmt(round(single)) if single else "",
+                      pct(l.get("scaling_efficiency"), 2)] if one_gpu else []) +
+                    [ratio(l["tokens_per_s_per_gpu"], fastest and fastest["tokens_per_s_per_gpu"]),
                      ratio(l["tokens_per_s_per_gpu"], same and same["tokens_per_s_per_gpu"])])
     for (model, world, ac), t in torch.items():
         rows.append([model, str(world), "PyTorch FSDP2 recipe BF16", ac, fmt(t["step_ms"]),
                      fmt(round(t["tokens_per_s_per_gpu"])), pct(t.get("mfu")),
-                     fmt(t.get("peak_mem_gib")), "", "", ""])
+                     fmt(t.get("peak_mem_gib")), ""] + (["", ""] if one_gpu else []) + ["", ""])
     return [table(header, rows)]
+
+
+def llama_dp(lines):
+    return llama_fsdp(lines, one_gpu=True)
 
 
 def fp8_accuracy(lines):
@@ -321,7 +336,7 @@ def profile(lines):
 
 
 SUITES = {"single-gpu": single_gpu, "llama": llama, "multi-gpu": multi_gpu,
-          "llama-fsdp": llama_fsdp, "fp8-accuracy": fp8_accuracy, "llama-train": llama_train,
+          "llama-dp": llama_dp, "nodes": multi_gpu, "llama-fsdp": llama_fsdp, "fp8-accuracy": fp8_accuracy, "llama-train": llama_train,
           "generation": generation, "gpu-tests": gpu_tests, "profile": profile}
 
 

@@ -144,6 +144,17 @@ TEST_F(BenchSuiteTest, TableOfEverySuiteFromItsLines) {
   EXPECT_NE(Row(r.out, "llama3-8b | 2 | Forge fsdp FP8, bf16 gather | full")
                 .find("| 253.90 / 15.08 |"),
             std::string::npos);
+  // llama-dp: llama-fsdp's columns plus one GPU's speed and the share of it.
+  EXPECT_NE(Row(r.out, "llama3-1b | 2 | Forge fsdp BF16 | none")
+                .find("| 57,400 | 94.16% | " + Ratio(54045.0, 48747.4) + " |"),
+            std::string::npos);
+  EXPECT_NE(Row(r.out, "llama3-1b | 2 | Forge ddp BF16 | none").find("| 96.43% |"),
+            std::string::npos);
+  // nodes: multi-gpu's table, each run named by its topology and hsdp by its groups.
+  EXPECT_NE(Row(r.out, "ddp, bf16 gradients, 2 emulated nodes | 2").find("| 30.08% |"),
+            std::string::npos);
+  EXPECT_NE(Row(r.out, "hsdp, groups of 1, 2 emulated nodes | 2").find("| 414.00 / 339.40 |"),
+            std::string::npos);
 }
 
 TEST_F(BenchSuiteTest, LlamaFsdpSuiteRunsTheEightBillionModelOnEveryGpu) {
@@ -172,6 +183,32 @@ TEST_F(BenchSuiteTest, LlamaFsdpSuiteRunsTheEightBillionModelOnEveryGpu) {
                           at(torch("full")),
                           at(common + "full --precision fp8 --fp8-gather off\n")};
   for (size_t i = 1; i < std::size(order); ++i) EXPECT_LT(order[i - 1], order[i]) << i;
+}
+
+TEST_F(BenchSuiteTest, LlamaDpSuiteRunsFsdpAndDdpAgainstOneGpuBesideTheRecipe) {
+  const Ran r = Shell("bash bench/suite.sh --dry-run --world 4 llama-dp");
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const char* mode : {"fsdp", "ddp"}) {
+    // No --no-single: forge-dist-bench measures the one-GPU step first.
+    EXPECT_TRUE(Printed(r, "forge-dist-bench --config configs/llama3-1b.yaml --world 4 --mode " +
+                               std::string(mode) + " --micro-batch 2 --steps 6 --warmup 2\n"));
+  }
+  EXPECT_TRUE(Printed(r, "--nproc_per_node=4 .device/torch_llama.py llama1b 2 8192 ac=none\n"));
+}
+
+TEST_F(BenchSuiteTest, NodesSuiteRunsEachModeOnOneNodeAndOnTwoEmulatedOnes) {
+  const Ran r = Shell("bash bench/suite.sh --dry-run --world 4 nodes");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string common =
+      "forge-dist-bench --config configs/gpt350m.yaml --world 4 --micro-batch 16 --steps 20 ";
+  for (const std::string mode :
+       {"--mode ddp --grad-reduce bf16", "--mode fsdp", "--mode hsdp --shard-group-size 2"}) {
+    EXPECT_TRUE(Printed(r, common + mode + "\n")) << mode;
+    EXPECT_TRUE(Printed(r, common + mode + " --emulate-nodes 2\n")) << mode;
+  }
+  const Ran odd = Shell("bash bench/suite.sh --dry-run --world 3 nodes 2>&1");
+  EXPECT_NE(odd.code, 0);
+  EXPECT_TRUE(Printed(odd, "nodes needs an even number of GPUs (got 3)"));
 }
 
 TEST_F(BenchSuiteTest, LlamaSuiteRunsTheRecomputeSettingsBesideTheRecipe) {
@@ -468,8 +505,8 @@ TEST_F(BenchSuiteTest, UnknownSuiteOrOptionIsAnError) {
   const Ran list = Shell("bash bench/suite.sh --list");
   EXPECT_EQ(list.code, 0);
   EXPECT_EQ(list.out,
-            "single-gpu llama multi-gpu llama-fsdp fp8-accuracy llama-train generation gpu-tests "
-            "profile\n");
+            "single-gpu llama multi-gpu llama-dp nodes llama-fsdp fp8-accuracy llama-train "
+            "generation gpu-tests profile\n");
   const Ran help = Shell("bash bench/suite.sh --help");
   EXPECT_EQ(help.code, 0);
   EXPECT_TRUE(Printed(help, "bench/suite.sh [--dry-run]"));
