@@ -125,6 +125,33 @@ TEST(GpuEmbeddingBackward, IgnoresOutOfRangeTokens) {
   EXPECT_TRUE(test::MaxRelClose(got, ref, 1e-6));
 }
 
+// Into a bf16 gradient (ddp's bf16 sum of a tied embedding): each touched row read, its
+// tokens' rows added in fp32 in position order, rounded once: bitwise bf16(CPU reference
+// started from the row's values); rows no token touches keep their bits.
+void CheckBackwardBf16(int64_t N, int d, int V, uint64_t seed) {
+  const std::vector<bf16> start = test::ToBf16(test::RandomNormalBf16(size_t(V) * d, 0.5f, seed));
+  const std::vector<float> dout_f = test::RandomNormalBf16(size_t(N) * d, 1.0f, seed + 1);
+  const std::vector<int32_t> tokens = SkewedTokens(N, V, seed + 2);
+  DeviceBuffer<bf16> d_dwte(start);
+  DeviceBuffer<bf16> d_dout(test::ToBf16(dout_f));
+  DeviceBuffer<int32_t> d_tok(tokens);
+  const size_t ws_bytes = cuda::EmbeddingBackwardWorkspace(N, V);
+  DeviceBuffer<char> ws(ws_bytes);
+  ws.Poison();
+  ASSERT_STATUS_OK(cuda::EmbeddingBackward(d_dwte.data(), d_dout.data(), d_tok.data(), N, d, V,
+                                           ws.data(), ws_bytes, nullptr));
+  std::vector<float> ref = test::ToFloat(start);
+  cpu::EmbeddingBackward(ref.data(), dout_f.data(), tokens.data(), N, d);
+  const std::vector<float> got = test::ToFloat(d_dwte.Download());
+  EXPECT_TRUE(test::BitwiseEqual(got, test::ToFloat(test::ToBf16(ref))));
+}
+
+TEST(GpuEmbeddingBackward, IntoBf16IsTheCpuSumRoundedOnce) {
+  FORGE_SKIP_WITHOUT_GPU();
+  CheckBackwardBf16(4 * 1024, 768, 50304, 41);
+  CheckBackwardBf16(300, 100, 50, 42);  // scalar path
+}
+
 TEST(GpuEmbeddingBackward, RejectsTooSmallWorkspace) {
   FORGE_SKIP_WITHOUT_GPU();
   DeviceBuffer<float> dwte(64 * 8);

@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <climits>
 #include <string>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
@@ -62,8 +63,9 @@ __global__ void PrepareSortKernel(uint32_t* __restrict__ keys, int32_t* __restri
 
 // Warp w of block (x, y) owns sorted entry i = x * kWarpsPerBlock + w and the column slice
 // starting at (y * 32 + lane) * VEC. Only warps at the start of a run of equal tokens work.
-template <int VEC>
-__global__ void EmbeddingBackwardKernel(float* __restrict__ dwte, const bf16* __restrict__ dout,
+// T: the gradient's element type (float, or bf16: the row read, summed in fp32, rounded once).
+template <int VEC, typename T>
+__global__ void EmbeddingBackwardKernel(T* __restrict__ dwte, const bf16* __restrict__ dout,
                                         const uint32_t* __restrict__ sorted_tok,
                                         const int32_t* __restrict__ sorted_pos, int N, int d,
                                         int vocab) {
@@ -76,9 +78,11 @@ __global__ void EmbeddingBackwardKernel(float* __restrict__ dwte, const bf16* __
   const int64_t col = (int64_t{blockIdx.y} * 32 + lane) * VEC;
   if (col >= d) return;
 
-  float* dst = dwte + int64_t{tok} * d + col;
+  T* dst = dwte + int64_t{tok} * d + col;
   float acc[VEC];
-  if constexpr (VEC == 8) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    LoadVec<VEC>(dst, acc);
+  } else if constexpr (VEC == 8) {
     const float4 a = reinterpret_cast<const float4*>(dst)[0];
     const float4 b = reinterpret_cast<const float4*>(dst)[1];
     acc[0] = a.x, acc[1] = a.y, acc[2] = a.z, acc[3] = a.w;
@@ -106,7 +110,13 @@ __global__ void EmbeddingBackwardKernel(float* __restrict__ dwte, const bf16* __
     }
     if (!have[kRunUnroll - 1]) break;
   }
-  if constexpr (VEC == 8) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    if constexpr (VEC == 8) {
+      Store16(dst, PackBf16x8(acc));
+    } else {
+      dst[0] = __float2bfloat16_rn(acc[0]);
+    }
+  } else if constexpr (VEC == 8) {
     reinterpret_cast<float4*>(dst)[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
     reinterpret_cast<float4*>(dst)[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
   } else {
@@ -172,9 +182,12 @@ size_t EmbeddingBackwardWorkspace(int64_t N, int vocab) {
   return Layout(N, vocab).total;
 }
 
-Status EmbeddingBackward(float* dwte, const bf16* dout, const int32_t* tokens, int64_t N, int d,
-                         int vocab, void* workspace, size_t workspace_bytes,
-                         cudaStream_t stream) {
+namespace {
+
+template <typename T>
+Status LaunchEmbeddingBackward(T* dwte, const bf16* dout, const int32_t* tokens, int64_t N, int d,
+                               int vocab, void* workspace, size_t workspace_bytes,
+                               cudaStream_t stream) {
   if (N < 0 || N > INT_MAX || d <= 0 || vocab <= 0) {
     return Status::Invalid("EmbeddingBackward: bad shape N=" + std::to_string(N) +
                            " d=" + std::to_string(d) + " vocab=" + std::to_string(vocab));
@@ -208,14 +221,28 @@ Status EmbeddingBackward(float* dwte, const bf16* dout, const int32_t* tokens, i
                   static_cast<unsigned>(CeilDiv(d, 32 * vec_width)));
   if (grid.y > 65535) return Status::Invalid("EmbeddingBackward: d too large");
   if (vec) {
-    EmbeddingBackwardKernel<8>
+    EmbeddingBackwardKernel<8, T>
         <<<grid, kThreads, 0, stream>>>(dwte, dout, keys_out, vals_out, n, d, vocab);
   } else {
-    EmbeddingBackwardKernel<1>
+    EmbeddingBackwardKernel<1, T>
         <<<grid, kThreads, 0, stream>>>(dwte, dout, keys_out, vals_out, n, d, vocab);
   }
   FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
+}
+
+}  // namespace
+
+Status EmbeddingBackward(float* dwte, const bf16* dout, const int32_t* tokens, int64_t N, int d,
+                         int vocab, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  return LaunchEmbeddingBackward(dwte, dout, tokens, N, d, vocab, workspace, workspace_bytes,
+                                 stream);
+}
+
+Status EmbeddingBackward(bf16* dwte, const bf16* dout, const int32_t* tokens, int64_t N, int d,
+                         int vocab, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  return LaunchEmbeddingBackward(dwte, dout, tokens, N, d, vocab, workspace, workspace_bytes,
+                                 stream);
 }
 
 }  // namespace forge::cuda

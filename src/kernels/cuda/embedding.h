@@ -19,7 +19,10 @@ Status EmbeddingForward(bf16* out, const int32_t* tokens, const bf16* wte, int64
 size_t EmbeddingBackwardWorkspace(int64_t N, int vocab);
 // dwte[tokens[n], :] += dout[n, :]   (dwte fp32 [V, d]; accumulates, deterministic)
 Status EmbeddingBackward(float* dwte, const bf16* dout, const int32_t* tokens, int64_t N, int d,
-                         int vocab, void* workspace, size_t workspace_bytes,
-                         cudaStream_t stream);
+                         int vocab, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+// The same into a bf16 gradient: each touched row read, its tokens' rows added in fp32 in the
+// same order, rounded once.
+Status EmbeddingBackward(bf16* dwte, const bf16* dout, const int32_t* tokens, int64_t N, int d,
+                         int vocab, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 }  // namespace forge::cuda

@@ -157,6 +157,14 @@ struct CudaModelHooks {
   // With CudaModelOptions::grads16, on a pass that overwrites the gradient (one micro-step):
   // the BF16 weight-gradient GEMMs write the blocks' matrices straight into grads16.
   bool grads_to_bf16 = false;
+  // Tied embedding: the lookup's part of the embedding's gradient goes here instead of into
+  // the unit's gradient (dx0 [n, d], the gradient at the embedding's output for the n tokens of
+  // `tokens`, on `stream`), and the unit's grad_ready comes right after the final norm's,
+  // when the LM head's part is complete. ddp sums that part during the backward and adds
+  // every rank's lookup rows after it (worker/train/cuda_data_parallel.h).
+  std::function<Status(const cuda::bf16* dx0, const int32_t* tokens, int64_t n,
+                       cudaStream_t stream)>
+      lookup_grad;
 };
 
 class CudaModel {

@@ -99,6 +99,11 @@ Status CudaModel::ForwardImpl(const int32_t* inputs, const int32_t* targets, flo
                                      b.xs[L], UnitParams(fin), b.rstd_f,
                                      /*accumulate_dx=*/false, accumulate_grads, s));
   FORGE_RETURN_IF_ERROR(GradReady(layout_.final_norm_unit(), s));
+  // The tied embedding's LM-head part is complete once the head's last dWte chunk lands (the
+  // wgrad event GradReady records covers it): announced now when the lookup part goes apart.
+  const int emb = layout_.embedding_unit();
+  const bool lookup_apart = hooks_ != nullptr && hooks_->lookup_grad && layout_.head_unit == emb;
+  if (lookup_apart) FORGE_RETURN_IF_ERROR(GradReady(emb, s));
   // The blocks' backward overlaps the gradient collectives (data parallelism).
   b.gemm.set_default_sm_count(bwd_sm_count_);
   b.gemm_w.set_default_sm_count(wgrad_sm_count_);
@@ -125,8 +130,8 @@ Status CudaModel::ForwardImpl(const int32_t* inputs, const int32_t* targets, flo
   // the final unit's and wte's starts from zero on a pass that overwrites the gradients.
   FORGE_RETURN_IF_ERROR(Phase(StepPhase::kBwdElementwise, s));
   FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDwte, s));
-  const int emb = layout_.embedding_unit();
   FORGE_RETURN_IF_ERROR(BeforeBackward(emb, s));
+  if (lookup_apart) return hooks_->lookup_grad(b.dres, inputs, N_, s);
   if (layout_.head_unit != emb && !accumulate_grads) {
     FORGE_CUDA_CHECK(cudaMemsetAsync(UnitGrads(emb), 0,
                                      size_t(layout_.units[size_t(emb)].numel) * sizeof(float), s));

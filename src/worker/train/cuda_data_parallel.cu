@@ -8,6 +8,7 @@
 
 #include "kernels/cuda/adamw.h"  // CastFloatToBf16, CastBf16ToFloat
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/embedding.h"
 #include "kernels/cuda/fp8_cast.h"
 #include "kernels/cuda/fp8_scale_update.h"
 #include "worker/model/fp8_linears.h"
@@ -200,6 +201,25 @@ Status CudaDataParallel::Init() {
     grad_hooks_.before_forward = before;
     allreduce_hooks_.before_forward = before;
   }
+  // ddp with a tied embedding: its gradient's LM-head part is summed during the backward (in
+  // block L-1's comm window) and the lookup rows of every rank added after it: at the step's
+  // end an all-gather of world * tokens rows instead of the all-reduce of the whole
+  // vocabulary's gradient (the tail the backward cannot hide).
+  const ParamLayout& layout = model_->layout();
+  if (!sharded() && layout.head_unit == layout.embedding_unit()) {
+    const int64_t rows = int64_t{world_} * model_->tokens_per_micro();
+    const int64_t d = model_->config().d_model;
+    FORGE_RETURN_IF_ERROR(AllocCollective(reinterpret_cast<void**>(&lookup_dx_),
+                                          size_t(rows * d) * sizeof(cuda::bf16)));
+    FORGE_RETURN_IF_ERROR(AllocCollective(reinterpret_cast<void**>(&lookup_tokens_),
+                                          size_t(rows) * sizeof(int32_t)));
+    lookup_ws_bytes_ = cuda::EmbeddingBackwardWorkspace(rows, model_->config().padded_vocab());
+    FORGE_RETURN_IF_ERROR(AllocDevice(&lookup_ws_, lookup_ws_bytes_));
+    allreduce_hooks_.lookup_grad = [this](const cuda::bf16* dx0, const int32_t* tokens,
+                                          int64_t n, cudaStream_t s) {
+      return OnLookupGrad(dx0, tokens, n, s);
+    };
+  }
   grad_hooks_.grad_ready = [this](int u, cudaEvent_t c, cudaEvent_t w) {
     return OnGradReady(u, c, w, /*all_reduce=*/false);
   };
@@ -291,12 +311,53 @@ Status CudaDataParallel::SumOverReplicas(float* buf, int64_t n, const char* what
 // more (block 0, the embedding), when it and anything still waiting start at once.
 Status CudaDataParallel::OnGradReady(int u, cudaEvent_t compute_done, cudaEvent_t wgrad_done,
                                      bool all_reduce) {
+  const ParamLayout& layout = model_->layout();
+  if (u == layout.embedding_unit()) {
+    // The model announces the tied embedding early exactly when its hooks take the lookup.
+    const CudaModelHooks& h = all_reduce ? allreduce_hooks_ : grad_hooks_;
+    emb_lookup_apart_ = h.lookup_grad != nullptr;
+  }
   if (!comm_windows_) return IssueGradCollective(u, compute_done, wgrad_done, all_reduce);
   waiting_.push_back({u, compute_done, wgrad_done, all_reduce});
-  const bool window_ahead =
-      block_of(u) >= 1 ||
-      (u == model_->layout().final_norm_unit() && model_->layout().units.size() > 2);
+  // The root units announced at the backward's start (the final norm, and the tied
+  // embedding's LM-head part when its lookup part goes apart) wait for block L-1's window.
+  const bool early_root = u == layout.final_norm_unit() ||
+                          (u == layout.embedding_unit() && emb_lookup_apart_);
+  const bool window_ahead = block_of(u) >= 1 || (early_root && layout.units.size() > 2);
   return window_ahead ? Status::Ok() : IssueWaiting();
+}
+
+Status CudaDataParallel::OnLookupGrad(const cuda::bf16* dx0, const int32_t* tokens, int64_t n,
+                                      cudaStream_t compute) {
+  const int64_t d = model_->config().d_model;
+  if (n > model_->tokens_per_micro()) {
+    return Status::Internal("CudaDataParallel: " + std::to_string(n) +
+                            " lookup rows a rank, more than the micro-batch's tokens");
+  }
+  const int emb = model_->layout().embedding_unit();
+  const CudaParamBuffers& pb = model_->param_buffers();
+  FORGE_RETURN_IF_ERROR(CommWaitsStream(compute));  // dx0 and the tokens are written
+  FORGE_RETURN_IF_ERROR(IssueWaiting());            // the NCCL stream runs in order
+  FORGE_RETURN_IF_ERROR(
+      comm_->AllGather(dx0, lookup_dx_, n * d, DType::kBF16, "embedding lookup rows").status());
+  // Token ids are 4 bytes: an all-gather moves bytes, whatever the type says.
+  FORGE_RETURN_IF_ERROR(
+      comm_->AllGather(tokens, lookup_tokens_, n, DType::kF32, "embedding lookup tokens")
+          .status());
+  // After the embedding's all-reduce (issued in block L-1's window, earlier on this stream):
+  // every rank adds the same rows in the same order, so the ranks stay bitwise equal.
+  const int V = model_->config().padded_vocab();
+  const int64_t rows = n * world_;
+  if (ddp_bf16()) {
+    FORGE_RETURN_IF_ERROR(cuda::EmbeddingBackward(pb.grads16 + pb.unit_offset[emb], lookup_dx_,
+                                                  lookup_tokens_, rows, int(d), V, lookup_ws_,
+                                                  lookup_ws_bytes_, nccl_stream_));
+  } else {
+    FORGE_RETURN_IF_ERROR(cuda::EmbeddingBackward(pb.grads + pb.unit_offset[emb], lookup_dx_,
+                                                  lookup_tokens_, rows, int(d), V, lookup_ws_,
+                                                  lookup_ws_bytes_, nccl_stream_));
+  }
+  return model_->SumUnitSquares(emb, nccl_stream_);  // its share of the grad norm, now whole
 }
 
 Status CudaDataParallel::OnCommWindow(int unit, cudaStream_t compute) {
@@ -373,8 +434,12 @@ Status CudaDataParallel::GradReduced(int u, CollectiveOp op, CommWork* /*work*/)
     return Status::Ok();
   }
   // ddp: the summed gradient is final on the NCCL stream right after the all-reduce, so its
-  // share of the grad norm is taken there, overlapping the rest of the backward.
-  if (!sharded()) return model_->SumUnitSquares(u, nccl_stream_);
+  // share of the grad norm is taken there, overlapping the rest of the backward (the tied
+  // embedding's once its lookup rows are added: OnLookupGrad).
+  if (!sharded()) {
+    if (u == model_->layout().embedding_unit() && emb_lookup_apart_) return Status::Ok();
+    return model_->SumUnitSquares(u, nccl_stream_);
+  }
   if (grad_reduce_ != GradReduce::kBf16) return Status::Ok();
   if (op == CollectiveOp::kAllReduce) {
     return cuda::CastBf16ToFloat(pb.grads + pb.unit_offset[u], comm_bf16_,

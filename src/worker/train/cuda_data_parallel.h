@@ -11,8 +11,12 @@
 //          before the optimizer. Gradients are then identical everywhere, so the grad norm
 //          needs no collective; AdamW runs on the full model on every rank, deferred into
 //          the next forward as on one GPU (CudaModelOptions::defer_update): the embedding's
-//          all-reduce ends the backward, and the update after it would have nothing to hide
-//          behind at the step's end.
+//          sum ends the backward, and the update after it would have nothing to hide behind
+//          at the step's end. A tied embedding's gradient is summed in two parts
+//          (CudaModelHooks::lookup_grad): the LM head's, complete at the backward's start,
+//          all-reduced in block L-1's comm window; then every rank's lookup rows and tokens
+//          all-gathered (world x tokens x d bf16, not the vocabulary x d of the whole
+//          gradient) and added into the sum in the same order on every rank.
 //   zero1  each unit's gradient is reduce-scattered the same way into this rank's fp32 slot;
 //   zero2  the grad norm's sum of squares is all-reduced (one float); AdamW updates this
 //          rank's slots of the master weights and moments and writes their bf16 values into
@@ -151,6 +155,8 @@ class CudaDataParallel final : private ModeStorage {
     last_micro_ = last;
     const bool direct = ddp_bf16() && first && last;
     grad_hooks_.grads_to_bf16 = allreduce_hooks_.grads_to_bf16 = direct;
+    // ddp sums the tied embedding's lookup rows apart on the pass that sums the gradient.
+    grad_hooks_.lookup_grad = last ? allreduce_hooks_.lookup_grad : nullptr;
   }
   // The model's parameters (SetParams) or FP8 scaling state were replaced: fsdp's gathered
   // copies and FP8 slot casts are stale.
@@ -202,6 +208,11 @@ class CudaDataParallel final : private ModeStorage {
   Status ShareFp8Amax(cudaStream_t compute);
   Status OnGradReady(int unit, cudaEvent_t compute_done, cudaEvent_t wgrad_done,
                      bool all_reduce);
+  // ddp with a tied embedding (CudaModelHooks::lookup_grad): every rank's lookup rows and
+  // tokens all-gathered and added into the embedding's summed gradient, on the NCCL stream.
+  Status OnLookupGrad(const cuda::bf16* dx0, const int32_t* tokens, int64_t n,
+                      cudaStream_t compute);
+
   Status IssueGradCollective(int unit, cudaEvent_t compute_done, cudaEvent_t wgrad_done,
                              bool all_reduce);
   // Comm windows (see the file comment): the collectives of waiting_ start here.
@@ -276,6 +287,16 @@ class CudaDataParallel final : private ModeStorage {
   };
   bool comm_windows_ = false;  // CudaBackendOptions::comm_windows
   std::vector<WaitingUnit> waiting_;
+
+  // ddp, tied embedding: every rank's lookup rows [world * tokens, d], their tokens, and the
+  // embedding backward's scratch for that many rows (null when the path is off).
+  cuda::bf16* lookup_dx_ = nullptr;
+  int32_t* lookup_tokens_ = nullptr;
+  void* lookup_ws_ = nullptr;
+  size_t lookup_ws_bytes_ = 0;
+  // The embedding's last grad_ready came from a pass whose hooks take the lookup apart: its
+  // all-reduce carries the LM head's part, and OnLookupGrad completes it.
+  bool emb_lookup_apart_ = false;
 
   // fsdp state (see the file comment).
   bool first_micro_ = true;

@@ -254,6 +254,12 @@ MemoryEstimate EstimateTrainingMemory(const RunConfig& cfg, Backend backend, int
     // ddp reducing in bf16 (parallel.grad_reduce): a bf16 twin of the gradients it all-reduces.
     if (world > 1 && !rules.sharded() && cfg.parallel.grad_reduce == GradReduce::kBf16)
       e.gradients += 2 * P;
+    // ddp with a tied embedding: every rank's lookup rows (bf16) and tokens, and the embedding
+    // backward's sort scratch for them (keys and positions twice, cub's temp about as much).
+    if (world > 1 && !rules.sharded() && cfg.model.tie_embeddings) {
+      const double rows = double(world) * cfg.batch.micro_batch * cfg.model.seq_len;
+      e.workspace += rows * (2.0 * cfg.model.d_model + 4 + 16 + 8);
+    }
     if (fsdp) {
       // fsdp's whole units on every rank: two gathered blocks (bf16) with their fp32 gradient
       // buffers, and the root units (the embedding; the final norm with an untied head)
