@@ -111,11 +111,7 @@ __global__ void EmbeddingBackwardKernel(T* __restrict__ dwte, const bf16* __rest
     if (!have[kRunUnroll - 1]) break;
   }
   if constexpr (std::is_same_v<T, bf16>) {
-    if constexpr (VEC == 8) {
-      Store16(dst, PackBf16x8(acc));
-    } else {
-      dst[0] = __float2bfloat16_rn(acc[0]);
-    }
+    StoreVec<VEC>(dst, acc);
   } else if constexpr (VEC == 8) {
     reinterpret_cast<float4*>(dst)[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
     reinterpret_cast<float4*>(dst)[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
