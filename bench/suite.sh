@@ -58,9 +58,9 @@
 # (bin/forge-bench-base, bin/forge-dist-bench-base: copy them there after packing) right
 # before the new one on every row; --no-anchor leaves the PyTorch runs out; --world N: GPUs
 # for multi-gpu, llama-dp, nodes, llama-fsdp, llama-train and gpu-tests (default: all);
-# --filter: a gtest filter for gpu-tests; --data: the prepared dataset for fp8-accuracy or llama-train, a directory holding
-# dataset/ or a .tar.xz of it (default .devdata/full.tar.xz, .devdata/llama3.tar.xz; how to make
-# them: docs/performance.md); --deadline: no run starts after this many seconds (default 560, so a
+# --filter: a gtest filter for gpu-tests; --data: the prepared dataset for fp8-accuracy or
+# llama-train, a directory holding dataset/ or a .tar.xz of it (default .devdata/full.tar.xz,
+# .devdata/llama3.tar.xz; how to make them: docs/performance.md); --deadline: no run starts after this many seconds (default 560, so a
 # suite ends inside one 10-minute device call; a skipped run leaves an error line); --only:
 # only the runs whose label (the JSON lines' "label"; --dry-run shows them) matches the bash
 # regex, e.g. to split a suite over two calls.
