@@ -52,18 +52,18 @@
 # Exit status: 0 when every run gave its lines (and every test passed), 1 otherwise, 2 on a
 # usage error.
 #
-# Options: --dry-run prints the commands instead of running them (no GPU needed); --out DIR:
-# where SUITE.jsonl, SUITE.md and SUITE-logs.tar.gz (every run's log and files) go (default
-# $OUT, else /tmp/forge-suite); --base also runs the previous build's benchmark
-# (bin/forge-bench-base, bin/forge-dist-bench-base: copy them there after packing) right
-# before the new one on every row; --no-anchor leaves the PyTorch runs out; --world N: GPUs
-# for multi-gpu, llama-dp, nodes, llama-fsdp, llama-train and gpu-tests (default: all);
-# --filter: a gtest filter for gpu-tests; --data: the prepared dataset for fp8-accuracy or
-# llama-train, a directory holding dataset/ or a .tar.xz of it (default .devdata/full.tar.xz,
-# .devdata/llama3.tar.xz; how to make them: docs/performance.md); --deadline: no run starts after this many seconds (default 560, so a
-# suite ends inside one 10-minute device call; a skipped run leaves an error line); --only:
-# only the runs whose label (the JSON lines' "label"; --dry-run shows them) matches the bash
-# regex, e.g. to split a suite over two calls.
+# Options: --dry-run prints the commands instead of running them (no GPU needed); --out DIR: where
+# SUITE.jsonl, SUITE.md and SUITE-logs.tar.gz (every run's log and files) go (default $OUT, else
+# /tmp/forge-suite); --base also runs the previous build's benchmark (bin/forge-bench-base,
+# bin/forge-dist-bench-base: copy them there after packing) right before the new one on every row;
+# --no-anchor leaves the PyTorch runs out; --world N: GPUs for multi-gpu, llama-dp, nodes,
+# llama-fsdp, llama-train and gpu-tests (default: all); --filter: a gtest filter for gpu-tests;
+# --data: the prepared dataset for fp8-accuracy or llama-train, a directory holding dataset/ or a
+# .tar.xz of it (default .devdata/full.tar.xz, .devdata/llama3.tar.xz; how to make them:
+# docs/performance.md); --deadline: no run starts after this many seconds (default 560, so a suite
+# ends inside one 10-minute device call; a skipped run leaves an error line); --only: only the runs
+# whose label (the JSON lines' "label"; --dry-run shows them) matches the bash regex, e.g. to split
+# a suite over two calls.
 #
 # Environment (paths only): FORGE_DEVICE_DIR, the packed binaries (bin/, run: the wrapper
 # ../shared/device/pack writes) and the anchors copied beside them (default .device).
@@ -258,7 +258,10 @@ llama_dp() {
 nodes() {
   local w
   w=$(multi_world nodes) || exit 1
-  [ $((w % 2)) = 0 ] || { echo "suite.sh: nodes needs an even number of GPUs (got $w)" >&2; exit 1; }
+  if [ $((w % 2)) != 0 ]; then
+    echo "suite.sh: nodes needs an even number of GPUs (got $w)" >&2
+    exit 1
+  fi
   gpu_line
   local g=$((w / 2)) r n
   local rows=(
