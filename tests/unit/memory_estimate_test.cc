@@ -226,6 +226,35 @@ TEST(MemoryEstimate, DdpBf16ReduceCountsItsGradientTwin) {
   EXPECT_EQ(EstimateTrainingMemory(c, Backend::kCuda, 1).gradients, 4 * P);  // one rank: none
 }
 
+// ddp sums a tied embedding's gradient in two parts where that moves fewer bytes at the
+// step's end (lookup_apart_rule.h), holding every rank's lookup rows (bf16) and tokens plus the
+// sort's scratch: 2d + 28 bytes a row, world x micro_batch x seq_len rows. Small(): 144 tokens
+// a rank, 384 padded rows: rows of 2 bytes against 384 x 4 x 2 (fp32 all-reduce) or 384 x 2 x 2
+// (bf16) a column, so fp32 takes it on 4 and 8 ranks, bf16 on 4 but not on 8.
+TEST(MemoryEstimate, DdpTiedEmbeddingCountsEveryRanksLookupRows) {
+  RunConfig c = Small();
+  const double tokens = double(c.batch.micro_batch) * c.model.seq_len;
+  auto extra = [&](ParallelMode m, GradReduce reduce, int world) {
+    c.parallel.mode = m;
+    c.parallel.grad_reduce = reduce;
+    c.model.tie_embeddings = false;
+    const double untied = EstimateTrainingMemory(c, Backend::kCuda, world).workspace;
+    c.model.tie_embeddings = true;
+    return EstimateTrainingMemory(c, Backend::kCuda, world).workspace - untied;
+  };
+  const double row = 2.0 * c.model.d_model + 28;
+  const ParallelMode ddp = ParallelMode::kDdp;
+  const GradReduce fp32 = GradReduce::kFp32, bf16 = GradReduce::kBf16;
+  EXPECT_NEAR(extra(ddp, fp32, 4), 4 * tokens * row, 1.0);
+  EXPECT_NEAR(extra(ddp, fp32, 8), 8 * tokens * row, 1.0);
+  EXPECT_NEAR(extra(ddp, bf16, 4), 4 * tokens * row, 1.0);
+  EXPECT_EQ(extra(ddp, bf16, 8), 0.0);
+  EXPECT_EQ(extra(ddp, fp32, 1), 0.0);  // one rank: no sum at all
+  // The sharded modes sum the whole gradient.
+  EXPECT_EQ(extra(ParallelMode::kZero1, fp32, 4), 0.0);
+  EXPECT_EQ(extra(ParallelMode::kFsdp, fp32, 4), 0.0);
+}
+
 TEST(MemoryEstimate, ShardedModesHoldLessPerRank) {
   RunConfig c = Small();
   const double ddp = EstimateTrainingMemory(c, Backend::kCuda, 4).moments;

@@ -14,6 +14,7 @@
 #include "worker/model/fp8_linears.h"
 #include "worker/model/shard_layout.h"
 #include "worker/train/fp8_gather_rule.h"
+#include "worker/train/lookup_apart_rule.h"
 
 namespace forge {
 namespace {
@@ -202,11 +203,10 @@ Status CudaDataParallel::Init() {
     allreduce_hooks_.before_forward = before;
   }
   // ddp with a tied embedding: its gradient's LM-head part is summed during the backward (in
-  // block L-1's comm window) and the lookup rows of every rank added after it: at the step's
-  // end an all-gather of world * tokens rows instead of the all-reduce of the whole
-  // vocabulary's gradient (the tail the backward cannot hide).
-  const ParamLayout& layout = model_->layout();
-  if (!sharded() && layout.head_unit == layout.embedding_unit()) {
+  // block L-1's comm window) and the lookup rows of every rank added after it, where that moves
+  // fewer bytes at the step's end than the whole gradient's all-reduce (lookup_apart_rule.h).
+  if (TakeLookupApart(model_->config(), rules_, grad_reduce_, world_, model_->tokens_per_micro(),
+                      model_->config().padded_vocab())) {
     const int64_t rows = int64_t{world_} * model_->tokens_per_micro();
     const int64_t d = model_->config().d_model;
     FORGE_RETURN_IF_ERROR(AllocCollective(reinterpret_cast<void**>(&lookup_dx_),

@@ -12,11 +12,12 @@
 //          needs no collective; AdamW runs on the full model on every rank, deferred into
 //          the next forward as on one GPU (CudaModelOptions::defer_update): the embedding's
 //          sum ends the backward, and the update after it would have nothing to hide behind
-//          at the step's end. A tied embedding's gradient is summed in two parts
-//          (CudaModelHooks::lookup_grad): the LM head's, complete at the backward's start,
-//          all-reduced in block L-1's comm window; then every rank's lookup rows and tokens
-//          all-gathered (world x tokens x d bf16, not the vocabulary x d of the whole
-//          gradient) and added into the sum in the same order on every rank.
+//          at the step's end. A tied embedding's gradient is summed in two parts where that
+//          moves fewer bytes at the end (lookup_apart_rule.h; CudaModelHooks::lookup_grad):
+//          the LM head's, complete at the backward's start, all-reduced in block L-1's comm
+//          window; then every rank's lookup rows and tokens all-gathered (world x tokens x d
+//          bf16, not the vocabulary x d of the whole gradient) and added into the sum in the
+//          same order on every rank.
 //   zero1  each unit's gradient is reduce-scattered the same way into this rank's fp32 slot;
 //   zero2  the grad norm's sum of squares is all-reduced (one float); AdamW updates this
 //          rank's slots of the master weights and moments and writes their bf16 values into

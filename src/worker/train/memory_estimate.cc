@@ -9,8 +9,9 @@
 
 #include "worker/model/linear_strategy.h"
 #include "worker/model/param_layout.h"
-#include "worker/train/fp8_gather_rule.h"
 #include "worker/parallel/mode_rules.h"
+#include "worker/train/fp8_gather_rule.h"
+#include "worker/train/lookup_apart_rule.h"
 
 namespace forge {
 namespace {
@@ -254,12 +255,6 @@ MemoryEstimate EstimateTrainingMemory(const RunConfig& cfg, Backend backend, int
     // ddp reducing in bf16 (parallel.grad_reduce): a bf16 twin of the gradients it all-reduces.
     if (world > 1 && !rules.sharded() && cfg.parallel.grad_reduce == GradReduce::kBf16)
       e.gradients += 2 * P;
-    // ddp with a tied embedding: every rank's lookup rows (bf16) and tokens, and the embedding
-    // backward's sort scratch for them (keys and positions twice, cub's temp about as much).
-    if (world > 1 && !rules.sharded() && cfg.model.tie_embeddings) {
-      const double rows = double(world) * cfg.batch.micro_batch * cfg.model.seq_len;
-      e.workspace += rows * (2.0 * cfg.model.d_model + 4 + 16 + 8);
-    }
     if (fsdp) {
       // fsdp's whole units on every rank: two gathered blocks (bf16) with their fp32 gradient
       // buffers, and the root units (the embedding; the final norm with an untied head)
@@ -276,6 +271,14 @@ MemoryEstimate EstimateTrainingMemory(const RunConfig& cfg, Backend backend, int
     e.moments = sharded ? 8 * P / W : 8 * P;
     e.activations = c.activations;
     e.workspace = c.workspace;
+    // A tied embedding's gradient summed in two parts (lookup_apart_rule.h): every rank's
+    // lookup rows (bf16) and tokens, and the embedding backward's sort scratch for them (keys
+    // and positions twice, cub's temp about as much).
+    const int64_t tokens = int64_t{cfg.batch.micro_batch} * cfg.model.seq_len;
+    if (TakeLookupApart(cfg.model, rules, cfg.parallel.grad_reduce, world, tokens,
+                        cfg.model.padded_vocab())) {
+      e.workspace += double(world) * double(tokens) * (2.0 * cfg.model.d_model + 4 + 16 + 8);
+    }
   } else {
     // fp32 throughout: every mode holds the full weights and one full gradient during a step.
     double probs = 0;
