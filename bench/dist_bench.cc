@@ -37,7 +37,9 @@
 // (clamped at 0): how much of it the backward overlapped. The exposed part splits in two
 // (comm_time_sink.h, over a few more steps, each synchronised): comm_wait_ms, the time the
 // compute stream stood still at its waits for the collectives (what no overlap hid: the last
-// units' reduction, a gather the forward needed first), and comm_slowdown_ms = exposed - wait,
+// units' reduction, a gather the forward needed first; comm_wait_by_op_ms splits it by the kind
+// of collective waited for, where the wait before the optimizer counts as the last one issued,
+// the step's tail), and comm_slowdown_ms = exposed - wait,
 // what the compute lost to running beside the collectives (SMs and memory bandwidth shared);
 // comm_in_step_ms is the collectives' own time in the step (against comm_ms alone). ranks_bitwise_equal: every rank's
 // weights after the data-parallel steps have the same CRC-32C (they must, in every mode).
@@ -70,6 +72,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -261,9 +264,13 @@ uint64_t RankSeed(const RunConfig& cfg, const Args& a, int rank) {
 class StepCommTimes : public CommTimeSink {
  public:
   void AddCollectiveSeconds(CollectiveOp, double s) override { Add(&collective_, s); }
-  void AddExposedWaitSeconds(CollectiveOp, double s) override { Add(&wait_, s); }
+  void AddExposedWaitSeconds(CollectiveOp op, double s) override {
+    Add(&wait_, s);
+    Add(&wait_by_op_[size_t(op)], s);
+  }
   double collective_s() const { return collective_.load(); }
   double wait_s() const { return wait_.load(); }
+  double wait_s(CollectiveOp op) const { return wait_by_op_[size_t(op)].load(); }
 
  private:
   static void Add(std::atomic<double>* x, double s) {
@@ -272,6 +279,7 @@ class StepCommTimes : public CommTimeSink {
     }
   }
   std::atomic<double> collective_{0}, wait_{0};
+  std::array<std::atomic<double>, kCollectiveKinds> wait_by_op_{};
 };
 
 // What TimeSteps measured.
@@ -284,6 +292,7 @@ struct StepRun {
   uint32_t params_crc = 0;   // kCrc: ParamsCrc of the weights after the run (collective)
   RankFit fit;               // kFit (its EvalLoss is collective under fsdp)
   double comm_wait_ms = 0;   // data parallel: the compute stream's stalls on collectives, per step
+  std::array<double, kCollectiveKinds> comm_wait_by_op_ms{};  // that, by what it waited for
   double comm_in_step_ms = 0;  // data parallel: the collectives' own time, per step
 };
 
@@ -334,6 +343,9 @@ StatusOr<StepRun> TimeSteps(const RunConfig& cfg, Comm* comm, const Args& a,
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     backend->SetCommTimeSink(nullptr);
     run.comm_wait_ms = times.wait_s() * 1e3 / kWaitSteps;
+    for (int op = 0; op < kCollectiveKinds; ++op) {
+      run.comm_wait_by_op_ms[size_t(op)] = times.wait_s(CollectiveOp(op)) * 1e3 / kWaitSteps;
+    }
     run.comm_in_step_ms = times.collective_s() * 1e3 / kWaitSteps;
   }
   if (extras & kCrc) {
@@ -584,18 +596,22 @@ int RunRank(const Args& a, const RunConfig& cfg, int rank, int port) {
                               dp->fit.eval_losses[0], dp->fit.input_is_target,
                               dp->comm_wait_ms, dp->comm_in_step_ms};
   // clang-format on
+  const size_t by_op = mine.size();
+  mine.insert(mine.end(), dp->comm_wait_by_op_ms.begin(), dp->comm_wait_by_op_ms.end());
   const size_t k = mine.size();
   std::vector<double> all(k * a.world);
   auto g = (*host)->AllGather(mine.data(), all.data(), int64_t(k), DType::kF64, "results");
   if (!g.ok() || !(*g)->Wait().ok()) return Fail("gathering results failed");
   if (rank != 0) return 0;
   double single_ms = 0, comm = 0, step_ms = 0, peak = 0, wait = 0, in_step = 0;
+  int slowest_wait = 0;  // the rank whose wait is reported (split by collective kind too)
   bool same_weights = true;
   for (int q = 0; q < a.world; ++q) {
     single_ms = std::max(single_ms, all[q * k + 0]);
     comm = std::max(comm, all[q * k + 1]);
     step_ms = std::max(step_ms, all[q * k + 2]);
     peak = std::max(peak, all[q * k + 3]);
+    if (all[q * k + 7] > wait) slowest_wait = q;
     wait = std::max(wait, all[q * k + 7]);
     in_step = std::max(in_step, all[q * k + 8]);
     same_weights = same_weights && all[q * k + 4] == all[4];
@@ -637,6 +653,12 @@ int RunRank(const Args& a, const RunConfig& cfg, int rank, int port) {
     out["comm_hidden_ms"] = std::max(0.0, comm - exposed);
   }
   out["comm_wait_ms"] = wait;  // the slowest rank's; see the file comment
+  Json wait_by_op = Json::object();
+  for (int op = 0; op < kCollectiveKinds; ++op) {
+    const double ms = all[size_t(slowest_wait) * k + by_op + size_t(op)];
+    if (ms > 0) wait_by_op[CollectiveName(CollectiveOp(op))] = ms;
+  }
+  out["comm_wait_by_op_ms"] = wait_by_op;
   if (a.single) out["comm_slowdown_ms"] = std::max(0.0, exposed - wait);
   out["comm_in_step_ms"] = in_step;
   out["loss"] = dp->loss;

@@ -36,6 +36,7 @@ int DTypeSize(DType t);
 const char* DTypeName(DType t);
 
 enum class CollectiveOp { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kBarrier };
+inline constexpr int kCollectiveKinds = 5;
 const char* CollectiveName(CollectiveOp op);  // "all_reduce", "reduce_scatter", ...
 
 // Completion handle of one collective.
