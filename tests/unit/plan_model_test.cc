@@ -111,6 +111,10 @@ std::vector<Row> Measured() {
        false},
       {"gpt350m B16 fsdp fp8 x2", Config("gpt350m", 16, 2, fp8), Mode::kFsdp, 2, 266204, 16.16,
        false},
+      // 2x H200 (forge-dist-bench llama3-1b fsdp, B 2 per GPU, --steps 6, beside one GPU in
+      // one run: 97.56% of it; the weight-gradient GEMMs' default SM margin; docs/performance.md),
+      // never fitted.
+      {"llama3-1b B2 fsdp x2", Config("llama3-1b", 2, 2), Mode::kFsdp, 2, 54896, 33.19, false},
       // 2x H200 (forge-dist-bench llama3-8b fsdp, B 1 per GPU; docs/performance.md), never
       // fitted: no recompute from one call with symmetric NCCL memory (--steps 4), the
       // recompute rows from earlier calls on plain memory (--steps 2-3).
