@@ -37,6 +37,7 @@ const char* DTypeName(DType t);
 
 enum class CollectiveOp { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kBarrier };
 inline constexpr int kCollectiveKinds = 5;
+static_assert(int(CollectiveOp::kBarrier) + 1 == kCollectiveKinds, "one count per kind");
 const char* CollectiveName(CollectiveOp op);  // "all_reduce", "reduce_scatter", ...
 
 // Completion handle of one collective.
