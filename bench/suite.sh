@@ -112,6 +112,11 @@ py=python3
 [ -x /opt/torch/.venv/bin/python3 ] && /opt/torch/.venv/bin/python3 -c 'import torch' 2>/dev/null &&
   py=/opt/torch/.venv/bin/python3
 lines="python3 bench/suite_lines.py"
+# PyTorch's launcher for the anchors on several GPUs, after `env` and any variables of the run's
+# own (then --nproc_per_node and the script): NVLink multicast off, as .device/run has it for
+# Forge (required on shared hosts).
+torchrun=(NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1 "$py" -m
+          torch.distributed.run --standalone)
 # $out keeps SUITE.jsonl, SUITE.md and SUITE-logs.tar.gz (made from $work at the end: each run's
 # log, the configs, training runs, ncu and dmon files); three files, so they all come back from
 # a device call.
@@ -248,9 +253,8 @@ llama_dp() {
       --world "$w" --mode "$m" --micro-batch 2 --steps 6 --warmup 2
   done
   $anchor || return 0
-  step "torch-llama1b-b2-none-w$w" 240 env STEPS=10 NCCL_NVLS_ENABLE=0 \
-    TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1 "$py" -m torch.distributed.run \
-    --standalone --nproc_per_node="$w" "$dev/torch_llama.py" llama1b 2 8192 ac=none
+  step "torch-llama1b-b2-none-w$w" 240 env STEPS=10 "${torchrun[@]}" --nproc_per_node="$w" \
+    "$dev/torch_llama.py" llama1b 2 8192 ac=none
 }
 
 # The GPUs as one node and as two emulated ones (forge-dist-bench --emulate-nodes: each rank
@@ -300,9 +304,8 @@ llama_fsdp() {
   }
   torch8b() {  # AC
     $anchor || return 0
-    step "torch-llama8b-b1-$1-w$w" 150 env STEPS=6 NCCL_NVLS_ENABLE=0 \
-      TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1 "$py" -m torch.distributed.run \
-      --standalone --nproc_per_node="$w" "$dev/torch_llama.py" llama8b 1 8192 "ac=$1"
+    step "torch-llama8b-b1-$1-w$w" 150 env STEPS=6 "${torchrun[@]}" --nproc_per_node="$w" \
+      "$dev/torch_llama.py" llama8b 1 8192 "ac=$1"
   }
   forge8b none bf16
   forge8b none fp8
@@ -342,10 +345,8 @@ multi_gpu() {
   if $anchor; then
     local m
     for m in ddp fsdp; do
-      # NVLink multicast off, as .device/run has it for Forge (required on shared hosts).
-      step "torch-$m-w$w" 200 env NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 \
-        PYTHONUNBUFFERED=1 "$py" -m torch.distributed.run --standalone \
-        --nproc_per_node="$w" "$dev/torch_dist.py" "$m" gpt350m 16
+      step "torch-$m-w$w" 200 env "${torchrun[@]}" --nproc_per_node="$w" "$dev/torch_dist.py" \
+        "$m" gpt350m 16
     done
   fi
 }
