@@ -205,8 +205,7 @@ Status CudaDataParallel::Init() {
   // ddp with a tied embedding: its gradient's LM-head part is summed during the backward (in
   // block L-1's comm window) and the lookup rows of every rank added after it, where that moves
   // fewer bytes at the step's end than the whole gradient's all-reduce (lookup_apart_rule.h).
-  if (TakeLookupApart(model_->config(), rules_, grad_reduce_, world_, model_->tokens_per_micro(),
-                      model_->config().padded_vocab())) {
+  if (TakeLookupApart(model_->config(), rules_, grad_reduce_, world_, model_->tokens_per_micro())) {
     const int64_t rows = int64_t{world_} * model_->tokens_per_micro();
     const int64_t d = model_->config().d_model;
     FORGE_RETURN_IF_ERROR(AllocCollective(reinterpret_cast<void**>(&lookup_dx_),

@@ -29,13 +29,13 @@
 
 namespace forge {
 
-// `world`: the ranks the gradient is summed over; `tokens`: a rank's micro-batch tokens;
-// `vocab`: the padded vocabulary (the embedding's rows).
+// `world`: the ranks the gradient is summed over; `tokens`: a rank's micro-batch tokens. The
+// embedding's rows are the padded vocabulary.
 inline bool TakeLookupApart(const ModelConfig& m, const ModeRules& rules, GradReduce reduce,
-                            int world, int64_t tokens, int64_t vocab) {
+                            int world, int64_t tokens) {
   if (!m.tie_embeddings || world < 2 || rules.sharded()) return false;
   const int64_t element = reduce == GradReduce::kBf16 ? 2 : 4;
-  return int64_t{world} * tokens * 2 < vocab * element * 2;
+  return int64_t{world} * tokens * 2 < int64_t{m.padded_vocab()} * element * 2;
 }
 
 }  // namespace forge

@@ -275,8 +275,7 @@ MemoryEstimate EstimateTrainingMemory(const RunConfig& cfg, Backend backend, int
     // lookup rows (bf16) and tokens, and the embedding backward's sort scratch for them (keys
     // and positions twice, cub's temp about as much).
     const int64_t tokens = int64_t{cfg.batch.micro_batch} * cfg.model.seq_len;
-    if (TakeLookupApart(cfg.model, rules, cfg.parallel.grad_reduce, world, tokens,
-                        cfg.model.padded_vocab())) {
+    if (TakeLookupApart(cfg.model, rules, cfg.parallel.grad_reduce, world, tokens)) {
       e.workspace += double(world) * double(tokens) * (2.0 * cfg.model.d_model + 4 + 16 + 8);
     }
   } else {
