@@ -345,17 +345,13 @@ Status CudaDataParallel::OnLookupGrad(const cuda::bf16* dx0, const int32_t* toke
           .status());
   // After the embedding's all-reduce (issued in block L-1's window, earlier on this stream):
   // every rank adds the same rows in the same order, so the ranks stay bitwise equal.
-  const int V = model_->config().padded_vocab();
-  const int64_t rows = n * world_;
-  if (ddp_bf16()) {
-    FORGE_RETURN_IF_ERROR(cuda::EmbeddingBackward(pb.grads16 + pb.unit_offset[emb], lookup_dx_,
-                                                  lookup_tokens_, rows, int(d), V, lookup_ws_,
-                                                  lookup_ws_bytes_, nccl_stream_));
-  } else {
-    FORGE_RETURN_IF_ERROR(cuda::EmbeddingBackward(pb.grads + pb.unit_offset[emb], lookup_dx_,
-                                                  lookup_tokens_, rows, int(d), V, lookup_ws_,
-                                                  lookup_ws_bytes_, nccl_stream_));
-  }
+  // Into the gradient the all-reduce summed: grads16 with ddp's bf16 sums, else grads.
+  auto add_rows = [&](auto* grad) {
+    return cuda::EmbeddingBackward(grad + pb.unit_offset[emb], lookup_dx_, lookup_tokens_,
+                                   n * world_, int(d), model_->config().padded_vocab(), lookup_ws_,
+                                   lookup_ws_bytes_, nccl_stream_);
+  };
+  FORGE_RETURN_IF_ERROR(ddp_bf16() ? add_rows(pb.grads16) : add_rows(pb.grads));
   return model_->SumUnitSquares(emb, nccl_stream_);  // its share of the grad norm, now whole
 }
 
