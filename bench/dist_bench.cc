@@ -39,10 +39,10 @@
 // compute stream stood still at its waits for the collectives (what no overlap hid: the last
 // units' reduction, a gather the forward needed first; comm_wait_by_op_ms splits it by the kind
 // of collective waited for, where the wait before the optimizer counts as the last one issued,
-// the step's tail), and comm_slowdown_ms = exposed - wait,
-// what the compute lost to running beside the collectives (SMs and memory bandwidth shared);
-// comm_in_step_ms is the collectives' own time in the step (against comm_ms alone). ranks_bitwise_equal: every rank's
-// weights after the data-parallel steps have the same CRC-32C (they must, in every mode).
+// the step's tail), and comm_slowdown_ms = exposed - wait, what the compute lost to running
+// beside the collectives (SMs and memory bandwidth shared); comm_in_step_ms is the collectives'
+// own time in the step (against comm_ms alone). ranks_bitwise_equal: every rank's weights after
+// the data-parallel steps have the same CRC-32C (they must, in every mode).
 // MFU counts model FLOPs per GPU against the dense BF16 peak (common/peak_flops.h).
 // --no-single: no single-GPU baseline, for a model that does not fit one GPU (fsdp's reason to
 // be): the line then has no efficiency or exposed communication, only the step, tokens/s, MFU

@@ -336,7 +336,8 @@ def profile(lines):
 
 
 SUITES = {"single-gpu": single_gpu, "llama": llama, "multi-gpu": multi_gpu,
-          "llama-dp": llama_dp, "nodes": multi_gpu, "llama-fsdp": llama_fsdp, "fp8-accuracy": fp8_accuracy, "llama-train": llama_train,
+          "llama-dp": llama_dp, "nodes": multi_gpu, "llama-fsdp": llama_fsdp,
+          "fp8-accuracy": fp8_accuracy, "llama-train": llama_train,
           "generation": generation, "gpu-tests": gpu_tests, "profile": profile}
 
 
