@@ -2,14 +2,17 @@
 // cuBLASLt (GemmRunner, what the step runs) on the forward GEMMs of gpt350m and the backward's
 // input-gradient GEMMs (dX = dY W: B N-major), one JSON line each.
 //
-//   forge-wgmma-bench [--reps 30] [--sets 3] [--only SUBSTRING]
+//   forge-wgmma-bench [--reps 30] [--sets 3] [--only SUBSTRING] [--group-rows N]
 //
 // For each shape: ||ours - cuBLASLt|| / ||cuBLASLt|| on random non-zero operands (our output is
 // poisoned with NaN first, so an element we fail to write fails the check), then the median
 // time of each over --reps calls rotating over --sets operand sets (L2 holds none of them).
-// Then the fused epilogues against what they replace, on gpt350m B 16's shapes: the QKV GEMM
-// with RoPE vs cuBLASLt + RopeApply, the gate/up GEMM with SwiGLU vs cuBLASLt + SwiGluForward:
-// elements that differ (bitwise) and the times of both. `--only fp8`: the FP8 form (E4M3
+// Shapes are gpt350m B 16's and (names ending _1b) llama3-1b B 2's (16,384 tokens each).
+// Then the fused epilogues against what they replace, on both models' shapes: the QKV GEMM
+// with RoPE vs cuBLASLt + RopeApply, the gate/up GEMM with SwiGLU vs cuBLASLt + SwiGluForward,
+// the down projection's input gradient with SwiGLU's backward vs cuBLASLt + SwiGluBackward:
+// elements that differ (bitwise) and the times of both. --group-rows sets our GEMMs' tile
+// order (tile_order.h; 1 is row-major, default the kernel's). `--only fp8`: the FP8 form (E4M3
 // operands) beside cuBLASLt's FP8 GEMM with fast accumulation (how ours sums) on the QKV shape,
 // plain and with RoPE (vs cuBLASLt + RopeApply), and on the gate/up shape, plain and with
 // SwiGLU writing h's FP8 casts (vs cuBLASLt + SwiGluForwardFp8): the relative difference of
@@ -87,7 +90,7 @@ StatusOr<PairResult> RunPair(const std::function<Status(int)>& ref,
   return r;
 }
 
-Status RunShape(const Shape& sh, const RandomPool& pool, Timer& timer, int sets,
+Status RunShape(const Shape& sh, const RandomPool& pool, Timer& timer, int sets, int group_rows,
                 cuda::GemmRunner& lt, cudaStream_t stream) {
   std::vector<DevBuf> a, b, d;
   FORGE_RETURN_IF_ERROR(RandomSets(pool, sets, size_t(sh.M * sh.K), 1, &a));
@@ -99,6 +102,7 @@ Status RunShape(const Shape& sh, const RandomPool& pool, Timer& timer, int sets,
     g.M = sh.M, g.N = sh.N, g.K = sh.K;
     g.A = a[size_t(i)].p, g.B = b[size_t(i)].p, g.D = d[size_t(i)].p;
     g.b_n_major = sh.n_major;
+    g.group_rows = group_rows;
     return cuda::WgmmaGemmBf16(g, stream);
   };
   auto cublas = [&](int i) {
@@ -114,6 +118,7 @@ Status RunShape(const Shape& sh, const RandomPool& pool, Timer& timer, int sets,
   j["gemm"] = sh.name;
   j["M"] = sh.M, j["N"] = sh.N, j["K"] = sh.K;
   j["b"] = sh.n_major ? "n_major" : "k_major";
+  j["group_rows"] = group_rows;
   j["rel_diff_vs_cublaslt"] = r.rel;
   j["nonfinite"] = r.nonfinite;
   j["cublaslt_us"] = r.us_ref;
@@ -145,7 +150,7 @@ struct Compared {
   const DevBuf* ours;
   const DevBuf* ref;
 };
-Status CompareFused(const char* fused, const std::function<Status(int)>& ref,
+Status CompareFused(const char* model, const char* fused, const std::function<Status(int)>& ref,
                     const std::function<Status(int)>& ours, const std::vector<Compared>& outputs,
                     Timer& timer, cudaStream_t stream) {
   FORGE_RETURN_IF_ERROR(ref(0));
@@ -154,6 +159,7 @@ Status CompareFused(const char* fused, const std::function<Status(int)>& ref,
   FORGE_CUDA_CHECK(cudaStreamSynchronize(stream));
   nlohmann::ordered_json j;
   j["fused"] = fused;
+  j["model"] = model;
   bool ok = true;
   for (const Compared& c : outputs) {
     FORGE_ASSIGN_OR_RETURN(const int64_t bad, Mismatches(*c.ours, *c.ref));
@@ -170,11 +176,20 @@ Status CompareFused(const char* fused, const std::function<Status(int)>& ref,
   return Status::Ok();
 }
 
-// gpt350m B 16: 16384 tokens, d 1024, 16 heads of 64 (Q, K, V), ffn 2816, T 1024.
-Status RunFused(const RandomPool& pool, Timer& timer, int sets, cuda::GemmRunner& lt,
-                cudaStream_t stream) {
-  const int64_t M = 16384, d = 1024, qkv = 3072, ffn = 2816;
-  const int T = 1024, H = 16, hd = 64;
+// A model's shapes for the fused epilogues: tokens, width, query and KV heads of 64, ffn, T.
+struct FusedModel {
+  const char* name;
+  int64_t M, d;
+  int n_head, n_kv_head;
+  int64_t ffn;
+  int T;
+};
+
+Status RunFused(const FusedModel& fm, const RandomPool& pool, Timer& timer, int sets,
+                int group_rows, cuda::GemmRunner& lt, cudaStream_t stream) {
+  const int64_t M = fm.M, d = fm.d, ffn = fm.ffn;
+  const int T = fm.T, H = fm.n_head, KvH = fm.n_kv_head, hd = 64;
+  const int64_t qkv = int64_t(H + 2 * KvH) * hd;
   std::vector<DevBuf> x, wq, wgu;
   FORGE_RETURN_IF_ERROR(RandomSets(pool, sets, size_t(M * d), 100, &x));
   FORGE_RETURN_IF_ERROR(RandomSets(pool, sets, size_t(qkv * d), 101, &wq));
@@ -198,14 +213,15 @@ Status RunFused(const RandomPool& pool, Timer& timer, int sets, cuda::GemmRunner
     cuda::GemmArgs g;
     g.M = M, g.N = qkv, g.K = d, g.A = x[size_t(i)].p, g.B = wq[size_t(i)].p, g.D = y_ref.p;
     FORGE_RETURN_IF_ERROR(lt.Run(g, stream));
-    return cuda::RopeApply(static_cast<cuda::bf16*>(y_ref.p), int(M / T), T, H, H, hd, inv_freq,
-                           false, stream);
+    return cuda::RopeApply(static_cast<cuda::bf16*>(y_ref.p), int(M / T), T, H, KvH, hd,
+                           inv_freq, false, stream);
   };
   auto qkv_ours = [&](int i) {
     cuda::WgmmaGemmArgs g;
     g.M = M, g.N = qkv, g.K = d, g.A = x[size_t(i)].p, g.B = wq[size_t(i)].p, g.D = y.p;
     g.epilogue = cuda::WgmmaEpilogue::kRope;
-    g.epi.rope_sin_cos = sin_cos, g.epi.T = T, g.epi.hd = hd, g.epi.rot_cols = 2 * H * hd;
+    g.epi.rope_sin_cos = sin_cos, g.epi.T = T, g.epi.hd = hd, g.epi.rot_cols = (H + KvH) * hd;
+    g.group_rows = group_rows;
     return cuda::WgmmaGemmBf16(g, stream);
   };
   auto gu_ref_run = [&](int i) -> Status {
@@ -220,11 +236,12 @@ Status RunFused(const RandomPool& pool, Timer& timer, int sets, cuda::GemmRunner
     g.M = M, g.N = 2 * ffn, g.K = d, g.A = x[size_t(i)].p, g.B = wgu[size_t(i)].p, g.D = h.p;
     g.epilogue = cuda::WgmmaEpilogue::kSwiGlu;
     g.epi.gu = static_cast<__nv_bfloat16*>(gu.p), g.epi.ffn = int(ffn);
+    g.group_rows = group_rows;
     return cuda::WgmmaGemmBf16(g, stream);
   };
   FORGE_RETURN_IF_ERROR(
-      CompareFused("qkv_rope", qkv_ref, qkv_ours, {{"mismatches", &y, &y_ref}}, timer, stream));
-  FORGE_RETURN_IF_ERROR(CompareFused("gate_up_swiglu", gu_ref_run, gu_ours,
+      CompareFused(fm.name, "qkv_rope", qkv_ref, qkv_ours, {{"mismatches", &y, &y_ref}}, timer, stream));
+  FORGE_RETURN_IF_ERROR(CompareFused(fm.name, "gate_up_swiglu", gu_ref_run, gu_ours,
                                      {{"mismatches_gu", &gu, &gu_ref}, {"mismatches_h", &h, &h_ref}},
                                      timer, stream));
 
@@ -252,9 +269,10 @@ Status RunFused(const RandomPool& pool, Timer& timer, int sets, cuda::GemmRunner
     g.b_n_major = true;
     g.epilogue = cuda::WgmmaEpilogue::kSwiGluBackward;
     g.epi.gu = const_cast<cuda::bf16*>(gu_in), g.epi.ffn = int(ffn);
+    g.group_rows = group_rows;
     return cuda::WgmmaGemmBf16(g, stream);
   };
-  return CompareFused("down_dgrad_swiglu_bwd", bwd_ref, bwd_ours,
+  return CompareFused(fm.name, "down_dgrad_swiglu_bwd", bwd_ref, bwd_ours,
                       {{"mismatches_dgu", &dgu, &dgu_ref}}, timer, stream);
 }
 
@@ -391,20 +409,31 @@ int main(int argc, char** argv) {
                    "prints JSON lines.");
   flags.Value("--reps", "N", "timed calls per set (default 30)");
   flags.Value("--sets", "N", "timed sets, the best kept (default 3)");
-  flags.Value("--only", "NAME", "one shape, or fp8 / fused");
+  flags.Value("--only", "NAME", "shapes whose name has it, or fp8 / fused / a model");
+  flags.Value("--group-rows", "N", "our GEMMs' tile rows a band (default: the kernel's)");
   if (int rc; bench::ParseFlagsOrExit(flags, "forge-wgmma-bench", argc, argv, &rc)) return rc;
   int reps = 30, sets = 3;
   if (!bench::FlagInt(flags, "--reps", &reps) || reps < 1)
     return bench::FailJson("forge-wgmma-bench", bench::BadValue(flags, "--reps"));
   if (!bench::FlagInt(flags, "--sets", &sets) || sets < 1)
     return bench::FailJson("forge-wgmma-bench", bench::BadValue(flags, "--sets"));
+  int group_rows = 0;
+  if (!bench::FlagInt(flags, "--group-rows", &group_rows) || group_rows < 0)
+    return bench::FailJson("forge-wgmma-bench", bench::BadValue(flags, "--group-rows"));
   const std::string only = flags.Get("--only");
   const Shape shapes[] = {{"small", 256, 512, 128},        {"qkv_fwd", 16384, 3072, 1024},
                           {"out_fwd", 16384, 1024, 1024},  {"gate_up_fwd", 16384, 5632, 1024},
                           {"down_fwd", 16384, 1024, 2816}, {"square8192", 8192, 8192, 8192},
                           {"qkv_dgrad", 16384, 1024, 3072, true},
                           {"out_dgrad", 16384, 1024, 1024, true},
-                          {"gate_up_dgrad", 16384, 1024, 5632, true}};
+                          {"gate_up_dgrad", 16384, 1024, 5632, true},
+                          {"qkv_fwd_1b", 16384, 3072, 2048},
+                          {"out_fwd_1b", 16384, 2048, 2048},
+                          {"gate_up_fwd_1b", 16384, 16384, 2048},
+                          {"down_fwd_1b", 16384, 2048, 8192},
+                          {"qkv_dgrad_1b", 16384, 2048, 3072, true},
+                          {"gate_up_dgrad_1b", 16384, 2048, 16384, true},
+                          {"down_dgrad_1b", 16384, 8192, 2048, true}};
   cudaStream_t stream;
   if (cudaStreamCreate(&stream) != cudaSuccess) return bench::FailJson("forge-wgmma-bench", "no GPU");
   cuda::GemmRunner lt;
@@ -415,7 +444,7 @@ int main(int argc, char** argv) {
   int rc = 0;
   for (const Shape& sh : shapes) {
     if (!only.empty() && std::string(sh.name).find(only) == std::string::npos) continue;
-    if (Status s = RunShape(sh, pool, timer, sets, lt, stream); !s.ok()) {
+    if (Status s = RunShape(sh, pool, timer, sets, group_rows, lt, stream); !s.ok()) {
       std::printf("%s\n", nlohmann::ordered_json{{"gemm", sh.name}, {"error", s.ToString()}}.dump().c_str());
       rc = 1;
     }
@@ -427,9 +456,14 @@ int main(int argc, char** argv) {
       rc = 1;
     }
   }
-  if (only.empty() || only == "fused") {
-    if (Status s = RunFused(pool, timer, sets, lt, stream); !s.ok()) {
-      std::printf("%s\n", nlohmann::ordered_json{{"fused", "all"}, {"error", s.ToString()}}.dump().c_str());
+  const FusedModel models[] = {{"gpt350m", 16384, 1024, 16, 16, 2816, 1024},
+                               {"llama3-1b", 16384, 2048, 32, 8, 8192, 8192}};
+  for (const FusedModel& fm : models) {
+    if (!only.empty() && only != "fused" && only != fm.name) continue;
+    if (Status s = RunFused(fm, pool, timer, sets, group_rows, lt, stream); !s.ok()) {
+      std::printf("%s\n", nlohmann::ordered_json{{"fused", fm.name}, {"error", s.ToString()}}
+                              .dump()
+                              .c_str());
       rc = 1;
     }
   }

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "fp8_fused_test_util.h"
@@ -120,6 +121,17 @@ TEST(GpuWgmmaGemm, MatchesCpuReference) {
     g.ctas = 1;
     ASSERT_STATUS_OK(cuda::WgmmaGemmBf16(g, nullptr));
     EXPECT_EQ(Mismatches(Bits(d1), Bits(d)), 0);
+
+    // The tile order (tile_order.h) moves no result: row-major, and bands of 2 tile rows (at 3
+    // tile rows the last band holds one), beside the default's bands above.
+    for (int rows : {1, 2}) {
+      SCOPED_TRACE("group_rows " + std::to_string(rows));
+      d1.Poison();
+      g = Args(s.M, s.N, s.K, o, d1.data());
+      g.group_rows = rows;
+      ASSERT_STATUS_OK(cuda::WgmmaGemmBf16(g, nullptr));
+      EXPECT_EQ(Mismatches(Bits(d1), Bits(d)), 0);
+    }
   }
 }
 
@@ -183,8 +195,9 @@ TEST(GpuWgmmaGemm, RopeEpilogueIsGemmThenRopeBitForBit) {
 
 // SwiGLU in the epilogue: gu == the plain GEMM's output and h == SwiGluForward(gu), bit for
 // bit; h close to the CPU's. A CTA computes a tile's h from its staged gu during its next tile's
-// main loop, so also with persistent CTAs walking several tiles (ctas 1 and 4 of 6) and one
-// K-tile (every share of h at the first).
+// main loop, so also with persistent CTAs walking several tiles (ctas 1 and 4 of 6), in bands
+// of 2 tile rows (tile_order.h; column by column here) and with one K-tile (every share of h at
+// the first).
 TEST(GpuWgmmaGemm, SwiGluEpilogueIsGemmThenSwiGluBitForBit) {
   FORGE_SKIP_WITHOUT_SM90();
   const int64_t M = 256, ffn = 384;
@@ -197,15 +210,16 @@ TEST(GpuWgmmaGemm, SwiGluEpilogueIsGemmThenSwiGluBitForBit) {
     test::RoundBf16InPlace(ref_gu);
     std::vector<float> ref_h(size_t(M * ffn));
     cpu::SwiGluForward(ref_h.data(), ref_gu.data(), M, int(ffn));
-    for (const int ctas : {0, 1, 4}) {
-      SCOPED_TRACE("K " + std::to_string(K) + ", ctas " + std::to_string(ctas));
+    for (const auto [ctas, rows] : {std::pair{0, 0}, {1, 0}, {4, 0}, {0, 2}, {4, 2}}) {
+      SCOPED_TRACE("K " + std::to_string(K) + ", ctas " + std::to_string(ctas) + ", group_rows " +
+                   std::to_string(rows));
       DeviceBuffer<bf16> gu(size_t(M * 2 * ffn)), h(size_t(M * ffn));
       gu.Poison();
       h.Poison();
       WgmmaGemmArgs g = Args(M, 2 * ffn, K, o, h.data());
       g.epilogue = WgmmaEpilogue::kSwiGlu;
       g.epi.gu = gu.data(), g.epi.ffn = int(ffn);
-      g.ctas = ctas;
+      g.ctas = ctas, g.group_rows = rows;
       ASSERT_STATUS_OK(cuda::WgmmaGemmBf16(g, nullptr));
       EXPECT_EQ(Mismatches(Bits(gu), Bits(gu_plain)), 0) << "gu";
       EXPECT_EQ(Mismatches(Bits(h), Bits(h_plain)), 0) << "h";
@@ -219,8 +233,8 @@ TEST(GpuWgmmaGemm, SwiGluEpilogueIsGemmThenSwiGluBitForBit) {
 // SwiGLU's backward in the epilogue of dh = dy W (N-major W): dgu == SwiGluBackward(dh, gu) on
 // the plain GEMM's dh, bit for bit, and close to the CPU's. A CTA computes a tile's dgu during
 // its next tile's main loop (16 vectors a thread, spread over the K-tiles), so also with
-// persistent CTAs walking several tiles, one K-tile (all 16 at once) and 20 (some K-tiles take
-// none).
+// persistent CTAs walking several tiles, in bands of 2 tile rows (of 3: the last band holds
+// one), one K-tile (all 16 at once) and 20 (some K-tiles take none).
 TEST(GpuWgmmaGemm, SwiGluBackwardEpilogueIsGemmThenSwiGluBackwardBitForBit) {
   FORGE_SKIP_WITHOUT_SM90();
   const int64_t M = 384, ffn = 512;
@@ -239,15 +253,16 @@ TEST(GpuWgmmaGemm, SwiGluBackwardEpilogueIsGemmThenSwiGluBackwardBitForBit) {
     test::RoundBf16InPlace(ref_dh);
     std::vector<float> ref_dgu(size_t(M * 2 * ffn));
     cpu::SwiGluBackward(ref_dgu.data(), ref_dh.data(), gu_host.data(), M, int(ffn));
-    for (const int ctas : {0, 1, 5}) {
-      SCOPED_TRACE("K " + std::to_string(K) + ", ctas " + std::to_string(ctas));
+    for (const auto [ctas, rows] : {std::pair{0, 0}, {1, 0}, {5, 0}, {0, 2}, {5, 2}}) {
+      SCOPED_TRACE("K " + std::to_string(K) + ", ctas " + std::to_string(ctas) + ", group_rows " +
+                   std::to_string(rows));
       DeviceBuffer<bf16> dgu(size_t(M * 2 * ffn));
       dgu.Poison();
       WgmmaGemmArgs g = plain;
       g.D = dgu.data();
       g.epilogue = WgmmaEpilogue::kSwiGluBackward;
       g.epi.gu = const_cast<bf16*>(gu.data()), g.epi.ffn = int(ffn);
-      g.ctas = ctas;
+      g.ctas = ctas, g.group_rows = rows;
       ASSERT_STATUS_OK(cuda::WgmmaGemmBf16(g, nullptr));
       EXPECT_EQ(Mismatches(Bits(dgu), Bits(dgu_plain)), 0);
       const std::vector<float> got = test::ToFloat(dgu.Download());
@@ -450,6 +465,9 @@ TEST(GpuWgmmaGemm, RejectsWhatItCannotTile) {
   EXPECT_FALSE(cuda::WgmmaGemmCheck(bwd).ok());
   bwd.epi.ffn = 256;
   EXPECT_TRUE(cuda::WgmmaGemmCheck(bwd).ok());
+  WgmmaGemmArgs order = Args(128, 256, 64, o, d.data());
+  order.group_rows = -1;
+  EXPECT_FALSE(cuda::WgmmaGemmCheck(order).ok());
 }
 
 }  // namespace

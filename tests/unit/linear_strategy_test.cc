@@ -96,21 +96,28 @@ TEST(LinearStrategy, Bf16OnHopperRunsTheThreeEpilogueGemms) {
   }
 }
 
-// Wider than gpt350m (llama3-1b's d_model 2048): cuBLASLt and a separate SwiGLU pass, forward
-// and backward, say so; RoPE stays in the QKV GEMM.
-TEST(LinearStrategy, Bf16WideModelsRunSwiGluApart) {
+// llama3-1b's d_model 2048: SwiGLU's forward stays in our gate/up GEMM, its backward runs
+// apart after cuBLASLt's input gradient (said so); RoPE stays in the QKV GEMM. At llama3-3b's
+// 3072 both run apart.
+TEST(LinearStrategy, Bf16WiderModelsRunSwiGluApartWhereCublasLtIsFaster) {
   const LinearStrategies st = ChooseLinearStrategies(OptionsOf(Load("llama3-1b.yaml")), Hopper());
   const LinearPlan& p = st.measuring;
   EXPECT_EQ(p[kQkv], S(G::kEpilogue, G::kCublasLt, G::kCublasLt));
-  EXPECT_EQ(p[kGateUp], kBf16);
+  EXPECT_EQ(p[kGateUp], S(G::kEpilogue, G::kCublasLt, G::kCublasLt));
   EXPECT_EQ(p[kDown], kBf16);
-  ASSERT_EQ(st.fallbacks.size(), 2u);
+  ASSERT_EQ(st.fallbacks.size(), 1u);
   EXPECT_EQ(st.fallbacks[0],
-            "gate/up projection: cuBLASLt, then SwiGLU apart (d_model 2048 > 1024: cuBLASLt and "
-            "the separate pass are faster)");
-  EXPECT_EQ(st.fallbacks[1],
             "down projection's input gradient: cuBLASLt, then SwiGLU's backward apart (d_model "
             "2048 > 1024: cuBLASLt and the separate pass are faster)");
+
+  const LinearStrategies three =
+      ChooseLinearStrategies(OptionsOf(Load("llama3-3b.yaml")), Hopper());
+  EXPECT_EQ(three.measuring[kGateUp], kBf16);
+  EXPECT_EQ(three.measuring[kDown], kBf16);
+  ASSERT_EQ(three.fallbacks.size(), 2u);
+  EXPECT_EQ(three.fallbacks[0],
+            "gate/up projection: cuBLASLt, then SwiGLU apart (d_model 3072 > 2048: cuBLASLt and "
+            "the separate pass are faster)");
 }
 
 TEST(LinearStrategy, Bf16WithoutOurKernelsIsCublasLtAndReportsOnlyAttention) {

@@ -30,6 +30,7 @@
 #include "kernels/cuda/fp8_tile_cast.cuh"
 #include "kernels/cuda/gemm_wgmma.h"
 #include "kernels/cuda/rope_math.cuh"
+#include "kernels/cuda/tile_order.h"
 #include "kernels/cuda/swiglu_math.cuh"
 #include "kernels/cuda/tma_map.h"
 #include "kernels/cuda/wgmma_mma.cuh"
@@ -62,11 +63,12 @@ constexpr int kSmemBytesWithSide = kSmemBytes + kSideBytes;  // 230,448 of 232,4
 constexpr RegisterSplit kRegs{168, 40, 232, kConsumers};
 static_assert(kRegs.fits(), "setmaxnreg: the producer must give up what the consumers take");
 
-// Persistent: CTA b takes tiles b, b + gridDim.x, ... in row-major tile order (N fastest), so
-// the CTAs in flight share a few 128-row bands of A and all of B stays in L2. The producer runs
-// ahead across tile boundaries, so the next tile's first stages load during the epilogue; the
-// epilogue stages the tile in shared memory and stores it with TMA (asynchronously: the
-// consumer waits for that store's smem reads only at its next epilogue).
+// Persistent: CTA b takes tiles b, b + gridDim.x, ... in tile_order.h's order (row-major while
+// B fits in L2, else in bands of tile rows), so the CTAs in flight share a few of A's and B's
+// blocks in L2. The producer runs ahead across tile boundaries, so the next tile's first stages
+// load during the epilogue; the epilogue stages the tile in shared memory and stores it with
+// TMA (asynchronously: the consumer waits for that store's smem reads only at its next
+// epilogue).
 //
 // Epilogues (each rounds the fp32 accumulator to bf16 first, then applies the same device math
 // on the same bf16 values as the separate kernel it replaces, so the results are bitwise those
@@ -102,7 +104,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                     const __grid_constant__ CUtensorMap map_b,
                     const __grid_constant__ CUtensorMap map_d,
                     const __grid_constant__ CUtensorMap map_d2, WgmmaEpilogueArgs ea,
-                    __nv_bfloat16* h_out, int tiles_n, int tiles, int k) {
+                    __nv_bfloat16* h_out, int tiles_m, int tiles_n, int group_rows,
+                    int tiles, int k) {
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = AlignedDynamicSmem(smem_raw);
   uint8_t* out_smem = smem + kStages * kStageBytes;
@@ -131,7 +134,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x == kConsumers * 128) {
       int it = 0;
       for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        const int m0 = (tile / tiles_n) * kBM, n0 = (tile % tiles_n) * bn;
+        const TileCoord at = TileAt(tile, tiles_m, tiles_n, group_rows);
+        const int m0 = at.row * kBM, n0 = at.col * bn;
         for (int kt = 0; kt < ktiles; ++kt, ++it) {
           const int s = it % kStages;
           if (it >= kStages) MbarWait(&empty[s], ((it / kStages) + 1) & 1);
@@ -345,7 +349,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
     int it = 0;
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-      const int m0 = (tile / tiles_n) * kBM, n0 = (tile % tiles_n) * bn;
+      const TileCoord at = TileAt(tile, tiles_m, tiles_n, group_rows);
+      const int m0 = at.row * kBM, n0 = at.col * bn;
       const int out_row = m0 + wg * 64;
       // RoPE: this tile's (sin, cos) loaded before the main loop, so they are in registers by
       // the epilogue. Head width 64: column 8 j + 2 quad is pair 4 (j % 8) + quad of its head,
@@ -456,6 +461,8 @@ Status WgmmaGemmCheck(const WgmmaGemmArgs& args, bool fp8) {
   if (args.M <= 0 || args.M % kBM || args.N % kBN || args.N <= 0 || args.K % bk || args.K <= 0)
     return Status::Invalid(name + "M must be a multiple of 128, N of 256, K of " +
                            std::to_string(bk) + shape);
+  if (args.group_rows < 0)
+    return Status::Invalid(name + "group_rows must be 0 (the default) or more" + shape);
   if (fp8 && (args.b_n_major || args.epilogue == WgmmaEpilogue::kSwiGluBackward))
     return Status::Invalid(name + "K-major operands and the plain, RoPE or SwiGLU epilogue only" +
                            shape);
@@ -512,7 +519,11 @@ Status Launch(const WgmmaGemmArgs& args, bool fp8, cudaStream_t stream) {
   map_d2 = map_d;  // kSwiGlu's second output, gu
   if (swiglu) FORGE_RETURN_IF_ERROR(SwizzledMap(args.epi.gu, args.M, args.N, 64, &map_d2));
   FORGE_ASSIGN_OR_RETURN(const int sms, DeviceSmCount());
-  const int tiles_n = int(out_n / (swiglu ? kBN / 2 : kBN)), tiles = int(args.M / kBM) * tiles_n;
+  const int tiles_m = int(args.M / kBM), tiles_n = int(out_n / (swiglu ? kBN / 2 : kBN));
+  const int tiles = tiles_m * tiles_n;
+  FORGE_ASSIGN_OR_RETURN(const int64_t l2, DeviceL2Bytes());
+  const int group_rows =
+      args.group_rows > 0 ? args.group_rows : TileGroupRows(args.N * args.K * eb, l2);
   const int grid = args.ctas > 0 ? std::min(args.ctas, tiles) : std::min(tiles, sms);
   const int k = int(args.K);
   const int smem = swiglu_bwd || (fp8 && swiglu) ? kSmemBytesWithSide : kSmemBytes;
@@ -521,8 +532,8 @@ Status Launch(const WgmmaGemmArgs& args, bool fp8, cudaStream_t stream) {
     FORGE_RETURN_IF_ERROR(
         CheckLaunchRegisters(reinterpret_cast<const void*>(kernel), kRegs.launch, name));
     kernel<<<grid, kThreads, smem, stream>>>(map_a, map_b, map_d, map_d2, args.epi,
-                                             static_cast<__nv_bfloat16*>(args.D), tiles_n, tiles,
-                                             k);
+                                             static_cast<__nv_bfloat16*>(args.D), tiles_m, tiles_n,
+                                             group_rows, tiles, k);
     FORGE_CUDA_LAUNCH_CHECK();
     return Status::Ok();
   };

@@ -52,6 +52,7 @@ struct WgmmaGemmArgs {
   WgmmaEpilogue epilogue = WgmmaEpilogue::kPlain;
   WgmmaEpilogueArgs epi;
   int ctas = 0;                 // persistent CTAs (0: one per SM, at most one per tile)
+  int group_rows = 0;           // tile rows a band of the tile order (0: tile_order.h's rule)
 };
 
 Status WgmmaGemmBf16(const WgmmaGemmArgs& args, cudaStream_t stream);

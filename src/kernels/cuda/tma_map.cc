@@ -97,4 +97,11 @@ StatusOr<int> DeviceSmCount() {
   return sms;
 }
 
+StatusOr<int64_t> DeviceL2Bytes() {
+  int dev = 0, bytes = 0;
+  FORGE_CUDA_CHECK(cudaGetDevice(&dev));
+  FORGE_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, dev));
+  return int64_t(bytes);
+}
+
 }  // namespace forge::cuda

@@ -31,4 +31,7 @@ Status CheckSm90(const std::string& name);
 // The current device's SM count (the persistent kernels' grid); asked per launch (cheap).
 StatusOr<int> DeviceSmCount();
 
+// The current device's L2 cache in bytes (the persistent GEMM's tile order); per launch too.
+StatusOr<int64_t> DeviceL2Bytes();
+
 }  // namespace forge::cuda

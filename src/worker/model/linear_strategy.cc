@@ -12,23 +12,30 @@ constexpr LinearKind kQkv = LinearKind::kQkv, kOut = LinearKind::kOut,
 
 LinearStrategy& At(LinearPlan& p, LinearKind k) { return p.blocks[size_t(k)]; }
 
-// Our BF16 GEMMs with SwiGLU's forward or backward in the epilogue (both of K = d_model) are
-// the faster path up to this width (gpt350m's 1024); at llama3-1b's 2048 cuBLASLt and a
-// separate SwiGLU pass measure faster in the step (docs/performance.md).
-constexpr int64_t kSwiGluGemmMaxWidth = 1024;
+// The widths (K = d_model) up to which our BF16 GEMMs with SwiGLU in the epilogue are the
+// faster path, measured on H200s (forge-wgmma-bench, the step; docs/performance.md): the
+// gate/up GEMM with SwiGLU's forward through llama3-1b's 2048 (1.47 ms in two runs of three
+// against cuBLASLt and the pass's 1.53-1.57), not at llama3-3b's 3072; the down projection's
+// input gradient with SwiGLU's backward through gpt350m's 1024 (at 2048: 1.05-1.09 ms against
+// 1.02-1.03).
+constexpr int64_t kSwiGluForwardGemmMaxWidth = 2048;
+constexpr int64_t kSwiGluBackwardGemmMaxWidth = 1024;
+
+std::string WideReason(int64_t d_model, int64_t max_width) {
+  return "d_model " + std::to_string(d_model) + " > " + std::to_string(max_width) +
+         ": cuBLASLt and the separate pass are faster";
+}
 
 // BF16: cuBLASLt everywhere except the epilogue GEMMs the options ask for where our GEMM runs,
 // takes the shapes and is the faster path.
 void ChooseBf16(const LinearStrategyOptions& o, const LinearKernelSupport& k,
                 LinearStrategies* out) {
   LinearPlan p;
-  const bool wide = !SwiGluGemmsAreFaster(o.d_model);
-  const std::string wide_reason =
-      "d_model " + std::to_string(o.d_model) + " > " + std::to_string(kSwiGluGemmMaxWidth) +
-      ": cuBLASLt and the separate pass are faster";
+  const bool fwd_wide = !SwiGluForwardGemmIsFaster(o.d_model);
+  const bool bwd_wide = !SwiGluBackwardGemmIsFaster(o.d_model);
   const bool rope = o.rope_gemm && k.sm90 && !o.qk_norm && k.rope_gemm.ok();
-  const bool swiglu = o.swiglu_gemm && k.sm90 && !wide && k.swiglu_gemm.ok();
-  const bool swiglu_bwd = o.swiglu_bwd_gemm && k.sm90 && !wide && k.swiglu_bwd_gemm.ok();
+  const bool swiglu = o.swiglu_gemm && k.sm90 && !fwd_wide && k.swiglu_gemm.ok();
+  const bool swiglu_bwd = o.swiglu_bwd_gemm && k.sm90 && !bwd_wide && k.swiglu_bwd_gemm.ok();
   if (rope) At(p, kQkv).forward = GemmPath::kEpilogue;
   if (swiglu) At(p, kGateUp).forward = GemmPath::kEpilogue;
   if (swiglu_bwd) At(p, kDown).dgrad = GemmPath::kEpilogue;
@@ -41,12 +48,16 @@ void ChooseBf16(const LinearStrategyOptions& o, const LinearKernelSupport& k,
   }
   if (o.swiglu_gemm && !swiglu) {
     out->fallbacks.push_back("gate/up projection: cuBLASLt, then SwiGLU apart (" +
-                             (k.swiglu_gemm.ok() ? wide_reason : k.swiglu_gemm.message()) + ")");
+                             (k.swiglu_gemm.ok() ? WideReason(o.d_model, kSwiGluForwardGemmMaxWidth)
+                                                 : k.swiglu_gemm.message()) +
+                             ")");
   }
   if (o.swiglu_bwd_gemm && !swiglu_bwd) {
     out->fallbacks.push_back(
         "down projection's input gradient: cuBLASLt, then SwiGLU's backward apart (" +
-        (k.swiglu_bwd_gemm.ok() ? wide_reason : k.swiglu_bwd_gemm.message()) + ")");
+        (k.swiglu_bwd_gemm.ok() ? WideReason(o.d_model, kSwiGluBackwardGemmMaxWidth)
+                                : k.swiglu_bwd_gemm.message()) +
+        ")");
   }
 }
 
@@ -178,7 +189,11 @@ bool LinearStrategies::fp8_swiglu_gemm() const {
   return delayed[kGateUp].forward == GemmPath::kFp8Epilogue;
 }
 
-bool SwiGluGemmsAreFaster(int64_t d_model) { return d_model <= kSwiGluGemmMaxWidth; }
+bool SwiGluForwardGemmIsFaster(int64_t d_model) { return d_model <= kSwiGluForwardGemmMaxWidth; }
+
+bool SwiGluBackwardGemmIsFaster(int64_t d_model) {
+  return d_model <= kSwiGluBackwardGemmMaxWidth;
+}
 
 LinearStrategies ChooseLinearStrategies(const LinearStrategyOptions& o,
                                         const LinearKernelSupport& k) {
