@@ -215,13 +215,15 @@ single_gpu() {
 
 llama() {
   gpu_line
-  local r
-  for r in none selective full; do
-    step "llama3-1b-b2-bf16-$r" 150 "$run" forge-bench --config configs/llama3-1b.yaml \
-      --micro-batch 2 --steps 10 --precision bf16 --recompute "$r"
+  local r p bin
+  for r in bf16-none bf16-selective bf16-full fp8-none; do
+    p=${r%-*}
+    for bin in forge-bench-base forge-bench; do
+      [ "$bin" = forge-bench ] || $base || continue
+      step "llama3-1b-b2-$r${bin#forge-bench}" 150 "$run" "$bin" --config configs/llama3-1b.yaml \
+        --micro-batch 2 --steps 10 --precision "$p" --recompute "${r#*-}"
+    done
   done
-  step "llama3-1b-b2-fp8-none" 150 "$run" forge-bench --config configs/llama3-1b.yaml \
-    --micro-batch 2 --steps 10 --precision fp8 --recompute none
   if $anchor; then
     for r in none full; do
       step "torch-llama1b-b2-$r" 240 env STEPS=10 PYTHONUNBUFFERED=1 "$py" -m \

@@ -112,22 +112,25 @@ def llama(lines):
     forge = [l for l in lines if "tokens_per_s" in l and "recompute" in l]
     torch = {(TORCH_LLAMA.get(l["model"], l["model"]), l["B"], l["ac"]): l for l in lines
              if "tokens_per_s_per_gpu" in l and "ac" in l}
-    header = ["model", "B", "run", "recompute", "step ms", "tokens/s", "MFU", "peak GiB",
-              "vs PyTorch (none)", "vs PyTorch (same recompute)"]
+    with_base = any(build_of(l) == "base" for l in forge)
+    header = ["model", "B", "run"] + (["build"] if with_base else []) + [
+        "recompute", "step ms", "tokens/s", "MFU", "peak GiB", "vs PyTorch (none)",
+        "vs PyTorch (same recompute)"]
     rows = []
     for l in forge:
         key = (l["model"], l["B"])
         fastest, same = torch.get(key + ("none",)), torch.get(key + (l["recompute"],))
         rows.append([l["model"], str(l["B"]), "Forge " + PRECISION.get(
-                         (l["precision"], bool(l.get("fp8_lm_head"))), l["precision"]),
-                     l["recompute"], fmt(l["step_ms"]), fmt(round(l["tokens_per_s"])),
+                         (l["precision"], bool(l.get("fp8_lm_head"))), l["precision"])] +
+                    ([build_of(l)] if with_base else []) +
+                    [l["recompute"], fmt(l["step_ms"]), fmt(round(l["tokens_per_s"])),
                      pct(l.get("mfu")), fmt(l.get("peak_mem_gib")),
                      ratio(l["tokens_per_s"], fastest and fastest["tokens_per_s_per_gpu"]),
                      ratio(l["tokens_per_s"], same and same["tokens_per_s_per_gpu"])])
     for (model, b, ac), t in torch.items():
-        rows.append([model, str(b), "PyTorch FSDP2 recipe BF16", ac, fmt(t["step_ms"]),
-                     fmt(round(t["tokens_per_s_per_gpu"])), pct(t.get("mfu")),
-                     fmt(t.get("peak_mem_gib")), "", ""])
+        rows.append([model, str(b), "PyTorch FSDP2 recipe BF16"] + ([""] if with_base else []) +
+                    [ac, fmt(t["step_ms"]), fmt(round(t["tokens_per_s_per_gpu"])),
+                     pct(t.get("mfu")), fmt(t.get("peak_mem_gib")), "", ""])
     return [table(header, rows)]
 
 

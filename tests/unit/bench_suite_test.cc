@@ -225,6 +225,25 @@ TEST_F(BenchSuiteTest, LlamaSuiteRunsTheRecomputeSettingsBesideTheRecipe) {
     EXPECT_TRUE(Printed(r, "--nproc_per_node=1 .device/torch_llama.py llama1b 2 8192 ac=" +
                                std::string(ac) + "\n"));
   }
+  EXPECT_EQ(r.out.find("forge-bench-base"), std::string::npos);
+  // --base: the previous build's binary right before the new one, on every row; the table
+  // gains a build column.
+  const Ran base = Shell("bash bench/suite.sh --dry-run --base --no-anchor llama");
+  ASSERT_EQ(base.code, 0) << base.out;
+  EXPECT_TRUE(Printed(base,
+                      "# llama3-1b-b2-fp8-none-base\n.device/run forge-bench-base --config "
+                      "configs/llama3-1b.yaml --micro-batch 2 --steps 10 --precision fp8 "
+                      "--recompute none\n# llama3-1b-b2-fp8-none\n.device/run forge-bench "
+                      "--config configs/llama3-1b.yaml --micro-batch 2 --steps 10 --precision "
+                      "fp8 --recompute none\n"));
+  const Ran table = Shell("python3 bench/suite_table.py " + kData + "llama-base.jsonl");
+  ASSERT_EQ(table.code, 0) << table.out;
+  EXPECT_TRUE(Printed(table, "| llama3-1b | 2 | Forge BF16 | base | none | 290.00 | 56,000 |"))
+      << table.out;
+  EXPECT_TRUE(Printed(table, "| llama3-1b | 2 | Forge BF16 | new | none | 280.00 | 58,000 |"))
+      << table.out;
+  EXPECT_TRUE(Printed(table, "| llama3-1b | 2 | PyTorch FSDP2 recipe BF16 |  | none | 331.00 |"))
+      << table.out;
 }
 
 TEST_F(BenchSuiteTest, BadLineIsNamed) {
