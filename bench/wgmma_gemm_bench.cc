@@ -213,8 +213,8 @@ Status RunFused(const FusedModel& fm, const RandomPool& pool, Timer& timer, int 
     cuda::GemmArgs g;
     g.M = M, g.N = qkv, g.K = d, g.A = x[size_t(i)].p, g.B = wq[size_t(i)].p, g.D = y_ref.p;
     FORGE_RETURN_IF_ERROR(lt.Run(g, stream));
-    return cuda::RopeApply(static_cast<cuda::bf16*>(y_ref.p), int(M / T), T, H, KvH, hd,
-                           inv_freq, false, stream);
+    return cuda::RopeApply(static_cast<cuda::bf16*>(y_ref.p), int(M / T), T, H, KvH, hd, inv_freq,
+                           false, stream);
   };
   auto qkv_ours = [&](int i) {
     cuda::WgmmaGemmArgs g;
@@ -239,11 +239,11 @@ Status RunFused(const FusedModel& fm, const RandomPool& pool, Timer& timer, int 
     g.group_rows = group_rows;
     return cuda::WgmmaGemmBf16(g, stream);
   };
+  FORGE_RETURN_IF_ERROR(CompareFused(fm.name, "qkv_rope", qkv_ref, qkv_ours,
+                                     {{"mismatches", &y, &y_ref}}, timer, stream));
   FORGE_RETURN_IF_ERROR(
-      CompareFused(fm.name, "qkv_rope", qkv_ref, qkv_ours, {{"mismatches", &y, &y_ref}}, timer, stream));
-  FORGE_RETURN_IF_ERROR(CompareFused(fm.name, "gate_up_swiglu", gu_ref_run, gu_ours,
-                                     {{"mismatches_gu", &gu, &gu_ref}, {"mismatches_h", &h, &h_ref}},
-                                     timer, stream));
+      CompareFused(fm.name, "gate_up_swiglu", gu_ref_run, gu_ours,
+                   {{"mismatches_gu", &gu, &gu_ref}, {"mismatches_h", &h, &h_ref}}, timer, stream));
 
   // SwiGLU's backward in the down projection's dgrad: dh = dy W_down (W_down [d, ffn], N-major),
   // then dgu from dh and gu; against cuBLASLt's dgrad + SwiGluBackward. gu_ref (the forward's
@@ -421,9 +421,12 @@ int main(int argc, char** argv) {
   if (!bench::FlagInt(flags, "--group-rows", &group_rows) || group_rows < 0)
     return bench::FailJson("forge-wgmma-bench", bench::BadValue(flags, "--group-rows"));
   const std::string only = flags.Get("--only");
-  const Shape shapes[] = {{"small", 256, 512, 128},        {"qkv_fwd", 16384, 3072, 1024},
-                          {"out_fwd", 16384, 1024, 1024},  {"gate_up_fwd", 16384, 5632, 1024},
-                          {"down_fwd", 16384, 1024, 2816}, {"square8192", 8192, 8192, 8192},
+  const Shape shapes[] = {{"small", 256, 512, 128},
+                          {"qkv_fwd", 16384, 3072, 1024},
+                          {"out_fwd", 16384, 1024, 1024},
+                          {"gate_up_fwd", 16384, 5632, 1024},
+                          {"down_fwd", 16384, 1024, 2816},
+                          {"square8192", 8192, 8192, 8192},
                           {"qkv_dgrad", 16384, 1024, 3072, true},
                           {"out_dgrad", 16384, 1024, 1024, true},
                           {"gate_up_dgrad", 16384, 1024, 5632, true},
@@ -461,9 +464,9 @@ int main(int argc, char** argv) {
   for (const FusedModel& fm : models) {
     if (!only.empty() && only != "fused" && only != fm.name) continue;
     if (Status s = RunFused(fm, pool, timer, sets, group_rows, lt, stream); !s.ok()) {
-      std::printf("%s\n", nlohmann::ordered_json{{"fused", fm.name}, {"error", s.ToString()}}
-                              .dump()
-                              .c_str());
+      std::printf(
+          "%s\n",
+          nlohmann::ordered_json{{"fused", fm.name}, {"error", s.ToString()}}.dump().c_str());
       rc = 1;
     }
   }

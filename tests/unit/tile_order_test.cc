@@ -42,9 +42,9 @@ TEST(TileOrder, OneRowBandIsRowMajor) {
 
 TEST(TileOrder, BandRowsRunFastestAndTheLastBandIsShort) {
   // 5 tile rows in bands of 2: rows {0, 1}, {2, 3}, {4}; 3 columns.
-  const std::vector<TileCoord> want = {{0, 0}, {1, 0}, {0, 1}, {1, 1}, {0, 2}, {1, 2},
-                                       {2, 0}, {3, 0}, {2, 1}, {3, 1}, {2, 2}, {3, 2},
-                                       {4, 0}, {4, 1}, {4, 2}};
+  const std::vector<TileCoord> want = {{0, 0}, {1, 0}, {0, 1}, {1, 1}, {0, 2},
+                                       {1, 2}, {2, 0}, {3, 0}, {2, 1}, {3, 1},
+                                       {2, 2}, {3, 2}, {4, 0}, {4, 1}, {4, 2}};
   for (int t = 0; t < 15; ++t) {
     const TileCoord c = TileAt(t, 5, 3, 2);
     EXPECT_EQ(c.row, want[size_t(t)].row) << "tile " << t;

@@ -30,8 +30,8 @@
 #include "kernels/cuda/fp8_tile_cast.cuh"
 #include "kernels/cuda/gemm_wgmma.h"
 #include "kernels/cuda/rope_math.cuh"
-#include "kernels/cuda/tile_order.h"
 #include "kernels/cuda/swiglu_math.cuh"
+#include "kernels/cuda/tile_order.h"
 #include "kernels/cuda/tma_map.h"
 #include "kernels/cuda/wgmma_mma.cuh"
 #include "kernels/cuda/wgmma_util.cuh"
@@ -104,8 +104,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                     const __grid_constant__ CUtensorMap map_b,
                     const __grid_constant__ CUtensorMap map_d,
                     const __grid_constant__ CUtensorMap map_d2, WgmmaEpilogueArgs ea,
-                    __nv_bfloat16* h_out, int tiles_m, int tiles_n, int group_rows,
-                    int tiles, int k) {
+                    __nv_bfloat16* h_out, int tiles_m, int tiles_n, int group_rows, int tiles,
+                    int k) {
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = AlignedDynamicSmem(smem_raw);
   uint8_t* out_smem = smem + kStages * kStageBytes;

@@ -191,9 +191,7 @@ bool LinearStrategies::fp8_swiglu_gemm() const {
 
 bool SwiGluForwardGemmIsFaster(int64_t d_model) { return d_model <= kSwiGluForwardGemmMaxWidth; }
 
-bool SwiGluBackwardGemmIsFaster(int64_t d_model) {
-  return d_model <= kSwiGluBackwardGemmMaxWidth;
-}
+bool SwiGluBackwardGemmIsFaster(int64_t d_model) { return d_model <= kSwiGluBackwardGemmMaxWidth; }
 
 LinearStrategies ChooseLinearStrategies(const LinearStrategyOptions& o,
                                         const LinearKernelSupport& k) {
