@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "fp8_fused_test_util.h"
@@ -59,8 +60,9 @@ struct Problem {
   }
 };
 
-// Several tiles a CTA (both staging buffers reused, their phases wrapping), one CTA, all; K of
-// one K-tile and of gpt350m's width; a scale that saturates some values.
+// Several tiles a CTA (both staging buffers reused, their phases wrapping), one CTA, all; tiles
+// in bands of 3 rows (tile_order.h: of 2, 6 and 8 tile rows); K of one K-tile and of
+// gpt350m's width; a scale that saturates some values.
 TEST(GpuSwiGluBackwardGemmFp8, IsGemmThenSwiGluBackwardBitForBit) {
   FORGE_SKIP_WITHOUT_SM90();
   for (const auto [M, K, ffn] :
@@ -77,15 +79,15 @@ TEST(GpuSwiGluBackwardGemmFp8, IsGemmThenSwiGluBackwardBitForBit) {
       ASSERT_STATUS_OK(cuda::SwiGluBackwardFp8(
           want.q.data(), want.qt.data(), dh.data(), p.d_gate_up.data(), M, ffn, DType::kE5M2,
           want.scale(), want.amax(), want.scale_inv(), nullptr));
-      for (const int ctas : {0, 1, 3}) {
+      for (const auto [ctas, rows] : {std::pair{0, 0}, {1, 0}, {3, 0}, {0, 3}, {3, 3}}) {
         SCOPED_TRACE("M " + std::to_string(M) + " K " + std::to_string(K) + " ffn " +
                      std::to_string(ffn) + " scale " + std::to_string(scale) + " ctas " +
-                     std::to_string(ctas));
+                     std::to_string(ctas) + " group_rows " + std::to_string(rows));
         Fp8CastOut got(size_t(M) * 2 * ffn, scale);
         got.q.Poison();
         got.qt.Poison();
         cuda::SwiGluBackwardGemmFp8Args a = p.Args(got, ctas);
-        a.dy_e4m3 = true;
+        a.dy_e4m3 = true, a.group_rows = rows;
         ASSERT_STATUS_OK(cuda::SwiGluBackwardGemmFp8(a, nullptr));
         EXPECT_EQ(got.q.Download(), want.q.Download()) << "row-major";
         EXPECT_EQ(got.qt.Download(), want.qt.Download()) << "transposed";

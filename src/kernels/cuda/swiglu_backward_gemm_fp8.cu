@@ -12,7 +12,7 @@
 // the copy engine keeps a whole tile's 32 KiB in flight per buffer without registers (this
 // form: ~205 us under ncu on an H100 at gpt350m B 16, docs/performance.md).
 //
-// Per CTA (persistent, one per SM; tiles of 64 rows x 128 columns of dh in row-major tile
+// Per CTA (persistent, one per SM; tiles of 64 rows x 128 columns of dh in tile_order.h's
 // order; local tile i of a CTA goes to buffer set i & 1):
 // - producer warp (warpgroup 3): one thread streams K-tiles (128) of dy (64 x 128 bytes) and
 //   W_down^T (128 x 128) into a 5-stage ring, and each tile's gate and up (64 x 128 bf16 each,
@@ -42,6 +42,7 @@
 #include "kernels/cuda/fp8_cast.h"
 #include "kernels/cuda/fp8_tile_cast.cuh"
 #include "kernels/cuda/swiglu_math.cuh"
+#include "kernels/cuda/tile_order.h"
 #include "kernels/cuda/tma_map.h"
 #include "kernels/cuda/wgmma_mma.cuh"
 #include "kernels/cuda/wgmma_util.cuh"
@@ -70,7 +71,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                              const __grid_constant__ CUtensorMap map_w,
                              const __grid_constant__ CUtensorMap map_gu,
                              const __grid_constant__ CUtensorMap map_t, SwiGluBackwardGemmFp8Args a,
-                             int tiles_n, int tiles) {
+                             int tiles_m, int tiles_n, int group_rows, int tiles) {
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = AlignedDynamicSmem(smem_raw);
   uint8_t* gu = smem + kStages * kStageBytes;  // [2] (1024-aligned: the swizzle's pattern)
@@ -103,7 +104,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x == kProducerWg * 128) {
       int it = 0, local = 0;
       for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++local) {
-        const int m0 = (tile / tiles_n) * kBM, n0 = (tile % tiles_n) * kBN;
+        const TileCoord at = TileAt(tile, tiles_m, tiles_n, group_rows);
+        const int m0 = at.row * kBM, n0 = at.col * kBN;
         // This tile's gate/up first: the epilogue needs it only after the MMAs, so it lands
         // well ahead; the set's buffer is free once the epilogue has read its last tile.
         const int b = local & 1;
@@ -182,7 +184,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     int local = b;
     for (int tile = blockIdx.x + b * int(gridDim.x); tile < tiles;
          tile += 2 * int(gridDim.x), local += 2) {
-      const int m0 = (tile / tiles_n) * kBM, n0 = (tile % tiles_n) * kBN;
+      const TileCoord at = TileAt(tile, tiles_m, tiles_n, group_rows);
+      const int m0 = at.row * kBM, n0 = at.col * kBN;
       const int64_t r0 = m0 + rows, c = n0 + 8 * v;
       const uint32_t parity = (local >> 1) & 1;
       MbarWait(&gu_full[b], parity);
@@ -268,6 +271,8 @@ Status SwiGluBackwardGemmFp8Check(const SwiGluBackwardGemmFp8Args& a) {
   if (!IsAligned(a.gate_up, 16) || !IsAligned(a.dgate_up, 8) || !IsAligned(a.dgate_up_t, 16) ||
       !IsAligned(a.dy, 16) || !IsAligned(a.w_t, 16))
     return Status::Invalid("SwiGluBackwardGemmFp8: unaligned buffers" + shape);
+  if (a.group_rows < 0)
+    return Status::Invalid("SwiGluBackwardGemmFp8: group_rows must be 0 (the default) or more");
   return Status::Ok();
 }
 
@@ -290,11 +295,14 @@ Status SwiGluBackwardGemmFp8(const SwiGluBackwardGemmFp8Args& a, cudaStream_t st
   FORGE_RETURN_IF_ERROR(
       SwizzledMap(a.dgate_up_t, 2 * int64_t{a.ffn}, a.M, kBN, &map_t, 1, /*row_bytes=*/64));
   FORGE_ASSIGN_OR_RETURN(const int sms, DeviceSmCount());
-  const int tiles_n = a.ffn / kBN, tiles = int(a.M / kBM) * tiles_n;
+  FORGE_ASSIGN_OR_RETURN(const int64_t l2, DeviceL2Bytes());
+  const int tiles_m = int(a.M / kBM), tiles_n = a.ffn / kBN, tiles = tiles_m * tiles_n;
+  const int group_rows = a.group_rows > 0 ? a.group_rows : TileGroupRows(a.ffn * a.K, l2);
   const int grid = a.ctas > 0 ? std::min(a.ctas, tiles) : std::min(tiles, sms);
   const auto kernel = a.dy_e4m3 ? SwiGluBackwardGemmKernel<true> : SwiGluBackwardGemmKernel<false>;
   FORGE_RETURN_IF_ERROR(AllowDynamicSmem(kernel, kSmemBytes));
-  kernel<<<grid, kThreads, kSmemBytes, stream>>>(map_dy, map_w, map_gu, map_t, a, tiles_n, tiles);
+  kernel<<<grid, kThreads, kSmemBytes, stream>>>(map_dy, map_w, map_gu, map_t, a, tiles_m, tiles_n,
+                                                 group_rows, tiles);
   FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
 }

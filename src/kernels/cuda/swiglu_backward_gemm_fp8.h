@@ -34,7 +34,8 @@ struct SwiGluBackwardGemmFp8Args {
   const float* scale = nullptr;   // fp8_cast.h's slots of dgate_up
   float* amax = nullptr;
   float* scale_inv = nullptr;
-  int ctas = 0;  // persistent CTAs (0: one per SM, at most one per tile)
+  int ctas = 0;        // persistent CTAs (0: one per SM, at most one per tile)
+  int group_rows = 0;  // tile rows a band of the tile order (0: tile_order.h's rule)
 };
 
 // Whether the kernel takes these shapes and pointers (alignment included): the rule callers
