@@ -217,7 +217,9 @@ TEST(CopyEngineProcesses, SkippedAllReduceTimesOut) {
 TEST(CopyEngineDdp, TrainsLikeNcclAcrossProcesses) {
   if (NcclVisibleDevices() < 2) GTEST_SKIP() << "needs 2 GPUs";
   const fs::path bench = fs::read_symlink("/proc/self/exe").parent_path() / "forge-dist-bench";
-  if (!fs::exists(bench)) GTEST_SKIP() << "no " << bench.string();
+  // Built beside this binary (a build dependency): missing, it was left out of a packing, which
+  // must fail the suite rather than skip the only copy-engine run across processes.
+  ASSERT_TRUE(fs::exists(bench)) << "no " << bench.string() << " beside the GPU tests";
   const fs::path dir = fs::temp_directory_path() / ("forge-ce-ddp-" + std::to_string(getpid()));
   fs::create_directories(dir);
   const fs::path config = dir / "tiny.yaml";
