@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -147,11 +148,26 @@ TEST(PrometheusScrape, RealServerScrapesACpuTrainingRun) {
   ASSERT_GE(loss.size(), 10u);
   std::printf("forge_loss over %zu scrapes: first %.4f, last %.4f; tokens/s %.0f\n", loss.size(),
               loss.front(), loss.back(), tokens_per_s);
-  EXPECT_LT(loss.back(), loss.front() - 0.2) << "the loss should fall over the run";
-  const size_t half = loss.size() / 2;
-  double first_half = 0, second_half = 0;
-  for (size_t i = 0; i < loss.size(); ++i) (i < half ? first_half : second_half) += loss[i];
-  EXPECT_LT(second_half / double(loss.size() - half), first_half / double(half));
+  // The series is the run training: every scrape below the untrained model's loss (ln 256 =
+  // 5.55 nats on 256 tokens) and their mean far below it. Where on the loss curve the scrapes
+  // fall depends on the machine's speed (Prometheus's discovery hands a new target to the
+  // scrapes about 5 s after the file names it, and this model reaches its plateau, ~0.5, in
+  // a few hundred steps), so the test does not ask them to fall among themselves.
+  const double untrained = std::log(256.0);
+  double sum = 0;
+  for (const double l : loss) {
+    EXPECT_TRUE(std::isfinite(l) && l > 0.0 && l < untrained - 0.5) << l;
+    sum += l;
+  }
+  EXPECT_LT(sum / double(loss.size()), untrained - 2.0);
+  // And the scrapes are live: the step gauge rises across them.
+  const json steps = Query(prom_port, "forge_step{run_id=\"" + run_id + "\"}[5m]");
+  ASSERT_TRUE(steps.is_array() && steps.size() == 1) << steps.dump();
+  std::vector<double> step;
+  for (const auto& v : steps[0]["values"]) step.push_back(std::stod(v[1].get<std::string>()));
+  ASSERT_GE(step.size(), 10u);
+  for (size_t i = 1; i < step.size(); ++i) EXPECT_GE(step[i], step[i - 1]) << "scrape " << i;
+  EXPECT_GT(step.back(), step.front());
 
   // Prometheus loaded the shipped alert rules.
   const test::HttpResponse rules = test::HttpGet(prom_port, "/api/v1/rules");
