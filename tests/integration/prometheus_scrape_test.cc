@@ -44,6 +44,15 @@ json Query(int port, const std::string& promql) {
   return j["data"]["result"];
 }
 
+// A range query's one series, its values scrape by scrape (empty unless exactly one series).
+std::vector<double> SeriesValues(int port, const std::string& range_promql) {
+  const json series = Query(port, range_promql);
+  std::vector<double> values;
+  if (!series.is_array() || series.size() != 1) return values;
+  for (const auto& v : series[0]["values"]) values.push_back(std::stod(v[1].get<std::string>()));
+  return values;
+}
+
 bool HaveProgram(const char* name) {
   return std::system(("command -v " + std::string(name) + " >/dev/null 2>&1").c_str()) == 0;
 }
@@ -141,11 +150,8 @@ TEST(PrometheusScrape, RealServerScrapesACpuTrainingRun) {
   EXPECT_GT(tokens_per_s, 0.0);
 
   // The loss as Prometheus recorded it, scrape by scrape.
-  const json series = Query(prom_port, loss_sel + "[5m]");
-  ASSERT_TRUE(series.is_array() && series.size() == 1) << series.dump();
-  std::vector<double> loss;
-  for (const auto& v : series[0]["values"]) loss.push_back(std::stod(v[1].get<std::string>()));
-  ASSERT_GE(loss.size(), 10u);
+  const std::vector<double> loss = SeriesValues(prom_port, loss_sel + "[5m]");
+  ASSERT_GE(loss.size(), 10u) << Query(prom_port, loss_sel + "[5m]").dump();
   std::printf("forge_loss over %zu scrapes: first %.4f, last %.4f; tokens/s %.0f\n", loss.size(),
               loss.front(), loss.back(), tokens_per_s);
   // The series is the run training: every scrape below the untrained model's loss (ln 256 =
@@ -161,11 +167,9 @@ TEST(PrometheusScrape, RealServerScrapesACpuTrainingRun) {
   }
   EXPECT_LT(sum / double(loss.size()), untrained - 2.0);
   // And the scrapes are live: the step gauge rises across them.
-  const json steps = Query(prom_port, "forge_step{run_id=\"" + run_id + "\"}[5m]");
-  ASSERT_TRUE(steps.is_array() && steps.size() == 1) << steps.dump();
-  std::vector<double> step;
-  for (const auto& v : steps[0]["values"]) step.push_back(std::stod(v[1].get<std::string>()));
-  ASSERT_GE(step.size(), 10u);
+  const std::string step_sel = "forge_step{run_id=\"" + run_id + "\"}[5m]";
+  const std::vector<double> step = SeriesValues(prom_port, step_sel);
+  ASSERT_GE(step.size(), 10u) << Query(prom_port, step_sel).dump();
   for (size_t i = 1; i < step.size(); ++i) EXPECT_GE(step[i], step[i - 1]) << "scrape " << i;
   EXPECT_GT(step.back(), step.front());
 
