@@ -521,9 +521,8 @@ Status Launch(const WgmmaGemmArgs& args, bool fp8, cudaStream_t stream) {
   FORGE_ASSIGN_OR_RETURN(const int sms, DeviceSmCount());
   const int tiles_m = int(args.M / kBM), tiles_n = int(out_n / (swiglu ? kBN / 2 : kBN));
   const int tiles = tiles_m * tiles_n;
-  FORGE_ASSIGN_OR_RETURN(const int64_t l2, DeviceL2Bytes());
-  const int group_rows =
-      args.group_rows > 0 ? args.group_rows : TileGroupRows(args.N * args.K * eb, l2);
+  FORGE_ASSIGN_OR_RETURN(const int group_rows,
+                         LaunchGroupRows(args.group_rows, args.N * args.K * eb));
   const int grid = args.ctas > 0 ? std::min(args.ctas, tiles) : std::min(tiles, sms);
   const int k = int(args.K);
   const int smem = swiglu_bwd || (fp8 && swiglu) ? kSmemBytesWithSide : kSmemBytes;

@@ -295,9 +295,8 @@ Status SwiGluBackwardGemmFp8(const SwiGluBackwardGemmFp8Args& a, cudaStream_t st
   FORGE_RETURN_IF_ERROR(
       SwizzledMap(a.dgate_up_t, 2 * int64_t{a.ffn}, a.M, kBN, &map_t, 1, /*row_bytes=*/64));
   FORGE_ASSIGN_OR_RETURN(const int sms, DeviceSmCount());
-  FORGE_ASSIGN_OR_RETURN(const int64_t l2, DeviceL2Bytes());
+  FORGE_ASSIGN_OR_RETURN(const int group_rows, LaunchGroupRows(a.group_rows, a.ffn * a.K));
   const int tiles_m = int(a.M / kBM), tiles_n = a.ffn / kBN, tiles = tiles_m * tiles_n;
-  const int group_rows = a.group_rows > 0 ? a.group_rows : TileGroupRows(a.ffn * a.K, l2);
   const int grid = a.ctas > 0 ? std::min(a.ctas, tiles) : std::min(tiles, sms);
   const auto kernel = a.dy_e4m3 ? SwiGluBackwardGemmKernel<true> : SwiGluBackwardGemmKernel<false>;
   FORGE_RETURN_IF_ERROR(AllowDynamicSmem(kernel, kSmemBytes));

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/tile_order.h"
 
 namespace forge::cuda {
 namespace {
@@ -97,11 +98,12 @@ StatusOr<int> DeviceSmCount() {
   return sms;
 }
 
-StatusOr<int64_t> DeviceL2Bytes() {
-  int dev = 0, bytes = 0;
+StatusOr<int> LaunchGroupRows(int asked, int64_t b_bytes) {
+  if (asked > 0) return asked;
+  int dev = 0, l2 = 0;
   FORGE_CUDA_CHECK(cudaGetDevice(&dev));
-  FORGE_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, dev));
-  return int64_t(bytes);
+  FORGE_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+  return TileGroupRows(b_bytes, l2);
 }
 
 }  // namespace forge::cuda

@@ -31,7 +31,8 @@ Status CheckSm90(const std::string& name);
 // The current device's SM count (the persistent kernels' grid); asked per launch (cheap).
 StatusOr<int> DeviceSmCount();
 
-// The current device's L2 cache in bytes (the persistent GEMM's tile order); per launch too.
-StatusOr<int64_t> DeviceL2Bytes();
+// The tile-order band a persistent GEMM launch takes (tile_order.h): `asked` when > 0, else
+// TileGroupRows for a B operand of b_bytes on the current device's L2; asked per launch too.
+StatusOr<int> LaunchGroupRows(int asked, int64_t b_bytes);
 
 }  // namespace forge::cuda
