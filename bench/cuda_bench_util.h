@@ -12,6 +12,7 @@
 #include <cstring>
 #include <functional>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -103,6 +104,7 @@ class Timer {
       : s_(s), warmup_(warmup), reps_(reps), sets_(sets), events_(events) {}
   ~Timer() {
     for (cudaEvent_t e : ev_) cudaEventDestroy(e);
+    for (cudaEvent_t e : pair_ev_) cudaEventDestroy(e);
   }
   Timer(const Timer&) = delete;
   Timer& operator=(const Timer&) = delete;
@@ -111,6 +113,45 @@ class Timer {
   StatusOr<float> Median(const std::function<Status(int)>& launch) {
     FORGE_ASSIGN_OR_RETURN(const float ms, MedianMs(launch));
     return ms * 1000.0f;  // x * 1000 is monotonic: still the median of the microseconds
+  }
+
+  // Median microseconds per call of each of two launches timed interleaved: every rep runs
+  // both, in turn first (a b, b a, ...), each between its own pair of events. Timed one after
+  // the other, the second would run in the power state the first left (a step at these sizes
+  // holds the 700 W cap, and the clock it settles at is not the clock of a cool start); here
+  // both see the same drift. Same warmup, reps and operand sets as Median.
+  StatusOr<std::pair<float, float>> MedianPair(const std::function<Status(int)>& a,
+                                               const std::function<Status(int)>& b) {
+    if (pair_ev_.empty()) {
+      pair_ev_.resize(4 * size_t(reps_));
+      for (cudaEvent_t& e : pair_ev_) FORGE_CUDA_CHECK(cudaEventCreate(&e));
+    }
+    for (int w = 0; w < warmup_; ++w) {
+      FORGE_RETURN_IF_ERROR(a(w % sets_));
+      FORGE_RETURN_IF_ERROR(b(w % sets_));
+    }
+    for (int r = 0; r < reps_; ++r) {
+      const int set = (warmup_ + r) % sets_;
+      cudaEvent_t* ev = &pair_ev_[4 * size_t(r)];  // a's start and end, then b's
+      for (int i = 0; i < 2; ++i) {
+        const bool first_a = r % 2 == 0;
+        const bool run_a = (i == 0) == first_a;
+        FORGE_CUDA_CHECK(cudaEventRecord(ev[run_a ? 0 : 2], s_));
+        FORGE_RETURN_IF_ERROR(run_a ? a(set) : b(set));
+        FORGE_CUDA_CHECK(cudaEventRecord(ev[run_a ? 1 : 3], s_));
+      }
+    }
+    FORGE_CUDA_CHECK(cudaStreamSynchronize(s_));
+    const size_t n = static_cast<size_t>(reps_);
+    std::vector<float> ms_a(n), ms_b(n);
+    for (size_t r = 0; r < n; ++r) {
+      const cudaEvent_t* ev = &pair_ev_[4 * r];
+      FORGE_CUDA_CHECK(cudaEventElapsedTime(&ms_a[r], ev[0], ev[1]));
+      FORGE_CUDA_CHECK(cudaEventElapsedTime(&ms_b[r], ev[2], ev[3]));
+    }
+    std::nth_element(ms_a.begin(), ms_a.begin() + n / 2, ms_a.end());
+    std::nth_element(ms_b.begin(), ms_b.begin() + n / 2, ms_b.end());
+    return std::pair<float, float>(ms_a[n / 2] * 1000.0f, ms_b[n / 2] * 1000.0f);
   }
 
   // Median milliseconds per call, as cudaEventElapsedTime gives them.
@@ -142,6 +183,7 @@ class Timer {
   int warmup_, reps_, sets_;
   Events events_;
   std::vector<cudaEvent_t> ev_;
+  std::vector<cudaEvent_t> pair_ev_;  // MedianPair's: four a rep
 };
 
 // n bf16 values at `dev` as floats (exact widening).

@@ -267,8 +267,8 @@ Status BenchOne(const Args& args, const Spec& s, const RandomPool& pool, GemmRun
 
   auto run_plain = [&](int set) { return plain.Run(o.args[size_t(set)], stream); };
   auto run_default = [&](int set) { return deflt.Run(o.args[size_t(set)], stream); };
-  FORGE_ASSIGN_OR_RETURN(const float heuristic_us, timer.Median(run_plain));
-  FORGE_ASSIGN_OR_RETURN(const float default_us, timer.Median(run_default));
+  FORGE_ASSIGN_OR_RETURN(const auto us, timer.MedianPair(run_plain, run_default));
+  const float heuristic_us = us.first, default_us = us.second;
   FORGE_ASSIGN_OR_RETURN(const cuda::GemmTuneRecord heuristic_rec,
                          plain.PlanRecord(o.args[0], stream));
   FORGE_ASSIGN_OR_RETURN(const cuda::GemmTuneRecord default_rec,

@@ -6,7 +6,8 @@
 //
 // For each shape: ||ours - cuBLASLt|| / ||cuBLASLt|| on random non-zero operands (our output is
 // poisoned with NaN first, so an element we fail to write fails the check), then the median
-// time of each over --reps calls rotating over --sets operand sets (L2 holds none of them).
+// time of each over --reps calls rotating over --sets operand sets (L2 holds none of them),
+// the two interleaved (Timer::MedianPair) so that both run in the same power state.
 // Shapes are gpt350m B 16's and (names ending _1b) llama3-1b B 2's (16,384 tokens each).
 // Then the fused epilogues against what they replace, on both models' shapes: the QKV GEMM
 // with RoPE vs cuBLASLt + RopeApply, the gate/up GEMM with SwiGLU vs cuBLASLt + SwiGluForward,
@@ -85,8 +86,8 @@ StatusOr<PairResult> RunPair(const std::function<Status(int)>& ref,
   PairResult r;
   for (float v : got) r.nonfinite += !std::isfinite(v);
   r.rel = bench::RelDiff(got, want);
-  FORGE_ASSIGN_OR_RETURN(r.us_ref, timer.Median(ref));
-  FORGE_ASSIGN_OR_RETURN(r.us_ours, timer.Median(ours));
+  FORGE_ASSIGN_OR_RETURN(const auto us, timer.MedianPair(ref, ours));
+  r.us_ref = us.first, r.us_ours = us.second;
   return r;
 }
 
@@ -166,10 +167,9 @@ Status CompareFused(const char* model, const char* fused, const std::function<St
     j[c.key] = bad;
     ok = ok && bad == 0;
   }
-  FORGE_ASSIGN_OR_RETURN(const float us_ref, timer.Median(ref));
-  FORGE_ASSIGN_OR_RETURN(const float us_ours, timer.Median(ours));
-  j["cublaslt_plus_kernel_us"] = us_ref;
-  j["wgmma_fused_us"] = us_ours;
+  FORGE_ASSIGN_OR_RETURN(const auto us, timer.MedianPair(ref, ours));
+  j["cublaslt_plus_kernel_us"] = us.first;
+  j["wgmma_fused_us"] = us.second;
   j["ok"] = ok;
   std::printf("%s\n", j.dump().c_str());
   std::fflush(stdout);
