@@ -12,17 +12,16 @@ constexpr LinearKind kQkv = LinearKind::kQkv, kOut = LinearKind::kOut,
 
 LinearStrategy& At(LinearPlan& p, LinearKind k) { return p.blocks[size_t(k)]; }
 
-// The widths (K = d_model) up to which our BF16 GEMMs with SwiGLU in the epilogue are the
-// faster path, measured on H200s (forge-wgmma-bench, the step; docs/performance.md): the
-// gate/up GEMM with SwiGLU's forward through llama3-1b's 2048 (1.47 ms in two runs of three
-// against cuBLASLt and the pass's 1.53-1.57), not at llama3-3b's 3072; the down projection's
-// input gradient with SwiGLU's backward through gpt350m's 1024 (at 2048: 1.05-1.09 ms against
-// 1.02-1.03).
-constexpr int64_t kSwiGluForwardGemmMaxWidth = 2048;
-constexpr int64_t kSwiGluBackwardGemmMaxWidth = 1024;
+// The width (K = d_model) up to which our BF16 GEMMs with SwiGLU in the epilogue are the faster
+// path, measured on H200s (forge-wgmma-bench with each pair interleaved, the step;
+// docs/performance.md): at llama3-1b's 2048 the gate/up GEMM with SwiGLU's forward takes 0.92 of
+// cuBLASLt and the pass's time, the down projection's input gradient with SwiGLU's backward
+// 0.97-1.00, and the step 0.95 ms less with the latter; at llama3-3b's 3072 and llama3-8b's 4096
+// the step with both is no faster (3072) or 1% slower (4096).
+constexpr int64_t kSwiGluGemmMaxWidth = 2048;
 
-std::string WideReason(int64_t d_model, int64_t max_width) {
-  return "d_model " + std::to_string(d_model) + " > " + std::to_string(max_width) +
+std::string WideReason(int64_t d_model) {
+  return "d_model " + std::to_string(d_model) + " > " + std::to_string(kSwiGluGemmMaxWidth) +
          ": cuBLASLt and the separate pass are faster";
 }
 
@@ -31,11 +30,10 @@ std::string WideReason(int64_t d_model, int64_t max_width) {
 void ChooseBf16(const LinearStrategyOptions& o, const LinearKernelSupport& k,
                 LinearStrategies* out) {
   LinearPlan p;
-  const bool fwd_wide = !SwiGluForwardGemmIsFaster(o.d_model);
-  const bool bwd_wide = !SwiGluBackwardGemmIsFaster(o.d_model);
+  const bool wide = !SwiGluGemmsAreFaster(o.d_model);
   const bool rope = o.rope_gemm && k.sm90 && !o.qk_norm && k.rope_gemm.ok();
-  const bool swiglu = o.swiglu_gemm && k.sm90 && !fwd_wide && k.swiglu_gemm.ok();
-  const bool swiglu_bwd = o.swiglu_bwd_gemm && k.sm90 && !bwd_wide && k.swiglu_bwd_gemm.ok();
+  const bool swiglu = o.swiglu_gemm && k.sm90 && !wide && k.swiglu_gemm.ok();
+  const bool swiglu_bwd = o.swiglu_bwd_gemm && k.sm90 && !wide && k.swiglu_bwd_gemm.ok();
   if (rope) At(p, kQkv).forward = GemmPath::kEpilogue;
   if (swiglu) At(p, kGateUp).forward = GemmPath::kEpilogue;
   if (swiglu_bwd) At(p, kDown).dgrad = GemmPath::kEpilogue;
@@ -48,14 +46,14 @@ void ChooseBf16(const LinearStrategyOptions& o, const LinearKernelSupport& k,
   }
   if (o.swiglu_gemm && !swiglu) {
     out->fallbacks.push_back("gate/up projection: cuBLASLt, then SwiGLU apart (" +
-                             (k.swiglu_gemm.ok() ? WideReason(o.d_model, kSwiGluForwardGemmMaxWidth)
+                             (k.swiglu_gemm.ok() ? WideReason(o.d_model)
                                                  : k.swiglu_gemm.message()) +
                              ")");
   }
   if (o.swiglu_bwd_gemm && !swiglu_bwd) {
     out->fallbacks.push_back(
         "down projection's input gradient: cuBLASLt, then SwiGLU's backward apart (" +
-        (k.swiglu_bwd_gemm.ok() ? WideReason(o.d_model, kSwiGluBackwardGemmMaxWidth)
+        (k.swiglu_bwd_gemm.ok() ? WideReason(o.d_model)
                                 : k.swiglu_bwd_gemm.message()) +
         ")");
   }
@@ -189,9 +187,7 @@ bool LinearStrategies::fp8_swiglu_gemm() const {
   return delayed[kGateUp].forward == GemmPath::kFp8Epilogue;
 }
 
-bool SwiGluForwardGemmIsFaster(int64_t d_model) { return d_model <= kSwiGluForwardGemmMaxWidth; }
-
-bool SwiGluBackwardGemmIsFaster(int64_t d_model) { return d_model <= kSwiGluBackwardGemmMaxWidth; }
+bool SwiGluGemmsAreFaster(int64_t d_model) { return d_model <= kSwiGluGemmMaxWidth; }
 
 LinearStrategies ChooseLinearStrategies(const LinearStrategyOptions& o,
                                         const LinearKernelSupport& k) {

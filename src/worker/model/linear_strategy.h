@@ -112,11 +112,10 @@ struct LinearStrategies {
 LinearStrategies ChooseLinearStrategies(const LinearStrategyOptions& o,
                                         const LinearKernelSupport& k);
 
-// Whether our BF16 GEMM with SwiGLU's forward (the gate/up projection) or its backward (the
-// down projection's input gradient) in the epilogue is the faster path at this model width
-// (ChooseLinearStrategies takes each only there).
-bool SwiGluForwardGemmIsFaster(int64_t d_model);
-bool SwiGluBackwardGemmIsFaster(int64_t d_model);
+// Whether our BF16 GEMMs with SwiGLU's forward (the gate/up projection) and its backward (the
+// down projection's input gradient) in the epilogue are the faster path at this model width
+// (ChooseLinearStrategies takes them only there).
+bool SwiGluGemmsAreFaster(int64_t d_model);
 
 // One line: every linear kind's paths, e.g. "qkv fwd ours+RoPE, dgrad cuBLASLt, ...".
 std::string DescribeLinearPlan(const LinearPlan& p);
