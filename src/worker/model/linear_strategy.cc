@@ -45,17 +45,14 @@ void ChooseBf16(const LinearStrategyOptions& o, const LinearKernelSupport& k,
         (o.qk_norm ? std::string("QK-norm runs between them") : k.rope_gemm.message()) + ")");
   }
   if (o.swiglu_gemm && !swiglu) {
-    out->fallbacks.push_back("gate/up projection: cuBLASLt, then SwiGLU apart (" +
-                             (k.swiglu_gemm.ok() ? WideReason(o.d_model)
-                                                 : k.swiglu_gemm.message()) +
-                             ")");
+    out->fallbacks.push_back(
+        "gate/up projection: cuBLASLt, then SwiGLU apart (" +
+        (k.swiglu_gemm.ok() ? WideReason(o.d_model) : k.swiglu_gemm.message()) + ")");
   }
   if (o.swiglu_bwd_gemm && !swiglu_bwd) {
     out->fallbacks.push_back(
         "down projection's input gradient: cuBLASLt, then SwiGLU's backward apart (" +
-        (k.swiglu_bwd_gemm.ok() ? WideReason(o.d_model)
-                                : k.swiglu_bwd_gemm.message()) +
-        ")");
+        (k.swiglu_bwd_gemm.ok() ? WideReason(o.d_model) : k.swiglu_bwd_gemm.message()) + ")");
   }
 }
 

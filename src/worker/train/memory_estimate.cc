@@ -90,8 +90,7 @@ CudaBuffers CountCudaBuffers(const RunConfig& cfg, int world) {
   // ddp on several ranks).
   double grads = 2 * d + 2 * ffn + att + qkv;
   const bool ddp_ranks = world > 1 && !ModeRulesFor(cfg.parallel, world).sharded();
-  if (fp8 || !eng.fused_epilogues || !SwiGluGemmsAreFaster(m.d_model) || ddp_ranks)
-    grads += ffn;
+  if (fp8 || !eng.fused_epilogues || !SwiGluGemmsAreFaster(m.d_model) || ddp_ranks) grads += ffn;
   c.workspace = 2 * N * grads;
   // The LM head's bf16 logits chunks: one per stream (two with engine.wgrad_stream).
   const double rows = std::min(N, double(eng.lm_head_chunk));
