@@ -6,7 +6,9 @@
 //     SIGSTOPped worker is caught as hung (train.hang_timeout_s) and replaced; SIGINT stops
 //     the run with a checkpoint.
 //   - a forge-coordinator with --metrics-port names a SIGSTOPped rank in the run's events,
-//     counts it in forge_hangs_total and restarts the run on fresh workers.
+//     counts it in forge_hangs_total and restarts the run on fresh workers; a rank SIGSTOPped
+//     before its group forms is named by its silence, and its peer, waiting in the group's
+//     set-up, aborts.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -252,6 +254,44 @@ TEST(ControlPlaneHang, StoppedRankIsNamedCountedAndTheRunRestarts) {
   EXPECT_EQ(watch.exit_code, 0) << watch.output;
   EXPECT_TRUE(Contains(watch.output, "hang: run " + run)) << watch.output;
   EXPECT_TRUE(Contains(watch.output, "[COMPLETED]")) << watch.output;
+  EXPECT_EQ(cp.StatusField(run, "restarts"), "1");
+}
+
+// A rank stopped between its placement and the group's set-up never takes the assignment; its
+// peer waits in MPI_Comm_dup, which no collective timeout covers, so only the peer's heartbeat
+// can hear the abort once the stopped rank's silence costs the placement.
+TEST(ControlPlaneHang, RankStoppedBeforeTheGroupFormsIsNamedAndItsPeerAborts) {
+  REQUIRE_MPIRUN();
+  ControlPlane cp("startup");
+  cp.StartCoordinator(/*heartbeat_timeout_ms=*/4000);
+  Process& first = cp.StartWorkers(2, /*throttle_ms=*/0);
+  // A short run first, so both ranks have joined and wait, idle, for the next placement.
+  ShellResult warm = cp.Ctl("submit --watch " + cp.WriteSpec("w0", 2, 2));
+  ASSERT_EQ(warm.exit_code, 0) << warm.output;
+  const std::vector<pid_t> ranks = WorkersUnder(first.pid);
+  ASSERT_EQ(ranks.size(), 2u);
+  const pid_t stopped = ranks.back();
+  ::kill(stopped, SIGSTOP);
+  // Placed at once on both: the stopped rank's last poll is younger than the timeout.
+  ShellResult sub = cp.Ctl("submit " + cp.WriteSpec("st", 20, 4));
+  ASSERT_EQ(sub.exit_code, 0) << sub.output;
+  const std::string run = ControlPlane::RunId(sub);
+
+  ASSERT_TRUE(WaitFor(30, [&] { return cp.StatusField(run, "state") == "RESTARTING"; }))
+      << cp.Ctl("status " + run).output;
+  const std::string reason = cp.StatusField(run, "state_reason");
+  EXPECT_TRUE(Contains(reason, ":" + std::to_string(stopped) + ":")) << reason;
+  EXPECT_TRUE(Contains(reason, "sent no heartbeat")) << reason;
+  // The peer heard the abort inside the group's set-up, so the launch group ends by itself.
+  const int rc = first.Wait(30);
+  EXPECT_NE(rc, -1) << "the launch group still waits for its stopped rank\n"
+                    << ReadFile(cp.dir() + "/workers.0.log");
+  if (rc == -1) first.Kill();
+
+  cp.StartWorkers(2, /*throttle_ms=*/0);
+  ShellResult watch = cp.Ctl("watch " + run);
+  EXPECT_EQ(watch.exit_code, 0) << watch.output;
+  EXPECT_TRUE(Contains(watch.output, "COMPLETED")) << watch.output;
   EXPECT_EQ(cp.StatusField(run, "restarts"), "1");
 }
 

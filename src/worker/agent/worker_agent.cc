@@ -110,8 +110,42 @@ class Placement {
             const AgentOptions& o)
       : link_(link), id_(id), a_(a), o_(o) {}
 
-  // Trains the placement; returns the phase to report and its message.
+  // Trains the placement; returns the phase to report and its message. The heartbeat runs from
+  // the start, not from the first step: ranks whose peer never arrives (stopped or lost after
+  // the placement) wait inside the group's set-up (MPI_Comm_dup, NCCL's init), where only the
+  // heartbeat can hear the coordinator's abort.
   v1::WorkerPhase Run(std::string* message) {
+    std::thread beat([this] { HeartbeatLoop(); });
+    const v1::WorkerPhase phase = Train(message);
+    {
+      std::lock_guard<std::mutex> l(progress_.mu);
+      progress_.done = true;
+    }
+    progress_.wake.notify_all();
+    beat.join();
+    return phase;
+  }
+
+  // What the engine returned (or why the placement could not start).
+  const StatusOr<ProcessRunResult>& result() const { return result_; }
+
+  // The last report, with the newest metrics.
+  v1::HeartbeatRequest FinalReport(v1::WorkerPhase phase, const std::string& message) {
+    v1::HeartbeatRequest req = Base();
+    req.set_phase(phase);
+    req.set_message(message);
+    std::lock_guard<std::mutex> l(progress_.mu);
+    if (progress_.latest.step() > 0) *req.mutable_metrics() = progress_.latest;
+    for (const v1::StepMetrics& m : progress_.backlog) *req.add_earlier_metrics() = m;
+    progress_.backlog.clear();
+    for (const std::string& e : progress_.events) req.add_events(e);
+    progress_.events.clear();
+    return req;
+  }
+
+ private:
+  // The placement's work under Run's heartbeat: its group, then training.
+  v1::WorkerPhase Train(std::string* message) {
     auto cfg = ParseRunConfig(a_.spec_yaml(), a_.run_id() + " spec");
     if (!cfg.ok()) return Failed(cfg.status(), message);
     // The coordinator names the checkpoint on restarts and resumes; otherwise the spec's own
@@ -189,17 +223,10 @@ class Placement {
     CommTimeCounter nccl_times(metrics ? &metrics->worker() : nullptr, &comm_wait_);
     if (group.nccl) group.nccl->SetTimeSink(&nccl_times);
 
-    std::thread beat([this] { HeartbeatLoop(); });
     result_ = TrainInProcessGroup(*cfg, &group, topt);
     if (group.nccl) group.nccl->SetTimeSink(nullptr);  // nccl_times and metrics end first
     if (metrics)
       metrics->Finish(!result_.ok() ? "failed" : result_->train.stopped ? "stopped" : "completed");
-    {
-      std::lock_guard<std::mutex> l(progress_.mu);
-      progress_.done = true;
-    }
-    progress_.wake.notify_all();
-    beat.join();
     if (!result_.ok()) {
       if (group.comm && group.world() > 1)
         group.comm->Abort(Status::Internal("rank " + std::to_string(a_.rank()) + " failed"));
@@ -209,24 +236,6 @@ class Placement {
     return v1::DONE_COMPLETED;
   }
 
-  // What the engine returned (or why the placement could not start).
-  const StatusOr<ProcessRunResult>& result() const { return result_; }
-
-  // The last report, with the newest metrics.
-  v1::HeartbeatRequest FinalReport(v1::WorkerPhase phase, const std::string& message) {
-    v1::HeartbeatRequest req = Base();
-    req.set_phase(phase);
-    req.set_message(message);
-    std::lock_guard<std::mutex> l(progress_.mu);
-    if (progress_.latest.step() > 0) *req.mutable_metrics() = progress_.latest;
-    for (const v1::StepMetrics& m : progress_.backlog) *req.add_earlier_metrics() = m;
-    progress_.backlog.clear();
-    for (const std::string& e : progress_.events) req.add_events(e);
-    progress_.events.clear();
-    return req;
-  }
-
- private:
   v1::WorkerPhase Failed(const Status& s, std::string* message) {
     *message = s.ToString();
     result_ = s;
