@@ -364,8 +364,8 @@ trap "" TERM; "$0" "$@"; rc=$?; echo "${SLURMD_NODENAME:-$(hostname -s)} ${SLURM
         step_pid=$launched_pid
       fi
       # Once a task ended badly the placement is lost, but srun waits for every task, and a
-      # worker that cannot hear the coordinator's ABORT (blocked in a collective before its
-      # heartbeats start, or stopped) would hold the step. 2 s after the first bad end (the
+      # worker that cannot hear the coordinator's ABORT (stopped, or hung before it joined) would
+      # hold the step. 2 s after the first bad end (the
       # others, told to abort, are gone by then) the step's tasks are killed: scancel
       # --signal=KILL ends it at once. (Slurm's --kill-on-bad-exit is not used: it ends a step
       # with SIGTERM, which the workers ignore, and SIGKILL only after KillWait, and a step it
