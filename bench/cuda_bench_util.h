@@ -133,25 +133,25 @@ class Timer {
     for (int r = 0; r < reps_; ++r) {
       const int set = (warmup_ + r) % sets_;
       cudaEvent_t* ev = &pair_ev_[4 * size_t(r)];  // a's start and end, then b's
-      for (int i = 0; i < 2; ++i) {
-        const bool first_a = r % 2 == 0;
-        const bool run_a = (i == 0) == first_a;
+      auto timed = [&](bool run_a) -> Status {
         FORGE_CUDA_CHECK(cudaEventRecord(ev[run_a ? 0 : 2], s_));
         FORGE_RETURN_IF_ERROR(run_a ? a(set) : b(set));
         FORGE_CUDA_CHECK(cudaEventRecord(ev[run_a ? 1 : 3], s_));
-      }
+        return Status::Ok();
+      };
+      const bool a_first = r % 2 == 0;
+      FORGE_RETURN_IF_ERROR(timed(a_first));
+      FORGE_RETURN_IF_ERROR(timed(!a_first));
     }
     FORGE_CUDA_CHECK(cudaStreamSynchronize(s_));
-    const size_t n = static_cast<size_t>(reps_);
-    std::vector<float> ms_a(n), ms_b(n);
-    for (size_t r = 0; r < n; ++r) {
+    std::vector<float> ms_a(static_cast<size_t>(reps_)), ms_b(ms_a.size());
+    for (size_t r = 0; r < ms_a.size(); ++r) {
       const cudaEvent_t* ev = &pair_ev_[4 * r];
       FORGE_CUDA_CHECK(cudaEventElapsedTime(&ms_a[r], ev[0], ev[1]));
       FORGE_CUDA_CHECK(cudaEventElapsedTime(&ms_b[r], ev[2], ev[3]));
     }
-    std::nth_element(ms_a.begin(), ms_a.begin() + n / 2, ms_a.end());
-    std::nth_element(ms_b.begin(), ms_b.begin() + n / 2, ms_b.end());
-    return std::pair<float, float>(ms_a[n / 2] * 1000.0f, ms_b[n / 2] * 1000.0f);
+    return std::pair<float, float>(MedianOf(std::move(ms_a)) * 1000.0f,
+                                   MedianOf(std::move(ms_b)) * 1000.0f);
   }
 
   // Median milliseconds per call, as cudaEventElapsedTime gives them.
@@ -174,11 +174,16 @@ class Timer {
       const size_t start = stride * size_t(r);
       FORGE_CUDA_CHECK(cudaEventElapsedTime(&ms[size_t(r)], ev_[start], ev_[start + 1]));
     }
-    std::nth_element(ms.begin(), ms.begin() + reps_ / 2, ms.end());
-    return ms[size_t(reps_ / 2)];
+    return MedianOf(std::move(ms));
   }
 
  private:
+  // The middle value (the upper one of an even count).
+  static float MedianOf(std::vector<float> v) {
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  }
+
   cudaStream_t s_;
   int warmup_, reps_, sets_;
   Events events_;
