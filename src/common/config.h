@@ -285,8 +285,8 @@ struct EngineConfig {
   // in FP8), 0: none.
   int wgrad_sm_margin = -1;
   // Our Hopper GEMMs with RoPE / SwiGLU (and, in FP8, SwiGLU's backward) in their epilogue,
-  // where the shapes fit and they are the faster path (worker/model/linear_strategy.cc: BF16
-  // SwiGLU's up to d_model 1024); bitwise the same results as cuBLASLt plus a separate pass.
+  // where the shapes fit and they are the faster path (worker/model/linear_strategy.cc: the
+  // SwiGLU GEMMs up to d_model 2048); bitwise the same results as cuBLASLt plus a separate pass.
   bool fused_epilogues = true;
   // Time cuBLASLt's candidate algorithms once per GEMM shape instead of taking its heuristic's
   // first (no gain measured at gpt350m; the choice then depends on timing).

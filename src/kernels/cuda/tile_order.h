@@ -38,7 +38,8 @@ FORGE_TILE_ORDER_FN TileCoord TileAt(int tile, int tiles_m, int tiles_n, int gro
 // of 8 rows (132 CTAs in flight cover 8 of A's row blocks, 4 MB at K = 2048, and ~17 of B's
 // 256-row blocks). On H200s, llama3-1b's gate/up GEMM with SwiGLU took 1.47-1.63 ms in bands
 // of 8 against 1.84-1.91 row-major; gpt350m's GEMMs, whose B fit, measured within 3% either
-// way (forge-wgmma-bench --group-rows; docs/performance.md).
+// way (forge-wgmma-bench --group-rows; docs/performance.md). Bands of 16 or 32 read about half
+// as much from memory as 8 but leave the llama3-1b step where it is (within 0.3 ms).
 inline int TileGroupRows(int64_t b_bytes, int64_t l2_bytes) {
   return 2 * b_bytes <= l2_bytes ? 1 : 8;
 }
