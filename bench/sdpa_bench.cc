@@ -289,7 +289,7 @@ Status BenchModel(const Args& a, const Model& m, cudaStream_t stream, Json* summ
   };
 
   Json totals{{"layers", m.layers}};
-  KindResult fwd, bwd_default, bwd_det;
+  KindResult fwd;
   std::vector<float> det_out;  // cuDNN's deterministic backward of set 0 (best engine)
   // Each mode's runner, left on its best engines: our backward is timed beside them below.
   SdpaRunner cudnn[2];
@@ -321,7 +321,6 @@ Status BenchModel(const Args& a, const Model& m, cudaStream_t stream, Json* summ
       FORGE_RETURN_IF_ERROR(bwd_call(0));
       FORGE_ASSIGN_OR_RETURN(det_out, Download(sets[0].dqkv.p, n_qkv));
     }
-    (det ? bwd_det : bwd_default) = bwd;
     if (!det) {
       Json line = base("fwd");
       line.update(fwd.line);
