@@ -71,6 +71,9 @@ Json PredictionJson(const plan::ModePrediction& p) {
   j["tokens_per_s"] = p.tokens_per_s;
   j["mfu"] = p.mfu;
   j["peak_mem_gib"] = p.peak_gib;
+  j["peak_mem_parts_gib"] = Json{{"weights", p.weights_gib},     {"gradients", p.gradients_gib},
+                                 {"moments", p.moments_gib},     {"activations", p.activations_gib},
+                                 {"workspace", p.workspace_gib}, {"overhead", p.overhead_gib}};
   j["fits"] = p.fits;
   if (!p.note.empty()) j["note"] = p.note;
   return j;
@@ -96,6 +99,19 @@ void PrintPlanTable(const plan::Plan& plan, double capacity) {
     std::printf("%-6s %9.2f %9.2f %9.2f %12s %14s %5.1f%% %9.1f %s\n", plan::ModeName(p.mode),
                 p.step_ms, p.comm_ms, p.exposed_ms, Thousands(p.tokens_per_s_per_gpu).c_str(),
                 Thousands(p.tokens_per_s).c_str(), 100 * p.mfu, p.peak_gib, mark.c_str());
+  }
+}
+
+// Each mode's peak memory per GPU by part (ModePrediction's; "other" is the overhead for what
+// the estimate leaves out).
+void PrintMemoryTable(const plan::Plan& plan) {
+  std::printf("\npeak GiB per GPU by part\n%-6s %9s %9s %9s %11s %9s %6s %9s\n", "mode", "weights",
+              "grads", "AdamW", "activations", "workspace", "other", "peak");
+  for (const plan::ModePrediction& p : plan.modes) {
+    if (p.step_ms <= 0) continue;
+    std::printf("%-6s %9.1f %9.1f %9.1f %11.1f %9.1f %6.2f %9.1f\n", plan::ModeName(p.mode),
+                p.weights_gib, p.gradients_gib, p.moments_gib, p.activations_gib, p.workspace_gib,
+                p.overhead_gib, p.peak_gib);
   }
 }
 
@@ -194,6 +210,7 @@ int RunPlanCommand(int argc, char** argv) {
         std::find(notes.begin(), notes.end(), p.note) == notes.end())
       notes.push_back(p.note);
   for (const std::string& n : notes) std::printf("  %s\n", n.c_str());
+  PrintMemoryTable(main_plan);
   std::printf("\nrecommended: %s\n", main_plan.reason.c_str());
 
   std::printf("\ntokens/s per GPU by GPUs (- : does not fit; * : recommended)\n%6s", "GPUs");

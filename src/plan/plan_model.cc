@@ -312,7 +312,14 @@ ModePrediction PredictMode(const RunConfig& cfg_in, Mode mode, const Topology& t
 
   // Memory: the estimate forge train checks at start-up (fsdp's E4M3 gather buffers where it
   // runs, as the rate above assumed; its gathered units; ddp's bf16 gradient twin).
-  p.peak_gib = EstimateTrainingMemory(cfg, Backend::kCuda, N).total() / kGiB + c.overhead_gib;
+  const MemoryEstimate mem = EstimateTrainingMemory(cfg, Backend::kCuda, N);
+  p.weights_gib = mem.weights / kGiB;
+  p.gradients_gib = mem.gradients / kGiB;
+  p.moments_gib = mem.moments / kGiB;
+  p.activations_gib = mem.activations / kGiB;
+  p.workspace_gib = mem.workspace / kGiB;
+  p.overhead_gib = c.overhead_gib;
+  p.peak_gib = mem.total() / kGiB + p.overhead_gib;
   p.fits = p.peak_gib <= c.capacity_gib;
   return p;
 }

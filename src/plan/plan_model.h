@@ -81,7 +81,13 @@ struct ModePrediction {
   double tokens_per_s_per_gpu = 0;
   double tokens_per_s = 0;      // all GPUs
   double mfu = 0;               // model FLOPs over the dense BF16 peak
-  double peak_gib = 0;          // per GPU
+  double peak_gib = 0;          // per GPU: the parts below plus the calibration's overhead
+  // Its parts, GiB per GPU (worker/train/memory_estimate.h): weights (fp32 master, bf16 copy or
+  // fsdp's gathered units, FP8 copies), gradients, AdamW moments, saved activations, workspace
+  // (the backward's activation gradients, logits chunks and attention scratch, GEMM workspaces).
+  double weights_gib = 0, gradients_gib = 0, moments_gib = 0, activations_gib = 0;
+  double workspace_gib = 0;
+  double overhead_gib = 0;      // what the estimate leaves out (the calibration's figure)
   bool fits = false;            // peak_gib <= the calibration's capacity
   std::string note;             // why a mode does not apply, or what changed ("")
 };

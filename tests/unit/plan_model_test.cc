@@ -231,6 +231,36 @@ TEST(PlanModel, OneGpuIsTheSameStepInEveryMode) {
   }
 }
 
+// The peak is the start-up estimate's parts plus the calibration's overhead (what `forge plan`
+// prints by part): for the config's own mode each part is the estimate's, and in every mode the
+// parts are whole and add up to the peak.
+TEST(PlanModel, PeakMemoryIsTheEstimatesPartsPlusTheOverhead) {
+  auto cal = BuiltinCalibration("h200");
+  ASSERT_TRUE(cal.ok());
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  const RunConfig fsdp_cfg = Config("llama3-8b", 1, 4);  // the preset's config runs fsdp
+  ASSERT_EQ(fsdp_cfg.parallel.mode, ParallelMode::kFsdp);
+  const MemoryEstimate e = EstimateTrainingMemory(fsdp_cfg, Backend::kCuda, 4);
+  const ModePrediction f = PredictMode(fsdp_cfg, Mode::kFsdp, OneHost(4), *cal);
+  EXPECT_DOUBLE_EQ(f.weights_gib, e.weights / gib);
+  EXPECT_DOUBLE_EQ(f.gradients_gib, e.gradients / gib);
+  EXPECT_DOUBLE_EQ(f.moments_gib, e.moments / gib);
+  EXPECT_DOUBLE_EQ(f.activations_gib, e.activations / gib);
+  EXPECT_DOUBLE_EQ(f.workspace_gib, e.workspace / gib);
+  for (Mode m : AllModes()) {
+    SCOPED_TRACE(ModeName(m));
+    const ModePrediction p = PredictMode(fsdp_cfg, m, OneHost(4), *cal);
+    for (double part :
+         {p.weights_gib, p.gradients_gib, p.moments_gib, p.activations_gib, p.workspace_gib})
+      EXPECT_GT(part, 0);
+    EXPECT_EQ(p.overhead_gib, cal->overhead_gib);
+    EXPECT_NEAR(p.peak_gib,
+                p.weights_gib + p.gradients_gib + p.moments_gib + p.activations_gib +
+                    p.workspace_gib + p.overhead_gib,
+                1e-9);
+  }
+}
+
 TEST(PlanModel, ShardingLowersMemoryAndSlowLinksFavourHsdp) {
   auto cal = BuiltinCalibration("h200");
   ASSERT_TRUE(cal.ok());
