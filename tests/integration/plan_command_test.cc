@@ -2,34 +2,22 @@
 // memory per GPU by part, the parts adding up to the peak, and the table form prints the same
 // parts a row per mode beside the modes' speeds.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdio>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "mpi_launch.h"
 
 namespace forge {
 namespace {
 
-// Standard output of `forge plan ARGS` (exit code 0 expected).
+// What `forge plan ARGS` prints (it exits 0 and writes nothing to standard error on success).
 std::string Plan(const std::string& args) {
-  const std::string out =
-      ::testing::TempDir() + "/plan_command_" + std::to_string(::getpid()) + ".out";
-  const std::string cmd = "timeout 60 " + test::Bin("forge") + " plan " + args + " >" + out;
-  const int status = std::system(cmd.c_str());
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << cmd;
-  std::ifstream in(out);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::filesystem::remove(out);
-  return ss.str();
+  const test::ShellResult r = test::Shell("timeout 60 " + test::Bin("forge") + " plan " + args);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return r.output;
 }
 
 const std::string kConfig = std::string(FORGE_SOURCE_DIR) + "/configs/llama3-8b.yaml";
