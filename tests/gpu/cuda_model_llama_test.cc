@@ -1,7 +1,7 @@
 // The CUDA BF16 backend against the float32 CPU reference with the Llama 3 architecture knobs:
 // head width 128 (our attention backward takes 64 only, so cuDNN's runs), an attention width
 // other than d_model (model.head_dim), GQA 4:1, an untied LM head, Llama 3.1's RoPE frequency
-// scaling, QK-norm (heads of 32 and 128), and all of them at T 2048.
+// scaling, QK-norm (heads of 32 and 128), all of them at T 2048, and a model wider than 2048.
 //
 // Tolerances are cuda_model_test.cc's (BF16 compute against FP32): loss within 1e-2 relative,
 // every tensor's gradient within 5e-2 relative Frobenius error, the 50-step loss trajectory
@@ -114,6 +114,23 @@ TEST(GpuLlamaModelVocab, Vocab256kGradientsMatchCpu) {
   CudaBackendOptions o;
   o.lm_head_chunk_rows = 128;
   test::ExpectGradientsMatchCpu(c, 1, o);
+}
+
+// A residual stream wider than 2048 (d_model 2560, the width class of llama3-3b's 3072 and
+// llama3-8b's 4096): every RMSNorm takes the wide kernels (a block a row in the backward).
+// Whole-step gradients against the CPU, with one micro-step (dx and dw overwritten) and two
+// (accumulated).
+TEST(GpuLlamaModelWide, WideRowsGradientsMatchCpu) {
+  FORGE_SKIP_WITHOUT_GPU();
+  RunConfig c = test::TinyGpuConfig("gpu-llama-test");
+  c.model.d_model = 2560;
+  c.model.explicit_head_dim = 64;  // 4 heads of 64 over 2 KV heads
+  c.model.n_kv_head = 2;
+  c.model.ffn = 512;
+  c.model.tie_embeddings = false;
+  test::ExpectGradientsMatchCpu(c, 1);
+  c.batch.global_batch = 2 * c.batch.micro_batch;
+  test::ExpectGradientsMatchCpu(c, 2);
 }
 
 // The same seed and data give bitwise-identical weights with every knob on (the cuDNN

@@ -6,9 +6,10 @@
 // - Backward: the kernel and its launcher live in rmsnorm_backward.cuh (shared with the FP8
 //   variant, rmsnorm_fp8.cu); one warp per row, a deterministic two-pass dw reduction.
 // - Rows wider than 2048 (Llama 3's 3072 and 4096) take the wide kernels below: the row does not
-//   fit a warp's registers, so each pass streams it (the second read of a row hits L1/L2), and
-//   the backward's per-column dw sums live in shared memory, one row of d floats per warp,
-//   merged in warp order into the same per-block partials and fixed-order reduction.
+//   fit a warp's registers. The forward streams it twice (the second read hits L1/L2); the
+//   backward gives each row to a whole block, a thread per 8 columns, so every element is read
+//   once and the dw sums stay in registers, written into the same per-block partials and
+//   fixed-order reduction as the narrow kernel's.
 // Requirements (Status::Invalid otherwise): d % 8 == 0, d <= 8192, 16-byte aligned pointers.
 #include <algorithm>
 #include <string>
@@ -71,8 +72,7 @@ __global__ void __launch_bounds__(kFwdThreads)
 // ---- rows wider than kMaxD ------------------------------------------------------------------
 
 constexpr int kMaxWideD = 8192;
-constexpr int kWideBwdWarps = 4;  // their dw rows: 4 x 8192 x 4 bytes = 128 KiB at most
-constexpr int kWideBwdThreads = 32 * kWideBwdWarps;
+constexpr int kWideBwdMaxThreads = kMaxWideD / 8;  // the backward: a thread per 8 columns
 
 Status CheckWideShape(const char* fn, int64_t N, int d) {
   if (N < 0 || d % 8 != 0 || d > kMaxWideD) {
@@ -112,60 +112,74 @@ __global__ void __launch_bounds__(kFwdThreads)
   }
 }
 
-// Block b takes rows [b R, min(N, (b + 1) R)), warp w every kWideBwdWarps-th of them; dynamic
-// shared memory: one dw row of d floats per warp. dx (+)= r w g - (r^3 / d) sum(w g x) x.
+// A block a row: thread t owns columns [8 t, 8 t + 8) (blockDim.x = d / 8 rounded up to whole
+// warps), so w and the thread's dw sums stay in registers and each element of x, dout and dx is
+// read once. Block b takes rows [b R, min(N, (b + 1) R)) in order, loading the next row's x,
+// dout (and dx) while it works on this one; a row's dot product is summed warp by warp into
+// shared memory (two buffers by row parity: a warp can only write one again after the next
+// row's barrier, which every warp reaches after reading it), one barrier a row.
+// dx (+)= r w g - (r^3 / d) sum(w g x) x; the block's dw sums go to its partial row.
 template <bool ACC_DX>
-__global__ void __launch_bounds__(kWideBwdThreads)
+__global__ void __launch_bounds__(kWideBwdMaxThreads)
     RmsNormBackwardWideKernel(bf16* __restrict__ dx, float* __restrict__ dw_partial,
                               const bf16* __restrict__ dout, const bf16* __restrict__ x,
-                              const bf16* __restrict__ w, const float* __restrict__ rstd,
-                              int64_t N, int d, int64_t rows_per_block) {
-  extern __shared__ __align__(16) float s_dw[];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  float* my_dw = s_dw + int64_t{warp} * d;  // each lane touches only its own columns
-  for (int c = lane * 8; c < d; c += 256) {
-#pragma unroll
-    for (int j = 0; j < 8; ++j) my_dw[c + j] = 0.0f;
-  }
+                              const bf16* __restrict__ w, const float* __restrict__ rstd, int64_t N,
+                              int d, int64_t rows_per_block) {
+  __shared__ float s_dot[2][kWideBwdMaxThreads / 32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  const int c = threadIdx.x * 8;
+  const bool mine = c < d;
   const int64_t begin = int64_t{blockIdx.x} * rows_per_block;
   const int64_t end = std::min<int64_t>(N, begin + rows_per_block);
   const float inv_d = 1.0f / static_cast<float>(d);
-  for (int64_t row = begin + warp; row < end; row += kWideBwdWarps) {
-    const bf16* xr = x + row * d;
-    const bf16* gr = dout + row * d;
-    bf16* dxr = dx + row * d;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  const uint4 wv = mine ? Load16(w + c) : zero;
+  float dw_acc[8] = {};
+  auto load = [&](const bf16* base, int64_t row) {
+    return mine && row < end ? Load16(base + row * d + c) : zero;
+  };
+  uint4 xn = load(x, begin), gn = load(dout, begin), dn = ACC_DX ? load(dx, begin) : zero;
+  for (int64_t row = begin; row < end; ++row) {
+    const uint4 xv = xn, gv = gn, dv = dn;
+    xn = load(x, row + 1);
+    gn = load(dout, row + 1);
+    if constexpr (ACC_DX) dn = load(dx, row + 1);
     const float r = rstd[row];
     float dot = 0.0f;
-    for (int c = lane * 8; c < d; c += 256) {
+    {
       float xf[8], gf[8], wf[8];
-      UnpackBf16x8(Load16(xr + c), xf);
-      UnpackBf16x8(Load16(gr + c), gf);
-      UnpackBf16x8(Load16(w + c), wf);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) dot += wf[j] * gf[j] * xf[j];
-    }
-    const float cr = WarpSum(dot) * r * r * r * inv_d;
-    for (int c = lane * 8; c < d; c += 256) {
-      float xf[8], gf[8], wf[8], df[8] = {};
-      UnpackBf16x8(Load16(xr + c), xf);
-      UnpackBf16x8(Load16(gr + c), gf);
-      UnpackBf16x8(Load16(w + c), wf);
-      if constexpr (ACC_DX) UnpackBf16x8(Load16(dxr + c), df);
+      UnpackBf16x8(xv, xf);
+      UnpackBf16x8(gv, gf);
+      UnpackBf16x8(wv, wf);
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        df[j] += r * wf[j] * gf[j] - cr * xf[j];
-        my_dw[c + j] += gf[j] * xf[j] * r;
+        dot += wf[j] * gf[j] * xf[j];
+        dw_acc[j] += gf[j] * xf[j] * r;
       }
-      Store16(dxr + c, PackBf16x8(df));
+    }
+    dot = WarpSum(dot);
+    const int buf = static_cast<int>((row - begin) & 1);
+    if (lane == 0) s_dot[buf][warp] = dot;
+    __syncthreads();
+    float sum = 0.0f;
+    for (int k = 0; k < warps; ++k) sum += s_dot[buf][k];
+    const float cr = sum * r * r * r * inv_d;
+    if (mine) {
+      // Unpacked again: the packed values are what lives across the barrier (registers).
+      float xf[8], gf[8], wf[8], df[8];
+      UnpackBf16x8(xv, xf);
+      UnpackBf16x8(gv, gf);
+      UnpackBf16x8(wv, wf);
+      UnpackBf16x8(dv, df);  // zeros when overwriting
+#pragma unroll
+      for (int j = 0; j < 8; ++j) df[j] += r * wf[j] * gf[j] - cr * xf[j];
+      Store16(dx + row * d + c, PackBf16x8(df));
     }
   }
-  __syncthreads();
-  float* part = dw_partial + int64_t{blockIdx.x} * d;
-  for (int c = threadIdx.x; c < d; c += kWideBwdThreads) {
-    float t = s_dw[c];
-#pragma unroll
-    for (int k = 1; k < kWideBwdWarps; ++k) t += s_dw[int64_t{k} * d + c];
-    part[c] = t;
+  if (mine) {
+    float4* part = reinterpret_cast<float4*>(dw_partial + int64_t{blockIdx.x} * d + c);
+    part[0] = make_float4(dw_acc[0], dw_acc[1], dw_acc[2], dw_acc[3]);
+    part[1] = make_float4(dw_acc[4], dw_acc[5], dw_acc[6], dw_acc[7]);
   }
 }
 
@@ -208,12 +222,10 @@ Status RmsNormBackwardWide(bf16* dx, float* dw, const bf16* dout, const bf16* x,
                            " bytes; got " + std::to_string(workspace_bytes));
   const int blocks = BackwardBlocks(N);
   const int64_t rows_per_block = CeilDiv(N, blocks);
-  const size_t smem = size_t(kWideBwdWarps) * d * sizeof(float);
+  const unsigned threads = static_cast<unsigned>(CeilDiv(d / 8, 32) * 32);
   auto* partial = static_cast<float*>(workspace);
   auto launch = [&](auto kernel) -> Status {
-    FORGE_RETURN_IF_ERROR(AllowDynamicSmem(kernel, smem));
-    kernel<<<blocks, kWideBwdThreads, smem, stream>>>(dx, partial, dout, x, w, rstd, N, d,
-                                                      rows_per_block);
+    kernel<<<blocks, threads, 0, stream>>>(dx, partial, dout, x, w, rstd, N, d, rows_per_block);
     FORGE_CUDA_LAUNCH_CHECK();
     return Status::Ok();
   };
