@@ -8,8 +8,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -109,9 +111,10 @@ inline CpuAndGpu MakeCpuAndGpu(const RunConfig& c, CudaBackendOptions o = {}) {
 
 // Gradients of the same init and `micro_steps` batches on both backends, tensor by tensor:
 // the loss within loss_tol and each tensor's gradient within grad_tol, relative (Frobenius).
-inline void ExpectGradientsMatchCpu(const RunConfig& c, int micro_steps,
-                                    CudaBackendOptions o = {}, double loss_tol = 1e-2,
-                                    double grad_tol = 5e-2) {
+// errors, if given, receives each tensor's relative error by name.
+inline void ExpectGradientsMatchCpu(const RunConfig& c, int micro_steps, CudaBackendOptions o = {},
+                                    double loss_tol = 1e-2, double grad_tol = 5e-2,
+                                    std::map<std::string, double>* errors = nullptr) {
   CpuAndGpu b = MakeCpuAndGpu(c, o);
   ASSERT_NE(b.gpu, nullptr);
   const auto batches = MakeBatches(c, micro_steps, 11);
@@ -138,6 +141,7 @@ inline void ExpectGradientsMatchCpu(const RunConfig& c, int micro_steps,
       const double rel = RelFrobenius(got, ref, t.numel);
       EXPECT_LT(rel, grad_tol) << t.name << ": relative Frobenius error of the gradient";
       std::printf("  %-28s rel err %.3e\n", t.name.c_str(), rel);
+      if (errors != nullptr) (*errors)[t.name] = rel;
     }
   }
 }
