@@ -215,35 +215,16 @@ TEST(GpuModel, GraphReplayMatchesEager) {
 TEST(GpuModel, RecomputeMatchesSavedActivations) {
   FORGE_SKIP_WITHOUT_GPU();
   for (const int d : {128, 256}) {  // d 256: heads of 64, the RoPE / SwiGLU epilogue GEMMs
+    SCOPED_TRACE("d " + std::to_string(d));
     RunConfig c = TinyConfig();
     c.model.d_model = d;
     c.model.n_layer = 4;
     c.batch.global_batch = 8;
-    auto saved = MakeGpu(c);
-    ASSERT_NE(saved, nullptr);
-    const auto batches = MakeBatches(c, 2, 51);
-    UnitBuffers ga;
-    float la = 0.0f;
-    ASSERT_STATUS_OK(saved->ComputeGradients(Views(batches, 0, 2), &ga, &la));
-    size_t full_bytes = 0, selective_bytes = 0;
-    for (const Recompute mode : {Recompute::kSelective, Recompute::kFull}) {
-      SCOPED_TRACE(std::string("d ") + std::to_string(d) + " " + RecomputeName(mode));
-      RunConfig r = c;
-      r.train.activation_recompute = mode;
-      auto recompute = MakeGpu(r);
-      ASSERT_NE(recompute, nullptr);
-      UnitBuffers gb;
-      float lb = 0.0f;
-      ASSERT_STATUS_OK(recompute->ComputeGradients(Views(batches, 0, 2), &gb, &lb));
-      EXPECT_EQ(la, lb);
-      for (size_t u = 0; u < ga.size(); ++u) {
-        EXPECT_TRUE(test::BitwiseEqual(ga[u], gb[u]))
-            << "gradient of unit " << u << " (max rel err " << RelFrobenius(gb[u], ga[u]) << ")";
-      }
-      EXPECT_LT(recompute->allocated_bytes(), saved->allocated_bytes());
-      (mode == Recompute::kFull ? full_bytes : selective_bytes) = recompute->allocated_bytes();
-    }
-    EXPECT_LT(full_bytes, selective_bytes);
+    test::RecomputeBytes bytes;
+    test::ExpectRecomputeMatchesSaved(c, 51, &bytes);
+    EXPECT_LT(bytes.selective, bytes.saved);
+    EXPECT_LT(bytes.full, bytes.saved);
+    EXPECT_LT(bytes.full, bytes.selective);
   }
 }
 

@@ -146,6 +146,41 @@ inline void ExpectGradientsMatchCpu(const RunConfig& c, int micro_steps, CudaBac
   }
 }
 
+// Each recompute mode (selective, full) reruns the same kernels on the same inputs, so two
+// micro-steps' gradients are bitwise those of saved activations and the loss the same. bytes,
+// if given, receives each backend's allocated_bytes().
+struct RecomputeBytes {
+  size_t saved = 0, selective = 0, full = 0;
+};
+inline void ExpectRecomputeMatchesSaved(const RunConfig& c, uint64_t batch_seed,
+                                        RecomputeBytes* bytes = nullptr) {
+  auto saved = MakeGpu(c);
+  ASSERT_NE(saved, nullptr);
+  const auto batches = MakeBatches(c, 2, batch_seed);
+  UnitBuffers ga;
+  float la = 0.0f;
+  ASSERT_STATUS_OK(saved->ComputeGradients(Views(batches, 0, 2), &ga, &la));
+  if (bytes != nullptr) bytes->saved = saved->allocated_bytes();
+  for (const Recompute mode : {Recompute::kSelective, Recompute::kFull}) {
+    SCOPED_TRACE(RecomputeName(mode));
+    RunConfig r = c;
+    r.train.activation_recompute = mode;
+    auto recompute = MakeGpu(r);
+    ASSERT_NE(recompute, nullptr);
+    UnitBuffers gb;
+    float lb = 0.0f;
+    ASSERT_STATUS_OK(recompute->ComputeGradients(Views(batches, 0, 2), &gb, &lb));
+    EXPECT_EQ(la, lb);
+    ASSERT_EQ(ga.size(), gb.size());
+    for (size_t u = 0; u < ga.size(); ++u) {
+      EXPECT_TRUE(BitwiseEqual(ga[u], gb[u]))
+          << "gradient of unit " << u << " (max rel err " << RelFrobenius(gb[u], ga[u]) << ")";
+    }
+    if (bytes != nullptr)
+      (mode == Recompute::kFull ? bytes->full : bytes->selective) = recompute->allocated_bytes();
+  }
+}
+
 // `steps` AdamW steps of the CPU reference and the CUDA backend from the same init on Markov
 // batches: the loss within `tol` relative at every step (and the first step's gradient norm
 // within 5%), and the GPU's mean loss over the last five steps below its first by `min_drop`.
