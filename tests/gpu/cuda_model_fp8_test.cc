@@ -245,6 +245,30 @@ void ExpectLossesTrackWithinOnePercent(const RunConfig& c, const CudaBackendOpti
   }
 }
 
+// A delayed-scaling step's RMSNorms write the FP8 copies of their outputs (the QKV and gate/up
+// projections' inputs) and of the residual gradient (the output and down projections' output
+// gradients) themselves; with CudaModelOptions::fp8_norm_casts off a cast pass follows each
+// norm instead. Ten steps give the same weights bit for bit.
+TEST(GpuFp8Step, NormCastsChangeNoBit) {
+  FORGE_SKIP_WITHOUT_GPU();
+  const RunConfig c = Fp8Config();
+  for (const bool on : {true, false}) {
+    CudaModelOptions mo;
+    mo.fp8_norm_casts = on;
+    const auto model = Fp8ModelWith(c, mo);
+    ASSERT_NE(model, nullptr);
+    const LinearPlan& p = model->linear_strategies().delayed;
+    const CastBy want = on ? CastBy::kNorm : CastBy::kCastPass;
+    EXPECT_EQ(p[LinearKind::kQkv].input, want);
+    EXPECT_EQ(p[LinearKind::kGateUp].input, want);
+    EXPECT_EQ(p[LinearKind::kOut].grad, want);
+    EXPECT_EQ(p[LinearKind::kDown].grad, want);
+  }
+  CudaBackendOptions off;
+  off.fp8_norm_casts = false;
+  ExpectSameWeights(TenSteps(c, {}, nullptr), TenSteps(c, off, nullptr));
+}
+
 // precision.fp8.fast_accum fprop on an sm_90 GPU, d 256 (4 heads of 64): the QKV projection
 // runs our GEMM in FP8 with RoPE in its epilogue (GemmPath::kFp8Epilogue, every step) and
 // the gate/up projection with SwiGLU and the down projection's input casts in its epilogue

@@ -146,6 +146,26 @@ TEST(LinearStrategy, HeadWidth128FallsBackWithTheKernelsReasons) {
             "QKV projection (fp8): cuBLASLt, then RoPE apart (RoPE needs head width 64)");
 }
 
+// Where the fused RMSNorm casts refuse the shape (d_model past 2048: llama3-3b and llama3-8b),
+// the norms write bf16 and a cast pass follows, and the log says so.
+TEST(LinearStrategy, Fp8NormsTheFusedCastRefusesTakeACastPassAndSaySo) {
+  LinearKernelSupport k = Hopper();
+  k.fp8_norm_cast = k.fp8_norm_grad_cast = false;
+  const LinearStrategies st = ChooseLinearStrategies(OptionsOf(Fp8(Load("llama3-8b.yaml"))), k);
+  EXPECT_EQ(st.delayed[kQkv].input, C::kCastPass);
+  EXPECT_EQ(st.delayed[kGateUp].input, C::kCastPass);
+  EXPECT_EQ(st.delayed[kOut].grad, C::kCastPass);
+  EXPECT_EQ(st.delayed[kDown].grad, C::kCastPass);
+  ASSERT_EQ(st.fallbacks.size(), 2u);
+  EXPECT_EQ(st.fallbacks[0],
+            "RMSNorm into the QKV and gate/up projections (fp8): a cast pass after it (the fused "
+            "cast needs tokens and d_model multiples of 64, d_model <= 2048)");
+  EXPECT_EQ(st.fallbacks[1],
+            "RMSNorm's backward into the output and down projections' gradients (fp8): a cast "
+            "pass after it (the fused cast needs tokens and d_model multiples of 64, d_model <= "
+            "2048)");
+}
+
 TEST(LinearStrategy, QkNormKeepsRopeApart) {
   RunConfig c = Load("tiny.yaml");
   c.model.qk_norm = true;
@@ -225,8 +245,9 @@ TEST(LinearStrategy, Fp8ShapesOurKernelsRefuse) {
                                  C::kGemmEpilogue, C::kCastPass));
   EXPECT_EQ(st.delayed[kOut].grad, C::kCastPass);
   EXPECT_EQ(st.delayed[kGateUp].grad, C::kSwiGlu);
-  ASSERT_EQ(st.fallbacks.size(), 1u);
-  EXPECT_EQ(st.fallbacks[0],
+  ASSERT_EQ(st.fallbacks.size(), 2u);
+  EXPECT_NE(st.fallbacks[0].find("RMSNorm's backward"), std::string::npos) << st.fallbacks[0];
+  EXPECT_EQ(st.fallbacks[1],
             "down projection's input gradient (fp8): cuBLASLt, then SwiGLU's backward apart (K "
             "and ffn of 128)");
 

@@ -125,6 +125,11 @@ struct CudaModelOptions {
   // gradient casts itself, RoPE's inverse applied (FlashBackwardFp8Out), instead of a bf16
   // dqkv and a separate RoPE + cast pass. Bitwise the same; where our backward runs.
   bool fp8_attention_rope = true;
+  // FP8 steps with delayed scaling: the RMSNorms write the FP8 copies of their outputs (the
+  // QKV and gate/up projections' inputs) and of the residual gradient (the output and down
+  // projections' output gradients) themselves (rmsnorm_fp8.h), where the shape allows,
+  // instead of a cast pass after each. Bitwise the same.
+  bool fp8_norm_casts = true;
 };
 
 // Per-unit callbacks for a data-parallel layer, called on the host while the model enqueues a

@@ -81,8 +81,9 @@ void ChooseFp8(const LinearStrategyOptions& o, const LinearKernelSupport& k,
   if (rope_gemm) At(m, kQkv).forward = GemmPath::kFp8Epilogue;  // casts nothing itself
 
   LinearPlan d = m;
-  const CastBy norm_in = k.fp8_norm_cast ? CastBy::kNorm : CastBy::kCastPass;
-  const CastBy norm_grad = k.fp8_norm_grad_cast ? CastBy::kNorm : CastBy::kCastPass;
+  const CastBy norm_in = o.fp8_norm_casts && k.fp8_norm_cast ? CastBy::kNorm : CastBy::kCastPass;
+  const CastBy norm_grad =
+      o.fp8_norm_casts && k.fp8_norm_grad_cast ? CastBy::kNorm : CastBy::kCastPass;
   At(d, kQkv).input = norm_in;
   At(d, kQkv).grad = !rope_grad        ? CastBy::kCastPass
                      : attention_rope ? CastBy::kAttention
@@ -101,6 +102,21 @@ void ChooseFp8(const LinearStrategyOptions& o, const LinearKernelSupport& k,
   out->measuring = m;
   out->delayed = d;
 
+  // The fused RMSNorm casts (rmsnorm_fp8.h) run on any GPU; where the shape rules them out the
+  // norm writes bf16 and a cast pass follows (past d_model 2048 fused forms measured no faster:
+  // docs/performance.md).
+  constexpr const char* kNormShapes = "tokens and d_model multiples of 64, d_model <= 2048";
+  if (o.fp8_norm_casts && !k.fp8_norm_cast) {
+    out->fallbacks.push_back(std::string("RMSNorm into the QKV and gate/up projections (fp8): a "
+                                         "cast pass after it (the fused cast needs ") +
+                             kNormShapes + ")");
+  }
+  if (o.fp8_norm_casts && !k.fp8_norm_grad_cast) {
+    out->fallbacks.push_back(std::string("RMSNorm's backward into the output and down projections' "
+                                         "gradients (fp8): a cast pass after it (the fused cast "
+                                         "needs ") +
+                             kNormShapes + ")");
+  }
   if (!k.sm90) return;
   // What the options (fast accumulation included) asked for and the shapes leave out.
   if (o.rope_gemm && !o.qk_norm && fast_fwd && !rope_gemm) {

@@ -84,7 +84,7 @@ struct LinearStrategyOptions {
   Fp8FastAccum fast_accum = Fp8FastAccum::kFprop;
   bool fp8_lm_head = false, fp8_lm_head_wgrad = true;
   bool rope_gemm = true, swiglu_gemm = true, swiglu_bwd_gemm = true;
-  bool fp8_attention_rope = true;
+  bool fp8_attention_rope = true, fp8_norm_casts = true;
   bool cudnn_attention_backward = false;
   bool qk_norm = false;  // QK-norm runs between the QKV projection and RoPE
   // The LM head: padded vocabulary, model width, tokens per micro-batch, rows per chunk.

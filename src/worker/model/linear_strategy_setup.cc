@@ -50,6 +50,7 @@ void CudaModel::ChooseLinears() {
   lo.swiglu_gemm = o.swiglu_gemm;
   lo.swiglu_bwd_gemm = o.swiglu_bwd_gemm;
   lo.fp8_attention_rope = o.fp8_attention_rope;
+  lo.fp8_norm_casts = o.fp8_norm_casts;
   lo.cudnn_attention_backward = o.cudnn_attention_backward;
   lo.qk_norm = m_.qk_norm;
   lo.vocab = V_, lo.d_model = d_, lo.tokens = N_, lo.lm_head_chunk_rows = o.lm_head_chunk_rows;

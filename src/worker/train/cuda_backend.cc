@@ -194,6 +194,7 @@ Status CudaBackend::Init(const RunConfig& cfg, const CudaBackendOptions& options
   mo.fp8_lm_head_wgrad = options.fp8_lm_head_wgrad;
   mo.swiglu_bwd_gemm = options.swiglu_bwd_gemm;
   mo.fp8_attention_rope = options.fp8_attention_rope;
+  mo.fp8_norm_casts = options.fp8_norm_casts;
   mo.wgrad_stream_priority = wgrad_priority;
   mo.defer_update = options.defer_update;
   mo.fp8 = cfg.precision.compute == Precision::kFp8;

@@ -73,6 +73,9 @@ struct CudaBackendOptions {
   // FP8: the attention backward writes the QKV gradient's casts with RoPE's inverse
   // (CudaModelOptions::fp8_attention_rope).
   bool fp8_attention_rope = true;
+  // FP8: the RMSNorms write their outputs' and input gradients' casts themselves
+  // (CudaModelOptions::fp8_norm_casts); off, a cast pass follows each.
+  bool fp8_norm_casts = true;
   // ddp / zero1 / zero2: gradient collectives start in the comm windows the backward opens
   // (worker/train/cuda_data_parallel.h); off, each starts as soon as its unit is reduced.
   bool comm_windows = true;
