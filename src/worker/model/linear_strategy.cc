@@ -105,18 +105,16 @@ void ChooseFp8(const LinearStrategyOptions& o, const LinearKernelSupport& k,
   // The fused RMSNorm casts (rmsnorm_fp8.h) run on any GPU; where the shape rules them out the
   // norm writes bf16 and a cast pass follows (past d_model 2048 fused forms measured no faster:
   // docs/performance.md).
-  constexpr const char* kNormShapes = "tokens and d_model multiples of 64, d_model <= 2048";
-  if (o.fp8_norm_casts && !k.fp8_norm_cast) {
-    out->fallbacks.push_back(std::string("RMSNorm into the QKV and gate/up projections (fp8): a "
-                                         "cast pass after it (the fused cast needs ") +
-                             kNormShapes + ")");
-  }
-  if (o.fp8_norm_casts && !k.fp8_norm_grad_cast) {
-    out->fallbacks.push_back(std::string("RMSNorm's backward into the output and down projections' "
-                                         "gradients (fp8): a cast pass after it (the fused cast "
-                                         "needs ") +
-                             kNormShapes + ")");
-  }
+  auto cast_pass_after = [&](bool fused, const char* norm) {
+    if (o.fp8_norm_casts && !fused) {
+      out->fallbacks.push_back(std::string(norm) +
+                               " (fp8): a cast pass after it (the fused cast needs tokens and "
+                               "d_model multiples of 64, d_model <= 2048)");
+    }
+  };
+  cast_pass_after(k.fp8_norm_cast, "RMSNorm into the QKV and gate/up projections");
+  cast_pass_after(k.fp8_norm_grad_cast,
+                  "RMSNorm's backward into the output and down projections' gradients");
   if (!k.sm90) return;
   // What the options (fast accumulation included) asked for and the shapes leave out.
   if (o.rope_gemm && !o.qk_norm && fast_fwd && !rope_gemm) {
