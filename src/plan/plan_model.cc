@@ -8,7 +8,9 @@
 #include "common/named_values.h"
 #include "worker/model/param_layout.h"
 #include "worker/model/shard_layout.h"
+#include "worker/parallel/mode_rules.h"
 #include "worker/train/fp8_gather_rule.h"
+#include "worker/train/lookup_apart_rule.h"
 #include "worker/train/memory_estimate.h"
 
 namespace forge::plan {
@@ -271,18 +273,28 @@ ModePrediction PredictMode(const RunConfig& cfg_in, Mode mode, const Topology& t
                                       group.GatherMs(double(shard) * norms * 2)
                                 : group.GatherMs(Bytes(md.block, shard, 2));
     const double rs_block = group.GatherMs(Bytes(md.block, shard, 4));
-    const double ag_root = group.GatherMs(Bytes(md.units[0], shard, 2)) +
-                           group.GatherMs(Bytes(md.units[U - 1], shard, 2));
-    const double rs_emb = group.GatherMs(Bytes(md.units[0], shard, 4));
+    // The embedding at either end of a pass: its table gathered once a step and its
+    // gradient reduce-scattered every micro-step, or, looked up in the slots
+    // (lookup_apart_rule.h), every rank's tokens and rows moved at both ends of every pass.
+    const int64_t tokens = int64_t{micro} * cfg.model.seq_len;
+    const bool slot_lookup =
+        FsdpLooksUpInSlots(cfg.model, ModeRulesFor(cfg.parallel, N), shard, tokens);
+    const double rows =
+        group.GatherMs(double(shard) * double(tokens) * (2.0 * cfg.model.d_model + 4));
+    const double ag_emb = slot_lookup ? 0 : group.GatherMs(Bytes(md.units[0], shard, 2));
+    const double emb_fwd = slot_lookup ? rows : 0;
+    const double rs_emb = slot_lookup ? rows : group.GatherMs(Bytes(md.units[0], shard, 4));
+    const double ag_fin = group.GatherMs(Bytes(md.units[U - 1], shard, 2));
     const double rs_norm = group.GatherMs(Bytes(md.units[U - 1], shard, 4));
-    // Per micro-step the first block's gather and the embedding's reduce-scatter (the last
-    // of the backward) cannot overlap; the root units are gathered once a step.
+    // Per micro-step the first block's gather, the embedding's lookup and its gradient's sum
+    // (the last of the backward) cannot overlap; the table is gathered once a step, and the
+    // final unit, once a step too, beside the first micro-step's blocks.
     const double first = L > 0 ? ag_block : 0;
     const double fwd_ov = (L > 0 ? L - 1 : 0) * ag_block;
     const double bwd_ov = L * (ag_block + rs_block) + rs_norm;
-    double tail = ag_root + accum * (first + rs_emb);
-    comm += ag_root + accum * (first + fwd_ov + bwd_ov + rs_emb);
-    gather += ag_root + accum * 2 * L * ag_block;
+    double tail = ag_emb + accum * (first + emb_fwd + rs_emb);
+    comm += ag_emb + ag_fin + accum * (first + fwd_ov + bwd_ov + emb_fwd + rs_emb);
+    gather += ag_emb + ag_fin + accum * 2 * L * ag_block;
     double bwd_last_ov = bwd_ov, bwd_last_w = ks * bwd_ov;
     if (mode == Mode::kHsdp && replicas > 1) {
       // The gradient shards' all-reduce across replicas, last micro-step, beside the backward;
@@ -297,7 +309,8 @@ ModePrediction PredictMode(const RunConfig& cfg_in, Mode mode, const Topology& t
       bwd_last_ov += x_ov;
       bwd_last_w += kg * x_ov;
     }
-    exposed += tail + accum * Exposed(fwd_ov, ks * fwd_ov, fwd_window) +
+    exposed += tail + Exposed(fwd_ov + ag_fin, ks * (fwd_ov + ag_fin), fwd_window) +
+               (accum - 1) * Exposed(fwd_ov, ks * fwd_ov, fwd_window) +
                (accum - 1) * Exposed(bwd_ov, ks * bwd_ov, bwd_window) +
                Exposed(bwd_last_ov, bwd_last_w, bwd_window);
   }

@@ -49,6 +49,7 @@
 #include "worker/model/param_layout.h"
 #include "worker/parallel/hybrid_groups.h"
 #include "worker/train/cuda_backend.h"
+#include "worker/train/lookup_apart_rule.h"
 
 namespace forge {
 namespace {
@@ -61,7 +62,12 @@ RunConfig Config(ParallelMode mode, int world, int accum, GradReduce grad_reduce
                  Precision precision, bool fp8_lm_head = false, bool llama = false,
                  int shard_group = 0) {
   RunConfig c = test::TinyGpuConfig("gpu-data-parallel-test");
-  if (llama) test::SetLlamaKnobs(&c.model, /*n_kv_head=*/2);  // GQA 2:1
+  if (llama) {
+    test::SetLlamaKnobs(&c.model, /*n_kv_head=*/2);  // GQA 2:1
+    // A vocabulary (padded 1152) over the ranks' tokens (4 x 256 at most): fsdp looks the untied
+    // embedding up in the slots (lookup_apart_rule.h), as at llama3-8b.
+    c.model.vocab = 1100;
+  }
   c.precision.compute = precision;
   c.precision.fp8.lm_head = fp8_lm_head;
   c.batch.global_batch = c.batch.micro_batch * world * accum;
@@ -233,6 +239,11 @@ TEST_P(CudaDataParallelTest, MatchesOneGpuAndIsDeterministic) {
                        k.llama, k.shard_group);
   const Tolerances tol = TolerancesFor(k.grad_reduce, k.precision);
   const auto batches = MakeBatches(c, k.world * k.accum);
+  if (k.llama && k.mode == ParallelMode::kFsdp) {
+    EXPECT_TRUE(FsdpLooksUpInSlots(c.model, ModeRulesFor(c.parallel, k.world), k.world,
+                                   int64_t{c.batch.micro_batch} * c.model.seq_len))
+        << "the case is meant to look the untied embedding up in the slots";
+  }
 
   const Trajectory single = RunSingle(c, batches);
   const std::vector<Trajectory> ranks = RunParallel(c, k.world, batches, 0, kSteps, nullptr);
@@ -310,7 +321,9 @@ TEST_P(CudaDataParallelTest, MatchesOneGpuAndIsDeterministic) {
 // amax a max over the slots, so again the same bytes and amaxes. On 2 ranks with one
 // micro-step each every gradient sum is one addition (the same in either order), so the
 // trajectories must be bitwise equal, FP8 scaling state included: delayed and current
-// recipe, BF16 and FP8 LM head, and the Llama knobs. The delayed runs must have gathered E4M3
+// recipe, BF16 and FP8 LM head, and the Llama knobs (whose untied embedding fsdp looks up in
+// the slots: the same rows, and each rank's rows summed before the two ranks' sums are added,
+// the one addition of zero2's reduce-scatter). The delayed runs must have gathered E4M3
 // (the first step and the current recipe gather bf16).
 TEST(CudaDataParallel, FsdpRecastingFp8WeightsPerPassChangesNoBits) {
   FORGE_SKIP_WITHOUT_GPU();

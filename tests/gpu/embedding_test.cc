@@ -2,14 +2,18 @@
 // Tolerances: forward is a gather, so bitwise equal to the bf16 table rows. Backward adds the
 // same bf16-valued rows in the same (position) order as the CPU reference, so dwte is bitwise
 // equal to cpu::EmbeddingBackward; the max-relative check (1e-6) is there to report the size
-// of any difference.
+// of any difference. The sharded forms (fsdp's lookup in the slots) are held bitwise to the
+// lookup in the whole bf16 table and to the sums they promise, computed here on the host.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "gpu_test_util.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cuda/embedding.h"
+#include "worker/model/shard_layout.h"
 
 namespace forge {
 namespace {
@@ -162,6 +166,98 @@ TEST(GpuEmbeddingBackward, RejectsTooSmallWorkspace) {
   Status s = cuda::EmbeddingBackward(dwte.data(), dout.data(), tok.data(), 16, 8, 64, ws.data(),
                                      need - 1, nullptr);
   EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+}
+
+// fsdp's lookup in the slots: every rank writes the elements of all ranks' rows its slot holds
+// (the rest -0); summed over the ranks in bf16 they are the rows of the whole table rounded to
+// bf16, bit for bit, and each element came from exactly one rank.
+void CheckRowsFromSlots(int64_t N, int d, int V, int world, uint64_t seed) {
+  const std::vector<float> wte = test::RandomNormal(size_t(V) * d, 1.0f, seed);  // fp32 master
+  const std::vector<int32_t> tokens = SkewedTokens(N, V, seed + 1);
+  DeviceBuffer<int32_t> d_tok(tokens);
+  const int64_t numel = int64_t{V} * d;
+  std::vector<float> sum(size_t(N) * d, 0.0f);
+  std::vector<int> owners(size_t(N) * d, 0);
+  for (int r = 0; r < world; ++r) {
+    const ShardRange range = ShardOf(numel, r, world);
+    // The slot as fsdp holds it: ShardSize elements, the range's first at 0.
+    std::vector<float> slot(size_t(ShardSize(numel, world)), 0.0f);
+    std::memcpy(slot.data(), wte.data() + range.begin, size_t(range.size()) * sizeof(float));
+    DeviceBuffer<float> d_slot(slot);
+    DeviceBuffer<bf16> d_out(size_t(N) * d);
+    d_out.Poison();
+    ASSERT_STATUS_OK(cuda::EmbeddingRowsFromSlot(d_out.data(), d_tok.data(), N, d, d_slot.data(),
+                                                 range.begin, range.end, nullptr));
+    const std::vector<float> got = test::ToFloat(d_out.Download());
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (!(got[i] == 0.0f && std::signbit(got[i]))) ++owners[i];  // -0: not this rank's
+      sum[i] = test::RoundBf16(sum[i] + got[i]);
+    }
+  }
+  size_t wrong = 0, not_one = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    for (int c = 0; c < d; ++c) {
+      const size_t i = size_t(n) * d + size_t(c);
+      const float want = test::RoundBf16(wte[size_t(tokens[size_t(n)]) * d + size_t(c)]);
+      wrong += std::memcmp(&sum[i], &want, 4) != 0;
+      not_one += owners[i] != 1 && want != 0.0f;
+    }
+  }
+  EXPECT_EQ(wrong, 0u) << "elements whose summed rows differ from the bf16 table's";
+  EXPECT_EQ(not_one, 0u) << "elements not held by exactly one rank";
+}
+
+TEST(GpuEmbeddingSlots, RowsFromTheSlotsSumToTheLookup) {
+  FORGE_SKIP_WITHOUT_GPU();
+  CheckRowsFromSlots(2 * 1024, 256, 1152, 4, 51);  // vector path
+  CheckRowsFromSlots(300, 100, 50, 3, 52);          // scalar path (d not a multiple of 8)
+}
+
+// fsdp's backward into the slots: every rank's rows (rank-major) into one rank's slot of the
+// gradient. Per element: each rank's rows of its token summed in position order from zero,
+// those sums added in rank order from zero, the total added to the slot's value; elements
+// outside [lo, hi) untouched.
+void CheckBackwardToSlot(int64_t per_rank, int world, int d, int V, int64_t lo, int64_t hi,
+                         uint64_t seed) {
+  const int64_t N = per_rank * world;
+  const std::vector<float> dout_f = test::RandomNormalBf16(size_t(N) * d, 1.0f, seed);
+  std::vector<int32_t> tokens = SkewedTokens(N, V, seed + 1);
+  tokens[size_t(N / 2)] = V + 5;  // out of range: ignored
+  const std::vector<float> slot0 = test::RandomNormal(size_t(hi - lo), 0.5f, seed + 2);
+  DeviceBuffer<float> d_slot(slot0);
+  DeviceBuffer<bf16> d_dout(test::ToBf16(dout_f));
+  DeviceBuffer<int32_t> d_tok(tokens);
+  const size_t ws_bytes = cuda::EmbeddingBackwardWorkspace(N, V);
+  DeviceBuffer<char> ws(ws_bytes);
+  ws.Poison();
+  ASSERT_STATUS_OK(cuda::EmbeddingBackwardToSlot(d_slot.data(), lo, hi, d_dout.data(),
+                                                 d_tok.data(), N, per_rank, d, V, ws.data(),
+                                                 ws_bytes, nullptr));
+  std::vector<float> total(size_t(V) * d, 0.0f);
+  std::vector<float> part(size_t(V) * d);
+  for (int r = 0; r < world; ++r) {
+    std::fill(part.begin(), part.end(), 0.0f);
+    for (int64_t p = r * per_rank; p < (r + 1) * per_rank; ++p) {
+      const int32_t t = tokens[size_t(p)];
+      if (t < 0 || t >= V) continue;
+      for (int c = 0; c < d; ++c) part[size_t(t) * d + c] += dout_f[size_t(p) * d + c];
+    }
+    for (size_t i = 0; i < total.size(); ++i) total[i] += part[i];
+  }
+  std::vector<float> want = slot0;
+  for (int64_t e = lo; e < hi; ++e) want[size_t(e - lo)] += total[size_t(e)];
+  EXPECT_TRUE(test::BitwiseEqual(d_slot.Download(), want));
+}
+
+TEST(GpuEmbeddingSlots, BackwardSumsEachRanksRowsThenTheRanks) {
+  FORGE_SKIP_WITHOUT_GPU();
+  const int V = 1152, d = 256;
+  const int64_t numel = int64_t{V} * d;
+  for (int r = 0; r < 4; ++r) {  // fsdp's slots over 4 ranks (vector path)
+    const ShardRange s = ShardOf(numel, r, 4);
+    CheckBackwardToSlot(512, 4, d, V, s.begin, s.end, 61 + r);
+  }
+  CheckBackwardToSlot(100, 3, 100, 50, 1234, 3977, 65);  // scalar path, an unaligned window
 }
 
 }  // namespace

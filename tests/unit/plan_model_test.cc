@@ -34,6 +34,8 @@
 #include "plan/plan_model.h"
 #include "worker/model/param_layout.h"
 #include "worker/model/shard_layout.h"
+#include "worker/parallel/mode_rules.h"
+#include "worker/train/lookup_apart_rule.h"
 #include "worker/train/memory_estimate.h"
 
 namespace forge::plan {
@@ -389,7 +391,13 @@ TEST(PlanModel, FsdpInFp8GathersE4m3WhereTheRunDoes) {
       const ParamLayout layout = MakeParamLayout(k.bf16.model);
       const int n = k.topo.gpus;
       const double L = k.bf16.model.n_layer;
-      const double root = double(PaddedSize(layout.units.front().numel, n)) +
+      // The table is not gathered where it is looked up in the slots (lookup_apart_rule.h).
+      ParallelConfig fsdp = k.bf16.parallel;
+      fsdp.mode = ParallelMode::kFsdp;
+      const bool table =
+          !FsdpLooksUpInSlots(k.bf16.model, ModeRulesFor(fsdp, n), n,
+                              int64_t{k.bf16.batch.micro_batch} * k.bf16.model.seq_len);
+      const double root = (table ? double(PaddedSize(layout.units.front().numel, n)) : 0.0) +
                           double(PaddedSize(layout.units.back().numel, n));
       const double block = double(PaddedSize(layout.units[1].numel, n));
       const double ratio = (2 * root + 2 * L * block) / (2 * root + 2 * L * 2 * block);

@@ -120,6 +120,93 @@ __global__ void EmbeddingBackwardKernel(T* __restrict__ dwte, const bf16* __rest
   }
 }
 
+// The lookup from one rank's slot of the table (elements [lo, hi) of the flat [vocab, d] table,
+// fp32, at slot[e - lo]): each element of out[n, :] = wte[tokens[n], :] the slot holds, rounded
+// to bf16 as the gathered table is, and -0 for the others, so that summing the ranks' outputs
+// (which own disjoint slots) adds to each element its one value and zeros: x + -0 is x for
+// every x, -0 included.
+template <int VEC>
+__global__ void EmbeddingRowsFromSlotKernel(bf16* __restrict__ out,
+                                            const int32_t* __restrict__ tokens,
+                                            const float* __restrict__ slot, int64_t lo,
+                                            int64_t hi, int64_t N, int d) {
+  ForEachRowGroup<VEC>(N, d, [&](int64_t n, int64_t c) {
+    const int64_t e = int64_t{tokens[n]} * d + c;
+    float v[VEC];
+    if constexpr (VEC == 8) {
+      // lo, hi and e are multiples of 8 here (EmbeddingRowsFromSlot): all in or all out.
+      if (e >= lo && e < hi) {
+        const float4 a = reinterpret_cast<const float4*>(slot + (e - lo))[0];
+        const float4 b = reinterpret_cast<const float4*>(slot + (e - lo))[1];
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+        v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+      } else {
+#pragma unroll
+        for (int k = 0; k < 8; ++k) v[k] = -0.0f;
+      }
+      StoreVec<8>(out + n * d + c, v);
+    } else {
+      out[n * d + c] = __float2bfloat16_rn(e >= lo && e < hi ? slot[e - lo] : -0.0f);
+    }
+  });
+}
+
+// EmbeddingBackwardKernel's walk over the rows of N = ranks x rows_per_rank tokens (rank-major),
+// into one rank's slot of the gradient (elements [lo, hi) at slot[e - lo]): each rank's rows
+// of a token summed in position order from zero, those sums added in rank order from zero, and
+// that total added to the slot. Each element thus sees the additions of every rank's own
+// backward into a zeroed gradient, then of their sum, then of accumulating it.
+template <int VEC>
+__global__ void EmbeddingBackwardSlotKernel(float* __restrict__ slot, int64_t lo, int64_t hi,
+                                            const bf16* __restrict__ dout,
+                                            const uint32_t* __restrict__ sorted_tok,
+                                            const int32_t* __restrict__ sorted_pos, int N,
+                                            int rows_per_rank, int d, int vocab) {
+  const int lane = threadIdx.x % 32;
+  const int i = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
+  if (i >= N) return;
+  const uint32_t tok = sorted_tok[i];
+  if (i > 0 && sorted_tok[i - 1] == tok) return;  // inside a run: its first entry handles it
+  if (tok >= static_cast<uint32_t>(vocab)) return;  // out-of-range tokens: no update
+  const int64_t col = (int64_t{blockIdx.y} * 32 + lane) * VEC;
+  if (col >= d) return;
+  const int64_t e = int64_t{tok} * d + col;
+  if (e + VEC <= lo || e >= hi) return;  // none of these columns in the slot
+  float total[VEC], part[VEC];
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) total[k] = part[k] = 0.0f;
+  int rank = sorted_pos[i] / rows_per_rank;
+  for (int j = i;; j += kRunUnroll) {
+    float rows[kRunUnroll][VEC];
+    bool have[kRunUnroll];
+    int owner[kRunUnroll];
+#pragma unroll
+    for (int u = 0; u < kRunUnroll; ++u) {
+      const int jj = j + u;
+      have[u] = jj < N && sorted_tok[jj] == tok;
+      owner[u] = have[u] ? sorted_pos[jj] / rows_per_rank : rank;
+      if (have[u]) LoadVec<VEC>(dout + int64_t{sorted_pos[jj]} * d + col, rows[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kRunUnroll; ++u) {
+      if (!have[u]) continue;
+      if (owner[u] != rank) {  // the sort is stable: a rank's rows come together, in order
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) total[k] += part[k], part[k] = 0.0f;
+        rank = owner[u];
+      }
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) part[k] += rows[u][k];
+    }
+    if (!have[kRunUnroll - 1]) break;
+  }
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) {
+    total[k] += part[k];
+    if (e + k >= lo && e + k < hi) slot[e + k - lo] += total[k];
+  }
+}
+
 // Bits needed for keys in [0, vocab] (vocab itself marks an out-of-range token).
 int EndBit(int vocab) {
   int bits = 1;
@@ -180,20 +267,16 @@ size_t EmbeddingBackwardWorkspace(int64_t N, int vocab) {
 
 namespace {
 
-template <typename T>
-Status LaunchEmbeddingBackward(T* dwte, const bf16* dout, const int32_t* tokens, int64_t N, int d,
-                               int vocab, void* workspace, size_t workspace_bytes,
-                               cudaStream_t stream) {
-  if (N < 0 || N > INT_MAX || d <= 0 || vocab <= 0) {
-    return Status::Invalid("EmbeddingBackward: bad shape N=" + std::to_string(N) +
-                           " d=" + std::to_string(d) + " vocab=" + std::to_string(vocab));
-  }
-  if (N == 0) return Status::Ok();
+// Positions 0..N-1 stably sorted by token into the workspace (see the file comment); the
+// sorted tokens and positions come back in *keys and *positions.
+Status SortByToken(const int32_t* tokens, int64_t N, int vocab, void* workspace,
+                   size_t workspace_bytes, const char* what, const uint32_t** keys,
+                   const int32_t** positions, cudaStream_t stream) {
   const BackwardLayout l = Layout(N, vocab);
-  if (l.temp_bytes == 0) return Status::Internal("EmbeddingBackward: cub size query failed");
+  if (l.temp_bytes == 0) return Status::Internal(std::string(what) + ": cub size query failed");
   // Sub-buffers sit at 256-byte multiples from the base; cub aligns its own part.
   if (workspace == nullptr || workspace_bytes < l.total || !IsAligned(workspace, 16)) {
-    return Status::Invalid("EmbeddingBackward: workspace needs " + std::to_string(l.total) +
+    return Status::Invalid(std::string(what) + ": workspace needs " + std::to_string(l.total) +
                            " bytes, 16-byte aligned; got " + std::to_string(workspace_bytes));
   }
   char* ws = static_cast<char*>(workspace);
@@ -202,7 +285,6 @@ Status LaunchEmbeddingBackward(T* dwte, const bf16* dout, const int32_t* tokens,
   auto* vals_in = reinterpret_cast<int32_t*>(ws + l.vals_in);
   auto* vals_out = reinterpret_cast<int32_t*>(ws + l.vals_out);
   const int n = static_cast<int>(N);
-
   PrepareSortKernel<<<static_cast<int>(std::min<int64_t>(CeilDiv(N, kThreads), 4096)),
                       kThreads, 0, stream>>>(keys_in, vals_in, tokens, n, vocab);
   FORGE_CUDA_LAUNCH_CHECK();
@@ -210,7 +292,30 @@ Status LaunchEmbeddingBackward(T* dwte, const bf16* dout, const int32_t* tokens,
   FORGE_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(ws + l.temp, temp_bytes, keys_in, keys_out,
                                                    vals_in, vals_out, n, 0, EndBit(vocab),
                                                    stream));
+  *keys = keys_out;
+  *positions = vals_out;
+  return Status::Ok();
+}
 
+Status CheckBackwardShape(const char* what, int64_t N, int d, int vocab) {
+  if (N < 0 || N > INT_MAX || d <= 0 || vocab <= 0) {
+    return Status::Invalid(std::string(what) + ": bad shape N=" + std::to_string(N) +
+                           " d=" + std::to_string(d) + " vocab=" + std::to_string(vocab));
+  }
+  return Status::Ok();
+}
+
+template <typename T>
+Status LaunchEmbeddingBackward(T* dwte, const bf16* dout, const int32_t* tokens, int64_t N, int d,
+                               int vocab, void* workspace, size_t workspace_bytes,
+                               cudaStream_t stream) {
+  FORGE_RETURN_IF_ERROR(CheckBackwardShape("EmbeddingBackward", N, d, vocab));
+  if (N == 0) return Status::Ok();
+  const uint32_t* keys = nullptr;
+  const int32_t* positions = nullptr;
+  FORGE_RETURN_IF_ERROR(SortByToken(tokens, N, vocab, workspace, workspace_bytes,
+                                    "EmbeddingBackward", &keys, &positions, stream));
+  const int n = static_cast<int>(N);
   const bool vec = d % 8 == 0 && IsAligned(dout, 16) && IsAligned(dwte, 16);
   const int vec_width = vec ? 8 : 1;
   const dim3 grid(static_cast<unsigned>(CeilDiv(N, kWarpsPerBlock)),
@@ -218,10 +323,10 @@ Status LaunchEmbeddingBackward(T* dwte, const bf16* dout, const int32_t* tokens,
   if (grid.y > 65535) return Status::Invalid("EmbeddingBackward: d too large");
   if (vec) {
     EmbeddingBackwardKernel<8, T>
-        <<<grid, kThreads, 0, stream>>>(dwte, dout, keys_out, vals_out, n, d, vocab);
+        <<<grid, kThreads, 0, stream>>>(dwte, dout, keys, positions, n, d, vocab);
   } else {
     EmbeddingBackwardKernel<1, T>
-        <<<grid, kThreads, 0, stream>>>(dwte, dout, keys_out, vals_out, n, d, vocab);
+        <<<grid, kThreads, 0, stream>>>(dwte, dout, keys, positions, n, d, vocab);
   }
   FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();
@@ -239,6 +344,60 @@ Status EmbeddingBackward(bf16* dwte, const bf16* dout, const int32_t* tokens, in
                          int vocab, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   return LaunchEmbeddingBackward(dwte, dout, tokens, N, d, vocab, workspace, workspace_bytes,
                                  stream);
+}
+
+Status EmbeddingRowsFromSlot(bf16* out, const int32_t* tokens, int64_t N, int d,
+                             const float* slot, int64_t lo, int64_t hi, cudaStream_t stream) {
+  if (N < 0 || d <= 0 || lo < 0 || hi < lo) {
+    return Status::Invalid("EmbeddingRowsFromSlot: bad shape N=" + std::to_string(N) +
+                           " d=" + std::to_string(d) + " slot [" + std::to_string(lo) + ", " +
+                           std::to_string(hi) + ")");
+  }
+  if (N == 0) return Status::Ok();
+  // Eight at a time where a vector of 8 columns is wholly inside or outside the slot.
+  const bool vec = d % 8 == 0 && lo % 8 == 0 && hi % 8 == 0 && IsAligned(out, 16) &&
+                   IsAligned(slot, 16);
+  const int64_t items = vec ? N * (d / 8) : N * d;
+  const int blocks = static_cast<int>(std::min<int64_t>(CeilDiv(items, kThreads), 65536));
+  if (vec) {
+    EmbeddingRowsFromSlotKernel<8><<<blocks, kThreads, 0, stream>>>(out, tokens, slot, lo, hi, N, d);
+  } else {
+    EmbeddingRowsFromSlotKernel<1><<<blocks, kThreads, 0, stream>>>(out, tokens, slot, lo, hi, N, d);
+  }
+  FORGE_CUDA_LAUNCH_CHECK();
+  return Status::Ok();
+}
+
+Status EmbeddingBackwardToSlot(float* slot, int64_t lo, int64_t hi, const bf16* dout,
+                               const int32_t* tokens, int64_t N, int64_t rows_per_rank, int d,
+                               int vocab, void* workspace, size_t workspace_bytes,
+                               cudaStream_t stream) {
+  FORGE_RETURN_IF_ERROR(CheckBackwardShape("EmbeddingBackwardToSlot", N, d, vocab));
+  if (lo < 0 || hi < lo || rows_per_rank <= 0 || N % rows_per_rank != 0) {
+    return Status::Invalid("EmbeddingBackwardToSlot: slot [" + std::to_string(lo) + ", " +
+                           std::to_string(hi) + ") or rows a rank " +
+                           std::to_string(rows_per_rank) + " of " + std::to_string(N));
+  }
+  if (N == 0 || hi == lo) return Status::Ok();
+  const uint32_t* keys = nullptr;
+  const int32_t* positions = nullptr;
+  FORGE_RETURN_IF_ERROR(SortByToken(tokens, N, vocab, workspace, workspace_bytes,
+                                    "EmbeddingBackwardToSlot", &keys, &positions, stream));
+  const int n = static_cast<int>(N), per = static_cast<int>(rows_per_rank);
+  const bool vec = d % 8 == 0 && IsAligned(dout, 16);
+  const int vec_width = vec ? 8 : 1;
+  const dim3 grid(static_cast<unsigned>(CeilDiv(N, kWarpsPerBlock)),
+                  static_cast<unsigned>(CeilDiv(d, 32 * vec_width)));
+  if (grid.y > 65535) return Status::Invalid("EmbeddingBackwardToSlot: d too large");
+  if (vec) {
+    EmbeddingBackwardSlotKernel<8>
+        <<<grid, kThreads, 0, stream>>>(slot, lo, hi, dout, keys, positions, n, per, d, vocab);
+  } else {
+    EmbeddingBackwardSlotKernel<1>
+        <<<grid, kThreads, 0, stream>>>(slot, lo, hi, dout, keys, positions, n, per, d, vocab);
+  }
+  FORGE_CUDA_LAUNCH_CHECK();
+  return Status::Ok();
 }
 
 }  // namespace forge::cuda

@@ -162,14 +162,20 @@ struct CudaModelHooks {
   // With CudaModelOptions::grads16, on a pass that overwrites the gradient (one micro-step):
   // the BF16 weight-gradient GEMMs write the blocks' matrices straight into grads16.
   bool grads_to_bf16 = false;
-  // Tied embedding: the lookup's part of the embedding's gradient goes here instead of into
-  // the unit's gradient (dx0 [n, d], the gradient at the embedding's output for the n tokens of
-  // `tokens`, on `stream`), and the unit's grad_ready comes right after the final norm's,
-  // when the LM head's part is complete. ddp sums that part during the backward and adds
-  // every rank's lookup rows after it (worker/train/cuda_data_parallel.h).
+  // The lookup's part of the embedding's gradient goes here instead of into the unit's
+  // gradient (dx0 [n, d], the gradient at the embedding's output for the n tokens of `tokens`,
+  // on `stream`). Tied, the unit's grad_ready comes right after the final norm's, when the LM
+  // head's part is complete: ddp sums that part during the backward and adds every rank's
+  // lookup rows after it. Untied, the lookup is the whole gradient and the unit has no
+  // grad_ready: fsdp adds every rank's rows into its slot (worker/train/cuda_data_parallel.h).
   std::function<Status(const cuda::bf16* dx0, const int32_t* tokens, int64_t n,
                        cudaStream_t stream)>
       lookup_grad;
+  // Untied embedding: the embedding's output for the n tokens of `tokens` (out [n, d], bf16, on
+  // `stream`) comes from here instead of the model's lookup in the unit's parameters, which the
+  // model then never reads (fsdp looks the rows up in the ranks' slots).
+  std::function<Status(const int32_t* tokens, int64_t n, cuda::bf16* out, cudaStream_t stream)>
+      lookup_rows;
 };
 
 class CudaModel {

@@ -75,8 +75,12 @@ Status CudaModel::ForwardImpl(const int32_t* inputs, const int32_t* targets, flo
 
   FORGE_RETURN_IF_ERROR(Phase(StepPhase::kFwdElementwise, s));
   FORGE_RETURN_IF_ERROR(BeforeForward(layout_.embedding_unit(), s));
-  FORGE_RETURN_IF_ERROR(cuda::EmbeddingForward(b.xs[0], inputs,
-                                               UnitParams(layout_.embedding_unit()), N_, d_, s));
+  if (hooks_ != nullptr && hooks_->lookup_rows && layout_.head_unit != layout_.embedding_unit()) {
+    FORGE_RETURN_IF_ERROR(hooks_->lookup_rows(inputs, N_, b.xs[0], s));
+  } else {
+    FORGE_RETURN_IF_ERROR(cuda::EmbeddingForward(b.xs[0], inputs,
+                                                 UnitParams(layout_.embedding_unit()), N_, d_, s));
+  }
   for (int l = 0; l < L; ++l) {
     FORGE_RETURN_IF_ERROR(BeforeForward(layout_.block_unit(l), s));
     if (cast_weights) FORGE_RETURN_IF_ERROR(CastLayerWeights(l, /*backward=*/false, s));
@@ -102,8 +106,9 @@ Status CudaModel::ForwardImpl(const int32_t* inputs, const int32_t* targets, flo
   // The tied embedding's LM-head part is complete once the head's last dWte chunk lands (the
   // wgrad event GradReady records covers it): announced now when the lookup part goes apart.
   const int emb = layout_.embedding_unit();
-  const bool lookup_apart = hooks_ != nullptr && hooks_->lookup_grad && layout_.head_unit == emb;
-  if (lookup_apart) FORGE_RETURN_IF_ERROR(GradReady(emb, s));
+  const bool tied = layout_.head_unit == emb;
+  const bool lookup_apart = hooks_ != nullptr && hooks_->lookup_grad;
+  if (lookup_apart && tied) FORGE_RETURN_IF_ERROR(GradReady(emb, s));
   // The blocks' backward overlaps the gradient collectives (data parallelism).
   b.gemm.set_default_sm_count(bwd_sm_count_);
   b.gemm_w.set_default_sm_count(wgrad_sm_count_);
@@ -132,7 +137,7 @@ Status CudaModel::ForwardImpl(const int32_t* inputs, const int32_t* targets, flo
   FORGE_RETURN_IF_ERROR(WaitWgrad(WgradHazard::kDwte, s));
   FORGE_RETURN_IF_ERROR(BeforeBackward(emb, s));
   if (lookup_apart) return hooks_->lookup_grad(b.dres, inputs, N_, s);
-  if (layout_.head_unit != emb && !accumulate_grads) {
+  if (!tied && !accumulate_grads) {
     FORGE_CUDA_CHECK(cudaMemsetAsync(UnitGrads(emb), 0,
                                      size_t(layout_.units[size_t(emb)].numel) * sizeof(float), s));
   }

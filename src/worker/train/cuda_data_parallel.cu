@@ -79,8 +79,9 @@ CudaDataParallel::~CudaDataParallel() {
   for (cudaEvent_t e : {shard_point_, replica_point_}) {
     if (e) cudaEventDestroy(e);
   }
-  for (cudaEvent_t e : {compute_point_, comm_point_, root_gathered_, root_rs_done_, gathered_[0],
-                        gathered_[1], released_[0], released_[1], rs_done_[0], rs_done_[1]}) {
+  for (cudaEvent_t e : {compute_point_, comm_point_, root_gathered_[0], root_gathered_[1],
+                        root_rs_done_, gathered_[0], gathered_[1], released_[0], released_[1],
+                        rs_done_[0], rs_done_[1]}) {
     if (e) cudaEventDestroy(e);
   }
   for (void* p : allocations_) cudaFree(p);
@@ -187,6 +188,7 @@ Status CudaDataParallel::Init() {
   if (ddp_allreduce_ == DdpAllReduce::kCopyEngine) FORGE_RETURN_IF_ERROR(EnableCopyEngine());
 
   if (fsdp()) {
+    slot_lookup_ = FsdpLooksUpInSlots(model_->config(), rules_, world_, model_->tokens_per_micro());
     FORGE_RETURN_IF_ERROR(InitFsdp());
     auto fwd = [this](int u, cudaStream_t s) { return OnFsdpForward(u, s); };
     auto bwd = [this](int u, cudaStream_t s) { return OnFsdpBackward(u, s); };
@@ -205,7 +207,9 @@ Status CudaDataParallel::Init() {
   // ddp with a tied embedding: its gradient's LM-head part is summed during the backward (in
   // block L-1's comm window) and the lookup rows of every rank added after it, where that moves
   // fewer bytes at the step's end than the whole gradient's all-reduce (lookup_apart_rule.h).
-  if (TakeLookupApart(model_->config(), rules_, grad_reduce_, world_, model_->tokens_per_micro())) {
+  const bool ddp_lookup =
+      TakeLookupApart(model_->config(), rules_, grad_reduce_, world_, model_->tokens_per_micro());
+  if (ddp_lookup || slot_lookup_) {
     const int64_t rows = int64_t{world_} * model_->tokens_per_micro();
     const int64_t d = model_->config().d_model;
     FORGE_RETURN_IF_ERROR(AllocCollective(reinterpret_cast<void**>(&lookup_dx_),
@@ -214,10 +218,21 @@ Status CudaDataParallel::Init() {
                                           size_t(rows) * sizeof(int32_t)));
     lookup_ws_bytes_ = cuda::EmbeddingBackwardWorkspace(rows, model_->config().padded_vocab());
     FORGE_RETURN_IF_ERROR(AllocDevice(&lookup_ws_, lookup_ws_bytes_));
+  }
+  if (ddp_lookup) {
     allreduce_hooks_.lookup_grad = [this](const cuda::bf16* dx0, const int32_t* tokens,
                                           int64_t n, cudaStream_t s) {
       return OnLookupGrad(dx0, tokens, n, s);
     };
+  }
+  if (slot_lookup_) {
+    auto rows = [this](const int32_t* tokens, int64_t n, cuda::bf16* out, cudaStream_t s) {
+      return OnSlotLookup(tokens, n, out, s);
+    };
+    auto grad = [this](const cuda::bf16* dx0, const int32_t* tokens, int64_t n,
+                       cudaStream_t s) { return OnSlotLookupGrad(dx0, tokens, n, s); };
+    for (CudaModelHooks* h : {&read_hooks_, &grad_hooks_, &allreduce_hooks_}) h->lookup_rows = rows;
+    grad_hooks_.lookup_grad = allreduce_hooks_.lookup_grad = grad;
   }
   grad_hooks_.grad_ready = [this](int u, cudaEvent_t c, cudaEvent_t w) {
     return OnGradReady(u, c, w, /*all_reduce=*/false);
@@ -353,6 +368,73 @@ Status CudaDataParallel::OnLookupGrad(const cuda::bf16* dx0, const int32_t* toke
   };
   FORGE_RETURN_IF_ERROR(ddp_bf16() ? add_rows(pb.grads16) : add_rows(pb.grads));
   return model_->SumUnitSquares(emb, nccl_stream_);  // its share of the grad norm, now whole
+}
+
+void CudaDataParallel::EmbeddingSlotRange(int64_t* lo, int64_t* hi) const {
+  const ShardRange r = ShardOf(model_->layout().units[size_t(model_->layout().embedding_unit())].numel,
+                               rank_, world_);
+  *lo = r.begin;
+  *hi = r.end;
+}
+
+Status CudaDataParallel::OnSlotLookup(const int32_t* tokens, int64_t n, cuda::bf16* out,
+                                      cudaStream_t compute) {
+  if (n > model_->tokens_per_micro()) {
+    return Status::Internal("CudaDataParallel: a lookup of " + std::to_string(n) +
+                            " tokens, more than the micro-batch's");
+  }
+  const int emb = model_->layout().embedding_unit();
+  const CudaParamBuffers& pb = model_->param_buffers();
+  const int d = model_->config().d_model;
+  int64_t lo = 0, hi = 0;
+  EmbeddingSlotRange(&lo, &hi);
+  FORGE_RETURN_IF_ERROR(CommWaitsStream(compute));  // the tokens are there, `out` is free
+  FORGE_RETURN_IF_ERROR(model_->WaitUpdated(emb, nccl_stream_));  // AdamW wrote the slot
+  // Token ids are 4 bytes: an all-gather moves bytes, whatever the type says.
+  FORGE_RETURN_IF_ERROR(
+      comm_->AllGather(tokens, lookup_tokens_, n, DType::kF32, "embedding lookup tokens")
+          .status());
+  FORGE_RETURN_IF_ERROR(cuda::EmbeddingRowsFromSlot(lookup_dx_, lookup_tokens_, n * world_, d,
+                                                    pb.master + pb.shard_offset[emb], lo, hi,
+                                                    nccl_stream_));
+  FORGE_RETURN_IF_ERROR(
+      comm_->ReduceScatterSum(lookup_dx_, out, n * d, DType::kBF16, "embedding lookup rows")
+          .status());
+  FORGE_CUDA_CHECK(cudaEventRecord(root_gathered_[0], nccl_stream_));
+  FORGE_RETURN_IF_ERROR(ComputeWaits(compute, root_gathered_[0], CollectiveOp::kReduceScatter));
+  // What the forward needs next, after the rows on the NCCL stream: block 1, the final unit.
+  const int L = int(model_->layout().units.size()) - 2;
+  if (L > 1) FORGE_RETURN_IF_ERROR(Ensure(1, compute, /*wait=*/false));
+  return EnsureRoot(1, compute, /*wait=*/false);
+}
+
+Status CudaDataParallel::OnSlotLookupGrad(const cuda::bf16* dx0, const int32_t* tokens,
+                                          int64_t n, cudaStream_t compute) {
+  if (n > model_->tokens_per_micro()) {
+    return Status::Internal("CudaDataParallel: " + std::to_string(n) +
+                            " lookup rows a rank, more than the micro-batch's tokens");
+  }
+  const int emb = model_->layout().embedding_unit();
+  const CudaParamBuffers& pb = model_->param_buffers();
+  const int d = model_->config().d_model;
+  int64_t lo = 0, hi = 0;
+  EmbeddingSlotRange(&lo, &hi);
+  FORGE_RETURN_IF_ERROR(CommWaitsStream(compute));  // dx0 and the tokens are written
+  FORGE_RETURN_IF_ERROR(IssueWaiting());            // the NCCL stream runs in order
+  // The slot's new sum replaces the gradient a deferred update may still be reading.
+  FORGE_RETURN_IF_ERROR(model_->WaitUpdated(emb, nccl_stream_));
+  FORGE_RETURN_IF_ERROR(
+      comm_->AllGather(dx0, lookup_dx_, n * d, DType::kBF16, "embedding lookup rows").status());
+  FORGE_RETURN_IF_ERROR(
+      comm_->AllGather(tokens, lookup_tokens_, n, DType::kF32, "embedding lookup tokens")
+          .status());
+  float* slot = pb.grad_shard + pb.shard_offset[emb];
+  if (first_micro_) {  // the step's first micro-step writes the slot, later ones add
+    FORGE_CUDA_CHECK(cudaMemsetAsync(slot, 0, size_t(pb.slot[emb]) * sizeof(float), nccl_stream_));
+  }
+  return cuda::EmbeddingBackwardToSlot(slot, lo, hi, lookup_dx_, lookup_tokens_, n * world_, n, d,
+                                       model_->config().padded_vocab(), lookup_ws_,
+                                       lookup_ws_bytes_, nccl_stream_);
 }
 
 Status CudaDataParallel::OnCommWindow(int unit, cudaStream_t compute) {
@@ -547,10 +629,14 @@ Status CudaDataParallel::Optimize(const cuda::AdamWHyper* hyper, float* stats,
   if (!fsdp()) return GatherParams(compute);
   // The slots change: every gathered copy is stale. Gather the next step's first units now.
   ParamsChanged();
-  FORGE_RETURN_IF_ERROR(EnsureRoot(compute, /*wait=*/false));
+  FORGE_RETURN_IF_ERROR(EnsureRoot(0, compute, /*wait=*/false));
   const int L = int(model_->layout().units.size()) - 2;
-  for (int l = 0; l < std::min(L, 2); ++l) FORGE_RETURN_IF_ERROR(Ensure(l, compute, false));
-  return Status::Ok();
+  if (L > 0) FORGE_RETURN_IF_ERROR(Ensure(0, compute, false));
+  // Looked up in the slots, the embedding's rows come first at the next forward: block 1 and
+  // the final unit follow them there (OnSlotLookup).
+  if (slot_lookup_) return Status::Ok();
+  if (L > 1) FORGE_RETURN_IF_ERROR(Ensure(1, compute, false));
+  return EnsureRoot(1, compute, /*wait=*/false);
 }
 
 // Once per step, a few KB: [world][E4M3 slots][E5M2 slots] gathered, then the max per slot.
@@ -627,7 +713,8 @@ Status CudaDataParallel::GatherSlots(State which, UnitBuffers* out, cudaStream_t
 }
 
 void CudaDataParallel::ParamsChanged() {
-  root_valid_ = false;
+  root_valid_[0] = root_valid_[1] = false;
+  slots_new_ = true;
   fp8_slots_valid_ = false;
   holder_[0] = holder_[1] = -1;
 }
@@ -659,7 +746,9 @@ Status CudaDataParallel::InitFsdp() {
   const int roots[2] = {layout.embedding_unit(), layout.final_norm_unit()};
   for (int i = 0; i < 2; ++i) {
     const int64_t n = PaddedSize(layout.units[roots[i]].numel, world_);
-    FORGE_RETURN_IF_ERROR(AllocCollective(reinterpret_cast<void**>(&root_params_[i]), n * 2));
+    // Looked up in the slots, the embedding table is never gathered.
+    if (i > 0 || !slot_lookup_)
+      FORGE_RETURN_IF_ERROR(AllocCollective(reinterpret_cast<void**>(&root_params_[i]), n * 2));
     // The embedding's gradient buffer doubles as GatherSlots' scratch: sized for any unit.
     const int64_t g = i == 0 ? largest : n;
     if (i == 1 && share_root_grads_)
@@ -677,8 +766,9 @@ Status CudaDataParallel::InitFsdp() {
     }
   }
   FORGE_RETURN_IF_ERROR(InitFp8Gather(fp8_gather_));
-  for (cudaEvent_t* e : {&root_gathered_, &root_rs_done_, &gathered_[0], &gathered_[1],
-                         &released_[0], &released_[1], &rs_done_[0], &rs_done_[1]}) {
+  for (cudaEvent_t* e : {&root_gathered_[0], &root_gathered_[1], &root_rs_done_, &gathered_[0],
+                         &gathered_[1], &released_[0], &released_[1], &rs_done_[0],
+                         &rs_done_[1]}) {
     FORGE_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
   }
   return Status::Ok();
@@ -702,11 +792,9 @@ Status CudaDataParallel::GatherCastSlot(int u, cuda::bf16* full) {
   return exec_->GatherShards(u, mine, full, DType::kBF16, "params", /*pending=*/nullptr);
 }
 
-// Embedding and final norm, gathered from this rank's slots once per parameter update.
-Status CudaDataParallel::EnsureRoot(cudaStream_t compute, bool wait) {
+Status CudaDataParallel::EnsureRoot(int i, cudaStream_t compute, bool wait) {
   const ParamLayout& layout = model_->layout();
-  const CudaParamBuffers& pb = model_->param_buffers();
-  if (!root_valid_) {
+  if (slots_new_) {
     // New slots or scales: the E4M3 casts of the slots, where no cast measures first (the
     // scale is known before the cast), each block's before its first gather (Ensure).
     fp8_slots_valid_ = fp8_gather_ && !model_->fp8()->measuring();
@@ -715,17 +803,22 @@ Status CudaDataParallel::EnsureRoot(cudaStream_t compute, bool wait) {
       FORGE_CUDA_CHECK(cudaMemsetAsync(fp8_slot_amax_, 0, SlotAmaxBytes(L), compute));
       fp8_slot_cast_.assign(size_t(L), false);
     }
+    // The slots' casts and gathers that follow on the NCCL stream come after this reset and
+    // after the update, where it ran on the compute stream (not deferred: WaitUpdated is then
+    // no wait at all).
     FORGE_RETURN_IF_ERROR(CommWaitsStream(compute));
-    const int roots[2] = {layout.embedding_unit(), layout.final_norm_unit()};
-    for (int i = 0; i < 2; ++i) {
-      const int u = roots[i];
-      FORGE_RETURN_IF_ERROR(model_->WaitUpdated(u, nccl_stream_));  // AdamW wrote the slot
-      FORGE_RETURN_IF_ERROR(GatherCastSlot(u, root_params_[i]));
-    }
-    FORGE_CUDA_CHECK(cudaEventRecord(root_gathered_, nccl_stream_));
-    root_valid_ = true;
+    slots_new_ = false;
   }
-  if (wait) return ComputeWaits(compute, root_gathered_, CollectiveOp::kAllGather);
+  if (root_params_[i] == nullptr) return Status::Ok();  // the table looked up in the slots
+  if (!root_valid_[i]) {
+    const int u = i == 0 ? layout.embedding_unit() : layout.final_norm_unit();
+    FORGE_RETURN_IF_ERROR(CommWaitsStream(compute));
+    FORGE_RETURN_IF_ERROR(model_->WaitUpdated(u, nccl_stream_));  // AdamW wrote the slot
+    FORGE_RETURN_IF_ERROR(GatherCastSlot(u, root_params_[i]));
+    FORGE_CUDA_CHECK(cudaEventRecord(root_gathered_[i], nccl_stream_));
+    root_valid_[i] = true;
+  }
+  if (wait) return ComputeWaits(compute, root_gathered_[i], CollectiveOp::kAllGather);
   return Status::Ok();
 }
 
@@ -893,14 +986,16 @@ Status CudaDataParallel::OnFsdpForward(int u, cudaStream_t compute) {
   const int L = int(model_->layout().units.size()) - 2;
   const int l = block_of(u);
   if (l < 0) {
-    if (u != model_->layout().embedding_unit()) return Status::Ok();  // final norm: gathered
+    if (u != model_->layout().embedding_unit()) return EnsureRoot(1, compute, /*wait=*/true);
     // Start of a pass: the root gradient buffers are rewritten by this pass's backward.
     if (root_rs_pending_) {
       FORGE_RETURN_IF_ERROR(ComputeWaits(compute, root_rs_done_, CollectiveOp::kReduceScatter));
       root_rs_pending_ = false;
     }
-    FORGE_RETURN_IF_ERROR(EnsureRoot(compute, /*wait=*/true));
-    return L > 0 ? Ensure(0, compute, /*wait=*/false) : Status::Ok();
+    FORGE_RETURN_IF_ERROR(EnsureRoot(0, compute, /*wait=*/true));
+    if (L > 0) FORGE_RETURN_IF_ERROR(Ensure(0, compute, /*wait=*/false));
+    // The final unit after block 0 (looked up in the slots: after the rows, OnSlotLookup).
+    return slot_lookup_ ? Status::Ok() : EnsureRoot(1, compute, /*wait=*/false);
   }
   if (l > 0) FORGE_RETURN_IF_ERROR(Release(l - 1, compute));
   FORGE_RETURN_IF_ERROR(Ensure(l, compute, /*wait=*/true));
@@ -920,8 +1015,10 @@ Status CudaDataParallel::OnFsdpBackward(int u, cudaStream_t compute) {
   const int l = block_of(u);
   if (l < 0) {
     // The embedding backward writes the gradient buffer the final unit shares: that unit's
-    // reduce-scatter (issued by block 0's GradReady at the latest) must have read it.
-    if (u == model_->layout().embedding_unit() && share_root_grads_ && root_rs_pending_) {
+    // reduce-scatter (issued by block 0's GradReady at the latest) must have read it. Looked
+    // up in the slots, the lookup's rows go straight to the slot instead.
+    if (u == model_->layout().embedding_unit() && share_root_grads_ && root_rs_pending_ &&
+        !slot_lookup_) {
       FORGE_RETURN_IF_ERROR(ComputeWaits(compute, root_rs_done_, CollectiveOp::kReduceScatter));
       root_rs_pending_ = false;
     }

@@ -35,11 +35,21 @@
 //          backward: l-1 while l runs); their gradients go to two rotating fp32 buffers and
 //          are reduce-scattered into the slots as soon as each block's backward ends, on every
 //          micro-step (accumulated in the slot). The root units (embedding, tied with the LM
-//          head, and the final norm) stay gathered for the whole step, as is usual for FSDP's
-//          root module: they are used at both ends of the pass. AdamW is deferred as under
-//          zero (root units first, then the blocks in order), and right after the norm the
-//          next step's root units and first two blocks are gathered, each once its update
-//          wrote its slot; every later block's gather waits for its own update.
+//          head, and the final unit: the final norm, with an untied head) stay gathered for
+//          the whole step, as is usual for FSDP's root module: they are used at both ends of
+//          the pass. AdamW is deferred as under zero (root units first, then the blocks in
+//          order), and right after the norm the next step's embedding, first two blocks and
+//          final unit are gathered, in that order (the forward needs the final unit last), each
+//          once its update wrote its slot; every later block's gather waits for its own update.
+//          An untied embedding is looked up in the slots where that moves fewer bytes
+//          (FsdpLooksUpInSlots, lookup_apart_rule.h; CudaModelHooks::lookup_rows, lookup_grad):
+//          the forward all-gathers the ranks' tokens, each rank writes the elements of all
+//          their rows its slot holds (-0 elsewhere) and a bf16 reduce-scatter hands every rank
+//          its rows, bit for bit the lookup in the gathered table; the backward all-gathers
+//          every rank's lookup rows and adds those its slot holds into the gradient slot, each
+//          rank's rows summed first and those sums in rank order, as a reduce-scatter of every
+//          rank's own gradient adds them on two ranks. The table is never gathered, and the
+//          step's first and last collectives move rows instead of the vocabulary.
 //          FP8 (delayed scaling, after its first step): the blocks' linear weights are
 //          gathered as E4M3 bytes, half the bytes of bf16. Once per parameter update (after
 //          AdamW and the scale update, or SetParams / new scaling state) each rank casts its slot
@@ -156,8 +166,9 @@ class CudaDataParallel final : private ModeStorage {
     last_micro_ = last;
     const bool direct = ddp_bf16() && first && last;
     grad_hooks_.grads_to_bf16 = allreduce_hooks_.grads_to_bf16 = direct;
-    // ddp sums the tied embedding's lookup rows apart on the pass that sums the gradient.
-    grad_hooks_.lookup_grad = last ? allreduce_hooks_.lookup_grad : nullptr;
+    // ddp sums the tied embedding's lookup rows apart on the pass that sums the gradient;
+    // fsdp adds an untied one's into the slot on every micro-step.
+    grad_hooks_.lookup_grad = last || fsdp() ? allreduce_hooks_.lookup_grad : nullptr;
   }
   // The model's parameters (SetParams) or FP8 scaling state were replaced: fsdp's gathered
   // copies and FP8 slot casts are stale.
@@ -213,6 +224,14 @@ class CudaDataParallel final : private ModeStorage {
   // tokens all-gathered and added into the embedding's summed gradient, on the NCCL stream.
   Status OnLookupGrad(const cuda::bf16* dx0, const int32_t* tokens, int64_t n,
                       cudaStream_t compute);
+  // fsdp with an untied embedding looked up in the slots (see the file comment): the rows of
+  // this rank's n tokens into `out` (CudaModelHooks::lookup_rows), and every rank's lookup rows
+  // added into the embedding's gradient slot (lookup_grad).
+  Status OnSlotLookup(const int32_t* tokens, int64_t n, cuda::bf16* out, cudaStream_t compute);
+  Status OnSlotLookupGrad(const cuda::bf16* dx0, const int32_t* tokens, int64_t n,
+                          cudaStream_t compute);
+  // The element range [lo, hi) of the flat embedding table this rank's slot holds.
+  void EmbeddingSlotRange(int64_t* lo, int64_t* hi) const;
 
   Status IssueGradCollective(int unit, cudaEvent_t compute_done, cudaEvent_t wgrad_done,
                              bool all_reduce);
@@ -251,7 +270,9 @@ class CudaDataParallel final : private ModeStorage {
   Status SumOverReplicas(float* buf, int64_t n, const char* what, cudaStream_t compute);
   Status CastSlot(int u, cuda::bf16* full);
   Status GatherCastSlot(int u, cuda::bf16* full);
-  Status EnsureRoot(cudaStream_t compute, bool wait);
+  // Root unit i (0: the embedding, 1: the final unit) gathered once per parameter update; the
+  // first call after an update also starts the FP8 slot casts' new round.
+  Status EnsureRoot(int i, cudaStream_t compute, bool wait);
   Status Release(int layer, cudaStream_t compute);
   Status Ensure(int layer, cudaStream_t compute, bool wait);
   Status AllocDevice(void** p, size_t bytes);
@@ -289,8 +310,9 @@ class CudaDataParallel final : private ModeStorage {
   bool comm_windows_ = false;  // CudaBackendOptions::comm_windows
   std::vector<WaitingUnit> waiting_;
 
-  // ddp, tied embedding: every rank's lookup rows [world * tokens, d], their tokens, and the
-  // embedding backward's scratch for that many rows (null when the path is off).
+  // ddp, tied embedding, and fsdp's lookup in the slots: every rank's lookup rows [world *
+  // tokens, d], their tokens, and the embedding backward's scratch for that many rows (null
+  // when neither path runs).
   cuda::bf16* lookup_dx_ = nullptr;
   int32_t* lookup_tokens_ = nullptr;
   void* lookup_ws_ = nullptr;
@@ -298,6 +320,7 @@ class CudaDataParallel final : private ModeStorage {
   // The embedding's last grad_ready came from a pass whose hooks take the lookup apart: its
   // all-reduce carries the LM head's part, and OnLookupGrad completes it.
   bool emb_lookup_apart_ = false;
+  bool slot_lookup_ = false;  // fsdp: the untied embedding looked up in the slots
 
   // fsdp state (see the file comment).
   bool first_micro_ = true;
@@ -305,11 +328,12 @@ class CudaDataParallel final : private ModeStorage {
   std::vector<void*> allocations_;
   // [max(world, replicas) + 1, amax slots of both groups] (FP8 only)
   float* fp8_gathered_ = nullptr;
-  cuda::bf16* root_params_[2] = {};  // embedding, final norm (gathered)
+  cuda::bf16* root_params_[2] = {};  // embedding (null with slot_lookup_), final unit (gathered)
   float* root_grads_[2] = {};        // [0] also GatherSlots' scratch (largest unit)
   bool share_root_grads_ = false;    // [1] is [0]: an untied head's final unit (InitFsdp)
-  cudaEvent_t root_gathered_ = nullptr;
-  bool root_valid_ = false;
+  cudaEvent_t root_gathered_[2] = {};  // NCCL stream: root_params_[i] filled (or the lookup's rows)
+  bool root_valid_[2] = {false, false};
+  bool slots_new_ = true;              // an update since the FP8 slot casts' last round began
   cudaEvent_t root_rs_done_ = nullptr;  // last reduce-scatter out of a root gradient buffer
   bool root_rs_pending_ = false;
   cuda::bf16* block_params_[2] = {};

@@ -15,11 +15,22 @@
 // takes it up to 15 ranks with bf16 sums and 31 with fp32, gpt350m (V 50304) at 16 x 1024 up
 // to 6 and 12.
 //
-// zero and fsdp reduce-scatter the whole gradient: the same split there (each rank adding the
-// rows' elements in its slot) measured no faster on 2x H200 (docs/performance.md, "What the
-// measurements decided"): the fp32 reduce-scatter of the LM head's part beside the backward's
-// GEMMs costs what the shorter tail saves. hsdp's replica all-reduce follows each slot's
-// reduce-scatter at once, before rows could be added.
+// zero and fsdp reduce-scatter a tied embedding's whole gradient: the same split there (each
+// rank adding the rows' elements in its slot) measured no faster on 2x H200 (docs/performance.md,
+// "What the measurements decided"): the fp32 reduce-scatter of the LM head's part beside the
+// backward's GEMMs costs what the shorter tail saves. hsdp's replica all-reduce follows each
+// slot's reduce-scatter at once, before rows could be added.
+//
+// fsdp with an untied embedding (FsdpLooksUpInSlots) has no LM-head part: the lookup is the
+// whole gradient and the table is read only by the lookup. Both ends of the pass then move
+// rows instead of the table: the forward sums every rank's lookup of all ranks' tokens in its
+// own slot (world x tokens x d bf16, reduce-scattered) instead of gathering the bf16 table
+// (vocabulary x d, the step's first collective, which nothing hides), and the backward
+// all-gathers every rank's lookup rows and adds the elements of its slot instead of
+// reduce-scattering the fp32 table's gradient (the step's last). Each end moves (world - 1) x
+// tokens x d x 2 bytes a rank against (world - 1) / world x vocabulary x d x 2 (and x 4), so
+// the rule takes it while world x tokens < vocabulary: llama3-8b (V 128256) at 1 x 8192 up to
+// 15 ranks. The gathered table is then never allocated (vocabulary x d x 2 bytes less).
 #pragma once
 
 #include <cstdint>
@@ -36,6 +47,15 @@ inline bool TakeLookupApart(const ModelConfig& m, const ModeRules& rules, GradRe
   if (!m.tie_embeddings || world < 2 || rules.sharded()) return false;
   const int64_t element = reduce == GradReduce::kBf16 ? 2 : 4;
   return int64_t{world} * tokens * 2 < int64_t{m.padded_vocab()} * element * 2;
+}
+
+// fsdp (not hsdp) over `world` ranks with an untied embedding: the lookup from the slots (see
+// above). `tokens`: a rank's micro-batch tokens.
+inline bool FsdpLooksUpInSlots(const ModelConfig& m, const ModeRules& rules, int world,
+                               int64_t tokens) {
+  if (m.tie_embeddings || world < 2 || !rules.shard_params || rules.reduce_over_replicas)
+    return false;
+  return int64_t{world} * tokens < int64_t{m.padded_vocab()};
 }
 
 }  // namespace forge

@@ -255,6 +255,7 @@ MemoryEstimate EstimateTrainingMemory(const RunConfig& cfg, Backend backend, int
     // ddp reducing in bf16 (parallel.grad_reduce): a bf16 twin of the gradients it all-reduces.
     if (world > 1 && !rules.sharded() && cfg.parallel.grad_reduce == GradReduce::kBf16)
       e.gradients += 2 * P;
+    const int64_t tokens = int64_t{cfg.batch.micro_batch} * cfg.model.seq_len;
     if (fsdp) {
       // fsdp's whole units on every rank: two gathered blocks (bf16) with their fp32 gradient
       // buffers, and the root units (the embedding; the final norm with an untied head)
@@ -265,16 +266,19 @@ MemoryEstimate EstimateTrainingMemory(const RunConfig& cfg, Backend backend, int
       const double emb = double(layout.units.front().numel);
       const double fin = double(layout.units.back().numel);
       const bool shared = layout.head_unit != layout.embedding_unit();
-      e.weights += 2 * (2 * block + emb + fin);
+      // An untied table looked up in the slots is never gathered (lookup_apart_rule.h).
+      const bool slot_lookup = FsdpLooksUpInSlots(cfg.model, rules, world, tokens);
+      e.weights += 2 * (2 * block + (slot_lookup ? 0 : emb) + fin);
       e.gradients += 4 * (2 * block + (shared ? std::max(emb, fin) : emb + fin));
+      if (slot_lookup)
+        e.workspace += double(world) * double(tokens) * (2.0 * cfg.model.d_model + 4 + 16 + 8);
     }
     e.moments = sharded ? 8 * P / W : 8 * P;
     e.activations = c.activations;
     e.workspace = c.workspace;
     // A tied embedding's gradient summed in two parts (lookup_apart_rule.h): every rank's
     // lookup rows (bf16) and tokens, and the embedding backward's sort scratch for them (keys
-    // and positions twice, cub's temp about as much).
-    const int64_t tokens = int64_t{cfg.batch.micro_batch} * cfg.model.seq_len;
+    // and positions twice, cub's temp about as much); fsdp's lookup in the slots likewise.
     if (TakeLookupApart(cfg.model, rules, cfg.parallel.grad_reduce, world, tokens)) {
       e.workspace += double(world) * double(tokens) * (2.0 * cfg.model.d_model + 4 + 16 + 8);
     }
