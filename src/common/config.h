@@ -53,7 +53,7 @@ struct ModelConfig {
   float rope_theta = 10000.0f;
   RopeScalingConfig rope_scaling;
   // true: the LM head is the embedding matrix; false: a separate lm_head [padded_vocab,
-  // d_model] in the embedding unit (worker/model/param_layout.h).
+  // d_model] in the final unit, beside the final norm (worker/model/param_layout.h).
   bool tie_embeddings = true;
   float norm_eps = 1e-5f;
   bool qk_norm = false;
