@@ -62,21 +62,30 @@ __global__ void PrepareSortKernel(uint32_t* __restrict__ keys, int32_t* __restri
 }
 
 // Warp w of block (x, y) owns sorted entry i = x * kWarpsPerBlock + w and the column slice
-// starting at (y * 32 + lane) * VEC. Only warps at the start of a run of equal tokens work.
+// starting at (y * 32 + lane) * VEC. Only warps at the start of a run of equal tokens work: false
+// for the others, for out-of-range tokens and for slices past d.
+template <int VEC>
+__device__ __forceinline__ bool RunStart(const uint32_t* __restrict__ sorted_tok, int N, int d,
+                                         int vocab, int* i, uint32_t* tok, int64_t* col) {
+  *i = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
+  if (*i >= N) return false;
+  *tok = sorted_tok[*i];
+  if (*i > 0 && sorted_tok[*i - 1] == *tok) return false;  // inside a run: its first entry
+  if (*tok >= static_cast<uint32_t>(vocab)) return false;  // out-of-range tokens: no update
+  *col = (int64_t{blockIdx.y} * 32 + threadIdx.x % 32) * VEC;
+  return *col < d;
+}
+
 // T: the gradient's element type (float, or bf16: the row read, summed in fp32, rounded once).
 template <int VEC, typename T>
 __global__ void EmbeddingBackwardKernel(T* __restrict__ dwte, const bf16* __restrict__ dout,
                                         const uint32_t* __restrict__ sorted_tok,
                                         const int32_t* __restrict__ sorted_pos, int N, int d,
                                         int vocab) {
-  const int lane = threadIdx.x % 32;
-  const int i = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
-  if (i >= N) return;
-  const uint32_t tok = sorted_tok[i];
-  if (i > 0 && sorted_tok[i - 1] == tok) return;  // inside a run: its first entry handles it
-  if (tok >= static_cast<uint32_t>(vocab)) return;  // out-of-range tokens: no update
-  const int64_t col = (int64_t{blockIdx.y} * 32 + lane) * VEC;
-  if (col >= d) return;
+  int i = 0;
+  uint32_t tok = 0;
+  int64_t col = 0;
+  if (!RunStart<VEC>(sorted_tok, N, d, vocab, &i, &tok, &col)) return;
 
   T* dst = dwte + int64_t{tok} * d + col;
   float acc[VEC];
@@ -162,14 +171,10 @@ __global__ void EmbeddingBackwardSlotKernel(float* __restrict__ slot, int64_t lo
                                             const uint32_t* __restrict__ sorted_tok,
                                             const int32_t* __restrict__ sorted_pos, int N,
                                             int rows_per_rank, int d, int vocab) {
-  const int lane = threadIdx.x % 32;
-  const int i = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
-  if (i >= N) return;
-  const uint32_t tok = sorted_tok[i];
-  if (i > 0 && sorted_tok[i - 1] == tok) return;  // inside a run: its first entry handles it
-  if (tok >= static_cast<uint32_t>(vocab)) return;  // out-of-range tokens: no update
-  const int64_t col = (int64_t{blockIdx.y} * 32 + lane) * VEC;
-  if (col >= d) return;
+  int i = 0;
+  uint32_t tok = 0;
+  int64_t col = 0;
+  if (!RunStart<VEC>(sorted_tok, N, d, vocab, &i, &tok, &col)) return;
   const int64_t e = int64_t{tok} * d + col;
   if (e + VEC <= lo || e >= hi) return;  // none of these columns in the slot
   float total[VEC], part[VEC];
