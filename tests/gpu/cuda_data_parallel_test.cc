@@ -239,8 +239,9 @@ TEST_P(CudaDataParallelTest, MatchesOneGpuAndIsDeterministic) {
                        k.llama, k.shard_group);
   const Tolerances tol = TolerancesFor(k.grad_reduce, k.precision);
   const auto batches = MakeBatches(c, k.world * k.accum);
-  if (k.llama && k.mode == ParallelMode::kFsdp) {
-    EXPECT_TRUE(FsdpLooksUpInSlots(c.model, ModeRulesFor(c.parallel, k.world), k.world,
+  const ModeRules rules = ModeRulesFor(c.parallel, k.world);
+  if (k.llama && rules.shard_params && rules.shard_world > 1) {  // fsdp, hsdp in groups of 2+
+    EXPECT_TRUE(FsdpLooksUpInSlots(c.model, rules, rules.shard_world,
                                    int64_t{c.batch.micro_batch} * c.model.seq_len))
         << "the case is meant to look the untied embedding up in the slots";
   }

@@ -210,10 +210,10 @@ TEST(MemoryEstimate, FsdpCountsItsGatheredUnits) {
   RunConfig tied = c;  // tied: the embedding unit holds the head, the buffers are two
   tied.model.tie_embeddings = true;
   EXPECT_FALSE(FsdpLooksUpInSlots(tied.model, ModeRulesFor(tied.parallel, 4), 4, tokens));
-  ParallelConfig hsdp = c.parallel;  // replicas sum each slot at once: no rows to add after
+  ParallelConfig hsdp = c.parallel;  // inside its shard group, as fsdp
   hsdp.mode = ParallelMode::kHsdp;
   hsdp.shard_group_size = 2;
-  EXPECT_FALSE(FsdpLooksUpInSlots(c.model, ModeRulesFor(hsdp, 4), 2, tokens));
+  EXPECT_TRUE(FsdpLooksUpInSlots(c.model, ModeRulesFor(hsdp, 4), 2, tokens));
   const ParamLayout tl = MakeParamLayout(tied.model);
   const double roots = double(tl.units.front().numel) + double(tl.units.back().numel);
   EXPECT_NEAR(EstimateTrainingMemory(tied, Backend::kCuda, 4).gradients,

@@ -49,7 +49,8 @@
 //          every rank's lookup rows and adds those its slot holds into the gradient slot, each
 //          rank's rows summed first and those sums in rank order, as a reduce-scatter of every
 //          rank's own gradient adds them on two ranks. The table is never gathered, and the
-//          step's first and last collectives move rows instead of the vocabulary.
+//          step's first and last collectives move rows instead of the vocabulary. hsdp does
+//          the same in its shard group.
 //          FP8 (delayed scaling, after its first step): the blocks' linear weights are
 //          gathered as E4M3 bytes, half the bytes of bf16. Once per parameter update (after
 //          AdamW and the scale update, or SetParams / new scaling state) each rank casts its slot

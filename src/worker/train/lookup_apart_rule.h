@@ -21,16 +21,18 @@
 // backward's GEMMs costs what the shorter tail saves. hsdp's replica all-reduce follows each
 // slot's reduce-scatter at once, before rows could be added.
 //
-// fsdp with an untied embedding (FsdpLooksUpInSlots) has no LM-head part: the lookup is the
-// whole gradient and the table is read only by the lookup. Both ends of the pass then move
-// rows instead of the table: the forward sums every rank's lookup of all ranks' tokens in its
-// own slot (world x tokens x d bf16, reduce-scattered) instead of gathering the bf16 table
+// fsdp and hsdp with an untied embedding (FsdpLooksUpInSlots) have no LM-head part: the lookup
+// is the whole gradient and the table is read only by the lookup. Both ends of the pass then
+// move rows instead of the table: the forward sums every rank's lookup of all ranks' tokens in
+// its own slot (world x tokens x d bf16, reduce-scattered) instead of gathering the bf16 table
 // (vocabulary x d, the step's first collective, which nothing hides), and the backward
 // all-gathers every rank's lookup rows and adds the elements of its slot instead of
 // reduce-scattering the fp32 table's gradient (the step's last). Each end moves (world - 1) x
 // tokens x d x 2 bytes a rank against (world - 1) / world x vocabulary x d x 2 (and x 4), so
 // the rule takes it while world x tokens < vocabulary: llama3-8b (V 128256) at 1 x 8192 up to
-// 15 ranks. The gathered table is then never allocated (vocabulary x d x 2 bytes less).
+// 15 ranks. The gathered table is then never allocated (vocabulary x d x 2 bytes less). hsdp
+// does this inside its shard group (the world here), then all-reduces the embedding's gradient
+// slot over the replicas as it does every unit's.
 #pragma once
 
 #include <cstdint>
@@ -49,12 +51,11 @@ inline bool TakeLookupApart(const ModelConfig& m, const ModeRules& rules, GradRe
   return int64_t{world} * tokens * 2 < int64_t{m.padded_vocab()} * element * 2;
 }
 
-// fsdp (not hsdp) over `world` ranks with an untied embedding: the lookup from the slots (see
-// above). `tokens`: a rank's micro-batch tokens.
+// fsdp, or hsdp, sharding the parameters over `world` ranks (hsdp: its shard group) with an
+// untied embedding: the lookup from the slots (see above). `tokens`: a rank's micro-batch tokens.
 inline bool FsdpLooksUpInSlots(const ModelConfig& m, const ModeRules& rules, int world,
                                int64_t tokens) {
-  if (m.tie_embeddings || world < 2 || !rules.shard_params || rules.reduce_over_replicas)
-    return false;
+  if (m.tie_embeddings || world < 2 || !rules.shard_params) return false;
   return int64_t{world} * tokens < int64_t{m.padded_vocab()};
 }
 

@@ -267,11 +267,10 @@ MemoryEstimate EstimateTrainingMemory(const RunConfig& cfg, Backend backend, int
       const double fin = double(layout.units.back().numel);
       const bool shared = layout.head_unit != layout.embedding_unit();
       // An untied table looked up in the slots is never gathered (lookup_apart_rule.h).
-      const bool slot_lookup = FsdpLooksUpInSlots(cfg.model, rules, world, tokens);
+      const bool slot_lookup = FsdpLooksUpInSlots(cfg.model, rules, int(W), tokens);
       e.weights += 2 * (2 * block + (slot_lookup ? 0 : emb) + fin);
       e.gradients += 4 * (2 * block + (shared ? std::max(emb, fin) : emb + fin));
-      if (slot_lookup)
-        e.workspace += double(world) * double(tokens) * (2.0 * cfg.model.d_model + 4 + 16 + 8);
+      if (slot_lookup) e.workspace += W * double(tokens) * (2.0 * cfg.model.d_model + 4 + 16 + 8);
     }
     e.moments = sharded ? 8 * P / W : 8 * P;
     e.activations = c.activations;
