@@ -365,9 +365,11 @@ Status EmbeddingRowsFromSlot(bf16* out, const int32_t* tokens, int64_t N, int d,
   const int64_t items = vec ? N * (d / 8) : N * d;
   const int blocks = static_cast<int>(std::min<int64_t>(CeilDiv(items, kThreads), 65536));
   if (vec) {
-    EmbeddingRowsFromSlotKernel<8><<<blocks, kThreads, 0, stream>>>(out, tokens, slot, lo, hi, N, d);
+    EmbeddingRowsFromSlotKernel<8>
+        <<<blocks, kThreads, 0, stream>>>(out, tokens, slot, lo, hi, N, d);
   } else {
-    EmbeddingRowsFromSlotKernel<1><<<blocks, kThreads, 0, stream>>>(out, tokens, slot, lo, hi, N, d);
+    EmbeddingRowsFromSlotKernel<1>
+        <<<blocks, kThreads, 0, stream>>>(out, tokens, slot, lo, hi, N, d);
   }
   FORGE_CUDA_LAUNCH_CHECK();
   return Status::Ok();

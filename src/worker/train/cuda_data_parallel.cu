@@ -344,10 +344,7 @@ Status CudaDataParallel::OnGradReady(int u, cudaEvent_t compute_done, cudaEvent_
 Status CudaDataParallel::OnLookupGrad(const cuda::bf16* dx0, const int32_t* tokens, int64_t n,
                                       cudaStream_t compute) {
   const int64_t d = model_->config().d_model;
-  if (n > model_->tokens_per_micro()) {
-    return Status::Internal("CudaDataParallel: " + std::to_string(n) +
-                            " lookup rows a rank, more than the micro-batch's tokens");
-  }
+  FORGE_RETURN_IF_ERROR(CheckLookupRows(n));
   const int emb = model_->layout().embedding_unit();
   const CudaParamBuffers& pb = model_->param_buffers();
   FORGE_RETURN_IF_ERROR(CommWaitsStream(compute));  // dx0 and the tokens are written
@@ -371,18 +368,22 @@ Status CudaDataParallel::OnLookupGrad(const cuda::bf16* dx0, const int32_t* toke
 }
 
 void CudaDataParallel::EmbeddingSlotRange(int64_t* lo, int64_t* hi) const {
-  const ShardRange r = ShardOf(model_->layout().units[size_t(model_->layout().embedding_unit())].numel,
-                               rank_, world_);
+  const ParamLayout& layout = model_->layout();
+  const ShardRange r = ShardOf(layout.units[size_t(layout.embedding_unit())].numel, rank_, world_);
   *lo = r.begin;
   *hi = r.end;
 }
 
+// The lookup buffers hold world x the micro-batch's tokens.
+Status CudaDataParallel::CheckLookupRows(int64_t n) const {
+  if (n <= model_->tokens_per_micro()) return Status::Ok();
+  return Status::Internal("CudaDataParallel: " + std::to_string(n) +
+                          " lookup rows a rank, more than the micro-batch's tokens");
+}
+
 Status CudaDataParallel::OnSlotLookup(const int32_t* tokens, int64_t n, cuda::bf16* out,
                                       cudaStream_t compute) {
-  if (n > model_->tokens_per_micro()) {
-    return Status::Internal("CudaDataParallel: a lookup of " + std::to_string(n) +
-                            " tokens, more than the micro-batch's");
-  }
+  FORGE_RETURN_IF_ERROR(CheckLookupRows(n));
   const int emb = model_->layout().embedding_unit();
   const CudaParamBuffers& pb = model_->param_buffers();
   const int d = model_->config().d_model;
@@ -410,10 +411,7 @@ Status CudaDataParallel::OnSlotLookup(const int32_t* tokens, int64_t n, cuda::bf
 
 Status CudaDataParallel::OnSlotLookupGrad(const cuda::bf16* dx0, const int32_t* tokens,
                                           int64_t n, cudaStream_t compute) {
-  if (n > model_->tokens_per_micro()) {
-    return Status::Internal("CudaDataParallel: " + std::to_string(n) +
-                            " lookup rows a rank, more than the micro-batch's tokens");
-  }
+  FORGE_RETURN_IF_ERROR(CheckLookupRows(n));
   const int emb = model_->layout().embedding_unit();
   const CudaParamBuffers& pb = model_->param_buffers();
   const int d = model_->config().d_model;

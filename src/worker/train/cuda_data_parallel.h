@@ -233,6 +233,8 @@ class CudaDataParallel final : private ModeStorage {
                           cudaStream_t compute);
   // The element range [lo, hi) of the flat embedding table this rank's slot holds.
   void EmbeddingSlotRange(int64_t* lo, int64_t* hi) const;
+  // n lookup rows a rank fit the lookup buffers.
+  Status CheckLookupRows(int64_t n) const;
 
   Status IssueGradCollective(int unit, cudaEvent_t compute_done, cudaEvent_t wgrad_done,
                              bool all_reduce);
