@@ -46,18 +46,24 @@ TEST(GpuEmbeddingForward, OddWidthScalarPathMatchesCpu) {
   CheckForward(37, 100, 53, 12);
 }
 
+// The backward's scratch for N tokens, poisoned: the kernels must not depend on what it held.
+DeviceBuffer<char> PoisonedWorkspace(int64_t N, int V) {
+  const size_t bytes = cuda::EmbeddingBackwardWorkspace(N, V);
+  EXPECT_GT(bytes, 0u);
+  DeviceBuffer<char> ws(bytes);
+  ws.Poison();
+  return ws;
+}
+
 // Runs the GPU backward on a copy of dwte0 and returns the result.
 std::vector<float> GpuBackward(const std::vector<float>& dwte0, const std::vector<bf16>& dout,
                                const std::vector<int32_t>& tokens, int64_t N, int d, int V) {
   DeviceBuffer<float> d_dwte(dwte0);
   DeviceBuffer<bf16> d_dout(dout);
   DeviceBuffer<int32_t> d_tok(tokens);
-  const size_t ws_bytes = cuda::EmbeddingBackwardWorkspace(N, V);
-  EXPECT_GT(ws_bytes, 0u);
-  DeviceBuffer<char> ws(ws_bytes);
-  ws.Poison();  // the kernel must not depend on the workspace's previous contents
+  DeviceBuffer<char> ws = PoisonedWorkspace(N, V);
   Status s = cuda::EmbeddingBackward(d_dwte.data(), d_dout.data(), d_tok.data(), N, d, V,
-                                     ws.data(), ws_bytes, nullptr);
+                                     ws.data(), ws.size(), nullptr);
   EXPECT_TRUE(s.ok()) << s.ToString();
   return d_dwte.Download();
 }
@@ -139,11 +145,9 @@ void CheckBackwardBf16(int64_t N, int d, int V, uint64_t seed) {
   DeviceBuffer<bf16> d_dwte(start);
   DeviceBuffer<bf16> d_dout(test::ToBf16(dout_f));
   DeviceBuffer<int32_t> d_tok(tokens);
-  const size_t ws_bytes = cuda::EmbeddingBackwardWorkspace(N, V);
-  DeviceBuffer<char> ws(ws_bytes);
-  ws.Poison();
+  DeviceBuffer<char> ws = PoisonedWorkspace(N, V);
   ASSERT_STATUS_OK(cuda::EmbeddingBackward(d_dwte.data(), d_dout.data(), d_tok.data(), N, d, V,
-                                           ws.data(), ws_bytes, nullptr));
+                                           ws.data(), ws.size(), nullptr));
   std::vector<float> ref = test::ToFloat(start);
   cpu::EmbeddingBackward(ref.data(), dout_f.data(), tokens.data(), N, d);
   const std::vector<float> got = test::ToFloat(d_dwte.Download());
@@ -227,12 +231,10 @@ void CheckBackwardToSlot(int64_t per_rank, int world, int d, int V, int64_t lo, 
   DeviceBuffer<float> d_slot(slot0);
   DeviceBuffer<bf16> d_dout(test::ToBf16(dout_f));
   DeviceBuffer<int32_t> d_tok(tokens);
-  const size_t ws_bytes = cuda::EmbeddingBackwardWorkspace(N, V);
-  DeviceBuffer<char> ws(ws_bytes);
-  ws.Poison();
+  DeviceBuffer<char> ws = PoisonedWorkspace(N, V);
   ASSERT_STATUS_OK(cuda::EmbeddingBackwardToSlot(d_slot.data(), lo, hi, d_dout.data(),
                                                  d_tok.data(), N, per_rank, d, V, ws.data(),
-                                                 ws_bytes, nullptr));
+                                                 ws.size(), nullptr));
   std::vector<float> total(size_t(V) * d, 0.0f);
   std::vector<float> part(size_t(V) * d);
   for (int r = 0; r < world; ++r) {

@@ -367,11 +367,12 @@ Status CudaDataParallel::OnLookupGrad(const cuda::bf16* dx0, const int32_t* toke
   return model_->SumUnitSquares(emb, nccl_stream_);  // its share of the grad norm, now whole
 }
 
-void CudaDataParallel::EmbeddingSlotRange(int64_t* lo, int64_t* hi) const {
+StatusOr<CudaDataParallel::EmbeddingSlot> CudaDataParallel::LookupSlot(int64_t n) const {
+  FORGE_RETURN_IF_ERROR(CheckLookupRows(n));
   const ParamLayout& layout = model_->layout();
-  const ShardRange r = ShardOf(layout.units[size_t(layout.embedding_unit())].numel, rank_, world_);
-  *lo = r.begin;
-  *hi = r.end;
+  const int emb = layout.embedding_unit();
+  const ShardRange r = ShardOf(layout.units[size_t(emb)].numel, rank_, world_);
+  return EmbeddingSlot{emb, r.begin, r.end};
 }
 
 // The lookup buffers hold world x the micro-batch's tokens.
@@ -383,21 +384,19 @@ Status CudaDataParallel::CheckLookupRows(int64_t n) const {
 
 Status CudaDataParallel::OnSlotLookup(const int32_t* tokens, int64_t n, cuda::bf16* out,
                                       cudaStream_t compute) {
-  FORGE_RETURN_IF_ERROR(CheckLookupRows(n));
-  const int emb = model_->layout().embedding_unit();
+  FORGE_ASSIGN_OR_RETURN(const EmbeddingSlot es, LookupSlot(n));
+  const int emb = es.unit;
   const CudaParamBuffers& pb = model_->param_buffers();
-  const int d = model_->config().d_model;
-  int64_t lo = 0, hi = 0;
-  EmbeddingSlotRange(&lo, &hi);
   FORGE_RETURN_IF_ERROR(CommWaitsStream(compute));  // the tokens are there, `out` is free
   FORGE_RETURN_IF_ERROR(model_->WaitUpdated(emb, nccl_stream_));  // AdamW wrote the slot
   // Token ids are 4 bytes: an all-gather moves bytes, whatever the type says.
   FORGE_RETURN_IF_ERROR(
       comm_->AllGather(tokens, lookup_tokens_, n, DType::kF32, "embedding lookup tokens")
           .status());
+  const int d = model_->config().d_model;
   FORGE_RETURN_IF_ERROR(cuda::EmbeddingRowsFromSlot(lookup_dx_, lookup_tokens_, n * world_, d,
-                                                    pb.master + pb.shard_offset[emb], lo, hi,
-                                                    nccl_stream_));
+                                                    pb.master + pb.shard_offset[emb], es.lo,
+                                                    es.hi, nccl_stream_));
   FORGE_RETURN_IF_ERROR(
       comm_->ReduceScatterSum(lookup_dx_, out, n * d, DType::kBF16, "embedding lookup rows")
           .status());
@@ -411,12 +410,10 @@ Status CudaDataParallel::OnSlotLookup(const int32_t* tokens, int64_t n, cuda::bf
 
 Status CudaDataParallel::OnSlotLookupGrad(const cuda::bf16* dx0, const int32_t* tokens,
                                           int64_t n, cudaStream_t compute) {
-  FORGE_RETURN_IF_ERROR(CheckLookupRows(n));
-  const int emb = model_->layout().embedding_unit();
+  FORGE_ASSIGN_OR_RETURN(const EmbeddingSlot es, LookupSlot(n));
+  const int emb = es.unit;
   const CudaParamBuffers& pb = model_->param_buffers();
   const int d = model_->config().d_model;
-  int64_t lo = 0, hi = 0;
-  EmbeddingSlotRange(&lo, &hi);
   FORGE_RETURN_IF_ERROR(CommWaitsStream(compute));  // dx0 and the tokens are written
   FORGE_RETURN_IF_ERROR(IssueWaiting());            // the NCCL stream runs in order
   // The slot's new sum replaces the gradient a deferred update may still be reading.
@@ -431,7 +428,7 @@ Status CudaDataParallel::OnSlotLookupGrad(const cuda::bf16* dx0, const int32_t* 
     FORGE_CUDA_CHECK(cudaMemsetAsync(slot, 0, size_t(pb.slot[emb]) * sizeof(float), nccl_stream_));
   }
   FORGE_RETURN_IF_ERROR(cuda::EmbeddingBackwardToSlot(
-      slot, lo, hi, lookup_dx_, lookup_tokens_, n * world_, n, d, model_->config().padded_vocab(),
+      slot, es.lo, es.hi, lookup_dx_, lookup_tokens_, n * world_, n, d, model_->config().padded_vocab(),
       lookup_ws_, lookup_ws_bytes_, nccl_stream_));
   // hsdp: the shard group's sum, once complete, over the replicas as every unit's slot.
   if (replica_ == nullptr || !last_micro_) return Status::Ok();

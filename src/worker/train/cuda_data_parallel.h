@@ -231,10 +231,15 @@ class CudaDataParallel final : private ModeStorage {
   Status OnSlotLookup(const int32_t* tokens, int64_t n, cuda::bf16* out, cudaStream_t compute);
   Status OnSlotLookupGrad(const cuda::bf16* dx0, const int32_t* tokens, int64_t n,
                           cudaStream_t compute);
-  // The element range [lo, hi) of the flat embedding table this rank's slot holds.
-  void EmbeddingSlotRange(int64_t* lo, int64_t* hi) const;
   // n lookup rows a rank fit the lookup buffers.
   Status CheckLookupRows(int64_t n) const;
+  // For a lookup of n rows a rank in the slots: the embedding's unit and the element range
+  // [lo, hi) of the flat table this rank's slot holds.
+  struct EmbeddingSlot {
+    int unit = 0;
+    int64_t lo = 0, hi = 0;
+  };
+  StatusOr<EmbeddingSlot> LookupSlot(int64_t n) const;
 
   Status IssueGradCollective(int unit, cudaEvent_t compute_done, cudaEvent_t wgrad_done,
                              bool all_reduce);
