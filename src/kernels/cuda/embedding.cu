@@ -16,6 +16,11 @@
 //        bitwise equal to cpu::EmbeddingBackward on the same (bf16-valued) inputs.
 //   Four rows of a run are loaded before they are added, to keep loads in flight on long
 //   runs (frequent tokens); the addition order is unchanged.
+// - Sharded (fsdp's table in fp32 slots, one a rank): the forward writes each rank's part of
+//   the rows of all ranks' tokens (-0 where its slot has nothing; the ranks' parts are then
+//   summed by a reduce-scatter), the backward walks the same sorted runs over every rank's
+//   rows but adds only the elements of this rank's slot, each rank's rows first, then the
+//   ranks' sums in rank order.
 // Vector paths need d % 8 == 0 and 16-byte aligned pointers; otherwise a scalar path runs.
 #include <cub/device/device_radix_sort.cuh>
 
