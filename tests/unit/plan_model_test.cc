@@ -121,7 +121,7 @@ std::vector<Row> Measured() {
       // fitted: no recompute from one call with symmetric NCCL memory (--steps 4), the
       // recompute rows from earlier calls on plain memory (--steps 2-3). Measured while fsdp
       // gathered the untied table, which the estimate no longer holds (looked up in the slots):
-      // it now predicts 1.1-1.5% under these peaks.
+      // it now predicts 1.0-1.4% under these peaks.
       {"llama3-8b B1 fsdp x2", Config("llama3-8b", 1, 2), Mode::kFsdp, 2, 10406, 105.61, false},
       {"llama3-8b B1 fsdp fp8 x2", Config("llama3-8b", 1, 2, fp8), Mode::kFsdp, 2, 13642,
        106.40, false},

@@ -256,6 +256,8 @@ MemoryEstimate EstimateTrainingMemory(const RunConfig& cfg, Backend backend, int
     if (world > 1 && !rules.sharded() && cfg.parallel.grad_reduce == GradReduce::kBf16)
       e.gradients += 2 * P;
     const int64_t tokens = int64_t{cfg.batch.micro_batch} * cfg.model.seq_len;
+    // An untied table looked up in the slots is never gathered (lookup_apart_rule.h).
+    const bool slot_lookup = fsdp && FsdpLooksUpInSlots(cfg.model, rules, int(W), tokens);
     if (fsdp) {
       // fsdp's whole units on every rank: two gathered blocks (bf16) with their fp32 gradient
       // buffers, and the root units (the embedding; the final norm with an untied head)
@@ -266,11 +268,8 @@ MemoryEstimate EstimateTrainingMemory(const RunConfig& cfg, Backend backend, int
       const double emb = double(layout.units.front().numel);
       const double fin = double(layout.units.back().numel);
       const bool shared = layout.head_unit != layout.embedding_unit();
-      // An untied table looked up in the slots is never gathered (lookup_apart_rule.h).
-      const bool slot_lookup = FsdpLooksUpInSlots(cfg.model, rules, int(W), tokens);
       e.weights += 2 * (2 * block + (slot_lookup ? 0 : emb) + fin);
       e.gradients += 4 * (2 * block + (shared ? std::max(emb, fin) : emb + fin));
-      if (slot_lookup) e.workspace += W * double(tokens) * (2.0 * cfg.model.d_model + 4 + 16 + 8);
     }
     e.moments = sharded ? 8 * P / W : 8 * P;
     e.activations = c.activations;
@@ -278,9 +277,11 @@ MemoryEstimate EstimateTrainingMemory(const RunConfig& cfg, Backend backend, int
     // A tied embedding's gradient summed in two parts (lookup_apart_rule.h): every rank's
     // lookup rows (bf16) and tokens, and the embedding backward's sort scratch for them (keys
     // and positions twice, cub's temp about as much); fsdp's lookup in the slots likewise.
-    if (TakeLookupApart(cfg.model, rules, cfg.parallel.grad_reduce, world, tokens)) {
-      e.workspace += double(world) * double(tokens) * (2.0 * cfg.model.d_model + 4 + 16 + 8);
-    }
+    const double lookup_ranks =
+        TakeLookupApart(cfg.model, rules, cfg.parallel.grad_reduce, world, tokens) ? world
+        : slot_lookup                                                               ? W
+                                                                                    : 0;
+    e.workspace += lookup_ranks * double(tokens) * (2.0 * cfg.model.d_model + 4 + 16 + 8);
   } else {
     // fp32 throughout: every mode holds the full weights and one full gradient during a step.
     double probs = 0;
