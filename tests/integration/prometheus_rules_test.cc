@@ -2,7 +2,6 @@
 // parse, and their promtool unit tests (deploy/prometheus/tests/alerts_test.yml) pass. Skipped
 // with a message where promtool is not installed (Debian package `prometheus`).
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -11,28 +10,14 @@
 #include <sstream>
 #include <string>
 
+#include "../common/run_command.h"
+
 namespace forge {
 namespace {
 
+using test::CommandResult;
 namespace fs = std::filesystem;
 const std::string kDeploy = std::string(FORGE_SOURCE_DIR) + "/deploy/prometheus";
-
-struct ShResult {
-  int code = -1;
-  std::string out;  // stdout and stderr
-};
-
-ShResult Sh(const std::string& cmd) {
-  ShResult r;
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int st = ::pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
@@ -44,7 +29,7 @@ std::string ReadFile(const std::string& path) {
 class Promtool : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (Sh("command -v promtool").code != 0)
+    if (test::RunCommand("command -v promtool").exit_code != 0)
       GTEST_SKIP() << "promtool not found: install the Debian package prometheus "
                       "(--no-install-recommends) to check deploy/prometheus/";
     dir_ = ::testing::TempDir() + "/promtool_test_" + std::to_string(::getpid());
@@ -57,8 +42,8 @@ class Promtool : public ::testing::Test {
 };
 
 TEST_F(Promtool, StaticScrapeConfigIsValid) {
-  const ShResult r = Sh("promtool check config " + kDeploy + "/prometheus.yml");
-  EXPECT_EQ(r.code, 0) << r.out;
+  const CommandResult r = test::RunCommand("promtool check config " + kDeploy + "/prometheus.yml");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("SUCCESS: 1 rule files found"), std::string::npos) << r.out;
 }
 
@@ -68,22 +53,22 @@ TEST_F(Promtool, KubernetesScrapeConfigIsValid) {
   fs::copy_file(kDeploy + "/alerts.yml", dir_ + "/alerts.yml");
   std::string cfg = ReadFile(kDeploy + "/prometheus-k8s.yml");
   std::ofstream(dir_ + "/k8s.yml") << cfg;
-  ShResult r = Sh("promtool check config " + dir_ + "/k8s.yml");
-  if (r.code != 0 && r.out.find("field kubernetes_sd_configs not found") != std::string::npos) {
+  CommandResult r = test::RunCommand("promtool check config " + dir_ + "/k8s.yml");
+  if (r.exit_code != 0 && r.out.find("field kubernetes_sd_configs not found") != std::string::npos) {
     const std::string from = "    kubernetes_sd_configs:\n      - role: pod\n";
     const size_t at = cfg.find(from);
     ASSERT_NE(at, std::string::npos) << "expected the pod discovery block";
     cfg.replace(at, from.size(), "    file_sd_configs:\n      - files: [targets.json]\n");
     std::ofstream(dir_ + "/k8s.yml") << cfg;
     std::printf("promtool lacks Kubernetes discovery: checking forge-pods with file_sd in its place\n");
-    r = Sh("promtool check config " + dir_ + "/k8s.yml");
+    r = test::RunCommand("promtool check config " + dir_ + "/k8s.yml");
   }
-  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.exit_code, 0) << r.out;
 }
 
 TEST_F(Promtool, AlertRulesParseAndTheirUnitTestsPass) {
-  ShResult r = Sh("promtool check rules " + kDeploy + "/alerts.yml");
-  EXPECT_EQ(r.code, 0) << r.out;
+  CommandResult r = test::RunCommand("promtool check rules " + kDeploy + "/alerts.yml");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
   // promtool must find every rule the file declares.
   const std::string rules = ReadFile(kDeploy + "/alerts.yml");
   int declared = 0;
@@ -94,8 +79,8 @@ TEST_F(Promtool, AlertRulesParseAndTheirUnitTestsPass) {
   ASSERT_GE(declared, 8);
   EXPECT_NE(r.out.find("SUCCESS: " + std::to_string(declared) + " rules found"), std::string::npos)
       << r.out;
-  r = Sh("promtool test rules " + kDeploy + "/tests/alerts_test.yml");
-  EXPECT_EQ(r.code, 0) << r.out;
+  r = test::RunCommand("promtool test rules " + kDeploy + "/tests/alerts_test.yml");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("SUCCESS"), std::string::npos) << r.out;
   std::printf("%s", r.out.c_str());
 }
@@ -106,8 +91,8 @@ TEST_F(Promtool, ABrokenRuleIsCaught) {
   ASSERT_NE(at, std::string::npos);
   rules.replace(at, 8, "increase(");  // unbalanced parenthesis
   std::ofstream(dir_ + "/broken.yml") << rules;
-  const ShResult r = Sh("promtool check rules " + dir_ + "/broken.yml");
-  EXPECT_NE(r.code, 0) << r.out;
+  const CommandResult r = test::RunCommand("promtool check rules " + dir_ + "/broken.yml");
+  EXPECT_NE(r.exit_code, 0) << r.out;
 }
 
 }  // namespace

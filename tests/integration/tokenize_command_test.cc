@@ -13,6 +13,7 @@
 #include "tokenizer/tokenizer.h"
 #include "../common/data_dir.h"
 #include "mpi_launch.h"
+#include "../common/run_command.h"
 
 namespace forge {
 namespace {
@@ -28,14 +29,9 @@ std::string ReadFile(const fs::path& p) {
 
 // Runs the command; returns its exit status and stdout+stderr in *out.
 int RunCmd(const std::string& cmd, std::string* out) {
-  out->clear();
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (p == nullptr) return -1;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out->append(buf, n);
-  const int rc = pclose(p);
-  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  test::CommandResult r = test::RunCommand(cmd);
+  *out = std::move(r.out);
+  return r.exit_code;
 }
 
 TEST(TokenizeCommandTest, EncodesDecodesAndExplainsErrors) {

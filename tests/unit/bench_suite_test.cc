@@ -3,7 +3,6 @@
 // same lines), bench/suite_lines.py reads real tool outputs (a GoogleTest log, ncu's CSV,
 // nvidia-smi dmon, a `forge train` run), and bench/suite.sh --dry-run prints each suite's
 // commands with the measurement settings docs/performance.md records.
-#include <sys/wait.h>
 
 #include <cstdio>
 #include <fstream>
@@ -16,31 +15,22 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "../common/run_command.h"
+
 namespace {
 
+using forge::test::CommandResult;
 const std::string kRoot = FORGE_SOURCE_DIR;
 const std::string kData = kRoot + "/tests/unit/testdata/bench_suite/";
 
-struct Ran {
-  int code = -1;
-  std::string out;
-};
-
-// The command's exit code and standard output (standard error to /dev/null unless redirected).
-Ran Shell(const std::string& cmd) {
-  Ran r;
-  FILE* p = ::popen(("cd " + kRoot + " && " + cmd).c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = ::pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+// The command's exit code and standard output, run from the source tree (standard error goes
+// where the test's does, unless the command redirects it).
+CommandResult Shell(const std::string& cmd) {
+  return forge::test::RunCommand("cd " + kRoot + " && " + cmd, "", forge::test::Stderr::kInherited);
 }
 
 // Whether the command printed `part`; its whole output goes into the failure message.
-::testing::AssertionResult Printed(const Ran& r, const std::string& part) {
+::testing::AssertionResult Printed(const CommandResult& r, const std::string& part) {
   if (r.out.find(part) != std::string::npos) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << "no \"" << part << "\" in:\n" << r.out;
 }
@@ -79,15 +69,15 @@ std::string Ratio(double a, double b) {
 class BenchSuiteTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (Shell("python3 -c 'import csv, json, re' >/dev/null 2>&1").code != 0) {
+    if (Shell("python3 -c 'import csv, json, re' >/dev/null 2>&1").exit_code != 0) {
       GTEST_SKIP() << "python3 not available";
     }
   }
 };
 
 TEST_F(BenchSuiteTest, TableOfEverySuiteFromItsLines) {
-  const Ran r = Shell("python3 bench/suite_table.py " + kData + "lines.jsonl");
-  ASSERT_EQ(r.code, 0) << r.out;
+  const CommandResult r = Shell("python3 bench/suite_table.py " + kData + "lines.jsonl");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_EQ(r.out, ReadFile(kData + "expected.md"));
 
   // Ratios computed here from the same lines: each Forge run against PyTorch's same shape, FP8
@@ -158,8 +148,8 @@ TEST_F(BenchSuiteTest, TableOfEverySuiteFromItsLines) {
 }
 
 TEST_F(BenchSuiteTest, LlamaFsdpSuiteRunsTheEightBillionModelOnEveryGpu) {
-  const Ran r = Shell("bash bench/suite.sh --dry-run --world 4 llama-fsdp");
-  ASSERT_EQ(r.code, 0) << r.out;
+  const CommandResult r = Shell("bash bench/suite.sh --dry-run --world 4 llama-fsdp");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
   const std::string common =
       "forge-dist-bench --config configs/llama3-8b.yaml --world 4 --mode fsdp --micro-batch 1 "
       "--steps 4 --warmup 2 --no-single --recompute ";
@@ -186,8 +176,8 @@ TEST_F(BenchSuiteTest, LlamaFsdpSuiteRunsTheEightBillionModelOnEveryGpu) {
 }
 
 TEST_F(BenchSuiteTest, LlamaDpSuiteRunsFsdpAndDdpAgainstOneGpuBesideTheRecipe) {
-  const Ran r = Shell("bash bench/suite.sh --dry-run --world 4 llama-dp");
-  ASSERT_EQ(r.code, 0) << r.out;
+  const CommandResult r = Shell("bash bench/suite.sh --dry-run --world 4 llama-dp");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
   for (const char* mode : {"fsdp", "ddp"}) {
     // No --no-single: forge-dist-bench measures the one-GPU step first.
     EXPECT_TRUE(Printed(r, "forge-dist-bench --config configs/llama3-1b.yaml --world 4 --mode " +
@@ -197,8 +187,8 @@ TEST_F(BenchSuiteTest, LlamaDpSuiteRunsFsdpAndDdpAgainstOneGpuBesideTheRecipe) {
 }
 
 TEST_F(BenchSuiteTest, NodesSuiteRunsEachModeOnOneNodeAndOnTwoEmulatedOnes) {
-  const Ran r = Shell("bash bench/suite.sh --dry-run --world 4 nodes");
-  ASSERT_EQ(r.code, 0) << r.out;
+  const CommandResult r = Shell("bash bench/suite.sh --dry-run --world 4 nodes");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
   const std::string common =
       "forge-dist-bench --config configs/gpt350m.yaml --world 4 --micro-batch 16 --steps 20 ";
   for (const std::string mode :
@@ -206,14 +196,14 @@ TEST_F(BenchSuiteTest, NodesSuiteRunsEachModeOnOneNodeAndOnTwoEmulatedOnes) {
     EXPECT_TRUE(Printed(r, common + mode + "\n")) << mode;
     EXPECT_TRUE(Printed(r, common + mode + " --emulate-nodes 2\n")) << mode;
   }
-  const Ran odd = Shell("bash bench/suite.sh --dry-run --world 3 nodes 2>&1");
-  EXPECT_NE(odd.code, 0);
+  const CommandResult odd = Shell("bash bench/suite.sh --dry-run --world 3 nodes 2>&1");
+  EXPECT_NE(odd.exit_code, 0);
   EXPECT_TRUE(Printed(odd, "nodes needs an even number of GPUs (got 3)"));
 }
 
 TEST_F(BenchSuiteTest, LlamaSuiteRunsTheRecomputeSettingsBesideTheRecipe) {
-  const Ran r = Shell("bash bench/suite.sh --dry-run llama");
-  ASSERT_EQ(r.code, 0) << r.out;
+  const CommandResult r = Shell("bash bench/suite.sh --dry-run llama");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
   for (const char* mode : {"none", "selective", "full"}) {
     EXPECT_TRUE(Printed(r,
                         "forge-bench --config configs/llama3-1b.yaml --micro-batch 2 --steps 10 "
@@ -228,16 +218,16 @@ TEST_F(BenchSuiteTest, LlamaSuiteRunsTheRecomputeSettingsBesideTheRecipe) {
   EXPECT_EQ(r.out.find("forge-bench-base"), std::string::npos);
   // --base: the previous build's binary right before the new one, on every row; the table
   // gains a build column.
-  const Ran base = Shell("bash bench/suite.sh --dry-run --base --no-anchor llama");
-  ASSERT_EQ(base.code, 0) << base.out;
+  const CommandResult base = Shell("bash bench/suite.sh --dry-run --base --no-anchor llama");
+  ASSERT_EQ(base.exit_code, 0) << base.out;
   EXPECT_TRUE(Printed(base,
                       "# llama3-1b-b2-fp8-none-base\n.device/run forge-bench-base --config "
                       "configs/llama3-1b.yaml --micro-batch 2 --steps 10 --precision fp8 "
                       "--recompute none\n# llama3-1b-b2-fp8-none\n.device/run forge-bench "
                       "--config configs/llama3-1b.yaml --micro-batch 2 --steps 10 --precision "
                       "fp8 --recompute none\n"));
-  const Ran table = Shell("python3 bench/suite_table.py " + kData + "llama-base.jsonl");
-  ASSERT_EQ(table.code, 0) << table.out;
+  const CommandResult table = Shell("python3 bench/suite_table.py " + kData + "llama-base.jsonl");
+  ASSERT_EQ(table.exit_code, 0) << table.out;
   EXPECT_TRUE(Printed(table, "| llama3-1b | 2 | Forge BF16 | base | none | 290.00 | 56,000 |"))
       << table.out;
   EXPECT_TRUE(Printed(table, "| llama3-1b | 2 | Forge BF16 | new | none | 280.00 | 58,000 |"))
@@ -247,15 +237,15 @@ TEST_F(BenchSuiteTest, LlamaSuiteRunsTheRecomputeSettingsBesideTheRecipe) {
 }
 
 TEST_F(BenchSuiteTest, BadLineIsNamed) {
-  const Ran r = Shell("printf '{\"suite\": \"x\"}\\n{oops\\n' | python3 bench/suite_table.py 2>&1");
-  EXPECT_NE(r.code, 0);
+  const CommandResult r = Shell("printf '{\"suite\": \"x\"}\\n{oops\\n' | python3 bench/suite_table.py 2>&1");
+  EXPECT_NE(r.exit_code, 0);
   EXPECT_TRUE(Printed(r, "line 2"));
 }
 
 TEST_F(BenchSuiteTest, GtestLogBecomesOneLineATest) {
-  const Ran r = Shell("python3 bench/suite_lines.py gtest " + kData +
+  const CommandResult r = Shell("python3 bench/suite_lines.py gtest " + kData +
                     "gtest.log --suite gpu-tests --label gpu-tests");
-  ASSERT_EQ(r.code, 0) << r.out;
+  ASSERT_EQ(r.exit_code, 0) << r.out;
   const auto lines = JsonLines(r.out);
   ASSERT_EQ(lines.size(), 5u) << r.out;
   EXPECT_EQ(lines[0]["test"], "GpuModel.Trains");
@@ -279,9 +269,9 @@ TEST_F(BenchSuiteTest, GtestLogBecomesOneLineATest) {
 }
 
 TEST_F(BenchSuiteTest, NcuLogSummedOverTheLastWholeStep) {
-  const Ran r = Shell("python3 bench/suite_lines.py ncu " + kData +
+  const CommandResult r = Shell("python3 bench/suite_lines.py ncu " + kData +
                     "ncu.csv --top 1 --suite profile --label ncu-bf16");
-  ASSERT_EQ(r.code, 0) << r.out;
+  ASSERT_EQ(r.exit_code, 0) << r.out;
   const auto lines = JsonLines(r.out);
   ASSERT_EQ(lines.size(), 6u) << r.out;
   // Rows 3-7 of the fixture lie between the last two embedding forwards: 0.06 + 2 + 2 + 0.5 +
@@ -299,9 +289,9 @@ TEST_F(BenchSuiteTest, NcuLogSummedOverTheLastWholeStep) {
 }
 
 TEST_F(BenchSuiteTest, DmonRangeWhileLoaded) {
-  const Ran r = Shell("python3 bench/suite_lines.py dmon " + kData +
+  const CommandResult r = Shell("python3 bench/suite_lines.py dmon " + kData +
                     "dmon.txt --suite profile --label power-bf16");
-  ASSERT_EQ(r.code, 0) << r.out;
+  ASSERT_EQ(r.exit_code, 0) << r.out;
   const auto lines = JsonLines(r.out);
   ASSERT_EQ(lines.size(), 1u) << r.out;
   // The idle first sample (120 W) and the one without a power reading are left out.
@@ -313,9 +303,9 @@ TEST_F(BenchSuiteTest, DmonRangeWhileLoaded) {
 }
 
 TEST_F(BenchSuiteTest, TrainRunGivesValidationLossesAndSummary) {
-  const Ran r = Shell("python3 bench/suite_lines.py train " + kData + "metrics_fp8lm.jsonl " +
+  const CommandResult r = Shell("python3 bench/suite_lines.py train " + kData + "metrics_fp8lm.jsonl " +
                     kData + "train_fp8lm.log --suite fp8-accuracy --label fp8lm");
-  ASSERT_EQ(r.code, 0) << r.out;
+  ASSERT_EQ(r.exit_code, 0) << r.out;
   const auto lines = JsonLines(r.out);
   ASSERT_EQ(lines.size(), 3u) << r.out;
   EXPECT_EQ(lines[0]["step"], 100);
@@ -332,7 +322,7 @@ TEST_F(BenchSuiteTest, TrainRunGivesValidationLossesAndSummary) {
   EXPECT_DOUBLE_EQ(lines[2]["final_train_loss"].get<double>(), 5.0);
   EXPECT_EQ(lines[2]["skipped_steps"], 0);
 
-  const Ran missing = Shell("python3 bench/suite_lines.py train /nonexistent/metrics.jsonl " +
+  const CommandResult missing = Shell("python3 bench/suite_lines.py train /nonexistent/metrics.jsonl " +
                           kData + "train_fp8lm.log --suite fp8-accuracy --label fp8lm");
   const auto err = JsonLines(missing.out);
   ASSERT_EQ(err.size(), 1u) << missing.out;
@@ -343,9 +333,9 @@ TEST_F(BenchSuiteTest, TrainRunGivesValidationLossesAndSummary) {
 // A run whose ranks trained in processes of their own (forge-worker per GPU): the closing line
 // has no first validation loss, so it comes from the log's step-0 line.
 TEST_F(BenchSuiteTest, TrainRunOverWorkersTakesTheFirstValidationLossFromItsLog) {
-  const Ran r = Shell("python3 bench/suite_lines.py train " + kData + "metrics_fsdp.jsonl " +
+  const CommandResult r = Shell("python3 bench/suite_lines.py train " + kData + "metrics_fsdp.jsonl " +
                     kData + "train_fsdp.log --suite llama-train --label llama3-8b");
-  ASSERT_EQ(r.code, 0) << r.out;
+  ASSERT_EQ(r.exit_code, 0) << r.out;
   const auto lines = JsonLines(r.out);
   ASSERT_EQ(lines.size(), 3u) << r.out;
   EXPECT_EQ(lines[2]["summary"], true);
@@ -358,8 +348,8 @@ TEST_F(BenchSuiteTest, TrainRunOverWorkersTakesTheFirstValidationLossFromItsLog)
 
 // The commands of each suite, as the device call would run them.
 TEST_F(BenchSuiteTest, DryRunPrintsEachSuitesCommands) {
-  const Ran single = Shell("bash bench/suite.sh --dry-run single-gpu");
-  ASSERT_EQ(single.code, 0) << single.out;
+  const CommandResult single = Shell("bash bench/suite.sh --dry-run single-gpu");
+  ASSERT_EQ(single.exit_code, 0) << single.out;
   for (const char* line : {
            ".device/run forge-bench --config configs/gpt350m.yaml --micro-batch 16 --steps 30 "
            "--precision bf16\n",
@@ -378,24 +368,24 @@ TEST_F(BenchSuiteTest, DryRunPrintsEachSuitesCommands) {
   }
   EXPECT_EQ(single.out.find("forge-bench-base"), std::string::npos);
   // --base: the previous build's binary right before the new one, on every row.
-  const Ran base = Shell("bash bench/suite.sh --dry-run --base --no-anchor single-gpu");
-  ASSERT_EQ(base.code, 0);
+  const CommandResult base = Shell("bash bench/suite.sh --dry-run --base --no-anchor single-gpu");
+  ASSERT_EQ(base.exit_code, 0);
   EXPECT_TRUE(Printed(base,
                       "# gpt350m-b16-bf16-base\n.device/run forge-bench-base --config "
                       "configs/gpt350m.yaml --micro-batch 16 --steps 30 --precision bf16\n"
                       "# gpt350m-b16-bf16\n.device/run forge-bench --config "
                       "configs/gpt350m.yaml --micro-batch 16 --steps 30 --precision bf16\n"));
   // --only: the runs whose label matches, e.g. half a suite per call.
-  const Ran only = Shell("bash bench/suite.sh --dry-run --only 'fp8lm$' single-gpu");
-  ASSERT_EQ(only.code, 0);
+  const CommandResult only = Shell("bash bench/suite.sh --dry-run --only 'fp8lm$' single-gpu");
+  ASSERT_EQ(only.exit_code, 0);
   EXPECT_EQ(only.out.find("--precision bf16"), std::string::npos) << only.out;
   EXPECT_EQ(only.out.find("--fp8-lm-head 0"), std::string::npos) << only.out;
   EXPECT_TRUE(Printed(only, "# gpt350m-b24-fp8lm\n"));
   EXPECT_EQ(only.out.find("torch_baseline"), std::string::npos) << only.out;
   EXPECT_EQ(base.out.find("torch_baseline"), std::string::npos);
 
-  const Ran multi = Shell("bash bench/suite.sh --dry-run --world 2 multi-gpu");
-  ASSERT_EQ(multi.code, 0);
+  const CommandResult multi = Shell("bash bench/suite.sh --dry-run --world 2 multi-gpu");
+  ASSERT_EQ(multi.exit_code, 0);
   for (const char* flags :
        {"--mode ddp\n", "--mode ddp --grad-reduce bf16\n", "--mode zero1\n", "--mode fsdp\n",
         "--mode ddp --distinct-batches --accum-check\n"}) {
@@ -408,8 +398,8 @@ TEST_F(BenchSuiteTest, DryRunPrintsEachSuitesCommands) {
   EXPECT_TRUE(Printed(multi, "--nproc_per_node=2 .device/torch_dist.py fsdp gpt350m 16\n"));
   EXPECT_TRUE(Printed(multi, "NCCL_NVLS_ENABLE=0"));
 
-  const Ran acc = Shell("bash bench/suite.sh --dry-run --out /tmp/acc fp8-accuracy");
-  ASSERT_EQ(acc.code, 0);
+  const CommandResult acc = Shell("bash bench/suite.sh --dry-run --out /tmp/acc fp8-accuracy");
+  ASSERT_EQ(acc.exit_code, 0);
   EXPECT_TRUE(Printed(acc,
                       "'s/compute: bf16/compute: fp8\\n  fp8:\\n    lm_head: true/' -e "
                       "'s/global_batch: 32/global_batch: 16/' -e "
@@ -421,8 +411,8 @@ TEST_F(BenchSuiteTest, DryRunPrintsEachSuitesCommands) {
                       "/tmp/acc/fp8-accuracy-logs/acc_bf16\n"));
   // llama-train: the shipped configs with one micro-step a step; 1B and 3B on a GPU each, 8B
   // fsdp over all of them (none on one GPU).
-  const Ran train = Shell("bash bench/suite.sh --dry-run --world 2 --out /tmp/lt llama-train");
-  ASSERT_EQ(train.code, 0) << train.out;
+  const CommandResult train = Shell("bash bench/suite.sh --dry-run --world 2 --out /tmp/lt llama-train");
+  ASSERT_EQ(train.exit_code, 0) << train.out;
   EXPECT_TRUE(Printed(train, "tar -xJf .devdata/llama3.tar.xz -C /tmp/forge-suite-data\n"));
   EXPECT_TRUE(Printed(train,
                       "-e 's/global_batch: 32/global_batch: 2/' -e "
@@ -443,29 +433,29 @@ TEST_F(BenchSuiteTest, DryRunPrintsEachSuitesCommands) {
                       "CUDA_VISIBLE_DEVICES=0,1 .device/run forge train "
                       "/tmp/lt/llama-train-logs/train_llama3-8b.yaml --checkpoint-every 0 "
                       "--run-dir /tmp/lt/llama-train-logs/train_llama3-8b\n"));
-  const Ran one = Shell("bash bench/suite.sh --dry-run --world 1 llama-train");
-  ASSERT_EQ(one.code, 0) << one.out;
+  const CommandResult one = Shell("bash bench/suite.sh --dry-run --world 1 llama-train");
+  ASSERT_EQ(one.exit_code, 0) << one.out;
   EXPECT_TRUE(Printed(one, "# train-llama3-8b skipped: fsdp needs 2 or more GPUs (found 1)"));
-  const Ran own = Shell("bash bench/suite.sh --dry-run --data /tmp/mine.tar.xz llama-train");
+  const CommandResult own = Shell("bash bench/suite.sh --dry-run --data /tmp/mine.tar.xz llama-train");
   EXPECT_TRUE(Printed(own, "tar -xJf /tmp/mine.tar.xz -C"));
 
-  const Ran shipped = Shell("bash bench/suite.sh --dry-run --as-shipped fp8-accuracy");
+  const CommandResult shipped = Shell("bash bench/suite.sh --dry-run --as-shipped fp8-accuracy");
   EXPECT_EQ(shipped.out.find("global_batch: 16"), std::string::npos) << shipped.out;
 
-  const Ran tests = Shell("bash bench/suite.sh --dry-run --filter 'Gpu*' gpu-tests");
-  ASSERT_EQ(tests.code, 0);
+  const CommandResult tests = Shell("bash bench/suite.sh --dry-run --filter 'Gpu*' gpu-tests");
+  ASSERT_EQ(tests.exit_code, 0);
   EXPECT_TRUE(Printed(tests, ".device/run forge_gpu_tests '--gtest_filter=Gpu*'\n"));
   // On several GPUs: the one-GPU cases in a shard a GPU, then the multi-GPU cases over all.
-  const Ran sharded = Shell("bash bench/suite.sh --dry-run --world 2 gpu-tests");
-  ASSERT_EQ(sharded.code, 0);
+  const CommandResult sharded = Shell("bash bench/suite.sh --dry-run --world 2 gpu-tests");
+  ASSERT_EQ(sharded.exit_code, 0);
   EXPECT_TRUE(Printed(sharded, "env CUDA_VISIBLE_DEVICES=1 GTEST_TOTAL_SHARDS=2 "
                                "GTEST_SHARD_INDEX=1 .device/run forge_gpu_tests "
                                "'--gtest_filter=-CudaDataParallel.*:"));
   EXPECT_TRUE(Printed(sharded, "# gpu-tests-multi\n.device/run forge_gpu_tests "
                                "'--gtest_filter=CudaDataParallel.*:"));
 
-  const Ran profile = Shell("bash bench/suite.sh --dry-run --out /tmp/p profile");
-  ASSERT_EQ(profile.code, 0);
+  const CommandResult profile = Shell("bash bench/suite.sh --dry-run --out /tmp/p profile");
+  ASSERT_EQ(profile.exit_code, 0);
   EXPECT_TRUE(
       Printed(profile,
               ".device/run ncu --clock-control none "
@@ -484,8 +474,8 @@ TEST_F(BenchSuiteTest, SuiteRunsOnStandInsAndTablesTheirLines) {
   const std::string out = ::testing::TempDir() + "/bench_suite_out";
   const std::string env = "PATH=" + fake + "/bin:$PATH FORGE_DEVICE_DIR=" + fake + " ";
   Shell("rm -rf " + out);
-  const Ran single = Shell(env + "bash bench/suite.sh --out " + out + " single-gpu 2>/dev/null");
-  EXPECT_EQ(single.code, 1) << single.out;
+  const CommandResult single = Shell(env + "bash bench/suite.sh --out " + out + " single-gpu 2>/dev/null");
+  EXPECT_EQ(single.exit_code, 1) << single.out;
   const auto lines = JsonLines(single.out);
   ASSERT_EQ(lines.size(), 10u) << single.out;  // the GPU, 5 runs, 1 error, 3 anchor shapes
   for (const auto& l : lines) EXPECT_EQ(l["suite"], "single-gpu");
@@ -501,40 +491,40 @@ TEST_F(BenchSuiteTest, SuiteRunsOnStandInsAndTablesTheirLines) {
             single.out.substr(single.out.find("### single-gpu")));
   EXPECT_EQ(JsonLines(ReadFile(out + "/single-gpu.jsonl")).size(), lines.size());
   // The logs come back as one file: each run's output, by its label.
-  const Ran log = Shell("tar xzf " + out + "/single-gpu-logs.tar.gz -O "
+  const CommandResult log = Shell("tar xzf " + out + "/single-gpu-logs.tar.gz -O "
                         "single-gpu-logs/gpt350m-b24-fp8lm.log");
   EXPECT_TRUE(Printed(log, "out of memory"));
   EXPECT_EQ(Shell("ls " + out).out,
             "single-gpu-logs.tar.gz\nsingle-gpu.jsonl\nsingle-gpu.md\n");
 
-  const Ran tests = Shell(env + "bash bench/suite.sh --out " + out + " gpu-tests 2>/dev/null");
-  EXPECT_EQ(tests.code, 1);
+  const CommandResult tests = Shell(env + "bash bench/suite.sh --out " + out + " gpu-tests 2>/dev/null");
+  EXPECT_EQ(tests.exit_code, 1);
   EXPECT_TRUE(Printed(tests, "| gpu-tests-run | 4 | 1 | 1 | 1 | 1 | 3.8 |"));
   EXPECT_TRUE(Printed(tests, "| GpuFlashBackward.LargeBatch | unfinished | 0 |"));
   // Two GPUs: two shards side by side and the multi-GPU run, each a row, and their sum.
-  const Ran two =
+  const CommandResult two =
       Shell(env + "bash bench/suite.sh --world 2 --out " + out + " gpu-tests 2>/dev/null");
-  EXPECT_EQ(two.code, 1);
+  EXPECT_EQ(two.exit_code, 1);
   EXPECT_TRUE(Printed(two, "| gpu-tests-shard1 | 4 | 1 | 1 | 1 | 1 | 3.8 |")) << two.out;
   EXPECT_TRUE(Printed(two, "| gpu-tests-multi | 4 | 1 | 1 | 1 | 1 | 3.8 |")) << two.out;
   EXPECT_TRUE(Printed(two, "| all | 12 | 3 | 3 | 3 | 3 | 11.4 |")) << two.out;
 }
 
 TEST_F(BenchSuiteTest, UnknownSuiteOrOptionIsAnError) {
-  const Ran list = Shell("bash bench/suite.sh --list");
-  EXPECT_EQ(list.code, 0);
+  const CommandResult list = Shell("bash bench/suite.sh --list");
+  EXPECT_EQ(list.exit_code, 0);
   EXPECT_EQ(list.out,
             "single-gpu llama multi-gpu llama-dp nodes llama-fsdp fp8-accuracy llama-train "
             "generation gpu-tests profile\n");
-  const Ran help = Shell("bash bench/suite.sh --help");
-  EXPECT_EQ(help.code, 0);
+  const CommandResult help = Shell("bash bench/suite.sh --help");
+  EXPECT_EQ(help.exit_code, 0);
   EXPECT_TRUE(Printed(help, "bench/suite.sh [--dry-run]"));
-  const Ran bad = Shell("bash bench/suite.sh --dry-run single-gpuu 2>&1");
-  EXPECT_EQ(bad.code, 2);
+  const CommandResult bad = Shell("bash bench/suite.sh --dry-run single-gpuu 2>&1");
+  EXPECT_EQ(bad.exit_code, 2);
   EXPECT_TRUE(Printed(bad, "unknown suite 'single-gpuu'"));
   EXPECT_TRUE(Printed(bad, "suites: single-gpu llama multi-gpu"));
-  const Ran opt = Shell("bash bench/suite.sh --dry --run single-gpu 2>&1");
-  EXPECT_EQ(opt.code, 2);
+  const CommandResult opt = Shell("bash bench/suite.sh --dry --run single-gpu 2>&1");
+  EXPECT_EQ(opt.exit_code, 2);
   EXPECT_TRUE(Printed(opt, "unknown option --dry"));
 }
 

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint_test_util.h"
+#include "../common/run_command.h"
 
 namespace forge {
 namespace {
@@ -176,13 +177,9 @@ TEST(CheckpointSafetensorsTest, IndependentPythonParse) {
           "print(json.dumps(out))\n";
   }
   const std::string cmd = "python3 " + script + " " + e.path;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string text;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) text.append(buf, n);
-  ASSERT_EQ(::pclose(p), 0) << text;
+  const test::CommandResult r = test::RunCommand(cmd, "", test::Stderr::kInherited);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const std::string& text = r.out;
   const auto j = nlohmann::json::parse(text);
   size_t count = 0;
   for (size_t u = 0; u < e.layout.units.size(); ++u) {
