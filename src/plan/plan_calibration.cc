@@ -23,23 +23,23 @@ PlanCalibration H200() {
   c.device = "NVIDIA H200";
   c.source = "built-in (H200)";
   c.peak_bf16_tflops = 989.4;  // common/peak_flops.h
-  // GEMMs: PERF's llama3-1b phase times on an H200 put its GEMMs (LM head included) at ~660
-  // TFLOP/s; least squares of the one-GPU step over gpt124m B16 (594,922 tokens/s, VF),
-  // gpt350m B16 (217,106, VF), gpt350m B24 (221,138, VF) and llama3-1b B2 (56,421, PERF) with
-  // the attention, elementwise and optimizer terms below fixed gives 740 * d / (d + 180):
-  // 600 (d 768), 629 (1024), 680 (2048), every step within 0.8%. (forge-gemm-bench's 745-869
-  // TFLOP/s are GEMMs timed alone, cooler and without the second stream.)
-  c.gemm_tflops_max = 740;
+  // GEMMs: least squares of the one-GPU step over gpt124m B16 (593,990 tokens/s), gpt350m B16
+  // (218,172) and B24 (221,853) and llama3-1b B2 (59,232), PERF's table of record, with the
+  // attention, elementwise and optimizer terms below fixed: 745 * d / (d + 180), i.e. 604
+  // (d 768), 632 (1024), 685 (2048), every step within 0.6%. (forge-gemm-bench's 745-869 TFLOP/s
+  // are GEMMs timed alone, cooler and without the second stream.)
+  c.gemm_tflops_max = 745;
   c.gemm_half_width = 180;
   // FP8: fitted to gpt350m B16 FP8 (281,405) and FP8 + FP8 LM head (295,750) tokens/s (VF):
   // GEMMs 1.56x BF16's, 8 more HBM bytes per layer, column and token (within 0.4% of both).
   c.fp8_gemm_speedup = 1.56;
   c.fp8_elementwise_bytes = 8;
-  // Attention (model FLOPs): gpt350m's 11.5 ms a step at T 1024 (PERF's profile: 4.95 TFLOP,
-  // 430 TFLOP/s) and llama3-1b's 95.2 ms at T 8192 (forward 22.3 + backward 72.9: 52.8 TFLOP,
-  // 554 TFLOP/s) fit 578 * T / (T + 352).
-  c.attention_tflops_max = 578;
-  c.attention_half_seq = 352;
+  // Attention (model FLOPs 12 L (H hd) T a token), from forge-bench --profile on one H200 (an
+  // eager single-stream step, phases timed with events): gpt350m B16 at T 1024 11.69 ms a step
+  // (forward 2.98 + backward 8.71: 4.95 TFLOP, 423 TFLOP/s) and llama3-1b B2 at T 8192 83.59 ms
+  // (22.88 + 60.71: 52.8 TFLOP, 632 TFLOP/s) fit 680 * T / (T + 622).
+  c.attention_tflops_max = 680;
+  c.attention_half_seq = 622;
   // HBM: llama3-1b's optimizer phase, 9.6 ms for 30 bytes x 1.236e9 parameters (PERF), is
   // 3.86 TB/s; AdamW reads w, g, m, v and writes w, m, v and the bf16 copy: 30 bytes.
   c.hbm_gb_s = 3860;
