@@ -68,10 +68,10 @@ using cuda::SdpaShape;
 using Json = nlohmann::ordered_json;
 
 // GEMMs timed alone run faster than inside the power-limited two-stream step: the built-in
-// H200 in-step rate at gpt350m's width (629 TFLOP/s, plan_calibration.cc) over what this
+// H200 in-step rate at gpt350m's width (634 TFLOP/s, plan_calibration.cc) over what this
 // program measures for that width alone on an H200 (734.5 TFLOP/s: the "gemm" entry of d 1024
 // in its output).
-constexpr double kGemmInStep = 629.0 / 734.5;
+constexpr double kGemmInStep = 634.0 / 734.5;
 // The step's bandwidth-bound kernels against a plain copy: AdamW's 2.7 TB/s against the
 // copy's ~3.0 on an H100 (docs/performance.md).
 constexpr double kHbmInStep = 0.9;
