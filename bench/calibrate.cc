@@ -5,16 +5,14 @@
 //                   [--reps N]
 //
 // Measures, on GPU 0 unless said otherwise:
-//   - GEMMs: the forward, input-gradient and weight-gradient GEMMs of one block (QKV, output,
-//     gate/up and down projections; bf16 in, the weight gradients fp32 out, as the step runs
-//     them) through the project's GemmRunner, at the config's width and at 768, 1024, 2048
-//     and 4096 (the others with the config's QKV and FFN ratios), 16,384 token rows. 1/rate
-//     against 1/d by least squares gives the alone rate R * d / (d + h); the file gets
-//     gemm_tflops_max = R * kGemmInStep and gemm_half_width = h.
-//   - attention: SdpaRunner's forward and backward (the step's: deterministic, our backward
-//     where the shape allows) at T = 1024, 2048, 4096, 8192 with 16,384 tokens, the config's
-//     heads; the model-FLOP rate 12 H hd T a token against 1/T gives attention_tflops_max and
-//     attention_half_seq.
+//   - the config's own training step (BF16, no recompute, its micro-batch and engine settings;
+//     with fewer blocks where the whole model does not fit the GPU: a block's rates are the
+//     same), graph-replayed as forge-bench times it, and the eager profile of its phases: the
+//     GEMM and attention rates are set (their half-widths kept from the base calibration) so
+//     that the plan predicts that step, split between GEMMs and attention as the profile's
+//     phases are (plan::FitComputeToStep). The step is what the plan predicts, and inside it
+//     the GPU is power-limited: kernels timed alone run faster than they do there, and by a
+//     share that varies with the shape.
 //   - HBM: a 1 GiB device-to-device copy (bytes read + written over the time), times
 //     kHbmInStep for hbm_gb_s.
 //   - memory: the GPU's free memory at the start (capacity_gib).
@@ -35,47 +33,39 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "bench_step.h"
 #include "bench_util.h"
+#include "common/config.h"
 #include "common/peak_flops.h"
 #include "common/status.h"
-#include "common/config.h"
 #include "cuda_bench_util.h"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/gemm.h"
-#include "kernels/cuda/sdpa.h"
 #include "plan/plan_calibration.h"
+#include "plan/plan_model.h"
+#include "worker/train/memory_estimate.h"
 
 namespace forge {
 namespace {
 
 using bench::Alloc;
 using bench::DevBuf;
-using bench::RandomPool;
 using bench::Timer;
-using cuda::bf16;
-using cuda::DType;
-using cuda::GemmArgs;
-using cuda::GemmRunner;
-using cuda::SdpaRunner;
-using cuda::SdpaShape;
 using Json = nlohmann::ordered_json;
 
-// GEMMs timed alone run faster than inside the power-limited two-stream step: the built-in
-// H200 in-step rate at gpt350m's width (634 TFLOP/s, plan_calibration.cc) over what this
-// program measures for that width alone on an H200 (734.5 TFLOP/s: the "gemm" entry of d 1024
-// in its output).
-constexpr double kGemmInStep = 634.0 / 734.5;
 // The step's bandwidth-bound kernels against a plain copy: AdamW's 2.7 TB/s against the
 // copy's ~3.0 on an H100 (docs/performance.md).
 constexpr double kHbmInStep = 0.9;
-constexpr int64_t kTokens = 16384;
+// Timed steps of the config's step (after three untimed ones).
+constexpr int kSteps = 10;
 
 struct Args {
   std::string config, out, base, as_link = "nvlink";
@@ -86,104 +76,14 @@ int Fail(const std::string& msg) { return bench::FailJson("forge-calibrate", msg
 
 FlagParser MakeFlags() {
   FlagParser f("forge-calibrate", "",
-               "Measures GEMM, attention, HBM and NCCL rates on this machine's GPUs and writes "
-               "the\ncalibration file `forge plan --calibration` reads.");
+               "Times the config's training step, HBM and NCCL on this machine's GPUs and "
+               "writes the\ncalibration file `forge plan --calibration` reads.");
   f.Value("--config", "CONFIG", "the run config whose shapes to measure (required)");
   f.Value("--out", "FILE", "where to write the calibration (default: standard output)");
   f.Value("--base", "h200|h100", "what is not measured comes from (default: by device name)");
   f.Value("--as-link", "nvlink|ib400|eth100", "the link the NCCL figures describe (default nvlink)");
-  f.Value("--reps", "N", "timed calls per measurement (default 20)");
+  f.Value("--reps", "N", "timed calls per HBM and NCCL measurement (default 20)");
   return f;
-}
-
-// Least squares of y = a + b x; returns {a, b}.
-std::pair<double, double> Fit(const std::vector<double>& x, const std::vector<double>& y) {
-  const double n = double(x.size());
-  double sx = 0, sy = 0, sxx = 0, sxy = 0;
-  for (size_t i = 0; i < x.size(); ++i) sx += x[i], sy += y[i], sxx += x[i] * x[i], sxy += x[i] * y[i];
-  const double den = n * sxx - sx * sx;
-  if (den == 0) return {sy / n, 0};
-  const double b = (n * sxy - sx * sy) / den;
-  return {(sy - b * sx) / n, b};
-}
-
-// One block's GEMMs at width d: TFLOP/s over their summed median times.
-StatusOr<double> BlockGemmTflops(GemmRunner& runner, const RandomPool& pool, int64_t d,
-                                 int64_t qkv, int64_t ffn, int reps, cudaStream_t stream) {
-  struct Linear {
-    int64_t in, out;
-  };
-  const Linear linears[] = {{d, qkv}, {d, d}, {d, 2 * ffn}, {ffn, d}};
-  const int64_t widest = std::max({qkv, 2 * ffn, d});
-  DevBuf x, w, y, dw;
-  FORGE_RETURN_IF_ERROR(Alloc(&x, size_t(kTokens) * widest * 2));
-  FORGE_RETURN_IF_ERROR(Alloc(&w, size_t(widest) * widest * 2));
-  FORGE_RETURN_IF_ERROR(Alloc(&y, size_t(kTokens) * widest * 2));
-  FORGE_RETURN_IF_ERROR(Alloc(&dw, size_t(widest) * widest * 4));
-  FORGE_RETURN_IF_ERROR(pool.Fill(x.p, size_t(kTokens) * widest, 1));
-  FORGE_RETURN_IF_ERROR(pool.Fill(w.p, size_t(widest) * widest, 2));
-  double flops = 0, ms = 0;
-  for (const Linear& l : linears) {
-    GemmArgs fwd;  // y[T, out] = x[T, in] W[out, in]^T
-    fwd.M = kTokens, fwd.N = l.out, fwd.K = l.in, fwd.A = x.p, fwd.B = w.p, fwd.D = y.p;
-    GemmArgs dx;  // dx[T, in] = dy[T, out] W[out, in]
-    dx.M = kTokens, dx.N = l.in, dx.K = l.out, dx.A = y.p, dx.B = w.p, dx.D = x.p;
-    dx.trans_b = false;
-    GemmArgs wg;  // dW[out, in] = dy[T, out]^T x[T, in], fp32
-    wg.M = l.out, wg.N = l.in, wg.K = kTokens, wg.A = y.p, wg.B = x.p, wg.D = dw.p;
-    wg.trans_a = true, wg.trans_b = false, wg.d_type = DType::kFp32;
-    for (const GemmArgs& g : {fwd, dx, wg}) {
-      Timer t(stream, 3, reps, 1);
-      FORGE_ASSIGN_OR_RETURN(const float m,
-                             t.MedianMs([&](int) { return runner.Run(g, stream); }));
-      ms += m;
-      flops += 2.0 * double(g.M) * double(g.N) * double(g.K);
-    }
-  }
-  return flops / (ms * 1e-3) / 1e12;
-}
-
-struct AttentionPoint {
-  int T = 0, B = 0;
-  double fwd_ms = 0, bwd_ms = 0, tflops = 0;
-};
-
-StatusOr<AttentionPoint> TimeAttention(SdpaRunner& r, bool deterministic, const ModelConfig& m,
-                                       int T, int reps, const RandomPool& pool,
-                                       cudaStream_t stream) {
-  SdpaShape s;
-  s.B = int(std::max<int64_t>(1, kTokens / T));
-  s.T = T, s.H = m.n_head, s.KV = m.n_kv_head, s.hd = m.head_dim();
-  const size_t tokens = size_t(s.B) * s.T, rows = size_t(s.B) * s.H * s.T;
-  const size_t n_qkv = tokens * (s.H + 2 * s.KV) * s.hd, n_out = tokens * s.H * s.hd;
-  DevBuf qkv, out, dout, dqkv, stats, scratch;
-  FORGE_RETURN_IF_ERROR(Alloc(&qkv, n_qkv * 2));
-  FORGE_RETURN_IF_ERROR(Alloc(&out, n_out * 2));
-  FORGE_RETURN_IF_ERROR(Alloc(&dout, n_out * 2));
-  FORGE_RETURN_IF_ERROR(Alloc(&dqkv, n_qkv * 2));
-  FORGE_RETURN_IF_ERROR(Alloc(&stats, rows * 4));
-  // softmax_sum at offset 0, dq_accum (non-deterministic backward only) at the next 256 bytes.
-  const size_t scratch_bytes = SdpaRunner::BackwardScratchBytes(s, deterministic);
-  FORGE_RETURN_IF_ERROR(Alloc(&scratch, std::max<size_t>(scratch_bytes, 256)));
-  FORGE_RETURN_IF_ERROR(pool.Fill(qkv.p, n_qkv, 3));
-  FORGE_RETURN_IF_ERROR(pool.Fill(dout.p, n_out, 4));
-  auto* softmax_sum = scratch.As<float>();
-  float* dq_accum =
-      deterministic ? nullptr
-                    : reinterpret_cast<float*>(scratch.As<char>() + (rows * 4 + 255) / 256 * 256);
-  Timer tf(stream, 3, reps, 1), tb(stream, 3, reps, 1);
-  AttentionPoint p;
-  p.T = T, p.B = s.B;
-  FORGE_ASSIGN_OR_RETURN(const float f, tf.MedianMs([&](int) {
-    return r.Forward(s, qkv.As<bf16>(), out.As<bf16>(), stats.As<float>(), stream);
-  }));
-  FORGE_ASSIGN_OR_RETURN(const float b, tb.MedianMs([&](int) {
-    return r.Backward(s, qkv.As<bf16>(), out.As<bf16>(), dout.As<bf16>(), stats.As<float>(),
-                      dqkv.As<bf16>(), softmax_sum, dq_accum, stream);
-  }));
-  p.fwd_ms = f, p.bwd_ms = b;
-  p.tflops = 12.0 * s.H * s.hd * double(T) * double(tokens) / ((f + b) * 1e-3) / 1e12;
-  return p;
 }
 
 #define FORGE_NCCL_CHECK(expr)                                                            \
@@ -290,7 +190,6 @@ double BusFactor(Op op, int n) {
 }
 
 Status Calibrate(const Args& a, const RunConfig& cfg, Json* out) {
-  const ModelConfig& m = cfg.model;
   FORGE_CUDA_CHECK(cudaSetDevice(0));
   cudaDeviceProp prop{};
   FORGE_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -313,8 +212,6 @@ Status Calibrate(const Args& a, const RunConfig& cfg, Json* out) {
 
   cudaStream_t stream;
   FORGE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  RandomPool pool;
-  FORGE_RETURN_IF_ERROR(pool.Init());
 
   {  // HBM: a 1 GiB copy
     const size_t bytes = size_t(1) << 30;
@@ -331,59 +228,34 @@ Status Calibrate(const Args& a, const RunConfig& cfg, Json* out) {
     cal.hbm_gb_s = gbs * kHbmInStep;
   }
 
-  {  // GEMMs of a block at several widths
-    GemmRunner runner;
-    FORGE_RETURN_IF_ERROR(runner.Init());
-    const double qkv_ratio = double((m.n_head + 2 * m.n_kv_head) * m.head_dim()) / m.d_model;
-    const double ffn_ratio = double(m.ffn) / m.d_model;
-    std::vector<int64_t> widths = {768, 1024, 2048, 4096};
-    if (std::find(widths.begin(), widths.end(), int64_t(m.d_model)) == widths.end())
-      widths.push_back(m.d_model);
-    std::vector<double> inv_d, inv_rate;
-    Json rows = Json::array();
-    for (int64_t d : widths) {
-      const bool own = d == m.d_model;
-      const int64_t qkv = own ? (m.n_head + 2 * m.n_kv_head) * int64_t(m.head_dim())
-                              : (int64_t(qkv_ratio * d) + 127) / 128 * 128;
-      const int64_t ffn = own ? m.ffn : (int64_t(ffn_ratio * d) + 127) / 128 * 128;
-      FORGE_ASSIGN_OR_RETURN(const double tf,
-                             BlockGemmTflops(runner, pool, d, qkv, ffn, a.reps, stream));
-      rows.push_back(Json{{"d", d}, {"qkv", qkv}, {"ffn", ffn}, {"tflops_alone", tf}});
-      inv_d.push_back(1.0 / double(d));
-      inv_rate.push_back(1.0 / tf);
+  {  // the config's step: the GEMM and attention rates inside it
+    RunConfig sc = cfg;
+    sc.precision.compute = Precision::kBf16;
+    sc.train.activation_recompute = Recompute::kNone;
+    sc.batch.global_batch = sc.batch.micro_batch;
+    const double room = 0.9 * double(free_b);
+    while (sc.model.n_layer > 1 &&
+           EstimateTrainingMemory(sc, Backend::kCuda, 1).total() > room)
+      --sc.model.n_layer;
+    FORGE_ASSIGN_OR_RETURN(std::unique_ptr<bench::BenchStep> step,
+                           bench::BenchStep::Make(sc, CudaBackendOptionsFromConfig(sc.engine)));
+    for (int i = 0; i < 3; ++i) FORGE_RETURN_IF_ERROR(step->Train(false, nullptr));
+    FORGE_ASSIGN_OR_RETURN(const double step_ms, step->MeanStepMs(kSteps));
+    FORGE_ASSIGN_OR_RETURN(const bench::PhaseTimes phases, step->Profile());
+    double gemm_ms = 0, attention_ms = 0;
+    for (const auto& [phase, ms] : phases) {
+      if (phase == "fwd_gemm" || phase == "lm_head_gemm" || phase == "bwd_gemm") gemm_ms += ms;
+      if (phase == "fwd_attention" || phase == "bwd_attention") attention_ms += ms;
     }
-    measured["gemm"] = rows;
-    const auto [ia, ib] = Fit(inv_d, inv_rate);  // 1/rate = 1/R + (h/R) / d
-    if (ia > 0) {
-      cal.gemm_tflops_max = kGemmInStep / ia;
-      cal.gemm_half_width = std::max(0.0, ib / ia);
-    }
-    measured["gemm_fit_alone"] = Json{{"tflops_max", 1.0 / ia}, {"half_width", ib / ia}};
-  }
-
-  {  // attention at several sequence lengths
-    SdpaRunner runner;
-    const bool det = cfg.engine.deterministic_attention;
-    FORGE_RETURN_IF_ERROR(runner.Init(det,
-                                      cfg.engine.attention_backward == AttentionBackward::kFlash
-                                          ? cuda::SdpaBackwardKernel::kFlash
-                                          : cuda::SdpaBackwardKernel::kCudnn));
-    std::vector<double> inv_t, inv_rate;
-    Json rows = Json::array();
-    for (int T : {1024, 2048, 4096, 8192}) {
-      FORGE_ASSIGN_OR_RETURN(const AttentionPoint p,
-                             TimeAttention(runner, det, m, T, a.reps, pool, stream));
-      rows.push_back(Json{{"T", p.T}, {"B", p.B}, {"fwd_ms", p.fwd_ms}, {"bwd_ms", p.bwd_ms},
-                          {"model_tflops", p.tflops}});
-      inv_t.push_back(1.0 / T);
-      inv_rate.push_back(1.0 / p.tflops);
-    }
-    measured["attention"] = rows;
-    const auto [ia, ib] = Fit(inv_t, inv_rate);
-    if (ia > 0) {
-      cal.attention_tflops_max = 1.0 / ia;
-      cal.attention_half_seq = std::max(0.0, ib / ia);
-    }
+    measured["step"] = Json{{"n_layer", sc.model.n_layer},
+                            {"micro_batch", sc.batch.micro_batch},
+                            {"seq_len", sc.model.seq_len},
+                            {"step_ms", step_ms},
+                            {"phases_ms", bench::PhasesJson<Json>(phases)}};
+    if (!(gemm_ms > 0 && attention_ms > 0))
+      return Status::Internal("the step's profile has no GEMM or attention phases");
+    FORGE_RETURN_IF_ERROR(
+        plan::FitComputeToStep(sc, step_ms, gemm_ms / (gemm_ms + attention_ms), &cal));
   }
   cudaStreamDestroy(stream);
 

@@ -30,7 +30,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -38,6 +37,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_profile.h"
+#include "bench_step.h"
 #include "bench_util.h"
 #include "common/config.h"
 #include "common/peak_flops.h"
@@ -179,56 +179,30 @@ int Run(int argc, char** argv) {
 
   if (args.cuda_graph >= 0) cfg.engine.cuda_graph = args.cuda_graph == 1;
   const CudaBackendOptions options = CudaBackendOptionsFromConfig(cfg.engine);
-  auto made = MakeCudaTrainBackend(cfg, options);
+  auto made = bench::BenchStep::Make(cfg, options);
   if (!made.ok()) return Fail(made.status().ToString());
-  std::unique_ptr<CudaTrainBackend> backend = std::move(made).value();
-
-  // Random tokens over the model's vocabulary, as the anchors draw them (torch.randint(0, V):
-  // 50257 for the GPT presets, 128256 for the Llama ones).
-  const int64_t n = int64_t{cfg.batch.micro_batch} * m.seq_len;
-  std::mt19937_64 rng(cfg.seed);
-  std::uniform_int_distribution<int32_t> tok(0, m.vocab - 1);
-  std::vector<int32_t> inputs(n), targets(n);
-  for (auto& t : inputs) t = tok(rng);
-  for (auto& t : targets) t = tok(rng);
-  const std::vector<MicroBatch> micro = {{inputs.data(), targets.data()}};
-
-  int64_t step = 0;
-  auto train = [&](bool want_stats, StepStats* stats) {
-    ++step;
-    return backend->TrainStep(micro, StepHyper{cfg.optimizer.lr, step}, want_stats, stats);
-  };
+  std::unique_ptr<bench::BenchStep> bench_step = std::move(made).value();
+  CudaTrainBackend* backend = &bench_step->backend();
+  const int64_t n = bench_step->tokens();
 
   StepStats stats;
-  if (Status st = train(true, &stats); !st.ok()) return Fail("first step: " + st.ToString());
+  if (Status st = bench_step->Train(true, &stats); !st.ok())
+    return Fail("first step: " + st.ToString());
   const double first_step_s =
       age_at_main +
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_main).count();
   for (int i = 1; i < args.warmup; ++i) {
-    if (Status st = train(i + 1 == args.warmup, &stats); !st.ok()) {
+    if (Status st = bench_step->Train(i + 1 == args.warmup, &stats); !st.ok()) {
       return Fail("warm-up: " + st.ToString());
     }
   }
 
-  cudaStream_t stream = static_cast<cudaStream_t>(backend->compute_stream());
-  cudaEvent_t start, stop;
-  if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) {
-    return Fail("cudaEventCreate failed");
-  }
-  if (cudaEventRecord(start, stream) != cudaSuccess) return Fail("cudaEventRecord failed");
-  for (int i = 0; i < args.steps; ++i) {
-    if (Status st = train(false, nullptr); !st.ok()) return Fail("timed step: " + st.ToString());
-  }
-  float total_ms = 0.0f;
-  if (cudaEventRecord(stop, stream) != cudaSuccess || cudaEventSynchronize(stop) != cudaSuccess ||
-      cudaEventElapsedTime(&total_ms, start, stop) != cudaSuccess) {
-    return Fail("timing events failed");
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  if (Status st = train(true, &stats); !st.ok()) return Fail("last step: " + st.ToString());
+  auto timed = bench_step->MeanStepMs(args.steps);
+  if (!timed.ok()) return Fail("timed steps: " + timed.status().ToString());
+  if (Status st = bench_step->Train(true, &stats); !st.ok())
+    return Fail("last step: " + st.ToString());
 
-  const double step_ms = total_ms / args.steps;
+  const double step_ms = *timed;
   const double tokens_per_s = static_cast<double>(n) / (step_ms * 1e-3);
   const double peak_tflops =
       PeakTflops(gpu, args.peak_tflops > 0.0 ? args.peak_tflops : cfg.metrics.peak_tflops);
@@ -270,7 +244,7 @@ int Run(int argc, char** argv) {
   out["loss"] = stats.loss;
 
   if (args.profile) {
-    auto phases = bench::ProfilePhases(*backend, micro, cfg.optimizer.lr, &step);
+    auto phases = bench_step->Profile();
     if (!phases.ok()) return Fail("profile: " + phases.status().ToString());
     out["phases_ms"] = bench::PhasesJson<Json>(*phases);
   }

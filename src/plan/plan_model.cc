@@ -386,4 +386,38 @@ Plan MakePlan(const RunConfig& cfg, const Topology& topo, const PlanCalibration&
   return plan;
 }
 
+Status FitComputeToStep(const RunConfig& cfg_in, double step_ms, double gemm_share,
+                        PlanCalibration* cal) {
+  if (cfg_in.precision.compute != Precision::kBf16 ||
+      cfg_in.train.activation_recompute != Recompute::kNone)
+    return Status::Invalid("fitting the compute rates to a step: it must be a BF16 step without "
+                           "recompute (the rates are BF16's; recompute adds work the fit would "
+                           "count as GEMMs)");
+  if (!(step_ms > 0) || !std::isfinite(step_ms))
+    return Status::Invalid("fitting the compute rates to a step: its time must be > 0 ms");
+  if (!(gemm_share > 0 && gemm_share < 1))
+    return Status::Invalid("fitting the compute rates to a step: the GEMMs' share of the GEMM "
+                           "and attention time must be in (0, 1)");
+  RunConfig cfg = cfg_in;
+  cfg.batch.global_batch = cfg.batch.micro_batch;
+  Topology one;
+  one.gpus = 1;
+  one.gpus_per_node = 1;
+  const ModePrediction p = PredictMode(cfg, Mode::kDdp, one, *cal);
+  const double rest = p.elementwise_ms + p.optimizer_ms;
+  const double left = step_ms - rest;
+  if (!(left > 0) || !(p.gemm_ms > 0) || !(p.attention_ms > 0)) {
+    char buf[200];
+    std::snprintf(buf, sizeof buf,
+                  "fitting the compute rates to a step: %.2f ms leaves nothing for GEMMs and "
+                  "attention beside the model's %.2f ms of elementwise work and optimizer",
+                  step_ms, rest);
+    return Status::Invalid(buf);
+  }
+  // The rates scale inversely with the time the fit gives each part.
+  cal->gemm_tflops_max *= p.gemm_ms / (left * gemm_share);
+  cal->attention_tflops_max *= p.attention_ms / (left * (1 - gemm_share));
+  return Status::Ok();
+}
+
 }  // namespace forge::plan

@@ -110,4 +110,13 @@ Plan MakePlan(const RunConfig& cfg, const Topology& topo, const PlanCalibration&
 // N for the scaling table: powers of two from 1 to gpus, and gpus itself.
 std::vector<int> ScalingPoints(int gpus);
 
+// Sets cal's GEMM and attention rates (their half-widths kept) so that the model predicts
+// `step_ms` for cfg's training step on one GPU in BF16 without recompute, one micro-step a step:
+// the time left after the model's elementwise work and optimizer goes to the GEMMs and attention
+// in the ratio a profile of that step measured (`gemm_share`: the GEMM phases' share of the
+// GEMM and attention phases). Invalid when cfg is not such a step, the share is not in (0, 1),
+// or the step leaves those two no time. forge-calibrate calls it with the step it timed.
+Status FitComputeToStep(const RunConfig& cfg, double step_ms, double gemm_share,
+                        PlanCalibration* cal);
+
 }  // namespace forge::plan
