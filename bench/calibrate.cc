@@ -12,7 +12,9 @@
 //     that the plan predicts that step, split between GEMMs and attention as the profile's
 //     phases are (plan::FitComputeToStep). The step is what the plan predicts, and inside it
 //     the GPU is power-limited: kernels timed alone run faster than they do there, and by a
-//     share that varies with the shape.
+//     share that varies with the shape. Then the same step in FP8 (the config's FP8 settings)
+//     sets FP8's GEMM speedup over those rates (plan::FitFp8SpeedupToStep), where the GPU
+//     runs one.
 //   - HBM: a 1 GiB device-to-device copy (bytes read + written over the time), times
 //     kHbmInStep for hbm_gb_s.
 //   - memory: the GPU's free memory at the start (capacity_gib).
@@ -24,8 +26,8 @@
 //     --as-link to that link: run with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 to force NCCL's
 //     network transport between the GPUs and record it as ib400 or eth100.
 // What it cannot measure keeps the --base calibration's value: the elementwise and optimizer
-// byte counts, FP8's speedup, the memory overhead, the overlap fractions (those come from
-// forge-dist-bench runs: exposed / alone) and links it did not measure.
+// byte counts, the memory overhead, the overlap fractions (those come from forge-dist-bench
+// runs: exposed / alone) and links it did not measure.
 // The file (stdout without --out) is the calibration JSON, with every raw measurement under
 // "measured".
 #include <cuda_runtime.h>
@@ -256,6 +258,22 @@ Status Calibrate(const Args& a, const RunConfig& cfg, Json* out) {
       return Status::Internal("the step's profile has no GEMM or attention phases");
     FORGE_RETURN_IF_ERROR(
         plan::FitComputeToStep(sc, step_ms, gemm_ms / (gemm_ms + attention_ms), &cal));
+    step.reset();
+
+    // The same step in FP8 (the config's FP8 settings): FP8's GEMM speedup over those rates.
+    // Where the GPU has no FP8 step (before Hopper) the base calibration's speedup stays.
+    RunConfig s8 = sc;
+    s8.precision.compute = Precision::kFp8;
+    auto made8 = bench::BenchStep::Make(s8, CudaBackendOptionsFromConfig(s8.engine));
+    if (!made8.ok()) {
+      measured["fp8_step"] = Json{{"error", made8.status().ToString()}};
+    } else {
+      std::unique_ptr<bench::BenchStep> step8 = std::move(made8).value();
+      for (int i = 0; i < 3; ++i) FORGE_RETURN_IF_ERROR(step8->Train(false, nullptr));
+      FORGE_ASSIGN_OR_RETURN(const double fp8_ms, step8->MeanStepMs(kSteps));
+      measured["fp8_step"] = Json{{"step_ms", fp8_ms}, {"lm_head", s8.precision.fp8.lm_head}};
+      FORGE_RETURN_IF_ERROR(plan::FitFp8SpeedupToStep(s8, fp8_ms, &cal));
+    }
   }
   cudaStreamDestroy(stream);
 

@@ -420,4 +420,39 @@ Status FitComputeToStep(const RunConfig& cfg_in, double step_ms, double gemm_sha
   return Status::Ok();
 }
 
+Status FitFp8SpeedupToStep(const RunConfig& cfg_in, double step_ms, PlanCalibration* cal) {
+  if (cfg_in.precision.compute != Precision::kFp8 ||
+      cfg_in.train.activation_recompute != Recompute::kNone)
+    return Status::Invalid("fitting FP8's GEMM speedup to a step: it must be an FP8 step without "
+                           "recompute");
+  if (!(step_ms > 0) || !std::isfinite(step_ms))
+    return Status::Invalid("fitting FP8's GEMM speedup to a step: its time must be > 0 ms");
+  RunConfig cfg = cfg_in;
+  cfg.batch.global_batch = cfg.batch.micro_batch;
+  Topology one;
+  one.gpus = 1;
+  one.gpus_per_node = 1;
+  PlanCalibration c = *cal;
+  auto step_at = [&](double speedup) {
+    c.fp8_gemm_speedup = speedup;
+    return PredictMode(cfg, Mode::kDdp, one, c).step_ms;
+  };
+  // The predicted step falls as the speedup grows: bisect on it.
+  double lo = 0.5, hi = 4.0;
+  if (step_ms > step_at(lo) || step_ms < step_at(hi)) {
+    char buf[240];
+    std::snprintf(buf, sizeof buf,
+                  "fitting FP8's GEMM speedup to a step: %.2f ms is outside what speedups of 0.5 "
+                  "to 4 over BF16's GEMMs give (%.2f to %.2f ms)",
+                  step_ms, step_at(hi), step_at(lo));
+    return Status::Invalid(buf);
+  }
+  for (int i = 0; i < 60; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (step_at(mid) > step_ms ? lo : hi) = mid;
+  }
+  cal->fp8_gemm_speedup = 0.5 * (lo + hi);
+  return Status::Ok();
+}
+
 }  // namespace forge::plan

@@ -119,4 +119,10 @@ std::vector<int> ScalingPoints(int gpus);
 Status FitComputeToStep(const RunConfig& cfg, double step_ms, double gemm_share,
                         PlanCalibration* cal);
 
+// Sets cal's fp8_gemm_speedup so that the model predicts `step_ms` for cfg's training step on one
+// GPU in FP8 without recompute, one micro-step a step (the BF16 rates already set, as by
+// FitComputeToStep on the same model). Invalid when cfg is not such a step or no speedup from
+// 0.5 to 4 reproduces it.
+Status FitFp8SpeedupToStep(const RunConfig& cfg, double step_ms, PlanCalibration* cal);
+
 }  // namespace forge::plan

@@ -475,6 +475,30 @@ TEST(PlanModel, FitToAStepReproducesItAndCarriesToOtherWidths) {
   EXPECT_EQ(same.attention_tflops_max, builtin->attention_tflops_max);
 }
 
+// forge-calibrate's fit of FP8's GEMM speedup to a timed FP8 step, on the BF16 rates: gpt350m B
+// 16 in FP8 at 281,405 tokens/s (verified-figures.md, the row the built-in 1.56 was fitted to,
+// with the BF16 rates of then) gives back about that speedup, and the step to the microsecond.
+TEST(PlanModel, Fp8SpeedupFitReproducesTheFp8Step) {
+  auto builtin = BuiltinCalibration("h200");
+  ASSERT_TRUE(builtin.ok());
+  PlanCalibration cal = *builtin;
+  const RunConfig fp8 = Config("gpt350m", 16, 1, Precision::kFp8);
+  const double step_ms = 16384.0 / 281405 * 1e3;
+  ASSERT_TRUE(FitFp8SpeedupToStep(fp8, step_ms, &cal).ok());
+  EXPECT_NEAR(PredictMode(fp8, Mode::kDdp, OneHost(1), cal).step_ms, step_ms, 1e-3);
+  EXPECT_NEAR(cal.fp8_gemm_speedup, 1.56, 0.03);
+
+  PlanCalibration same = *builtin;
+  EXPECT_FALSE(FitFp8SpeedupToStep(Config("gpt350m", 16, 1), step_ms, &same).ok());
+  EXPECT_FALSE(FitFp8SpeedupToStep(
+                   Config("gpt350m", 16, 1, Precision::kFp8, Recompute::kFull), step_ms, &same)
+                   .ok());
+  const Status fast = FitFp8SpeedupToStep(fp8, 1.0, &same);
+  EXPECT_FALSE(fast.ok());
+  EXPECT_NE(fast.message().find("outside"), std::string::npos) << fast.message();
+  EXPECT_EQ(same.fp8_gemm_speedup, builtin->fp8_gemm_speedup);
+}
+
 TEST(PlanCalibration, FileOverridesWhatItGivesAndRoundTrips) {
   auto base = BuiltinCalibration("h200");
   ASSERT_TRUE(base.ok());
