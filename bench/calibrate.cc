@@ -239,10 +239,15 @@ Status Calibrate(const Args& a, const RunConfig& cfg, Json* out) {
     while (sc.model.n_layer > 1 &&
            EstimateTrainingMemory(sc, Backend::kCuda, 1).total() > room)
       --sc.model.n_layer;
+    const CudaBackendOptions options = CudaBackendOptionsFromConfig(sc.engine);
+    // Three untimed steps (the first captures the CUDA graph), then kSteps timed.
+    auto timed_ms = [](bench::BenchStep& s) -> StatusOr<double> {
+      for (int i = 0; i < 3; ++i) FORGE_RETURN_IF_ERROR(s.Train(false, nullptr));
+      return s.MeanStepMs(kSteps);
+    };
     FORGE_ASSIGN_OR_RETURN(std::unique_ptr<bench::BenchStep> step,
-                           bench::BenchStep::Make(sc, CudaBackendOptionsFromConfig(sc.engine)));
-    for (int i = 0; i < 3; ++i) FORGE_RETURN_IF_ERROR(step->Train(false, nullptr));
-    FORGE_ASSIGN_OR_RETURN(const double step_ms, step->MeanStepMs(kSteps));
+                           bench::BenchStep::Make(sc, options));
+    FORGE_ASSIGN_OR_RETURN(const double step_ms, timed_ms(*step));
     FORGE_ASSIGN_OR_RETURN(const bench::PhaseTimes phases, step->Profile());
     double gemm_ms = 0, attention_ms = 0;
     for (const auto& [phase, ms] : phases) {
@@ -264,13 +269,11 @@ Status Calibrate(const Args& a, const RunConfig& cfg, Json* out) {
     // Where the GPU has no FP8 step (before Hopper) the base calibration's speedup stays.
     RunConfig s8 = sc;
     s8.precision.compute = Precision::kFp8;
-    auto made8 = bench::BenchStep::Make(s8, CudaBackendOptionsFromConfig(s8.engine));
+    auto made8 = bench::BenchStep::Make(s8, options);
     if (!made8.ok()) {
       measured["fp8_step"] = Json{{"error", made8.status().ToString()}};
     } else {
-      std::unique_ptr<bench::BenchStep> step8 = std::move(made8).value();
-      for (int i = 0; i < 3; ++i) FORGE_RETURN_IF_ERROR(step8->Train(false, nullptr));
-      FORGE_ASSIGN_OR_RETURN(const double fp8_ms, step8->MeanStepMs(kSteps));
+      FORGE_ASSIGN_OR_RETURN(const double fp8_ms, timed_ms(**made8));
       measured["fp8_step"] = Json{{"step_ms", fp8_ms}, {"lm_head", s8.precision.fp8.lm_head}};
       FORGE_RETURN_IF_ERROR(plan::FitFp8SpeedupToStep(s8, fp8_ms, &cal));
     }

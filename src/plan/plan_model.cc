@@ -386,6 +386,21 @@ Plan MakePlan(const RunConfig& cfg, const Topology& topo, const PlanCalibration&
   return plan;
 }
 
+namespace {
+
+// The step the fits below reproduce: cfg's on one GPU, one micro-step a step.
+ModePrediction PredictOneMicroStepOnOneGpu(const RunConfig& step_cfg,
+                                           const PlanCalibration& cal) {
+  RunConfig cfg = step_cfg;
+  cfg.batch.global_batch = cfg.batch.micro_batch;
+  Topology one;
+  one.gpus = 1;
+  one.gpus_per_node = 1;
+  return PredictMode(cfg, Mode::kDdp, one, cal);
+}
+
+}  // namespace
+
 Status FitComputeToStep(const RunConfig& cfg_in, double step_ms, double gemm_share,
                         PlanCalibration* cal) {
   if (cfg_in.precision.compute != Precision::kBf16 ||
@@ -398,12 +413,7 @@ Status FitComputeToStep(const RunConfig& cfg_in, double step_ms, double gemm_sha
   if (!(gemm_share > 0 && gemm_share < 1))
     return Status::Invalid("fitting the compute rates to a step: the GEMMs' share of the GEMM "
                            "and attention time must be in (0, 1)");
-  RunConfig cfg = cfg_in;
-  cfg.batch.global_batch = cfg.batch.micro_batch;
-  Topology one;
-  one.gpus = 1;
-  one.gpus_per_node = 1;
-  const ModePrediction p = PredictMode(cfg, Mode::kDdp, one, *cal);
+  const ModePrediction p = PredictOneMicroStepOnOneGpu(cfg_in, *cal);
   const double rest = p.elementwise_ms + p.optimizer_ms;
   const double left = step_ms - rest;
   if (!(left > 0) || !(p.gemm_ms > 0) || !(p.attention_ms > 0)) {
@@ -427,15 +437,10 @@ Status FitFp8SpeedupToStep(const RunConfig& cfg_in, double step_ms, PlanCalibrat
                            "recompute");
   if (!(step_ms > 0) || !std::isfinite(step_ms))
     return Status::Invalid("fitting FP8's GEMM speedup to a step: its time must be > 0 ms");
-  RunConfig cfg = cfg_in;
-  cfg.batch.global_batch = cfg.batch.micro_batch;
-  Topology one;
-  one.gpus = 1;
-  one.gpus_per_node = 1;
   PlanCalibration c = *cal;
   auto step_at = [&](double speedup) {
     c.fp8_gemm_speedup = speedup;
-    return PredictMode(cfg, Mode::kDdp, one, c).step_ms;
+    return PredictOneMicroStepOnOneGpu(cfg_in, c).step_ms;
   };
   // The predicted step falls as the speedup grows: bisect on it.
   double lo = 0.5, hi = 4.0;

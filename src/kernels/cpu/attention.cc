@@ -20,6 +20,21 @@ void Axpy(float* y, float a, const float* x, int n) {
   for (int i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
+// Rows of 32 queries (or keys) a work item: enough items to keep every thread busy at one
+// sequence of a few heads, few enough that the hand-out costs nothing.
+constexpr int64_t kRowsPerItem = 32;
+
+// Work item `item` over (batch, head) pairs of `blocks` row blocks each: its pair's index and
+// its rows [begin, end) of the sequence's T.
+struct RowBlock {
+  int64_t pair;
+  int begin, end;
+};
+RowBlock RowBlockOf(int64_t item, int64_t blocks, int T) {
+  const int begin = static_cast<int>((item % blocks) * kRowsPerItem);
+  return {item / blocks, begin, static_cast<int>(std::min<int64_t>(T, begin + kRowsPerItem))};
+}
+
 }  // namespace
 
 float SoftmaxNumerators(float* p, int n, float mx) {
@@ -31,10 +46,6 @@ float SoftmaxNumerators(float* p, int n, float mx) {
   return static_cast<float>(1.0 / sum);
 }
 
-// Rows of 32 queries (or keys) a work item: enough items to keep every thread busy at one
-// sequence of a few heads, few enough that the hand-out costs nothing.
-constexpr int64_t kRowsPerItem = 32;
-
 void AttentionForward(float* out, float* probs, const float* qkv, int B, int T, int n_head,
                       int n_kv_head, int hd) {
   const int64_t row = int64_t{n_head + 2 * n_kv_head} * hd;
@@ -45,7 +56,8 @@ void AttentionForward(float* out, float* probs, const float* qkv, int B, int T, 
   const int64_t blocks = (T + kRowsPerItem - 1) / kRowsPerItem;
   ParallelFor(int64_t{B} * n_head * blocks, 1, [&](int64_t begin, int64_t end) {
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t bh = item / blocks;
+      const RowBlock rb = RowBlockOf(item, blocks, T);
+      const int64_t bh = rb.pair;
       const int64_t b = bh / n_head;
       const int h = static_cast<int>(bh % n_head);
       const int kvh = h / group;
@@ -54,9 +66,7 @@ void AttentionForward(float* out, float* probs, const float* qkv, int B, int T, 
       const int64_t k_off = int64_t{n_head + kvh} * hd;
       const int64_t v_off = int64_t{n_head + n_kv_head + kvh} * hd;
       float* P = probs + bh * T * T;
-      const int t0 = static_cast<int>((item % blocks) * kRowsPerItem);
-      const int t1 = static_cast<int>(std::min<int64_t>(T, t0 + kRowsPerItem));
-      for (int t = t0; t < t1; ++t) {
+      for (int t = rb.begin; t < rb.end; ++t) {
         const float* q = base + t * row + q_off;
         float* p = P + int64_t{t} * T;
         float mx = -INFINITY;
@@ -92,7 +102,8 @@ void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const f
   ParallelFor(int64_t{B} * n_head * blocks, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> dp(T);
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t bh = item / blocks;
+      const RowBlock rb = RowBlockOf(item, blocks, T);
+      const int64_t bh = rb.pair;
       const int64_t b = bh / n_head;
       const int h = static_cast<int>(bh % n_head);
       const int kvh = h / group;
@@ -102,9 +113,7 @@ void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const f
       const int64_t k_off = int64_t{n_head + kvh} * hd;
       const int64_t v_off = int64_t{n_head + n_kv_head + kvh} * hd;
       const float* P = probs + bh * int64_t{T} * T;
-      const int t0 = static_cast<int>((item % blocks) * kRowsPerItem);
-      const int t1 = static_cast<int>(std::min<int64_t>(T, t0 + kRowsPerItem));
-      for (int t = t0; t < t1; ++t) {
+      for (int t = rb.begin; t < rb.end; ++t) {
         const float* p = P + int64_t{t} * T;
         const float* g = dout + (b * T + t) * int64_t{n_head} * hd + q_off;
         float* dq = dbase + t * row + q_off;
@@ -124,16 +133,14 @@ void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const f
   });
   ParallelFor(int64_t{B} * n_kv_head * blocks, 1, [&](int64_t begin, int64_t end) {
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t bk = item / blocks;
-      const int64_t b = bk / n_kv_head;
-      const int kvh = static_cast<int>(bk % n_kv_head);
+      const RowBlock rb = RowBlockOf(item, blocks, T);
+      const int64_t b = rb.pair / n_kv_head;
+      const int kvh = static_cast<int>(rb.pair % n_kv_head);
       const float* base = qkv + b * T * row;
       float* dbase = dqkv + b * T * row;
       const int64_t k_off = int64_t{n_head + kvh} * hd;
       const int64_t v_off = int64_t{n_head + n_kv_head + kvh} * hd;
-      const int s0 = static_cast<int>((item % blocks) * kRowsPerItem);
-      const int s1 = static_cast<int>(std::min<int64_t>(T, s0 + kRowsPerItem));
-      for (int s = s0; s < s1; ++s) {
+      for (int s = rb.begin; s < rb.end; ++s) {
         float* dk = dbase + s * row + k_off;
         float* dv = dbase + s * row + v_off;
         std::memset(dk, 0, sizeof(float) * hd);

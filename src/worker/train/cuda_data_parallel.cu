@@ -428,8 +428,8 @@ Status CudaDataParallel::OnSlotLookupGrad(const cuda::bf16* dx0, const int32_t* 
     FORGE_CUDA_CHECK(cudaMemsetAsync(slot, 0, size_t(pb.slot[emb]) * sizeof(float), nccl_stream_));
   }
   FORGE_RETURN_IF_ERROR(cuda::EmbeddingBackwardToSlot(
-      slot, es.lo, es.hi, lookup_dx_, lookup_tokens_, n * world_, n, d, model_->config().padded_vocab(),
-      lookup_ws_, lookup_ws_bytes_, nccl_stream_));
+      slot, es.lo, es.hi, lookup_dx_, lookup_tokens_, n * world_, n, d,
+      model_->config().padded_vocab(), lookup_ws_, lookup_ws_bytes_, nccl_stream_));
   // hsdp: the shard group's sum, once complete, over the replicas as every unit's slot.
   if (replica_ == nullptr || !last_micro_) return Status::Ok();
   FORGE_RETURN_IF_ERROR(ReplicaWaitsShard());
